@@ -1,0 +1,28 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   -- create .venv if missing, install the stack, run the flagship scenario headless
+#   make test   -- create .venv if missing, install the stack, run the whole test suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench clean install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m scenarios.yumi_dual_arm
+
+test: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf runs .pytest_cache build *.egg-info

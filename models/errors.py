@@ -1,0 +1,53 @@
+"""One module of exception types for the whole stack.
+
+Every error a user can cause (a bad file, a wrong name, a bad config value, an infeasible
+constraint set, a state that went NaN) is raised as one of these, with a message that names the
+file, frame, joint, constraint or parameter at fault and says what to do. Nothing here is raised
+by a bare ``assert``.
+"""
+
+
+class StackError(Exception):
+    """Base class of every error the stack raises on purpose."""
+
+
+class ModelFileError(StackError):
+    """A URDF or MJCF file is missing, unreadable or malformed."""
+
+
+class FrameNotFoundError(StackError):
+    """A frame, body or joint name does not exist in the model."""
+
+
+class JointMapError(StackError):
+    """The plant's joints do not match the model's (names missing on either side, or wrong type)."""
+
+
+class ConfigError(StackError):
+    """A scenario configuration is invalid: unknown key, wrong type, value out of range."""
+
+
+class InfeasibleError(StackError):
+    """A constraint set cannot be satisfied (incompatible hard constraints, QP infeasible)."""
+
+
+class SolverError(StackError):
+    """A QP did not solve; the message carries its status and the state that caused it."""
+
+
+class StateError(StackError):
+    """The state handed to a model or controller is not valid (NaN, wrong size, out of range)."""
+
+
+def check_finite(name: str, x, where: str = "") -> None:
+    """Raise StateError if ``x`` contains NaN or inf, naming the quantity and where it was seen."""
+    import numpy as np
+
+    arr = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        bad = np.flatnonzero(~np.isfinite(arr.ravel()))
+        raise StateError(
+            f"{name} contains non-finite values at indices {bad[:10].tolist()}"
+            + (f" ({where})" if where else "")
+            + "; the simulation diverged or the input is corrupt."
+        )
