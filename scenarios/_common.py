@@ -1,0 +1,233 @@
+"""The scenario contract (DESIGN.md), shared by every scenario:
+
+    python -m scenarios.<name> [--config FILE.toml] [--set key=value ...] [--duration S]
+                               [--out DIR] [--viewer meshcat] [--no-progress] [--debug]
+
+* Every parameter lives in ``scenarios/configs/<name>.toml``; its defaults reproduce the paper.
+  ``--config`` and ``--set`` may only change keys that exist there (unknown keys are an error);
+  values are parsed as TOML literals and must keep the default's type (an int is accepted for a
+  float).  Nested tables are addressed with dots: ``--set gains.kp=500``.
+* A run writes to ``--out`` (default ``runs/<name>/<timestamp>/``): ``config.toml`` (resolved),
+  ``metrics.json``, ``log.npz``, ``plots/*.png``, and prints the metrics beside the paper's.
+* A run that fails still writes ``log.npz`` (what was logged), ``metrics.json`` with
+  ``"ok": false`` and ``"error"``, and ``error.txt`` with the traceback; it exits with status 1 and a
+  one-line reason.
+
+A scenario module defines ``NAME``, a docstring whose first line describes it, and
+``run(ctx) -> Outcome``; its ``main`` is ``scenario_main(NAME, run)``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import sys
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from models.errors import ConfigError, StackError
+from sim.metrics import format_table, write_metrics
+from sim.runner import Logger
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass
+class Row:
+    """One line of the printed table: our value beside the paper's and the target."""
+
+    key: str
+    ours: object
+    paper: object = None
+    target: str | None = None
+    ok: bool | None = None
+
+
+@dataclass
+class Outcome:
+    metrics: dict
+    rows: list[Row] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    name: str
+    cfg: dict
+    out: Path
+    logger: Logger
+    viewer: str | None = None
+    progress: bool = True
+
+    def plot_path(self, stem: str) -> Path:
+        p = self.out / "plots"
+        p.mkdir(parents=True, exist_ok=True)
+        return p / f"{stem}.png"
+
+    def make_viewer(self, mj_model):
+        """A Meshcat viewer of the plant if --viewer meshcat was given, else None."""
+        if self.viewer is None:
+            return None
+        if self.viewer != "meshcat":
+            raise ConfigError(f"--viewer {self.viewer}: only 'meshcat' is supported")
+        from sim.viewer import MeshcatViewer
+
+        v = MeshcatViewer(mj_model)
+        print(f"Meshcat: open {v.url()} in a browser to watch the run")
+        return v
+
+
+# ---------------------------------------------------------------------------------------- config
+def default_config(name: str) -> dict:
+    path = CONFIG_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"no default config for scenario '{name}': {path} is missing")
+    return _read_toml(path)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _coerce(key: str, new, old):
+    if isinstance(old, bool):
+        if not isinstance(new, bool):
+            raise ConfigError(f"config key '{key}' must be true or false, got {new!r}")
+        return new
+    if isinstance(old, float) and isinstance(new, int) and not isinstance(new, bool):
+        return float(new)
+    if isinstance(old, (int, float)) and not isinstance(old, bool):
+        if not isinstance(new, (int, float)) or isinstance(new, bool):
+            raise ConfigError(f"config key '{key}' must be a number, got {new!r}")
+        if isinstance(old, int) and isinstance(new, float):
+            raise ConfigError(f"config key '{key}' must be an integer, got {new!r}")
+        return new
+    if isinstance(old, str) and not isinstance(new, str):
+        raise ConfigError(f"config key '{key}' must be a string, got {new!r}")
+    if isinstance(old, list) and not isinstance(new, list):
+        raise ConfigError(f"config key '{key}' must be a list, got {new!r}")
+    if isinstance(old, dict) and not isinstance(new, dict):
+        raise ConfigError(f"config key '{key}' is a table; set its entries as '{key}.<name>=...'")
+    return new
+
+
+def set_key(cfg: dict, dotted: str, value, source: str = "--set") -> None:
+    parts = dotted.split(".")
+    node = cfg
+    for i, p in enumerate(parts):
+        if not isinstance(node, dict) or p not in node:
+            keys = list(node) if isinstance(node, dict) else []
+            close = difflib.get_close_matches(p, keys, n=3)
+            where = ".".join(parts[:i]) or "top level"
+            raise ConfigError(f"{source}: unknown config key '{dotted}' ('{p}' is not in {where})"
+                              + (f"; did you mean {close}?" if close else f"; keys there: {keys}"))
+        if i == len(parts) - 1:
+            if isinstance(node[p], dict) and isinstance(value, dict):
+                for sub, val in value.items():
+                    set_key(cfg, f"{dotted}.{sub}", val, source)
+            else:
+                node[p] = _coerce(dotted, value, node[p])
+        else:
+            node = node[p]
+
+
+def parse_value(text: str):
+    """A --set value is a TOML literal (1, 1.5, true, "s", [1, 2]); a bare word is a string."""
+    try:
+        return tomllib.loads(f"x = {text}")["x"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def resolve_config(name: str, config_file: str | None = None, sets: list[str] = (),
+                   overrides: dict | None = None, duration: float | None = None) -> dict:
+    cfg = default_config(name)
+    if config_file:
+        for k, v in _read_toml(Path(config_file)).items():
+            set_key(cfg, k, v, source=f"config file {config_file}")
+    for s in sets:
+        if "=" not in s:
+            raise ConfigError(f"--set expects key=value, got '{s}'")
+        k, v = s.split("=", 1)
+        set_key(cfg, k.strip(), parse_value(v.strip()))
+    for k, v in (overrides or {}).items():
+        set_key(cfg, k, v, source="overrides")
+    if duration is not None:
+        set_key(cfg, "duration", float(duration), source="--duration")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------- running
+def _default_out(name: str) -> Path:
+    return ROOT / "runs" / name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
+                 config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
+                 viewer: str | None = None, progress: bool = False, echo: bool = False):
+    """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  Raises on failure after
+    writing the log, metrics.json (ok=false) and error.txt."""
+    cfg = resolve_config(name, config_file, sets, overrides, duration)
+    out = Path(out) if out is not None else _default_out(name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.toml").write_text(tomli_w.dumps(cfg))
+    ctx = Context(name=name, cfg=copy.deepcopy(cfg), out=out, logger=Logger(), viewer=viewer, progress=progress)
+    try:
+        outcome: Outcome = run(ctx)
+    except BaseException as exc:
+        ctx.logger.save(out / "log.npz")
+        (out / "error.txt").write_text(traceback.format_exc())
+        write_metrics(out / "metrics.json", {"scenario": name, "ok": False,
+                                             "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    ctx.logger.save(out / "log.npz")
+    metrics = {"scenario": name, **outcome.metrics}
+    checks = [r.ok for r in outcome.rows if r.ok is not None]
+    metrics.setdefault("ok", all(checks))
+    write_metrics(out / "metrics.json", metrics)
+    if echo:
+        print(format_table([(r.key, r.ours, r.paper, r.target, r.ok) for r in outcome.rows]))
+        print(f"\nrun directory: {out}")
+        if outcome.plots:
+            print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
+    return metrics, out
+
+
+def scenario_main(name: str, run, argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m scenarios.{name}",
+                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0])
+    ap.add_argument("--config", help="TOML file overriding keys of the default config")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one config key (repeatable), e.g. --set controller=uk")
+    ap.add_argument("--duration", type=float, help="simulated seconds (overrides the config's 'duration')")
+    ap.add_argument("--out", help="run directory (default runs/<name>/<timestamp>/)")
+    ap.add_argument("--viewer", choices=["meshcat"], help="stream the run live to Meshcat")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--debug", action="store_true", help="show the full traceback on failure")
+    args = ap.parse_args(argv)
+    try:
+        run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
+                     duration=args.duration, viewer=args.viewer, progress=not args.no_progress, echo=True)
+    except StackError as exc:
+        if args.debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (traceback in the run's error.txt)", file=sys.stderr)
+        return 1
+    return 0

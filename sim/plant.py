@@ -1,0 +1,150 @@
+"""MuJoCo plant: the "real" robot.  State and torques by joint NAME (mapped once at start-up to the
+Pinocchio model's order), external wrenches on bodies, optional measurement noise.
+
+    plant = MujocoPlant("mjcf/yumi.xml", robot.joint_names, sim_dt=0.005)
+    plant.reset(q0)                      # model order
+    q, v = plant.state()                 # model order (+ noise if configured)
+    plant.set_torque(tau)                # model order → motors driving the same joints
+    plant.set_wrench("yumi_link_7_l", f=[0, 0, -10])   # world-frame force/torque at the body's CoM
+    plant.step(n)
+
+The plant owns everything physical: MJCF, integrator, disturbances, actuator limits (a motor's
+ctrlrange clips the torque, as a real drive would), unmodelled bodies.
+"""
+from __future__ import annotations
+
+import difflib
+
+import mujoco
+import numpy as np
+
+from models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
+from models.robot import JointMap, _check_xml, repo_path
+
+
+def load_mjcf(path) -> mujoco.MjModel:
+    p = repo_path(path)
+    _check_xml(p, "MJCF")
+    try:
+        return mujoco.MjModel.from_xml_path(str(p))
+    except Exception as exc:  # mujoco raises ValueError with the compiler's message
+        raise ModelFileError(f"MJCF {p} could not be compiled by MuJoCo: {exc}") from None
+
+
+class MujocoPlant:
+    def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
+                 plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
+                 seed: int = 0, integrator: str | None = None):
+        self.path = repo_path(mjcf_path)
+        self.model = load_mjcf(self.path)
+        if sim_dt is not None:
+            if not sim_dt > 0:
+                raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
+            self.model.opt.timestep = float(sim_dt)
+        if integrator is not None:
+            names = {"euler": mujoco.mjtIntegrator.mjINT_EULER, "rk4": mujoco.mjtIntegrator.mjINT_RK4,
+                     "implicit": mujoco.mjtIntegrator.mjINT_IMPLICIT,
+                     "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}
+            if integrator.lower() not in names:
+                raise ConfigError(f"integrator='{integrator}' is not one of {list(names)}")
+            self.model.opt.integrator = names[integrator.lower()]
+        self.data = mujoco.MjData(self.model)
+        self.map = JointMap(model_joint_names, self.model, plant_only=plant_only, source=f"MJCF {self.path.name}")
+        self.noise_q, self.noise_v = float(noise_q), float(noise_v)
+        self.rng = np.random.default_rng(seed)
+        self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
+        self._ctrl_hi = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 1], np.inf)
+        self.saturated = 0  # number of set_torque calls where a motor clipped
+
+    # ------------------------------------------------------------------ state
+    @property
+    def dt(self) -> float:
+        return float(self.model.opt.timestep)
+
+    @property
+    def time(self) -> float:
+        return float(self.data.time)
+
+    def reset(self, q, v=None, qpos_extra: dict | None = None) -> None:
+        mujoco.mj_resetData(self.model, self.data)
+        q = np.asarray(q, dtype=float)
+        if q.shape != (len(self.map.names),):
+            raise StateError(f"reset: q has shape {q.shape}, the model has {len(self.map.names)} joints")
+        self.data.qpos[self.map.qadr] = q
+        if v is not None:
+            self.data.qvel[self.map.dadr] = np.asarray(v, dtype=float)
+        for name, val in (qpos_extra or {}).items():
+            j = self.joint_id(name)
+            self.data.qpos[self.model.jnt_qposadr[j]] = val
+        mujoco.mj_forward(self.model, self.data)
+
+    def state(self, noisy: bool = True):
+        q = self.data.qpos[self.map.qadr].copy()
+        v = self.data.qvel[self.map.dadr].copy()
+        if noisy and self.noise_q > 0:
+            q += self.rng.normal(scale=self.noise_q, size=q.shape)
+        if noisy and self.noise_v > 0:
+            v += self.rng.normal(scale=self.noise_v, size=v.shape)
+        return q, v
+
+    def joint_id(self, name: str) -> int:
+        j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if j < 0:
+            names = [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(self.model.njnt)]
+            raise FrameNotFoundError(f"joint '{name}' is not in {self.path.name}; "
+                                     f"close: {difflib.get_close_matches(name, names, n=4)}")
+        return j
+
+    def body_id(self, name: str) -> int:
+        b = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+        if b < 0:
+            names = [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(self.model.nbody)]
+            raise FrameNotFoundError(f"body '{name}' is not in {self.path.name}; "
+                                     f"close: {difflib.get_close_matches(name, names, n=4)}")
+        return b
+
+    # ------------------------------------------------------------------ inputs
+    def set_torque(self, tau) -> None:
+        """Model-order joint torques → the motors of the same joints (ctrl = τ / gear, clipped to
+        ctrlrange).  A non-zero torque on a joint that has no motor is refused."""
+        tau = np.asarray(tau, dtype=float)
+        m = self.map
+        if tau.shape != (len(m.names),):
+            raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {len(m.names)} joints")
+        if not np.all(np.isfinite(tau)):
+            raise StateError(f"set_torque: τ contains NaN/inf at joints "
+                             f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)]}")
+        if np.any(np.abs(tau[~m.actuated]) > 1e-9):
+            bad = [n for n, a, x in zip(m.names, m.actuated, tau) if not a and abs(x) > 1e-9]
+            raise JointMapError(f"{self.path.name}: torque requested on joints without a motor: {bad}")
+        ctrl = tau[m.actuated] / m.gear[m.actuated]
+        idx = m.act[m.actuated]
+        clipped = np.clip(ctrl, self._ctrl_lo[idx], self._ctrl_hi[idx])
+        if np.any(clipped != ctrl):
+            self.saturated += 1
+        self.data.ctrl[idx] = clipped
+
+    def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+        """External force f and moment m (world axes) applied at the body's centre of mass until changed."""
+        b = self.body_id(body)
+        self.data.xfrc_applied[b, :3] = f
+        self.data.xfrc_applied[b, 3:] = m
+
+    def clear_wrenches(self) -> None:
+        self.data.xfrc_applied[:] = 0.0
+
+    def step(self, n: int = 1) -> None:
+        for _ in range(n):
+            mujoco.mj_step(self.model, self.data)
+        if not np.all(np.isfinite(self.data.qpos)) or not np.all(np.isfinite(self.data.qvel)):
+            raise StateError(f"the MuJoCo plant {self.path.name} diverged at t={self.time:.4f} s "
+                             f"(NaN in qpos/qvel); reduce sim_dt or check gains")
+
+    # ------------------------------------------------------------------ diagnostics
+    def equality_violation(self) -> float:
+        """Max |constraint residual| of the plant's equality constraints (weld/connect), in SI."""
+        if self.model.neq == 0:
+            return 0.0
+        mujoco.mj_forward(self.model, self.data)
+        rows = self.data.efc_type == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
+        return float(np.max(np.abs(self.data.efc_pos[rows]))) if np.any(rows) else 0.0
