@@ -37,7 +37,7 @@ import numpy as np
 import pinocchio as pin
 
 from models.errors import ConfigError
-from models.lie import hat, se3_error
+from models.lie import cross3, hat, se3_error
 from models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
@@ -74,12 +74,14 @@ def offset_frame(kin: Kinematics, fid: int, T_EC: pin.SE3 | None) -> OffsetFrame
         return OffsetFrame(fs.T, fs.J, fs.dJ, fs.twist)
     r = fs.T.rotation @ T_EC.translation
     w = fs.twist[3:]
+    wr = cross3(w, r)
+    rh = hat(r)
     J = fs.J.copy()
     dJ = fs.dJ.copy()
-    rh = hat(r)
     J[:3] -= rh @ fs.J[3:]
-    dJ[:3] -= hat(np.cross(w, r)) @ fs.J[3:] + rh @ fs.dJ[3:]
-    twist = np.r_[fs.twist[:3] + np.cross(w, r), w]
+    dJ[:3] -= hat(wr) @ fs.J[3:] + rh @ fs.dJ[3:]
+    twist = fs.twist.copy()
+    twist[:3] += wr
     return OffsetFrame(fs.T * T_EC, J, dJ, twist)
 
 
@@ -122,14 +124,16 @@ class RigidCoupling(AffineConstraint):
     def terms(self, kin, t):
         B = offset_frame(kin, self.f1, self.T_AB)
         E2 = offset_frame(kin, self.f2, None)
-        R2 = E2.T.rotation
+        R2t = E2.T.rotation.T
         Jd = E2.J - B.J
-        dJd = E2.dJ - B.dJ
-        W = np.vstack([Jd[:3], R2.T @ Jd[3:]])
-        v = kin.v
-        w2 = E2.twist[3:]
-        drift = np.r_[dJd[:3] @ v, R2.T @ (dJd[3:] @ v - np.cross(w2, Jd[3:] @ v))]
-        wd = W @ v
+        dJd_v = (E2.dJ - B.dJ) @ kin.v
+        W = Jd.copy()
+        W[3:] = R2t @ Jd[3:]
+        rel = E2.twist - B.twist                      # = Jd v
+        drift = dJd_v
+        drift[3:] = R2t @ (dJd_v[3:] - cross3(E2.twist[3:], rel[3:]))
+        wd = rel.copy()
+        wd[3:] = R2t @ rel[3:]
         e = se3_error(B.T, E2.T)
         return W, drift, wd, e
 
@@ -154,13 +158,15 @@ class FrameTask(AffineConstraint):
     def terms(self, kin, t):
         C = offset_frame(kin, self.fid, self.offset)
         T_D, vel_D, acc_D = self.trajectory(t)
-        RD = T_D.rotation
-        wD_world = RD @ vel_D[3:]
-        v = kin.v
-        W = np.vstack([-C.J[:3], -RD.T @ C.J[3:]])
-        drift = np.r_[acc_D[:3] - C.dJ[:3] @ v,
-                      acc_D[3:] - RD.T @ (C.dJ[3:] @ v - np.cross(wD_world, C.twist[3:]))]
-        wd = np.r_[vel_D[:3] - C.twist[:3], vel_D[3:] - RD.T @ C.twist[3:]]
+        RDt = T_D.rotation.T
+        wD_world = T_D.rotation @ vel_D[3:]
+        W = -C.J
+        W[3:] = RDt @ W[3:]
+        dJv = C.dJ @ kin.v
+        drift = acc_D - dJv
+        drift[3:] = acc_D[3:] - RDt @ (dJv[3:] - cross3(wD_world, C.twist[3:]))
+        wd = vel_D - C.twist
+        wd[3:] = vel_D[3:] - RDt @ C.twist[3:]
         e = se3_error(C.T, T_D)
         return W, drift, wd, e
 
@@ -168,17 +174,19 @@ class FrameTask(AffineConstraint):
 def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Trajectory:
     """Thesis §4.4: p(t) = c + r (cos(ω t + φ), 0, sin(ω t + φ)) in the x–z plane, fixed orientation R,
     with its exact first and second derivatives as feed-forward."""
-    c = np.asarray(center, dtype=float)
+    import math
+
+    cx, cy, cz = (float(x) for x in center)
     R = np.eye(3) if R is None else np.asarray(R, dtype=float)
-    zero3 = np.zeros(3)
+    r, w = float(radius), float(omega)
 
     def traj(t: float):
-        a = omega * t + phase
-        ca, sa = np.cos(a), np.sin(a)
-        p = c + radius * np.array([ca, 0.0, sa])
-        dp = radius * omega * np.array([-sa, 0.0, ca])
-        ddp = -radius * omega**2 * np.array([ca, 0.0, sa])
-        return pin.SE3(R, p), np.r_[dp, zero3], np.r_[ddp, zero3]
+        a = w * t + phase
+        ca, sa = math.cos(a), math.sin(a)
+        T = pin.SE3(R, np.array([cx + r * ca, cy, cz + r * sa]))
+        vel = np.array([-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0])
+        acc = np.array([-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0])
+        return T, vel, acc
 
     return traj
 

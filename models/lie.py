@@ -23,7 +23,15 @@ import pinocchio as pin
 
 def hat(w: np.ndarray) -> np.ndarray:
     """Skew-symmetric matrix of a 3-vector: hat(w) @ x == np.cross(w, x)."""
-    return np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    x, y, z = w.tolist() if isinstance(w, np.ndarray) else w
+    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+
+
+def cross3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a × b for 3-vectors (about 10× faster than np.cross on single vectors)."""
+    a0, a1, a2 = a.tolist()
+    b0, b1, b2 = b.tolist()
+    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
 
 
 def log3(R: np.ndarray) -> np.ndarray:

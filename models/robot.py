@@ -140,14 +140,13 @@ class Robot:
         if q.shape != (self.nq,) or v.shape != (self.nv,):
             raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
                              f"got {q.shape} and {v.shape}")
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v))):
+        if not np.isfinite(q @ q + v @ v):  # one cheap test: NaN/inf anywhere makes the sum non-finite
             raise StateError(f"{self.path.name}: state contains NaN/inf (q finite: {np.isfinite(q).all()}, "
                              f"v finite: {np.isfinite(v).all()}); the plant diverged or the measurement is corrupt")
         m, d = self.model, self.data
         pin.computeJointJacobiansTimeVariation(m, d, q, v)  # also runs FK (q, v) and the joint Jacobians
         pin.updateFramePlacements(m, d)
-        M = pin.crba(m, d, q)
-        M = np.triu(M) + np.triu(M, 1).T
+        M = pin.crba(m, d, q).copy()   # Pinocchio 4 returns the full symmetric matrix (tested)
         h = pin.nonLinearEffects(m, d, q, v).copy()
         return Kinematics(self, q.copy(), v.copy(), M, h)
 
