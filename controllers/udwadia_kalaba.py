@@ -185,6 +185,13 @@ class UdwadiaKalabaController:
             self.info.status = str(res.info.status)
             if A_c.shape[0] and np.linalg.norm(A_c @ np.linalg.lstsq(A_c, b_c, rcond=None)[0] - b_c) > 1e-6:
                 raise self._infeasible(A_c, b_c, slices, t, f"QP status {res.info.status}")
+            if res.info.status == proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE:
+                tau_free = M @ res.x + hD
+                worst = int(np.argmax(np.abs(tau_free) / self.tau_max))
+                raise InfeasibleError(
+                    f"at t={t:.4f} s the hard constraints {[c.name for c in self.constraints]} cannot be met "
+                    f"within the effort limits (joint '{self.robot.joint_names[worst]}' would need "
+                    f"{tau_free[worst]:.1f} N·m, limit {self.tau_max[worst]:.1f}); slow the motion or raise the limits")
             self.failures += 1
             if np.all(np.isfinite(res.x)) and np.linalg.norm(A_c @ res.x - b_c) < 1e-6 * (1 + np.linalg.norm(b_c)):
                 return res.x.copy(), res.y.copy(), res.info.iter

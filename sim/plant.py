@@ -50,6 +50,9 @@ class MujocoPlant:
             self.model.opt.integrator = names[integrator.lower()]
         self.data = mujoco.MjData(self.model)
         self.map = JointMap(model_joint_names, self.model, plant_only=plant_only, source=f"MJCF {self.path.name}")
+        for key, val in (("noise_q", noise_q), ("noise_v", noise_v)):
+            if not (np.isfinite(val) and val >= 0):
+                raise ConfigError(f"{key} must be a finite standard deviation >= 0, got {val}")
         self.noise_q, self.noise_v = float(noise_q), float(noise_v)
         self.rng = np.random.default_rng(seed)
         self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
@@ -133,12 +136,22 @@ class MujocoPlant:
     def clear_wrenches(self) -> None:
         self.data.xfrc_applied[:] = 0.0
 
+    _BAD = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+            mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADCTRL)
+
     def step(self, n: int = 1) -> None:
+        """Advance n sim steps.  MuJoCo silently *resets* the state when an acceleration, position,
+        velocity or control goes non-finite (it only bumps a warning counter): that would be a silent
+        wrong answer, so any such warning is raised here as a StateError."""
+        t0 = self.time
         for _ in range(n):
             mujoco.mj_step(self.model, self.data)
-        if not np.all(np.isfinite(self.data.qpos)) or not np.all(np.isfinite(self.data.qvel)):
-            raise StateError(f"the MuJoCo plant {self.path.name} diverged at t={self.time:.4f} s "
-                             f"(NaN in qpos/qvel); reduce sim_dt or check gains")
+        w = self.data.warning
+        bad = [k.name for k in self._BAD if w[int(k)].number > 0]
+        if bad or not np.isfinite(self.data.qpos @ self.data.qpos + self.data.qvel @ self.data.qvel):
+            raise StateError(f"the MuJoCo plant {self.path.name} diverged between t={t0:.4f} s and "
+                             f"t={t0 + n * self.dt:.4f} s ({', '.join(bad) or 'non-finite state'}); check the applied "
+                             f"torques and wrenches for NaN, reduce sim_dt, or lower the gains")
 
     # ------------------------------------------------------------------ diagnostics
     def equality_violation(self) -> float:

@@ -1,0 +1,140 @@
+"""The QP of (3.40)/(4.2) against closed forms: (3.8)/(3.10) without tasks or limits, the KKT system
+of (4.2) with soft tasks, the hierarchy (3.39) in strict mode, τ = RNEA(q, v, v̇*) + D v."""
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
+from models.coupling import FrameTask, RigidCoupling, circle_trajectory, stack
+from models.errors import InfeasibleError, StateError
+from models.robot import Robot
+
+T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
+TRAJ = circle_trajectory([0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2)
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return Robot("urdf/yumi.urdf")
+
+
+def states(n=4, seed=3):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=14), rng.normal(size=14)) for _ in range(n)]
+
+
+def parts(robot):
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 1000, 33)
+    u = FrameTask(robot, "yumi_link_7_l", TRAJ, 500, 17)
+    return c, u
+
+
+@pytest.mark.parametrize("q,v", states())
+def test_qp_equals_closed_form_without_tasks(robot, q, v):
+    c, _ = parts(robot)
+    ctl = UdwadiaKalabaController(robot, [c], [], torque_limits=False, eps_abs=1e-12)
+    tau = ctl(0.2, q, v)
+    kin = robot.update(q, v)
+    Q = -kin.h - robot.damping * v
+    A, b, _ = stack([c], kin, 0.2, 14)
+    vdot, Qc = udwadia_kalaba_closed_form(kin.M, Q, A, b)
+    np.testing.assert_allclose(ctl.info.vdot, vdot, atol=1e-8)
+    np.testing.assert_allclose(ctl.info.Qc, Qc, atol=1e-6 * (1 + np.abs(Qc).max()))
+    # τ = RNEA(q, v, v̇*) + D v
+    np.testing.assert_allclose(tau, pin.rnea(robot.model, robot.model.createData(), q, v, vdot)
+                               + robot.damping * v, atol=1e-8)
+
+
+@pytest.mark.parametrize("q,v", states(seed=5))
+def test_qp_equals_kkt_with_soft_tasks(robot, q, v):
+    c, u = parts(robot)
+    om = 50.0
+    ctl = UdwadiaKalabaController(robot, [c], [u], omega=om, torque_limits=False, eps_abs=1e-12)
+    ctl(0.3, q, v)
+    kin = robot.update(q, v)
+    Q = -kin.h - robot.damping * v
+    Ac, bc, _ = stack([c], kin, 0.3, 14)
+    Au, bu = u.compute(kin, 0.3)
+    H = kin.M + om * Au.T @ Au
+    g = -Q - om * Au.T @ bu
+    K = np.block([[H, Ac.T], [Ac, np.zeros((6, 6))]])
+    sol = np.linalg.solve(K, np.r_[-g, bc])
+    np.testing.assert_allclose(ctl.info.vdot, sol[:14], atol=1e-7)
+    # the force balance M v̇ = Q + Q_c + Q_u
+    np.testing.assert_allclose(kin.M @ ctl.info.vdot, Q + ctl.info.Qc + ctl.info.Qu, atol=1e-6)
+
+
+@pytest.mark.parametrize("q,v", states(seed=11))
+def test_strict_priority_hierarchy(robot, q, v):
+    c, u = parts(robot)
+    ctl = UdwadiaKalabaController(robot, [c], [u], priority="strict", torque_limits=False)
+    ctl(0.3, q, v)
+    x = ctl.info.vdot
+    kin = robot.update(q, v)
+    Ac, bc, _ = stack([c], kin, 0.3, 14)
+    Au, bu = u.compute(kin, 0.3)
+    np.testing.assert_allclose(Ac @ x, bc, atol=1e-8)
+    # level 2 of (3.39): the task residual is the least-squares optimum within N(Ac)
+    N = np.linalg.svd(Ac)[2][6:].T
+    x1 = np.linalg.pinv(Ac) @ bc
+    z = np.linalg.lstsq(Au @ N, bu - Au @ x1, rcond=None)[0]
+    best = np.linalg.norm(Au @ (x1 + N @ z) - bu)
+    assert np.linalg.norm(Au @ x - bu) <= best + 1e-8
+    # here 12 independent rows in 14 DoF: both met exactly; Gauss decides the 2 remaining DoF
+    np.testing.assert_allclose(Au @ x, bu, atol=1e-7)
+    N2 = np.linalg.svd(np.vstack([Ac, Au]))[2][12:].T
+    Q = -kin.h - robot.damping * v
+    np.testing.assert_allclose(N2.T @ (kin.M @ x - Q), 0.0, atol=1e-7)   # stationarity of Gauss
+
+
+def feasible_limit(robot, c, q, v):
+    """A limit the constraint-only Gauss solution satisfies (so the QP stays feasible) but that the
+    task solution exceeds (so the limit is really active)."""
+    only_c = UdwadiaKalabaController(robot, [c], [], torque_limits=False)
+    return 1.05 * np.abs(only_c(0.1, q, v)).max()
+
+
+@pytest.mark.parametrize("prio", ["weighted", "strict"])
+def test_torque_limits_active(robot, prio):
+    c, u = parts(robot)
+    q, v = states(1, seed=2)[0]
+    lim = feasible_limit(robot, c, q, v)
+    free = UdwadiaKalabaController(robot, [c], [u], priority=prio, torque_limits=False)
+    assert np.abs(free(0.1, q, v)).max() > lim          # the limit will really be active
+    ctl = UdwadiaKalabaController(robot, [c], [u], priority=prio, torque_limits=True)
+    ctl.tau_max = np.full(14, lim)
+    tau = ctl(0.1, q, v)
+    assert np.abs(tau).max() <= lim * (1 + 1e-6) + 1e-6
+    kin = robot.update(q, v)
+    Ac, bc, _ = stack([c], kin, 0.1, 14)
+    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)   # constraints still exact
+    if prio == "strict":
+        assert ctl.info.limits_active
+
+
+def test_constraints_beyond_limits_are_reported(robot):
+    c, u = parts(robot)
+    q, v = states(1, seed=2)[0]
+    ctl = UdwadiaKalabaController(robot, [c], [u], torque_limits=True)
+    ctl.tau_max = np.full(14, 1.0)
+    with pytest.raises(InfeasibleError, match="effort limits"):
+        ctl(0.1, q, 3 * v)
+
+
+def test_incompatible_hard_constraints_are_reported(robot):
+    a = FrameTask(robot, "yumi_link_7_l", TRAJ, 500, 17, name="E1 on the circle")
+    shifted = lambda t: (lambda T, v, acc: (pin.SE3(T.rotation, T.translation + 0.3), v, acc))(*TRAJ(t))
+    b = FrameTask(robot, "yumi_link_7_l", shifted, 500, 17, name="E1 elsewhere")
+    for prio in ("weighted", "strict"):
+        ctl = UdwadiaKalabaController(robot, [a, b], [], priority=prio, torque_limits=False)
+        with pytest.raises(InfeasibleError, match="E1 elsewhere"):
+            ctl(0.0, np.zeros(14), np.zeros(14))
+
+
+def test_nan_state_is_a_clear_error(robot):
+    c, u = parts(robot)
+    ctl = UdwadiaKalabaController(robot, [c], [u])
+    q = np.zeros(14)
+    q[3] = np.nan
+    with pytest.raises(StateError, match="q contains non-finite values at indices \\[3\\]"):
+        ctl(0.0, q, np.zeros(14))
