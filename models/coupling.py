@@ -1,11 +1,13 @@
 """Rigid-body coupling constraints and frame-control laws of the thesis (seed 002, §3.3–3.4) as
 acceleration-level affine constraints A v̇ = b.
 
-All three are built on one primitive, an *offset frame* C = E·T_EC rigidly attached to a model
-frame E (T_EC = identity gives E itself).  In LOCAL_WORLD_ALIGNED axes, with r = R_E p_EC:
+All three act on frames of the model; a frame rigidly offset from a link (the coupling body's
+B = E₁·T_A^B, or C = E·T_A^C) is registered once as an operational frame of the Pinocchio model
+(``Robot.add_frame``), so that Pinocchio computes its pose, LOCAL_WORLD_ALIGNED Jacobian and Jacobian
+time variation in C++.  That is the thesis' offset algebra, (3.27) and (3.29): with r = R_E p_EC,
 
     v_C = v_E + ω_E × r          →  J_C,v = J_E,v − r^ J_E,ω,          J_C,ω = J_E,ω
-    d/dt J_C,v = dJ_E,v − (ω_E × r)^ J_E,ω − r^ dJ_E,ω                                   (3.29)
+    d/dt J_C,v = dJ_E,v − (ω_E × r)^ J_E,ω − r^ dJ_E,ω
 
 Each law is a stable error ODE on a velocity error w(v) = W v + w₀(t) and a pose error e:
 
@@ -30,14 +32,13 @@ eᵀ J_r⁻¹(e) = eᵀ.  ``rows`` selects a variant: "full" (6), "position" (3)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pinocchio as pin
 
 from models.errors import ConfigError
-from models.lie import cross3, hat, se3_error
+from models.lie import cross3, se3_error
 from models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
@@ -58,31 +59,10 @@ def _as_se3(T) -> pin.SE3:
     raise ConfigError(f"expected a pinocchio.SE3 or a 4×4 matrix, got an array of shape {T.shape}")
 
 
-@dataclass
-class OffsetFrame:
-    """Pose, LWA Jacobian, its time derivative and twist of C = E·T_EC at the current step."""
-
-    T: pin.SE3
-    J: np.ndarray   # 6×nv, rows [linear; angular]
-    dJ: np.ndarray  # 6×nv
-    twist: np.ndarray  # [v_C; ω_C], world axes
-
-
-def offset_frame(kin: Kinematics, fid: int, T_EC: pin.SE3 | None) -> OffsetFrame:
-    fs = kin.frame(fid)
-    if T_EC is None:
-        return OffsetFrame(fs.T, fs.J, fs.dJ, fs.twist)
-    r = fs.T.rotation @ T_EC.translation
-    w = fs.twist[3:]
-    wr = cross3(w, r)
-    rh = hat(r)
-    J = fs.J.copy()
-    dJ = fs.dJ.copy()
-    J[:3] -= rh @ fs.J[3:]
-    dJ[:3] -= hat(wr) @ fs.J[3:] + rh @ fs.dJ[3:]
-    twist = fs.twist.copy()
-    twist[:3] += wr
-    return OffsetFrame(fs.T * T_EC, J, dJ, twist)
+def _frame_or_offset(robot: Robot, frame: str, offset: pin.SE3 | None, tag: str) -> int:
+    if offset is None or offset.isIdentity(1e-15):
+        return robot.frame_id(frame)
+    return robot.add_frame(f"{frame}*{tag}", frame, offset)
 
 
 class AffineConstraint:
@@ -119,11 +99,12 @@ class RigidCoupling(AffineConstraint):
         self.T_AB = _as_se3(T_AB)
         self.kp, self.kd = float(kp), float(kd)
         self.name = name or f"coupling({frame1}->{frame2})"
+        self.fB = _frame_or_offset(robot, frame1, self.T_AB, f"{self.name}:B")
         self.rows = _rows(rows, self.name)
 
     def terms(self, kin, t):
-        B = offset_frame(kin, self.f1, self.T_AB)
-        E2 = offset_frame(kin, self.f2, None)
+        B = kin.frame(self.fB)
+        E2 = kin.frame(self.f2)
         R2t = E2.T.rotation.T
         Jd = E2.J - B.J
         dJd_v = (E2.dJ - B.dJ) @ kin.v
@@ -148,15 +129,15 @@ class FrameTask(AffineConstraint):
 
     def __init__(self, robot: Robot, frame: str, trajectory: Trajectory, kp: float, kd: float,
                  offset=None, rows: str = "full", name: str | None = None):
-        self.fid = robot.frame_id(frame)
         self.offset = None if offset is None else _as_se3(offset)
         self.trajectory = trajectory
         self.kp, self.kd = float(kp), float(kd)
         self.name = name or f"task({frame})"
+        self.fid = _frame_or_offset(robot, frame, self.offset, self.name)
         self.rows = _rows(rows, self.name)
 
     def terms(self, kin, t):
-        C = offset_frame(kin, self.fid, self.offset)
+        C = kin.frame(self.fid)
         T_D, vel_D, acc_D = self.trajectory(t)
         RDt = T_D.rotation.T
         wD_world = T_D.rotation @ vel_D[3:]

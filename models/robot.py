@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from models.errors import FrameNotFoundError, JointMapError, ModelFileError, StateError
+from models.errors import FrameNotFoundError, JointMapError, ModelFileError, StateError, check_finite
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 
@@ -116,6 +116,25 @@ class Robot:
             self._frame_ids[name] = fid
         return fid
 
+    def add_frame(self, name: str, parent_frame: str, placement: pin.SE3) -> int:
+        """Add an operational frame rigidly attached to ``parent_frame`` at ``placement`` (e.g. the
+        coupling body's frame E1·T_A^B), so that Pinocchio computes its pose, Jacobian and Jacobian
+        time variation in C++ every step.  Adding the same (name, parent, placement) twice returns
+        the existing frame; any Kinematics computed before are invalid afterwards."""
+        pid = self.frame_id(parent_frame)
+        parent = self.model.frames[pid]
+        oMf = parent.placement * placement
+        if self.model.existFrame(name):
+            fid = self.model.getFrameId(name)
+            f = self.model.frames[fid]
+            if f.parentJoint == parent.parentJoint and f.placement.isApprox(oMf, 1e-12):
+                return fid
+            raise FrameNotFoundError(f"frame '{name}' already exists in {self.path.name} with another placement")
+        fid = self.model.addFrame(pin.Frame(name, parent.parentJoint, pid, oMf, pin.FrameType.OP_FRAME))
+        self.data = self.model.createData()
+        self._frame_ids[name] = fid
+        return fid
+
     def joint_index(self, name: str) -> int:
         """Index of a 1-DoF joint in q and v."""
         if name not in self.joint_names:
@@ -141,8 +160,9 @@ class Robot:
             raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
                              f"got {q.shape} and {v.shape}")
         if not np.isfinite(q @ q + v @ v):  # one cheap test: NaN/inf anywhere makes the sum non-finite
-            raise StateError(f"{self.path.name}: state contains NaN/inf (q finite: {np.isfinite(q).all()}, "
-                             f"v finite: {np.isfinite(v).all()}); the plant diverged or the measurement is corrupt")
+            check_finite("q", q, f"state given to {self.path.name}")
+            check_finite("v", v, f"state given to {self.path.name}")
+            raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
         m, d = self.model, self.data
         pin.computeJointJacobiansTimeVariation(m, d, q, v)  # also runs FK (q, v) and the joint Jacobians
         pin.updateFramePlacements(m, d)
