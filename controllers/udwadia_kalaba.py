@@ -28,13 +28,13 @@ Forces reported each step (from the KKT conditions of (4.2), H v̇ + g + A_cᵀ 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
 
 from models.coupling import AffineConstraint, stack
-from models.errors import ConfigError, InfeasibleError, SolverError, check_finite
+from models.errors import ConfigError, InfeasibleError, SolverError
 from models.robot import Kinematics, Robot
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
@@ -52,17 +52,32 @@ def _null_basis(A: np.ndarray, n: int, tol: float):
 
 @dataclass
 class UKStepInfo:
-    """What the controller reports every step."""
+    """What the controller reports every step.  The generalized forces Q_c and Q_u are computed
+    on first access (they are diagnostics, not needed for τ)."""
 
     status: str = "not run"
     vdot: np.ndarray | None = None
     tau: np.ndarray | None = None
-    Qc: np.ndarray | None = None
-    Qu: np.ndarray | None = None
-    constraint_errors: dict = field(default_factory=dict)
-    task_errors: dict = field(default_factory=dict)
     qp_iter: int = 0
     limits_active: bool = False
+    _y: np.ndarray | None = None
+    _A_c: np.ndarray | None = None
+    _A_u: np.ndarray | None = None
+    _b_u: np.ndarray | None = None
+
+    @property
+    def Qc(self) -> np.ndarray | None:
+        """Q_c = −A_cᵀ y, the hard constraints' generalized force ((3.10) when there are no tasks)."""
+        if self.vdot is None:
+            return None
+        return -self._A_c.T @ self._y if self._y is not None else np.zeros_like(self.vdot)
+
+    @property
+    def Qu(self) -> np.ndarray | None:
+        """Q_u = Σ ωᵢ A_uiᵀ (b_ui − A_ui v̇*), the soft tasks' generalized force."""
+        if self.vdot is None:
+            return None
+        return self._A_u.T @ (self._b_u - self._A_u @ self.vdot)
 
 
 class UdwadiaKalabaController:
@@ -80,6 +95,7 @@ class UdwadiaKalabaController:
         if np.any(om <= 0):
             raise ConfigError(f"task weights omega must be > 0, got {om.tolist()}")
         self.omega = om
+        self._sqrt_omega = np.sqrt(om)
         self.priority = priority
         self.torque_limits = bool(torque_limits)
         self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
@@ -122,6 +138,10 @@ class UdwadiaKalabaController:
         return qp.results
 
     def _weighted_tasks(self, kin, t):
+        if len(self.tasks) == 1:
+            A, b = self.tasks[0].compute(kin, t)
+            sw = self._sqrt_omega[0]
+            return sw * A, sw * b
         rows_A, rows_b = [], []
         for task, w in zip(self.tasks, self.omega):
             A, b = task.compute(kin, t)
@@ -158,8 +178,7 @@ class UdwadiaKalabaController:
         tau = M @ vdot + h + Dv
         info = self.info
         info.status, info.vdot, info.tau, info.qp_iter = "solved", vdot, tau, iters
-        info.Qc = -A_c.T @ y if y is not None else np.zeros(self.n)
-        info.Qu = A_u.T @ (b_u - A_u @ vdot)
+        info._y, info._A_c, info._A_u, info._b_u = y, A_c, A_u, b_u
         info.limits_active = limits_active
         return tau
 
@@ -218,11 +237,11 @@ class UdwadiaKalabaController:
             x = x2 + N2 @ np.linalg.solve(Mr, N2.T @ (Q - M @ x2))
         else:
             x = x2
-        # multipliers of the hard constraints: A_cᵀ y = −(M x − Q − A_uᵀ(b_u − A_u x))  (least squares)
+        # multipliers of the hard constraints: A_cᵀ y = −(M x − Q − A_uᵀ(b_u − A_u x)), in least
+        # squares y = (A_cᵀ)⁺ rhs = (A_c⁺)ᵀ rhs, reusing the pseudo-inverse of level 1
         y = None
         if A_c.shape[0]:
-            rhs = -(M @ x - Q - A_u.T @ (b_u - A_u @ x))
-            y = np.linalg.lstsq(A_c.T, rhs, rcond=None)[0]
+            y = P1.T @ (Q + A_u.T @ (b_u - A_u @ x) - M @ x)
         if not self.torque_limits or np.all(np.abs(M @ x + hD) <= self.tau_max * (1 + 1e-9)):
             return x, y, 0, False
         return (*self._strict_qp(M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices), True)

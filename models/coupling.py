@@ -174,6 +174,9 @@ def circle_trajectory(center, radius: float, omega: float, phase: float, R=None)
 
 def stack(constraints, kin: Kinematics, t: float, nv: int):
     """Stack several constraints: (A, b, slices) with each constraint's rows in A."""
+    if len(constraints) == 1:
+        A, b = constraints[0].compute(kin, t)
+        return A, b, [slice(0, A.shape[0])]
     As, bs, sl, i = [], [], [], 0
     for c in constraints:
         A, b = c.compute(kin, t)
