@@ -110,7 +110,7 @@ def run(ctx) -> Outcome:
         TD = traj(t)[0]
         info = getattr(controller, "info", None)
         Qc = info.Qc if info is not None and info.Qc is not None else np.zeros(robot.nv)
-        log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=Qc, p_E1=E1.translation, p_D=TD.translation,
+        log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=Qc, qp_iter=getattr(info, "qp_iter", 0), p_E1=E1.translation, p_D=TD.translation,
                    plant_qpos=plant.data.qpos, frame__E1=E1.homogeneous, frame__E2=E2.homogeneous,
                    frame__desired=TD.homogeneous, trail__E1=E1.translation,
                    weld_violation=plant.equality_violation() if cfg["plant"] == "bar" else 0.0)
@@ -167,11 +167,11 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              Row("control_step_us_median", m["control_step_us_median"], None, "<= 150 (bench/)")]
     if "loop_closure_error_max_m" in m:
         rows.append(Row("loop_closure_error_max_m", m["loop_closure_error_max_m"]))
-    plots = make_plots(ctx, t, L, cfg)
+    plots = make_plots(ctx, t, L, cfg, controller.robot.joint_names if hasattr(controller, "robot") else None)
     return Outcome(m, rows, plots)
 
 
-def make_plots(ctx, t, L, cfg):
+def make_plots(ctx, t, L, cfg, joint_names=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,8 +209,23 @@ def make_plots(ctx, t, L, cfg):
     ax[1].plot(t, L["tau"])
     ax[1].set_ylabel("τ [N·m]")
     ax[1].set_xlabel("t [s]")
+    if joint_names is not None:
+        short = [n.replace("yumi_joint_", "j") for n in joint_names]
+        fig.legend(ax[1].get_lines(), short, loc="center right", fontsize=7, ncol=1)
+        fig.subplots_adjust(right=0.86)
     fig.suptitle("Joint velocities and torques — cf. thesis Fig. 4.6")
     paths.append(ctx.plot_path("velocities_torques"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.semilogy(t, np.linalg.norm(L["Qc"], axis=1) + 1e-16, label="‖Q_c‖ (3.10), coupling force")
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("‖Q_c‖ [N·m]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title("Generalized force of the hard coupling constraint")
+    paths.append(ctx.plot_path("constraint_force"))
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
