@@ -83,7 +83,8 @@ def spatial_inertia(mass: float, com, inertia_c) -> np.ndarray:
 class TriangleMap:
     """Ξ: q = (φ, θ, δ) ↦ q̂ = (φ, θ, ζ(δ)) [, α = ζ/2, δ] and its Jacobian E and Ė q̇ (26), (28)."""
 
-    def __init__(self, L0: float = L0, l0: float = SMALL_L0, delta_range=DELTA_RANGE, with_actuator: bool = False):
+    def __init__(self, L0: float = L0, l0: float = SMALL_L0, delta_range=DELTA_RANGE, with_actuator: bool = False,
+                 slack: float = 0.0):
         lo, hi = (float(x) for x in delta_range)
         if not (L0 > 0 and l0 > 0 and hi > lo):
             raise ConfigError(f"triangle: need L0 > 0, l0 > 0 and a stroke lo < hi; got L0={L0}, l0={l0}, "
@@ -91,15 +92,20 @@ class TriangleMap:
         if l0 + lo <= 0 or l0 + hi >= 2 * L0:
             raise ConfigError(f"triangle cannot close over the stroke: l0 + δ must lie in (0, 2·L0) = (0, {2 * L0:g}) m "
                               f"but l0 + δ spans [{l0 + lo:g}, {l0 + hi:g}] m (L0={L0}, l0={l0}, δ ∈ [{lo}, {hi}])")
+        if not (0.0 <= slack < 0.5 * (hi - lo)) or l0 + lo - slack <= 0 or l0 + hi + slack >= 2 * L0:
+            raise ConfigError(f"stroke slack must be >= 0 and keep the triangle closable, got {slack}")
         self.L0, self.l0, self.lo, self.hi = float(L0), float(l0), lo, hi
+        # a measured stroke may sit a little past an end stop (a soft plant limit): accepted within slack
+        self.slack = float(slack)
         self.with_actuator = with_actuator
         self.nq = 3
         self.nqhat = 5 if with_actuator else 3
 
     def check_delta(self, delta: float) -> None:
-        if not (self.lo <= delta <= self.hi):
-            raise StateError(f"piston stroke δ = {delta:.6g} m is outside [{self.lo:g}, {self.hi:g}] m "
-                             f"(l0 + δ must close the elbow triangle with L0 = {self.L0:g} m)")
+        if not (self.lo - self.slack <= delta <= self.hi + self.slack):
+            raise StateError(f"piston stroke δ = {delta:.6g} m is outside [{self.lo:g}, {self.hi:g}] m"
+                             + (f" (± slack {self.slack:g} m)" if self.slack else "")
+                             + f" (l0 + δ must close the elbow triangle with L0 = {self.L0:g} m)")
 
     def _c(self, delta):
         u = delta + self.l0
@@ -184,7 +190,7 @@ class PartitionModel:
 
     def __init__(self, urdf="urdf/series_parallel.urdf", *, L0: float = L0, l0: float = SMALL_L0,
                  delta_range=DELTA_RANGE, with_actuator: bool = False, gravity: float = 9.81,
-                 cylinder: dict | None = None, piston: dict | None = None):
+                 cylinder: dict | None = None, piston: dict | None = None, stroke_slack: float = 0.0):
         robot = Robot(urdf)  # clear errors on a bad file
         self.path = robot.path
         self.model = robot.model.copy()
@@ -192,7 +198,7 @@ class PartitionModel:
         if robot.joint_names != expected:
             raise FrameNotFoundError(f"{self.path.name}: expected the joints {expected} (open tree in q̂ = (φ, θ, ζ)), "
                                      f"found {robot.joint_names}")
-        self.map = TriangleMap(L0, l0, delta_range, with_actuator=with_actuator)
+        self.map = TriangleMap(L0, l0, delta_range, with_actuator=with_actuator, slack=stroke_slack)
         self.g = np.array([0.0, 0.0, -float(gravity)])
         self.bodies = list(BODIES)
         self.joint_of = {"base": self.model.getJointId("phi"), "link1": self.model.getJointId("theta"),

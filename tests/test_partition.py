@@ -219,3 +219,12 @@ def test_bad_input_is_a_clear_error(models):
         PartitionModel().set_body("link2", mass=-1.0)
     with pytest.raises(ConfigError, match="length"):
         PartitionModel().set_body("link2", length=0.0)
+
+
+def test_stroke_slack_accepts_end_stop_penetration_only():
+    tm = TriangleMap(slack=1e-3)
+    assert np.isfinite(tm.zeta(-5e-4)) and np.isfinite(tm.dzeta(0.2005))
+    with pytest.raises(StateError, match="slack"):
+        tm.zeta(-2e-3)
+    with pytest.raises(ConfigError, match="slack"):
+        TriangleMap(slack=0.09)                  # l0 + δ_max + slack would exceed 2 L0

@@ -1,0 +1,296 @@
+"""3-DoF series-parallel manipulator (closed elbow triangle) under the robust inertia-partitioning law (seed 001).
+
+The controller knows the open tree in q̂ = (φ, θ, ζ) and the map ζ(δ) (models/partition.py); the MuJoCo plant
+(mjcf/series_parallel.xml) has the real closed chain with the cylinder and piston the model lacks.  A 25 N
+force along −y of the tip frame F3 acts from 10 s to 11 s.  Metrics are printed beside the paper's Table III.
+
+Reusable pieces for other controllers on the same plant (e.g. PIDC, issue 4):
+    plant = build_plant(cfg)                 # MuJoCo plant, state/torques in q = (φ, θ, δ)
+    reset_plant(plant, cfg, q0, v0)          # closes the triangle (ζ, cylinder angle) for δ0
+    q, v = plant_state(plant)                # the controller's measured (q, q̇)
+    traj = make_trajectory(cfg)              # t -> (q_d, q̇_d, q̈_d)
+    CONTROLLERS["pidc"] = builder            # builder(cfg, traj) -> controller(t, q, v) -> Q_a
+"""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from models.errors import ConfigError
+from models.partition import PartitionModel, TriangleMap
+from scenarios._common import Outcome, Row, scenario_main
+from sim.plant import MujocoPlant
+from sim.runner import run_closed_loop
+
+NAME = "series_parallel"
+Q_NAMES = ("phi", "theta", "delta")          # the controller's q, plant joints of the same names
+PASSIVE = ("zeta", "cylinder_hinge")         # plant-only joints of the closed chain
+PAPER = dict(rmse_phi_rad=0.124, rmse_theta_rad=0.074, rmse_delta_m=0.018)   # Table III
+UNITS = ("rad", "rad", "m")
+
+
+# ------------------------------------------------------------------------------------- the plant
+class SeriesParallelPlant(MujocoPlant):
+    """The MuJoCo plant with the paper's follower disturbance: a force of magnitude F along −y of the tip
+    frame F3 (site "F3" on link2), applied at the tip (as a wrench at link2's CoM) for t ∈ [t0, t1),
+    re-oriented at every simulation step."""
+
+    def __init__(self, mjcf, *, disturbance=(0.0, 0.0, 0.0), **kw):
+        super().__init__(mjcf, list(Q_NAMES), plant_only=PASSIVE, **kw)
+        self.dist_force, self.dist_t0, self.dist_t1 = (float(x) for x in disturbance)
+        self.tip_site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "F3")
+        if self.tip_site < 0:
+            raise ConfigError(f"{self.path.name} has no site 'F3' (the tip where the disturbance acts)")
+        self.tip_body = int(self.model.site_bodyid[self.tip_site])
+
+    def tip_force_world(self) -> np.ndarray:
+        t = self.time
+        if self.dist_force == 0.0 or not (self.dist_t0 <= t < self.dist_t1):
+            return np.zeros(3)
+        R = self.data.site_xmat[self.tip_site].reshape(3, 3)
+        return -self.dist_force * R[:, 1]
+
+    def step(self, n: int = 1) -> None:
+        b = self.tip_body
+        for _ in range(n):
+            f = self.tip_force_world()
+            r = self.data.site_xpos[self.tip_site] - self.data.xipos[b]
+            self.data.xfrc_applied[b, :3] = f
+            self.data.xfrc_applied[b, 3:] = np.cross(r, f)
+            super().step(1)
+
+    def tip_pose(self) -> np.ndarray:
+        T = np.eye(4)
+        T[:3, :3] = self.data.site_xmat[self.tip_site].reshape(3, 3)
+        T[:3, 3] = self.data.site_xpos[self.tip_site]
+        return T
+
+
+def triangle(cfg) -> TriangleMap:
+    return TriangleMap(cfg["L0"], cfg["l0"], cfg["delta_range"])
+
+
+def build_plant(cfg) -> SeriesParallelPlant:
+    """The plant of the config: state and torques in q = (φ, θ, δ) (φ, θ: hinges; δ: the piston slide)."""
+    sim_dt = cfg["sim_dt"] if cfg["sim_dt"] > 0 else cfg["control_dt"]
+    return SeriesParallelPlant(cfg["mjcf"], sim_dt=sim_dt, integrator=cfg["integrator"],
+                               disturbance=(cfg["disturbance_force_n"], cfg["disturbance_t0"], cfg["disturbance_t1"]),
+                               noise_q=cfg["noise_q"], noise_v=cfg["noise_v"], seed=cfg["seed"])
+
+
+def reset_plant(plant: MujocoPlant, cfg, q0, v0=None) -> None:
+    """Set (φ, θ, δ) and their rates, and close the triangle: ζ = ζ(δ), cylinder angle ζ/2, with the
+    matching rates ζ̇ = ζ'(δ) δ̇, α̇ = ζ̇/2."""
+    tm = triangle(cfg)
+    q0 = np.asarray(q0, dtype=float)
+    v0 = np.zeros(3) if v0 is None else np.asarray(v0, dtype=float)
+    plant.reset(q0, v0, qpos_extra=tm.plant_passive_qpos(q0[2]))
+    zd = tm.dzeta(q0[2]) * v0[2]
+    plant.data.qvel[plant.model.jnt_dofadr[plant.joint_id("zeta")]] = zd
+    plant.data.qvel[plant.model.jnt_dofadr[plant.joint_id("cylinder_hinge")]] = 0.5 * zd
+    mujoco.mj_forward(plant.model, plant.data)
+
+
+def plant_state(plant: MujocoPlant, noisy: bool = True):
+    """The controller's measured state (q, q̇) = ((φ, θ, δ), (φ̇, θ̇, δ̇)) from the plant joints of those names."""
+    return plant.state(noisy=noisy)
+
+
+def make_trajectory(cfg):
+    """q_d = c + a sin(2π f t + p) per coordinate; returns t -> (q_d, q̇_d, q̈_d)."""
+    c, a, f, p = (np.asarray(cfg[k], dtype=float) for k in ("traj_center", "traj_amplitude", "traj_frequency_hz",
+                                                             "traj_phase"))
+    for k, x in (("traj_center", c), ("traj_amplitude", a), ("traj_frequency_hz", f), ("traj_phase", p)):
+        if x.shape != (3,):
+            raise ConfigError(f"{k} must have 3 entries (φ, θ, δ), got {x.tolist()}")
+    lo, hi = cfg["delta_range"]
+    if c[2] - abs(a[2]) < lo or c[2] + abs(a[2]) > hi:
+        raise ConfigError(f"the desired stroke δ_d spans [{c[2] - abs(a[2]):g}, {c[2] + abs(a[2]):g}] m, outside the "
+                          f"piston's [{lo:g}, {hi:g}] m")
+    w = 2 * np.pi * f
+
+    def traj(t):
+        ph = w * t + p
+        s, co = np.sin(ph), np.cos(ph)
+        return c + a * s, a * w * co, -a * w * w * s
+
+    return traj
+
+
+# ------------------------------------------------------------------------------------- controllers
+def build_robust(cfg, traj):
+    from controllers.robust_partition import RobustPartitionController
+
+    model = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"],
+                           with_actuator=cfg["model_actuator_bodies"], stroke_slack=cfg["stroke_slack_m"])
+    return RobustPartitionController(model, traj, Lambda=cfg["Lambda"], K=cfg["K"], kappa=cfg["kappa"], eps=cfg["eps"])
+
+
+# name → builder(cfg, trajectory) -> controller(t, q, v) -> Q_a in (φ, θ, δ).  Other laws register here.
+CONTROLLERS = {"robust": build_robust}
+
+
+# ------------------------------------------------------------------------------------- running
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    if cfg["controller"] not in CONTROLLERS:
+        raise ConfigError(f"controller='{cfg['controller']}' is not one of {sorted(CONTROLLERS)}")
+    traj = make_trajectory(cfg)
+    controller = CONTROLLERS[cfg["controller"]](cfg, traj)
+    plant = build_plant(cfg)
+    e0 = np.asarray(cfg["initial_error"], dtype=float)
+    if e0.shape != (3,):
+        raise ConfigError(f"initial_error must have 3 entries (φ, θ, δ), got {cfg['initial_error']}")
+    q0 = traj(0.0)[0] + e0
+    triangle(cfg).check_delta(q0[2])
+    reset_plant(plant, cfg, q0)
+
+    log = ctx.logger
+    log.meta.update(mjcf_path=str(plant.path), joint_names=np.array(Q_NAMES))
+    viewer = ctx.make_viewer(plant.model)
+
+    def record(t, q, v, tau):
+        qd, vd, _ = traj(t)
+        T = plant.tip_pose()
+        info = getattr(controller, "info", None)
+        log.append(t=t, q=q, v=v, q_d=qd, v_d=vd, e=q - qd, Q_a=tau,
+                   s=info.s if info is not None else np.full(3, np.nan),
+                   Q_robust=info.Q_robust if info is not None else np.full(3, np.nan),
+                   tip_force=plant.tip_force_world(), loop_violation=plant.equality_violation(),
+                   plant_qpos=plant.data.qpos, frame__F3=T, trail__F3=T[:3, 3])
+        if viewer is not None:
+            viewer.maybe_update(t, plant.data.qpos, trails={"F3": T[:3, 3]})
+
+    res = run_closed_loop(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"],
+                          record=record, progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})")
+    return summarize(ctx, cfg, log.arrays(), res, plant)
+
+
+def _rmse(x):
+    return np.sqrt(np.mean(x ** 2, axis=0)) if len(x) else np.full(x.shape[1], np.nan)
+
+
+def summarize(ctx, cfg, L, res, plant) -> Outcome:
+    t, e = L["t"], L["e"]
+    T = cfg["duration"]
+    steady = t >= cfg["steady_after"]
+    w0, w1 = cfg["disturbance_window"]
+    win = (t >= w0) & (t <= w1)
+    band = np.asarray(cfg["recovery_band"], dtype=float)
+    rm, rs = _rmse(e), _rmse(e[steady])
+    peak = np.abs(e[win]).max(axis=0) if win.any() else np.full(3, np.nan)
+    # recovery: from the end of the disturbance until every |e_i| stays inside its band to the end of the run
+    t_end_dist = cfg["disturbance_t1"]
+    after = t >= t_end_dist
+    out = np.flatnonzero(after & np.any(np.abs(e) > band, axis=1))
+    if not after.any():
+        recovery = float("nan")
+    elif out.size == 0:
+        recovery = 0.0
+    elif out[-1] + 1 < t.size:
+        recovery = float(t[out[-1] + 1] - t_end_dist)
+    else:
+        recovery = float("inf")
+    m = dict(controller=cfg["controller"], duration_s=float(T), control_dt_s=cfg["control_dt"],
+             model_actuator_bodies=cfg["model_actuator_bodies"])
+    for n, k in zip(Q_NAMES, cfg["kappa"]):
+        m[f"kappa_{n}"] = float(k)
+    for i, (n, u) in enumerate(zip(Q_NAMES, UNITS)):
+        m[f"rmse_{n}_{u}"] = float(rm[i])
+        m[f"rmse_steady_{n}_{u}"] = float(rs[i])
+        m[f"peak_error_disturbance_{n}_{u}"] = float(peak[i])
+    m["recovery_time_s"] = recovery
+    m["loop_closure_error_max_m"] = float(L["loop_violation"].max())
+    lo, hi = cfg["delta_range"]
+    m["stroke_end_stop_time_s"] = float(np.sum((L["q"][:, 2] <= lo + 1e-4) | (L["q"][:, 2] >= hi - 1e-4)) * cfg["control_dt"])
+    m["max_abs_Qa_phi_nm"], m["max_abs_Qa_theta_nm"], m["max_abs_Qa_delta_n"] = (float(x) for x in np.abs(L["Q_a"]).max(axis=0))
+    m["control_step_us_median"] = res.step_us_median
+
+    full = T >= max(w1, t_end_dist + 2.0)
+    rows = []
+    for n, u in zip(Q_NAMES, UNITS):
+        k = f"rmse_{n}_{u}"
+        rows.append(Row(k, m[k], PAPER[k], f"< {PAPER[k]}", m[k] < PAPER[k] if full else None))
+    for n, u, lim in zip(Q_NAMES, UNITS, (0.01, 0.01, 0.002)):
+        k = f"rmse_steady_{n}_{u}"
+        rows.append(Row(k, m[k], None, f"<= {lim}", m[k] <= lim if full else None))
+    for n, u in zip(Q_NAMES, UNITS):
+        k = f"peak_error_disturbance_{n}_{u}"
+        rows.append(Row(k, m[k]))
+    rows += [Row("recovery_time_s", recovery, None, "<= 2", recovery <= 2.0 if full else None),
+             Row("loop_closure_error_max_m", m["loop_closure_error_max_m"], None, "<= 1e-3",
+                 m["loop_closure_error_max_m"] <= 1e-3),
+             Row("stroke_end_stop_time_s", m["stroke_end_stop_time_s"]),
+             Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)")]
+    return Outcome(m, rows, make_plots(ctx, cfg, L))
+
+
+def make_plots(ctx, cfg, L):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = L["t"]
+    labels = ("φ [rad]", "θ [rad]", "δ [m]")
+    paths = []
+
+    def shade(ax):
+        ax.axvspan(cfg["disturbance_t0"], cfg["disturbance_t1"], color="red", alpha=0.1, lw=0)
+
+    fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    for i in range(3):
+        ax[i].plot(t, L["q_d"][:, i], "k--", label="desired")
+        ax[i].plot(t, L["q"][:, i], label="actual")
+        ax[i].set_ylabel(labels[i])
+        shade(ax[i])
+    ax[0].legend()
+    ax[-1].set_xlabel("t [s]")
+    fig.suptitle(f"Trajectory tracking ({cfg['controller']}, κ = {cfg['kappa']}) — cf. paper Fig. 3")
+    paths.append(ctx.plot_path("tracking"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    for i in range(3):
+        ax[i].plot(t, L["e"][:, i])
+        ax[i].axhline(0, color="grey", lw=0.5)
+        ax[i].set_ylabel("e " + labels[i])
+        shade(ax[i])
+    ax[-1].set_xlabel("t [s]")
+    fig.suptitle("Tracking error (red: 25 N tip disturbance) — cf. paper Fig. 4")
+    paths.append(ctx.plot_path("errors"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    for i, lab in enumerate(("Q_φ [N·m]", "Q_θ [N·m]", "Q_δ [N]")):
+        ax[i].plot(t, L["Q_a"][:, i], label="Q_a")
+        ax[i].plot(t, L["Q_robust"][:, i], lw=0.7, label="−κ sat(s/ε)")
+        ax[i].set_ylabel(lab)
+        shade(ax[i])
+    ax[0].legend(fontsize=8)
+    ax[-1].set_xlabel("t [s]")
+    fig.suptitle("Generalized actuator forces (18) and their robust part")
+    paths.append(ctx.plot_path("forces"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.semilogy(t, L["loop_violation"] + 1e-16)
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("max |loop residual| [m]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("Plant loop-closure violation (MuJoCo connect constraint)")
+    paths.append(ctx.plot_path("loop_closure"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
