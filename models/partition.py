@@ -59,6 +59,11 @@ def skew(p) -> np.ndarray:
     return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
 
 
+def _cross(a, b) -> np.ndarray:
+    """a × b for 3-vectors (np.cross costs ~25 µs per call, this ~1 µs)."""
+    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
 def spatial_inertia(mass: float, com, inertia_c) -> np.ndarray:
     """Mᵢ about the body frame, [v; ω] order: [[m I, −m[c]], [m[c], I_C + m[c][c]ᵀ]] (paper §II-B,
     reordered from its [ω; v])."""
@@ -295,8 +300,8 @@ class PartitionModel:
             v, w = V[:3], V[3:]
             fl, fa = f[:3], f[3:]
             bias = Mb @ acc
-            bias[:3] += np.cross(w, fl)
-            bias[3:] += np.cross(w, fa) + np.cross(v, fl)
+            bias[:3] += _cross(w, fl)
+            bias[3:] += _cross(w, fa) + _cross(v, fl)
             grav = np.zeros(6)
             grav[:3] = d.oMi[j].rotation.T @ self.g
             Gb = J.T @ Mb @ J

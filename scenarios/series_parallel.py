@@ -56,7 +56,7 @@ class SeriesParallelPlant(MujocoPlant):
             f = self.tip_force_world()
             r = self.data.site_xpos[self.tip_site] - self.data.xipos[b]
             self.data.xfrc_applied[b, :3] = f
-            self.data.xfrc_applied[b, 3:] = np.cross(r, f)
+            self.data.xfrc_applied[b, 3:] = (r[1] * f[2] - r[2] * f[1], r[2] * f[0] - r[0] * f[2], r[0] * f[1] - r[1] * f[0])
             super().step(1)
 
     def tip_pose(self) -> np.ndarray:
