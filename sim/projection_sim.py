@@ -164,6 +164,17 @@ class ProjectionPlant:
         raise StateError(f"projection plant: Newton–Raphson did not restore φ(q)=0 within {self.nr_iters} "
                          f"iterations at t={self.t:.4f} s (‖φ‖ = {np.max(np.abs(phi)):.3g}); reduce sim_dt")
 
+    def constraint_force(self) -> np.ndarray:
+        """A force sensor: f_c = (I − P)(M q̈ + h − τ) (32) at the current state under the torque last
+        applied (what a loop-closure load cell would read)."""
+        m, d = self.model, self._data
+        q, v = self.q, self.v
+        qdd = self.accel(q, v, self.tau)
+        M = pin.crba(m, d, q)
+        h = pin.nonLinearEffects(m, d, q, v) + self.D * v
+        r = M @ qdd + h - self.tau
+        return r - project(self.c.jacobian(q), self.rank_tol).P @ r
+
     def energy(self) -> float:
         """Kinetic + potential energy of the model at the current state (for conservation checks)."""
         m, d = self.model, self._data

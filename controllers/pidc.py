@@ -1,0 +1,300 @@
+"""Projected inverse-dynamics control, PIDC (seed 004 §7; maths in shared/reference/projection_method.md).
+
+Motion (7.1).  Independent coordinates θ = S q (a selection of joints, gains per coordinate),
+e = θ_d − θ, u = θ̈_d + K_v ė + K_p e (46).  The desired acceleration must satisfy the constraint
+(13), (I − P) q̈ = C q̇; among those, we take the one with S q̈ = u:
+
+    q̈_des = C q̇ + P z,   z = (S P)⁺ (u − S C q̇)
+
+(with an explicit parameterization q = f(θ), N = ∂f/∂θ, this equals N u + Ṅ θ̇ of (45): both satisfy
+(13) and S q̈ = u, and S N = I fixes the solution — checked in tests).  Then
+
+    τ_∥ = P (M q̈_des + h)                                                           (45)
+
+which gives ë + K_v ė + K_p e = 0 (Theorem 4) and is the minimum-norm torque producing q̈_des (48):
+every τ with P τ = P b, b = M q̈_des + h, produces it, and P b ⊥ range(I − P).
+
+Weighted norm (7.2).  minimize ‖W τ‖ s.t. P τ = P b, τ_passive = 0.  With τ = W⁻¹ x this is the
+min-norm solution of the stacked system G x = g, G = [P W⁻¹; (I−B) W⁻¹], g = [P b; 0]:
+τ = W⁻¹ G⁺ g (SVD, no KKT matrix).  Solvable iff ‖G G⁺ g − g‖ = 0.
+
+Passive joints (7.4), W = I, the paper's closed form (60–62):
+
+    τ = { I − (I − P) [(I − B)(I − P)]⁺ (I − B) } τ_∥
+
+solvable iff (I − B) τ_∥ ∈ range((I − B)(I − P)) (58); the residual (I − B) τ is reported each step.
+
+Constraint force (7.3).  f_d = Aᵀ λ_d, e_f = f_d − f_c (f_c measured, or estimated from
+(32) with a finite-difference acceleration), integral I_f = ∫ e_f:
+
+    τ_⊥ = (I − P) [ M q̈_des + h − (f_d + K_pf e_f + K_if I_f) ]                   (51–52)
+
+Since f_c = (I − P)(M q̈ + h − τ) (32), with q̈ = q̈_des this gives f_c = f_d + K_pf e_f + K_if I_f:
+the force loop does not involve the motion error and τ_⊥ does not move the system (P τ_⊥ = 0).
+Hybrid law τ = τ_∥ + τ_⊥.  f_d and the integral are frozen while A is rank deficient (Remark 5).
+
+QP version (ProxSuite): variables τ_a (actuated joints only, so passive torques are zero by
+construction), minimize ½‖W Sₐᵀ τ_a‖², s.t. V₀ᵀ Sₐᵀ τ_a = V₀ᵀ b (P = V₀V₀ᵀ: produce q̈_des) and
+−τ_max ≤ τ_a ≤ τ_max.  Without active limits it is the closed form above.  When the limits make it
+infeasible, a second QP minimizes ‖V₀ᵀ(Sₐᵀ τ_a − b)‖² + ε‖W Sₐᵀ τ_a‖² within the limits (the
+closest potent torque the actuators can give), and the step is reported as saturated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import proxsuite
+
+from models.errors import ConfigError, InfeasibleError, SolverError, StateError
+from models.projection import DEFAULT_TOL, c_times_v, project
+
+_SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
+
+
+def _pinv(X, tol=1e-10):
+    """Truncated pseudo-inverse by SVD (relative tolerance on the largest singular value)."""
+    U, s, Vt = np.linalg.svd(X, full_matrices=False)
+    if s.size == 0 or s[0] == 0.0:
+        return np.zeros(X.T.shape)
+    r = int(np.count_nonzero(s > tol * s[0]))
+    return (Vt[:r].T / s[:r]) @ U[:, :r].T
+
+
+def constant_reference(theta_d):
+    th = np.atleast_1d(np.asarray(theta_d, dtype=float))
+    z = np.zeros_like(th)
+    return lambda t: (th, z, z)
+
+
+@dataclass
+class PIDCInfo:
+    solvable: bool = True
+    passive_residual: float = 0.0     # ‖(I − B) τ‖ before zeroing (58)
+    rank: int = 0
+    limit_active: bool = False
+    qp_status: str = ""
+    f_c: np.ndarray | None = None     # measured / estimated constraint force
+    f_d: np.ndarray | None = None
+    qdd_des: np.ndarray | None = None
+    tau_par: np.ndarray | None = None
+    tau_perp: np.ndarray | None = None
+
+
+class ForceLaw:
+    """Constraint-force regulation (7.3): λ_d(t) (or a constant), PI gains on e_f = f_d − f_c.
+    ``measure(t, q, v) -> f_c`` (n,) if a sensor is available; else f_c is estimated from (32)."""
+
+    def __init__(self, lambda_d, kp: float = 0.0, ki: float = 0.0, measure=None):
+        if not (np.isfinite(kp) and kp >= 0 and np.isfinite(ki) and ki >= 0):
+            raise ConfigError(f"ForceLaw: gains must be >= 0, got kp={kp}, ki={ki}")
+        self.lambda_d = lambda_d if callable(lambda_d) else (lambda t, _l=np.atleast_1d(np.asarray(lambda_d, float)): _l)
+        self.kp, self.ki, self.measure = float(kp), float(ki), measure
+        self.integral = None
+
+
+class PIDC:
+    """τ = PIDC(t, q, v) for a Pinocchio robot with constraints (phi, jacobian, jdot_v).
+
+    coords: names of the joints used as independent coordinates θ; reference(t) -> (θ_d, θ̇_d, θ̈_d).
+    passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
+    qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``)."""
+
+    def __init__(self, robot, constraint, coords, reference, kp, kv, *, passive=(), weights=None,
+                 force: ForceLaw | None = None, qp: bool = False, torque_limits=None, rank_tol: float = DEFAULT_TOL,
+                 solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg=1e-6):
+        self.robot, self.c = robot, constraint
+        n = robot.nv
+        self.S = np.zeros((len(coords), n))
+        for i, name in enumerate(coords):
+            self.S[i, robot.joint_index(name)] = 1.0
+        self.coords = list(coords)
+        self.ref = reference
+        self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(coords),)).copy()
+        self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(coords),)).copy()
+        if np.any(self.kp < 0) or np.any(self.kv < 0):
+            raise ConfigError(f"PIDC gains must be >= 0, got kp={kp}, kv={kv}")
+        self.actuated = np.ones(n, dtype=bool)
+        for name in passive:
+            self.actuated[robot.joint_index(name)] = False
+        self.passive = list(passive)
+        self.IB = np.diag((~self.actuated).astype(float))   # I − B
+        if weights is None:
+            self.w = None
+        else:
+            w = np.broadcast_to(np.asarray(weights, dtype=float), (n,)).copy()
+            if np.any(~(w > 0)) or not np.all(np.isfinite(w)):
+                raise ConfigError(f"PIDC weights must be finite and > 0, got {weights}")
+            self.w = w
+        if force is not None and passive:
+            raise ConfigError("PIDC: constraint-force control needs the impotent input (I−P)τ on every joint; "
+                              f"it cannot be combined with passive joints {list(passive)}")
+        self.force = force
+        self.qp = bool(qp)
+        if on_unsolvable not in ("report", "raise"):
+            raise ConfigError(f"on_unsolvable='{on_unsolvable}' is not 'report' or 'raise'")
+        self.on_unsolvable = on_unsolvable
+        self.tau_max = np.asarray(robot.effort_limit if torque_limits is None else torque_limits, dtype=float)
+        self.tau_max = np.broadcast_to(self.tau_max, (n,)).copy()
+        if self.qp and np.any(~(self.tau_max[self.actuated] > 0)):
+            raise ConfigError(f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}")
+        self.rank_tol, self.solve_tol, self.eps_reg = float(rank_tol), float(solve_tol), float(eps_reg)
+        self.D = robot.damping.copy() if model_damping else np.zeros(n)
+        self.info = PIDCInfo()
+        self.unsolvable_steps = 0
+        self.saturated_steps = 0
+        self.failures = 0
+        self.kin = None
+        self._prev = None   # (t, v, τ) of the previous step, for the force estimate
+
+    # ------------------------------------------------------------------ pieces (pure given inputs)
+    def desired_acceleration(self, t, q, v, pr, Cv):
+        th, thd = self.S @ q, self.S @ v
+        th_d, thd_d, thdd_d = (np.atleast_1d(np.asarray(x, dtype=float)) for x in self.ref(t))
+        e, ed = th_d - th, thd_d - thd
+        u = thdd_d + self.kv * ed + self.kp * e
+        z = _pinv(self.S @ pr.P) @ (u - self.S @ Cv)
+        return Cv + pr.P @ z, e
+
+    def passive_closed_form(self, tau_par, P):
+        """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥."""
+        Q = np.eye(len(tau_par)) - P
+        return tau_par - Q @ (_pinv(self.IB @ Q) @ (self.IB @ tau_par))
+
+    def weighted_closed_form(self, b, P):
+        """min ‖Wτ‖ s.t. Pτ = Pb, (I−B)τ = 0:  τ = W⁻¹ G⁺ g."""
+        n = len(b)
+        winv = np.ones(n) if self.w is None else 1.0 / self.w
+        G = np.vstack([P * winv, self.IB * winv])
+        g = np.concatenate([P @ b, np.zeros(n)])
+        x = _pinv(G) @ g
+        return winv * x, float(np.linalg.norm(G @ x - g))
+
+    # ------------------------------------------------------------------ the law
+    def __call__(self, t, q, v):
+        kin = self.robot.update(q, v)
+        self.kin = kin
+        M, h = kin.M, kin.h + self.D * v
+        A = self.c.jacobian(q)
+        pr = project(A, self.rank_tol)
+        Cv = c_times_v(pr, self.c.jdot_v(q, v))
+        qdd, _ = self.desired_acceleration(t, q, v, pr, Cv)
+        b = M @ qdd + h
+        tau_par = pr.P @ b
+        info = PIDCInfo(rank=pr.rank, qdd_des=qdd, tau_par=tau_par)
+        scale = max(1.0, float(np.linalg.norm(b)))
+        if self.qp:
+            tau = self._solve_qp(t, q, b, pr, info)
+        elif self.w is not None:
+            tau, res = self.weighted_closed_form(b, pr.P)
+            info.passive_residual = res
+        elif self.passive:
+            tau = self.passive_closed_form(tau_par, pr.P)
+            info.passive_residual = float(np.linalg.norm(self.IB @ tau))
+        else:
+            tau = tau_par
+        if not self.qp and self.passive and info.passive_residual > self.solve_tol * scale:
+            info.solvable = False
+            self.unsolvable_steps += 1
+            if self.on_unsolvable == "raise":
+                raise InfeasibleError(
+                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
+                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {pr.rank}; residual "
+                    f"‖(I−B)τ‖ = {info.passive_residual:.3g}, condition (58))")
+            tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
+        if self.force is not None:
+            tau_perp = self._force_term(t, q, v, M, h, qdd, pr, A)
+            tau = tau + tau_perp
+            info.tau_perp = tau_perp
+        info.f_c, info.f_d = getattr(self, "_fc", None), getattr(self, "_fd", None)
+        self.info = info
+        self._prev = (t, v.copy(), tau.copy())
+        return tau
+
+    def _force_term(self, t, q, v, M, h, qdd, pr, A):
+        fl = self.force
+        Q = pr.Q
+        n = len(v)
+        if fl.integral is None:
+            fl.integral = np.zeros(n)
+        lam_d = np.atleast_1d(np.asarray(fl.lambda_d(t), dtype=float))
+        if lam_d.shape != (A.shape[0],):
+            raise ConfigError(f"ForceLaw: λ_d has {lam_d.size} entries, the constraint has {A.shape[0]} rows")
+        full = pr.full_row_rank
+        f_d = A.T @ lam_d if full else np.zeros(n)
+        if fl.measure is not None:
+            f_c = np.asarray(fl.measure(t, q, v), dtype=float)
+        elif self._prev is not None and t > self._prev[0]:
+            t0, v0, tau0 = self._prev
+            f_c = Q @ (M @ ((v - v0) / (t - t0)) + h - tau0)      # (32) with a finite-difference q̈
+        else:
+            f_c = f_d.copy()                                        # no measurement yet: assume on target
+        e_f = f_d - f_c
+        if full and self._prev is not None:
+            fl.integral = Q @ (fl.integral + e_f * (t - self._prev[0]))
+        self._fc, self._fd = f_c, f_d
+        return Q @ (M @ qdd + h - (f_d + fl.kp * e_f + fl.ki * fl.integral))
+
+    # ------------------------------------------------------------------ QP version
+    def _new_qp(self, n, n_eq, n_in):
+        qp = proxsuite.proxqp.dense.QP(n, n_eq, n_in)
+        qp.settings.eps_abs = 1e-10
+        qp.settings.eps_rel = 0.0
+        qp.settings.verbose = False
+        qp.settings.max_iter = 2000
+        return qp
+
+    def _solve_qp(self, t, q, b, pr, info):
+        n = len(b)
+        Sa = np.eye(n)[self.actuated]                 # τ = Saᵀ τ_a
+        na = Sa.shape[0]
+        w = np.ones(n) if self.w is None else self.w
+        H = Sa @ np.diag(w ** 2) @ Sa.T
+        U, s, Vt = np.linalg.svd(pr.P)
+        V0 = U[:, s > 0.5]                             # P = V₀V₀ᵀ (eigenvalues 0/1)
+        Aeq = V0.T @ Sa.T
+        beq = V0.T @ b
+        lim = self.tau_max[self.actuated]
+        C, lo, hi = np.eye(na), -lim, lim
+        # (58) without limits: can the actuated joints produce q̈_des at all?
+        res_ls = float(np.linalg.norm(Aeq @ (_pinv(Aeq) @ beq) - beq)) if Aeq.size else 0.0
+        if res_ls > self.solve_tol * max(1.0, float(np.linalg.norm(b))):
+            info.solvable = False
+            self.unsolvable_steps += 1
+            if self.on_unsolvable == "raise":
+                raise InfeasibleError(
+                    f"PIDC QP at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
+                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {pr.rank}; residual "
+                    f"{res_ls:.3g}, condition (58))")
+        qp = self._new_qp(na, Aeq.shape[0], na)
+        qp.init(H, np.zeros(na), Aeq, beq, C, lo, hi)
+        qp.solve()
+        res = qp.results
+        ok = res.info.status == _SOLVED and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, np.linalg.norm(beq))
+        info.qp_status = str(res.info.status)
+        if ok:
+            x = res.x.copy()
+            info.limit_active = bool(np.any(np.abs(x) >= lim * (1 - 1e-9)))
+        else:
+            # the actuators cannot produce q̈_des within their limits: closest potent torque
+            H2 = Aeq.T @ Aeq + self.eps_reg * H
+            g2 = -Aeq.T @ beq
+            qp2 = self._new_qp(na, 0, na)
+            qp2.init(H2, g2, None, None, C, lo, hi)
+            qp2.solve()
+            r2 = qp2.results
+            if r2.info.status != _SOLVED:
+                self.failures += 1
+                raise SolverError(f"PIDC QP failed at t={t:.4f} s, q={np.round(q, 6).tolist()}: status "
+                                  f"{r2.info.status} (relaxed) after {info.qp_status} (exact)")
+            x = r2.x.copy()
+            info.qp_status += " -> relaxed"
+            if info.solvable:            # solvable without limits: the limits are what binds
+                info.limit_active = True
+                self.saturated_steps += 1
+        if self.passive:
+            info.passive_residual = float(np.linalg.norm(Aeq @ x - beq))
+        tau = Sa.T @ x
+        if not np.all(np.isfinite(tau)):
+            raise StateError(f"PIDC QP returned a non-finite torque at t={t:.4f} s")
+        return tau
