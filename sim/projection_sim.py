@@ -37,7 +37,7 @@ class _Data:
 
 class ProjectionPlant:
     def __init__(self, robot, constraint, *, sim_dt: float = 1e-3, kind: str = "23", rank_tol: float = DEFAULT_TOL,
-                 nr_tol: float = 1e-12, nr_iters: int = 20, passive: tuple[str, ...] = (), damping: bool = True,
+                 nr_tol: float = 1e-12, nr_iters: int = 50, passive: tuple[str, ...] = (), damping: bool = True,
                  torque_limits=None):
         if not sim_dt > 0:
             raise ConfigError(f"ProjectionPlant: sim_dt must be > 0, got {sim_dt}")
@@ -160,7 +160,10 @@ class ProjectionPlant:
                 return q
             if it == self.nr_iters:
                 break
-            q = q - project(self.c.jacobian(q), self.rank_tol).A_pinv @ phi
+            # the correction uses every non-zero singular value: near a singular configuration φ and σ
+            # vanish together (φ = O(δ²), σ = O(δ)), so Δq = −A⁺φ stays O(δ) and Newton still converges
+            # (linearly there), whereas the dynamics' rank tolerance would stall it.
+            q = q - project(self.c.jacobian(q), 1e-14).A_pinv @ phi
         raise StateError(f"projection plant: Newton–Raphson did not restore φ(q)=0 within {self.nr_iters} "
                          f"iterations at t={self.t:.4f} s (‖φ‖ = {np.max(np.abs(phi)):.3g}); reduce sim_dt")
 

@@ -1,0 +1,224 @@
+"""Slider-crank (seed 004 §8) driven by PIDC through its singularity, on the MuJoCo and the projection plants.
+
+Four runs, one table:
+1. PIDC (passive rod, closed form (60–62) or the QP) on the projection simulator (22)+(39):
+   singular crossings, max |φ| after Newton–Raphson, tracking.
+2. The same controller on the MuJoCo plant (slider on a rail, loop closed by a connect equality):
+   crank tracking RMSE after ``track_after``.
+3. The torques of run 1, replayed open loop on MuJoCo for ``compare_duration``: max |q_mj − q_proj|.
+4. Unforced, undamped projection run of ``energy_duration``: relative energy drift.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from controllers.pidc import PIDC
+from models.errors import ConfigError
+from models.projection import KINDS, SliderCrankLoop, project
+from models.robot import Robot
+from scenarios._common import Outcome, Row, scenario_main
+from sim.plant import MujocoPlant
+from sim.projection_sim import ProjectionPlant
+from sim.runner import run_closed_loop
+
+NAME = "slider_crank"
+TARGETS = dict(singular_crossings=10, constraint_error_max=1e-9, energy_drift_rel=1e-4,
+               mujoco_vs_projection_max_rad=1e-3, tracking_rmse_rad=1e-3)
+
+
+def crank_reference(omega: float, T: float):
+    """θ_d = ω (t − T(1 − e^{−t/T})): starts at rest, reaches ω smoothly in velocity."""
+    if not T > 0:
+        raise ConfigError(f"spinup_time must be > 0, got {T}")
+
+    def ref(t):
+        e = np.exp(-t / T)
+        return np.array([omega * (t - T * (1 - e))]), np.array([omega * (1 - e)]), np.array([omega / T * e])
+
+    return ref
+
+
+def build_controller(cfg, robot, loop):
+    if cfg["controller"] not in ("pidc", "pidc_qp"):
+        raise ConfigError(f"controller='{cfg['controller']}' is not one of ['pidc', 'pidc_qp']")
+    return PIDC(robot, loop, ["crank"], crank_reference(cfg["crank_speed"], cfg["spinup_time"]), cfg["kp"], cfg["kv"],
+                passive=("rod",), qp=cfg["controller"] == "pidc_qp", rank_tol=cfg["rank_tol_controller"],
+                torque_limits=[cfg["crank_torque_limit"], 0.0] if cfg["controller"] == "pidc_qp" else None)
+
+
+def count_crossings(theta1: np.ndarray) -> int:
+    """Passages of θ₁ through ±π/2 (mod 2π) — on the normal branch θ₂ = −2θ₁ these are the singular
+    configurations θ₁ = ±π/2, θ₂ = π of (65)."""
+    c = np.cos(theta1)
+    return int(np.count_nonzero(np.sign(c[1:]) != np.sign(c[:-1])))
+
+
+def mujoco_plant(cfg, robot):
+    return MujocoPlant(cfg["mjcf"], robot.joint_names, sim_dt=cfg["sim_dt_mujoco"], plant_only=("slider",))
+
+
+def mujoco_reset(plant, q, loop):
+    """Put the slider at C (its body sits at x = 2l when qpos = 0)."""
+    l = loop.l
+    x_c = l * (np.cos(q[0]) + np.cos(q[0] + q[1]))
+    plant.reset(q, qpos_extra={"slider": x_c - 2 * l})
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    if cfg["formulation"] not in KINDS:
+        raise ConfigError(f"formulation='{cfg['formulation']}' is not one of {list(KINDS)}")
+    robot = Robot(cfg["urdf"])
+    loop = SliderCrankLoop(cfg["link_length"])
+    q0 = np.zeros(2)
+    log = ctx.logger
+
+    # 1. projection simulator, closed loop --------------------------------------------------------
+    proj = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
+                           rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"], passive=("rod",))
+    proj.reset(q0)
+    ctl_p = build_controller(cfg, robot, loop)
+    ref = ctl_p.ref
+    P_rows = {"t": [], "q": [], "tau": [], "phi": [], "sigma": []}
+
+    def rec_p(t, q, v, tau):
+        P_rows["t"].append(t)
+        P_rows["q"].append(q)
+        P_rows["tau"].append(tau)
+        P_rows["phi"].append(proj.equality_violation())
+        P_rows["sigma"].append(project(loop.jacobian(q)).sigma[0])
+
+    res_p = run_closed_loop(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
+                            progress=ctx.progress, desc=f"{NAME} (projection plant)")
+    Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
+    phi_max = max(float(np.max(P_rows["phi"])), proj.equality_violation())
+
+    # 2. MuJoCo plant, closed loop -----------------------------------------------------------------
+    mj = mujoco_plant(cfg, robot)
+    mujoco_reset(mj, q0, loop)
+    ctl_m = build_controller(cfg, robot, loop)
+    log.meta.update(mjcf_path=str(mj.path), urdf_path=str(robot.path), joint_names=np.array(robot.joint_names))
+    viewer = ctx.make_viewer(mj.model)
+
+    def rec_m(t, q, v, tau):
+        th_d = ref(t)[0][0]
+        log.append(t=t, q=q, v=v, tau=tau, theta_d=th_d, e_theta=th_d - q[0], plant_qpos=mj.data.qpos,
+                   loop_violation=mj.equality_violation(), solvable=float(ctl_m.info.solvable),
+                   trail__C=np.array([mj.data.qpos[2] + 2 * loop.l, 0.0, 0.0]))
+        if viewer is not None:
+            viewer.maybe_update(t, mj.data.qpos)
+
+    res_m = run_closed_loop(mj, ctl_m, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_m,
+                            viewer=None, progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)")
+    L = log.arrays()
+
+    # 3. same torques on both plants ---------------------------------------------------------------
+    n_cmp = int(round(min(cfg["compare_duration"], cfg["duration"]) / cfg["control_dt"]))
+    mj2 = mujoco_plant(cfg, robot)
+    mujoco_reset(mj2, q0, loop)
+    n_sub = int(round(cfg["control_dt"] / mj2.dt))
+    dev = np.zeros(n_cmp)
+    for k in range(n_cmp):
+        dev[k] = np.abs(mj2.state()[0] - Pq[k]).max()
+        mj2.set_torque(Ptau[k])
+        mj2.step(n_sub)
+    log.meta.update(compare_t=Pt[:n_cmp], compare_dev_rad=dev)
+
+    # 4. energy ------------------------------------------------------------------------------------
+    en = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
+                         rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"], damping=False)
+    en.reset(q0, np.array([1.0, -2.0]) * cfg["energy_crank_speed"])
+    E0 = en.energy()
+    n_en = int(round(cfg["energy_duration"] / en.dt))
+    E, th_en = np.empty(n_en), np.empty(n_en)
+    for k in range(n_en):
+        en.step(1)
+        E[k], th_en[k] = en.energy(), en.q[0]
+    drift = float(np.abs(E - E0).max() / abs(E0))
+    log.meta.update(energy_t=np.arange(1, n_en + 1) * en.dt, energy=E)
+
+    late_p, late_m = Pt > cfg["track_after"], L["t"] > cfg["track_after"]
+    e_p = np.array([ref(t)[0][0] for t in Pt]) - Pq[:, 0]
+    m = dict(controller=cfg["controller"], duration_s=float(cfg["duration"]),
+             singular_crossings=count_crossings(Pq[:, 0]),
+             singular_crossings_mujoco=count_crossings(L["q"][:, 0]),
+             constraint_error_max=phi_max,
+             min_singular_value=float(np.min(P_rows["sigma"])),
+             rank_drop_steps=proj.rank_drops,
+             energy_drift_rel=drift, energy_run_crossings=count_crossings(th_en),
+             mujoco_vs_projection_max_rad=float(dev.max()),
+             tracking_rmse_rad=float(np.sqrt(np.mean(L["e_theta"][late_m] ** 2))),
+             tracking_max_rad=float(np.abs(L["e_theta"][late_m]).max()),
+             tracking_rmse_projection_rad=float(np.sqrt(np.mean(e_p[late_p] ** 2))),
+             unsolvable_steps_projection=ctl_p.unsolvable_steps, unsolvable_steps_mujoco=ctl_m.unsolvable_steps,
+             saturated_steps_qp=ctl_m.saturated_steps, motor_saturations_mujoco=mj.saturated,
+             loop_violation_max_mujoco_m=float(L["loop_violation"].max()),
+             max_torque_nm=float(np.abs(L["tau"]).max()),
+             control_step_us_median=res_m.step_us_median, control_step_us_median_projection=res_p.step_us_median)
+    full = cfg["duration"] >= 5.5
+    rows = [Row("singular_crossings", m["singular_crossings"], None, ">= 10", m["singular_crossings"] >= 10 if full else None),
+            Row("constraint_error_max", m["constraint_error_max"], None, "<= 1e-9", m["constraint_error_max"] <= 1e-9),
+            Row("energy_drift_rel", drift, None, "<= 1e-4",
+                drift <= 1e-4 if cfg["energy_duration"] >= 10 else None),
+            Row("mujoco_vs_projection_max_rad", m["mujoco_vs_projection_max_rad"], None, "<= 1e-3 (first 2 s)",
+                m["mujoco_vs_projection_max_rad"] <= 1e-3),
+            Row("tracking_rmse_rad", m["tracking_rmse_rad"], None, "<= 1e-3 (MuJoCo, t > 1 s)",
+                m["tracking_rmse_rad"] <= 1e-3),
+            Row("tracking_rmse_projection_rad", m["tracking_rmse_projection_rad"]),
+            Row("singular_crossings_mujoco", m["singular_crossings_mujoco"]),
+            Row("unsolvable_steps (proj / MuJoCo)", f"{ctl_p.unsolvable_steps} / {ctl_m.unsolvable_steps}"),
+            Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
+            Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)")]
+    plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg)
+    return Outcome(m, rows, plots)
+
+
+def make_plots(ctx, Pt, Pq, e_p, L, dev, meta, cfg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    ax[0].plot(L["t"], np.mod(L["q"][:, 0], 2 * np.pi), label="θ₁ mod 2π (MuJoCo)")
+    ax[0].plot(L["t"], np.mod(L["q"][:, 1], 2 * np.pi), label="θ₂ mod 2π (MuJoCo)")
+    ax[0].axhline(np.pi / 2, color="grey", ls=":", lw=0.8)
+    ax[0].axhline(np.pi, color="grey", ls=":", lw=0.8)
+    ax[0].set_ylabel("angle [rad]")
+    ax[0].legend(loc="upper right", fontsize=8)
+    ax[1].semilogy(L["t"], np.abs(L["e_theta"]) + 1e-12, label="MuJoCo")
+    ax[1].semilogy(Pt, np.abs(e_p) + 1e-12, label="projection sim", alpha=0.7)
+    ax[1].set_ylabel("|θ₁ error| [rad]")
+    ax[1].legend(fontsize=8)
+    ax[2].plot(L["t"], L["tau"][:, 0])
+    ax[2].set_ylabel("crank τ [N·m]")
+    ax[2].set_xlabel("t [s]")
+    fig.suptitle("PIDC slider-crank through θ₁ = π/2, θ₂ = π (seed 004 §8)")
+    paths.append(ctx.plot_path("tracking"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(2, 1, figsize=(8, 6))
+    ax[0].semilogy(meta["compare_t"], meta["compare_dev_rad"] + 1e-16)
+    ax[0].set_xlabel("t [s]")
+    ax[0].set_ylabel("max |q_MuJoCo − q_proj| [rad]")
+    ax[0].set_title("same torques on both plants")
+    E = meta["energy"]
+    ax[1].plot(meta["energy_t"], (E - E[0]) / abs(E[0]))
+    ax[1].set_xlabel("t [s]")
+    ax[1].set_ylabel("(E − E₀)/E₀")
+    ax[1].set_title("unforced, undamped projection simulator")
+    fig.tight_layout()
+    paths.append(ctx.plot_path("plants_energy"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

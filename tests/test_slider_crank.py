@@ -1,0 +1,27 @@
+"""Closed-loop regression of the slider-crank scenario (seed 004 §8), shortened to 5.5 s (11 crossings)."""
+import pytest
+
+from models.errors import ConfigError
+from scenarios._common import run_scenario
+from scenarios.slider_crank import NAME, run
+
+
+@pytest.mark.slow
+def test_slider_crank_targets(tmp_path):
+    m, out = run_scenario(NAME, run, out=tmp_path, overrides={"duration": 5.5})
+    assert m["singular_crossings"] >= 10
+    assert m["singular_crossings_mujoco"] >= 10
+    assert m["constraint_error_max"] <= 1e-9
+    assert m["energy_drift_rel"] <= 1e-4            # unforced, undamped, 10 s
+    assert m["mujoco_vs_projection_max_rad"] <= 1e-3
+    assert m["tracking_rmse_rad"] <= 1e-3
+    assert m["unsolvable_steps_mujoco"] == 0
+    assert m["ok"] is True
+    assert (out / "log.npz").is_file() and (out / "plots" / "tracking.png").is_file()
+
+
+def test_bad_config_is_refused(tmp_path):
+    with pytest.raises(ConfigError):
+        run_scenario(NAME, run, out=tmp_path, overrides={"controller": "nope"})
+    with pytest.raises(ConfigError):
+        run_scenario(NAME, run, out=tmp_path / "b", sets=["no_such_key=1"])
