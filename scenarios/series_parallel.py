@@ -126,8 +126,14 @@ def build_robust(cfg, traj):
     return RobustPartitionController(model, traj, Lambda=cfg["Lambda"], K=cfg["K"], kappa=cfg["kappa"], eps=cfg["eps"])
 
 
+def build_pidc(cfg, traj):
+    from controllers.pidc_adapters import build_series_parallel   # PIDC of seed 004 (issue 4)
+
+    return build_series_parallel(cfg, traj)
+
+
 # name → builder(cfg, trajectory) -> controller(t, q, v) -> Q_a in (φ, θ, δ).  Other laws register here.
-CONTROLLERS = {"robust": build_robust}
+CONTROLLERS = {"robust": build_robust, "pidc": build_pidc}
 
 
 # ------------------------------------------------------------------------------------- running
