@@ -1,0 +1,85 @@
+"""Speed of the projection-method pieces (seed 004): PIDC control step (closed form, QP, series-parallel
+adapter) and the projection simulator's step, on the states of real closed-loop runs.  Never asserted.
+
+    python -m bench.projection [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from models.projection import SliderCrankLoop
+from models.robot import Robot
+from scenarios._common import default_config
+from scenarios.slider_crank import build_controller
+from sim.projection_sim import ProjectionPlant
+
+
+def _median_us(fn, items, repeat):
+    ts = []
+    for _ in range(repeat):
+        for it in items:
+            c0 = time.perf_counter()
+            fn(*it)
+            ts.append((time.perf_counter() - c0) * 1e6)
+    return float(np.median(ts)), float(np.percentile(ts, 95))
+
+
+def slider_crank(repeat: int):
+    cfg = default_config("slider_crank")
+    robot = Robot(cfg["urdf"])
+    loop = SliderCrankLoop(cfg["link_length"])
+    plant = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"], passive=("rod",))
+    plant.reset(np.zeros(2))
+    ctl = build_controller(cfg, robot, loop)
+    states, sim_us = [], []
+    for _ in range(2000):
+        t = plant.time
+        q, v = plant.state()
+        states.append((t, q, v))
+        plant.set_torque(ctl(t, q, v))
+        c0 = time.perf_counter()
+        plant.step(1)
+        sim_us.append((time.perf_counter() - c0) * 1e6)
+    out = {"projection_sim_step_us_median (RK4 + NR + velocity projection, n=2)": float(np.median(sim_us))}
+    for name in ("pidc", "pidc_qp"):
+        cfg2 = dict(cfg, controller=name)
+        c = build_controller(cfg2, robot, loop)
+        out[f"slider_crank {name} control_step_us (median, p95)"] = _median_us(c, states, repeat)
+    return out
+
+
+def series_parallel(repeat: int):
+    from controllers.pidc_adapters import SeriesParallelPIDC
+    from scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+
+    cfg = default_config("series_parallel")
+    traj = make_trajectory(cfg)
+    plant = build_plant(cfg)
+    q0 = traj(0.0)[0] + np.asarray(cfg["initial_error"])
+    reset_plant(plant, cfg, q0)
+    ctl = SeriesParallelPIDC(cfg, traj)
+    states = []
+    for _ in range(2000):
+        t = plant.time
+        q, v = plant.state()
+        states.append((t, q, v))
+        plant.set_torque(ctl(t, q, v))
+        plant.step(1)
+    return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    res = {**slider_crank(args.repeat), **series_parallel(args.repeat)}
+    for k, v in res.items():
+        print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
+              if not isinstance(v, float) else f"{k:<72} {v:.1f}")
+
+
+if __name__ == "__main__":
+    main()
