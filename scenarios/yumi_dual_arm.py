@@ -44,8 +44,14 @@ def build_uk(cfg, robot, coupling, task):
                                    torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"])
 
 
+def build_pidc_force(cfg, robot, coupling, task):
+    from controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of seed 004 (issue 4)
+
+    return build_yumi_force(cfg, robot, coupling, task)
+
+
 # name → builder(cfg, robot, coupling, task) -> controller(t, q, v) -> τ.  Other laws register here.
-CONTROLLERS = {"uk": build_uk}
+CONTROLLERS = {"uk": build_uk, "pidc_force": build_pidc_force}
 
 
 def initial_state(cfg: dict, robot: Robot) -> np.ndarray:
@@ -89,6 +95,8 @@ def run(ctx) -> Outcome:
     if cfg["plant"] == "bar":
         q0 = close_loop(robot, coupling, q0)   # a physical bar: the initial state must be closed
     plant.reset(q0)
+    if hasattr(controller, "attach_plant"):   # a controller with a force sensor reads it from the plant
+        controller.attach_plant(plant)
     disturbances = []
     if cfg["disturbance_body"]:
         plant.body_id(cfg["disturbance_body"])
@@ -143,6 +151,7 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              control_step_us_median=res.step_us_median,
              position_offset_x_m=offset[0], position_offset_y_m=offset[1], position_offset_z_m=offset[2],
              torque_saturations=plant.saturated)
+    m.update(getattr(controller, "extra_metrics", dict)())   # e.g. the squeeze force of pidc_force
     if cfg["plant"] == "bar":
         m["loop_closure_error_max_m"] = float(L["weld_violation"].max())
     rows = [Row("constraint_error_initial", m["constraint_error_initial"], PAPER["constraint_error_initial"],
@@ -165,6 +174,9 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              Row("qp_failures", m["qp_failures"], None, "0", m["qp_failures"] == 0),
              Row("max_torque_nm", m["max_torque_nm"]),
              Row("control_step_us_median", m["control_step_us_median"], None, "<= 150 (bench/)")]
+    if "squeeze_force_error_rel" in m:
+        rows.append(Row("squeeze_force_error_rel", m["squeeze_force_error_rel"], None, "<= 0.02",
+                        m["squeeze_force_error_rel"] <= 0.02 if full else None))
     if "loop_closure_error_max_m" in m:
         rows.append(Row("loop_closure_error_max_m", m["loop_closure_error_max_m"]))
     plots = make_plots(ctx, t, L, cfg, controller.robot.joint_names if hasattr(controller, "robot") else None)
