@@ -71,11 +71,33 @@ def series_parallel(repeat: int):
     return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat)}
 
 
+def yumi_force(repeat: int):
+    from scenarios.yumi_dual_arm import build_pidc_force, build_problem, close_loop, initial_state
+    from sim.plant import MujocoPlant
+
+    cfg = default_config("yumi_dual_arm")
+    cfg.update(plant="bar", controller="pidc_force")
+    robot = Robot(cfg["urdf"])
+    coupling, task, _, _ = build_problem(cfg, robot)
+    plant = MujocoPlant(cfg["mjcf_bar"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"])
+    plant.reset(close_loop(robot, coupling, initial_state(cfg, robot)))
+    ctl = build_pidc_force(cfg, robot, coupling, task)
+    ctl.attach_plant(plant)
+    states = []
+    for _ in range(400):
+        t = plant.time
+        q, v = plant.state()
+        states.append((t, q, v))
+        plant.set_torque(ctl(t, q, v))
+        plant.step(1)
+    return {"yumi bar pidc_force control_step_us (median, p95)": _median_us(ctl, states, repeat)}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    res = {**slider_crank(args.repeat), **series_parallel(args.repeat)}
+    res = {**slider_crank(args.repeat), **series_parallel(args.repeat), **yumi_force(args.repeat)}
     for k, v in res.items():
         print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
               if not isinstance(v, float) else f"{k:<72} {v:.1f}")
