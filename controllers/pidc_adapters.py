@@ -135,4 +135,9 @@ class YumiForcePIDC:
 
 
 def build_yumi_force(cfg, robot, coupling, task):
+    from models.errors import ConfigError
+
+    if cfg["plant"] != "bar":
+        raise ConfigError(f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "
+                          f"got plant='{cfg['plant']}' (the virtual plant has no constraint force to measure)")
     return YumiForcePIDC(cfg, robot, coupling, task)
