@@ -1,0 +1,511 @@
+"""Balloon + flight chain + slider + double pendulum (seed 003 §4, Table 1): TITOP vs Pinocchio vs MuJoCo.
+
+The 9-DoF system of the paper's validation case, built three times from independent descriptions:
+
+* TITOP (models/titop.py): a FloatingBase balloon, a Prismatic slider block, two Revolute pendulum
+  blocks, each built from its own Table 1 parameters only (Fig. 16); buoyancy as an external load at
+  port B of the balloon, spring/dampers as the joints' driving inputs F_m, C_m1, C_m2;
+* Pinocchio: urdf/balloon.urdf with a free-flyer root, ABA/RNEA, buoyancy and spring/dampers as
+  generalized forces;
+* MuJoCo: mjcf/balloon.xml, buoyancy as gravcomp = m_G/m_B, spring/dampers as joint
+  stiffness/damping, its own RK4.
+
+TITOP and Pinocchio are integrated by the same RK4 (:func:`rk4_step`: classic RK4 on
+(IP, quaternion, joints, ν), quaternion renormalised after each step) with the same step, MuJoCo by
+its RK4 with the same step.  ``engine`` picks the trajectory shown in the main plot, the log and the
+Meshcat replay.  Metrics: FD/ID agreement on random states, trajectory agreement (5 s with Pinocchio,
+2 s with MuJoCo), growth of the differences over the whole run (fitted exponent), energy drift with
+the dampers off.
+"""
+from __future__ import annotations
+
+import time
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+
+from models.errors import ConfigError, ModelFileError, StateError, check_finite
+from models.robot import repo_path
+from models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
+from scenarios._common import Outcome, Row, scenario_main
+from sim.plant import load_mjcf
+
+NAME = "balloon"
+ENGINES = ("titop", "pinocchio", "mujoco")
+DOF_NAMES = ["x [m]", "y [m]", "z [m]", "φ [rad]", "θ [rad]", "ψ [rad]", "p [m]", "θ₁ [rad]", "θ₂ [rad]"]
+JOINTS = ("slider", "pendulum1", "pendulum2")
+
+
+# ------------------------------------------------------------------------------------- parameters
+class Params:
+    """Table 1 (plus the chosen spring/dampers) read from the config, checked once."""
+
+    def __init__(self, cfg):
+        b, s, p1, p2 = cfg["balloon"], cfg["slider"], cfg["pendulum1"], cfg["pendulum2"]
+        self.g = np.asarray(cfg["gravity"], dtype=float)
+        self.mB, self.IB = float(b["mass"]), np.asarray(b["inertia"], dtype=float)
+        self.CB = np.asarray(b["CB"], dtype=float)
+        self.mS, self.t = float(s["mass"]), np.asarray(s["axis"], dtype=float)
+        self.m1, self.SP1 = float(p1["mass"]), np.asarray(p1["SP"], dtype=float)
+        self.m2, self.P1P2 = float(p2["mass"]), np.asarray(p2["SP"], dtype=float)
+        self.k, self.ds = float(s["stiffness"]), float(s["damping"])
+        self.dp1, self.dp2 = float(p1["damping"]), float(p2["damping"])
+        self.mG = self.mB + self.mS + self.m1 + self.m2
+        self.buoyancy = bool(cfg["buoyancy"])
+        for key, val in (("gravity", self.g), ("balloon.inertia", self.IB), ("balloon.CB", self.CB),
+                         ("slider.axis", self.t), ("pendulum1.SP", self.SP1), ("pendulum2.SP", self.P1P2)):
+            if val.shape != ((3, 3) if key == "balloon.inertia" else (3,)):
+                raise ConfigError(f"config key '{key}' has the wrong shape {val.shape}")
+        for key, val in (("slider.stiffness", self.k), ("slider.damping", self.ds), ("pendulum1.damping", self.dp1),
+                         ("pendulum2.damping", self.dp2)):
+            if not (np.isfinite(val) and val >= 0):
+                raise ConfigError(f"config key '{key}' must be >= 0, got {val}")
+        self.q0 = initial_state(cfg)
+
+    def with_dampers_off(self):
+        p = object.__new__(Params)
+        p.__dict__.update(self.__dict__)
+        p.ds = p.dp1 = p.dp2 = 0.0
+        return p
+
+
+def initial_state(cfg):
+    """Table 1: balloon at rest at the origin with R_b = R_i, p = ṗ = 0, θ₁(0), θ₂(0), rates 0."""
+    q = np.zeros(10)
+    q[6] = 1.0                                       # quaternion (x, y, z, w) = identity
+    q[7] = cfg["slider"]["p0"]
+    q[8] = np.deg2rad(cfg["pendulum1"]["theta0_deg"])
+    q[9] = np.deg2rad(cfg["pendulum2"]["theta0_deg"])
+    return q
+
+
+# ------------------------------------------------------------------------------------- the models
+def titop_system(P: Params) -> System:
+    """Fig. 16: one block per body, each with its own parameters.  The balloon's frame has its origin
+    at B (centre of mass), so its ports are B (buoyancy) and C = B − CB (the flight-chain tip)."""
+    balloon = RigidBody("balloon", P.mB, (0, 0, 0), P.IB, ports={"B": np.zeros(3), "C": -P.CB})
+    slider = RigidBody("slider", P.mS, (0, 0, 0), None, ports={"S": np.zeros(3)})
+    pend1 = RigidBody("pendulum1", P.m1, P.SP1, None, ports={"P1": P.SP1})
+    pend2 = RigidBody("pendulum2", P.m2, P.P1P2, None)
+    sys_ = System(FloatingBase(balloon), P.g)
+    sys_.add(Prismatic(slider, P.t), "balloon", "C")
+    sys_.add(Revolute(pend1, (0, 0, 1)), "slider", "S")
+    sys_.add(Revolute(pend2, (0, 0, 1)), "pendulum1", "P1")
+    return sys_
+
+
+def pinocchio_model(cfg, P: Params):
+    path = repo_path(cfg["urdf"])
+    if not path.is_file():
+        raise ModelFileError(f"URDF not found: {path}")
+    model = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+    model.gravity.linear = P.g
+    names = [model.names[i] for i in range(2, model.njoints)]
+    if tuple(names) != JOINTS or model.nq != 10:
+        raise ModelFileError(f"{path}: expected joints {JOINTS} under a free-flyer, got {names}")
+    # the URDF must describe the config's system (Table 1): compare the spatial inertias
+    want = [pin.Inertia(P.mB, np.zeros(3), P.IB), pin.Inertia(P.mS, np.zeros(3), np.zeros((3, 3))),
+            pin.Inertia(P.m1, P.SP1, np.zeros((3, 3))), pin.Inertia(P.m2, P.P1P2, np.zeros((3, 3)))]
+    for j, I in zip(range(1, 5), want):
+        if not np.allclose(model.inertias[j].matrix(), I.matrix(), atol=1e-9):
+            raise ConfigError(f"{path}: the inertia of joint '{model.names[j]}' differs from the config's Table 1 values")
+    return model, model.createData()
+
+
+def mujoco_model(cfg, P: Params) -> mujoco.MjModel:
+    """mjcf/balloon.xml with Table 1's inertias written in after compiling (see the file's header), the
+    config's spring/dampers and step, RK4."""
+    m = load_mjcf(cfg["mjcf"])
+    bid = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, n) for n in ("balloon",) + JOINTS}
+    jid = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in JOINTS}
+    if min(bid.values()) < 0 or min(jid.values()) < 0 or m.nq != 10:
+        raise ModelFileError(f"{cfg['mjcf']}: expected bodies/joints {('balloon',) + JOINTS} and a free joint")
+    lam, V = np.linalg.eigh(P.IB)
+    if np.linalg.det(V) < 0:
+        V[:, 0] *= -1
+    qw = np.zeros(4)
+    mujoco.mju_mat2Quat(qw, V.ravel())
+    m.body_inertia[bid["balloon"]] = lam
+    m.body_iquat[bid["balloon"]] = qw
+    m.body_ipos[bid["balloon"]] = 0.0
+    m.body_mass[bid["balloon"]] = P.mB
+    for n, mass, com in (("slider", P.mS, np.zeros(3)), ("pendulum1", P.m1, P.SP1), ("pendulum2", P.m2, P.P1P2)):
+        m.body_inertia[bid[n]] = 0.0                     # point masses (Table 1)
+        m.body_mass[bid[n]] = mass
+        m.body_ipos[bid[n]] = com
+    m.body_gravcomp[bid["balloon"]] = (P.mG / P.mB) if P.buoyancy else 0.0
+    m.opt.gravity[:] = P.g
+    m.jnt_stiffness[jid["slider"]] = P.k
+    m.qpos_spring[m.jnt_qposadr[jid["slider"]]] = 0.0
+    for n, d in (("slider", P.ds), ("pendulum1", P.dp1), ("pendulum2", P.dp2)):
+        m.dof_damping[m.jnt_dofadr[jid[n]]] = d
+    m.dof_armature[:] = 0.0
+    m.dof_frictionloss[:] = 0.0
+    m.opt.timestep = float(cfg["dt"])
+    m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    return m
+
+
+# --------------------------------------------------------------------------- loads and dynamics
+def buoyancy_body(P: Params, q) -> np.ndarray:
+    """F = −m_G g at B, as a wrench at B in the balloon frame (zero torque: B is the frame origin)."""
+    if not P.buoyancy:
+        return np.zeros(6)
+    R = quat_to_R(q[3:7])
+    return np.concatenate((R.T @ (-P.mG * P.g), np.zeros(3)))
+
+
+def joint_forces(P: Params, q, v) -> np.ndarray:
+    """F_m = −k p − d_s ṗ, C_m1 = −d_p1 θ̇₁, C_m2 = −d_p2 θ̇₂ (§4)."""
+    return np.array([-P.k * q[7] - P.ds * v[6], -P.dp1 * v[7], -P.dp2 * v[8]])
+
+
+def titop_fd(sys_: System, P: Params):
+    def fd(q, v, extra=None):
+        tau = np.concatenate((np.zeros(6), joint_forces(P, q, v)))
+        if extra is not None:
+            tau = tau + extra
+        return sys_.forward(q, v, tau, ext={("balloon", "B"): buoyancy_body(P, q)})
+    return fd
+
+
+def pinocchio_fd(model, data, P: Params):
+    def fd(q, v, extra=None):
+        tau = np.concatenate((buoyancy_body(P, q), joint_forces(P, q, v)))
+        if extra is not None:
+            tau = tau + extra
+        return pin.aba(model, data, q, v, tau)
+    return fd
+
+
+def qdot(q, v) -> np.ndarray:
+    """d/dt of (IP in R_i, quaternion (x, y, z, w), joints) for ν = [v_P; ω] in the body frame:
+    ṗ = R v_P, q̇uat = ½ quat ⊗ (ω, 0), joint rates."""
+    x, y, z, w = q[3:7]
+    wx, wy, wz = v[3:6]
+    dq = np.empty_like(q)
+    dq[:3] = quat_to_R(q[3:7]) @ v[:3]
+    dq[3:7] = 0.5 * np.array([w * wx + y * wz - z * wy, w * wy + z * wx - x * wz, w * wz + x * wy - y * wx,
+                              -(x * wx + y * wy + z * wz)])
+    dq[7:] = v[6:]
+    return dq
+
+
+def _unit(q):
+    q = q.copy()
+    q[3:7] /= np.linalg.norm(q[3:7])
+    return q
+
+
+def rk4_step(fd, q, v, h):
+    """Classic RK4 on (q, v) with q̇ = qdot(q, v), v̇ = fd(q, v); the quaternion is normalised
+    before each evaluation and after the step.  Shared by the TITOP and Pinocchio engines."""
+    k1q, k1v = qdot(q, v), fd(_unit(q), v)
+    q2, v2 = q + 0.5 * h * k1q, v + 0.5 * h * k1v
+    k2q, k2v = qdot(q2, v2), fd(_unit(q2), v2)
+    q3, v3 = q + 0.5 * h * k2q, v + 0.5 * h * k2v
+    k3q, k3v = qdot(q3, v3), fd(_unit(q3), v3)
+    q4, v4 = q + h * k3q, v + h * k3v
+    k4q, k4v = qdot(q4, v4), fd(_unit(q4), v4)
+    q1 = q + h / 6.0 * (k1q + 2 * k2q + 2 * k3q + k4q)
+    v1 = v + h / 6.0 * (k1v + 2 * k2v + 2 * k3v + k4v)
+    return _unit(q1), v1
+
+
+def simulate(fd, q0, v0, h, n, progress=None):
+    """n RK4 steps; returns (N+1)×nq and (N+1)×nv arrays."""
+    Q = np.empty((n + 1, q0.size))
+    V = np.empty((n + 1, v0.size))
+    Q[0], V[0] = q0, v0
+    q, v = q0.copy(), v0.copy()
+    for k in range(n):
+        q, v = rk4_step(fd, q, v, h)
+        Q[k + 1], V[k + 1] = q, v
+        if progress is not None:
+            progress.update(1)
+    check_finite("balloon state", Q[-1], "RK4 integration")
+    return Q, V
+
+
+def mujoco_to_pin(qpos, qvel):
+    """MuJoCo (p, quat w-x-y-z, joints; world linear velocity, body angular velocity) → Pinocchio
+    (p, quat x-y-z-w, joints; body-frame [v_P; ω])."""
+    q = np.concatenate((qpos[:3], qpos[4:7], qpos[3:4], qpos[7:]))
+    R = quat_to_R(q[3:7])
+    v = np.concatenate((R.T @ qvel[:3], qvel[3:]))
+    return q, v
+
+
+def pin_to_mujoco_qpos(q):
+    return np.concatenate((q[:3], q[6:7], q[3:6], q[7:]))
+
+
+def simulate_mujoco(m, q0, v0, n, progress=None):
+    d = mujoco.MjData(m)
+    d.qpos[:] = pin_to_mujoco_qpos(q0)
+    R = quat_to_R(q0[3:7])
+    d.qvel[:] = np.concatenate((R @ v0[:3], v0[3:]))
+    mujoco.mj_forward(m, d)
+    Q = np.empty((n + 1, 10))
+    V = np.empty((n + 1, 9))
+    Q[0], V[0] = mujoco_to_pin(d.qpos, d.qvel)
+    for k in range(n):
+        mujoco.mj_step(m, d)
+        if any(d.warning[i].number for i in range(len(d.warning))):
+            raise StateError(f"MuJoCo warning at t={d.time:.4f} s while simulating the balloon")
+        Q[k + 1], V[k + 1] = mujoco_to_pin(d.qpos, d.qvel)
+        if progress is not None:
+            progress.update(1)
+    return Q, V
+
+
+def dofs(Q) -> np.ndarray:
+    """The paper's 9 outputs: IB in R_i, Euler angles Θ (R = Rz Ry Rx), p, θ₁, θ₂ (N×9)."""
+    out = np.empty((Q.shape[0], 9))
+    out[:, :3] = Q[:, :3]
+    for k in range(Q.shape[0]):
+        out[k, 3:6] = rpy(quat_to_R(Q[k, 3:7]))
+    out[:, 6:] = Q[:, 7:]
+    return out
+
+
+def dof_difference(A, B) -> np.ndarray:
+    """|A − B| per DoF (Euler-angle differences wrapped to (−π, π])."""
+    d = A - B
+    d[:, 3:6] = (d[:, 3:6] + np.pi) % (2 * np.pi) - np.pi
+    return np.abs(d)
+
+
+def energy(sys_: System, P: Params, q, v) -> float:
+    """Kinetic + gravity + buoyancy potential (−F·IB, F = −m_G g constant) + slider spring ½ k p²."""
+    E = sys_.energy(q, v)
+    if P.buoyancy:
+        E += P.mG * float(P.g @ q[:3])
+    return E + 0.5 * P.k * q[7] ** 2
+
+
+def kinetic(sys_: System, q, v) -> float:
+    kin, _ = sys_.kinematics(q, v)
+    return sum(nd.block.body.kinetic_energy(kin[i][1].tw) for i, nd in enumerate(sys_.nodes))
+
+
+def growth_exponent(t, d, lo=1e-13, hi=1e-3):
+    """Least-squares slope of log d(t) where lo < d < hi (the exponential-growth window): a
+    Lyapunov-like exponent of the difference between two engines (1/s); nan if too few points."""
+    env = np.maximum.accumulate(d)
+    sel = (env > lo) & (env < hi)
+    if sel.sum() < 10:
+        return float("nan")
+    return float(np.polyfit(t[sel], np.log(env[sel]), 1)[0])
+
+
+def random_state_checks(sys_, fd_t, model, data, fd_p, n, seed):
+    """max |TITOP − Pinocchio| over n random states: forward (with the scenario's loads plus random
+    generalized forces) and inverse dynamics (random accelerations)."""
+    rng = np.random.default_rng(seed)
+    e_fd = e_id = 0.0
+    for _ in range(n):
+        quat = rng.normal(size=4)
+        q = np.concatenate((rng.normal(size=3) * 2, quat / np.linalg.norm(quat), [rng.uniform(-1, 1)],
+                            rng.uniform(-np.pi, np.pi, 2)))
+        v = rng.normal(size=9) * 2
+        extra = rng.normal(size=9) * 5
+        e_fd = max(e_fd, float(np.abs(fd_t(q, v, extra) - fd_p(q, v, extra)).max()))
+        a = rng.normal(size=9) * 5
+        e_id = max(e_id, float(np.abs(sys_.inverse(q, v, a) - pin.rnea(model, data, q, v, a)).max()))
+    return e_fd, e_id
+
+
+# ----------------------------------------------------------------------------------------- run
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    if cfg["engine"] not in ENGINES:
+        raise ConfigError(f"engine='{cfg['engine']}' is not one of {list(ENGINES)}")
+    h = float(cfg["dt"])
+    if not h > 0:
+        raise ConfigError(f"dt must be > 0, got {h}")
+    T = float(cfg["duration"])
+    if not T > 0:
+        raise ConfigError(f"duration must be > 0, got {T}")
+    n = int(round(T / h))
+    P = Params(cfg)
+    sys_ = titop_system(P)
+    model, data = pinocchio_model(cfg, P)
+    mjm = mujoco_model(cfg, P)
+    fd_t, fd_p = titop_fd(sys_, P), pinocchio_fd(model, data, P)
+    q0, v0 = P.q0, np.zeros(9)
+
+    e_fd, e_id = random_state_checks(sys_, fd_t, model, data, fd_p, int(cfg["random_states"]), int(cfg["seed"]))
+
+    bar = None
+    n_en = int(round(float(cfg["energy_duration"]) / h))
+    if n_en < 1:
+        raise ConfigError(f"energy_duration must be >= dt, got {cfg['energy_duration']}")
+    if ctx.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=3 * n + 4 * n_en, desc=NAME, unit="step", leave=False, mininterval=0.5)
+    c0 = time.perf_counter()
+    Qt, Vt = simulate(fd_t, q0, v0, h, n, bar)
+    wall_titop = time.perf_counter() - c0
+    c0 = time.perf_counter()
+    Qp, Vp = simulate(fd_p, q0, v0, h, n, bar)
+    wall_pin = time.perf_counter() - c0
+    Qm, Vm = simulate_mujoco(mjm, q0, v0, n, bar)
+    t = np.arange(n + 1) * h
+
+    # dampers off: energy (TITOP), and the growth of the differences where the motion stays chaotic
+    P0 = P.with_dampers_off()
+    Qe, Ve = simulate(titop_fd(sys_, P0), q0, v0, h, n_en, bar)
+    Qep, _ = simulate(pinocchio_fd(model, data, P0), q0, v0, h, n_en, bar)
+    Qem, _ = simulate_mujoco(mujoco_model(cfg, P0), q0, v0, n_en, bar)
+    qpert = q0.copy()
+    qpert[9] += cfg["perturbation_rad"]                  # the system's own sensitivity (Pinocchio, same RK4)
+    Qeq, _ = simulate(pinocchio_fd(model, data, P0), qpert, v0, h, n_en, bar)
+    if bar is not None:
+        bar.close()
+    stride_e = max(1, n_en // 4000)
+    E = np.array([energy(sys_, P0, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
+    K = np.array([kinetic(sys_, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
+    drift = float(np.abs(E - E[0]).max() / K.max())
+    te = np.arange(n_en + 1) * h
+    De = dofs(Qe)
+    u_tp = dof_difference(De, dofs(Qep)).max(axis=1)
+    u_tm = dof_difference(De, dofs(Qem)).max(axis=1)
+    u_pert = dof_difference(dofs(Qep), dofs(Qeq)).max(axis=1)
+    lam_u_tp, lam_u_tm = growth_exponent(te, u_tp), growth_exponent(te, u_tm)
+    lam_sys = growth_exponent(te, u_pert, lo=10 * cfg["perturbation_rad"], hi=1e-2)
+
+    Dt, Dp, Dm = dofs(Qt), dofs(Qp), dofs(Qm)
+    d_tp, d_tm, d_pm = dof_difference(Dt, Dp), dof_difference(Dt, Dm), dof_difference(Dp, Dm)
+    n5 = int(round(min(cfg["compare_pinocchio_duration"], T) / h))
+    n2 = int(round(min(cfg["compare_mujoco_duration"], T) / h))
+    dmax_tp, dmax_tm, dmax_pm = d_tp.max(axis=1), d_tm.max(axis=1), d_pm.max(axis=1)
+    lam_tp = growth_exponent(t, dmax_tp)
+    lam_tm = growth_exponent(t, dmax_tm)
+
+    def first_above(d, thr):
+        idx = np.flatnonzero(d > thr)
+        return float(t[idx[0]]) if idx.size else float("nan")
+
+    shown = {"titop": (Qt, Vt, Dt), "pinocchio": (Qp, Vp, Dp), "mujoco": (Qm, Vm, Dm)}[cfg["engine"]]
+    stride = max(1, int(round(cfg["log_dt"] / h)))
+    log = ctx.logger
+    for k in range(0, n + 1, stride):
+        log.append(t=t[k], q=shown[0][k], v=shown[1][k], dof=shown[2][k], plant_qpos=pin_to_mujoco_qpos(shown[0][k]),
+                   diff_titop_pinocchio=d_tp[k], diff_titop_mujoco=d_tm[k], diff_pinocchio_mujoco=d_pm[k])
+    log.meta.update(mjcf_path=str(repo_path(cfg["mjcf"])), urdf_path=str(repo_path(cfg["urdf"])),
+                    engine=cfg["engine"], dof_names=np.array(DOF_NAMES), joint_names=np.array(JOINTS),
+                    energy_t=np.arange(0, n_en + 1, stride_e) * h, energy=E, kinetic=K,
+                    undamped_t=te[::stride], undamped_diff_titop_pinocchio=u_tp[::stride],
+                    undamped_diff_titop_mujoco=u_tm[::stride], undamped_diff_perturbed=u_pert[::stride])
+
+    m = dict(engine=cfg["engine"], duration_s=T, dt_s=h,
+             fd_vs_pinocchio_max=e_fd, id_vs_pinocchio_max=e_id,
+             traj_vs_pinocchio_max=float(dmax_tp[: n5 + 1].max()),
+             traj_vs_mujoco_max=float(dmax_tm[: n2 + 1].max()),
+             traj_pinocchio_vs_mujoco_max=float(dmax_pm[: n2 + 1].max()),
+             energy_drift_rel=drift, energy_duration_s=float(cfg["energy_duration"]),
+             diff_titop_pinocchio_end=float(dmax_tp[-1]), diff_titop_mujoco_end=float(dmax_tm[-1]),
+             growth_rate_titop_pinocchio_per_s=lam_tp, growth_rate_titop_mujoco_per_s=lam_tm,
+             undamped_growth_rate_titop_pinocchio_per_s=lam_u_tp, undamped_growth_rate_titop_mujoco_per_s=lam_u_tm,
+             undamped_lyapunov_estimate_per_s=lam_sys,
+             undamped_diff_titop_pinocchio_end=float(u_tp[-1]), undamped_diff_titop_mujoco_end=float(u_tm[-1]),
+             undamped_diff_titop_pinocchio_5s=float(u_tp[: int(round(5.0 / h)) + 1].max()),
+             time_diff_pinocchio_above_1em3_s=first_above(dmax_tp, 1e-3),
+             time_diff_mujoco_above_1em3_s=first_above(dmax_tm, 1e-3),
+             sim_wall_titop_s=wall_titop, sim_wall_pinocchio_s=wall_pin)
+    full_cmp = T >= cfg["compare_pinocchio_duration"]
+    rows = [Row("fd_vs_pinocchio_max", e_fd, "negligible", "<= 1e-9", e_fd <= 1e-9),
+            Row("id_vs_pinocchio_max", e_id, None, "<= 1e-9", e_id <= 1e-9),
+            Row("traj_vs_pinocchio_max (5 s)", m["traj_vs_pinocchio_max"], "negligible (Simscape)", "<= 1e-6",
+                m["traj_vs_pinocchio_max"] <= 1e-6),
+            Row("traj_vs_mujoco_max (2 s)", m["traj_vs_mujoco_max"], None, "<= 1e-3", m["traj_vs_mujoco_max"] <= 1e-3),
+            Row("energy_drift_rel (dampers 0)", drift, None, "<= 1e-6", drift <= 1e-6),
+            Row("diff growth TITOP-Pinocchio [1/s]", lam_tp, None, "report"),
+            Row("diff growth TITOP-MuJoCo [1/s]", lam_tm, None, "report"),
+            Row("undamped: diff growth TITOP-Pinocchio [1/s]", lam_u_tp, None, "report"),
+            Row("undamped: diff growth TITOP-MuJoCo [1/s]", lam_u_tm, None, "report"),
+            Row("undamped: Lyapunov-like exponent [1/s]", lam_sys, None, "report"),
+            Row("undamped: |TITOP−Pinocchio| at the end", m["undamped_diff_titop_pinocchio_end"], None, "report"),
+            Row("undamped: |TITOP−MuJoCo| at the end", m["undamped_diff_titop_mujoco_end"], None, "report"),
+            Row("t(|Δ| > 1e-3) vs Pinocchio [s]", m["time_diff_pinocchio_above_1em3_s"], None, "report"),
+            Row("t(|Δ| > 1e-3) vs MuJoCo [s]", m["time_diff_mujoco_above_1em3_s"], None, "report"),
+            Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}")]
+    if not full_cmp:
+        rows[2].ok = m["traj_vs_pinocchio_max"] <= 1e-6
+    if ctx.viewer is not None:                      # replay the shown engine's motion in Meshcat
+        viewer = ctx.make_viewer(mjm)
+        L = log.arrays()
+        for tk, qk in zip(L["t"], L["plant_qpos"]):
+            viewer.maybe_update(float(tk), qk)
+    plots = make_plots(ctx, t, shown[2], Dt, Dp, Dm, d_tp, d_tm, d_pm, log.meta, cfg)
+    return Outcome(m, rows, plots)
+
+
+def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    # Fig. 17: the 9 DoF of the engine shown (black) and its difference to the others (red, right axis)
+    other = "pinocchio" if cfg["engine"] != "pinocchio" else "titop"
+    O = Dp if other == "pinocchio" else Dt
+    fig, ax = plt.subplots(3, 3, figsize=(13, 9), sharex=True)
+    diff = dof_difference(D, O)
+    for i in range(9):
+        a = ax.flat[i]
+        a.plot(t, D[:, i], "k", lw=1)
+        a.set_ylabel(DOF_NAMES[i])
+        b = a.twinx()
+        b.semilogy(t, diff[:, i] + 1e-17, "r", lw=0.7)
+        b.tick_params(axis="y", colors="r")
+    for a in ax[-1]:
+        a.set_xlabel("t [s]")
+    fig.suptitle(f"Balloon, slider, double pendulum (seed 003 Fig. 17): {cfg['engine']} (black), "
+                 f"|{cfg['engine']} − {other}| (red, log)")
+    fig.tight_layout()
+    paths.append(ctx.plot_path("dofs"))
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(3, 1, figsize=(9, 11))
+    for d, lab, ls in ((d_tp, "TITOP − Pinocchio (same RK4)", "-"), (d_tm, "TITOP − MuJoCo (RK4)", "--"),
+                       (d_pm, "Pinocchio − MuJoCo", ":")):
+        ax[0].semilogy(t, d.max(axis=1) + 1e-17, ls, label=lab, lw=1)
+    ax[0].axvline(cfg["compare_pinocchio_duration"], color="grey", ls=":")
+    ax[0].axvline(cfg["compare_mujoco_duration"], color="grey", ls="--")
+    ax[0].set_ylabel("max over the 9 DoF of |Δ|")
+    ax[0].set_xlabel("t [s]")
+    ax[0].legend(fontsize=8)
+    ax[0].set_title("differences between engines, dampers as configured")
+    tu = meta["undamped_t"]
+    ax[1].semilogy(tu, meta["undamped_diff_titop_pinocchio"] + 1e-17, label="TITOP − Pinocchio (same RK4)", lw=1)
+    ax[1].semilogy(tu, meta["undamped_diff_titop_mujoco"] + 1e-17, "--", label="TITOP − MuJoCo (RK4)", lw=1)
+    ax[1].semilogy(tu, meta["undamped_diff_perturbed"] + 1e-17, ":",
+                   label=f"Pinocchio, θ₂(0) + {cfg['perturbation_rad']:g} rad", lw=1)
+    ax[1].set_ylabel("max over the 9 DoF of |Δ|")
+    ax[1].set_xlabel("t [s]")
+    ax[1].legend(fontsize=8)
+    ax[1].set_title("dampers off: the motion stays chaotic and every difference grows")
+    E, K = meta["energy"], meta["kinetic"]
+    ax[2].plot(meta["energy_t"], (E - E[0]) / K.max())
+    ax[2].set_xlabel("t [s]")
+    ax[2].set_ylabel("(E − E₀) / max KE")
+    ax[2].set_title("TITOP, dampers off: energy drift")
+    fig.tight_layout()
+    paths.append(ctx.plot_path("differences_energy"))
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
