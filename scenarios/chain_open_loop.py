@@ -1,0 +1,282 @@
+"""Open-loop validation of the tensor Newton–Euler 5-body chain (seed 000 §4.1, Figs. 2–3), against MuJoCo.
+
+A free-floating chain, gravity compensated, a pure moment pulse on body 1 and later a force pulse on
+body 2 (scenarios/configs/chain_open_loop.toml).  Reported, as in §4.1:
+1. total linear and angular momentum constant whenever the port is zero (momentum_drift_rel: largest
+   change within a zero-port interval, relative to the largest momentum of the run);
+2. joint constraint violation (after the documented projection, and the per-step drift the projection
+   removes);
+3. ‖F_J‖ during the pure moment pulse (≈ 0) and during the force pulse (non-zero, bounded).
+The same pulses drive the MuJoCo chain mjcf/chain5.xml (ball joints with springs); the pose difference
+over the first ``compare_duration`` seconds is measured against a tensor run with the spring law MuJoCo
+realizes (rotation vector), and against the paper-law run for information.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from models.errors import ConfigError
+from models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
+from scenarios._common import Outcome, Row, scenario_main
+from sim.chain_plant import ChainMujocoPlant
+
+NAME = "chain_open_loop"
+TARGETS = dict(momentum_drift_rel=1e-8, constraint_violation_max_m=1e-6, internal_force_during_moment_max_n=1e-9,
+               mujoco_pose_diff_max=1e-3)
+
+
+def build_chain(cfg, spring_law=None, **kw) -> TensorChain:
+    n = cfg["n_bodies"]
+    if n < 2:
+        raise ConfigError(f"n_bodies must be >= 2, got {n}")
+    k = np.asarray(cfg["stiffness"], dtype=float)
+    if k.shape != (3,):
+        raise ConfigError(f"stiffness must be [K_phi, K_theta, K_psi], got {cfg['stiffness']}")
+    g = np.asarray(cfg["gravity"], dtype=float)
+    if g.shape != (3,):
+        raise ConfigError(f"gravity must be a 3-vector, got {cfg['gravity']}")
+    return TensorChain.rods(n, cfg["length"], cfg["radius"], cfg["mass"], k, gravity=g,
+                            spring_law=spring_law or cfg["spring_law"], **kw)
+
+
+def body_names(n: int) -> list[str]:
+    return [f"body{i}" for i in range(1, n + 1)]
+
+
+def pulse_port(cfg, chain: TensorChain):
+    """τ(t): the pulses (+ gravity compensation −m_i g on every body) as a 6N port, constant over a step."""
+    n = chain.n
+    mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
+    for p, key in ((mp, "moment"), (fp, "force")):
+        if not 1 <= p["body"] <= n:
+            raise ConfigError(f"{key}_pulse.body={p['body']} is not a body of the chain (1..{n})")
+        if not 0 <= p["t0"] < p["t1"]:
+            raise ConfigError(f"{key}_pulse: need 0 <= t0 < t1, got t0={p['t0']}, t1={p['t1']}")
+        if len(p[key]) != 3:
+            raise ConfigError(f"{key}_pulse.{key} must be a 3-vector")
+    comp = np.zeros(6 * n)
+    if cfg["gravity_compensated"]:
+        comp[:3 * n] = -np.repeat(chain.masses, 3) * np.tile(chain.gravity, n)
+
+    def port(t):
+        tau = comp.copy()
+        on = False
+        if mp["t0"] <= t < mp["t1"]:
+            b = mp["body"] - 1
+            tau[3 * n + 3 * b:3 * n + 3 * b + 3] += mp["moment"]
+            on = True
+        if fp["t0"] <= t < fp["t1"]:
+            b = fp["body"] - 1
+            tau[3 * b:3 * b + 3] += fp["force"]
+            on = True
+        return tau, on
+
+    return port
+
+
+def pose_diff(a, b) -> float:
+    """max over bodies of max(|Δp| [m], rotation angle between the attitudes [rad])."""
+    dp = np.max(np.abs(a.pos - b.pos))
+    ang = np.max(np.linalg.norm(quat_log(quat_mul(quat_conj(a.quat), b.quat)), axis=1))
+    return float(max(dp, ang))
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    dt = cfg["dt"]
+    if not dt > 0:
+        raise ConfigError(f"dt must be > 0, got {dt}")
+    if cfg["method"] not in ("kkt", "schur"):
+        raise ConfigError(f"method='{cfg['method']}' is not one of ['kkt', 'schur']")
+    if cfg["log_every"] < 1:
+        raise ConfigError("log_every must be >= 1")
+    chain = build_chain(cfg)
+    chain_rv = build_chain(cfg, spring_law="rotvec")
+    port = pulse_port(cfg, chain)
+    n = chain.n
+    steps = int(round(cfg["duration"] / dt))
+    n_cmp = min(steps, int(round(cfg["compare_duration"] / dt)))
+
+    plant = ChainMujocoPlant(cfg["mjcf"], body_names(n), sim_dt=dt, gravity=chain.gravity)
+    if np.ptp(chain.stiffness) > 0:
+        raise ConfigError("the MuJoCo comparison needs isotropic stiffness (a ball joint has one stiffness)")
+    plant.check_matches(chain_rv)
+    log = ctx.logger
+    log.meta["mjcf_path"] = str(plant.path)
+    log.meta["body_names"] = np.array(body_names(n))
+
+    s = chain.straight_state()
+    s_rv = s.copy()
+    plant.reset(s)
+    P0, L0 = chain.momentum(s)
+    ref = None            # momentum at the start of the current zero-port interval
+    drift_P = drift_L = 0.0
+    scale_P = scale_L = 0.0
+    viol_max = pre_viol_max = 0.0
+    fj_moment = fj_force = 0.0
+    fj_prev, fj_jump = None, 0.0
+    cmp_rv = cmp_paper = 0.0
+    mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
+
+    bar = None
+    if ctx.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=steps, desc=NAME, unit="step", leave=False, mininterval=0.5)
+    try:
+        for k in range(steps + 1):
+            t = k * dt
+            P, L = chain.momentum(s)
+            scale_P, scale_L = max(scale_P, np.linalg.norm(P)), max(scale_L, np.linalg.norm(L))
+            tau, on = port(t)
+            if ref is not None:                          # the state at t closes the previous zero-port step
+                drift_P = max(drift_P, float(np.linalg.norm(P - ref[0])))
+                drift_L = max(drift_L, float(np.linalg.norm(L - ref[1])))
+            if on or k == steps:
+                ref = None
+            elif ref is None:
+                ref = (P.copy(), L.copy())
+            viol = float(np.max(np.abs(chain.constraint_violation(s))))
+            viol_max = max(viol_max, viol)
+            g = plant.chain_state()
+            if k <= n_cmp:
+                cmp_paper = max(cmp_paper, pose_diff(s, g))
+                cmp_rv = max(cmp_rv, pose_diff(s_rv, g))
+            if k == steps:
+                dyn = chain.dynamics(s, tau, cfg["method"])
+            else:
+                s_new, dyn = chain.step(s, dt, tau, method=cfg["method"], project=False)
+                pre_viol_max = max(pre_viol_max, float(np.max(np.abs(chain.constraint_violation(s_new)))))
+                if cfg["project"]:
+                    s_new = chain.project(s_new)
+            fj = float(np.linalg.norm(dyn.F_J))
+            if mp["t0"] <= t < mp["t1"] and not (fp["t0"] <= t < fp["t1"]):
+                fj_moment = max(fj_moment, fj)
+            if fp["t0"] <= t < fp["t1"]:
+                fj_force = max(fj_force, fj)
+                if fj_prev is not None:
+                    fj_jump = max(fj_jump, abs(fj - fj_prev))
+                fj_prev = fj
+            if k % cfg["log_every"] == 0:
+                log.append(t=t, P=P, L=L, viol=viol, FJ=np.linalg.norm(dyn.F_J.reshape(-1, 3), axis=1),
+                           pos=s.pos, quat=s.quat, port=tau, plant_qpos=plant.data.qpos,
+                           model_qpos=plant.qpos_of(s), plant_pos=g.pos,
+                           pose_diff_rotvec=pose_diff(s_rv, g) if k <= n_cmp else np.nan,
+                           pose_diff_paper=pose_diff(s, g))
+            if k == steps:
+                break
+            s = s_new
+            if k < n_cmp:
+                s_rv, _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
+            plant.set_torque(tau)
+            plant.step(1)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    mom_rel = max(drift_P / max(scale_P, 1e-300), drift_L / max(scale_L, 1e-300))
+    metrics = dict(momentum_drift_rel=mom_rel, linear_momentum_drift_rel=drift_P / max(scale_P, 1e-300),
+                   angular_momentum_drift_rel=drift_L / max(scale_L, 1e-300),
+                   constraint_violation_max_m=viol_max, constraint_drift_per_step_max_m=pre_viol_max,
+                   internal_force_during_moment_max_n=fj_moment, internal_force_during_force_max_n=fj_force,
+                   internal_force_step_jump_max_n=fj_jump,
+                   mujoco_pose_diff_max=cmp_rv, mujoco_pose_diff_paper_law=cmp_paper,
+                   linear_momentum_final=scale_P, angular_momentum_max=scale_L)
+    rows = [
+        Row("momentum_drift_rel", mom_rel, "const. (Fig. 2)", "<= 1e-8", bool(mom_rel <= TARGETS["momentum_drift_rel"])),
+        Row("constraint_violation_max_m", viol_max, "negligible", "<= 1e-6",
+            viol_max <= TARGETS["constraint_violation_max_m"]),
+        Row("constraint_drift_per_step_max_m", pre_viol_max, None, "(before projection)"),
+        Row("internal_force_during_moment_max_n", fj_moment, "≈ 0", "<= 1e-9",
+            fj_moment <= TARGETS["internal_force_during_moment_max_n"]),
+        Row("internal_force_during_force_max_n", fj_force, "non-zero, bounded", "> 0", fj_force > 0),
+        Row("internal_force_step_jump_max_n", fj_jump, "continuous", None),
+        Row("mujoco_pose_diff_max", cmp_rv, None, "<= 1e-3", cmp_rv <= TARGETS["mujoco_pose_diff_max"]),
+        Row("mujoco_pose_diff_paper_law", cmp_paper, None, "(Euler-angle springs vs MuJoCo's)"),
+    ]
+    plots = make_plots(ctx, cfg)
+    return Outcome(metrics, rows, plots)
+
+
+def _shade(ax, cfg):
+    for key, c in (("moment_pulse", "tab:orange"), ("force_pulse", "tab:blue")):
+        ax.axvspan(cfg[key]["t0"], cfg[key]["t1"], color=c, alpha=0.15, lw=0)
+
+
+def make_plots(ctx, cfg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = ctx.logger.arrays()
+    t = a["t"]
+    paths = []
+    fig, ax = plt.subplots(4, 1, figsize=(8, 10), sharex=True)
+    for i, c in enumerate("xyz"):
+        ax[0].plot(t, a["P"][:, i], label=f"$P_{c}$")
+        ax[1].plot(t, a["L"][:, i], label=f"$L_{c}$")
+    ax[0].set_ylabel("linear momentum [kg m/s]")
+    ax[1].set_ylabel("angular momentum [kg m²/s]")
+    ax[2].semilogy(t, np.maximum(a["viol"], 1e-18))
+    ax[2].set_ylabel("max |joint mismatch| [m]")
+    for j in range(a["FJ"].shape[1]):
+        ax[3].plot(t, a["FJ"][:, j], label=f"joint {j + 1}")
+    ax[3].set_ylabel("‖f_J‖ [N]")
+    ax[3].set_xlabel("t [s]")
+    for x in ax:
+        _shade(x, cfg)
+        x.grid(alpha=0.3)
+    ax[0].legend(ncol=3, fontsize=8)
+    ax[1].legend(ncol=3, fontsize=8)
+    ax[3].legend(ncol=4, fontsize=8)
+    ax[0].set_title("Open-loop validation (cf. Fig. 2): moment pulse (orange), force pulse (blue)")
+    fig.tight_layout()
+    paths.append(ctx.plot_path("open_loop_validation"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    # trace of the chain (cf. Fig. 3): joint polyline at snapshots
+    fig = plt.figure(figsize=(8, 6))
+    ax3 = fig.add_subplot(projection="3d")
+    pos, quat = a["pos"], a["quat"]
+    from models.tensor_chain import quat_to_matrix
+
+    half = cfg["length"] / 2
+    idx = np.linspace(0, len(t) - 1, 25).astype(int)
+    cmap = plt.get_cmap("viridis")
+    for m, i in enumerate(idx):
+        R = quat_to_matrix(quat[i])
+        pts = np.concatenate([(pos[i][:1] - R[:1, :, 0] * half), pos[i] + R[:, :, 0] * half])
+        ax3.plot(pts[:, 0], pts[:, 1], pts[:, 2], "-o", ms=2, color=cmap(m / len(idx)), lw=1)
+    ax3.set_xlabel("x [m]")
+    ax3.set_ylabel("y [m]")
+    ax3.set_zlabel("z [m]")
+    ax3.set_title("Trace of the chain (cf. Fig. 3), dark → light = time")
+    paths.append(ctx.plot_path("trace"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.semilogy(t, np.maximum(a["pose_diff_rotvec"], 1e-16), label="tensor (rotation-vector springs) vs MuJoCo")
+    ax.semilogy(t, np.maximum(a["pose_diff_paper"], 1e-16), label="tensor (Euler-angle springs (19)) vs MuJoCo")
+    ax.axvline(cfg["compare_duration"], color="k", ls="--", lw=0.8)
+    _shade(ax, cfg)
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("max pose difference [m | rad]")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(ctx.plot_path("mujoco_comparison"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

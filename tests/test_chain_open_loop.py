@@ -1,0 +1,32 @@
+"""Open-loop regression of the tensor chain against its targets and the MuJoCo chain (seed 000 §4.1), 2.5 s."""
+import numpy as np
+import pytest
+
+from models.errors import ConfigError, ModelFileError
+from scenarios._common import run_scenario
+from scenarios.chain_open_loop import NAME, run
+
+
+def test_chain_open_loop_targets(tmp_path):
+    m, out = run_scenario(NAME, run, out=tmp_path, overrides={"duration": 2.5})
+    assert m["momentum_drift_rel"] <= 1e-8
+    assert m["constraint_violation_max_m"] <= 1e-6
+    assert m["internal_force_during_moment_max_n"] <= 1e-9
+    assert m["internal_force_during_force_max_n"] > 0.1             # the force pulse needs joint forces
+    assert m["mujoco_pose_diff_max"] <= 1e-3
+    # the Euler-angle law and MuJoCo's rotation-vector law are different springs: visibly different motion
+    assert m["mujoco_pose_diff_paper_law"] > 10 * m["mujoco_pose_diff_max"]
+    assert m["ok"] is True
+    log = np.load(out / "log.npz")
+    assert str(log["mjcf_path"]).endswith("mjcf/chain5.xml")
+    assert log["plant_qpos"].shape == (len(log["t"]), 23)
+    assert (out / "plots" / "open_loop_validation.png").is_file()
+
+
+def test_chain_open_loop_refuses_bad_config(tmp_path):
+    with pytest.raises(ConfigError):
+        run_scenario(NAME, run, out=tmp_path / "a", overrides={"spring_law": "hooke"})
+    with pytest.raises(ModelFileError):          # the MJCF chain has 1 kg bodies
+        run_scenario(NAME, run, out=tmp_path / "b", overrides={"mass": 2.0})
+    with pytest.raises(ConfigError):
+        run_scenario(NAME, run, out=tmp_path / "c", sets=["no_such_key=1"])
