@@ -54,7 +54,7 @@ from models.errors import ConfigError, FrameNotFoundError, StateError
 
 __all__ = ["skew", "tau", "dynamic_model", "Motion", "transport", "change_frame", "RigidBody", "Weld",
            "Revolute", "Prismatic", "FloatingBase", "FixedBase", "LoopClosure", "System", "rodrigues",
-           "quat_to_R", "rpy"]
+           "quat_to_R", "rpy", "from_pinocchio"]
 
 _I3 = np.eye(3)
 
@@ -735,3 +735,47 @@ class System:
             raise FrameNotFoundError(f"no block '{block}'; blocks: {list(self.index)}")
         self.nodes[i].block.body.port(port)
         return ports[i][port]
+
+
+# ------------------------------------------------------------------------------ from a Pinocchio model
+_AXES = {"X": (1.0, 0.0, 0.0), "Y": (0.0, 1.0, 0.0), "Z": (0.0, 0.0, 1.0)}
+
+
+def from_pinocchio(model, gravity=None) -> System:
+    """A TITOP System with one block per joint of a Pinocchio model (free-flyer root or fixed base;
+    revolute and prismatic joints, aligned or unaligned).  Each block receives only its own joint's
+    data: the body inertia of that joint, its axis, the rotation of its placement (P_a0/b) and, as ports,
+    the translations of its children's placements.  Coordinates then match Pinocchio's q, v."""
+    shortnames = [model.joints[i].shortname() for i in range(model.njoints)]
+    ports = [dict() for _ in range(model.njoints)]
+    for i in range(1, model.njoints):
+        ports[model.parents[i]][f"to_{model.names[i]}"] = np.array(model.jointPlacements[i].translation)
+    g = np.array(model.gravity.linear) if gravity is None else np.asarray(gravity, dtype=float)
+
+    def body(i):
+        I = model.inertias[i]
+        return RigidBody(model.names[i], float(I.mass), np.array(I.lever), np.array(I.inertia), ports[i])
+
+    first = 1
+    if model.njoints > 1 and shortnames[1] == "JointModelFreeFlyer":
+        if model.parents[1] != 0 or not model.jointPlacements[1].isIdentity():
+            raise ConfigError(f"from_pinocchio: the free-flyer '{model.names[1]}' must hang from the universe "
+                              "with an identity placement")
+        sysm = System(FloatingBase(body(1)), g)
+        first = 2
+    else:
+        sysm = System(FixedBase(model.names[0], ports[0]), g)
+    for i in range(first, model.njoints):
+        sn = shortnames[i]
+        kind = sn[len("JointModel"):]
+        if kind in ("RX", "RY", "RZ", "PX", "PY", "PZ"):
+            axis, cls = _AXES[kind[1]], (Revolute if kind[0] == "R" else Prismatic)
+        elif kind in ("RevoluteUnaligned", "PrismaticUnaligned"):
+            axis, cls = np.array(model.joints[i].extract().axis), (Revolute if kind[0] == "R" else Prismatic)
+        else:
+            raise ConfigError(f"from_pinocchio: joint '{model.names[i]}' is a {sn}; TITOP blocks exist for a "
+                              "free-flyer root and revolute/prismatic joints (seed 003 §3)")
+        parent = model.names[model.parents[i]]
+        blk = cls(body(i), axis, np.array(model.jointPlacements[i].rotation))
+        sysm.add(blk, parent, f"to_{model.names[i]}")
+    return sysm

@@ -359,3 +359,31 @@ def test_energy_is_conserved_by_the_unforced_tree():
     data = model.createData()
     Epin = pin.computeKineticEnergy(model, data, q, v) + pin.computePotentialEnergy(model, data, q)
     assert np.isclose(E(q, v), Epin, atol=1e-10)
+
+
+@pytest.mark.parametrize("builder", ["humanoid", "manipulator"])
+def test_from_pinocchio_sample_models(builder):
+    """A whole Pinocchio model turned into TITOP blocks (free-flyer humanoid, 32 DoF; fixed manipulator)."""
+    from models.titop import from_pinocchio
+
+    model = pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
+    data = model.createData()
+    sysm = from_pinocchio(model)
+    rng = np.random.default_rng(30)
+    for _ in range(5):
+        q = pin.randomConfiguration(model, -np.ones(model.nq), np.ones(model.nq)) if builder != "humanoid" else \
+            np.concatenate((rng.normal(size=3), pin.Quaternion(rand_rot(rng)).coeffs(), rng.uniform(-2, 2, model.nq - 7)))
+        v, tq = rng.normal(size=model.nv), rng.normal(size=model.nv)
+        a = pin.aba(model, data, q, v, tq)
+        assert np.abs(sysm.forward(q, v, tq) - a).max() <= 1e-9 * max(1.0, np.abs(a).max())
+        t = pin.rnea(model, data, q, v, a)
+        assert np.abs(sysm.inverse(q, v, a) - t).max() <= 1e-9 * max(1.0, np.abs(t).max())
+
+
+def test_from_pinocchio_refuses_other_joints():
+    from models.titop import from_pinocchio
+
+    model = pin.Model()
+    model.addJoint(0, pin.JointModelSpherical(), pin.SE3.Identity(), "ball")
+    with pytest.raises(ConfigError, match="ball"):
+        from_pinocchio(model)
