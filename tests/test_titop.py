@@ -4,9 +4,8 @@ import pinocchio as pin
 import pytest
 
 from models.errors import ConfigError, FrameNotFoundError, StateError
-from models.titop import (FixedBase, FloatingBase, LoopClosure, Motion, Prismatic, Revolute, RigidBody, System,
-                          Weld, change_frame, coriolis_operator, dynamic_model, quat_to_R, rodrigues, skew,
-                          tau, transport)
+from models.titop import (FixedBase, FloatingBase, Motion, Prismatic, Revolute, RigidBody, System, Weld,
+                          change_frame, coriolis_operator, rodrigues, tau, transport)
 
 
 def rand_rot(rng):
