@@ -1,0 +1,309 @@
+"""DAC port laws (seed 000 §3) on the tensor chain: exact reference derivatives, Lyapunov decrease on
+closed-loop runs with the tensor model as the plant, frame invariance, QP = closed form, RHS maps."""
+import numpy as np
+import pytest
+
+from controllers.dac import (JointActuationMap, Obstacle, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
+                             attitude_error, attitude_error_rate, constrained_reference, obstacle_potential)
+from models.errors import ConfigError
+from models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
+
+
+def chain(n=4, fixed=False, base=None):
+    kw = dict(fixed_base=True, base_pose=base) if fixed else {}
+    return TensorChain.rods(n, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]), **kw)
+
+
+def bent_state(ch, rng, speed=0.5):
+    n = ch.n
+    q = np.empty((n, 4))
+    q[0] = quat_exp(np.array([0.1, -0.2, 0.3]))
+    for i in range(1, n):
+        q[i] = quat_mul(q[i - 1], quat_exp(0.4 * rng.normal(size=3)))
+    R = quat_to_matrix(q)
+    pos = np.zeros((n, 3))
+    for j in range(n - 1):
+        pos[j + 1] = pos[j] + R[j] @ ch.joint_parent[j] - R[j + 1] @ ch.joint_child[j]
+    s = ChainState(pos, q, speed * rng.normal(size=6 * n))
+    return ch.project(s)
+
+
+def flow(s, t):
+    return ChainState(s.pos + s.v * t, quat_mul(quat_exp(s.w * t), s.quat), s.nu)
+
+
+def ee_traj(p0, q0, amp=0.1, om=2.0):
+    """Smooth EE trajectory: a circle in the plane ⟂ z through p0 and a slow rotation about a fixed axis."""
+    ax = np.array([0.3, 0.5, 0.8]) / np.linalg.norm([0.3, 0.5, 0.8])
+
+    def traj(t):
+        c, s = np.cos(om * t), np.sin(om * t)
+        p = p0 + amp * np.array([c - 1, s, 0.0])
+        v = amp * om * np.array([-s, c, 0.0])
+        a = amp * om**2 * np.array([-c, -s, 0.0])
+        ang = 0.3 * np.sin(om * t)
+        q = quat_mul(quat_exp(ax * ang), q0)
+        w = ax * 0.3 * om * np.cos(om * t)
+        wd = -ax * 0.3 * om**2 * np.sin(om * t)
+        return p, q, np.r_[v, w], np.r_[a, wd]
+    return traj
+
+
+def pose_traj(ch, s0):
+    """Every body follows a rigid motion of the initial chain (constraint-consistent): rotation about a
+    fixed axis through the origin at a varying rate, plus a translation."""
+    ax = np.array([0.0, 0.6, 0.8])
+
+    def traj(t):
+        th, thd, thdd = 0.2 * np.sin(t), 0.2 * np.cos(t), -0.2 * np.sin(t)
+        Q = quat_to_matrix(quat_exp(ax * th))
+        wq = ax * thd
+        wqd = ax * thdd
+        tr = np.array([0.1 * t, 0.0, 0.05 * t * t])
+        trd = np.array([0.1, 0.0, 0.1 * t])
+        trdd = np.array([0.0, 0.0, 0.1])
+        p = s0.pos @ Q.T + tr
+        q = quat_mul(np.broadcast_to(quat_exp(ax * th), (ch.n, 4)), s0.quat)
+        r = s0.pos @ Q.T
+        v = np.cross(wq, r) + trd
+        a = np.cross(wqd, r) + np.cross(wq, np.cross(wq, r)) + trdd
+        nu = np.r_[v.ravel(), np.tile(wq, ch.n)]
+        nud = np.r_[a.ravel(), np.tile(wqd, ch.n)]
+        return p, q, nu, nud
+    return traj
+
+
+# ---------------------------------------------------------------------------- building blocks
+def test_attitude_error_rate_by_finite_differences():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        q = quat_exp(rng.normal(size=3))
+        qd = quat_exp(rng.normal(size=3))
+        w, wd = rng.normal(size=3), rng.normal(size=3)
+        h = 1e-6
+        e = lambda t: attitude_error(quat_mul(quat_exp(w * t), q), quat_mul(quat_exp(wd * t), qd))[0]
+        fd = (e(h) - e(-h)) / (2 * h)
+        e0, eta = attitude_error(q, qd)
+        np.testing.assert_allclose(attitude_error_rate(e0, eta, w, wd), fd, atol=1e-8)
+        # small error: e ≈ half the world-frame rotation vector from q_d to q
+        phi = 1e-4 * rng.normal(size=3)
+        np.testing.assert_allclose(attitude_error(quat_mul(quat_exp(phi), qd), qd)[0], phi / 2, atol=1e-11)
+
+
+def test_reference_is_mass_weighted_pseudo_inverse_53_54():
+    """Without joint rows, (*) is literally J_t^† ν_{e,r} + (I − J_t^† J_t) g with (53)."""
+    rng = np.random.default_rng(1)
+    ch = chain()
+    s = bent_state(ch, rng)
+    M = ch.mass_matrix(s.R)
+    n = ch.n
+    Jt = np.zeros((6, 6 * n))
+    Jt[:3, 3 * (n - 1):3 * n] = np.eye(3)
+    Jt[3:, 3 * n + 3 * (n - 1):] = np.eye(3)
+    Mi = np.linalg.inv(M)
+    Jp = Mi @ Jt.T @ np.linalg.inv(Jt @ Mi @ Jt.T)               # (53)
+    we, g = rng.normal(size=6), rng.normal(size=6 * n)
+    ref = Jp @ we + (np.eye(6 * n) - Jp @ Jt) @ g                # (54)
+    z = np.zeros_like
+    nu_r, _ = constrained_reference(M, z(M), Jt, z(Jt), we, z(we), g, z(g))
+    np.testing.assert_allclose(nu_r, ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("law", ["II", "III"])
+def test_reference_derivative_by_finite_differences(law):
+    rng = np.random.default_rng(2)
+    ch = chain()
+    s = bent_state(ch, rng)
+    if law == "II":
+        ctl = PoseLaw(ch, pose_traj(ch, bent_state(ch, np.random.default_rng(5))), 5.0, 1.0, 3.0, 4.0)
+    else:
+        obs = [Obstacle(s.pos[1] + np.array([0.1, 0.12, 0.0]), 0.05)]
+        ctl = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + 0.05, quat_exp(np.array([0.2, 0.1, 0.0]))), 5.0, 1.0, 3.0, 4.0,
+                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3)
+    t, h = 0.3, 1e-6
+    ref = lambda tt, st: ctl.reference(tt, st, st.R, ch.mass_matrix(st.R))
+    nu_r, nu_r_dot = ref(t, s)
+    fd = (ref(t + h, flow(s, h))[0] - ref(t - h, flow(s, -h))[0]) / (2 * h)
+    assert np.abs(nu_r_dot).max() > 0.1
+    np.testing.assert_allclose(nu_r_dot, fd, atol=2e-6 * max(1, np.abs(fd).max()))
+    J = ch.jacobian(s.R)
+    assert np.abs(J @ nu_r).max() <= 1e-12                            # J ν_r = 0: s stays on the manifold
+
+
+# ---------------------------------------------------------------------------- Lyapunov decrease
+def closed_loop(ch, law, s, T, dt=1e-3, t0=0.0):
+    Vs, Vd = [], []
+    t = t0
+    for _ in range(int(round(T / dt))):
+        law(t, s)
+        Vs.append(law.info.V)
+        Vd.append(law.info.Vdot_cl)
+        s, _ = ch.step(s, dt, port_fn=lambda tt, st: law(tt, st), t=t)     # continuous feedback τ = τ_c
+        t += dt
+    law(t, s)
+    Vs.append(law.info.V)
+    Vd.append(law.info.Vdot_cl)
+    return s, np.array(Vs), np.array(Vd)
+
+
+@pytest.mark.parametrize("which", ["I", "II", "III"])
+def test_lyapunov_decreases_along_closed_loop(which):
+    rng = np.random.default_rng(3)
+    ch = chain()
+    s0 = bent_state(ch, rng, speed=0.0)
+    s = bent_state(ch, rng, speed=0.8)
+    if which == "I":
+        tr = pose_traj(ch, s0)
+        law = VelocityLaw(ch, lambda t: tr(t)[2:], 4.0, 0.3)
+    elif which == "II":
+        law = PoseLaw(ch, pose_traj(ch, s0), 4.0, 0.3, 2.0, 2.0)
+    else:
+        obs = [Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.05]), 0.05)]
+        law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + np.array([0.05, -0.05, 0.02]), s.quat[-1]), 4.0, 0.3, 2.0, 2.0,
+                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3)
+    dt = 1e-3
+    s, V, Vd = closed_loop(ch, law, s, 0.5, dt)
+    assert V[0] > 0.05
+    assert np.all(np.diff(V) < 0)                                   # strictly decreasing sample to sample
+    # V(T) − V(0) = −∫ sᵀK_d s dt (38)–(41), Simpson's rule on the 500 steps
+    integral = dt / 3 * (Vd[0] + Vd[-1] + 4 * Vd[1:-1:2].sum() + 2 * Vd[2:-1:2].sum())
+    assert abs((V[-1] - V[0]) - integral) <= 1e-6 * V[0]
+    assert V[-1] < 0.5 * V[0]
+
+
+def test_task_space_law_tracks_and_avoids():
+    """Law III with continuous feedback on the tensor model: the EE error decays as D^I e + Λ_e e = 0 while
+    the potential keeps body 2 off the keep-out sphere it starts inside the influence range of.  (The
+    sampled-data loop, with its O(Δt) lag, is measured by the chain_task_space scenario.)"""
+    rng = np.random.default_rng(4)
+    ch = chain()
+    s = bent_state(ch, rng, speed=0.0)
+    obs = [Obstacle(s.pos[1] + np.array([0.0, 0.12, 0.0]), 0.05)]
+    tr = ee_traj(s.pos[-1] + np.array([0.05, 0.05, 0.0]), s.quat[-1])
+    law = TaskSpaceLaw(ch, tr, 0.0, 0.0, 8.0, 8.0, obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.15,
+                       kd_mass=20.0)
+    law(0.0, s)
+    assert law.clearance < 0.15 and np.linalg.norm(law.info.e_task[:3]) > 0.05
+    clear = []
+    t, dt = 0.0, 2e-3
+    for _ in range(1500):
+        s, _ = ch.step(s, dt, port_fn=lambda tt, st: law(tt, st), t=t)
+        t += dt
+        clear.append(law.clearance)
+    law(t, s)
+    assert np.linalg.norm(law.info.e_task[:3]) < 1e-5 and np.linalg.norm(law.info.e_task[3:]) < 1e-5
+    assert min(clear) > 0
+
+
+# ---------------------------------------------------------------------------- frame invariance
+def test_closed_loop_is_frame_invariant():
+    """Rotate and translate the whole scenario (initial state, targets, obstacles, gravity) by a random
+    rigid motion: the closed loop on the tensor model is the transformed one and τ_c is a tensor."""
+    rng = np.random.default_rng(6)
+    Q = quat_to_matrix(quat_exp(rng.normal(size=3)))
+    tq = rng.normal(size=3)
+    qQ = quat_from_matrix(Q)
+    ch_a = chain()
+    ch_b = TensorChain(ch_a.masses, ch_a.inertias, ch_a.joint_parent, ch_a.joint_child, ch_a.stiffness,
+                       gravity=Q @ ch_a.gravity)
+    s_a = bent_state(ch_a, rng, speed=0.5)
+    s_b = s_a.transformed(Q, tq)
+    obs_a = [Obstacle(s_a.pos[1] + np.array([0.0, 0.12, 0.05]), 0.05)]
+    tr_a = ee_traj(s_a.pos[-1] + np.array([0.05, 0.0, 0.03]), quat_mul(quat_exp(np.array([0.0, 0.3, 0.0])), s_a.quat[-1]))
+
+    def tr_b(t):
+        p, q, nu, nud = tr_a(t)
+        return Q @ p + tq, quat_mul(qQ, q), np.r_[Q @ nu[:3], Q @ nu[3:]], np.r_[Q @ nud[:3], Q @ nud[3:]]
+
+    mk = lambda ch, tr, obs: TaskSpaceLaw(ch, tr, 6.0, 0.5, 3.0, 3.0, obstacles=obs, obstacle_gain=1e-3,
+                                          obstacle_range=0.3)
+    law_a = mk(ch_a, tr_a, obs_a)
+    law_b = mk(ch_b, tr_b, [o.transformed(Q, tq) for o in obs_a])
+    rot = lambda x: (x.reshape(-1, 3) @ Q.T).ravel()
+    t, dt = 0.0, 2e-3
+    worst = 0.0
+    for _ in range(100):
+        ta, tb = law_a(t, s_a), law_b(t, s_b)
+        worst = max(worst, np.abs(tb - rot(ta)).max())
+        s_a, _ = ch_a.step(s_a, dt, ta, t=t)
+        s_b, _ = ch_b.step(s_b, dt, tb, t=t)
+        t += dt
+    assert abs(law_a.info.V - law_b.info.V) <= 1e-12
+    assert worst <= 1e-9
+    st = s_a.transformed(Q, tq)
+    assert np.abs(st.pos - s_b.pos).max() <= 1e-9 and np.abs(st.nu - s_b.nu).max() <= 1e-9
+    dq = np.minimum(np.abs(st.quat - s_b.quat).max(axis=1), np.abs(st.quat + s_b.quat).max(axis=1))
+    assert dq.max() <= 1e-9
+    assert np.abs(ta).max() > 0.5                      # a non-trivial command
+
+
+# ---------------------------------------------------------------------------- QP = closed form, RHS
+def test_reference_qp_equals_closed_form_and_respects_rate_limit():
+    rng = np.random.default_rng(7)
+    ch = chain()
+    s = bent_state(ch, rng)
+    tr = ee_traj(s.pos[-1] + 0.1, s.quat[-1])
+    obs = [Obstacle(s.pos[1] + np.array([0.0, 0.12, 0.0]), 0.05)]
+    kw = dict(obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3)
+    cf = TaskSpaceLaw(ch, tr, 5.0, 1.0, 3.0, 3.0, **kw)
+    qp = TaskSpaceLaw(ch, tr, 5.0, 1.0, 3.0, 3.0, qp=True, joint_rate_limit=100.0, **kw)
+    np.testing.assert_allclose(qp(0.1, s), cf(0.1, s), atol=1e-7)
+    assert qp.info.qp_active == 0
+    ref_cf = cf.info.nu_r
+    C, _ = qp._rate_rows(s.R, s.nu)
+    lim = 0.5 * np.abs(C @ ref_cf).max()
+    tight = TaskSpaceLaw(ch, tr, 5.0, 1.0, 3.0, 3.0, qp=True, joint_rate_limit=lim, **kw)
+    tight(0.1, s)
+    assert tight.info.qp_active > 0
+    assert np.abs(C @ tight.info.nu_r).max() <= lim * (1 + 1e-6)
+    J = ch.jacobian(s.R)
+    assert np.abs(J @ tight.info.nu_r).max() <= 1e-8                  # still on the constraint manifold
+
+
+def test_joint_actuation_fixed_base_realizes_any_port():
+    rng = np.random.default_rng(8)
+    free = chain()
+    s = bent_state(free, rng)
+    ch = chain(fixed=True, base=(s.pos[0].copy(), s.quat[0].copy()))
+    s = ch.project(s)
+    rhs = JointActuationMap(ch)
+    tau_c = rng.normal(size=6 * ch.n)
+    a = rhs(tau_c, s)
+    assert a.residual_g <= 1e-10 * np.linalg.norm(tau_c)
+    # the motors produce the same motion as the commanded port
+    d1 = ch.dynamics(s, tau_c)
+    d2 = ch.dynamics(s, a.tau)
+    np.testing.assert_allclose(d2.nu_dot, d1.nu_dot, atol=1e-9)
+    # QP with a loose limit = closed form; with a tight limit the bound holds and a residual is reported
+    b = JointActuationMap(ch, qp=True, limit=1e3)(tau_c, s)
+    np.testing.assert_allclose(b.u, a.u, atol=1e-7)
+    lim = 0.3 * np.abs(np.einsum("jba,jb->ja", s.R[1:], a.u)).max()
+    c = JointActuationMap(ch, qp=True, limit=lim)(tau_c, s)
+    assert c.saturated and c.residual_g > 1e-3
+    assert np.abs(np.einsum("jba,jb->ja", s.R[1:], c.u)).max() <= lim * (1 + 1e-6)
+    assert ThrusterMap()(tau_c, s).residual_g == 0.0
+
+
+def test_joint_actuation_free_floating_cannot_change_momentum():
+    rng = np.random.default_rng(9)
+    ch = chain()
+    s = bent_state(ch, rng)
+    rhs = JointActuationMap(ch)
+    internal = rhs.B @ rng.normal(size=3 * (ch.n - 1)) + ch.jacobian(s.R).T @ rng.normal(size=3 * (ch.n - 1))
+    assert rhs(internal, s).residual_g <= 1e-9
+    ext = np.zeros(6 * ch.n)
+    ext[0:3] = [1.0, 0.0, 0.0]                              # a net force: the motors cannot produce it
+    a = rhs(ext, s)
+    assert a.residual_g > 0.1
+    # the part they do produce carries no net force
+    assert np.abs(a.tau[:3 * ch.n].reshape(-1, 3).sum(axis=0)).max() <= 1e-12
+
+
+def test_bad_gains_are_refused():
+    ch = chain()
+    with pytest.raises(ConfigError):
+        VelocityLaw(ch, lambda t: (np.zeros(24), np.zeros(24)), -1.0, 1.0)
+    with pytest.raises(ConfigError):
+        PoseLaw(ch, None, 1.0, 1.0, 0.0, 1.0)
+    with pytest.raises(ConfigError):
+        TaskSpaceLaw(ch, None, 1.0, 1.0, 1.0, 1.0, obstacle_gain=-1.0)
