@@ -63,7 +63,7 @@ import numpy as np
 import proxsuite
 
 from models.errors import ConfigError, SolverError, StateError
-from models.tensor_chain import ChainState, TensorChain, quat_conj, quat_mul, quat_to_matrix, skew
+from models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
@@ -81,7 +81,7 @@ def attitude_error(q: np.ndarray, q_d: np.ndarray):
 def attitude_error_rate(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.ndarray) -> np.ndarray:
     """D^I e_att = ω_d × e + ½ (η I − [e]×)(ω − ω_d)."""
     dw = w - w_d
-    return np.cross(w_d, e) + 0.5 * (eta[..., None] * dw - np.cross(e, dw))
+    return cross(w_d, e) + 0.5 * (eta[..., None] * dw - cross(e, dw))
 
 
 def _kkt(M, A, r1, r2):
@@ -149,7 +149,7 @@ class PortLaw:
         wr = nu_r[3 * n:].reshape(n, 3)
         Iw = ch.inertia_world(R)
         C_nu_r = np.zeros(6 * n)
-        C_nu_r[3 * n:] = np.cross(w, np.einsum("iab,ib->ia", Iw, wr)).ravel()      # 𝒞(ν)ν_r = Ω_i I_i ω_{r,i}
+        C_nu_r[3 * n:] = cross(w, np.einsum("iab,ib->ia", Iw, wr)).ravel()      # 𝒞(ν)ν_r = Ω_i I_i ω_{r,i}
         Kds = self.kd_mass * (M @ s) if self.kd_mass is not None else self.kd * s
         tau = M @ nu_r_dot + C_nu_r - ch.known_force(R) - Kds                       # (37), (46)
         self.info.V = float(0.5 * s @ M @ s)                                        # (38), (48)
@@ -221,41 +221,90 @@ class Obstacle:
 
 
 def obstacle_potential(pos: np.ndarray, obstacles, gain: float, d0: float):
-    """U_o (Khatib's FIRAS form): Σ_{i<N} Σ_o ½ η (1/d − 1/d0)² for d < d0, d = ‖p_i − c_o‖ − r_o.
-    Returns (U, ∇U (N,3) with zero rows for body N, Hessian blocks (N,3,3), min clearance d)."""
+    """U_o (Khatib's FIRAS form) on the CoMs, as in the paper: Σ_{i<N} Σ_o ½ η (1/d − 1/d0)² for d < d0,
+    d = ‖p_i − c_o‖ − r_o.  Returns (U, ∇U (N,3) with zero rows for body N, Hessian blocks (N,3,3), min d)."""
+    R = np.broadcast_to(np.eye(3), (pos.shape[0], 3, 3))
+    U, gp, _, hp, _, dmin = _body_potential(pos, R, obstacles, gain, d0, np.zeros((1, 3)))
+    return U, gp, hp, dmin
+
+
+def _body_potential(pos, R, obstacles, gain, d0, points):
+    """FIRAS potential on body-fixed points r_k of the bodies 1…N−1: x = p_i + R_i r_k.
+    Returns U, ∂U/∂p (N,3), ∂U/∂θ (N,3) (= Σ R_i r_k × ∂U/∂x, the derivative along a world rotation δθ of
+    the body), the active point terms for the rates (body index, R_i r_k, ∂U/∂x, Hessian), the position
+    Hessian blocks (N,3,3) and the smallest distance d of any point to a sphere surface."""
     n = pos.shape[0]
+    gp = np.zeros((n, 3))
+    gw = np.zeros((n, 3))
+    hp = np.zeros((n, 3, 3))
+    rw = np.einsum("iab,kb->ika", R[:-1], points)                  # (N−1, K, 3)
+    x = pos[:-1, None, :] + rw
     U = 0.0
-    grad = np.zeros((n, 3))
-    hess = np.zeros((n, 3, 3))
+    idx, rws, fs, Hs = [], [], [], []
     dmin = np.inf
     for ob in obstacles:
-        c = np.asarray(ob.center, float)
-        for i in range(n - 1):
-            r = pos[i] - c
-            rho = float(np.linalg.norm(r))
-            d = rho - ob.radius
-            dmin = min(dmin, d)
-            if d >= d0:
-                continue
-            d = max(d, 1e-4)
-            nvec = r / rho
-            a = 1.0 / d - 1.0 / d0
-            U += 0.5 * gain * a * a
-            du = -gain * a / d**2
-            ddu = gain * (1.0 / d**4 + 2.0 * a / d**3)
-            grad[i] += du * nvec
-            hess[i] += ddu * np.outer(nvec, nvec) + du / rho * (np.eye(3) - np.outer(nvec, nvec))
-    return U, grad, hess, dmin
+        dx = x - np.asarray(ob.center, float)
+        rho = np.linalg.norm(dx, axis=-1)
+        d = rho - ob.radius
+        dmin = min(dmin, float(d.min()))
+        act = d < d0
+        if not np.any(act):
+            continue
+        ii, kk = np.nonzero(act)
+        da = np.maximum(d[act], 1e-4)
+        ra = rho[act]
+        nv = dx[act] / ra[:, None]
+        a = 1.0 / da - 1.0 / d0
+        U += float(np.sum(0.5 * gain * a * a))
+        du = -gain * a / da**2
+        ddu = gain * (1.0 / da**4 + 2.0 * a / da**3)
+        f = du[:, None] * nv
+        nn = np.einsum("ka,kb->kab", nv, nv)
+        H = ddu[:, None, None] * nn + (du / ra)[:, None, None] * (np.eye(3) - nn)
+        r_act = rw[ii, kk]
+        np.add.at(gp, ii, f)
+        np.add.at(gw, ii, cross(r_act, f))
+        np.add.at(hp, ii, H)
+        idx.append(ii)
+        rws.append(r_act)
+        fs.append(f)
+        Hs.append(H)
+    terms = (np.concatenate(idx), np.concatenate(rws), np.concatenate(fs), np.concatenate(Hs)) if idx else None
+    return U, gp, gw, hp, terms, dmin
+
+
+def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points):
+    """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero) and its exact
+    rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ.
+    With ``points = [[0, 0, 0]]`` this is the paper's U_o(s_{B_1 I}, …, s_{B_{N−1} I}) (54)."""
+    n = state.n
+    v, w = state.v, state.w
+    U, gp, gw, _, terms, dmin = _body_potential(state.pos, state.R, obstacles, gain, d0, points)
+    dp = np.zeros((n, 3))
+    dw = np.zeros((n, 3))
+    if terms is not None:
+        ii, rw, f, H = terms
+        wr = cross(w[ii], rw)
+        fd = np.einsum("kab,kb->ka", H, v[ii] + wr)
+        np.add.at(dp, ii, fd)
+        np.add.at(dw, ii, cross(wr, f) + cross(rw, fd))
+    g = -np.concatenate([gp.ravel(), gw.ravel()])
+    gdot = -np.concatenate([dp.ravel(), dw.ravel()])
+    return g, gdot, U, dmin
 
 
 class TaskSpaceLaw(PortLaw):
     """(III) (51)–(54): end-effector (body N) pose tracking with null-space obstacle avoidance.
+    ``obstacle_points`` (K,3): body-fixed points of bodies 1…N−1 the potential acts on; default the CoMs
+    (the paper's U_o).  On long bodies the CoM alone does not keep the body out of a sphere: points along
+    the body give U_o a moment part too (``null_space_wish``).
     ``traj(t) -> (p_d (3), q_d (4), ν_{e,d} (6) = [v; ω], D^Iν_{e,d} (6))``; Λ_e = blockdiag(λ_p I, λ_a I).
     ``qp=True`` solves (*) with ProxSuite, optionally with joint-rate limits |R_{j+1}ᵀ(ω_{j+1} − ω_j)| ≤
     ``joint_rate_limit`` (component-wise, rad/s); D^Iν_r then treats the active limits as equalities."""
 
     def __init__(self, chain, traj, kd_v, kd_w, lam_p, lam_a, obstacles=(), obstacle_gain=0.0,
-                 obstacle_range=0.2, qp: bool = False, joint_rate_limit: float | None = None, kd_mass=None):
+                 obstacle_range=0.2, qp: bool = False, joint_rate_limit: float | None = None, kd_mass=None,
+                 obstacle_points=None):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
@@ -265,6 +314,8 @@ class TaskSpaceLaw(PortLaw):
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
         self.obstacles = list(obstacles)
         self.gain, self.d0 = float(obstacle_gain), float(obstacle_range)
+        pts = np.zeros((1, 3)) if obstacle_points is None else np.asarray(obstacle_points, float).reshape(-1, 3)
+        self.points = pts                              # body-fixed points U_o acts on (default: the CoM, (54))
         self.qp = qp
         self.rate_limit = joint_rate_limit
         n = chain.n
@@ -272,7 +323,7 @@ class TaskSpaceLaw(PortLaw):
         self.Jt[:3, 3 * (n - 1):3 * n] = np.eye(3)
         self.Jt[3:, 3 * n + 3 * (n - 1):] = np.eye(3)
         self.clearance = np.inf
-        self._qp = None
+        self.potential = 0.0
 
     def reference(self, t, state, R, M):
         ch = self.chain
@@ -287,11 +338,8 @@ class TaskSpaceLaw(PortLaw):
         e_ep = np.concatenate([e_pos, e_att])
         nu_er = nu_ed - lam * e_ep                                   # ν_{e,r} (52)
         nu_er_dot = nu_ed_dot - lam * np.concatenate([de_pos, de_att])
-        _, grad, hess, self.clearance = obstacle_potential(state.pos, self.obstacles, self.gain, self.d0)
-        g = np.zeros(6 * n)
-        g[:3 * n] = -grad.ravel()                                    # −∇U_o (positions of bodies 1…N−1)
-        gdot = np.zeros(6 * n)
-        gdot[:3 * n] = -np.einsum("iab,ib->ia", hess, state.v).ravel()
+        g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
+                                                                  self.points)     # −∇U_o and its rate
         J, Jd = ch.jacobian(R), ch.jacobian_dot(R, state.nu)
         A = np.vstack([J, self.Jt])
         Ad = np.vstack([Jd, np.zeros_like(self.Jt)])

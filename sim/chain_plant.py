@@ -163,10 +163,15 @@ class ChainMujocoPlant:
 
     # ------------------------------------------------------------------ inputs
     def set_torque(self, tau) -> None:
-        """The port τ = [F_B; M_B] (6N, world axes, forces at the CoMs): one thruster set per body."""
+        """Either the port τ = [F_B; M_B] (6N, world axes, forces at the CoMs: one thruster set per body), or
+        3(N−1) motor moments (world axes), dispatched to ``set_joint_moments``."""
         tau = np.asarray(tau, dtype=float)
+        if tau.shape == (3 * (self.n - 1),):
+            self.set_joint_moments(tau)
+            return
         if tau.shape != (6 * self.n,) or not np.all(np.isfinite(tau)):
-            raise StateError(f"set_torque: the port must be 6N = {6 * self.n} finite numbers, got shape {tau.shape}")
+            raise StateError(f"set_torque: expected the port (6N = {6 * self.n}) or motor moments "
+                             f"(3(N−1) = {3 * (self.n - 1)}) as finite numbers, got shape {tau.shape}")
         self.port[:] = tau
 
     def set_joint_moments(self, u) -> None:
@@ -202,5 +207,5 @@ class ChainMujocoPlant:
         w = d.warning
         bad = [k.name for k in self._BAD if w[int(k)].number > 0]
         if bad or not np.isfinite(d.qpos @ d.qpos + d.qvel @ d.qvel):
-            raise StateError(f"the MuJoCo chain {self.path.name} diverged between t={t0:.4f} s and t={self.time:.4f} s "
+            raise StateError(f"the MuJoCo chain {self.path.name} diverged between t={t0:.4f} s and t={t0 + n_steps * self.dt:.4f} s "
                              f"({', '.join(bad) or 'non-finite state'})")

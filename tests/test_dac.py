@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from controllers.dac import (JointActuationMap, Obstacle, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
-                             attitude_error, attitude_error_rate, constrained_reference, obstacle_potential)
+                             attitude_error, attitude_error_rate, constrained_reference, null_space_wish)
 from models.errors import ConfigError
 from models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
 
@@ -109,7 +109,27 @@ def test_reference_is_mass_weighted_pseudo_inverse_53_54():
     np.testing.assert_allclose(nu_r, ref, atol=1e-12)
 
 
-@pytest.mark.parametrize("law", ["II", "III"])
+def test_obstacle_potential_gradient_and_rate():
+    """g = −∇U_o: dU/dt = −gᵀν along the motion, and ġ matches finite differences (CoM and body points)."""
+    rng = np.random.default_rng(11)
+    ch = chain()
+    s = bent_state(ch, rng)
+    obs = [Obstacle(s.pos[1] + np.array([0.05, 0.1, 0.0]), 0.04), Obstacle(s.pos[2] + np.array([0.0, -0.1, 0.05]), 0.03)]
+    for pts in ([[0.0, 0.0, 0.0]], [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]):
+        g, gd, U, _ = null_space_wish(s, obs, 1e-3, 0.3, np.array(pts))
+        assert U > 0
+        h = 1e-6
+        gp, _, Up, _ = null_space_wish(flow(s, h), obs, 1e-3, 0.3, np.array(pts))
+        gm, _, Um, _ = null_space_wish(flow(s, -h), obs, 1e-3, 0.3, np.array(pts))
+        np.testing.assert_allclose((Up - Um) / (2 * h), -g @ s.nu, rtol=1e-6)
+        np.testing.assert_allclose(gd, (gp - gm) / (2 * h), atol=1e-6 * max(1, np.abs(gd).max()))
+        if len(pts) == 1:
+            assert np.abs(g[3 * ch.n:]).max() == 0          # the paper's U_o: positions only
+        else:
+            assert np.abs(g[3 * ch.n:]).max() > 0           # points off the CoM: a moment part
+
+
+@pytest.mark.parametrize("law", ["II", "III", "III-points"])
 def test_reference_derivative_by_finite_differences(law):
     rng = np.random.default_rng(2)
     ch = chain()
@@ -118,8 +138,9 @@ def test_reference_derivative_by_finite_differences(law):
         ctl = PoseLaw(ch, pose_traj(ch, bent_state(ch, np.random.default_rng(5))), 5.0, 1.0, 3.0, 4.0)
     else:
         obs = [Obstacle(s.pos[1] + np.array([0.1, 0.12, 0.0]), 0.05)]
+        pts = None if law == "III" else [[-0.2, 0, 0], [0, 0, 0], [0.2, 0, 0]]
         ctl = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + 0.05, quat_exp(np.array([0.2, 0.1, 0.0]))), 5.0, 1.0, 3.0, 4.0,
-                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3)
+                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3, obstacle_points=pts)
     t, h = 0.3, 1e-6
     ref = lambda tt, st: ctl.reference(tt, st, st.R, ch.mass_matrix(st.R))
     nu_r, nu_r_dot = ref(t, s)
