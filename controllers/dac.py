@@ -386,7 +386,7 @@ class TaskSpaceLaw(PortLaw):
             C, lim = None, None
         nin = 0 if C is None else C.shape[0]
         qp = proxsuite.proxqp.dense.QP(m, A.shape[0], nin)
-        qp.settings.eps_abs = 1e-12
+        qp.settings.eps_abs = 1e-12 * max(1.0, float(np.abs(w).max(initial=0.0)), float(np.abs(M @ g).max()))
         qp.settings.eps_rel = 0.0
         qp.settings.verbose = False
         qp.settings.max_iter = 5000
@@ -467,7 +467,7 @@ class JointActuationMap:
         else:
             m = H.shape[0]
             qp = proxsuite.proxqp.dense.QP(m, 0, m if self.limit is not None else 0)
-            qp.settings.eps_abs = 1e-12
+            qp.settings.eps_abs = 1e-10 * max(1.0, float(np.abs(f).max()))     # scaled to the problem
             qp.settings.eps_rel = 0.0
             qp.settings.verbose = False
             qp.settings.max_iter = 5000

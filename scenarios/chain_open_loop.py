@@ -118,6 +118,7 @@ def run(ctx) -> Outcome:
     cmp_rv = cmp_paper = 0.0
     mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
 
+    viewer = ctx.make_viewer(plant.model)         # --viewer meshcat: the MuJoCo chain, live
     bar = None
     if ctx.progress:
         from tqdm import tqdm
@@ -169,6 +170,8 @@ def run(ctx) -> Outcome:
                 s_rv, _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
             plant.set_torque(tau)
             plant.step(1)
+            if viewer is not None:
+                viewer.maybe_update(plant.time, plant.data.qpos)
             if bar is not None:
                 bar.update(1)
     finally:

@@ -169,10 +169,11 @@ def run(ctx) -> Outcome:
         s = ctl.state(q, v)
         p_d, q_d, _, _ = traj(t)
         e_att, _ = attitude_error(s.quat[-1], q_d)
-        log.append(t=t, V=law.info.V, Vdot_cl=law.info.Vdot_cl, ee_pos=s.pos[-1], ee_pos_d=p_d, ee_quat=s.quat[-1],
+        u_max = 0.0 if alloc.u is None else float(np.abs(np.einsum("jba,jb->ja", s.R[1:], alloc.u)).max())
+        log.append(motor_max_nm=u_max, t=t, V=law.info.V, Vdot_cl=law.info.Vdot_cl, ee_pos=s.pos[-1], ee_pos_d=p_d, ee_quat=s.quat[-1],
                    ee_quat_d=q_d, e_pos=s.pos[-1] - p_d, e_att=e_att, clearance=segment_clearance(s.pos, s.quat, 0.0, obstacles),
                    seg_clearance=segment_clearance(s.pos, s.quat, half, obstacles), tau_c=tau_c, tau=alloc.tau,
-                   residual_g=alloc.residual_g, pos=s.pos, quat=s.quat, plant_qpos=plant.data.qpos,
+                   residual_g=alloc.residual_g, saturated=float(alloc.saturated), pos=s.pos, quat=s.quat, plant_qpos=plant.data.qpos,
                    qp_active=law.info.qp_active)
 
     viewer = ctx.make_viewer(plant.model)
@@ -197,6 +198,8 @@ def run(ctx) -> Outcome:
         lyapunov_max=float(np.max(V)), min_obstacle_clearance_m=float(np.min(a["seg_clearance"])),
         min_com_clearance_m=float(np.min(a["clearance"])),
         allocation_residual_max=float(np.max(a["residual_g"])),
+        allocation_saturated_steps=int(np.sum(a["saturated"])),
+        motor_moment_max_nm=float(np.max(a["motor_max_nm"])),
         control_step_us_median=res.step_us_median, rhs=cfg["rhs"])
     rows = [
         Row("ee_error_mean_m", metrics["ee_error_mean_m"], "Fig. 4 (→ 0)", "<= 1e-3",
@@ -208,7 +211,8 @@ def run(ctx) -> Outcome:
         Row("min_obstacle_clearance_m", metrics["min_obstacle_clearance_m"], None, "> 0 (rod axes)",
             bool(metrics["min_obstacle_clearance_m"] > 0)),
         Row("min_com_clearance_m", metrics["min_com_clearance_m"], None, "(CoMs, info)"),
-        Row("allocation_residual_max", metrics["allocation_residual_max"], None, f"(rhs={cfg['rhs']})"),
+        Row("allocation_residual_max", metrics["allocation_residual_max"], None, f"(rhs={cfg['rhs']}, √(rᵀGr))"),
+        Row("allocation_saturated_steps", metrics["allocation_saturated_steps"], None, "(motor limit active)"),
         Row("control_step_us_median", metrics["control_step_us_median"], None, None),
     ]
     plots = make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r)
