@@ -149,10 +149,12 @@ def run(ctx) -> Outcome:
     if k < 1:
         raise ConfigError("obstacle_points_per_body must be >= 1")
     pts = [[0.0, 0.0, 0.0]] if k == 1 else [[x, 0.0, 0.0] for x in np.linspace(-cfg["length"] / 2, cfg["length"] / 2, k)]
-    law = TaskSpaceLaw(chain, traj, 0.0, 0.0, cfg["lam_p"], cfg["lam_a"], obstacles=obstacles,
+    if cfg["kd_mass"] < 0 or (cfg["kd_mass"] == 0 and not (cfg["kd_v"] > 0 and cfg["kd_w"] > 0)):
+        raise ConfigError("set kd_mass > 0, or kd_mass = 0 with kd_v > 0 and kd_w > 0")
+    law = TaskSpaceLaw(chain, traj, cfg["kd_v"], cfg["kd_w"], cfg["lam_p"], cfg["lam_a"], obstacles=obstacles,
                        obstacle_gain=cfg["obstacle_gain"], obstacle_range=cfg["obstacle_range"],
                        qp=cfg["reference_qp"], joint_rate_limit=cfg["joint_rate_limit"] or None,
-                       kd_mass=cfg["kd_mass"], obstacle_points=pts)
+                       kd_mass=cfg["kd_mass"] or None, obstacle_points=pts)
     if joint:
         rhs = JointActuationMap(chain, qp=cfg["motor_limit"] > 0, limit=cfg["motor_limit"] or None)
     else:
