@@ -162,6 +162,22 @@ def quat_log(q: np.ndarray) -> np.ndarray:
     return k * q[..., 1:]
 
 
+def rotation_vector(R: np.ndarray) -> np.ndarray:
+    """Log of rotation matrices (…,3,3) → rotation vectors (…,3).  θ = atan2(|v|, (tr R − 1)/2) with
+    v = ½ (R − Rᵀ)^∨ = sin θ · axis is accurate for θ ≤ π/2; larger angles go through the quaternion."""
+    v = 0.5 * np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], axis=-1)
+    c = 0.5 * (np.trace(R, axis1=-2, axis2=-1) - 1.0)
+    s = np.linalg.norm(v, axis=-1)
+    th = np.arctan2(s, c)
+    k = np.where(s > 1e-8, th / np.where(s > 1e-8, s, 1.0), 1.0 + th * th / 6.0)    # θ/sin θ
+    out = k[..., None] * v
+    big = c < 0.0
+    if np.any(big):
+        Rb = R[big]
+        out[big] = quat_log(np.array([quat_from_matrix(r) for r in Rb]))
+    return out
+
+
 def quat_from_euler_zyx(phi: float, theta: float, psi: float) -> np.ndarray:
     """(56): quaternion of Z-Y-X Euler angles (yaw Ψ, pitch Θ, roll Φ)."""
     cf, sf = np.cos(phi / 2), np.sin(phi / 2)
@@ -461,9 +477,7 @@ class TensorChain:
     def joint_moments(self, R: np.ndarray) -> np.ndarray:
         """m_{J_j} (19) (or the rotation-vector law), inertial coordinates, shape (N−1, 3)."""
         if self.spring_law == "rotvec":
-            Rrel = np.einsum("jba,jbc->jac", R[:-1], R[1:])
-            qrel = np.array([quat_from_matrix(r) for r in Rrel])
-            th = quat_log(qrel)                        # in B_j (= in B_{j+1}) coordinates
+            th = rotation_vector(np.einsum("jba,jbc->jac", R[:-1], R[1:]))   # in B_j (= in B_{j+1}) coordinates
             return np.einsum("jab,jb->ja", R[:-1], self.stiffness * th)
         ang = self.relative_euler(R)
         ax = self.joint_axes(R, ang)
@@ -471,8 +485,7 @@ class TensorChain:
 
     def spring_energy(self, R: np.ndarray) -> float:
         """½ Σ K_k θ_k² of the rotation-vector law (its potential when K is isotropic per joint)."""
-        Rrel = np.einsum("jba,jbc->jac", R[:-1], R[1:])
-        th = quat_log(np.array([quat_from_matrix(r) for r in Rrel]))
+        th = rotation_vector(np.einsum("jba,jbc->jac", R[:-1], R[1:]))
         return float(0.5 * np.sum(self.stiffness * th * th))
 
     def applied_force(self, R: np.ndarray, nu: np.ndarray, port: np.ndarray | None, M_J=None) -> np.ndarray:
@@ -494,7 +507,15 @@ class TensorChain:
 
     def known_force(self, R: np.ndarray) -> np.ndarray:
         """ℱ_{g,J} = M_v g_{3N} + C_F M_J (37): the part of ℱ the control laws cancel."""
-        return self.applied_force(R, np.zeros(6 * self.n), None)
+        n = self.n
+        F = np.zeros(6 * n)
+        F[: 3 * n] = np.tile(self.gravity, n) * np.repeat(self.masses, 3)
+        M_J = self.joint_moments(R)
+        CFMJ = np.zeros((n, 3))
+        CFMJ[:-1] += M_J
+        CFMJ[1:] -= M_J
+        F[3 * n:] = CFMJ.ravel()
+        return F
 
     # ------------------------------------------------------------------ solving (32)
     @staticmethod

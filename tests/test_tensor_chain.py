@@ -5,7 +5,7 @@ import pytest
 from models.errors import ConfigError, StateError
 from models.tensor_chain import (ChainState, TensorChain, euler123_from_matrix, euler_zyx_from_quat,
                                  quat_conj, quat_exp, quat_from_euler_zyx, quat_from_matrix, quat_log, quat_mul,
-                                 quat_rate_body, quat_to_matrix, rot_x, rot_y, rot_z, skew, transformation_BI)
+                                 quat_rate_body, quat_to_matrix, rot_x, rotation_vector, rot_y, rot_z, skew, transformation_BI)
 
 
 def random_chain(n=5, law="euler123", fixed=False, seed=0):
@@ -169,6 +169,9 @@ def test_quaternion_kinematics_and_conversions():
         v = rng.normal(size=3)
         v *= min(1.0, 3.0 / np.linalg.norm(v))
         np.testing.assert_allclose(quat_log(quat_exp(v)), v, atol=1e-12)
+        for scale in (1e-9, 1e-3, 1.0, 1.5, 3.0):         # both branches of rotation_vector
+            u = v / np.linalg.norm(v) * scale
+            np.testing.assert_allclose(rotation_vector(quat_to_matrix(quat_exp(u))), u, atol=1e-12)
         # (56)–(57) round trip (Z-Y-X): pitch kept inside (−π/2, π/2)
         e = (rng.uniform(-3, 3), rng.uniform(-1.5, 1.5), rng.uniform(-3, 3))
         qe = quat_from_euler_zyx(*e)
