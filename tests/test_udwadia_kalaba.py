@@ -112,12 +112,13 @@ def test_torque_limits_active(robot, prio):
         assert ctl.info.limits_active
 
 
-def test_constraints_beyond_limits_are_reported(robot):
+@pytest.mark.parametrize("prio", ["weighted", "strict"])
+def test_constraints_beyond_limits_are_reported(robot, prio):
     c, u = parts(robot)
     q, v = states(1, seed=2)[0]
-    ctl = UdwadiaKalabaController(robot, [c], [u], torque_limits=True)
+    ctl = UdwadiaKalabaController(robot, [c], [u], priority=prio, torque_limits=True)
     ctl.tau_max = np.full(14, 1.0)
-    with pytest.raises(InfeasibleError, match="effort limits"):
+    with pytest.raises(InfeasibleError, match=r"effort limits \(joint 'yumi_joint_\d_[lr]'"):
         ctl(0.1, q, 3 * v)
 
 
