@@ -176,9 +176,17 @@ def run(ctx) -> Outcome:
                    ee_quat_d=q_d, e_pos=s.pos[-1] - p_d, e_att=e_att, clearance=segment_clearance(s.pos, s.quat, 0.0, obstacles),
                    seg_clearance=segment_clearance(s.pos, s.quat, half, obstacles), tau_c=tau_c, tau=alloc.tau,
                    residual_g=alloc.residual_g, saturated=float(alloc.saturated), pos=s.pos, quat=s.quat, plant_qpos=plant.data.qpos,
-                   qp_active=law.info.qp_active)
+                   qp_active=law.info.qp_active, trail__EE=s.pos[-1], trail__EE_desired=p_d)
+        if viewer is not None:                        # drawn at the viewer's next frame
+            viewer.append_trail("EE", s.pos[-1], t)
+            viewer.append_trail("EE_desired", p_d, t)
 
+    for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):
+        log.meta[f"sphere__obstacle{i}"] = np.r_[np.asarray(c, dtype=float), float(r)]
     viewer = ctx.make_viewer(plant.model)
+    if viewer is not None:
+        for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):
+            viewer.set_sphere(f"obstacle{i}", c, r)
     res = run_closed_loop(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                           disturbances=dist, viewer=viewer, progress=ctx.progress, desc=NAME)
     a = log.arrays()

@@ -1,0 +1,56 @@
+"""Cost of the Meshcat viewer per control step: a skipped call of ``maybe_update`` (trails only), one
+frame built and serialised without a server (Recorder) and one frame sent to a real local Meshcat
+server, on the YuMi-with-bar plant (37 drawn geoms, 3 frames, 1 trail). Never asserted in tests.
+
+    python -m bench.viewer [--frames 300]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sim.viewer import MeshcatViewer, Recorder
+
+
+def _median_us(fn, n):
+    ts = []
+    for k in range(n):
+        c0 = time.perf_counter()
+        fn(k)
+        ts.append((time.perf_counter() - c0) * 1e6)
+    return float(np.median(ts))
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m bench.viewer")
+    ap.add_argument("--frames", type=int, default=300)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    out = {}
+    frames = {"E1": np.eye(4), "E2": np.eye(4), "desired": np.eye(4)}
+    for label, vis in (("recorder", Recorder()), ("meshcat_server", None)):
+        v = MeshcatViewer("mjcf/yumi_bar.xml", visualizer=vis, realtime=False, fps=1e-9)
+        qs = rng.uniform(-1, 1, (args.frames, v.model.nq))
+        try:
+            v.maybe_update(0.0, qs[0])                      # the first call always sends
+            out[f"{label}_skipped_call_us"] = _median_us(
+                lambda k: v.maybe_update(1e-3 * (k + 1), qs[k], frames=frames, trails={"E1": qs[k, :3]}), args.frames)
+            out[f"{label}_frame_us"] = _median_us(
+                lambda k: v.show(qs[k], frames=frames, trails={"E1": qs[k, :3]}, t=1.0 + k * 0.01), args.frames)
+        finally:
+            v.close()
+        out["drawn_geoms"] = v.model.ngeom - len(v.skipped)
+    for k, x in out.items():
+        print(f"  {k:34s} {x:10.1f}")
+    res = Path(__file__).resolve().parent / "results"
+    res.mkdir(exist_ok=True)
+    (res / "viewer.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""The Meshcat viewer: geoms posed as MuJoCo poses them, shapes oriented as MuJoCo orients them,
+trails, pacing, replay of a saved run and its errors, and one real Meshcat server (localhost)."""
+import time
+
+import mujoco
+import numpy as np
+import pytest
+
+from models.errors import ConfigError, ModelFileError
+from sim.runner import Logger
+from sim.viewer import MeshcatViewer, Recorder, replay
+
+
+def random_qpos(m, seed=0):
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(seed)
+    mujoco.mj_resetData(m, d)
+    for j in range(m.njnt):
+        a = m.jnt_qposadr[j]
+        if m.jnt_type[j] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            d.qpos[a] = rng.uniform(-1, 1) * (0.3 if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_SLIDE else 1.5)
+        elif m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            d.qpos[a:a + 3] = rng.normal(size=3)
+            qu = rng.normal(size=4)
+            d.qpos[a + 3:a + 7] = qu / np.linalg.norm(qu)
+        elif m.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+            qu = rng.normal(size=4)
+            d.qpos[a:a + 4] = qu / np.linalg.norm(qu)
+    return d.qpos.copy()
+
+
+def world_poses(m, qpos):
+    d = mujoco.MjData(m)
+    d.qpos[:] = qpos
+    mujoco.mj_forward(m, d)                     # independent of the viewer's mj_kinematics
+    return d.geom_xpos.copy(), d.geom_xmat.reshape(-1, 3, 3).copy()
+
+
+@pytest.mark.parametrize("mjcf", ["mjcf/yumi_bar.xml", "mjcf/slider_crank.xml", "mjcf/chain5.xml",
+                                  "mjcf/balloon.xml", "mjcf/series_parallel.xml"])
+def test_every_drawn_geom_sits_where_mujoco_puts_it(mjcf):
+    rec = Recorder()
+    v = MeshcatViewer(mjcf, visualizer=rec, realtime=False)
+    m = v.model
+    drawn = [g for g in range(m.ngeom) if g not in v.skipped]
+    assert len(drawn) >= 1 and len(drawn) + len(v.skipped) == m.ngeom
+    for g, why in v.skipped.items():             # only hidden groups / invisible geoms are left out
+        assert m.geom_group[g] not in (0, 1, 2) or m.geom_rgba[g][3] == 0, why
+    q = random_qpos(m, seed=1)
+    v.show(q)
+    xpos, xmat = world_poses(m, q)
+    for g in drawn:
+        T = rec.transforms[v._geom_path(g)]
+        np.testing.assert_allclose(T[:3, 3], xpos[g], atol=1e-12)
+        np.testing.assert_allclose(T[:3, :3], xmat[g], atol=1e-12)
+        np.testing.assert_allclose(T[3], [0, 0, 0, 1])
+
+
+def test_bar_of_the_closed_chain_plant_is_drawn():
+    rec = Recorder()
+    v = MeshcatViewer("mjcf/yumi_bar.xml", visualizer=rec)
+    bar = mujoco.mj_name2id(v.model, mujoco.mjtObj.mjOBJ_BODY, "bar")
+    assert bar >= 0
+    geoms = [g for g in range(v.model.ngeom) if v.model.geom_bodyid[g] == bar]
+    assert geoms and all(g not in v.skipped for g in geoms)
+    assert all(any(p.startswith(v._geom_path(g) + "/") for p in rec.objects) for g in geoms)
+
+
+def test_cylinder_and_capsule_axes_follow_mujoco_z():
+    """Meshcat's cylinder axis is its local y: the shape node must turn it onto the geom's z axis,
+    and a capsule's end spheres must sit at ±half-length along that axis."""
+    xml = """<mujoco><worldbody><body name="b" pos="0.1 0.2 0.3" euler="0.3 -0.4 0.5">
+      <freejoint/><geom name="cyl" type="cylinder" size="0.05 0.2"/>
+      <geom name="cap" type="capsule" size="0.03 0.15" pos="0.1 0 0" euler="1 0 0"/></body></worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    rec = Recorder()
+    v = MeshcatViewer(m, visualizer=rec)
+    q = random_qpos(m, seed=4)
+    v.show(q)
+    xpos, xmat = world_poses(m, q)
+    for g in range(2):
+        path = v._geom_path(g)
+        T = rec.transforms[path] @ rec.transforms[path + "/shape"]
+        np.testing.assert_allclose(T[:3, 1], xmat[g][:, 2], atol=1e-12)      # meshcat y = MuJoCo z
+        obj = {"geometry": rec.objects[path + "/shape"].geometry.lower(None)}
+        assert obj["geometry"]["height"] == pytest.approx(2 * m.geom_size[g][1])
+        assert obj["geometry"]["radiusTop"] == pytest.approx(m.geom_size[g][0])
+    path = v._geom_path(1)
+    for k, sgn in (("cap0", 1), ("cap1", -1)):
+        p = (rec.transforms[path] @ rec.transforms[f"{path}/{k}"])[:3, 3]
+        np.testing.assert_allclose(p, xpos[1] + sgn * m.geom_size[1][1] * xmat[1][:, 2], atol=1e-12)
+
+
+def test_box_is_full_size_and_static_geoms_are_sent_once():
+    xml = """<mujoco><worldbody><geom name="floor" type="plane" size="1 1 0.1"/>
+      <body name="b"><joint type="hinge" axis="0 0 1"/><geom name="box" type="box" size="0.1 0.2 0.3"/></body>
+      </worldbody></mujoco>"""
+    rec = Recorder()
+    v = MeshcatViewer(mujoco.MjModel.from_xml_string(xml), visualizer=rec, realtime=False)
+    box = rec.objects[v._geom_path(1) + "/shape"].geometry.lower(None)
+    assert (box["width"], box["height"], box["depth"]) == pytest.approx((0.2, 0.4, 0.6))
+    assert [p for _, p in v._moving] == [v._geom_path(1)]
+    n0 = rec.n_transforms
+    v.show([0.3])
+    assert rec.n_transforms == n0 + 1                    # only the moving box
+
+
+def test_trails_decimate_old_points_and_restart_with_time():
+    v = MeshcatViewer("mjcf/slider_crank.xml", visualizer=Recorder(), trail_len=100, trail_dt=0.0)
+    for k in range(1000):
+        v.append_trail("p", [k, 0, 0], t=0.001 * k)
+    pts = np.array(v._trails["p"])
+    assert len(pts) <= 100
+    assert pts[0, 0] == 0 and pts[-1, 0] == 999 and np.all(np.diff(pts[:, 0]) > 0)
+    v.append_trail("p", [5, 5, 5], t=0.0)               # time went back: a new run starts a new trail
+    assert len(v._trails["p"]) == 1
+    v2 = MeshcatViewer("mjcf/slider_crank.xml", visualizer=Recorder(), trail_dt=0.01)
+    for k in range(100):
+        v2.append_trail("p", [k, 0, 0], t=0.001 * k)    # 0.1 s at 1 kHz, kept every 10 ms
+    assert len(v2._trails["p"]) == 10
+
+
+def test_frames_are_throttled_and_paced_to_real_time():
+    rec = Recorder()
+    v = MeshcatViewer("mjcf/slider_crank.xml", visualizer=rec, fps=20, realtime=True)
+    q = np.zeros(v.model.nq)
+    w0 = time.perf_counter()
+    sent = sum(v.maybe_update(0.001 * k, q) for k in range(401))      # 0.4 s of simulated time
+    wall = time.perf_counter() - w0
+    assert wall >= 0.3                               # not faster than real time
+    assert 2 <= sent <= 0.4 * 20 + 3                 # at most fps frames per second
+    v.realtime = False
+    v.speed = 1.0
+    w0 = time.perf_counter()
+    for k in range(1000):
+        v.maybe_update(10 + 0.001 * k, q)            # unpaced: as fast as it comes
+    assert time.perf_counter() - w0 < 5.0
+
+
+def test_wrong_qpos_and_bad_model_are_clear_errors():
+    v = MeshcatViewer("mjcf/yumi.xml", visualizer=Recorder())
+    with pytest.raises(ConfigError, match="nq=14"):
+        v.show(np.zeros(13))
+    with pytest.raises(ModelFileError, match="nope.xml"):
+        MeshcatViewer("mjcf/nope.xml", visualizer=Recorder())
+    with pytest.raises(ConfigError, match="MjModel"):
+        MeshcatViewer(42, visualizer=Recorder())
+    with pytest.raises(ConfigError, match="4×4"):
+        v.set_frame("E", np.eye(3))
+
+
+def saved_run(tmp_path, n=50, **extra):
+    m = mujoco.MjModel.from_xml_path("mjcf/yumi_bar.xml")
+    log = Logger()
+    log.meta["mjcf_path"] = "mjcf/yumi_bar.xml"
+    qs = [random_qpos(m, seed=s) for s in range(n)]
+    for k, q in enumerate(qs):
+        T = np.eye(4)
+        T[:3, 3] = [k, 0, 0]
+        log.append(t=0.01 * k, plant_qpos=q, frame__E=T, trail__E=T[:3, 3])
+    log.meta.update(extra)
+    log.save(tmp_path / "log.npz")
+    return m, qs
+
+
+def test_replay_of_a_saved_run_ends_on_its_last_state(tmp_path):
+    m, qs = saved_run(tmp_path, sphere__keep_out=[0.5, 0, 0.3, 0.1])
+    rec = Recorder()
+    v = replay(tmp_path, visualizer=rec, realtime=False, progress=False)
+    xpos, xmat = world_poses(m, qs[-1])
+    for g, path in v._moving:
+        np.testing.assert_allclose(rec.transforms[path][:3, 3], xpos[g], atol=1e-12)
+    np.testing.assert_allclose(rec.transforms["frames/E"][:3, 3], [49, 0, 0])
+    assert len(v._trails["E"]) == 50
+    np.testing.assert_allclose(rec.transforms["spheres/keep_out"][:3, 3], [0.5, 0, 0.3])
+    assert "trails/E" in rec.objects
+
+
+def test_replay_errors_name_the_file_and_key(tmp_path):
+    with pytest.raises(ModelFileError, match="no run log"):
+        replay(tmp_path / "missing", visualizer=Recorder(), progress=False)
+    saved_run(tmp_path, n=3)
+    with pytest.raises(ConfigError, match="no 'model_qpos' series.*plant_qpos"):
+        replay(tmp_path, visualizer=Recorder(), qpos_key="model_qpos", progress=False)
+    log = Logger()
+    log.meta["mjcf_path"] = "mjcf/yumi.xml"                       # 14 joints; the log has 13
+    log.append(t=0.0, plant_qpos=np.zeros(13))
+    (tmp_path / "b").mkdir()
+    log.save(tmp_path / "b" / "log.npz")
+    with pytest.raises(ConfigError, match="13 columns.*nq=14"):
+        replay(tmp_path / "b", visualizer=Recorder(), progress=False)
+
+
+def test_live_scenario_streams_frames_and_trails(tmp_path, monkeypatch):
+    """--viewer meshcat on a real scenario, with the server swapped for a recorder."""
+    from scenarios._common import run_scenario
+    from scenarios.yumi_dual_arm import NAME, run
+    import sim.viewer
+
+    rec = Recorder()
+    monkeypatch.setattr(sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda: rec))
+    run_scenario(NAME, run, out=tmp_path, overrides={"duration": 0.3}, viewer="meshcat")
+    assert {"frames/E1", "frames/E2", "trails/E1"} <= set(rec.objects)
+    assert rec.n_transforms > 20 * 5                     # several frames of the 20+ moving geoms
+
+
+def test_real_meshcat_server_round_trip():
+    """One real local Meshcat server (zmq on localhost): start, draw, move, serve the scene, stop."""
+    v = MeshcatViewer("mjcf/slider_crank.xml", realtime=False)
+    try:
+        assert v.url().startswith("http://")
+        v.show(np.zeros(v.model.nq), frames={"O": np.eye(4)}, trails={"p": [0, 0, 0]})
+        v.set_sphere("s", [0, 0, 0], 0.1)
+        html = v.vis.static_html()
+        assert "<html>" in html and len(html) > 1000
+    finally:
+        v.close()
+    assert v.vis.window.server_proc.poll() is not None              # the server is gone
