@@ -68,6 +68,9 @@ def run(ctx) -> Outcome:
     cfg = ctx.cfg
     if cfg["formulation"] not in KINDS:
         raise ConfigError(f"formulation='{cfg['formulation']}' is not one of {list(KINDS)}")
+    if not cfg["duration"] > cfg["track_after"]:
+        raise ConfigError(f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s "
+                          "(the tracking metrics are taken after it); lengthen the run or lower track_after")
     robot = Robot(cfg["urdf"])
     loop = SliderCrankLoop(cfg["link_length"])
     q0 = np.zeros(2)

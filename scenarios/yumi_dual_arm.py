@@ -116,15 +116,16 @@ def run(ctx) -> Outcome:
         ec, eu = coupling.error(kin, t), task.error(kin, t)
         E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
         TD = traj(t)[0]
+        EB = (E1 * T_AB).translation          # the coupling body as E1 holds it: from E1 to E1·T_A^B (where E2 should be)
         info = getattr(controller, "info", None)
         Qc = info.Qc if info is not None and info.Qc is not None else np.zeros(robot.nv)
         log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=Qc, qp_iter=getattr(info, "qp_iter", 0), p_E1=E1.translation, p_D=TD.translation,
                    plant_qpos=plant.data.qpos, frame__E1=E1.homogeneous, frame__E2=E2.homogeneous,
-                   frame__desired=TD.homogeneous, trail__E1=E1.translation,
+                   frame__desired=TD.homogeneous, trail__E1=E1.translation, segment__coupling=np.array([E1.translation, EB]),
                    weld_violation=plant.equality_violation() if cfg["plant"] == "bar" else 0.0)
         if viewer is not None:
             viewer.maybe_update(t, plant.data.qpos, frames={"E1": E1, "E2": E2, "desired": TD},
-                                trails={"E1": E1.translation})
+                                trails={"E1": E1.translation}, segments={"coupling": (E1.translation, EB)})
 
     res = run_closed_loop(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"],
                           record=record, disturbances=disturbances, progress=ctx.progress,

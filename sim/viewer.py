@@ -2,8 +2,8 @@
 
 What is drawn is the *plant* — every MuJoCo geom of groups 0–2 (MuJoCo's own viewer default),
 including bodies the controller's model does not have (the YuMi's bar, the balloon's envelope) —
-plus what a scenario adds: coordinate frames (triads), trails (polylines of points) and spheres
-(keep-out zones).
+plus what a scenario adds: coordinate frames (triads), trails (polylines of points), segments (rods
+between two points, e.g. the YuMi's virtual coupling body) and spheres (keep-out zones).
 
 Geometry, once per geom:  box → Box(2·size), sphere → Sphere(size₀), ellipsoid → Ellipsoid(size₀..₂),
 cylinder → Cylinder(2·size₁, size₀), capsule → that cylinder plus two end spheres, plane → a thin
@@ -19,7 +19,8 @@ faster than real time is slowed down for watching; a slower one is shown as it c
 
 Replay:  ``python -m sim.viewer RUN_DIR [--speed S] [--loop] [--qpos-key K]`` reads
 ``RUN_DIR/log.npz``: ``mjcf_path``, ``t``, ``plant_qpos`` (N×nq) and any ``frame__<name>`` (N×4×4)
-and ``trail__<name>`` (N×3) series the scenario logged, and ``sphere__<name>`` ([x, y, z, r]) entries.
+and ``trail__<name>`` (N×3) and ``segment__<name>`` (N×2×3, rod end points) series the scenario logged,
+and ``sphere__<name>`` ([x, y, z, r]) entries.
 """
 from __future__ import annotations
 
@@ -130,6 +131,7 @@ class MeshcatViewer:
         self.skipped: dict[int, str] = {}            # geom id -> why it is not drawn
         self._moving: list[tuple[int, str]] = []      # (geom id, meshcat path) sent every frame
         self._frames: set[str] = set()
+        self._segments: set[str] = set()
         self._trails: dict[str, list] = {}
         self._trail_t: dict[str, float] = {}
         self._trail_dirty: set[str] = set()
@@ -301,17 +303,44 @@ class MeshcatViewer:
         T[:3, 3] = np.asarray(center, dtype=float).ravel()[:3]
         self.vis[path].set_transform(T)
 
-    def show(self, qpos, frames: dict | None = None, trails: dict | None = None, t: float | None = None) -> None:
-        """Send one frame now: plant pose, frames, trails (points appended), no pacing."""
+    def set_segment(self, name: str, p0, p1, radius: float = 0.012, rgba=(0.95, 0.75, 0.1, 0.8)) -> None:
+        """A rod from ``p0`` to ``p1`` (e.g. a coupling body the plant does not have). A unit-height
+        Meshcat cylinder (axis y) is mapped by T = [R·diag(1, ‖p1 − p0‖, 1)  (p0 + p1)/2], R taking y
+        onto the rod's direction."""
+        import meshcat.geometry as g
+
+        p0, p1 = (np.asarray(p, dtype=float).ravel()[:3] for p in (p0, p1))
+        path = f"segments/{name}"
+        if name not in self._segments:
+            self.vis[path].set_object(g.Mesh(g.Cylinder(1.0, float(radius)), g.MeshLambertMaterial(
+                color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))))
+            self._segments.add(name)
+        d = p1 - p0
+        L = float(np.linalg.norm(d))
+        y = d / L if L > 1e-12 else np.array([0.0, 1.0, 0.0])
+        a = np.array([1.0, 0.0, 0.0]) if abs(y[0]) < 0.9 else np.array([0.0, 0.0, 1.0])
+        x = np.cross(y, a)
+        x /= np.linalg.norm(x)
+        T = np.eye(4)
+        T[:3, :3] = np.column_stack([x, y * L, np.cross(x, y)])
+        T[:3, 3] = 0.5 * (p0 + p1)
+        self.vis[path].set_transform(T)
+
+    def show(self, qpos, frames: dict | None = None, trails: dict | None = None, t: float | None = None,
+             segments: dict | None = None) -> None:
+        """Send one frame now: plant pose, frames, segments, trails (points appended), no pacing."""
         self.set_qpos(qpos)
         for k, T in (frames or {}).items():
             self.set_frame(k, T)
+        for k, (p0, p1) in (segments or {}).items():
+            self.set_segment(k, p0, p1)
         for k, p in (trails or {}).items():
             self.append_trail(k, p, t)
         self._flush_trails()
         self.frames_sent += 1
 
-    def maybe_update(self, t: float, qpos, frames: dict | None = None, trails: dict | None = None) -> bool:
+    def maybe_update(self, t: float, qpos, frames: dict | None = None, trails: dict | None = None,
+                     segments: dict | None = None) -> bool:
         """Call every control step. Trails collect points every ``trail_dt`` of simulated time; a
         frame is sent at most ``fps`` times per wall-clock second and, with ``realtime``, not before
         the wall clock has caught up with simulated time. Returns True when a frame was sent."""
@@ -328,7 +357,7 @@ class MeshcatViewer:
         elif wall - self._last_send < period:
             return False
         self._last_send = time.perf_counter()
-        self.show(qpos, frames)
+        self.show(qpos, frames, segments=segments)
         return True
 
     def close(self) -> None:
@@ -381,6 +410,7 @@ def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos
         viewer.set_sphere(k[len("sphere__"):], c[:3], c[3])
     frames = {k[len("frame__"):]: L[k] for k in L if k.startswith("frame__")}
     trails = {k[len("trail__"):]: L[k] for k in L if k.startswith("trail__")}
+    segs = {k[len("segment__"):]: L[k] for k in L if k.startswith("segment__")}
     while True:
         it = range(t.shape[0])
         if progress:
@@ -389,8 +419,10 @@ def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos
             it = tqdm(it, desc=f"replay {Path(L['_file']).parent.name}", unit="step", leave=False)
         for i in it:
             viewer.maybe_update(float(t[i]), Q[i], frames={k: v[i] for k, v in frames.items()},
-                                trails={k: v[i] for k, v in trails.items()})
-        viewer.show(Q[-1], {k: v[-1] for k, v in frames.items()}, {k: v[-1] for k, v in trails.items()}, t=float(t[-1]))
+                                trails={k: v[i] for k, v in trails.items()},
+                                segments={k: v[i] for k, v in segs.items()})
+        viewer.show(Q[-1], {k: v[-1] for k, v in frames.items()}, {k: v[-1] for k, v in trails.items()},
+                    t=float(t[-1]), segments={k: v[-1] for k, v in segs.items()})
         if not loop:
             return viewer
 

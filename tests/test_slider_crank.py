@@ -28,3 +28,6 @@ def test_bad_config_is_refused(tmp_path):
         run_scenario(NAME, run, out=tmp_path, overrides={"controller": "nope"})
     with pytest.raises(ConfigError):
         run_scenario(NAME, run, out=tmp_path / "b", sets=["no_such_key=1"])
+    with pytest.raises(ConfigError, match="track_after"):
+        run_scenario(NAME, run, out=tmp_path / "c", overrides={"duration": 0.5})
+    assert "track_after" in (tmp_path / "c" / "metrics.json").read_text()    # the reason is kept

@@ -137,6 +137,22 @@ def test_frames_are_throttled_and_paced_to_real_time():
     assert time.perf_counter() - w0 < 5.0
 
 
+def test_segment_spans_its_two_end_points():
+    rec = Recorder()
+    v = MeshcatViewer("mjcf/yumi.xml", visualizer=rec)
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        p0, p1 = rng.normal(size=3), rng.normal(size=3)
+        v.set_segment("rod", p0, p1)
+        T = rec.transforms["segments/rod"]
+        np.testing.assert_allclose((T @ [0, -0.5, 0, 1])[:3], p0, atol=1e-12)   # unit cylinder ends (axis y)
+        np.testing.assert_allclose((T @ [0, 0.5, 0, 1])[:3], p1, atol=1e-12)
+        R = T[:3, :3] / np.linalg.norm(T[:3, :3], axis=0)
+        np.testing.assert_allclose(R.T @ R, np.eye(3), atol=1e-12)             # no shear: radius kept
+        np.testing.assert_allclose(np.linalg.norm(T[:3, [0, 2]], axis=0), 1.0)
+    assert rec.objects["segments/rod"].geometry.lower(None)["height"] == 1.0
+
+
 def test_wrong_qpos_and_bad_model_are_clear_errors():
     v = MeshcatViewer("mjcf/yumi.xml", visualizer=Recorder())
     with pytest.raises(ConfigError, match="nq=14"):
@@ -200,7 +216,7 @@ def test_live_scenario_streams_frames_and_trails(tmp_path, monkeypatch):
     rec = Recorder()
     monkeypatch.setattr(sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda: rec))
     run_scenario(NAME, run, out=tmp_path, overrides={"duration": 0.3}, viewer="meshcat")
-    assert {"frames/E1", "frames/E2", "trails/E1"} <= set(rec.objects)
+    assert {"frames/E1", "frames/E2", "trails/E1", "segments/coupling"} <= set(rec.objects)
     assert rec.n_transforms > 20 * 5                     # several frames of the 20+ moving geoms
 
 
