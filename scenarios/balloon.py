@@ -290,6 +290,11 @@ def kinetic(sys_: System, q, v) -> float:
     return sum(nd.block.body.kinetic_energy(kin[i][1].tw) for i, nd in enumerate(sys_.nodes))
 
 
+def _or(x, text):
+    """A table cell: ``x``, or ``text`` saying why there is no number when x is nan."""
+    return text if isinstance(x, float) and np.isnan(x) else x
+
+
 def growth_exponent(t, d, lo=1e-13, hi=1e-3):
     """Least-squares slope of log d(t) where lo < d < hi (the exponential-growth window): a
     Lyapunov-like exponent of the difference between two engines (1/s); nan if too few points."""
@@ -427,15 +432,15 @@ def run(ctx) -> Outcome:
             Row(f"traj_vs_mujoco_max (first {w2:g} s)", m["traj_vs_mujoco_max"], None, "<= 1e-3",
                 m["traj_vs_mujoco_max"] <= 1e-3),
             Row("energy_drift_rel (dampers 0)", drift, None, "<= 1e-6", drift <= 1e-6),
-            Row("diff growth TITOP-Pinocchio [1/s]", lam_tp, None, "report"),
-            Row("diff growth TITOP-MuJoCo [1/s]", lam_tm, None, "report"),
+            Row("diff growth TITOP-Pinocchio [1/s]", _or(lam_tp, "none (Δ stays at round-off)"), None, "report"),
+            Row("diff growth TITOP-MuJoCo [1/s]", _or(lam_tm, "none (Δ stays at round-off)"), None, "report"),
             Row("undamped: diff growth TITOP-Pinocchio [1/s]", lam_u_tp, None, "report"),
             Row("undamped: diff growth TITOP-MuJoCo [1/s]", lam_u_tm, None, "report"),
             Row("undamped: Lyapunov-like exponent [1/s]", lam_sys, None, "report"),
             Row("undamped: |TITOP−Pinocchio| at the end", m["undamped_diff_titop_pinocchio_end"], None, "report"),
             Row("undamped: |TITOP−MuJoCo| at the end", m["undamped_diff_titop_mujoco_end"], None, "report"),
-            Row("t(|Δ| > 1e-3) vs Pinocchio [s]", m["time_diff_pinocchio_above_1em3_s"], None, "report"),
-            Row("t(|Δ| > 1e-3) vs MuJoCo [s]", m["time_diff_mujoco_above_1em3_s"], None, "report"),
+            Row("t(|Δ| > 1e-3) vs Pinocchio [s]", _or(m["time_diff_pinocchio_above_1em3_s"], f"never in {T:g} s"), None, "report"),
+            Row("t(|Δ| > 1e-3) vs MuJoCo [s]", _or(m["time_diff_mujoco_above_1em3_s"], f"never in {T:g} s"), None, "report"),
             Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}")]
     if ctx.viewer is not None:                      # replay the shown engine's motion in Meshcat
         viewer = ctx.make_viewer(mjm)
