@@ -28,6 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import tomli_w
 
 from models.errors import ConfigError, StackError
@@ -174,6 +175,11 @@ def _default_out(name: str) -> Path:
     return ROOT / "runs" / name / time.strftime("%Y%m%d-%H%M%S")
 
 
+def _is_target(target) -> bool:
+    """A pass/fail target (a comparison), as opposed to "report", "—" or None."""
+    return isinstance(target, str) and target.lstrip()[:1] in ("<", ">", "≤", "≥", "w")
+
+
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
                  viewer: str | None = None, progress: bool = False, echo: bool = False):
@@ -195,10 +201,20 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
     ctx.logger.save(out / "log.npz")
     metrics = {"scenario": name, **outcome.metrics}
     checks = [r.ok for r in outcome.rows if r.ok is not None]
+    # a target that could not be evaluated (nan: e.g. the run ended before the window it is taken over)
+    # is not met: "ok" must never be true by omission
+    unevaluated = [r.key for r in outcome.rows if r.ok is None and _is_target(r.target)
+                   and isinstance(r.ours, float) and np.isnan(r.ours)]
+    if unevaluated:
+        metrics["not_evaluated"] = unevaluated
+        metrics["ok"] = False
+        metrics.setdefault("reason", f"targets not evaluated (no data in their window; run longer?): {unevaluated}")
     metrics.setdefault("ok", all(checks))
     write_metrics(out / "metrics.json", metrics)
     if echo:
         print(format_table([(r.key, r.ours, r.paper, r.target, r.ok) for r in outcome.rows]))
+        if unevaluated:
+            print(f"\nnot evaluated (n/a): {', '.join(unevaluated)} — the run has no data in their window")
         print(f"\nrun directory: {out}")
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))

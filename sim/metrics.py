@@ -30,6 +30,8 @@ def format_table(rows: list[tuple]) -> str:
             return "—"
         if isinstance(x, bool):
             return "yes" if x else "NO"
+        if isinstance(x, float) and x != x:
+            return "n/a"
         if isinstance(x, (int, float)):
             return f"{x:.4g}"
         return str(x)

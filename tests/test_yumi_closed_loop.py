@@ -84,3 +84,12 @@ def test_cli_reports_error_without_traceback(tmp_path, capsys):
     assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "plant='rope' is not one of" in err and "Traceback" not in err
+
+
+def test_run_too_short_for_its_targets_is_not_ok(tmp_path):
+    """A run that ends before the convergence window cannot meet the converged targets: 'ok' is false
+    and the keys are named, never true by omission."""
+    m = go(tmp_path, duration=0.2)
+    assert m["ok"] is False
+    assert {"constraint_error_converged", "task_error_converged"} <= set(m["not_evaluated"])
+    assert "run longer" in m["reason"]
