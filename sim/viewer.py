@@ -9,11 +9,12 @@ Geometry, once per geom:  box → Box(2·size), sphere → Sphere(size₀), elli
 cylinder → Cylinder(2·size₁, size₀), capsule → that cylinder plus two end spheres, plane → a thin
 box (an infinite plane is drawn 10 m wide), mesh → its vertices and faces from ``mjModel``.
 Meshcat's cylinder axis is its local y, MuJoCo's is z: the shape node carries the fixed rotation
-R_x(+π/2) (it maps y to z), and the geom node the pose from MuJoCo:
+R_x(+π/2) (it maps y to z), and the geom ends where MuJoCo puts it:
 
     T_world_geom = [geom_xmat  geom_xpos; 0 1]   (after mj_kinematics on the given qpos).
 
-Geoms welded to the world are sent once; the others every frame. Frames are throttled to ``fps``
+Each geom sits at its fixed pose under its body's node; per frame only the bodies that move are sent
+(T_world_body from ``xpos``/``xmat``), so a geom's world pose is T_world_body · T_body_geom. Frames are throttled to ``fps``
 and, with ``realtime``, paced so that simulated time does not run ahead of the wall clock (a run
 faster than real time is slowed down for watching; a slower one is shown as it comes).
 
@@ -129,7 +130,7 @@ class MeshcatViewer:
         self.prefix = prefix
         self.groups = tuple(int(x) for x in groups)
         self.skipped: dict[int, str] = {}            # geom id -> why it is not drawn
-        self._moving: list[tuple[int, str]] = []      # (geom id, meshcat path) sent every frame
+        self._moving: list[tuple[int, str]] = []      # (body id, meshcat path) sent every frame
         self._frames: set[str] = set()
         self._segments: set[str] = set()
         self._trails: dict[str, list] = {}
@@ -200,19 +201,26 @@ class MeshcatViewer:
             return [("shape", g.TriangularMeshGeometry(verts, faces), np.eye(4))]
         return f"geom type {mujoco.mjtGeom(typ).name} is not drawn"
 
+    def _body_path(self, bid: int) -> str:
+        import mujoco
+
+        return f"{self.prefix}/" + (mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, bid) or f"body{bid}")
+
     def _geom_path(self, gid: int) -> str:
         import mujoco
 
         name = mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_GEOM, gid) or ""
-        body = mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, int(self.model.geom_bodyid[gid])) or "world"
-        return f"{self.prefix}/{body}/geom{gid}" + (f"_{name}" if name else "")
+        return f"{self._body_path(int(self.model.geom_bodyid[gid]))}/geom{gid}" + (f"_{name}" if name else "")
 
     def _build(self) -> None:
+        """Scene tree: plant/<body> (world pose, sent per frame for moving bodies) ⊃ geom (its fixed pose
+        in the body, T_bg = T_wb⁻¹ T_wg, sent once) ⊃ shape(s). One transform per moving body per frame."""
         import meshcat.geometry as g
 
         m = self.model
         self.vis[self.prefix].delete()
         self._kin(m, self.data)
+        bodies = set()
         for gid in range(m.ngeom):
             if int(m.geom_group[gid]) not in self.groups:
                 self.skipped[gid] = f"group {int(m.geom_group[gid])} is hidden"
@@ -231,9 +239,19 @@ class MeshcatViewer:
                 node = self.vis[path][sub]
                 node.set_object(g.Mesh(geom, mat))
                 node.set_transform(E)
-            self.vis[path].set_transform(self._geom_pose(gid))
-            if int(m.body_weldid[m.geom_bodyid[gid]]) != 0:          # moves with the joints
-                self._moving.append((gid, path))
+            bid = int(m.geom_bodyid[gid])
+            self.vis[path].set_transform(np.linalg.inv(self._body_pose(bid)) @ self._geom_pose(gid))
+            bodies.add(bid)
+        for bid in sorted(bodies):
+            self.vis[self._body_path(bid)].set_transform(self._body_pose(bid))
+            if int(m.body_weldid[bid]) != 0:                     # moves with the joints
+                self._moving.append((bid, self._body_path(bid)))
+
+    def _body_pose(self, bid: int) -> np.ndarray:
+        T = np.eye(4)
+        T[:3, :3] = self.data.xmat[bid].reshape(3, 3)
+        T[:3, 3] = self.data.xpos[bid]
+        return T
 
     def _geom_pose(self, gid: int) -> np.ndarray:
         T = np.eye(4)
@@ -241,16 +259,21 @@ class MeshcatViewer:
         T[:3, 3] = self.data.geom_xpos[gid]
         return T
 
+    def sent_geom_pose(self, gid: int) -> np.ndarray:
+        """World pose of geom ``gid`` as the scene tree now places it (with a Recorder only; for tests)."""
+        tr = self.vis.transforms
+        return tr[self._body_path(int(self.model.geom_bodyid[gid]))] @ tr[self._geom_path(gid)]
+
     # ------------------------------------------------------------------------------------ drawing
     def set_qpos(self, qpos) -> None:
-        """Pose every moving geom from ``qpos`` (MuJoCo order, length nq)."""
+        """Pose every moving body from ``qpos`` (MuJoCo order, length nq)."""
         qpos = np.asarray(qpos, dtype=float).ravel()
         if qpos.shape[0] != self.model.nq:
             raise ConfigError(f"viewer: qpos has {qpos.shape[0]} entries, the plant model has nq={self.model.nq}")
         self.data.qpos[:] = qpos
         self._kin(self.model, self.data)
-        for gid, path in self._moving:
-            self.vis[path].set_transform(self._geom_pose(gid))
+        for bid, path in self._moving:
+            self.vis[path].set_transform(self._body_pose(bid))
 
     def set_frame(self, name: str, T) -> None:
         """A coordinate triad (x red, y green, z blue) at pose ``T`` (4×4 or an object with .homogeneous)."""

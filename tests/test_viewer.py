@@ -50,7 +50,7 @@ def test_every_drawn_geom_sits_where_mujoco_puts_it(mjcf):
     v.show(q)
     xpos, xmat = world_poses(m, q)
     for g in drawn:
-        T = rec.transforms[v._geom_path(g)]
+        T = v.sent_geom_pose(g)
         np.testing.assert_allclose(T[:3, 3], xpos[g], atol=1e-12)
         np.testing.assert_allclose(T[:3, :3], xmat[g], atol=1e-12)
         np.testing.assert_allclose(T[3], [0, 0, 0, 1])
@@ -80,14 +80,14 @@ def test_cylinder_and_capsule_axes_follow_mujoco_z():
     xpos, xmat = world_poses(m, q)
     for g in range(2):
         path = v._geom_path(g)
-        T = rec.transforms[path] @ rec.transforms[path + "/shape"]
+        T = v.sent_geom_pose(g) @ rec.transforms[path + "/shape"]
         np.testing.assert_allclose(T[:3, 1], xmat[g][:, 2], atol=1e-12)      # meshcat y = MuJoCo z
         obj = {"geometry": rec.objects[path + "/shape"].geometry.lower(None)}
         assert obj["geometry"]["height"] == pytest.approx(2 * m.geom_size[g][1])
         assert obj["geometry"]["radiusTop"] == pytest.approx(m.geom_size[g][0])
     path = v._geom_path(1)
     for k, sgn in (("cap0", 1), ("cap1", -1)):
-        p = (rec.transforms[path] @ rec.transforms[f"{path}/{k}"])[:3, 3]
+        p = (v.sent_geom_pose(1) @ rec.transforms[f"{path}/{k}"])[:3, 3]
         np.testing.assert_allclose(p, xpos[1] + sgn * m.geom_size[1][1] * xmat[1][:, 2], atol=1e-12)
 
 
@@ -99,10 +99,10 @@ def test_box_is_full_size_and_static_geoms_are_sent_once():
     v = MeshcatViewer(mujoco.MjModel.from_xml_string(xml), visualizer=rec, realtime=False)
     box = rec.objects[v._geom_path(1) + "/shape"].geometry.lower(None)
     assert (box["width"], box["height"], box["depth"]) == pytest.approx((0.2, 0.4, 0.6))
-    assert [p for _, p in v._moving] == [v._geom_path(1)]
+    assert [p for _, p in v._moving] == [v._body_path(1)]
     n0 = rec.n_transforms
     v.show([0.3])
-    assert rec.n_transforms == n0 + 1                    # only the moving box
+    assert rec.n_transforms == n0 + 1                    # only the moving body
 
 
 def test_trails_decimate_old_points_and_restart_with_time():
@@ -184,8 +184,9 @@ def test_replay_of_a_saved_run_ends_on_its_last_state(tmp_path):
     rec = Recorder()
     v = replay(tmp_path, visualizer=rec, realtime=False, progress=False)
     xpos, xmat = world_poses(m, qs[-1])
-    for g, path in v._moving:
-        np.testing.assert_allclose(rec.transforms[path][:3, 3], xpos[g], atol=1e-12)
+    moving = {b for b, _ in v._moving}
+    for g in (g for g in range(m.ngeom) if m.geom_bodyid[g] in moving and g not in v.skipped):
+        np.testing.assert_allclose(v.sent_geom_pose(g)[:3, 3], xpos[g], atol=1e-12)
     np.testing.assert_allclose(rec.transforms["frames/E"][:3, 3], [49, 0, 0])
     assert len(v._trails["E"]) == 50
     np.testing.assert_allclose(rec.transforms["spheres/keep_out"][:3, 3], [0.5, 0, 0.3])
