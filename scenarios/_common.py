@@ -216,6 +216,8 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
         if unevaluated:
             print(f"\nnot evaluated (n/a): {', '.join(unevaluated)} — the run has no data in their window")
         print(f"\nrun directory: {out}")
+        if viewer is not None:
+            print(f"watch it again: python -m sim.viewer {out}")
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
     return metrics, out
