@@ -176,7 +176,8 @@ def _default_out(name: str) -> Path:
 
 
 def _is_target(target) -> bool:
-    """A pass/fail target (a comparison), as opposed to "report", "—" or None."""
+    """A pass/fail target — a comparison ("<= 1e-4", "> 0", "≤ …") or "within 1 %" — as opposed to
+    "report …", "—", "(info …)", a plain remark or None (the Row's target strings across scenarios)."""
     return isinstance(target, str) and target.lstrip()[:1] in ("<", ">", "≤", "≥", "w")
 
 

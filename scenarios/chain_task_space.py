@@ -181,11 +181,10 @@ def run(ctx) -> Outcome:
             viewer.append_trail("EE", s.pos[-1], t)
             viewer.append_trail("EE_desired", p_d, t)
 
-    for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):
-        log.meta[f"sphere__obstacle{i}"] = np.r_[np.asarray(c, dtype=float), float(r)]
     viewer = ctx.make_viewer(plant.model)
-    if viewer is not None:
-        for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):
+    for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):   # keep-out zones: log + view
+        log.meta[f"sphere__obstacle{i}"] = np.r_[np.asarray(c, dtype=float), float(r)]
+        if viewer is not None:
             viewer.set_sphere(f"obstacle{i}", c, r)
     res = run_closed_loop(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                           disturbances=dist, viewer=viewer, progress=ctx.progress, desc=NAME)
