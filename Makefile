@@ -16,13 +16,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	MPLBACKEND=Agg $(PY) -m scenarios.yumi_dual_arm
+	MPLBACKEND=Agg $(VENV)/bin/cmstack run yumi_dual_arm
 
 test: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests
 
 bench: $(STAMP)
-	$(PY) -m bench
+	$(VENV)/bin/cmstack bench
 
 clean:
 	rm -rf runs .pytest_cache build *.egg-info

@@ -1,19 +1,25 @@
-"""python -m bench — run every benchmark in bench/ and print its numbers (never asserted in tests)."""
+"""python -m bench [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/ and print their
+numbers (never asserted in tests)."""
 import importlib
 import pkgutil
+import sys
 from pathlib import Path
 
 
-def main() -> None:
+def main(names=None) -> int:
     here = Path(__file__).resolve().parent
-    for m in sorted(pkgutil.iter_modules([str(here)]), key=lambda m: m.name):
-        if m.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"bench.{m.name}")
+    available = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
+    unknown = [n for n in (names or []) if n not in available]
+    if unknown:
+        print(f"error: no benchmark named {unknown}; benchmarks: {available}", file=sys.stderr)
+        return 2
+    for name in names or available:
+        mod = importlib.import_module(f"cmstack.bench.{name}")
         if hasattr(mod, "main"):
-            print(f"\n=== bench.{m.name} ===")
-            mod.main()
+            print(f"\n=== bench.{name} ===")
+            mod.main([])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

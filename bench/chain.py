@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-from controllers.dac import JointActuationMap, TaskSpaceLaw
-from scenarios._common import default_config
-from scenarios.chain_task_space import build_model, ee_trajectory, initial_state, parse_obstacles
-from sim.chain_plant import ChainMujocoPlant
-from scenarios.chain_open_loop import body_names
+from cmstack.controllers.dac import JointActuationMap, TaskSpaceLaw
+from cmstack.scenarios._common import default_config
+from cmstack.scenarios.chain_task_space import build_model, ee_trajectory, initial_state, parse_obstacles
+from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.scenarios.chain_open_loop import body_names
 
 
 def _law(cfg, chain, traj, qp=False):

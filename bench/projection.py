@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 
-from models.projection import SliderCrankLoop
-from models.robot import Robot
-from scenarios._common import default_config
-from scenarios.slider_crank import build_controller
-from sim.projection_sim import ProjectionPlant
+from cmstack.models.projection import SliderCrankLoop
+from cmstack.models.robot import Robot
+from cmstack.scenarios._common import default_config
+from cmstack.scenarios.slider_crank import build_controller
+from cmstack.sim.projection_sim import ProjectionPlant
 
 
 def _median_us(fn, items, repeat):
@@ -52,8 +52,8 @@ def slider_crank(repeat: int):
 
 
 def series_parallel(repeat: int):
-    from controllers.pidc_adapters import SeriesParallelPIDC
-    from scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
+    from cmstack.scenarios.series_parallel import build_plant, make_trajectory, reset_plant
 
     cfg = default_config("series_parallel")
     traj = make_trajectory(cfg)
@@ -72,8 +72,8 @@ def series_parallel(repeat: int):
 
 
 def yumi_force(repeat: int):
-    from scenarios.yumi_dual_arm import build_pidc_force, build_problem, close_loop, initial_state
-    from sim.plant import MujocoPlant
+    from cmstack.scenarios.yumi_dual_arm import build_pidc_force, build_problem, close_loop, initial_state
+    from cmstack.sim.plant import MujocoPlant
 
     cfg = default_config("yumi_dual_arm")
     cfg.update(plant="bar", controller="pidc_force")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scenarios._common import default_config
-from scenarios.series_parallel import build_plant, build_robust, make_trajectory, plant_state, reset_plant
+from cmstack.bench import results_dir
+from cmstack.scenarios._common import default_config
+from cmstack.scenarios.series_parallel import build_plant, build_robust, make_trajectory, plant_state, reset_plant
 
 
 def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -> dict:
@@ -59,7 +60,7 @@ def main(argv=None) -> None:
         print(f"{bodies}: control step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
               f"min {r['control_step_us_min']:.1f}, {r['calls']} calls); MuJoCo plant step (per control period) "
               f"median {r['mujoco_step_us_median']:.1f} µs")
-    out = Path(__file__).resolve().parent / "results"
+    out = results_dir()
     out.mkdir(exist_ok=True)
     (out / "series_parallel.json").write_text(json.dumps(rows, indent=2))
 

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pinocchio as pin
 
-from scenarios._common import default_config
-from models.titop import from_pinocchio
-from scenarios.balloon import Params, pinocchio_model, titop_system
+from cmstack.scenarios._common import default_config
+from cmstack.models.titop import from_pinocchio
+from cmstack.scenarios.balloon import Params, pinocchio_model, titop_system
 
 
 def _median_us(fn, items, repeat):

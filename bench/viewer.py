@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.viewer import MeshcatViewer, Recorder
+from cmstack.bench import results_dir
+from cmstack.sim.viewer import MeshcatViewer, Recorder
 
 
 def _median_us(fn, n):
@@ -46,7 +47,7 @@ def main(argv=None) -> dict:
         out["drawn_geoms"] = v.model.ngeom - len(v.skipped)
     for k, x in out.items():
         print(f"  {k:34s} {x:10.1f}")
-    res = Path(__file__).resolve().parent / "results"
+    res = results_dir()
     res.mkdir(exist_ok=True)
     (res / "viewer.json").write_text(json.dumps(out, indent=2))
     return out

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from models.robot import Robot
-from scenarios._common import default_config
-from scenarios.yumi_dual_arm import build_problem, build_uk, initial_state
-from sim.plant import MujocoPlant
+from cmstack.bench import results_dir
+from cmstack.models.robot import Robot
+from cmstack.scenarios._common import default_config
+from cmstack.scenarios.yumi_dual_arm import build_problem, build_uk, initial_state
+from cmstack.sim.plant import MujocoPlant
 
 
 def measure(priority: str, control_dt: float, repeat: int):
@@ -60,7 +61,7 @@ def main(argv=None) -> None:
         print(f"{r['priority']:>8} @ {1 / r['control_dt']:.0f} Hz: control step median {r['control_step_us_median']:.1f} µs "
               f"(p90 {r['control_step_us_p90']:.1f}, min {r['control_step_us_min']:.1f}); "
               f"MuJoCo step median {r['mujoco_step_us_median']:.1f} µs")
-    out = Path(__file__).resolve().parent / "results"
+    out = results_dir()
     out.mkdir(exist_ok=True)
     (out / "yumi_uk.json").write_text(json.dumps(rows, indent=2))
 

@@ -62,8 +62,8 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
-from models.errors import ConfigError, SolverError, StateError
-from models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
+from cmstack.models.errors import ConfigError, SolverError, StateError
+from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 

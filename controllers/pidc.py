@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
-from models.errors import ConfigError, InfeasibleError, SolverError, StateError
-from models.projection import DEFAULT_TOL, c_times_v, project
+from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
+from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 

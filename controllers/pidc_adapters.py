@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from controllers.pidc import PIDC
-from models.partition import TriangleMap
-from models.series_parallel_aux import AugmentedRobot, TriangleConstraint, lift
+from cmstack.controllers.pidc import PIDC
+from cmstack.models.partition import TriangleMap
+from cmstack.models.series_parallel_aux import AugmentedRobot, TriangleConstraint, lift
 
 
 class SeriesParallelPIDC:
@@ -58,7 +58,7 @@ class YumiForcePIDC:
     The bar's mass is not in the controller's model: the integral term absorbs it."""
 
     def __init__(self, cfg, robot, coupling, task):
-        from models.projection import project  # noqa: F401 (documented dependency)
+        from cmstack.models.projection import project  # noqa: F401 (documented dependency)
 
         self.robot, self.coupling, self.task = robot, coupling, task
         self.s_d = float(cfg["squeeze_force"])
@@ -86,7 +86,7 @@ class YumiForcePIDC:
         return self.plant.data.qfrc_constraint[self.plant.map.dadr].copy()
 
     def __call__(self, t, q, v):
-        from models.projection import project
+        from cmstack.models.projection import project
 
         kin = self.robot.update(q, v)
         self.kin = kin
@@ -135,7 +135,7 @@ class YumiForcePIDC:
 
 
 def build_yumi_force(cfg, robot, coupling, task):
-    from models.errors import ConfigError
+    from cmstack.models.errors import ConfigError
 
     if cfg["plant"] != "bar":
         raise ConfigError(f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import ConfigError, StateError
-from models.partition import PartitionModel
+from cmstack.models.errors import ConfigError, StateError
+from cmstack.models.partition import PartitionModel
 
 
 def _diag3(name, x):

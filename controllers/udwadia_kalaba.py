@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
-from models.coupling import AffineConstraint, stack
-from models.errors import ConfigError, InfeasibleError, SolverError
-from models.robot import Kinematics, Robot
+from cmstack.models.coupling import AffineConstraint, stack
+from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
+from cmstack.models.robot import Kinematics, Robot
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 

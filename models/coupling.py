@@ -37,9 +37,9 @@ from typing import Callable
 import numpy as np
 import pinocchio as pin
 
-from models.errors import ConfigError
-from models.lie import cross3, se3_error
-from models.robot import Kinematics, Robot
+from cmstack.models.errors import ConfigError
+from cmstack.models.lie import cross3, se3_error
+from cmstack.models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 

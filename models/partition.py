@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from models.errors import ConfigError, FrameNotFoundError, StateError
-from models.robot import Robot, repo_path
+from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
+from cmstack.models.robot import Robot, resolve_asset
 
 LOCAL = pin.ReferenceFrame.LOCAL
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import ConfigError, InfeasibleError, StateError
+from cmstack.models.errors import ConfigError, InfeasibleError, StateError
 
 DEFAULT_TOL = 1e-9
 

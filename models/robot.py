@@ -18,27 +18,32 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from models.errors import FrameNotFoundError, JointMapError, ModelFileError, StateError, check_finite
+from cmstack.models.errors import FrameNotFoundError, JointMapError, ModelFileError, StateError, check_finite
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 
 
 def _check_xml(path: Path, kind: str) -> None:
     if not path.is_file():
-        raise ModelFileError(f"{kind} file not found: {path}. Check the path (relative paths are taken from the repo root).")
+        raise ModelFileError(f"{kind} file not found: {path}. Check the path (a relative path is taken from the current directory, else from the cmstack package).")
     try:
         ET.parse(path)
     except ET.ParseError as exc:
         raise ModelFileError(f"{kind} file {path} is not well-formed XML: {exc}") from None
 
 
-def repo_path(p: str | Path) -> Path:
-    """Resolve a path given relative to the repository root (or absolute)."""
-    p = Path(p)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""Where the shipped ``urdf/``, ``mjcf/`` and ``scenarios/configs/`` live (the repository root in a
+source checkout, ``site-packages/cmstack`` in an installed one)."""
+
+
+def resolve_asset(p: str | Path) -> Path:
+    """Resolve a model file path: absolute as given; relative from the current directory if it
+    exists there, else from the package (``"urdf/yumi.urdf"`` finds the shipped YuMi anywhere)."""
+    p = Path(p).expanduser()
     if p.is_absolute():
         return p
-    root = Path(__file__).resolve().parents[1]
-    return (root / p) if not p.exists() else p.resolve()
+    return p.resolve() if p.exists() else PACKAGE_ROOT / p
 
 
 @dataclass
@@ -81,7 +86,7 @@ class Robot:
     """A URDF loaded into Pinocchio, with clear errors and a once-per-step kinematics cache."""
 
     def __init__(self, urdf_path: str | Path):
-        path = repo_path(urdf_path)
+        path = resolve_asset(urdf_path)
         _check_xml(path, "URDF")
         try:
             self.model = pin.buildModelFromUrdf(str(path))

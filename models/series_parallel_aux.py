@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import FrameNotFoundError, StateError
-from models.partition import TriangleMap
-from models.robot import Robot
+from cmstack.models.errors import FrameNotFoundError, StateError
+from cmstack.models.partition import TriangleMap
+from cmstack.models.robot import Robot
 
 NAMES = ("phi", "theta", "zeta", "delta")
 

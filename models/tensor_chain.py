@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.errors import ConfigError, StateError, check_finite
+from cmstack.models.errors import ConfigError, StateError, check_finite
 
 # ----------------------------------------------------------------------------------- small tensors
 _I3 = np.eye(3)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.errors import ConfigError, FrameNotFoundError, StateError
+from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 
 __all__ = ["skew", "tau", "dynamic_model", "Motion", "transport", "change_frame", "RigidBody", "Weld",
            "Revolute", "Prismatic", "FloatingBase", "FixedBase", "LoopClosure", "System", "rodrigues",

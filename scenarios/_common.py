@@ -31,11 +31,10 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from models.errors import ConfigError, StackError
-from sim.metrics import format_table, write_metrics
-from sim.runner import Logger
+from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
+from cmstack.sim.metrics import format_table, write_metrics
+from cmstack.sim.runner import Logger
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -77,7 +76,7 @@ class Context:
             return None
         if self.viewer != "meshcat":
             raise ConfigError(f"--viewer {self.viewer}: only 'meshcat' is supported")
-        from sim.viewer import MeshcatViewer
+        from cmstack.sim.viewer import MeshcatViewer
 
         v = MeshcatViewer(mj_model)
         print(f"Meshcat: open {v.url()} in a browser to watch the run")
@@ -85,8 +84,10 @@ class Context:
 
 
 # ---------------------------------------------------------------------------------------- config
-def default_config(name: str) -> dict:
-    path = CONFIG_DIR / f"{name}.toml"
+def default_config(name: str, path: str | Path | None = None) -> dict:
+    """The default config of scenario ``name``: ``scenarios/configs/<name>.toml``, or ``path`` for a
+    scenario that lives outside the package."""
+    path = Path(path) if path is not None else CONFIG_DIR / f"{name}.toml"
     if not path.is_file():
         raise ConfigError(f"no default config for scenario '{name}': {path} is missing")
     return _read_toml(path)
@@ -153,9 +154,10 @@ def parse_value(text: str):
 
 
 def resolve_config(name: str, config_file: str | None = None, sets: list[str] = (),
-                   overrides: dict | None = None, duration: float | None = None) -> dict:
-    cfg = default_config(name)
-    if config_file:
+                   overrides: dict | None = None, duration: float | None = None,
+                   defaults: str | Path | None = None) -> dict:
+    cfg = default_config(name, defaults)
+    if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
         for k, v in _read_toml(Path(config_file)).items():
             set_key(cfg, k, v, source=f"config file {config_file}")
     for s in sets:
@@ -172,7 +174,7 @@ def resolve_config(name: str, config_file: str | None = None, sets: list[str] = 
 
 # ---------------------------------------------------------------------------------------- running
 def _default_out(name: str) -> Path:
-    return ROOT / "runs" / name / time.strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / "runs" / name / time.strftime("%Y%m%d-%H%M%S")
 
 
 def _is_target(target) -> bool:
@@ -183,10 +185,11 @@ def _is_target(target) -> bool:
 
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
-                 viewer: str | None = None, progress: bool = False, echo: bool = False):
+                 viewer: str | None = None, progress: bool = False, echo: bool = False,
+                 defaults: str | Path | None = None):
     """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  Raises on failure after
     writing the log, metrics.json (ok=false) and error.txt."""
-    cfg = resolve_config(name, config_file, sets, overrides, duration)
+    cfg = resolve_config(name, config_file, sets, overrides, duration, defaults)
     out = Path(out) if out is not None else _default_out(name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(tomli_w.dumps(cfg))
@@ -224,29 +227,51 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
     return metrics, out
 
 
-def scenario_main(name: str, run, argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=f"python -m scenarios.{name}",
-                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0])
+#: exit codes of every scenario run (README, "Exit codes")
+EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+#: errors the user fixes in the command line, the config or the model files (exit 2)
+USAGE_ERRORS = (ConfigError, ModelFileError, FrameNotFoundError, JointMapError)
+
+
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The scenario contract's options, shared by ``python -m scenarios.NAME`` and ``cmstack run``."""
     ap.add_argument("--config", help="TOML file overriding keys of the default config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one config key (repeatable), e.g. --set controller=uk")
     ap.add_argument("--duration", type=float, help="simulated seconds (overrides the config's 'duration')")
-    ap.add_argument("--out", help="run directory (default runs/<name>/<timestamp>/)")
+    ap.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>/)")
     ap.add_argument("--viewer", choices=["meshcat"], help="stream the run live to Meshcat")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--debug", action="store_true", help="show the full traceback on failure")
-    args = ap.parse_args(argv)
+
+
+def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | None = None) -> int:
+    """Run one scenario from parsed arguments; print its table; return the exit code
+    (0 every target met, 1 a target missed, 2 usage or configuration error, 3 the run failed)."""
     try:
-        run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
-                     duration=args.duration, viewer=args.viewer, progress=not args.no_progress, echo=True)
+        metrics, _ = run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
+                                  duration=args.duration, viewer=args.viewer, progress=not args.no_progress,
+                                  echo=True, defaults=defaults)
+    except USAGE_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except StackError as exc:
         if args.debug:
             raise
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except Exception as exc:
         if args.debug:
             raise
         print(f"error: unexpected {type(exc).__name__}: {exc} (traceback in the run's error.txt)", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
+    return EXIT_OK if metrics.get("ok") else EXIT_TARGET_MISSED
+
+
+def scenario_main(name: str, run, argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m scenarios.{name}",
+                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0])
+    add_run_arguments(ap)
+    return execute(name, run, ap.parse_args(argv))

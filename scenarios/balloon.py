@@ -25,11 +25,11 @@ import mujoco
 import numpy as np
 import pinocchio as pin
 
-from models.errors import ConfigError, ModelFileError, StateError, check_finite
-from models.robot import repo_path
-from models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
-from scenarios._common import Outcome, Row, scenario_main
-from sim.plant import load_mjcf
+from cmstack.models.errors import ConfigError, ModelFileError, StateError, check_finite
+from cmstack.models.robot import resolve_asset
+from cmstack.models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.plant import load_mjcf
 
 NAME = "balloon"
 ENGINES = ("titop", "pinocchio", "mujoco")
@@ -96,7 +96,7 @@ def titop_system(P: Params) -> System:
 
 
 def pinocchio_model(cfg, P: Params):
-    path = repo_path(cfg["urdf"])
+    path = resolve_asset(cfg["urdf"])
     if not path.is_file():
         raise ModelFileError(f"URDF not found: {path}")
     model = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
@@ -401,7 +401,7 @@ def run(ctx) -> Outcome:
     for k in range(0, n + 1, stride):
         log.append(t=t[k], q=shown[0][k], v=shown[1][k], dof=shown[2][k], plant_qpos=pin_to_mujoco_qpos(shown[0][k]),
                    diff_titop_pinocchio=d_tp[k], diff_titop_mujoco=d_tm[k], diff_pinocchio_mujoco=d_pm[k])
-    log.meta.update(mjcf_path=str(repo_path(cfg["mjcf"])), urdf_path=str(repo_path(cfg["urdf"])),
+    log.meta.update(mjcf_path=str(resolve_asset(cfg["mjcf"])), urdf_path=str(resolve_asset(cfg["urdf"])),
                     engine=cfg["engine"], dof_names=np.array(DOF_NAMES), joint_names=np.array(JOINTS),
                     energy_t=np.arange(0, n_en + 1, stride_e) * h, energy=E, kinetic=K,
                     undamped_t=te[::stride], undamped_diff_titop_pinocchio=u_tp[::stride],

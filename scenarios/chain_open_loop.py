@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.errors import ConfigError
-from models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
-from scenarios._common import Outcome, Row, scenario_main
-from sim.chain_plant import ChainMujocoPlant
+from cmstack.models.errors import ConfigError
+from cmstack.models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.chain_plant import ChainMujocoPlant
 
 NAME = "chain_open_loop"
 TARGETS = dict(momentum_drift_rel=1e-8, constraint_violation_max_m=1e-6, internal_force_during_moment_max_n=1e-9,
@@ -244,7 +244,7 @@ def make_plots(ctx, cfg):
     fig = plt.figure(figsize=(8, 6))
     ax3 = fig.add_subplot(projection="3d")
     pos, quat = a["pos"], a["quat"]
-    from models.tensor_chain import quat_to_matrix
+    from cmstack.models.tensor_chain import quat_to_matrix
 
     half = cfg["length"] / 2
     idx = np.linspace(0, len(t) - 1, 25).astype(int)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from controllers.dac import JointActuationMap, Obstacle, TaskSpaceLaw, ThrusterMap, attitude_error
-from models.errors import ConfigError
-from models.tensor_chain import ChainState, TensorChain, quat_exp, quat_mul, quat_to_matrix, rot_z
-from scenarios._common import Outcome, Row, scenario_main
-from scenarios.chain_open_loop import body_names
-from sim.chain_plant import ChainMujocoPlant
-from sim.runner import Disturbance, run_closed_loop
+from cmstack.controllers.dac import JointActuationMap, Obstacle, TaskSpaceLaw, ThrusterMap, attitude_error
+from cmstack.models.errors import ConfigError
+from cmstack.models.tensor_chain import ChainState, TensorChain, quat_exp, quat_mul, quat_to_matrix, rot_z
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.scenarios.chain_open_loop import body_names
+from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.sim.runner import Disturbance, run_closed_loop
 
 NAME = "chain_task_space"
 TARGETS = dict(ee_error_mean_m=1e-3, ee_error_mean_rad=1e-3, min_obstacle_clearance_m=0.0)
@@ -46,7 +46,7 @@ def initial_state(cfg, chain: TensorChain) -> ChainState:
     pos = np.zeros((n, 3))
     for j in range(n - 1):
         pos[j + 1] = pos[j] + R[j] @ chain.joint_parent[j] - R[j + 1] @ chain.joint_child[j]
-    from models.tensor_chain import quat_from_matrix
+    from cmstack.models.tensor_chain import quat_from_matrix
 
     return ChainState(pos, np.array([quat_from_matrix(r) for r in R]), np.zeros(6 * n))
 

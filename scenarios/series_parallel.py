@@ -16,11 +16,11 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from models.errors import ConfigError
-from models.partition import PartitionModel, TriangleMap
-from scenarios._common import Outcome, Row, scenario_main
-from sim.plant import MujocoPlant
-from sim.runner import run_closed_loop
+from cmstack.models.errors import ConfigError
+from cmstack.models.partition import PartitionModel, TriangleMap
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.runner import run_closed_loop
 
 NAME = "series_parallel"
 Q_NAMES = ("phi", "theta", "delta")          # the controller's q, plant joints of the same names
@@ -119,7 +119,7 @@ def make_trajectory(cfg):
 
 # ------------------------------------------------------------------------------------- controllers
 def build_robust(cfg, traj):
-    from controllers.robust_partition import RobustPartitionController
+    from cmstack.controllers.robust_partition import RobustPartitionController
 
     model = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"],
                            with_actuator=cfg["model_actuator_bodies"], stroke_slack=cfg["stroke_slack_m"])
@@ -127,7 +127,7 @@ def build_robust(cfg, traj):
 
 
 def build_pidc(cfg, traj):
-    from controllers.pidc_adapters import build_series_parallel   # PIDC of seed 004 (issue 4)
+    from cmstack.controllers.pidc_adapters import build_series_parallel   # PIDC of seed 004 (issue 4)
 
     return build_series_parallel(cfg, traj)
 

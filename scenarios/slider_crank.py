@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from controllers.pidc import PIDC
-from models.errors import ConfigError
-from models.projection import KINDS, SliderCrankLoop, project
-from models.robot import Robot
-from scenarios._common import Outcome, Row, scenario_main
-from sim.plant import MujocoPlant
-from sim.projection_sim import ProjectionPlant
-from sim.runner import run_closed_loop
+from cmstack.controllers.pidc import PIDC
+from cmstack.models.errors import ConfigError
+from cmstack.models.projection import KINDS, SliderCrankLoop, project
+from cmstack.models.robot import Robot
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.sim.runner import run_closed_loop
 
 NAME = "slider_crank"
 TARGETS = dict(singular_crossings=10, constraint_error_max=1e-9, energy_drift_rel=1e-4,

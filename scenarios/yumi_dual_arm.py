@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from models.coupling import FrameTask, RigidCoupling, circle_trajectory
-from models.errors import ConfigError, InfeasibleError
-from models.lie import jr_inv
-from models.robot import Robot
-from scenarios._common import Outcome, Row, scenario_main
-from sim.plant import MujocoPlant
-from sim.runner import Disturbance, run_closed_loop
+from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory
+from cmstack.models.errors import ConfigError, InfeasibleError
+from cmstack.models.lie import jr_inv
+from cmstack.models.robot import Robot
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.runner import Disturbance, run_closed_loop
 
 NAME = "yumi_dual_arm"
 
@@ -38,14 +38,14 @@ def build_problem(cfg: dict, robot: Robot):
 
 
 def build_uk(cfg, robot, coupling, task):
-    from controllers.udwadia_kalaba import UdwadiaKalabaController
+    from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 
     return UdwadiaKalabaController(robot, [coupling], [task], omega=cfg["omega"], priority=cfg["priority"],
                                    torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"])
 
 
 def build_pidc_force(cfg, robot, coupling, task):
-    from controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of seed 004 (issue 4)
+    from cmstack.controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of seed 004 (issue 4)
 
     return build_yumi_force(cfg, robot, coupling, task)
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from models.errors import ModelFileError, StateError
-from models.tensor_chain import ChainState, quat_conj, quat_mul, quat_to_matrix
-from sim.plant import load_mjcf
-from models.robot import repo_path
+from cmstack.models.errors import ModelFileError, StateError
+from cmstack.models.tensor_chain import ChainState, quat_conj, quat_mul, quat_to_matrix
+from cmstack.sim.plant import load_mjcf
+from cmstack.models.robot import resolve_asset
 
 
 class ChainMujocoPlant:
     def __init__(self, mjcf_path, body_names: list[str], *, sim_dt: float | None = None,
                  gravity=None):
-        self.path = repo_path(mjcf_path)
+        self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path)
         if sim_dt is not None:
             self.model.opt.timestep = float(sim_dt)

@@ -18,12 +18,12 @@ import difflib
 import mujoco
 import numpy as np
 
-from models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
-from models.robot import JointMap, _check_xml, repo_path
+from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
+from cmstack.models.robot import JointMap, _check_xml, resolve_asset
 
 
 def load_mjcf(path) -> mujoco.MjModel:
-    p = repo_path(path)
+    p = resolve_asset(path)
     _check_xml(p, "MJCF")
     try:
         return mujoco.MjModel.from_xml_path(str(p))
@@ -35,7 +35,7 @@ class MujocoPlant:
     def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
                  seed: int = 0, integrator: str | None = None):
-        self.path = repo_path(mjcf_path)
+        self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path)
         if sim_dt is not None:
             if not sim_dt > 0:

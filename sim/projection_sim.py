@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from models.errors import ConfigError, JointMapError, StateError
-from models.projection import DEFAULT_TOL, KINDS, c_times_v, direct_dynamics, project
+from cmstack.models.errors import ConfigError, JointMapError, StateError
+from cmstack.models.projection import DEFAULT_TOL, KINDS, c_times_v, direct_dynamics, project
 
 
 class _Data:

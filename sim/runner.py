@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.errors import ConfigError
+from cmstack.models.errors import ConfigError
 
 
 @dataclass

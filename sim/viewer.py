@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import ConfigError, ModelFileError, StackError
+from cmstack.models.errors import ConfigError, ModelFileError, StackError
 
 _GROUPS = (0, 1, 2)
 _TRAIL_COLORS = (0xE6194B, 0x3CB44B, 0x4363D8, 0xF58231, 0x911EB4, 0x42D4F4)
@@ -112,7 +112,7 @@ class MeshcatViewer:
         import mujoco
 
         if isinstance(model, (str, Path)):
-            from sim.plant import load_mjcf
+            from cmstack.sim.plant import load_mjcf
 
             model = load_mjcf(model)
         if not isinstance(model, mujoco.MjModel):

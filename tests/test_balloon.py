@@ -6,10 +6,10 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from models.errors import ConfigError
-from models.titop import quat_to_R
-from scenarios._common import default_config, run_scenario
-from scenarios.balloon import (NAME, Params, mujoco_model, pin_to_mujoco_qpos, pinocchio_fd, pinocchio_model, qdot,
+from cmstack.models.errors import ConfigError
+from cmstack.models.titop import quat_to_R
+from cmstack.scenarios._common import default_config, run_scenario
+from cmstack.scenarios.balloon import (NAME, Params, mujoco_model, pin_to_mujoco_qpos, pinocchio_fd, pinocchio_model, qdot,
                                run, titop_fd, titop_system)
 
 

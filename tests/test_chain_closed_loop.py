@@ -6,9 +6,9 @@ bodies out of the spheres."""
 import numpy as np
 import pytest
 
-from models.errors import ConfigError
-from scenarios._common import run_scenario
-from scenarios.chain_task_space import NAME, run
+from cmstack.models.errors import ConfigError
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.chain_task_space import NAME, run
 
 
 def test_chain_task_space_thrusters(tmp_path):

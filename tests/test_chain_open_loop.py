@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from models.errors import ConfigError, ModelFileError
-from scenarios._common import run_scenario
-from scenarios.chain_open_loop import NAME, run
+from cmstack.models.errors import ConfigError, ModelFileError
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.chain_open_loop import NAME, run
 
 
 def test_chain_open_loop_targets(tmp_path):

@@ -4,9 +4,9 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from models.coupling import FrameTask, RigidCoupling, circle_trajectory
-from models.lie import jr_inv, se3_error
-from models.robot import Robot
+from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory
+from cmstack.models.lie import jr_inv, se3_error
+from cmstack.models.robot import Robot
 
 rng = np.random.default_rng(7)
 Q0, AMP, FREQ = rng.normal(size=14), rng.normal(size=14), rng.uniform(0.5, 2.0, 14)
@@ -70,7 +70,7 @@ def test_se3_error_and_jr_identities():
     np.testing.assert_allclose(pin.exp3(e[3:]), R1.T @ R2, atol=1e-12)
     th = e[3:]
     np.testing.assert_allclose(th @ jr_inv(th), th, atol=1e-12)   # eᵀ J_r⁻¹(e) = eᵀ (Lemma 3 of [16])
-    from models.lie import jr
+    from cmstack.models.lie import jr
     np.testing.assert_allclose(jr(th) @ jr_inv(th), np.eye(3), atol=1e-12)
 
 

@@ -3,10 +3,10 @@ closed-loop runs with the tensor model as the plant, frame invariance, QP = clos
 import numpy as np
 import pytest
 
-from controllers.dac import (JointActuationMap, Obstacle, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
+from cmstack.controllers.dac import (JointActuationMap, Obstacle, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
                              attitude_error, attitude_error_rate, constrained_reference, null_space_wish)
-from models.errors import ConfigError
-from models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
+from cmstack.models.errors import ConfigError
+from cmstack.models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
 
 
 def chain(n=4, fixed=False, base=None):

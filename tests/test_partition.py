@@ -7,8 +7,8 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from models.errors import ConfigError, FrameNotFoundError, StateError
-from models.partition import PartitionModel, TriangleMap, spatial_inertia
+from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
+from cmstack.models.partition import PartitionModel, TriangleMap, spatial_inertia
 
 ROOT = Path(__file__).resolve().parents[1]
 MJCF = ROOT / "mjcf" / "series_parallel.xml"

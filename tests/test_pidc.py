@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from controllers.pidc import PIDC, ForceLaw, constant_reference
-from models.errors import InfeasibleError
-from models.projection import SliderCrankLoop, project
-from models.robot import Robot
-from sim.projection_sim import ProjectionPlant
+from cmstack.controllers.pidc import PIDC, ForceLaw, constant_reference
+from cmstack.models.errors import InfeasibleError
+from cmstack.models.projection import SliderCrankLoop, project
+from cmstack.models.robot import Robot
+from cmstack.sim.projection_sim import ProjectionPlant
 
 RNG = np.random.default_rng(44)
 L = 0.5
@@ -76,7 +76,7 @@ def test_desired_acceleration_equals_explicit_parameterization(robot):
     for th1 in (0.4, 1.3, -2.5):
         q, v = admissible(th1, 0.7)
         pr = project(c.jacobian(q))
-        from models.projection import c_times_v
+        from cmstack.models.projection import c_times_v
 
         qdd, e = ctl.desired_acceleration(0.3, q, v, pr, c_times_v(pr, c.jdot_v(q, v)))
         thd, thdd = sine_ref(0.3)[1:]

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-from controllers.pidc_adapters import SeriesParallelPIDC
-from models.partition import PartitionModel
-from models.series_parallel_aux import TriangleConstraint, lift
-from models.partition import TriangleMap
-from models.projection import project
-from scenarios._common import default_config, run_scenario
-from scenarios.series_parallel import NAME, run
+from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
+from cmstack.models.partition import PartitionModel
+from cmstack.models.series_parallel_aux import TriangleConstraint, lift
+from cmstack.models.partition import TriangleMap
+from cmstack.models.projection import project
+from cmstack.scenarios._common import default_config, run_scenario
+from cmstack.scenarios.series_parallel import NAME, run
 
 RNG = np.random.default_rng(1)
 

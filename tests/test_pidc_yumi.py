@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from scenarios._common import run_scenario
-from scenarios.yumi_dual_arm import NAME, run
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.yumi_dual_arm import NAME, run
 
 
 @pytest.mark.slow

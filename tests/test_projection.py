@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from models.errors import ConfigError, InfeasibleError, StateError
-from models.projection import (SliderCrankLoop, c_matrix, c_times_v, constraint_force, constraint_inertia,
+from cmstack.models.errors import ConfigError, InfeasibleError, StateError
+from cmstack.models.projection import (SliderCrankLoop, c_matrix, c_times_v, constraint_force, constraint_inertia,
                                decoupling_defect, direct_dynamics, is_decoupled, multipliers, project,
                                split_input)
-from models.robot import Robot
+from cmstack.models.robot import Robot
 
 RNG = np.random.default_rng(4)
 L = 0.5

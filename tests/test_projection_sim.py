@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from models.errors import JointMapError, StateError
-from models.projection import SliderCrankLoop
-from models.robot import Robot
-from sim.projection_sim import ProjectionPlant
+from cmstack.models.errors import JointMapError, StateError
+from cmstack.models.projection import SliderCrankLoop
+from cmstack.models.robot import Robot
+from cmstack.sim.projection_sim import ProjectionPlant
 
 
 @pytest.fixture(scope="module")

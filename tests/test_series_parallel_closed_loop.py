@@ -4,8 +4,8 @@ control rate, gains, plant and disturbance magnitude are the scenario's."""
 import numpy as np
 import pytest
 
-from scenarios._common import run_scenario
-from scenarios.series_parallel import NAME, run
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.series_parallel import NAME, run
 
 SHORT = {"disturbance_t0": 4.5, "disturbance_t1": 5.0, "disturbance_window": [4.5, 6.5]}
 

@@ -1,9 +1,9 @@
 """Closed-loop regression of the slider-crank scenario (seed 004 §8), shortened to 5.5 s (11 crossings)."""
 import pytest
 
-from models.errors import ConfigError
-from scenarios._common import run_scenario
-from scenarios.slider_crank import NAME, run
+from cmstack.models.errors import ConfigError
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.slider_crank import NAME, run
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from models.errors import ConfigError, StateError
-from models.tensor_chain import (ChainState, TensorChain, euler123_from_matrix, euler_zyx_from_quat,
+from cmstack.models.errors import ConfigError, StateError
+from cmstack.models.tensor_chain import (ChainState, TensorChain, euler123_from_matrix, euler_zyx_from_quat,
                                  quat_conj, quat_exp, quat_from_euler_zyx, quat_from_matrix, quat_log, quat_mul,
                                  quat_rate_body, quat_to_matrix, rot_x, rotation_vector, rot_y, rot_z, skew, transformation_BI)
 

@@ -3,8 +3,8 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from models.errors import ConfigError, FrameNotFoundError, StateError
-from models.titop import (FixedBase, FloatingBase, Motion, Prismatic, Revolute, RigidBody, System, Weld,
+from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
+from cmstack.models.titop import (FixedBase, FloatingBase, Motion, Prismatic, Revolute, RigidBody, System, Weld,
                           change_frame, coriolis_operator, rodrigues, tau, transport)
 
 
@@ -363,7 +363,7 @@ def test_energy_is_conserved_by_the_unforced_tree():
 @pytest.mark.parametrize("builder", ["humanoid", "manipulator"])
 def test_from_pinocchio_sample_models(builder):
     """A whole Pinocchio model turned into TITOP blocks (free-flyer humanoid, 32 DoF; fixed manipulator)."""
-    from models.titop import from_pinocchio
+    from cmstack.models.titop import from_pinocchio
 
     model = pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
     data = model.createData()
@@ -380,7 +380,7 @@ def test_from_pinocchio_sample_models(builder):
 
 
 def test_from_pinocchio_refuses_other_joints():
-    from models.titop import from_pinocchio
+    from cmstack.models.titop import from_pinocchio
 
     model = pin.Model()
     model.addJoint(0, pin.JointModelSpherical(), pin.SE3.Identity(), "ball")

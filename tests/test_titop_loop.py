@@ -4,7 +4,7 @@ constraint, computed independently with Pinocchio (KKT on M, h, the tip Jacobian
 import numpy as np
 import pinocchio as pin
 
-from models.titop import FixedBase, LoopClosure, Revolute, RigidBody, System
+from cmstack.models.titop import FixedBase, LoopClosure, Revolute, RigidBody, System
 
 G = np.array([0.0, -9.81, 0.0])
 D_GROUND, A, B, C = 1.0, 0.5, 1.2, 0.8            # ground link, crank, coupler, rocker lengths (m)

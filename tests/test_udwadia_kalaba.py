@@ -4,10 +4,10 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
-from models.coupling import FrameTask, RigidCoupling, circle_trajectory, stack
-from models.errors import InfeasibleError, StateError
-from models.robot import Robot
+from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
+from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory, stack
+from cmstack.models.errors import InfeasibleError, StateError
+from cmstack.models.robot import Robot
 
 T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
 TRAJ = circle_trajectory([0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2)

@@ -6,9 +6,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from models.errors import ConfigError, ModelFileError
-from sim.runner import Logger
-from sim.viewer import MeshcatViewer, Recorder, replay
+from cmstack.models.errors import ConfigError, ModelFileError
+from cmstack.sim.runner import Logger
+from cmstack.sim.viewer import MeshcatViewer, Recorder, replay
 
 
 def random_qpos(m, seed=0):
@@ -210,12 +210,12 @@ def test_replay_errors_name_the_file_and_key(tmp_path):
 
 def test_live_scenario_streams_frames_and_trails(tmp_path, monkeypatch):
     """--viewer meshcat on a real scenario, with the server swapped for a recorder."""
-    from scenarios._common import run_scenario
-    from scenarios.yumi_dual_arm import NAME, run
-    import sim.viewer
+    from cmstack.scenarios._common import run_scenario
+    from cmstack.scenarios.yumi_dual_arm import NAME, run
+    import cmstack.sim.viewer
 
     rec = Recorder()
-    monkeypatch.setattr(sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda: rec))
+    monkeypatch.setattr(cmstack.sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda: rec))
     run_scenario(NAME, run, out=tmp_path, overrides={"duration": 0.3}, viewer="meshcat")
     assert {"frames/E1", "frames/E2", "trails/E1", "segments/coupling"} <= set(rec.objects)
     assert rec.n_transforms > 20 * 5                     # several frames of the 20+ moving geoms

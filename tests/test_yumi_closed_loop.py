@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from models.errors import ConfigError, InfeasibleError, StateError
-from scenarios._common import run_scenario
-from scenarios.yumi_dual_arm import NAME, run
+from cmstack.models.errors import ConfigError, InfeasibleError, StateError
+from cmstack.scenarios._common import run_scenario
+from cmstack.scenarios.yumi_dual_arm import NAME, run
 
 
 def go(tmp_path, **over):
@@ -80,8 +80,8 @@ def test_nan_in_the_plant_fails_cleanly(tmp_path):
 
 
 def test_cli_reports_error_without_traceback(tmp_path, capsys):
-    from scenarios.yumi_dual_arm import main
-    assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 1
+    from cmstack.scenarios.yumi_dual_arm import main
+    assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 2   # usage error
     err = capsys.readouterr().err
     assert "plant='rope' is not one of" in err and "Traceback" not in err
 

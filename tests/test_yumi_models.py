@@ -4,9 +4,9 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from models.errors import FrameNotFoundError, JointMapError, ModelFileError
-from models.robot import Robot
-from sim.plant import MujocoPlant
+from cmstack.models.errors import FrameNotFoundError, JointMapError, ModelFileError
+from cmstack.models.robot import Robot
+from cmstack.sim.plant import MujocoPlant
 
 MJCF = open("mjcf/yumi.xml").read()
 

@@ -1,0 +1,54 @@
+"""cmstack — a control stack for robots with closed kinematic chains.
+
+Pinocchio is the controller's model (from URDF), MuJoCo the plant, ProxSuite solves the QPs,
+Meshcat shows the runs.  The public names are importable from here::
+
+    from cmstack import Robot, RigidCoupling, FrameTask, UdwadiaKalabaController, MujocoPlant
+
+Sub-packages: ``cmstack.models`` (robot models and dynamics formulations), ``cmstack.controllers``
+(control laws), ``cmstack.sim`` (plants, the closed loop, logging, the viewer),
+``cmstack.scenarios`` (the papers' experiments), ``cmstack.bench`` (speed benchmarks).
+The command line is ``cmstack`` (``cmstack --help``).
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.2.0"
+
+# public name -> module that defines it (imported on first use: `import cmstack` stays cheap)
+_EXPORTS = {
+    "Robot": "cmstack.models.robot",
+    "Kinematics": "cmstack.models.robot",
+    "RigidCoupling": "cmstack.models.coupling",
+    "FrameTask": "cmstack.models.coupling",
+    "circle_trajectory": "cmstack.models.coupling",
+    "UdwadiaKalabaController": "cmstack.controllers.udwadia_kalaba",
+    "PIDC": "cmstack.controllers.pidc",
+    "RobustPartitionController": "cmstack.controllers.robust_partition",
+    "MujocoPlant": "cmstack.sim.plant",
+    "run_closed_loop": "cmstack.sim.runner",
+    "StackError": "cmstack.models.errors",
+    "ConfigError": "cmstack.models.errors",
+    "ModelFileError": "cmstack.models.errors",
+    "FrameNotFoundError": "cmstack.models.errors",
+    "JointMapError": "cmstack.models.errors",
+    "InfeasibleError": "cmstack.models.errors",
+    "SolverError": "cmstack.models.errors",
+    "StateError": "cmstack.models.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'cmstack' has no attribute '{name}'")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
