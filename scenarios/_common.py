@@ -33,7 +33,7 @@ import tomli_w
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
 from cmstack.sim.metrics import format_table, write_metrics
-from cmstack.sim.runner import Logger
+from cmstack.sim.logger import Logger
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 

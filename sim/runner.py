@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cmstack.models.errors import ConfigError
+from cmstack.sim.logger import Logger  # noqa: F401  (moved to sim/logger.py; kept importable from here)
 
 
 @dataclass
@@ -37,36 +38,6 @@ class RunResult:
     @property
     def step_us_median(self) -> float:
         return float(np.median(self.step_us)) if self.step_us else float("nan")
-
-
-class Logger:
-    """Time series by key; every append adds one row to each key it names."""
-
-    def __init__(self):
-        self.data: dict[str, list] = {}
-        self.meta: dict[str, object] = {}
-
-    def append(self, **kw) -> None:
-        for k, x in kw.items():
-            self.data.setdefault(k, []).append(np.array(x, dtype=float, copy=True))
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        out = {}
-        for k, xs in self.data.items():
-            try:
-                out[k] = np.stack(xs)
-            except ValueError:
-                out[k] = np.array(xs, dtype=object)
-        return out
-
-    def __len__(self) -> int:
-        return max((len(v) for v in self.data.values()), default=0)
-
-    def save(self, path) -> None:
-        arrays = self.arrays()
-        for k, v in self.meta.items():
-            arrays[k] = np.asarray(v)
-        np.savez_compressed(path, **arrays)
 
 
 def substeps(control_dt: float, sim_dt: float) -> int:
