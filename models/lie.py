@@ -1,6 +1,6 @@
 """SO(3)/SE(3) helpers used by every frame constraint.
 
-Conventions (DESIGN.md, thesis seed 002):
+Conventions (docs/design.md, thesis seed 002):
   * hat(w) is the skew matrix with hat(w) x = w × x;
   * Log/Exp are the SO(3) logarithm and exponential (Pinocchio's log3/exp3);
   * the SE(3) error of thesis eq. (3.15)

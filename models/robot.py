@@ -48,7 +48,7 @@ def resolve_asset(p: str | Path) -> Path:
 
 @dataclass
 class FrameState:
-    """Kinematics of one frame at the current (q, v); all in LOCAL_WORLD_ALIGNED (see DESIGN.md).
+    """Kinematics of one frame at the current (q, v); all in LOCAL_WORLD_ALIGNED (see docs/design.md).
 
     T: world pose; J (6×nv): [ṗ; ω] = J v; dJ (6×nv): dJ/dt, so [p̈; ω̇] = J v̇ + dJ v;
     twist = J v (linear velocity of the origin and angular velocity, both in world axes)."""

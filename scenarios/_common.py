@@ -1,4 +1,4 @@
-"""The scenario contract (DESIGN.md), shared by every scenario:
+"""The scenario contract (docs/design.md), shared by every scenario:
 
     python -m scenarios.<name> [--config FILE.toml] [--set key=value ...] [--duration S]
                                [--out DIR] [--viewer meshcat] [--no-progress] [--debug]
