@@ -5,6 +5,7 @@
                              [--viewer meshcat] [--no-progress] [--debug]
     cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K]
     cmstack bench [NAME ...]
+    cmstack campaign SPEC.toml [--scheduler tcp://HOST:PORT] [--workers N] [--out DIR] [--retry-failed]
 
 ``run`` takes a shipped scenario by name, or a scenario file of your own.  A file of your own
 defines ``NAME`` (optional; default its stem) and ``run(ctx) -> Outcome``; its default config is,
@@ -114,12 +115,18 @@ def cmd_bench(args) -> int:
     return bench_main(args.names) or 0
 
 
+def cmd_campaign(args) -> int:
+    from cmstack.sim.campaign import execute as campaign_execute
+
+    return campaign_execute(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cmstack.scenarios._common import add_run_arguments
 
     ap = argparse.ArgumentParser(prog="cmstack", description="Constrained-multibody control stack: run, watch "
                                  "and benchmark closed-chain robot scenarios.")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench,campaign}")
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run a scenario (a shipped name or your own PATH.py)",
@@ -138,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run the speed benchmarks (bench/)")
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("campaign", help="run many variants of a scenario (grid/random × seeds), resumable",
+                       description="Run a campaign spec on a local process pool or a Dask cluster; writes "
+                                   "campaign.csv, summary.json, table.md and plots/. Exit codes: 0 every variant "
+                                   "succeeded, 1 some missed or failed, 2 spec error, 3 could not run.")
+    from cmstack.sim.campaign import add_arguments as campaign_arguments
+
+    campaign_arguments(p)
+    p.set_defaults(func=cmd_campaign)
     return ap
 
 

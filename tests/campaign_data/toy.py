@@ -1,0 +1,31 @@
+"""Toy scenario for the campaign tests: a damped oscillator x'' + 2ζw x' + w² x = 0 integrated by
+semi-implicit Euler from x0 = 1 plus seeded noise; cheap and deterministic given its config."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from cmstack.scenarios._common import Outcome, Row
+
+NAME = "toy"
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    if cfg["crash"] == "raise":
+        raise RuntimeError(f"toy variant asked to raise (gain={cfg['gain']})")
+    if cfg["crash"] == "exit":
+        os._exit(7)
+    time.sleep(cfg["sleep_s"])
+    rng = np.random.default_rng(cfg["seed"])
+    w, z, dt = cfg["gain"], cfg["damping"], 1e-3
+    x, v = 1.0 + 0.01 * rng.normal(), 0.0
+    for _ in range(int(cfg["duration"] / dt)):
+        v += dt * (-2 * z * w * v - w * w * x)
+        x += dt * v
+        ctx.logger.append(t=_ * dt, x=x)
+    err = abs(x)
+    return Outcome(dict(final_error=err, gain=cfg["gain"]),
+                   [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])])

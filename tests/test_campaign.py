@@ -1,0 +1,193 @@
+"""cmstack campaign: variants, failures (raise / process death), resume, SIGKILL data safety, Dask path."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cmstack.models.errors import ConfigError
+from cmstack.sim import campaign as C
+
+DATA = Path(__file__).parent / "campaign_data"
+
+
+def _spec(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    """A spec beside a copy of the toy scenario (its scenario path is relative to the spec)."""
+    for f in ("toy.py", "toy.toml"):
+        (tmp_path / f).write_text((DATA / f).read_text())
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "cmstack.cli", "campaign", *map(str, args), "--no-progress"],
+                          capture_output=True, text=True, **kw)
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_expand_grid_axes_random_seeds(tmp_path):
+    p = _spec(tmp_path, """
+[campaign]
+scenario = "toy.py"
+seeds = [3, 4]
+samples = 3
+sample_seed = 7
+[base]
+duration = 0.1
+[axes.mode]
+a = { damping = 0.5 }
+b = { damping = 0.9, tol = 0.1 }
+[grid]
+gain = [2.0, 5.0]
+[random]
+sleep_s = { uniform = [0.0, 0.001] }
+""")
+    s = C.load_spec(p)
+    assert len(s.variants) == 2 * 2 * 3 * 2
+    assert s.swept_keys == ["mode", "gain", "sleep_s", "seed"]
+    v = s.variants[-1]
+    assert v.swept["mode"] == "b" and v.swept["gain"] == 5.0 and v.swept["seed"] == 4
+    assert v.overrides["damping"] == 0.9 and v.overrides["tol"] == 0.1 and v.overrides["duration"] == 0.1
+    draws = sorted({x.swept["sleep_s"] for x in s.variants})
+    assert len(draws) == 3 and all(0.0 <= d <= 0.001 for d in draws)
+    # deterministic: the same spec gives the same variants (ids hash the overrides)
+    assert [x.id for x in C.load_spec(p).variants] == [x.id for x in s.variants]
+    assert len({x.id for x in s.variants}) == len(s.variants)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('[campaign]\nscenario = "toy.py"\n[grid]\ngian = [1.0]\n', "gian"),
+    ('[campaign]\nscenario = "toy.py"\n[grid]\ngain = ["x"]\n', "gain"),
+    ('[campaign]\nscenario = "toy.py"\nsamples = 2\n[random]\ngain = { beta = [1, 2] }\n', "gain"),
+    ('[campaign]\nscenario = "toy.py"\n[sucess]\nx = "<= 1"\n', "sucess"),
+    ('[campaign]\n[grid]\ngain = [1.0]\n', "scenario"),
+])
+def test_spec_errors_name_the_key(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        C.load_spec(_spec(tmp_path, text))
+
+
+def test_failures_recorded_and_resume(tmp_path):
+    """A variant that raises and one whose process calls os._exit are recorded as failed with their
+    reason; the others finish; a second call runs nothing and writes the same campaign.csv."""
+    p = _spec(tmp_path, (DATA / "toy_campaign.toml").read_text())
+    out = tmp_path / "out"
+    r = _cli(p, "--out", out, "--workers", 2)
+    assert r.returncode == 1, r.stderr
+    rows = _rows(out / "campaign.csv")
+    assert len(rows) == 12
+    by_mode = {m: [x for x in rows if x["mode"] == m] for m in ("fine", "raises", "dies")}
+    assert all(x["status"] in ("ok", "missed") for x in by_mode["fine"])
+    assert all(x["status"] == "failed" and x["reason"].startswith("RuntimeError: toy variant asked to raise")
+               for x in by_mode["raises"])
+    assert all(x["status"] == "failed" and x["reason"] == "worker process died (exit code 7)"
+               for x in by_mode["dies"])
+    # the toy's success is its own target final_error <= tol: gain 10 settles, gain 2 does not
+    assert [x["success"] for x in by_mode["fine"]] == ["false", "false", "true", "true"]
+    for x in by_mode["fine"]:
+        m = json.loads((out / "variants" / x["id"] / "metrics.json").read_text())
+        assert float(x["final_error"]) == m["final_error"]
+        assert (out / "variants" / x["id"] / "config.toml").is_file()
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["finished"], s["ok"], s["missed"], s["failed"]) == (12, 2, 2, 8)
+    assert s["success_rate"] == pytest.approx(2 / 12)
+    assert s["per_key"]["gain"]["10.0"]["success_rate"] == pytest.approx(2 / 6)
+    assert (out / "plots" / "gain.png").is_file() and (out / "plots" / "mode.png").is_file()
+    first = (out / "campaign.csv").read_text()
+
+    s2 = C.run_campaign(p, out=out, workers=2, progress=False)
+    assert s2["ran_this_call"] == 0 and s2["skipped_finished"] == 12
+    assert (out / "campaign.csv").read_text() == first
+    s3 = C.run_campaign(p, out=out, workers=2, progress=False, retry_failed=True)
+    assert s3["ran_this_call"] == 8
+
+
+def test_sigkill_halfway_then_resume_equals_uninterrupted(tmp_path):
+    """Data safety: SIGKILL the campaign driver halfway, rerun it: campaign.csv equals that of an
+    uninterrupted run, variant by variant (the killed workers die with the driver; their partial run
+    directories are redone)."""
+    text = """
+[campaign]
+scenario = "toy.py"
+seeds = 3
+metrics = ["final_error"]
+[base]
+sleep_s = 0.5
+[grid]
+gain = [2.0, 5.0, 10.0, 20.0]
+"""
+    p = _spec(tmp_path, text)
+    ref = tmp_path / "ref"
+    assert _cli(p, "--out", ref, "--workers", 2).returncode in (0, 1)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "cmstack.cli", "campaign", str(p), "--out", str(out),
+                             "--workers", "2", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        done = list(out.glob("variants/*/result.json"))
+        if len(done) >= 5:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    n_done = len(list(out.glob("variants/*/result.json")))
+    assert 5 <= n_done < 12, n_done
+    r = _cli(p, "--out", out, "--workers", 2)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["skipped_finished"] >= 5 and s["finished"] == 12, r.stderr
+    assert _rows(out / "campaign.csv") == _rows(ref / "campaign.csv")
+    assert (out / "campaign.csv").read_text() == (ref / "campaign.csv").read_text()
+
+
+def test_dask_scheduler_path(tmp_path):
+    """`--scheduler tcp://...` on a LocalCluster of 2 workers: a real scenario (2 short YuMi variants) and
+    the toy's raise/die variants, each recorded; the Dask workers survive the variant that kills its process."""
+    distributed = pytest.importorskip("distributed")
+    p = _spec(tmp_path, (DATA / "toy_campaign.toml").read_text(), "toy_spec.toml")
+    y = tmp_path / "yumi.toml"
+    y.write_text("""
+[campaign]
+scenario = "yumi_dual_arm"
+seeds = 1
+metrics = ["constraint_error_converged"]
+[base]
+duration = 0.05
+[axes.law]
+weighted = { priority = "weighted" }
+strict = { priority = "strict" }
+""")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        r = _cli(p, "--out", tmp_path / "toy", "--scheduler", cl.scheduler_address)
+        assert r.returncode == 1, r.stderr
+        r2 = _cli(y, "--out", tmp_path / "yumi", "--scheduler", cl.scheduler_address)
+        with distributed.Client(cl.scheduler_address) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+    rows = _rows(tmp_path / "toy" / "campaign.csv")
+    assert [x["status"] for x in rows if x["mode"] == "dies"] == ["failed"] * 4
+    assert all(x["reason"] == "worker process died (exit code 7)" for x in rows if x["mode"] == "dies")
+    assert all(x["status"] != "failed" for x in rows if x["mode"] == "fine")
+    yr = _rows(tmp_path / "yumi" / "campaign.csv")
+    assert [x["law"] for x in yr] == ["weighted", "strict"], r2.stderr
+    for x in yr:
+        assert x["status"] in ("ok", "missed"), x["reason"]
+        m = json.loads((tmp_path / "yumi" / "variants" / x["id"] / "metrics.json").read_text())
+        assert m["priority"] == x["law"] and float(x["constraint_error_initial"]) == m["constraint_error_initial"]
+
+
+def test_bad_scheduler_address_is_usage_error(tmp_path):
+    p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\n')
+    r = _cli(p, "--out", tmp_path / "o", "--scheduler", "localhost:1")
+    assert r.returncode == 2 and "tcp://HOST:PORT" in r.stderr
