@@ -6,6 +6,10 @@ name-based joint map to a MuJoCo plant.
     fs = kin.frame("yumi_link_7_l")   # pose T, LOCAL_WORLD_ALIGNED J and dJ/dt, twist J v
     M, h = kin.M, kin.h               # M(q) v̇ + h(q, v) = τ  (h = Coriolis + gravity, Pinocchio nle)
 
+Your own robot: ``Robot.from_urdf(path, locked_joints={"finger": 0.0})`` removes the locked joints
+(Pinocchio's reduced model); ``Robot.compose([(urdf, "left_", T_left), (urdf, "right_", T_right)])``
+appends several URDFs into one model, each with a name prefix and a base pose.
+
 The joint order used everywhere in models/ and controllers/ is the Pinocchio model's order.
 """
 from __future__ import annotations
@@ -18,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from cmstack.models.errors import FrameNotFoundError, JointMapError, ModelFileError, StateError, check_finite
+from cmstack.models.errors import (ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError,
+                                   check_finite)
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 
@@ -44,6 +49,115 @@ def resolve_asset(p: str | Path) -> Path:
     if p.is_absolute():
         return p
     return p.resolve() if p.exists() else PACKAGE_ROOT / p
+
+
+def _load_urdf(path: Path) -> pin.Model:
+    """Pinocchio model of one URDF file, every error naming the file."""
+    _check_xml(path, "URDF")
+    try:
+        return pin.buildModelFromUrdf(str(path))
+    except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
+        raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {exc}") from None
+
+
+def _as_pose(T, where: str) -> pin.SE3:
+    """A base pose given as ``pinocchio.SE3`` or a 4×4 homogeneous matrix (metres, rotation matrix)."""
+    if T is None:
+        return pin.SE3.Identity()
+    if isinstance(T, pin.SE3):
+        return T.copy()
+    A = np.asarray(T, dtype=float)
+    if A.shape != (4, 4) or not np.all(np.isfinite(A)):
+        raise ConfigError(f"{where}: a base pose must be a pinocchio.SE3 or a finite 4×4 matrix, got shape {A.shape}")
+    R = A[:3, :3]
+    if not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
+        raise ConfigError(f"{where}: the base pose's 3×3 block is not a rotation matrix (RᵀR ≠ I or det < 0)")
+    return pin.SE3(R, A[:3, 3])
+
+
+@dataclass(frozen=True)
+class URDFPart:
+    """One URDF in a robot: its file, the prefix put before each of its joint and frame names, the
+    pose of its root link in the world (``base``, SE3, metres), and the joints locked at a value
+    (``locked``: name as written in the URDF → rad or m)."""
+
+    path: Path
+    prefix: str = ""
+    base: pin.SE3 = field(default_factory=pin.SE3.Identity)
+    locked: dict = field(default_factory=dict)
+
+
+def _part_model(part: URDFPart) -> pin.Model:
+    """The part's Pinocchio model: its locked joints removed (``pinocchio.buildReducedModel`` at the
+    configuration q_ref that holds the locked values, the neutral one elsewhere), then every joint and
+    frame name prefixed.  Errors name the file and the joint at fault."""
+    model = _load_urdf(part.path)
+    names = [model.names[i] for i in range(1, model.njoints)]
+    if part.locked:
+        q_ref = pin.neutral(model)
+        ids = []
+        for name, value in part.locked.items():
+            if name not in names:
+                close = difflib.get_close_matches(str(name), names, n=4)
+                raise FrameNotFoundError(f"locked joint '{name}' is not in {part.path}"
+                                         + (f"; did you mean {close}?" if close else f"; joints: {names}"))
+            jid = model.getJointId(name)
+            jm = model.joints[jid]
+            x = float(value)
+            if not np.isfinite(x):
+                raise ConfigError(f"locked joint '{name}' of {part.path.name}: value {value!r} is not finite")
+            i = jm.idx_q
+            if jm.nq == 1:
+                lo, hi = model.lowerPositionLimit[i], model.upperPositionLimit[i]
+                if not (lo - 1e-12 <= x <= hi + 1e-12):
+                    raise ConfigError(f"locked joint '{name}' of {part.path.name}: value {x} is outside its "
+                                      f"limits [{lo}, {hi}]")
+                q_ref[i] = x
+            elif jm.nq == 2 and jm.nv == 1:     # continuous joint: q = (cos θ, sin θ)
+                q_ref[i:i + 2] = np.cos(x), np.sin(x)
+            else:
+                raise ConfigError(f"locked joint '{name}' of {part.path.name} has nq={jm.nq}; only 1-DoF joints "
+                                  "(revolute, continuous, prismatic) can be locked at a scalar value")
+            ids.append(jid)
+        model = pin.buildReducedModel(model, sorted(ids), q_ref)
+    if part.prefix:
+        for i in range(1, model.njoints):
+            model.names[i] = part.prefix + model.names[i]
+        for f in model.frames:
+            if f.name != "universe":
+                f.name = part.prefix + f.name
+    return model
+
+
+def _as_part(item, k: int) -> URDFPart:
+    if isinstance(item, URDFPart):
+        return URDFPart(resolve_asset(item.path), item.prefix, item.base, dict(item.locked))
+    if not isinstance(item, (tuple, list)) or not 1 <= len(item) <= 4:
+        raise ConfigError(f"Robot.compose: part {k} must be (urdf, prefix, base_pose[, locked_joints]), got {item!r}")
+    path = resolve_asset(item[0])
+    prefix = item[1] if len(item) > 1 else ""
+    if not isinstance(prefix, str):
+        raise ConfigError(f"Robot.compose: part {k} ({path.name}): the prefix must be a string, got {prefix!r}")
+    base = _as_pose(item[2] if len(item) > 2 else None, f"Robot.compose: part {k} ({path.name})")
+    locked = dict(item[3]) if len(item) > 3 and item[3] else {}
+    return URDFPart(path, prefix, base, locked)
+
+
+def example_robot_data_path(relative: str) -> Path:
+    """A file of the optional ``example-robot-data`` package (``pip install example-robot-data``;
+    in cmstack's ``dev`` extra, never needed by the library itself), e.g.
+    ``example_robot_data_path("panda_description/urdf/panda.urdf")``."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("example-robot-data")
+    except metadata.PackageNotFoundError:
+        raise ModelFileError(f"'{relative}' comes from the example-robot-data package, which is not installed: "
+                             "pip install example-robot-data (or pip install 'cmstack[dev]')") from None
+    p = Path(dist.locate_file(f"cmeel.prefix/share/example-robot-data/robots/{relative}"))
+    if not p.is_file():
+        raise ModelFileError(f"example-robot-data has no file robots/{relative} (looked at {p})")
+    return p
 
 
 @dataclass
@@ -87,25 +201,87 @@ class Robot:
 
     def __init__(self, urdf_path: str | Path):
         path = resolve_asset(urdf_path)
-        _check_xml(path, "URDF")
-        try:
-            self.model = pin.buildModelFromUrdf(str(path))
-        except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
-            raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {exc}") from None
+        self._setup(_load_urdf(path), path, path.name, [URDFPart(path)])
+
+    def _setup(self, model: pin.Model, path: Path, label: str, sources: list["URDFPart"]) -> None:
+        self.model = model
         if self.model.nv == 0:
-            raise ModelFileError(f"URDF {path} has no movable joint.")
+            raise ModelFileError(f"URDF {label} has no movable joint.")
         self.path = path
+        self.label = label
+        """What error messages call this robot: the URDF's file name, or the composed parts."""
+        self.sources = list(sources)
+        """The URDF parts this robot was built from (file, prefix, base pose, locked joints); a plant
+        built from URDF (``cmstack.sim.urdf_plant``) rebuilds the same robot from them."""
         self.data = self.model.createData()
         self.joint_names = [self.model.names[i] for i in range(1, self.model.njoints)]
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
             if jm.nq != 1 or jm.nv != 1:
-                raise ModelFileError(f"URDF {path}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
+                raise ModelFileError(f"URDF {label}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
                                      "name-based plant map expects 1-DoF joints (revolute, prismatic).")
         self.nq, self.nv = self.model.nq, self.model.nv
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(cls, path: str | Path, locked_joints: dict[str, float] | None = None, *, prefix: str = "",
+                  base=None) -> "Robot":
+        """A robot from one URDF file.
+
+        Args:
+            path: the URDF (relative paths: current directory first, then the cmstack package).
+            locked_joints: joint name (as in the URDF) → value (rad or m) at which that joint is
+                fixed; the joints are removed from the model (``pinocchio.buildReducedModel``), so
+                q, v and τ do not contain them (e.g. a gripper's fingers).
+            prefix: put before every joint and frame name (``"left_"`` → ``left_panda_joint1``).
+            base: pose of the URDF's root link in the world (``pinocchio.SE3`` or 4×4 matrix, m).
+        """
+        return cls.compose([(path, prefix, base, locked_joints or {})])
+
+    @classmethod
+    def compose(cls, parts) -> "Robot":
+        """One robot from several URDFs, each with a name prefix and a base pose, e.g. two arms from
+        one single-arm URDF::
+
+            Robot.compose([("panda.urdf", "left_", T_left), ("panda.urdf", "right_", T_right)])
+
+        Args:
+            parts: a list of ``(urdf, prefix, base_pose)`` or ``(urdf, prefix, base_pose,
+                locked_joints)`` tuples (or ``URDFPart``); base_pose is the pose of that URDF's root
+                link in the world (``pinocchio.SE3`` or 4×4 matrix, metres), locked_joints a
+                {joint name as in the URDF: value} dict as in ``from_urdf``.
+
+        The parts are appended to one Pinocchio model (``pinocchio.appendModel`` at the world frame,
+        placement = base pose) in the order given: q = (q_part1, q_part2, ...).  Prefixed names must
+        not collide (the error names both parts and the name).
+        """
+        parts = [_as_part(item, k) for k, item in enumerate(parts)]
+        if not parts:
+            raise ConfigError("Robot.compose: no URDF part given")
+        models = [_part_model(p) for p in parts]
+        seen: dict[str, int] = {}
+        for k, m in enumerate(models):
+            for name in [m.names[i] for i in range(1, m.njoints)] + [f.name for f in m.frames if f.name != "universe"]:
+                if name in seen and seen[name] != k:
+                    a, b = parts[seen[name]], parts[k]
+                    raise ConfigError(f"Robot.compose: name '{name}' is in part {seen[name]} ({a.path.name}, "
+                                      f"prefix '{a.prefix}') and part {k} ({b.path.name}, prefix '{b.prefix}'); "
+                                      "give the parts different prefixes")
+                seen.setdefault(name, k)
+        if len(parts) == 1 and parts[0].base.isIdentity(0.0):
+            model = models[0]
+        else:
+            model = pin.Model()
+            for m, p in zip(models, parts):
+                model = pin.appendModel(model, m, 0, p.base)
+        label = parts[0].path.name if len(parts) == 1 else \
+            "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in parts) + "]"
+        robot = cls.__new__(cls)
+        robot._setup(model, parts[0].path, label, parts)
+        return robot
 
     # ------------------------------------------------------------------ names
     def frame_id(self, name: str) -> int:
@@ -115,7 +291,7 @@ class Robot:
                 names = [f.name for f in self.model.frames]
                 close = difflib.get_close_matches(name, names, n=4)
                 raise FrameNotFoundError(
-                    f"frame '{name}' is not in {self.path.name}"
+                    f"frame '{name}' is not in {self.label}"
                     + (f"; did you mean {close}?" if close else f"; frames are e.g. {names[:8]}"))
             fid = self.model.getFrameId(name)
             self._frame_ids[name] = fid
@@ -134,7 +310,7 @@ class Robot:
             f = self.model.frames[fid]
             if f.parentJoint == parent.parentJoint and f.placement.isApprox(oMf, 1e-12):
                 return fid
-            raise FrameNotFoundError(f"frame '{name}' already exists in {self.path.name} with another placement")
+            raise FrameNotFoundError(f"frame '{name}' already exists in {self.label} with another placement")
         fid = self.model.addFrame(pin.Frame(name, parent.parentJoint, pid, oMf, pin.FrameType.OP_FRAME))
         self.data = self.model.createData()
         self._frame_ids[name] = fid
@@ -144,7 +320,7 @@ class Robot:
         """Index of a 1-DoF joint in q and v."""
         if name not in self.joint_names:
             close = difflib.get_close_matches(name, self.joint_names, n=4)
-            raise FrameNotFoundError(f"joint '{name}' is not in {self.path.name}"
+            raise FrameNotFoundError(f"joint '{name}' is not in {self.label}"
                                      + (f"; did you mean {close}?" if close else f"; joints: {self.joint_names}"))
         return self.model.joints[self.model.getJointId(name)].idx_q
 

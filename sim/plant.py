@@ -34,9 +34,9 @@ def load_mjcf(path) -> mujoco.MjModel:
 class MujocoPlant:
     def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
-                 seed: int = 0, integrator: str | None = None):
+                 seed: int = 0, integrator: str | None = None, mj_model: mujoco.MjModel | None = None):
         self.path = resolve_asset(mjcf_path)
-        self.model = load_mjcf(self.path)
+        self.model = load_mjcf(self.path) if mj_model is None else mj_model
         if sim_dt is not None:
             if not sim_dt > 0:
                 raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
@@ -58,6 +58,13 @@ class MujocoPlant:
         self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
         self._ctrl_hi = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 1], np.inf)
         self.saturated = 0  # number of set_torque calls where a motor clipped
+
+    @classmethod
+    def from_model(cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model",
+                   **kwargs) -> "MujocoPlant":
+        """A plant of an already compiled ``mujoco.MjModel`` (e.g. ``cmstack.sim.urdf_plant``);
+        ``name`` stands for the file name in messages; ``kwargs`` as ``__init__``."""
+        return cls(name, model_joint_names, mj_model=mj_model, **kwargs)
 
     # ------------------------------------------------------------------ state
     @property

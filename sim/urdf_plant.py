@@ -1,0 +1,214 @@
+"""A MuJoCo plant built from the same URDF(s) as the controller's robot: no hand-written MJCF.
+
+    robot = Robot.from_urdf("panda.urdf", locked_joints={"panda_finger_joint1": 0.0, ...})
+    plant = plant_from_urdf(robot, sim_dt=0.001)          # a MujocoPlant, joints mapped by name
+
+Each URDF part of the robot (``Robot.sources``: file, prefix, base pose, locked joints) is parsed by
+MuJoCo's own URDF importer (``mujoco.MjSpec.from_file``: links → bodies with the URDF inertials,
+joints with the URDF position limits and ``<dynamics damping>``), then
+
+* mesh files are resolved: ``package://PKG/sub/path`` is looked up in the URDF's folder and its
+  parents (the folder named PKG first), a plain relative path from the URDF's folder, or by file name
+  in ``mesh_dir`` when given;
+* every locked joint is removed and its child body fixed at the locked value:
+  a hinge of unit axis a through point p (body frame) at angle θ = value − ref moves the body by
+  T = [R(a, θ), p − R(a, θ) p], so  pos ← pos + R_body (p − R(a, θ) p),  quat ← quat ⊗ q(a, θ);
+  a slide joint moves it by  pos ← pos + R_body a (value − ref);
+* the part is attached to the world at its base pose with its name prefix (``MjSpec.attach``), so
+  MuJoCo's joint names are the robot's;
+* every joint gets a motor (gear 1, ``ctrlrange`` = ± the URDF effort limit, the same limit the
+  controller's model has), except those named in ``passive_joints``.
+
+Contacts are on by default (collision geoms of the URDF; MuJoCo excludes parent–child pairs);
+``contacts=False`` disables the contact solver (``mjDSBL_CONTACT``).  A URDF ``<mimic>`` joint (MuJoCo
+imports it as a joint equality) is refused unless it is locked: the controller's Pinocchio model
+treats it as an independent joint, so the two models would differ.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
+from cmstack.models.robot import Robot, URDFPart, _check_xml, resolve_asset
+from cmstack.sim.plant import MujocoPlant
+
+
+def _resolve_mesh(file: str, urdf: Path, mesh_dir: Path | None) -> Path:
+    """Absolute path of a URDF mesh reference (see the module docstring for the search order)."""
+    tried: list[Path] = []
+    name = file.replace("\\", "/")
+    if mesh_dir is not None:
+        tried.append(mesh_dir / Path(name).name)
+    if name.startswith("file://"):
+        name = name[len("file://"):]
+    if name.startswith("package://"):
+        pkg, _, sub = name[len("package://"):].partition("/")
+        ancestors = [urdf.parent, *urdf.parent.parents]
+        tried += [a / sub for a in ancestors if a.name == pkg]
+        tried += [a / pkg / sub for a in ancestors] + [a / sub for a in ancestors]
+    else:
+        p = Path(name)
+        tried.append(p if p.is_absolute() else urdf.parent / p)
+    for c in tried:
+        if c.is_file():
+            return c.resolve()
+    raise ModelFileError(f"URDF {urdf}: mesh file '{file}' not found (looked at e.g. {[str(c) for c in tried[:3]]}); "
+                         "give mesh_dir=FOLDER holding the mesh files")
+
+
+def _lock_joint(spec: mujoco.MjSpec, name: str, value: float, urdf: Path) -> None:
+    """Remove joint ``name`` and fix its child body at ``value`` (formulas in the module docstring)."""
+    j = spec.joint(name)
+    if j is None:
+        raise FrameNotFoundError(f"locked joint '{name}' is not a joint of MuJoCo's import of {urdf}")
+    body = j.parent
+    a = np.array(j.axis, dtype=float)
+    a /= np.linalg.norm(a)
+    x = float(value) - float(j.ref)
+    Rb = np.zeros(9)
+    mujoco.mju_quat2Mat(Rb, np.asarray(body.quat, dtype=float) / np.linalg.norm(body.quat))
+    Rb = Rb.reshape(3, 3)
+    if j.type == mujoco.mjtJoint.mjJNT_HINGE:
+        qa = np.zeros(4)
+        mujoco.mju_axisAngle2Quat(qa, a, x)
+        Ra = np.zeros(9)
+        mujoco.mju_quat2Mat(Ra, qa)
+        p = np.array(j.pos, dtype=float)
+        body.pos = np.asarray(body.pos, dtype=float) + Rb @ (p - Ra.reshape(3, 3) @ p)
+        qn = np.zeros(4)
+        mujoco.mju_mulQuat(qn, np.asarray(body.quat, dtype=float), qa)
+        body.quat = qn
+    elif j.type == mujoco.mjtJoint.mjJNT_SLIDE:
+        body.pos = np.asarray(body.pos, dtype=float) + Rb @ (a * x)
+    else:
+        raise ConfigError(f"locked joint '{name}' of {urdf.name} is not a hinge or slide joint in MuJoCo's import")
+    spec.delete(j)
+
+
+def _part_spec(part: URDFPart, mesh_dir: Path | None) -> mujoco.MjSpec:
+    """MuJoCo's import of one URDF part: meshes resolved, locked joints removed, mimics checked."""
+    _check_xml(part.path, "URDF")
+    try:
+        spec = mujoco.MjSpec.from_file(str(part.path))
+    except Exception as exc:   # mujoco raises ValueError with the parser's message
+        raise ModelFileError(f"URDF {part.path} could not be parsed by MuJoCo: {exc}") from None
+    spec.compiler.fusestatic = False         # keep every link as a body (the viewer, wrenches by link name)
+    for m in spec.meshes:
+        m.file = str(_resolve_mesh(m.file, part.path, mesh_dir))
+    for name, value in part.locked.items():
+        _lock_joint(spec, name, value, part.path)
+    for e in list(spec.equalities):
+        if e.type != mujoco.mjtEq.mjEQ_JOINT:
+            continue
+        j1, j2 = e.name1, e.name2
+        if j1 in part.locked or j2 in part.locked:
+            spec.delete(e)
+        else:
+            raise ModelFileError(f"URDF {part.path}: joint '{j1}' mimics '{j2}'; the controller's model treats "
+                                 f"them as independent joints: lock '{j1}' (locked_joints) or remove the <mimic>")
+    return spec
+
+
+def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | None = None,
+               passive_joints: tuple[str, ...] = ()) -> mujoco.MjSpec:
+    """The MuJoCo model specification of ``robot`` (every URDF part attached at its base pose with
+    its prefix, motors added); compile it with ``spec.compile()`` or use ``plant_from_urdf``.
+
+    Args:
+        robot: a Robot built from URDF (``Robot(path)``, ``Robot.from_urdf``, ``Robot.compose``).
+        contacts: False disables contacts (MuJoCo's ``mjDSBL_CONTACT``).
+        mesh_dir: folder with the mesh files, searched first by file name.
+        passive_joints: joints that get no motor.
+    """
+    sources = getattr(robot, "sources", None)
+    if not sources:
+        raise ConfigError("plant_from_urdf: the robot has no URDF sources (build it with Robot.from_urdf or "
+                          "Robot.compose)")
+    md = None if mesh_dir is None else resolve_asset(mesh_dir)
+    if md is not None and not md.is_dir():
+        raise ModelFileError(f"mesh_dir {md} is not a folder")
+    for n in passive_joints:
+        robot.joint_index(n)                 # names the joint if it does not exist
+    spec = None
+    for k, part in enumerate(sources):
+        child = _part_spec(part, md)
+        if k == 0 and not part.prefix:
+            # the first, unprefixed part is the root specification (MuJoCo cannot attach with an empty
+            # prefix and save the result): move its top-level bodies to the base pose T = (R, t):
+            # pos ← R pos + t, quat ← q(R) ⊗ quat
+            spec = child
+            qR, R, t = _mat2quat(part.base.rotation), part.base.rotation, part.base.translation
+            for b in spec.worldbody.bodies:
+                b.pos = R @ np.asarray(b.pos, dtype=float) + t
+                qn = np.zeros(4)
+                mujoco.mju_mulQuat(qn, qR, np.asarray(b.quat, dtype=float))
+                b.quat = qn
+            continue
+        if spec is None:
+            spec = mujoco.MjSpec()
+            spec.compiler.fusestatic = False
+        frame = spec.worldbody.add_frame(pos=part.base.translation, quat=_mat2quat(part.base.rotation))
+        spec.attach(child, prefix=part.prefix, frame=frame)
+    spec.modelname = robot.label
+    spec.option.gravity = np.array(robot.model.gravity.linear, dtype=float)
+    if not contacts:
+        spec.option.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    for i, name in enumerate(robot.joint_names):
+        if name in passive_joints:
+            continue
+        e = float(robot.effort_limit[i])
+        limited = bool(np.isfinite(e) and e > 0)
+        spec.add_actuator(name=f"{name}_motor", trntype=mujoco.mjtTrn.mjTRN_JOINT, target=name,
+                          gear=[1, 0, 0, 0, 0, 0], ctrllimited=int(limited),
+                          ctrlrange=[-e, e] if limited else [0.0, 0.0])
+    return spec
+
+
+def _mat2quat(R: np.ndarray) -> np.ndarray:
+    q = np.zeros(4)
+    mujoco.mju_mat2Quat(q, np.ascontiguousarray(R, dtype=float).ravel())
+    return q
+
+
+def plant_from_urdf(robot: Robot, *, sim_dt: float | None = None, contacts: bool = True,
+                    mesh_dir: str | Path | None = None, passive_joints: tuple[str, ...] = (),
+                    integrator: str | None = None, noise_q: float = 0.0, noise_v: float = 0.0,
+                    seed: int = 0) -> MujocoPlant:
+    """A ``MujocoPlant`` of ``robot`` built from its URDF part(s); torques and states map by joint name.
+
+    Args:
+        robot: a Robot built from URDF (``Robot(path)``, ``Robot.from_urdf``, ``Robot.compose``).
+        sim_dt: MuJoCo time step (s); None keeps MuJoCo's default 0.002 s.
+        contacts: False disables contacts.
+        mesh_dir: folder with the mesh files, searched first by file name.
+        passive_joints: joints without a motor (the plant then refuses a torque on them).
+        integrator, noise_q (rad or m), noise_v (rad/s or m/s), seed: as ``MujocoPlant``.
+
+    The returned plant keeps the specification as ``plant.spec``; ``save_xml(plant, path)`` writes the
+    equivalent MJCF (e.g. into a run directory, for replay)."""
+    spec = build_spec(robot, contacts=contacts, mesh_dir=mesh_dir, passive_joints=passive_joints)
+    try:
+        mj_model = spec.compile()
+    except Exception as exc:
+        raise ModelFileError(f"MuJoCo could not compile the plant built from {robot.label}: {exc}") from None
+    plant = MujocoPlant.from_model(mj_model, robot.joint_names, name=robot.label, sim_dt=sim_dt,
+                                   plant_only=(), noise_q=noise_q, noise_v=noise_v, seed=seed,
+                                   integrator=integrator)
+    plant.spec = spec
+    return plant
+
+
+def save_xml(plant: MujocoPlant, path: str | Path) -> Path:
+    """Write the MJCF of a plant built by ``plant_from_urdf`` (mesh paths absolute) to ``path`` and
+    point ``plant.path`` at it, so that a run log's ``mjcf_path`` replays it (``cmstack view``)."""
+    spec = getattr(plant, "spec", None)
+    if spec is None:
+        raise ConfigError(f"save_xml: plant {plant.path.name} was not built by plant_from_urdf (no spec)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec.to_xml())
+    plant.path = path.resolve()
+    return plant.path
