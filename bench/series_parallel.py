@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pinocchio as pin
 
 from cmstack.bench import results_dir
 from cmstack.scenarios._common import default_config
@@ -36,17 +37,35 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
         c0 = time.perf_counter()
         plant.step(n_sub)
         step_us.append((time.perf_counter() - c0) * 1e6)
-    calls = []
+    # interleaved in one process, call by call: the law with the RNEA model term (default), the law with
+    # the paper's body-wise sums, and the floor = the one Pinocchio call the fast law needs (RNEA on the
+    # open tree at q̂ = Ξ(q)); medians and the ratio of medians
+    fast = build_robust({**cfg, "model_terms": "rnea"}, traj)
+    part = build_robust({**cfg, "model_terms": "partition"}, traj)
+    pm = fast.model
+    m, d = pm.model, pm.data
+    qh = [pm.map.xi(q) for _, q, _ in states]
+    vh = [pm.map.E(q) @ v for _, q, v in states]
+    calls, calls_part, floor = [], [], []
     for _ in range(repeat):
-        ctl = build_robust(cfg, traj)
-        for t, q, v in states:
+        for (t, q, v), x, y in zip(states, qh, vh):
             c0 = time.perf_counter()
-            ctl(t, q, v)
-            calls.append((time.perf_counter() - c0) * 1e6)
+            fast(t, q, v)
+            c1 = time.perf_counter()
+            part(t, q, v)
+            c2 = time.perf_counter()
+            pin.rnea(m, d, x, y, y)
+            c3 = time.perf_counter()
+            calls.append((c1 - c0) * 1e6)
+            calls_part.append((c2 - c1) * 1e6)
+            floor.append((c3 - c2) * 1e6)
     calls = np.array(calls)
     return dict(model_actuator_bodies=model_actuator_bodies, control_dt=cfg["control_dt"], calls=int(calls.size),
                 control_step_us_median=float(np.median(calls)), control_step_us_p90=float(np.percentile(calls, 90)),
-                control_step_us_min=float(calls.min()), mujoco_step_us_median=float(np.median(step_us)))
+                control_step_us_min=float(calls.min()), partition_step_us_median=float(np.median(calls_part)),
+                floor_rnea_us_median=float(np.median(floor)),
+                ratio_to_floor=float(np.median(calls) / np.median(floor)),
+                mujoco_step_us_median=float(np.median(step_us)))
 
 
 def main(argv=None) -> None:
@@ -57,8 +76,10 @@ def main(argv=None) -> None:
     rows = [measure(args.duration, args.repeat, False), measure(args.duration, args.repeat, True)]
     for r in rows:
         bodies = "3 bodies (paper's model)" if not r["model_actuator_bodies"] else "5 bodies (+cylinder, piston)"
-        print(f"{bodies}: control step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
-              f"min {r['control_step_us_min']:.1f}, {r['calls']} calls); MuJoCo plant step (per control period) "
+        print(f"{bodies}: law (18) step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
+              f"{r['calls']} calls) with the RNEA model term; {r['partition_step_us_median']:.1f} µs with the paper's "
+              f"body-wise sums; floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "
+              f"{r['ratio_to_floor']:.2f} (target <= 1.5); MuJoCo plant step (per control period) "
               f"median {r['mujoco_step_us_median']:.1f} µs")
     out = results_dir()
     out.mkdir(exist_ok=True)

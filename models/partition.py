@@ -34,6 +34,7 @@ the MuJoCo plant.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +206,7 @@ class PartitionModel:
                                      f"found {robot.joint_names}")
         self.map = TriangleMap(L0, l0, delta_range, with_actuator=with_actuator, slack=stroke_slack)
         self.g = np.array([0.0, 0.0, -float(gravity)])
+        self.model.gravity = pin.Motion(self.g, np.zeros(3))   # the RNEA path uses the same field
         self.bodies = list(BODIES)
         self.joint_of = {"base": self.model.getJointId("phi"), "link1": self.model.getJointId("theta"),
                          "link2": self.model.getJointId("zeta")}
@@ -217,6 +219,8 @@ class PartitionModel:
             Y = self.model.inertias[self.joint_of[b]]
             self.M[b] = spatial_inertia(Y.mass, Y.lever, Y.inertia)
         self.data = self.model.createData()
+        n = self.map.nqhat
+        self._qh, self._vh, self._ah, self._out = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(3)
         self._tip = self.model.getFrameId("F3") if self.model.existFrame("F3") else None
 
     def _add_actuator(self, L0_, l0_, cyl, pis):
@@ -328,6 +332,45 @@ class PartitionModel:
         qhat = self.map.xi(np.asarray(q, dtype=float))
         pin.framesForwardKinematics(self.model, self.data, qhat)
         return self.data.oMf[self._tip].copy()
+
+    def model_force(self, q, qd, qdd) -> np.ndarray:
+        """Γ(q) q̈ + h(q, q̇) − Q_e(q) by ONE recursive Newton–Euler pass on the open tree.
+
+        With q̂ = Ξ(q), q̂̇ = E q̇ and q̂̈ = E q̈ + Ė q̇, the open tree's inverse dynamics is
+        τ̂ = M̂(q̂) q̂̈ + Ĉ(q̂, q̂̇) q̂̇ + ĝ(q̂) (Pinocchio's RNEA), and projecting it with Eᵀ gives
+
+            Eᵀ τ̂ = (Eᵀ M̂ E) q̈ + Eᵀ(M̂ Ė q̇ + Ĉ q̂̇) + Eᵀ ĝ = Γ q̈ + h − Q_e,
+
+        the same quantity as the body-wise sums of :meth:`compute` ((9)–(13) of [Dastranj]; the
+        equality is tested to round-off), at the cost of one RNEA instead of the per-body terms.
+        E is the identity except in the ζ (and α, δ) rows, so E and Eᵀ are applied in closed form."""
+        mp = self.map
+        q0, q1, dl = float(q[0]), float(q[1]), float(q[2])
+        if not (mp.lo - mp.slack <= dl <= mp.hi + mp.slack):
+            mp.check_delta(dl)                      # raises with the stroke named
+        u = dl + mp.l0
+        L2 = mp.L0 * mp.L0
+        c = u * u / (2.0 * L2) - 1.0
+        s = math.sqrt(1.0 - c * c)
+        z = -math.acos(c)
+        dz = u / (L2 * s)
+        d2z = 1.0 / (L2 * s) + u * u * c / (L2 * L2 * s * s * s)
+        v2, a2 = float(qd[2]), float(qdd[2])
+        if not math.isfinite(q0 + q1 + qd[0] + qd[1] + v2 + qdd[0] + qdd[1] + a2):
+            raise StateError(f"partition model: non-finite state q={np.asarray(q)}, q̇={np.asarray(qd)} or q̈={np.asarray(qdd)}")
+        qh, vh, ah = self._qh, self._vh, self._ah
+        qh[0], qh[1], qh[2] = q0, q1, z
+        vh[0], vh[1], vh[2] = qd[0], qd[1], dz * v2
+        ah[0], ah[1], ah[2] = qdd[0], qdd[1], dz * a2 + d2z * v2 * v2
+        if mp.with_actuator:
+            qh[3], qh[4] = 0.5 * z, dl
+            vh[3], vh[4] = 0.5 * vh[2], v2
+            ah[3], ah[4] = 0.5 * ah[2], a2
+        tau = pin.rnea(self.model, self.data, qh, vh, ah)
+        out = self._out
+        out[0], out[1] = tau[0], tau[1]
+        out[2] = dz * tau[2] + ((0.5 * dz * tau[3] + tau[4]) if mp.with_actuator else 0.0)
+        return out.copy()
 
     def inverse_dynamics(self, q, qd, qdd) -> np.ndarray:
         """Q_a = Γ q̈ + h − Q_e (13) with no external disturbance."""

@@ -123,7 +123,8 @@ def build_robust(cfg, traj):
 
     model = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"],
                            with_actuator=cfg["model_actuator_bodies"], stroke_slack=cfg["stroke_slack_m"])
-    return RobustPartitionController(model, traj, Lambda=cfg["Lambda"], K=cfg["K"], kappa=cfg["kappa"], eps=cfg["eps"])
+    return RobustPartitionController(model, traj, Lambda=cfg["Lambda"], K=cfg["K"], kappa=cfg["kappa"], eps=cfg["eps"],
+                                     terms=cfg["model_terms"])
 
 
 def build_pidc(cfg, traj):

@@ -14,6 +14,7 @@ ctrlrange clips the torque, as a real drive would), unmodelled bodies.
 from __future__ import annotations
 
 import difflib
+import math
 
 import mujoco
 import numpy as np
@@ -58,6 +59,14 @@ class MujocoPlant:
         self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
         self._ctrl_hi = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 1], np.inf)
         self.saturated = 0  # number of set_torque calls where a motor clipped
+        # precomputed for the per-step path (set_torque, step): index arrays and limits of the motors
+        m = self.map
+        self._all_actuated = bool(np.all(m.actuated))
+        self._act_idx = m.act[m.actuated]
+        self._inv_gear = 1.0 / m.gear[m.actuated]
+        self._lo_act, self._hi_act = self._ctrl_lo[self._act_idx], self._ctrl_hi[self._act_idx]
+        self._bad_warnings = [(int(k), k.name) for k in self._BAD]
+        self._bad_idx = np.array([i for i, _ in self._bad_warnings])
 
     @classmethod
     def from_model(cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model",
@@ -121,18 +130,19 @@ class MujocoPlant:
         m = self.map
         if tau.shape != (len(m.names),):
             raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {len(m.names)} joints")
-        if not np.all(np.isfinite(tau)):
+        if not math.isfinite(tau @ tau):      # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
             raise StateError(f"set_torque: τ contains NaN/inf at joints "
-                             f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)]}")
-        if np.any(np.abs(tau[~m.actuated]) > 1e-9):
-            bad = [n for n, a, x in zip(m.names, m.actuated, tau) if not a and abs(x) > 1e-9]
-            raise JointMapError(f"{self.path.name}: torque requested on joints without a motor: {bad}")
-        ctrl = tau[m.actuated] / m.gear[m.actuated]
-        idx = m.act[m.actuated]
-        clipped = np.clip(ctrl, self._ctrl_lo[idx], self._ctrl_hi[idx])
-        if np.any(clipped != ctrl):
+                             f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)] or '(overflow)'}")
+        if not self._all_actuated:
+            if np.any(np.abs(tau[~m.actuated]) > 1e-9):
+                bad = [n for n, a, x in zip(m.names, m.actuated, tau) if not a and abs(x) > 1e-9]
+                raise JointMapError(f"{self.path.name}: torque requested on joints without a motor: {bad}")
+            tau = tau[m.actuated]
+        ctrl = tau * self._inv_gear
+        clipped = np.minimum(self._hi_act, np.maximum(self._lo_act, ctrl))
+        if not np.array_equal(clipped, ctrl):
             self.saturated += 1
-        self.data.ctrl[idx] = clipped
+        self.data.ctrl[self._act_idx] = clipped
 
     def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
         """External force f and moment m (world axes) applied at the body's centre of mass until changed."""
@@ -153,9 +163,10 @@ class MujocoPlant:
         t0 = self.time
         for _ in range(n):
             mujoco.mj_step(self.model, self.data)
-        w = self.data.warning
-        bad = [k.name for k in self._BAD if w[int(k)].number > 0]
-        if bad or not np.isfinite(self.data.qpos @ self.data.qpos + self.data.qvel @ self.data.qvel):
+        counts = self.data.warning.number      # one vectorized read of every warning counter
+        if counts[self._bad_idx].any() or not math.isfinite(self.data.qpos @ self.data.qpos
+                                                            + self.data.qvel @ self.data.qvel):
+            bad = [name for i, name in self._bad_warnings if counts[i] > 0]
             raise StateError(f"the MuJoCo plant {self.path.name} diverged between t={t0:.4f} s and "
                              f"t={t0 + n * self.dt:.4f} s ({', '.join(bad) or 'non-finite state'}); check the applied "
                              f"torques and wrenches for NaN, reduce sim_dt, or lower the gains")
@@ -165,6 +176,8 @@ class MujocoPlant:
         """Max |constraint residual| of the plant's equality constraints (weld/connect), in SI."""
         if self.model.neq == 0:
             return 0.0
-        mujoco.mj_forward(self.model, self.data)
+        # position-dependent stages only (kinematics, constraint rows): efc_pos at the current qpos,
+        # without the velocity/acceleration stages of a full mj_forward (mj_step redoes all of them)
+        mujoco.mj_fwdPosition(self.model, self.data)
         rows = self.data.efc_type == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
         return float(np.max(np.abs(self.data.efc_pos[rows]))) if np.any(rows) else 0.0
