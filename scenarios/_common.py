@@ -33,6 +33,7 @@ import tomli_w
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
 from cmstack.sim.metrics import format_table, write_metrics
+from cmstack.sim.perturb import add_defaults as add_perturbation_defaults, check_applied as check_perturbation_applied
 from cmstack.sim.logger import Logger
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -156,7 +157,7 @@ def parse_value(text: str):
 def resolve_config(name: str, config_file: str | None = None, sets: list[str] = (),
                    overrides: dict | None = None, duration: float | None = None,
                    defaults: str | Path | None = None) -> dict:
-    cfg = default_config(name, defaults)
+    cfg = add_perturbation_defaults(default_config(name, defaults))   # [perturbation], all off (sim/perturb.py)
     if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
         for k, v in _read_toml(Path(config_file)).items():
             set_key(cfg, k, v, source=f"config file {config_file}")
@@ -190,6 +191,7 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
     """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  Raises on failure after
     writing the log, metrics.json (ok=false) and error.txt."""
     cfg = resolve_config(name, config_file, sets, overrides, duration, defaults)
+    check_perturbation_applied(name, run, cfg)
     out = Path(out) if out is not None else _default_out(name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(tomli_w.dumps(cfg))

@@ -19,10 +19,12 @@ import numpy as np
 from cmstack.models.errors import ConfigError
 from cmstack.models.partition import PartitionModel, TriangleMap
 from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import run_closed_loop
 
 NAME = "series_parallel"
+APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
 Q_NAMES = ("phi", "theta", "delta")          # the controller's q, plant joints of the same names
 PASSIVE = ("zeta", "cylinder_hinge")         # plant-only joints of the closed chain
 PAPER = dict(rmse_phi_rad=0.124, rmse_theta_rad=0.074, rmse_delta_m=0.018)   # Table III
@@ -144,7 +146,7 @@ def run(ctx) -> Outcome:
         raise ConfigError(f"controller='{cfg['controller']}' is not one of {sorted(CONTROLLERS)}")
     traj = make_trajectory(cfg)
     controller = CONTROLLERS[cfg["controller"]](cfg, traj)
-    plant = build_plant(cfg)
+    plant = apply_perturbation(build_plant(cfg), cfg)     # identity when [perturbation] is all off
     e0 = np.asarray(cfg["initial_error"], dtype=float)
     if e0.shape != (3,):
         raise ConfigError(f"initial_error must have 3 entries (φ, θ, δ), got {cfg['initial_error']}")
@@ -212,6 +214,7 @@ def summarize(ctx, cfg, L, res, plant) -> Outcome:
     m["stroke_end_stop_time_s"] = float(np.sum((L["q"][:, 2] <= lo + 1e-4) | (L["q"][:, 2] >= hi - 1e-4)) * cfg["control_dt"])
     m["max_abs_Qa_phi_nm"], m["max_abs_Qa_theta_nm"], m["max_abs_Qa_delta_n"] = (float(x) for x in np.abs(L["Q_a"]).max(axis=0))
     m["control_step_us_median"] = res.step_us_median
+    m.update(getattr(plant, "metrics", dict)())                # what a [perturbation] did, if any
 
     full = T >= max(w1, t_end_dist + 2.0)
     rows = []

@@ -14,10 +14,12 @@ from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot
 from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import Disturbance, run_closed_loop
 
 NAME = "yumi_dual_arm"
+APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
 
 # Thesis §4.4 reported figures (shared/reference/yumi.md)
 PAPER = dict(constraint_error_initial=0.284, task_error_initial=0.345, constraint_error_converged=0.0017,
@@ -91,6 +93,7 @@ def run(ctx) -> Outcome:
     mjcf = cfg["mjcf_bar"] if cfg["plant"] == "bar" else cfg["mjcf_virtual"]
     plant = MujocoPlant(mjcf, robot.joint_names, sim_dt=sim_dt, integrator=cfg["integrator"],
                         noise_q=cfg["noise_q"], noise_v=cfg["noise_v"], seed=cfg["seed"])
+    plant = apply_perturbation(plant, cfg)     # identity when [perturbation] is all off
     q0 = initial_state(cfg, robot)
     if cfg["plant"] == "bar":
         q0 = close_loop(robot, coupling, q0)   # a physical bar: the initial state must be closed
@@ -152,6 +155,7 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              control_step_us_median=res.step_us_median,
              position_offset_x_m=offset[0], position_offset_y_m=offset[1], position_offset_z_m=offset[2],
              torque_saturations=plant.saturated)
+    m.update(getattr(plant, "metrics", dict)())                # what a [perturbation] did, if any
     m.update(getattr(controller, "extra_metrics", dict)())   # e.g. the squeeze force of pidc_force
     if cfg["plant"] == "bar":
         m["loop_closure_error_max_m"] = float(L["weld_violation"].max())
