@@ -19,7 +19,8 @@ joints with the URDF position limits and ``<dynamics damping>``), then
 * every joint gets a motor (gear 1, ``ctrlrange`` = ± the URDF effort limit, the same limit the
   controller's model has), except those named in ``passive_joints``.
 
-Contacts are on by default (collision geoms of the URDF; MuJoCo excludes parent–child pairs);
+Contacts are on by default (collision geoms of the URDF; links joined by fixed joints and their
+neighbours across one moving joint do not collide, as MuJoCo would have it after fusing them);
 ``contacts=False`` disables the contact solver (``mjDSBL_CONTACT``).  A URDF ``<mimic>`` joint (MuJoCo
 imports it as a joint equality) is refused unless it is locked: the controller's Pinocchio model
 treats it as an independent joint, so the two models would differ.
@@ -152,6 +153,7 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
             spec.compiler.fusestatic = False
         frame = spec.worldbody.add_frame(pos=part.base.translation, quat=_mat2quat(part.base.rotation))
         spec.attach(child, prefix=part.prefix, frame=frame)
+    _exclude_rigid_neighbours(spec)
     spec.modelname = robot.label
     spec.option.gravity = np.array(robot.model.gravity.linear, dtype=float)
     if not contacts:
@@ -165,6 +167,41 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
                           gear=[1, 0, 0, 0, 0, 0], ctrllimited=int(limited),
                           ctrlrange=[-e, e] if limited else [0.0, 0.0])
     return spec
+
+
+def _exclude_rigid_neighbours(spec: mujoco.MjSpec) -> None:
+    """Contact exclusions that keep URDF links apart only where MuJoCo would after fusing fixed joints.
+
+    MuJoCo skips parent–child contacts, but a URDF chain link7 –fixed→ link8 –fixed→ hand keeps the
+    hand and link7 as non-adjacent bodies whose meshes touch.  Group every body with its ancestors
+    up to the nearest body that has a joint (a rigid group: they never move relative to each other;
+    bodies welded to the world join the world's group); exclude contacts within a group and between
+    a group and the group of its moving root's parent."""
+    group: dict[str, str] = {}
+    adjacent: set[tuple[str, str]] = set()
+
+    def walk(body, g):
+        for child in body.bodies:
+            moving = len(child.joints) > 0
+            cg = child.name if moving else g
+            group[child.name] = cg
+            if moving:
+                adjacent.add((cg, g))
+            walk(child, cg)
+
+    world = spec.worldbody
+    group[world.name] = world.name
+    walk(world, world.name)
+    members: dict[str, list[str]] = {}
+    for b, g in group.items():
+        members.setdefault(g, []).append(b)
+    pairs = set()
+    for g, ms in members.items():
+        pairs |= {(a, b) for i, a in enumerate(ms) for b in ms[i + 1:]}
+    for g1, g2 in adjacent:
+        pairs |= {(a, b) for a in members[g1] for b in members[g2]}
+    for a, b in sorted(pairs):
+        spec.add_exclude(bodyname1=a, bodyname2=b)
 
 
 def _mat2quat(R: np.ndarray) -> np.ndarray:

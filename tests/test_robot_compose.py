@@ -258,3 +258,31 @@ def test_urdf_plant_refuses_mimic_and_missing_mesh(tmp_path):
         plant_from_urdf(Robot.from_urdf(u2, {"j2": 0.0}))
     plant = plant_from_urdf(Robot.from_urdf(u2, {"j2": 0.0}), mesh_dir=tmp_path / "meshes")
     assert plant.model.nmesh == 1
+
+
+@needs_panda
+def test_urdf_plant_contacts_skip_rigidly_joined_links_only():
+    """link7 –fixed→ link8 –fixed→ hand: MuJoCo's parent–child filter alone would let the hand's and
+    link7's meshes collide at every pose.  At the Panda's ready pose the plant has no contact; the two
+    arms of a composed robot still collide with each other."""
+    from cmstack.sim.urdf_plant import plant_from_urdf
+
+    dual = Robot.compose([(PANDA, "left_", pin.SE3(np.eye(3), np.array([0, 0.3, 0])), FINGERS),
+                          (PANDA, "right_", pin.SE3(np.eye(3), np.array([0, -0.3, 0])), FINGERS)])
+    plant = plant_from_urdf(dual)
+    m = plant.model
+    pairs = {frozenset((m.body(b1).name, m.body(b2).name))
+             for b1, b2 in ((s >> 16, s & 0xFFFF) for s in m.exclude_signature)}
+    assert frozenset(("left_panda_hand", "left_panda_link7")) in pairs
+    assert frozenset(("left_panda_link0", "left_panda_link1")) in pairs
+    assert frozenset(("left_panda_hand", "right_panda_hand")) not in pairs
+    assert frozenset(("left_panda_link5", "left_panda_link7")) not in pairs
+    ready = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])
+    plant.reset(np.r_[ready, ready])
+    assert plant.data.ncon == 0
+    # each arm turned by ∓π/2 about its first joint: the hands meet between the bases and collide
+    turn = np.array([np.pi / 2, 0, 0, 0, 0, 0, 0])
+    plant.reset(np.r_[ready - turn, ready + turn])
+    touching = {frozenset((m.body(m.geom_bodyid[c.geom1]).name, m.body(m.geom_bodyid[c.geom2]).name))
+                for c in plant.data.contact}
+    assert frozenset(("left_panda_hand", "right_panda_hand")) in touching
