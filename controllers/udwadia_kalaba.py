@@ -1,43 +1,76 @@
-"""Prioritized Udwadia–Kalaba control (thesis seed 002, §3.2, §3.5, §4.3).
+"""Prioritized Udwadia–Kalaba control ([Milioshin] §3.2, §3.5, §4.3) with any number of strict levels.
 
 Model: M(q) v̇ + h(q, v) + D v = τ, so the "given" force without actuation is Q = −h − D v
 (D = joint damping, taken into the model because the plant has it) and a = M⁻¹ Q.
 
-Weighted priority (thesis (3.40), solved as (4.2) with ProxSuite's dense solver):
+Levels.  ``levels=[L₁, L₂, …, L_K]``; each level is a list of tasks (``Task``), of ``(task, weight)``
+pairs, and possibly ``GAUSS``, Gauss' principle ½ (v̇ − a)ᵀ M (v̇ − a).  The last level holds
+``GAUSS`` (it is appended as a level of its own if no level names it), so it decides every degree of
+freedom left.  Strict priority between levels, weighted least squares within a level, the limits
+(``models/limits.py``) in every level:
 
-    min_v̇  ½ v̇ᵀ (M + Σᵢ ωᵢ A_uiᵀ A_ui) v̇ + (−Q − Σᵢ ωᵢ A_uiᵀ b_ui)ᵀ v̇
-    s.t.   A_c v̇ = b_c                         (hard constraints: coupling)
-           −τ_max ≤ M v̇ + h + D v ≤ τ_max       (URDF effort limits, on v̇)
+    level k < K:   v̇ ∈ argmin Σ_{i∈L_k} ω_i ‖A_i v̇ − b_i‖²   over the optimal set of levels < k, limits
+    level K:       min ½ v̇ᵀ H v̇ + gᵀ v̇,  H = M + Σ_{i∈L_K} ω_i A_iᵀA_i,  g = −Q − Σ ω_i A_iᵀ b_i
 
-Strict priority (beyond the thesis, ``priority="strict"``): constraints exactly, then the tasks in
-weighted least squares within N(A_c), then Gauss' principle in what remains — by null-space
-projections (SVD with an explicit rank tolerance):
+Level 1 is hard: when it cannot hold (incompatible rows, or not within the limits) the controller
+raises ``InfeasibleError`` naming the cause.  Special cases:
 
-    v̇₁ = A_c⁺ b_c,            N₁ = null-space basis of A_c
-    z  = (W A_u N₁)⁺ W (b_u − A_u v̇₁),   v̇₂ = v̇₁ + N₁ z,   N₂ = N₁ · null(W A_u N₁)
-    y  = (N₂ᵀ M N₂)⁻¹ N₂ᵀ (Q − M v̇₂),    v̇* = v̇₂ + N₂ y
+* thesis weighted mode (3.40)/(4.2): ``[[constraints], [(task, ω), GAUSS]]`` — constraints hard,
+  tasks weighted against Gauss (``priority="weighted"``);
+* strict mode: ``[[constraints], [(task, ω)…], [GAUSS]]`` (``priority="strict"``).
 
-If that v̇* would exceed an effort limit, the same hierarchy is solved as two ProxSuite QPs with the
-limits as inequalities (tasks within constraints and limits; then Gauss with the task accelerations
-fixed).  The torque is τ = M v̇* + h + D v = RNEA(q, v, v̇*) + D v.
+Solution, cheapest first:
+1. every level k < K exactly achievable: E v̇ = f with E = [A₁; …; A_{K−1}] (√ω-scaled rows) of full
+   row rank; the final level is then the equality-constrained QP whose KKT system
+   [H Eᵀ; E 0] [v̇; λ] = [−g; f] is solved directly (Schur complement S = E H⁻¹ Eᵀ; a Cholesky
+   factorisation of S that fails or has a pivot below ``rank_tol`` relative sends to 2);
+2. rank-deficient or inconsistent levels: null-space projections (SVD, relative rank tolerance):
+   v̇_k = v̇_{k−1} + N_{k−1} (A_k N_{k−1})⁺ (b_k − A_k v̇_{k−1}),  N_k = N_{k−1} null(A_k N_{k−1}),
+   then y = (N_Kᵀ H N_K)⁻¹ N_Kᵀ (−g − H v̇), v̇* = v̇ + N_K y;
+3. if v̇* violates a limit: one ProxSuite QP of the final level with E v̇ = f and the limits; if it is
+   infeasible (after one cold-start retry), the levels one after another, each a QP with the earlier
+   levels' achieved values as equalities and the limits (level k's least squares plus μ·Gauss to break
+   ties; μ = 1e-6 tr(A_kᵀA_k)/tr(M)).
 
-Forces reported each step (from the KKT conditions of (4.2), H v̇ + g + A_cᵀ y = 0):
-    Q_c = −A_cᵀ y            the hard constraints' generalized force, equal to (3.10) without tasks
-    Q_u = Σ ωᵢ A_uiᵀ (b_ui − A_ui v̇*)   the soft tasks' force;   M v̇* = Q + Q_c + Q_u + Q_lim.
+The torque is τ = M v̇* + h + D v = RNEA(q, v, v̇*) + D v.
+
+Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ + Cᵀ z = 0):
+    Q_c   = −A₁ᵀ λ₁              the first level's generalized force (when there are ≥ 2 levels);
+                                  with only constraints in level 1 this is (3.10)
+    Q_u   = −Σ_{1<k<K} A_kᵀ λ_k + Σ_{i∈L_K} ω_i A_iᵀ (b_i − A_i v̇*)   the other tasks' force
+    Q_lim = −Cᵀ z                 the limits' force;     M v̇* = Q + Q_c + Q_u + Q_lim.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import proxsuite
 
-from cmstack.models.coupling import AffineConstraint, stack
+from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling, Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
+from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
 
-_SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
+_PQ = proxsuite.proxqp
+_SOLVED = _PQ.QPSolverOutput.PROXQP_SOLVED
+_INFEASIBLE = (_PQ.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE, _PQ.QPSolverOutput.PROXQP_DUAL_INFEASIBLE)
+
+
+class _Gauss:
+    """Gauss' principle ½ (v̇ − a)ᵀ M (v̇ − a), a = M⁻¹ Q, as a member of a level."""
+
+    name = "gauss"
+
+    def __repr__(self) -> str:
+        return "GAUSS"
+
+
+GAUSS = _Gauss()
+"""Place Gauss' principle in a level (the last one); weight 1, the tasks' weights are relative to it."""
 
 
 def _null_basis(A: np.ndarray, n: int, tol: float):
@@ -52,239 +85,462 @@ def _null_basis(A: np.ndarray, n: int, tol: float):
 
 @dataclass
 class UKStepInfo:
-    """What the controller reports every step.  The generalized forces Q_c and Q_u are computed
-    on first access (they are diagnostics, not needed for τ)."""
+    """What the controller reports every step.  The generalized forces are computed on first
+    access (diagnostics, not needed for τ).  ``path``: "kkt" (direct solve), "nullspace", "qp"
+    (one QP with the limits) or "sequential" (one QP per level)."""
 
     status: str = "not run"
     vdot: np.ndarray | None = None
     tau: np.ndarray | None = None
     qp_iter: int = 0
     limits_active: bool = False
-    _y: np.ndarray | None = None
-    _A_c: np.ndarray | None = None
-    _A_u: np.ndarray | None = None
-    _b_u: np.ndarray | None = None
+    path: str = ""
+    cold_retries: int = 0
+    _Qc: np.ndarray | None = None
+    _Qu: np.ndarray | None = None
+    _Qlim: np.ndarray | None = None
+    _lazy: object = None
+
+    def _fill(self):
+        if self._lazy is not None:
+            self._Qc, self._Qu, self._Qlim = self._lazy()
+            self._lazy = None
 
     @property
     def Qc(self) -> np.ndarray | None:
-        """Q_c = −A_cᵀ y, the hard constraints' generalized force ((3.10) when there are no tasks)."""
+        """Q_c = −A₁ᵀ λ₁, the first (hard) level's generalized force; (3.10) without tasks."""
         if self.vdot is None:
             return None
-        return -self._A_c.T @ self._y if self._y is not None else np.zeros_like(self.vdot)
+        self._fill()
+        return self._Qc
 
     @property
     def Qu(self) -> np.ndarray | None:
-        """Q_u = Σ ωᵢ A_uiᵀ (b_ui − A_ui v̇*), the soft tasks' generalized force."""
+        """The other levels' (tasks') generalized force."""
         if self.vdot is None:
             return None
-        return self._A_u.T @ (self._b_u - self._A_u @ self.vdot)
+        self._fill()
+        return self._Qu
+
+    @property
+    def Qlim(self) -> np.ndarray | None:
+        """The limits' generalized force −Cᵀ z (zero when no limit is active)."""
+        if self.vdot is None:
+            return None
+        self._fill()
+        return self._Qlim
+
+
+@dataclass
+class _Level:
+    tasks: list
+    weights: np.ndarray
+    sqrt_w: np.ndarray
+    gauss: bool = False
+    dim: int = 0
+
+
+def _parse_level(level, k: int) -> _Level:
+    if isinstance(level, (Task, _Gauss)) or (isinstance(level, tuple) and len(level) == 2):
+        level = [level]
+    tasks, ws, gauss = [], [], False
+    for item in level:
+        if item is GAUSS:
+            gauss = True
+            continue
+        w = 1.0
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ConfigError(f"level {k + 1}: a member must be a task, (task, weight) or GAUSS; got {item!r}")
+            item, w = item
+        if not isinstance(item, Task):
+            raise ConfigError(f"level {k + 1}: {item!r} is not a Task (FrameTask, RigidCoupling, PostureTask, …)")
+        try:
+            w = float(w)
+        except (TypeError, ValueError):
+            raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w!r}") from None
+        if not (math.isfinite(w) and w > 0):
+            raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w}")
+        tasks.append(item)
+        ws.append(w)
+    ws = np.array(ws, dtype=float)
+    return _Level(tasks, ws, np.sqrt(ws), gauss, sum(t.dim for t in tasks))
 
 
 class UdwadiaKalabaController:
-    """τ = UK(t, q, v): hard constraints, weighted soft tasks, effort limits; ProxSuite QP."""
+    """τ = UK(t, q, v): strict levels of weighted tasks, Gauss' principle last, limits in every level.
 
-    def __init__(self, robot: Robot, constraints: list[AffineConstraint], tasks: list[AffineConstraint],
-                 omega: float | list[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
-                 model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9):
-        if priority not in ("weighted", "strict"):
-            raise ConfigError(f"priority='{priority}' is not one of ['weighted', 'strict']")
+    Args:
+        robot: the Pinocchio model (``Robot``).
+        constraints, tasks, omega, priority: the former interface, kept: ``constraints`` hard,
+            ``tasks`` weighted by ``omega`` (scalar or one per task, > 0), with Gauss in the tasks'
+            level (``priority="weighted"``, the thesis) or after it (``"strict"``).
+        torque_limits: with the former interface and ``limits=None``, add ``EffortLimit(robot)``.
+        model_damping: include the joint damping D of the URDF in the model (N·m·s/rad).
+        levels: the priority levels (module docstring); excludes ``constraints``/``tasks``.
+        limits: list of ``Limit`` objects (``EffortLimit``, ``JointPositionLimit``,
+            ``JointVelocityLimit``), enforced in every level.
+        eps_abs: ProxSuite's absolute tolerance; rank_tol: relative rank tolerance.
+        warn_free_dof: warn once when the tasks leave degrees of freedom to Gauss alone.
+    """
+
+    def __init__(self, robot: Robot, constraints: Sequence[Task] | None = None, tasks: Sequence[Task] | None = None,
+                 omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
+                 model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
+                 levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
+                 warn_free_dof: bool = True):
         self.robot = robot
-        self.constraints = list(constraints)
-        self.tasks = list(tasks)
-        om = np.broadcast_to(np.asarray(omega, dtype=float), (len(self.tasks),)).copy()
-        if np.any(om <= 0):
-            raise ConfigError(f"task weights omega must be > 0, got {om.tolist()}")
-        self.omega = om
-        self._sqrt_omega = np.sqrt(om)
-        self.priority = priority
-        self.torque_limits = bool(torque_limits)
-        self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
-        self.tau_max = robot.effort_limit.copy()
-        if self.torque_limits and not np.all(self.tau_max > 0):
-            bad = [n for n, x in zip(robot.joint_names, self.tau_max) if not x > 0]
-            raise ConfigError(f"torque_limits=true but joints {bad} have no positive effort limit in "
-                              f"{robot.path.name}")
-        self.eps_abs = eps_abs
-        self.rank_tol = rank_tol
         self.n = robot.nv
-        self.n_eq = sum(c.dim for c in self.constraints)
-        self._qp = None
-        self._qp_strict = None
+        if levels is None:
+            if priority not in ("weighted", "strict"):
+                raise ConfigError(f"priority='{priority}' is not one of ['weighted', 'strict']")
+            constraints = list(constraints or [])
+            tasks = list(tasks or [])
+            om = np.broadcast_to(np.asarray(omega, dtype=float), (len(tasks),)).copy()
+            if np.any(~np.isfinite(om)) or np.any(om <= 0):
+                raise ConfigError(f"task weights omega must be finite and > 0, got {om.tolist()}")
+            weighted = [(t, w) for t, w in zip(tasks, om)]
+            if priority == "weighted":
+                levels = ([constraints] if constraints else []) + [weighted + [GAUSS]]
+            else:
+                levels = ([constraints] if constraints else []) + ([weighted] if weighted else []) + [[GAUSS]]
+        else:
+            if constraints or tasks:
+                raise ConfigError("give either levels=[...] or constraints/tasks, not both")
+            priority = "levels"
+        self.priority = priority
+        lv = [_parse_level(L, k) for k, L in enumerate(levels)]
+        if not lv or not lv[-1].gauss:
+            if any(L.gauss for L in lv):
+                k = next(i for i, L in enumerate(lv) if L.gauss)
+                raise ConfigError(f"GAUSS is in level {k + 1} of {len(lv)}; it must be in the last level "
+                                  "(it decides every remaining degree of freedom)")
+            lv.append(_Level([], np.zeros(0), np.zeros(0), True, 0))
+        if any(L.gauss for L in lv[:-1]):
+            raise ConfigError("GAUSS must be in the last level only")
+        self.levels = lv
+        self._upper = lv[:-1]
+        self._final = lv[-1]
+        self.n_eq = sum(L.dim for L in self._upper)
+        # the former attributes: the hard constraints (level 1 when there are several) and the tasks
+        self.constraints = list(lv[0].tasks) if len(lv) > 1 else []
+        self.tasks = [t for L in lv[(1 if len(lv) > 1 else 0):] for t in L.tasks]
+        self.omega = np.concatenate([L.weights for L in lv[(1 if len(lv) > 1 else 0):]]) if self.tasks else np.zeros(0)
+
+        if limits is None:
+            limits = [EffortLimit(robot)] if torque_limits else []
+        for lim in limits:
+            if not isinstance(lim, Limit):
+                raise ConfigError(f"limits: {lim!r} is not a Limit (EffortLimit, JointPositionLimit, JointVelocityLimit)")
+        self.limits = list(limits)
+        self.n_in = sum(lim.dim for lim in self.limits)
+        self.torque_limits = any(isinstance(lim, EffortLimit) for lim in self.limits)
+        self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
+        self.eps_abs = float(eps_abs)
+        self.rank_tol = float(rank_tol)
+        self._qps: dict = {}
         self.info = UKStepInfo()
         self.kin: Kinematics | None = None
-        self.failures = 0   # steps whose QP stopped short of its tolerance (solution still used if finite)
+        self.failures = 0        # steps whose QP stopped short of its tolerance (solution still used)
+        self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
+        self.warn_free_dof = warn_free_dof
+        self._warned = False
 
-    # ------------------------------------------------------------------ helpers
-    def _new_qp(self, n_eq: int, n_in: int):
-        qp = proxsuite.proxqp.dense.QP(self.n, n_eq, n_in)
+    # ------------------------------------------------------------------ compatibility
+    @property
+    def tau_max(self) -> np.ndarray:
+        """Effort bounds of the first ``EffortLimit`` (N·m); setting it changes that limit."""
+        for lim in self.limits:
+            if isinstance(lim, EffortLimit):
+                return lim.tau_max
+        return np.full(self.n, np.inf)
+
+    @tau_max.setter
+    def tau_max(self, value) -> None:
+        for lim in self.limits:
+            if isinstance(lim, EffortLimit):
+                lim.tau_max = np.broadcast_to(np.asarray(value, dtype=float), lim.tau_max.shape).copy()
+                return
+        raise ConfigError("tau_max: this controller has no EffortLimit")
+
+    # ------------------------------------------------------------------ building blocks
+    def _level_rows(self, L: _Level, kin, t):
+        if len(L.tasks) == 1:
+            A, b = L.tasks[0].compute(kin, t)
+            sw = L.sqrt_w[0]
+            return sw * A, sw * b
+        if not L.tasks:
+            return np.zeros((0, self.n)), np.zeros(0)
+        As, bs = [], []
+        for task, sw in zip(L.tasks, L.sqrt_w):
+            A, b = task.compute(kin, t)
+            As.append(sw * A)
+            bs.append(sw * b)
+        return np.vstack(As), np.concatenate(bs)
+
+    def _limit_rows(self, kin, hD):
+        if not self.limits:
+            return None, None, None
+        if len(self.limits) == 1:
+            return self.limits[0].bounds(kin, hD)
+        Cs, ls, us = zip(*(lim.bounds(kin, hD) for lim in self.limits))
+        return np.vstack(Cs), np.concatenate(ls), np.concatenate(us)
+
+    def _violated(self, kin, hD, x, tau) -> bool:
+        return any(lim.violation(kin, hD, x, tau) > 0 for lim in self.limits)
+
+    def _new_qp(self, n_eq: int, n_in: int, n_var: int | None = None):
+        qp = _PQ.dense.QP(self.n if n_var is None else n_var, n_eq, n_in)
         qp.settings.eps_abs = self.eps_abs
         qp.settings.eps_rel = 0.0
         qp.settings.verbose = False
         qp.settings.max_iter = 1000
         return qp
 
+    def _qp(self, key, n_eq, n_in, max_iter=1000, n_var=None):
+        qp = self._qps.get(key)
+        first = qp is None
+        if first:
+            qp = self._new_qp(n_eq, n_in, n_var)
+            qp.settings.max_iter = max_iter
+            self._qps[key] = qp
+        return qp, first
+
     def _solve(self, qp, first: bool, H, g, A, b, C, l, u):
+        """One QP solve, warm-started from the previous step's solution.  A warm start that does not
+        reach SOLVED is retried once from a cold start (ProxSuite's warm start can report
+        PRIMAL_INFEASIBLE on a strictly feasible problem when consecutive problems are unrelated);
+        each retry is counted in ``cold_retries``."""
         if first:
             qp.init(H, g, A, b, C, l, u)
         else:
-            # the scaling of (4.2) changes little between control steps: keep the first step's
-            # Ruiz preconditioner (saves ~20 µs a step; the solution is unchanged to eps_abs)
+            # the scaling changes little between control steps: keep the first step's Ruiz
+            # preconditioner (saves ~20 µs a step; the solution is unchanged to eps_abs)
             qp.update(H, g, A, b, C, l, u, update_preconditioner=False)
         qp.solve()
         if first:
-            # Warm start from the previous step from now on.  (ProxSuite 0.8 segfaults if this is
-            # switched on between init() and the first solve(): there is no previous result yet.)
-            qp.settings.initial_guess = proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+            # warm start from the previous step from now on (ProxSuite 0.8 segfaults if this is
+            # switched on between init() and the first solve(): there is no previous result yet)
+            qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+        elif qp.results.info.status != _SOLVED:
+            self.cold_retries += 1
+            self.info.cold_retries += 1
+            qp.init(H, g, A, b, C, l, u)      # fresh factorisation and preconditioner, no initial guess
+            qp.settings.initial_guess = _PQ.InitialGuess.NO_INITIAL_GUESS
+            qp.solve()
+            qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
         return qp.results
-
-    def _weighted_tasks(self, kin, t):
-        if len(self.tasks) == 1:
-            A, b = self.tasks[0].compute(kin, t)
-            sw = self._sqrt_omega[0]
-            return sw * A, sw * b
-        rows_A, rows_b = [], []
-        for task, w in zip(self.tasks, self.omega):
-            A, b = task.compute(kin, t)
-            sw = np.sqrt(w)
-            rows_A.append(sw * A)
-            rows_b.append(sw * b)
-        if not rows_A:
-            return np.zeros((0, self.n)), np.zeros(0)
-        return np.vstack(rows_A), np.concatenate(rows_b)
-
-    def _infeasible(self, A_c, b_c, slices, t, where):
-        """Explain an infeasible hard-constraint set: the least-squares residual of each."""
-        x = np.linalg.lstsq(A_c, b_c, rcond=None)[0]
-        res = A_c @ x - b_c
-        parts = [f"{c.name}: residual {np.linalg.norm(res[s]):.3g}" for c, s in zip(self.constraints, slices)]
-        return InfeasibleError(f"hard constraints are incompatible at t={t:.4f} s ({where}); the least-squares "
-                               f"residual is {np.linalg.norm(res):.3g} — " + "; ".join(parts)
-                               + ". Remove one of them or make it a soft task.")
 
     # ------------------------------------------------------------------ control
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
         kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
         self.kin = kin
         M, h = kin.M, kin.h
-        Dv = self.D * v
-        Q = -h - Dv
-        A_c, b_c, slices = stack(self.constraints, kin, t, self.n)
-        A_u, b_u = self._weighted_tasks(kin, t)   # rows scaled by √ωᵢ
-        if self.priority == "weighted":
-            vdot, y, iters = self._weighted(M, Q, h + Dv, A_c, b_c, A_u, b_u, t, q, v, slices)
-            limits_active = False
-        else:
-            vdot, y, iters, limits_active = self._strict(M, Q, h + Dv, A_c, b_c, A_u, b_u, t, q, v, slices)
-        tau = M @ vdot + h + Dv
+        hD = h + self.D * kin.v
+        Q = -hD
         info = self.info
-        info.status, info.vdot, info.tau, info.qp_iter = "solved", vdot, tau, iters
-        info._y, info._A_c, info._A_u, info._b_u = y, A_c, A_u, b_u
-        info.limits_active = limits_active
+        info.cold_retries = 0
+        rows = [self._level_rows(L, kin, t) for L in self._upper]
+        Af, bf = self._level_rows(self._final, kin, t)
+        H = M + Af.T @ Af if Af.shape[0] else M
+        g = -Q - Af.T @ bf if Af.shape[0] else -Q
+        if len(rows) == 1:
+            E, f = rows[0]
+        elif rows:
+            E, f = np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
+        else:
+            E, f = np.zeros((0, self.n)), np.zeros(0)
+        if not self._warned and self.warn_free_dof:
+            self._warn_free(E, Af)
+        x, lam, path = self._equality(H, g, E, f, rows, t)
+        tau = M @ x + hD
+        z = None
+        iters = 0
+        if self.limits and self._violated(kin, hD, x, tau):
+            C, l, u = self._limit_rows(kin, hD)
+            x, lam, z, iters, path = self._with_limits(kin, H, g, E, f, rows, C, l, u, Q, hD, t)
+            tau = M @ x + hD
+        info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
+        info.limits_active = z is not None and bool(np.any(z != 0))
+        info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, Af, bf, E)
         return tau
 
+    def _forces_closure(self, kin, hD, x, lam, z, rows, Af, bf, E):
+        n = self.n
+
+        def forces():
+            Qlim = np.zeros(n)
+            if z is not None:
+                C = self._limit_rows(kin, hD)[0]
+                Qlim = -C.T @ z
+            Qu = Af.T @ (bf - Af @ x) if Af.shape[0] else np.zeros(n)
+            Qc = np.zeros(n)
+            if lam is not None and E.shape[0]:
+                i = 0
+                for k, (A, _) in enumerate(rows):
+                    force = -A.T @ lam[i:i + A.shape[0]]
+                    i += A.shape[0]
+                    if k == 0:
+                        Qc = force
+                    else:
+                        Qu = Qu + force
+            return Qc, Qu, Qlim
+
+        return forces
+
+    def _warn_free(self, E, Af):
+        self._warned = True
+        allrows = np.vstack([E, Af]) if Af.shape[0] else E
+        r = int(np.linalg.matrix_rank(allrows)) if allrows.shape[0] else 0
+        free = self.n - r
+        if free > 0:
+            warnings.warn(
+                f"UdwadiaKalabaController: the tasks constrain {r} of the {self.n} degrees of freedom of "
+                f"{self.robot.path.name}; {free} degree(s) of freedom have no task and drift under Gauss' "
+                f"principle (gravity, damping). Add a PostureTask in the last level to hold them.",
+                UserWarning, stacklevel=3)
+
+    # ------------------------------------------------------------------ equality levels
+    def _equality(self, H, g, E, f, rows, t):
+        """Levels without limits: KKT fast path, else null-space projections. (v̇, λ, path)."""
+        m = E.shape[0]
+        if m == 0:
+            return np.linalg.solve(H, -g), None, "kkt"
+        if m <= self.n:
+            X = np.linalg.solve(H, np.column_stack([E.T, -g]))
+            HiEt, x0 = X[:, :m], X[:, m]
+            S = E @ HiEt
+            try:
+                L = np.linalg.cholesky(S)
+            except np.linalg.LinAlgError:
+                L = None
+            if L is not None:
+                d = np.diagonal(L)
+                if d.min() > math.sqrt(self.rank_tol) * d.max():
+                    lam = np.linalg.solve(S, E @ x0 - f)
+                    return x0 - HiEt @ lam, lam, "kkt"
+        return self._nullspace(H, g, rows, t)
+
+    def _nullspace(self, H, g, rows, t):
+        n = self.n
+        x = np.zeros(n)
+        N = np.eye(n)
+        for k, (A, b) in enumerate(rows):
+            if N.shape[1] == 0:
+                break
+            B = A @ N
+            P, NB, r = _null_basis(B, N.shape[1], self.rank_tol)
+            x = x + N @ (P @ (b - A @ x))
+            if k == 0 and np.linalg.norm(A @ x - b) > 1e-8 * (1 + np.linalg.norm(b)):
+                raise self._incompatible(A, b, t)
+            N = N @ NB
+        if N.shape[1]:
+            x = x + N @ np.linalg.solve(N.T @ H @ N, N.T @ (-g - H @ x))
+        E = np.vstack([r[0] for r in rows])
+        lam = np.linalg.lstsq(E.T, -(H @ x + g), rcond=None)[0]     # Eᵀλ = −(H v̇ + g), minimum norm
+        return x, lam, "nullspace"
+
+    # ------------------------------------------------------------------ limits
+    def _with_limits(self, kin, H, g, E, f, rows, C, l, u, Q, hD, t):
+        qp, first = self._qp(("all", E.shape[0]), E.shape[0], C.shape[0])
+        res = self._solve(qp, first, H, g, E, f, C, l, u)
+        st = res.info.status
+        if st == _SOLVED:
+            return res.x.copy(), res.y.copy() if E.shape[0] else None, res.z.copy(), res.info.iter, "qp"
+        if len(rows) >= 2 and st in _INFEASIBLE:
+            return self._sequential(kin, H, g, rows, C, l, u, Q, hD, t)
+        if st in _INFEASIBLE:
+            raise self._limits_infeasible(kin, hD, Q, rows, t, st)
+        self.failures += 1
+        if np.all(np.isfinite(res.x)) and np.linalg.norm(E @ res.x - f) < 1e-6 * (1 + np.linalg.norm(f)):
+            return res.x.copy(), res.y.copy() if E.shape[0] else None, res.z.copy(), res.info.iter, "qp"
+        raise SolverError(f"UK QP failed at t={t:.4f} s with status {st} after {res.info.iter} iterations; "
+                          f"q={np.array2string(kin.q, precision=4)}, v={np.array2string(kin.v, precision=4)}")
+
+    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t):
+        """Levels one at a time with the limits (module docstring, 3).  Level 1 is a QP with its rows
+        as equalities; every later level is a QP in the null space of the levels above,
+        v̇ = v̇_{k−1} + N_{k−1} z, with only the limits as constraints (no equality that a tolerance
+        could make infeasible); the limits get a 1e-8 relative margin after level 1, because v̇_{k−1}
+        meets them only to the solver's tolerance."""
+        M = kin.M
+        A1, b1 = rows[0]
+        qp, first = self._qp(("seq", 0), A1.shape[0], C.shape[0], max_iter=10000)
+        r0 = self._solve(qp, first, M, -Q, A1, b1, C, l, u)
+        if r0.info.status != _SOLVED:
+            raise self._limits_infeasible(kin, hD, Q, rows, t, r0.info.status)
+        iters = r0.info.iter
+        x = r0.x.copy()
+        N = _null_basis(A1, self.n, self.rank_tol)[1]
+        margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * self.eps_abs
+        z = None
+        for k in range(1, len(rows) + 1):
+            nz = N.shape[1]
+            if nz == 0:
+                break
+            CN = C @ N
+            lo, hi = l - margin - C @ x, u + margin - C @ x
+            if k < len(rows):
+                A, b = rows[k]
+                AN = A @ N
+                mu = 1e-6 * max(np.trace(AN.T @ AN), 1e-12) / np.trace(M)
+                Hr = AN.T @ AN + mu * (N.T @ M @ N)
+                gr = N.T @ (-A.T @ (b - A @ x) + mu * (M @ x - Q))
+            else:
+                Hr = N.T @ H @ N
+                gr = N.T @ (H @ x + g)
+            qp, first = self._qp(("seq", k, nz), 0, C.shape[0], max_iter=10000, n_var=nz)
+            r = self._solve(qp, first, Hr, gr, None, None, CN, lo, hi)
+            iters += r.info.iter
+            if r.info.status != _SOLVED:
+                self.failures += 1       # x is optimal for every level above: keep it
+                break
+            x = x + N @ r.x
+            if k == len(rows):
+                z = r.z.copy()
+            else:
+                N = N @ _null_basis(AN, nz, self.rank_tol)[1]
+        E = np.vstack([a for a, _ in rows])
+        rhs = -(H @ x + g) - (C.T @ z if z is not None else 0.0)
+        lam = np.linalg.lstsq(E.T, rhs, rcond=None)[0]      # split of the equality force, minimum norm
+        return x, lam, z if z is not None else r0.z.copy(), iters, "sequential"
+
+    # ------------------------------------------------------------------ diagnostics
     def errors(self, kin: Kinematics, t: float):
         """Pose errors of every constraint and task at (kin, t), by name."""
         return ({c.name: c.error(kin, t) for c in self.constraints},
                 {c.name: c.error(kin, t) for c in self.tasks})
 
-    def _limits(self, M, hD):
-        if not self.torque_limits:
-            return None, None, None
-        return M, -self.tau_max - hD, self.tau_max - hD
+    def _incompatible(self, A, b, t):
+        """Explain an infeasible first level: the least-squares residual of each of its tasks."""
+        x = np.linalg.lstsq(A, b, rcond=None)[0]
+        res = A @ x - b
+        parts, i = [], 0
+        for task in self.levels[0].tasks:
+            parts.append(f"{task.name}: residual {np.linalg.norm(res[i:i + task.dim]):.3g}")
+            i += task.dim
+        return InfeasibleError(f"hard constraints are incompatible at t={t:.4f} s; the least-squares residual is "
+                               f"{np.linalg.norm(res):.3g} — " + "; ".join(parts)
+                               + ". Remove one of them or make it a soft task.")
 
-    def _limits_infeasible(self, M, Q, hD, A_c, b_c, t):
-        """Hard constraints and effort limits cannot hold together: name the joint whose limit the
-        unlimited Gauss solution (3.8) exceeds most (an infeasible QP's iterate means nothing)."""
-        x = udwadia_kalaba_closed_form(M, Q, A_c, b_c)[0] if A_c.shape[0] else np.linalg.solve(M, Q)
+    def _limits_infeasible(self, kin, hD, Q, rows, t, status):
+        """Level 1 and the limits cannot hold together (filled in by ``diagnose_infeasible``)."""
+        return InfeasibleError(self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
+
+    def diagnose_infeasible(self, kin, hD, Q, level1, t, status) -> str:
+        names = [c.name for c in self.levels[0].tasks] if len(self.levels) > 1 else []
+        M = kin.M
+        if level1 is None:
+            A, b = np.zeros((0, self.n)), np.zeros(0)
+        else:
+            A, b = level1
+        x = udwadia_kalaba_closed_form(M, Q, A, b)[0] if A.shape[0] else np.linalg.solve(M, Q)
         tau_free = M @ x + hD
-        worst = int(np.argmax(np.abs(tau_free) / self.tau_max))
-        return InfeasibleError(
-            f"at t={t:.4f} s the hard constraints {[c.name for c in self.constraints]} cannot be met "
-            f"within the effort limits (joint '{self.robot.joint_names[worst]}' would need "
-            f"{tau_free[worst]:.1f} N·m, limit {self.tau_max[worst]:.1f}); slow the motion or raise the limits")
-
-    def _weighted(self, M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices):
-        H = M + A_u.T @ A_u
-        g = -Q - A_u.T @ b_u
-        C, l, u = self._limits(M, hD)
-        first = self._qp is None
-        if first:
-            self._qp = self._new_qp(A_c.shape[0], 0 if C is None else self.n)
-        res = self._solve(self._qp, first, H, g, A_c, b_c, C, l, u)
-        if res.info.status != _SOLVED:
-            self.info.status = str(res.info.status)
-            if A_c.shape[0] and np.linalg.norm(A_c @ np.linalg.lstsq(A_c, b_c, rcond=None)[0] - b_c) > 1e-6:
-                raise self._infeasible(A_c, b_c, slices, t, f"QP status {res.info.status}")
-            if res.info.status == proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE:
-                raise self._limits_infeasible(M, Q, hD, A_c, b_c, t)
-            self.failures += 1
-            if np.all(np.isfinite(res.x)) and np.linalg.norm(A_c @ res.x - b_c) < 1e-6 * (1 + np.linalg.norm(b_c)):
-                return res.x.copy(), res.y.copy(), res.info.iter
-            raise SolverError(f"UK QP failed at t={t:.4f} s with status {res.info.status} after "
-                              f"{res.info.iter} iterations; q={np.array2string(q, precision=4)}, "
-                              f"v={np.array2string(v, precision=4)}")
-        return res.x.copy(), res.y.copy(), res.info.iter
-
-    def _strict(self, M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices):
-        n = self.n
-        P1, N1, r1 = _null_basis(A_c, n, self.rank_tol)
-        x1 = P1 @ b_c
-        if A_c.shape[0] and np.linalg.norm(A_c @ x1 - b_c) > 1e-8 * (1 + np.linalg.norm(b_c)):
-            raise self._infeasible(A_c, b_c, slices, t, "strict priority, level 1")
-        B = A_u @ N1
-        if B.shape[0]:
-            PB, NB, _ = _null_basis(B, N1.shape[1], self.rank_tol)
-            x2 = x1 + N1 @ (PB @ (b_u - A_u @ x1))
-            N2 = N1 @ NB
-        else:
-            x2, N2 = x1, N1
-        if N2.shape[1]:
-            Mr = N2.T @ M @ N2
-            x = x2 + N2 @ np.linalg.solve(Mr, N2.T @ (Q - M @ x2))
-        else:
-            x = x2
-        # multipliers of the hard constraints: A_cᵀ y = −(M x − Q − A_uᵀ(b_u − A_u x)), in least
-        # squares y = (A_cᵀ)⁺ rhs = (A_c⁺)ᵀ rhs, reusing the pseudo-inverse of level 1
-        y = None
-        if A_c.shape[0]:
-            y = P1.T @ (Q + A_u.T @ (b_u - A_u @ x) - M @ x)
-        if not self.torque_limits or np.all(np.abs(M @ x + hD) <= self.tau_max * (1 + 1e-9)):
-            return x, y, 0, False
-        return (*self._strict_qp(M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices), True)
-
-    def _strict_qp(self, M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices):
-        """Strict hierarchy with active effort limits: two ProxSuite QPs.
-        QP1: min ‖A_u v̇ − b_u‖² + μ Gauss  s.t. A_c v̇ = b_c, limits
-        QP2: min Gauss  s.t. A_c v̇ = b_c, A_u v̇ = A_u v̇₁, limits.
-        μ only breaks the ties inside N(A_u) (which QP2 re-decides); it is scaled to 1e-6 of the
-        task Hessian's mean eigenvalue so that QP1 stays well conditioned (a fixed tiny μ gave a
-        condition number ~1e13 and ProxSuite stopped at its iteration cap)."""
-        C, l, u = self._limits(M, hD)
-        mu = 1e-6 * max(np.trace(A_u.T @ A_u), 1e-12) / np.trace(M)
-        if self._qp_strict is None:
-            self._qp_strict = (self._new_qp(A_c.shape[0], self.n), self._new_qp(A_c.shape[0] + A_u.shape[0], self.n))
-            for qp in self._qp_strict:
-                qp.settings.max_iter = 10000
-            first = True
-        else:
-            first = False
-        r1 = self._solve(self._qp_strict[0], first, A_u.T @ A_u + mu * M, -A_u.T @ b_u - mu * Q, A_c, b_c, C, l, u)
-        if r1.info.status == proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE:
-            raise self._limits_infeasible(M, Q, hD, A_c, b_c, t)
-        if r1.info.status != _SOLVED:
-            raise SolverError(f"strict UK QP (level 2 with limits) failed at t={t:.4f} s: {r1.info.status}")
-        x1 = r1.x.copy()
-        A2 = np.vstack([A_c, A_u])
-        b2 = np.r_[b_c, A_u @ x1]
-        # v̇₁ meets the limits only to the solver's tolerance: give level 3 a 1e-6 relative margin so
-        # that "A_u v̇ = A_u v̇₁ and limits" stays feasible; if it still fails, v̇₁ itself is a valid
-        # (level-2 optimal) answer — use it and count the step.
-        margin = 1e-6 * self.tau_max
-        r2 = self._solve(self._qp_strict[1], first, M, -Q, A2, b2, C, l - margin, u + margin)
-        if r2.info.status != _SOLVED:
-            self.failures += 1
-            return x1, r1.y.copy(), r1.info.iter + r2.info.iter
-        return r2.x.copy(), r2.y[:A_c.shape[0]].copy(), r1.info.iter + r2.info.iter
+        tm = self.tau_max
+        worst = int(np.argmax(np.abs(tau_free) / tm))
+        return (f"at t={t:.4f} s the hard constraints {names} cannot be met within the effort limits "
+                f"(joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, limit "
+                f"{tm[worst]:.1f}; QP status {status}); slow the motion or raise the limits")
 
 
 def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray, b: np.ndarray):

@@ -1,17 +1,19 @@
-"""Rigid-body coupling constraints and frame-control laws of the thesis (seed 002, §3.3–3.4) as
-acceleration-level affine constraints A v̇ = b.
+"""Tasks of the Udwadia–Kalaba controller: rigid-body coupling constraints, frame-control laws
+([Milioshin] §3.3–3.4), relative-frame and posture tasks, all as acceleration-level affine rows
+A v̇ = b built from a stable error ODE.
 
-All three act on frames of the model; a frame rigidly offset from a link (the coupling body's
-B = E₁·T_A^B, or C = E·T_A^C) is registered once as an operational frame of the Pinocchio model
-(``Robot.add_frame``), so that Pinocchio computes its pose, LOCAL_WORLD_ALIGNED Jacobian and Jacobian
-time variation in C++.  That is the thesis' offset algebra, (3.27) and (3.29): with r = R_E p_EC,
+Every task is a ``Task`` (an ABC): ``error_dynamics(kin, t)`` returns the named tuple
+``ErrorDynamics(W, drift, w, e)`` of a velocity error w(v) = W v + w₀(t) and a pose error e, with
+
+    ẇ = W v̇ + drift,      and the law   ẇ + K_d w + K_p e = 0   ⇒   A = W,  b = −drift − K_d w − K_p e.
+
+A frame rigidly offset from a link (the coupling body's B = E₁·T_A^B, or C = E·T_A^C) is registered
+once as an operational frame of the Pinocchio model (``Robot.add_frame``), so that Pinocchio computes
+its pose, LOCAL_WORLD_ALIGNED Jacobian and Jacobian time variation in C++.  That is the thesis' offset
+algebra, (3.27) and (3.29): with r = R_E p_EC,
 
     v_C = v_E + ω_E × r          →  J_C,v = J_E,v − r^ J_E,ω,          J_C,ω = J_E,ω
     d/dt J_C,v = dJ_E,v − (ω_E × r)^ J_E,ω − r^ dJ_E,ω
-
-Each law is a stable error ODE on a velocity error w(v) = W v + w₀(t) and a pose error e:
-
-    ẇ + K_d w + K_p e = 0,   ẇ = W v̇ + (Ẇ v + ẇ₀)   ⇒   A = W,  b = −(Ẇ v + ẇ₀) − K_d w − K_p e
 
 * ``RigidCoupling`` (Algorithm 3.3.1, eqs. 3.26–3.30): B = E₁·T_A^B must coincide with E₂,
       e = e_SE3(T_B, T_E2) = [p_E2 − p_B; Log(R_Bᵀ R_E2)]                                  (3.14–3.15)
@@ -26,13 +28,24 @@ Each law is a stable error ODE on a velocity error w(v) = W v + w₀(t) and a po
       b = [J̇_C,v v; R_Dᵀ(J̇_C,ω − ω_D^ J_C,ω) v] − [a_D; ε_D^D] − K_d w − K_p e           (3.34)
   (The thesis writes J̃_ω of (3.36) in E's axes; here both terms use D's axes, as in (3.34), so the
   angular error ODE (3.19) holds exactly.)
+* ``RelativeFrameTask``: frame b follows a pose of frame a given relative to a, B(t) = T_a·T_D(t),
+  with the error and velocity error of the coupling (3.14–3.15, 3.27) and B's motion from the
+  offset algebra with a moving offset (derivation in the class docstring).  With a constant target
+  it is ``RigidCoupling``.
+* ``PostureTask``: selected joints follow q_ref, e = q_ref − q, w = −v (W = −S, drift = 0).
 
 The angular error is stable by the Lyapunov argument (3.20)–(3.23): ė = J_r⁻¹(e) ω̃ and
-eᵀ J_r⁻¹(e) = eᵀ.  ``rows`` selects a variant: "full" (6), "position" (3), "orientation" (3).
+eᵀ J_r⁻¹(e) = eᵀ.  ``rows`` selects a variant of the frame tasks: "full" (6), "position" (3),
+"orientation" (3).
+
+Trajectories: a frame task calls ``trajectory(t)`` and unpacks three values
+(pose SE3, 6-vector velocity, 6-vector acceleration); a constant target is set with ``set_target``.
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from abc import ABC, abstractmethod
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import pinocchio as pin
@@ -50,59 +63,131 @@ def _rows(name: str, owner: str) -> slice:
     return ROWS[name]
 
 
-def _as_se3(T) -> pin.SE3:
+def _as_se3(T, owner: str = "pose") -> pin.SE3:
     if isinstance(T, pin.SE3):
         return T.copy()
     T = np.asarray(T, dtype=float)
     if T.shape == (4, 4):
         return pin.SE3(T[:3, :3], T[:3, 3])
-    raise ConfigError(f"expected a pinocchio.SE3 or a 4×4 matrix, got an array of shape {T.shape}")
+    raise ConfigError(f"{owner}: expected a pinocchio.SE3 or a 4×4 matrix, got an array of shape {T.shape}")
+
+
+def _gain(x, key: str, owner: str) -> float:
+    try:
+        val = float(x)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{owner}: {key} must be a finite number ≥ 0, got {x!r}") from None
+    if not math.isfinite(val) or val < 0:
+        raise ConfigError(f"{owner}: {key} must be a finite number ≥ 0, got {val}")
+    return val
 
 
 def _frame_or_offset(robot: Robot, frame: str, offset: pin.SE3 | None, tag: str) -> int:
     if offset is None or offset.isIdentity(1e-15):
         return robot.frame_id(frame)
-    return robot.add_frame(f"{frame}*{tag}", frame, offset)
+    name, k = f"{frame}*{tag}", 1
+    while robot.model.existFrame(name):          # same name, another offset: a new operational frame
+        f = robot.model.frames[robot.model.getFrameId(name)]
+        parent = robot.model.frames[robot.frame_id(frame)]
+        if f.parentJoint == parent.parentJoint and f.placement.isApprox(parent.placement * offset, 1e-12):
+            break
+        k += 1
+        name = f"{frame}*{tag}#{k}"
+    return robot.add_frame(name, frame, offset)
 
 
-class AffineConstraint:
-    """Base: a named constraint A v̇ = b built from an error ODE ẇ + K_d w + K_p e = 0."""
+class ErrorDynamics(NamedTuple):
+    """Error dynamics of a task at one (q, v, t), all rows (the task's ``rows`` select a subset):
+    W (k×nv) and drift (k,) with ẇ = W v̇ + drift; w (k,) the velocity error; e (k,) the pose error
+    (metres and radians, e = desired − actual)."""
+
+    W: np.ndarray
+    drift: np.ndarray
+    w: np.ndarray
+    e: np.ndarray
+
+
+Trajectory = Callable[[float], tuple]
+"""t ↦ (T_D: SE3, [v_D; ω_D^D] (6,), [a_D; ε_D^D] (6,)); linear parts world, angular parts in D."""
+
+_ZERO6 = np.zeros(6)
+
+
+class Task(ABC):
+    """A named acceleration-level task A v̇ = b from the error ODE ẇ + K_d w + K_p e = 0.
+
+    Subclasses implement ``error_dynamics``; ``compute`` turns it into (A, b) on the selected rows.
+    Attributes: ``name``; ``kp`` (1/s²) and ``kd`` (1/s), the gains; ``rows``, the selected rows."""
 
     name: str
     kp: float
     kd: float
     rows: slice
 
-    def terms(self, kin: Kinematics, t: float):
-        """Return (W, drift, w, e): A = W, ẇ = W v̇ + drift (6-vectors / 6×nv, all rows)."""
-        raise NotImplementedError
+    @abstractmethod
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
+        """ErrorDynamics(W, drift, w, e) at (kin, t), all rows."""
+
+    def terms(self, kin: Kinematics, t: float) -> ErrorDynamics:
+        """Alias of ``error_dynamics`` (the name used before the typed core)."""
+        return self.error_dynamics(kin, t)
 
     def compute(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
-        W, drift, w, e = self.terms(kin, t)
+        """(A, b) of A v̇ = b on the selected rows: A = W, b = −drift − K_d w − K_p e."""
+        W, drift, w, e = self.error_dynamics(kin, t)
         r = self.rows
         return W[r], (-drift - self.kd * w - self.kp * e)[r]
 
     def error(self, kin: Kinematics, t: float) -> np.ndarray:
-        return self.terms(kin, t)[3][self.rows]
+        """The pose error e on the selected rows."""
+        return self.error_dynamics(kin, t).e[self.rows]
 
     @property
     def dim(self) -> int:
+        """Number of rows the task contributes."""
         return self.rows.stop - self.rows.start
 
+    def _set_gains(self, kp, kd) -> None:
+        self.kp = _gain(kp, "kp", self.name)
+        self.kd = _gain(kd, "kd", self.name)
 
-class RigidCoupling(AffineConstraint):
-    """Algorithm 3.3.1: frame E₁·T_A^B coincides with frame E₂ (two arms holding one rigid body)."""
+
+AffineConstraint = Task
+"""The former name of ``Task`` (kept: controllers and scenarios type their arguments with it)."""
+
+
+class RigidCoupling(Task):
+    """Algorithm 3.3.1: frame E₁·T_A^B coincides with frame E₂ (two arms holding one rigid body).
+
+    Args: robot; frame1, frame2: frame names E₁, E₂; T_AB: pose of E₂ in E₁ when coupled (SE3 or
+    4×4, metres); kp (1/s²), kd (1/s): gains of the error ODE; rows: "full" | "position" |
+    "orientation"; name: shown in errors and logs."""
 
     def __init__(self, robot: Robot, frame1: str, frame2: str, T_AB, kp: float, kd: float,
                  rows: str = "full", name: str | None = None):
-        self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
-        self.T_AB = _as_se3(T_AB)
-        self.kp, self.kd = float(kp), float(kd)
         self.name = name or f"coupling({frame1}->{frame2})"
+        self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
+        self.T_AB = _as_se3(T_AB, self.name)
+        self._set_gains(kp, kd)
         self.fB = _frame_or_offset(robot, frame1, self.T_AB, f"{self.name}:B")
         self.rows = _rows(rows, self.name)
 
-    def terms(self, kin, t):
+    @classmethod
+    def from_configuration(cls, robot: Robot, frame_a: str, frame_b: str, q0, kp: float, kd: float,
+                           rows: str = "full", name: str | None = None) -> "RigidCoupling":
+        """The coupling that holds frame_b where it is relative to frame_a at configuration q0:
+        T_AB = T_a(q0)⁻¹ T_b(q0)."""
+        q0 = np.asarray(q0, dtype=float)
+        if q0.shape != (robot.nq,):
+            raise ConfigError(f"RigidCoupling.from_configuration: q0 has shape {q0.shape}, "
+                              f"the model {robot.path.name} needs ({robot.nq},)")
+        fa, fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
+        data = robot.model.createData()
+        pin.framesForwardKinematics(robot.model, data, q0)
+        T_AB = data.oMf[fa].actInv(data.oMf[fb])
+        return cls(robot, frame_a, frame_b, T_AB, kp, kd, rows=rows, name=name)
+
+    def error_dynamics(self, kin, t):
         B = kin.frame(self.fB)
         E2 = kin.frame(self.f2)
         R2t = E2.T.rotation.T
@@ -116,29 +201,45 @@ class RigidCoupling(AffineConstraint):
         wd = rel.copy()
         wd[3:] = R2t @ rel[3:]
         e = se3_error(B.T, E2.T)
-        return W, drift, wd, e
+        return ErrorDynamics(W, drift, wd, e)
 
 
-Trajectory = Callable[[float], tuple]
-"""t ↦ (T_D: SE3, [v_D; ω_D^D] (6,), [a_D; ε_D^D] (6,)); linear parts world, angular parts in D."""
+class FrameTask(Task):
+    """Algorithms 3.4.1 (offset None) and 3.4.2 (offset T_E^C): frame E·T_EC follows the desired
+    trajectory D(t), or a constant target set with ``set_target``.
 
+    Args: robot; frame: frame name E; trajectory: t ↦ (SE3, 6-vector velocity, 6-vector
+    acceleration) (linear parts in world axes, m/s and m/s²; angular parts in D's axes, rad/s and
+    rad/s²), or None and call ``set_target``; kp (1/s²), kd (1/s); offset: SE3 or 4×4 pose of C in E;
+    rows: "full" | "position" | "orientation"; name."""
 
-class FrameTask(AffineConstraint):
-    """Algorithms 3.4.1 (offset None) and 3.4.2 (offset T_A^C on the coupling body): frame
-    E·T_EC follows the desired trajectory D(t)."""
-
-    def __init__(self, robot: Robot, frame: str, trajectory: Trajectory, kp: float, kd: float,
-                 offset=None, rows: str = "full", name: str | None = None):
-        self.offset = None if offset is None else _as_se3(offset)
-        self.trajectory = trajectory
-        self.kp, self.kd = float(kp), float(kd)
+    def __init__(self, robot: Robot, frame: str, trajectory: Trajectory | None = None, kp: float = 100.0,
+                 kd: float = 20.0, offset=None, rows: str = "full", name: str | None = None):
         self.name = name or f"task({frame})"
+        self.offset = None if offset is None else _as_se3(offset, self.name)
+        self.trajectory = trajectory
+        self._const = None
+        self._set_gains(kp, kd)
+        self.frame = frame
         self.fid = _frame_or_offset(robot, frame, self.offset, self.name)
         self.rows = _rows(rows, self.name)
 
-    def terms(self, kin, t):
+    def set_target(self, T) -> None:
+        """Hold the frame at the constant pose T (SE3 or 4×4 homogeneous matrix, world frame)."""
+        self._const = (_as_se3(T, self.name), _ZERO6, _ZERO6)
+        self.trajectory = None
+
+    def desired(self, t: float):
+        """(T_D, velocity, acceleration) at time t."""
+        if self._const is not None:
+            return self._const
+        if self.trajectory is None:
+            raise ConfigError(f"{self.name}: no target; pass a trajectory or call set_target(SE3)")
+        return self.trajectory(t)
+
+    def error_dynamics(self, kin, t):
         C = kin.frame(self.fid)
-        T_D, vel_D, acc_D = self.trajectory(t)
+        T_D, vel_D, acc_D = self.desired(t)
         RDt = T_D.rotation.T
         wD_world = T_D.rotation @ vel_D[3:]
         W = -C.J
@@ -149,7 +250,122 @@ class FrameTask(AffineConstraint):
         wd = vel_D - C.twist
         wd[3:] = vel_D[3:] - RDt @ C.twist[3:]
         e = se3_error(C.T, T_D)
-        return W, drift, wd, e
+        return ErrorDynamics(W, drift, wd, e)
+
+
+class RelativeFrameTask(Task):
+    """Frame b follows a pose T_D(t) given relative to frame a: b should coincide with B = T_a·T_D.
+
+    The trajectory gives (T_D, [ṗ_D; ω^D], [p̈_D; ω̇^D]): ṗ_D, p̈_D are derivatives of D's position
+    in a's axes; ω^D is D's angular velocity relative to a in D's axes (Ṙ_D = R_D ω^D^).
+    With r = R_a p_D and R_B = R_a R_D, differentiating B = T_a·T_D:
+
+        v_B = v_a + ω_a × r + R_a ṗ_D,                ω_B = ω_a + R_B ω^D
+        a_B = a_a + ω̇_a × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D
+        ω̇_B = ω̇_a + ω_a × (R_B ω^D) + R_B ω̇^D
+
+    The error and the velocity error are those of the coupling (3.14–3.15, 3.27):
+    e = [p_b − p_B; Log(R_Bᵀ R_b)], w = [v_b − v_B; R_bᵀ(ω_b − ω_B)], so that with J_B,v = J_a,v − r^ J_a,ω
+
+        W = [J_b,v − J_B,v; R_bᵀ(J_b,ω − J_a,ω)]
+        drift = [J̇_b,v v − (J̇_a,v v + (J̇_a,ω v) × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D);
+                 R_bᵀ(J̇_b,ω v − J̇_a,ω v − ω_a × (R_B ω^D) − R_B ω̇^D − ω_b × (ω_b − ω_B))].
+
+    Args: robot; frame_a, frame_b: frame names; trajectory (or None and ``set_target``);
+    kp (1/s²), kd (1/s); rows; name."""
+
+    def __init__(self, robot: Robot, frame_a: str, frame_b: str, trajectory: Trajectory | None = None,
+                 kp: float = 100.0, kd: float = 20.0, rows: str = "full", name: str | None = None):
+        self.name = name or f"relative({frame_a}->{frame_b})"
+        self.fa, self.fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
+        self.trajectory = trajectory
+        self._const = None
+        self._set_gains(kp, kd)
+        self.rows = _rows(rows, self.name)
+
+    def set_target(self, T_ab) -> None:
+        """Hold frame b at the constant pose T_ab relative to frame a (SE3 or 4×4)."""
+        self._const = (_as_se3(T_ab, self.name), _ZERO6, _ZERO6)
+        self.trajectory = None
+
+    def desired(self, t: float):
+        if self._const is not None:
+            return self._const
+        if self.trajectory is None:
+            raise ConfigError(f"{self.name}: no target; pass a trajectory or call set_target(SE3)")
+        return self.trajectory(t)
+
+    def error_dynamics(self, kin, t):
+        a, b = kin.frame(self.fa), kin.frame(self.fb)
+        T_D, vel_D, acc_D = self.desired(t)
+        Ra = a.T.rotation
+        r = Ra @ T_D.translation
+        RB = Ra @ T_D.rotation
+        pdot_w = Ra @ vel_D[:3]
+        omD_w = RB @ vel_D[3:]
+        om_a, om_b = a.twist[3:], b.twist[3:]
+        v_B = a.twist[:3] + cross3(om_a, r) + pdot_w
+        om_B = om_a + omD_w
+        Rbt = b.T.rotation.T
+        W = np.empty_like(a.J)
+        W[:3] = b.J[:3] - a.J[:3] + pin.skew(r) @ a.J[3:]
+        W[3:] = Rbt @ (b.J[3:] - a.J[3:])
+        v = kin.v
+        dJa, dJb = a.dJ @ v, b.dJ @ v
+        drift = np.empty(6)
+        drift[:3] = dJb[:3] - (dJa[:3] + cross3(dJa[3:], r) + cross3(om_a, cross3(om_a, r) + 2.0 * pdot_w)
+                               + Ra @ acc_D[:3])
+        rel = om_b - om_B
+        drift[3:] = Rbt @ (dJb[3:] - dJa[3:] - cross3(om_a, omD_w) - RB @ acc_D[3:] - cross3(om_b, rel))
+        w = np.empty(6)
+        w[:3] = b.twist[:3] - v_B
+        w[3:] = Rbt @ rel
+        e = se3_error(pin.SE3(RB, a.T.translation + r), b.T)
+        return ErrorDynamics(W, drift, w, e)
+
+
+class PostureTask(Task):
+    """Selected joints follow a reference posture: e = q_ref − q, w = −v, so W = −S and drift = 0
+    (S selects the joints), and the law gives q̈ = K_p (q_ref − q) − K_d v on those joints.
+
+    Args: robot; q_ref: reference (rad or m), of size nq or of size len(joints); joints: None (all)
+    or a list of joint names; kp (1/s²), kd (1/s); name."""
+
+    def __init__(self, robot: Robot, q_ref=None, joints: Sequence[str] | None = None, kp: float = 10.0,
+                 kd: float = 2 * math.sqrt(10.0), name: str | None = None):
+        self.name = name or "posture"
+        self.robot = robot
+        if joints is None:
+            self.idx = np.arange(robot.nv)
+        else:
+            if isinstance(joints, str):
+                raise ConfigError(f"{self.name}: joints must be a list of joint names, got the string {joints!r}")
+            self.idx = np.array([robot.joint_index(j) for j in joints], dtype=int)
+            if len(set(self.idx.tolist())) != len(self.idx):
+                raise ConfigError(f"{self.name}: joints {list(joints)} name a joint twice")
+        k = len(self.idx)
+        S = np.zeros((k, robot.nv))
+        S[np.arange(k), self.idx] = 1.0
+        self._W = -S
+        self._drift = np.zeros(k)
+        self._set_gains(kp, kd)
+        self.rows = slice(0, k)
+        self.set_target(np.zeros(robot.nq) if q_ref is None else q_ref)
+
+    def set_target(self, q_ref) -> None:
+        """New reference posture, of size nq (all joints) or of the selected joints' count."""
+        q_ref = np.asarray(q_ref, dtype=float).ravel()
+        if q_ref.shape == (self.robot.nq,):
+            q_ref = q_ref[self.idx]
+        elif q_ref.shape != (len(self.idx),):
+            raise ConfigError(f"{self.name}: q_ref has {q_ref.size} values; expected {self.robot.nq} (all joints) "
+                              f"or {len(self.idx)} (the selected joints)")
+        if not np.all(np.isfinite(q_ref)):
+            raise ConfigError(f"{self.name}: q_ref must be finite, got {q_ref.tolist()}")
+        self.q_ref = q_ref
+
+    def error_dynamics(self, kin, t):
+        return ErrorDynamics(self._W.copy(), self._drift.copy(), -kin.v[self.idx], self.q_ref - kin.q[self.idx])
 
 
 def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Trajectory:

@@ -1,4 +1,4 @@
-"""Each (A, b) constructor of seed 002 §3.3–3.4 against finite differences along a smooth motion:
+"""Each (A, b) constructor of [Milioshin] §3.3–3.4 against finite differences along a smooth motion:
    d/dt w = A v̇ + drift,   and   A v̇ − b = ẇ + K_d w + K_p e   (the error ODE the law imposes)."""
 import numpy as np
 import pinocchio as pin
@@ -84,3 +84,100 @@ def test_kinematics_cache_matches_pinocchio(robot):
     fs = kin.frame("yumi_link_7_l")
     J = pin.computeFrameJacobian(m, d, q, robot.frame_id("yumi_link_7_l"), pin.LOCAL_WORLD_ALIGNED)
     np.testing.assert_allclose(fs.J, J, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- typed core (issue 11)
+from cmstack.models.coupling import ErrorDynamics, PostureTask, RelativeFrameTask, Task  # noqa: E402
+from cmstack.models.errors import ConfigError  # noqa: E402
+
+
+def rotating_relative(T0: pin.SE3, axis, amp=0.4, w=1.3, lin=(0.05, -0.03, 0.02)):
+    """T_D(t) = (p0 + lin·sin(w t), R0 Exp(axis·amp·sin(w t))): body angular velocity axis·φ̇ (fixed axis)."""
+    axis = np.asarray(axis, float) / np.linalg.norm(axis)
+    lin = np.asarray(lin, float)
+
+    def traj(t):
+        s, c = np.sin(w * t), np.cos(w * t)
+        T = pin.SE3(T0.rotation @ pin.exp3(axis * amp * s), T0.translation + lin * s)
+        vel = np.r_[lin * w * c, axis * amp * w * c]
+        acc = np.r_[-lin * w * w * s, -axis * amp * w * w * s]
+        return T, vel, acc
+
+    return traj
+
+
+def test_error_dynamics_is_a_named_tuple(robot):
+    c = constraints(robot)[0]
+    ed = c.error_dynamics(robot.update(qf(0.2), vf(0.2)), 0.2)
+    assert isinstance(ed, ErrorDynamics) and isinstance(c, Task)
+    assert ed.W.shape == (6, 14) and ed.drift.shape == ed.w.shape == ed.e.shape == (6,)
+    np.testing.assert_array_equal(ed.e, c.terms(robot.update(qf(0.2), vf(0.2)), 0.2)[3])
+
+
+def test_relative_task_with_constant_target_is_the_coupling(robot):
+    T_AB = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 3.0, 2.0)
+    r = RelativeFrameTask(robot, "yumi_link_7_l", "yumi_link_7_r", kp=3.0, kd=2.0)
+    r.set_target(T_AB)
+    for t in (0.1, 0.6):
+        kin = robot.update(qf(t), vf(t))
+        for x, y in zip(c.error_dynamics(kin, t), r.error_dynamics(kin, t)):
+            np.testing.assert_allclose(y, x, atol=1e-10)
+
+
+@pytest.mark.parametrize("rows", ["full", "position", "orientation"])
+@pytest.mark.parametrize("t", [0.1, 0.77])
+def test_relative_task_with_moving_target_matches_finite_differences(robot, rows, t):
+    T0 = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
+    c = RelativeFrameTask(robot, "yumi_link_7_l", "yumi_link_7_r", rotating_relative(T0, [0.3, -1.0, 0.5]),
+                          kp=5.0, kd=1.5, rows=rows)
+    W, drift, w, e = c.error_dynamics(robot.update(qf(t), vf(t)), t)
+    p = c.error_dynamics(robot.update(qf(t + H), vf(t + H)), t + H)
+    m = c.error_dynamics(robot.update(qf(t - H), vf(t - H)), t - H)
+    np.testing.assert_allclose((p.w - m.w) / (2 * H), W @ af(t) + drift, atol=1e-6)
+    edot = (p.e - m.e) / (2 * H)
+    np.testing.assert_allclose(edot[:3], w[:3], atol=1e-6)
+    np.testing.assert_allclose(edot[3:], jr_inv(e[3:]) @ w[3:], atol=1e-6)
+
+
+def test_frame_task_set_target_equals_constant_trajectory(robot):
+    T = pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.4, 0.2, 0.5]))
+    a = FrameTask(robot, "yumi_link_7_l", lambda t: (T, np.zeros(6), np.zeros(6)), 5.0, 1.5)
+    b = FrameTask(robot, "yumi_link_7_l", kp=5.0, kd=1.5)
+    with pytest.raises(ConfigError, match="no target"):
+        b.compute(robot.update(qf(0.3), vf(0.3)), 0.3)
+    b.set_target(T.homogeneous)
+    kin = robot.update(qf(0.3), vf(0.3))
+    for x, y in zip(a.compute(kin, 0.3), b.compute(kin, 0.3)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_posture_task_law(robot):
+    names = ["yumi_joint_1_l", "yumi_joint_3_r"]
+    q_ref = np.array([0.2, -0.4])
+    p = PostureTask(robot, q_ref, joints=names, kp=9.0, kd=6.0)
+    kin = robot.update(qf(0.3), vf(0.3))
+    A, b = p.compute(kin, 0.3)
+    idx = [robot.joint_index(n) for n in names]
+    # A v̇ = b  ⇔  q̈_sel = kp (q_ref − q) − kd v on the selected joints
+    x = np.zeros(14)
+    x[idx] = 9.0 * (q_ref - kin.q[idx]) - 6.0 * kin.v[idx]
+    np.testing.assert_allclose(A @ x, b, atol=1e-12)
+    assert A.shape == (2, 14) and p.dim == 2
+    full = PostureTask(robot, np.zeros(14), kp=1.0, kd=1.0)
+    assert full.dim == 14
+    with pytest.raises(ConfigError, match="q_ref has 3 values"):
+        PostureTask(robot, np.zeros(3), joints=names)
+
+
+def test_coupling_from_configuration_has_zero_error_at_q0(robot):
+    q0 = qf(0.3)
+    c = RigidCoupling.from_configuration(robot, "yumi_link_7_l", "yumi_link_7_r", q0, 10.0, 5.0)
+    np.testing.assert_allclose(c.error(robot.update(q0, np.zeros(14)), 0.0), 0.0, atol=1e-12)
+    assert np.linalg.norm(c.error(robot.update(qf(0.5), np.zeros(14)), 0.0)) > 1e-3
+
+
+@pytest.mark.parametrize("kp", [-1.0, float("nan"), float("inf")])
+def test_bad_gains_are_refused(robot, kp):
+    with pytest.raises(ConfigError, match="E1: kp must be a finite number ≥ 0"):
+        FrameTask(robot, "yumi_link_7_l", kp=kp, kd=1.0, name="E1")

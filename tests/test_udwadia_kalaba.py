@@ -139,3 +139,113 @@ def test_nan_state_is_a_clear_error(robot):
     q[3] = np.nan
     with pytest.raises(StateError, match="q contains non-finite values at indices \\[3\\]"):
         ctl(0.0, q, np.zeros(14))
+
+
+# ----------------------------------------------------------------------------- levels (issue 11)
+import warnings  # noqa: E402
+
+import _uk_reference as reference  # noqa: E402
+from _yumi_states import recorded_states, thesis_setup  # noqa: E402
+
+from cmstack.controllers.udwadia_kalaba import GAUSS  # noqa: E402
+from cmstack.models.coupling import PostureTask  # noqa: E402
+from cmstack.models.errors import ConfigError  # noqa: E402
+from cmstack.models.limits import EffortLimit, JointPositionLimit  # noqa: E402
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+@pytest.mark.parametrize("priority", ["weighted", "strict"])
+def test_thesis_configuration_gives_the_same_torques_as_before(priority):
+    """On the states of a real closed-loop run, the levels implementation and the frozen former one
+    (its own QP tolerance tightened to 1e-12, so that it is the reference) agree to 1e-9 relative."""
+    cfg, robot, c, u = thesis_setup(priority=priority)
+    old = reference.UdwadiaKalabaController(robot, [c], [u], omega=cfg["omega"], priority=priority,
+                                            torque_limits=True, eps_abs=1e-12)
+    new = UdwadiaKalabaController(robot, [c], [u], omega=cfg["omega"], priority=priority, torque_limits=True,
+                                  warn_free_dof=False)
+    if priority == "weighted":
+        lv = [[c], [(u, cfg["omega"]), GAUSS]]
+    else:
+        lv = [[c], [(u, cfg["omega"])], [GAUSS]]
+    explicit = UdwadiaKalabaController(robot, levels=lv, limits=[EffortLimit(robot)], warn_free_dof=False)
+    worst = 0.0
+    for t, q, v in recorded_states(priority):
+        ref = old(t, q, v)
+        worst = max(worst, _rel(new(t, q, v), ref), _rel(explicit(t, q, v), ref))
+    assert worst <= 1e-9, worst
+
+
+def test_free_degrees_of_freedom_warn_once():
+    cfg, robot, c, u = thesis_setup()
+    ctl = UdwadiaKalabaController(robot, [c], [u], omega=50.0)
+    t, q, v = recorded_states()[0]
+    with pytest.warns(UserWarning, match=r"2 degree\(s\) of freedom have no task"):
+        ctl(t, q, v)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ctl(t, q, v)                                       # once only
+        full = UdwadiaKalabaController(robot, levels=[[c], [u], [PostureTask(robot, q, kp=10, kd=6), GAUSS]])
+        full(t, q, v)                                      # a posture task covers every DoF: no warning
+
+
+def test_three_strict_levels():
+    """coupling / E1 task / posture + Gauss: each level optimal within the ones above (3.39)."""
+    cfg, robot, c, u = thesis_setup()
+    t, q, v = recorded_states()[50]
+    p = PostureTask(robot, recorded_states()[0][1], kp=10.0, kd=6.0)
+    ctl = UdwadiaKalabaController(robot, levels=[[c], [u], [p, GAUSS]], limits=[])
+    ctl(t, q, v)
+    x = ctl.info.vdot
+    kin = robot.update(q, v)
+    Ac, bc = c.compute(kin, t)
+    Au, bu = u.compute(kin, t)
+    Ap, bp = p.compute(kin, t)
+    np.testing.assert_allclose(Ac @ x, bc, atol=1e-8)
+    np.testing.assert_allclose(Au @ x, bu, atol=1e-8)
+    # level 3: min ‖A_p x − b_p‖² + Gauss within N([A_c; A_u]), an independent null-space solution
+    E = np.vstack([Ac, Au])
+    N = np.linalg.svd(E)[2][12:].T
+    x0 = np.linalg.lstsq(E, np.r_[bc, bu], rcond=None)[0]
+    Q = -kin.h - robot.damping * v
+    Hn = N.T @ (kin.M + Ap.T @ Ap) @ N
+    y = np.linalg.solve(Hn, N.T @ (Q + Ap.T @ bp - (kin.M + Ap.T @ Ap) @ x0))
+    np.testing.assert_allclose(x, x0 + N @ y, atol=1e-8)
+    # the force balance M v̇ = Q + Q_c + Q_u
+    np.testing.assert_allclose(kin.M @ x, Q + ctl.info.Qc + ctl.info.Qu, atol=1e-7)
+
+
+def test_position_limit_in_every_level():
+    cfg, robot, c, u = thesis_setup()
+    t, q, v = recorded_states()[100]
+    free = UdwadiaKalabaController(robot, [c], [u], torque_limits=False, warn_free_dof=False)
+    free(t, q, v)
+    a = free.info.vdot
+    j = int(np.argmax(np.where(a * v >= 0, np.abs(a), -1.0)))   # accelerating the way it moves
+    name = robot.joint_names[j]
+    # the joint sits on its limit in the direction it moves: the bound must brake it
+    s = np.sign(a[j])
+    lo, hi = (q[j] - 1.0, q[j]) if s > 0 else (q[j], q[j] + 1.0)
+    lim = JointPositionLimit(robot, dt=0.005, a_max=1.0, q_min=lo, q_max=hi, joints=[name])
+    ctl = UdwadiaKalabaController(robot, levels=[[c], [u], [GAUSS]], limits=[lim], warn_free_dof=False)
+    ctl(t, q, v)
+    bl, bu_ = lim.acceleration_bounds(q[[j]], v[[j]])
+    assert bl[0] - 1e-6 <= ctl.info.vdot[j] <= bu_[0] + 1e-6
+    assert not (bl[0] <= free.info.vdot[j] <= bu_[0])          # the limit was really active
+    kin = robot.update(q, v)
+    Ac, bc = c.compute(kin, t)
+    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)   # level 1 still exact
+
+
+def test_level_errors_are_named(robot):
+    c, u = parts(robot)
+    with pytest.raises(ConfigError, match="GAUSS is in level 1 of 2"):
+        UdwadiaKalabaController(robot, levels=[[c, GAUSS], [u]])
+    with pytest.raises(ConfigError, match="weight of 'task\\(yumi_link_7_l\\)' must be a finite number > 0"):
+        UdwadiaKalabaController(robot, levels=[[c], [(u, -1.0), GAUSS]])
+    with pytest.raises(ConfigError, match="not a Task"):
+        UdwadiaKalabaController(robot, levels=[["coupling"]])
+    with pytest.raises(ConfigError, match="either levels"):
+        UdwadiaKalabaController(robot, [c], [u], levels=[[c]])
