@@ -47,18 +47,14 @@ import numpy as np
 import proxsuite
 
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
+from cmstack.models.lie import pinv
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
 
-def _pinv(X, tol=1e-10):
-    """Truncated pseudo-inverse by SVD (relative tolerance on the largest singular value)."""
-    U, s, Vt = np.linalg.svd(X, full_matrices=False)
-    if s.size == 0 or s[0] == 0.0:
-        return np.zeros(X.T.shape)
-    r = int(np.count_nonzero(s > tol * s[0]))
-    return (Vt[:r].T / s[:r]) @ U[:, :r].T
+#: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
+_RTOL = 1e-10
 
 
 def constant_reference(theta_d):
@@ -153,13 +149,13 @@ class PIDC:
         th_d, thd_d, thdd_d = (np.atleast_1d(np.asarray(x, dtype=float)) for x in self.ref(t))
         e, ed = th_d - th, thd_d - thd
         u = thdd_d + self.kv * ed + self.kp * e
-        z = _pinv(self.S @ pr.P) @ (u - self.S @ Cv)
+        z = pinv(self.S @ pr.P, rtol=_RTOL) @ (u - self.S @ Cv)
         return Cv + pr.P @ z, e
 
     def passive_closed_form(self, tau_par, P):
         """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥."""
         Q = np.eye(len(tau_par)) - P
-        return tau_par - Q @ (_pinv(self.IB @ Q) @ (self.IB @ tau_par))
+        return tau_par - Q @ (pinv(self.IB @ Q, rtol=_RTOL) @ (self.IB @ tau_par))
 
     def weighted_closed_form(self, b, P):
         """min ‖Wτ‖ s.t. Pτ = Pb, (I−B)τ = 0:  τ = W⁻¹ G⁺ g."""
@@ -167,7 +163,7 @@ class PIDC:
         winv = np.ones(n) if self.w is None else 1.0 / self.w
         G = np.vstack([P * winv, self.IB * winv])
         g = np.concatenate([P @ b, np.zeros(n)])
-        x = _pinv(G) @ g
+        x = pinv(G, rtol=_RTOL) @ g
         return winv * x, float(np.linalg.norm(G @ x - g))
 
     # ------------------------------------------------------------------ the law
@@ -257,7 +253,7 @@ class PIDC:
         lim = self.tau_max[self.actuated]
         C, lo, hi = np.eye(na), -lim, lim
         # (58) without limits: can the actuated joints produce q̈_des at all?
-        res_ls = float(np.linalg.norm(Aeq @ (_pinv(Aeq) @ beq) - beq)) if Aeq.size else 0.0
+        res_ls = float(np.linalg.norm(Aeq @ (pinv(Aeq, rtol=_RTOL) @ beq) - beq)) if Aeq.size else 0.0
         if res_ls > self.solve_tol * max(1.0, float(np.linalg.norm(b))):
             info.solvable = False
             self.unsolvable_steps += 1

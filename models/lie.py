@@ -1,39 +1,110 @@
-"""SO(3)/SE(3) helpers used by every frame constraint.
+"""The one module of small spatial algebra every paper's code uses: skew/cross, SO(3)/SE(3),
+quaternions, elementary rotations and the truncated-SVD pseudo-inverse.
 
-Conventions (docs/design.md, thesis seed 002):
-  * hat(w) is the skew matrix with hat(w) x = w × x;
+Conventions (docs/design.md, [Milioshin]):
+  * skew(w) (alias hat) is the skew matrix with skew(w) x = w × x, for one 3-vector or a stack
+    (..., 3) → (..., 3, 3); cross(a, b) = a × b along the last axis;
   * Log/Exp are the SO(3) logarithm and exponential (Pinocchio's log3/exp3);
-  * the SE(3) error of thesis eq. (3.15)
+  * the SE(3) error of [Milioshin] eq. (3.15)
 
         e(T1, T2) = [ p2 − p1 ; Log(R1ᵀ R2) ] ∈ R⁶
 
     (position difference in the world frame, rotation error in the frame of T1);
-  * right Jacobian of SO(3) and its inverse, thesis (A.14):
+  * right Jacobian of SO(3) and its inverse, [Milioshin] (A.14):
 
         J_r(θ)   = I − (1 − cos|θ|)/|θ|² θ^ + (|θ| − sin|θ|)/|θ|³ θ^²
         J_r⁻¹(θ) = I + ½ θ^ + (1/|θ|² − (1 + cos|θ|)/(2|θ| sin|θ|)) θ^²
 
-    so that d/dt Log(R̃) = J_r⁻¹(Log R̃) (R̃ᵀ dR̃/dt)^∨  (3.21).
+    so that d/dt Log(R̃) = J_r⁻¹(Log R̃) (R̃ᵀ dR̃/dt)^∨  (3.21);
+  * quaternions q = [q0, q1, q2, q3] are scalar first (MuJoCo's order) unless a name says otherwise;
+    q ⊗ p is the Hamilton product; quat_to_matrix(q) is the body → world rotation;
+  * A = U diag(s) Vᵀ, rank r = #{s_i > max(atol, rtol·s_1)}, A⁺ = V_r diag(1/s_r) U_rᵀ and the
+    null space of A is spanned by the last n − r rows of Vᵀ (full SVD).
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pinocchio as pin
 
 
-def hat(w: np.ndarray) -> np.ndarray:
-    """Skew-symmetric matrix of a 3-vector: hat(w) @ x == np.cross(w, x)."""
-    x, y, z = w.tolist() if isinstance(w, np.ndarray) else w
+# ------------------------------------------------------------------------------------ skew, cross
+def skew(w) -> np.ndarray:
+    """Skew matrix S(w) with S(w) @ x == w × x.  ``w``: a 3-vector (list, tuple or array) → (3, 3),
+    or an array (..., 3) → (..., 3, 3)."""
+    if isinstance(w, np.ndarray):
+        if w.ndim > 1:
+            S = np.zeros(w.shape[:-1] + (3, 3))
+            S[..., 0, 1], S[..., 0, 2] = -w[..., 2], w[..., 1]
+            S[..., 1, 0], S[..., 1, 2] = w[..., 2], -w[..., 0]
+            S[..., 2, 0], S[..., 2, 1] = -w[..., 1], w[..., 0]
+            return S
+        w = w.tolist()
+    x, y, z = w
     return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
 
 
-def cross3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a × b for 3-vectors (about 10× faster than np.cross on single vectors)."""
-    a0, a1, a2 = a.tolist()
-    b0, b1, b2 = b.tolist()
-    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+#: the Lie-algebra name of :func:`skew` ([Milioshin] writes θ^)
+hat = skew
 
 
+def cross(a, b) -> np.ndarray:
+    """a × b along the last axis: two 3-vectors (lists, tuples or arrays) → (3,), or arrays (..., 3)
+    that broadcast → (..., 3).  About 10× faster than np.cross on single vectors."""
+    if getattr(a, "ndim", 1) == 1 and getattr(b, "ndim", 1) == 1:
+        a0, a1, a2 = a.tolist() if isinstance(a, np.ndarray) else a
+        b0, b1, b2 = b.tolist() if isinstance(b, np.ndarray) else b
+        return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+
+
+#: older name of :func:`cross` for single 3-vectors
+cross3 = cross
+
+
+# ------------------------------------------------------------------ truncated SVD, pseudo-inverse
+class TruncatedSVD(NamedTuple):
+    """A = U diag(s) Vt with the numerical rank ``rank`` (see :func:`svd_rank`)."""
+
+    U: np.ndarray
+    s: np.ndarray
+    Vt: np.ndarray
+    rank: int
+
+    def pinv(self) -> np.ndarray:
+        """A⁺ = V_r diag(1/s_r) U_rᵀ (singular values below the threshold dropped), shape (n, m)."""
+        r = self.rank
+        return (self.Vt[:r].T / self.s[:r]) @ self.U[:, :r].T
+
+    def null_basis(self) -> np.ndarray:
+        """Orthonormal basis of N(A), shape (n, n − rank); needs ``full_matrices=True``."""
+        return self.Vt[self.rank:].T
+
+
+def svd_rank(A, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = False) -> TruncatedSVD:
+    """SVD of the (m, n) matrix A and its rank r = #{s_i > max(atol, rtol·s_1)} (``atol`` in A's
+    units, ``rtol`` relative to the largest singular value).  An empty A has rank 0."""
+    A = np.asarray(A, dtype=float)
+    m, n = A.shape
+    if A.size == 0:
+        k = min(m, n)
+        U = np.eye(m) if full_matrices else np.zeros((m, k))
+        Vt = np.eye(n) if full_matrices else np.zeros((k, n))
+        return TruncatedSVD(U, np.zeros(k), Vt, 0)
+    U, s, Vt = np.linalg.svd(A, full_matrices=full_matrices)
+    thr = max(atol, rtol * s[0])
+    return TruncatedSVD(U, s, Vt, int(np.count_nonzero(s > thr)))
+
+
+def pinv(A, *, rtol: float = 0.0, atol: float = 0.0) -> np.ndarray:
+    """Truncated pseudo-inverse A⁺ (shape (n, m)) dropping s_i ≤ max(atol, rtol·s_1)."""
+    return svd_rank(A, rtol=rtol, atol=atol).pinv()
+
+
+# --------------------------------------------------------------------------------- SO(3), SE(3)
 def log3(R: np.ndarray) -> np.ndarray:
     """SO(3) logarithm (rotation vector) of R."""
     return np.asarray(pin.log3(np.asarray(R, dtype=float)))
@@ -70,13 +141,109 @@ def jr_inv(theta: np.ndarray) -> np.ndarray:
     return np.eye(3) + 0.5 * K + (1 / t**2 - (1 + np.cos(t)) / (2 * t * np.sin(t))) * K @ K
 
 
-def rpy_to_matrix(rpy) -> np.ndarray:
-    """URDF rpy (fixed-axis roll, pitch, yaw): R = Rz(yaw) Ry(pitch) Rx(roll)."""
-    return np.asarray(pin.rpy.rpyToMatrix(*[float(a) for a in rpy]))
+# ------------------------------------------------------------------------------------ quaternions
+def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product a ⊗ b of scalar-first quaternions, shapes (..., 4)."""
+    a0, av = a[..., :1], a[..., 1:]
+    b0, bv = b[..., :1], b[..., 1:]
+    return np.concatenate([a0 * b0 - np.sum(av * bv, axis=-1, keepdims=True),
+                           a0 * bv + b0 * av + cross(av, bv)], axis=-1)
 
 
-def matrix_to_quat_wxyz(R: np.ndarray) -> np.ndarray:
-    """Unit quaternion (w, x, y, z) of a rotation matrix (MuJoCo's order)."""
-    q = pin.Quaternion(np.asarray(R, dtype=float))
-    q.normalize()
-    return np.array([q.w, q.x, q.y, q.z])
+def quat_conj(q: np.ndarray) -> np.ndarray:
+    """Conjugate [q0, −q1, −q2, −q3] (the inverse of a unit quaternion), shapes (..., 4)."""
+    return q * np.array([1.0, -1.0, -1.0, -1.0])
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """R = [T^{IB}] (body → inertial) of a unit quaternion q^{BI}; (58) gives its transpose [T]^{BI}."""
+    q = np.asarray(q, dtype=float)
+    q0, q1, q2, q3 = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    R = np.empty(q.shape[:-1] + (3, 3))
+    R[..., 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
+    R[..., 0, 1] = 2 * (q1 * q2 - q0 * q3)
+    R[..., 0, 2] = 2 * (q1 * q3 + q0 * q2)
+    R[..., 1, 0] = 2 * (q1 * q2 + q0 * q3)
+    R[..., 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
+    R[..., 1, 2] = 2 * (q2 * q3 - q0 * q1)
+    R[..., 2, 0] = 2 * (q1 * q3 - q0 * q2)
+    R[..., 2, 1] = 2 * (q2 * q3 + q0 * q1)
+    R[..., 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
+    return R
+
+
+def quat_from_matrix(R: np.ndarray) -> np.ndarray:
+    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix (Shepperd's method)."""
+    R = np.asarray(R, dtype=float)
+    tr = np.trace(R)
+    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
+    k = int(np.argmax(cands))
+    if k == 0:
+        r = np.sqrt(1.0 + tr) * 2
+        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
+    elif k == 1:
+        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
+        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
+    elif k == 2:
+        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
+        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
+    else:
+        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
+        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
+    q /= np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def quat_exp(phi: np.ndarray) -> np.ndarray:
+    """Quaternion of the rotation vector phi (shape (..., 3))."""
+    phi = np.asarray(phi, dtype=float)
+    a = np.linalg.norm(phi, axis=-1, keepdims=True)
+    half = 0.5 * a
+    # sin(a/2)/a, with its series below 1e-4 (error < 1e-17)
+    k = np.where(a > 1e-4, np.sin(half) / np.where(a > 1e-4, a, 1.0), 0.5 - a * a / 48.0)
+    return np.concatenate([np.cos(half), k * phi], axis=-1)
+
+
+def quat_log(q: np.ndarray) -> np.ndarray:
+    """Rotation vector of a unit quaternion (shortest rotation: q and −q give the same result)."""
+    q = np.asarray(q, dtype=float)
+    q = np.where(q[..., :1] < 0, -q, q)
+    n = np.linalg.norm(q[..., 1:], axis=-1, keepdims=True)
+    ang = 2 * np.arctan2(n, q[..., :1])
+    k = np.where(n > 1e-12, ang / np.where(n > 1e-12, n, 1.0), 2.0 / np.maximum(q[..., :1], 1e-300))
+    return k * q[..., 1:]
+
+
+def rotation_vector(R: np.ndarray) -> np.ndarray:
+    """Log of rotation matrices (…,3,3) → rotation vectors (…,3).  θ = atan2(|v|, (tr R − 1)/2) with
+    v = ½ (R − Rᵀ)^∨ = sin θ · axis is accurate for θ ≤ π/2; larger angles go through the quaternion."""
+    v = 0.5 * np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], axis=-1)
+    c = 0.5 * (np.trace(R, axis1=-2, axis2=-1) - 1.0)
+    s = np.linalg.norm(v, axis=-1)
+    th = np.arctan2(s, c)
+    k = np.where(s > 1e-8, th / np.where(s > 1e-8, s, 1.0), 1.0 + th * th / 6.0)    # θ/sin θ
+    out = k[..., None] * v
+    big = c < 0.0
+    if np.any(big):
+        Rb = R[big]
+        out[big] = quat_log(np.array([quat_from_matrix(r) for r in Rb]))
+    return out
+
+
+# ------------------------------------------------------------------------ elementary rotations
+def rot_x(a) -> np.ndarray:
+    """Rotation by a (rad) about x."""
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+
+
+def rot_y(a) -> np.ndarray:
+    """Rotation by a (rad) about y."""
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+
+
+def rot_z(a) -> np.ndarray:
+    """Rotation by a (rad) about z."""
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cmstack.models.errors import ConfigError, InfeasibleError, StateError
+from cmstack.models.lie import svd_rank
 
 DEFAULT_TOL = 1e-9
 
@@ -74,12 +75,9 @@ def project(A, tol: float = DEFAULT_TOL) -> Projection:
         raise StateError("project: the constraint Jacobian A contains NaN/inf")
     if m == 0:
         return Projection(np.eye(n), np.zeros((n, 0)), 0, np.zeros(0), 0)
-    U, s, Vt = np.linalg.svd(A, full_matrices=False)
-    r = int(np.count_nonzero(s > tol))
-    Vr = Vt[:r].T
-    A_pinv = (Vr / s[:r]) @ U[:, :r].T
-    P = np.eye(n) - Vr @ Vr.T
-    return Projection(P, A_pinv, r, s, m)
+    svd = svd_rank(A, atol=tol)
+    Vr = svd.Vt[:svd.rank].T
+    return Projection(np.eye(n) - Vr @ Vr.T, svd.pinv(), svd.rank, svd.s, m)
 
 
 def c_times_v(proj: Projection, jdot_v) -> np.ndarray:

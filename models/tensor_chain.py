@@ -60,55 +60,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cmstack.models.errors import ConfigError, StateError, check_finite
+from cmstack.models.lie import (cross, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,  # noqa: F401 (re-exported)
+                                quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew)
 
 # ----------------------------------------------------------------------------------- small tensors
 _I3 = np.eye(3)
-
-
-def skew(a: np.ndarray) -> np.ndarray:
-    """S(a) with S(a) b = a × b; a has shape (..., 3), the result (..., 3, 3)."""
-    a = np.asarray(a, dtype=float)
-    S = np.zeros(a.shape[:-1] + (3, 3))
-    S[..., 0, 1], S[..., 0, 2] = -a[..., 2], a[..., 1]
-    S[..., 1, 0], S[..., 1, 2] = a[..., 2], -a[..., 0]
-    S[..., 2, 0], S[..., 2, 1] = -a[..., 1], a[..., 0]
-    return S
-
-
-def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a × b along the last axis (np.cross without its axis bookkeeping, ~5× faster on small arrays)."""
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
-
-
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product a ⊗ b of scalar-first quaternions, shapes (..., 4)."""
-    a0, av = a[..., :1], a[..., 1:]
-    b0, bv = b[..., :1], b[..., 1:]
-    return np.concatenate([a0 * b0 - np.sum(av * bv, axis=-1, keepdims=True),
-                           a0 * bv + b0 * av + cross(av, bv)], axis=-1)
-
-
-def quat_conj(q: np.ndarray) -> np.ndarray:
-    return q * np.array([1.0, -1.0, -1.0, -1.0])
-
-
-def quat_to_matrix(q: np.ndarray) -> np.ndarray:
-    """R = [T^{IB}] (body → inertial) of a unit quaternion q^{BI}; (58) gives its transpose [T]^{BI}."""
-    q = np.asarray(q, dtype=float)
-    q0, q1, q2, q3 = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    R = np.empty(q.shape[:-1] + (3, 3))
-    R[..., 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
-    R[..., 0, 1] = 2 * (q1 * q2 - q0 * q3)
-    R[..., 0, 2] = 2 * (q1 * q3 + q0 * q2)
-    R[..., 1, 0] = 2 * (q1 * q2 + q0 * q3)
-    R[..., 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
-    R[..., 1, 2] = 2 * (q2 * q3 - q0 * q1)
-    R[..., 2, 0] = 2 * (q1 * q3 - q0 * q2)
-    R[..., 2, 1] = 2 * (q2 * q3 + q0 * q1)
-    R[..., 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
-    return R
 
 
 def transformation_BI(q: np.ndarray) -> np.ndarray:
@@ -118,64 +74,6 @@ def transformation_BI(q: np.ndarray) -> np.ndarray:
         [q0**2 + q1**2 - q2**2 - q3**2, 2 * (q1 * q2 + q0 * q3), 2 * (q1 * q3 - q0 * q2)],
         [2 * (q1 * q2 - q0 * q3), q0**2 - q1**2 + q2**2 - q3**2, 2 * (q2 * q3 + q0 * q1)],
         [2 * (q1 * q3 + q0 * q2), 2 * (q2 * q3 - q0 * q1), q0**2 - q1**2 - q2**2 + q3**2]])
-
-
-def quat_from_matrix(R: np.ndarray) -> np.ndarray:
-    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix (Shepperd's method)."""
-    R = np.asarray(R, dtype=float)
-    tr = np.trace(R)
-    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
-    k = int(np.argmax(cands))
-    if k == 0:
-        r = np.sqrt(1.0 + tr) * 2
-        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
-    elif k == 1:
-        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
-        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
-    elif k == 2:
-        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
-        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
-    else:
-        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
-        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
-    q /= np.linalg.norm(q)
-    return q if q[0] >= 0 else -q
-
-
-def quat_exp(phi: np.ndarray) -> np.ndarray:
-    """Quaternion of the rotation vector phi (shape (..., 3))."""
-    phi = np.asarray(phi, dtype=float)
-    a = np.linalg.norm(phi, axis=-1, keepdims=True)
-    half = 0.5 * a
-    # sin(a/2)/a, with its series below 1e-4 (error < 1e-17)
-    k = np.where(a > 1e-4, np.sin(half) / np.where(a > 1e-4, a, 1.0), 0.5 - a * a / 48.0)
-    return np.concatenate([np.cos(half), k * phi], axis=-1)
-
-
-def quat_log(q: np.ndarray) -> np.ndarray:
-    """Rotation vector of a unit quaternion (shortest rotation: q and −q give the same result)."""
-    q = np.asarray(q, dtype=float)
-    q = np.where(q[..., :1] < 0, -q, q)
-    n = np.linalg.norm(q[..., 1:], axis=-1, keepdims=True)
-    ang = 2 * np.arctan2(n, q[..., :1])
-    k = np.where(n > 1e-12, ang / np.where(n > 1e-12, n, 1.0), 2.0 / np.maximum(q[..., :1], 1e-300))
-    return k * q[..., 1:]
-
-
-def rotation_vector(R: np.ndarray) -> np.ndarray:
-    """Log of rotation matrices (…,3,3) → rotation vectors (…,3).  θ = atan2(|v|, (tr R − 1)/2) with
-    v = ½ (R − Rᵀ)^∨ = sin θ · axis is accurate for θ ≤ π/2; larger angles go through the quaternion."""
-    v = 0.5 * np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], axis=-1)
-    c = 0.5 * (np.trace(R, axis1=-2, axis2=-1) - 1.0)
-    s = np.linalg.norm(v, axis=-1)
-    th = np.arctan2(s, c)
-    k = np.where(s > 1e-8, th / np.where(s > 1e-8, s, 1.0), 1.0 + th * th / 6.0)    # θ/sin θ
-    out = k[..., None] * v
-    big = c < 0.0
-    if np.any(big):
-        Rb = R[big]
-        out[big] = quat_log(np.array([quat_from_matrix(r) for r in Rb]))
-    return out
 
 
 def quat_from_euler_zyx(phi: float, theta: float, psi: float) -> np.ndarray:
@@ -212,21 +110,6 @@ def euler123_from_matrix(R: np.ndarray) -> np.ndarray:
     phi = np.arctan2(-R[..., 1, 2], R[..., 2, 2])
     psi = np.arctan2(-R[..., 0, 1], R[..., 0, 0])
     return np.stack([phi, theta, psi], axis=-1)
-
-
-def rot_x(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
-
-
-def rot_y(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
-
-
-def rot_z(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
 
 
 # ------------------------------------------------------------------------------------------ state

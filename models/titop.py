@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
+from cmstack.models.lie import cross, skew  # skew(v) is the paper's (*v)
 
 __all__ = ["skew", "tau", "dynamic_model", "Motion", "transport", "change_frame", "RigidBody", "Weld",
            "Revolute", "Prismatic", "FloatingBase", "FixedBase", "LoopClosure", "System", "rodrigues",
@@ -60,18 +61,6 @@ _I3 = np.eye(3)
 
 
 # ---------------------------------------------------------------------------------- small algebra
-def _cross(a, b):
-    a0, a1, a2 = a
-    b0, b1, b2 = b
-    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
-
-
-def skew(v) -> np.ndarray:
-    """(*v): skew(v) @ x = v × x (nomenclature)."""
-    x, y, z = v
-    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
-
-
 def tau(r) -> np.ndarray:
     """Kinematic model τ_CP = [[1, (*CP)], [0, 1]] with r = CP (nomenclature): x'_C = τ_CP x'_P."""
     T = np.eye(6)
@@ -84,12 +73,12 @@ _taumat = tau
 
 def _tau_mv(r, x):
     """τ_r x without building the matrix: [x_lin + r × x_ang; x_ang]."""
-    return np.concatenate((x[:3] + _cross(r, x[3:]), x[3:]))
+    return np.concatenate((x[:3] + cross(r, x[3:]), x[3:]))
 
 
 def _tauT_mv(r, w):
     """τ_rᵀ w: a wrench at C moved to P (13): [F; T + F × r] with r = CP."""
-    return np.concatenate((w[:3], w[3:] + _cross(w[:3], r)))
+    return np.concatenate((w[:3], w[3:] + cross(w[:3], r)))
 
 
 def _tauT_M_tau(r, Z):
@@ -147,7 +136,7 @@ def coriolis_operator(tw) -> np.ndarray:
 def _cdx(tw, Dx):
     """C(x') (D x') without matrices."""
     v, w = tw[:3], tw[3:]
-    return np.concatenate((_cross(w, Dx[:3]), _cross(v, Dx[:3]) + _cross(w, Dx[3:])))
+    return np.concatenate((cross(w, Dx[:3]), cross(v, Dx[:3]) + cross(w, Dx[3:])))
 
 
 # --------------------------------------------------------------------------------- motion vector
@@ -364,7 +353,7 @@ class Revolute(_Block):
         v = P_ab.T @ m_in.tw[:3]
         w = P_ab.T @ m_in.tw[3:]
         r = self.axis
-        c = -thd * np.concatenate((_cross(r, v), _cross(r, w)))
+        c = -thd * np.concatenate((cross(r, v), cross(r, w)))
         tw = np.concatenate((v, w + thd * r))
         m_A = Motion(tw, P_ab.T @ m_in.pos, m_in.R @ P_ab)
         return P_ab, m_A, self.S, c, None
@@ -396,7 +385,7 @@ class Prismatic(_Block):
         r = -x * t                                                   # PP0
         tw = _tau_mv(r, m0.tw)
         tw[:3] += xd * t
-        c = np.concatenate((-xd * _cross(t, m0.tw[3:]), np.zeros(3)))
+        c = np.concatenate((-xd * cross(t, m0.tw[3:]), np.zeros(3)))
         m_A = Motion(tw, m0.pos + x * t, m0.R)
         return P_ab, m_A, self.S, c, r
 
