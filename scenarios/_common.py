@@ -71,6 +71,24 @@ class Context:
         p.mkdir(parents=True, exist_ok=True)
         return p / f"{stem}.png"
 
+    @staticmethod
+    def pyplot():
+        """matplotlib.pyplot on the file-only Agg backend (imported on first use: runs without plots
+        never pay for it)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+
+    def save_figure(self, fig, stem: str, dpi: int = 110) -> Path:
+        """Write ``fig`` to ``plots/<stem>.png`` at ``dpi`` dots per inch, close it, return the path."""
+        path = self.plot_path(stem)
+        fig.savefig(path, dpi=dpi)
+        self.pyplot().close(fig)
+        return path
+
     def make_viewer(self, mj_model):
         """A Meshcat viewer of the plant if --viewer meshcat was given, else None."""
         if self.viewer is None:

@@ -452,10 +452,7 @@ def run(ctx) -> Outcome:
 
 
 def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     paths = []
     # Fig. 17: the 9 DoF of the engine shown (black) and its difference to the others (red, right axis)
@@ -475,9 +472,7 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
     fig.suptitle(f"Balloon, slider, double pendulum (seed 003 Fig. 17): {cfg['engine']} (black), "
                  f"|{cfg['engine']} − {other}| (red, log)")
     fig.tight_layout()
-    paths.append(ctx.plot_path("dofs"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "dofs", dpi=100))
 
     fig, ax = plt.subplots(3, 1, figsize=(9, 11))
     for d, lab, ls in ((d_tp, "TITOP − Pinocchio (same RK4)", "-"), (d_tm, "TITOP − MuJoCo (RK4)", "--"),
@@ -504,9 +499,7 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
     ax[2].set_ylabel("(E − E₀) / max KE")
     ax[2].set_title("TITOP, dampers off: energy drift")
     fig.tight_layout()
-    paths.append(ctx.plot_path("differences_energy"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "differences_energy", dpi=100))
     return paths
 
 

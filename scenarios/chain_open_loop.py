@@ -208,10 +208,7 @@ def _shade(ax, cfg):
 
 
 def make_plots(ctx, cfg):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     a = ctx.logger.arrays()
     t = a["t"]
@@ -236,9 +233,7 @@ def make_plots(ctx, cfg):
     ax[3].legend(ncol=4, fontsize=8)
     ax[0].set_title("Open-loop validation (cf. Fig. 2): moment pulse (orange), force pulse (blue)")
     fig.tight_layout()
-    paths.append(ctx.plot_path("open_loop_validation"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "open_loop_validation"))
 
     # trace of the chain (cf. Fig. 3): joint polyline at snapshots
     fig = plt.figure(figsize=(8, 6))
@@ -257,9 +252,7 @@ def make_plots(ctx, cfg):
     ax3.set_ylabel("y [m]")
     ax3.set_zlabel("z [m]")
     ax3.set_title("Trace of the chain (cf. Fig. 3), dark → light = time")
-    paths.append(ctx.plot_path("trace"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "trace"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.semilogy(t, np.maximum(a["pose_diff_rotvec"], 1e-16), label="tensor (rotation-vector springs) vs MuJoCo")
@@ -271,9 +264,7 @@ def make_plots(ctx, cfg):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    paths.append(ctx.plot_path("mujoco_comparison"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "mujoco_comparison"))
     return paths
 
 

@@ -229,10 +229,7 @@ def run(ctx) -> Outcome:
 
 
 def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     t = a["t"]
     paths = []
@@ -266,9 +263,7 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
         x.grid(alpha=0.3)
     ax[0].set_title("Law (III) on the MuJoCo chain (cf. Fig. 4): desired dashed, disturbances red")
     fig.tight_layout()
-    paths.append(ctx.plot_path("ee_tracking"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "ee_tracking"))
 
     fig = plt.figure(figsize=(8, 6))
     ax3 = fig.add_subplot(projection="3d")
@@ -291,9 +286,7 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
     ax3.set_ylabel("y [m]")
     ax3.set_zlabel("z [m]")
     ax3.set_title("Trace of the closed loop (cf. Fig. 5); spheres = keep-out")
-    paths.append(ctx.plot_path("trace"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "trace"))
     return paths
 
 

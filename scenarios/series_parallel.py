@@ -236,10 +236,7 @@ def summarize(ctx, cfg, L, res, plant) -> Outcome:
 
 
 def make_plots(ctx, cfg, L):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     t = L["t"]
     labels = ("φ [rad]", "θ [rad]", "δ [m]")
@@ -257,9 +254,7 @@ def make_plots(ctx, cfg, L):
     ax[0].legend()
     ax[-1].set_xlabel("t [s]")
     fig.suptitle(f"Trajectory tracking ({cfg['controller']}, κ = {cfg['kappa']}) — cf. paper Fig. 3")
-    paths.append(ctx.plot_path("tracking"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "tracking"))
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for i in range(3):
@@ -269,9 +264,7 @@ def make_plots(ctx, cfg, L):
         shade(ax[i])
     ax[-1].set_xlabel("t [s]")
     fig.suptitle("Tracking error (red: 25 N tip disturbance) — cf. paper Fig. 4")
-    paths.append(ctx.plot_path("errors"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "errors"))
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for i, lab in enumerate(("Q_φ [N·m]", "Q_θ [N·m]", "Q_δ [N]")):
@@ -282,9 +275,7 @@ def make_plots(ctx, cfg, L):
     ax[0].legend(fontsize=8)
     ax[-1].set_xlabel("t [s]")
     fig.suptitle("Generalized actuator forces (18) and their robust part")
-    paths.append(ctx.plot_path("forces"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "forces"))
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     ax.semilogy(t, L["loop_violation"] + 1e-16)
@@ -292,9 +283,7 @@ def make_plots(ctx, cfg, L):
     ax.set_ylabel("max |loop residual| [m]")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title("Plant loop-closure violation (MuJoCo connect constraint)")
-    paths.append(ctx.plot_path("loop_closure"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "loop_closure"))
     return paths
 
 

@@ -177,10 +177,7 @@ def run(ctx) -> Outcome:
 
 
 def make_plots(ctx, Pt, Pq, e_p, L, dev, meta, cfg):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     paths = []
     fig, ax = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
@@ -198,9 +195,7 @@ def make_plots(ctx, Pt, Pq, e_p, L, dev, meta, cfg):
     ax[2].set_ylabel("crank τ [N·m]")
     ax[2].set_xlabel("t [s]")
     fig.suptitle("PIDC slider-crank through θ₁ = π/2, θ₂ = π (seed 004 §8)")
-    paths.append(ctx.plot_path("tracking"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "tracking"))
 
     fig, ax = plt.subplots(2, 1, figsize=(8, 6))
     ax[0].semilogy(meta["compare_t"], meta["compare_dev_rad"] + 1e-16)
@@ -213,9 +208,7 @@ def make_plots(ctx, Pt, Pq, e_p, L, dev, meta, cfg):
     ax[1].set_ylabel("(E − E₀)/E₀")
     ax[1].set_title("unforced, undamped projection simulator")
     fig.tight_layout()
-    paths.append(ctx.plot_path("plants_energy"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "plants_energy"))
     return paths
 
 

@@ -189,10 +189,7 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
 
 
 def make_plots(ctx, t, L, cfg, joint_names=None):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ctx.pyplot()
 
     paths = []
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
@@ -203,9 +200,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
     ax[0].legend()
     ax[-1].set_xlabel("t [s]")
     fig.suptitle(f"E1 tracking ({cfg['plant']} plant, {cfg['priority']} priority) — cf. thesis Fig. 4.3")
-    paths.append(ctx.plot_path("tracking"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "tracking"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.semilogy(t, np.linalg.norm(L["e_c"], axis=1) + 1e-16, label="‖e_c‖ coupling")
@@ -216,9 +211,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title("Constraint and task errors — cf. thesis Figs. 4.4–4.5")
-    paths.append(ctx.plot_path("errors"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "errors"))
 
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     ax[0].plot(t, L["v"])
@@ -231,9 +224,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
         fig.legend(ax[1].get_lines(), short, loc="center right", fontsize=7, ncol=1)
         fig.subplots_adjust(right=0.86)
     fig.suptitle("Joint velocities and torques — cf. thesis Fig. 4.6")
-    paths.append(ctx.plot_path("velocities_torques"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "velocities_torques"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.semilogy(t, np.linalg.norm(L["Qc"], axis=1) + 1e-16, label="‖Q_c‖ (3.10), coupling force")
@@ -242,9 +233,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title("Generalized force of the hard coupling constraint")
-    paths.append(ctx.plot_path("constraint_force"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "constraint_force"))
 
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.plot(L["p_D"][:, 0], L["p_D"][:, 2], "k--", label="desired")
@@ -254,9 +243,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
     ax.set_aspect("equal")
     ax.legend()
     ax.set_title("E1 path in the x–z plane")
-    paths.append(ctx.plot_path("path_xz"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(ctx.save_figure(fig, "path_xz"))
     return paths
 
 
