@@ -27,6 +27,8 @@ _EXPORTS = {
     "PIDC": "cmstack.controllers.pidc",
     "RobustPartitionController": "cmstack.controllers.robust_partition",
     "MujocoPlant": "cmstack.sim.plant",
+    "plant_from_urdf": "cmstack.sim.urdf_plant",
+    "example_robot_data_path": "cmstack.models.robot",
     "run_closed_loop": "cmstack.sim.runner",
     "StackError": "cmstack.models.errors",
     "ConfigError": "cmstack.models.errors",

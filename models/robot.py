@@ -61,14 +61,18 @@ def _load_urdf(path: Path) -> pin.Model:
 
 
 def _as_pose(T, where: str) -> pin.SE3:
-    """A base pose given as ``pinocchio.SE3`` or a 4×4 homogeneous matrix (metres, rotation matrix)."""
+    """A base pose given as ``pinocchio.SE3``, a 4×4 homogeneous matrix, or a position (3,) with the
+    world's orientation (metres)."""
     if T is None:
         return pin.SE3.Identity()
     if isinstance(T, pin.SE3):
         return T.copy()
     A = np.asarray(T, dtype=float)
+    if A.shape == (3,) and np.all(np.isfinite(A)):
+        return pin.SE3(np.eye(3), A)
     if A.shape != (4, 4) or not np.all(np.isfinite(A)):
-        raise ConfigError(f"{where}: a base pose must be a pinocchio.SE3 or a finite 4×4 matrix, got shape {A.shape}")
+        raise ConfigError(f"{where}: a base pose must be a pinocchio.SE3, a finite 4×4 matrix or a position (3,), "
+                          f"got shape {A.shape}")
     R = A[:3, :3]
     if not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
         raise ConfigError(f"{where}: the base pose's 3×3 block is not a rotation matrix (RᵀR ≠ I or det < 0)")
@@ -237,7 +241,8 @@ class Robot:
                 fixed; the joints are removed from the model (``pinocchio.buildReducedModel``), so
                 q, v and τ do not contain them (e.g. a gripper's fingers).
             prefix: put before every joint and frame name (``"left_"`` → ``left_panda_joint1``).
-            base: pose of the URDF's root link in the world (``pinocchio.SE3`` or 4×4 matrix, m).
+            base: pose of the URDF's root link in the world (``pinocchio.SE3``, 4×4 matrix, or a
+                position (3,) in m with the world's orientation).
         """
         return cls.compose([(path, prefix, base, locked_joints or {})])
 
@@ -251,7 +256,8 @@ class Robot:
         Args:
             parts: a list of ``(urdf, prefix, base_pose)`` or ``(urdf, prefix, base_pose,
                 locked_joints)`` tuples (or ``URDFPart``); base_pose is the pose of that URDF's root
-                link in the world (``pinocchio.SE3`` or 4×4 matrix, metres), locked_joints a
+                link in the world (``pinocchio.SE3``, 4×4 matrix, or a position (3,) with the world's
+                orientation; metres), locked_joints a
                 {joint name as in the URDF: value} dict as in ``from_urdf``.
 
         The parts are appended to one Pinocchio model (``pinocchio.appendModel`` at the world frame,

@@ -210,18 +210,21 @@ def _mat2quat(R: np.ndarray) -> np.ndarray:
     return q
 
 
-def plant_from_urdf(robot: Robot, *, sim_dt: float | None = None, contacts: bool = True,
+def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, contacts: bool = True,
                     mesh_dir: str | Path | None = None, passive_joints: tuple[str, ...] = (),
-                    integrator: str | None = None, noise_q: float = 0.0, noise_v: float = 0.0,
-                    seed: int = 0) -> MujocoPlant:
+                    xml_path: str | Path | None = None, integrator: str | None = None, noise_q: float = 0.0,
+                    noise_v: float = 0.0, seed: int = 0) -> MujocoPlant:
     """A ``MujocoPlant`` of ``robot`` built from its URDF part(s); torques and states map by joint name.
 
     Args:
         robot: a Robot built from URDF (``Robot(path)``, ``Robot.from_urdf``, ``Robot.compose``).
+        q0: initial configuration (model order, rad or m), at rest; None leaves MuJoCo's zero.
         sim_dt: MuJoCo time step (s); None keeps MuJoCo's default 0.002 s.
         contacts: False disables contacts.
         mesh_dir: folder with the mesh files, searched first by file name.
         passive_joints: joints without a motor (the plant then refuses a torque on them).
+        xml_path: write the plant's MJCF there (``save_xml``): a run directory's ``plant.xml``, whose
+            path ``plant.path`` then is, so that a log's ``mjcf_path = str(plant.path)`` replays.
         integrator, noise_q (rad or m), noise_v (rad/s or m/s), seed: as ``MujocoPlant``.
 
     The returned plant keeps the specification as ``plant.spec``; ``save_xml(plant, path)`` writes the
@@ -235,6 +238,10 @@ def plant_from_urdf(robot: Robot, *, sim_dt: float | None = None, contacts: bool
                                    plant_only=(), noise_q=noise_q, noise_v=noise_v, seed=seed,
                                    integrator=integrator)
     plant.spec = spec
+    if xml_path is not None:
+        save_xml(plant, xml_path)
+    if q0 is not None:
+        plant.reset(np.asarray(q0, dtype=float))
     return plant
 
 
