@@ -297,38 +297,35 @@ class UdwadiaKalabaController:
         qp.settings.max_iter = 1000
         return qp
 
-    def _qp(self, key, n_eq, n_in, max_iter=1000, n_var=None):
+    def _solve(self, key, H, g, A, b, C, l, u, max_iter: int = 1000):
+        """One QP solve with the solver cached under ``key``, warm-started from its previous solution.
+        A warm start that does not reach SOLVED is retried once from a cold start, on a fresh solver
+        (ProxSuite's warm start can report PRIMAL_INFEASIBLE on a strictly feasible problem when
+        consecutive problems are unrelated); each retry is counted in ``cold_retries``."""
         qp = self._qps.get(key)
-        first = qp is None
-        if first:
-            qp = self._new_qp(n_eq, n_in, n_var)
-            qp.settings.max_iter = max_iter
-            self._qps[key] = qp
-        return qp, first
-
-    def _solve(self, qp, first: bool, H, g, A, b, C, l, u):
-        """One QP solve, warm-started from the previous step's solution.  A warm start that does not
-        reach SOLVED is retried once from a cold start (ProxSuite's warm start can report
-        PRIMAL_INFEASIBLE on a strictly feasible problem when consecutive problems are unrelated);
-        each retry is counted in ``cold_retries``."""
-        if first:
-            qp.init(H, g, A, b, C, l, u)
-        else:
-            # the scaling changes little between control steps: keep the first step's Ruiz
-            # preconditioner (saves ~20 µs a step; the solution is unchanged to eps_abs)
-            qp.update(H, g, A, b, C, l, u, update_preconditioner=False)
+        if qp is None:
+            return self._cold(key, H, g, A, b, C, l, u, max_iter)
+        # the scaling changes little between control steps: keep the first step's Ruiz
+        # preconditioner (saves ~20 µs a step; the solution is unchanged to eps_abs)
+        qp.update(H, g, A, b, C, l, u, update_preconditioner=False)
         qp.solve()
-        if first:
-            # warm start from the previous step from now on (ProxSuite 0.8 segfaults if this is
-            # switched on between init() and the first solve(): there is no previous result yet)
-            qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
-        elif qp.results.info.status != _SOLVED:
-            self.cold_retries += 1
-            self.info.cold_retries += 1
-            qp.init(H, g, A, b, C, l, u)      # fresh factorisation and preconditioner, no initial guess
-            qp.settings.initial_guess = _PQ.InitialGuess.NO_INITIAL_GUESS
-            qp.solve()
-            qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+        if qp.results.info.status == _SOLVED:
+            return qp.results
+        self.cold_retries += 1
+        self.info.cold_retries += 1
+        return self._cold(key, H, g, A, b, C, l, u, max_iter)
+
+    def _cold(self, key, H, g, A, b, C, l, u, max_iter):
+        n_eq = 0 if A is None else A.shape[0]
+        n_in = 0 if C is None else C.shape[0]
+        qp = self._new_qp(n_eq, n_in, H.shape[0])
+        qp.settings.max_iter = max_iter
+        qp.init(H, g, A, b, C, l, u)
+        qp.solve()
+        # warm start from this solution from now on (ProxSuite 0.8 segfaults if this is switched on
+        # between init() and the first solve(): there is no previous result yet)
+        qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+        self._qps[key] = qp
         return qp.results
 
     # ------------------------------------------------------------------ control
@@ -442,8 +439,7 @@ class UdwadiaKalabaController:
 
     # ------------------------------------------------------------------ limits
     def _with_limits(self, kin, H, g, E, f, rows, C, l, u, Q, hD, t):
-        qp, first = self._qp(("all", E.shape[0]), E.shape[0], C.shape[0])
-        res = self._solve(qp, first, H, g, E, f, C, l, u)
+        res = self._solve(("all", E.shape[0]), H, g, E, f, C, l, u)
         st = res.info.status
         if st == _SOLVED:
             return res.x.copy(), res.y.copy() if E.shape[0] else None, res.z.copy(), res.info.iter, "qp"
@@ -465,8 +461,7 @@ class UdwadiaKalabaController:
         meets them only to the solver's tolerance."""
         M = kin.M
         A1, b1 = rows[0]
-        qp, first = self._qp(("seq", 0), A1.shape[0], C.shape[0], max_iter=10000)
-        r0 = self._solve(qp, first, M, -Q, A1, b1, C, l, u)
+        r0 = self._solve(("seq", 0), M, -Q, A1, b1, C, l, u, max_iter=10000)
         if r0.info.status != _SOLVED:
             raise self._limits_infeasible(kin, hD, Q, rows, t, r0.info.status)
         iters = r0.info.iter
@@ -489,8 +484,7 @@ class UdwadiaKalabaController:
             else:
                 Hr = N.T @ H @ N
                 gr = N.T @ (H @ x + g)
-            qp, first = self._qp(("seq", k, nz), 0, C.shape[0], max_iter=10000, n_var=nz)
-            r = self._solve(qp, first, Hr, gr, None, None, CN, lo, hi)
+            r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, max_iter=10000)
             iters += r.info.iter
             if r.info.status != _SOLVED:
                 self.failures += 1       # x is optimal for every level above: keep it
@@ -528,19 +522,83 @@ class UdwadiaKalabaController:
         return InfeasibleError(self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
 
     def diagnose_infeasible(self, kin, hD, Q, level1, t, status) -> str:
+        """Why level 1 cannot hold within the limits.  The torque the hard level alone needs
+        (Gauss' solution (3.8) of level 1, no task) names the joint; then the cause: a target out of
+        reach (distance of a frame target from its chain's workspace ball), a near-singular
+        configuration (a task Jacobian whose σ_min/σ_max < 1e-3), or, if neither, effort limits too
+        low for this motion."""
         names = [c.name for c in self.levels[0].tasks] if len(self.levels) > 1 else []
         M = kin.M
-        if level1 is None:
-            A, b = np.zeros((0, self.n)), np.zeros(0)
-        else:
-            A, b = level1
+        A, b = (np.zeros((0, self.n)), np.zeros(0)) if level1 is None else level1
         x = udwadia_kalaba_closed_form(M, Q, A, b)[0] if A.shape[0] else np.linalg.solve(M, Q)
         tau_free = M @ x + hD
         tm = self.tau_max
         worst = int(np.argmax(np.abs(tau_free) / tm))
-        return (f"at t={t:.4f} s the hard constraints {names} cannot be met within the effort limits "
-                f"(joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, limit "
-                f"{tm[worst]:.1f}; QP status {status}); slow the motion or raise the limits")
+        need = (f"joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, "
+                f"limit {tm[worst]:.1f}")
+        head = f"at t={t:.4f} s the hard constraints {names} cannot be met within the effort limits ({need}"
+        causes = []
+        for L in self.levels:
+            for task in L.tasks:
+                far = _out_of_reach(self.robot, kin, task, t)
+                if far:
+                    causes.append(far)
+        for L in self.levels:
+            for task in L.tasks:
+                if isinstance(task, (FrameTask, RelativeFrameTask, RigidCoupling)):
+                    W = task.compute(kin, t)[0]
+                    sv = np.linalg.svd(W, compute_uv=False)
+                    if sv[-1] < 1e-3 * sv[0]:
+                        r = int(np.sum(sv > 1e-3 * sv[0]))
+                        causes.append(f"near-singular configuration: the Jacobian of '{task.name}' has rank {r} "
+                                      f"of {W.shape[0]} (σ_min/σ_max = {sv[-1] / sv[0]:.1e})")
+        if causes:
+            return (head + f"; QP status {status}). Cause: " + "; ".join(causes)
+                    + ". The tasks drove the robot into a state the limits cannot recover from: "
+                      "bring the target into the workspace or away from the singularity.")
+        return (head + f"; QP status {status}): the effort limits are too low for this motion (no target out "
+                       "of reach, no singular task Jacobian); slow the motion or raise the limits")
+
+
+def _chain_reach(robot: Robot, fid: int) -> tuple[int, float]:
+    """(root joint, reach): the frame's supporting chain from its first moving joint, and an upper
+    bound of the distance from that joint's origin to the frame (sum of the link offsets; the stroke
+    of prismatic joints added)."""
+    m = robot.model
+    j = m.frames[fid].parentJoint
+    reach = float(np.linalg.norm(m.frames[fid].placement.translation))
+    while j > 0 and m.parents[j] > 0:
+        if "P" in m.joints[j].shortname().replace("JointModel", ""):
+            reach += float(max(abs(m.lowerPositionLimit[m.joints[j].idx_q]), abs(m.upperPositionLimit[m.joints[j].idx_q])))
+        reach += float(np.linalg.norm(m.jointPlacements[j].translation))
+        j = m.parents[j]
+    return j, reach
+
+
+def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
+    """A sentence if the task's target lies outside the workspace ball of its chain(s)."""
+    d = robot.data
+    if isinstance(task, FrameTask):
+        root, reach = _chain_reach(robot, task.fid)
+        if root == 0:
+            return None
+        p = task.desired(t)[0].translation
+        dist = float(np.linalg.norm(p - d.oMi[root].translation))
+        if dist > reach:
+            return (f"the target of '{task.name}' is out of reach: {dist:.3f} m from joint "
+                    f"'{robot.model.names[root]}', whose chain reaches {reach:.3f} m ({dist - reach:.3f} m outside "
+                    f"the workspace)")
+    elif isinstance(task, RigidCoupling):
+        ra, reach_a = _chain_reach(robot, task.f1)
+        rb, reach_b = _chain_reach(robot, task.f2)
+        if ra == 0 or rb == 0:
+            return None
+        gap = float(np.linalg.norm(d.oMi[ra].translation - d.oMi[rb].translation))
+        need = float(np.linalg.norm(task.T_AB.translation))
+        if need > reach_a + reach_b + gap:
+            return (f"'{task.name}' asks for frames {need:.3f} m apart, more than the chains can span "
+                    f"({reach_a + reach_b + gap:.3f} m)")
+    return None
 
 
 def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray, b: np.ndarray):
