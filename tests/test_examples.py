@@ -15,6 +15,7 @@ import pytest
 from cmstack.cli import main as cli
 from cmstack.models.errors import ModelFileError
 from cmstack.models.robot import example_robot_data_path
+from cmstack.sim.viewer import Recorder, replay
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DURATION = os.environ.get("CMSTACK_EXAMPLE_DURATION", "1.5")
@@ -54,5 +55,9 @@ def test_example_runs_meets_its_target_and_replays(name, tmp_path, monkeypatch):
     with np.load(out / "log.npz") as z:
         mjcf, t, qpos = str(z["mjcf_path"]), z["t"], z["plant_qpos"]
     assert Path(mjcf) == (out / "plant.xml").resolve()
-    model = mujoco.MjModel.from_xml_path(mjcf)       # what `cmstack view RUN_DIR` loads
+    model = mujoco.MjModel.from_xml_path(mjcf)
     assert qpos.shape == (t.size, model.nq) and t.size == round(float(DURATION) / 0.001)
+    rec = Recorder()                                  # what `cmstack view RUN_DIR` does, without a browser
+    replay(out, visualizer=rec, realtime=False, progress=False)
+    bodies = {k.split("/")[1] for k in rec.objects if k.startswith("plant/")}    # the links' collision meshes
+    assert all(any(b.endswith(link) for b in bodies) for link in ("panda_link0", "panda_link7", "panda_hand"))
