@@ -159,6 +159,7 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(plant.model)
 
     def record(t, q, v, tau):
+        q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
         qd, vd, _ = traj(t)
         T = plant.tip_pose()
         info = getattr(controller, "info", None)

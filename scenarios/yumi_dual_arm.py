@@ -113,6 +113,7 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(plant.model)
 
     def record(t, q, v, tau):
+        q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
         kin = getattr(controller, "kin", None)
         if kin is None or kin.q is None or not np.array_equal(kin.q, q):
             kin = robot.update(q, v)

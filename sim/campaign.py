@@ -73,6 +73,13 @@ import numpy as np
 from cmstack.models.errors import ConfigError
 
 RESULT = "result.json"
+
+
+def shipped_dir() -> Path:
+    """The shipped campaign specs (the arena, package data): ``cmstack campaign NAME`` finds them by name."""
+    import cmstack.scenarios
+
+    return Path(cmstack.scenarios.__file__).resolve().parent / "campaigns"
 #: keys of campaign.csv before the swept keys and the metrics
 LEAD_COLUMNS = ("id", "index", "status")
 
@@ -217,6 +224,9 @@ def load_spec(path: str | Path) -> Spec:
     """Parse a campaign spec and expand its variants.  Every override is checked against the
     scenario's default config here (unknown key, wrong type), before anything runs."""
     path = Path(path).expanduser()
+    shipped = shipped_dir() / f"{path.name}.toml"
+    if not path.exists() and path.suffix == "" and shipped.is_file():    # a shipped spec by name
+        path = shipped
     where = f"campaign spec {path}"
     try:
         raw = tomllib.loads(path.read_text())

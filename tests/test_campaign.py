@@ -191,3 +191,14 @@ def test_bad_scheduler_address_is_usage_error(tmp_path):
     p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\n')
     r = _cli(p, "--out", tmp_path / "o", "--scheduler", "localhost:1")
     assert r.returncode == 2 and "tcp://HOST:PORT" in r.stderr
+
+
+@pytest.mark.parametrize("name, n", [("arena_yumi_bar", 3 * 5 * 4), ("arena_series_parallel", 4 * 5 * 2)])
+def test_shipped_arena_specs_resolve(name, n):
+    """The arena specs ship as package data, load by name, and every variant's config resolves."""
+    s = C.load_spec(name)
+    assert len(s.variants) == n and list(s.axes) == ["law", "perturbation"]
+    assert s.path.parent == C.shipped_dir()
+    allp = s.axes["perturbation"]["all"]
+    assert allp == {"perturbation.mass_rel": 0.2, "perturbation.noise_q": 1e-4, "perturbation.noise_v": 1e-3,
+                    "perturbation.delay_steps": 1}
