@@ -220,19 +220,60 @@ class Obstacle:
         return Obstacle(Q @ np.asarray(self.center, float) + t, self.radius)
 
 
-def obstacle_potential(pos: np.ndarray, obstacles, gain: float, d0: float):
-    """U_o (Khatib's FIRAS form) on the CoMs, as in the paper: Σ_{i<N} Σ_o ½ η (1/d − 1/d0)² for d < d0,
-    d = ‖p_i − c_o‖ − r_o.  Returns (U, ∇U (N,3) with zero rows for body N, Hessian blocks (N,3,3), min d)."""
+def obstacle_potential(pos: np.ndarray, obstacles, gain: float, d0: float, clip: float | None = None):
+    """U_o on the CoMs, as in the paper (54): Σ_{i<N} Σ_o φ(‖p_i − c_o‖) with Khatib's FIRAS form outside the
+    core and its C² quartic continuation inside (``_point_potential``).  Returns (U, ∇U (N,3) with zero rows
+    for body N, Hessian blocks (N,3,3), min d)."""
     R = np.broadcast_to(np.eye(3), (pos.shape[0], 3, 3))
-    U, gp, _, hp, _, dmin = _body_potential(pos, R, obstacles, gain, d0, np.zeros((1, 3)))
+    U, gp, _, hp, _, dmin = _body_potential(pos, R, obstacles, gain, d0, np.zeros((1, 3)), clip)
     return U, gp, hp, dmin
 
 
-def _body_potential(pos, R, obstacles, gain, d0, points):
-    """FIRAS potential on body-fixed points r_k of the bodies 1…N−1: x = p_i + R_i r_k.
+def _point_potential(rho: np.ndarray, radius: float, gain: float, d0: float, dc: float):
+    """One sphere (radius r, centre c) acting on points at distances ρ = ‖x − c‖ from its centre (d = ρ − r):
+
+        φ(ρ) = ½ η (1/d − 1/d₀)²              d_c ≤ d < d₀        (FIRAS, the paper's U_o)
+        φ(ρ) = a + b ρ² + c ρ⁴                ρ < ρ_c = r + d_c   (inside the core: the sphere and a shell d_c)
+        φ(ρ) = 0                               d ≥ d₀
+
+    with (a, b, c) such that φ, φ' and φ'' are continuous at ρ_c: with p = φ'(ρ_c) < 0 and k = φ''(ρ_c) > 0,
+        c = (k ρ_c − p) / (8 ρ_c³) > 0,   b = (3p/ρ_c − k) / 4 < 0,   a = φ(ρ_c) − b ρ_c² − c ρ_c⁴.
+    Then φ'(ρ) = 2ρ(b + 2cρ²) < 0 on (0, ρ_c] (repulsive everywhere inside, since ρ_c² < −b/(2c)) and φ is
+    smooth at the centre (φ'(0) = 0), so U_o is one C² function of x everywhere: its force and its rate are
+    exact derivatives (a clip of d alone, as before issue 16, kept φ'' of the unclipped d in the rate).
+    In x: ∇φ = α (x − c), ∇²φ = α I + β (x − c)(x − c)ᵀ with
+        outside the core  α = φ'(ρ)/ρ,  β = (φ''(ρ) − φ'(ρ)/ρ)/ρ²;   inside  α = 2b + 4cρ²,  β = 8c.
+    Returns (φ, α, β) for the points with d < d₀ (the caller selects them)."""
+    d = rho - radius
+    rc = radius + dc
+    ac = 1.0 / dc - 1.0 / d0
+    pc = -gain * ac / dc**2                                  # φ'(ρ_c)
+    kc = gain * (1.0 / dc**4 + 2.0 * ac / dc**3)            # φ''(ρ_c)
+    cq = (kc * rc - pc) / (8.0 * rc**3)
+    bq = (3.0 * pc / rc - kc) / 4.0
+    aq = 0.5 * gain * ac * ac - bq * rc**2 - cq * rc**4
+    outer = d >= dc
+    do = np.where(outer, d, dc)                              # only used where outer
+    ro = np.where(outer, rho, rc)
+    a = 1.0 / do - 1.0 / d0
+    du = -gain * a / do**2
+    ddu = gain * (1.0 / do**4 + 2.0 * a / do**3)
+    r2 = rho * rho
+    phi = np.where(outer, 0.5 * gain * a * a, aq + bq * r2 + cq * r2 * r2)
+    alpha = np.where(outer, du / ro, 2.0 * bq + 4.0 * cq * r2)
+    beta = np.where(outer, (ddu - du / ro) / ro**2, 8.0 * cq)
+    return phi, alpha, beta
+
+
+def _body_potential(pos, R, obstacles, gain, d0, points, clip=None):
+    """U_o (``_point_potential``) on body-fixed points r_k of the bodies 1…N−1: x = p_i + R_i r_k.
+    ``clip`` = d_c, the core shell (m; default d₀/10).
     Returns U, ∂U/∂p (N,3), ∂U/∂θ (N,3) (= Σ R_i r_k × ∂U/∂x, the derivative along a world rotation δθ of
     the body), the active point terms for the rates (body index, R_i r_k, ∂U/∂x, Hessian), the position
     Hessian blocks (N,3,3) and the smallest distance d of any point to a sphere surface."""
+    dc = 0.1 * d0 if clip is None else float(clip)
+    if not 0.0 < dc < d0:
+        raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {d0:g}) m, got {dc:g}")
     n = pos.shape[0]
     gp = np.zeros((n, 3))
     gw = np.zeros((n, 3))
@@ -251,16 +292,11 @@ def _body_potential(pos, R, obstacles, gain, d0, points):
         if not np.any(act):
             continue
         ii, kk = np.nonzero(act)
-        da = np.maximum(d[act], 1e-4)
-        ra = rho[act]
-        nv = dx[act] / ra[:, None]
-        a = 1.0 / da - 1.0 / d0
-        U += float(np.sum(0.5 * gain * a * a))
-        du = -gain * a / da**2
-        ddu = gain * (1.0 / da**4 + 2.0 * a / da**3)
-        f = du[:, None] * nv
-        nn = np.einsum("ka,kb->kab", nv, nv)
-        H = ddu[:, None, None] * nn + (du / ra)[:, None, None] * (np.eye(3) - nn)
+        phi, alpha, beta = _point_potential(rho[act], ob.radius, gain, d0, dc)
+        dxa = dx[act]
+        U += float(np.sum(phi))
+        f = alpha[:, None] * dxa
+        H = alpha[:, None, None] * np.eye(3) + beta[:, None, None] * np.einsum("ka,kb->kab", dxa, dxa)
         r_act = rw[ii, kk]
         np.add.at(gp, ii, f)
         np.add.at(gw, ii, cross(r_act, f))
@@ -273,13 +309,14 @@ def _body_potential(pos, R, obstacles, gain, d0, points):
     return U, gp, gw, hp, terms, dmin
 
 
-def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points):
+def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points, clip: float | None = None):
     """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero) and its exact
     rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ.
-    With ``points = [[0, 0, 0]]`` this is the paper's U_o(s_{B_1 I}, …, s_{B_{N−1} I}) (54)."""
+    With ``points = [[0, 0, 0]]`` this is the paper's U_o(s_{B_1 I}, …, s_{B_{N−1} I}) (54).  U_o is C² at
+    every distance, inside a sphere too (``_point_potential``), so ġ is the exact derivative of g."""
     n = state.n
     v, w = state.v, state.w
-    U, gp, gw, _, terms, dmin = _body_potential(state.pos, state.R, obstacles, gain, d0, points)
+    U, gp, gw, _, terms, dmin = _body_potential(state.pos, state.R, obstacles, gain, d0, points, clip)
     dp = np.zeros((n, 3))
     dw = np.zeros((n, 3))
     if terms is not None:
@@ -298,13 +335,16 @@ class TaskSpaceLaw(PortLaw):
     ``obstacle_points`` (K,3): body-fixed points of bodies 1…N−1 the potential acts on; default the CoMs
     (the paper's U_o).  On long bodies the CoM alone does not keep the body out of a sphere: points along
     the body give U_o a moment part too (``null_space_wish``).
+    ``obstacle_clip`` d_c (m, default d₀/10): closer than d_c to a sphere, and inside it, U_o continues as a
+    C² quartic in the distance to the centre (``_point_potential``), so the law stays a gradient system —
+    V̇ = −sᵀK_d s — even after a disturbance has pushed a point into a sphere.
     ``traj(t) -> (p_d (3), q_d (4), ν_{e,d} (6) = [v; ω], D^Iν_{e,d} (6))``; Λ_e = blockdiag(λ_p I, λ_a I).
     ``qp=True`` solves (*) with ProxSuite, optionally with joint-rate limits |R_{j+1}ᵀ(ω_{j+1} − ω_j)| ≤
     ``joint_rate_limit`` (component-wise, rad/s); D^Iν_r then treats the active limits as equalities."""
 
     def __init__(self, chain, traj, kd_v, kd_w, lam_p, lam_a, obstacles=(), obstacle_gain=0.0,
                  obstacle_range=0.2, qp: bool = False, joint_rate_limit: float | None = None, kd_mass=None,
-                 obstacle_points=None):
+                 obstacle_points=None, obstacle_clip: float | None = None):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
@@ -314,6 +354,9 @@ class TaskSpaceLaw(PortLaw):
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
         self.obstacles = list(obstacles)
         self.gain, self.d0 = float(obstacle_gain), float(obstacle_range)
+        self.clip = 0.1 * self.d0 if obstacle_clip is None else float(obstacle_clip)
+        if not 0.0 < self.clip < self.d0:
+            raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {self.d0:g}) m, got {self.clip:g}")
         pts = np.zeros((1, 3)) if obstacle_points is None else np.asarray(obstacle_points, float).reshape(-1, 3)
         self.points = pts                              # body-fixed points U_o acts on (default: the CoM, (54))
         self.qp = qp
@@ -339,7 +382,7 @@ class TaskSpaceLaw(PortLaw):
         nu_er = nu_ed - lam * e_ep                                   # ν_{e,r} (52)
         nu_er_dot = nu_ed_dot - lam * np.concatenate([de_pos, de_att])
         g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
-                                                                  self.points)     # −∇U_o and its rate
+                                                                  self.points, self.clip)   # −∇U_o, its rate
         J, Jd = ch.jacobian(R), ch.jacobian_dot(R, state.nu)
         A = np.vstack([J, self.Jt])
         Ad = np.vstack([Jd, np.zeros_like(self.Jt)])

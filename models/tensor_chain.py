@@ -25,8 +25,19 @@ Model (equation numbers of the seed paper):
     i.e. R_jᵀ R_{j+1} = Rx(φ) Ry(θ) Rz(ψ) (active rotations), axes j_{j1} = b_{j,1} (first axis of
     B_j), j_{j2} = x_{j,2} = R_{j+1} Rz(−ψ) e₂ (24), j_{j3} = b_{j+1,3}.  The moment acts with + on body j
     and − on body j+1 (15), (33): 𝒞_F 𝐌_J.
+    Law (19) is NOT conservative: the axes j_{j1}, j_{j2}, j_{j3} are not orthogonal (j_{j1}·j_{j3} = sin θ),
+    so m_{J_j} is not the gradient of V = ½ Σ_k K_k angle_k².  With ω_rel = ω_{j+1} − ω_j = A (φ̇, θ̇, ψ̇),
+    A = [j_{j1} j_{j2} j_{j3}], the springs' power is −m·ω_rel = −(K∘angles)ᵀAᵀA (angle rates), while
+    −dV/dt = −(K∘angles)ᵀ(angle rates).  Measured (random attitudes and rates, K isotropic): |power + dV/dt|
+    reaches 0.5 %, 5 %, 35 % and 120 % of |m_J|·|ω_rel| at relative rotations of 0.01, 0.1, 0.5 and 1 rad.
+    Momentum is still conserved (the moments are internal); energy is not (chain_open_loop reports
+    energy_drift_rel for both laws).
     Alternative law ``spring_law="rotvec"``: m_{J_j} = R_j diag(K) Log(R_jᵀR_{j+1}) — what a MuJoCo
     ball joint's ``stiffness`` realizes (for isotropic K); used to compare against the MuJoCo plant.
+    Alternative law ``spring_law="euler123_conservative"`` (ours, not the paper's): the same potential
+    V = ½ Σ K_k angle_k² on the same Euler angles, with the moment m_{J_j} = A⁻ᵀ (K∘angles), its exact
+    gradient (−m·ω_rel = −dV/dt); equal to (19) when the axes are orthonormal (θ = 0), and, like (19),
+    undefined at θ = ±π/2.
   * applied force ℱ = [F_B + M_v g_{3N}; M_B + C_F M_J − 𝒞(ν)ν]                  (33)
   * augmented system (32), solved for D^I ν and the joint forces F_J:
 
@@ -62,6 +73,8 @@ import numpy as np
 from cmstack.models.errors import ConfigError, StateError, check_finite
 from cmstack.models.lie import (cross, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,  # noqa: F401 (re-exported)
                                 quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew)
+
+SPRING_LAWS = ("euler123", "rotvec", "euler123_conservative")
 
 # ----------------------------------------------------------------------------------- small tensors
 _I3 = np.eye(3)
@@ -172,7 +185,8 @@ class TensorChain:
     joint_child: np.ndarray            # (N−1,3) joint j relative to CoM of body j+1, body-(j+1) coordinates
     stiffness: np.ndarray              # (N−1,3) K_φ, K_θ, K_ψ [N·m/rad]
     gravity: np.ndarray = field(default_factory=lambda: np.array([0.0, 0.0, -9.81]))
-    spring_law: str = "euler123"       # "euler123" (19)–(24) | "rotvec" (MuJoCo ball-joint stiffness)
+    spring_law: str = "euler123"       # "euler123" (19)–(24), not conservative | "rotvec" (MuJoCo ball-joint
+                                       # stiffness) | "euler123_conservative" (ours: the gradient of ½ΣK·angle²)
     fixed_base: bool = False
     base_pose: tuple | None = None     # (p_1, q_1) when fixed_base
 
@@ -193,8 +207,8 @@ class TensorChain:
                 raise ConfigError(f"TensorChain: inertia of body {i + 1} must be symmetric positive definite")
         if np.any(self.stiffness < 0):
             raise ConfigError("TensorChain: spring stiffness must be >= 0")
-        if self.spring_law not in ("euler123", "rotvec"):
-            raise ConfigError(f"spring_law='{self.spring_law}' is not one of ['euler123', 'rotvec']")
+        if self.spring_law not in SPRING_LAWS:
+            raise ConfigError(f"spring_law='{self.spring_law}' is not one of {list(SPRING_LAWS)}")
         if self.fixed_base and self.base_pose is None:
             raise ConfigError("TensorChain: fixed_base=True needs base_pose=(p_1, q_1)")
         self.inertias_inv = np.linalg.inv(self.inertias)
@@ -364,11 +378,18 @@ class TensorChain:
             return np.einsum("jab,jb->ja", R[:-1], self.stiffness * th)
         ang = self.relative_euler(R)
         ax = self.joint_axes(R, ang)
+        if self.spring_law == "euler123_conservative":           # A⁻ᵀ(K∘angles), ax[j] = Aᵀ (rows = axes)
+            return np.linalg.solve(ax, (self.stiffness * ang)[..., None])[..., 0]
         return np.einsum("jk,jkx->jx", self.stiffness * ang, ax)
 
     def spring_energy(self, R: np.ndarray) -> float:
-        """½ Σ K_k θ_k² of the rotation-vector law (its potential when K is isotropic per joint)."""
-        th = rotation_vector(np.einsum("jba,jbc->jac", R[:-1], R[1:]))
+        """½ Σ K_k θ_k² on the law's own angles: the rotation vector for "rotvec" (its potential when K is
+        isotropic per joint), the Euler angles (20) otherwise (the potential of "euler123_conservative"; for
+        the paper's "euler123" it is not a potential of the moments, see the module docstring)."""
+        if self.spring_law == "rotvec":
+            th = rotation_vector(np.einsum("jba,jbc->jac", R[:-1], R[1:]))
+        else:
+            th = self.relative_euler(R)
         return float(0.5 * np.sum(self.stiffness * th * th))
 
     def applied_force(self, R: np.ndarray, nu: np.ndarray, port: np.ndarray | None, M_J=None) -> np.ndarray:

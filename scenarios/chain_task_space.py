@@ -154,7 +154,7 @@ def run(ctx) -> Outcome:
     law = TaskSpaceLaw(chain, traj, cfg["kd_v"], cfg["kd_w"], cfg["lam_p"], cfg["lam_a"], obstacles=obstacles,
                        obstacle_gain=cfg["obstacle_gain"], obstacle_range=cfg["obstacle_range"],
                        qp=cfg["reference_qp"], joint_rate_limit=cfg["joint_rate_limit"] or None,
-                       kd_mass=cfg["kd_mass"] or None, obstacle_points=pts)
+                       kd_mass=cfg["kd_mass"] or None, obstacle_points=pts, obstacle_clip=cfg["obstacle_clip"])
     if joint:
         rhs = JointActuationMap(chain, qp=cfg["motor_limit"] > 0, limit=cfg["motor_limit"] or None)
     else:

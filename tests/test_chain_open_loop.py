@@ -16,6 +16,9 @@ def test_chain_open_loop_targets(tmp_path):
     assert m["mujoco_pose_diff_max"] <= 1e-3
     # the Euler-angle law and MuJoCo's rotation-vector law are different springs: visibly different motion
     assert m["mujoco_pose_diff_paper_law"] > 10 * m["mujoco_pose_diff_max"]
+    # issue 16: the paper's law (19) does not conserve energy, the rotation-vector law does (up to RK4)
+    assert m["energy_drift_rel_rotvec"] <= 1e-6
+    assert m["energy_drift_rel_euler123"] > 100 * m["energy_drift_rel_rotvec"]
     assert m["ok"] is True
     log = np.load(out / "log.npz")
     assert str(log["mjcf_path"]).endswith("mjcf/chain5.xml")

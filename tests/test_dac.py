@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from cmstack.controllers.dac import (JointActuationMap, Obstacle, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
-                             attitude_error, attitude_error_rate, constrained_reference, null_space_wish)
+                             attitude_error, attitude_error_rate, constrained_reference, null_space_wish,
+                             obstacle_potential)
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
 
@@ -328,3 +329,106 @@ def test_bad_gains_are_refused():
         PoseLaw(ch, None, 1.0, 1.0, 0.0, 1.0)
     with pytest.raises(ConfigError):
         TaskSpaceLaw(ch, None, 1.0, 1.0, 1.0, 1.0, obstacle_gain=-1.0)
+
+
+# ---------------------------------------------------------------------------- obstacle term inside a sphere
+def _sphere_cases(s, pts):
+    """Spheres that put a body point of body 2 outside (in range), exactly on, and inside a sphere
+    (shallow, in the core, and next to the centre)."""
+    R1 = s.R[1]
+    x = s.pos[1] + R1 @ np.asarray(pts[-1], float)          # the last point of body 2
+    u = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
+    r = 0.06
+    return {"outside": [Obstacle(x + (r + 0.08) * u, r)],
+            "on": [Obstacle(x + r * u, r)],
+            "inside_shallow": [Obstacle(x + (r - 0.004) * u, r)],
+            "inside_deep": [Obstacle(x + 0.02 * u, r)],
+            "near_centre": [Obstacle(x + 1e-3 * u, r)]}
+
+
+@pytest.mark.parametrize("case", ["outside", "on", "inside_shallow", "inside_deep", "near_centre"])
+@pytest.mark.parametrize("pts", [[[0.0, 0.0, 0.0]], [[-0.2, 0, 0], [0, 0, 0], [0.2, 0, 0]]])
+def test_obstacle_term_is_a_gradient_system_at_every_distance(case, pts):
+    """U_o, g = −∇U_o and ġ are derivatives of one function wherever the points are: dU/dt = −gᵀν and
+    ġ = d/dt g by central differences along the motion (relative 1e-6), outside, on and inside a sphere."""
+    rng = np.random.default_rng(21)
+    ch = chain()
+    s = bent_state(ch, rng, speed=0.7)
+    obs = _sphere_cases(s, pts)[case]
+    d0, eta = 0.15, 1e-3
+    g, gd, U, dmin = null_space_wish(s, obs, eta, d0, np.array(pts))
+    if case == "outside":
+        assert 0 < dmin < d0
+    elif case == "on":
+        assert abs(dmin) < 1e-12
+    else:
+        assert dmin < 0
+    assert U > 0 and np.abs(g).max() > 0 and np.isfinite(gd).all()
+    h = 1e-6
+    gp, _, Up, _ = null_space_wish(flow(s, h), obs, eta, d0, np.array(pts))
+    gm, _, Um, _ = null_space_wish(flow(s, -h), obs, eta, d0, np.array(pts))
+    dU = (Up - Um) / (2 * h)
+    np.testing.assert_allclose(dU, -g @ s.nu, rtol=1e-6, atol=1e-9 * max(1.0, abs(dU)))
+    fd = (gp - gm) / (2 * h)
+    rel = np.abs(gd - fd).max() / max(np.abs(fd).max(), 1e-12)
+    assert rel <= 1e-6, f"{case}: rate {np.abs(gd).max():.3g} vs finite difference {np.abs(fd).max():.3g}"
+
+
+def test_obstacle_potential_is_c2_across_the_core_radius():
+    """The inner quartic meets the FIRAS branch with the same value, gradient and Hessian (C²): evaluate a
+    single point just outside and just inside d = d_c."""
+    d0, eta, dc = 0.15, 1e-3, 0.01
+    ob = [Obstacle(np.zeros(3), 0.05)]
+    u = np.array([0.6, 0.0, 0.8])
+    out = []
+    for d in (dc + 1e-9, dc - 1e-9):
+        U, gp, hp, _ = obstacle_potential((0.05 + d) * u[None, :].repeat(2, 0), ob, eta, d0, clip=dc)
+        out.append((U, gp[0], hp[0]))
+    np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-6)
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-6)
+    np.testing.assert_allclose(out[0][2], out[1][2], rtol=1e-6, atol=1e-6 * np.abs(out[0][2]).max())
+    # repulsive everywhere inside: the force −∇U points away from the centre, and vanishes at it
+    for rho in (1e-3, 0.02, 0.049, 0.055):
+        _, gp, _, _ = obstacle_potential(rho * u[None, :].repeat(2, 0), ob, eta, d0, clip=dc)
+        assert gp[0] @ u < 0
+    _, gp, _, _ = obstacle_potential(np.zeros((2, 3)), ob, eta, d0, clip=dc)
+    assert np.abs(gp[0]).max() == 0
+
+
+def test_lyapunov_rate_nonpositive_with_points_inside_a_sphere():
+    """V̇ of the law (III) closed loop (τ = τ_c on the tensor model) on random states with body points
+    inside a keep-out sphere: V̇, by central differences of V = ½ sᵀℳ s along the exact motion, equals
+    −sᵀK_d s ≤ 0 (before the fix of issue 16, V̇ reached +7e19 there)."""
+    rng = np.random.default_rng(22)
+    ch = chain()
+    pts = np.array([[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]])
+    worst, n_inside = -np.inf, 0
+    for k in range(12):
+        s = bent_state(ch, rng, speed=0.6)
+        b = 1 + k % (ch.n - 2)                                    # a middle body
+        x = s.pos[b] + s.R[b] @ pts[rng.integers(len(pts))]
+        r = 0.05
+        c = x + rng.uniform(0.0, 0.9 * r) * quat_to_matrix(quat_exp(rng.normal(size=3)))[:, 0]
+        law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + 0.03, s.quat[-1]), 4.0, 0.3, 2.0, 2.0,
+                           obstacles=[Obstacle(c, r)], obstacle_gain=1e-4, obstacle_range=0.15,
+                           obstacle_points=pts)
+        t = 0.2
+        tau = law(t, s)
+        assert law.clearance < 0
+        n_inside += 1
+        nu_dot = ch.dynamics(s, tau).nu_dot
+
+        def V(tt, st):
+            nu_r, _ = law.reference(tt, st, st.R, ch.mass_matrix(st.R))
+            e = st.nu - nu_r
+            return 0.5 * e @ ch.mass_matrix(st.R) @ e
+
+        h = 1e-6
+        sp, sm = flow(s, h), flow(s, -h)
+        sp.nu, sm.nu = s.nu + h * nu_dot, s.nu - h * nu_dot
+        Vdot = (V(t + h, sp) - V(t - h, sm)) / (2 * h)
+        Vdot_cl = law.info.Vdot_cl
+        assert Vdot_cl < 0
+        np.testing.assert_allclose(Vdot, Vdot_cl, rtol=1e-4, atol=1e-7 * law.info.V)
+        worst = max(worst, Vdot)
+    assert n_inside == 12 and worst <= 0
