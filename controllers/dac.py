@@ -1,4 +1,4 @@
-"""Tensor-invariant Data-Assisted Control port laws of seed 000 §3 and two RHS maps.
+"""Tensor-invariant Data-Assisted Control port laws of [Eslami] §3 and two RHS maps.
 
 The LHS law returns the commanded port τ_c (a wrench per body, [F_B; M_B] in inertial coordinates, moments
 about the CoMs) for the tensor model of models/tensor_chain.py.  Every law has the form (37)/(46)

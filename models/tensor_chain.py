@@ -1,4 +1,4 @@
-"""Unreduced, non-recursive Newton–Euler model of an N-body chain with spherical joints (seed 000 §2).
+"""Unreduced, non-recursive Newton–Euler model of an N-body chain with spherical joints ([Eslami] §2).
 
 Every quantity is assembled from the bodies' tensors *expressed in the inertial frame I* (the paper's
 "coordination" of Appendix B): positions s_{B_i I} = p_i, rotations R_i = [T^{I B_i}] = ([T]^{B_i I})ᵀ,
@@ -177,7 +177,7 @@ class Dynamics:
 
 @dataclass
 class TensorChain:
-    """N rigid bodies joined by N−1 spherical joints with torsional springs (seed 000 §2)."""
+    """N rigid bodies joined by N−1 spherical joints with torsional springs ([Eslami] §2)."""
 
     masses: np.ndarray                 # (N,)
     inertias: np.ndarray               # (N,3,3) about each CoM, body coordinates

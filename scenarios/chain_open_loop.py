@@ -1,4 +1,4 @@
-"""Open-loop validation of the tensor Newton–Euler 5-body chain (seed 000 §4.1, Figs. 2–3), against MuJoCo.
+"""Open-loop validation of the tensor Newton–Euler 5-body chain ([Eslami] §4.1, Figs. 2–3), against MuJoCo.
 
 A free-floating chain, gravity compensated, a pure moment pulse on body 1 and later a force pulse on
 body 2 (scenarios/configs/chain_open_loop.toml).  Reported, as in §4.1:

@@ -1,4 +1,4 @@
-"""DAC law (III) on the MuJoCo 5-body chain: end-effector tracking, null-space obstacle avoidance, disturbances (seed 000 §4.2).
+"""DAC law (III) on the MuJoCo 5-body chain: end-effector tracking, null-space obstacle avoidance, disturbances ([Eslami] §4.2).
 
 The controller sees body poses and twists (q = [p_i; quat_i], v = ν), computes the port τ_c of law (III)
 (51)–(54) with the tensor model, and a RHS map turns it into actuation: thrusters on every body of the

@@ -1,4 +1,4 @@
-"""3-DoF series-parallel manipulator (closed elbow triangle) under the robust inertia-partitioning law (seed 001).
+"""3-DoF series-parallel manipulator (closed elbow triangle) under the robust inertia-partitioning law ([Dastranj]).
 
 The controller knows the open tree in q̂ = (φ, θ, ζ) and the map ζ(δ) (models/partition.py); the MuJoCo plant
 (mjcf/series_parallel.xml) has the real closed chain with the cylinder and piston the model lacks.  A 25 N
@@ -130,7 +130,7 @@ def build_robust(cfg, traj):
 
 
 def build_pidc(cfg, traj):
-    from cmstack.controllers.pidc_adapters import build_series_parallel   # PIDC of seed 004 (issue 4)
+    from cmstack.controllers.pidc_adapters import build_series_parallel   # PIDC of [Aghili] (issue 4)
 
     return build_series_parallel(cfg, traj)
 

@@ -1,4 +1,4 @@
-"""Closed-loop regression of DAC law (III) on the MuJoCo chain (seed 000 §4.2), shortened.
+"""Closed-loop regression of DAC law (III) on the MuJoCo chain ([Eslami] §4.2), shortened.
 
 4 s with thrusters (the first disturbance pulse, at 3 s, falls inside the averaged last half), 3 s with
 joint motors on the welded chain, and 2.5 s without the obstacle potential to show it is what keeps the

@@ -1,4 +1,4 @@
-"""Open-loop regression of the tensor chain against its targets and the MuJoCo chain (seed 000 §4.1), 2.5 s."""
+"""Open-loop regression of the tensor chain against its targets and the MuJoCo chain ([Eslami] §4.1), 2.5 s."""
 import numpy as np
 import pytest
 

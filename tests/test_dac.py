@@ -1,4 +1,4 @@
-"""DAC port laws (seed 000 §3) on the tensor chain: exact reference derivatives, Lyapunov decrease on
+"""DAC port laws ([Eslami] §3) on the tensor chain: exact reference derivatives, Lyapunov decrease on
 closed-loop runs with the tensor model as the plant, frame invariance, QP = closed form, RHS maps."""
 import numpy as np
 import pytest

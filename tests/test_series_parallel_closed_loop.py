@@ -1,4 +1,4 @@
-"""Closed-loop regression of the series_parallel scenario (seed 001), shortened: the disturbance is moved
+"""Closed-loop regression of the series_parallel scenario ([Dastranj]), shortened: the disturbance is moved
 earlier (t ∈ [4.5, 5.0) s instead of [10, 11) s) so that the runs take a few simulated seconds; the
 control rate, gains, plant and disturbance magnitude are the scenario's."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Identities and numerical checks of the tensor Newton–Euler chain model (seed 000 §2, App. A–C)."""
+"""Identities and numerical checks of the tensor Newton–Euler chain model ([Eslami] §2, App. A–C)."""
 import numpy as np
 import pytest
 
