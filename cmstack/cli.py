@@ -2,8 +2,8 @@
 
     cmstack list                                   the shipped scenarios, one line each
     cmstack run NAME|PATH.py [--config F.toml] [--set k=v ...] [--duration S] [--out DIR]
-                             [--viewer meshcat] [--no-progress] [--debug]
-    cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K]
+                             [--viewer meshcat [--no-wait]] [--no-html] [--no-progress] [--debug]
+    cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K] [--html OUT.html]
     cmstack bench [NAME ...]
     cmstack campaign SPEC.toml [--scheduler tcp://HOST:PORT] [--workers N] [--out DIR] [--retry-failed]
 
@@ -106,6 +106,7 @@ def cmd_view(args) -> int:
 
     argv = [args.run, "--speed", str(args.speed), "--qpos-key", args.qpos_key]
     argv += ["--loop"] * args.loop + ["--no-wait"] * args.no_wait
+    argv += ["--html", args.html] if args.html else []
     return viewer_main(argv)
 
 
@@ -141,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="replay until interrupted")
     p.add_argument("--no-wait", action="store_true", help="exit when the replay ends")
     p.add_argument("--qpos-key", default="plant_qpos", help="log key of the MuJoCo qpos series")
+    p.add_argument("--html", metavar="OUT.html", help="write the run as one standalone HTML file (time slider, "
+                   "opens offline, no server) instead of serving it")
     p.set_defaults(func=cmd_view)
     p = sub.add_parser("bench", help="run the speed benchmarks (bench/)")
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")

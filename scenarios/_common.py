@@ -65,6 +65,7 @@ class Context:
     logger: Logger
     viewer: str | None = None
     progress: bool = True
+    viewers: list = field(default_factory=list)      # the Meshcat viewers this run started (closed at its end)
 
     def plot_path(self, stem: str) -> Path:
         p = self.out / "plots"
@@ -97,9 +98,20 @@ class Context:
             raise ConfigError(f"--viewer {self.viewer}: only 'meshcat' is supported")
         from cmstack.sim.viewer import MeshcatViewer
 
-        v = MeshcatViewer(mj_model)
-        print(f"Meshcat: open {v.url()} in a browser to watch the run")
+        v = MeshcatViewer(mj_model, log=self.out / "meshcat.log")       # the server's output: never a pipe
+        self.viewers.append(v)
+        print(f"Meshcat: open {v.url()} in a browser to watch the run", flush=True)
         return v
+
+    def close_viewers(self, wait: bool = False) -> None:
+        """With ``wait``, keep the live scene up until Ctrl-C/SIGTERM; then stop every server."""
+        try:
+            if wait and self.viewers:
+                self.viewers[-1].wait()
+        finally:
+            for v in self.viewers:
+                v.close()
+            self.viewers.clear()
 
 
 # ---------------------------------------------------------------------------------------- config
@@ -205,9 +217,11 @@ def _is_target(target) -> bool:
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
                  viewer: str | None = None, progress: bool = False, echo: bool = False,
-                 defaults: str | Path | None = None):
+                 defaults: str | Path | None = None, wait: bool = False, html: bool = True):
     """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  Raises on failure after
-    writing the log, metrics.json (ok=false) and error.txt."""
+    writing the log, metrics.json (ok=false) and error.txt.  With ``html``, the run directory also
+    gets ``replay.html`` (the run as one standalone page); with ``wait`` and a viewer, the live scene
+    stays up at the end until Ctrl-C.  Any exit stops the viewer's server."""
     cfg = resolve_config(name, config_file, sets, overrides, duration, defaults)
     check_perturbation_applied(name, run, cfg)
     out = Path(out) if out is not None else _default_out(name)
@@ -217,6 +231,7 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
     try:
         outcome: Outcome = run(ctx)
     except BaseException as exc:
+        ctx.close_viewers()
         ctx.logger.save(out / "log.npz")
         (out / "error.txt").write_text(traceback.format_exc())
         write_metrics(out / "metrics.json", {"scenario": name, "ok": False,
@@ -244,7 +259,24 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
             print(f"watch it again: python -m sim.viewer {out}")
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
+    if html:
+        _write_replay_html(out, echo)
+    ctx.close_viewers(wait=wait)
     return metrics, out
+
+
+def _write_replay_html(out: Path, echo: bool) -> None:
+    """``replay.html`` beside the log; a run whose log cannot be replayed just goes without it."""
+    from cmstack.sim.viewer import write_html
+
+    try:
+        p = write_html(out, out / "replay.html")
+    except (StackError, OSError) as exc:
+        if echo:
+            print(f"replay.html not written: {exc}")
+        return
+    if echo:
+        print(f"replay (no server needed): {p} ({p.stat().st_size / 1e6:.1f} MB)")
 
 
 #: exit codes of every scenario run (README, "Exit codes")
@@ -261,6 +293,9 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--duration", type=float, help="simulated seconds (overrides the config's 'duration')")
     ap.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>/)")
     ap.add_argument("--viewer", choices=["meshcat"], help="stream the run live to Meshcat")
+    ap.add_argument("--no-wait", action="store_true",
+                    help="with --viewer: exit at the end instead of keeping the scene up until Ctrl-C")
+    ap.add_argument("--no-html", action="store_true", help="do not write replay.html into the run directory")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--debug", action="store_true", help="show the full traceback on failure")
 
@@ -271,7 +306,8 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
     try:
         metrics, _ = run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
                                   duration=args.duration, viewer=args.viewer, progress=not args.no_progress,
-                                  echo=True, defaults=defaults)
+                                  echo=True, defaults=defaults, wait=not getattr(args, "no_wait", False),
+                                  html=not getattr(args, "no_html", False))
     except USAGE_ERRORS as exc:
         if args.debug:
             raise

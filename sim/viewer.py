@@ -52,38 +52,70 @@ def _hex(rgba) -> int:
 class Recorder:
     """A stand-in for ``meshcat.Visualizer`` that keeps the scene in memory instead of sending it.
 
-    Same path interface (``rec["a"]["b"].set_object(obj)``, ``.set_transform(T)``, ``.delete()``);
-    ``objects[path]`` is the last object set at a path, ``transforms[path]`` its last transform and
+    Same path interface (``rec["a"]["b"].set_object(obj)``, ``.set_transform(T)``,
+    ``.set_property(key, value)``, ``.delete()``; a name starting with "/" is absolute, as in
+    Meshcat: ``rec["/Grid"]``); ``objects[path]`` is the last object set at a path,
+    ``transforms[path]`` its last transform, ``properties[(path, key)]`` its last property value and
     ``n_transforms`` how many transforms were sent. Every command is serialised exactly as Meshcat
-    would serialise it, so an object Meshcat cannot send fails here too. Used by the tests.
+    would serialise it, so an object Meshcat cannot send fails here too. With ``keep=True``,
+    ``commands`` keeps every lowered command in order (what ``write_html`` embeds). Used by the tests.
     """
 
-    def __init__(self, path: str = "", root: "Recorder | None" = None):
+    def __init__(self, path: str = "", root: "Recorder | None" = None, keep: bool = False):
         self._path = path
         self._root = root or self
         if root is None:
             self.objects: dict[str, object] = {}
             self.transforms: dict[str, np.ndarray] = {}
+            self.properties: dict[tuple[str, str], object] = {}
             self.n_transforms = 0
+            self.keep = bool(keep)
+            self.commands: list[dict] = []
 
     def __getitem__(self, name: str) -> "Recorder":
+        if name.startswith("/"):
+            return Recorder("/" + name.strip("/"), self._root)
         return Recorder(f"{self._path}/{name}" if self._path else name, self._root)
+
+    def _mc_path(self):
+        from meshcat.path import Path as McPath
+
+        return McPath(()).append(self._path) if self._path.startswith("/") else McPath(("meshcat",)).append(self._path)
+
+    def _log(self, cmd) -> None:
+        low = cmd.lower()                                 # serialise as Meshcat would: bad objects fail here
+        if self._root.keep:
+            self._root.commands.append(low)
 
     def set_object(self, obj, material=None) -> None:
         from meshcat.commands import SetObject
 
-        SetObject(obj, material, self._path).lower()     # serialise as Meshcat would: bad objects fail here
+        self._log(SetObject(obj, material, self._mc_path()))
         self._root.objects[self._path] = obj
 
     def set_transform(self, T) -> None:
         from meshcat.commands import SetTransform
 
         T = np.array(T, dtype=float)
-        SetTransform(T, self._path).lower()
+        self._log(SetTransform(T, self._mc_path()))
         self._root.transforms[self._path] = T
         self._root.n_transforms += 1
 
+    def set_property(self, key: str, value) -> None:
+        from meshcat.commands import SetProperty
+
+        self._log(SetProperty(key, value, self._mc_path()))
+        self._root.properties[(self._path, key)] = value
+
+    def set_animation(self, animation, play: bool = True, repetitions: int = 1) -> None:
+        from meshcat.commands import SetAnimation
+
+        self._log(SetAnimation(animation, play=play, repetitions=repetitions))
+
     def delete(self) -> None:
+        from meshcat.commands import Delete
+
+        self._log(Delete(self._mc_path()))
         for d in (self._root.objects, self._root.transforms):
             for k in [k for k in d if k == self._path or k.startswith(self._path + "/")]:
                 del d[k]
@@ -108,7 +140,8 @@ class MeshcatViewer:
 
     def __init__(self, model, *, visualizer=None, fps: float = 30.0, realtime: bool = True,
                  speed: float = 1.0, groups=_GROUPS, trail_len: int = 4000, trail_dt: float = 0.005,
-                 frame_scale: float = 0.08, prefix: str = "plant"):
+                 frame_scale: float = 0.08, prefix: str = "plant", log: str | Path | None = None,
+                 frame_camera: bool = True):
         import mujoco
 
         if isinstance(model, (str, Path)):
@@ -123,7 +156,7 @@ class MeshcatViewer:
         self.data = mujoco.MjData(model)
         self._kin = mujoco.mj_kinematics
         if visualizer is None:
-            visualizer = self._start_server()
+            visualizer = self._start_server(log)
         self.vis = visualizer
         self.fps, self.realtime, self.speed = float(fps), bool(realtime), float(speed)
         self.trail_len, self.trail_dt, self.frame_scale = int(trail_len), float(trail_dt), float(frame_scale)
@@ -141,19 +174,17 @@ class MeshcatViewer:
         self._last_send = -np.inf
         self._last_t = -np.inf
         self.frames_sent = 0
+        self.frame_camera = bool(frame_camera)
+        self.camera: dict | None = None              # the last framing (centre, radius, eye), for tests
         self._build()
+        if self.frame_camera:
+            self.frame_plant()
 
     # ------------------------------------------------------------------------------------ set-up
     @staticmethod
-    def _start_server():
-        try:
-            import meshcat
-
-            return meshcat.Visualizer()
-        except Exception as e:                          # zmq/port/subprocess trouble: say what to do
-            raise StackError(f"could not start a Meshcat server ({type(e).__name__}: {e}); "
-                             "check that the 'meshcat' package is installed in .venv and that a local "
-                             "port (7000+) is free, or run without --viewer") from e
+    def _start_server(log: str | Path | None = None):
+        """A ``meshcat.Visualizer`` on a server of our own (``sim/_meshcat_server.py``): see ``start_server``."""
+        return start_server(log)
 
     def url(self) -> str:
         return self.vis.url()
@@ -264,6 +295,72 @@ class MeshcatViewer:
         tr = self.vis.transforms
         return tr[self._body_path(int(self.model.geom_bodyid[gid]))] @ tr[self._geom_path(gid)]
 
+    # ------------------------------------------------------------------------------------ camera
+    #: direction from the plant towards the eye (world frame): in front of the plant (+x), a little to
+    #: its left (+y) and above it (+z)
+    CAMERA_DIR = (1.0, 0.45, 0.55)
+    #: fraction of the view (from its centre to its edges) the plant may take
+    CAMERA_FILL = 0.9
+    #: Meshcat's default camera: vertical field of view (deg); the width/height ratio assumed of the page
+    CAMERA_FOV_DEG = 75.0
+    CAMERA_ASPECT = 1.5
+
+    def _drawn_solids(self) -> list[int]:
+        import mujoco
+
+        m = self.model
+        return [g for g in range(m.ngeom) if g not in self.skipped and m.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE]
+
+    def plant_bounds(self) -> tuple[np.ndarray, float]:
+        """(centre c, radius R) of a sphere around every drawn geom at the current pose (m).
+
+        Box B = [min_g(p_g − r_g), max_g(p_g + r_g)] over the drawn geoms g (p_g = ``geom_xpos``,
+        r_g = ``geom_rbound``, MuJoCo's bounding-sphere radius), c its centre and R its half diagonal.
+        Planes (floors, drawn 10 m wide) are left out: they are not the plant."""
+        ids = self._drawn_solids()
+        if not ids:
+            return np.zeros(3), 1.0
+        p, r = self.data.geom_xpos[ids], self.model.geom_rbound[ids][:, None]
+        lo, hi = (p - r).min(axis=0), (p + r).max(axis=0)
+        return 0.5 * (lo + hi), max(0.5 * float(np.linalg.norm(hi - lo)), 1e-3)
+
+    def frame_plant(self) -> None:
+        """Point Meshcat's default camera at the plant so that it fills the view.
+
+        Meshcat's orbit camera always looks at the world origin, so the scene is moved instead of the
+        target: the roots /meshcat (everything drawn), /Grid and /Axes get the translation −c, which
+        puts the centre c of the plant's box (``plant_bounds``) on the origin. The eye sits at
+        e = D·u, u = ``CAMERA_DIR`` normalised, looking along f = −u, with right r = f × z/‖·‖ and
+        up w = r × f. A geom's bounding sphere (centre x relative to c, radius ρ) lies at depth
+        D − x·u and projects inside the fraction F = ``CAMERA_FILL`` of the half-height h = tan(fov/2)
+        and half-width a·h when
+            D ≥ x·u + ρ + (|x·w| + ρ)/(F h)   and   D ≥ x·u + ρ + (|x·r| + ρ)/(F a h);
+        D is the largest such bound over the drawn geoms (planes left out). The camera node
+        ("rotated", R_x(+π/2), local (x, y, z) ↦ world (x, −z, y)) takes the eye as (e_x, e_z, −e_y)."""
+        self._kin(self.model, self.data)
+        c, R = self.plant_bounds()
+        u = np.asarray(self.CAMERA_DIR, dtype=float)
+        u /= np.linalg.norm(u)
+        r = np.cross(-u, [0.0, 0.0, 1.0])
+        r /= np.linalg.norm(r)
+        w = np.cross(r, -u)
+        h = np.tan(np.radians(self.CAMERA_FOV_DEG) / 2)
+        ids = self._drawn_solids()
+        D = 2.0 * R
+        if ids:
+            x = self.data.geom_xpos[ids] - c
+            rho = self.model.geom_rbound[ids]
+            depth = x @ u + rho
+            D = float(max(np.max(depth + (np.abs(x @ w) + rho) / (self.CAMERA_FILL * h)),
+                          np.max(depth + (np.abs(x @ r) + rho) / (self.CAMERA_FILL * self.CAMERA_ASPECT * h))))
+        e = D * u
+        T = np.eye(4)
+        T[:3, 3] = -c
+        for root in ("/meshcat", "/Grid", "/Axes"):
+            self.vis[root].set_transform(T)
+        self.vis["/Cameras/default/rotated/<object>"].set_property("position", [float(e[0]), float(e[2]), float(-e[1])])
+        self.camera = {"centre": c, "radius": R, "eye": e, "distance": D}
+
     # ------------------------------------------------------------------------------------ drawing
     def set_qpos(self, qpos) -> None:
         """Pose every moving body from ``qpos`` (MuJoCo order, length nq)."""
@@ -338,21 +435,15 @@ class MeshcatViewer:
             self.vis[path].set_object(g.Mesh(g.Cylinder(1.0, float(radius)), g.MeshLambertMaterial(
                 color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))))
             self._segments.add(name)
-        d = p1 - p0
-        L = float(np.linalg.norm(d))
-        y = d / L if L > 1e-12 else np.array([0.0, 1.0, 0.0])
-        a = np.array([1.0, 0.0, 0.0]) if abs(y[0]) < 0.9 else np.array([0.0, 0.0, 1.0])
-        x = np.cross(y, a)
-        x /= np.linalg.norm(x)
-        T = np.eye(4)
-        T[:3, :3] = np.column_stack([x, y * L, np.cross(x, y)])
-        T[:3, 3] = 0.5 * (p0 + p1)
+        T = segment_pose(p0, p1)
         self.vis[path].set_transform(T)
 
     def show(self, qpos, frames: dict | None = None, trails: dict | None = None, t: float | None = None,
              segments: dict | None = None) -> None:
         """Send one frame now: plant pose, frames, segments, trails (points appended), no pacing."""
         self.set_qpos(qpos)
+        if self.frame_camera and self.frames_sent == 0:
+            self.frame_plant()                       # the run's first pose, not the model's qpos0
         for k, T in (frames or {}).items():
             self.set_frame(k, T)
         for k, (p0, p1) in (segments or {}).items():
@@ -367,6 +458,8 @@ class MeshcatViewer:
         """Call every control step. Trails collect points every ``trail_dt`` of simulated time; a
         frame is sent at most ``fps`` times per wall-clock second and, with ``realtime``, not before
         the wall clock has caught up with simulated time. Returns True when a frame was sent."""
+        if getattr(getattr(self.vis, "window", None), "failed", None) is not None:
+            return False                                # the server is gone: nothing to pace for
         wall = time.perf_counter()
         if self._t0 is None or t < self._last_t:        # first call, or time went back (a new run)
             self._t0, self._wall0, self._last_send = t, wall, -np.inf
@@ -384,14 +477,166 @@ class MeshcatViewer:
         return True
 
     def close(self) -> None:
-        """Stop the Meshcat server this viewer started (meshcat 0.3's own close() is broken)."""
-        proc = getattr(getattr(self.vis, "window", None), "server_proc", None)
+        """Stop the Meshcat server this viewer started (if any); idempotent."""
+        window = getattr(self.vis, "window", None)
+        if isinstance(window, _window_class()):
+            window.shutdown()
+            return
+        proc = getattr(window, "server_proc", None)          # a plain meshcat.Visualizer (meshcat's close() is broken)
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(timeout=5)
             except Exception:
                 proc.kill()
+
+    def wait(self, message: str | None = None) -> None:
+        """Keep the scene up until Ctrl-C (SIGINT) or SIGTERM, or until the server is gone. Prints
+        ``message`` (default: where the scene is and how to leave). Does not close the server."""
+        import signal
+        import threading
+
+        print(message or f"the scene stays up at {self.url()} until Ctrl-C (--no-wait to exit at the end)", flush=True)
+        window = getattr(self.vis, "window", None)
+        proc = getattr(window, "server_proc", None)
+        stop = threading.Event()
+        old = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old[sig] = signal.signal(sig, lambda *_: stop.set())
+        except ValueError:                      # not the main thread: Ctrl-C arrives as KeyboardInterrupt
+            pass
+        try:
+            while not stop.wait(0.2):
+                if proc is not None and proc.poll() is not None:
+                    break
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+
+
+def segment_pose(p0, p1) -> np.ndarray:
+    """Pose (with scale) mapping Meshcat's unit cylinder (axis y, height 1, centred) onto the rod from
+    ``p0`` to ``p1``: T = [R·diag(1, L, 1)  (p0 + p1)/2], L = ‖p1 − p0‖, R = [x y z] a rotation whose
+    y is the rod's direction."""
+    p0, p1 = (np.asarray(p, dtype=float).ravel()[:3] for p in (p0, p1))
+    d = p1 - p0
+    L = float(np.linalg.norm(d))
+    y = d / L if L > 1e-12 else np.array([0.0, 1.0, 0.0])
+    a = np.array([1.0, 0.0, 0.0]) if abs(y[0]) < 0.9 else np.array([0.0, 0.0, 1.0])
+    x = np.cross(y, a)
+    x /= np.linalg.norm(x)
+    T = np.eye(4)
+    T[:3, :3] = np.column_stack([x, y * L, np.cross(x, y)])
+    T[:3, 3] = 0.5 * (p0 + p1)
+    return T
+
+
+# ---------------------------------------------------------------------------------------- server
+#: seconds a request to the Meshcat server may take before the viewer gives up (the run goes on)
+REQUEST_TIMEOUT_S = 10.0
+_WINDOW_CLASS = None
+
+
+def _window_class():
+    """``meshcat.visualizer.ViewerWindow`` with a request timeout, a give-up state and a shutdown
+    that stops its server (built on first use: importing meshcat is not free)."""
+    global _WINDOW_CLASS
+    if _WINDOW_CLASS is not None:
+        return _WINDOW_CLASS
+    import zmq
+    from meshcat.visualizer import ViewerWindow
+
+    class _Window(ViewerWindow):
+        def __init__(self, proc, zmq_url: str, web_url: str, timeout_s: float = REQUEST_TIMEOUT_S):
+            self.server_proc, self.zmq_url, self.web_url = proc, zmq_url, web_url
+            self.timeout_ms = int(1000 * timeout_s)
+            self.failed: str | None = None
+            self.connect_zmq()
+
+        def connect_zmq(self):
+            s = self.context.socket(zmq.REQ)
+            for opt in (zmq.RCVTIMEO, zmq.SNDTIMEO):
+                s.setsockopt(opt, self.timeout_ms)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(self.zmq_url)
+            self.zmq_socket = s
+
+        def send(self, command):
+            if self.failed is not None:
+                return
+            try:
+                super().send(command)
+            except zmq.ZMQError as e:
+                self.failed = f"{type(e).__name__}: {e}"
+                print(f"viewer: the Meshcat server did not answer within {self.timeout_ms / 1000:g} s "
+                      f"({self.failed}); the run goes on without the viewer", file=sys.stderr, flush=True)
+                self.zmq_socket.close(0)
+
+        def shutdown(self):
+            try:
+                self.zmq_socket.close(0)
+            except Exception:
+                pass
+            p = self.server_proc
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except Exception:
+                    p.kill()
+                    p.wait()
+            if p is not None and p.stdin is not None and not p.stdin.closed:
+                p.stdin.close()
+
+    _WINDOW_CLASS = _Window
+    return _Window
+
+
+def start_server(log: str | Path | None = None, timeout: float = 30.0):
+    """Start a Meshcat server process and return a ``meshcat.Visualizer`` connected to it.
+
+    The server (``sim/_meshcat_server.py``) survives browsers that vanish, writes its output to
+    ``log`` (e.g. the run directory's ``meshcat.log``; default: nowhere) and never to a pipe, and
+    exits with this process whatever ends it (its stdin is a pipe only this process holds). Every
+    request times out after ``REQUEST_TIMEOUT_S``; the viewer then stops sending and the run goes on.
+    ``timeout`` (s) bounds the start-up."""
+    import atexit
+    import select
+    import subprocess
+
+    try:
+        import meshcat
+
+        cmd = [sys.executable, "-u", "-m", "cmstack.sim._meshcat_server"]
+        if log is not None:
+            cmd += ["--log", str(log)]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        urls, deadline = {}, time.monotonic() + timeout
+        while len(urls) < 2:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                proc.kill()
+                raise TimeoutError(f"no URL from the server within {timeout:g} s")
+            line = proc.stdout.readline().decode("utf-8", "replace").strip()
+            if not line:                                        # end of file: it died
+                err = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                raise RuntimeError(f"the server exited with code {proc.wait()}: {err[-1] if err else 'no output'}")
+            k, _, v = line.partition("=")
+            if k in ("zmq_url", "web_url"):
+                urls[k] = v
+        proc.stdout.close()                 # it writes to its log from now on
+        proc.stderr.close()
+        window = _window_class()(proc, urls["zmq_url"], urls["web_url"])
+        atexit.register(window.shutdown)
+        return meshcat.Visualizer(window=window)
+    except Exception as e:                          # zmq/port/subprocess trouble: say what to do
+        raise StackError(f"could not start a Meshcat server ({type(e).__name__}: {e}); "
+                         "check that the 'meshcat' package is installed in .venv and that a local "
+                         "port (7000+) is free, or run without --viewer") from e
 
 
 # ---------------------------------------------------------------------------------------- replay
@@ -414,26 +659,39 @@ def load_run(run) -> dict:
     return L
 
 
-def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
-           realtime: bool = True, fps: float = 30.0, progress: bool = True) -> MeshcatViewer:
-    """Play a saved run in Meshcat (see the module docstring for the log keys it reads)."""
-    L = load_run(run)
+def _qpos_series(L: dict, qpos_key: str) -> tuple[np.ndarray, np.ndarray]:
     if qpos_key not in L:
         keys = [k for k in L if k.endswith("qpos")]
         raise ConfigError(f"{L['_file']} has no '{qpos_key}' series; it has {keys or 'no qpos series'}")
     t, Q = np.asarray(L["t"], dtype=float).ravel(), np.asarray(L[qpos_key], dtype=float)
-    if Q.ndim != 2 or Q.shape[0] != t.shape[0]:
-        raise ConfigError(f"{L['_file']}: '{qpos_key}' has shape {Q.shape}, expected ({t.shape[0]}, nq)")
+    if Q.ndim != 2 or Q.shape[0] != t.shape[0] or t.shape[0] == 0:
+        raise ConfigError(f"{L['_file']}: '{qpos_key}' has shape {Q.shape}, expected ({t.shape[0]}, nq) with at least one row")
+    return t, Q
+
+
+def _overlays(L: dict, prefix: str) -> dict:
+    return {k[len(prefix):]: L[k] for k in L if k.startswith(prefix)}
+
+
+def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> "MeshcatViewer":
     mjcf = str(L["mjcf_path"])
-    viewer = MeshcatViewer(mjcf, visualizer=visualizer, realtime=realtime, speed=speed, fps=fps)
+    viewer = MeshcatViewer(mjcf, **kw)
     if Q.shape[1] != viewer.model.nq:
+        viewer.close()
         raise ConfigError(f"{L['_file']}: '{qpos_key}' has {Q.shape[1]} columns but {mjcf} has nq={viewer.model.nq}")
-    for k in (k for k in L if k.startswith("sphere__")):          # [x, y, z, radius], e.g. keep-out zones
-        c = np.asarray(L[k], dtype=float).ravel()
-        viewer.set_sphere(k[len("sphere__"):], c[:3], c[3])
-    frames = {k[len("frame__"):]: L[k] for k in L if k.startswith("frame__")}
-    trails = {k[len("trail__"):]: L[k] for k in L if k.startswith("trail__")}
-    segs = {k[len("segment__"):]: L[k] for k in L if k.startswith("segment__")}
+    for name, c in _overlays(L, "sphere__").items():            # [x, y, z, radius], e.g. keep-out zones
+        c = np.asarray(c, dtype=float).ravel()
+        viewer.set_sphere(name, c[:3], c[3])
+    return viewer
+
+
+def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
+           realtime: bool = True, fps: float = 30.0, progress: bool = True) -> MeshcatViewer:
+    """Play a saved run in Meshcat (see the module docstring for the log keys it reads)."""
+    L = load_run(run)
+    t, Q = _qpos_series(L, qpos_key)
+    viewer = _viewer_for(L, Q, qpos_key, visualizer=visualizer, realtime=realtime, speed=speed, fps=fps)
+    frames, trails, segs = (_overlays(L, p) for p in ("frame__", "trail__", "segment__"))
     while True:
         it = range(t.shape[0])
         if progress:
@@ -450,33 +708,196 @@ def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos
             return viewer
 
 
+# ------------------------------------------------------------------------------------ standalone HTML
+class _Clips:
+    """Meshcat animation clips in three.js' JSON form (what ``meshcat.animation.Animation.lower()``
+    produces), but with each track as flat ``times``/``values`` arrays sent as float32 blobs instead
+    of one {time, value} map per key: three.js' ``AnimationClip.parse`` takes either; this one is
+    ~30× smaller to pack. Times are frame numbers; the viewer divides them by ``fps``."""
+
+    def __init__(self, fps: float):
+        self.fps = float(fps)
+        self.tracks: dict[str, list[dict]] = {}
+
+    @staticmethod
+    def _f32(x):
+        """A float32 array as Meshcat's msgpack extension (decoded as a Float32Array by the viewer)."""
+        import umsgpack
+        from meshcat.geometry import threejs_type
+
+        x = np.ascontiguousarray(np.asarray(x, dtype=np.float32).ravel())
+        return umsgpack.Ext(threejs_type(x.dtype)[1], x.tobytes())
+
+    def add(self, path: str, prop: str, jstype: str, frames, values) -> None:
+        vals = [bool(x) for x in values] if jstype == "boolean" else self._f32(values)
+        self.tracks.setdefault(path, []).append(
+            {"name": "." + prop, "type": jstype, "times": self._f32(frames), "values": vals})
+
+    def lower(self) -> list[dict]:
+        return [{"path": path, "clip": {"fps": self.fps, "name": "default", "tracks": tracks}}
+                for path, tracks in self.tracks.items()]
+
+
+def _quat_xyzw(R: np.ndarray) -> np.ndarray:
+    """three.js quaternions (x, y, z, w) of rotation matrices R (…×3×3)."""
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_matrix(np.asarray(R, dtype=float).reshape(-1, 3, 3)).as_quat()
+
+
+def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100) -> Path:
+    """Write one self-contained HTML file that plays a saved run, with Meshcat's time slider.
+
+    The scene is built as a live replay builds it (plant, camera, frames, segments, spheres), but
+    into a ``Recorder``; the motion is a Meshcat animation (``set_animation``) sampled at ``fps``
+    frames per second of simulated time (frame k shows the log row nearest to t₀ + k/fps): a
+    position and a quaternion track per moving body and per frame, plus a scale track per segment
+    (its length). A trail is drawn as up to ``max_chunks`` polyline pieces, each made visible (a
+    boolean track) when the motion reaches its end. The file holds Meshcat's viewer
+    (``main.min.js``) and every command as msgpack, as Meshcat's own static-HTML export does, decoded
+    in order on load: it needs no server and no network. The controls panel opens on the
+    "Animations" folder (play, pause, reset, time slider, speed)."""
+    import base64
+    import importlib.util
+
+    import umsgpack
+    import meshcat.geometry as g
+
+    if not fps > 0:
+        raise ConfigError(f"write_html: fps must be > 0, got {fps}")
+    L = load_run(run)
+    t, Q = _qpos_series(L, qpos_key)
+    rec = Recorder(keep=True)
+    viewer = _viewer_for(L, Q, qpos_key, visualizer=rec, realtime=False)
+    frames, trails, segs = (_overlays(L, p) for p in ("frame__", "trail__", "segment__"))
+    n = int(np.floor((t[-1] - t[0]) * fps + 1e-9)) + 1                  # frames k = 0 … n−1
+    idx = np.clip(np.searchsorted(t, t[0] + np.arange(n) / fps), 0, t.shape[0] - 1)
+    i0 = int(idx[0])
+    viewer.show(Q[i0], {k: v[i0] for k, v in frames.items()}, segments={k: v[i0] for k, v in segs.items()})
+
+    k = np.arange(n)
+    clips = _Clips(fps)
+    bodies = [b for b, _ in viewer._moving]
+    P, R = np.empty((n, len(bodies), 3)), np.empty((n, len(bodies), 3, 3))
+    for j, i in enumerate(idx):
+        viewer.data.qpos[:] = Q[i]
+        viewer._kin(viewer.model, viewer.data)
+        P[j] = viewer.data.xpos[bodies]
+        R[j] = viewer.data.xmat[bodies].reshape(-1, 3, 3)
+    for col, (_, path) in enumerate(viewer._moving):
+        mc = "/meshcat/" + path
+        clips.add(mc, "position", "vector3", k, P[:, col])
+        clips.add(mc, "quaternion", "quaternion", k, _quat_xyzw(R[:, col]))
+    for name, v in frames.items():
+        T = np.asarray(v, dtype=float)[idx]
+        clips.add(f"/meshcat/frames/{name}", "position", "vector3", k, T[:, :3, 3])
+        clips.add(f"/meshcat/frames/{name}", "quaternion", "quaternion", k, _quat_xyzw(T[:, :3, :3]))
+    for name, v in segs.items():
+        T = np.array([segment_pose(*v[i]) for i in idx])
+        Lk = np.linalg.norm(T[:, :3, 1], axis=1)
+        T[:, :3, 1] /= np.maximum(Lk, 1e-12)[:, None]
+        clips.add(f"/meshcat/segments/{name}", "position", "vector3", k, T[:, :3, 3])
+        clips.add(f"/meshcat/segments/{name}", "quaternion", "quaternion", k, _quat_xyzw(T[:, :3, :3]))
+        clips.add(f"/meshcat/segments/{name}", "scale", "vector3", k,
+                  np.column_stack([np.ones(n), Lk, np.ones(n)]))
+    step = max(8, int(np.ceil(n / max_chunks)))
+    for ci, (name, v) in enumerate(sorted(trails.items())):
+        pts = np.asarray(v, dtype=float)[idx]
+        color = _TRAIL_COLORS[ci % len(_TRAIL_COLORS)]
+        for j, s0 in enumerate(range(0, max(n - 1, 1), step)):
+            e = min(s0 + step, n - 1)
+            if e <= s0:
+                continue
+            path = f"trails/{name}/part{j:03d}"
+            rec[path].set_object(g.Line(g.PointsGeometry(pts[s0:e + 1].T), g.LineBasicMaterial(color=color)))
+            clips.add("/meshcat/" + path, "visible", "boolean", [0, e], [False, True])
+    rec.set_animation(clips, play=True, repetitions=1)
+
+    blobs = [base64.b64encode(umsgpack.packb(c)).decode("ascii") for c in rec.commands]
+    dist = Path(importlib.util.find_spec("meshcat").origin).parent / "viewer" / "dist"
+    js = (dist / "main.min.js").read_text(encoding="utf-8")
+    title = f"{Path(L['_file']).parent.name} — cmstack replay ({t[-1] - t[0]:.2f} s)"
+    html = _HTML.format(title=title.replace("<", "&lt;"), mainjs=js,
+                        commands=",\n".join(f'"{b}"' for b in blobs))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)                                   # atomic: a reader never sees half a file
+    return out
+
+
+_HTML = """<!DOCTYPE html>
+<html>
+<head><meta charset="utf-8"><title>{title}</title>
+<style>body {{ margin: 0; }} #meshcat-pane {{ width: 100vw; height: 100vh; overflow: hidden; }}</style>
+</head>
+<body>
+<div id="meshcat-pane"></div>
+<script>{mainjs}</script>
+<script>
+var viewer = new MeshCat.Viewer(document.getElementById("meshcat-pane"));
+var cmstack_commands = [
+{commands}
+];
+for (const c of cmstack_commands) {{
+    const s = atob(c);
+    const bytes = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) bytes[i] = s.charCodeAt(i);
+    viewer.handle_command_bytearray(bytes);
+}}
+viewer.gui.open();
+for (const name of ["Scene", "Save / Load / Capture"]) {{
+    if (viewer.gui.__folders[name]) viewer.gui.__folders[name].close();
+}}
+window.cmstack_ready = true;
+</script>
+</body>
+</html>
+"""
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.viewer", description="Replay a saved run in Meshcat.")
+    ap = argparse.ArgumentParser(prog="python -m sim.viewer", description="Replay a saved run in Meshcat, "
+                                 "or write it as one standalone HTML file (--html).")
     ap.add_argument("run", help="run directory (runs/<scenario>/<timestamp>) or its log.npz")
     ap.add_argument("--speed", type=float, default=1.0, help="playback speed (1 = real time)")
     ap.add_argument("--loop", action="store_true", help="replay until interrupted")
     ap.add_argument("--qpos-key", default="plant_qpos",
                     help="which logged qpos series to show (e.g. model_qpos for the tensor model)")
     ap.add_argument("--no-wait", action="store_true", help="exit when the replay ends (closes the server)")
+    ap.add_argument("--html", metavar="OUT.html", help="write a standalone HTML file that plays the run "
+                    "(Meshcat animation with a time slider; opens offline) instead of serving it")
     args = ap.parse_args(argv)
+    if args.html:
+        try:
+            out = write_html(args.run, args.html, qpos_key=args.qpos_key)
+        except StackError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"error: cannot write {args.html}: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no server needed")
+        return 0
+    viewer = None
     try:
-        vis = MeshcatViewer._start_server()
+        vis = start_server()
         print(f"Meshcat: open {vis.url()} in a browser", flush=True)
         time.sleep(0.5)
         viewer = replay(args.run, visualizer=vis, speed=args.speed, loop=args.loop, qpos_key=args.qpos_key)
+        if not args.no_wait:
+            viewer.wait("replay done; the scene stays up until Ctrl-C")
     except StackError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
-    if not args.no_wait:
-        print("replay done; the scene stays up until Ctrl-C", flush=True)
-        try:
-            while True:
-                time.sleep(1.0)
-        except KeyboardInterrupt:
-            pass
-    viewer.close()
+    finally:
+        if viewer is not None:
+            viewer.close()
+        elif "vis" in locals():
+            vis.window.shutdown()
     return 0
 
 

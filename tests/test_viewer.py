@@ -100,6 +100,7 @@ def test_box_is_full_size_and_static_geoms_are_sent_once():
     box = rec.objects[v._geom_path(1) + "/shape"].geometry.lower(None)
     assert (box["width"], box["height"], box["depth"]) == pytest.approx((0.2, 0.4, 0.6))
     assert [p for _, p in v._moving] == [v._body_path(1)]
+    v.show([0.1])                                        # the first frame also frames the camera
     n0 = rec.n_transforms
     v.show([0.3])
     assert rec.n_transforms == n0 + 1                    # only the moving body
@@ -215,7 +216,7 @@ def test_live_scenario_streams_frames_and_trails(tmp_path, monkeypatch):
     import cmstack.sim.viewer
 
     rec = Recorder()
-    monkeypatch.setattr(cmstack.sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda: rec))
+    monkeypatch.setattr(cmstack.sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda *a, **k: rec))
     run_scenario(NAME, run, out=tmp_path, overrides={"duration": 0.3}, viewer="meshcat")
     assert {"frames/E1", "frames/E2", "trails/E1", "segments/coupling"} <= set(rec.objects)
     assert rec.n_transforms > 20 * 5                     # several frames of the 20+ moving geoms
@@ -233,3 +234,217 @@ def test_real_meshcat_server_round_trip():
     finally:
         v.close()
     assert v.vis.window.server_proc.poll() is not None              # the server is gone
+
+
+# ------------------------------------------------------------------ the server process (issue 13, rows 1-3)
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+PROBE = '''"""probe: start the live viewer, then end as the config says"""
+import time
+
+import mujoco
+
+from cmstack.models.robot import resolve_asset
+from cmstack.scenarios._common import Outcome
+
+NAME = "viewer_probe"
+
+
+def run(ctx):
+    ctx.make_viewer(mujoco.MjModel.from_xml_path(str(resolve_asset("mjcf/slider_crank.xml"))))
+    print("probe: viewer up", flush=True)
+    if ctx.cfg["mode"] == "error":
+        raise RuntimeError("probe failure")
+    if ctx.cfg["mode"] == "sleep":
+        time.sleep(120)
+    return Outcome(metrics={"done": 1.0})
+'''
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the server")
+
+
+class Run:
+    """A CLI process whose output is drained by a thread (a test must not block it either)."""
+
+    def __init__(self, args, cwd):
+        self.proc = subprocess.Popen([sys.executable, "-m", "cmstack.cli", *args], cwd=cwd, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "MPLBACKEND": "Agg"})
+        self.lines: list[str] = []
+        self._t = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True)
+        self._t.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ln in list(self.lines):
+                if needle in ln:
+                    return ln
+            if self.proc.poll() is not None and needle not in self.text:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no {needle!r} in the output (exit {self.proc.poll()}):\n{self.text[-3000:]}")
+
+    def server_pids(self) -> list[int]:
+        """The Meshcat server processes this run started (children whose command line names our server)."""
+        out = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    cmd = (d / "cmdline").read_bytes()
+                except (OSError, IndexError, ValueError):
+                    continue
+                if ppid == self.proc.pid and b"_meshcat_server" in cmd:
+                    out.append(int(d.name))
+        return out
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):                      # exited (a zombie waiting for a reaper)
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def port_closed(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def probe_dir(tmp_path, mode):
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "probe.toml").write_text(f'mode = "{mode}"\nduration = 0.5\n')
+    return str(tmp_path / "probe.py")
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["normal", "error", "SIGINT", "SIGTERM", "SIGKILL"])
+def test_no_server_is_left_behind_whatever_ends_the_run(tmp_path, how):
+    """Row 3: any exit of a live run (normal, error, Ctrl-C, kill, even kill -9) takes its server with it."""
+    mode = {"normal": "normal", "error": "error"}.get(how, "sleep")
+    run = Run(["run", probe_dir(tmp_path, mode), "--viewer", "meshcat", "--no-wait", "--no-html",
+               "--out", str(tmp_path / "out")], cwd=tmp_path)
+    try:
+        url = run.wait_for("Meshcat: open").split()[2]
+        run.wait_for("probe: viewer up")
+        if how.startswith("SIG"):
+            pids = run.server_pids()
+            run.proc.send_signal(getattr(signal, how))
+        code = run.proc.wait(timeout=60)
+        pids = pids if how.startswith("SIG") else []
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert {"normal": 0, "error": 3}.get(how, code) == code, run.text
+    assert all(gone(p) for p in pids), f"server {pids} survived {how}"
+    assert port_closed(url), f"{url} still answers after {how}"
+    if how.startswith("SIG"):
+        assert pids, "the server process was not found while the run was alive"
+
+
+@needs_proc
+def test_replay_killed_with_sigterm_takes_its_server_along(tmp_path):
+    """Row 3 as reported: `kill` of `python -m sim.viewer` (replaying, then waiting) used to orphan the
+    server on port 7000."""
+    saved_run(tmp_path, n=20)
+    run = Run(["view", str(tmp_path)], cwd=tmp_path)
+    run.proc.args  # noqa: B018
+    try:
+        url = run.wait_for("Meshcat: open").split()[2]
+        run.wait_for("stays up")
+        pids = run.server_pids()
+        assert pids
+        run.proc.send_signal(signal.SIGTERM)
+        run.proc.wait(timeout=30)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert all(gone(p) for p in pids) and port_closed(url)
+
+
+@needs_proc
+def test_live_run_keeps_the_scene_up_until_ctrl_c(tmp_path):
+    """Row 2: a live run used to exit right after printing the URL, taking the scene with it. Now the
+    scene stays up (the page answers) until Ctrl-C, which exits cleanly with the run's exit code."""
+    run = Run(["run", probe_dir(tmp_path, "normal"), "--viewer", "meshcat", "--no-html",
+               "--out", str(tmp_path / "out")], cwd=tmp_path)
+    try:
+        url = run.wait_for("Meshcat: open").split()[2]
+        run.wait_for("stays up")
+        time.sleep(1.0)
+        assert run.proc.poll() is None, "the run exited instead of keeping the scene up"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.status == 200 and b"MeshCat" in r.read()
+        pids = run.server_pids()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.proc.wait(timeout=30)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 0, run.text
+    assert "Traceback" not in run.text
+    assert pids and all(gone(p) for p in pids) and port_closed(url)
+
+
+WS_CLIENT = '''import sys
+from websockets.sync.client import connect
+with connect(sys.argv[1], max_size=None) as ws:
+    n = 0
+    while True:
+        ws.recv()
+        n += 1
+        if n == 200:
+            print("client: 200 messages", flush=True)
+'''
+
+
+@needs_proc
+def test_browser_killed_abruptly_costs_the_run_nothing(tmp_path):
+    """Row 1: a websocket client (a browser's stand-in) reading the live stream is killed with SIGKILL
+    mid-run. The run must end on its own in its normal time (it used to hang forever: the server stopped
+    answering), the server must keep answering (no "did not answer" fallback) and its log stays small."""
+    pytest.importorskip("websockets")
+    run = Run(["run", "yumi_dual_arm", "--viewer", "meshcat", "--set", "plant=bar", "--duration", "4",
+               "--no-wait", "--no-html", "--no-progress", "--out", str(tmp_path / "out")], cwd=tmp_path)
+    client = None
+    try:
+        url = run.wait_for("Meshcat: open").split()[2]
+        ws = "ws://" + url.split("//")[1].split("/")[0] + "/"
+        (tmp_path / "client.py").write_text(WS_CLIENT)
+        client = subprocess.Popen([sys.executable, str(tmp_path / "client.py"), ws], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert "200 messages" in client.stdout.readline()
+        client.kill()                                    # abruptly: no closing handshake
+        client.wait()
+        t_kill = time.monotonic()
+        code = run.proc.wait(timeout=180)                # a hang detector, not a timing assertion
+        waited = time.monotonic() - t_kill
+    finally:
+        for p in (client, run.proc):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert code in (0, 1), run.text[-3000:]
+    assert "did not answer" not in run.text, run.text[-3000:]
+    log = tmp_path / "out" / "meshcat.log"
+    assert log.is_file() and log.stat().st_size < 200_000
+    print(f"run ended {waited:.1f} s after the client was killed; meshcat.log {log.stat().st_size} bytes")
