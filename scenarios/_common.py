@@ -271,9 +271,8 @@ def _write_replay_html(out: Path, echo: bool) -> None:
 
     try:
         p = write_html(out, out / "replay.html")
-    except (StackError, OSError) as exc:
-        if echo:
-            print(f"replay.html not written: {exc}")
+    except Exception as exc:                 # the run itself is done: a page it cannot make is only noted
+        print(f"replay.html not written: {type(exc).__name__}: {exc}")
         return
     if echo:
         print(f"replay (no server needed): {p} ({p.stat().st_size / 1e6:.1f} MB)")
