@@ -53,7 +53,13 @@ def build_pidc_force(cfg, robot, coupling, task):
 
 
 # name → builder(cfg, robot, coupling, task) -> controller(t, q, v) -> τ.  Other laws register here.
-CONTROLLERS = {"uk": build_uk, "pidc_force": build_pidc_force}
+def build_uk_robust(cfg, robot, coupling, task):
+    from cmstack.controllers.uk_robust import build_yumi   # the thesis law + integral action on the coupling
+
+    return build_yumi(cfg, robot, coupling, task)
+
+
+CONTROLLERS = {"uk": build_uk, "pidc_force": build_pidc_force, "uk_robust": build_uk_robust}
 
 
 def initial_state(cfg: dict, robot: Robot) -> np.ndarray:

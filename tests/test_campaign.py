@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cmstack.models.errors import ConfigError
@@ -193,12 +194,35 @@ def test_bad_scheduler_address_is_usage_error(tmp_path):
     assert r.returncode == 2 and "tcp://HOST:PORT" in r.stderr
 
 
-@pytest.mark.parametrize("name, n", [("arena_yumi_bar", 3 * 5 * 4), ("arena_series_parallel", 4 * 5 * 2)])
+@pytest.mark.parametrize("name, n", [("arena_yumi_bar", 4 * 5 * 4), ("robust_yumi_virtual", 2 * 50), ("arena_series_parallel", 4 * 5 * 2)])
 def test_shipped_arena_specs_resolve(name, n):
     """The arena specs ship as package data, load by name, and every variant's config resolves."""
     s = C.load_spec(name)
-    assert len(s.variants) == n and list(s.axes) == ["law", "perturbation"]
-    assert s.path.parent == C.shipped_dir()
+    assert len(s.variants) == n and s.path.parent == C.shipped_dir()
+    if name == "robust_yumi_virtual":
+        assert s.success == {"constraint_error_converged": ("<=", 2e-4), "task_error_converged": ("<=", 0.0062),
+                             "qp_failures": ("<=", 0.0)}
+        return
+    assert list(s.axes) == ["law", "perturbation"]
     allp = s.axes["perturbation"]["all"]
     assert allp == {"perturbation.mass_rel": 0.2, "perturbation.noise_q": 1e-4, "perturbation.noise_v": 1e-3,
                     "perturbation.delay_steps": 1}
+
+
+def test_success_criteria_replace_the_scenario_targets(tmp_path):
+    """[success] decides success from the metrics (a 'missed' run can succeed, a failed one never);
+    the table's median and p95 are numpy's over the group's finished variants."""
+    p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\nseeds = 4\nmetrics = ["final_error"]\n'
+                        '[success]\nfinal_error = "<= 0.2"\n')
+    s = C.load_spec(p)
+    errs = [0.1, 0.3, 0.15]
+    recs = {}
+    for v, e in zip(s.variants, errs + [None]):
+        st = "failed" if e is None else "missed"
+        recs[v.id] = dict(id=v.id, index=v.index, hash=v.hash, status=st, reason="", swept=v.swept,
+                          overrides=v.overrides, metrics={} if e is None else {"final_error": e})
+    summ = C.summary(s, recs, {})
+    assert summ["success_rate"] == 0.5 and summ["failed"] == 1
+    g = summ["groups"][0]
+    assert g["final_error_median"] == np.median(errs) and g["final_error_p95"] == np.percentile(errs, 95)
+    assert [r["success"] for r in csv.DictReader(C.csv_text(s, recs).splitlines())] == ["true", "false", "true", "false"]
