@@ -41,7 +41,7 @@ def test_add_a_scenario_example_runs_outside_the_package(scenario_dir, tmp_path,
     monkeypatch.chdir(tmp_path)            # not the repository: model files come from the package
     out = tmp_path / "run"
     assert _run(scenario_dir, out, "--duration", "1.5") == 0
-    assert {"config.toml", "metrics.json", "log.npz"} <= {p.name for p in out.iterdir()}
+    assert {"config.toml", "metrics.json", "log.npz", "replay.html"} <= {p.name for p in out.iterdir()}
     m = json.loads((out / "metrics.json").read_text())
     assert m["scenario"] == "hold_and_circle" and m["ok"] is True
     # the page's claim: both hands (first level) within 0.1 mm after 1 s (measured 2.9e-5 and 2e-14 m)
