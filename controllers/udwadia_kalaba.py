@@ -49,6 +49,7 @@ from typing import Sequence
 
 import numpy as np
 import proxsuite
+from scipy.linalg.lapack import dposv as _dposv
 
 from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling, Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
@@ -238,6 +239,7 @@ class UdwadiaKalabaController:
         self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
         self.eps_abs = float(eps_abs)
         self.rank_tol = float(rank_tol)
+        self._sqrt_rank_tol = math.sqrt(self.rank_tol)
         self._qps: dict = {}
         self.info = UKStepInfo()
         self.kin: Kinematics | None = None
@@ -266,14 +268,14 @@ class UdwadiaKalabaController:
     # ------------------------------------------------------------------ building blocks
     def _level_rows(self, L: _Level, kin, t):
         if len(L.tasks) == 1:
-            A, b = L.tasks[0].compute(kin, t)
+            A, b = L.tasks[0].qp_rows(kin, t)
             sw = L.sqrt_w[0]
             return sw * A, sw * b
         if not L.tasks:
             return np.zeros((0, self.n)), np.zeros(0)
         As, bs = [], []
         for task, sw in zip(L.tasks, L.sqrt_w):
-            A, b = task.compute(kin, t)
+            A, b = task.qp_rows(kin, t)
             As.append(sw * A)
             bs.append(sw * b)
         return np.vstack(As), np.concatenate(bs)
@@ -287,7 +289,10 @@ class UdwadiaKalabaController:
         return np.vstack(Cs), np.concatenate(ls), np.concatenate(us)
 
     def _violated(self, kin, hD, x, tau) -> bool:
-        return any(lim.violation(kin, hD, x, tau) > 0 for lim in self.limits)
+        for lim in self.limits:
+            if lim.violated(kin, hD, x, tau):
+                return True
+        return False
 
     def _new_qp(self, n_eq: int, n_in: int, n_var: int | None = None):
         qp = _PQ.dense.QP(self.n if n_var is None else n_var, n_eq, n_in)
@@ -332,37 +337,49 @@ class UdwadiaKalabaController:
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
         kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
         self.kin = kin
-        M, h = kin.M, kin.h
-        hD = h + self.D * kin.v
-        Q = -hD
+        M = kin.M
+        hD = kin.h + self.D * kin.v
         info = self.info
         info.cold_retries = 0
-        rows = [self._level_rows(L, kin, t) for L in self._upper]
-        Af, bf = self._level_rows(self._final, kin, t)
-        H = M + Af.T @ Af if Af.shape[0] else M
-        g = -Q - Af.T @ bf if Af.shape[0] else -Q
-        if len(rows) == 1:
-            E, f = rows[0]
-        elif rows:
-            E, f = np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
+        # the final level: H = M + Σ ω AᵀA, r = −g = −h − D v + Σ ω Aᵀ b
+        fin = self._final
+        H, r, final_rows = M, -hD, []
+        for task, w in zip(fin.tasks, fin.weights):
+            A, b = task.qp_rows(kin, t)
+            Aw = A.T * w
+            H = H + Aw @ A
+            r = r + Aw @ b
+            final_rows.append((A, b, w))
+        upper = self._upper
+        if len(upper) == 1 and len(upper[0].tasks) == 1 and upper[0].weights[0] == 1.0:
+            E, f = upper[0].tasks[0].qp_rows(kin, t)
+            rows = [(E, f)]
         else:
-            E, f = np.zeros((0, self.n)), np.zeros(0)
+            rows = [self._level_rows(L, kin, t) for L in upper]
+            if len(rows) == 1:
+                E, f = rows[0]
+            elif rows:
+                E, f = np.vstack([x[0] for x in rows]), np.concatenate([x[1] for x in rows])
+            else:
+                E, f = np.zeros((0, self.n)), np.zeros(0)
         if not self._warned and self.warn_free_dof:
-            self._warn_free(E, Af)
-        x, lam, path = self._equality(H, g, E, f, rows, t)
+            self._warn_free(E, final_rows)
+        x, lam, path = self._equality(H, r, E, f, rows, t)
         tau = M @ x + hD
         z = None
         iters = 0
         if self.limits and self._violated(kin, hD, x, tau):
             C, l, u = self._limit_rows(kin, hD)
-            x, lam, z, iters, path = self._with_limits(kin, H, g, E, f, rows, C, l, u, Q, hD, t)
+            x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
             tau = M @ x + hD
+            info.limits_active = bool(np.any(z != 0))
+        else:
+            info.limits_active = False
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
-        info.limits_active = z is not None and bool(np.any(z != 0))
-        info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, Af, bf, E)
+        info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         return tau
 
-    def _forces_closure(self, kin, hD, x, lam, z, rows, Af, bf, E):
+    def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
         n = self.n
 
         def forces():
@@ -370,7 +387,9 @@ class UdwadiaKalabaController:
             if z is not None:
                 C = self._limit_rows(kin, hD)[0]
                 Qlim = -C.T @ z
-            Qu = Af.T @ (bf - Af @ x) if Af.shape[0] else np.zeros(n)
+            Qu = np.zeros(n)
+            for A, b, w in final_rows:
+                Qu = Qu + w * (A.T @ (b - A @ x))
             Qc = np.zeros(n)
             if lam is not None and E.shape[0]:
                 i = 0
@@ -385,9 +404,9 @@ class UdwadiaKalabaController:
 
         return forces
 
-    def _warn_free(self, E, Af):
+    def _warn_free(self, E, final_rows):
         self._warned = True
-        allrows = np.vstack([E, Af]) if Af.shape[0] else E
+        allrows = np.vstack([E] + [A for A, _, _ in final_rows])
         r = int(np.linalg.matrix_rank(allrows)) if allrows.shape[0] else 0
         free = self.n - r
         if free > 0:
@@ -398,25 +417,30 @@ class UdwadiaKalabaController:
                 UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ equality levels
-    def _equality(self, H, g, E, f, rows, t):
-        """Levels without limits: KKT fast path, else null-space projections. (v̇, λ, path)."""
+    def _equality(self, H, r, E, f, rows, t):
+        """Levels without limits: KKT fast path, else null-space projections. (v̇, λ, path).
+        r = −g.  Schur complement with LAPACK Cholesky solves (dposv):
+        X = H⁻¹ [Eᵀ r],  S = E H⁻¹ Eᵀ,  S λ = E H⁻¹ r − f,  v̇ = H⁻¹ r − H⁻¹ Eᵀ λ."""
         m = E.shape[0]
         if m == 0:
-            return np.linalg.solve(H, -g), None, "kkt"
+            x, info = _dposv(H, r)[1:]
+            if info == 0:
+                return x, None, "kkt"
+            return np.linalg.solve(H, r), None, "kkt"
         if m <= self.n:
-            X = np.linalg.solve(H, np.column_stack([E.T, -g]))
-            HiEt, x0 = X[:, :m], X[:, m]
-            S = E @ HiEt
-            try:
-                L = np.linalg.cholesky(S)
-            except np.linalg.LinAlgError:
-                L = None
-            if L is not None:
-                d = np.diagonal(L)
-                if d.min() > math.sqrt(self.rank_tol) * d.max():
-                    lam = np.linalg.solve(S, E @ x0 - f)
-                    return x0 - HiEt @ lam, lam, "kkt"
-        return self._nullspace(H, g, rows, t)
+            B = np.empty((self.n, m + 1))
+            B[:, :m] = E.T
+            B[:, m] = r
+            X, info = _dposv(H, B)[1:]
+            if info == 0:
+                HiEt = X[:, :m]
+                x0 = X[:, m]
+                c, lam, info = _dposv(E @ HiEt, E @ x0 - f)
+                if info == 0:
+                    dg = c.diagonal()
+                    if dg.min() > self._sqrt_rank_tol * dg.max():
+                        return x0 - HiEt @ lam, lam, "kkt"
+        return self._nullspace(H, -r, rows, t)
 
     def _nullspace(self, H, g, rows, t):
         n = self.n

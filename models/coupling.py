@@ -138,6 +138,13 @@ class Task(ABC):
         r = self.rows
         return W[r], (-drift - self.kd * w - self.kp * e)[r]
 
+    def qp_rows(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(P A, P b) for an orthogonal P fixed by the task (identity unless a subclass says so):
+        the same constraint (P A v̇ = P b ⇔ A v̇ = b) and the same least-squares cost
+        (‖P(A v̇ − b)‖ = ‖A v̇ − b‖), so every level of the controller has the same solution and the
+        same generalized force Aᵀλ; subclasses use it to skip rotating Jacobians (the hot path)."""
+        return self.compute(kin, t)
+
     def error(self, kin: Kinematics, t: float) -> np.ndarray:
         """The pose error e on the selected rows."""
         return self.error_dynamics(kin, t).e[self.rows]
@@ -190,18 +197,54 @@ class RigidCoupling(Task):
     def error_dynamics(self, kin, t):
         B = kin.frame(self.fB)
         E2 = kin.frame(self.f2)
-        R2t = E2.T.rotation.T
+        R2t = E2.R.T
+        W = E2.J - B.J                                # J_d
+        W[3:] = R2t @ W[3:]
+        rel = E2.twist - B.twist                      # = J_d v
+        drift = E2.acc - B.acc                        # = dJ_d v
+        drift[3:] = R2t @ (drift[3:] - cross3(E2.twist[3:], rel[3:]))
+        rel[3:] = R2t @ rel[3:]
+        return ErrorDynamics(W, drift, rel, _pose_error(B, E2))
+
+    def compute(self, kin, t):
+        """(A, b) with as few array operations as possible (the per-step hot path; equal to
+        ``Task.compute`` on ``error_dynamics``, tested):
+        b = −[a_d + K_d v_d + K_p e_p;  R₂ᵀ(α_d − ω₂ × ω_d + K_d ω_d) + K_p e_R]."""
+        B = kin.frame(self.fB)
+        E2 = kin.frame(self.f2)
+        R2t = E2.R.T
+        W = E2.J - B.J
+        W[3:] = R2t @ W[3:]
+        rel = E2.twist - B.twist
+        y = E2.acc - B.acc
+        y += self.kd * rel
+        y[3:] = R2t @ (y[3:] - cross3(E2.twist[3:], rel[3:]))
+        y += self.kp * _pose_error(B, E2)
+        r = self.rows
+        return W[r], -y[r]
+
+    def qp_rows(self, kin, t):
+        """``compute`` with the angular rows in world axes, P = diag(I, R_E2):
+        A' = J_d,  b' = −[a_d + K_d v_d + K_p e_p;  α_d − ω₂ × ω_d + K_d ω_d + K_p R_E2 e_R]."""
+        B = kin.frame(self.fB)
+        E2 = kin.frame(self.f2)
         Jd = E2.J - B.J
-        dJd_v = (E2.dJ - B.dJ) @ kin.v
-        W = Jd.copy()
-        W[3:] = R2t @ Jd[3:]
-        rel = E2.twist - B.twist                      # = Jd v
-        drift = dJd_v
-        drift[3:] = R2t @ (dJd_v[3:] - cross3(E2.twist[3:], rel[3:]))
-        wd = rel.copy()
-        wd[3:] = R2t @ rel[3:]
-        e = se3_error(B.T, E2.T)
-        return ErrorDynamics(W, drift, wd, e)
+        rel = E2.twist - B.twist
+        y = E2.acc - B.acc
+        y += self.kd * rel
+        kp = self.kp
+        y[:3] += kp * (E2.p - B.p)
+        y[3:] += kp * (E2.R @ pin.log3(B.R.T @ E2.R)) - cross3(E2.twist[3:], rel[3:])
+        r = self.rows
+        return Jd[r], -y[r]
+
+
+def _pose_error(F1, F2) -> np.ndarray:
+    """(3.15) e(T1, T2) = [p2 − p1; Log(R1ᵀ R2)] from two FrameStates."""
+    e = np.empty(6)
+    e[:3] = F2.p - F1.p
+    e[3:] = pin.log3(F1.R.T @ F2.R)
+    return e
 
 
 class FrameTask(Task):
@@ -239,18 +282,62 @@ class FrameTask(Task):
 
     def error_dynamics(self, kin, t):
         C = kin.frame(self.fid)
-        T_D, vel_D, acc_D = self.desired(t)
+        T_D, vel_D, acc_D = self._const if self._const is not None else self.desired(t)
         RDt = T_D.rotation.T
         wD_world = T_D.rotation @ vel_D[3:]
         W = -C.J
         W[3:] = RDt @ W[3:]
-        dJv = C.dJ @ kin.v
-        drift = acc_D - dJv
-        drift[3:] = acc_D[3:] - RDt @ (dJv[3:] - cross3(wD_world, C.twist[3:]))
+        drift = acc_D - C.acc
+        drift[3:] = acc_D[3:] - RDt @ (C.acc[3:] - cross3(wD_world, C.twist[3:]))
         wd = vel_D - C.twist
         wd[3:] = vel_D[3:] - RDt @ C.twist[3:]
-        e = se3_error(C.T, T_D)
+        e = np.empty(6)
+        e[:3] = T_D.translation - C.p
+        e[3:] = pin.log3(C.R.T @ T_D.rotation)
         return ErrorDynamics(W, drift, wd, e)
+
+    def compute(self, kin, t):
+        """(A, b) with few array operations (hot path; equal to ``Task.compute``, tested):
+        b = [a_C,lin − a_D − K_d w_lin − K_p e_lin;  R_Dᵀ(α_C − ω_D × ω_C) − ε_D − K_d w_ang − K_p e_ang]
+        with the angular velocity error w_ang = ω_D^D − R_Dᵀ ω_C."""
+        C = kin.frame(self.fid)
+        T_D, vel_D, acc_D = self._const if self._const is not None else self.desired(t)
+        RD = T_D.rotation
+        RDt = RD.T
+        kd = self.kd
+        W = -C.J
+        W[3:] = RDt @ W[3:]
+        # y = C.acc + kd·twist (world), rotated to D on the angular rows after the ω_D × ω_C term
+        y = C.acc + kd * C.twist
+        y[3:] = RDt @ (y[3:] - cross3(RD @ vel_D[3:], C.twist[3:]))
+        y -= acc_D + kd * vel_D
+        e = np.empty(6)
+        e[:3] = T_D.translation - C.p
+        e[3:] = pin.log3(C.R.T @ RD)
+        y -= self.kp * e
+        r = self.rows
+        return W[r], y[r]
+
+    def qp_rows(self, kin, t):
+        """``compute`` with the angular rows in world axes, P = diag(I, R_D):
+        A' = −J_C,  b' = [a_C − a_D − K_d(v_D − v_C) − K_p e_p;
+                          α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]."""
+        C = kin.frame(self.fid)
+        kd, kp = self.kd, self.kp
+        y = C.acc + kd * C.twist
+        if self._const is not None:
+            T_D = self._const[0]
+            RD = T_D.rotation
+            y[:3] -= kp * (T_D.translation - C.p)
+            y[3:] -= kp * (RD @ pin.log3(C.R.T @ RD))
+        else:
+            T_D, vel_D, acc_D = self.desired(t)
+            RD = T_D.rotation
+            y[:3] -= acc_D[:3] + kd * vel_D[:3] + kp * (T_D.translation - C.p)
+            y[3:] -= (cross3(RD @ vel_D[3:], C.twist[3:])
+                      + RD @ (acc_D[3:] + kd * vel_D[3:] + kp * pin.log3(C.R.T @ RD)))
+        r = self.rows
+        return -C.J[r], y[r]
 
 
 class RelativeFrameTask(Task):
@@ -311,7 +398,7 @@ class RelativeFrameTask(Task):
         W[:3] = b.J[:3] - a.J[:3] + pin.skew(r) @ a.J[3:]
         W[3:] = Rbt @ (b.J[3:] - a.J[3:])
         v = kin.v
-        dJa, dJb = a.dJ @ v, b.dJ @ v
+        dJa, dJb = a.acc, b.acc                         # dJ v of each frame
         drift = np.empty(6)
         drift[:3] = dJb[:3] - (dJa[:3] + cross3(dJa[3:], r) + cross3(om_a, cross3(om_a, r) + 2.0 * pdot_w)
                                + Ra @ acc_D[:3])

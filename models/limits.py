@@ -79,6 +79,10 @@ class Limit(ABC):
         tol = rtol * (np.abs(l) + np.abs(u) + 1.0)
         return float(max(np.max(l - tol - y, initial=-np.inf), np.max(y - u - tol, initial=-np.inf)))
 
+    def violated(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray) -> bool:
+        """Whether v̇ (with its torque τ) violates the bounds beyond a 1e-9 relative tolerance."""
+        return self.violation(kin, hD, vdot, tau) > 0
+
     @property
     def dim(self) -> int:
         return len(self.idx)
@@ -103,6 +107,9 @@ class EffortLimit(Limit):
     def violation(self, kin, hD, vdot, tau, rtol=1e-9):
         t = tau if self._all else tau[self.idx]
         return float(np.max(np.abs(t) - self.tau_max * (1.0 + rtol)))
+
+    def violated(self, kin, hD, vdot, tau):
+        return bool((np.abs(tau if self._all else tau[self.idx]) > self.tau_max * (1.0 + 1e-9)).any())
 
 
 class JointVelocityLimit(Limit):

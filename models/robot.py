@@ -15,6 +15,7 @@ The joint order used everywhere in models/ and controllers/ is the Pinocchio mod
 from __future__ import annotations
 
 import difflib
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,40 +165,62 @@ def example_robot_data_path(relative: str) -> Path:
     return p
 
 
-@dataclass
 class FrameState:
     """Kinematics of one frame at the current (q, v); all in LOCAL_WORLD_ALIGNED (see docs/design.md).
 
-    T: world pose; J (6×nv): [ṗ; ω] = J v; dJ (6×nv): dJ/dt, so [p̈; ω̇] = J v̇ + dJ v;
-    twist = J v (linear velocity of the origin and angular velocity, both in world axes)."""
+    R, p: world rotation and position; T: the same as a pin.SE3; J (6×nv): [ṗ; ω] = J v;
+    twist = J v (linear velocity of the origin and angular velocity, both in world axes);
+    acc = dJ v, the classical acceleration of the frame at v̇ = 0, so [p̈; ω̇] = J v̇ + acc;
+    dJ (6×nv): dJ/dt (computed on first access: an extra Pinocchio pass)."""
 
-    T: pin.SE3
-    J: np.ndarray
-    dJ: np.ndarray
-    twist: np.ndarray
+    __slots__ = ("J", "twist", "acc", "R", "p", "_kin", "_fid", "_T", "_dJ")
+
+    def __init__(self, J, twist, acc, R, p, kin=None, fid=-1):
+        self.J, self.twist, self.acc, self.R, self.p = J, twist, acc, R, p
+        self._kin, self._fid, self._T, self._dJ = kin, fid, None, None
+
+    @property
+    def T(self) -> pin.SE3:
+        if self._T is None:
+            self._T = pin.SE3(self.R, self.p)
+        return self._T
+
+    @property
+    def dJ(self) -> np.ndarray:
+        if self._dJ is None:
+            self._dJ = self._kin._time_variation(self._fid)
+        return self._dJ
 
 
-@dataclass
 class Kinematics:
-    """Everything a controller needs at one (q, v), computed once by Robot.update."""
+    """Everything a controller needs at one (q, v), computed once by Robot.update: q, v, M (nv×nv,
+    full symmetric), h = nle(q, v) (Coriolis + gravity), and frames on demand (``frame``)."""
 
-    robot: "Robot"
-    q: np.ndarray
-    v: np.ndarray
-    M: np.ndarray
-    h: np.ndarray
-    _frames: dict = field(default_factory=dict)
+    __slots__ = ("robot", "q", "v", "M", "h", "_frames", "_tv")
+
+    def __init__(self, robot: "Robot", q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray):
+        self.robot, self.q, self.v, self.M, self.h = robot, q, v, M, h
+        self._frames: dict = {}
+        self._tv = False
 
     def frame(self, name_or_id) -> FrameState:
-        fid = self.robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
-        fs = self._frames.get(fid)
+        fs = self._frames.get(name_or_id)
         if fs is None:
+            fid = self.robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
             m, d = self.robot.model, self.robot.data
-            J = pin.getFrameJacobian(m, d, fid, LWA)
-            dJ = pin.getFrameJacobianTimeVariation(m, d, fid, LWA)
-            fs = FrameState(T=d.oMf[fid].copy(), J=J, dJ=dJ, twist=J @ self.v)
-            self._frames[fid] = fs
+            J = pin.getFrameJacobian(m, d, fid, LWA)        # also sets d.oMf[fid]
+            H = d.oMf[fid].homogeneous                      # an owned 4×4 copy
+            acc = pin.getFrameClassicalAcceleration(m, d, fid, LWA).vector.copy()
+            fs = FrameState(J, J @ self.v, acc, H[:3, :3], H[:3, 3], self, fid)
+            self._frames[name_or_id] = fs
         return fs
+
+    def _time_variation(self, fid: int) -> np.ndarray:
+        m, d = self.robot.model, self.robot.data
+        if not self._tv:
+            pin.computeJointJacobiansTimeVariation(m, d, self.q, self.v)
+            self._tv = True
+        return pin.getFrameJacobianTimeVariation(m, d, fid, LWA)
 
 
 class Robot:
@@ -338,24 +361,23 @@ class Robot:
 
     # ------------------------------------------------------------------ kinematics
     def update(self, q: np.ndarray, v: np.ndarray) -> Kinematics:
-        """Run every algorithm a control step needs, once: FK with zero acceleration (so the
-        classical drift terms come out of dJ v), joint Jacobians and their time variation, frame
-        placements, M = CRBA (symmetrised), h = nle(q, v)."""
+        """Run every algorithm a control step needs, once (``pin.computeAllTerms``): FK with zero
+        acceleration (so the classical drift terms dJ v are the frames' accelerations), the joint
+        Jacobians, M = CRBA (full symmetric), h = nle(q, v).  dJ/dt is computed only if asked for."""
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
             raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
                              f"got {q.shape} and {v.shape}")
-        if not np.isfinite(q @ q + v @ v):  # one cheap test: NaN/inf anywhere makes the sum non-finite
+        if not math.isfinite(q @ q + v @ v):  # one cheap test: NaN/inf anywhere makes the sum non-finite
             check_finite("q", q, f"state given to {self.path.name}")
             check_finite("v", v, f"state given to {self.path.name}")
             raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
         m, d = self.model, self.data
-        pin.computeJointJacobiansTimeVariation(m, d, q, v)  # also runs FK (q, v) and the joint Jacobians
-        pin.updateFramePlacements(m, d)
-        M = pin.crba(m, d, q).copy()   # Pinocchio 4 returns the full symmetric matrix (tested)
-        h = pin.nonLinearEffects(m, d, q, v).copy()
-        return Kinematics(self, q.copy(), v.copy(), M, h)
+        # one pass: FK (q, v, v̇ = 0, so data.a holds the drift accelerations), joint Jacobians,
+        # M (full symmetric) and nle; frame quantities are read from it on demand (Kinematics.frame)
+        pin.computeAllTerms(m, d, q, v)
+        return Kinematics(self, q.copy(), v.copy(), d.M.copy(), d.nle.copy())
 
 
 class JointMap:

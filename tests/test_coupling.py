@@ -181,3 +181,40 @@ def test_coupling_from_configuration_has_zero_error_at_q0(robot):
 def test_bad_gains_are_refused(robot, kp):
     with pytest.raises(ConfigError, match="E1: kp must be a finite number ≥ 0"):
         FrameTask(robot, "yumi_link_7_l", kp=kp, kd=1.0, name="E1")
+
+
+@pytest.mark.parametrize("idx", range(9))
+def test_fast_compute_equals_the_error_dynamics_law(robot, idx):
+    """The hot-path compute() of the coupling and the frame task equals b = −drift − K_d w − K_p e."""
+    c = constraints(robot)[idx]
+    kin = robot.update(qf(0.4), vf(0.4))
+    A, b = c.compute(kin, 0.4)
+    A0, b0 = Task.compute(c, kin, 0.4)
+    np.testing.assert_allclose(A, A0, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(b, b0, rtol=1e-13, atol=1e-12)
+
+
+def test_frame_drift_equals_the_jacobian_time_variation(robot):
+    kin = robot.update(qf(0.4), vf(0.4))
+    fs = kin.frame("yumi_link_7_r")
+    np.testing.assert_allclose(fs.acc, fs.dJ @ kin.v, atol=1e-12)
+
+
+@pytest.mark.parametrize("idx", range(9))
+@pytest.mark.parametrize("const", [False, True])
+def test_qp_rows_are_an_orthogonal_transform_of_compute(robot, idx, const):
+    """qp_rows = (P A, P b) with P = diag(I, R) orthogonal on the task's rows (the controller's form)."""
+    c = constraints(robot)[idx]
+    if const and isinstance(c, FrameTask):
+        c = FrameTask(robot, "yumi_link_7_l", kp=5.0, kd=1.5, rows=["full", "position", "orientation"][idx // 3])
+        c.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.4, 0.2, 0.5])))
+    kin = robot.update(qf(0.4), vf(0.4))
+    A, b = c.compute(kin, 0.4)
+    A2, b2 = c.qp_rows(kin, 0.4)
+    R = (kin.frame(c.f2).R if isinstance(c, RigidCoupling) else c.desired(0.4)[0].rotation)
+    P = np.eye(6)
+    P[3:, 3:] = R
+    P = P[c.rows, c.rows]
+    np.testing.assert_allclose(P.T @ P, np.eye(c.dim), atol=1e-12)
+    np.testing.assert_allclose(A2, P @ A, atol=1e-12)
+    np.testing.assert_allclose(b2, P @ b, rtol=1e-12, atol=1e-10)
