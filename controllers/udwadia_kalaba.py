@@ -222,6 +222,10 @@ class UdwadiaKalabaController:
         self.levels = lv
         self._upper = lv[:-1]
         self._final = lv[-1]
+        self._final_pairs = [(task, float(w)) for task, w in zip(self._final.tasks, self._final.weights)]
+        up = self._upper
+        self._single_upper = up[0].tasks[0] if (len(up) == 1 and len(up[0].tasks) == 1
+                                                and up[0].weights[0] == 1.0) else None
         self.n_eq = sum(L.dim for L in self._upper)
         # the former attributes: the hard constraints (level 1 when there are several) and the tasks
         self.constraints = list(lv[0].tasks) if len(lv) > 1 else []
@@ -270,7 +274,7 @@ class UdwadiaKalabaController:
         if len(L.tasks) == 1:
             A, b = L.tasks[0].qp_rows(kin, t)
             sw = L.sqrt_w[0]
-            return sw * A, sw * b
+            return (A, b) if sw == 1.0 else (sw * A, sw * b)
         if not L.tasks:
             return np.zeros((0, self.n)), np.zeros(0)
         As, bs = [], []
@@ -342,20 +346,18 @@ class UdwadiaKalabaController:
         info = self.info
         info.cold_retries = 0
         # the final level: H = M + Σ ω AᵀA, r = −g = −h − D v + Σ ω Aᵀ b
-        fin = self._final
         H, r, final_rows = M, -hD, []
-        for task, w in zip(fin.tasks, fin.weights):
+        for task, w in self._final_pairs:
             A, b = task.qp_rows(kin, t)
             Aw = A.T * w
             H = H + Aw @ A
             r = r + Aw @ b
             final_rows.append((A, b, w))
-        upper = self._upper
-        if len(upper) == 1 and len(upper[0].tasks) == 1 and upper[0].weights[0] == 1.0:
-            E, f = upper[0].tasks[0].qp_rows(kin, t)
+        if self._single_upper is not None:
+            E, f = self._single_upper.qp_rows(kin, t)
             rows = [(E, f)]
         else:
-            rows = [self._level_rows(L, kin, t) for L in upper]
+            rows = [self._level_rows(L, kin, t) for L in self._upper]
             if len(rows) == 1:
                 E, f = rows[0]
             elif rows:

@@ -422,6 +422,7 @@ class PostureTask(Task):
                  kd: float = 2 * math.sqrt(10.0), name: str | None = None):
         self.name = name or "posture"
         self.robot = robot
+        self._all = joints is None
         if joints is None:
             self.idx = np.arange(robot.nv)
         else:
@@ -454,6 +455,13 @@ class PostureTask(Task):
     def error_dynamics(self, kin, t):
         return ErrorDynamics(self._W.copy(), self._drift.copy(), -kin.v[self.idx], self.q_ref - kin.q[self.idx])
 
+    def qp_rows(self, kin, t):
+        """(A, b) = (−S, K_d v_S − K_p (q_ref − q_S)) (the same as ``compute``, fewer operations)."""
+        if self._all:
+            return self._W, self.kd * kin.v - self.kp * (self.q_ref - kin.q)
+        i = self.idx
+        return self._W, self.kd * kin.v[i] - self.kp * (self.q_ref - kin.q[i])
+
 
 def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Trajectory:
     """Thesis §4.4: p(t) = c + r (cos(ω t + φ), 0, sin(ω t + φ)) in the x–z plane, fixed orientation R,
@@ -463,13 +471,14 @@ def circle_trajectory(center, radius: float, omega: float, phase: float, R=None)
     cx, cy, cz = (float(x) for x in center)
     R = np.eye(3) if R is None else np.asarray(R, dtype=float)
     r, w = float(radius), float(omega)
+    cos, sin, SE3, arr = math.cos, math.sin, pin.SE3, np.array
 
     def traj(t: float):
         a = w * t + phase
-        ca, sa = math.cos(a), math.sin(a)
-        T = pin.SE3(R, np.array([cx + r * ca, cy, cz + r * sa]))
-        vel = np.array([-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0])
-        acc = np.array([-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0])
+        ca, sa = cos(a), sin(a)
+        T = SE3(R, arr((cx + r * ca, cy, cz + r * sa)))
+        vel = arr((-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0))
+        acc = arr((-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0))
         return T, vel, acc
 
     return traj

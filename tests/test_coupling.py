@@ -218,3 +218,11 @@ def test_qp_rows_are_an_orthogonal_transform_of_compute(robot, idx, const):
     np.testing.assert_allclose(P.T @ P, np.eye(c.dim), atol=1e-12)
     np.testing.assert_allclose(A2, P @ A, atol=1e-12)
     np.testing.assert_allclose(b2, P @ b, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("joints", [None, ["yumi_joint_1_l", "yumi_joint_3_r"]])
+def test_posture_qp_rows_equal_compute(robot, joints):
+    p = PostureTask(robot, qf(0.1), joints=joints, kp=9.0, kd=6.0)
+    kin = robot.update(qf(0.3), vf(0.3))
+    for x, y in zip(p.compute(kin, 0.3), p.qp_rows(kin, 0.3)):
+        np.testing.assert_allclose(y, x, rtol=1e-14, atol=1e-14)
