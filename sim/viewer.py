@@ -296,14 +296,16 @@ class MeshcatViewer:
         return tr[self._body_path(int(self.model.geom_bodyid[gid]))] @ tr[self._geom_path(gid)]
 
     # ------------------------------------------------------------------------------------ camera
-    #: direction from the plant towards the eye (world frame): in front of the plant (+x), a little to
-    #: its left (+y) and above it (+z)
-    CAMERA_DIR = (1.0, 0.45, 0.55)
+    #: preferred horizontal direction from the plant towards the eye (world x, y): in front (+x), a
+    #: little to the left (+y); the camera turns about z from it to face the plant's widest side
+    CAMERA_AZIMUTH_DIR = (1.0, 0.45)
+    #: elevation of the eye above the plant's centre (deg)
+    CAMERA_ELEVATION_DEG = 25.0
     #: fraction of the view (from its centre to its edges) the plant may take
-    CAMERA_FILL = 0.9
+    CAMERA_FILL = 0.92
     #: Meshcat's default camera: vertical field of view (deg); the width/height ratio assumed of the page
     CAMERA_FOV_DEG = 75.0
-    CAMERA_ASPECT = 1.5
+    CAMERA_ASPECT = 1.6
 
     def _drawn_solids(self) -> list[int]:
         import mujoco
@@ -311,55 +313,72 @@ class MeshcatViewer:
         m = self.model
         return [g for g in range(m.ngeom) if g not in self.skipped and m.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE]
 
-    def plant_bounds(self) -> tuple[np.ndarray, float]:
-        """(centre c, radius R) of a sphere around every drawn geom at the current pose (m).
-
-        Box B = [min_g(p_g − r_g), max_g(p_g + r_g)] over the drawn geoms g (p_g = ``geom_xpos``,
-        r_g = ``geom_rbound``, MuJoCo's bounding-sphere radius), c its centre and R its half diagonal.
-        Planes (floors, drawn 10 m wide) are left out: they are not the plant."""
+    def plant_corners(self) -> np.ndarray:
+        """World corners (8 per geom, m) of the oriented bounding boxes of the drawn geoms at the current
+        pose: p_g + R_g (a_g ± h_g), with (a_g, h_g) = ``geom_aabb`` (centre and half sizes in the geom
+        frame). Planes (floors, drawn 10 m wide) are left out: they are not the plant."""
         ids = self._drawn_solids()
         if not ids:
-            return np.zeros(3), 1.0
-        p, r = self.data.geom_xpos[ids], self.model.geom_rbound[ids][:, None]
-        lo, hi = (p - r).min(axis=0), (p + r).max(axis=0)
+            return np.zeros((1, 3))
+        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
+        box = self.model.geom_aabb[ids].reshape(-1, 2, 3)
+        local = box[:, None, 0, :] + signs[None] * box[:, None, 1, :]                 # (g, 8, 3)
+        R = self.data.geom_xmat[ids].reshape(-1, 3, 3)
+        return (np.einsum("gij,gkj->gki", R, local) + self.data.geom_xpos[ids][:, None, :]).reshape(-1, 3)
+
+    def plant_bounds(self) -> tuple[np.ndarray, float]:
+        """(centre c, half diagonal R) of the world box around ``plant_corners`` (m)."""
+        P = self.plant_corners()
+        lo, hi = P.min(axis=0), P.max(axis=0)
         return 0.5 * (lo + hi), max(0.5 * float(np.linalg.norm(hi - lo)), 1e-3)
+
+    def camera_direction(self, P: np.ndarray) -> np.ndarray:
+        """Unit vector u from the plant towards the eye. Horizontally it is the direction of least
+        spread of the corners P (the eigenvector of the smallest eigenvalue of their 2×2 horizontal
+        covariance), so the widest side faces the camera, signed towards ``CAMERA_AZIMUTH_DIR``
+        (that direction itself when the spread is nearly round); it is raised by
+        ``CAMERA_ELEVATION_DEG``. Meshcat keeps world z up on screen, so z is never tilted."""
+        pref = np.asarray(self.CAMERA_AZIMUTH_DIR, dtype=float)
+        pref /= np.linalg.norm(pref)
+        X = P[:, :2] - P[:, :2].mean(axis=0)
+        lam, V = np.linalg.eigh(X.T @ X)
+        d = V[:, 0] if lam[1] > 1.5 * lam[0] + 1e-12 else pref
+        d = d if d @ pref >= 0 else -d
+        el = np.radians(self.CAMERA_ELEVATION_DEG)
+        return np.array([np.cos(el) * d[0], np.cos(el) * d[1], np.sin(el)])
 
     def frame_plant(self) -> None:
         """Point Meshcat's default camera at the plant so that it fills the view.
 
         Meshcat's orbit camera always looks at the world origin, so the scene is moved instead of the
         target: the roots /meshcat (everything drawn), /Grid and /Axes get the translation −c, which
-        puts the centre c of the plant's box (``plant_bounds``) on the origin. The eye sits at
-        e = D·u, u = ``CAMERA_DIR`` normalised, looking along f = −u, with right r = f × z/‖·‖ and
-        up w = r × f. A geom's bounding sphere (centre x relative to c, radius ρ) lies at depth
-        D − x·u and projects inside the fraction F = ``CAMERA_FILL`` of the half-height h = tan(fov/2)
-        and half-width a·h when
-            D ≥ x·u + ρ + (|x·w| + ρ)/(F h)   and   D ≥ x·u + ρ + (|x·r| + ρ)/(F a h);
-        D is the largest such bound over the drawn geoms (planes left out). The camera node
-        ("rotated", R_x(+π/2), local (x, y, z) ↦ world (x, −z, y)) takes the eye as (e_x, e_z, −e_y)."""
+        puts the centre c of the plant's box (``plant_bounds``) on the origin. The eye sits at e = D·u
+        (u from ``camera_direction``) looking along −u, with right r = −u × z/‖·‖ and up w = r × (−u).
+        A corner x (relative to c, from ``plant_corners``) lies at depth D − x·u and projects inside
+        the fraction F = ``CAMERA_FILL`` of the half-height h = tan(fov/2) and of the half-width a·h
+        (a = ``CAMERA_ASPECT``) when
+            D ≥ x·u + |x·w|/(F h)   and   D ≥ x·u + |x·r|/(F a h);
+        D is the largest such bound over the corners. The camera node ("rotated", R_x(+π/2), local
+        (x, y, z) ↦ world (x, −z, y)) takes the eye as (e_x, e_z, −e_y)."""
         self._kin(self.model, self.data)
+        P = self.plant_corners()
         c, R = self.plant_bounds()
-        u = np.asarray(self.CAMERA_DIR, dtype=float)
-        u /= np.linalg.norm(u)
+        u = self.camera_direction(P)
         r = np.cross(-u, [0.0, 0.0, 1.0])
         r /= np.linalg.norm(r)
         w = np.cross(r, -u)
         h = np.tan(np.radians(self.CAMERA_FOV_DEG) / 2)
-        ids = self._drawn_solids()
-        D = 2.0 * R
-        if ids:
-            x = self.data.geom_xpos[ids] - c
-            rho = self.model.geom_rbound[ids]
-            depth = x @ u + rho
-            D = float(max(np.max(depth + (np.abs(x @ w) + rho) / (self.CAMERA_FILL * h)),
-                          np.max(depth + (np.abs(x @ r) + rho) / (self.CAMERA_FILL * self.CAMERA_ASPECT * h))))
+        x = P - c
+        D = float(max(np.max(x @ u + np.abs(x @ w) / (self.CAMERA_FILL * h)),
+                      np.max(x @ u + np.abs(x @ r) / (self.CAMERA_FILL * self.CAMERA_ASPECT * h)),
+                      np.max(x @ u) + 0.05))
         e = D * u
         T = np.eye(4)
         T[:3, 3] = -c
         for root in ("/meshcat", "/Grid", "/Axes"):
             self.vis[root].set_transform(T)
         self.vis["/Cameras/default/rotated/<object>"].set_property("position", [float(e[0]), float(e[2]), float(-e[1])])
-        self.camera = {"centre": c, "radius": R, "eye": e, "distance": D}
+        self.camera = {"centre": c, "radius": R, "eye": e, "distance": D, "direction": u}
 
     # ------------------------------------------------------------------------------------ drawing
     def set_qpos(self, qpos) -> None:
@@ -750,7 +769,7 @@ def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max
 
     The scene is built as a live replay builds it (plant, camera, frames, segments, spheres), but
     into a ``Recorder``; the motion is a Meshcat animation (``set_animation``) sampled at ``fps``
-    frames per second of simulated time (frame k shows the log row nearest to t₀ + k/fps): a
+    frames per second of simulated time (frame k shows the first log row at or after t₀ + k/fps): a
     position and a quaternion track per moving body and per frame, plus a scale track per segment
     (its length). A trail is drawn as up to ``max_chunks`` polyline pieces, each made visible (a
     boolean track) when the motion reaches its end. The file holds Meshcat's viewer

@@ -448,3 +448,117 @@ def test_browser_killed_abruptly_costs_the_run_nothing(tmp_path):
     log = tmp_path / "out" / "meshcat.log"
     assert log.is_file() and log.stat().st_size < 200_000
     print(f"run ended {waited:.1f} s after the client was killed; meshcat.log {log.stat().st_size} bytes")
+
+
+# ------------------------------------------------------------------ standalone HTML (issue 15 §3)
+def decode_html(path):
+    """The msgpack commands embedded in a page written by write_html, decoded."""
+    import base64
+    import re
+
+    import umsgpack
+
+    text = Path(path).read_text(encoding="utf-8")
+    body = text.split("var cmstack_commands = [", 1)[1].split("];", 1)[0]
+    return text, [umsgpack.unpackb(base64.b64decode(b)) for b in re.findall(r'"([A-Za-z0-9+/=]+)"', body)]
+
+
+def f32(ext):
+    return np.frombuffer(ext.data, dtype=np.float32)
+
+
+def test_html_animates_every_body_as_mujoco_poses_it(tmp_path):
+    """10 s of a YuMi-with-bar log at 200 Hz: the page is one file under 20 MB, its animation has one
+    frame per 1/30 s, and every moving body's keyframes are MuJoCo's body poses of the sampled rows."""
+    from cmstack.sim.viewer import write_html
+
+    m = mujoco.MjModel.from_xml_path("mjcf/yumi_bar.xml")
+    log = Logger()
+    log.meta["mjcf_path"] = "mjcf/yumi_bar.xml"
+    log.meta["sphere__zone"] = np.array([0.4, 0.0, 0.3, 0.05])
+    q0, q1 = random_qpos(m, 1), random_qpos(m, 2)
+    N = 2001
+    for k in range(N):
+        s = k / (N - 1)
+        T = np.eye(4)
+        T[:3, 3] = [0.4, 0.1 * np.cos(4 * s), 0.3 + 0.1 * np.sin(4 * s)]
+        log.append(t=0.005 * k, plant_qpos=(1 - s) * q0 + s * q1, frame__E1=T, trail__E1=T[:3, 3],
+                   segment__rod=np.array([T[:3, 3], [0.4, -0.2, 0.3]]))
+    log.save(tmp_path / "log.npz")
+    out = write_html(tmp_path, tmp_path / "replay.html")
+    size = out.stat().st_size
+    print(f"10 s YuMi (bar) log of {N} rows -> {size / 1e6:.2f} MB")
+    assert size < 20e6
+    text, cmds = decode_html(out)
+    assert "<script src" not in text and "<link" not in text          # nothing fetched from elsewhere
+    (anim,) = [c for c in cmds if c["type"] == "set_animation"]
+    clips = {a["path"]: a["clip"] for a in anim["animations"]}
+    n = 301                                                            # 10 s at 30 frames/s, both ends
+    v = MeshcatViewer("mjcf/yumi_bar.xml", visualizer=Recorder())
+    d = mujoco.MjData(m)
+    rows = [0, 150, 300]
+    Qlog = np.load(tmp_path / "log.npz")["plant_qpos"]
+    for bid, path in v._moving:
+        clip = clips["/meshcat/" + path]
+        assert clip["fps"] == 30
+        tracks = {tr["name"]: tr for tr in clip["tracks"]}
+        np.testing.assert_array_equal(f32(tracks[".position"]["times"]), np.arange(n))
+        P = f32(tracks[".position"]["values"]).reshape(n, 3)
+        Qt = f32(tracks[".quaternion"]["values"]).reshape(n, 4)
+        for j in rows:
+            i = int(round(j / 30 / 0.005))                             # the log row shown at frame j
+            d.qpos[:] = Qlog[i]
+            mujoco.mj_kinematics(m, d)
+            np.testing.assert_allclose(P[j], d.xpos[bid], atol=1e-5)
+            w, x, y, z = d.xquat[bid]                                  # MuJoCo (w, x, y, z) vs three.js (x, y, z, w)
+            assert min(np.abs(Qt[j] - [x, y, z, w]).max(), np.abs(Qt[j] + [x, y, z, w]).max()) < 1e-5
+    seg = {tr["name"]: tr for tr in clips["/meshcat/segments/rod"]["tracks"]}
+    Lk = f32(seg[".scale"]["values"]).reshape(n, 3)[:, 1]
+    Pend = f32(clips["/meshcat/frames/E1"]["tracks"][0]["values"]).reshape(n, 3)
+    np.testing.assert_allclose(Lk, np.linalg.norm(Pend - [0.4, -0.2, 0.3], axis=1), atol=1e-5)
+    parts = sorted(p for p in clips if p.startswith("/meshcat/trails/E1/part"))
+    assert len(parts) == 38                                            # 300 segments of frames, 8 per part
+    for p in parts:
+        (tr,) = clips[p]["tracks"]
+        assert tr["name"] == ".visible" and tr["values"] == [False, True]
+    assert any(c["type"] == "set_object" and c["path"] == "/meshcat/spheres/zone" for c in cmds)
+    cam = [c for c in cmds if c["type"] == "set_property" and c["path"].startswith("/Cameras/default")]
+    assert cam and cam[-1]["property"] == "position"
+
+
+def test_view_html_command_and_its_errors(tmp_path, capsys):
+    from cmstack.cli import main
+
+    saved_run(tmp_path, n=10)
+    assert main(["view", str(tmp_path), "--html", str(tmp_path / "x" / "r.html")]) == 0
+    assert (tmp_path / "x" / "r.html").stat().st_size > 500_000               # the viewer's code is inside
+    assert "no server needed" in capsys.readouterr().out
+    assert main(["view", str(tmp_path / "nope"), "--html", str(tmp_path / "r.html")]) == 2
+    assert "no run log" in capsys.readouterr().err
+    assert main(["view", str(tmp_path), "--html", str(tmp_path / "r.html"), "--qpos-key", "model_qpos"]) == 2
+    assert "model_qpos" in capsys.readouterr().err
+
+
+def test_camera_frames_the_plant_on_start():
+    """Every corner of the plant's geoms projects inside the view, and the tightest one reaches the
+    edge of the fraction CAMERA_FILL (independent pinhole projection of the camera the viewer set)."""
+    for mjcf in ("mjcf/yumi_bar.xml", "mjcf/chain5.xml", "mjcf/series_parallel.xml", "mjcf/balloon.xml",
+                 "mjcf/slider_crank.xml"):
+        rec = Recorder()
+        v = MeshcatViewer(mjcf, visualizer=rec)
+        v.show(random_qpos(v.model, seed=3))
+        shift = rec.transforms["/meshcat"][:3, 3]
+        ex, ey, ez = rec.properties[("/Cameras/default/rotated/<object>", "position")]
+        eye = np.array([ex, -ez, ey])                          # rotated frame (x, y, z) -> world (x, -z, y)
+        f = -eye / np.linalg.norm(eye)                         # looks at the origin, z up
+        r = np.cross(f, [0, 0, 1.0])
+        r /= np.linalg.norm(r)
+        up = np.cross(r, f)
+        X = v.plant_corners() + shift - eye
+        depth = X @ f
+        assert np.all(depth > 0)
+        h = np.tan(np.radians(v.CAMERA_FOV_DEG) / 2)
+        ny, nx = (X @ up) / (depth * h), (X @ r) / (depth * h * v.CAMERA_ASPECT)
+        reach = max(np.abs(ny).max(), np.abs(nx).max())
+        assert reach == pytest.approx(v.CAMERA_FILL, rel=1e-6), mjcf
+        np.testing.assert_allclose(rec.transforms["/Grid"], rec.transforms["/meshcat"])
