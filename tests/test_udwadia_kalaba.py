@@ -249,3 +249,51 @@ def test_level_errors_are_named(robot):
         UdwadiaKalabaController(robot, levels=[["coupling"]])
     with pytest.raises(ConfigError, match="either levels"):
         UdwadiaKalabaController(robot, [c], [u], levels=[[c]])
+
+
+@pytest.mark.parametrize("prio", ["weighted", "strict"])
+def test_force_balance_with_active_limits(robot, prio):
+    """M v̇* = Q + Q_c + Q_u + Q_lim also when an effort limit is active (forces from the QP's
+    multipliers)."""
+    c, u = parts(robot)
+    q, v = states(1, seed=2)[0]
+    lim = feasible_limit(robot, c, q, v)
+    ctl = UdwadiaKalabaController(robot, [c], [u], priority=prio, warn_free_dof=False)
+    ctl.tau_max = np.full(14, lim)
+    ctl(0.1, q, v)
+    assert ctl.info.limits_active and ctl.info.path in ("qp", "sequential")
+    kin = robot.update(q, v)
+    Q = -kin.h - robot.damping * v
+    i = ctl.info
+    lhs = kin.M @ i.vdot
+    np.testing.assert_allclose(lhs, Q + i.Qc + i.Qu + i.Qlim, atol=1e-6 * (1 + np.abs(lhs).max()))
+    assert np.abs(i.Qlim).max() > 1.0
+
+
+def test_weighted_tasks_within_a_level_and_velocity_limit(robot):
+    """Two weighted tasks in one level equal the hand-built KKT of that level; a velocity limit
+    bounds v + Δt v̇."""
+    from cmstack.models.limits import JointVelocityLimit
+    c, u = parts(robot)
+    q, v = states(1, seed=4)[0]
+    p = PostureTask(robot, np.zeros(14), kp=4.0, kd=4.0)
+    ctl = UdwadiaKalabaController(robot, levels=[[c], [(u, 30.0), (p, 2.0), GAUSS]], limits=[])
+    ctl(0.2, q, v)
+    kin = robot.update(q, v)
+    Ac, bc = c.compute(kin, 0.2)
+    Au, bu = u.compute(kin, 0.2)
+    Ap, bp = p.compute(kin, 0.2)
+    Q = -kin.h - robot.damping * v
+    H = kin.M + 30.0 * Au.T @ Au + 2.0 * Ap.T @ Ap
+    g = -Q - 30.0 * Au.T @ bu - 2.0 * Ap.T @ bp
+    sol = np.linalg.solve(np.block([[H, Ac.T], [Ac, np.zeros((6, 6))]]), np.r_[-g, bc])
+    np.testing.assert_allclose(ctl.info.vdot, sol[:14], rtol=1e-9, atol=1e-9)
+    # now a velocity bound that the free solution breaks
+    dt = 0.01
+    free = ctl.info.vdot
+    vmax = np.maximum(np.abs(v + dt * free) * 0.9, np.abs(v) + 1e-3)
+    lim = JointVelocityLimit(robot, dt=dt, v_max=vmax)
+    ctl2 = UdwadiaKalabaController(robot, levels=[[c], [(u, 30.0), (p, 2.0), GAUSS]], limits=[lim])
+    ctl2(0.2, q, v)
+    assert np.all(np.abs(v + dt * ctl2.info.vdot) <= vmax * (1 + 1e-6) + 1e-9)
+    np.testing.assert_allclose(Ac @ ctl2.info.vdot, bc, atol=1e-6)
