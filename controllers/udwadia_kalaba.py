@@ -435,13 +435,12 @@ class UdwadiaKalabaController:
             B[:, m] = r
             X, info = _dposv(H, B)[1:]
             if info == 0:
-                HiEt = X[:, :m]
-                x0 = X[:, m]
-                c, lam, info = _dposv(E @ HiEt, E @ x0 - f)
+                EX = E @ X                                  # [S, E H⁻¹ r]
+                c, lam, info = _dposv(EX[:, :m], EX[:, m] - f)
                 if info == 0:
-                    dg = c.diagonal()
-                    if dg.min() > self._sqrt_rank_tol * dg.max():
-                        return x0 - HiEt @ lam, lam, "kkt"
+                    dg = c.diagonal().tolist()
+                    if min(dg) > self._sqrt_rank_tol * max(dg):
+                        return X[:, m] - X[:, :m] @ lam, lam, "kkt"
         return self._nullspace(H, -r, rows, t)
 
     def _nullspace(self, H, g, rows, t):

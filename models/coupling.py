@@ -228,15 +228,15 @@ class RigidCoupling(Task):
         A' = J_d,  b' = −[a_d + K_d v_d + K_p e_p;  α_d − ω₂ × ω_d + K_d ω_d + K_p R_E2 e_R]."""
         B = kin.frame(self.fB)
         E2 = kin.frame(self.f2)
-        Jd = E2.J - B.J
+        R2 = E2.R
+        e = np.empty(6)
+        e[:3] = E2.p - B.p
+        e[3:] = R2 @ pin.log3(B.R.T @ R2)
         rel = E2.twist - B.twist
-        y = E2.acc - B.acc
-        y += self.kd * rel
-        kp = self.kp
-        y[:3] += kp * (E2.p - B.p)
-        y[3:] += kp * (E2.R @ pin.log3(B.R.T @ E2.R)) - cross3(E2.twist[3:], rel[3:])
+        y = (E2.acc - B.acc) + self.kd * rel + self.kp * e
+        y[3:] -= cross3(E2.twist[3:], rel[3:])
         r = self.rows
-        return Jd[r], -y[r]
+        return (E2.J - B.J)[r], -y[r]
 
 
 def _pose_error(F1, F2) -> np.ndarray:
@@ -321,21 +321,25 @@ class FrameTask(Task):
     def qp_rows(self, kin, t):
         """``compute`` with the angular rows in world axes, P = diag(I, R_D):
         A' = −J_C,  b' = [a_C − a_D − K_d(v_D − v_C) − K_p e_p;
-                          α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]."""
+                          α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]
+        (with ω_D = R_D ω_D^D; the linear rows of the feed-forward are in world axes already)."""
         C = kin.frame(self.fid)
-        kd, kp = self.kd, self.kp
-        y = C.acc + kd * C.twist
-        if self._const is not None:
-            T_D = self._const[0]
-            RD = T_D.rotation
-            y[:3] -= kp * (T_D.translation - C.p)
-            y[3:] -= kp * (RD @ pin.log3(C.R.T @ RD))
+        kd = self.kd
+        const = self._const is not None
+        T_D, vel_D, acc_D = self._const if const else self.desired(t)
+        RD = T_D.rotation
+        e = np.empty(6)
+        e[:3] = T_D.translation - C.p
+        e[3:] = pin.log3(C.R.T @ RD)
+        if const:
+            y = C.acc + kd * C.twist
+            e *= self.kp
         else:
-            T_D, vel_D, acc_D = self.desired(t)
-            RD = T_D.rotation
-            y[:3] -= acc_D[:3] + kd * vel_D[:3] + kp * (T_D.translation - C.p)
-            y[3:] -= (cross3(RD @ vel_D[3:], C.twist[3:])
-                      + RD @ (acc_D[3:] + kd * vel_D[3:] + kp * pin.log3(C.R.T @ RD)))
+            y = C.acc + kd * C.twist
+            e = acc_D + kd * vel_D + self.kp * e       # [a_D + K_d v_D + K_p e_p; ε_D + K_d ω_D^D + K_p e_R]
+            y[3:] -= cross3(RD @ vel_D[3:], C.twist[3:])
+        e[3:] = RD @ e[3:]
+        y -= e
         r = self.rows
         return -C.J[r], y[r]
 

@@ -27,6 +27,8 @@ from cmstack.models.errors import (ConfigError, FrameNotFoundError, JointMapErro
                                    check_finite)
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+_frame_jacobian = pin.getFrameJacobian
+_frame_acc = pin.getFrameClassicalAcceleration
 
 
 def _check_xml(path: Path, kind: str) -> None:
@@ -206,11 +208,12 @@ class Kinematics:
     def frame(self, name_or_id) -> FrameState:
         fs = self._frames.get(name_or_id)
         if fs is None:
-            fid = self.robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
-            m, d = self.robot.model, self.robot.data
-            J = pin.getFrameJacobian(m, d, fid, LWA)        # also sets d.oMf[fid]
+            robot = self.robot
+            fid = robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
+            m, d = robot.model, robot.data
+            J = _frame_jacobian(m, d, fid, LWA)             # also sets d.oMf[fid]
             H = d.oMf[fid].homogeneous                      # an owned 4×4 copy
-            acc = pin.getFrameClassicalAcceleration(m, d, fid, LWA).vector.copy()
+            acc = _frame_acc(m, d, fid, LWA).vector.copy()
             fs = FrameState(J, J @ self.v, acc, H[:3, :3], H[:3, 3], self, fid)
             self._frames[name_or_id] = fs
         return fs
@@ -364,8 +367,10 @@ class Robot:
         """Run every algorithm a control step needs, once (``pin.computeAllTerms``): FK with zero
         acceleration (so the classical drift terms dJ v are the frames' accelerations), the joint
         Jacobians, M = CRBA (full symmetric), h = nle(q, v).  dJ/dt is computed only if asked for."""
-        q = np.asarray(q, dtype=float)
-        v = np.asarray(v, dtype=float)
+        if type(q) is not np.ndarray or q.dtype != np.float64:
+            q = np.asarray(q, dtype=float)
+        if type(v) is not np.ndarray or v.dtype != np.float64:
+            v = np.asarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
             raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
                              f"got {q.shape} and {v.shape}")
