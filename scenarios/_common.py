@@ -84,9 +84,10 @@ class Context:
         return plt
 
     def save_figure(self, fig, stem: str, dpi: int = 110) -> Path:
-        """Write ``fig`` to ``plots/<stem>.png`` at ``dpi`` dots per inch, close it, return the path."""
+        """Write ``fig`` to ``plots/<stem>.png`` at ``dpi`` dots per inch, cropped to everything drawn
+        (no clipped labels or legends), close it, return the path."""
         path = self.plot_path(stem)
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")   # nothing clipped (outside legends, long labels)
         self.pyplot().close(fig)
         return path
 

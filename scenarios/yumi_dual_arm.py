@@ -195,8 +195,20 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
     return Outcome(m, rows, plots)
 
 
+def thesis_setup(cfg: dict) -> bool:
+    """True when the run is the thesis' §4.4 set-up (its figures can be drawn beside ours): the
+    default config's values of every key that shapes the errors."""
+    from cmstack.scenarios._common import default_config
+
+    d = default_config(NAME)
+    keys = ("frame1", "frame2", "T_AB_rotation", "T_AB_translation", "constraint_kp", "constraint_kd", "task_kp",
+            "task_kd", "omega", "traj_center", "traj_radius", "traj_omega", "traj_phase", "q0", "control_dt")
+    return all(cfg.get(k) == d.get(k) for k in keys)
+
+
 def make_plots(ctx, t, L, cfg, joint_names=None):
     plt = ctx.pyplot()
+    thesis = thesis_setup(cfg)
 
     paths = []
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
@@ -206,31 +218,60 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
         ax[i].set_ylabel(f"{c} [m]")
     ax[0].legend()
     ax[-1].set_xlabel("t [s]")
-    fig.suptitle(f"E1 tracking ({cfg['plant']} plant, {cfg['priority']} priority) — cf. thesis Fig. 4.3")
+    fig.suptitle(f"E1 tracking ({cfg['plant']} plant, {cfg['priority']} priority) — cf. thesis [Milioshin] Fig. 4.3")
     paths.append(ctx.save_figure(fig, "tracking"))
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.semilogy(t, np.linalg.norm(L["e_c"], axis=1) + 1e-16, label="‖e_c‖ coupling")
-    ax.semilogy(t, np.linalg.norm(L["e_u"], axis=1) + 1e-16, label="‖e_u‖ task (E1)")
-    ax.axvline(cfg["converge_after"], color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("t [s]")
-    ax.set_ylabel("error norm")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    ax.set_title("Constraint and task errors — cf. thesis Figs. 4.4–4.5")
+    # errors: metres and radians on separate axes; the thesis' own metric (the norm of the whole
+    # 6-vector e of (3.15), which adds metres and radians) on a third axis, with its reported figures
+    fig, ax = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
+    for key, name in (("e_c", "coupling e_c"), ("e_u", "task e_u (E1)")):
+        ax[0].semilogy(t, np.linalg.norm(L[key][:, :3], axis=1) + 1e-16, label=f"position part of {name}")
+        ax[1].semilogy(t, np.linalg.norm(L[key][:, 3:], axis=1) + 1e-16, label=f"orientation part of {name}")
+    ax[0].set_ylabel("‖e_p‖ [m]")
+    ax[1].set_ylabel("‖e_R‖ [rad]")
+    lc = ax[2].semilogy(t, np.linalg.norm(L["e_c"], axis=1) + 1e-16, label="‖e_c‖ ours")[0]
+    lu = ax[2].semilogy(t, np.linalg.norm(L["e_u"], axis=1) + 1e-16, label="‖e_u‖ ours")[0]
+    if thesis:
+        for val, line, what in ((PAPER["constraint_error_converged"], lc, "‖e_c‖"),
+                                (PAPER["task_error_converged"], lu, "‖e_u‖")):
+            ax[2].hlines(val, cfg["converge_after"], t[-1], colors=line.get_color(), linestyles="--",
+                         label=f"thesis: mean {what} over t > 1.5 s = {val:g}")
+        for val, line, what in ((PAPER["constraint_error_initial"], lc, "‖e_c‖"),
+                                (PAPER["task_error_initial"], lu, "‖e_u‖")):
+            ax[2].plot([0.0], [val], marker="o", mfc="none", color=line.get_color(), ls="none",
+                       label=f"thesis: initial {what} = {val:g}")
+        ax[2].axvline(PAPER["settling_time_s"], color="k", lw=0.8, ls="-.",
+                      label=f"thesis: settled within {PAPER['settling_time_s']:g} s")
+    ax[2].set_ylabel("‖e‖ of (3.15) [m and rad summed]")
+    for a in ax:
+        a.axvline(cfg["converge_after"], color="grey", lw=0.8, ls=":",
+                  label=f"converged window starts (t = {cfg['converge_after']:g} s)" if a is ax[0] else None)
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax[-1].set_xlabel("t [s]")
+    fig.suptitle("Constraint and task errors — thesis [Milioshin] Figs. 4.4–4.5; its §4.4 figures dashed / o")
     paths.append(ctx.save_figure(fig, "errors"))
 
-    fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    ax[0].plot(t, L["v"])
-    ax[0].set_ylabel("v [rad/s]")
-    ax[1].plot(t, L["tau"])
-    ax[1].set_ylabel("τ [N·m]")
-    ax[1].set_xlabel("t [s]")
-    if joint_names is not None:
-        short = [n.replace("yumi_joint_", "j") for n in joint_names]
-        fig.legend(ax[1].get_lines(), short, loc="center right", fontsize=7, ncol=1)
-        fig.subplots_adjust(right=0.86)
-    fig.suptitle("Joint velocities and torques — cf. thesis Fig. 4.6")
+    # 14 joints: one column per arm, each with its own distinguishable styles
+    names = list(joint_names) if joint_names is not None else [f"joint {i}" for i in range(L["v"].shape[1])]
+    arms = [("left arm", [i for i, n in enumerate(names) if n.endswith("_l")]),
+            ("right arm", [i for i, n in enumerate(names) if n.endswith("_r")])]
+    if not arms[0][1] or not arms[1][1]:
+        arms = [("joints", list(range(len(names))))]
+    styles = [(c, s) for s in ("-", "--") for c in ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9")]
+    fig, ax = plt.subplots(2, len(arms), figsize=(11, 6), sharex=True, squeeze=False)
+    for col, (arm, idx) in enumerate(arms):
+        for k, i in enumerate(idx):
+            c, s = styles[k % len(styles)]
+            short = names[i].replace("yumi_joint_", "j")
+            ax[0, col].plot(t, L["v"][:, i], color=c, ls=s, label=short)
+            ax[1, col].plot(t, L["tau"][:, i], color=c, ls=s, label=short)
+        ax[0, col].set_title(arm)
+        ax[1, col].set_xlabel("t [s]")
+        ax[1, col].legend(fontsize=7, ncol=2, loc="upper right")
+    ax[0, 0].set_ylabel("v [rad/s]")
+    ax[1, 0].set_ylabel("τ [N·m]")
+    fig.suptitle("Joint velocities and torques — cf. thesis [Milioshin] Fig. 4.6")
     paths.append(ctx.save_figure(fig, "velocities_torques"))
 
     fig, ax = plt.subplots(figsize=(8, 4))
