@@ -68,6 +68,63 @@ class SeriesParallelPlant(MujocoPlant):
         return T
 
 
+class RigidLoopCheck:
+    """How far the MuJoCo plant is from a rigid closed chain: on a plant state (q, q̇, controls, applied
+    wrenches), MuJoCo's qacc against the rigid closed-chain acceleration solved from MuJoCo's own quantities,
+
+        M q̈ + Jᵀλ = f,   J q̈ + J̇q̇ = 0   →   λ = S⁺ (J M⁻¹ f + J̇q̇),  S = J M⁻¹ Jᵀ,   q̈ = M⁻¹(f − Jᵀλ),
+
+    with M (``mj_fullM``), f = ``qfrc_smooth`` (passive − bias + applied + actuators + external wrenches),
+    J = the equality rows of ``efc_J`` (the triangle's connect: 3 rows, rank 2 in the planar loop, hence the
+    pseudo-inverse S⁺) and J̇q̇ from ``mj_jacDot`` at the two pins.  A soft loop (MuJoCo's regularised
+    constraint, whose reference acceleration has no J̇q̇ term) departs from it.  ``__call__`` returns
+    ‖q̈_MuJoCo − q̈_rigid‖ / ‖q̈_rigid‖ over the controller's coordinates (φ, θ, δ)."""
+
+    def __init__(self, plant: MujocoPlant, eq_name: str = "triangle"):
+        m = plant.model
+        self.model = m
+        self.data = mujoco.MjData(m)
+        e = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_EQUALITY, eq_name)
+        if e < 0 or m.eq_type[e] != mujoco.mjtEq.mjEQ_CONNECT or m.eq_objtype[e] != mujoco.mjtObj.mjOBJ_SITE:
+            raise ConfigError(f"{plant.path.name}: no site-based <connect> named '{eq_name}' (the loop closure)")
+        self.sites = (int(m.eq_obj1id[e]), int(m.eq_obj2id[e]))
+        self.dofs = np.array([m.jnt_dofadr[plant.joint_id(n)] for n in Q_NAMES])
+        nv = m.nv
+        self.M = np.zeros((nv, nv))
+        self._jp = [np.zeros((3, nv)) for _ in range(2)]
+        self._jr = np.zeros((3, nv))
+
+    def jacobian_dot_qdot(self) -> np.ndarray:
+        """J̇q̇ of the connect rows, J = J_{site1} − J_{site2} (translational), at the loaded state."""
+        m, d = self.model, self.data
+        for k, sid in enumerate(self.sites):
+            mujoco.mj_jacDot(m, d, self._jp[k], self._jr, d.site_xpos[sid], int(m.site_bodyid[sid]))
+        return (self._jp[0] - self._jp[1]) @ d.qvel
+
+    def accelerations(self, src: mujoco.MjData):
+        """(MuJoCo's qacc, the rigid q̈, J, J̇q̇) at the state, controls and applied forces of ``src``."""
+        m, d = self.model, self.data
+        d.time = src.time
+        d.qpos[:], d.qvel[:], d.act[:] = src.qpos, src.qvel, src.act
+        d.ctrl[:], d.qfrc_applied[:], d.xfrc_applied[:] = src.ctrl, src.qfrc_applied, src.xfrc_applied
+        mujoco.mj_forward(m, d)
+        mujoco.mj_fullM(m, d, self.M)
+        rows = d.efc_type[:d.nefc] == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+        J = d.efc_J[:d.nefc * m.nv].reshape(d.nefc, m.nv)[rows]
+        jdq = self.jacobian_dot_qdot()
+        f = d.qfrc_smooth
+        MiJt = np.linalg.solve(self.M, J.T)
+        S = J @ MiJt
+        lam = np.linalg.pinv(S, rcond=1e-10, hermitian=True) @ (J @ np.linalg.solve(self.M, f) + jdq)
+        qdd = np.linalg.solve(self.M, f) - MiJt @ lam
+        return d.qacc.copy(), qdd, J, jdq
+
+    def __call__(self, src: mujoco.MjData) -> float:
+        a_mj, a_rig, _, _ = self.accelerations(src)
+        i = self.dofs
+        return float(np.linalg.norm(a_mj[i] - a_rig[i]) / max(np.linalg.norm(a_rig[i]), 1e-12))
+
+
 def triangle(cfg) -> TriangleMap:
     return TriangleMap(cfg["L0"], cfg["l0"], cfg["delta_range"])
 
@@ -157,8 +214,16 @@ def run(ctx) -> Outcome:
     log = ctx.logger
     log.meta.update(mjcf_path=str(plant.path), joint_names=np.array(Q_NAMES))
     viewer = ctx.make_viewer(plant.model)
+    check = RigidLoopCheck(plant)
+    every = cfg["qacc_check_every"]
+    if every < 1:
+        raise ConfigError(f"qacc_check_every must be >= 1, got {every}")
+    qacc_rel, n_rec = [], [0]
 
     def record(t, q, v, tau):
+        if n_rec[0] % every == 0:                   # MuJoCo's q̈ vs the rigid loop's, on this state
+            qacc_rel.append(check(plant.data))
+        n_rec[0] += 1
         q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
         qd, vd, _ = traj(t)
         T = plant.tip_pose()
@@ -173,14 +238,14 @@ def run(ctx) -> Outcome:
 
     res = run_closed_loop(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"],
                           record=record, progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})")
-    return summarize(ctx, cfg, log.arrays(), res, plant)
+    return summarize(ctx, cfg, log.arrays(), res, plant, np.asarray(qacc_rel))
 
 
 def _rmse(x):
     return np.sqrt(np.mean(x ** 2, axis=0)) if len(x) else np.full(x.shape[1], np.nan)
 
 
-def summarize(ctx, cfg, L, res, plant) -> Outcome:
+def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
     t, e = L["t"], L["e"]
     T = cfg["duration"]
     steady = t >= cfg["steady_after"]
@@ -215,6 +280,10 @@ def summarize(ctx, cfg, L, res, plant) -> Outcome:
     m["stroke_end_stop_time_s"] = float(np.sum((L["q"][:, 2] <= lo + 1e-4) | (L["q"][:, 2] >= hi - 1e-4)) * cfg["control_dt"])
     m["max_abs_Qa_phi_nm"], m["max_abs_Qa_theta_nm"], m["max_abs_Qa_delta_n"] = (float(x) for x in np.abs(L["Q_a"]).max(axis=0))
     m["control_step_us_median"] = res.step_us_median
+    if qacc_rel is not None and qacc_rel.size:
+        m["plant_vs_rigid_qacc_rel"] = float(np.median(qacc_rel))
+        m["plant_vs_rigid_qacc_rel_p90"] = float(np.percentile(qacc_rel, 90))
+        m["plant_vs_rigid_qacc_rel_max"] = float(qacc_rel.max())
     m.update(getattr(plant, "metrics", dict)())                # what a [perturbation] did, if any
 
     full = T >= max(w1, t_end_dist + 2.0)
@@ -232,6 +301,8 @@ def summarize(ctx, cfg, L, res, plant) -> Outcome:
              Row("loop_closure_error_max_m", m["loop_closure_error_max_m"], None, "<= 1e-3",
                  m["loop_closure_error_max_m"] <= 1e-3),
              Row("stroke_end_stop_time_s", m["stroke_end_stop_time_s"]),
+             Row("plant_vs_rigid_qacc_rel", m.get("plant_vs_rigid_qacc_rel", float("nan")), None, "<= 1e-2 (median)",
+                 m.get("plant_vs_rigid_qacc_rel", float("nan")) <= 1e-2),
              Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)")]
     return Outcome(m, rows, make_plots(ctx, cfg, L))
 
