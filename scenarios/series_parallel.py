@@ -314,18 +314,20 @@ def make_plots(ctx, cfg, L):
     labels = ("φ [rad]", "θ [rad]", "δ [m]")
     paths = []
 
-    def shade(ax):
-        ax.axvspan(cfg["disturbance_t0"], cfg["disturbance_t1"], color="red", alpha=0.1, lw=0)
+    def shade(ax, label=False):
+        ax.axvspan(cfg["disturbance_t0"], cfg["disturbance_t1"], color="red", alpha=0.1, lw=0,
+                   label=(f"{cfg['disturbance_force_n']:g} N tip force, t ∈ [{cfg['disturbance_t0']:g}, "
+                          f"{cfg['disturbance_t1']:g}) s") if label else None)
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for i in range(3):
         ax[i].plot(t, L["q_d"][:, i], "k--", label="desired")
         ax[i].plot(t, L["q"][:, i], label="actual")
         ax[i].set_ylabel(labels[i])
-        shade(ax[i])
-    ax[0].legend()
+        shade(ax[i], label=i == 0)
+    ax[0].legend(fontsize=8)
     ax[-1].set_xlabel("t [s]")
-    fig.suptitle(f"Trajectory tracking ({cfg['controller']}, κ = {cfg['kappa']}) — cf. paper Fig. 3")
+    fig.suptitle(f"Trajectory tracking ({cfg['controller']}, κ = {cfg['kappa']}) — cf. [Dastranj] Fig. 3")
     paths.append(ctx.save_figure(fig, "tracking"))
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
@@ -333,9 +335,10 @@ def make_plots(ctx, cfg, L):
         ax[i].plot(t, L["e"][:, i])
         ax[i].axhline(0, color="grey", lw=0.5)
         ax[i].set_ylabel("e " + labels[i])
-        shade(ax[i])
+        shade(ax[i], label=i == 0)
+    ax[0].legend(fontsize=8)
     ax[-1].set_xlabel("t [s]")
-    fig.suptitle("Tracking error (red: 25 N tip disturbance) — cf. paper Fig. 4")
+    fig.suptitle("Tracking error (red: 25 N tip disturbance) — cf. [Dastranj] Fig. 4")
     paths.append(ctx.save_figure(fig, "errors"))
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
@@ -343,7 +346,7 @@ def make_plots(ctx, cfg, L):
         ax[i].plot(t, L["Q_a"][:, i], label="Q_a")
         ax[i].plot(t, L["Q_robust"][:, i], lw=0.7, label="−κ sat(s/ε)")
         ax[i].set_ylabel(lab)
-        shade(ax[i])
+        shade(ax[i], label=i == 0)
     ax[0].legend(fontsize=8)
     ax[-1].set_xlabel("t [s]")
     fig.suptitle("Generalized actuator forces (18) and their robust part")
@@ -356,6 +359,20 @@ def make_plots(ctx, cfg, L):
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title("Plant loop-closure violation (MuJoCo connect constraint)")
     paths.append(ctx.save_figure(fig, "loop_closure"))
+
+    # Table III of [Dastranj]: the run-long RMSE per coordinate, the paper's bar beside ours; one axis
+    # per unit (rad for φ, θ; m for δ)
+    ours = np.sqrt(np.mean(L["e"] ** 2, axis=0))
+    keys = ("rmse_phi_rad", "rmse_theta_rad", "rmse_delta_m")
+    fig, ax = plt.subplots(1, 3, figsize=(10, 3.8), layout="constrained")
+    for i, (k, lab) in enumerate(zip(keys, labels)):
+        bars = ax[i].bar([0, 1], [PAPER[k], ours[i]], color=["0.6", "C0"], width=0.6)
+        ax[i].bar_label(bars, fmt="%.3g", fontsize=8)
+        ax[i].set_xticks([0, 1], ["paper\nTable III", f"ours\n({t[-1] - t[0] + cfg['control_dt']:.0f} s run)"])
+        ax[i].set_ylabel(f"RMSE {lab}")
+        ax[i].set_ylim(0, 1.25 * max(PAPER[k], ours[i]))
+    fig.suptitle(f"Tracking RMSE over the run — [Dastranj] Table III beside ours ({cfg['controller']}, κ = {cfg['kappa']})")
+    paths.append(ctx.save_figure(fig, "rmse_table3"))
     return paths
 
 
