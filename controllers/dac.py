@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
+from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
 
@@ -108,7 +109,7 @@ def constrained_reference(M, Mdot, A, Adot, w, wdot, g, gdot):
 
 
 @dataclass
-class LawInfo:
+class LawInfo(StepInfo):
     V: float = 0.0             # ½ sᵀℳs
     Vdot_cl: float = 0.0       # −sᵀK_d s (the closed-loop rate if τ = τ_c exactly)
     s: np.ndarray | None = None

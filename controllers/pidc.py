@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
+from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
@@ -63,8 +64,11 @@ def constant_reference(theta_d):
     return lambda t: (th, z, z)
 
 
-@dataclass
-class PIDCInfo:
+@dataclass(kw_only=True)
+class PIDCInfo(StepInfo):
+    """One PIDC step: ``solvable`` false when the passive-joint condition (58) fails (status
+    "unsolvable"), ``rank`` of A, the constraint forces f_c/f_d [N·m], desired q̈, τ_∥ and τ_⊥."""
+
     solvable: bool = True
     passive_residual: float = 0.0     # ‖(I − B) τ‖ before zeroing (58)
     rank: int = 0
@@ -177,7 +181,7 @@ class PIDC:
         qdd, _ = self.desired_acceleration(t, q, v, pr, Cv)
         b = M @ qdd + h
         tau_par = pr.P @ b
-        info = PIDCInfo(rank=pr.rank, qdd_des=qdd, tau_par=tau_par)
+        info = PIDCInfo(status="solved", rank=pr.rank, qdd_des=qdd, tau_par=tau_par)
         scale = max(1.0, float(np.linalg.norm(b)))
         if self.qp:
             tau = self._solve_qp(t, q, b, pr, info)
@@ -190,7 +194,7 @@ class PIDC:
         else:
             tau = tau_par
         if not self.qp and self.passive and info.passive_residual > self.solve_tol * scale:
-            info.solvable = False
+            info.solvable, info.status = False, "unsolvable"
             self.unsolvable_steps += 1
             if self.on_unsolvable == "raise":
                 raise InfeasibleError(
@@ -255,7 +259,7 @@ class PIDC:
         # (58) without limits: can the actuated joints produce q̈_des at all?
         res_ls = float(np.linalg.norm(Aeq @ (pinv(Aeq, rtol=_RTOL) @ beq) - beq)) if Aeq.size else 0.0
         if res_ls > self.solve_tol * max(1.0, float(np.linalg.norm(b))):
-            info.solvable = False
+            info.solvable, info.status = False, "unsolvable"
             self.unsolvable_steps += 1
             if self.on_unsolvable == "raise":
                 raise InfeasibleError(

@@ -6,9 +6,12 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from cmstack.controllers.pidc import PIDC
+from cmstack.controllers.base import StepInfo
+from cmstack.controllers.pidc import PIDC, PIDCInfo
 from cmstack.models.partition import TriangleMap
 from cmstack.models.series_parallel_aux import AugmentedRobot, TriangleConstraint, lift
 
@@ -24,8 +27,8 @@ class SeriesParallelPIDC:
         self.failures = 0
 
     @property
-    def info(self):
-        return None   # the scenario logs the robust law's s / Q_robust when present; PIDC has neither
+    def info(self) -> PIDCInfo:
+        return self.pidc.info
 
     def __call__(self, t, q, v):
         x, xd = lift(self.tm, q, v)
@@ -38,6 +41,13 @@ def build_series_parallel(cfg, traj):
 
 
 # ------------------------------------------------------------------------------------------ YuMi bar
+@dataclass(kw_only=True)
+class YumiForceInfo(StepInfo):
+    """One step of :class:`YumiForcePIDC`: Qc [N·m], the constraint force on the arm joints it used."""
+
+    Qc: np.ndarray
+
+
 class YumiForcePIDC:
     """Hybrid motion/force PIDC (seed 004 §7.3) on the dual-arm YuMi holding a rigid bar (plant=bar).
 
@@ -74,7 +84,7 @@ class YumiForcePIDC:
         self.kin = None
         self.failures = 0
         self.log_t, self.log_s, self.log_lam = [], [], []
-        self.info = None
+        self.info: YumiForceInfo | None = None
 
     def attach_plant(self, plant):
         """Give the controller its force sensor (the plant's weld force on the arm joints)."""
@@ -120,8 +130,12 @@ class YumiForcePIDC:
         self.log_t.append(t)
         self.log_s.append(float(lam[:3] @ d))
         self.log_lam.append(lam)
-        self.info = type("PIDCYumiInfo", (), {"Qc": f_c, "qp_iter": 0})()
+        self.info = YumiForceInfo(status="solved", Qc=f_c)
         return tau
+
+    def errors(self, kin, t: float):
+        """({coupling name: e_c}, {task name: e_u}) at (kin, t) (controllers.base.ReportsErrors)."""
+        return {self.coupling.name: self.coupling.error(kin, t)}, {self.task.name: self.task.error(kin, t)}
 
     def extra_metrics(self) -> dict:
         t, s = np.array(self.log_t), np.array(self.log_s)

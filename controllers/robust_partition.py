@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel
 
@@ -36,8 +37,8 @@ def _diag3(name, x):
 
 
 @dataclass
-class RobustInfo:
-    """Last step's internals, for logging."""
+class RobustInfo(StepInfo):
+    """Last step's internals, for logging: e = q − q_d, s = ė + Λe, the model and robust parts of Q_a."""
 
     e: np.ndarray
     s: np.ndarray
@@ -90,5 +91,5 @@ class RobustPartitionController:
             Q_model = tm.Gamma @ a_r + tm.h - tm.Qe
         # −κ sat(s/ε); np.minimum/np.maximum: np.clip costs several µs on 3-vectors
         Q_rob = self._neg_kappa * np.minimum(1.0, np.maximum(-1.0, s * self._inv_eps))
-        self.info = RobustInfo(e, s, Q_model, Q_rob)
+        self.info = RobustInfo(e, s, Q_model, Q_rob, status="solved")
         return Q_model - self.K * s + Q_rob

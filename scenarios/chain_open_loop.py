@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.sim.runner import simulate
 
 NAME = "chain_open_loop"
 TARGETS = dict(momentum_drift_rel=1e-8, constraint_violation_max_m=1e-6, internal_force_during_moment_max_n=1e-9,
@@ -78,6 +80,21 @@ def pulse_port(cfg, chain: TensorChain):
     return port
 
 
+class PortSchedule:
+    """The open-loop "controller": the pulse port τ(t) whatever the state (controllers.base.Controller).
+    The plant's clock t is snapped to the schedule's k·dt, so that a pulse edge falls on the same step
+    as in the tensor model's k·dt time."""
+
+    def __init__(self, port, dt: float):
+        self.port, self.dt = port, float(dt)
+        self.info = StepInfo(status="open loop")
+        self.on = False          # is a pulse on at the last call
+
+    def __call__(self, t, q, v):
+        tau, self.on = self.port(round(t / self.dt) * self.dt)
+        return tau
+
+
 def pose_diff(a, b) -> float:
     """max over bodies of max(|Δp| [m], rotation angle between the attitudes [rad])."""
     dp = np.max(np.abs(a.pos - b.pos))
@@ -109,90 +126,83 @@ def run(ctx) -> Outcome:
     log.meta["mjcf_path"] = str(plant.path)
     log.meta["body_names"] = np.array(body_names(n))
 
-    s = chain.straight_state()
-    s_rv = s.copy()
-    plant.reset(s)
-    P0, L0 = chain.momentum(s)
-    ref = None            # momentum at the start of the current zero-port interval
-    e_ref = None          # energies (configured law, rotvec) at the start of the current zero-port interval
-    drift_E = np.zeros(2)
-    scale_E = np.zeros(2)
+    s0 = chain.straight_state()
+    plant.reset(s0)
+    P0, L0 = chain.momentum(s0)
     g_pot = None if cfg["gravity_compensated"] else -chain.masses[:, None] * chain.gravity[None, :]
 
     def energy(ch, st):
         E = ch.kinetic_energy(st) + ch.spring_energy(st.R)
         return E if g_pot is None else E + float(np.sum(g_pot * st.pos))
-    drift_P = drift_L = 0.0
-    scale_P = scale_L = 0.0
-    viol_max = pre_viol_max = 0.0
-    fj_moment = fj_force = 0.0
-    fj_prev, fj_jump = None, 0.0
-    cmp_rv = cmp_paper = 0.0
     mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
+    ctl = PortSchedule(port, dt)
+    # the tensor models run beside the plant, one step per control step, inside record(); ref: momentum
+    # at the start of the current zero-port interval, e_ref: energies (configured law, rotvec) there
+    st = dict(k=0, s=s0, s_rv=s0.copy(), ref=None, e_ref=None, drift_E=np.zeros(2), scale_E=np.zeros(2),
+              drift_P=0.0, drift_L=0.0, scale_P=0.0, scale_L=0.0, viol_max=0.0, pre_viol_max=0.0,
+              fj_moment=0.0, fj_force=0.0, fj_prev=None, fj_jump=0.0, cmp_rv=0.0, cmp_paper=0.0)
+
+    def record(_t, q, v, tau):
+        k, s, s_rv = st["k"], st["s"], st["s_rv"]
+        t = k * dt                                       # the schedule's time (PortSchedule snaps to it)
+        on = ctl.on
+        P, L = chain.momentum(s)
+        st["scale_P"], st["scale_L"] = max(st["scale_P"], np.linalg.norm(P)), max(st["scale_L"], np.linalg.norm(L))
+        ref = st["ref"]
+        if ref is not None:                          # the state at t closes the previous zero-port step
+            st["drift_P"] = max(st["drift_P"], float(np.linalg.norm(P - ref[0])))
+            st["drift_L"] = max(st["drift_L"], float(np.linalg.norm(L - ref[1])))
+        E = np.array([energy(chain, s), energy(chain_rv, s_rv)])
+        st["scale_E"] = np.maximum(st["scale_E"], np.abs(E))
+        if st["e_ref"] is not None:
+            st["drift_E"] = np.maximum(st["drift_E"], np.abs(E - st["e_ref"]))
+        if on or k == steps:
+            st["ref"] = st["e_ref"] = None
+        elif ref is None:
+            st["ref"] = (P.copy(), L.copy())
+            st["e_ref"] = E
+        viol = float(np.max(np.abs(chain.constraint_violation(s))))
+        st["viol_max"] = max(st["viol_max"], viol)
+        g = plant.chain_state()
+        if k <= n_cmp:
+            st["cmp_paper"] = max(st["cmp_paper"], pose_diff(s, g))
+            st["cmp_rv"] = max(st["cmp_rv"], pose_diff(s_rv, g))
+        if k == steps:
+            dyn = chain.dynamics(s, tau, cfg["method"])
+        else:
+            s_new, dyn = chain.step(s, dt, tau, method=cfg["method"], project=False)
+            st["pre_viol_max"] = max(st["pre_viol_max"], float(np.max(np.abs(chain.constraint_violation(s_new)))))
+            if cfg["project"]:
+                s_new = chain.project(s_new)
+        fj = float(np.linalg.norm(dyn.F_J))
+        if mp["t0"] <= t < mp["t1"] and not (fp["t0"] <= t < fp["t1"]):
+            st["fj_moment"] = max(st["fj_moment"], fj)
+        if fp["t0"] <= t < fp["t1"]:
+            st["fj_force"] = max(st["fj_force"], fj)
+            if st["fj_prev"] is not None:
+                st["fj_jump"] = max(st["fj_jump"], abs(fj - st["fj_prev"]))
+            st["fj_prev"] = fj
+        if k % cfg["log_every"] == 0:
+            log.append(t=t, P=P, L=L, viol=viol, FJ=np.linalg.norm(dyn.F_J.reshape(-1, 3), axis=1),
+                       pos=s.pos, quat=s.quat, port=tau, plant_qpos=plant.data.qpos,
+                       model_qpos=plant.qpos_of(s), plant_pos=g.pos,
+                       pose_diff_rotvec=pose_diff(s_rv, g) if k <= n_cmp else np.nan,
+                       pose_diff_paper=pose_diff(s, g), energy=E)
+        if k == steps:
+            return
+        st["s"] = s_new
+        st["s_rv"], _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
+        st["k"] = k + 1
 
     viewer = ctx.make_viewer(plant.model)         # --viewer meshcat: the MuJoCo chain, live
-    bar = None
-    if ctx.progress:
-        from tqdm import tqdm
-        bar = tqdm(total=steps, desc=NAME, unit="step", leave=False, mininterval=0.5)
-    try:
-        for k in range(steps + 1):
-            t = k * dt
-            P, L = chain.momentum(s)
-            scale_P, scale_L = max(scale_P, np.linalg.norm(P)), max(scale_L, np.linalg.norm(L))
-            tau, on = port(t)
-            if ref is not None:                          # the state at t closes the previous zero-port step
-                drift_P = max(drift_P, float(np.linalg.norm(P - ref[0])))
-                drift_L = max(drift_L, float(np.linalg.norm(L - ref[1])))
-            E = np.array([energy(chain, s), energy(chain_rv, s_rv)])
-            scale_E = np.maximum(scale_E, np.abs(E))
-            if e_ref is not None:
-                drift_E = np.maximum(drift_E, np.abs(E - e_ref))
-            if on or k == steps:
-                ref = e_ref = None
-            elif ref is None:
-                ref = (P.copy(), L.copy())
-                e_ref = E
-            viol = float(np.max(np.abs(chain.constraint_violation(s))))
-            viol_max = max(viol_max, viol)
-            g = plant.chain_state()
-            if k <= n_cmp:
-                cmp_paper = max(cmp_paper, pose_diff(s, g))
-                cmp_rv = max(cmp_rv, pose_diff(s_rv, g))
-            if k == steps:
-                dyn = chain.dynamics(s, tau, cfg["method"])
-            else:
-                s_new, dyn = chain.step(s, dt, tau, method=cfg["method"], project=False)
-                pre_viol_max = max(pre_viol_max, float(np.max(np.abs(chain.constraint_violation(s_new)))))
-                if cfg["project"]:
-                    s_new = chain.project(s_new)
-            fj = float(np.linalg.norm(dyn.F_J))
-            if mp["t0"] <= t < mp["t1"] and not (fp["t0"] <= t < fp["t1"]):
-                fj_moment = max(fj_moment, fj)
-            if fp["t0"] <= t < fp["t1"]:
-                fj_force = max(fj_force, fj)
-                if fj_prev is not None:
-                    fj_jump = max(fj_jump, abs(fj - fj_prev))
-                fj_prev = fj
-            if k % cfg["log_every"] == 0:
-                log.append(t=t, P=P, L=L, viol=viol, FJ=np.linalg.norm(dyn.F_J.reshape(-1, 3), axis=1),
-                           pos=s.pos, quat=s.quat, port=tau, plant_qpos=plant.data.qpos,
-                           model_qpos=plant.qpos_of(s), plant_pos=g.pos,
-                           pose_diff_rotvec=pose_diff(s_rv, g) if k <= n_cmp else np.nan,
-                           pose_diff_paper=pose_diff(s, g), energy=E)
-            if k == steps:
-                break
-            s = s_new
-            s_rv, _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
-            plant.set_torque(tau)
-            plant.step(1)
-            if viewer is not None:
-                viewer.maybe_update(plant.time, plant.data.qpos)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+    res = simulate(plant, ctl, duration=steps * dt, control_dt=dt, record=record, viewer=viewer,
+                   progress=ctx.progress, desc=NAME, log=log)
+    q, v = plant.state()                             # the final state closes the last interval
+    record(plant.time, q, v, ctl(plant.time, q, v))
+    drift_P, drift_L, scale_P, scale_L = st["drift_P"], st["drift_L"], st["scale_P"], st["scale_L"]
+    viol_max, pre_viol_max, fj_moment, fj_force, fj_jump = (st[x] for x in ("viol_max", "pre_viol_max", "fj_moment",
+                                                                          "fj_force", "fj_jump"))
+    cmp_rv, cmp_paper, drift_E, scale_E = st["cmp_rv"], st["cmp_paper"], st["drift_E"], st["scale_E"]
 
     mom_rel = max(drift_P / max(scale_P, 1e-300), drift_L / max(scale_L, 1e-300))
     metrics = dict(momentum_drift_rel=mom_rel, linear_momentum_drift_rel=drift_P / max(scale_P, 1e-300),
@@ -201,7 +211,8 @@ def run(ctx) -> Outcome:
                    internal_force_during_moment_max_n=fj_moment, internal_force_during_force_max_n=fj_force,
                    internal_force_step_jump_max_n=fj_jump,
                    mujoco_pose_diff_max=cmp_rv, mujoco_pose_diff_paper_law=cmp_paper,
-                   linear_momentum_final=scale_P, angular_momentum_max=scale_L)
+                   linear_momentum_final=scale_P, angular_momentum_max=scale_L,
+                   realtime_factor=res.realtime_factor, control_step_us_median=res.step_us_median)
     law = cfg["spring_law"]
     e_rel = drift_E / np.maximum(scale_E, 1e-300)
     metrics[f"energy_drift_rel_{law}"] = float(e_rel[0])
@@ -222,6 +233,7 @@ def run(ctx) -> Outcome:
     ]
     rows += [Row(f"energy_drift_rel_{x}", metrics[f"energy_drift_rel_{x}"], None, f"report, {e_note[x]}")
              for x in dict.fromkeys((law, "rotvec"))]
+    rows.append(Row("realtime_factor", res.realtime_factor, None, "report (MuJoCo chain + both tensor models)"))
     plots = make_plots(ctx, cfg)
     return Outcome(metrics, rows, plots)
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from cmstack.controllers.robust_partition import RobustInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.partition import PartitionModel, TriangleMap
 from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
-from cmstack.sim.runner import run_closed_loop
+from cmstack.sim.runner import simulate
 
 NAME = "series_parallel"
 APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
@@ -227,17 +229,18 @@ def run(ctx) -> Outcome:
         q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
         qd, vd, _ = traj(t)
         T = plant.tip_pose()
-        info = getattr(controller, "info", None)
+        info = controller.info                # the robust law logs s and Q_robust; PIDC has neither
+        robust = isinstance(info, RobustInfo)
         log.append(t=t, q=q, v=v, q_d=qd, v_d=vd, e=q - qd, Q_a=tau,
-                   s=info.s if info is not None else np.full(3, np.nan),
-                   Q_robust=info.Q_robust if info is not None else np.full(3, np.nan),
+                   s=info.s if robust else np.full(3, np.nan),
+                   Q_robust=info.Q_robust if robust else np.full(3, np.nan),
                    tip_force=plant.tip_force_world(), loop_violation=plant.equality_violation(),
                    plant_qpos=plant.data.qpos, frame__F3=T, trail__F3=T[:3, 3])
         if viewer is not None:
             viewer.maybe_update(t, plant.data.qpos, trails={"F3": T[:3, 3]})
 
-    res = run_closed_loop(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"],
-                          record=record, progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})")
+    res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
+                   progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})", log=log)
     return summarize(ctx, cfg, log.arrays(), res, plant, np.asarray(qacc_rel))
 
 
@@ -284,7 +287,9 @@ def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
         m["plant_vs_rigid_qacc_rel"] = float(np.median(qacc_rel))
         m["plant_vs_rigid_qacc_rel_p90"] = float(np.percentile(qacc_rel, 90))
         m["plant_vs_rigid_qacc_rel_max"] = float(qacc_rel.max())
-    m.update(getattr(plant, "metrics", dict)())                # what a [perturbation] did, if any
+    if isinstance(plant, ReportsPlantMetrics):
+        m.update(plant.metrics())                              # what a [perturbation] did, if any
+    m["realtime_factor"] = res.realtime_factor
 
     full = T >= max(w1, t_end_dist + 2.0)
     rows = []
@@ -303,7 +308,8 @@ def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
              Row("stroke_end_stop_time_s", m["stroke_end_stop_time_s"]),
              Row("plant_vs_rigid_qacc_rel", m.get("plant_vs_rigid_qacc_rel", float("nan")), None, "<= 1e-2 (median)",
                  m.get("plant_vs_rigid_qacc_rel", float("nan")) <= 1e-2),
-             Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)")]
+             Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)"),
+             Row("realtime_factor", m["realtime_factor"], None, "report (simulated / wall time of the loop)")]
     return Outcome(m, rows, make_plots(ctx, cfg, L))
 
 

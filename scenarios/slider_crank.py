@@ -19,7 +19,7 @@ from cmstack.models.robot import Robot
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
-from cmstack.sim.runner import run_closed_loop
+from cmstack.sim.runner import simulate
 
 NAME = "slider_crank"
 TARGETS = dict(singular_crossings=10, constraint_error_max=1e-9, energy_drift_rel=1e-4,
@@ -91,8 +91,8 @@ def run(ctx) -> Outcome:
         P_rows["phi"].append(proj.equality_violation())
         P_rows["sigma"].append(project(loop.jacobian(q)).sigma[0])
 
-    res_p = run_closed_loop(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
-                            progress=ctx.progress, desc=f"{NAME} (projection plant)")
+    res_p = simulate(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
+                     progress=ctx.progress, desc=f"{NAME} (projection plant)")
     Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
     phi_max = max(float(np.max(P_rows["phi"])), proj.equality_violation())
 
@@ -111,8 +111,8 @@ def run(ctx) -> Outcome:
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 
-    res_m = run_closed_loop(mj, ctl_m, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_m,
-                            viewer=None, progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)")
+    res_m = simulate(mj, ctl_m, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_m,
+                     progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)", log=log)
     L = log.arrays()
 
     # 3. same torques on both plants ---------------------------------------------------------------
@@ -157,7 +157,10 @@ def run(ctx) -> Outcome:
              saturated_steps_qp=ctl_m.saturated_steps, motor_saturations_mujoco=mj.saturated,
              loop_violation_max_mujoco_m=float(L["loop_violation"].max()),
              max_torque_nm=float(np.abs(L["tau"]).max()),
-             control_step_us_median=res_m.step_us_median, control_step_us_median_projection=res_p.step_us_median)
+             control_step_us_median=res_m.step_us_median, control_step_us_median_projection=res_p.step_us_median,
+             # both closed loops (projection plant, MuJoCo plant): simulated time / their wall time
+             realtime_factor=(res_p.simulated_s + res_m.simulated_s) / (res_p.wall_s + res_m.wall_s),
+             realtime_factor_projection=res_p.realtime_factor, realtime_factor_mujoco=res_m.realtime_factor)
     full = cfg["duration"] >= 5.5
     rows = [Row("singular_crossings", m["singular_crossings"], None, ">= 10", m["singular_crossings"] >= 10 if full else None),
             Row("constraint_error_max", m["constraint_error_max"], None, "<= 1e-9", m["constraint_error_max"] <= 1e-9),
@@ -171,7 +174,8 @@ def run(ctx) -> Outcome:
             Row("singular_crossings_mujoco", m["singular_crossings_mujoco"]),
             Row("unsolvable_steps (proj / MuJoCo)", f"{ctl_p.unsolvable_steps} / {ctl_m.unsolvable_steps}"),
             Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
-            Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)")]
+            Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)"),
+            Row("realtime_factor (projection + MuJoCo loops)", m["realtime_factor"], None, "report")]
     plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg)
     return Outcome(m, rows, plots)
 

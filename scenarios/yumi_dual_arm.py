@@ -9,14 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
+from cmstack.controllers.base import ReportsErrors, ReportsMetrics
 from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory
 from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot
 from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
-from cmstack.sim.runner import Disturbance, run_closed_loop
+from cmstack.sim.runner import Disturbance, simulate
 
 NAME = "yumi_dual_arm"
 APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
@@ -52,13 +54,14 @@ def build_pidc_force(cfg, robot, coupling, task):
     return build_yumi_force(cfg, robot, coupling, task)
 
 
-# name → builder(cfg, robot, coupling, task) -> controller(t, q, v) -> τ.  Other laws register here.
 def build_uk_robust(cfg, robot, coupling, task):
     from cmstack.controllers.uk_robust import build_yumi   # the thesis law + integral action on the coupling
 
     return build_yumi(cfg, robot, coupling, task)
 
 
+# name → builder(cfg, robot, coupling, task) -> a Controller that ReportsErrors (controllers/base.py) and
+# counts its failed steps in ``failures``.  Other laws register here.
 CONTROLLERS = {"uk": build_uk, "pidc_force": build_pidc_force, "uk_robust": build_uk_robust}
 
 
@@ -104,8 +107,9 @@ def run(ctx) -> Outcome:
     if cfg["plant"] == "bar":
         q0 = close_loop(robot, coupling, q0)   # a physical bar: the initial state must be closed
     plant.reset(q0)
-    if hasattr(controller, "attach_plant"):   # a controller with a force sensor reads it from the plant
-        controller.attach_plant(plant)
+    if not isinstance(controller, ReportsErrors):
+        raise ConfigError(f"controller='{cfg['controller']}' does not report its constraint/task errors "
+                          "(controllers/base.py: ReportsErrors); this scenario logs them")
     disturbances = []
     if cfg["disturbance_body"]:
         plant.body_id(cfg["disturbance_body"])
@@ -120,16 +124,16 @@ def run(ctx) -> Outcome:
 
     def record(t, q, v, tau):
         q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
-        kin = getattr(controller, "kin", None)
-        if kin is None or kin.q is None or not np.array_equal(kin.q, q):
+        kin = controller.kin                  # the kinematics the controller computed this step (ReportsErrors)
+        if not np.array_equal(kin.q, q):      # it saw a noisy measurement
             kin = robot.update(q, v)
-        ec, eu = coupling.error(kin, t), task.error(kin, t)
+        cons, tasks = controller.errors(kin, t)
+        ec, eu = cons[coupling.name], tasks[task.name]
         E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
         TD = traj(t)[0]
         EB = (E1 * T_AB).translation          # the coupling body as E1 holds it: from E1 to E1·T_A^B (where E2 should be)
-        info = getattr(controller, "info", None)
-        Qc = info.Qc if info is not None and info.Qc is not None else np.zeros(robot.nv)
-        log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=Qc, qp_iter=getattr(info, "qp_iter", 0), p_E1=E1.translation, p_D=TD.translation,
+        info = controller.info
+        log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=info.Qc, qp_iter=info.qp_iter, p_E1=E1.translation, p_D=TD.translation,
                    plant_qpos=plant.data.qpos, frame__E1=E1.homogeneous, frame__E2=E2.homogeneous,
                    frame__desired=TD.homogeneous, trail__E1=E1.translation, segment__coupling=np.array([E1.translation, EB]),
                    weld_violation=plant.equality_violation() if cfg["plant"] == "bar" else 0.0)
@@ -137,9 +141,9 @@ def run(ctx) -> Outcome:
             viewer.maybe_update(t, plant.data.qpos, frames={"E1": E1, "E2": E2, "desired": TD},
                                 trails={"E1": E1.translation}, segments={"coupling": (E1.translation, EB)})
 
-    res = run_closed_loop(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"],
-                          record=record, disturbances=disturbances, progress=ctx.progress,
-                          desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})")
+    res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
+                   disturbances=disturbances, progress=ctx.progress, desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
+                   log=log, task_errors=False)   # record logs the errors itself
     L = log.arrays()
     return summarize(ctx, cfg, L, res, controller, plant)
 
@@ -158,12 +162,14 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              constraint_error_converged=float(nec[late].mean()) if late.any() else float("nan"),
              task_error_converged=float(neu[late].mean()) if late.any() else float("nan"),
              settling_time_s=settling, max_torque_nm=float(np.abs(L["tau"]).max()),
-             qp_failures=int(getattr(controller, "failures", 0)),
-             control_step_us_median=res.step_us_median,
+             qp_failures=int(controller.failures),
+             control_step_us_median=res.step_us_median, realtime_factor=res.realtime_factor,
              position_offset_x_m=offset[0], position_offset_y_m=offset[1], position_offset_z_m=offset[2],
              torque_saturations=plant.saturated)
-    m.update(getattr(plant, "metrics", dict)())                # what a [perturbation] did, if any
-    m.update(getattr(controller, "extra_metrics", dict)())   # e.g. the squeeze force of pidc_force
+    if isinstance(plant, ReportsPlantMetrics):
+        m.update(plant.metrics())                              # what a [perturbation] did, if any
+    if isinstance(controller, ReportsMetrics):
+        m.update(controller.extra_metrics())                   # e.g. the squeeze force of pidc_force
     if cfg["plant"] == "bar":
         m["loop_closure_error_max_m"] = float(L["weld_violation"].max())
     rows = [Row("constraint_error_initial", m["constraint_error_initial"], PAPER["constraint_error_initial"],
@@ -185,13 +191,14 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
              Row("position_offset_m", np.array2string(offset, precision=5), "(0.0008, -0.0002, 0.0051)"),
              Row("qp_failures", m["qp_failures"], None, "0", m["qp_failures"] == 0),
              Row("max_torque_nm", m["max_torque_nm"]),
-             Row("control_step_us_median", m["control_step_us_median"], None, "<= 150 (bench/)")]
+             Row("control_step_us_median", m["control_step_us_median"], None, "<= 150 (bench/)"),
+             Row("realtime_factor", m["realtime_factor"], None, "report (simulated / wall time of the loop)")]
     if "squeeze_force_error_rel" in m:
         rows.append(Row("squeeze_force_error_rel", m["squeeze_force_error_rel"], None, "<= 0.02",
                         m["squeeze_force_error_rel"] <= 0.02 if full else None))
     if "loop_closure_error_max_m" in m:
         rows.append(Row("loop_closure_error_max_m", m["loop_closure_error_max_m"]))
-    plots = make_plots(ctx, t, L, cfg, controller.robot.joint_names if hasattr(controller, "robot") else None)
+    plots = make_plots(ctx, t, L, cfg, controller.robot.joint_names)
     return Outcome(m, rows, plots)
 
 

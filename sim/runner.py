@@ -1,22 +1,33 @@
-"""Closed-loop runner: owns timing (control period, sim sub-steps, duration), the progress bar, the
-per-call controller timing, disturbances and logging.
+"""The one closed loop: owns timing (control period, sim sub-steps, duration), the progress bar, the
+per-call controller timing, the wall-clock real-time factor, disturbances and logging.
 
-    result = run_closed_loop(plant, controller, duration=2.0, control_dt=0.005,
-                             record=lambda t, q, v, tau: logger.append(...))
+    run = simulate(plant, controller, duration=2.0, control_dt=0.005,
+                   record=lambda t, q, v, tau: logger.append(...))
+    run.realtime_factor, run.step_us_median, run.errors["E1"], run.save("runs/mine")
 
-The controller sees only (t, q, v) as a real one would.  ``record`` is called once per control step
-with the measured state and the torque applied.  Any exception propagates after the steps done so
-far have been logged (the scenario framework then writes log.npz and the reason).
+``plant`` is a sim.base.Plant, ``controller`` a controllers.base.Controller: the controller sees only
+(t, q, v) as a real one would.  Every control period: read (q, v), τ = controller(t, q, v) (timed),
+apply τ and the disturbances active at t, ``record(t, q, v, τ)``, update the viewer, step the plant
+by control_dt.  A controller that :class:`~cmstack.controllers.base.SensesPlant` is given the plant
+first; one that :class:`~cmstack.controllers.base.ReportsErrors` has its constraint/task errors kept
+per step in ``run.errors``.  Without ``record`` the loop logs t, q, v, τ and plant_qpos itself, so
+that ``run.save(dir)`` writes a directory the viewer replays.  Any exception propagates after the
+steps done so far have been logged (the scenario framework then writes log.npz and the reason).
 """
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.models.errors import ConfigError
-from cmstack.sim.logger import Logger  # noqa: F401  (moved to sim/logger.py; kept importable from here)
+from cmstack.sim.base import Plant
+from cmstack.sim.logger import Logger, atomic_write
 
 
 @dataclass
@@ -47,27 +58,45 @@ def substeps(control_dt: float, sim_dt: float) -> int:
     return n
 
 
-def run_closed_loop(plant, controller, *, duration: float, control_dt: float, record=None,
-                    disturbances: list[Disturbance] = (), viewer=None, progress: bool = True,
-                    desc: str = "sim") -> RunResult:
+def simulate(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
+             record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+             disturbances: Sequence[Disturbance] = (), viewer=None, progress: bool = True, desc: str = "sim",
+             log: Logger | None = None, task_errors: bool = True) -> Run:
+    """Run ``controller`` on ``plant`` for ``duration`` s of simulated time at one call per
+    ``control_dt`` s (a whole multiple of plant.dt).  ``record(t, q, v, tau)`` is called once per
+    control step after τ is applied; ``log`` is the Logger the run saves (a new one if omitted; filled
+    by the loop itself when ``record`` is None).  ``viewer.maybe_update(t, qpos)`` is called per step.
+    ``task_errors``: keep a ReportsErrors controller's errors per step.  Returns the :class:`Run`."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     n_sub = substeps(control_dt, plant.dt)
     n_steps = int(round(duration / control_dt))
-    res = RunResult()
+    log = Logger() if log is None else log
+    res = Run(duration=n_steps * control_dt, control_dt=control_dt, log=log)
+    if record is None:
+        def record(t, q, v, tau):
+            log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
+        if getattr(plant, "path", None) is not None:
+            log.meta.setdefault("mjcf_path", str(plant.path))
+    if isinstance(controller, SensesPlant):
+        controller.attach_plant(plant)
+    reports = task_errors and isinstance(controller, ReportsErrors)
+    errors = res.errors
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=n_steps, desc=desc, unit="step", leave=False, mininterval=0.5)
+    perf = time.perf_counter
+    w0 = perf()
     try:
         active: set[int] = set()
         for _ in range(n_steps):
             t = plant.time
             q, v = plant.state()
-            c0 = time.perf_counter()
+            c0 = perf()
             tau = controller(t, q, v)
-            res.step_us.append((time.perf_counter() - c0) * 1e6)
+            res.step_us.append((perf() - c0) * 1e6)
             plant.set_torque(tau)
             for i, d in enumerate(disturbances):
                 on = d.t0 <= t < d.t1
@@ -77,8 +106,11 @@ def run_closed_loop(plant, controller, *, duration: float, control_dt: float, re
                 elif not on and i in active:
                     plant.set_wrench(d.body)
                     active.discard(i)
-            if record is not None:
-                record(t, q, v, tau)
+            if reports:
+                for group in controller.errors(controller.kin, t):
+                    for name, e in group.items():
+                        errors.setdefault(name, []).append(np.array(e, dtype=float))
+            record(t, q, v, tau)
             if viewer is not None:
                 viewer.maybe_update(t, plant.data.qpos)
             plant.step(n_sub)
@@ -86,6 +118,60 @@ def run_closed_loop(plant, controller, *, duration: float, control_dt: float, re
             if bar is not None:
                 bar.update(1)
     finally:
+        res.wall_s = perf() - w0
         if bar is not None:
             bar.close()
     return res
+
+
+def run_closed_loop(plant: Plant, controller: Controller, **kw) -> Run:
+    """Former name of :func:`simulate` (same arguments)."""
+    return simulate(plant, controller, **kw)
+
+
+@dataclass
+class Run(RunResult):
+    """What :func:`simulate` returns.
+
+    steps: control steps done; duration [s]: simulated time asked for (steps × control_dt when
+    complete); control_dt [s]; step_us: wall time of each controller call [µs]; wall_s: wall time of
+    the whole loop [s] (logging, viewer and plant included; imports and plots excluded);
+    errors: per constraint/task name, its error at every step (empty if the controller does not
+    report errors); log: the Logger of the run."""
+
+    duration: float = 0.0
+    control_dt: float = 0.0
+    wall_s: float = float("nan")
+    errors: dict[str, list] = field(default_factory=dict)
+    log: Logger | None = None
+
+    @property
+    def simulated_s(self) -> float:
+        """Simulated time actually covered [s]."""
+        return self.steps * self.control_dt
+
+    @property
+    def realtime_factor(self) -> float:
+        """Simulated time / wall time of the loop (> 1: faster than real time)."""
+        return self.simulated_s / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def error_arrays(self) -> dict[str, np.ndarray]:
+        """Per name, its errors stacked (steps × dim)."""
+        return {k: np.stack(v) for k, v in self.errors.items()}
+
+    def timing(self) -> dict[str, float]:
+        """The run's speed figures (for metrics.json)."""
+        return {"realtime_factor": self.realtime_factor, "control_step_us_median": self.step_us_median,
+                "loop_wall_s": self.wall_s, "simulated_s": self.simulated_s}
+
+    def save(self, out) -> Path:
+        """Write ``out/log.npz`` (the log, with ``error__<name>`` per reported error: what
+        ``cmstack view`` replays) and ``out/run.json`` (the timing); returns ``out``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        log = self.log if self.log is not None else Logger()
+        for k, v in self.error_arrays().items():
+            log.meta[f"error__{k}"] = v
+        log.save(out / "log.npz")
+        atomic_write(out / "run.json", json.dumps({"steps": self.steps, **self.timing()}, indent=1))
+        return out
