@@ -65,6 +65,7 @@ import proxsuite
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
+from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
@@ -339,7 +340,9 @@ class TaskSpaceLaw(PortLaw):
     ``obstacle_clip`` d_c (m, default d₀/10): closer than d_c to a sphere, and inside it, U_o continues as a
     C² quartic in the distance to the centre (``_point_potential``), so the law stays a gradient system —
     V̇ = −sᵀK_d s — even after a disturbance has pushed a point into a sphere.
-    ``traj(t) -> (p_d (3), q_d (4), ν_{e,d} (6) = [v; ω], D^Iν_{e,d} (6))``; Λ_e = blockdiag(λ_p I, λ_a I).
+    ``traj``: an SE(3) trajectory (models/trajectory.py) whose ``world(t)`` gives (p_d (3), q_d (4),
+    ν_{e,d} (6) = [v; ω], D^Iν_{e,d} (6)) in world axes (a function of t returning that is wrapped);
+    Λ_e = blockdiag(λ_p I, λ_a I).
     ``qp=True`` solves (*) with ProxSuite, optionally with joint-rate limits |R_{j+1}ᵀ(ω_{j+1} − ω_j)| ≤
     ``joint_rate_limit`` (component-wise, rad/s); D^Iν_r then treats the active limits as equalities."""
 
@@ -351,7 +354,7 @@ class TaskSpaceLaw(PortLaw):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
         if obstacle_gain < 0 or not obstacle_range > 0:
             raise ConfigError("obstacle_gain must be >= 0 and obstacle_range > 0")
-        self.traj = traj
+        self.traj = traj if isinstance(traj, SE3Trajectory) or traj is None else FromWorldFunction(traj)
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
         self.obstacles = list(obstacles)
         self.gain, self.d0 = float(obstacle_gain), float(obstacle_range)
@@ -372,7 +375,7 @@ class TaskSpaceLaw(PortLaw):
     def reference(self, t, state, R, M):
         ch = self.chain
         n = ch.n
-        p_d, q_d, nu_ed, nu_ed_dot = self.traj(t)
+        p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
         nu_ed, nu_ed_dot = np.asarray(nu_ed, float), np.asarray(nu_ed_dot, float)
         e_pos = state.pos[-1] - p_d
         e_att, eta = attitude_error(state.quat[-1], q_d)

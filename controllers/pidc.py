@@ -50,18 +50,13 @@ from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
+from cmstack.models.trajectory import Trajectory, as_trajectory
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
 
 #: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
 _RTOL = 1e-10
-
-
-def constant_reference(theta_d):
-    th = np.atleast_1d(np.asarray(theta_d, dtype=float))
-    z = np.zeros_like(th)
-    return lambda t: (th, z, z)
 
 
 @dataclass(kw_only=True)
@@ -96,7 +91,8 @@ class ForceLaw:
 class PIDC:
     """τ = PIDC(t, q, v) for a Pinocchio robot with constraints (phi, jacobian, jdot_v).
 
-    coords: names of the joints used as independent coordinates θ; reference(t) -> (θ_d, θ̇_d, θ̈_d).
+    coords: names of the joints used as independent coordinates θ; reference: a Trajectory on R^k
+    (models/trajectory.py: t → (θ_d, θ̇_d, θ̈_d)), or a constant θ_d, or a function of t giving that triple.
     passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
     qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``)."""
 
@@ -109,7 +105,7 @@ class PIDC:
         for i, name in enumerate(coords):
             self.S[i, robot.joint_index(name)] = 1.0
         self.coords = list(coords)
-        self.ref = reference
+        self.ref: Trajectory = as_trajectory(reference)
         self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(coords),)).copy()
         self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(coords),)).copy()
         if np.any(self.kp < 0) or np.any(self.kv < 0):

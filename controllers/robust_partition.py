@@ -25,6 +25,7 @@ import numpy as np
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel
+from cmstack.models.trajectory import as_trajectory
 
 
 def _diag3(name, x):
@@ -47,7 +48,8 @@ class RobustInfo(StepInfo):
 
 
 class RobustPartitionController:
-    """Q_a = __call__(t, q, v) with q = (φ, θ, δ), v = (φ̇, θ̇, δ̇); trajectory(t) -> (q_d, q̇_d, q̈_d)."""
+    """Q_a = __call__(t, q, v) with q = (φ, θ, δ), v = (φ̇, θ̇, δ̇); trajectory: a Trajectory on R³
+    (models/trajectory.py: t → (q_d, q̇_d, q̈_d))."""
 
     def __init__(self, model: PartitionModel, trajectory, *, Lambda=1.0, K=30.0, kappa=50.0, eps=1e-4,
                  terms: str = "rnea"):
@@ -58,7 +60,7 @@ class RobustPartitionController:
             raise ConfigError(f"terms='{terms}' is not one of ['rnea', 'partition']")
         self.use_rnea = terms == "rnea"
         self.model = model
-        self.trajectory = trajectory
+        self.trajectory = as_trajectory(trajectory)
         self.Lambda = _diag3("Lambda", Lambda)
         self.K = _diag3("K", K)
         self.kappa = _diag3("kappa", kappa)

@@ -53,6 +53,7 @@ import pinocchio as pin
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import cross3, se3_error
 from cmstack.models.robot import Kinematics, Robot
+from cmstack.models.trajectory import circle_trajectory  # noqa: F401  (moved to models/trajectory.py)
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 
@@ -465,27 +466,6 @@ class PostureTask(Task):
             return self._W, self.kd * kin.v - self.kp * (self.q_ref - kin.q)
         i = self.idx
         return self._W, self.kd * kin.v[i] - self.kp * (self.q_ref - kin.q[i])
-
-
-def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Trajectory:
-    """Thesis §4.4: p(t) = c + r (cos(ω t + φ), 0, sin(ω t + φ)) in the x–z plane, fixed orientation R,
-    with its exact first and second derivatives as feed-forward."""
-    import math
-
-    cx, cy, cz = (float(x) for x in center)
-    R = np.eye(3) if R is None else np.asarray(R, dtype=float)
-    r, w = float(radius), float(omega)
-    cos, sin, SE3, arr = math.cos, math.sin, pin.SE3, np.array
-
-    def traj(t: float):
-        a = w * t + phase
-        ca, sa = cos(a), sin(a)
-        T = SE3(R, arr((cx + r * ca, cy, cz + r * sa)))
-        vel = arr((-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0))
-        acc = arr((-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0))
-        return T, vel, acc
-
-    return traj
 
 
 def stack(constraints, kin: Kinematics, t: float, nv: int):

@@ -15,6 +15,7 @@ import numpy as np
 from cmstack.controllers.dac import JointActuationMap, Obstacle, TaskSpaceLaw, ThrusterMap, attitude_error
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import ChainState, TensorChain, quat_exp, quat_mul, quat_to_matrix, rot_z
+from cmstack.models.trajectory import FromWorldFunction
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.scenarios.chain_open_loop import body_names
 from cmstack.sim.chain_plant import ChainMujocoPlant
@@ -69,7 +70,7 @@ def ee_trajectory(cfg, p0, q0):
         wd = -ax * al * om**2 * s
         return p, q, np.r_[v, w], np.r_[a, wd]
 
-    return traj
+    return FromWorldFunction(traj)
 
 
 class ChainController:
@@ -174,7 +175,7 @@ def run(ctx) -> Outcome:
     def record(t, q, v, tau):
         tau_c, alloc = ctl.last
         s = ctl.state(q, v)
-        p_d, q_d, _, _ = traj(t)
+        p_d, q_d, _, _ = traj.world(t)
         e_att, _ = attitude_error(s.quat[-1], q_d)
         u_max = 0.0 if alloc.u is None else float(np.abs(np.einsum("jba,jb->ja", s.R[1:], alloc.u)).max())
         log.append(motor_max_nm=u_max, t=t, V=law.info.V, Vdot_cl=law.info.Vdot_cl, ee_pos=s.pos[-1], ee_pos_d=p_d, ee_quat=s.quat[-1],

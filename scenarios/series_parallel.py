@@ -19,6 +19,7 @@ import numpy as np
 from cmstack.controllers.robust_partition import RobustInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.partition import PartitionModel, TriangleMap
+from cmstack.models.trajectory import Sinusoid
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
@@ -158,7 +159,7 @@ def plant_state(plant: MujocoPlant, noisy: bool = True):
 
 
 def make_trajectory(cfg):
-    """q_d = c + a sin(2π f t + p) per coordinate; returns t -> (q_d, q̇_d, q̈_d)."""
+    """q_d = c + a sin(2π f t + p) per coordinate, as a Sinusoid trajectory (models/trajectory.py)."""
     c, a, f, p = (np.asarray(cfg[k], dtype=float) for k in ("traj_center", "traj_amplitude", "traj_frequency_hz",
                                                              "traj_phase"))
     for k, x in (("traj_center", c), ("traj_amplitude", a), ("traj_frequency_hz", f), ("traj_phase", p)):
@@ -168,14 +169,7 @@ def make_trajectory(cfg):
     if c[2] - abs(a[2]) < lo or c[2] + abs(a[2]) > hi:
         raise ConfigError(f"the desired stroke δ_d spans [{c[2] - abs(a[2]):g}, {c[2] + abs(a[2]):g}] m, outside the "
                           f"piston's [{lo:g}, {hi:g}] m")
-    w = 2 * np.pi * f
-
-    def traj(t):
-        ph = w * t + p
-        s, co = np.sin(ph), np.cos(ph)
-        return c + a * s, a * w * co, -a * w * w * s
-
-    return traj
+    return Sinusoid(c, a, f, p)
 
 
 # ------------------------------------------------------------------------------------- controllers

@@ -16,6 +16,7 @@ from cmstack.controllers.pidc import PIDC
 from cmstack.models.errors import ConfigError
 from cmstack.models.projection import KINDS, SliderCrankLoop, project
 from cmstack.models.robot import Robot
+from cmstack.models.trajectory import FromFunction
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
@@ -35,7 +36,7 @@ def crank_reference(omega: float, T: float):
         e = np.exp(-t / T)
         return np.array([omega * (t - T * (1 - e))]), np.array([omega * (1 - e)]), np.array([omega / T * e])
 
-    return ref
+    return FromFunction(ref)
 
 
 def build_controller(cfg, robot, loop):

@@ -10,10 +10,11 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.controllers.base import ReportsErrors, ReportsMetrics
-from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory
+from cmstack.models.coupling import FrameTask, RigidCoupling
 from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Circle
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
@@ -36,7 +37,7 @@ def build_problem(cfg: dict, robot: Robot):
         raise ConfigError("T_AB_rotation is not a rotation matrix (RᵀR ≠ I)")
     coupling = RigidCoupling(robot, cfg["frame1"], cfg["frame2"], T_AB, cfg["constraint_kp"], cfg["constraint_kd"],
                              rows=cfg["coupling_rows"], name="coupling")
-    traj = circle_trajectory(cfg["traj_center"], cfg["traj_radius"], cfg["traj_omega"], cfg["traj_phase"])
+    traj = Circle(cfg["traj_center"], cfg["traj_radius"], cfg["traj_omega"], cfg["traj_phase"])
     task = FrameTask(robot, cfg["frame1"], traj, cfg["task_kp"], cfg["task_kd"], name="E1")
     return coupling, task, traj, T_AB
 

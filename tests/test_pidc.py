@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from cmstack.controllers.pidc import PIDC, ForceLaw, constant_reference
+from cmstack.controllers.pidc import PIDC, ForceLaw
+from cmstack.models.trajectory import Constant
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.projection import SliderCrankLoop, project
 from cmstack.models.robot import Robot

@@ -1,0 +1,251 @@
+"""The one trajectory type: time → (position, velocity, acceleration), on R^n or on SE(3).
+
+    traj = Circle(center=[0.4, 0.2, 0.5], radius=0.12, omega=1.5, phase=π/2)
+    pose, vel, acc = traj(t)            # a Sample (NamedTuple): unpacks as three values
+
+Conventions of a :class:`Sample`:
+  * on R^n: ``position`` x (n,), ``velocity`` ẋ (n,), ``acceleration`` ẍ (n,) (SI units of x);
+  * on SE(3): ``position`` the pose T_D as a ``pin.SE3``; ``velocity`` = [v_D; ω_D^D] and
+    ``acceleration`` = [a_D; ε_D^D] (6,), the linear parts in world axes [m/s, m/s²], the angular
+    parts in the desired frame's own axes [rad/s, rad/s²] — what the frame tasks of
+    models/coupling.py consume ([Milioshin] (3.34)).
+    :meth:`SE3Trajectory.world` gives the same motion as (p, quaternion (w, x, y, z), [v; ω], [a; ω̇])
+    with every part in world axes — what the DAC task-space law consumes ([Eslami] law III).
+    Since ω = R_D ω^D, ω̇ = R_D ε^D (the term ω × ω vanishes).
+
+Kinds: :class:`Constant` (R^n or SE(3)), :class:`Sinusoid` (R^n, per coordinate),
+:class:`Circle` (SE(3), a circle in the x–z plane at a fixed orientation), :class:`MinimumJerk`
+(R^n) and :class:`MinimumJerkSE3` (point to point with the quintic time law
+s(τ) = 10τ³ − 15τ⁴ + 6τ⁵, zero velocity and acceleration at both ends), and :class:`FromFunction`
+(any function t → (x, ẋ, ẍ)).
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pinocchio as pin
+
+from cmstack.models.errors import ConfigError
+from cmstack.models.lie import log3, quat_from_matrix, quat_to_matrix
+
+
+class Sample(NamedTuple):
+    """One instant of a trajectory (see the module docstring for the units and frames)."""
+
+    position: np.ndarray | pin.SE3
+    velocity: np.ndarray
+    acceleration: np.ndarray
+
+
+class WorldSample(NamedTuple):
+    """One instant of an SE(3) trajectory with every part in world axes: position p [m], unit
+    quaternion (w, x, y, z) of the orientation, twist [v; ω] [m/s; rad/s], its rate [m/s²; rad/s²]."""
+
+    position: np.ndarray
+    quaternion: np.ndarray
+    twist: np.ndarray
+    twist_rate: np.ndarray
+
+
+class Trajectory(ABC):
+    """t [s] → :class:`Sample`.  Calling the trajectory is the same as :meth:`sample`."""
+
+    #: "Rn" or "SE3"
+    space: str = "Rn"
+
+    @abstractmethod
+    def sample(self, t: float) -> Sample:
+        """Position, velocity and acceleration at time t [s]."""
+
+    def __call__(self, t: float) -> Sample:
+        return self.sample(t)
+
+
+class SE3Trajectory(Trajectory):
+    """A trajectory of poses (see the module docstring for the frames of its velocity parts)."""
+
+    space = "SE3"
+
+    def world(self, t: float) -> WorldSample:
+        """The sample at t with every part in world axes and the orientation as a quaternion."""
+        T, vel, acc = self.sample(t)
+        R = T.rotation
+        return WorldSample(T.translation.copy(), quat_from_matrix(R), np.concatenate((vel[:3], R @ vel[3:])),
+                           np.concatenate((acc[:3], R @ acc[3:])))
+
+
+def _vector(x, what: str) -> np.ndarray:
+    a = np.atleast_1d(np.asarray(x, dtype=float))
+    if a.ndim != 1 or not np.all(np.isfinite(a)):
+        raise ConfigError(f"{what} must be a finite number or vector, got {x!r}")
+    return a
+
+
+class Constant(Trajectory):
+    """A constant target: a vector (R^n; a scalar is a 1-vector) or a ``pin.SE3`` pose (SE(3)),
+    with zero velocity and acceleration."""
+
+    def __init__(self, value):
+        if isinstance(value, pin.SE3):
+            self.space = "SE3"
+            self._s = Sample(value.copy(), np.zeros(6), np.zeros(6))
+        else:
+            x = _vector(value, "Constant: the value")
+            z = np.zeros_like(x)
+            self._s = Sample(x, z, z)
+
+    def sample(self, t: float) -> Sample:
+        return self._s
+
+    def world(self, t: float) -> WorldSample:   # SE(3) constants only
+        if self.space != "SE3":
+            raise ConfigError("Constant.world: this constant is a vector, not a pose")
+        return SE3Trajectory.world(self, t)
+
+
+class Sinusoid(Trajectory):
+    """x_i(t) = c_i + a_i sin(2π f_i t + φ_i) per coordinate: center c, amplitude a (units of x),
+    frequency f [Hz], phase φ [rad] (scalars broadcast)."""
+
+    def __init__(self, center, amplitude, frequency_hz, phase=0.0):
+        c, a, f, p = (_vector(x, k) for x, k in ((center, "center"), (amplitude, "amplitude"),
+                                                  (frequency_hz, "frequency_hz"), (phase, "phase")))
+        try:
+            self.c, self.a, f, self.p = np.broadcast_arrays(c, a, f, p)
+        except ValueError:
+            raise ConfigError(f"Sinusoid: center, amplitude, frequency and phase do not have matching sizes "
+                              f"({c.size}, {a.size}, {f.size}, {p.size})") from None
+        self.w = 2 * np.pi * f
+
+    def sample(self, t: float) -> Sample:
+        ph = self.w * t + self.p
+        s, co = np.sin(ph), np.cos(ph)
+        a, w = self.a, self.w
+        return Sample(self.c + a * s, a * w * co, -a * w * w * s)
+
+
+class Circle(SE3Trajectory):
+    """[Milioshin] §4.4: p(t) = c + r (cos(ω t + φ), 0, sin(ω t + φ)) in the world x–z plane, at the
+    fixed orientation R: center c [m], radius r [m], ω [rad/s], phase φ [rad], R (3×3, default I).
+    Velocity and acceleration are the exact derivatives (zero angular parts)."""
+
+    def __init__(self, center, radius: float, omega: float, phase: float = 0.0, R=None):
+        c = _vector(center, "Circle: center")
+        if c.shape != (3,):
+            raise ConfigError(f"Circle: center must be a 3-vector, got {list(c)}")
+        self.cx, self.cy, self.cz = (float(x) for x in c)
+        self.R = np.eye(3) if R is None else np.asarray(R, dtype=float)
+        self.r, self.w, self.phase = float(radius), float(omega), float(phase)
+
+    def sample(self, t: float) -> Sample:
+        r, w, arr = self.r, self.w, np.array
+        a = w * t + self.phase
+        ca, sa = math.cos(a), math.sin(a)
+        T = pin.SE3(self.R, arr((self.cx + r * ca, self.cy, self.cz + r * sa)))
+        vel = arr((-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0))
+        acc = arr((-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0))
+        return Sample(T, vel, acc)
+
+
+def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Circle:
+    """The [Milioshin] §4.4 circle (see :class:`Circle`)."""
+    return Circle(center, radius, omega, phase, R)
+
+
+def _quintic(t: float, t0: float, duration: float) -> tuple[float, float, float]:
+    """s, ṡ, s̈ of s(τ) = 10τ³ − 15τ⁴ + 6τ⁵, τ = (t − t0)/duration clipped to [0, 1]."""
+    tau = (t - t0) / duration
+    if tau <= 0.0:
+        return 0.0, 0.0, 0.0
+    if tau >= 1.0:
+        return 1.0, 0.0, 0.0
+    s = tau ** 3 * (10 - 15 * tau + 6 * tau * tau)
+    ds = 30 * tau * tau * (1 - tau) ** 2 / duration
+    dds = 60 * tau * (1 - tau) * (1 - 2 * tau) / duration ** 2
+    return s, ds, dds
+
+
+def _duration(duration) -> float:
+    d = float(duration)
+    if not (math.isfinite(d) and d > 0):
+        raise ConfigError(f"MinimumJerk: duration must be a finite number > 0 s, got {duration!r}")
+    return d
+
+
+class MinimumJerk(Trajectory):
+    """Point to point on R^n: x(t) = x0 + s(t)(x1 − x0) with the quintic s of the module docstring,
+    from t0 [s] for ``duration`` [s]; x0 before, x1 after."""
+
+    def __init__(self, x0, x1, duration: float, t0: float = 0.0):
+        self.x0, self.x1 = _vector(x0, "MinimumJerk: x0"), _vector(x1, "MinimumJerk: x1")
+        if self.x0.shape != self.x1.shape:
+            raise ConfigError(f"MinimumJerk: x0 and x1 differ in size ({self.x0.size} vs {self.x1.size})")
+        self.d, self.T, self.t0 = self.x1 - self.x0, _duration(duration), float(t0)
+
+    def sample(self, t: float) -> Sample:
+        s, ds, dds = _quintic(t, self.t0, self.T)
+        return Sample(self.x0 + s * self.d, ds * self.d, dds * self.d)
+
+
+class MinimumJerkSE3(SE3Trajectory):
+    """Pose to pose: p(t) = p0 + s(t)(p1 − p0), R(t) = R0 Exp(s(t) θ) with θ = Log(R0ᵀ R1) (the
+    shortest rotation about a fixed axis), quintic s from t0 [s] for ``duration`` [s].  Hence
+    ω^D = ṡ θ and ε^D = s̈ θ (a rotation about a fixed axis of the desired frame)."""
+
+    def __init__(self, T0: pin.SE3, T1: pin.SE3, duration: float, t0: float = 0.0):
+        if not (isinstance(T0, pin.SE3) and isinstance(T1, pin.SE3)):
+            raise ConfigError("MinimumJerkSE3: T0 and T1 must be pinocchio.SE3 poses")
+        self.p0, self.dp = T0.translation.copy(), T1.translation - T0.translation
+        self.R0 = T0.rotation.copy()
+        self.theta = log3(T0.rotation.T @ T1.rotation)
+        self.T, self.t0 = _duration(duration), float(t0)
+
+    def sample(self, t: float) -> Sample:
+        s, ds, dds = _quintic(t, self.t0, self.T)
+        T = pin.SE3(self.R0 @ pin.exp3(s * self.theta), self.p0 + s * self.dp)
+        return Sample(T, np.concatenate((ds * self.dp, ds * self.theta)),
+                      np.concatenate((dds * self.dp, dds * self.theta)))
+
+
+class FromFunction(Trajectory):
+    """A trajectory from a function t → (x, ẋ, ẍ) (R^n arrays, or an SE(3) triple in the
+    conventions above when ``space="SE3"``)."""
+
+    def __init__(self, f: Callable[[float], tuple], space: str = "Rn"):
+        if space not in ("Rn", "SE3"):
+            raise ConfigError(f"FromFunction: space='{space}' is not 'Rn' or 'SE3'")
+        self.f, self.space = f, space
+
+    def sample(self, t: float) -> Sample:
+        return Sample(*self.f(t))
+
+
+def as_trajectory(x, space: str | None = None) -> Trajectory:
+    """A Trajectory from a Trajectory (returned as is), a constant (vector or pin.SE3) or a function
+    t → (x, ẋ, ẍ)."""
+    if isinstance(x, Trajectory):
+        return x
+    if callable(x):
+        return FromFunction(x, space or "Rn")
+    return Constant(x)
+
+
+class FromWorldFunction(SE3Trajectory):
+    """An SE(3) trajectory from a function t → (p, quaternion (w, x, y, z), [v; ω], [a; ω̇]) with
+    every part in world axes (the form :meth:`SE3Trajectory.world` returns, which it returns as is)."""
+
+    def __init__(self, f: Callable[[float], tuple]):
+        self.f = f
+
+    def world(self, t: float) -> WorldSample:
+        return WorldSample(*self.f(t))
+
+    def sample(self, t: float) -> Sample:
+        p, q, tw, twd = self.world(t)
+        R = quat_to_matrix(np.asarray(q, dtype=float))
+        tw, twd = np.asarray(tw, dtype=float), np.asarray(twd, dtype=float)
+        return Sample(pin.SE3(R, np.asarray(p, dtype=float)), np.concatenate((tw[:3], R.T @ tw[3:])),
+                      np.concatenate((twd[:3], R.T @ twd[3:])))
