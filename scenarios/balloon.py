@@ -19,17 +19,17 @@ the dampers off.
 """
 from __future__ import annotations
 
-import time
-
 import mujoco
 import numpy as np
 import pinocchio as pin
 
+from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, ModelFileError, StateError, check_finite
 from cmstack.models.robot import resolve_asset
 from cmstack.models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.plant import load_mjcf
+from cmstack.sim.runner import simulate
 
 NAME = "balloon"
 ENGINES = ("titop", "pinocchio", "mujoco")
@@ -213,19 +213,103 @@ def rk4_step(fd, q, v, h):
     return _unit(q1), v1
 
 
-def simulate(fd, q0, v0, h, n, progress=None):
-    """n RK4 steps; returns (N+1)×nq and (N+1)×nv arrays."""
-    Q = np.empty((n + 1, q0.size))
-    V = np.empty((n + 1, v0.size))
-    Q[0], V[0] = q0, v0
-    q, v = q0.copy(), v0.copy()
-    for k in range(n):
-        q, v = rk4_step(fd, q, v, h)
-        Q[k + 1], V[k + 1] = q, v
-        if progress is not None:
-            progress.update(1)
-    check_finite("balloon state", Q[-1], "RK4 integration")
-    return Q, V
+class RK4Plant:
+    """The balloon as a plant (sim.base.Plant) integrated by :func:`rk4_step` with the forward dynamics
+    ``fd`` (TITOP or Pinocchio), step h [s]; state (q, ν) in Pinocchio's convention.  ``set_torque``
+    adds generalized forces (zero for this unforced system)."""
+
+    def __init__(self, fd, q0, v0, h: float):
+        self.fd, self._dt = fd, float(h)
+        self.q, self.v = np.asarray(q0, dtype=float).copy(), np.asarray(v0, dtype=float).copy()
+        self.t = 0.0
+        self.tau = None
+
+    dt = property(lambda self: self._dt)
+    time = property(lambda self: self.t)
+
+    @property
+    def data(self):
+        """qpos in MuJoCo's order, for the viewer (computed on access only)."""
+        return _Qpos(pin_to_mujoco_qpos(self.q))
+
+    def state(self):
+        return self.q, self.v            # replaced, never modified in place, by step()
+
+    def set_torque(self, tau) -> None:
+        tau = np.asarray(tau, dtype=float)
+        self.tau = tau if np.any(tau) else None
+
+    def set_wrench(self, body, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+        raise ConfigError("the balloon's RK4 plant takes no external wrenches (buoyancy is in its dynamics)")
+
+    def step(self, n: int = 1) -> None:
+        fd = self.fd if self.tau is None else (lambda q, v: self.fd(q, v, self.tau))
+        for _ in range(n):
+            self.q, self.v = rk4_step(fd, self.q, self.v, self._dt)
+            self.t += self._dt
+        check_finite("balloon state", self.q, "RK4 integration")
+
+
+class MujocoRK4Plant:
+    """The balloon's MuJoCo model (its own RK4) as a plant, state converted to Pinocchio's convention."""
+
+    def __init__(self, m: mujoco.MjModel, q0, v0):
+        self.model, self.data = m, mujoco.MjData(m)
+        d = self.data
+        d.qpos[:] = pin_to_mujoco_qpos(q0)
+        R = quat_to_R(q0[3:7])
+        d.qvel[:] = np.concatenate((R @ v0[:3], v0[3:]))
+        mujoco.mj_forward(m, d)
+
+    dt = property(lambda self: float(self.model.opt.timestep))
+    time = property(lambda self: float(self.data.time))
+
+    def state(self):
+        return mujoco_to_pin(self.data.qpos, self.data.qvel)
+
+    def set_torque(self, tau) -> None:
+        self.data.qfrc_applied[:] = tau
+
+    def set_wrench(self, body, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+        raise ConfigError("the balloon comparison applies no external wrenches")
+
+    def step(self, n: int = 1) -> None:
+        d = self.data
+        for _ in range(n):
+            mujoco.mj_step(self.model, d)
+            if any(d.warning[i].number for i in range(len(d.warning))):
+                raise StateError(f"MuJoCo warning at t={d.time:.4f} s while simulating the balloon")
+
+
+class _Qpos:
+    def __init__(self, qpos):
+        self.qpos = qpos
+
+
+class Unforced:
+    """The balloon's "controller": no input (controllers.base.Controller); the motion is free."""
+
+    def __init__(self, nv: int = 9):
+        self.zero = np.zeros(nv)
+        self.info = StepInfo(status="unforced")
+
+    def __call__(self, t, q, v):
+        return self.zero
+
+
+def integrate(plant, n: int, progress: bool, desc: str):
+    """n steps of the plant through the closed loop (sim.runner.simulate); returns the (n+1)×nq and
+    (n+1)×nv state histories (initial state included) and the Run."""
+    Q, V = [], []
+
+    def record(t, q, v, tau):
+        Q.append(q)
+        V.append(v)
+
+    run = simulate(plant, Unforced(), duration=n * plant.dt, control_dt=plant.dt, record=record,
+                   progress=progress, desc=desc)
+    record(plant.time, *plant.state(), None)
+    return np.array(Q), np.array(V), run
 
 
 def mujoco_to_pin(qpos, qvel):
@@ -239,25 +323,6 @@ def mujoco_to_pin(qpos, qvel):
 
 def pin_to_mujoco_qpos(q):
     return np.concatenate((q[:3], q[6:7], q[3:6], q[7:]))
-
-
-def simulate_mujoco(m, q0, v0, n, progress=None):
-    d = mujoco.MjData(m)
-    d.qpos[:] = pin_to_mujoco_qpos(q0)
-    R = quat_to_R(q0[3:7])
-    d.qvel[:] = np.concatenate((R @ v0[:3], v0[3:]))
-    mujoco.mj_forward(m, d)
-    Q = np.empty((n + 1, 10))
-    V = np.empty((n + 1, 9))
-    Q[0], V[0] = mujoco_to_pin(d.qpos, d.qvel)
-    for k in range(n):
-        mujoco.mj_step(m, d)
-        if any(d.warning[i].number for i in range(len(d.warning))):
-            raise StateError(f"MuJoCo warning at t={d.time:.4f} s while simulating the balloon")
-        Q[k + 1], V[k + 1] = mujoco_to_pin(d.qpos, d.qvel)
-        if progress is not None:
-            progress.update(1)
-    return Q, V
 
 
 def dofs(Q) -> np.ndarray:
@@ -343,33 +408,29 @@ def run(ctx) -> Outcome:
 
     e_fd, e_id = random_state_checks(sys_, fd_t, model, data, fd_p, int(cfg["random_states"]), int(cfg["seed"]))
 
-    bar = None
     n_en = int(round(float(cfg["energy_duration"]) / h))
     if n_en < 1:
         raise ConfigError(f"energy_duration must be >= dt, got {cfg['energy_duration']}")
-    if ctx.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=3 * n + 4 * n_en, desc=NAME, unit="step", leave=False, mininterval=0.5)
-    c0 = time.perf_counter()
-    Qt, Vt = simulate(fd_t, q0, v0, h, n, bar)
-    wall_titop = time.perf_counter() - c0
-    c0 = time.perf_counter()
-    Qp, Vp = simulate(fd_p, q0, v0, h, n, bar)
-    wall_pin = time.perf_counter() - c0
-    Qm, Vm = simulate_mujoco(mjm, q0, v0, n, bar)
+    pg = ctx.progress
+    Qt, Vt, run_t = integrate(RK4Plant(fd_t, q0, v0, h), n, pg, f"{NAME} (TITOP)")
+    Qp, Vp, run_p = integrate(RK4Plant(fd_p, q0, v0, h), n, pg, f"{NAME} (Pinocchio)")
+    Qm, Vm, run_m = integrate(MujocoRK4Plant(mjm, q0, v0), n, pg, f"{NAME} (MuJoCo)")
+    wall_titop, wall_pin = run_t.wall_s, run_p.wall_s
     t = np.arange(n + 1) * h
 
     # dampers off: energy (TITOP), and the growth of the differences where the motion stays chaotic
     P0 = P.with_dampers_off()
-    Qe, Ve = simulate(titop_fd(sys_, P0), q0, v0, h, n_en, bar)
-    Qep, _ = simulate(pinocchio_fd(model, data, P0), q0, v0, h, n_en, bar)
-    Qem, _ = simulate_mujoco(mujoco_model(cfg, P0), q0, v0, n_en, bar)
+    Qe, Ve, run_e = integrate(RK4Plant(titop_fd(sys_, P0), q0, v0, h), n_en, pg, f"{NAME} (TITOP, undamped)")
+    Qep, _, run_ep = integrate(RK4Plant(pinocchio_fd(model, data, P0), q0, v0, h), n_en, pg,
+                               f"{NAME} (Pinocchio, undamped)")
+    Qem, _, run_em = integrate(MujocoRK4Plant(mujoco_model(cfg, P0), q0, v0), n_en, pg, f"{NAME} (MuJoCo, undamped)")
     qpert = q0.copy()
     qpert[9] += cfg["perturbation_rad"]                  # the system's own sensitivity (Pinocchio, same RK4)
-    Qeq, _ = simulate(pinocchio_fd(model, data, P0), qpert, v0, h, n_en, bar)
-    if bar is not None:
-        bar.close()
+    Qeq, _, run_eq = integrate(RK4Plant(pinocchio_fd(model, data, P0), qpert, v0, h), n_en, pg,
+                               f"{NAME} (Pinocchio, perturbed)")
+    runs = (run_t, run_p, run_m, run_e, run_ep, run_em, run_eq)
+    # all seven loops: simulated time over their wall time
+    realtime_factor = sum(r.simulated_s for r in runs) / sum(r.wall_s for r in runs)
     stride_e = max(1, n_en // 4000)
     E = np.array([energy(sys_, P0, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
     K = np.array([kinetic(sys_, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
@@ -423,7 +484,7 @@ def run(ctx) -> Outcome:
              undamped_diff_titop_pinocchio_5s=float(u_tp[: int(round(5.0 / h)) + 1].max()),
              time_diff_pinocchio_above_1em3_s=first_above(dmax_tp, 1e-3),
              time_diff_mujoco_above_1em3_s=first_above(dmax_tm, 1e-3),
-             sim_wall_titop_s=wall_titop, sim_wall_pinocchio_s=wall_pin)
+             sim_wall_titop_s=wall_titop, sim_wall_pinocchio_s=wall_pin, realtime_factor=realtime_factor)
     w5, w2 = n5 * h, n2 * h
     rows = [Row("fd_vs_pinocchio_max", e_fd, "negligible", "<= 1e-9", e_fd <= 1e-9),
             Row("id_vs_pinocchio_max", e_id, None, "<= 1e-9", e_id <= 1e-9),
@@ -441,7 +502,8 @@ def run(ctx) -> Outcome:
             Row("undamped: |TITOP−MuJoCo| at the end", m["undamped_diff_titop_mujoco_end"], None, "report"),
             Row("t(|Δ| > 1e-3) vs Pinocchio [s]", _or(m["time_diff_pinocchio_above_1em3_s"], f"never in {T:g} s"), None, "report"),
             Row("t(|Δ| > 1e-3) vs MuJoCo [s]", _or(m["time_diff_mujoco_above_1em3_s"], f"never in {T:g} s"), None, "report"),
-            Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}")]
+            Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}"),
+            Row("realtime_factor (all seven runs)", realtime_factor, None, "report")]
     if ctx.viewer is not None:                      # replay the shown engine's motion in Meshcat
         viewer = ctx.make_viewer(mjm)
         L = log.arrays()
