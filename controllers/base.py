@@ -39,7 +39,10 @@ class Controller(Protocol):
     """τ = controller(t, q, v): time [s], positions and velocities in the controller's model order
     → generalized forces [N·m or N] in the same order; ``info`` reports the last step."""
 
-    info: Any   # StepInfo (a subclass) after the first step; None or StepInfo() before it
+    @property
+    def info(self) -> Any:
+        """A StepInfo (subclass) describing the last step (None or a blank StepInfo before it)."""
+        ...
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray: ...
 
@@ -57,7 +60,10 @@ class ReportsErrors(Protocol):
     ``errors(kin, t)`` → ({constraint name: error}, {task name: error}) with ``kin`` its last
     kinematics (attribute ``kin``)."""
 
-    kin: Any
+    @property
+    def kin(self) -> Any:
+        """The kinematics of the last step."""
+        ...
 
     def errors(self, kin: Any, t: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]: ...
 

@@ -21,7 +21,10 @@ import numpy as np
 class Plant(Protocol):
     """A simulated robot: state out, torques and disturbance wrenches in, time advanced by ``step``."""
 
-    data: Any   # has ``qpos`` (the plant's own configuration vector, for viewing and replay)
+    @property
+    def data(self) -> Any:
+        """Has ``qpos``: the plant's own configuration vector (for viewing and replay)."""
+        ...
 
     @property
     def dt(self) -> float:

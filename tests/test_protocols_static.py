@@ -1,0 +1,70 @@
+"""Static conformance of every plant and controller to the protocols (mypy, when installed): the
+checked module assigns each class to its protocol; a model class assigned to a protocol must fail."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mypy")
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = """
+from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
+from cmstack.controllers.pidc import PIDC
+from cmstack.controllers.pidc_adapters import SeriesParallelPIDC, YumiForcePIDC
+from cmstack.controllers.robust_partition import RobustPartitionController
+from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+from cmstack.sim.base import Plant
+from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.scenarios.chain_task_space import ChainController
+from cmstack.scenarios.chain_open_loop import PortSchedule
+from cmstack.scenarios.balloon import RK4Plant, MujocoRK4Plant, Unforced
+
+def plants(a: MujocoPlant, b: ChainMujocoPlant, c: ProjectionPlant, d: RK4Plant, e: MujocoRK4Plant) -> list[Plant]:
+    return [a, b, c, d, e]
+
+def controllers(a: PIDC, b: SeriesParallelPIDC, c: YumiForcePIDC, d: RobustPartitionController,
+                e: UdwadiaKalabaController, f: ChainController, g: PortSchedule, h: Unforced) -> list[Controller]:
+    return [a, b, c, d, e, f, g, h]
+
+def abilities(c: YumiForcePIDC, u: UdwadiaKalabaController) -> tuple[SensesPlant, ReportsErrors, ReportsErrors]:
+    return c, c, u
+"""
+BAD = """
+from cmstack.controllers.base import Controller
+from cmstack.models.partition import PartitionModel
+from cmstack.models.robot import Robot
+from cmstack.sim.base import Plant
+
+def f(r: Robot) -> Plant:
+    return r
+
+def g(m: PartitionModel) -> Controller:
+    return m
+"""
+
+
+def _mypy(tmp_path, name, src):
+    pkg = tmp_path / "tree" / "cmstack"        # the package as installed (package-dir mapping), by links
+    if not pkg.exists():
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").symlink_to(ROOT / "cmstack" / "__init__.py")
+        for d in ("models", "controllers", "sim", "scenarios", "bench"):
+            (pkg / d).symlink_to(ROOT / d)
+    f = tmp_path / f"{name}.py"
+    f.write_text(textwrap.dedent(src))
+    return subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+                           "--cache-dir", str(tmp_path / "cache"), str(f)], capture_output=True, text=True,
+                          env={"MYPYPATH": str(tmp_path / "tree"), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_plants_and_controllers_conform_statically(tmp_path):
+    good = _mypy(tmp_path, "good", GOOD)
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = _mypy(tmp_path, "bad", BAD)
+    assert bad.returncode == 1 and bad.stdout.count("Incompatible return value") == 2, bad.stdout
