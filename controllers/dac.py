@@ -64,6 +64,7 @@ import proxsuite
 
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, SolverError, StateError
+from cmstack.models.lie import kkt_solve
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
 from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
 
@@ -87,17 +88,12 @@ def attitude_error_rate(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.n
 
 
 def _kkt(M, A, r1, r2):
-    m, c = M.shape[0], A.shape[0]
-    K = np.zeros((m + c, m + c))
-    K[:m, :m] = M
-    K[:m, m:] = A.T
-    K[m:, :m] = A
     try:
-        x = np.linalg.solve(K, np.concatenate([r1, r2]))
+        x, y = kkt_solve(M, A, r1, r2)
     except np.linalg.LinAlgError:
         raise StateError("DAC reference: [ℳ Aᵀ; A 0] is singular — the task rows are dependent on the "
                          "constraints (a singular configuration of the chain)") from None
-    return x[:m], -x[m:]
+    return x, -y
 
 
 def constrained_reference(M, Mdot, A, Adot, w, wdot, g, gdot):

@@ -104,6 +104,18 @@ def pinv(A, *, rtol: float = 0.0, atol: float = 0.0) -> np.ndarray:
     return svd_rank(A, rtol=rtol, atol=atol).pinv()
 
 
+def kkt_solve(H, A, g, b) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) solving the saddle-point system [H Aᵀ; A 0] [x; y] = [g; b] (H n×n, A m×n) by one dense
+    LU solve; raises numpy.linalg.LinAlgError when the matrix is singular."""
+    n, m = H.shape[0], A.shape[0]
+    K = np.zeros((n + m, n + m))
+    K[:n, :n] = H
+    K[:n, n:] = A.T
+    K[n:, :n] = A
+    x = np.linalg.solve(K, np.concatenate([g, b]))
+    return x[:n], x[n:]
+
+
 # --------------------------------------------------------------------------------- SO(3), SE(3)
 def log3(R: np.ndarray) -> np.ndarray:
     """SO(3) logarithm (rotation vector) of R."""

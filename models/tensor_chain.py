@@ -71,8 +71,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cmstack.models.errors import ConfigError, StateError, check_finite
-from cmstack.models.lie import (cross, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,  # noqa: F401 (re-exported)
-                                quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew)
+from cmstack.models.lie import (cross, kkt_solve, quat_conj, quat_exp, quat_from_matrix,  # noqa: F401 (re-exported)
+                                quat_log, quat_mul, quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew)
 
 SPRING_LAWS = ("euler123", "rotvec", "euler123_conservative")
 
@@ -425,13 +425,7 @@ class TensorChain:
     @staticmethod
     def solve_kkt(M, J, F, gamma):
         """[ℳ Jᵀ; J 0][ν̇; F_J] = [ℱ; γ] (32) by one dense LU solve."""
-        m, c = M.shape[0], J.shape[0]
-        K = np.zeros((m + c, m + c))
-        K[:m, :m] = M
-        K[:m, m:] = J.T
-        K[m:, :m] = J
-        x = np.linalg.solve(K, np.concatenate([F, gamma]))
-        return x[:m], x[m:]
+        return kkt_solve(M, J, F, gamma)
 
     @staticmethod
     def solve_schur(Minv, J, F, gamma):

@@ -3,7 +3,7 @@ pseudo-inverse against the Penrose conditions and NumPy, quaternions against rot
 import numpy as np
 import pytest
 
-from cmstack.models.lie import (cross, hat, pinv, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,
+from cmstack.models.lie import (cross, hat, kkt_solve, pinv, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,
                                 quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew, svd_rank)
 
 rng = np.random.default_rng(7)
@@ -73,3 +73,20 @@ def test_quaternions_against_rotation_matrices():
     np.testing.assert_allclose(rot_x(a), quat_to_matrix(quat_exp(np.array([a, 0, 0]))), atol=1e-15)
     np.testing.assert_allclose(rot_y(a), quat_to_matrix(quat_exp(np.array([0, a, 0]))), atol=1e-15)
     np.testing.assert_allclose(rot_z(a), quat_to_matrix(quat_exp(np.array([0, 0, a]))), atol=1e-15)
+
+
+def test_kkt_solve_satisfies_both_rows_and_refuses_singular():
+    H = rng.normal(size=(5, 5))
+    H = H @ H.T + np.eye(5)
+    A = rng.normal(size=(2, 5))
+    g, b = rng.normal(size=5), rng.normal(size=2)
+    x, y = kkt_solve(H, A, g, b)
+    np.testing.assert_allclose(H @ x + A.T @ y, g, atol=1e-12)
+    np.testing.assert_allclose(A @ x, b, atol=1e-12)
+    # the equality-constrained minimum of ½xᵀHx − gᵀx, by the null-space method
+    N = svd_rank(A, full_matrices=True).null_basis()
+    xp = pinv(A) @ b
+    z = np.linalg.solve(N.T @ H @ N, N.T @ (g - H @ xp))
+    np.testing.assert_allclose(x, xp + N @ z, atol=1e-12)
+    with pytest.raises(np.linalg.LinAlgError):
+        kkt_solve(H, np.vstack([A[0], A[0]]), g, b)      # dependent rows
