@@ -21,7 +21,10 @@ from __future__ import annotations
 import argparse
 import copy
 import difflib
+import os
+import shutil
 import sys
+import tempfile
 import time
 import tomllib
 import traceback
@@ -32,11 +35,14 @@ import numpy as np
 import tomli_w
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
-from cmstack.sim.metrics import format_table, write_metrics
+from cmstack.sim import interrupt
+from cmstack.sim.logger import Logger, atomic_write
+from cmstack.sim.metrics import format_table, with_contract, write_metrics
 from cmstack.sim.perturb import add_defaults as add_perturbation_defaults, check_applied as check_perturbation_applied
-from cmstack.sim.logger import Logger
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+#: plots are drawn here and moved into plots/ when the scenario returns (atomic publication)
+STAGING = ".plots.partial"
 
 
 @dataclass
@@ -68,7 +74,9 @@ class Context:
     viewers: list = field(default_factory=list)      # the Meshcat viewers this run started (closed at its end)
 
     def plot_path(self, stem: str) -> Path:
-        p = self.out / "plots"
+        """Where to save plot ``stem``: a staging folder; the run moves the file into ``plots/`` when the
+        scenario returns, so ``plots/`` never holds a half-written PNG."""
+        p = self.out / STAGING
         p.mkdir(parents=True, exist_ok=True)
         return p / f"{stem}.png"
 
@@ -157,7 +165,10 @@ def _coerce(key: str, new, old):
     return new
 
 
-def set_key(cfg: dict, dotted: str, value, source: str = "--set") -> None:
+def set_key(cfg: dict, dotted: str, value, source: str = "--set", check_types: bool = True) -> None:
+    """Set the existing key ``dotted`` (dots address tables) of ``cfg``; unknown keys are a ConfigError
+    that suggests the closest.  With ``check_types`` the value must keep the default's type (a typed
+    schema, when the scenario has one, checks types and ranges instead)."""
     parts = dotted.split(".")
     node = cfg
     for i, p in enumerate(parts):
@@ -170,9 +181,9 @@ def set_key(cfg: dict, dotted: str, value, source: str = "--set") -> None:
         if i == len(parts) - 1:
             if isinstance(node[p], dict) and isinstance(value, dict):
                 for sub, val in value.items():
-                    set_key(cfg, f"{dotted}.{sub}", val, source)
+                    set_key(cfg, f"{dotted}.{sub}", val, source, check_types)
             else:
-                node[p] = _coerce(dotted, value, node[p])
+                node[p] = _coerce(dotted, value, node[p]) if check_types else value
         else:
             node = node[p]
 
@@ -187,21 +198,28 @@ def parse_value(text: str):
 
 def resolve_config(name: str, config_file: str | None = None, sets: list[str] = (),
                    overrides: dict | None = None, duration: float | None = None,
-                   defaults: str | Path | None = None) -> dict:
+                   defaults: str | Path | None = None, schema=None) -> dict:
+    """The default config of ``name`` with the config file, ``--set``s, overrides and ``--duration``
+    applied, checked against ``schema`` (a pydantic model, scenarios/schemas.py; None: the shipped
+    scenario's schema if ``name`` is one).  Raises ConfigError naming the key, range and value."""
+    from cmstack.scenarios.schemas import SCHEMAS, validate
+
+    schema = schema if schema is not None else (SCHEMAS.get(name) if defaults is None else None)
+    typed = schema is None
     cfg = add_perturbation_defaults(default_config(name, defaults))   # [perturbation], all off (sim/perturb.py)
     if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
         for k, v in _read_toml(Path(config_file)).items():
-            set_key(cfg, k, v, source=f"config file {config_file}")
+            set_key(cfg, k, v, source=f"config file {config_file}", check_types=typed)
     for s in sets:
         if "=" not in s:
             raise ConfigError(f"--set expects key=value, got '{s}'")
         k, v = s.split("=", 1)
-        set_key(cfg, k.strip(), parse_value(v.strip()))
+        set_key(cfg, k.strip(), parse_value(v.strip()), check_types=typed)
     for k, v in (overrides or {}).items():
-        set_key(cfg, k, v, source="overrides")
+        set_key(cfg, k, v, source="overrides", check_types=typed)
     if duration is not None:
-        set_key(cfg, "duration", float(duration), source="--duration")
-    return cfg
+        set_key(cfg, "duration", float(duration), source="--duration", check_types=typed)
+    return validate(name, cfg, schema)
 
 
 # ---------------------------------------------------------------------------------------- running
@@ -215,49 +233,144 @@ def _is_target(target) -> bool:
     return isinstance(target, str) and target.lstrip()[:1] in ("<", ">", "≤", "≥", "w")
 
 
+#: simulated seconds between two checkpoints of log.npz (at most this much is lost to a ``kill -9``)
+CHECKPOINT_EVERY_S = 1.0
+#: reason written into metrics.json when a run starts, replaced at its end (left by a ``kill -9``)
+UNFINISHED = "the run did not finish: still running, or killed before its final save"
+
+
+def prepare_out(out: str | Path) -> Path:
+    """Create the run directory ``out`` (and its parents); a path under a regular file, or a
+    directory that cannot be created or written, is a ConfigError naming ``--out`` and the culprit."""
+    out = Path(out).expanduser()
+    p = out
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"--out {out}: {p} is a regular file, not a directory; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the run directory ({exc.strerror})") from None
+    try:
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: the run directory is not writable ({exc.strerror})") from None
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _failure(out: Path, name: str, exc: BaseException, logger: Logger | None, kind: str) -> None:
+    """Write what a failed run has: log.npz (if anything was logged), error.txt, metrics.json."""
+    if logger is not None:                   # what was logged (maybe nothing), as the contract says
+        logger.save(out / "log.npz")
+    _publish_plots(out, [], complete_only=True)
+    atomic_write(out / "error.txt", "".join(traceback.format_exception(exc)))
+    try:
+        exc.run_dir = out                    # execute() points the user at error.txt
+    except AttributeError:
+        pass
+    write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": _one_line(exc),
+                                         "error": f"{type(exc).__name__}: {exc}", "error_kind": kind})
+
+
+#: the last 12 bytes of every complete PNG file (the IEND chunk and its CRC)
+_PNG_END = bytes.fromhex("0000000049454e44ae426082")
+
+
+def _publish_plots(out: Path, plots: list[Path], complete_only: bool = False) -> list[Path]:
+    """Move the finished plots from the staging folder into plots/ (one rename each: a reader never
+    sees a half-written PNG) and remove the folder; returns the final paths of ``plots``.  With
+    ``complete_only`` (a run that stopped or failed, perhaps inside a save), a PNG is published only
+    if it ends with its IEND chunk; others are dropped."""
+    stage, final = out / STAGING, out / "plots"
+    moved = {}
+    if stage.is_dir():
+        for f in sorted(stage.iterdir()):
+            if complete_only and not (f.suffix == ".png" and f.read_bytes()[-12:] == _PNG_END):
+                continue
+            final.mkdir(exist_ok=True)
+            os.replace(f, final / f.name)
+            moved[f] = final / f.name
+        shutil.rmtree(stage, ignore_errors=True)
+    return [moved.get(Path(p), Path(p)) for p in plots]
+
+
+def _interrupted_reason(signame: str, t: float | None) -> str:
+    return (f"interrupted at t = {t:.3f} s ({signame})" if t is not None
+            else f"interrupted ({signame}) before the first logged step")
+
+
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
                  viewer: str | None = None, progress: bool = False, echo: bool = False,
-                 defaults: str | Path | None = None, wait: bool = False, html: bool = True):
-    """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  Raises on failure after
-    writing the log, metrics.json (ok=false) and error.txt.  With ``html``, the run directory also
-    gets ``replay.html`` (the run as one standalone page); with ``wait`` and a viewer, the live scene
-    stays up at the end until Ctrl-C.  Any exit stops the viewer's server."""
-    cfg = resolve_config(name, config_file, sets, overrides, duration, defaults)
-    check_perturbation_applied(name, run, cfg)
-    out = Path(out) if out is not None else _default_out(name)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.toml").write_text(tomli_w.dumps(cfg))
-    ctx = Context(name=name, cfg=copy.deepcopy(cfg), out=out, logger=Logger(), viewer=viewer, progress=progress)
-    try:
-        outcome: Outcome = run(ctx)
-    except BaseException as exc:
-        ctx.close_viewers()
-        ctx.logger.save(out / "log.npz")
-        (out / "error.txt").write_text(traceback.format_exc())
-        write_metrics(out / "metrics.json", {"scenario": name, "ok": False,
-                                             "error": f"{type(exc).__name__}: {exc}"})
-        raise
-    ctx.logger.save(out / "log.npz")
-    metrics = {"scenario": name, **outcome.metrics}
-    checks = [r.ok for r in outcome.rows if r.ok is not None]
-    # a target that could not be evaluated (nan: e.g. the run ended before the window it is taken over)
-    # is not met: "ok" must never be true by omission
-    unevaluated = [r.key for r in outcome.rows if r.ok is None and _is_target(r.target)
-                   and isinstance(r.ours, float) and np.isnan(r.ours)]
-    if unevaluated:
-        metrics["not_evaluated"] = unevaluated
-        metrics["ok"] = False
-        metrics.setdefault("reason", f"targets not evaluated (no data in their window; run longer?): {unevaluated}")
-    metrics.setdefault("ok", all(checks))
-    write_metrics(out / "metrics.json", metrics)
+                 defaults: str | Path | None = None, wait: bool = False, html: bool = True, schema=None):
+    """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  ``schema``: the pydantic
+    model of the configuration (default: the shipped scenario's, scenarios/schemas.py).  With ``html``,
+    the run directory also gets ``replay.html`` (the run as one standalone page); with ``wait`` and a
+    viewer, the live scene stays up at the end until Ctrl-C.  Any exit stops the viewer's server.
+
+    The run directory is created first (a bad ``out`` raises ConfigError and writes nothing).  A
+    configuration error, a failed run or an interrupt (SIGINT/SIGTERM, :class:`Interrupted`) raise
+    after writing error.txt (errors) and metrics.json with ``"ok": false`` and the reason; every file
+    is written atomically and log.npz is checkpointed every ``CHECKPOINT_EVERY_S`` simulated seconds."""
+    out = prepare_out(out if out is not None else _default_out(name))
+    with interrupt.handle_signals() as sig:
+        try:
+            cfg = resolve_config(name, config_file, sets, overrides, duration, defaults, schema)
+            check_perturbation_applied(name, run, cfg)
+        except BaseException as exc:
+            with interrupt.deferred():
+                _failure(out, name, exc, None, "config")
+            raise
+        atomic_write(out / "config.toml", tomli_w.dumps(cfg))
+        write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": UNFINISHED})
+        logger = Logger(checkpoint=out / "log.npz", checkpoint_every_s=CHECKPOINT_EVERY_S)
+        ctx = Context(name=name, cfg=copy.deepcopy(cfg), out=out, logger=logger, viewer=viewer, progress=progress)
+        try:
+            try:
+                outcome: Outcome = run(ctx)
+            except BaseException as exc:
+                with interrupt.deferred():
+                    signame = sig.signame or (exc.signame if isinstance(exc, interrupt.Interrupted) else
+                                              "SIGINT" if isinstance(exc, KeyboardInterrupt) else None)
+                    if signame is None:
+                        _failure(out, name, exc, logger, "config" if isinstance(exc, USAGE_ERRORS) else "run")
+                        raise
+                    # stopped by a signal (or failed while stopping): keep what was logged, no traceback
+                    reason = _interrupted_reason(signame, logger.last_t)
+                    if len(logger):
+                        logger.save(out / "log.npz")
+                    _publish_plots(out, [], complete_only=True)
+                    write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": reason,
+                                                         "interrupted": True})
+                raise interrupt.Interrupted(signame, reason, out) from None
+            stopped = sig.signame
+            with interrupt.deferred():
+                metrics = _finish(name, out, logger, outcome, stopped)
+            if stopped is not None:
+                raise interrupt.Interrupted(stopped, metrics["reason"].split("; ")[0], out)
+            if sig.signame is not None:        # arrived during the final save, which was completed
+                raise interrupt.Interrupted(sig.signame, f"interrupted ({sig.signame}) during the final save, "
+                                            "which was completed", out)
+        except BaseException:
+            ctx.close_viewers()                # any exit: no Meshcat server left behind
+            raise
     if echo:
         print(format_table([(r.key, r.ours, r.paper, r.target, r.ok) for r in outcome.rows]))
-        if unevaluated:
-            print(f"\nnot evaluated (n/a): {', '.join(unevaluated)} — the run has no data in their window")
+        if metrics["not_evaluated"]:
+            print(f"\nnot evaluated (n/a): {', '.join(metrics['not_evaluated'])} — the run has no data in their window")
+        if not metrics["ok"]:
+            print(f"\nnot ok: {metrics['reason']}")
         print(f"\nrun directory: {out}")
         if viewer is not None:
-            print(f"watch it again: python -m sim.viewer {out}")
+            print(f"watch it again: cmstack view {out}")
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
     if html:
@@ -266,12 +379,46 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
     return metrics, out
 
 
+def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str | None) -> dict:
+    """Save the log, publish the plots and write metrics.json with the contract keys."""
+    logger.save(out / "log.npz")
+    outcome.plots = _publish_plots(out, outcome.plots)
+    metrics = {"scenario": name, **outcome.metrics}
+    failed = [r.key for r in outcome.rows if r.ok is False]
+    # a target that could not be evaluated (nan: e.g. the run ended before the window it is taken over)
+    # is not met: "ok" must never be true by omission
+    unevaluated = [r.key for r in outcome.rows if r.ok is None and _is_target(r.target)
+                   and isinstance(r.ours, float) and np.isnan(r.ours)]
+    metrics["failed_targets"] = failed + [k for k in metrics.get("failed_targets") or [] if k not in failed]
+    metrics["not_evaluated"] = unevaluated
+    reasons = []
+    if signame is not None:
+        reasons.append(_interrupted_reason(signame, logger.last_t))
+        metrics["interrupted"] = True
+    if failed:
+        reasons.append(f"targets missed: {failed}")
+    if unevaluated:
+        reasons.append(f"targets not evaluated (no data in their window; run longer?): {unevaluated}")
+    if metrics.get("reason"):
+        reasons.append(str(metrics["reason"]))
+    ok = bool(metrics.get("ok", True)) and not failed and not unevaluated and signame is None
+    if not ok and not reasons:
+        reasons.append("the scenario reported ok = false")
+    metrics["ok"] = ok
+    metrics["reason"] = "; ".join(reasons)
+    write_metrics(out / "metrics.json", metrics)
+    return with_contract(metrics)
+
+
 def _write_replay_html(out: Path, echo: bool) -> None:
     """``replay.html`` beside the log; a run whose log cannot be replayed just goes without it."""
     from cmstack.sim.viewer import write_html
 
+    tmp = out / ".replay.html.partial"
     try:
-        p = write_html(out, out / "replay.html")
+        write_html(out, tmp)
+        p = out / "replay.html"
+        os.replace(tmp, p)                   # atomic, like every file of the run directory
     except Exception as exc:                 # the run itself is done: a page it cannot make is only noted
         print(f"replay.html not written: {type(exc).__name__}: {exc}")
         return
@@ -281,6 +428,8 @@ def _write_replay_html(out: Path, echo: bool) -> None:
 
 #: exit codes of every scenario run (README, "Exit codes")
 EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+#: exit code of a run stopped by SIGINT or SIGTERM (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
 #: errors the user fixes in the command line, the config or the model files (exit 2)
 USAGE_ERRORS = (ConfigError, ModelFileError, FrameNotFoundError, JointMapError)
 
@@ -301,27 +450,32 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | None = None) -> int:
-    """Run one scenario from parsed arguments; print its table; return the exit code
-    (0 every target met, 1 a target missed, 2 usage or configuration error, 3 the run failed)."""
+    """Run one scenario from parsed arguments; print its table (or one line on error); return the exit
+    code: 0 every target met, 1 a target missed, 2 usage or configuration error, 3 the run failed,
+    130 interrupted (SIGINT/SIGTERM)."""
     try:
         metrics, _ = run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
                                   duration=args.duration, viewer=args.viewer, progress=not args.no_progress,
                                   echo=True, defaults=defaults, wait=not getattr(args, "no_wait", False),
-                                  html=not getattr(args, "no_html", False))
+                                  html=not getattr(args, "no_html", False),
+                                  schema=getattr(sys.modules.get(run.__module__), "CONFIG_SCHEMA", None))
+    except KeyboardInterrupt as exc:           # interrupt.Interrupted, or a Ctrl-C outside the handlers
+        reason = getattr(exc, "reason", "interrupted (SIGINT)")
+        where = getattr(exc, "out", None)
+        print(f"{reason}; the run so far is in {where}" if where else reason, file=sys.stderr)
+        return EXIT_INTERRUPTED
     except USAGE_ERRORS as exc:
         if args.debug:
             raise
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except StackError as exc:
-        if args.debug:
-            raise
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     except Exception as exc:
         if args.debug:
             raise
-        print(f"error: unexpected {type(exc).__name__}: {exc} (traceback in the run's error.txt)", file=sys.stderr)
+        where = getattr(exc, "run_dir", None)
+        more = f" (full message and traceback in {where / 'error.txt'})" if where else ""
+        kind = "" if isinstance(exc, StackError) else "unexpected "
+        print(f"error: {kind}{_one_line(exc)}{more}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if metrics.get("ok") else EXIT_TARGET_MISSED
 

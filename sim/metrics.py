@@ -1,14 +1,31 @@
-"""metrics.json (flat, snake_case, SI units in keys where ambiguous) and the "ours vs paper" table."""
+"""metrics.json (flat, snake_case, SI units in keys where ambiguous) and the "ours vs paper" table.
+
+Every ``metrics.json`` has the contract keys ``ok`` (bool), ``failed_targets`` (list of metric keys
+whose target was missed), ``not_evaluated`` (list of metric keys whose target could not be
+evaluated) and ``reason`` (a string, ``""`` when ``ok``).  NaN and inf become ``null``; lists and
+tuples stay JSON lists.
+"""
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
 
+from cmstack.sim.logger import atomic_write
+
+#: keys every metrics.json has, with their value when a run says nothing about them
+CONTRACT = {"ok": False, "failed_targets": [], "not_evaluated": [], "reason": ""}
+
 
 def _clean(x):
     if isinstance(x, (bool, str)) or x is None:
         return x
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if hasattr(x, "tolist") and getattr(x, "ndim", 0) > 0:      # numpy arrays
+        return _clean(x.tolist())
     try:
         f = float(x)
     except (TypeError, ValueError):
@@ -18,9 +35,26 @@ def _clean(x):
     return int(f) if isinstance(x, int) else f
 
 
+def with_contract(metrics: dict) -> dict:
+    """``metrics`` with the contract keys filled in and typed: ``ok`` a bool, ``failed_targets`` and
+    ``not_evaluated`` lists (a single string becomes a one-element list), ``reason`` a string."""
+    m = dict(metrics)
+    for k, default in CONTRACT.items():
+        if m.get(k) is None:
+            m[k] = list(default) if isinstance(default, list) else default
+    m["ok"] = bool(m["ok"])
+    for k in ("failed_targets", "not_evaluated"):
+        if isinstance(m[k], str):
+            m[k] = [m[k]]
+        m[k] = [str(x) for x in m[k]]
+    m["reason"] = str(m["reason"])
+    return m
+
+
 def write_metrics(path: Path, metrics: dict) -> None:
-    flat = {k: _clean(v) for k, v in metrics.items()}
-    Path(path).write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
+    """Write ``metrics`` (with the contract keys) as JSON, atomically."""
+    flat = {k: _clean(v) for k, v in with_contract(metrics).items()}
+    atomic_write(path, json.dumps(flat, indent=2, sort_keys=True) + "\n")
 
 
 def format_table(rows: list[tuple]) -> str:

@@ -1,0 +1,113 @@
+"""Stop a run cleanly on SIGINT (Ctrl-C) or SIGTERM (``kill``).
+
+While :func:`handle_signals` is active:
+
+* the first signal only records a stop request.  A simulation loop asks :func:`requested` once per
+  control step and ends early when it returns the signal's name; the scenario then summarizes and
+  plots what it has.  A loop that never asks (a hand-written loop, a long computation) is stopped
+  by raising :class:`Interrupted` in it after ``grace_s`` seconds of wall time;
+* a second signal raises :class:`Interrupted` at once;
+* inside :func:`deferred` (the final save) signals are only recorded, so the save completes.
+
+:class:`Interrupted` derives from ``KeyboardInterrupt``: ``except Exception`` does not swallow it.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal.
+
+    Args:
+        signame: "SIGINT" or "SIGTERM".
+        reason: one line for the user (e.g. "interrupted at t = 0.420 s (SIGINT)"), once known.
+        out: the run directory, once written.
+    """
+
+    def __init__(self, signame: str = "SIGINT", reason: str | None = None, out=None):
+        super().__init__(reason or signame)
+        self.signame, self.reason, self.out = signame, reason or f"interrupted ({signame})", out
+
+
+class _State:
+    signame: str | None = None     # the first signal received while handling, or None
+    count: int = 0                 # signals received
+    seen: bool = False             # a loop has asked requested() since the first signal
+    deferring: int = 0             # > 0 inside deferred()
+    grace_s: float = 1.0
+    active: bool = False
+
+
+_S = _State()
+
+
+def requested() -> str | None:
+    """The name of the signal that asked the run to stop ("SIGINT"/"SIGTERM"), or None.  Loops call
+    this once per step and end when it is not None."""
+    if _S.signame is not None:
+        if not _S.seen and _S.active and _in_main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0.0)     # a loop is stopping: no forced stop
+        _S.seen = True
+    return _S.signame
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _on_signal(signum, _frame) -> None:
+    name = signal.Signals(signum).name
+    _S.count += 1
+    if _S.signame is None:
+        _S.signame = name
+    if _S.deferring:
+        return
+    if _S.count >= 2:
+        raise Interrupted(_S.signame)
+    # give a cooperating loop grace_s to notice; otherwise SIGALRM raises in whatever is running
+    signal.setitimer(signal.ITIMER_REAL, _S.grace_s)
+
+
+def _on_alarm(_signum, _frame) -> None:
+    if _S.signame is not None and not _S.seen and not _S.deferring:
+        raise Interrupted(_S.signame)
+
+
+@contextmanager
+def handle_signals(grace_s: float = 1.0):
+    """Install the SIGINT/SIGTERM handlers for the duration of the block (main thread only; elsewhere
+    the block runs with the handlers it has).  Yields the state; ``state.signame`` tells whether a stop
+    was requested."""
+    if not _in_main_thread():
+        yield _S
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    _S.signame, _S.count, _S.seen, _S.deferring, _S.grace_s, _S.active = None, 0, False, 0, grace_s, True
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        yield _S
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        for s, h in old.items():
+            signal.signal(s, h)
+        _S.active = False
+
+
+@contextmanager
+def deferred():
+    """Inside this block a signal is recorded but raises nothing (used around the final save)."""
+    _S.deferring += 1
+    try:
+        yield
+    finally:
+        _S.deferring -= 1
+
+
+def reset() -> None:
+    """Forget a recorded stop request (tests)."""
+    _S.signame, _S.count, _S.seen = None, 0, False
