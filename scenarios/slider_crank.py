@@ -74,6 +74,7 @@ def run(ctx) -> Outcome:
                           "(the tracking metrics are taken after it); lengthen the run or lower track_after")
     robot = Robot(cfg["urdf"])
     loop = SliderCrankLoop(cfg["link_length"])
+    mj = mujoco_plant(cfg, robot)             # built first: a bad MJCF is refused before any simulation
     q0 = np.zeros(2)
     log = ctx.logger
 
@@ -98,7 +99,6 @@ def run(ctx) -> Outcome:
     phi_max = max(float(np.max(P_rows["phi"])), proj.equality_violation())
 
     # 2. MuJoCo plant, closed loop -----------------------------------------------------------------
-    mj = mujoco_plant(cfg, robot)
     mujoco_reset(mj, q0, loop)
     ctl_m = build_controller(cfg, robot, loop)
     log.meta.update(mjcf_path=str(mj.path), urdf_path=str(robot.path), joint_names=np.array(robot.joint_names))

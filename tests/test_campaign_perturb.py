@@ -162,7 +162,7 @@ def test_unknown_body_and_scenario_without_support(names, tmp_path):
 
     with pytest.raises(ConfigError, match="slider_crank.*does not apply"):
         run_scenario("slider_crank", slider_crank.run, overrides={"perturbation.noise_q": 1e-4}, out=tmp_path / "s")
-    assert not (tmp_path / "s").exists()
+    assert (tmp_path / "s" / "error.txt").is_file() and not (tmp_path / "s" / "log.npz").exists()   # refused before it ran
 
 
 def test_yumi_run_records_the_perturbation(tmp_path):

@@ -51,7 +51,7 @@ def test_weighted_leaves_a_task_offset_that_strict_removes(tmp_path):
 def test_unknown_config_key_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="unknown config key 'omegaa'.*did you mean \\['omega'"):
         go(tmp_path, omegaa=3.0)
-    with pytest.raises(ConfigError, match="must be a number"):
+    with pytest.raises(ConfigError, match="omega must be a finite number > 0, got 'high'"):
         go(tmp_path, omega="high")
 
 
@@ -70,11 +70,12 @@ def test_nan_config_value_is_refused(tmp_path):
 
 
 def test_nan_in_the_plant_fails_cleanly(tmp_path):
-    """A NaN wrench makes MuJoCo's acceleration non-finite; MuJoCo would silently reset the state —
-    the plant must turn that into an error, and the run must keep the steps logged before it."""
+    """A wrench of 1e300 N makes MuJoCo's acceleration non-finite; MuJoCo would silently reset the state —
+    the plant must turn that into an error, and the run must keep the steps logged before it.  (A NaN
+    wrench is now refused by the config schema before the run.)"""
     with pytest.raises(StateError, match=r"diverged between t=0.05\d* s and t=0.06"):
         go(tmp_path, duration=0.2, disturbance_body="yumi_link_7_l", disturbance_t0=0.05,
-           disturbance_t1=0.1, disturbance_force=[float("nan"), 0.0, 0.0])
+           disturbance_t1=0.1, disturbance_force=[1e300, 0.0, 0.0])
     assert json.loads((tmp_path / "metrics.json").read_text())["ok"] is False
     assert np.load(tmp_path / "log.npz")["t"].shape[0] >= 10
 
@@ -83,7 +84,7 @@ def test_cli_reports_error_without_traceback(tmp_path, capsys):
     from cmstack.scenarios.yumi_dual_arm import main
     assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 2   # usage error
     err = capsys.readouterr().err
-    assert "plant='rope' is not one of" in err and "Traceback" not in err
+    assert "plant must be one of 'virtual', 'bar', got 'rope'" in err and "Traceback" not in err
 
 
 def test_run_too_short_for_its_targets_is_not_ok(tmp_path):
