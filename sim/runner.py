@@ -26,6 +26,7 @@ import numpy as np
 
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.models.errors import ConfigError
+from cmstack.sim import interrupt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, atomic_write
 
@@ -92,6 +93,8 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     try:
         active: set[int] = set()
         for _ in range(n_steps):
+            if interrupt.requested() is not None:    # SIGINT/SIGTERM (sim/interrupt.py): end here, keep the log
+                break
             t = plant.time
             q, v = plant.state()
             c0 = perf()

@@ -1,7 +1,8 @@
 """Interrupts and kills leave a readable run directory (rows 4, 5 of the robustness issue).
 
 * SIGINT / SIGTERM in the middle of a run: one line on stderr (no traceback), exit 130, log.npz with
-  what was logged, metrics.json with ``ok: false`` and ``reason: "interrupted at t = … s"``.
+  what was logged, metrics.json with ``ok: false`` and ``reason: "interrupted at t = … s"``, and the
+  scenario's plots of the partial run (the loop ends at a step boundary).
 * SIGINT during the final save: the save completes, exit 130, every file readable.
 * SIGKILL at several instants around the final save (and during the checkpoints before it): no
   corrupt file: log.npz (the last checkpoint or the final log) loads completely, metrics.json parses.
@@ -89,6 +90,10 @@ def test_signal_mid_run_writes_what_it_has_and_exits_130(tmp_path, sig):
         assert z["q"].shape == (len(t), 14)
     assert 1.0 <= t[-1] < 600 and abs(t[-1] - t_stop) < 1e-3     # everything logged up to the stop is kept
     assert np.all(np.diff(t) > 0)
+    # the loop (sim/runner.simulate) stopped at a step boundary and the scenario summarized what it had
+    assert {"tracking.png", "errors.png"} <= {p.name for p in (out / "plots").iterdir()}
+    assert m["constraint_error_initial"] == pytest.approx(0.2839, abs=1e-3) and m.get("interrupted") is True
+    assert not (out / ".plots.partial").exists()
 
 
 @pytest.mark.slow
