@@ -44,6 +44,7 @@ def test_add_a_scenario_example_runs_outside_the_package(scenario_dir, tmp_path,
     assert {"config.toml", "metrics.json", "log.npz", "replay.html"} <= {p.name for p in out.iterdir()}
     m = json.loads((out / "metrics.json").read_text())
     assert m["scenario"] == "hold_and_circle" and m["ok"] is True
+    assert m["failed_targets"] == [] and m["not_evaluated"] == [] and m["reason"] == ""   # docs/design.md
     # the page's claim: both hands (first level) within 0.1 mm after 1 s (measured 2.9e-5 and 2e-14 m)
     assert 0 < m["draw_error_max_m"] <= 1e-4 and 0 <= m["hold_error_max_m"] <= 1e-4
     assert "draw_error_max_m" in capsys.readouterr().out
@@ -53,7 +54,9 @@ def test_add_a_scenario_example_exit_codes(scenario_dir, tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     missed = tmp_path / "missed"
     assert _run(scenario_dir, missed, "--duration", "1.5", "--set", "tolerance_m=1e-6") == 1
-    assert json.loads((missed / "metrics.json").read_text())["ok"] is False
+    m = json.loads((missed / "metrics.json").read_text())
+    assert m["ok"] is False and set(m["failed_targets"]) == {"draw_error_max_m", "hold_error_max_m"}
+    assert "targets missed" in m["reason"]
     assert _run(scenario_dir, tmp_path / "typo", "--set", "posture_pk=10") == 2
     assert "did you mean ['posture_kp'" in capsys.readouterr().err
 
