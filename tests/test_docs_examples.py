@@ -55,7 +55,7 @@ def test_add_a_scenario_example_exit_codes(scenario_dir, tmp_path, monkeypatch, 
     missed = tmp_path / "missed"
     assert _run(scenario_dir, missed, "--duration", "1.5", "--set", "tolerance_m=1e-6") == 1
     m = json.loads((missed / "metrics.json").read_text())
-    assert m["ok"] is False and set(m["failed_targets"]) == {"draw_error_max_m", "hold_error_max_m"}
+    assert m["ok"] is False and m["failed_targets"] == ["draw_error_max_m"]   # the hold error is ~2e-14 m
     assert "targets missed" in m["reason"]
     assert _run(scenario_dir, tmp_path / "typo", "--set", "posture_pk=10") == 2
     assert "did you mean ['posture_kp'" in capsys.readouterr().err
