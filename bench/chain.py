@@ -1,7 +1,13 @@
-"""Seed 000 timings: the DAC law (III) control step on states of a real closed-loop run of the default
+"""[Eslami] timings: the DAC law (III) control step on states of a real closed-loop run of the default
 chain_task_space scenario (closed-form reference, ProxSuite reference, + joint allocation closed form / QP),
 and one RK4 step of the tensor Newton–Euler model (KKT (32) vs Schur (35), with/without the projection),
 beside a MuJoCo step of the same chain.
+
+Law (III), interleaved on the same states: the closed-form step (``TaskSpaceLaw._closed_form_step``), the
+generic path it replaced (``PortLaw.__call__``: dense ℳ, two KKT LU solves of (*)), and the step's floor —
+the kernels it cannot avoid: rotations from the quaternions, S = A ℳ⁻¹ Aᵀ (two dense products), one
+Cholesky factorization and two Cholesky solves.  Target (issue 12): step ≤ 250 µs median (2× margin on the
+0.5 ms control period).  Results: ./bench/results/chain.json.
 
     python -m bench.chain [--repeat 3] [--duration 2]
 """
@@ -13,7 +19,10 @@ import time
 
 import numpy as np
 
-from cmstack.controllers.dac import JointActuationMap, TaskSpaceLaw
+from scipy.linalg.lapack import dpotrf, dpotrs
+
+from cmstack.bench import results_dir
+from cmstack.controllers.dac import JointActuationMap, PortLaw, TaskSpaceLaw, _rotations
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.chain_task_space import build_model, ee_trajectory, initial_state, parse_obstacles
 from cmstack.sim.chain_plant import ChainMujocoPlant
@@ -26,6 +35,32 @@ def _law(cfg, chain, traj, qp=False):
     return TaskSpaceLaw(chain, traj, 0.0, 0.0, cfg["lam_p"], cfg["lam_a"], obstacles=parse_obstacles(cfg),
                         obstacle_gain=cfg["obstacle_gain"], obstacle_range=cfg["obstacle_range"], qp=qp,
                         kd_mass=cfg["kd_mass"], obstacle_points=pts)
+
+
+LAW3_TARGET_US = 250.0
+
+
+def _law3_floor(law, s):
+    """The kernels of one law (III) step: R(q), S = A ℳ⁻¹Aᵀ, Cholesky, two solves (shapes of the chain)."""
+    _rotations(s.quat)
+    A = law._A
+    S = A @ (law._Mi @ A.T)
+    c, _ = dpotrf(S)
+    y = np.ones(A.shape[0])
+    dpotrs(c, y)
+    dpotrs(c, y)
+
+
+def _time_interleaved(fns, items, repeat):
+    """{name: µs per call}, the calls of every function alternating on each item (load cancels out)."""
+    out = {k: [] for k in fns}
+    for _ in range(repeat):
+        for it in items:
+            for k, fn in fns.items():
+                c0 = time.perf_counter()
+                fn(*it)
+                out[k].append((time.perf_counter() - c0) * 1e6)
+    return {k: np.array(v) for k, v in out.items()}
 
 
 def _time(fn, items, repeat):
@@ -59,7 +94,14 @@ def measure(duration: float, repeat: int) -> dict:
     sub = states[:: max(1, len(states) // 400)]
     res = {"states": len(sub)}
     law_cf, law_qp = _law(cfg, chain, traj), _law(cfg, chain, traj, qp=True)
-    res["law3_closed_form_us"] = _time(lambda t, s: law_cf(t, s), sub, repeat)
+    law_cf(*sub[0])
+    tl = _time_interleaved({"law3_closed_form_us": lambda t, s: law_cf(t, s),
+                            "law3_generic_kkt_us": lambda t, s: PortLaw.__call__(law_cf, t, s),
+                            "law3_floor_us": lambda t, s: _law3_floor(law_cf, s)}, sub, repeat)
+    res.update(tl)
+    res["law3_step_over_floor"] = float(np.median(tl["law3_closed_form_us"]) / np.median(tl["law3_floor_us"]))
+    res["law3_generic_over_step"] = float(np.median(tl["law3_generic_kkt_us"]) / np.median(tl["law3_closed_form_us"]))
+    res["law3_target_us"] = LAW3_TARGET_US
     res["law3_reference_qp_us"] = _time(lambda t, s: law_qp(t, s), sub, repeat)
     fixed = build_model(cfg, True, (s0.pos[0].copy(), s0.quat[0].copy()))
     alloc_cf, alloc_qp = JointActuationMap(fixed), JointActuationMap(fixed, qp=True, limit=5.0)
@@ -91,8 +133,12 @@ def main(argv=None) -> None:
     r = measure(args.duration, args.repeat)
     width = max(len(k) for k in r)
     for k, v in r.items():
-        print(f"  {k:<{width}}  {v:10.1f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
-    print(json.dumps(r))
+        print(f"  {k:<{width}}  {v:10.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    med = r["law3_closed_form_us_median"]
+    print(f"  law III step {med:.0f} µs median, {r['law3_step_over_floor']:.2f}× its floor "
+          f"({r['law3_floor_us_median']:.0f} µs); target ≤ {LAW3_TARGET_US:.0f} µs: "
+          f"{'OK' if med <= LAW3_TARGET_US else 'MISSED'} (the generic KKT path: {r['law3_generic_over_step']:.2f}× the step)")
+    (results_dir() / "chain.json").write_text(json.dumps(r, indent=2))
 
 
 if __name__ == "__main__":

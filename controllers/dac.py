@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, SolverError, StateError
@@ -69,6 +70,42 @@ from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_con
 from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
+_EPS = np.zeros((3, 3, 3))                     # Levi-Civita ε_ijk
+_EPS[0, 1, 2] = _EPS[1, 2, 0] = _EPS[2, 0, 1] = 1.0
+_EPS[0, 2, 1] = _EPS[2, 1, 0] = _EPS[1, 0, 2] = -1.0
+
+
+def _cross(a, b):
+    """(a × b)_i = ε_ijk a_j b_k along the last axis, broadcasting: one einsum call (the per-step path)."""
+    return np.einsum("ijk,...j,...k->...i", _EPS, a, b)
+
+
+def _quadratic_rotation_map():
+    """Q (16, 9) with vec(R(q)) = vec(q qᵀ) Q: the entries of ``quat_to_matrix`` are quadratic forms of q."""
+    Q = np.zeros((4, 4, 9))
+    diag = {0: (1, 1, -1, -1), 4: (1, -1, 1, -1), 8: (1, -1, -1, 1)}
+    for k, c in diag.items():
+        for a in range(4):
+            Q[a, a, k] = c[a]
+    off = {1: ((1, 2, 1), (0, 3, -1)), 2: ((1, 3, 1), (0, 2, 1)), 3: ((1, 2, 1), (0, 3, 1)),
+           5: ((2, 3, 1), (0, 1, -1)), 6: ((1, 3, 1), (0, 2, -1)), 7: ((2, 3, 1), (0, 1, 1))}
+    for k, terms in off.items():                      # 2 c q_a q_b split over (a, b) and (b, a)
+        for a, b, c in terms:
+            Q[a, b, k] = Q[b, a, k] = c
+    return Q.reshape(16, 9)
+
+
+_QROT = _quadratic_rotation_map()
+
+
+def _rotations(q):
+    """``quat_to_matrix`` of (n, 4) quaternions as one product: vec(R_i) = vec(q_i q_iᵀ) Q."""
+    return ((q[:, :, None] * q[:, None, :]).reshape(-1, 16) @ _QROT).reshape(-1, 3, 3)
+
+
+def _skew(a):
+    """S(a)_ik = ε_ijk a_j, S(a) b = a × b; a (..., 3) → (..., 3, 3)."""
+    return np.einsum("ijk,...j->...ik", _EPS, a)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -223,7 +260,7 @@ def obstacle_potential(pos: np.ndarray, obstacles, gain: float, d0: float, clip:
     core and its C² quartic continuation inside (``_point_potential``).  Returns (U, ∇U (N,3) with zero rows
     for body N, Hessian blocks (N,3,3), min d)."""
     R = np.broadcast_to(np.eye(3), (pos.shape[0], 3, 3))
-    U, gp, _, hp, _, dmin = _body_potential(pos, R, obstacles, gain, d0, np.zeros((1, 3)), clip)
+    U, gp, _, hp, dmin = _body_potential(pos, R, obstacles, gain, d0, np.zeros((1, 3)), clip)
     return U, gp, hp, dmin
 
 
@@ -263,69 +300,99 @@ def _point_potential(rho: np.ndarray, radius: float, gain: float, d0: float, dc:
     return phi, alpha, beta
 
 
+def _spheres(obstacles):
+    """(centres (O,3), radii (O,)) of a list of ``Obstacle``."""
+    obstacles = list(obstacles)
+    if not obstacles:
+        return np.zeros((0, 3)), np.zeros(0)
+    return (np.array([np.asarray(o.center, float) for o in obstacles]).reshape(-1, 3),
+            np.array([float(o.radius) for o in obstacles]))
+
+
+def _clip(d0, clip):
+    dc = 0.1 * d0 if clip is None else float(clip)
+    if not 0.0 < dc < d0:
+        raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {d0:g}) m, got {dc:g}")
+    return dc
+
+
+def _pairs(pos, R, centers, radii, gain, d0, dc, points):
+    """Every (body i < N, point k, sphere o) at once: R_i r_k (N−1,K,3), x − c (N−1,K,O,3), and φ, α, β of
+    ``_point_potential`` (N−1,K,O), zero where d ≥ d₀ (all three None when no point is in range); plus the
+    smallest d."""
+    rw = np.einsum("iab,kb->ika", R[:-1], points)
+    dx = (pos[:-1, None, :] + rw)[:, :, None, :] - centers
+    rho = np.sqrt(np.einsum("ikoa,ikoa->iko", dx, dx))
+    d = rho - radii
+    dmin = float(d.min())
+    if dmin >= d0:
+        return rw, dx, None, None, None, dmin
+    act = d < d0
+    if dmin >= dc:                  # no point in a core: the FIRAS branch only (d₀ where out of range: φ = φ' = 0)
+        dd = np.where(act, d, d0)
+        a = 1.0 / dd - 1.0 / d0
+        du = (-gain) * a / (dd * dd)
+        alpha = du / rho
+        beta = act * ((gain * (1.0 / dd**4 + 2.0 * a / dd**3) - alpha) / (rho * rho))
+        return rw, dx, (0.5 * gain) * a * a, alpha, beta, dmin
+    phi, alpha, beta = _point_potential(rho, radii, gain, d0, dc)
+    out = ~act
+    if out.any():
+        phi[out] = alpha[out] = beta[out] = 0.0
+    return rw, dx, phi, alpha, beta, dmin
+
+
 def _body_potential(pos, R, obstacles, gain, d0, points, clip=None):
     """U_o (``_point_potential``) on body-fixed points r_k of the bodies 1…N−1: x = p_i + R_i r_k.
     ``clip`` = d_c, the core shell (m; default d₀/10).
     Returns U, ∂U/∂p (N,3), ∂U/∂θ (N,3) (= Σ R_i r_k × ∂U/∂x, the derivative along a world rotation δθ of
-    the body), the active point terms for the rates (body index, R_i r_k, ∂U/∂x, Hessian), the position
-    Hessian blocks (N,3,3) and the smallest distance d of any point to a sphere surface."""
-    dc = 0.1 * d0 if clip is None else float(clip)
-    if not 0.0 < dc < d0:
-        raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {d0:g}) m, got {dc:g}")
+    the body), the position Hessian blocks (N,3,3) and the smallest distance d of any point to a sphere."""
+    dc = _clip(d0, clip)
+    centers, radii = _spheres(obstacles)
     n = pos.shape[0]
-    gp = np.zeros((n, 3))
-    gw = np.zeros((n, 3))
-    hp = np.zeros((n, 3, 3))
-    rw = np.einsum("iab,kb->ika", R[:-1], points)                  # (N−1, K, 3)
-    x = pos[:-1, None, :] + rw
-    U = 0.0
-    idx, rws, fs, Hs = [], [], [], []
-    dmin = np.inf
-    for ob in obstacles:
-        dx = x - np.asarray(ob.center, float)
-        rho = np.linalg.norm(dx, axis=-1)
-        d = rho - ob.radius
-        dmin = min(dmin, float(d.min()))
-        act = d < d0
-        if not np.any(act):
-            continue
-        ii, kk = np.nonzero(act)
-        phi, alpha, beta = _point_potential(rho[act], ob.radius, gain, d0, dc)
-        dxa = dx[act]
-        U += float(np.sum(phi))
-        f = alpha[:, None] * dxa
-        H = alpha[:, None, None] * np.eye(3) + beta[:, None, None] * np.einsum("ka,kb->kab", dxa, dxa)
-        r_act = rw[ii, kk]
-        np.add.at(gp, ii, f)
-        np.add.at(gw, ii, cross(r_act, f))
-        np.add.at(hp, ii, H)
-        idx.append(ii)
-        rws.append(r_act)
-        fs.append(f)
-        Hs.append(H)
-    terms = (np.concatenate(idx), np.concatenate(rws), np.concatenate(fs), np.concatenate(Hs)) if idx else None
-    return U, gp, gw, hp, terms, dmin
+    gp, gw, hp = np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3))
+    if radii.size == 0:
+        return 0.0, gp, gw, hp, np.inf
+    rw, dx, phi, alpha, beta, dmin = _pairs(pos, R, centers, radii, gain, d0, dc, points)
+    if phi is None:
+        return 0.0, gp, gw, hp, dmin
+    f = (alpha[..., None] * dx).sum(axis=2)                                     # ∂U/∂x per point (N−1,K,3)
+    gp[:-1] = f.sum(axis=1)
+    gw[:-1] = cross(rw, f).sum(axis=1)
+    hp[:-1] = alpha.sum(axis=(1, 2))[:, None, None] * np.eye(3) + np.einsum("iko,ikoa,ikob->iab", beta, dx, dx)
+    return float(phi.sum()), gp, gw, hp, dmin
 
 
-def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points, clip: float | None = None):
+def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points, clip: float | None = None,
+                    R: np.ndarray | None = None, spheres=None):
     """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero) and its exact
-    rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ.
+    rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ,
+    with H ẋ = α ẋ + β (x − c)((x − c)·ẋ) (``_point_potential``), all points and spheres at once.
     With ``points = [[0, 0, 0]]`` this is the paper's U_o(s_{B_1 I}, …, s_{B_{N−1} I}) (54).  U_o is C² at
-    every distance, inside a sphere too (``_point_potential``), so ġ is the exact derivative of g."""
+    every distance, inside a sphere too (``_point_potential``), so ġ is the exact derivative of g.
+    ``R`` (the state's rotations) and ``spheres`` (``_spheres(obstacles)``) may be passed to skip recomputing."""
     n = state.n
-    v, w = state.v, state.w
-    U, gp, gw, _, terms, dmin = _body_potential(state.pos, state.R, obstacles, gain, d0, points, clip)
-    dp = np.zeros((n, 3))
-    dw = np.zeros((n, 3))
-    if terms is not None:
-        ii, rw, f, H = terms
-        wr = cross(w[ii], rw)
-        fd = np.einsum("kab,kb->ka", H, v[ii] + wr)
-        np.add.at(dp, ii, fd)
-        np.add.at(dw, ii, cross(wr, f) + cross(rw, fd))
-    g = -np.concatenate([gp.ravel(), gw.ravel()])
-    gdot = -np.concatenate([dp.ravel(), dw.ravel()])
-    return g, gdot, U, dmin
+    dc = _clip(d0, clip)
+    centers, radii = _spheres(obstacles) if spheres is None else spheres
+    if radii.size == 0:
+        return np.zeros(6 * n), np.zeros(6 * n), 0.0, np.inf
+    R = state.R if R is None else R
+    nu = state.nu
+    v, w = nu[:3 * n].reshape(n, 3), nu[3 * n:].reshape(n, 3)
+    rw, dx, phi, alpha, beta, dmin = _pairs(state.pos, R, centers, radii, gain, d0, dc, points)
+    if phi is None:
+        return np.zeros(6 * n), np.zeros(6 * n), 0.0, dmin
+    wr = _cross(w[:-1, None, :], rw)                                             # ω_i × R_i r_k
+    xd = v[:-1, None, :] + wr                                                   # ẋ (N−1,K,3)
+    f = np.einsum("iko,ikoa->ika", alpha, dx)                                   # ∂U/∂x
+    fd = alpha.sum(axis=2)[..., None] * xd + np.einsum("iko,ikoa->ika", beta * np.einsum("ikoa,ika->iko", dx, xd), dx)
+    g = np.zeros(6 * n)
+    gdot = np.zeros(6 * n)
+    g[:3 * (n - 1)] = -f.sum(axis=1).ravel()
+    g[3 * n:6 * n - 3] = -_cross(rw, f).sum(axis=1).ravel()
+    gdot[:3 * (n - 1)] = -fd.sum(axis=1).ravel()
+    gdot[3 * n:6 * n - 3] = -(_cross(wr, f) + _cross(rw, fd)).sum(axis=1).ravel()
+    return g, gdot, float(phi.sum()), dmin
 
 
 class TaskSpaceLaw(PortLaw):
@@ -367,6 +434,151 @@ class TaskSpaceLaw(PortLaw):
         self.Jt[3:, 3 * n + 3 * (n - 1):] = np.eye(3)
         self.clearance = np.inf
         self.potential = 0.0
+        self._spheres = _spheres(self.obstacles)       # the obstacles are fixed at construction
+        # closed-form step (``_closed_form_step``): A = [J; J_t] preallocated with its constant blocks; only the
+        # angular blocks of the joint rows, −S(s_{B_jJ_j}) and S(s_{B_{j+1}J_j}), change with the state
+        nj, nc = n - 1, chain.n_constraints
+        A = np.zeros((nc + 6, 6 * n))
+        A[:nc] = chain.jacobian(np.broadcast_to(np.eye(3), (n, 3, 3)))
+        A[nc:] = self.Jt
+        A[:3 * nj, 3 * n:] = 0.0
+        self._A, self._Ad = A, np.zeros_like(A)
+        self._Aw = A[:3 * nj, 3 * n:].reshape(nj, 3, n, 3)            # views: [joint, row, body, col]
+        self._Adw = self._Ad[:3 * nj, 3 * n:].reshape(nj, 3, n, 3)
+        assert np.shares_memory(self._Aw, A) and np.shares_memory(self._Adw, self._Ad)
+        self._jj = np.arange(nj)
+        self._mrep = np.repeat(chain.masses, 3)
+        self._wv, self._wdot = np.zeros(nc + 6), np.zeros(nc + 6)
+        self._lam6 = np.r_[np.full(3, self.lam_p), np.full(3, self.lam_a)]
+        # ℳ, ℳ⁻¹, D^Iℳ, 𝒞 as dense matrices whose angular blocks are rewritten in place (views (n,3,n,3))
+        self._M, self._Mi = np.diag(np.r_[self._mrep, np.zeros(3 * n)]), np.diag(np.r_[1.0 / self._mrep, np.zeros(3 * n)])
+        self._Md, self._C = np.zeros((6 * n, 6 * n)), np.zeros((6 * n, 6 * n))
+        self._M4, self._Mi4, self._Md4, self._C4 = (X[3 * n:, 3 * n:].reshape(n, 3, n, 3)
+                                                     for X in (self._M, self._Mi, self._Md, self._C))
+        assert all(np.shares_memory(a, b) for a, b in ((self._M4, self._M), (self._Mi4, self._Mi), (self._Md4, self._Md),
+                                                       (self._C4, self._C)))
+        self._ii = np.arange(n)
+        self._fg = np.zeros(6 * n)
+        self._fg[:3 * n] = np.tile(chain.gravity, n) * self._mrep
+
+    def __call__(self, t: float, state: ChainState) -> np.ndarray:
+        if self.qp:
+            return super().__call__(t, state)
+        return self._closed_form_step(t, state)
+
+    def _task(self, t, state):
+        """ν_{e,r}, D^Iν_{e,r} (52) and e_{e,p}: ``attitude_error`` and ``attitude_error_rate`` of the end
+        effector written out on Python floats (one quaternion: cheaper than array calls)."""
+        p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
+        n = state.n
+        a0, a1, a2, a3 = q_d.tolist() if isinstance(q_d, np.ndarray) else (float(x) for x in q_d)
+        b0, b1, b2, b3 = state.quat[-1].tolist()
+        # q_e = q_d⁻¹ ⊗ q, scalar part made ≥ 0
+        e0 = a0 * b0 + a1 * b1 + a2 * b2 + a3 * b3
+        e1 = a0 * b1 - a1 * b0 - a2 * b3 + a3 * b2
+        e2 = a0 * b2 + a1 * b3 - a2 * b0 - a3 * b1
+        e3 = a0 * b3 - a1 * b2 + a2 * b1 - a3 * b0
+        if e0 < 0:
+            e0, e1, e2, e3 = -e0, -e1, -e2, -e3
+        # e_att = R_d ε_e (R_d = R(q_d)), rotated as v + 2 a0 (u × v) + 2 u × (u × v), u = (a1, a2, a3)
+        c1, c2, c3 = a2 * e3 - a3 * e2, a3 * e1 - a1 * e3, a1 * e2 - a2 * e1
+        x = e1 + 2.0 * (a0 * c1 + a2 * c3 - a3 * c2)
+        y = e2 + 2.0 * (a0 * c2 + a3 * c1 - a1 * c3)
+        z = e3 + 2.0 * (a0 * c3 + a1 * c2 - a2 * c1)
+        nu_ed = np.asarray(nu_ed, float)
+        wd0, wd1, wd2 = nu_ed[3:].tolist()
+        w0, w1, w2 = state.nu[6 * n - 3:].tolist()
+        d0, d1, d2 = w0 - wd0, w1 - wd1, w2 - wd2
+        # D^I e_att = ω_d × e + ½ (η (ω − ω_d) − e × (ω − ω_d))
+        de_att = (wd1 * z - wd2 * y + 0.5 * (e0 * d0 - (y * d2 - z * d1)),
+                  wd2 * x - wd0 * z + 0.5 * (e0 * d1 - (z * d0 - x * d2)),
+                  wd0 * y - wd1 * x + 0.5 * (e0 * d2 - (x * d1 - y * d0)))
+        e_ep = np.empty(6)
+        e_ep[:3] = state.pos[-1] - p_d
+        e_ep[3:] = (x, y, z)
+        de = np.empty(6)
+        de[:3] = state.nu[3 * n - 3:3 * n] - nu_ed[:3]
+        de[3:] = de_att
+        return nu_ed - self._lam6 * e_ep, np.asarray(nu_ed_dot, float) - self._lam6 * de, e_ep
+
+    def _known_force(self, R, quat):
+        """ℱ_{g,J} (``TensorChain.known_force``); for the rotation-vector springs the joint moments
+        R_j K Log(R_jᵀR_{j+1}) are taken from the relative quaternion q_j⁻¹ ⊗ q_{j+1} (same value)."""
+        ch = self.chain
+        if ch.spring_law != "rotvec":
+            return ch.known_force(R)
+        n = ch.n
+        qa, qb = quat[:-1], quat[1:]
+        w = np.einsum("ja,ja->j", qa, qb)                                     # scalar part of q_j⁻¹ ⊗ q_{j+1}
+        v = qa[:, :1] * qb[:, 1:] - qb[:, :1] * qa[:, 1:] - _cross(qa[:, 1:], qb[:, 1:])   # its vector part
+        sv = np.sqrt(np.einsum("ja,ja->j", v, v))
+        sgn = np.where(w < 0, -1.0, 1.0)
+        th = 2.0 * np.arctan2(sv, sgn * w)
+        k = np.where(sv > 1e-12, th / np.where(sv > 1e-12, sv, 1.0), 2.0 / np.abs(w))
+        mJ = np.einsum("jab,jb->ja", R[:-1], ch.stiffness * ((sgn * k)[:, None] * v))
+        F = self._fg.copy()
+        F[3 * n:6 * n - 3] += mJ.ravel()
+        F[3 * n + 3:] -= mJ.ravel()
+        return F
+
+    def _closed_form_step(self, t: float, state: ChainState) -> np.ndarray:
+        """The same law as ``PortLaw.__call__`` with ``reference`` (closed form), using the structure:
+        ℳ = blockdiag(m_i I, I_i^I) is inverted per body, and (*) is solved through its Schur complement
+        S = A ℳ⁻¹ Aᵀ (one Cholesky factor for both solves):
+            λ = S⁻¹ y,  u = ℳ⁻¹Aᵀλ;     x = S⁻¹(A ℳ⁻¹ r₁ − r₂),  u̇ = ℳ⁻¹ r₁ − ℳ⁻¹Aᵀ x,
+        with y = w − A g, r₁ = Ȧᵀλ − ℳ̇u, r₂ = ẇ − Ȧg − Aġ − Ȧu (the two KKT systems of the module docstring).
+        Equal to the dense KKT path to round-off (tests/test_dac.py)."""
+        ch = self.chain
+        n, nj, nc = ch.n, ch.n - 1, ch.n_constraints
+        n3 = 3 * n
+        R = _rotations(state.quat)
+        nu = state.nu
+        w = nu[n3:].reshape(n, 3)
+        ii = self._ii
+        Iw = ch.inertia_world(R)
+        M, Mi, Md, C = self._M, self._Mi, self._Md, self._C
+        self._M4[ii, :, ii, :] = Iw                                                # ℳ = blockdiag(m_i I, I_i^I)
+        self._Mi4[ii, :, ii, :] = np.einsum("iab,ibc,idc->iad", R, ch.inertias_inv, R)
+        W = _skew(w)
+        WI = W @ Iw
+        self._Md4[ii, :, ii, :] = WI - Iw @ W                                      # D^Iℳ (76)
+        self._C4[ii, :, ii, :] = WI                                                # 𝒞(ν) (16)
+
+        nu_er, nu_er_dot, e_ep = self._task(t, state)
+        g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
+                                                                  self.points, self.clip, R=R, spheres=self._spheres)
+        s_par = -np.einsum("jab,jb->ja", R[:-1], ch.joint_parent)
+        s_chi = -np.einsum("jab,jb->ja", R[1:], ch.joint_child)
+        jj = self._jj
+        self._Aw[jj, :, jj, :] = -_skew(s_par)
+        self._Aw[jj, :, jj + 1, :] = _skew(s_chi)
+        self._Adw[jj, :, jj, :] = -_skew(_cross(w[:-1], s_par))
+        self._Adw[jj, :, jj + 1, :] = _skew(_cross(w[1:], s_chi))
+        A, Ad = self._A, self._Ad
+        wv, wdot = self._wv, self._wdot
+        wv[nc:] = nu_er
+        wdot[nc:] = nu_er_dot
+        MiAt = Mi @ A.T
+        c, info = dpotrf(A @ MiAt)
+        if info != 0:
+            raise StateError("DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
+                             "constraints (a singular configuration of the chain)")
+        lam = dpotrs(c, wv - A @ g)[0]
+        u = MiAt @ lam
+        r1 = Ad.T @ lam - Md @ u
+        r2 = wdot - Ad @ (g + u) - A @ gdot
+        Mir1 = Mi @ r1
+        nu_r = g + u
+        nu_r_dot = gdot + Mir1 - MiAt @ dpotrs(c, A @ Mir1 - r2)[0]
+        s = nu - nu_r
+        Ms = M @ s
+        Kds = self.kd_mass * Ms if self.kd_mass is not None else self.kd * s
+        tau = M @ nu_r_dot + C @ nu_r - self._known_force(R, state.quat) - Kds
+        info_ = self.info
+        info_.V = float(0.5 * s @ Ms)
+        info_.Vdot_cl = float(-s @ Kds)
+        info_.s, info_.nu_r, info_.e_task = s, nu_r, e_ep
+        return tau
 
     def reference(self, t, state, R, M):
         ch = self.chain

@@ -10,11 +10,13 @@ rod axis (all bodies) to a keep-out sphere's surface (the CoM distance, what the
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cmstack.controllers.dac import JointActuationMap, Obstacle, TaskSpaceLaw, ThrusterMap, attitude_error
 from cmstack.models.errors import ConfigError
-from cmstack.models.tensor_chain import ChainState, TensorChain, quat_exp, quat_mul, quat_to_matrix, rot_z
+from cmstack.models.tensor_chain import ChainState, TensorChain, quat_to_matrix, rot_z
 from cmstack.models.trajectory import FromWorldFunction
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.scenarios.chain_open_loop import body_names
@@ -60,15 +62,21 @@ def ee_trajectory(cfg, p0, q0):
         raise ConfigError(f"att_axis must be a non-zero 3-vector, got {cfg['att_axis']}")
     ax = ax / np.linalg.norm(ax)
 
-    def traj(t):
-        s, c = np.sin(om * t), np.cos(om * t)
+    p0 = np.asarray(p0, dtype=float)
+    ux, uy, uz = ax.tolist()
+    b0, b1, b2, b3 = np.asarray(q0, dtype=float).tolist()
+
+    def traj(t):             # on Python floats: called once per control step
+        s, c = math.sin(om * t), math.cos(om * t)
         p = p0 + np.array([0.0, ay * s, az * (1 - c)])
-        v = np.array([0.0, ay * om * c, az * om * s])
-        a = np.array([0.0, -ay * om**2 * s, az * om**2 * c])
-        q = quat_mul(quat_exp(ax * al * s), q0)
-        w = ax * al * om * c
-        wd = -ax * al * om**2 * s
-        return p, q, np.r_[v, w], np.r_[a, wd]
+        h = 0.5 * al * s                                     # exp(α sin(ωt) a) = (cos h, sin h · a)
+        ch, sh = math.cos(h), math.sin(h)
+        a1, a2, a3 = sh * ux, sh * uy, sh * uz
+        q = np.array([ch * b0 - a1 * b1 - a2 * b2 - a3 * b3, ch * b1 + a1 * b0 + a2 * b3 - a3 * b2,
+                      ch * b2 - a1 * b3 + a2 * b0 + a3 * b1, ch * b3 + a1 * b2 - a2 * b1 + a3 * b0])
+        kw, kd = al * om * c, -al * om * om * s
+        return (p, q, np.array([0.0, ay * om * c, az * om * s, kw * ux, kw * uy, kw * uz]),
+                np.array([0.0, -ay * om * om * s, az * om * om * c, kd * ux, kd * uy, kd * uz]))
 
     return FromWorldFunction(traj)
 
