@@ -535,10 +535,12 @@ class TaskSpaceLaw(PortLaw):
         nu = state.nu
         w = nu[n3:].reshape(n, 3)
         ii = self._ii
-        Iw = ch.inertia_world(R)
+        Rt = R.transpose(0, 2, 1)
+        Iw = R @ ch.inertias @ Rt                                                  # I_i^I (64), symmetrized as in
+        Iw = 0.5 * (Iw + Iw.transpose(0, 2, 1))                                   # TensorChain.inertia_world
         M, Mi, Md, C = self._M, self._Mi, self._Md, self._C
         self._M4[ii, :, ii, :] = Iw                                                # ℳ = blockdiag(m_i I, I_i^I)
-        self._Mi4[ii, :, ii, :] = np.einsum("iab,ibc,idc->iad", R, ch.inertias_inv, R)
+        self._Mi4[ii, :, ii, :] = R @ ch.inertias_inv @ Rt
         W = _skew(w)
         WI = W @ Iw
         self._Md4[ii, :, ii, :] = WI - Iw @ W                                      # D^Iℳ (76)

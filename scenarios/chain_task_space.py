@@ -123,17 +123,21 @@ def parse_disturbances(cfg, n):
 
 def segment_clearance(pos, quat, half, obstacles) -> float:
     """Smallest distance from any rod axis segment (all N bodies) to a keep-out sphere surface
-    (half = 0: from the CoMs)."""
-    R = quat_to_matrix(quat)
-    best = np.inf
-    for ob in obstacles:
-        for i in range(pos.shape[0]):
-            a = pos[i] - half * R[i][:, 0]
-            b = pos[i] + half * R[i][:, 0]
-            L2 = (b - a) @ (b - a)
-            u = np.clip((ob.center - a) @ (b - a) / L2, 0.0, 1.0) if L2 > 0 else 0.0
-            best = min(best, float(np.linalg.norm(a + u * (b - a) - ob.center) - ob.radius))
-    return best
+    (half = 0: from the CoMs): the closest point a + u(b − a), u = clip((c − a)·(b − a)/|b − a|², 0, 1),
+    for every body and sphere at once."""
+    if not obstacles:
+        return float("inf")
+    c = np.array([np.asarray(ob.center, dtype=float) for ob in obstacles])
+    r = np.array([float(ob.radius) for ob in obstacles])
+    x = quat_to_matrix(quat)[:, :, 0]
+    a = pos - half * x
+    d = (2.0 * half) * x                                                      # b − a
+    L2 = np.einsum("na,na->n", d, d)
+    ca = c[None, :, :] - a[:, None, :]                                        # (N, O, 3)
+    u = np.clip(np.einsum("noa,na->no", ca, d) / np.where(L2 > 0, L2, 1.0)[:, None], 0.0, 1.0)
+    u[L2 <= 0] = 0.0
+    gap = np.sqrt(np.einsum("noa,noa->no", ca - u[..., None] * d[:, None, :], ca - u[..., None] * d[:, None, :])) - r
+    return float(gap.min())
 
 
 def run(ctx) -> Outcome:
