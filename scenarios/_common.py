@@ -63,6 +63,19 @@ class Outcome:
     plots: list[Path] = field(default_factory=list)
 
 
+def equal_aspect_3d(ax, points) -> None:
+    """Give a matplotlib 3-D axis equal scales on x, y, z: a cube of limits around ``points`` (any
+    array of shape (..., 3), metres), so that spheres look like spheres."""
+    pts = np.asarray(points, dtype=float).reshape(-1, 3)
+    pts = pts[np.all(np.isfinite(pts), axis=1)]
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    c, r = 0.5 * (lo + hi), 0.5 * float(np.max(hi - lo)) or 1.0
+    ax.set_xlim(c[0] - r, c[0] + r)
+    ax.set_ylim(c[1] - r, c[1] + r)
+    ax.set_zlim(c[2] - r, c[2] + r)
+    ax.set_box_aspect((1.0, 1.0, 1.0))
+
+
 @dataclass
 class Context:
     name: str

@@ -35,6 +35,8 @@ NAME = "balloon"
 ENGINES = ("titop", "pinocchio", "mujoco")
 DOF_NAMES = ["x [m]", "y [m]", "z [m]", "φ [rad]", "θ [rad]", "ψ [rad]", "p [m]", "θ₁ [rad]", "θ₂ [rad]"]
 JOINTS = ("slider", "pendulum1", "pendulum2")
+LENGTH_DOFS = [0, 1, 2, 6]     # x, y, z, p [m]
+ANGLE_DOFS = [3, 4, 5, 7, 8]   # φ, θ, ψ, θ₁, θ₂ [rad]
 
 
 # ------------------------------------------------------------------------------------- parameters
@@ -438,9 +440,9 @@ def run(ctx) -> Outcome:
     #                                                     the potential's reference; both are reported)
     te = np.arange(n_en + 1) * h
     De = dofs(Qe)
-    u_tp = dof_difference(De, dofs(Qep)).max(axis=1)
-    u_tm = dof_difference(De, dofs(Qem)).max(axis=1)
-    u_pert = dof_difference(dofs(Qep), dofs(Qeq)).max(axis=1)
+    U_tp, U_tm = dof_difference(De, dofs(Qep)), dof_difference(De, dofs(Qem))
+    U_pert = dof_difference(dofs(Qep), dofs(Qeq))
+    u_tp, u_tm, u_pert = U_tp.max(axis=1), U_tm.max(axis=1), U_pert.max(axis=1)
     lam_u_tp, lam_u_tm = growth_exponent(te, u_tp), growth_exponent(te, u_tm)
     lam_sys = growth_exponent(te, u_pert, lo=10 * cfg["perturbation_rad"], hi=1e-2)
 
@@ -466,7 +468,11 @@ def run(ctx) -> Outcome:
                     engine=cfg["engine"], dof_names=np.array(DOF_NAMES), joint_names=np.array(JOINTS),
                     energy_t=np.arange(0, n_en + 1, stride_e) * h, energy=E, kinetic=K,
                     undamped_t=te[::stride], undamped_diff_titop_pinocchio=u_tp[::stride],
-                    undamped_diff_titop_mujoco=u_tm[::stride], undamped_diff_perturbed=u_pert[::stride])
+                    undamped_diff_titop_mujoco=u_tm[::stride], undamped_diff_perturbed=u_pert[::stride],
+                    **{f"undamped_{name}_{unit}": U[::stride][:, idx].max(axis=1)
+                       for name, U in (("diff_titop_pinocchio", U_tp), ("diff_titop_mujoco", U_tm),
+                                       ("diff_perturbed", U_pert))
+                       for unit, idx in (("m", LENGTH_DOFS), ("rad", ANGLE_DOFS))})
 
     m = dict(engine=cfg["engine"], duration_s=T, dt_s=h,
              fd_vs_pinocchio_max=e_fd, id_vs_pinocchio_max=e_id,
@@ -531,35 +537,44 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
         b.tick_params(axis="y", colors="r")
     for a in ax[-1]:
         a.set_xlabel("t [s]")
-    fig.suptitle(f"Balloon, slider, double pendulum (seed 003 Fig. 17): {cfg['engine']} (black), "
-                 f"|{cfg['engine']} − {other}| (red, log)")
+    fig.suptitle(f"Balloon, slider, double pendulum ([Alazard] Fig. 17): {cfg['engine']} (black, left axis), "
+                 f"|{cfg['engine']} − {other}| (red, right axis, log, same unit)")
     fig.tight_layout()
     paths.append(ctx.save_figure(fig, "dofs", dpi=100))
 
-    fig, ax = plt.subplots(3, 1, figsize=(9, 11))
-    for d, lab, ls in ((d_tp, "TITOP − Pinocchio (same RK4)", "-"), (d_tm, "TITOP − MuJoCo (RK4)", "--"),
-                       (d_pm, "Pinocchio − MuJoCo", ":")):
-        ax[0].semilogy(t, d.max(axis=1) + 1e-17, ls, label=lab, lw=1)
-    ax[0].axvline(cfg["compare_pinocchio_duration"], color="grey", ls=":")
-    ax[0].axvline(cfg["compare_mujoco_duration"], color="grey", ls="--")
-    ax[0].set_ylabel("max over the 9 DoF of |Δ|")
-    ax[0].set_xlabel("t [s]")
-    ax[0].legend(fontsize=8)
-    ax[0].set_title("differences between engines, dampers as configured")
+    # differences: lengths (x, y, z, p) and angles (φ, θ, ψ, θ₁, θ₂) on separate axes
+    fig, ax = plt.subplots(5, 1, figsize=(9, 17))
+    for row, (unit, idx) in enumerate((("m", LENGTH_DOFS), ("rad", ANGLE_DOFS))):
+        a = ax[row]
+        for d, lab, ls in ((d_tp, "TITOP − Pinocchio (same RK4)", "-"), (d_tm, "TITOP − MuJoCo (RK4)", "--"),
+                           (d_pm, "Pinocchio − MuJoCo", ":")):
+            a.semilogy(t, d[:, idx].max(axis=1) + 1e-17, ls, label=lab, lw=1)
+        a.axvline(cfg["compare_pinocchio_duration"], color="grey", ls=":",
+                  label=f"Pinocchio window ({cfg['compare_pinocchio_duration']:g} s)")
+        a.axvline(cfg["compare_mujoco_duration"], color="grey", ls="--",
+                  label=f"MuJoCo window ({cfg['compare_mujoco_duration']:g} s)")
+        what = "x, y, z, p" if unit == "m" else "φ, θ, ψ, θ₁, θ₂"
+        a.set_ylabel(f"max |Δ| over {what} [{unit}]")
+        a.set_xlabel("t [s]")
+        a.legend(fontsize=8)
+        a.set_title(f"differences between engines, dampers as configured ({'lengths' if unit == 'm' else 'angles'})")
     tu = meta["undamped_t"]
-    ax[1].semilogy(tu, meta["undamped_diff_titop_pinocchio"] + 1e-17, label="TITOP − Pinocchio (same RK4)", lw=1)
-    ax[1].semilogy(tu, meta["undamped_diff_titop_mujoco"] + 1e-17, "--", label="TITOP − MuJoCo (RK4)", lw=1)
-    ax[1].semilogy(tu, meta["undamped_diff_perturbed"] + 1e-17, ":",
+    for row, unit in ((2, "m"), (3, "rad")):
+        a = ax[row]
+        a.semilogy(tu, meta[f"undamped_diff_titop_pinocchio_{unit}"] + 1e-17, label="TITOP − Pinocchio (same RK4)", lw=1)
+        a.semilogy(tu, meta[f"undamped_diff_titop_mujoco_{unit}"] + 1e-17, "--", label="TITOP − MuJoCo (RK4)", lw=1)
+        a.semilogy(tu, meta[f"undamped_diff_perturbed_{unit}"] + 1e-17, ":",
                    label=f"Pinocchio, θ₂(0) + {cfg['perturbation_rad']:g} rad", lw=1)
-    ax[1].set_ylabel("max over the 9 DoF of |Δ|")
-    ax[1].set_xlabel("t [s]")
-    ax[1].legend(fontsize=8)
-    ax[1].set_title("dampers off: the motion stays chaotic and every difference grows")
+        what = "x, y, z, p" if unit == "m" else "φ, θ, ψ, θ₁, θ₂"
+        a.set_ylabel(f"max |Δ| over {what} [{unit}]")
+        a.set_xlabel("t [s]")
+        a.legend(fontsize=8)
+        a.set_title("dampers off: the motion stays chaotic and every difference grows")
     E, K = meta["energy"], meta["kinetic"]
-    ax[2].plot(meta["energy_t"], (E - E[0]) / K.max())
-    ax[2].set_xlabel("t [s]")
-    ax[2].set_ylabel("(E − E₀) / max KE")
-    ax[2].set_title("TITOP, dampers off: energy drift")
+    ax[4].plot(meta["energy_t"], (E - E[0]) / K.max())
+    ax[4].set_xlabel("t [s]")
+    ax[4].set_ylabel("(E − E₀) / max KE [–]")
+    ax[4].set_title("TITOP, dampers off: energy drift")
     fig.tight_layout()
     paths.append(ctx.save_figure(fig, "differences_energy", dpi=100))
     return paths

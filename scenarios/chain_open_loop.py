@@ -22,7 +22,7 @@ import numpy as np
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
-from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.scenarios._common import Outcome, Row, equal_aspect_3d, scenario_main
 from cmstack.sim.chain_plant import ChainMujocoPlant
 from cmstack.sim.runner import simulate
 
@@ -287,7 +287,8 @@ def make_plots(ctx, cfg):
     ax3.set_xlabel("x [m]")
     ax3.set_ylabel("y [m]")
     ax3.set_zlabel("z [m]")
-    ax3.set_title("Trace of the chain (cf. Fig. 3), dark → light = time")
+    equal_aspect_3d(ax3, np.concatenate([pos.reshape(-1, 3) - half, pos.reshape(-1, 3) + half]))
+    ax3.set_title("Trace of the chain (cf. [Eslami] Fig. 3), dark → light = time (equal axes)")
     paths.append(ctx.save_figure(fig, "trace"))
 
     fig, ax = plt.subplots(figsize=(8, 4))

@@ -18,7 +18,7 @@ from cmstack.controllers.dac import JointActuationMap, Obstacle, TaskSpaceLaw, T
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import ChainState, TensorChain, quat_to_matrix, rot_z
 from cmstack.models.trajectory import FromWorldFunction
-from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.scenarios._common import Outcome, Row, equal_aspect_3d, scenario_main
 from cmstack.scenarios.chain_open_loop import body_names
 from cmstack.sim.chain_plant import ChainMujocoPlant
 from cmstack.sim.runner import Disturbance, simulate
@@ -252,7 +252,7 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
 
     t = a["t"]
     paths = []
-    fig, ax = plt.subplots(5, 1, figsize=(8, 12), sharex=True)
+    fig, ax = plt.subplots(6, 1, figsize=(8, 14), sharex=True)
     for i, c in enumerate("xyz"):
         l, = ax[0].plot(t, a["ee_pos"][:, i], label=c)
         ax[0].plot(t, a["ee_pos_d"][:, i], "--", color=l.get_color())
@@ -261,26 +261,29 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
     for i, c in enumerate("wxyz"):
         l, = ax[1].plot(t, a["ee_quat"][:, i], label=f"q{i}")
         ax[1].plot(t, a["ee_quat_d"][:, i], "--", color=l.get_color())
-    ax[1].set_ylabel("EE quaternion")
+    ax[1].set_ylabel("EE quaternion [–]")
     ax[1].legend(ncol=4, fontsize=8)
-    ax[2].semilogy(t, np.maximum(e_m, 1e-12), label="‖e_pos‖ [m]")
-    ax[2].semilogy(t, np.maximum(e_r, 1e-12), label="attitude error [rad]")
-    ax[2].axhline(1e-3, color="k", ls=":", lw=0.8)
+    ax[2].semilogy(t, np.maximum(e_m, 1e-12), label="‖e_pos‖")
+    ax[2].axhline(1e-3, color="k", ls=":", lw=0.8, label="target: mean over the last half ≤ 1e-3 m")
+    ax[2].set_ylabel("EE position error [m]")
     ax[2].legend(fontsize=8)
-    ax[2].set_ylabel("error norms")
-    ax[3].semilogy(t, np.maximum(a["V"], 1e-16))
-    ax[3].set_ylabel("V = ½ sᵀℳs [J]")
-    ax[4].plot(t, a["clearance"], label="CoM to sphere surface")
-    ax[4].plot(t, a["seg_clearance"], label="rod axis to sphere surface")
-    ax[4].axhline(0, color="k", lw=0.8)
-    ax[4].set_ylabel("clearance [m]")
-    ax[4].legend(fontsize=8)
-    ax[4].set_xlabel("t [s]")
+    ax[3].semilogy(t, np.maximum(e_r, 1e-12), label="attitude error angle")
+    ax[3].axhline(1e-3, color="k", ls=":", lw=0.8, label="target: mean over the last half ≤ 1e-3 rad")
+    ax[3].set_ylabel("EE attitude error [rad]")
+    ax[3].legend(fontsize=8)
+    ax[4].semilogy(t, np.maximum(a["V"], 1e-16))
+    ax[4].set_ylabel("V = ½ sᵀℳs [J]")
+    ax[5].plot(t, a["clearance"], label="CoM to sphere surface")
+    ax[5].plot(t, a["seg_clearance"], label="rod axis to sphere surface")
+    ax[5].axhline(0, color="k", lw=0.8, label="sphere surface")
+    ax[5].set_ylabel("clearance [m]")
+    ax[5].legend(fontsize=8)
+    ax[5].set_xlabel("t [s]")
     for x in ax:
         for d in dist:
             x.axvspan(d.t0, d.t1, color="tab:red", alpha=0.2, lw=0)
         x.grid(alpha=0.3)
-    ax[0].set_title("Law (III) on the MuJoCo chain (cf. Fig. 4): desired dashed, disturbances red")
+    ax[0].set_title("Law (III) on the MuJoCo chain (cf. [Eslami] Fig. 4): desired dashed, disturbances red")
     fig.tight_layout()
     paths.append(ctx.save_figure(fig, "ee_tracking"))
 
@@ -298,13 +301,13 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
     for ob in obstacles:
         ax3.plot_surface(ob.center[0] + ob.radius * np.cos(u) * np.sin(v), ob.center[1] + ob.radius * np.sin(u) * np.sin(v),
                          ob.center[2] + ob.radius * np.cos(v), color="tab:red", alpha=0.3)
-    lo = np.min(a["pos"].reshape(-1, 3), axis=0) - half
-    hi = np.max(a["pos"].reshape(-1, 3), axis=0) + half
-    ax3.set_box_aspect(hi - lo)
+    drawn = [a["pos"].reshape(-1, 3) - half, a["pos"].reshape(-1, 3) + half, a["ee_pos_d"]]
+    drawn += [np.asarray(ob.center, dtype=float) + ob.radius * s for ob in obstacles for s in (-1.0, 1.0)]
+    equal_aspect_3d(ax3, np.concatenate([np.reshape(x, (-1, 3)) for x in drawn]))
     ax3.set_xlabel("x [m]")
     ax3.set_ylabel("y [m]")
     ax3.set_zlabel("z [m]")
-    ax3.set_title("Trace of the closed loop (cf. Fig. 5); spheres = keep-out")
+    ax3.set_title("Trace of the closed loop (cf. [Eslami] Fig. 5); spheres = keep-out (equal axes)")
     paths.append(ctx.save_figure(fig, "trace"))
     return paths
 
