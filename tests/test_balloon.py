@@ -10,6 +10,7 @@ from cmstack.models.errors import ConfigError
 from cmstack.models.titop import quat_to_R
 from cmstack.scenarios._common import default_config, run_scenario
 from cmstack.scenarios.balloon import (NAME, Params, mujoco_model, pin_to_mujoco_qpos, pinocchio_fd, pinocchio_model, qdot,
+from plotcheck import assert_plots_ok
                                run, titop_fd, titop_system)
 
 
@@ -66,8 +67,7 @@ def test_balloon_targets_shortened(tmp_path):
     assert str(log["mjcf_path"]).endswith("balloon.xml")
     # the logged replay is the shown engine's motion: the initial pendulum angles of Table 1
     assert np.allclose(log["plant_qpos"][0, 8:], np.deg2rad([170.0, -170.0]))
-    for p in ("dofs.png", "differences_energy.png"):
-        assert (out / "plots" / p).is_file()
+    assert_plots_ok(out, ["dofs", "differences_energy"])
 
 
 def test_bad_config_is_refused(tmp_path):

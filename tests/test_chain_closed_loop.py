@@ -9,6 +9,7 @@ import pytest
 from cmstack.models.errors import ConfigError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.chain_task_space import NAME, run
+from plotcheck import assert_plots_ok
 
 
 def test_chain_task_space_thrusters(tmp_path):
@@ -25,6 +26,7 @@ def test_chain_task_space_thrusters(tmp_path):
     V, t = log["V"], log["t"]
     assert V[np.searchsorted(t, 2.9)] < 1e-3 * V[0]          # V decays by orders of magnitude before the pulse
     assert (out / "plots" / "ee_tracking.png").is_file() and (out / "plots" / "trace.png").is_file()
+    assert_plots_ok(out, ["ee_tracking", "trace"])
 
 
 def test_chain_task_space_joint_motors(tmp_path):

@@ -5,6 +5,7 @@ import pytest
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.chain_open_loop import NAME, run
+from plotcheck import assert_plots_ok
 
 
 def test_chain_open_loop_targets(tmp_path):
@@ -18,6 +19,7 @@ def test_chain_open_loop_targets(tmp_path):
     assert m["mujoco_pose_diff_paper_law"] > 10 * m["mujoco_pose_diff_max"]
     # issue 16: the paper's law (19) does not conserve energy, the rotation-vector law does (up to RK4)
     assert m["energy_drift_rel_rotvec"] <= 1e-6
+    assert_plots_ok(out, ["open_loop_validation", "trace", "mujoco_comparison"])
     assert m["energy_drift_rel_euler123"] > 100 * m["energy_drift_rel_rotvec"]
     assert m["ok"] is True
     log = np.load(out / "log.npz")

@@ -6,6 +6,7 @@ import pytest
 
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.series_parallel import NAME, run
+from plotcheck import assert_plots_ok
 
 SHORT = {"disturbance_t0": 4.5, "disturbance_t1": 5.0, "disturbance_window": [4.5, 6.5]}
 
@@ -30,6 +31,7 @@ def test_paper_gains_track_and_keep_the_loop_closed(tmp_path):
     assert m["loop_closure_error_max_m"] <= 1e-3
     assert 0.005 < m["peak_error_disturbance_delta_m"] < 0.08   # visible, bounded (no end stop)
     assert m["stroke_end_stop_time_s"] == 0.0
+    assert_plots_ok(tmp_path / "paper", ["tracking", "errors", "forces", "loop_closure", "rmse_table3"])
 
 
 def test_gains_satisfying_condition_25_reject_the_disturbance(tmp_path):

@@ -4,6 +4,7 @@ import pytest
 from cmstack.models.errors import ConfigError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.slider_crank import NAME, run
+from plotcheck import assert_plots_ok
 
 
 @pytest.mark.slow
@@ -15,6 +16,7 @@ def test_slider_crank_targets(tmp_path):
     assert m["energy_drift_rel"] <= 1e-4            # unforced, undamped, 10 s
     assert m["mujoco_vs_projection_max_rad"] <= 1e-3
     assert m["tracking_rmse_rad"] <= 1e-3
+    assert_plots_ok(out, ["tracking", "plants_energy"])
     # the passive-joint law is unsolvable only in the rank-tolerance band around each crossing, and
     # with that band the commanded torque stays within the 50 N·m motor (no spikes)
     assert m["unsolvable_steps_mujoco"] <= 4 * m["singular_crossings_mujoco"]

@@ -8,6 +8,7 @@ import pytest
 from cmstack.models.errors import ConfigError, InfeasibleError, StateError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.yumi_dual_arm import NAME, run
+from plotcheck import assert_plots_ok
 
 
 def go(tmp_path, **over):
@@ -23,6 +24,7 @@ def test_virtual_plant_thesis_settings(tmp_path):
     assert m["qp_failures"] == 0 and m["ok"] is True
     for f in ("config.toml", "metrics.json", "log.npz", "plots/errors.png", "plots/tracking.png"):
         assert (tmp_path / f).is_file(), f
+    assert_plots_ok(tmp_path, ["tracking", "errors", "velocities_torques", "constraint_force", "path_xz"])
     log = np.load(tmp_path / "log.npz")
     assert log["q"].shape == (400, 14) and "plant_qpos" in log and "frame__E1" in log
 
