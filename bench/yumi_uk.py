@@ -13,6 +13,16 @@ For every state the calls run back to back in a rotating order, so that machine 
 them alike; medians over all states and repeats.
 
     python -m cmstack.bench.yumi_uk [--repeat 5]
+
+Measured (2-core machine shared by ~6 sessions, load average 13–18; interleaved, medians):
+floor 66–103 µs; UK weighted 2.8–3.0× the floor (the implementation before the levels rewrite:
+4.5× on the same machine and script); UK 3 levels 3.2–3.4×.  Both targets are missed.  Where the
+time goes (cProfile, share of the weighted step): frame look-ups (Jacobian, pose, classical
+acceleration, J v for three frames) 25 %, the E₁ task's rows 16 %, the KKT solve 15 %,
+``Robot.update`` 12 %, the coupling's rows 10 %, the call itself 9 %.  No QP is solved unless a limit
+is active (``info.path == "kkt"``).  Each of these is 10–40 NumPy/Pinocchio calls of ~1–2 µs under
+this load; a hand-inlined NumPy version of the same law (no objects) measured the same time, so the
+remaining gap to the floor is the per-call cost of Python, not the structure.
 """
 from __future__ import annotations
 
