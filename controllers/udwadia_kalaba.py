@@ -233,6 +233,12 @@ class UdwadiaKalabaController:
         self.omega = np.concatenate([L.weights for L in lv[(1 if len(lv) > 1 else 0):]]) if self.tasks else np.zeros(0)
 
         if limits is None:
+            if torque_limits:
+                tm = np.asarray(robot.effort_limit, dtype=float)
+                bad = [n for n, x in zip(robot.joint_names, tm) if not (np.isfinite(x) and x > 0)]
+                if bad:
+                    raise ConfigError(f"torque_limits=true but joints {bad} have no positive finite effort limit in "
+                                      f"{robot.path.name}; give limits=[EffortLimit(robot, tau_max=...)] or limits=[]")
             limits = [EffortLimit(robot)] if torque_limits else []
         for lim in limits:
             if not isinstance(lim, Limit):

@@ -297,3 +297,16 @@ def test_weighted_tasks_within_a_level_and_velocity_limit(robot):
     ctl2(0.2, q, v)
     assert np.all(np.abs(v + dt * ctl2.info.vdot) <= vmax * (1 + 1e-6) + 1e-9)
     np.testing.assert_allclose(Ac @ ctl2.info.vdot, bc, atol=1e-6)
+
+
+def test_missing_effort_limits_are_named(robot):
+    c, u = parts(robot)
+    saved = robot.effort_limit.copy()
+    try:
+        robot.effort_limit[3] = 0.0
+        with pytest.raises(ConfigError, match=r"torque_limits=true but joints \['yumi_joint_3_l'\]|"
+                                              r"torque_limits=true but joints \['\w+'\] have no positive"):
+            UdwadiaKalabaController(robot, [c], [u])
+        UdwadiaKalabaController(robot, [c], [u], torque_limits=False)          # fine without limits
+    finally:
+        robot.effort_limit[:] = saved
