@@ -22,6 +22,18 @@ Replay:  ``python -m sim.viewer RUN_DIR [--speed S] [--loop] [--qpos-key K]`` re
 ``RUN_DIR/log.npz``: ``mjcf_path``, ``t``, ``plant_qpos`` (N×nq) and any ``frame__<name>`` (N×4×4)
 and ``trail__<name>`` (N×3) and ``segment__<name>`` (N×2×3, rod end points) series the scenario logged,
 and ``sphere__<name>`` ([x, y, z, r]) entries.
+
+Standalone page:  ``python -m sim.viewer RUN_DIR --html OUT.html`` (``write_html``; every scenario run
+writes ``replay.html``) plays the same log as a Meshcat animation with a time slider, from one file
+that needs no server.
+
+Camera: on start (and again on the first frame, the run's real pose) the scene is framed so that the
+plant fills the view (``frame_plant``).
+
+Server: ``start_server`` runs Meshcat's bridge in ``sim/_meshcat_server.py``: its output goes to a
+log file (the run directory's ``meshcat.log``), a browser that vanishes costs the run nothing, it exits
+with the process that started it however that ends, and a request that takes longer than
+``REQUEST_TIMEOUT_S`` turns the viewer off instead of blocking the run.
 """
 from __future__ import annotations
 

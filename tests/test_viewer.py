@@ -257,8 +257,8 @@ NAME = "viewer_probe"
 
 
 def run(ctx):
-    ctx.make_viewer(mujoco.MjModel.from_xml_path(str(resolve_asset("mjcf/slider_crank.xml"))))
-    print("probe: viewer up", flush=True)
+    v = ctx.make_viewer(mujoco.MjModel.from_xml_path(str(resolve_asset("mjcf/slider_crank.xml"))))
+    print(f"probe: viewer up, server pid {v.vis.window.server_proc.pid}", flush=True)
     if ctx.cfg["mode"] == "error":
         raise RuntimeError("probe failure")
     if ctx.cfg["mode"] == "sleep":
@@ -323,14 +323,6 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def port_closed(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=2).close()
-    except OSError:
-        return True
-    return False
-
-
 def probe_dir(tmp_path, mode):
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "probe.toml").write_text(f'mode = "{mode}"\nduration = 0.5\n')
@@ -345,21 +337,16 @@ def test_no_server_is_left_behind_whatever_ends_the_run(tmp_path, how):
     run = Run(["run", probe_dir(tmp_path, mode), "--viewer", "meshcat", "--no-wait", "--no-html",
                "--out", str(tmp_path / "out")], cwd=tmp_path)
     try:
-        url = run.wait_for("Meshcat: open").split()[2]
-        run.wait_for("probe: viewer up")
+        pid = int(run.wait_for("probe: viewer up").split()[-1])
         if how.startswith("SIG"):
-            pids = run.server_pids()
+            assert run.server_pids() == [pid]
             run.proc.send_signal(getattr(signal, how))
         code = run.proc.wait(timeout=60)
-        pids = pids if how.startswith("SIG") else []
     finally:
         if run.proc.poll() is None:
             run.proc.kill()
     assert {"normal": 0, "error": 3}.get(how, code) == code, run.text
-    assert all(gone(p) for p in pids), f"server {pids} survived {how}"
-    assert port_closed(url), f"{url} still answers after {how}"
-    if how.startswith("SIG"):
-        assert pids, "the server process was not found while the run was alive"
+    assert gone(pid), f"server {pid} survived {how}"     # (its port may be reused at once by a parallel test)
 
 
 @needs_proc
@@ -368,9 +355,8 @@ def test_replay_killed_with_sigterm_takes_its_server_along(tmp_path):
     server on port 7000."""
     saved_run(tmp_path, n=20)
     run = Run(["view", str(tmp_path)], cwd=tmp_path)
-    run.proc.args  # noqa: B018
     try:
-        url = run.wait_for("Meshcat: open").split()[2]
+        run.wait_for("Meshcat: open")
         run.wait_for("stays up")
         pids = run.server_pids()
         assert pids
@@ -379,7 +365,8 @@ def test_replay_killed_with_sigterm_takes_its_server_along(tmp_path):
     finally:
         if run.proc.poll() is None:
             run.proc.kill()
-    assert all(gone(p) for p in pids) and port_closed(url)
+    assert all(gone(p) for p in pids)
+    assert "Traceback" not in run.text
 
 
 @needs_proc
@@ -403,7 +390,7 @@ def test_live_run_keeps_the_scene_up_until_ctrl_c(tmp_path):
             run.proc.kill()
     assert code == 0, run.text
     assert "Traceback" not in run.text
-    assert pids and all(gone(p) for p in pids) and port_closed(url)
+    assert pids and all(gone(p) for p in pids)
 
 
 WS_CLIENT = '''import sys
