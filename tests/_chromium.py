@@ -29,7 +29,8 @@ INSTALL_HINT = ("headless Chromium is not installed: `sudo apt-get install -y ch
                 "or put a chromium/google-chrome binary on PATH; .ci/run installs it")
 FLAGS = ["--headless", "--no-sandbox", "--use-gl=swiftshader", "--enable-unsafe-swiftshader",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--no-default-browser-check", "--disable-gpu-sandbox", "--hide-scrollbars", "--mute-audio"]
+         "--no-default-browser-check", "--disable-gpu-sandbox", "--hide-scrollbars", "--mute-audio",
+         "--disable-crash-reporter", "--disable-breakpad"]
 
 
 def find_chromium() -> str | None:
