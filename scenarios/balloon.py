@@ -28,6 +28,7 @@ from cmstack.models.errors import ConfigError, ModelFileError, StateError, check
 from cmstack.models.robot import resolve_asset
 from cmstack.models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
 from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import load_mjcf
 from cmstack.sim.runner import simulate
 
@@ -252,7 +253,7 @@ class RK4Plant:
         check_finite("balloon state", self.q, "RK4 integration")
 
 
-class MujocoRK4Plant:
+class MujocoRK4Plant(MujocoClock):
     """The balloon's MuJoCo model (its own RK4) as a plant, state converted to Pinocchio's convention."""
 
     def __init__(self, m: mujoco.MjModel, q0, v0):
@@ -262,9 +263,6 @@ class MujocoRK4Plant:
         R = quat_to_R(q0[3:7])
         d.qvel[:] = np.concatenate((R @ v0[:3], v0[3:]))
         mujoco.mj_forward(m, d)
-
-    dt = property(lambda self: float(self.model.opt.timestep))
-    time = property(lambda self: float(self.data.time))
 
     def state(self):
         return mujoco_to_pin(self.data.qpos, self.data.qvel)

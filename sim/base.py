@@ -58,3 +58,20 @@ class ReportsPlantMetrics(Protocol):
     """A plant with figures of its own for metrics.json (e.g. what a perturbation changed)."""
 
     def metrics(self) -> dict: ...
+
+
+class MujocoClock:
+    """Mixin: ``dt`` and ``time`` of a plant that holds a MuJoCo ``model`` (MjModel) and ``data`` (MjData)."""
+
+    model: Any
+    data: Any
+
+    @property
+    def dt(self) -> float:
+        """MuJoCo's time step [s]."""
+        return float(self.model.opt.timestep)
+
+    @property
+    def time(self) -> float:
+        """MuJoCo's simulated time [s]."""
+        return float(self.data.time)

@@ -22,11 +22,12 @@ import numpy as np
 
 from cmstack.models.errors import ModelFileError, StateError
 from cmstack.models.tensor_chain import ChainState, quat_conj, quat_mul, quat_to_matrix
+from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import load_mjcf
 from cmstack.models.robot import resolve_asset
 
 
-class ChainMujocoPlant:
+class ChainMujocoPlant(MujocoClock):
     def __init__(self, mjcf_path, body_names: list[str], *, sim_dt: float | None = None,
                  gravity=None):
         self.path = resolve_asset(mjcf_path)
@@ -78,14 +79,6 @@ class ChainMujocoPlant:
         self.joint_u = np.zeros((n - 1, 3))
 
     # ------------------------------------------------------------------ state
-    @property
-    def dt(self) -> float:
-        return float(self.model.opt.timestep)
-
-    @property
-    def time(self) -> float:
-        return float(self.data.time)
-
     def reset(self, s: ChainState) -> None:
         """Put the plant in the chain state s (which must satisfy the joints)."""
         m, d = self.model, self.data

@@ -21,6 +21,7 @@ import numpy as np
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
 from cmstack.models.robot import JointMap, _check_xml, resolve_asset
+from cmstack.sim.base import MujocoClock
 
 
 def load_mjcf(path) -> mujoco.MjModel:
@@ -32,7 +33,7 @@ def load_mjcf(path) -> mujoco.MjModel:
         raise ModelFileError(f"MJCF {p} could not be compiled by MuJoCo: {exc}") from None
 
 
-class MujocoPlant:
+class MujocoPlant(MujocoClock):
     def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
                  seed: int = 0, integrator: str | None = None, mj_model: mujoco.MjModel | None = None):
@@ -76,14 +77,6 @@ class MujocoPlant:
         return cls(name, model_joint_names, mj_model=mj_model, **kwargs)
 
     # ------------------------------------------------------------------ state
-    @property
-    def dt(self) -> float:
-        return float(self.model.opt.timestep)
-
-    @property
-    def time(self) -> float:
-        return float(self.data.time)
-
     def reset(self, q, v=None, qpos_extra: dict | None = None) -> None:
         mujoco.mj_resetData(self.model, self.data)
         q = np.asarray(q, dtype=float)
