@@ -15,15 +15,16 @@ def random_qpos(m, seed=0):
     d = mujoco.MjData(m)
     rng = np.random.default_rng(seed)
     mujoco.mj_resetData(m, d)
+    J = mujoco.mjtJoint
     for j in range(m.njnt):
-        a = m.jnt_qposadr[j]
-        if m.jnt_type[j] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
-            d.qpos[a] = rng.uniform(-1, 1) * (0.3 if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_SLIDE else 1.5)
-        elif m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+        a, typ = m.jnt_qposadr[j], J(int(m.jnt_type[j]))     # (a numpy int never equals the enum)
+        if typ in (J.mjJNT_HINGE, J.mjJNT_SLIDE):
+            d.qpos[a] = rng.uniform(-1, 1) * (0.3 if typ == J.mjJNT_SLIDE else 1.5)
+        elif typ == J.mjJNT_FREE:
             d.qpos[a:a + 3] = rng.normal(size=3)
             qu = rng.normal(size=4)
             d.qpos[a + 3:a + 7] = qu / np.linalg.norm(qu)
-        elif m.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+        elif typ == J.mjJNT_BALL:
             qu = rng.normal(size=4)
             d.qpos[a:a + 4] = qu / np.linalg.norm(qu)
     return d.qpos.copy()
@@ -549,3 +550,63 @@ def test_camera_frames_the_plant_on_start():
         reach = max(np.abs(ny).max(), np.abs(nx).max())
         assert reach == pytest.approx(v.CAMERA_FILL, rel=1e-6), mjcf
         np.testing.assert_allclose(rec.transforms["/Grid"], rec.transforms["/meshcat"])
+
+
+def _strip_uuids(x):
+    if isinstance(x, dict):
+        return {k: _strip_uuids(v) for k, v in x.items() if k not in ("uuid", "geometry", "material")
+                or not isinstance(v, str)}
+    if isinstance(x, list):
+        return [_strip_uuids(v) for v in x]
+    return x
+
+
+def _final_scene(cmds):
+    """path -> {"object", "transform", (property, key)} after applying the commands in order."""
+    scene = {}
+    for c in cmds:
+        node = scene.setdefault(c["path"], {})
+        if c["type"] == "set_object":
+            node["object"] = _strip_uuids(c["object"])
+        elif c["type"] == "set_transform":
+            node["transform"] = list(np.round(np.asarray(c["matrix"], dtype=float), 12))
+        elif c["type"] == "set_property":
+            node[("property", c["property"])] = c["value"]
+        elif c["type"] == "delete":
+            for p in [p for p in scene if p == c["path"] or p.startswith(c["path"] + "/")]:
+                scene[p] = {}
+    return {p: n for p, n in scene.items() if n}
+
+
+def test_html_commands_build_the_scene_meshcat_itself_exports():
+    """The page's command stream and the page Meshcat's own server exports (static_html) for the same
+    scene decode to the same objects (uuids aside), transforms and properties at every path."""
+    import base64
+    import re
+
+    import umsgpack
+
+    def draw(vis):
+        v = MeshcatViewer("mjcf/series_parallel.xml", visualizer=vis, realtime=False)
+        q = v.model.qpos0 + np.linspace(0.1, 0.5, v.model.nq)      # any pose: drawing needs no closure
+        T = np.eye(4)
+        T[:3, 3] = [0.3, 0.2, 0.1]
+        v.show(q, frames={"F": T}, trails={"p": [0, 0, 0]}, t=0.0, segments={"s": ([0, 0, 0], [0.2, 0.1, 0])})
+        v.show(q, trails={"p": [0.1, 0, 0]}, t=0.1)
+        v.set_sphere("zone", [0.5, 0, 0.2], 0.1)
+        return v
+
+    rec = Recorder(keep=True)
+    draw(rec)
+    v = draw(None)                                          # a real server
+    try:
+        exported = v.vis.static_html()
+    finally:
+        v.close()
+    blobs = re.findall(r'data:application/octet-binary;base64,([A-Za-z0-9+/=]+)"', exported)
+    theirs = _final_scene(umsgpack.unpackb(base64.b64decode(b)) for b in blobs)
+    ours = _final_scene(umsgpack.unpackb(umsgpack.packb(c)) for c in rec.commands)
+    assert len(ours) > 20
+    assert ours.keys() == theirs.keys()
+    for p in ours:
+        assert ours[p] == theirs[p], p
