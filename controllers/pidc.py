@@ -1,4 +1,4 @@
-"""Projected inverse-dynamics control, PIDC (seed 004 §7; maths in shared/reference/projection_method.md).
+"""Projected inverse-dynamics control, PIDC ([Aghili] §7).
 
 Motion (7.1).  Independent coordinates θ = S q (a selection of joints, gains per coordinate),
 e = θ_d − θ, u = θ̈_d + K_v ė + K_p e (46).  The desired acceleration must satisfy the constraint
@@ -41,6 +41,7 @@ closest potent torque the actuators can give), and the step is reported as satur
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,9 @@ _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
 #: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
 _RTOL = 1e-10
+#: closed-form (S P)⁺ only while 1 − ‖u‖² (the smallest eigenvalue of S P Sᵀ) exceeds this; below, the
+#: SVD (condition number ≤ 1e4 keeps the closed form within ~1e-12 of the SVD)
+_SM_MIN = 1e-4
 
 
 @dataclass(kw_only=True)
@@ -105,6 +109,7 @@ class PIDC:
         for i, name in enumerate(coords):
             self.S[i, robot.joint_index(name)] = 1.0
         self.coords = list(coords)
+        self._ci = np.array([robot.joint_index(name) for name in coords], dtype=int)   # S x = x[_ci]
         self.ref: Trajectory = as_trajectory(reference)
         self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(coords),)).copy()
         self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(coords),)).copy()
@@ -115,6 +120,7 @@ class PIDC:
             self.actuated[robot.joint_index(name)] = False
         self.passive = list(passive)
         self.IB = np.diag((~self.actuated).astype(float))   # I − B
+        self._passive_mask = (~self.actuated).astype(float)  # diagonal of I − B
         if weights is None:
             self.w = None
         else:
@@ -145,15 +151,48 @@ class PIDC:
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
-        th, thd = self.S @ q, self.S @ v
+        ci = self._ci
         th_d, thd_d, thdd_d = (np.atleast_1d(np.asarray(x, dtype=float)) for x in self.ref(t))
-        e, ed = th_d - th, thd_d - thd
+        e, ed = th_d - q[ci], thd_d - v[ci]
         u = thdd_d + self.kv * ed + self.kp * e
-        z = pinv(self.S @ pr.P, rtol=_RTOL) @ (u - self.S @ Cv)
+        z = self._sp_pinv(pr) @ (u - Cv[ci])
         return Cv + pr.P @ z, e
 
-    def passive_closed_form(self, tau_par, P):
-        """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥."""
+    def _sp_pinv(self, pr):
+        """(S P)⁺.  One constraint row (P = I − y yᵀ, y = a/‖a‖, or P = I at rank 0), closed form:
+        (S P)(S P)ᵀ = S P Sᵀ = I − u uᵀ with u = S y, so when 1 − ‖u‖² is well away from 0
+
+            (S P)⁺ = P Sᵀ (I − u uᵀ)⁻¹ = P Sᵀ (I + u uᵀ / (1 − ‖u‖²))        (Sherman–Morrison)
+
+        and (S I)⁺ = Sᵀ (S selects distinct joints).  Otherwise the truncated SVD."""
+        ci = self._ci
+        if pr.m == 1:
+            if pr.rank == 0:
+                return self.S.T
+            y = pr.A_pinv[:, 0] * pr.sigma[0]
+            u = y[ci]
+            d = 1.0 - float(u @ u)
+            if d > _SM_MIN:
+                K = np.outer(u, u / d)
+                K.flat[::len(ci) + 1] += 1.0
+                return pr.P[:, ci] @ K
+        return pinv(self.S @ pr.P, rtol=_RTOL)
+
+    def passive_closed_form(self, tau_par, P, pr=None):
+        """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥.
+
+        With one constraint row of rank 1 (``pr`` given), I − P = y yᵀ and (I−B)(I−P) = x yᵀ with
+        x = (I−B) y, whose pseudo-inverse is y xᵀ/‖x‖² (zero if x = 0), so τ = τ_∥ − y (x·τ_∥)/‖x‖²;
+        at rank 0, I − P = 0 and τ = τ_∥."""
+        if pr is not None and pr.m == 1:
+            if pr.rank == 0:
+                return tau_par.copy()
+            y = pr.A_pinv[:, 0] * pr.sigma[0]
+            x = y * self._passive_mask
+            nx2 = float(x @ x)
+            if nx2 == 0.0:
+                return tau_par.copy()
+            return tau_par - y * (float(x @ tau_par) / nx2)
         Q = np.eye(len(tau_par)) - P
         return tau_par - Q @ (pinv(self.IB @ Q, rtol=_RTOL) @ (self.IB @ tau_par))
 
@@ -178,15 +217,16 @@ class PIDC:
         b = M @ qdd + h
         tau_par = pr.P @ b
         info = PIDCInfo(status="solved", rank=pr.rank, qdd_des=qdd, tau_par=tau_par)
-        scale = max(1.0, float(np.linalg.norm(b)))
+        scale = max(1.0, math.sqrt(float(b @ b)))
         if self.qp:
             tau = self._solve_qp(t, q, b, pr, info)
         elif self.w is not None:
             tau, res = self.weighted_closed_form(b, pr.P)
             info.passive_residual = res
         elif self.passive:
-            tau = self.passive_closed_form(tau_par, pr.P)
-            info.passive_residual = float(np.linalg.norm(self.IB @ tau))
+            tau = self.passive_closed_form(tau_par, pr.P, pr)
+            r = tau * self._passive_mask
+            info.passive_residual = math.sqrt(float(r @ r))
         else:
             tau = tau_par
         if not self.qp and self.passive and info.passive_residual > self.solve_tol * scale:

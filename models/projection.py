@@ -1,5 +1,4 @@
-"""Projection-matrix formulation of constrained dynamics (seed 004; maths restated in
-shared/reference/projection_method.md, re-derived below).
+"""Projection-matrix formulation of constrained dynamics ([Aghili]; maths re-derived below).
 
 Setting: q ∈ ℝⁿ, constraints φ(q) = 0, A = ∂φ/∂q ∈ ℝ^{m×n} (may be rank deficient), and
 
@@ -33,6 +32,7 @@ Decoupling (Prop. 3): if P M = M P, f_c does not depend on τ_∥ (the defect �
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +64,8 @@ class Projection:
 
 
 def project(A, tol: float = DEFAULT_TOL) -> Projection:
-    """P = I − A⁺A and A⁺ from the SVD of A, dropping σ ≤ tol (absolute, in A's units)."""
+    """P = I − A⁺A and A⁺ from the SVD of A, dropping σ ≤ tol (absolute, in A's units).  A single
+    row a is done in closed form: σ = ‖a‖, A⁺ = aᵀ/σ², P = I − a aᵀ/σ² (rank 1 if σ > tol, else P = I)."""
     A = np.atleast_2d(np.asarray(A, dtype=float))
     if A.ndim != 2:
         raise StateError(f"project: A must be a matrix, got shape {A.shape}")
@@ -75,6 +76,18 @@ def project(A, tol: float = DEFAULT_TOL) -> Projection:
         raise StateError("project: the constraint Jacobian A contains NaN/inf")
     if m == 0:
         return Projection(np.eye(n), np.zeros((n, 0)), 0, np.zeros(0), 0)
+    if m == 1:
+        # one row a: its only singular value is σ = ‖a‖, v₁ = a/σ, so A⁺ = aᵀ/σ², P = I − a aᵀ/σ²
+        # (the SVD's own result to round-off; no LAPACK call for the common single loop)
+        a = A[0]
+        s2 = float(a @ a)
+        sigma = math.sqrt(s2)
+        if not sigma > tol:
+            return Projection(np.eye(n), np.zeros((n, 1)), 0, np.array([sigma]), 1)
+        a_pinv = a / s2
+        P = np.outer(a_pinv, -a)
+        P.flat[::n + 1] += 1.0
+        return Projection(P, a_pinv.reshape(n, 1), 1, np.array([sigma]), 1)
     svd = svd_rank(A, atol=tol)
     Vr = svd.Vt[:svd.rank].T
     return Projection(np.eye(n) - Vr @ Vr.T, svd.pinv(), svd.rank, svd.s, m)
