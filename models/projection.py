@@ -66,28 +66,31 @@ class Projection:
 def project(A, tol: float = DEFAULT_TOL) -> Projection:
     """P = I − A⁺A and A⁺ from the SVD of A, dropping σ ≤ tol (absolute, in A's units).  A single
     row a is done in closed form: σ = ‖a‖, A⁺ = aᵀ/σ², P = I − a aᵀ/σ² (rank 1 if σ > tol, else P = I)."""
-    A = np.atleast_2d(np.asarray(A, dtype=float))
-    if A.ndim != 2:
-        raise StateError(f"project: A must be a matrix, got shape {A.shape}")
-    if not (np.isfinite(tol) and tol >= 0):
+    if not (math.isfinite(tol) and tol >= 0):
         raise ConfigError(f"project: rank tolerance must be a finite number >= 0, got {tol}")
+    if type(A) is not np.ndarray or A.dtype != np.float64 or A.ndim != 2:
+        A = np.atleast_2d(np.asarray(A, dtype=float))
+        if A.ndim != 2:
+            raise StateError(f"project: A must be a matrix, got shape {A.shape}")
     m, n = A.shape
+    if m == 1:
+        # one row a: its only singular value is σ = ‖a‖, v₁ = a/σ, so A⁺ = aᵀ/σ², P = I − a aᵀ/σ²
+        # (the SVD's own result to round-off; no LAPACK call for the common single loop).  A finite
+        # σ² means every entry is finite (NaN/inf propagate); otherwise the general checks below.
+        a = A[0]
+        s2 = float(a @ a)
+        if math.isfinite(s2):
+            sigma = math.sqrt(s2)
+            if not sigma > tol:
+                return Projection(np.eye(n), np.zeros((n, 1)), 0, np.array([sigma]), 1)
+            a_pinv = a / s2
+            P = a_pinv[:, None] * -a
+            P.flat[::n + 1] += 1.0
+            return Projection(P, a_pinv.reshape(n, 1), 1, np.array([sigma]), 1)
     if not np.all(np.isfinite(A)):
         raise StateError("project: the constraint Jacobian A contains NaN/inf")
     if m == 0:
         return Projection(np.eye(n), np.zeros((n, 0)), 0, np.zeros(0), 0)
-    if m == 1:
-        # one row a: its only singular value is σ = ‖a‖, v₁ = a/σ, so A⁺ = aᵀ/σ², P = I − a aᵀ/σ²
-        # (the SVD's own result to round-off; no LAPACK call for the common single loop)
-        a = A[0]
-        s2 = float(a @ a)
-        sigma = math.sqrt(s2)
-        if not sigma > tol:
-            return Projection(np.eye(n), np.zeros((n, 1)), 0, np.array([sigma]), 1)
-        a_pinv = a / s2
-        P = np.outer(a_pinv, -a)
-        P.flat[::n + 1] += 1.0
-        return Projection(P, a_pinv.reshape(n, 1), 1, np.array([sigma]), 1)
     svd = svd_rank(A, atol=tol)
     Vr = svd.Vt[:svd.rank].T
     return Projection(np.eye(n) - Vr @ Vr.T, svd.pinv(), svd.rank, svd.s, m)
@@ -110,17 +113,17 @@ def constraint_inertia(M, P, kind: str = "23", mu: float | None = None) -> np.nd
     """M_c of (23), (28) or (29); μ defaults to trace(M)/n for (29)."""
     M = np.asarray(M, dtype=float)
     n = M.shape[0]
-    Q = np.eye(n) - P
     if kind == "23":
         PM = P @ M
         return M + PM - PM.T          # M P = (P M)ᵀ for symmetric M, P
     if kind == "28":
+        Q = np.eye(n) - P
         return P @ M @ P + Q @ M @ Q
     if kind == "29":
         mu = float(np.trace(M) / n) if mu is None else float(mu)
         if not mu > 0:
             raise ConfigError(f"constraint_inertia (29): μ must be > 0, got {mu}")
-        return P @ M + mu * Q
+        return P @ M + mu * (np.eye(n) - P)
     raise ConfigError(f"constraint_inertia: kind='{kind}' is not one of {KINDS}")
 
 
