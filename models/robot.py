@@ -212,6 +212,8 @@ class Kinematics:
             fid = robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
             m, d = robot.model, robot.data
             J = _frame_jacobian(m, d, fid, LWA)             # also sets d.oMf[fid]
+            if J.ndim == 1:                                 # Pinocchio returns (6,) for a 1-DoF model
+                J = J.reshape(6, 1)
             H = d.oMf[fid].homogeneous                      # an owned 4×4 copy
             acc = _frame_acc(m, d, fid, LWA).vector.copy()
             fs = FrameState(J, J @ self.v, acc, H[:3, :3], H[:3, 3], self, fid)
@@ -223,7 +225,7 @@ class Kinematics:
         if not self._tv:
             pin.computeJointJacobiansTimeVariation(m, d, self.q, self.v)
             self._tv = True
-        return pin.getFrameJacobianTimeVariation(m, d, fid, LWA)
+        return pin.getFrameJacobianTimeVariation(m, d, fid, LWA).reshape(6, -1)
 
 
 class Robot:
