@@ -10,8 +10,8 @@ from cmstack.models.errors import ConfigError
 from cmstack.models.titop import quat_to_R
 from cmstack.scenarios._common import default_config, run_scenario
 from cmstack.scenarios.balloon import (NAME, Params, mujoco_model, pin_to_mujoco_qpos, pinocchio_fd, pinocchio_model, qdot,
-from plotcheck import assert_plots_ok
                                run, titop_fd, titop_system)
+from plotcheck import assert_plots_ok
 
 
 def _random_state(rng):
