@@ -1,23 +1,106 @@
-"""python -m bench [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/ and print their
-numbers (never asserted in tests)."""
+"""python -m bench [--quick] [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/, print
+their numbers, and end with one summary table: every ratio and real-time factor of issue 12 beside its
+target (bench/results/summary.json).  Never asserted in tests.
+
+``--quick`` runs only the issue-12 benchmarks, with fewer repeats and short scenario runs (a few
+minutes); the summary then says which numbers come from short runs.  With NAMEs, only those run and the
+summary is built from their fresh results plus any earlier ones found in bench/results/."""
+import argparse
 import importlib
+import json
+import os
 import pkgutil
 import sys
+import time
 from pathlib import Path
 
+from cmstack.bench import results_dir
 
-def main(names=None) -> int:
+#: the benchmarks behind issue 12's targets, and their arguments under --quick
+QUICK_ARGS = {"yumi_uk": ["--repeat", "1"], "series_parallel": ["--repeat", "1", "--duration", "1"],
+              "chain": ["--repeat", "1", "--duration", "0.5"], "projection": ["--repeat", "1", "--quick"],
+              "realtime": ["--quick"]}
+
+
+def _load(name):
+    p = results_dir() / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def summary(quick: bool) -> list[dict]:
+    """Rows {what, value, unit, target, met} from bench/results/*.json (value None: not measured)."""
+    rows = []
+
+    def add(what, value, unit, target, met, note=""):
+        rows.append({"what": what, "value": value, "unit": unit, "target": target,
+                     "met": None if value is None else met, "note": note})
+
+    uk = _load("yumi_uk")
+    for key, what, tgt in (("uk_weighted", "YuMi UK step (weighted, limits) / floor", 1.25),
+                           ("uk_3_levels", "YuMi UK step (3 strict levels) / floor", 2.0)):
+        r = uk["ratio_of_medians"].get(key) if uk else None
+        add(what, r, "×", f"≤ {tgt}", r is not None and r <= tgt)
+    pr = (_load("projection") or {}).get("pidc_ratio", {})
+    for key, what in (("slider_crank_pidc", "PIDC step (slider-crank) / floor"),
+                      ("series_parallel_pidc", "PIDC step (series-parallel) / floor")):
+        r = pr.get(key, {}).get("ratio")
+        add(what, r, "×", "≤ 1.5", r is not None and r <= 1.5)
+    sp = _load("series_parallel")
+    r = sp[0]["ratio_to_floor"] if sp else None
+    add("robust law (18) step / floor (one RNEA)", r, "×", "≤ 1.5", r is not None and r <= 1.5)
+    ch = _load("chain") or {}
+    med = ch.get("law3_closed_form_us_median")
+    add("DAC law III step, median", med, "µs", "≤ 250", med is not None and med <= 250.0,
+        f"{ch['law3_step_over_floor']:.1f}× its floor" if "law3_step_over_floor" in ch else "")
+    from cmstack.bench.realtime import BALLOON_WALL_TARGET_S, RTF_TARGETS
+
+    rt = _load("realtime") or {}
+    for name, tgt in RTF_TARGETS.items():
+        r = rt.get(name, {})
+        f = r.get("realtime_factor")
+        note = r.get("error", "") or (f"{r['duration_s']} s simulated" if "duration_s" in r else "")
+        add(f"{name} realtime_factor", f, "", f"≥ {tgt:g}", f is not None and f >= tgt, note)
+    b = rt.get("balloon", {})
+    w = b.get("whole_run_wall_s")
+    add("balloon whole run (default config), wall", w, "s", f"≤ {BALLOON_WALL_TARGET_S:g}",
+        w is not None and w <= BALLOON_WALL_TARGET_S, b.get("error") or b.get("skipped", ""))
+    return rows
+
+
+def print_summary(rows, quick: bool, load) -> None:
+    print(f"\n=== summary (issue 12){' --quick' if quick else ''}; load average {load[0]:.1f} → "
+          f"{os.getloadavg()[0]:.1f} (ratios are interleaved in one process, so load hits both sides) ===")
+    w = max(len(r["what"]) for r in rows)
+    for r in rows:
+        v = "not measured" if r["value"] is None else f"{r['value']:.3g} {r['unit']}".strip()
+        met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+        print(f"  {r['what']:<{w}}  {v:>14}  target {r['target']:<7} {met:<4} {r['note']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="issue-12 benchmarks only, short runs (minutes)")
+    ap.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    args = ap.parse_args(list(argv) if argv is not None else [])
     here = Path(__file__).resolve().parent
     available = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
-    unknown = [n for n in (names or []) if n not in available]
+    unknown = [n for n in args.names if n not in available]
     if unknown:
         print(f"error: no benchmark named {unknown}; benchmarks: {available}", file=sys.stderr)
         return 2
-    for name in names or available:
+    names = args.names or ([n for n in available if n in QUICK_ARGS] if args.quick else available)
+    load = os.getloadavg()
+    t0 = time.perf_counter()
+    for name in names:
         mod = importlib.import_module(f"cmstack.bench.{name}")
         if hasattr(mod, "main"):
-            print(f"\n=== bench.{name} ===")
-            mod.main([])
+            print(f"\n=== bench.{name} ===", flush=True)
+            mod.main(QUICK_ARGS.get(name, []) if args.quick else [])
+    rows = summary(args.quick)
+    print_summary(rows, args.quick, load)
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
+    (results_dir() / "summary.json").write_text(json.dumps(
+        {"quick": args.quick, "loadavg_start": load, "loadavg_end": os.getloadavg(), "rows": rows}, indent=2))
     return 0
 
 

@@ -1,14 +1,23 @@
-"""Speed of the projection-method pieces (seed 004): PIDC control step (closed form, QP, series-parallel
+"""Speed of the projection-method pieces ([Aghili]): PIDC control step (closed form, QP, series-parallel
 adapter) and the projection simulator's step, on the states of real closed-loop runs.  Never asserted.
+
+The PIDC step's floor is the one Pinocchio call it needs, ``pin.computeAllTerms`` (M and h; what
+``Robot.update`` runs), on the same state; the closed form has no QP.  Step and floor are called
+alternately on every recorded state (interleaved, so machine load hits both alike); the ratio is that
+of the medians.  Writes bench/results/projection.json.
 
     python -m bench.projection [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import numpy as np
+import pinocchio as pin
+
+from cmstack.bench import results_dir
 
 from cmstack.models.projection import SliderCrankLoop
 from cmstack.models.robot import Robot
@@ -25,6 +34,30 @@ def _median_us(fn, items, repeat):
             fn(*it)
             ts.append((time.perf_counter() - c0) * 1e6)
     return float(np.median(ts)), float(np.percentile(ts, 95))
+
+
+#: issue 12: PIDC step ≤ 1.5× its floor
+PIDC_TARGET = 1.5
+
+
+def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v)):
+    """Interleaved medians [µs] of fn(t, q, v) and of its floor pin.computeAllTerms(model, data, q, v)
+    at ``arg(t, q, v)``, and their ratio."""
+    step, floor = [], []
+    perf = time.perf_counter
+    for _ in range(repeat):
+        for t, q, v in items:
+            qf, vf = arg(t, q, v)
+            c0 = perf()
+            fn(t, q, v)
+            c1 = perf()
+            pin.computeAllTerms(model, data, qf, vf)
+            c2 = perf()
+            step.append(c1 - c0)
+            floor.append(c2 - c1)
+    ms, mf = float(np.median(step)) * 1e6, float(np.median(floor)) * 1e6
+    return {"step_us_median": ms, "floor_us_median": mf, "ratio": ms / mf, "target": PIDC_TARGET,
+            "met": ms / mf <= PIDC_TARGET, "states": len(items), "repeat": repeat}
 
 
 def slider_crank(repeat: int):
@@ -48,6 +81,9 @@ def slider_crank(repeat: int):
         cfg2 = dict(cfg, controller=name)
         c = build_controller(cfg2, robot, loop)
         out[f"slider_crank {name} control_step_us (median, p95)"] = _median_us(c, states, repeat)
+    c = build_controller(cfg, robot, loop)
+    d = pin.Data(robot.model)
+    out["ratio"] = {"slider_crank_pidc": _ratio_to_floor(c, robot.model, d, states, repeat)}
     return out
 
 
@@ -68,7 +104,18 @@ def series_parallel(repeat: int):
         states.append((t, q, v))
         plant.set_torque(ctl(t, q, v))
         plant.step(1)
-    return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat)}
+    from cmstack.models.series_parallel_aux import lift
+
+    c = SeriesParallelPIDC(cfg, traj)
+    tree = c.robot.tree
+    d = pin.Data(tree.model)
+
+    def arg(t, q, v):
+        x, xd = lift(c.tm, q, v)
+        return x[:3], xd[:3]
+
+    return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat),
+            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, tree.model, d, states, repeat, arg)}}
 
 
 def yumi_force(repeat: int):
@@ -96,8 +143,16 @@ def yumi_force(repeat: int):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="skip the YuMi force controller")
     args = ap.parse_args(argv)
-    res = {**slider_crank(args.repeat), **series_parallel(args.repeat), **yumi_force(args.repeat)}
+    sc, sp = slider_crank(args.repeat), series_parallel(args.repeat)
+    ratios = {**sc.pop("ratio"), **sp.pop("ratio")}
+    res = {**sc, **sp, **({} if args.quick else yumi_force(args.repeat))}
+    for name, r in ratios.items():
+        print(f"{name} step {r['step_us_median']:.1f} µs / floor computeAllTerms {r['floor_us_median']:.1f} µs "
+              f"= {r['ratio']:.1f}× (target ≤ {PIDC_TARGET}×: {'met' if r['met'] else 'MISSED'}; interleaved, "
+              f"{r['states']} states × {r['repeat']})")
+    (results_dir() / "projection.json").write_text(json.dumps({"pidc_ratio": ratios, "other": res}, indent=2))
     for k, v in res.items():
         print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
               if not isinstance(v, float) else f"{k:<72} {v:.1f}")

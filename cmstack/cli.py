@@ -113,7 +113,7 @@ def cmd_view(args) -> int:
 def cmd_bench(args) -> int:
     from cmstack.bench.__main__ import main as bench_main
 
-    return bench_main(args.names) or 0
+    return bench_main([*args.names, *(["--quick"] if args.quick else [])]) or 0
 
 
 def cmd_campaign(args) -> int:
@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_view)
     p = sub.add_parser("bench", help="run the speed benchmarks (bench/)")
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    p.add_argument("--quick", action="store_true", help="issue-12 benchmarks only, short runs (a few minutes)")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("campaign", help="run many variants of a scenario (grid/random × seeds), resumable",
                        description="Run a campaign spec on a local process pool or a Dask cluster; writes "

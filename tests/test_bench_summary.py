@@ -1,0 +1,38 @@
+"""bench/__main__.py summary: every issue-12 number beside its target, read from bench/results/*.json
+(fabricated results here: no timing is measured or asserted)."""
+import json
+
+from cmstack.bench.__main__ import main, print_summary, summary
+
+
+def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    (res / "yumi_uk.json").write_text(json.dumps({"ratio_of_medians": {"uk_weighted": 1.2, "uk_3_levels": 2.5}}))
+    (res / "projection.json").write_text(json.dumps({"pidc_ratio": {"slider_crank_pidc": {"ratio": 1.4}}}))
+    (res / "series_parallel.json").write_text(json.dumps([{"ratio_to_floor": 3.0}]))
+    (res / "chain.json").write_text(json.dumps({"law3_closed_form_us_median": 200.0, "law3_step_over_floor": 4.0}))
+    (res / "realtime.json").write_text(json.dumps({
+        "yumi_dual_arm": {"realtime_factor": 12.0, "duration_s": 0.5},
+        "slider_crank": {"error": "ConfigError: bad"},
+        "balloon": {"whole_run_wall_s": 61.0}}))
+    rows = {r["what"]: r for r in summary(quick=True)}
+    assert rows["YuMi UK step (weighted, limits) / floor"]["met"] is True
+    assert rows["YuMi UK step (3 strict levels) / floor"]["met"] is False
+    assert rows["PIDC step (slider-crank) / floor"]["met"] is True
+    assert rows["PIDC step (series-parallel) / floor"]["value"] is None
+    assert rows["PIDC step (series-parallel) / floor"]["met"] is None
+    assert rows["robust law (18) step / floor (one RNEA)"]["met"] is False
+    assert rows["DAC law III step, median"]["met"] is True
+    assert rows["yumi_dual_arm realtime_factor"]["met"] is True
+    assert rows["slider_crank realtime_factor"]["value"] is None and "ConfigError" in rows["slider_crank realtime_factor"]["note"]
+    assert rows["balloon whole run (default config), wall"]["met"] is False
+    print_summary(list(rows.values()), True, (1.0, 1.0, 1.0))
+    out = capsys.readouterr().out
+    assert "not measured" in out and "target ≥ 10" in out
+
+
+def test_unknown_benchmark_is_a_usage_error(capsys):
+    assert main(["no_such_bench"]) == 2
+    assert "no_such_bench" in capsys.readouterr().err
