@@ -742,7 +742,8 @@ def _arena_figure(spec, records, metrics, pdir, plt):
 
 # ------------------------------------------------------------------------------------- driver
 def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, workers: int | None = None,
-                 scheduler: str | None = None, retry_failed: bool = False, progress: bool = True) -> dict:
+                 scheduler: str | None = None, retry_failed: bool = False, progress: bool = True,
+                 report_only: bool = False) -> dict:
     """Run (or resume) a campaign; returns its summary.  See the module docstring."""
     spec = load_spec(spec_path)
     out = Path(out) if out is not None else Path.cwd() / "runs" / "campaigns" / spec.name
@@ -764,6 +765,8 @@ def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, worker
         else:
             todo.append(job)
     skipped = len(records)
+    if report_only:                  # tables and plots from the results so far; nothing runs
+        todo = []
     _load_target(spec.scenario)      # import the scenario here: forked workers inherit it
 
     bar = None
@@ -825,6 +828,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--out", help="campaign directory (default ./runs/campaigns/<name>/)")
     ap.add_argument("--retry-failed", action="store_true", help="re-run the variants recorded as failed")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite campaign.csv, summary.json, table.md and plots/ from the results so far; run nothing")
 
 
 def execute(args) -> int:
@@ -832,7 +837,8 @@ def execute(args) -> int:
 
     try:
         s = run_campaign(args.spec, out=args.out, workers=args.workers, scheduler=args.scheduler,
-                         retry_failed=args.retry_failed, progress=not args.no_progress)
+                         retry_failed=args.retry_failed, progress=not args.no_progress,
+                         report_only=args.report_only)
     except ConfigError as exc:
         print(f"error: ConfigError: {exc}", file=sys.stderr)
         return 2

@@ -111,6 +111,8 @@ def test_failures_recorded_and_resume(tmp_path):
     s2 = C.run_campaign(p, out=out, workers=2, progress=False)
     assert s2["ran_this_call"] == 0 and s2["skipped_finished"] == 12
     assert (out / "campaign.csv").read_text() == first
+    s4 = C.run_campaign(p, out=out, workers=2, progress=False, retry_failed=True, report_only=True)
+    assert s4["ran_this_call"] == 0 and (out / "campaign.csv").read_text() == first
     s3 = C.run_campaign(p, out=out, workers=2, progress=False, retry_failed=True)
     assert s3["ran_this_call"] == 8
 
