@@ -760,7 +760,7 @@ def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, worker
     todo = []
     for job in jobs:
         rec = read_result(job)
-        if rec is not None and not (retry_failed and rec["status"] == "failed"):
+        if rec is not None and (report_only or not (retry_failed and rec["status"] == "failed")):
             records[job["id"]] = rec
         else:
             todo.append(job)
