@@ -1,4 +1,4 @@
-"""Control-step time of the robust inertia-partitioning controller (seed 001, law (18)) on the
+"""Control-step time of the robust inertia-partitioning controller ([Dastranj], law (18)) on the
 series-parallel manipulator, measured on the states of a real closed-loop run of the default scenario:
 each call is Ξ(q), E, Ė q̇, Pinocchio's joint Jacobians and their time variation on the open tree, the
 per-body Γᵢ, hᵢ, Q_e,i, and the law.  Also the MuJoCo plant step (closed chain, RK4).

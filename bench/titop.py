@@ -1,4 +1,4 @@
-"""Speed of the TITOP block diagrams (seed 003) against Pinocchio: forward dynamics (TITOP causal sweeps vs
+"""Speed of the TITOP block diagrams ([Alazard]) against Pinocchio: forward dynamics (TITOP causal sweeps vs
 ABA) and inverse dynamics (vs RNEA), on the balloon of §4, on random floating chains of growing size and
 on Pinocchio's sample humanoid (32 DoF).  TITOP is pure Python/NumPy (one small matrix product per block
 and sweep); Pinocchio is C++.

@@ -49,7 +49,7 @@ class YumiForceInfo(StepInfo):
 
 
 class YumiForcePIDC:
-    """Hybrid motion/force PIDC (seed 004 §7.3) on the dual-arm YuMi holding a rigid bar (plant=bar).
+    """Hybrid motion/force PIDC ([Aghili] §7.3) on the dual-arm YuMi holding a rigid bar (plant=bar).
 
     Constraint: the rigid coupling of models/coupling.py, A = W (6×14), acceleration level
     W q̈ = b_c (b_c = −Ẇq̇ − K_d w − K_p e: the coupling's own error ODE, which with an exact constraint

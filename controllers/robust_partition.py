@@ -1,4 +1,4 @@
-"""Robust model-based tracking law (18) of seed 001 (Dastranj & Mattila, arXiv:2510.23226, §III-A) on the
+"""Robust model-based tracking law (18) of [Dastranj] (Dastranj & Mattila, arXiv:2510.23226, §III-A) on the
 inertia-partitioning model (models/partition.py):
 
     e = q − q_d,  ė = q̇ − q̇_d,  s = ė + Λ e                           (14)–(15)

@@ -1,4 +1,4 @@
-"""Inertia-partitioning modular model of seed 001 (Dastranj & Mattila, arXiv:2510.23226, §II and §IV).
+"""Inertia-partitioning modular model of [Dastranj] (Dastranj & Mattila, arXiv:2510.23226, §II and §IV).
 
 Minimal coordinates q = (φ, θ, δ) of the series-parallel manipulator; auxiliary (open-tree) coordinates
 q̂ = Ξ(q) = (φ, θ, ζ(δ)); intermediate Jacobian E = ∂Ξ/∂q (26) with ζ(δ), ∂ζ/∂δ from the elbow triangle (28):

@@ -1,5 +1,5 @@
-"""The series-parallel manipulator (seed 001) in auxiliary coordinates with its elbow triangle as a
-constraint, for the projection method (seed 004):
+"""The series-parallel manipulator ([Dastranj]) in auxiliary coordinates with its elbow triangle as a
+constraint, for the projection method ([Aghili]):
 
     x = (φ, θ, ζ, δ),   φ_c(x) = ζ − ζ(δ) = 0,   A = [0, 0, 1, −ζ'(δ)],   Ȧ ẋ = −ζ''(δ) δ̇²
 

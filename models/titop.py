@@ -1,4 +1,4 @@
-"""Non-linear Two-Input Two-Output Port (TITOP) models of rigid bodies and joints (seed 003,
+"""Non-linear Two-Input Two-Output Port (TITOP) models of rigid bodies and joints ([Alazard],
 Alazard, Sanfedino & Kassarian, "Non-linear dynamics of multibody systems: a system-based approach").
 
 Conventions (the paper's, which are also Pinocchio's for the quantities that meet it):
@@ -763,7 +763,7 @@ def from_pinocchio(model, gravity=None) -> System:
             axis, cls = np.array(model.joints[i].extract().axis), (Revolute if kind[0] == "R" else Prismatic)
         else:
             raise ConfigError(f"from_pinocchio: joint '{model.names[i]}' is a {sn}; TITOP blocks exist for a "
-                              "free-flyer root and revolute/prismatic joints (seed 003 §3)")
+                              "free-flyer root and revolute/prismatic joints ([Alazard] §3)")
         parent = model.names[model.parents[i]]
         blk = cls(body(i), axis, np.array(model.jointPlacements[i].rotation))
         sysm.add(blk, parent, f"to_{model.names[i]}")

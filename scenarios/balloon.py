@@ -1,4 +1,4 @@
-"""Balloon + flight chain + slider + double pendulum (seed 003 §4, Table 1): TITOP vs Pinocchio vs MuJoCo.
+"""Balloon + flight chain + slider + double pendulum ([Alazard] §4, Table 1): TITOP vs Pinocchio vs MuJoCo.
 
 The 9-DoF system of the paper's validation case, built three times from independent descriptions:
 

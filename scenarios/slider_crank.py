@@ -1,4 +1,4 @@
-"""Slider-crank (seed 004 §8) driven by PIDC through its singularity, on the MuJoCo and the projection plants.
+"""Slider-crank ([Aghili] §8) driven by PIDC through its singularity, on the MuJoCo and the projection plants.
 
 Four runs, one table:
 1. PIDC (passive rod, closed form (60–62) or the QP) on the projection simulator (22)+(39):
@@ -199,7 +199,7 @@ def make_plots(ctx, Pt, Pq, e_p, L, dev, meta, cfg):
     ax[2].plot(L["t"], L["tau"][:, 0])
     ax[2].set_ylabel("crank τ [N·m]")
     ax[2].set_xlabel("t [s]")
-    fig.suptitle("PIDC slider-crank through θ₁ = π/2, θ₂ = π (seed 004 §8)")
+    fig.suptitle("PIDC slider-crank through θ₁ = π/2, θ₂ = π ([Aghili] §8)")
     paths.append(ctx.save_figure(fig, "tracking"))
 
     fig, ax = plt.subplots(2, 1, figsize=(8, 6))

@@ -1,4 +1,4 @@
-"""Dual-arm YuMi closed chain under the prioritized Udwadia–Kalaba law (thesis seed 002, §4.4).
+"""Dual-arm YuMi closed chain under the prioritized Udwadia–Kalaba law (thesis [Milioshin] §4.4).
 
 The left hand E1 follows a circle while the right hand E2 keeps the rigid-body coupling
 E1·T_A^B = E2 — imposed by the controller alone (plant=virtual, as in the thesis) or by a real bar
@@ -25,7 +25,7 @@ from cmstack.sim.weld import welded_bar_model
 NAME = "yumi_dual_arm"
 APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
 
-# Thesis §4.4 reported figures (shared/reference/yumi.md)
+# Thesis §4.4 reported figures (docs/models.md)
 PAPER = dict(constraint_error_initial=0.284, task_error_initial=0.345, constraint_error_converged=0.0017,
              task_error_converged=0.0062, settling_time_s=0.75)
 
@@ -51,7 +51,7 @@ def build_uk(cfg, robot, coupling, task):
 
 
 def build_pidc_force(cfg, robot, coupling, task):
-    from cmstack.controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of seed 004 (issue 4)
+    from cmstack.controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of [Aghili] (issue 4)
 
     return build_yumi_force(cfg, robot, coupling, task)
 

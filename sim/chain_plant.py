@@ -1,4 +1,4 @@
-"""MuJoCo plant of an N-body chain (seed 000) seen the way the tensor model sees it: body poses and
+"""MuJoCo plant of an N-body chain ([Eslami]) seen the way the tensor model sees it: body poses and
 twists in inertial coordinates, wrenches on bodies.
 
     plant = ChainMujocoPlant("mjcf/chain5.xml", ["body1", …, "body5"], sim_dt=2.5e-4)

@@ -1,4 +1,4 @@
-"""Projection-method simulator (seed 004 §6): an alternative plant for any Pinocchio model with
+"""Projection-method simulator ([Aghili] §6): an alternative plant for any Pinocchio model with
 holonomic constraints φ(q) = 0, with the same state/torque interface as sim.plant.MujocoPlant.
 
     plant = ProjectionPlant(robot, constraint, sim_dt=1e-3, passive=("rod",))

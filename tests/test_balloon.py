@@ -1,4 +1,4 @@
-"""Balloon of seed 003 §4 (Table 1): the three engines describe one system, and the shortened scenario
+"""Balloon of [Alazard] §4 (Table 1): the three engines describe one system, and the shortened scenario
 meets the agreement targets (FD/ID to 1e-9, 5 s trajectory vs Pinocchio to 1e-6, 2 s vs MuJoCo to
 1e-3, energy drift with the dampers off to 1e-6)."""
 import mujoco

@@ -1,4 +1,4 @@
-"""Seed 001 inertia-partitioning model: ζ(δ), E, Γ, h, Q_e against finite differences, Pinocchio's
+"""[Dastranj] inertia-partitioning model: ζ(δ), E, Γ, h, Q_e against finite differences, Pinocchio's
 CRBA/RNEA on the open tree, the MuJoCo plant's closed loop, reconfiguration and bad input."""
 from pathlib import Path
 

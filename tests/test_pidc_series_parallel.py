@@ -1,4 +1,4 @@
-"""PIDC with the passive-joint law on the series-parallel manipulator (seed 001 plant, seed 004 law)."""
+"""PIDC with the passive-joint law on the series-parallel manipulator ([Dastranj] plant, [Aghili] law)."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Hybrid PIDC (seed 004 §7.3) on the YuMi holding a real bar: motion held, squeeze force regulated."""
+"""Hybrid PIDC ([Aghili] §7.3) on the YuMi holding a real bar: motion held, squeeze force regulated."""
 import numpy as np
 import pytest
 

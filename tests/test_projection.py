@@ -1,4 +1,4 @@
-"""Identities of the projection-matrix formulation (seed 004, models/projection.py)."""
+"""Identities of the projection-matrix formulation ([Aghili], models/projection.py)."""
 import numpy as np
 import pytest
 

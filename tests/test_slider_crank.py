@@ -1,4 +1,4 @@
-"""Closed-loop regression of the slider-crank scenario (seed 004 §8), shortened to 5.5 s (11 crossings)."""
+"""Closed-loop regression of the slider-crank scenario ([Aghili] §8), shortened to 5.5 s (11 crossings)."""
 import pytest
 
 from cmstack.models.errors import ConfigError

@@ -1,4 +1,4 @@
-"""TITOP blocks of seed 003: each block alone, then random trees against Pinocchio's ABA and RNEA."""
+"""TITOP blocks of [Alazard]: each block alone, then random trees against Pinocchio's ABA and RNEA."""
 import numpy as np
 import pinocchio as pin
 import pytest

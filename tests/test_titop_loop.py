@@ -1,4 +1,4 @@
-"""Closed chain through the TITOP loop-closure block L^A_C (seed 003 §3.4, Fig. 13-14): a planar four-bar
+"""Closed chain through the TITOP loop-closure block L^A_C ([Alazard] §3.4, Fig. 13-14): a planar four-bar
 cut at the coupler–rocker pin.  As the stiffness K grows the spring-closed tree tends to the rigid
 constraint, computed independently with Pinocchio (KKT on M, h, the tip Jacobians and their drift)."""
 import numpy as np
