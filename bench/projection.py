@@ -7,6 +7,15 @@ alternately on every recorded state (interleaved, so machine load hits both alik
 of the medians.  Writes bench/results/projection.json.
 
     python -m bench.projection [--repeat 3]
+
+Measured (busy 2-core machine, load 16-19, interleaved medians): slider-crank PIDC step 322 µs → 146 µs
+after the one-row closed forms (project: σ = ‖a‖; (SP)⁺ by Sherman–Morrison; the passive law (60–62)
+rank 1) replaced three LAPACK SVDs; ratio to computeAllTerms 29× → 24×, series-parallel 24–27×.  The
+1.5× target is missed: the floor is one C++ call of ~6 µs, while the step is ~30 small NumPy operations
+on 2- to 4-vectors, each 1–3 µs of interpreter and dispatch overhead.  Where a 161 µs step went
+(component medians on the same states): Robot.update 19 (computeAllTerms 7 of it, copies and checks),
+constraint Jacobian + projector 30, Ȧq̇ and C q̇ 11, reference 8, desired q̈ 58 (with the reference),
+M q̈ + h and P b 9, passive law 13, the info record 4.
 """
 from __future__ import annotations
 
