@@ -248,7 +248,30 @@ def _pose_error(F1, F2) -> np.ndarray:
     return e
 
 
-class FrameTask(Task):
+class _PoseTarget:
+    """A pose target shared by FrameTask and RelativeFrameTask: either a trajectory t ↦ (T_D, [v; ω],
+    [a; ε]) or a constant pose set by :meth:`set_target` (zero velocity and acceleration)."""
+
+    name: str
+    trajectory: object
+    _const: tuple | None
+
+    def set_target(self, T) -> None:
+        """Hold the target at the constant pose T (SE3 or 4×4 homogeneous matrix): the world pose of
+        the frame for FrameTask, the pose of frame b in frame a for RelativeFrameTask."""
+        self._const = (_as_se3(T, self.name), _ZERO6, _ZERO6)
+        self.trajectory = None
+
+    def desired(self, t: float):
+        """(T_D, velocity, acceleration) at time t [s]."""
+        if self._const is not None:
+            return self._const
+        if self.trajectory is None:
+            raise ConfigError(f"{self.name}: no target; pass a trajectory or call set_target(SE3)")
+        return self.trajectory(t)
+
+
+class FrameTask(_PoseTarget, Task):
     """Algorithms 3.4.1 (offset None) and 3.4.2 (offset T_E^C): frame E·T_EC follows the desired
     trajectory D(t), or a constant target set with ``set_target``.
 
@@ -267,19 +290,6 @@ class FrameTask(Task):
         self.frame = frame
         self.fid = _frame_or_offset(robot, frame, self.offset, self.name)
         self.rows = _rows(rows, self.name)
-
-    def set_target(self, T) -> None:
-        """Hold the frame at the constant pose T (SE3 or 4×4 homogeneous matrix, world frame)."""
-        self._const = (_as_se3(T, self.name), _ZERO6, _ZERO6)
-        self.trajectory = None
-
-    def desired(self, t: float):
-        """(T_D, velocity, acceleration) at time t."""
-        if self._const is not None:
-            return self._const
-        if self.trajectory is None:
-            raise ConfigError(f"{self.name}: no target; pass a trajectory or call set_target(SE3)")
-        return self.trajectory(t)
 
     def error_dynamics(self, kin, t):
         C = kin.frame(self.fid)
@@ -345,7 +355,7 @@ class FrameTask(Task):
         return -C.J[r], y[r]
 
 
-class RelativeFrameTask(Task):
+class RelativeFrameTask(_PoseTarget, Task):
     """Frame b follows a pose T_D(t) given relative to frame a: b should coincide with B = T_a·T_D.
 
     The trajectory gives (T_D, [ṗ_D; ω^D], [p̈_D; ω̇^D]): ṗ_D, p̈_D are derivatives of D's position
@@ -374,18 +384,6 @@ class RelativeFrameTask(Task):
         self._const = None
         self._set_gains(kp, kd)
         self.rows = _rows(rows, self.name)
-
-    def set_target(self, T_ab) -> None:
-        """Hold frame b at the constant pose T_ab relative to frame a (SE3 or 4×4)."""
-        self._const = (_as_se3(T_ab, self.name), _ZERO6, _ZERO6)
-        self.trajectory = None
-
-    def desired(self, t: float):
-        if self._const is not None:
-            return self._const
-        if self.trajectory is None:
-            raise ConfigError(f"{self.name}: no target; pass a trajectory or call set_target(SE3)")
-        return self.trajectory(t)
 
     def error_dynamics(self, kin, t):
         a, b = kin.frame(self.fa), kin.frame(self.fb)
