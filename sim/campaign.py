@@ -25,6 +25,10 @@ A campaign spec (TOML) names a base scenario and the configuration keys to vary:
     "perturbation.noise_q" = { loguniform = [1e-5, 1e-3] }    #   | {integers = [lo, hi]} | {choice = [...]}
     [success]                        # optional: metric → "<= x" | "< x" | ">= x" | "> x"; replaces the
     constraint_error_converged = "<= 2e-4"   # scenario's own "ok" as the success criterion
+    [breakdown]                      # optional: breakdown points, one per label of the axis `by`
+    by = "law"                       #   (omitted: one for the whole campaign)
+    mass = "perturbation.mass_rel"   #   family → the config key whose value is the family's level
+    delay = "perturbation.delay_steps"
 
 The variants are axes × grid × random samples × seeds (seeds innermost), each a set of config
 overrides.  Each variant runs in its OWN process (so MuJoCo, Pinocchio and ProxSuite objects are never
@@ -155,6 +159,8 @@ class Spec:
     metrics: list
     report: dict            # metric → "max" | "median" | "mean" | "min"
     success: dict           # metric → criterion string
+    breakdown_by: str | None = None    # the axis with one breakdown point per label (None: the whole campaign)
+    breakdown: dict = field(default_factory=dict)   # family → config key whose value is its level
     variants: list = field(default_factory=list)
 
     @property
@@ -234,10 +240,10 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(f"{where}: file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
-    unknown = set(raw) - {"campaign", "base", "grid", "axes", "random", "success"}
+    unknown = set(raw) - {"campaign", "base", "grid", "axes", "random", "success", "breakdown"}
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; "
-                          "expected [campaign], [base], [grid], [axes.NAME], [random], [success]")
+                          "expected [campaign], [base], [grid], [axes.NAME], [random], [success], [breakdown]")
     c = raw.get("campaign", {})
     known = {"name", "scenario", "seeds", "seed_key", "samples", "sample_seed", "metrics", "report"}
     if set(c) - known:
@@ -272,10 +278,19 @@ def load_spec(path: str | Path) -> Spec:
         if how not in _REDUCE:
             raise ConfigError(f"{where}: [campaign] report.{k} = {how!r}: not one of {sorted(_REDUCE)}")
     success = {k: _criterion(v, where) for k, v in raw.get("success", {}).items()}
+    bd = dict(raw.get("breakdown", {}))
+    by = bd.pop("by", None)
+    if by is not None and by not in raw.get("axes", {}):
+        raise ConfigError(f"{where}: [breakdown] by = {by!r} is not an axis; axes: {sorted(raw.get('axes', {}))}")
+    for fam, key in bd.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{where}: [breakdown] {fam} must name a config key (e.g. \"perturbation.mass_rel\"), "
+                              f"got {key!r}")
     spec = Spec(path=path.resolve(), name=str(c.get("name", path.stem)), scenario=scenario,
                 base=_flatten(raw.get("base", {})), axes=axes, grid=grid, random=rnd, samples=samples,
                 sample_seed=int(c.get("sample_seed", 0)), seeds=seeds, seed_key=str(c.get("seed_key", "seed")),
-                metrics=list(c.get("metrics", [])), report=dict(report), success=success)
+                metrics=list(c.get("metrics", [])), report=dict(report), success=success,
+                breakdown_by=by, breakdown=bd)
     spec.variants = expand(spec, where)
     check_overrides(spec)
     return spec
@@ -584,6 +599,74 @@ def groups(spec: Spec, records: dict) -> list[tuple[dict, list[dict]]]:
     return list(out.values())
 
 
+def breakdown(spec: Spec, records: dict) -> dict:
+    """Breakdown points: for each label of the axis ``spec.breakdown_by`` (or "all") and each family
+    F → key K of ``[breakdown]``, the variants that set K and no other family's key, grouped by the
+    level x = overrides[K].  A level *holds* when every seed of it finished and met the success
+    criterion.  With the levels sorted x_1 < x_2 < …, the breakdown point is the largest x_j such that
+    every level up to x_j holds (None when x_1 does not); ``first_fail`` is the smallest level that
+    does not hold (None: every tested level holds).  A level with seeds still to run is "pending" and
+    ends the scan (``complete`` false).  Returns {label: {family: {key, breakdown, first_fail,
+    complete, levels: [[x, success rate, finished, seeds]]}}}."""
+    fam_keys = set(spec.breakdown.values())
+    labels = list(spec.axes[spec.breakdown_by]) if spec.breakdown_by else ["all"]
+    out: dict = {}
+    for lbl in labels:
+        per: dict = {}
+        for fam, key in spec.breakdown.items():
+            levels: dict = {}
+            for v in spec.variants:
+                if spec.breakdown_by and v.swept[spec.breakdown_by] != lbl:
+                    continue
+                if key not in v.overrides or any(k in v.overrides for k in fam_keys - {key}):
+                    continue
+                levels.setdefault(v.overrides[key], []).append(records.get(v.id))
+            last, first_fail, complete, rows = None, None, True, []
+            for x in sorted(levels):
+                rs = levels[x]
+                done = [r for r in rs if r is not None]
+                good = sum(_success(r, spec) for r in done)
+                rows.append([x, good / len(done) if done else float("nan"), len(done), len(rs)])
+                if first_fail is not None or not complete:
+                    continue
+                if good < len(done):
+                    first_fail = x
+                elif len(done) < len(rs):
+                    complete = False
+                else:
+                    last = x
+            per[fam] = dict(key=key, breakdown=last, first_fail=first_fail, complete=complete, levels=rows)
+        out[lbl] = per
+    return out
+
+
+def breakdown_md(spec: Spec, records: dict) -> str:
+    """The breakdown table (markdown): one row per label, one column per family; a cell is the
+    breakdown point and the first level that fails, "none" when the smallest level already fails."""
+    if not spec.breakdown:
+        return ""
+    bd = breakdown(spec, records)
+    head = [spec.breakdown_by or "campaign"] + [f"{f} ({k})" for f, k in spec.breakdown.items()]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for lbl, per in bd.items():
+        cells = [str(lbl)]
+        for fam in spec.breakdown:
+            b = per[fam]
+            if not b["levels"]:
+                cells.append("not tested")
+                continue
+            txt = "none" if b["breakdown"] is None and b["first_fail"] is not None else _fmt(b["breakdown"])
+            if b["first_fail"] is not None:
+                txt += f" (fails at {_fmt(b['first_fail'])})"
+            elif b["complete"]:
+                txt += " (all tested levels hold)"
+            if not b["complete"]:
+                txt = "runs pending" if b["breakdown"] is None else f"≥ {_fmt(b['breakdown'])} (runs pending)"
+            cells.append(txt)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def summary(spec: Spec, records: dict, extra: dict) -> dict:
     recs = [records[v.id] for v in spec.variants if v.id in records]
     per_key = {}
@@ -600,7 +683,8 @@ def summary(spec: Spec, records: dict, extra: dict) -> dict:
                 success_criteria={k: f"{op} {lim:g}" for k, (op, lim) in spec.success.items()} or "scenario targets",
                 per_key=per_key, groups=[dict(**g, **_stats(rs, spec)) for g, rs in groups(spec, records)],
                 failures=[dict(id=r["id"], swept=r["swept"], reason=r["reason"]) for r in recs
-                          if r["status"] == "failed"], **extra)
+                          if r["status"] == "failed"],
+                **({"breakdown": breakdown(spec, records)} if spec.breakdown else {}), **extra)
 
 
 def _fmt(x) -> str:
@@ -629,7 +713,11 @@ def table_md(spec: Spec, records: dict) -> str:
         if s["failed"]:
             row[len(keys) + 1] += f" ({s['failed']} failed)"
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if spec.breakdown:
+        text += "\nBreakdown points (largest level at which every seed meets the success criterion):\n\n"
+        text += breakdown_md(spec, records)
+    return text
 
 
 def plot(spec: Spec, records: dict, out: Path) -> list[Path]:

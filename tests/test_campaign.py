@@ -196,7 +196,7 @@ def test_bad_scheduler_address_is_usage_error(tmp_path):
     assert r.returncode == 2 and "tcp://HOST:PORT" in r.stderr
 
 
-@pytest.mark.parametrize("name, n", [("arena_yumi_bar", 4 * 5 * 4), ("breakdown_yumi_bar", 4 * 10 * 2), ("robust_yumi_virtual", 2 * 50), ("arena_series_parallel", 4 * 5 * 2)])
+@pytest.mark.parametrize("name, n", [("arena_yumi_bar", 4 * 5 * 4), ("breakdown_yumi_bar", 4 * 13 * 2), ("robust_yumi_virtual", 2 * 50), ("arena_series_parallel", 4 * 5 * 2)])
 def test_shipped_arena_specs_resolve(name, n):
     """The arena specs ship as package data, load by name, and every variant's config resolves."""
     s = C.load_spec(name)
@@ -207,6 +207,7 @@ def test_shipped_arena_specs_resolve(name, n):
         return
     assert list(s.axes) == ["law", "perturbation"]
     if name.startswith("breakdown"):
+        assert s.breakdown_by == "law" and set(s.breakdown) == {"mass", "noise", "delay"}
         return
     allp = s.axes["perturbation"]["all"]
     assert allp == {"perturbation.mass_rel": 0.2, "perturbation.noise_q": 1e-4, "perturbation.noise_v": 1e-3,
@@ -230,3 +231,49 @@ def test_success_criteria_replace_the_scenario_targets(tmp_path):
     g = summ["groups"][0]
     assert g["final_error_median"] == np.median(errs) and g["final_error_p95"] == np.percentile(errs, 95)
     assert [r["success"] for r in csv.DictReader(C.csv_text(s, recs).splitlines())] == ["true", "false", "true", "false"]
+
+
+def test_breakdown_point_per_label_and_family(tmp_path):
+    """[breakdown]: per law, the largest level up to which every level holds (all seeds succeed); variants
+    that set two families' keys belong to neither; a missing run makes the point provisional."""
+    p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\nseeds = 2\nmetrics = ["final_error"]\n'
+                        '[axes.law]\na = { tol = 0.01 }\nb = { tol = 0.1 }\n'
+                        '[axes.level]\nd1 = { damping = 0.2 }\nd3 = { damping = 0.9 }\nd2 = { damping = 0.5 }\n'
+                        'g1 = { gain = 5.0 }\nboth = { damping = 0.1, gain = 1.0 }\n'
+                        '[success]\nfinal_error = "<= 0.2"\n'
+                        '[breakdown]\nby = "law"\ndamp = "damping"\ngain = "gain"\n')
+    s = C.load_spec(p)
+    # law a: damping 0.2 and 0.5 hold, 0.9 fails in one seed; law b: 0.2 holds, 0.5 fails, 0.9 holds
+    # (the scan stops at the first failure); "both" fails everywhere and must not count for either family
+    bad = {("a", "d3", 1), ("b", "d2", 0), ("a", "both", 0), ("b", "both", 1)}
+    recs = {}
+    for v in s.variants:
+        e = 0.5 if (v.swept["law"], v.swept["level"], v.swept["seed"]) in bad else 0.1
+        recs[v.id] = dict(id=v.id, index=v.index, hash=v.hash, status="missed", reason="", swept=v.swept,
+                          overrides=v.overrides, metrics={"final_error": e})
+    bd = C.breakdown(s, recs)
+    assert bd["a"]["damp"]["breakdown"] == 0.5 and bd["a"]["damp"]["first_fail"] == 0.9
+    assert bd["b"]["damp"]["breakdown"] == 0.2 and bd["b"]["damp"]["first_fail"] == 0.5
+    assert [row[:2] for row in bd["a"]["damp"]["levels"]] == [[0.2, 1.0], [0.5, 1.0], [0.9, 0.5]]
+    assert bd["a"]["gain"] == dict(key="gain", breakdown=5.0, first_fail=None, complete=True, levels=[[5.0, 1.0, 2, 2]])
+    assert C.summary(s, recs, {})["breakdown"] == bd
+    md = C.table_md(s, recs)
+    assert "| a | 0.5 (fails at 0.9) | 5 (all tested levels hold) |" in md
+    assert "| b | 0.2 (fails at 0.5) |" in md
+    # law b, damping 0.2 fails in a seed: no level holds
+    v0 = next(v for v in s.variants if v.swept["law"] == "b" and v.swept["level"] == "d1")
+    recs[v0.id] = dict(recs[v0.id], status="failed", metrics={})
+    assert C.breakdown(s, recs)["b"]["damp"]["breakdown"] is None
+    assert "| b | none (fails at 0.2) |" in C.table_md(s, recs)
+    # law a, one seed of damping 0.5 not run yet: 0.2 holds so far, the point is provisional
+    v1 = next(v for v in s.variants if v.swept["law"] == "a" and v.swept["level"] == "d2")
+    del recs[v1.id]
+    pa = C.breakdown(s, recs)["a"]["damp"]
+    assert pa["breakdown"] == 0.2 and pa["first_fail"] is None and not pa["complete"]
+    assert "| a | ≥ 0.2 (runs pending) |" in C.table_md(s, recs)
+
+
+def test_breakdown_by_must_be_an_axis(tmp_path):
+    with pytest.raises(ConfigError, match="breakdown.*'lwa'"):
+        C.load_spec(_spec(tmp_path, '[campaign]\nscenario = "toy.py"\n[axes.law]\na = { tol = 0.1 }\n'
+                                    '[breakdown]\nby = "lwa"\nd = "damping"\n'))
