@@ -64,6 +64,7 @@ import proxsuite
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.controllers.base import StepInfo
+from cmstack.controllers.kernels import dac_law3_step, dac_work_size
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.lie import kkt_solve
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
@@ -460,11 +461,42 @@ class TaskSpaceLaw(PortLaw):
         self._ii = np.arange(n)
         self._fg = np.zeros(6 * n)
         self._fg[:3 * n] = np.tile(chain.gravity, n) * self._mrep
+        # compiled step (``kernels.dac_law3_step``): contiguous constants and one scratch buffer
+        f64 = lambda x: np.ascontiguousarray(x, dtype=float)
+        self._kconst = (f64(chain.masses), f64(chain.inertias), f64(chain.inertias_inv), f64(chain.joint_parent),
+                        f64(chain.joint_child), f64(chain.stiffness), f64(chain.gravity), chain.spring_law == "rotvec")
+        self._kgains = (f64(self._lam6), float(kd_mass) if kd_mass is not None else 0.0, f64(self.kd), f64(self.points),
+                        f64(self._spheres[0]), f64(self._spheres[1]), self.gain, self.d0, self.clip)
+        self._kwork = np.zeros(dac_work_size(n, nc + 6))
+        self._kscal = np.zeros(4)
+        self._kF = np.zeros(6 * n)
 
     def __call__(self, t: float, state: ChainState) -> np.ndarray:
         if self.qp:
             return super().__call__(t, state)
-        return self._closed_form_step(t, state)
+        return self._compiled_step(t, state)
+
+    def _compiled_step(self, t: float, state: ChainState) -> np.ndarray:
+        """``_closed_form_step`` as one compiled kernel (``kernels.dac_law3_step``: the same equations, derived
+        in its docstring); equal to it to round-off (tests/test_kernels.py)."""
+        p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
+        n6 = 6 * state.n
+        quat = state.quat
+        if not self._kconst[-1]:
+            self._kF = self.chain.known_force(_rotations(quat))
+        tau, s, nu_r, e_ep = np.empty(n6), np.empty(n6), np.empty(n6), np.empty(6)
+        sc = self._kscal
+        f = np.asarray
+        if not dac_law3_step(quat, state.pos, state.nu, f(p_d, float), f(q_d, float), f(nu_ed, float),
+                             f(nu_ed_dot, float), *self._kconst, self._kF, *self._kgains, self._A, self._Ad,
+                             self._kwork, tau, s, nu_r, e_ep, sc):
+            raise StateError("DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
+                             "constraints (a singular configuration of the chain)")
+        V, Vd, self.potential, self.clearance = sc.tolist()
+        info_ = self.info
+        info_.V, info_.Vdot_cl = V, Vd
+        info_.s, info_.nu_r, info_.e_task = s, nu_r, e_ep
+        return tau
 
     def _task(self, t, state):
         """ν_{e,r}, D^Iν_{e,r} (52) and e_{e,p}: ``attitude_error`` and ``attitude_error_rate`` of the end

@@ -1,0 +1,448 @@
+"""Compiled per-step kernels of the control laws (issue 12: control at the kernel floor).
+
+Each kernel fuses the small-array algebra of one law's control step — the part that, written as NumPy
+calls on 3- to 30-vectors, costs 1–3 µs of interpreter and dispatch overhead per operation — into one
+``numba.njit(cache=True)`` function fed by arrays the models compute (Pinocchio stays in charge of the
+kinematics and dynamics).  The kernels allocate nothing they return: the caller passes preallocated
+buffers.  Every kernel's docstring derives the equation it evaluates; tests/test_kernels.py compares each
+one with the NumPy formulation it replaced (kept in the controllers as the reference path) on the states of
+closed-loop runs, to 1e-9 relative.
+
+The compiled code is cached next to this file (``__pycache__``), so only the first import after an edit
+compiles (a few seconds); later processes load the machine code.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+# ------------------------------------------------------------------------------------------ small helpers
+@njit(cache=True, inline="always")
+def _cross3(a0, a1, a2, b0, b1, b2):
+    return a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0
+
+
+@njit(cache=True)
+def cholesky_inplace(S, n):
+    """Lower Cholesky factor L (S = L Lᵀ) of the leading n×n block of S, written into its lower triangle.
+    Returns False (S untouched beyond the failing column) when a pivot is not positive, as LAPACK dpotrf."""
+    for j in range(n):
+        d = S[j, j]
+        for k in range(j):
+            d -= S[j, k] * S[j, k]
+        if not d > 0.0:
+            return False
+        d = math.sqrt(d)
+        S[j, j] = d
+        for i in range(j + 1, n):
+            x = S[i, j]
+            for k in range(j):
+                x -= S[i, k] * S[j, k]
+            S[i, j] = x / d
+    return True
+
+
+@njit(cache=True)
+def cholesky_solve_inplace(L, n, b):
+    """b ← S⁻¹ b with S = L Lᵀ (``cholesky_inplace``): forward substitution L y = b, back Lᵀ x = y."""
+    for i in range(n):
+        x = b[i]
+        for k in range(i):
+            x -= L[i, k] * b[k]
+        b[i] = x / L[i, i]
+    for i in range(n - 1, -1, -1):
+        x = b[i]
+        for k in range(i + 1, n):
+            x -= L[k, i] * b[k]
+        b[i] = x / L[i, i]
+
+
+# ------------------------------------------------------------------------------------------ DAC law (III)
+@njit(cache=True)
+def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot):
+    """g = −∇U_o and ġ (``controllers.dac.null_space_wish``) into g, gdot (zeroed here); returns (U_o, d_min).
+
+    For body i < N, body-fixed point r_k and sphere (c_o, r_o): x = p_i + R_i r_k, δ = x − c_o, ρ = ‖δ‖,
+    d = ρ − r_o.  The potential φ(ρ) of ``controllers.dac._point_potential`` has ∇φ = α δ and
+    ∇²φ = α I + β δδᵀ with
+        d₀ ≤ d:        φ = α = β = 0
+        d_c ≤ d < d₀:  a = 1/d − 1/d₀,  φ = ½ η a²,  α = φ'/ρ = −η a/(d² ρ),
+                       β = (φ'' − α)/ρ²,  φ'' = η (1/d⁴ + 2a/d³)
+        d < d_c:       φ = a_q + b_q ρ² + c_q ρ⁴,  α = 2b_q + 4c_q ρ²,  β = 8c_q
+    (a_q, b_q, c_q matching φ, φ', φ'' at ρ_c = r_o + d_c).  With f = Σ_o α δ (= ∂U/∂x at the point),
+    ẋ = v_i + ω_i × R_i r_k and ḟ = Σ_o (α ẋ + β δ (δ·ẋ)):
+        g_{v,i} = −Σ_k f,   g_{ω,i} = −Σ_k R_i r_k × f,
+        ġ_{v,i} = −Σ_k ḟ,   ġ_{ω,i} = −Σ_k ((ω_i × R_i r_k) × f + R_i r_k × ḟ);   body N: zero.
+    Every d is computed first: if none is below d₀ the wish is zero (as the NumPy path)."""
+    g[:] = 0.0
+    gdot[:] = 0.0
+    no = radii.shape[0]
+    nk = points.shape[0]
+    if no == 0:
+        return 0.0, np.inf
+    dmin = np.inf
+    for i in range(n - 1):
+        for k in range(nk):
+            rx = R[i, 0, 0] * points[k, 0] + R[i, 0, 1] * points[k, 1] + R[i, 0, 2] * points[k, 2]
+            ry = R[i, 1, 0] * points[k, 0] + R[i, 1, 1] * points[k, 1] + R[i, 1, 2] * points[k, 2]
+            rz = R[i, 2, 0] * points[k, 0] + R[i, 2, 1] * points[k, 1] + R[i, 2, 2] * points[k, 2]
+            for o in range(no):
+                dx = pos[i, 0] + rx - centers[o, 0]
+                dy = pos[i, 1] + ry - centers[o, 1]
+                dz = pos[i, 2] + rz - centers[o, 2]
+                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[o]
+                if d < dmin:
+                    dmin = d
+    if dmin >= d0:
+        return 0.0, dmin
+    n3 = 3 * n
+    U = 0.0
+    for i in range(n - 1):
+        wx, wy, wz = nu[n3 + 3 * i], nu[n3 + 3 * i + 1], nu[n3 + 3 * i + 2]
+        vx, vy, vz = nu[3 * i], nu[3 * i + 1], nu[3 * i + 2]
+        for k in range(nk):
+            rx = R[i, 0, 0] * points[k, 0] + R[i, 0, 1] * points[k, 1] + R[i, 0, 2] * points[k, 2]
+            ry = R[i, 1, 0] * points[k, 0] + R[i, 1, 1] * points[k, 1] + R[i, 1, 2] * points[k, 2]
+            rz = R[i, 2, 0] * points[k, 0] + R[i, 2, 1] * points[k, 1] + R[i, 2, 2] * points[k, 2]
+            qx, qy, qz = _cross3(wx, wy, wz, rx, ry, rz)           # ω_i × R_i r_k
+            xdx, xdy, xdz = vx + qx, vy + qy, vz + qz              # ẋ
+            fx = fy = fz = 0.0
+            fdx = fdy = fdz = 0.0
+            for o in range(no):
+                dx = pos[i, 0] + rx - centers[o, 0]
+                dy = pos[i, 1] + ry - centers[o, 1]
+                dz = pos[i, 2] + rz - centers[o, 2]
+                rho = math.sqrt(dx * dx + dy * dy + dz * dz)
+                d = rho - radii[o]
+                if d >= d0:
+                    continue
+                if d >= dc:
+                    a = 1.0 / d - 1.0 / d0
+                    du = -gain * a / (d * d)
+                    alpha = du / rho
+                    beta = (gain * (1.0 / d**4 + 2.0 * a / d**3) - alpha) / (rho * rho)
+                    phi = 0.5 * gain * a * a
+                else:
+                    rc = radii[o] + dc
+                    ac = 1.0 / dc - 1.0 / d0
+                    pc = -gain * ac / dc**2
+                    kc = gain * (1.0 / dc**4 + 2.0 * ac / dc**3)
+                    cq = (kc * rc - pc) / (8.0 * rc**3)
+                    bq = (3.0 * pc / rc - kc) / 4.0
+                    aq = 0.5 * gain * ac * ac - bq * rc**2 - cq * rc**4
+                    r2 = rho * rho
+                    phi = aq + bq * r2 + cq * r2 * r2
+                    alpha = 2.0 * bq + 4.0 * cq * r2
+                    beta = 8.0 * cq
+                U += phi
+                fx += alpha * dx
+                fy += alpha * dy
+                fz += alpha * dz
+                bd = beta * (dx * xdx + dy * xdy + dz * xdz)
+                fdx += alpha * xdx + bd * dx
+                fdy += alpha * xdy + bd * dy
+                fdz += alpha * xdz + bd * dz
+            g[3 * i] -= fx
+            g[3 * i + 1] -= fy
+            g[3 * i + 2] -= fz
+            gdot[3 * i] -= fdx
+            gdot[3 * i + 1] -= fdy
+            gdot[3 * i + 2] -= fdz
+            mx, my, mz = _cross3(rx, ry, rz, fx, fy, fz)
+            g[n3 + 3 * i] -= mx
+            g[n3 + 3 * i + 1] -= my
+            g[n3 + 3 * i + 2] -= mz
+            ax, ay, az = _cross3(qx, qy, qz, fx, fy, fz)
+            bx, by, bz = _cross3(rx, ry, rz, fdx, fdy, fdz)
+            gdot[n3 + 3 * i] -= ax + bx
+            gdot[n3 + 3 * i + 1] -= ay + by
+            gdot[n3 + 3 * i + 2] -= az + bz
+    return U, dmin
+
+
+@njit(cache=True)
+def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_er_dot, e_ep):
+    """ν_{e,r} = ν_{e,d} − Λ_e e_{e,p} and its rate (52) for the end effector (body N), e_{e,p} = [p − p_d; e_att]:
+    q_e = q_d⁻¹ ⊗ q (scalar part η made ≥ 0, vector part ε), e_att = R_d ε (44) in world axes, with rate
+        D e_att = ω_d × e_att + ½ (η (ω − ω_d) − e_att × (ω − ω_d)).
+    R_d ε is evaluated as ε + 2a₀ (u × ε) + 2 u × (u × ε), u = (a₁, a₂, a₃) the vector part of q_d."""
+    a0, a1, a2, a3 = q_d[0], q_d[1], q_d[2], q_d[3]
+    b0, b1, b2, b3 = quat_e[0], quat_e[1], quat_e[2], quat_e[3]
+    e0 = a0 * b0 + a1 * b1 + a2 * b2 + a3 * b3
+    e1 = a0 * b1 - a1 * b0 - a2 * b3 + a3 * b2
+    e2 = a0 * b2 + a1 * b3 - a2 * b0 - a3 * b1
+    e3 = a0 * b3 - a1 * b2 + a2 * b1 - a3 * b0
+    if e0 < 0:
+        e0, e1, e2, e3 = -e0, -e1, -e2, -e3
+    c1, c2, c3 = a2 * e3 - a3 * e2, a3 * e1 - a1 * e3, a1 * e2 - a2 * e1
+    x = e1 + 2.0 * (a0 * c1 + a2 * c3 - a3 * c2)
+    y = e2 + 2.0 * (a0 * c2 + a3 * c1 - a1 * c3)
+    z = e3 + 2.0 * (a0 * c3 + a1 * c2 - a2 * c1)
+    wd0, wd1, wd2 = nu_ed[3], nu_ed[4], nu_ed[5]
+    n3 = 3 * n
+    d0 = nu[6 * n - 3] - wd0
+    d1 = nu[6 * n - 2] - wd1
+    d2 = nu[6 * n - 1] - wd2
+    for a in range(3):
+        e_ep[a] = pos_e[a] - p_d[a]
+    e_ep[3], e_ep[4], e_ep[5] = x, y, z
+    de3 = wd1 * z - wd2 * y + 0.5 * (e0 * d0 - (y * d2 - z * d1))
+    de4 = wd2 * x - wd0 * z + 0.5 * (e0 * d1 - (z * d0 - x * d2))
+    de5 = wd0 * y - wd1 * x + 0.5 * (e0 * d2 - (x * d1 - y * d0))
+    for a in range(6):
+        nu_er[a] = nu_ed[a] - lam6[a] * e_ep[a]
+    for a in range(3):
+        nu_er_dot[a] = nu_ed_dot[a] - lam6[a] * (nu[n3 - 3 + a] - nu_ed[a])
+    nu_er_dot[3] = nu_ed_dot[3] - lam6[3] * de3
+    nu_er_dot[4] = nu_ed_dot[4] - lam6[4] * de4
+    nu_er_dot[5] = nu_ed_dot[5] - lam6[5] * de5
+
+
+@njit(cache=True)
+def dac_law3_step(quat, pos, nu, p_d, q_d, nu_ed, nu_ed_dot,
+                  masses, inertias, inertias_inv, joint_parent, joint_child, stiffness, gravity, rotvec, F_known,
+                  lam6, kd_mass, kd, points, centers, radii, gain, d0, dc,
+                  A, Ad, work, tau, s_out, nu_r_out, e_ep, scalars):
+    """One step of [Eslami] law (III) in the closed form of ``TaskSpaceLaw._closed_form_step``.
+
+    State: quaternions (N,4), CoM positions (N,3), ν = [v_1…v_N; ω_1…ω_N].  Per body, R_i = R(q_i),
+    I_i = sym(R_i I_B,i R_iᵀ) (64), I_i⁻¹ = R_i I_B,i⁻¹ R_iᵀ, Ω_i = [ω_i]×, so that
+        ℳ = blockdiag(m_i I₃ …, I_i …),  D^Iℳ = blockdiag(0, Ω_i I_i − I_i Ω_i) (76),  𝒞 = blockdiag(0, Ω_i I_i) (16).
+    A = [J; J_t] (30)–(31), (51): only the angular blocks of joint row j change, −S(s_{B_jJ_j}) on body j
+    and S(s_{B_{j+1}J_j}) on body j+1 with s_{B_jJ_j} = −R_j a_j, s_{B_{j+1}J_j} = −R_{j+1} b_j; their rates
+    D^I S(s) = S(ω × s) fill Ȧ (the caller's ``A``/``Ad`` hold every constant block; this writes the others).
+    Wish g = −∇U_o and ġ (``_obstacle_wish``), task w = [0; ν_{e,r}], ẇ = [0; D ν_{e,r}] (``_ee_task``).
+    (*) through the Schur complement S = A ℳ⁻¹ Aᵀ = L Lᵀ (ℳ⁻¹Aᵀ formed block by block):
+        λ = S⁻¹ (w − A g),  u = ℳ⁻¹Aᵀλ,  ν_r = g + u,
+        r₁ = Ȧᵀλ − D^Iℳ u,  r₂ = ẇ − Ȧ(g + u) − A ġ,
+        D^Iν_r = ġ + ℳ⁻¹r₁ − ℳ⁻¹Aᵀ S⁻¹(A ℳ⁻¹ r₁ − r₂),
+    and the law (37)/(46) with s = ν − ν_r:
+        τ = ℳ D^Iν_r + 𝒞 ν_r − ℱ_{g,J} − K_d s,   K_d s = k ℳ s (kd_mass = k > 0) or diag(kd) s,
+        V = ½ sᵀℳs,  V̇_cl = −sᵀK_d s.
+    ℱ_{g,J} = [m_i g; C_F M_J] (37): with ``rotvec`` the joint moments M_J = R_j K_j Log(R_jᵀR_{j+1}) come from
+    the relative quaternion q_j⁻¹ ⊗ q_{j+1} = (c, v): θ = 2 atan2(‖v‖, |c|), Log = sgn(c) θ v/‖v‖ (→ 2v/|c| as
+    ‖v‖ → 0); else ``F_known`` (given) is used.
+    Outputs: tau, s_out, nu_r_out (6N), e_ep (6), scalars = [V, V̇_cl, U_o, d_min].  Returns False when S
+    is not positive definite (task rows dependent on the constraints)."""
+    n = quat.shape[0]
+    n3, m6 = 3 * n, 6 * n
+    nr = A.shape[0]
+    nc = nr - 6
+    # work layout (rows): R (n·9) | I (n·9) | I⁻¹ (n·9) | WI (n·9) | vectors
+    R = work[0:9 * n].reshape((n, 3, 3))
+    Iw = work[9 * n:18 * n].reshape((n, 3, 3))
+    Ii = work[18 * n:27 * n].reshape((n, 3, 3))
+    WI = work[27 * n:36 * n].reshape((n, 3, 3))
+    o = 36 * n
+    g = work[o:o + m6]
+    gdot = work[o + m6:o + 2 * m6]
+    u = work[o + 2 * m6:o + 3 * m6]
+    r1 = work[o + 3 * m6:o + 4 * m6]
+    Mir1 = work[o + 4 * m6:o + 5 * m6]
+    nrd = work[o + 5 * m6:o + 6 * m6]
+    o2 = o + 6 * m6
+    lam = work[o2:o2 + nr]
+    x = work[o2 + nr:o2 + 2 * nr]
+    wtask = work[o2 + 2 * nr:o2 + 2 * nr + 6]
+    wtask_dot = work[o2 + 2 * nr + 6:o2 + 2 * nr + 12]
+    o3 = o2 + 2 * nr + 12
+    MiAt = work[o3:o3 + m6 * nr].reshape((m6, nr))
+    S = work[o3 + m6 * nr:o3 + m6 * nr + nr * nr].reshape((nr, nr))
+    # rotations and world inertias
+    for i in range(n):
+        q0, q1, q2, q3 = quat[i, 0], quat[i, 1], quat[i, 2], quat[i, 3]
+        R[i, 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
+        R[i, 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
+        R[i, 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
+        R[i, 0, 1] = 2.0 * (q1 * q2 - q0 * q3)
+        R[i, 1, 0] = 2.0 * (q1 * q2 + q0 * q3)
+        R[i, 0, 2] = 2.0 * (q1 * q3 + q0 * q2)
+        R[i, 2, 0] = 2.0 * (q1 * q3 - q0 * q2)
+        R[i, 1, 2] = 2.0 * (q2 * q3 - q0 * q1)
+        R[i, 2, 1] = 2.0 * (q2 * q3 + q0 * q1)
+        for a in range(3):
+            for b in range(3):
+                sI = 0.0
+                sJ = 0.0
+                for c in range(3):
+                    tI = 0.0
+                    tJ = 0.0
+                    for e in range(3):
+                        tI += inertias[i, c, e] * R[i, b, e]
+                        tJ += inertias_inv[i, c, e] * R[i, b, e]
+                    sI += R[i, a, c] * tI
+                    sJ += R[i, a, c] * tJ
+                Iw[i, a, b] = sI
+                Ii[i, a, b] = sJ
+        for a in range(3):
+            for b in range(a + 1, 3):
+                h = 0.5 * (Iw[i, a, b] + Iw[i, b, a])
+                Iw[i, a, b] = h
+                Iw[i, b, a] = h
+        wx, wy, wz = nu[n3 + 3 * i], nu[n3 + 3 * i + 1], nu[n3 + 3 * i + 2]
+        for b in range(3):                          # Ω I column by column: ω × I[:, b]
+            cx, cy, cz = _cross3(wx, wy, wz, Iw[i, 0, b], Iw[i, 1, b], Iw[i, 2, b])
+            WI[i, 0, b], WI[i, 1, b], WI[i, 2, b] = cx, cy, cz
+    # constraint rows: angular blocks of A and Ȧ
+    for j in range(n - 1):
+        spx = -(R[j, 0, 0] * joint_parent[j, 0] + R[j, 0, 1] * joint_parent[j, 1] + R[j, 0, 2] * joint_parent[j, 2])
+        spy = -(R[j, 1, 0] * joint_parent[j, 0] + R[j, 1, 1] * joint_parent[j, 1] + R[j, 1, 2] * joint_parent[j, 2])
+        spz = -(R[j, 2, 0] * joint_parent[j, 0] + R[j, 2, 1] * joint_parent[j, 1] + R[j, 2, 2] * joint_parent[j, 2])
+        k = j + 1
+        scx = -(R[k, 0, 0] * joint_child[j, 0] + R[k, 0, 1] * joint_child[j, 1] + R[k, 0, 2] * joint_child[j, 2])
+        scy = -(R[k, 1, 0] * joint_child[j, 0] + R[k, 1, 1] * joint_child[j, 1] + R[k, 1, 2] * joint_child[j, 2])
+        scz = -(R[k, 2, 0] * joint_child[j, 0] + R[k, 2, 1] * joint_child[j, 1] + R[k, 2, 2] * joint_child[j, 2])
+        wjx, wjy, wjz = nu[n3 + 3 * j], nu[n3 + 3 * j + 1], nu[n3 + 3 * j + 2]
+        wkx, wky, wkz = nu[n3 + 3 * k], nu[n3 + 3 * k + 1], nu[n3 + 3 * k + 2]
+        dpx, dpy, dpz = _cross3(wjx, wjy, wjz, spx, spy, spz)
+        dcx, dcy, dcz = _cross3(wkx, wky, wkz, scx, scy, scz)
+        r = 3 * j
+        cj = n3 + 3 * j
+        ck = n3 + 3 * k
+        # S(a) = [[0, −a_z, a_y], [a_z, 0, −a_x], [−a_y, a_x, 0]]
+        A[r, cj + 1], A[r, cj + 2] = spz, -spy
+        A[r + 1, cj], A[r + 1, cj + 2] = -spz, spx
+        A[r + 2, cj], A[r + 2, cj + 1] = spy, -spx
+        A[r, ck + 1], A[r, ck + 2] = -scz, scy
+        A[r + 1, ck], A[r + 1, ck + 2] = scz, -scx
+        A[r + 2, ck], A[r + 2, ck + 1] = -scy, scx
+        Ad[r, cj + 1], Ad[r, cj + 2] = dpz, -dpy
+        Ad[r + 1, cj], Ad[r + 1, cj + 2] = -dpz, dpx
+        Ad[r + 2, cj], Ad[r + 2, cj + 1] = dpy, -dpx
+        Ad[r, ck + 1], Ad[r, ck + 2] = -dcz, dcy
+        Ad[r + 1, ck], Ad[r + 1, ck + 2] = dcz, -dcx
+        Ad[r + 2, ck], Ad[r + 2, ck + 1] = -dcy, dcx
+    # reference pieces
+    _ee_task(quat[n - 1], pos[n - 1], nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, wtask, wtask_dot, e_ep)
+    U, dmin = _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot)
+    scalars[2] = U
+    scalars[3] = dmin
+    # ℳ⁻¹Aᵀ, block by block
+    for c in range(nr):
+        for i in range(n):
+            for a in range(3):
+                MiAt[3 * i + a, c] = A[c, 3 * i + a] / masses[i]
+            for a in range(3):
+                MiAt[n3 + 3 * i + a, c] = (Ii[i, a, 0] * A[c, n3 + 3 * i] + Ii[i, a, 1] * A[c, n3 + 3 * i + 1]
+                                           + Ii[i, a, 2] * A[c, n3 + 3 * i + 2])
+    for a in range(nr):
+        for b in range(a + 1):
+            sab = 0.0
+            for c in range(m6):
+                sab += A[a, c] * MiAt[c, b]
+            S[a, b] = sab
+            S[b, a] = sab
+    if not cholesky_inplace(S, nr):
+        return False
+    # λ = S⁻¹(w − A g)
+    for a in range(nr):
+        sa = 0.0
+        for c in range(m6):
+            sa += A[a, c] * g[c]
+        lam[a] = (wtask[a - nc] if a >= nc else 0.0) - sa
+    cholesky_solve_inplace(S, nr, lam)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += MiAt[c, a] * lam[a]
+        u[c] = sc
+        nu_r_out[c] = g[c] + u[c]
+    # r₁ = Ȧᵀλ − D^Iℳ u,  D^Iℳ u = ω × (I u) − I (ω × u) per body (angular part only)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += Ad[a, c] * lam[a]
+        r1[c] = sc
+    for i in range(n):
+        k = n3 + 3 * i
+        wx, wy, wz = nu[k], nu[k + 1], nu[k + 2]
+        ux, uy, uz = u[k], u[k + 1], u[k + 2]
+        t0 = Iw[i, 0, 0] * ux + Iw[i, 0, 1] * uy + Iw[i, 0, 2] * uz
+        t1 = Iw[i, 1, 0] * ux + Iw[i, 1, 1] * uy + Iw[i, 1, 2] * uz
+        t2 = Iw[i, 2, 0] * ux + Iw[i, 2, 1] * uy + Iw[i, 2, 2] * uz
+        a0, a1, a2 = _cross3(wx, wy, wz, t0, t1, t2)
+        cx, cy, cz = _cross3(wx, wy, wz, ux, uy, uz)
+        r1[k] -= a0 - (Iw[i, 0, 0] * cx + Iw[i, 0, 1] * cy + Iw[i, 0, 2] * cz)
+        r1[k + 1] -= a1 - (Iw[i, 1, 0] * cx + Iw[i, 1, 1] * cy + Iw[i, 1, 2] * cz)
+        r1[k + 2] -= a2 - (Iw[i, 2, 0] * cx + Iw[i, 2, 1] * cy + Iw[i, 2, 2] * cz)
+    # ℳ⁻¹ r₁
+    for i in range(n):
+        for a in range(3):
+            Mir1[3 * i + a] = r1[3 * i + a] / masses[i]
+            Mir1[n3 + 3 * i + a] = (Ii[i, a, 0] * r1[n3 + 3 * i] + Ii[i, a, 1] * r1[n3 + 3 * i + 1]
+                                    + Ii[i, a, 2] * r1[n3 + 3 * i + 2])
+    # x = S⁻¹(A ℳ⁻¹r₁ − r₂), r₂ = ẇ − Ȧ ν_r − A ġ
+    for a in range(nr):
+        sa = 0.0
+        for c in range(m6):
+            sa += A[a, c] * (Mir1[c] + gdot[c]) + Ad[a, c] * nu_r_out[c]
+        x[a] = sa - (wtask_dot[a - nc] if a >= nc else 0.0)
+    cholesky_solve_inplace(S, nr, x)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += MiAt[c, a] * x[a]
+        nrd[c] = gdot[c] + Mir1[c] - sc
+    # the law
+    V = 0.0
+    Vd = 0.0
+    for c in range(m6):
+        s_out[c] = nu[c] - nu_r_out[c]
+    for i in range(n):
+        mi = masses[i]
+        for a in range(3):
+            r = 3 * i + a
+            Ms = mi * s_out[r]
+            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
+            tau[r] = mi * nrd[r] - kds
+            V += s_out[r] * Ms
+            Vd -= s_out[r] * kds
+        for a in range(3):
+            r = n3 + 3 * i + a
+            Ms = 0.0
+            Mn = 0.0
+            Cn = 0.0
+            for b in range(3):
+                Ms += Iw[i, a, b] * s_out[n3 + 3 * i + b]
+                Mn += Iw[i, a, b] * nrd[n3 + 3 * i + b]
+                Cn += WI[i, a, b] * nu_r_out[n3 + 3 * i + b]
+            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
+            tau[r] = Mn + Cn - kds
+            V += s_out[r] * Ms
+            Vd -= s_out[r] * kds
+    scalars[0] = 0.5 * V
+    scalars[1] = Vd
+    if not rotvec:
+        for c in range(m6):
+            tau[c] -= F_known[c]
+        return True
+    for i in range(n):
+        for a in range(3):
+            tau[3 * i + a] -= masses[i] * gravity[a]
+    for j in range(n - 1):
+        qa0, qa1, qa2, qa3 = quat[j, 0], quat[j, 1], quat[j, 2], quat[j, 3]
+        qb0, qb1, qb2, qb3 = quat[j + 1, 0], quat[j + 1, 1], quat[j + 1, 2], quat[j + 1, 3]
+        cw = qa0 * qb0 + qa1 * qb1 + qa2 * qb2 + qa3 * qb3
+        xx, xy, xz = _cross3(qa1, qa2, qa3, qb1, qb2, qb3)
+        vx = qa0 * qb1 - qb0 * qa1 - xx
+        vy = qa0 * qb2 - qb0 * qa2 - xy
+        vz = qa0 * qb3 - qb0 * qa3 - xz
+        sv = math.sqrt(vx * vx + vy * vy + vz * vz)
+        sgn = -1.0 if cw < 0 else 1.0
+        th = 2.0 * math.atan2(sv, sgn * cw)
+        kk = th / sv if sv > 1e-12 else 2.0 / abs(cw)
+        kk *= sgn
+        tx, ty, tz = stiffness[j, 0] * kk * vx, stiffness[j, 1] * kk * vy, stiffness[j, 2] * kk * vz
+        for a in range(3):
+            mJ = R[j, a, 0] * tx + R[j, a, 1] * ty + R[j, a, 2] * tz
+            tau[n3 + 3 * j + a] -= mJ             # −ℱ: C_F M_J is + M_J on body j, − M_J on body j+1
+            tau[n3 + 3 * j + 3 + a] += mJ
+    return True
+
+
+def dac_work_size(n: int, nr: int) -> int:
+    """Length of ``dac_law3_step``'s scratch buffer for N bodies and nr rows of A."""
+    return 36 * n + 36 * n + 2 * nr + 12 + 6 * n * nr + nr * nr
