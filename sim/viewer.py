@@ -672,15 +672,17 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0):
 
 # ---------------------------------------------------------------------------------------- replay
 def load_run(run) -> dict:
-    """The arrays of a saved run (a run directory or its log.npz), checked for what replay needs."""
+    """The arrays of a saved run (a run directory or its log.npz), checked for what replay needs; a run
+    killed before its final save is read from its checkpoint parts (sim/logger.py: read_log)."""
+    from cmstack.sim.logger import parts_dir, read_log
+
     p = Path(run)
     f = p / "log.npz" if p.is_dir() else p
-    if not f.is_file():
+    if not f.is_file() and not parts_dir(f).is_dir():
         raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
                              "or its log.npz")
     try:
-        with np.load(f, allow_pickle=False) as z:
-            L = {k: z[k] for k in z.files}
+        L = read_log(f)
     except Exception as e:
         raise ModelFileError(f"{f} is not a readable run log ({type(e).__name__}: {e})") from e
     for k in ("t", "mjcf_path"):

@@ -5,7 +5,8 @@
   scenario's plots of the partial run (the loop ends at a step boundary).
 * SIGINT during the final save: the save completes, exit 130, every file readable.
 * SIGKILL at several instants around the final save (and during the checkpoints before it): no
-  corrupt file: log.npz (the last checkpoint or the final log) loads completely, metrics.json parses.
+  corrupt file: the log (``read_log``: log.npz, or the checkpoint parts of a run killed before its
+  final save) loads completely, metrics.json parses.
 """
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def _spawn(argv, cwd) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _first_checkpoint(out: Path) -> Path:
+    """The file whose appearance means "the first checkpoint is written: the loop is running"."""
+    from cmstack.sim.logger import parts_dir
+
+    return parts_dir(out / "log.npz") / "000001.npz"
+
+
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240.0) -> None:
     t0 = time.monotonic()
     while not path.exists():
@@ -61,9 +69,10 @@ def _check_readable(out: Path) -> dict:
     for k in ("ok", "failed_targets", "not_evaluated", "reason"):
         assert k in m, k
     assert isinstance(m["failed_targets"], list) and isinstance(m["not_evaluated"], list)
-    if (out / "log.npz").exists():
-        with np.load(out / "log.npz", allow_pickle=True) as z:          # zlib/zip errors would raise here
-            arrays = {k: z[k] for k in z.files}
+    from cmstack.sim.logger import parts_dir, read_log
+
+    if (out / "log.npz").exists() or parts_dir(out / "log.npz").is_dir():
+        arrays = read_log(out, allow_pickle=True)          # zlib/zip errors would raise here
         assert "t" in arrays
     for p in (out / "plots").glob("*.png") if (out / "plots").is_dir() else []:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.read_bytes()[-8:-4] == b"IEND"
@@ -75,7 +84,7 @@ def _check_readable(out: Path) -> dict:
 def test_signal_mid_run_writes_what_it_has_and_exits_130(tmp_path, sig):
     out = tmp_path / "run"
     p = _spawn(["run", "yumi_dual_arm", "--duration", "600", "--out", str(out), "--no-progress"], tmp_path)
-    _wait_for(out / "log.npz", p)                   # the first checkpoint: the loop is running (t >= 1 s)
+    _wait_for(_first_checkpoint(out), p)            # the first checkpoint: the loop is running (t >= 1 s)
     p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 130, stderr
@@ -128,7 +137,7 @@ def test_sigkill_around_the_save_leaves_no_corrupt_file(tmp_path, delay):
     out = tmp_path / "run"
     p = _spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
     if delay < 0:
-        _wait_for(out / "log.npz", p)                # a checkpoint exists: the loop is half-way
+        _wait_for(_first_checkpoint(out), p)         # a checkpoint exists: the loop is half-way
         time.sleep(-delay)
     else:
         _wait_for(out / "loop_done", p)
@@ -138,26 +147,65 @@ def test_sigkill_around_the_save_leaves_no_corrupt_file(tmp_path, delay):
     m = _check_readable(out)
     if m["reason"].startswith("the run did not finish"):   # killed before the final metrics: the placeholder
         assert m["ok"] is False
-    if (out / "log.npz").exists():
-        with np.load(out / "log.npz") as z:
-            t = z["t"]
-            assert z["x"].shape == (len(t), 64) and np.all(np.diff(t) > 0)
+    from cmstack.sim.logger import parts_dir, read_log
+
+    if (out / "log.npz").exists() or parts_dir(out / "log.npz").is_dir():
+        z = read_log(out)
+        t = z["t"]
+        assert z["x"].shape == (len(t), 64) and np.all(np.diff(t) > 0)
 
 
 def test_logger_checkpoints_every_simulated_second(tmp_path):
-    from cmstack.sim.logger import Logger
+    from cmstack.sim.logger import Logger, parts_dir, read_log
 
     log = Logger(checkpoint=tmp_path / "log.npz", checkpoint_every_s=1.0)
+    log.meta["name"] = "mine"
     for k in range(2501):                             # t = 0 … 2.5 s
         log.append(t=k * 1e-3, x=[k, 2 * k])
         if k == 999:
-            assert not (tmp_path / "log.npz").exists()
+            assert not (tmp_path / "log.npz").exists() and not parts_dir(tmp_path / "log.npz").exists()
         if k == 1000:                                 # the append at t = 1 s wrote rows 0 … 999
-            with np.load(tmp_path / "log.npz") as z:
-                assert z["t"].shape == (1000,) and z["t"][-1] == 0.999
+            z = read_log(tmp_path)
+            assert z["t"].shape == (1000,) and z["t"][-1] == 0.999 and str(z["name"]) == "mine"
     assert log.checkpoints == 2
-    with np.load(tmp_path / "log.npz") as z:
-        assert z["t"][-1] == pytest.approx(1.999) and np.array_equal(z["x"][:, 1], 2 * np.arange(2000))
+    assert not (tmp_path / "log.npz").exists()        # a killed run: only the parts
+    z = read_log(tmp_path / "log.npz")
+    assert z["t"][-1] == pytest.approx(1.999) and np.array_equal(z["x"][:, 1], 2 * np.arange(2000))
+    assert np.array_equal(z["t"], np.arange(2000) * 1e-3)
+    # the second part holds only the rows of the second interval (chunked, not the whole log again)
+    with np.load(parts_dir(tmp_path / "log.npz") / "000002.npz") as p2:
+        assert p2["t"].shape == (1000,) and p2["t"][0] == 1.0
+    log.save(tmp_path / "log.npz")                    # the final save: the whole log, the parts removed
+    assert not parts_dir(tmp_path / "log.npz").exists()
+    z = read_log(tmp_path)
+    assert z["x"].shape == (2501, 2) and z["t"][-1] == 2.5
+
+
+def test_logger_columns_match_stacked_rows(tmp_path):
+    """The preallocated columns give what stacking the appended rows gives (growth past the initial
+    capacity, scalars, lists, ints), copies the rows, and keeps a key whose shape changes as an
+    object array (in the final log and across checkpoint parts)."""
+    from cmstack.sim.logger import Logger, read_log
+
+    rng = np.random.default_rng(1)
+    log = Logger(checkpoint=tmp_path / "log.npz", checkpoint_every_s=0.5)
+    rows = {"t": [], "a": [], "M": [], "n": []}
+    for k in range(3 * Logger.INITIAL_ROWS + 7):
+        a, M = rng.standard_normal(3), rng.standard_normal((2, 2))
+        log.append(t=k * 1e-3, a=a, M=M.tolist(), n=k)
+        a[:] = 0.0                                    # the logged row is a copy
+        rows["t"].append(k * 1e-3), rows["a"].append(log.data["a"][-1].copy()), rows["M"].append(M), rows["n"].append(k)
+    L = log.arrays()
+    assert np.array_equal(L["t"], np.array(rows["t"])) and np.array_equal(L["M"], np.stack(rows["M"]))
+    assert np.array_equal(L["n"], np.arange(len(rows["n"]), dtype=float)) and L["n"].dtype == float
+    assert not np.any(L["a"] == 0.0) and len(log) == len(rows["t"]) and log.last_t == rows["t"][-1]
+    assert np.array_equal(read_log(tmp_path)["M"], L["M"][:len(read_log(tmp_path)["t"])])
+    log.append(t=10.0, a=np.zeros(5))                 # another shape: the key becomes ragged
+    L = log.arrays()
+    assert L["a"].dtype == object and len(L["a"]) == len(L["t"]) and L["a"][-1].shape == (5,)
+    log.append(t=11.0, a=np.ones(3))                  # a checkpoint part with the ragged rows
+    z = read_log(tmp_path, allow_pickle=True)
+    assert z["a"].dtype == object and len(z["a"]) == len(z["t"]) and z["a"][-1].shape == (5,)
 
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
