@@ -162,6 +162,9 @@ class YumiDualArm(Schema):
     robust_ki: num(ge=0, unit="1/s³")
     robust_z_max: num(gt=0)
     robust_v_filter_hz: num(ge=0, unit="Hz (0 = off)")
+    robust_q_filter_hz: num(ge=0, unit="Hz (0 = off)")
+    robust_task_ki: num(ge=0, unit="1/s³ (0 = off)")
+    robust_task_z_max: num(gt=0)
     traj_center: Vec3
     traj_radius: NonNeg
     traj_omega: Finite
