@@ -56,14 +56,15 @@ def setup():
     return cfg, robot, coupling, task, q0
 
 
-def weighted(cfg, robot, coupling, task):
+def weighted(cfg, robot, coupling, task, fused=True):
     return UdwadiaKalabaController(robot, [coupling], [task], omega=cfg["omega"], priority="weighted",
-                                   torque_limits=True, warn_free_dof=False)
+                                   torque_limits=True, warn_free_dof=False, fused=fused)
 
 
-def three_levels(robot, coupling, task, q0):
+def three_levels(robot, coupling, task, q0, fused=True):
     posture = PostureTask(robot, q0, kp=10.0, kd=2 * np.sqrt(10.0))
-    return UdwadiaKalabaController(robot, levels=[[coupling], [task], [posture, GAUSS]], limits=[EffortLimit(robot)])
+    return UdwadiaKalabaController(robot, levels=[[coupling], [task], [posture, GAUSS]], limits=[EffortLimit(robot)],
+                                   fused=fused)
 
 
 def record_states(cfg, robot, coupling, task, q0):
@@ -150,7 +151,7 @@ def tsid_step_factory(cfg, robot, coupling, task):
     return step
 
 
-def measure(repeat: int = 5) -> dict:
+def measure(repeat: int = 5, python_path: bool = True) -> dict:
     cfg, robot, coupling, task, q0 = setup()
     states = record_states(cfg, robot, coupling, task, q0)
     floor = Floor(cfg, robot, coupling, task, states)
@@ -159,6 +160,11 @@ def measure(repeat: int = 5) -> dict:
     calls = {"floor": floor,
              "uk_weighted": lambda k, t, q, v: ctl_w(t, q, v),
              "uk_3_levels": lambda k, t, q, v: ctl_3(t, q, v)}
+    if python_path:      # the same controllers on the generic Python path (fused=False): before/after
+        ctl_wp = weighted(cfg, robot, coupling, task, fused=False)
+        ctl_3p = three_levels(robot, coupling, task, q0, fused=False)
+        calls["uk_weighted_python"] = lambda k, t, q, v: ctl_wp(t, q, v)
+        calls["uk_3_levels_python"] = lambda k, t, q, v: ctl_3p(t, q, v)
     ts = tsid_step_factory(cfg, robot, coupling, task)
     if ts is not None:
         calls["tsid"] = ts
@@ -197,8 +203,9 @@ def measure(repeat: int = 5) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--fused-only", action="store_true", help="skip the generic Python path (fused=False) columns")
     args = ap.parse_args(argv)
-    res = measure(args.repeat)
+    res = measure(args.repeat, not args.fused_only)
     med = res["median_us"]
     print(f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved)")
     print(f"  floor (computeAllTerms + 3 frame Jacobians + ProxSuite 14/6/14): median {med['floor']:.1f} µs")

@@ -45,13 +45,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 import proxsuite
 from scipy.linalg.lapack import dposv as _dposv
 
-from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling, Task, stack
+from cmstack.models.coupling import FrameTask, PostureTask, RelativeFrameTask, RigidCoupling, Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
@@ -168,6 +169,129 @@ def _parse_level(level, k: int) -> _Level:
     return _Level(tasks, ws, np.sqrt(ws), gauss, sum(t.dim for t in tasks))
 
 
+class _FusedPlan:
+    """Tables and buffers of the compiled step (``controllers/_uk_kernels.py``), built once per
+    controller: the frames the tasks need (each with its joint, placement and support columns), the
+    tasks in row order (the levels above the last, scaled by √ω, then the last level's, weighted by ω
+    in H), the first ``EffortLimit`` (the others are checked in Python)."""
+
+    KINDS = {RigidCoupling: 0, FrameTask: 1, PostureTask: 2}
+
+    @classmethod
+    def build(cls, ctl: "UdwadiaKalabaController") -> "_FusedPlan | None":
+        """The plan, or None when a task is not a built-in type (or numba is missing)."""
+        if any(type(task) not in cls.KINDS for L in ctl.levels for task in L.tasks):
+            return None
+        try:
+            from cmstack.controllers import _uk_kernels
+        except ImportError:      # numba absent: the generic path
+            return None
+        return cls(ctl, _uk_kernels)
+
+    def __init__(self, ctl: "UdwadiaKalabaController", K):
+        self.step = K.uk_step
+        robot, n = ctl.robot, ctl.n
+        model = robot.model
+        entries = [(task, float(sw), 0.0, 0) for L in ctl._upper for task, sw in zip(L.tasks, L.sqrt_w)]
+        entries += [(task, 1.0, float(w), 1) for task, w in zip(ctl._final.tasks, ctl._final.weights)]
+        frames: dict = {}
+        joints: dict = {}
+        fint, fplace = [], []
+
+        def slot(fid: int) -> int:
+            if fid not in frames:
+                fr = model.frames[fid]
+                j = int(fr.parentJoint)
+                if j not in joints:
+                    joints[j] = len(joints)
+                mask = np.zeros(n, dtype=np.int64)
+                for ji in model.supports[j]:
+                    if ji > 0:
+                        mask[model.joints[ji].idx_v] = 1
+                fint.append(np.r_[joints[j], mask])
+                fplace.append(fr.placement.homogeneous)
+                frames[fid] = len(frames)
+            return frames[fid]
+
+        nt = len(entries)
+        tint = np.zeros((nt, 8), dtype=np.int64)
+        tflt = np.zeros((nt, 4))
+        pidx: list = []
+        self.postures, self.frame_tasks, self.task_items = [], [], []
+        row = 0
+        bounds = []
+        for k, (task, sc, w, final) in enumerate(entries):
+            kind = self.KINDS[type(task)]
+            a = b = off = 0
+            sel0, nsel = task.rows.start, task.dim
+            if kind == 0:
+                a, b = slot(task.fB), slot(task.f2)
+            elif kind == 1:
+                a = slot(task.fid)
+                self.frame_tasks.append((k, task))
+            else:
+                off, sel0 = len(pidx), 0
+                pidx.extend(int(i) for i in task.idx)
+                self.postures.append((off, off + nsel, task))
+            tint[k] = (kind, a, b, row, sel0, nsel, off, final)
+            tflt[k] = (task.kp, task.kd, sc, w)
+            self.task_items.append((k, task))
+            bounds.append((row, row + nsel))
+            row += nsel
+        self.tint, self.tflt = tint, tflt
+        self.pidx = np.array(pidx, dtype=np.int64)
+        self.qref = np.zeros(len(pidx))
+        self.fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
+        self.fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
+        self.fJ = np.zeros((len(fint), 6, n))
+        self.fvec = np.zeros((len(fint), 24))
+        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])] or [0]
+        self.data = None
+        self.tgtH = np.zeros((nt, 4, 4))
+        self.tgtVA = np.zeros((nt, 12))
+        self.seen = [None] * nt
+        m = self.m_up = ctl.n_eq
+        self.ab_shape = (row, n + 1)
+        self.out_len = 3 * n + m
+        self.wk = np.zeros(2 * n * n + n + n * (m + 1) + m * m)
+        self.H = self.wk[:n * n].reshape(n, n)
+        self.r = self.wk[n * n:n * n + n]
+        efforts = [lim for lim in ctl.limits if type(lim) is EffortLimit]
+        self.effort = efforts[0] if efforts else None
+        self.eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
+        self.no_tmax = np.zeros(0)
+        self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
+        # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
+        self._levels, i = [], 0
+        for L in ctl._upper:
+            j = i + L.dim
+            self._levels.append((i, j))
+            i = j
+        self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
+
+    def bind(self, d) -> None:
+        """Views into the Pinocchio data ``d`` that ``computeAllTerms`` refreshes in place: data.J and
+        each needed joint's R_j, p_j (data.oMi) and spatial acceleration (data.a); taken again when
+        the robot's data object changes (``Robot.add_frame`` creates a new one)."""
+        self.J = d.J
+        poses = [d.oMi[j] for j in self.joint_ids]
+        accs = [d.a[j] for j in self.joint_ids]
+        self.jR = tuple(T.rotation for T in poses)
+        self.jp = tuple(T.translation for T in poses)
+        self.ja = tuple(a.vector for a in accs)
+        self._keep = (poses, accs)
+        self.data = d
+
+    def views(self, Ab: np.ndarray):
+        """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's)."""
+        n = Ab.shape[1] - 1
+        m = self.m_up
+        E, f = Ab[:m, :n].copy(), Ab[:m, n].copy()
+        rows = [(Ab[i:j, :n].copy(), Ab[i:j, n].copy()) for i, j in self._levels]
+        final_rows = [(Ab[i:j, :n].copy(), Ab[i:j, n].copy(), w) for i, j, w in self._final]
+        return E, f, rows, final_rows
+
+
 class UdwadiaKalabaController:
     """τ = UK(t, q, v): strict levels of weighted tasks, Gauss' principle last, limits in every level.
 
@@ -183,13 +307,16 @@ class UdwadiaKalabaController:
             ``JointVelocityLimit``), enforced in every level.
         eps_abs: ProxSuite's absolute tolerance; rank_tol: relative rank tolerance.
         warn_free_dof: warn once when the tasks leave degrees of freedom to Gauss alone.
+        fused: run the step through the compiled kernels of ``controllers/_uk_kernels.py`` when every
+            task is a built-in ``RigidCoupling``, ``FrameTask`` or ``PostureTask`` (the same torques;
+            any other task, or ``fused=False``, takes the generic Python path).
     """
 
     def __init__(self, robot: Robot, constraints: Sequence[Task] | None = None, tasks: Sequence[Task] | None = None,
                  omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
                  model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
                  levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
-                 warn_free_dof: bool = True):
+                 warn_free_dof: bool = True, fused: bool = True):
         self.robot = robot
         self.n = robot.nv
         if levels is None:
@@ -257,6 +384,7 @@ class UdwadiaKalabaController:
         self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
         self.warn_free_dof = warn_free_dof
         self._warned = False
+        self._plan = _FusedPlan.build(self) if fused else None
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -347,10 +475,11 @@ class UdwadiaKalabaController:
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
         kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
         self.kin = kin
+        if self._plan is not None:
+            return self._call_fused(t, kin)
         M = kin.M
         hD = kin.h + self.D * kin.v
-        info = self.info
-        info.cold_retries = 0
+        self.info.cold_retries = 0
         # the final level: H = M + Σ ω AᵀA, r = −g = −h − D v + Σ ω Aᵀ b
         H, r, final_rows = M, -hD, []
         for task, w in self._final_pairs:
@@ -373,19 +502,95 @@ class UdwadiaKalabaController:
         if not self._warned and self.warn_free_dof:
             self._warn_free(E, final_rows)
         x, lam, path = self._equality(H, r, E, f, rows, t)
-        tau = M @ x + hD
+        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, M @ x + hD)
+
+    def _finish(self, kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, tau, violated=None):
+        """The limits (QP when v̇ violates one), the step's info, τ."""
+        info = self.info
         z = None
         iters = 0
-        if self.limits and self._violated(kin, hD, x, tau):
+        if violated is None:
+            violated = bool(self.limits) and self._violated(kin, hD, x, tau)
+        if violated:
             C, l, u = self._limit_rows(kin, hD)
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
-            tau = M @ x + hD
+            tau = kin.M @ x + hD
             info.limits_active = bool(np.any(z != 0))
         else:
             info.limits_active = False
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         return tau
+
+    def _call_fused(self, t: float, kin: Kinematics) -> np.ndarray:
+        """The step through the compiled kernels (``_FusedPlan``): one kernel call builds every
+        task's rows from the Pinocchio pass, solves the KKT system and checks the effort limit; the
+        null-space and QP fallbacks run on its rows in Python (``_finish``)."""
+        P = self._plan
+        d = self.robot.data
+        if d is not P.data:
+            P.bind(d)
+        tgtH, tgtVA, seen = P.tgtH, P.tgtVA, P.seen
+        for k, task in P.frame_tasks:
+            c = task._const
+            if c is None:
+                T, vel, accD = task.desired(t)
+                seen[k] = None
+            elif c is not seen[k]:
+                T, vel, accD = c
+                seen[k] = c
+            else:
+                continue
+            tgtH[k] = T.homogeneous
+            tgtVA[k, :6] = vel
+            tgtVA[k, 6:] = accD
+        tflt = P.tflt
+        for k, task in P.task_items:
+            tflt[k, 0] = task.kp
+            tflt[k, 1] = task.kd
+        qref = P.qref
+        for off, stop, task in P.postures:
+            qref[off:stop] = task.q_ref
+        Ab = np.empty(P.ab_shape)
+        out = np.empty(P.out_len)
+        lim = P.effort
+        st = P.step(P.J, kin.M, kin.h, self.D, kin.q, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec, P.tint, tflt,
+                    tgtH, tgtVA, P.pidx, qref, P.m_up, self._sqrt_rank_tol, P.eidx,
+                    P.no_tmax if lim is None else lim.tau_max, Ab, P.wk, out)
+        n = self.n
+        x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]
+        lam = out[3 * n:] if P.m_up else None
+        if st == 0 and P.other_limits:
+            for other in P.other_limits:
+                if other.violated(kin, hD, x, tau):
+                    st = 1
+                    break
+        warn = not self._warned and self.warn_free_dof
+        if st == 0 and not warn:
+            info = self.info
+            info.cold_retries = 0
+            info.limits_active = False
+            info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
+            info._lazy = partial(self._fused_forces, kin, hD, x, lam, Ab)
+            return tau
+        self.info.cold_retries = 0
+        E, f, rows, final_rows = P.views(Ab)
+        if warn:
+            self._warn_free(E, final_rows, stacklevel=4)
+        H, r = P.H, P.r
+        if st == 0:
+            return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, "kkt", tau, violated=False)
+        if st == 1:
+            return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, "kkt", tau, violated=True)
+        if st == 2:
+            x, lam, path = self._nullspace(H, -r, rows, t)
+        else:
+            x, lam, path = np.linalg.solve(H, r), None, "kkt"
+        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, kin.M @ x + hD)
+
+    def _fused_forces(self, kin, hD, x, lam, Ab):
+        E, f, rows, final_rows = self._plan.views(Ab)
+        return self._forces_closure(kin, hD, x, lam, None, rows, final_rows, E)()
 
     def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
         n = self.n
@@ -412,7 +617,7 @@ class UdwadiaKalabaController:
 
         return forces
 
-    def _warn_free(self, E, final_rows):
+    def _warn_free(self, E, final_rows, stacklevel: int = 3):
         self._warned = True
         allrows = np.vstack([E] + [A for A, _, _ in final_rows])
         r = int(np.linalg.matrix_rank(allrows)) if allrows.shape[0] else 0
@@ -422,7 +627,7 @@ class UdwadiaKalabaController:
                 f"UdwadiaKalabaController: the tasks constrain {r} of the {self.n} degrees of freedom of "
                 f"{self.robot.path.name}; {free} degree(s) of freedom have no task and drift under Gauss' "
                 f"principle (gravity, damping). Add a PostureTask in the last level to hold them.",
-                UserWarning, stacklevel=3)
+                UserWarning, stacklevel=stacklevel)
 
     # ------------------------------------------------------------------ equality levels
     def _equality(self, H, r, E, f, rows, t):

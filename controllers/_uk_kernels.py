@@ -1,0 +1,389 @@
+"""Compiled kernels of the Udwadia–Kalaba control step (issue 12): the per-step small-array algebra of
+``controllers/udwadia_kalaba.py`` fused into a few ``numba.njit`` functions fed by what one Pinocchio
+pass (``pin.computeAllTerms``) already holds.  Imported lazily by the controller (numba's import costs
+~0.3 s); the machine code is cached on disk (``cache=True``), so a process pays the compilation once
+per source change, later ones only the cache load.
+
+Notation (everything LOCAL_WORLD_ALIGNED, as ``models/robot.py: FrameState``): a frame f rigidly
+attached to joint j at the placement ʲM_f = (R_f, t_f); the joint's pose ⁰M_j = (R_j, p_j)
+(``data.oMi``); the joint Jacobians ``data.J`` (6×nv, world axes, the linear part being the velocity
+of the point at the world origin: column c = [v_O,c; ω_c]); the joint's spatial acceleration at
+v̇ = 0, ``data.a[j]`` = [a_j; α_j] in the joint's own axes (the linear part at the joint origin).
+
+``frame_states`` — the frame's pose, Jacobian, twist and classical acceleration:
+
+    R = R_j R_f,   p = p_j + R_j t_f
+    J[:, c] = [J_O,v[:, c] + J_ω[:, c] × p;  J_ω[:, c]]   for c in the support of j, 0 elsewhere
+              (the velocity field of a rigid motion: v_p = v_O + ω × p)
+    [v_p; ω] = J v
+    α = R_j α_j,   a_sp(p) = R_j a_j + α × (p − p_j)     (a spatial acceleration is a motion field too)
+    a_cl = a_sp(p) + ω × v_p                           (classical = spatial + ω × v at a material point)
+    acc = [a_cl; α] = J̇ v                              (v̇ = 0: Pinocchio's frame classical acceleration)
+
+``log3`` — the SO(3) logarithm through the unit quaternion (w, u) of R (Shepperd's choice of the
+largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
+w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
+2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴)).
+
+``task_rows`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``), scaled by
+√ω for the levels above the last (``models/coupling.py`` derives each):
+
+    RigidCoupling (B = E₁·T_A^B, E₂):  e = [p₂ − p_B; R₂ Log(R_Bᵀ R₂)],  w = tw₂ − tw_B,
+        y = acc₂ − acc_B + K_d w + K_p e,  y_ω −= ω₂ × w_ω;        A = (J₂ − J_B)[rows],  b = −y[rows]
+    FrameTask (C, target D = (R_D, p_D), [v_D; ω_D^D], [a_D; ε_D^D]):  e = [p_D − p_C; Log(R_Cᵀ R_D)],
+        y = acc_C + K_d tw_C,  y_ω −= (R_D ω_D^D) × ω_C,  y −= [a_D + K_d v_D + K_p e_p;
+        R_D(ε_D^D + K_d ω_D^D + K_p e_R)];                         A = −J_C[rows],  b = y[rows]
+    PostureTask (joints S):  A = −S,  b = K_d v_S − K_p (q_ref − q_S)
+
+``kkt_solve`` — the last level and the equality levels above it (``_equality`` of the controller):
+
+    H = M + Σ_final ω AᵀA,   r = −(h + D v) + Σ_final ω Aᵀ b,   E v̇ = f the rows above
+    H = L Lᵀ (Cholesky),  X = H⁻¹ [Eᵀ r],  S = E X_E = L_S L_Sᵀ,  S λ = E X_r − f,
+    v̇ = X_r − X_E λ,  τ = M v̇ + h + D v
+    status 2 (to the null-space path) when H is not positive definite or a pivot of L_S is below
+    √rank_tol × the largest one (the test of ``_equality``); status 3 when there is no row above and
+    H is not positive definite.
+
+``effort_violated`` — |τ_i| > τ_max,i (1 + 1e-9) on the selected joints (``EffortLimit.violated``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+COUPLING, FRAME, POSTURE = 0, 1, 2
+OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def log3(R, out):
+    """out ← Log(R) ∈ R³ (module docstring), R a 3×3 rotation matrix."""
+    r00, r11, r22 = R[0, 0], R[1, 1], R[2, 2]
+    tr = r00 + r11 + r22
+    if tr >= r00 and tr >= r11 and tr >= r22:
+        s = 2.0 * math.sqrt(1.0 + tr)
+        w = 0.25 * s
+        x = (R[2, 1] - R[1, 2]) / s
+        y = (R[0, 2] - R[2, 0]) / s
+        z = (R[1, 0] - R[0, 1]) / s
+    elif r00 >= r11 and r00 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
+        w = (R[2, 1] - R[1, 2]) / s
+        x = 0.25 * s
+        y = (R[0, 1] + R[1, 0]) / s
+        z = (R[0, 2] + R[2, 0]) / s
+    elif r11 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
+        w = (R[0, 2] - R[2, 0]) / s
+        x = (R[0, 1] + R[1, 0]) / s
+        y = 0.25 * s
+        z = (R[1, 2] + R[2, 1]) / s
+    else:
+        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
+        w = (R[1, 0] - R[0, 1]) / s
+        x = (R[0, 2] + R[2, 0]) / s
+        y = (R[1, 2] + R[2, 1]) / s
+        z = 0.25 * s
+    if w < 0.0:
+        w, x, y, z = -w, -x, -y, -z
+    nu = math.sqrt(x * x + y * y + z * z)
+    if nu > 1e-5 * w:
+        f = 2.0 * math.atan2(nu, w) / nu
+    else:
+        f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
+    out[0] = f * x
+    out[1] = f * y
+    out[2] = f * z
+
+
+@njit(cache=True)
+def frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec):
+    """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
+    docstring).  Jw: data.J (6×nv); v (nv,); jR, jp, ja: tuples of the joints' R_j (3×3), p_j (3,)
+    and data.a[j] (6,) (views into Pinocchio's data); fint (nf, 1+nv): [joint slot, support mask of
+    the nv columns]; fplace (nf, 4, 4): ʲM_f.
+    Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)]."""
+    n = v.shape[0]
+    for k in range(fint.shape[0]):
+        s = fint[k, 0]
+        Rj, pj, aj = jR[s], jp[s], ja[s]
+        for i in range(3):
+            for j in range(3):
+                fvec[k, 3 * i + j] = Rj[i, 0] * fplace[k, 0, j] + Rj[i, 1] * fplace[k, 1, j] \
+                    + Rj[i, 2] * fplace[k, 2, j]
+            fvec[k, 9 + i] = pj[i] + Rj[i, 0] * fplace[k, 0, 3] + Rj[i, 1] * fplace[k, 1, 3] \
+                + Rj[i, 2] * fplace[k, 2, 3]
+        p0, p1, p2 = fvec[k, 9], fvec[k, 10], fvec[k, 11]
+        t0 = t1 = t2 = t3 = t4 = t5 = 0.0
+        for c in range(n):
+            if fint[k, 1 + c] != 0:
+                wx, wy, wz = Jw[3, c], Jw[4, c], Jw[5, c]
+                j0 = Jw[0, c] + wy * p2 - wz * p1
+                j1 = Jw[1, c] + wz * p0 - wx * p2
+                j2 = Jw[2, c] + wx * p1 - wy * p0
+                fJ[k, 0, c] = j0
+                fJ[k, 1, c] = j1
+                fJ[k, 2, c] = j2
+                fJ[k, 3, c] = wx
+                fJ[k, 4, c] = wy
+                fJ[k, 5, c] = wz
+                vc = v[c]
+                t0 += j0 * vc
+                t1 += j1 * vc
+                t2 += j2 * vc
+                t3 += wx * vc
+                t4 += wy * vc
+                t5 += wz * vc
+            else:
+                for i in range(6):
+                    fJ[k, i, c] = 0.0
+        fvec[k, 12], fvec[k, 13], fvec[k, 14] = t0, t1, t2
+        fvec[k, 15], fvec[k, 16], fvec[k, 17] = t3, t4, t5
+        # α = R_j α_j, a_j (world) = R_j a_j (local), at p: + α × (p − p_j), classical: + ω × v_p
+        al0 = Rj[0, 0] * aj[3] + Rj[0, 1] * aj[4] + Rj[0, 2] * aj[5]
+        al1 = Rj[1, 0] * aj[3] + Rj[1, 1] * aj[4] + Rj[1, 2] * aj[5]
+        al2 = Rj[2, 0] * aj[3] + Rj[2, 1] * aj[4] + Rj[2, 2] * aj[5]
+        a0 = Rj[0, 0] * aj[0] + Rj[0, 1] * aj[1] + Rj[0, 2] * aj[2]
+        a1 = Rj[1, 0] * aj[0] + Rj[1, 1] * aj[1] + Rj[1, 2] * aj[2]
+        a2 = Rj[2, 0] * aj[0] + Rj[2, 1] * aj[1] + Rj[2, 2] * aj[2]
+        d0, d1, d2 = p0 - pj[0], p1 - pj[1], p2 - pj[2]
+        fvec[k, 18] = a0 + al1 * d2 - al2 * d1 + t4 * t2 - t5 * t1
+        fvec[k, 19] = a1 + al2 * d0 - al0 * d2 + t5 * t0 - t3 * t2
+        fvec[k, 20] = a2 + al0 * d1 - al1 * d0 + t3 * t1 - t4 * t0
+        fvec[k, 21], fvec[k, 22], fvec[k, 23] = al0, al1, al2
+
+
+@njit(cache=True)
+def _rot(fvec, k, out):
+    for i in range(3):
+        for j in range(3):
+            out[i, j] = fvec[k, 3 * i + j]
+
+
+@njit(cache=True)
+def task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab):
+    """Rows [A | b] of every task into Ab (module docstring).  tint (nt, 8) = [kind, frame slot a,
+    frame slot b, first row in Ab, first selected row of the 6, selected row count, offset in
+    pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale (√ω above the last level, 1
+    in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and [v_D; ω_D^D; a_D; ε_D^D]."""
+    n = v.shape[0]
+    e = np.empty(6)
+    y = np.empty(6)
+    lg = np.empty(3)
+    Ra = np.empty((3, 3))
+    Rb = np.empty((3, 3))
+    Rr = np.empty((3, 3))
+    for k in range(tint.shape[0]):
+        kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
+        kp, kd, sc = tflt[k, 0], tflt[k, 1], tflt[k, 2]
+        if kind == COUPLING:
+            a, b = tint[k, 1], tint[k, 2]
+            _rot(fvec, a, Ra)
+            _rot(fvec, b, Rb)
+            for i in range(3):
+                for j in range(3):
+                    Rr[i, j] = Ra[0, i] * Rb[0, j] + Ra[1, i] * Rb[1, j] + Ra[2, i] * Rb[2, j]
+            log3(Rr, lg)
+            for i in range(3):
+                e[i] = fvec[b, 9 + i] - fvec[a, 9 + i]
+                e[3 + i] = Rb[i, 0] * lg[0] + Rb[i, 1] * lg[1] + Rb[i, 2] * lg[2]
+            for i in range(6):
+                y[i] = (fvec[b, 18 + i] - fvec[a, 18 + i]) + kd * (fvec[b, 12 + i] - fvec[a, 12 + i]) + kp * e[i]
+            w0 = fvec[b, 15] - fvec[a, 15]
+            w1 = fvec[b, 16] - fvec[a, 16]
+            w2 = fvec[b, 17] - fvec[a, 17]
+            o0, o1, o2 = fvec[b, 15], fvec[b, 16], fvec[b, 17]
+            y[3] -= o1 * w2 - o2 * w1
+            y[4] -= o2 * w0 - o0 * w2
+            y[5] -= o0 * w1 - o1 * w0
+            for i in range(nsel):
+                r = row0 + i
+                s = sel0 + i
+                for c in range(n):
+                    Ab[r, c] = sc * (fJ[b, s, c] - fJ[a, s, c])
+                Ab[r, n] = sc * -y[s]
+        elif kind == FRAME:
+            a = tint[k, 1]
+            _rot(fvec, a, Ra)
+            for i in range(3):
+                for j in range(3):
+                    Rr[i, j] = Ra[0, i] * tgtH[k, 0, j] + Ra[1, i] * tgtH[k, 1, j] + Ra[2, i] * tgtH[k, 2, j]
+            log3(Rr, lg)
+            for i in range(3):
+                e[i] = tgtH[k, i, 3] - fvec[a, 9 + i]
+                e[3 + i] = lg[i]
+            for i in range(6):
+                y[i] = fvec[a, 18 + i] + kd * fvec[a, 12 + i]
+                e[i] = tgtVA[k, 6 + i] + kd * tgtVA[k, i] + kp * e[i]
+            # ω_D = R_D ω_D^D;  y_ω −= ω_D × ω_C
+            d0 = tgtH[k, 0, 0] * tgtVA[k, 3] + tgtH[k, 0, 1] * tgtVA[k, 4] + tgtH[k, 0, 2] * tgtVA[k, 5]
+            d1 = tgtH[k, 1, 0] * tgtVA[k, 3] + tgtH[k, 1, 1] * tgtVA[k, 4] + tgtH[k, 1, 2] * tgtVA[k, 5]
+            d2 = tgtH[k, 2, 0] * tgtVA[k, 3] + tgtH[k, 2, 1] * tgtVA[k, 4] + tgtH[k, 2, 2] * tgtVA[k, 5]
+            c0, c1, c2 = fvec[a, 15], fvec[a, 16], fvec[a, 17]
+            y[3] -= d1 * c2 - d2 * c1
+            y[4] -= d2 * c0 - d0 * c2
+            y[5] -= d0 * c1 - d1 * c0
+            e3, e4, e5 = e[3], e[4], e[5]
+            for i in range(3):
+                e[3 + i] = tgtH[k, i, 0] * e3 + tgtH[k, i, 1] * e4 + tgtH[k, i, 2] * e5
+            for i in range(nsel):
+                r = row0 + i
+                s = sel0 + i
+                for c in range(n):
+                    Ab[r, c] = sc * -fJ[a, s, c]
+                Ab[r, n] = sc * (y[s] - e[s])
+        else:
+            off = tint[k, 6]
+            for i in range(nsel):
+                r = row0 + i
+                j = pidx[off + i]
+                for c in range(n):
+                    Ab[r, c] = 0.0
+                Ab[r, j] = -sc
+                Ab[r, n] = sc * (kd * v[j] - kp * (qref[off + i] - q[j]))
+
+
+@njit(cache=True)
+def _cholesky(A, L, m):
+    """L Lᵀ = A[:m, :m] (lower triangle of L written; the upper part of A read).  Returns False if a
+    pivot is not > 0 (A not positive definite), as LAPACK's potrf."""
+    for j in range(m):
+        d = A[j, j]
+        for p in range(j):
+            d -= L[j, p] * L[j, p]
+        if not d > 0.0:
+            return False
+        d = math.sqrt(d)
+        L[j, j] = d
+        for i in range(j + 1, m):
+            s = A[j, i]
+            for p in range(j):
+                s -= L[i, p] * L[j, p]
+            L[i, j] = s / d
+    return True
+
+
+@njit(cache=True)
+def _chol_solve(L, m, B, ncol):
+    """B[:m, :ncol] ← (L Lᵀ)⁻¹ B[:m, :ncol] (forward then back substitution)."""
+    for c in range(ncol):
+        for i in range(m):
+            s = B[i, c]
+            for p in range(i):
+                s -= L[i, p] * B[p, c]
+            B[i, c] = s / L[i, i]
+        for i in range(m - 1, -1, -1):
+            s = B[i, c]
+            for p in range(i + 1, m):
+                s -= L[p, i] * B[p, c]
+            B[i, c] = s / L[i, i]
+
+
+@njit(cache=True)
+def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out):
+    """The equality-constrained last level by the Schur complement (module docstring).  wk: work
+    array of n² + n + n² + n(m+1) + m² + m values, [H | r | L | X | S | L_S-diagonal]; out (3n + m):
+    [v̇ | τ | h + D v | λ].  Returns OK, NULLSPACE or SINGULAR."""
+    n = v.shape[0]
+    m = m_up
+    H = wk[:n * n].reshape(n, n)
+    r = wk[n * n:n * n + n]
+    o = n * n + n
+    L = wk[o:o + n * n].reshape(n, n)
+    o += n * n
+    X = wk[o:o + n * (m + 1)].reshape(n, m + 1)
+    o += n * (m + 1)
+    S = wk[o:o + m * m].reshape(m, m)
+    x = out[:n]
+    tau = out[n:2 * n]
+    hD = out[2 * n:3 * n]
+    lam = out[3 * n:3 * n + m]
+    for i in range(n):
+        hD[i] = h[i] + D[i] * v[i]
+        r[i] = -hD[i]
+        for j in range(n):
+            H[i, j] = M[i, j]
+    for k in range(tint.shape[0]):
+        if tint[k, 7] == 0:
+            continue
+        w = tflt[k, 3]
+        row0, nsel = tint[k, 3], tint[k, 5]
+        for rr in range(row0, row0 + nsel):
+            b = Ab[rr, n]
+            for i in range(n):
+                ai = Ab[rr, i] * w
+                r[i] += ai * b
+                for j in range(i, n):
+                    H[i, j] += ai * Ab[rr, j]
+    for i in range(n):
+        for j in range(i + 1, n):
+            H[j, i] = H[i, j]
+    if not _cholesky(H, L, n):
+        return NULLSPACE if m > 0 else SINGULAR
+    for i in range(n):
+        for c in range(m):
+            X[i, c] = Ab[c, i]
+        X[i, m] = r[i]
+    _chol_solve(L, n, X, m + 1)
+    if m > 0:
+        for i in range(m):
+            for j in range(m):
+                s = 0.0
+                for c in range(n):
+                    s += Ab[i, c] * X[c, j]
+                S[i, j] = s
+            s = 0.0
+            for c in range(n):
+                s += Ab[i, c] * X[c, m]
+            lam[i] = s - Ab[i, n]
+        LS = np.empty((m, m))
+        if not _cholesky(S, LS, m):
+            return NULLSPACE
+        dmin = LS[0, 0]
+        dmax = LS[0, 0]
+        for i in range(1, m):
+            dmin = min(dmin, LS[i, i])
+            dmax = max(dmax, LS[i, i])
+        if not dmin > sqrt_tol * dmax:
+            return NULLSPACE
+        lm = np.empty((m, 1))
+        for i in range(m):
+            lm[i, 0] = lam[i]
+        _chol_solve(LS, m, lm, 1)
+        for i in range(m):
+            lam[i] = lm[i, 0]
+    for i in range(n):
+        s = X[i, m]
+        for c in range(m):
+            s -= X[i, c] * lam[c]
+        x[i] = s
+    for i in range(n):
+        s = hD[i]
+        for j in range(n):
+            s += M[i, j] * x[j]
+        tau[i] = s
+    return OK
+
+
+@njit(cache=True)
+def effort_violated(tau, eidx, tmax):
+    """|τ_i| > τ_max,i (1 + 1e-9) for some selected joint i (``EffortLimit.violated``)."""
+    for k in range(eidx.shape[0]):
+        if abs(tau[eidx[k]]) > tmax[k] * (1.0 + 1e-9):
+            return True
+    return False
+
+
+@njit(cache=True)
+def uk_step(Jw, M, h, D, q, v, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref,
+            m_up, sqrt_tol, eidx, tmax, Ab, wk, out):
+    """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  Returns OK, LIMIT
+    (the KKT solution violates the effort limit: the caller solves the QP), NULLSPACE or SINGULAR."""
+    frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
+    task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab)
+    st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out)
+    if st == OK and effort_violated(out[v.shape[0]:2 * v.shape[0]], eidx, tmax):
+        return LIMIT
+    return st

@@ -1,0 +1,253 @@
+"""The compiled kernels of the UK step (controllers/_uk_kernels.py), each against the Python
+formulation it replaces: Pinocchio's log3 and frame quantities, the tasks' qp_rows, the Schur
+complement KKT solve against a dense KKT solve, the effort check; then the fused controller against
+the generic path (fused=False) on every solver path (KKT, null space, QP with active limits)."""
+import numpy as np
+import pinocchio as pin
+import pytest
+from _yumi_states import recorded_states, thesis_setup
+
+from cmstack.controllers import _uk_kernels as K
+from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
+from cmstack.models.coupling import FrameTask, PostureTask, RigidCoupling
+from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+from cmstack.models.trajectory import Circle
+
+LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+def test_log3_equals_pinocchio():
+    rng = np.random.default_rng(0)
+    out = np.empty(3)
+    angles = list(rng.uniform(0, np.pi - 1e-3, 200)) + [0.0, 1e-12, 1e-9, 1e-7, 1e-5, 1e-3, np.pi - 1e-2,
+                                                         np.pi - 1e-4, np.pi - 1e-6]
+    for th in angles:
+        axis = rng.normal(size=3)
+        w = th * axis / np.linalg.norm(axis)
+        R = pin.exp3(w)
+        K.log3(R, out)
+        np.testing.assert_allclose(out, pin.log3(R), rtol=1e-9, atol=1e-13)
+        np.testing.assert_allclose(out, w, rtol=1e-7, atol=1e-12)          # Log(Exp(w)) = w for |w| < π
+
+
+def _plan_and_kin(ctl, t, q, v):
+    kin = ctl.robot.update(q, v)
+    P = ctl._plan
+    P.bind(ctl.robot.data)
+    return P, kin
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg, robot, c, u = thesis_setup()
+    return cfg, robot, c, u, recorded_states()
+
+
+def test_frame_states_equal_pinocchio(setup):
+    """R, p, J (LOCAL_WORLD_ALIGNED), J v and the classical acceleration of every frame of the plan,
+    against Pinocchio's getFrameJacobian / getFrameClassicalAcceleration (via Kinematics.frame)."""
+    cfg, robot, c, u, states = setup
+    off = FrameTask(robot, "yumi_link_7_r", kp=1.0, kd=1.0, offset=pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 1.0),
+                                                                                  np.array([0.05, -0.1, 0.2])))
+    base = FrameTask(robot, "yumi_body", kp=1.0, kd=1.0) if robot.model.existFrame("yumi_body") else None
+    tasks = [c, off] + ([base] if base else [])
+    ctl = UdwadiaKalabaController(robot, levels=[tasks, [u, GAUSS]], limits=[], warn_free_dof=False)
+    P = ctl._plan
+    fids = {c.fB: None, c.f2: None, off.fid: None, u.fid: None}
+    for t, q, v in states[::40]:
+        P, kin = _plan_and_kin(ctl, t, q, v)
+        K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+        for k, fid in enumerate(_plan_frames(ctl)):
+            fs = kin.frame(fid)
+            np.testing.assert_allclose(P.fvec[k, :9].reshape(3, 3), fs.R, atol=1e-14)
+            np.testing.assert_allclose(P.fvec[k, 9:12], fs.p, atol=1e-14)
+            np.testing.assert_allclose(P.fJ[k], fs.J, atol=1e-13)
+            np.testing.assert_allclose(P.fvec[k, 12:18], fs.twist, atol=1e-12)
+            np.testing.assert_allclose(P.fvec[k, 18:24], fs.acc, rtol=1e-12, atol=1e-11)
+            fids[fid] = True
+    assert all(fids.values())
+
+
+def _plan_frames(ctl):
+    """Frame ids of the plan's slots, in slot order (from the task table)."""
+    P = ctl._plan
+    out = {}
+    for k, task in P.task_items:
+        kind, a, b = P.tint[k, :3]
+        if kind == 0:
+            out[a], out[b] = task.fB, task.f2
+        elif kind == 1:
+            out[a] = task.fid
+    return [out[s] for s in range(len(out))]
+
+
+@pytest.mark.parametrize("rows", ["full", "position", "orientation"])
+def test_task_rows_equal_qp_rows(setup, rows):
+    """[A | b] of every built-in task (coupling, frame task with a trajectory and with a constant
+    target, posture on all or some joints), scaled by √ω above the last level, equal qp_rows."""
+    cfg, robot, c0, u0, states = setup
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", c0.T_AB, 7.0, 3.0, rows=rows)
+    traj = Circle([0.4, 0.2, 0.5], 0.1, 1.3, 0.4, R=pin.rpy.rpyToMatrix(0.2, 0.1, -0.3))
+    u = FrameTask(robot, "yumi_link_7_l", traj, 40.0, 9.0, rows=rows)
+    s = FrameTask(robot, "yumi_link_7_r", kp=5.0, kd=2.0, rows=rows, offset=np.eye(4))
+    s.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.5, -0.4, 2.0), np.array([0.3, -0.2, 0.4])))
+    p_all = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+    p_some = PostureTask(robot, None, joints=["yumi_joint_3_r", "yumi_joint_1_l"], kp=3.0, kd=1.0)
+    p_some.set_target([0.2, -0.3])
+    levels = [[(c, 4.0), (u, 2.0)], [s, p_some], [(p_all, 3.0), GAUSS]]
+    ctl = UdwadiaKalabaController(robot, levels=levels, limits=[], warn_free_dof=False)
+    scale = [2.0, np.sqrt(2.0), 1.0, 1.0, 1.0]
+    for t, q, v in states[::50]:
+        ctl(t, q, v)                      # fills the targets, gains and posture references
+        P, kin = _plan_and_kin(ctl, t, q, v)
+        K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+        Ab = np.full(P.ab_shape, np.nan)
+        K.task_rows(kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.pidx, P.qref, Ab)
+        n = robot.nv
+        for (k, task), sc in zip(P.task_items, scale):
+            A, b = task.qp_rows(kin, t)
+            r0 = P.tint[k, 3]
+            np.testing.assert_allclose(Ab[r0:r0 + task.dim, :n], sc * A, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(Ab[r0:r0 + task.dim, n], sc * b, rtol=1e-10, atol=1e-10)
+        assert np.all(np.isfinite(Ab))
+
+
+def test_kkt_solve_equals_the_dense_kkt_system(setup):
+    """v̇ and λ of the Schur-complement kernel solve [H Eᵀ; E 0][v̇; λ] = [r; f] (a dense solve) and
+    τ = M v̇ + h + D v; H and r are M + Σ ω AᵀA and −(h + D v) + Σ ω Aᵀ b."""
+    cfg, robot, c, u, states = setup
+    p = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+    for levels in ([[c], [(u, 50.0), GAUSS]], [[c], [u], [p, GAUSS]], [[(u, 7.0), (p, 0.5), GAUSS]]):
+        ctl = UdwadiaKalabaController(robot, levels=levels, limits=[], warn_free_dof=False)
+        for t, q, v in states[::80]:
+            ctl(t, q, v)
+            P, kin = _plan_and_kin(ctl, t, q, v)
+            K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+            Ab = np.empty(P.ab_shape)
+            K.task_rows(kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.pidx, P.qref, Ab)
+            out = np.empty(P.out_len)
+            st = K.kkt_solve(kin.M, kin.h, ctl.D, kin.v, Ab, P.tint, P.tflt, P.m_up, ctl._sqrt_rank_tol, P.wk, out)
+            assert st == K.OK
+            n, m = robot.nv, P.m_up
+            hD = kin.h + ctl.D * kin.v
+            H, r = kin.M.copy(), -hD
+            for i, j, w in P._final:
+                A, b = Ab[i:j, :n], Ab[i:j, n]
+                H += w * A.T @ A
+                r += w * A.T @ b
+            np.testing.assert_allclose(P.H, H, rtol=1e-13, atol=1e-9)
+            np.testing.assert_allclose(P.r, r, rtol=1e-13, atol=1e-9)
+            E, f = Ab[:m, :n], Ab[:m, n]
+            KKT = np.block([[H, E.T], [E, np.zeros((m, m))]])
+            sol = np.linalg.solve(KKT, np.r_[r, f])
+            assert _rel(out[:n], sol[:n]) < 1e-10
+            if m:
+                assert _rel(out[3 * n:], sol[n:]) < 1e-8            # S λ = E H⁻¹ r − f
+            np.testing.assert_allclose(out[2 * n:3 * n], hD, rtol=1e-15)
+            assert _rel(out[n:2 * n], kin.M @ out[:n] + hD) < 1e-13
+
+
+def test_kkt_solve_reports_rank_deficiency():
+    """Two copies of one row: the Schur complement is singular, the kernel sends to the null space;
+    an H that is not positive definite without rows above is SINGULAR."""
+    n = 3
+    M = np.diag([1.0, 2.0, 3.0])
+    tint = np.array([[0, 0, 0, 0, 0, 2, 0, 0]], dtype=np.int64)
+    tflt = np.array([[0.0, 0.0, 1.0, 0.0]])
+    Ab = np.array([[1.0, 2.0, 0.0, 1.0], [1.0, 2.0, 0.0, 1.0]])
+    wk = np.zeros(2 * n * n + n + n * 3 + 4)
+    out = np.empty(3 * n + 2)
+    z = np.zeros(n)
+    assert K.kkt_solve(M, z, z, z, Ab, tint, tflt, 2, 1e-4, wk, out) == K.NULLSPACE
+    Ab[1, :3] = [0.0, 1.0, 1.0]
+    assert K.kkt_solve(M, z, z, z, Ab, tint, tflt, 2, 1e-4, wk, out) == K.OK
+    np.testing.assert_allclose(Ab[:, :3] @ out[:3], Ab[:, 3], atol=1e-14)
+    wk0 = np.zeros(2 * n * n + n + n)
+    assert K.kkt_solve(-M, z, z, z, Ab[:0], tint[:0], tflt[:0], 0, 1e-4, wk0, out[:3 * n]) == K.SINGULAR
+
+
+def test_effort_violated_equals_the_limit(setup):
+    cfg, robot, c, u, states = setup
+    lim = EffortLimit(robot, tau_max=np.linspace(1.0, 20.0, 14))
+    sub = EffortLimit(robot, tau_max=[5.0, 2.0], joints=["yumi_joint_2_r", "yumi_joint_4_l"])
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        tau = rng.normal(scale=8.0, size=14)
+        for L in (lim, sub):
+            assert K.effort_violated(tau, np.ascontiguousarray(L.idx, dtype=np.int64), L.tau_max) \
+                == L.violated(None, None, None, tau)
+
+
+def _pair(robot, **kw):
+    return (UdwadiaKalabaController(robot, fused=True, **kw), UdwadiaKalabaController(robot, fused=False, **kw))
+
+
+@pytest.mark.parametrize("case", ["weighted", "strict", "3 levels", "no levels above", "effort low",
+                                  "position+velocity", "rank deficient"])
+def test_fused_step_equals_the_generic_path(setup, case):
+    """Same torques (1e-9 relative), the same solver path, the same forces, step by step on a real
+    closed-loop run; the cases reach the KKT, null-space and QP paths."""
+    cfg, robot, c, u, states = setup
+    p = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+    kw = dict(warn_free_dof=False)
+    if case == "weighted":
+        kw.update(levels=[[c], [(u, 50.0), GAUSS]], limits=[EffortLimit(robot)])
+    elif case == "strict":
+        kw.update(levels=[[c], [(u, 50.0)], [GAUSS]], limits=[EffortLimit(robot)])
+    elif case == "3 levels":
+        kw.update(levels=[[c], [u], [p, GAUSS]], limits=[EffortLimit(robot)])
+    elif case == "no levels above":
+        kw.update(levels=[[(u, 20.0), (p, 1.0), GAUSS]], limits=[])
+    elif case == "effort low":         # 0.9 × the peak torques of the run without limits: a few QPs
+        free = UdwadiaKalabaController(robot, levels=[[c], [(u, 50.0), GAUSS]], limits=[], warn_free_dof=False)
+        peak = np.max([np.abs(free(t, q, v)) for t, q, v in states[::4]], axis=0)
+        kw.update(levels=[[c], [(u, 50.0), GAUSS]], limits=[EffortLimit(robot, tau_max=0.9 * peak + 1.0)])
+    elif case == "position+velocity":  # checked in Python after the kernel; a few sequential QPs
+        V = np.array([v for _, _, v in states])
+        Q = np.array([q for _, q, _ in states])
+        kw.update(levels=[[c], [u], [p, GAUSS]],
+                  limits=[JointVelocityLimit(robot, dt=0.005, v_max=1.02 * np.abs(V).max(0)),
+                          JointPositionLimit(robot, dt=0.005, a_max=50.0, q_min=Q.min(0) - 0.02, q_max=Q.max(0) + 0.02)])
+    else:
+        c2 = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", c.T_AB, c.kp, c.kd, rows="position")
+        kw.update(levels=[[c, c2], [(u, 50.0), p, GAUSS]], limits=[EffortLimit(robot)])
+    fast, slow = _pair(robot, **kw)
+    assert fast._plan is not None and slow._plan is None
+    paths = set()
+    worst = 0.0
+    for t, q, v in states[::4]:
+        a = fast(t, q, v)
+        b = slow(t, q, v)
+        worst = max(worst, _rel(a, b))
+        assert fast.info.path == slow.info.path
+        assert fast.info.limits_active == slow.info.limits_active
+        paths.add(fast.info.path)
+        scale = np.linalg.norm(b) + 1.0
+        for name in ("Qc", "Qu", "Qlim"):
+            np.testing.assert_allclose(getattr(fast.info, name), getattr(slow.info, name), rtol=0, atol=1e-6 * scale)
+    assert worst <= 1e-9, worst
+    expected = {"effort low": "qp", "position+velocity": "sequential", "rank deficient": "nullspace"}.get(case, "kkt")
+    assert expected in paths, paths
+
+
+def test_gains_targets_and_new_frames_are_read_every_step(setup):
+    """Gains, a new constant target, a new posture reference and a frame added after construction
+    (a new Pinocchio data object) are taken into account by the fused step."""
+    cfg, robot, c0, u, states = setup
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", c0.T_AB, c0.kp, c0.kd)
+    s = FrameTask(robot, "yumi_link_7_r", kp=5.0, kd=2.0)
+    s.set_target(pin.SE3(np.eye(3), np.array([0.3, -0.2, 0.4])))
+    p = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+    fast, slow = _pair(robot, levels=[[c], [s], [p, GAUSS]], limits=[])
+    t, q, v = states[30]
+    np.testing.assert_allclose(fast(t, q, v), slow(t, q, v), rtol=1e-9)
+    s.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.35, -0.25, 0.45])))
+    p.set_target(states[10][1])
+    s.kp, c.kd, p.kd = 9.0, 4.0, 1.0
+    FrameTask(robot, "yumi_link_7_r", kp=1.0, kd=1.0, offset=pin.SE3(np.eye(3), np.array([0.0, 0.0, 0.3])))
+    np.testing.assert_allclose(fast(t, q, v), slow(t, q, v), rtol=1e-9)
+    assert _rel(fast(t, q, v), UdwadiaKalabaController(robot, levels=[[c], [s], [p, GAUSS]], limits=[])(t, q, v)) < 1e-9
