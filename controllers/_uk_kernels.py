@@ -163,11 +163,13 @@ def _rot(fvec, k, out):
 
 
 @njit(cache=True)
-def task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab):
+def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab):
     """Rows [A | b] of every task into Ab (module docstring).  tint (nt, 8) = [kind, frame slot a,
     frame slot b, first row in Ab, first selected row of the 6, selected row count, offset in
     pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale (√ω above the last level, 1
-    in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and [v_D; ω_D^D; a_D; ε_D^D]."""
+    in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and [v_D; ω_D^D; a_D; ε_D^D];
+    tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a ``Circle`` (its sample at
+    time t written here into the position and tgtVA, the orientation R given in tgtH), else 0 last."""
     n = v.shape[0]
     e = np.empty(6)
     y = np.empty(6)
@@ -206,6 +208,8 @@ def task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab):
                 Ab[r, n] = sc * -y[s]
         elif kind == FRAME:
             a = tint[k, 1]
+            if tcirc[k, 6] != 0.0:
+                circle_sample(t, tcirc[k], tgtH[k], tgtVA[k])
             _rot(fvec, a, Ra)
             for i in range(3):
                 for j in range(3):
@@ -246,39 +250,66 @@ def task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab):
 
 
 @njit(cache=True)
+def circle_sample(t, c, T, va):
+    """``models/trajectory.py: Circle.sample`` at t from c = [c_x, c_y, c_z, r, ω, φ]: with
+    a = ω t + φ, p = c + r (cos a, 0, sin a), v = r ω (−sin a, 0, cos a), a_D = −r ω² (cos a, 0, sin a),
+    zero angular parts; p into T[:3, 3], [v; 0; a_D; 0] into va (the rotation T[:3, :3] is the circle's R)."""
+    r, w = c[3], c[4]
+    ang = w * t + c[5]
+    ca, sa = math.cos(ang), math.sin(ang)
+    T[0, 3] = c[0] + r * ca
+    T[1, 3] = c[1]
+    T[2, 3] = c[2] + r * sa
+    for i in range(12):
+        va[i] = 0.0
+    va[0] = -r * w * sa
+    va[2] = r * w * ca
+    va[6] = -r * w * w * ca
+    va[8] = -r * w * w * sa
+
+
+@njit(cache=True)
 def _cholesky(A, L, m):
-    """L Lᵀ = A[:m, :m] (lower triangle of L written; the upper part of A read).  Returns False if a
-    pivot is not > 0 (A not positive definite), as LAPACK's potrf."""
+    """L Lᵀ = A[:m, :m] (the upper triangle of A read; the lower triangle of L written), right-looking
+    so that the inner loops are independent updates.  Returns False if a pivot is not > 0 (A not
+    positive definite, or NaN), as LAPACK's potrf."""
+    for i in range(m):
+        for j in range(i + 1):
+            L[i, j] = A[j, i]
     for j in range(m):
-        d = A[j, j]
-        for p in range(j):
-            d -= L[j, p] * L[j, p]
+        d = L[j, j]
         if not d > 0.0:
             return False
         d = math.sqrt(d)
         L[j, j] = d
         for i in range(j + 1, m):
-            s = A[j, i]
-            for p in range(j):
-                s -= L[i, p] * L[j, p]
-            L[i, j] = s / d
+            L[i, j] /= d
+        for i in range(j + 1, m):
+            lij = L[i, j]
+            for k in range(j + 1, i + 1):
+                L[i, k] -= lij * L[k, j]
     return True
 
 
 @njit(cache=True)
 def _chol_solve(L, m, B, ncol):
-    """B[:m, :ncol] ← (L Lᵀ)⁻¹ B[:m, :ncol] (forward then back substitution)."""
-    for c in range(ncol):
-        for i in range(m):
-            s = B[i, c]
-            for p in range(i):
-                s -= L[i, p] * B[p, c]
-            B[i, c] = s / L[i, i]
-        for i in range(m - 1, -1, -1):
-            s = B[i, c]
-            for p in range(i + 1, m):
-                s -= L[p, i] * B[p, c]
-            B[i, c] = s / L[i, i]
+    """B[:m, :ncol] ← (L Lᵀ)⁻¹ B[:m, :ncol]: forward then back substitution, a row of B at a time."""
+    for i in range(m):
+        for p in range(i):
+            lip = L[i, p]
+            for c in range(ncol):
+                B[i, c] -= lip * B[p, c]
+        d = L[i, i]
+        for c in range(ncol):
+            B[i, c] /= d
+    for i in range(m - 1, -1, -1):
+        for p in range(i + 1, m):
+            lpi = L[p, i]
+            for c in range(ncol):
+                B[i, c] -= lpi * B[p, c]
+        d = L[i, i]
+        for c in range(ncol):
+            B[i, c] /= d
 
 
 @njit(cache=True)
@@ -328,16 +359,17 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out):
         X[i, m] = r[i]
     _chol_solve(L, n, X, m + 1)
     if m > 0:
-        for i in range(m):
-            for j in range(m):
-                s = 0.0
-                for c in range(n):
-                    s += Ab[i, c] * X[c, j]
-                S[i, j] = s
-            s = 0.0
+        row = np.empty(m + 1)
+        for i in range(m):                      # [S | E X_r] row i = E[i] X
+            for j in range(m + 1):
+                row[j] = 0.0
             for c in range(n):
-                s += Ab[i, c] * X[c, m]
-            lam[i] = s - Ab[i, n]
+                e = Ab[i, c]
+                for j in range(m + 1):
+                    row[j] += e * X[c, j]
+            for j in range(m):
+                S[i, j] = row[j]
+            lam[i] = row[m] - Ab[i, n]
         LS = np.empty((m, m))
         if not _cholesky(S, LS, m):
             return NULLSPACE
@@ -355,15 +387,16 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out):
         for i in range(m):
             lam[i] = lm[i, 0]
     for i in range(n):
-        s = X[i, m]
-        for c in range(m):
-            s -= X[i, c] * lam[c]
-        x[i] = s
-    for i in range(n):
-        s = hD[i]
-        for j in range(n):
-            s += M[i, j] * x[j]
-        tau[i] = s
+        x[i] = X[i, m]
+        tau[i] = hD[i]
+    for c in range(m):
+        lc = lam[c]
+        for i in range(n):
+            x[i] -= X[i, c] * lc
+    for j in range(n):
+        xj = x[j]
+        for i in range(n):
+            tau[i] += M[i, j] * xj
     return OK
 
 
@@ -377,12 +410,12 @@ def effort_violated(tau, eidx, tmax):
 
 
 @njit(cache=True)
-def uk_step(Jw, M, h, D, q, v, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref,
+def uk_step(t, Jw, M, h, D, q, v, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref,
             m_up, sqrt_tol, eidx, tmax, Ab, wk, out):
     """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  Returns OK, LIMIT
     (the KKT solution violates the effort limit: the caller solves the QP), NULLSPACE or SINGULAR."""
     frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
-    task_rows(q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, pidx, qref, Ab)
+    task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
     st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out)
     if st == OK and effort_violated(out[v.shape[0]:2 * v.shape[0]], eidx, tmax):
         return LIMIT

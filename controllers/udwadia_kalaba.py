@@ -56,6 +56,7 @@ from cmstack.models.coupling import FrameTask, PostureTask, RelativeFrameTask, R
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
+from cmstack.models.trajectory import Circle
 
 _PQ = proxsuite.proxqp
 _SOLVED = _PQ.QPSolverOutput.PROXQP_SOLVED
@@ -249,6 +250,7 @@ class _FusedPlan:
         self.data = None
         self.tgtH = np.zeros((nt, 4, 4))
         self.tgtVA = np.zeros((nt, 12))
+        self.tcirc = np.zeros((nt, 7))
         self.seen = [None] * nt
         m = self.m_up = ctl.n_eq
         self.ab_shape = (row, n + 1)
@@ -281,6 +283,11 @@ class _FusedPlan:
         self.ja = tuple(a.vector for a in accs)
         self._keep = (poses, accs)
         self.data = d
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.update(data=None, J=None, jR=None, jp=None, ja=None, _keep=None)   # rebound on first use
+        return state
 
     def views(self, Ab: np.ndarray):
         """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's)."""
@@ -530,17 +537,23 @@ class UdwadiaKalabaController:
         d = self.robot.data
         if d is not P.data:
             P.bind(d)
-        tgtH, tgtVA, seen = P.tgtH, P.tgtVA, P.seen
+        tgtH, tgtVA, tcirc, seen = P.tgtH, P.tgtVA, P.tcirc, P.seen
         for k, task in P.frame_tasks:
             c = task._const
             if c is None:
-                T, vel, accD = task.desired(t)
                 seen[k] = None
+                tr = task.trajectory
+                if type(tr) is Circle:          # sampled in the kernel (_uk_kernels.circle_sample)
+                    tcirc[k] = (tr.cx, tr.cy, tr.cz, tr.r, tr.w, tr.phase, 1.0)
+                    tgtH[k, :3, :3] = tr.R
+                    continue
+                T, vel, accD = task.desired(t)
             elif c is not seen[k]:
                 T, vel, accD = c
                 seen[k] = c
             else:
                 continue
+            tcirc[k, 6] = 0.0
             tgtH[k] = T.homogeneous
             tgtVA[k, :6] = vel
             tgtVA[k, 6:] = accD
@@ -554,8 +567,8 @@ class UdwadiaKalabaController:
         Ab = np.empty(P.ab_shape)
         out = np.empty(P.out_len)
         lim = P.effort
-        st = P.step(P.J, kin.M, kin.h, self.D, kin.q, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec, P.tint, tflt,
-                    tgtH, tgtVA, P.pidx, qref, P.m_up, self._sqrt_rank_tol, P.eidx,
+        st = P.step(t, P.J, kin.M, kin.h, self.D, kin.q, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec,
+                    P.tint, tflt, tgtH, tgtVA, tcirc, P.pidx, qref, P.m_up, self._sqrt_rank_tol, P.eidx,
                     P.no_tmax if lim is None else lim.tau_max, Ab, P.wk, out)
         n = self.n
         x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]

@@ -256,6 +256,12 @@ class Robot:
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
+        self._views = None       # (data, data.M, data.nle): views refreshed in place by computeAllTerms
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_views"] = None   # views into this process's data: taken again after a copy or pickle
+        return state
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -384,7 +390,10 @@ class Robot:
         # one pass: FK (q, v, v̇ = 0, so data.a holds the drift accelerations), joint Jacobians,
         # M (full symmetric) and nle; frame quantities are read from it on demand (Kinematics.frame)
         pin.computeAllTerms(m, d, q, v)
-        return Kinematics(self, q.copy(), v.copy(), d.M.copy(), d.nle.copy())
+        vw = self._views
+        if vw is None or vw[0] is not d:          # a new data object (add_frame): take its views once
+            vw = self._views = (d, d.M, d.nle)
+        return Kinematics(self, q.copy(), v.copy(), vw[1].copy(), vw[2].copy())
 
 
 class JointMap:

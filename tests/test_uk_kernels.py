@@ -106,7 +106,7 @@ def test_task_rows_equal_qp_rows(setup, rows):
         P, kin = _plan_and_kin(ctl, t, q, v)
         K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
         Ab = np.full(P.ab_shape, np.nan)
-        K.task_rows(kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.pidx, P.qref, Ab)
+        K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref, Ab)
         n = robot.nv
         for (k, task), sc in zip(P.task_items, scale):
             A, b = task.qp_rows(kin, t)
@@ -128,7 +128,7 @@ def test_kkt_solve_equals_the_dense_kkt_system(setup):
             P, kin = _plan_and_kin(ctl, t, q, v)
             K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
             Ab = np.empty(P.ab_shape)
-            K.task_rows(kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.pidx, P.qref, Ab)
+            K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref, Ab)
             out = np.empty(P.out_len)
             st = K.kkt_solve(kin.M, kin.h, ctl.D, kin.v, Ab, P.tint, P.tflt, P.m_up, ctl._sqrt_rank_tol, P.wk, out)
             assert st == K.OK
