@@ -47,6 +47,7 @@ class SeriesParallelPlant(MujocoPlant):
         if self.tip_site < 0:
             raise ConfigError(f"{self.path.name} has no site 'F3' (the tip where the disturbance acts)")
         self.tip_body = int(self.model.site_bodyid[self.tip_site])
+        self._pushing = True                        # whether step() last set the wrench (first step: clear it)
 
     def tip_force_world(self) -> np.ndarray:
         t = self.time
@@ -56,13 +57,25 @@ class SeriesParallelPlant(MujocoPlant):
         return -self.dist_force * R[:, 1]
 
     def step(self, n: int = 1) -> None:
-        b = self.tip_body
+        m, d, b, sid = self.model, self.data, self.tip_body, self.tip_site
+        t0, F = float(d.time), self.dist_force
+        if n and F != 0.0 and self.dist_t0 <= t0 < self.dist_t1:
+            # the force follows F3 at the current state: refresh the site frames (mj_step leaves the
+            # kinematics of the state before its integration)
+            mujoco.mj_kinematics(m, d)
         for _ in range(n):
-            f = self.tip_force_world()
-            r = self.data.site_xpos[self.tip_site] - self.data.xipos[b]
-            self.data.xfrc_applied[b, :3] = f
-            self.data.xfrc_applied[b, 3:] = (r[1] * f[2] - r[2] * f[1], r[2] * f[0] - r[0] * f[2], r[0] * f[1] - r[1] * f[0])
-            super().step(1)
+            t = d.time
+            if F != 0.0 and self.dist_t0 <= t < self.dist_t1:
+                f = -F * d.site_xmat[sid].reshape(3, 3)[:, 1]          # = tip_force_world()
+                r = d.site_xpos[sid] - d.xipos[b]
+                d.xfrc_applied[b, :3] = f
+                d.xfrc_applied[b, 3:] = (r[1] * f[2] - r[2] * f[1], r[2] * f[0] - r[0] * f[2], r[0] * f[1] - r[1] * f[0])
+                self._pushing = True
+            elif self._pushing:                     # the force is off: no wrench on the body
+                d.xfrc_applied[b] = 0.0
+                self._pushing = False
+            mujoco.mj_step(m, d)
+        self.check_step(t0, n)
 
     def tip_pose(self) -> np.ndarray:
         T = np.eye(4)
@@ -214,28 +227,72 @@ def run(ctx) -> Outcome:
     every = cfg["qacc_check_every"]
     if every < 1:
         raise ConfigError(f"qacc_check_every must be >= 1, got {every}")
-    qacc_rel, n_rec = [], [0]
+    snaps, n_rec = [], [0]
+    nan3 = np.full(3, np.nan)
 
     def record(t, q, v, tau):
-        if n_rec[0] % every == 0:                   # MuJoCo's q̈ vs the rigid loop's, on this state
-            qacc_rel.append(check(plant.data))
+        # in the loop: only what exists at this step alone (the plant's state and inputs, the controller's
+        # output); the errors, tip pose, loop violation and q̈ checks are functions of the logged states,
+        # computed after the loop (diagnostics), off the real-time path
+        d = plant.data
+        if n_rec[0] % every == 0:                   # the state the q̈ check is evaluated on, after the loop
+            snaps.append((d.time, d.qpos.copy(), d.qvel.copy(), d.act.copy(), d.ctrl.copy(), d.qfrc_applied.copy(),
+                          d.xfrc_applied.copy()))
         n_rec[0] += 1
-        q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
-        qd, vd, _ = traj(t)
-        T = plant.tip_pose()
         info = controller.info                # the robust law logs s and Q_robust; PIDC has neither
         robust = isinstance(info, RobustInfo)
-        log.append(t=t, q=q, v=v, q_d=qd, v_d=vd, e=q - qd, Q_a=tau,
-                   s=info.s if robust else np.full(3, np.nan),
-                   Q_robust=info.Q_robust if robust else np.full(3, np.nan),
-                   tip_force=plant.tip_force_world(), loop_violation=plant.equality_violation(),
-                   plant_qpos=plant.data.qpos, frame__F3=T, trail__F3=T[:3, 3])
+        log.append(t=t, Q_a=tau, s=info.s if robust else nan3, Q_robust=info.Q_robust if robust else nan3,
+                   plant_qpos=d.qpos, plant_qvel=d.qvel)
         if viewer is not None:
-            viewer.maybe_update(t, plant.data.qpos, trails={"F3": T[:3, 3]})
+            mujoco.mj_kinematics(plant.model, d)
+            viewer.maybe_update(t, d.qpos, trails={"F3": d.site_xpos[plant.tip_site].copy()})
 
     res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                    progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})", log=log)
+    qacc_rel = diagnostics(log, plant, traj, check, snaps)
     return summarize(ctx, cfg, log.arrays(), res, plant, np.asarray(qacc_rel))
+
+
+class _Snapshot:
+    """The fields of MjData that RigidLoopCheck.accelerations reads (a logged plant state and its inputs)."""
+
+    def __init__(self, time, qpos, qvel, act, ctrl, qfrc_applied, xfrc_applied):
+        self.time, self.qpos, self.qvel, self.act = time, qpos, qvel, act
+        self.ctrl, self.qfrc_applied, self.xfrc_applied = ctrl, qfrc_applied, xfrc_applied
+
+
+def diagnostics(log, plant: SeriesParallelPlant, traj, check: RigidLoopCheck, snaps) -> np.ndarray:
+    """The per-step series computed from the logged plant states after the loop: q, v (the plant's true
+    state), q_d, v_d, e = q − q_d, the tip frame F3 and the follower force at the logged state
+    (frame__F3, trail__F3, tip_force), the loop's equality violation (``loop_violation``, as
+    ``MujocoPlant.equality_violation``), added to ``log``; returns the q̈ checks of the snapshots taken
+    every ``qacc_check_every`` steps (RigidLoopCheck on each, in order)."""
+    L = log.arrays()
+    t, P = L["t"], L["plant_qpos"]
+    n = len(t)
+    q, v = P[:, plant.map.qadr], L["plant_qvel"][:, plant.map.dadr]
+    qd, vd = np.empty((n, 3)), np.empty((n, 3))
+    for i in range(n):
+        qd[i], vd[i] = traj(t[i])[:2]
+    m, d = plant.model, mujoco.MjData(plant.model)
+    d.eq_active[:] = plant.data.eq_active
+    eq = int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
+    frames, viol = np.zeros((n, 4, 4)), np.zeros(n)
+    frames[:, 3, 3] = 1.0
+    sid = plant.tip_site
+    for i in range(n):
+        d.qpos[:] = P[i]
+        mujoco.mj_fwdPosition(m, d)                 # kinematics and constraint rows at the logged qpos
+        rows = d.efc_type == eq
+        viol[i] = float(np.max(np.abs(d.efc_pos[rows]))) if np.any(rows) else 0.0
+        frames[i, :3, :3] = d.site_xmat[sid].reshape(3, 3)
+        frames[i, :3, 3] = d.site_xpos[sid]
+    on = (plant.dist_force != 0.0) & (plant.dist_t0 <= t) & (t < plant.dist_t1)
+    tip_force = np.where(on[:, None], -plant.dist_force * frames[:, :3, 1], 0.0)
+    for k, x in (("q", q), ("v", v), ("q_d", qd), ("v_d", vd), ("e", q - qd), ("tip_force", tip_force),
+                 ("loop_violation", viol), ("frame__F3", frames), ("trail__F3", frames[:, :3, 3])):
+        log.put(k, x)
+    return np.asarray([check(_Snapshot(*s)) for s in snaps])
 
 
 def _rmse(x):

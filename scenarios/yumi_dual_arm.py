@@ -128,29 +128,55 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(plant.model)
 
     def record(t, q, v, tau):
-        q, v = plant.state(noisy=False)    # log the real state: errors are the plant's, not the noisy measurement's
-        kin = controller.kin                  # the kinematics the controller computed this step (ReportsErrors)
-        if not np.array_equal(kin.q, q):      # it saw a noisy measurement
-            kin = robot.update(q, v)
-        cons, tasks = controller.errors(kin, t)
-        ec, eu = cons[coupling.name], tasks[task.name]
-        E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
-        TD = traj(t)[0]
-        EB = (E1 * T_AB).translation          # the coupling body as E1 holds it: from E1 to E1·T_A^B (where E2 should be)
+        # in the loop: only what exists at this step alone (the plant's state, the controller's output);
+        # the errors, frames and trajectory samples are functions of the logged state and time and are
+        # computed after the loop (diagnostics), off the real-time path
         info = controller.info
-        log.append(t=t, q=q, v=v, tau=tau, e_c=ec, e_u=eu, Qc=info.Qc, qp_iter=info.qp_iter, p_E1=E1.translation, p_D=TD.translation,
-                   plant_qpos=plant.data.qpos, frame__E1=E1.homogeneous, frame__E2=E2.homogeneous,
-                   frame__desired=TD.homogeneous, trail__E1=E1.translation, segment__coupling=np.array([E1.translation, EB]),
-                   weld_violation=plant.equality_violation() if cfg["plant"] == "bar" else 0.0)
+        log.append(t=t, tau=tau, Qc=info.Qc, qp_iter=info.qp_iter, plant_qpos=plant.data.qpos,
+                   plant_qvel=plant.data.qvel)
         if viewer is not None:
+            q, v = plant.state(noisy=False)
+            kin = robot.update(q, v)
+            E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
+            TD = traj(t)[0]
+            EB = (E1 * T_AB).translation
             viewer.maybe_update(t, plant.data.qpos, frames={"E1": E1, "E2": E2, "desired": TD},
                                 trails={"E1": E1.translation}, segments={"coupling": (E1.translation, EB)})
 
     res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                    disturbances=disturbances, progress=ctx.progress, desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
                    log=log, task_errors=False)   # record logs the errors itself
+    diagnostics(log, robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, bar=cfg["plant"] == "bar")
     L = log.arrays()
     return summarize(ctx, cfg, L, res, controller, plant)
+
+
+def diagnostics(log, robot: Robot, controller, plant, coupling, task, traj, T_AB, fid1: int, fid2: int,
+                bar: bool) -> None:
+    """The per-step series computed from the logged plant states after the loop (the same functions of
+    (q, v, t) the loop used to evaluate at every step): q, v (the plant's true state, model order),
+    e_c, e_u (``controller.errors``), p_E1, p_D, the viewer's frames/trail/segment, and the weld's
+    violation (bar plant; 0 otherwise).  Added to ``log`` as whole series."""
+    L = log.arrays()
+    t, Q, V = L["t"], L["plant_qpos"][:, plant.map.qadr], L["plant_qvel"][:, plant.map.dadr]
+    n = len(t)
+    out = {k: np.empty((n, *shape)) for k, shape in (
+        ("e_c", (coupling.dim,)), ("e_u", (task.dim,)), ("p_E1", (3,)), ("p_D", (3,)), ("frame__E1", (4, 4)),
+        ("frame__E2", (4, 4)), ("frame__desired", (4, 4)), ("segment__coupling", (2, 3)))}
+    for i in range(n):
+        kin = robot.update(Q[i], V[i])
+        cons, tasks = controller.errors(kin, t[i])
+        E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
+        TD = traj(t[i])[0]
+        out["e_c"][i], out["e_u"][i] = cons[coupling.name], tasks[task.name]
+        out["p_E1"][i], out["p_D"][i] = E1.translation, TD.translation
+        out["frame__E1"][i], out["frame__E2"][i], out["frame__desired"][i] = E1.homogeneous, E2.homogeneous, TD.homogeneous
+        out["segment__coupling"][i] = (E1.translation, (E1 * T_AB).translation)
+    out["trail__E1"] = out["p_E1"]
+    out["q"], out["v"] = Q, V
+    out["weld_violation"] = plant.equality_violations(L["plant_qpos"]) if bar else np.zeros(n)
+    for k, x in out.items():
+        log.put(k, x)
 
 
 #: the keys that make a run the thesis' experiment (§4.4): same arms, start, coupling and circle

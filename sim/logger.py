@@ -168,6 +168,16 @@ class Logger:
         self._ragged[k] = [c.copy() for c in col[:n]] + [row]
         del self._cols[k]
 
+    def put(self, key: str, rows) -> None:
+        """Set series ``key`` to ``rows`` (a whole series at once, copied as floats: e.g. a diagnostic
+        computed from the logged states after the loop), replacing any rows it had."""
+        rows = np.array(rows, dtype=float, copy=True)
+        if rows.ndim == 0:
+            raise ValueError(f"Logger.put('{key}'): expected rows (a series), got a scalar")
+        self._ragged.pop(key, None)
+        self._cols[key], self._n[key] = rows, len(rows)
+        self._saved.pop(key, None)
+
     def _maybe_checkpoint(self, t: float) -> None:
         if self._next_checkpoint_t is None:
             self._next_checkpoint_t = t + self.checkpoint_every_s

@@ -33,6 +33,15 @@ def load_mjcf(path) -> mujoco.MjModel:
         raise ModelFileError(f"MJCF {p} could not be compiled by MuJoCo: {exc}") from None
 
 
+def _as_slice(idx):
+    """``idx`` (integer indices) as the equivalent slice when they are consecutive and increasing, else
+    the index array itself."""
+    idx = np.asarray(idx, dtype=int)
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        return slice(int(idx[0]), int(idx[0]) + idx.size)
+    return idx
+
+
 class MujocoPlant(MujocoClock):
     def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
@@ -67,7 +76,10 @@ class MujocoPlant(MujocoClock):
         self._inv_gear = 1.0 / m.gear[m.actuated]
         self._lo_act, self._hi_act = self._ctrl_lo[self._act_idx], self._ctrl_hi[self._act_idx]
         self._bad_warnings = [(int(k), k.name) for k in self._BAD]
-        self._bad_idx = np.array([i for i, _ in self._bad_warnings])
+        self._bad_idx = [i for i, _ in self._bad_warnings]
+        # contiguous index ranges become slices (a slice copy/assignment is cheaper than fancy indexing)
+        self._q_ix, self._v_ix = _as_slice(m.qadr), _as_slice(m.dadr)
+        self._act_ix = _as_slice(self._act_idx)
 
     @classmethod
     def from_model(cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model",
@@ -91,8 +103,8 @@ class MujocoPlant(MujocoClock):
         mujoco.mj_forward(self.model, self.data)
 
     def state(self, noisy: bool = True):
-        q = self.data.qpos[self.map.qadr].copy()
-        v = self.data.qvel[self.map.dadr].copy()
+        q = self.data.qpos[self._q_ix].copy()     # (a fancy index already copies; a slice needs the copy)
+        v = self.data.qvel[self._v_ix].copy()
         if noisy and self.noise_q > 0:
             q += self.rng.normal(scale=self.noise_q, size=q.shape)
         if noisy and self.noise_v > 0:
@@ -123,7 +135,7 @@ class MujocoPlant(MujocoClock):
         m = self.map
         if tau.shape != (len(m.names),):
             raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {len(m.names)} joints")
-        if not math.isfinite(tau @ tau):      # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
+        if not math.isfinite(tau.dot(tau)):   # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
             raise StateError(f"set_torque: τ contains NaN/inf at joints "
                              f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)] or '(overflow)'}")
         if not self._all_actuated:
@@ -133,9 +145,9 @@ class MujocoPlant(MujocoClock):
             tau = tau[m.actuated]
         ctrl = tau * self._inv_gear
         clipped = np.minimum(self._hi_act, np.maximum(self._lo_act, ctrl))
-        if not np.array_equal(clipped, ctrl):
+        if clipped.tolist() != ctrl.tolist():  # (finite: checked above)
             self.saturated += 1
-        self.data.ctrl[self._act_idx] = clipped
+        self.data.ctrl[self._act_ix] = clipped
 
     def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
         """External force f and moment m (world axes) applied at the body's centre of mass until changed."""
@@ -154,11 +166,19 @@ class MujocoPlant(MujocoClock):
         velocity or control goes non-finite (it only bumps a warning counter): that would be a silent
         wrong answer, so any such warning is raised here as a StateError."""
         t0 = self.time
+        m, d = self.model, self.data
         for _ in range(n):
-            mujoco.mj_step(self.model, self.data)
-        counts = self.data.warning.number      # one vectorized read of every warning counter
-        if counts[self._bad_idx].any() or not math.isfinite(self.data.qpos @ self.data.qpos
-                                                            + self.data.qvel @ self.data.qvel):
+            mujoco.mj_step(m, d)
+        self.check_step(t0, n)
+
+    def check_step(self, t0: float, n: int) -> None:
+        """Raise StateError if MuJoCo flagged a non-finite acceleration/position/velocity/control (its
+        warning counters are cumulative: one check after n steps from ``t0`` [s] covers them all) or
+        the state is not finite."""
+        d = self.data
+        counts = d.warning.number.tolist()     # one read of every warning counter
+        qp, qv = d.qpos, d.qvel
+        if any([counts[i] for i in self._bad_idx]) or not math.isfinite(qp.dot(qp) + qv.dot(qv)):
             bad = [name for i, name in self._bad_warnings if counts[i] > 0]
             raise StateError(f"the MuJoCo plant {self.path.name} diverged between t={t0:.4f} s and "
                              f"t={t0 + n * self.dt:.4f} s ({', '.join(bad) or 'non-finite state'}); check the applied "
@@ -174,3 +194,21 @@ class MujocoPlant(MujocoClock):
         mujoco.mj_fwdPosition(self.model, self.data)
         rows = self.data.efc_type == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
         return float(np.max(np.abs(self.data.efc_pos[rows]))) if np.any(rows) else 0.0
+
+    def equality_violations(self, qpos) -> np.ndarray:
+        """:meth:`equality_violation` at each row of ``qpos`` (N × nq, e.g. a run's logged
+        ``plant_qpos``), evaluated on a scratch ``MjData`` (the residuals depend on qpos only): a run
+        logs the state in its loop and computes this after it.  The plant's own data is untouched."""
+        qpos = np.asarray(qpos, dtype=float)
+        out = np.zeros(len(qpos))
+        if self.model.neq == 0:
+            return out
+        d = mujoco.MjData(self.model)
+        d.eq_active[:] = self.data.eq_active
+        eq = int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
+        for i, row in enumerate(qpos):
+            d.qpos[:] = row
+            mujoco.mj_fwdPosition(self.model, d)
+            rows = d.efc_type == eq
+            out[i] = float(np.max(np.abs(d.efc_pos[rows]))) if np.any(rows) else 0.0
+        return out
