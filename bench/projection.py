@@ -8,14 +8,25 @@ of the medians.  Writes bench/results/projection.json.
 
     python -m bench.projection [--repeat 3]
 
-Measured (busy 2-core machine, load 16-19, interleaved medians): slider-crank PIDC step 322 µs → 146 µs
-after the one-row closed forms (project: σ = ‖a‖; (SP)⁺ by Sherman–Morrison; the passive law (60–62)
-rank 1) replaced three LAPACK SVDs; ratio to computeAllTerms 29× → 24×, series-parallel 24–27×.  The
-1.5× target is missed: the floor is one C++ call of ~6 µs, while the step is ~30 small NumPy operations
-on 2- to 4-vectors, each 1–3 µs of interpreter and dispatch overhead.  Where a 161 µs step went
-(component medians on the same states): Robot.update 19 (computeAllTerms 7 of it, copies and checks),
-constraint Jacobian + projector 30, Ȧq̇ and C q̇ 11, reference 8, desired q̈ 58 (with the reference),
-M q̈ + h and P b 9, passive law 13, the info record 4.
+Before issue 12's compiled step (busy 2-core machine, load 16-19, interleaved medians): slider-crank PIDC
+step 322 µs → 146 µs after the one-row closed forms (project: σ = ‖a‖; (SP)⁺ by Sherman–Morrison; the
+passive law (60–62) rank 1) replaced three LAPACK SVDs; ratio 29× → 24×, series-parallel 24–27× (quiet
+machine: 110 µs / 102 µs, 24–28× a 3.9–4.2 µs computeAllTerms).
+
+After (``PIDC._compiled_step``: one ``pin.computeAllTerms`` read in place, the constraint row on Python floats
+(``SliderCrankLoop.row_and_jdot_v``; the series-parallel adapter lifts and forms its row in the kernel
+``triangle_lift``), and the whole law in one numba kernel ``controllers/kernels.py: pidc_one_row``, a
+sinusoid reference evaluated inside it), busy machine (load 8-9), interleaved medians over 2000 states × 3:
+
+    slider-crank      11.6 µs / computeAllTerms 1.6 µs = 7.2×    (NumPy step interleaved too: 36 vs 144 µs)
+    series-parallel   16.5 µs / computeAllTerms 2.7 µs = 6.2×    (NumPy step interleaved too: 25 vs 152 µs)
+
+The compiled step is 4-6× faster than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
+computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls
+themselves.  Where a slider-crank step goes (component medians on the same states, busy: 14.9 µs in all,
+floor 2.0): computeAllTerms and the state copies for the lazily built ``kin`` 3.8, the constraint row 2.0,
+the scenario's reference function (three one-element arrays) 4.3, the kernel call (11 array arguments, ~0.12
+µs each to dispatch) 2.4, the info record 1.0, method calls the rest.
 """
 from __future__ import annotations
 
@@ -49,10 +60,11 @@ def _median_us(fn, items, repeat):
 PIDC_TARGET = 1.5
 
 
-def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v)):
+def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v), before=None):
     """Interleaved medians [µs] of fn(t, q, v) and of its floor pin.computeAllTerms(model, data, q, v)
-    at ``arg(t, q, v)``, and their ratio."""
-    step, floor = [], []
+    at ``arg(t, q, v)``, and their ratio; ``before(t, q, v)``: the NumPy step the compiled one replaced,
+    interleaved too."""
+    step, floor, old = [], [], []
     perf = time.perf_counter
     for _ in range(repeat):
         for t, q, v in items:
@@ -64,9 +76,16 @@ def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v)):
             c2 = perf()
             step.append(c1 - c0)
             floor.append(c2 - c1)
+            if before is not None:
+                c3 = perf()
+                before(t, q, v)
+                old.append(perf() - c3)
     ms, mf = float(np.median(step)) * 1e6, float(np.median(floor)) * 1e6
-    return {"step_us_median": ms, "floor_us_median": mf, "ratio": ms / mf, "target": PIDC_TARGET,
-            "met": ms / mf <= PIDC_TARGET, "states": len(items), "repeat": repeat}
+    out = {"step_us_median": ms, "floor_us_median": mf, "ratio": ms / mf, "target": PIDC_TARGET,
+           "met": ms / mf <= PIDC_TARGET, "states": len(items), "repeat": repeat}
+    if old:
+        out["numpy_step_us_median"] = float(np.median(old)) * 1e6
+    return out
 
 
 def slider_crank(repeat: int):
@@ -92,7 +111,8 @@ def slider_crank(repeat: int):
         out[f"slider_crank {name} control_step_us (median, p95)"] = _median_us(c, states, repeat)
     c = build_controller(cfg, robot, loop)
     d = pin.Data(robot.model)
-    out["ratio"] = {"slider_crank_pidc": _ratio_to_floor(c, robot.model, d, states, repeat)}
+    cn = build_controller(cfg, Robot(cfg["urdf"]), loop)
+    out["ratio"] = {"slider_crank_pidc": _ratio_to_floor(c, robot.model, d, states, repeat, before=cn._numpy_step)}
     return out
 
 
@@ -123,8 +143,14 @@ def series_parallel(repeat: int):
         x, xd = lift(c.tm, q, v)
         return x[:3], xd[:3]
 
+    cn = SeriesParallelPIDC(cfg, traj)
+
+    def before(t, q, v):
+        x, xd = lift(cn.tm, q, v)
+        return cn.pidc._numpy_step(t, x, xd)[[0, 1, 3]]
+
     return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat),
-            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, tree.model, d, states, repeat, arg)}}
+            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, tree.model, d, states, repeat, arg, before)}}
 
 
 def yumi_force(repeat: int):
@@ -160,7 +186,7 @@ def main(argv=None) -> None:
     for name, r in ratios.items():
         print(f"{name} step {r['step_us_median']:.1f} µs / floor computeAllTerms {r['floor_us_median']:.1f} µs "
               f"= {r['ratio']:.1f}× (target ≤ {PIDC_TARGET}×: {'met' if r['met'] else 'MISSED'}; interleaved, "
-              f"{r['states']} states × {r['repeat']})")
+              f"{r['states']} states × {r['repeat']}; the NumPy step before: {r.get('numpy_step_us_median', float('nan')):.1f} µs)")
     (results_dir() / "projection.json").write_text(json.dumps({"pidc_ratio": ratios, "other": res}, indent=2))
     for k, v in res.items():
         print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"

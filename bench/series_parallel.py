@@ -3,6 +3,15 @@ series-parallel manipulator, measured on the states of a real closed-loop run of
 each call is Ξ(q), E, Ė q̇, Pinocchio's joint Jacobians and their time variation on the open tree, the
 per-body Γᵢ, hᵢ, Q_e,i, and the law.  Also the MuJoCo plant step (closed chain, RK4).
 
+Issue 12 (law (18) ≤ 1.5× its floor, one RNEA on the open tree).  The step is now two numba kernels around
+that RNEA (``controllers/kernels.py``: ``robust18_pre`` evaluates the sinusoid reference, the errors and the
+lifted state q̂, q̂̇, q̂̈; ``robust18_post`` applies Eᵀ and the law), the info record refilled in place.
+Measured interleaved (busy 2-core machine, load 8-11, medians over 5 s of states × 3):
+    3 bodies: 26.3 µs (NumPy, before; quiet machine 27.3 µs = 9.5×) → 10.7 µs, floor 2.5 µs: 4.3×
+    5 bodies: 31.2 µs → 14.0 µs, floor 3.7 µs: 3.7×
+MISSED (target 1.5×): the non-Pinocchio part is now a Python call, two kernel dispatches (9 and 6 arguments,
+1.4 and 0.6 µs), four result arrays and the record (~1 µs); 1.5× a 2.5-3 µs RNEA leaves ~1.3 µs for all of it.
+
     python -m bench.series_parallel [--repeat 3] [--duration 5]
 """
 from __future__ import annotations
@@ -46,7 +55,8 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
     m, d = pm.model, pm.data
     qh = [pm.map.xi(q) for _, q, _ in states]
     vh = [pm.map.E(q) @ v for _, q, v in states]
-    calls, calls_part, floor = [], [], []
+    ref = build_robust({**cfg, "model_terms": "rnea"}, traj)       # its NumPy formulation (before issue 12)
+    calls, calls_part, floor, calls_np = [], [], [], []
     for _ in range(repeat):
         for (t, q, v), x, y in zip(states, qh, vh):
             c0 = time.perf_counter()
@@ -56,6 +66,8 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
             c2 = time.perf_counter()
             pin.rnea(m, d, x, y, y)
             c3 = time.perf_counter()
+            ref._numpy_step(t, q, v)
+            calls_np.append((time.perf_counter() - c3) * 1e6)
             calls.append((c1 - c0) * 1e6)
             calls_part.append((c2 - c1) * 1e6)
             floor.append((c3 - c2) * 1e6)
@@ -63,6 +75,7 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
     return dict(model_actuator_bodies=model_actuator_bodies, control_dt=cfg["control_dt"], calls=int(calls.size),
                 control_step_us_median=float(np.median(calls)), control_step_us_p90=float(np.percentile(calls, 90)),
                 control_step_us_min=float(calls.min()), partition_step_us_median=float(np.median(calls_part)),
+                numpy_step_us_median=float(np.median(calls_np)),
                 floor_rnea_us_median=float(np.median(floor)),
                 ratio_to_floor=float(np.median(calls) / np.median(floor)),
                 mujoco_step_us_median=float(np.median(step_us)))
@@ -78,7 +91,7 @@ def main(argv=None) -> None:
         bodies = "3 bodies (paper's model)" if not r["model_actuator_bodies"] else "5 bodies (+cylinder, piston)"
         print(f"{bodies}: law (18) step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
               f"{r['calls']} calls) with the RNEA model term; {r['partition_step_us_median']:.1f} µs with the paper's "
-              f"body-wise sums; floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "
+              f"body-wise sums; {r['numpy_step_us_median']:.1f} µs as NumPy calls (before); floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "
               f"{r['ratio_to_floor']:.2f} (target <= 1.5); MuJoCo plant step (per control period) "
               f"median {r['mujoco_step_us_median']:.1f} µs")
     out = results_dir()

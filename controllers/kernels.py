@@ -446,3 +446,251 @@ def dac_law3_step(quat, pos, nu, p_d, q_d, nu_ed, nu_ed_dot,
 def dac_work_size(n: int, nr: int) -> int:
     """Length of ``dac_law3_step``'s scratch buffer for N bodies and nr rows of A."""
     return 36 * n + 36 * n + 2 * nr + 12 + 6 * n * nr + nr * nr
+
+
+# ------------------------------------------------------------------------------------------ series-parallel
+@njit(cache=True)
+def triangle(delta, L0, l0):
+    """The elbow triangle of [Dastranj] (28) (``models.partition.TriangleMap``): with u = l₀ + δ,
+    c = u²/(2L₀²) − 1 and s = √(1 − c²),  ζ = −acos c,  ζ' = u/(L₀² s),  ζ'' = 1/(L₀² s) + u² c/(L₀⁴ s³)."""
+    u = delta + l0
+    L2 = L0 * L0
+    c = u * u / (2.0 * L2) - 1.0
+    s = math.sqrt(1.0 - c * c)
+    return -math.acos(c), u / (L2 * s), 1.0 / (L2 * s) + u * u * c / (L2 * L2 * s * s * s)
+
+
+@njit(cache=True)
+def triangle_lift(q, v, L0, l0, lo, hi, x, xd, a):
+    """Measured (φ, θ, δ), rates → the auxiliary state x = (φ, θ, ζ(δ), δ), ẋ = (φ̇, θ̇, ζ' δ̇, δ̇)
+    (``models.series_parallel_aux.lift``) and the triangle constraint's row a = ∂φ_c/∂x = [0, 0, 1, −ζ'] with
+    Ȧẋ = −ζ'' δ̇² (``TriangleConstraint``).  Returns (status, Ȧẋ): status 1 when δ is outside [lo, hi], 2 for a
+    non-finite state."""
+    if not math.isfinite(q[0] + q[1] + q[2] + v[0] + v[1] + v[2]):
+        return 2, 0.0
+    dl = q[2]
+    if not (lo <= dl <= hi):
+        return 1, 0.0
+    z, dz, d2z = triangle(dl, L0, l0)
+    x[0], x[1], x[2], x[3] = q[0], q[1], z, dl
+    xd[0], xd[1], xd[2], xd[3] = v[0], v[1], dz * v[2], v[2]
+    a[0], a[1], a[2], a[3] = 0.0, 0.0, 1.0, -dz
+    return 0, -d2z * v[2] * v[2]
+
+
+# ------------------------------------------------------------------------------------------ robust law (18)
+@njit(cache=True)
+def robust18_pre(t, q, v, sinus, with_actuator, prm, ref, H, out):
+    """The law (18) of [Dastranj] up to its one RNEA: errors, reference acceleration and the lifted state.
+
+    ``prm`` = [c (3), a (3), w (3), p (3), Λ (3), L₀, l₀, δ_lo, δ_hi] (the last two: the stroke with its slack).
+    Reference: if ``sinus``, q_d = c + a sin(w t + p), q̇_d = a w cos(w t + p), q̈_d = −a w² sin(w t + p)
+    (``models.trajectory.Sinusoid``, written into ``ref`` = [q_d; q̇_d; q̈_d]), else ``ref`` as given.  Then (14)–(16):
+        e = q − q_d,  ė = q̇ − q̇_d,  s = ė + Λe,  q̈_r = q̈_d − Λė     (out[0] = e, out[1] = s).
+    Lift to the open tree (``PartitionModel.model_force``): u = l₀ + δ, c_ζ = u²/(2L₀²) − 1, s_ζ = √(1 − c_ζ²),
+        ζ = −acos c_ζ,  ζ' = u/(L₀² s_ζ),  ζ'' = 1/(L₀² s_ζ) + u² c_ζ/(L₀⁴ s_ζ³),
+        q̂ = (φ, θ, ζ[, ζ/2, δ]),  q̂̇ = E q̇,  q̂̈ = E q̈_r + Ė q̇  (ζ rows: ζ' δ̇, ζ' δ̈_r + ζ'' δ̇²)
+    into H = [q̂; q̂̇; q̂̈].  Returns (status, ζ'): status 0 ok, 1 δ outside [δ_lo, δ_hi], 2 a non-finite input."""
+    if sinus:
+        for i in range(3):
+            ph = prm[6 + i] * t + prm[9 + i]
+            sn, cs = math.sin(ph), math.cos(ph)
+            ai, wi = prm[3 + i], prm[6 + i]
+            ref[0, i] = prm[i] + ai * sn
+            ref[1, i] = ai * wi * cs
+            ref[2, i] = -ai * wi * wi * sn
+    chk = 0.0
+    for i in range(3):
+        chk += q[i] + v[i] + ref[0, i] + ref[1, i] + ref[2, i]
+    if not math.isfinite(chk):
+        return 2, 0.0
+    dl = q[2]
+    if not (prm[17] <= dl <= prm[18]):
+        return 1, 0.0
+    ar0 = ar1 = ar2 = 0.0
+    for i in range(3):
+        e = q[i] - ref[0, i]
+        ed = v[i] - ref[1, i]
+        lam = prm[12 + i]
+        out[0, i] = e
+        out[1, i] = ed + lam * e
+        ar = ref[2, i] - lam * ed
+        if i == 0:
+            ar0 = ar
+        elif i == 1:
+            ar1 = ar
+        else:
+            ar2 = ar
+    z, dz, d2z = triangle(dl, prm[15], prm[16])
+    H[0, 0], H[0, 1], H[0, 2] = q[0], q[1], z
+    H[1, 0], H[1, 1], H[1, 2] = v[0], v[1], dz * v[2]
+    H[2, 0], H[2, 1], H[2, 2] = ar0, ar1, dz * ar2 + d2z * v[2] * v[2]
+    if with_actuator:
+        H[0, 3], H[0, 4] = 0.5 * z, dl
+        H[1, 3], H[1, 4] = 0.5 * H[1, 2], v[2]
+        H[2, 3], H[2, 4] = 0.5 * H[2, 2], ar2
+    return 0, dz
+
+
+@njit(cache=True)
+def robust18_post(tau, dz, with_actuator, gains, out, Q):
+    """Γ q̈_r + h − Q_e = Eᵀ τ̂ (τ̂ the open tree's RNEA at the lifted state; E = identity but for the ζ row,
+    and the α = ζ/2, δ rows with the actuator bodies), then (18) with ``gains`` = [K; −κ; 1/ε]:
+        Q_a = (Γ q̈_r + h − Q_e) − K s − κ sat(s/ε),   sat(x) = min(1, max(−1, x))
+    (out[2] = the model part, out[3] = −κ sat(s/ε); s = out[1])."""
+    out[2, 0] = tau[0]
+    out[2, 1] = tau[1]
+    out[2, 2] = dz * tau[2] + ((0.5 * dz * tau[3] + tau[4]) if with_actuator else 0.0)
+    for i in range(3):
+        s = out[1, i]
+        out[3, i] = gains[1, i] * min(1.0, max(-1.0, s * gains[2, i]))
+        Q[i] = out[2, i] - gains[0, i] * s + out[3, i]
+
+
+# ------------------------------------------------------------------------------------------ PIDC, one row
+@njit(cache=True)
+def pidc_one_row(M, h, q, v, a, jdv, t, ref, sinus, prm, out):
+    """The closed-form PIDC step of [Aghili] §7.1/§7.4 for one constraint row a (A = aᵀ, 1×n), as
+    ``controllers.pidc.PIDC`` with ``project`` and the rank-1 closed forms:
+
+    Projector (``models.projection.project``, m = 1): σ = ‖a‖; rank 1 if σ > tol, then
+        A⁺ = a/σ²,  P = I − a aᵀ/σ²,  C q̇ = −A⁺ (Ȧq̇)   (14);   rank 0: P = I, C q̇ = 0.
+    Motion (46): e = θ_d − q[ci], ė = θ̇_d − q̇[ci], u = θ̈_d + K_v ė + K_p e, r = u − (C q̇)[ci], and
+        q̈_des = C q̇ + P z,   z = (S P)⁺ r
+    with (S P)⁺ = Sᵀ at rank 0, and at rank 1, y = a/σ, w = y[ci], d = 1 − ‖w‖² (Sherman–Morrison):
+        (S P)⁺ = P Sᵀ (I + w wᵀ/d)                     (valid while d > sm_min; else status 1: the SVD path)
+    Then b = M q̈_des + h + D q̇ (D the joint damping), τ_∥ = P b (45), and with passive joints (mask = diag(I − B))
+        τ = τ_∥ − y (x·τ_∥)/‖x‖²,  x = mask ∘ y        (60–62 at rank 1; τ = τ_∥ if x = 0 or rank 0)
+    and the residual ‖mask ∘ τ‖ of (58); without passive joints τ = τ_∥.
+    Reference ``ref`` = [θ_d; θ̇_d; θ̈_d] (3, k); if ``sinus`` it is written here from the sinusoid
+    θ_d = c + α sin(ω t + φ) (``models.trajectory.Sinusoid``: θ̇_d = α ω cos(·), θ̈_d = −α ω² sin(·)), whose
+    (c, α, ω, φ) follow the constants in ``prm`` =
+    [K_p (k) | K_v (k) | ci (k) | mask (n) | D (n) | passive (0/1), tol, sm_min | c, α, ω, φ (k each)] (``pidc_params``).
+    Writes ``out`` (n+3, n) = [P; q̈_des; τ_∥; τ]; returns (status, rank, residual, ‖b‖): status 0 ok, 1 the
+    closed form of (S P)⁺ is ill-conditioned (caller takes the SVD path), 2 a non-finite a, 3 a non-finite q
+    or q̇."""
+    n = q.shape[0]
+    k = ref.shape[1]
+    o = 3 * k + 2 * n + 3
+    if sinus:
+        for j in range(k):
+            ph = prm[o + 2 * k + j] * t + prm[o + 3 * k + j]
+            sn, cs = math.sin(ph), math.cos(ph)
+            al, om = prm[o + k + j], prm[o + 2 * k + j]
+            ref[0, j] = prm[o + j] + al * sn
+            ref[1, j] = al * om * cs
+            ref[2, j] = -al * om * om * sn
+    th_d = ref[0]
+    thd_d = ref[1]
+    thdd_d = ref[2]
+    kp = prm[0:k]
+    kv = prm[k:2 * k]
+    ci = np.empty(k, np.int64)
+    for j in range(k):
+        ci[j] = int(prm[2 * k + j])
+    mask = prm[3 * k:3 * k + n]
+    D = prm[3 * k + n:3 * k + 2 * n]
+    passive = prm[3 * k + 2 * n] != 0.0
+    tol = prm[3 * k + 2 * n + 1]
+    sm_min = prm[3 * k + 2 * n + 2]
+    P = out[0:n]
+    qdd = out[n]
+    tau_par = out[n + 1]
+    tau = out[n + 2]
+    s2 = 0.0
+    for i in range(n):
+        s2 += q[i] + v[i]
+    if not math.isfinite(s2):
+        return 3, 0, 0.0, 0.0
+    s2 = 0.0
+    for i in range(n):
+        s2 += a[i] * a[i]
+    if not math.isfinite(s2):
+        return 2, 0, 0.0, 0.0
+    sigma = math.sqrt(s2)
+    rank = 1 if sigma > tol else 0
+    cv = np.zeros(n)
+    if rank == 1:
+        for i in range(n):
+            ai = a[i] / s2
+            cv[i] = -(ai * jdv)
+            for j in range(n):
+                P[i, j] = ai * (-a[j])
+            P[i, i] += 1.0
+    else:
+        for i in range(n):
+            for j in range(n):
+                P[i, j] = 0.0
+            P[i, i] = 1.0
+    r = np.empty(k)
+    for j in range(k):
+        c = ci[j]
+        e = th_d[j] - q[c]
+        ed = thd_d[j] - v[c]
+        r[j] = thdd_d[j] + kv[j] * ed + kp[j] * e - cv[c]
+    z = np.zeros(n)
+    if rank == 0:
+        for j in range(k):
+            z[ci[j]] = r[j]
+    else:
+        w = np.empty(k)
+        ww = 0.0
+        for j in range(k):
+            w[j] = a[ci[j]] / s2 * sigma
+            ww += w[j] * w[j]
+        d = 1.0 - ww
+        if not d > sm_min:
+            return 1, rank, 0.0, 0.0
+        wr = 0.0
+        for j in range(k):
+            wr += w[j] * r[j]
+        for i in range(n):
+            zi = 0.0
+            for j in range(k):
+                zi += P[i, ci[j]] * (r[j] + w[j] * (wr / d))          # P Sᵀ (I + w wᵀ/d) r
+            z[i] = zi
+    for i in range(n):
+        x = cv[i]
+        for j in range(n):
+            x += P[i, j] * z[j]
+        qdd[i] = x
+    b = np.empty(n)
+    bb = 0.0
+    for i in range(n):
+        x = h[i] + D[i] * v[i]
+        for j in range(n):
+            x += M[i, j] * qdd[j]
+        b[i] = x
+        bb += x * x
+    for i in range(n):
+        x = 0.0
+        for j in range(n):
+            x += P[i, j] * b[j]
+        tau_par[i] = x
+        tau[i] = x
+    res = 0.0
+    if passive:
+        if rank == 1:
+            nx2 = 0.0
+            xt = 0.0
+            for i in range(n):
+                yi = a[i] / s2 * sigma
+                xi = yi * mask[i]
+                nx2 += xi * xi
+                xt += xi * tau_par[i]
+            if nx2 != 0.0:
+                f = xt / nx2
+                for i in range(n):
+                    tau[i] = tau_par[i] - (a[i] / s2 * sigma) * f
+        for i in range(n):
+            ri = tau[i] * mask[i]
+            res += ri * ri
+        res = math.sqrt(res)
+    return 0, rank, res, math.sqrt(bb)
+
+
+def pidc_params(kp, kv, ci, mask, D, passive: bool, tol: float, sm_min: float, sinus=None) -> np.ndarray:
+    """The constant ``prm`` vector of ``pidc_one_row``; ``sinus`` = (c, α, ω, φ) of a sinusoid reference."""
+    k = len(ci)
+    sin = np.zeros(4 * k) if sinus is None else np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in sinus])
+    return np.concatenate([kp, kv, np.asarray(ci, float), mask, D, [1.0 if passive else 0.0, tol, sm_min], sin])

@@ -46,12 +46,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
+from pinocchio import computeAllTerms as pin_compute_all_terms
 
 from cmstack.controllers.base import StepInfo
+from cmstack.controllers.kernels import pidc_one_row, pidc_params
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
-from cmstack.models.trajectory import Trajectory, as_trajectory
+from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Sinusoid, Trajectory, as_trajectory
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
@@ -146,8 +149,21 @@ class PIDC:
         self.unsolvable_steps = 0
         self.saturated_steps = 0
         self.failures = 0
-        self.kin = None
+        self._kin, self._kin_qv = None, None
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
+        # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
+        self._compiled = (not self.qp and self.w is None and self.force is None
+                          and getattr(constraint, "m", None) == 1)
+        k = len(coords)
+        self._sinus = isinstance(self.ref, Sinusoid) and self.ref.c.shape == (k,)
+        self._kprm = pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D, bool(self.passive),
+                                 self.rank_tol, _SM_MIN,
+                                 (self.ref.c, self.ref.a, self.ref.w, self.ref.p) if self._sinus else None)
+        self._kref = np.zeros((3, k))
+        self._direct = type(robot) is Robot
+        self._kinfo = None
+        self._row = getattr(constraint, "row_and_jdot_v", None)
+        self._has_passive = bool(self.passive)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
@@ -207,6 +223,95 @@ class PIDC:
 
     # ------------------------------------------------------------------ the law
     def __call__(self, t, q, v):
+        if self._compiled:
+            tau = self._compiled_step(t, q, v)
+            if tau is not None:
+                return tau
+        return self._numpy_step(t, q, v)
+
+    @property
+    def kin(self):
+        """The robot's kinematics at the last step's state (``Robot.update``; built on first access after a
+        compiled step, which reads M and h from Pinocchio directly)."""
+        if self._kin is None and self._kin_qv is not None:
+            self._kin = self.robot.update(*self._kin_qv)
+            self._kin_qv = None
+        return self._kin
+
+    @kin.setter
+    def kin(self, k):
+        self._kin, self._kin_qv = k, None
+
+    def _compiled_step(self, t, q, v):
+        """The closed-form step for one constraint row as one compiled kernel (``kernels.pidc_one_row``: the
+        equations of ``_numpy_step`` with the rank-1 closed forms, derived in its docstring); None when that
+        step needs the SVD path ((S P)⁺ ill-conditioned, or a non-finite A), which the caller then takes.
+        For a ``Robot`` the dynamics are one ``pin.computeAllTerms`` read in place (what ``Robot.update``
+        runs, without its copies); a constraint with ``row_and_jdot_v(q, v) -> (a, Ȧq̇)`` gives its row at once."""
+        robot = self.robot
+        if self._direct:
+            if type(q) is not np.ndarray or q.dtype != np.float64:
+                q = np.asarray(q, dtype=float)
+            if type(v) is not np.ndarray or v.dtype != np.float64:
+                v = np.asarray(v, dtype=float)
+            if q.shape != (robot.nq,) or v.shape != (robot.nv,):
+                return None                                  # Robot.update names the sizes
+            d = robot.data
+            pin_compute_all_terms(robot.model, d, q, v)
+            M, h = d.M, d.nle
+            self._kin, self._kin_qv = None, (q.copy(), v.copy())
+        else:
+            kin = robot.update(q, v)
+            self.kin = kin
+            M, h, q, v = kin.M, kin.h, kin.q, kin.v
+        c = self.c
+        if self._row is not None:
+            a, jdv = self._row(q, v)
+        else:
+            a, jdv = c.jacobian(q)[0], float(c.jdot_v(q, v)[0])
+        return self._compiled_core(t, q, v, M, h, a, jdv)
+
+    def _compiled_core(self, t, q, v, M, h, a, jdv):
+        """``pidc_one_row`` on M, h (n×n, n), the state and the constraint row a (n) with Ȧq̇ = jdv, then the
+        bookkeeping of ``_numpy_step`` (unsolvable steps, the info record).  None: take the SVD path."""
+        ref = self._kref
+        if not self._sinus:
+            r0, r1, r2 = self.ref(t)
+            try:
+                ref[0], ref[1], ref[2] = r0, r1, r2
+            except ValueError:
+                raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
+                                  f"{self.coords}") from None
+        n = v.size
+        out = np.empty((n + 3, n))
+        st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, t, ref, self._sinus, self._kprm, out)
+        qdd, tau_par, tau = out[n], out[n + 1], out[n + 2]
+        if st:
+            if st == 3:
+                self.robot.update(q, v)                      # raises with the non-finite entries named
+            return None
+        info = self._kinfo
+        if info is not self.info:                  # one record, refilled with this step's values and arrays
+            info = self._kinfo = PIDCInfo()
+        info.status, info.solvable, info.rank, info.passive_residual = "solved", True, rank, res
+        info.qdd_des, info.tau_par = qdd, tau_par
+        if self._has_passive and res > self.solve_tol * max(1.0, bn):
+            info.solvable, info.status = False, "unsolvable"
+            self.unsolvable_steps += 1
+            if self.on_unsolvable == "raise":
+                raise InfeasibleError(
+                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
+                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
+                    f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
+            tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
+        info.f_c, info.f_d = getattr(self, "_fc", None), getattr(self, "_fd", None)
+        self.info = info
+        self._prev = (t, v, tau)        # read by the force loop only, which this path does not have
+        return tau
+
+    def _numpy_step(self, t, q, v):
+        """The law as NumPy calls: every case (QP, weights, passive joints, force loop, any number of rows);
+        the reference of ``_compiled_step``."""
         kin = self.robot.update(q, v)
         self.kin = kin
         M, h = kin.M, kin.h + self.D * v

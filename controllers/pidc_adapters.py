@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pinocchio import computeAllTerms as pin_compute_all_terms
+
 from cmstack.controllers.base import StepInfo
+from cmstack.controllers.kernels import triangle_lift
 from cmstack.controllers.pidc import PIDC, PIDCInfo
 from cmstack.models.partition import TriangleMap
 from cmstack.models.series_parallel_aux import AugmentedRobot, TriangleConstraint, lift
@@ -25,13 +28,38 @@ class SeriesParallelPIDC:
         self.pidc = PIDC(self.robot, TriangleConstraint(self.tm), ["phi", "theta", "delta"], traj,
                          cfg["pidc_kp"], cfg["pidc_kv"], passive=("zeta",), on_unsolvable="raise")
         self.failures = 0
+        # compiled step: the lift and the constraint row in one kernel (``kernels.triangle_lift``), M and h of
+        # the open tree read from one ``pin.computeAllTerms`` and bordered by the stroke's mass m_δ
+        tm = self.tm
+        self._kmap = (tm.L0, tm.l0, tm.lo - tm.slack, tm.hi + tm.slack)
+        self._a = np.zeros(4)
+        self._M = np.zeros((4, 4))
+        self._M[3, 3] = self.robot.m_delta
+        self._h = np.zeros(4)
+        self._out = np.array([0, 1, 3])
 
     @property
     def info(self) -> PIDCInfo:
         return self.pidc.info
 
     def __call__(self, t, q, v):
-        x, xd = lift(self.tm, q, v)
+        pid = self.pidc
+        if (pid._compiled and type(q) is np.ndarray and type(v) is np.ndarray and q.shape == (3,) and v.shape == (3,)
+                and q.dtype == np.float64 and v.dtype == np.float64):
+            x, xd = np.empty(4), np.empty(4)
+            st, jdv = triangle_lift(q, v, *self._kmap, x, xd, self._a)
+            if st == 0:
+                tree = self.robot.tree
+                d = tree.data
+                pin_compute_all_terms(tree.model, d, x[:3], xd[:3])
+                M, h = self._M, self._h
+                M[:3, :3] = d.M
+                h[:3] = d.nle
+                pid._kin, pid._kin_qv = None, (x, xd)
+                tau = pid._compiled_core(t, x, xd, M, h, self._a, jdv)
+                if tau is not None:
+                    return tau[self._out]
+        x, xd = lift(self.tm, q, v)             # names a bad state (stroke, non-finite)
         tau = self.pidc(t, x, xd)
         return tau[[0, 1, 3]]
 

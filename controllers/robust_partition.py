@@ -22,10 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pinocchio import rnea as pin_rnea
+
 from cmstack.controllers.base import StepInfo
+from cmstack.controllers.kernels import robust18_post, robust18_pre
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel
-from cmstack.models.trajectory import as_trajectory
+from cmstack.models.trajectory import Sinusoid, as_trajectory
 
 
 def _diag3(name, x):
@@ -73,8 +76,50 @@ class RobustPartitionController:
         self._inv_eps = 1.0 / self.eps
         self.info: RobustInfo | None = None
         self.terms = None
+        # compiled step (``kernels.robust18_pre``/``robust18_post`` around the one RNEA): constants and buffers
+        tr = self.trajectory
+        self._sinus = isinstance(tr, Sinusoid) and tr.c.shape == (3,)
+        mp = model.map
+        self._kprm = np.concatenate([np.concatenate([np.asarray(x, float).ravel() for x in (tr.c, tr.a, tr.w, tr.p)])
+                                     if self._sinus else np.zeros(12), self.Lambda,
+                                     [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]])
+        self._kgain = np.array([self.K, self._neg_kappa, self._inv_eps])
+        self._kref = np.zeros((3, 3))
+        self._kact = bool(mp.with_actuator)
+        self._kH = np.zeros((3, mp.nqhat))
+        self._kHrows = tuple(self._kH)
+        self._kinfo = None                   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
 
     def __call__(self, t: float, q, v) -> np.ndarray:
+        if not self.use_rnea:
+            return self._numpy_step(t, q, v)
+        q = np.asarray(q, dtype=float)
+        v = np.asarray(v, dtype=float)
+        if q.shape != (3,) or v.shape != (3,):
+            raise StateError(f"robust_partition: q and v must be (φ, θ, δ), got shapes {q.shape}, {v.shape}")
+        r = self._kref
+        if not self._sinus:
+            r[0], r[1], r[2] = self.trajectory(t)
+        out = np.empty((4, 3))
+        st, dz = robust18_pre(t, q, v, self._sinus, self._kact, self._kprm, r, self._kH, out)
+        if st:
+            if st == 1:
+                self.model.map.check_delta(float(q[2]))          # raises with the stroke named
+            raise StateError(f"partition model: non-finite state q={q}, q̇={v} or reference {r.tolist()} at t={t}")
+        Q = np.empty(3)
+        pm = self.model
+        qh, vh, ah = self._kHrows
+        robust18_post(pin_rnea(pm.model, pm.data, qh, vh, ah), dz, self._kact, self._kgain, out, Q)
+        info = self._kinfo
+        if info is None or info is not self.info:          # one record, refilled with this step's arrays
+            info = self._kinfo = RobustInfo(*out, status="solved")
+        else:
+            info.e, info.s, info.Q_model, info.Q_robust = out
+        self.info = info
+        return Q
+
+    def _numpy_step(self, t: float, q, v) -> np.ndarray:
+        """The law as NumPy calls (the reference of the compiled step; the path of ``terms="partition"``)."""
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if q.shape != (3,) or v.shape != (3,):

@@ -198,6 +198,7 @@ class SliderCrankLoop:
         self.i1, self.i2 = int(idx[0]), int(idx[1])
         self.n = int(n)
         self.m = 1
+        self._row = np.zeros(self.n)
 
     def phi(self, q):
         return np.array([self.l * (np.sin(q[self.i1]) + np.sin(q[self.i1] + q[self.i2]))])
@@ -212,3 +213,16 @@ class SliderCrankLoop:
     def jdot_v(self, q, v):
         w1, w12 = v[self.i1], v[self.i1] + v[self.i2]
         return np.array([-self.l * (np.sin(q[self.i1]) * w1 ** 2 + np.sin(q[self.i1] + q[self.i2]) * w12 ** 2)])
+
+    def row_and_jdot_v(self, q, v):
+        """(the row a of A (n,), the scalar Ȧ q̇): ``jacobian`` and ``jdot_v`` at once, on Python floats
+        (the per-step path of controllers.pidc).  The row is a buffer reused by the next call."""
+        l, i1, i2 = self.l, self.i1, self.i2
+        ql, vl = q.tolist(), v.tolist()
+        t1, t12 = ql[i1], ql[i1] + ql[i2]
+        w1, w12 = vl[i1], vl[i1] + vl[i2]
+        c12 = math.cos(t12)
+        a = self._row
+        a[i1] = l * (math.cos(t1) + c12)
+        a[i2] = l * c12
+        return a, -l * (math.sin(t1) * w1 * w1 + math.sin(t12) * w12 * w12)

@@ -10,6 +10,8 @@ Four runs, one table:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cmstack.controllers.pidc import PIDC
@@ -33,7 +35,7 @@ def crank_reference(omega: float, T: float):
         raise ConfigError(f"spinup_time must be > 0, got {T}")
 
     def ref(t):
-        e = np.exp(-t / T)
+        e = math.exp(-t / T)                 # on a float: a control step calls it once
         return np.array([omega * (t - T * (1 - e))]), np.array([omega * (1 - e)]), np.array([omega / T * e])
 
     return FromFunction(ref)

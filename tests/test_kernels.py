@@ -65,3 +65,143 @@ def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obst
     if obstacles:
         assert dmin < law.clip                  # the quartic core was exercised
     assert np.isfinite(law.info.V) and np.abs(tau).max() < 1e4
+
+
+# ---------------------------------------------------------------------------------------- robust law (18)
+def _series_parallel_states(cfg, traj, ctl, n):
+    from cmstack.scenarios.series_parallel import build_plant, plant_state, reset_plant
+
+    plant = build_plant(cfg)
+    reset_plant(plant, cfg, traj(0.0)[0] + np.asarray(cfg["initial_error"]))
+    n_sub = max(1, int(round(cfg["control_dt"] / plant.dt)))
+    out = []
+    for _ in range(n):
+        t = plant.time
+        q, v = plant_state(plant)
+        out.append((t, q.copy(), v.copy()))
+        plant.set_torque(ctl(t, q, v))
+        plant.step(n_sub)
+    return out
+
+
+@pytest.mark.parametrize("actuator,sinus", [(False, True), (True, True), (False, False)])
+def test_robust18_kernels_equal_numpy_law(actuator, sinus):
+    """The compiled law (18) (``robust18_pre`` → RNEA → ``robust18_post``) vs the NumPy formulation
+    (``_numpy_step``) on the states of a closed-loop run of the default series-parallel scenario (the
+    sinusoid evaluated inside the kernel, or a generic trajectory sampled in Python): Q_a, e, s, the model
+    and robust parts to 1e-9 relative; bad states still refused by name."""
+    from cmstack.models.errors import StateError
+    from cmstack.models.trajectory import FromFunction
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.series_parallel import build_robust, make_trajectory
+
+    cfg = dict(default_config("series_parallel"), model_actuator_bodies=actuator)
+    sin = make_trajectory(cfg)
+    traj = sin if sinus else FromFunction(lambda t: tuple(sin(t)))
+    fast, ref = build_robust(cfg, traj), build_robust(cfg, traj)
+    assert fast._sinus == sinus
+    states = _series_parallel_states(cfg, traj, ref, 400)
+    for t, q, v in states[::4]:
+        Q, Qr = fast(t, q, v), ref._numpy_step(t, q, v)
+        assert _rel(Q, Qr) <= 1e-9
+        for k in ("e", "s", "Q_model", "Q_robust"):
+            a, b = getattr(fast.info, k), getattr(ref.info, k)
+            assert np.abs(a - b).max() <= 1e-9 * max(np.abs(b).max(), 1e-12), k
+    assert np.abs(fast.info.Q_robust).max() > 0          # the robust term was active
+    with pytest.raises(StateError, match="stroke"):
+        fast(0.0, np.array([0.0, 0.0, 0.5]), np.zeros(3))
+    with pytest.raises(StateError, match="non-finite"):
+        fast(0.0, np.array([np.nan, 0.0, 0.1]), np.zeros(3))
+
+
+# ---------------------------------------------------------------------------------------- PIDC, one row
+def _same_pidc_step(ctl, ref_pidc, t, q, v, tau, tau_ref):
+    """The compiled step's torque and report equal the NumPy step's (same law object state)."""
+    assert _rel(tau, tau_ref) <= 1e-9
+    a, b = ctl.info, ref_pidc.info
+    assert (a.rank, a.status, a.solvable) == (b.rank, b.status, b.solvable)
+    assert _rel(a.qdd_des, b.qdd_des) <= 1e-9 and _rel(a.tau_par, b.tau_par) <= 1e-9
+    assert abs(a.passive_residual - b.passive_residual) <= 1e-9 * max(1.0, np.abs(b.tau_par).max())
+
+
+def test_pidc_kernel_equals_numpy_step_slider_crank():
+    """Slider-crank closed loop on the projection simulator (spin-up and the first singular crossings, so
+    rank-0 steps too): the compiled step vs ``PIDC._numpy_step``; the lazily built ``kin`` is the step's."""
+    from cmstack.models.projection import SliderCrankLoop
+    from cmstack.models.robot import Robot
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.slider_crank import build_controller
+    from cmstack.sim.projection_sim import ProjectionPlant
+
+    cfg = default_config("slider_crank")
+    robot = Robot(cfg["urdf"])
+    loop = SliderCrankLoop(cfg["link_length"])
+    plant = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"], passive=("rod",))
+    plant.reset(np.zeros(2))
+    ctl, ref = build_controller(cfg, robot, loop), build_controller(cfg, Robot(cfg["urdf"]), loop)
+    assert ctl._compiled and ctl._direct
+    ranks = set()
+    for i in range(1300):
+        t = plant.time
+        q, v = plant.state()
+        tau = ctl(t, q, v)
+        _same_pidc_step(ctl, ref, t, q, v, tau, ref._numpy_step(t, q, v))
+        ranks.add(ctl.info.rank)
+        if i % 200 == 0:
+            kin = ctl.kin
+            np.testing.assert_array_equal(kin.q, q)
+            np.testing.assert_allclose(kin.M, ref.kin.M, rtol=1e-14, atol=0)
+        plant.set_torque(tau)
+        plant.step(1)
+    assert ranks == {0, 1}
+
+
+def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
+    """A reference given as a function (sampled in Python), no passive joint, and a state where the closed
+    form of (S P)⁺ is ill-conditioned (the constraint row along the tracked coordinate: the SVD path)."""
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.models.projection import SliderCrankLoop
+    from cmstack.models.robot import Robot
+    from cmstack.scenarios._common import default_config
+
+    cfg = default_config("slider_crank")
+    loop = SliderCrankLoop(cfg["link_length"])
+    refn = lambda t: (np.array([0.3 * t]), np.array([0.3]), np.array([0.0]))
+    mk = lambda: PIDC(Robot(cfg["urdf"]), loop, ["crank"], refn, 40.0, 12.0)
+    ctl, ref = mk(), mk()
+    assert ctl._compiled and not ctl._sinus
+    rng = np.random.default_rng(5)
+    for i in range(40):
+        q, v = rng.uniform(-2, 2, size=2), rng.normal(size=2)
+        if i == 0:
+            q = np.array([0.4, np.pi / 2 - 0.4])        # cos(θ₁ + θ₂) = 0: a ∥ e_crank, 1 − ‖w‖² = 0
+        tau = ctl(0.01 * i, q, v)
+        _same_pidc_step(ctl, ref, 0.01 * i, q, v, tau, ref._numpy_step(0.01 * i, q, v))
+
+
+def test_pidc_kernel_equals_numpy_step_series_parallel():
+    """Series-parallel PIDC (auxiliary coordinates, ζ passive; lift, row and M, h in the adapter's compiled
+    path) vs the NumPy step on the lifted state, over a MuJoCo closed-loop run."""
+    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
+    from cmstack.models.errors import StateError
+    from cmstack.models.series_parallel_aux import lift
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+
+    cfg = default_config("series_parallel")
+    traj = make_trajectory(cfg)
+    plant = build_plant(cfg)
+    reset_plant(plant, cfg, traj(0.0)[0] + np.asarray(cfg["initial_error"]))
+    ctl, ref = SeriesParallelPIDC(cfg, traj), SeriesParallelPIDC(cfg, traj)
+    assert ctl.pidc._sinus
+    for _ in range(400):
+        t = plant.time
+        q, v = plant.state()
+        tau = ctl(t, q, v)
+        x, xd = lift(ref.tm, q, v)
+        _same_pidc_step(ctl.pidc, ref.pidc, t, x, xd, tau, ref.pidc._numpy_step(t, x, xd)[[0, 1, 3]])
+        plant.set_torque(tau)
+        plant.step(1)
+    np.testing.assert_allclose(ctl.pidc.kin.M, ref.pidc.kin.M, rtol=1e-14, atol=0)
+    with pytest.raises(StateError, match="stroke"):
+        ctl(0.0, np.array([0.0, 0.0, 0.5]), np.zeros(3))
