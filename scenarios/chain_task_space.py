@@ -121,23 +121,51 @@ def parse_disturbances(cfg, n):
     return out
 
 
-def segment_clearance(pos, quat, half, obstacles) -> float:
+def segment_clearance(pos, quat, half, obstacles):
     """Smallest distance from any rod axis segment (all N bodies) to a keep-out sphere surface
     (half = 0: from the CoMs): the closest point a + u(b − a), u = clip((c − a)·(b − a)/|b − a|², 0, 1),
-    for every body and sphere at once."""
+    for every body and sphere at once.  ``pos`` (N,3), ``quat`` (N,4) give a float; with leading axes
+    ((…,N,3), (…,N,4): e.g. a whole run) one clearance per leading index."""
+    pos, quat = np.asarray(pos, dtype=float), np.asarray(quat, dtype=float)
     if not obstacles:
-        return float("inf")
+        return float("inf") if pos.ndim == 2 else np.full(pos.shape[:-2], np.inf)
     c = np.array([np.asarray(ob.center, dtype=float) for ob in obstacles])
     r = np.array([float(ob.radius) for ob in obstacles])
-    x = quat_to_matrix(quat)[:, :, 0]
+    x = quat_to_matrix(quat)[..., :, 0]
     a = pos - half * x
     d = (2.0 * half) * x                                                      # b − a
-    L2 = np.einsum("na,na->n", d, d)
-    ca = c[None, :, :] - a[:, None, :]                                        # (N, O, 3)
-    u = np.clip(np.einsum("noa,na->no", ca, d) / np.where(L2 > 0, L2, 1.0)[:, None], 0.0, 1.0)
+    L2 = np.einsum("...na,...na->...n", d, d)
+    ca = c - a[..., :, None, :]                                               # (…, N, O, 3)
+    u = np.clip(np.einsum("...noa,...na->...no", ca, d) / np.where(L2 > 0, L2, 1.0)[..., None], 0.0, 1.0)
     u[L2 <= 0] = 0.0
-    gap = np.sqrt(np.einsum("noa,noa->no", ca - u[..., None] * d[:, None, :], ca - u[..., None] * d[:, None, :])) - r
-    return float(gap.min())
+    gap = np.sqrt(np.einsum("...noa,...noa->...no", ca - u[..., None] * d[..., None, :],
+                            ca - u[..., None] * d[..., None, :])) - r
+    return float(gap.min()) if pos.ndim == 2 else gap.min(axis=(-2, -1))
+
+
+def diagnostics(log, traj, n: int, half: float, obstacles) -> None:
+    """The per-step series computed from the logged states after the loop (vectorised over the run):
+    pos, quat (the measured chain state), the end-effector pose and its desired pose, e_pos, e_att (44),
+    the CoM and rod-segment clearances, the largest motor moment in body axes, the EE trails."""
+    L = log.arrays()
+    t, Q = L["t"], L["q"]
+    T = len(t)
+    pos, quat = Q[:, :3 * n].reshape(T, n, 3), Q[:, 3 * n:].reshape(T, n, 4)
+    p_d, q_d = np.empty((T, 3)), np.empty((T, 4))
+    for i in range(T):
+        p_d[i], q_d[i] = traj.world(t[i])[:2]
+    e_att = attitude_error(quat[:, -1], q_d)[0]
+    if "u" in L:                                                              # motor moments (N−1, 3), world axes
+        R = quat_to_matrix(quat[:, 1:])
+        motor = np.abs(np.einsum("tjba,tjb->tja", R, L["u"])).max(axis=(1, 2))
+    else:
+        motor = np.zeros(T)
+    for k, x in (("pos", pos), ("quat", quat), ("ee_pos", pos[:, -1]), ("ee_pos_d", p_d), ("ee_quat", quat[:, -1]),
+                 ("ee_quat_d", q_d), ("e_pos", pos[:, -1] - p_d), ("e_att", e_att),
+                 ("clearance", segment_clearance(pos, quat, 0.0, obstacles)),
+                 ("seg_clearance", segment_clearance(pos, quat, half, obstacles)), ("motor_max_nm", motor),
+                 ("trail__EE", pos[:, -1]), ("trail__EE_desired", p_d)):
+        log.put(k, x)
 
 
 def run(ctx) -> Outcome:
@@ -185,18 +213,17 @@ def run(ctx) -> Outcome:
     half = cfg["length"] / 2
 
     def record(t, q, v, tau):
+        # in the loop: the measured state and what the controller computed; the task-space errors,
+        # clearances and motor maxima are functions of them, computed after the loop (diagnostics)
         tau_c, alloc = ctl.last
-        s = ctl.state(q, v)
-        p_d, q_d, _, _ = traj.world(t)
-        e_att, _ = attitude_error(s.quat[-1], q_d)
-        u_max = 0.0 if alloc.u is None else float(np.abs(np.einsum("jba,jb->ja", s.R[1:], alloc.u)).max())
-        log.append(motor_max_nm=u_max, t=t, V=law.info.V, Vdot_cl=law.info.Vdot_cl, ee_pos=s.pos[-1], ee_pos_d=p_d, ee_quat=s.quat[-1],
-                   ee_quat_d=q_d, e_pos=s.pos[-1] - p_d, e_att=e_att, clearance=segment_clearance(s.pos, s.quat, 0.0, obstacles),
-                   seg_clearance=segment_clearance(s.pos, s.quat, half, obstacles), tau_c=tau_c, tau=alloc.tau,
-                   residual_g=alloc.residual_g, saturated=float(alloc.saturated), pos=s.pos, quat=s.quat, plant_qpos=plant.data.qpos,
-                   qp_active=law.info.qp_active, trail__EE=s.pos[-1], trail__EE_desired=p_d)
+        info = law.info
+        log.append(t=t, V=info.V, Vdot_cl=info.Vdot_cl, q=q, tau_c=tau_c, tau=alloc.tau, residual_g=alloc.residual_g,
+                   saturated=float(alloc.saturated), plant_qpos=plant.data.qpos, qp_active=info.qp_active)
+        if alloc.u is not None:
+            log.append(u=alloc.u)
         if viewer is not None:                        # drawn at the viewer's next frame
-            viewer.append_trail("EE", s.pos[-1], t)
+            p_d = traj.world(t)[0]
+            viewer.append_trail("EE", q[3 * (n - 1):3 * n], t)
             viewer.append_trail("EE_desired", p_d, t)
 
     viewer = ctx.make_viewer(plant.model)
@@ -206,6 +233,7 @@ def run(ctx) -> Outcome:
             viewer.set_sphere(f"obstacle{i}", c, r)
     res = simulate(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                    disturbances=dist, viewer=viewer, progress=ctx.progress, desc=NAME, log=log)
+    diagnostics(log, traj, n, half, obstacles)
     a = log.arrays()
     t = a["t"]
     late = t >= cfg["metrics_from"] * cfg["duration"]

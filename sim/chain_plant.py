@@ -17,13 +17,15 @@ system would measure; the controller never sees MuJoCo's generalized coordinates
 """
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 
 from cmstack.models.errors import ModelFileError, StateError
 from cmstack.models.tensor_chain import ChainState, quat_conj, quat_mul, quat_to_matrix
 from cmstack.sim.base import MujocoClock
-from cmstack.sim.plant import load_mjcf
+from cmstack.sim.plant import _as_slice, load_mjcf
 from cmstack.models.robot import resolve_asset
 
 
@@ -77,6 +79,12 @@ class ChainMujocoPlant(MujocoClock):
         self.port = np.zeros(6 * n)
         self.dist = np.zeros((n, 6))
         self.joint_u = np.zeros((n - 1, 3))
+        # per-step helpers: the bodies' rows as a slice when consecutive, their ids as ints, buffers
+        self._rows = _as_slice(self.ids)
+        self._ids_int = [int(b) for b in self.ids]
+        self._wrench = np.zeros((n, 6))
+        self._vel = np.zeros((n, 6))
+        self._bad_idx = [int(k) for k in self._BAD]
 
     # ------------------------------------------------------------------ state
     def reset(self, s: ChainState) -> None:
@@ -138,17 +146,13 @@ class ChainMujocoPlant(MujocoClock):
 
     def chain_state(self) -> ChainState:
         m, d = self.model, self.data
-        n = self.n
-        pos = d.xpos[self.ids].copy()
-        quat = d.xquat[self.ids].copy()
-        quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)
-        v = np.zeros((n, 3))
-        w = np.zeros((n, 3))
-        res = np.zeros(6)
-        for k, b in enumerate(self.ids):
-            mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_BODY, int(b), res, 0)
-            w[k], v[k] = res[:3], res[3:]
-        return ChainState(pos, quat, np.concatenate([v.ravel(), w.ravel()]))
+        pos = d.xpos[self._rows].copy()
+        quat = d.xquat[self._rows].copy()
+        quat[quat[:, 0] < 0] *= -1.0
+        vel, body = self._vel, mujoco.mjtObj.mjOBJ_BODY
+        for k, b in enumerate(self._ids_int):     # [ω; v] of each body, world axes
+            mujoco.mj_objectVelocity(m, d, body, b, vel[k], 0)
+        return ChainState(pos, quat, np.concatenate([vel[:, 3:].ravel(), vel[:, :3].ravel()]))
 
     def state(self):
         s = self.chain_state()
@@ -187,18 +191,23 @@ class ChainMujocoPlant(MujocoClock):
         m, d = self.model, self.data
         n = self.n
         t0 = self.time
+        w = self._wrench
+        w[:, :3] = self.port[:3 * n].reshape(n, 3)
+        w[:, 3:] = self.port[3 * n:].reshape(n, 3)
+        w += self.dist
         d.xfrc_applied[:] = 0.0
-        d.xfrc_applied[self.ids, :3] = self.port[:3 * n].reshape(n, 3) + self.dist[:, :3]
-        d.xfrc_applied[self.ids, 3:] = self.port[3 * n:].reshape(n, 3) + self.dist[:, 3:]
+        d.xfrc_applied[self._rows] = w
+        motors = bool(self.joint_u.any())
         for _ in range(n_steps):
             d.qfrc_applied[:] = 0.0
-            if np.any(self.joint_u):
+            if motors:
                 R = d.xmat[self.ids].reshape(n, 3, 3)
                 for k in range(1, n):
                     d.qfrc_applied[self.ball_d[k - 1]:self.ball_d[k - 1] + 3] = R[k].T @ self.joint_u[k - 1]
             mujoco.mj_step(m, d)
-        w = d.warning
-        bad = [k.name for k in self._BAD if w[int(k)].number > 0]
-        if bad or not np.isfinite(d.qpos @ d.qpos + d.qvel @ d.qvel):
+        counts = d.warning.number.tolist()
+        qp, qv = d.qpos, d.qvel
+        if any([counts[i] for i in self._bad_idx]) or not math.isfinite(qp.dot(qp) + qv.dot(qv)):
+            bad = [k.name for k in self._BAD if counts[int(k)] > 0]
             raise StateError(f"the MuJoCo chain {self.path.name} diverged between t={t0:.4f} s and t={t0 + n_steps * self.dt:.4f} s "
                              f"({', '.join(bad) or 'non-finite state'})")
