@@ -10,19 +10,52 @@ process, on the states of a real closed-loop run (thesis set-up, 2 s at 200 Hz).
   task, the E₁ task weighted, actuation bounds); skipped otherwise.
 
 For every state the calls run back to back in a rotating order, so that machine load hits all of
-them alike; medians over all states and repeats.
+them alike; medians over all states and repeats.  ``uk_*_python`` are the same controllers on the
+generic Python path (``fused=False``), for a before/after in one process.
 
-    python -m cmstack.bench.yumi_uk [--repeat 5]
+    python -m cmstack.bench.yumi_uk [--repeat 5] [--fused-only] [--profile]
 
-Measured (2-core machine shared by ~6 sessions, load average 13–18; interleaved, medians):
-floor 66–103 µs; UK weighted 2.8–3.0× the floor (the implementation before the levels rewrite:
-4.5× on the same machine and script); UK 3 levels 3.2–3.4×.  Both targets are missed.  Where the
-time goes (cProfile, share of the weighted step): frame look-ups (Jacobian, pose, classical
-acceleration, J v for three frames) 25 %, the E₁ task's rows 16 %, the KKT solve 15 %,
-``Robot.update`` 12 %, the coupling's rows 10 %, the call itself 9 %.  No QP is solved unless a limit
-is active (``info.path == "kkt"``).  Each of these is 10–40 NumPy/Pinocchio calls of ~1–2 µs under
-this load; a hand-inlined NumPy version of the same law (no objects) measured the same time, so the
-remaining gap to the floor is the per-call cost of Python, not the structure.
+Measured 2026-11-23 (2-core machine shared by ~6 sessions, load average 6–10; interleaved, medians;
+400 closed-loop states; every step took the direct KKT path, no QP):
+
+    | step                         | median        | ratio to the floor | target |
+    | floor                        | 79–109 µs     | 1                  |        |
+    | UK weighted, fused kernels   | 60–90 µs      | 0.76–0.83×         | ≤ 1.25× met |
+    | UK 3 strict levels, fused    | 56–76 µs      | 0.69–0.80×         | ≤ 2×    met |
+    | UK weighted, generic Python  | 224–300 µs    | 2.61–3.06×         |        |
+    | UK 3 levels, generic Python  | 254–336 µs    | 2.90–3.50×         |        |
+
+(0.76–0.80× with ``--fused-only``, 0.82×/0.70× with the generic path interleaved, whose cache
+pressure slows every other call.)  The step is below the floor because the floor contains a QP solve
+(≈ 45–60 µs) that the step skips unless a limit is violated.
+
+How the fused path works (``controllers/_uk_kernels.py``): ``Robot.update`` runs
+``pin.computeAllTerms`` once; one ``numba`` kernel call then reads data.J, the needed joints' data.oMi
+and data.a (views bound once) and computes the frames' poses, Jacobians, twists and classical
+accelerations, every task's rows (the SO(3) log, the drift terms, the Circle target), H and r, the
+Schur-complement KKT solve, τ and the effort check.  Python keeps the trajectory call for other
+targets, the gains and targets read every step, the info, and the fallbacks (null space, ProxSuite).
+
+Profile before (generic path; cProfile, share of the weighted step, last session): frame look-ups
+25 %, the E₁ task's rows 16 %, the KKT solve 15 %, ``Robot.update`` 12 %, the coupling's rows 10 %,
+the call itself 9 %, the limit check 6 % — dozens of NumPy/Pinocchio calls of 1–2 µs each.
+
+Profile after (``--profile``: the weighted fused step in context, interleaved with the floor and the
+generic path, its parts clocked inside the step; load ≈ 7.7):
+
+    | part                                   | median  | share of the step |
+    | whole step                             | 67.0 µs | 100 %  (0.85× the floor of that run) |
+    | pin.computeAllTerms                    | 10.9 µs | 16 %   |
+    | Robot.update beyond it (checks, copies)| 14.6 µs | 22 %   |
+    | kernel call (dispatch + ≈ 6 µs compute)| 22.8 µs | 34 %   |
+    | rest of the step (Python: targets,     | 18.7 µs | 28 %   |
+    |   gains, buffers, info)                |         |        |
+
+Back to back without the interleaving the same step takes 27–30 µs: what remains is the per-call
+cost of Python and of the dispatcher on cold caches, no longer the algebra.  The first use in a
+process imports numba and loads the cached machine code (≈ 0.7 s CPU); after a change of
+``_uk_kernels.py`` (or in a clean checkout) the first step compiles it once (≈ 11–13 s CPU on this
+machine), then ``__pycache__`` holds it.
 """
 from __future__ import annotations
 
@@ -200,11 +233,77 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
                 cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries))
 
 
+def profile(repeat: int = 3) -> dict:
+    """Where the fused weighted step's time goes, in context: the step runs interleaved with the
+    floor and the generic path as in ``measure``, with ``Robot.update``, ``computeAllTerms`` and the
+    kernel call ``uk_step`` wrapped by clocks (≈ 0.1 µs each), so that the parts add up to the step.
+    Returns medians in µs: floor, step, generic step, and the parts of the step."""
+    cfg, robot, coupling, task, q0 = setup()
+    states = record_states(cfg, robot, coupling, task, q0)
+    floor = Floor(cfg, robot, coupling, task, states)
+    ctl = weighted(cfg, robot, coupling, task)
+    slow = weighted(cfg, robot, coupling, task, fused=False)
+    P = ctl._plan
+    clock = time.perf_counter_ns
+    parts = {"computeAllTerms": 0, "Robot.update": 0, "kernel call": 0}
+    import cmstack.models.robot as robot_module
+
+    cat, update, kernel = robot_module.pin.computeAllTerms, robot.update, P.step
+
+    def timed(name, f):
+        def g(*a):
+            c0 = clock()
+            out = f(*a)
+            parts[name] += clock() - c0
+            return out
+        return g
+
+    class _Pin:                       # the robot module's ``pin`` with a clocked computeAllTerms
+        computeAllTerms = staticmethod(timed("computeAllTerms", cat))
+
+        def __getattr__(self, k):
+            return getattr(pin, k)
+
+    calls = {"floor": floor, "step": lambda k, t, q, v: ctl(t, q, v), "generic step": lambda k, t, q, v: slow(t, q, v)}
+    names = list(calls)
+    times = {n: [] for n in names + list(parts)}
+    robot.update, P.step, robot_module.pin = timed("Robot.update", update), timed("kernel call", kernel), _Pin()
+    try:
+        for r in range(repeat + 1):
+            for k, (t, q, v) in enumerate(states):
+                shift = (k + r) % len(names)
+                for n in names[shift:] + names[:shift]:
+                    for x in parts:
+                        parts[x] = 0
+                    c0 = clock()
+                    calls[n](k, t, q, v)
+                    if r:                                   # r = 0: warm-up
+                        times[n].append(clock() - c0)
+                        if n == "step":
+                            for x in parts:
+                                times[x].append(parts[x])
+    finally:
+        del robot.update
+        P.step, robot_module.pin = kernel, pin
+    return {n: float(np.median(times[n])) / 1e3 for n in times}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--fused-only", action="store_true", help="skip the generic Python path (fused=False) columns")
+    ap.add_argument("--profile", action="store_true", help="where the fused weighted step's time goes (medians)")
     args = ap.parse_args(argv)
+    if args.profile:
+        med = profile(args.repeat)
+        step = med["step"]
+        med["rest of the step (Python)"] = step - med["Robot.update"] - med["kernel call"]
+        med["Robot.update"] -= med["computeAllTerms"]
+        print("YuMi UK weighted step, fused path: medians (interleaved with the floor and the generic path)")
+        for n, x in med.items():
+            label = "Robot.update (beyond CAT)" if n == "Robot.update" else n
+            print(f"  {label:<26} {x:7.1f} µs   {x / med['floor']:5.2f}× floor   {100 * x / step:5.1f} % of the step")
+        return
     res = measure(args.repeat, not args.fused_only)
     med = res["median_us"]
     print(f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved)")

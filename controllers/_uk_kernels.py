@@ -410,10 +410,15 @@ def effort_violated(tau, eidx, tmax):
 
 
 @njit(cache=True)
-def uk_step(t, Jw, M, h, D, q, v, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref,
-            m_up, sqrt_tol, eidx, tmax, Ab, wk, out):
-    """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  Returns OK, LIMIT
-    (the KKT solution violates the effort limit: the caller solves the QP), NULLSPACE or SINGULAR."""
+def uk_step(t, M, h, q, v, S, Ab, out):
+    """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  t (s); M, h, q, v of
+    this step; S: the plan's arrays in one tuple (one argument is cheaper to pass than twenty),
+    (data.J, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, m_up,
+    √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
+    Returns OK, LIMIT (the KKT solution violates the effort limit: the caller solves the QP),
+    NULLSPACE or SINGULAR."""
+    (Jw, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, m_up, sqrt_tol, eidx,
+     tmax, wk) = S
     frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
     task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
     st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out)

@@ -34,6 +34,12 @@ Solution, cheapest first:
 
 The torque is τ = M v̇* + h + D v = RNEA(q, v, v̇*) + D v.
 
+Fused path: when every task is a built-in ``RigidCoupling``, ``FrameTask`` or ``PostureTask`` (and
+``fused=True``, the default), the rows, H, r, the KKT solve of 1. and the effort check run in one
+compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the arrays of the step's one
+``pin.computeAllTerms``; 2. and 3. then run in Python on its rows.  The same torques as the generic
+path to rounding (tests/test_uk_kernels.py); any other task takes the generic path.
+
 Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ + Cᵀ z = 0):
     Q_c   = −A₁ᵀ λ₁              the first level's generalized force (when there are ≥ 2 levels);
                                   with only constraints in level 1 this is (3.10)
@@ -252,6 +258,7 @@ class _FusedPlan:
         self.tgtVA = np.zeros((nt, 12))
         self.tcirc = np.zeros((nt, 7))
         self.seen = [None] * nt
+        self.D = self.tmax = self.args = None
         m = self.m_up = ctl.n_eq
         self.ab_shape = (row, n + 1)
         self.out_len = 3 * n + m
@@ -271,10 +278,12 @@ class _FusedPlan:
             i = j
         self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
 
-    def bind(self, d) -> None:
+    def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
         """Views into the Pinocchio data ``d`` that ``computeAllTerms`` refreshes in place: data.J and
         each needed joint's R_j, p_j (data.oMi) and spatial acceleration (data.a); taken again when
-        the robot's data object changes (``Robot.add_frame`` creates a new one)."""
+        the robot's data object changes (``Robot.add_frame`` creates a new one), the damping D or
+        the effort limit's τ_max array is replaced.  ``args``: everything but the step's own arrays,
+        as the kernel takes it."""
         self.J = d.J
         poses = [d.oMi[j] for j in self.joint_ids]
         accs = [d.a[j] for j in self.joint_ids]
@@ -282,11 +291,15 @@ class _FusedPlan:
         self.jp = tuple(T.translation for T in poses)
         self.ja = tuple(a.vector for a in accs)
         self._keep = (poses, accs)
-        self.data = d
+        self.data, self.D = d, D
+        self.tmax = self.no_tmax if self.effort is None else self.effort.tau_max
+        self.args = (self.J, D, self.jR, self.jp, self.ja, self.fint, self.fplace, self.fJ, self.fvec, self.tint,
+                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.m_up, sqrt_tol,
+                     self.eidx, self.tmax, self.wk)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(data=None, J=None, jR=None, jp=None, ja=None, _keep=None)   # rebound on first use
+        state.update(data=None, J=None, jR=None, jp=None, ja=None, _keep=None, args=None)   # rebound on first use
         return state
 
     def views(self, Ab: np.ndarray):
@@ -535,8 +548,9 @@ class UdwadiaKalabaController:
         null-space and QP fallbacks run on its rows in Python (``_finish``)."""
         P = self._plan
         d = self.robot.data
-        if d is not P.data:
-            P.bind(d)
+        lim = P.effort
+        if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
+            P.bind(d, self.D, self._sqrt_rank_tol)
         tgtH, tgtVA, tcirc, seen = P.tgtH, P.tgtVA, P.tcirc, P.seen
         for k, task in P.frame_tasks:
             c = task._const
@@ -566,10 +580,7 @@ class UdwadiaKalabaController:
             qref[off:stop] = task.q_ref
         Ab = np.empty(P.ab_shape)
         out = np.empty(P.out_len)
-        lim = P.effort
-        st = P.step(t, P.J, kin.M, kin.h, self.D, kin.q, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec,
-                    P.tint, tflt, tgtH, tgtVA, tcirc, P.pidx, qref, P.m_up, self._sqrt_rank_tol, P.eidx,
-                    P.no_tmax if lim is None else lim.tau_max, Ab, P.wk, out)
+        st = P.step(t, kin.M, kin.h, kin.q, kin.v, P.args, Ab, out)
         n = self.n
         x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]
         lam = out[3 * n:] if P.m_up else None

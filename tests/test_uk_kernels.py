@@ -37,7 +37,7 @@ def test_log3_equals_pinocchio():
 def _plan_and_kin(ctl, t, q, v):
     kin = ctl.robot.update(q, v)
     P = ctl._plan
-    P.bind(ctl.robot.data)
+    P.bind(ctl.robot.data, ctl.D, ctl._sqrt_rank_tol)
     return P, kin
 
 
