@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m cmstack.controllers.kernels   # compile the control-step kernels once (numba cache)
 	@touch $(STAMP)
 
 demo: $(STAMP)

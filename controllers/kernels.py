@@ -20,7 +20,7 @@ from numba import njit
 
 
 # ------------------------------------------------------------------------------------------ small helpers
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _cross3(a0, a1, a2, b0, b1, b2):
     return a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0
 
@@ -694,3 +694,37 @@ def pidc_params(kp, kv, ci, mask, D, passive: bool, tol: float, sm_min: float, s
     k = len(ci)
     sin = np.zeros(4 * k) if sinus is None else np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in sinus])
     return np.concatenate([kp, kv, np.asarray(ci, float), mask, D, [1.0 if passive else 0.0, tol, sm_min], sin])
+
+
+def warm() -> None:
+    """Compile (or load from the cache) every kernel with the argument types the controllers pass, by one
+    step of each controller on a small model: ``python -m cmstack.controllers.kernels`` (``make install``
+    runs it, so that test workers and scenario runs load machine code instead of compiling it each)."""
+    from cmstack.controllers.dac import Obstacle, TaskSpaceLaw
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
+    from cmstack.controllers.robust_partition import RobustPartitionController
+    from cmstack.models.partition import PartitionModel
+    from cmstack.models.projection import SliderCrankLoop
+    from cmstack.models.robot import Robot
+    from cmstack.models.tensor_chain import TensorChain
+    from cmstack.models.trajectory import Sinusoid
+    from cmstack.scenarios._common import default_config
+
+    ch = TensorChain.rods(3, 0.4, 0.04, 1.0, [1.0, 1.0, 1.0], spring_law="rotvec")
+    s = ch.straight_state()
+    ee = (s.pos[-1], s.quat[-1], np.zeros(6), np.zeros(6))
+    law = TaskSpaceLaw(ch, lambda t: ee, 1.0, 1.0, 1.0, 1.0, obstacles=[Obstacle(np.array([0.0, 0.3, 0.0]), 0.1)],
+                       obstacle_gain=1e-5, kd_mass=1.0)
+    law(0.0, s)
+    sin = Sinusoid([0.0, 0.0, 0.1], [0.1, 0.1, 0.05], 0.5)
+    RobustPartitionController(PartitionModel(), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
+    robot = Robot("urdf/slider_crank.urdf")
+    PIDC(robot, SliderCrankLoop(0.5), [robot.joint_names[0]], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0,
+         passive=(robot.joint_names[1],))(0.0, np.array([0.1, -0.2]), np.zeros(2))
+    cfg = default_config("series_parallel")
+    SeriesParallelPIDC(cfg, sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
+
+
+if __name__ == "__main__":
+    warm()

@@ -258,7 +258,7 @@ class PIDC:
                 return None                                  # Robot.update names the sizes
             d = robot.data
             pin_compute_all_terms(robot.model, d, q, v)
-            M, h = d.M, d.nle
+            M, h = d.M.T, d.nle           # M is symmetric; its transpose is the C-ordered view (one kernel type)
             self._kin, self._kin_qv = None, (q.copy(), v.copy())
         else:
             kin = robot.update(q, v)
@@ -284,7 +284,7 @@ class PIDC:
                                   f"{self.coords}") from None
         n = v.size
         out = np.empty((n + 3, n))
-        st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, t, ref, self._sinus, self._kprm, out)
+        st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, float(t), ref, self._sinus, self._kprm, out)
         qdd, tau_par, tau = out[n], out[n + 1], out[n + 2]
         if st:
             if st == 3:

@@ -101,7 +101,7 @@ class RobustPartitionController:
         if not self._sinus:
             r[0], r[1], r[2] = self.trajectory(t)
         out = np.empty((4, 3))
-        st, dz = robust18_pre(t, q, v, self._sinus, self._kact, self._kprm, r, self._kH, out)
+        st, dz = robust18_pre(float(t), q, v, self._sinus, self._kact, self._kprm, r, self._kH, out)
         if st:
             if st == 1:
                 self.model.map.check_delta(float(q[2]))          # raises with the stroke named
