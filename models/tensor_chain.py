@@ -189,6 +189,8 @@ class TensorChain:
                                        # stiffness) | "euler123_conservative" (ours: the gradient of ½ΣK·angle²)
     fixed_base: bool = False
     base_pose: tuple | None = None     # (p_1, q_1) when fixed_base
+    fast: bool = True                  # step/project through the compiled kernels (models/_tensor_kernels.py);
+                                       # False: the NumPy formulation below (the reference)
 
     def __post_init__(self):
         self.masses = np.asarray(self.masses, dtype=float)
@@ -212,6 +214,18 @@ class TensorChain:
         if self.fixed_base and self.base_pose is None:
             raise ConfigError("TensorChain: fixed_base=True needs base_pose=(p_1, q_1)")
         self.inertias_inv = np.linalg.inv(self.inertias)
+        self._base = (np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0]), np.eye(3))
+        if self.fixed_base:
+            p0, q0 = (np.asarray(x, dtype=float).copy() for x in self.base_pose)
+            self._base = (p0, q0, quat_to_matrix(q0))
+        if self.fast:          # load (or compile) the kernels now, not inside a timed loop's first step
+            self.step(self.straight_state(), 1e-3)
+
+    def _kernel_args(self):
+        from cmstack.models._tensor_kernels import LAW_CODES
+
+        return (self.masses, self.inertias, np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
+                self.stiffness, self.gravity, LAW_CODES[self.spring_law], bool(self.fixed_base))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -494,7 +508,30 @@ class TensorChain:
         """One classical RK4 step of (32) + (55).  ``port`` is held over the step (zero-order hold, a
         sampled-data controller); ``port_fn(t, state)`` instead is evaluated at every stage (continuous
         feedback).  Quaternions are renormalized, then (optionally) ``project`` is applied.  Returns the
-        new state and the dynamics evaluated at the *start* of the step (F_J, ℱ, … of the sample)."""
+        new state and the dynamics evaluated at the *start* of the step (F_J, ℱ, … of the sample).
+        With ``fast`` (and method "kkt", no ``port_fn``) the step is one compiled call
+        (models/_tensor_kernels.py: rk4), the same equations as the NumPy code below."""
+        if self.fast and method == "kkt" and port_fn is None:
+            from cmstack.models import _tensor_kernels as _k
+
+            n = self.n
+            tau = np.zeros(6 * n) if port is None else np.asarray(port, dtype=float)
+            if tau.shape != (6 * n,):
+                raise StateError(f"TensorChain.step: the port must have 6N = {6 * n} entries, got {tau.shape}")
+            try:
+                pn, qn, vn, *dyn = _k.rk4(np.ascontiguousarray(state.pos, dtype=float),
+                                          np.ascontiguousarray(state.quat, dtype=float),
+                                          np.ascontiguousarray(state.nu, dtype=float), float(dt), tau, *self._kernel_args())
+            except np.linalg.LinAlgError as exc:      # NaN/inf in the state or port, or a singular (32)
+                raise StateError(f"tensor-chain step from t={t:.6f} s failed: {exc} (state or port not finite, or "
+                                 f"[ℳ Jᵀ; J 0] singular)") from None
+            new = ChainState(pn, qn, vn)
+            if project:
+                new = self.project(new)
+            check_finite("tensor-chain state", np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
+                         f"after the step from t={t:.6f} s")
+            return new, Dynamics(*dyn)
+
         def f(tt, s):
             tau = port_fn(tt, s) if port_fn is not None else port
             dyn = self.dynamics(s, tau, method)
@@ -516,7 +553,19 @@ class TensorChain:
 
     def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3) -> ChainState:
         """Constraint stabilization (module docstring): mass-weighted Newton projection of the pose onto
-        φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν."""
+        φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  With ``fast``: one compiled call, the same steps."""
+        if self.fast:
+            from cmstack.models import _tensor_kernels as _k
+
+            try:
+                p, q, v, _ = _k.project(np.ascontiguousarray(state.pos, dtype=float),
+                                        np.ascontiguousarray(state.quat, dtype=float),
+                                        np.ascontiguousarray(state.nu, dtype=float), self.masses, self.inertias_inv,
+                                        np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
+                                        bool(self.fixed_base), *self._base, float(tol), int(max_iter))
+            except np.linalg.LinAlgError as exc:
+                raise StateError(f"tensor-chain projection failed: {exc} (state not finite, or J ℳ⁻¹ Jᵀ singular)") from None
+            return ChainState(p, q, v)
         s = state.copy()
         n = self.n
         for _ in range(max_iter):

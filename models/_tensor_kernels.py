@@ -1,0 +1,310 @@
+"""Compiled (numba) kernels of the tensor chain's RK4 step and constraint projection
+(models/tensor_chain.py, [Eslami] §2).
+
+The same equations as the NumPy methods of :class:`~cmstack.models.tensor_chain.TensorChain`, written
+as loops over the N bodies so that one call does a whole step without Python overhead:
+
+    ℳ = blockdiag(m_i I₃, sym(R_i I_i R_iᵀ)),  J = [J_v, J_ω] (30)–(31),  γ (28),  ℱ (33),
+    [ℳ Jᵀ; J 0] [ν̇; F_J] = [ℱ; γ]  (32, one LU solve),  q̇ = ½ [0; ω] ⊗ q,  classical RK4,
+    quaternion renormalisation, then the mass-weighted projection onto φ = 0 and J ν = 0.
+
+The NumPy methods stay the reference: tests/test_tensor_chain.py compares both to round-off.
+Spring laws by code: 0 "euler123" (19), 1 "rotvec", 2 "euler123_conservative".
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
+
+
+@njit(cache=True)
+def _quat_to_R(q, R):
+    """R_i of every unit quaternion q_i (scalar first), as lie.quat_to_matrix."""
+    for i in range(q.shape[0]):
+        q0, q1, q2, q3 = q[i, 0], q[i, 1], q[i, 2], q[i, 3]
+        R[i, 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
+        R[i, 0, 1] = 2 * (q1 * q2 - q0 * q3)
+        R[i, 0, 2] = 2 * (q1 * q3 + q0 * q2)
+        R[i, 1, 0] = 2 * (q1 * q2 + q0 * q3)
+        R[i, 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
+        R[i, 1, 2] = 2 * (q2 * q3 - q0 * q1)
+        R[i, 2, 0] = 2 * (q1 * q3 - q0 * q2)
+        R[i, 2, 1] = 2 * (q2 * q3 + q0 * q1)
+        R[i, 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
+
+
+@njit(cache=True)
+def _cross(a, b):
+    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+@njit(cache=True)
+def _set_skew(A, r0, c0, s, w):
+    """A[r0:r0+3, c0:c0+3] = s · skew(w)."""
+    A[r0, c0 + 1] = -s * w[2]
+    A[r0, c0 + 2] = s * w[1]
+    A[r0 + 1, c0] = s * w[2]
+    A[r0 + 1, c0 + 2] = -s * w[0]
+    A[r0 + 2, c0] = -s * w[1]
+    A[r0 + 2, c0 + 1] = s * w[0]
+
+
+@njit(cache=True)
+def _quat_mul(a, b):
+    out = np.empty(4)
+    out[0] = a[0] * b[0] - (a[1] * b[1] + a[2] * b[2] + a[3] * b[3])
+    c = _cross(a[1:], b[1:])
+    for k in range(3):
+        out[1 + k] = a[0] * b[1 + k] + b[0] * a[1 + k] + c[k]
+    return out
+
+
+@njit(cache=True)
+def _quat_log(q):
+    if q[0] < 0:
+        q = -q
+    n = np.sqrt(q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+    ang = 2 * np.arctan2(n, q[0])
+    k = ang / n if n > 1e-12 else 2.0 / max(q[0], 1e-300)
+    return k * q[1:]
+
+
+@njit(cache=True)
+def _quat_from_matrix(R):
+    """Shepperd's method, q0 ≥ 0 (lie.quat_from_matrix)."""
+    tr = R[0, 0] + R[1, 1] + R[2, 2]
+    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
+    k = int(np.argmax(cands))
+    if k == 0:
+        r = np.sqrt(1.0 + tr) * 2
+        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
+    elif k == 1:
+        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
+        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
+    elif k == 2:
+        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
+        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
+    else:
+        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
+        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
+    q = q / np.sqrt(np.sum(q * q))
+    return q if q[0] >= 0 else -q
+
+
+@njit(cache=True)
+def _rotation_vector(R):
+    """lie.rotation_vector of one matrix."""
+    v = 0.5 * np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    c = 0.5 * (R[0, 0] + R[1, 1] + R[2, 2] - 1.0)
+    if c < 0.0:
+        return _quat_log(_quat_from_matrix(R))
+    s = np.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
+    th = np.arctan2(s, c)
+    k = th / s if s > 1e-8 else 1.0 + th * th / 6.0
+    return k * v
+
+
+@njit(cache=True)
+def _arms(R, jp, jc):
+    m = jp.shape[0]
+    sp, sc = np.empty((m, 3)), np.empty((m, 3))
+    for j in range(m):
+        sp[j] = -(R[j] @ jp[j])
+        sc[j] = -(R[j + 1] @ jc[j])
+    return sp, sc
+
+
+@njit(cache=True)
+def _joint_moments(R, K, law):
+    m = R.shape[0] - 1
+    MJ = np.empty((m, 3))
+    for j in range(m):
+        Rrel = R[j].T @ R[j + 1]
+        if law == 1:
+            th = _rotation_vector(Rrel)
+            MJ[j] = R[j] @ (K[j] * th)
+            continue
+        theta = np.arcsin(min(max(Rrel[0, 2], -1.0), 1.0))
+        phi = np.arctan2(-Rrel[1, 2], Rrel[2, 2])
+        psi = np.arctan2(-Rrel[0, 1], Rrel[0, 0])
+        ang = np.array([phi, theta, psi])
+        ax = np.empty((3, 3))
+        ax[0] = R[j][:, 0]
+        ax[1] = np.sin(psi) * R[j + 1][:, 0] + np.cos(psi) * R[j + 1][:, 1]
+        ax[2] = R[j + 1][:, 2]
+        ka = K[j] * ang
+        if law == 2:
+            MJ[j] = np.linalg.solve(ax, ka)
+        else:
+            MJ[j] = ka[0] * ax[0] + ka[1] * ax[1] + ka[2] * ax[2]
+    return MJ
+
+
+@njit(cache=True)
+def _jacobian(R, jp, jc, fixed_base):
+    n = R.shape[0]
+    nc = 3 * (n - 1) + (6 if fixed_base else 0)
+    J = np.zeros((nc, 6 * n))
+    sp, sc = _arms(R, jp, jc)
+    for j in range(n - 1):
+        r = 3 * j
+        for k in range(3):
+            J[r + k, 3 * j + k] = -1.0
+            J[r + k, 3 * j + 3 + k] = 1.0
+        _set_skew(J, r, 3 * n + 3 * j, -1.0, sp[j])
+        _set_skew(J, r, 3 * n + 3 * j + 3, 1.0, sc[j])
+    if fixed_base:
+        r = 3 * (n - 1)
+        for k in range(3):
+            J[r + k, k] = 1.0
+            J[r + 3 + k, 3 * n + k] = 1.0
+    return J
+
+
+@njit(cache=True)
+def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base):
+    """(ν̇, F_J, ℳ, J, γ, ℱ, M_J) of (32) at one state (TensorChain.dynamics, method "kkt")."""
+    n = masses.shape[0]
+    R = np.empty((n, 3, 3))
+    _quat_to_R(quat, R)
+    MJ = _joint_moments(R, K, law)
+    M = np.zeros((6 * n, 6 * n))
+    F = np.zeros(6 * n)
+    for i in range(n):
+        Iw = R[i] @ inertias[i] @ R[i].T
+        Iw = 0.5 * (Iw + Iw.T)
+        w = nu[3 * n + 3 * i:3 * n + 3 * i + 3]
+        gyro = _cross(w, Iw @ w)
+        for a in range(3):
+            M[3 * i + a, 3 * i + a] = masses[i]
+            for b in range(3):
+                M[3 * n + 3 * i + a, 3 * n + 3 * i + b] = Iw[a, b]
+            F[3 * i + a] = gravity[a] * masses[i]
+            cfmj = 0.0
+            if i < n - 1:
+                cfmj += MJ[i, a]
+            if i > 0:
+                cfmj -= MJ[i - 1, a]
+            F[3 * n + 3 * i + a] = cfmj - gyro[a]
+    F += port
+    J = _jacobian(R, jp, jc, fixed_base)
+    nc = J.shape[0]
+    gam = np.zeros(nc)
+    sp, sc = _arms(R, jp, jc)
+    for j in range(n - 1):
+        w0 = nu[3 * n + 3 * j:3 * n + 3 * j + 3]
+        w1 = nu[3 * n + 3 * j + 3:3 * n + 3 * j + 6]
+        g = _cross(w1, _cross(w1, sc[j])) - _cross(w0, _cross(w0, sp[j]))
+        gam[3 * j:3 * j + 3] = g
+    N = 6 * n + nc
+    KK = np.zeros((N, N))
+    KK[:6 * n, :6 * n] = M
+    KK[:6 * n, 6 * n:] = J.T
+    KK[6 * n:, :6 * n] = J
+    rhs = np.concatenate((F, gam))
+    x = np.linalg.solve(KK, rhs)
+    return x[:6 * n].copy(), x[6 * n:].copy(), M, J, gam, F, MJ
+
+
+@njit(cache=True)
+def _derivative(quat, nu, nd):
+    n = quat.shape[0]
+    dp = nu[:3 * n].copy().reshape(n, 3)
+    dq = np.empty((n, 4))
+    w4 = np.zeros(4)
+    for i in range(n):
+        w4[1:] = nu[3 * n + 3 * i:3 * n + 3 * i + 3]
+        dq[i] = 0.5 * _quat_mul(w4, quat[i])
+    return dp, dq, nd
+
+
+@njit(cache=True)
+def rk4(pos, quat, nu, dt, port, masses, inertias, jp, jc, K, gravity, law, fixed_base):
+    """One classical RK4 step with the port held, quaternions renormalised (no projection): the new
+    (pos, quat, ν) and the dynamics at the start of the step (TensorChain.step)."""
+    nd1, FJ, M, J, gam, F, MJ = dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base)
+    p1, q1, v1 = _derivative(quat, nu, nd1)
+    h = dt / 2
+    nd2 = dynamics(pos + h * p1, quat + h * q1, nu + h * v1, port, masses, inertias, jp, jc, K, gravity, law,
+                   fixed_base)[0]
+    p2, q2, v2 = _derivative(quat + h * q1, nu + h * v1, nd2)
+    nd3 = dynamics(pos + h * p2, quat + h * q2, nu + h * v2, port, masses, inertias, jp, jc, K, gravity, law,
+                   fixed_base)[0]
+    p3, q3, v3 = _derivative(quat + h * q2, nu + h * v2, nd3)
+    nd4 = dynamics(pos + dt * p3, quat + dt * q3, nu + dt * v3, port, masses, inertias, jp, jc, K, gravity, law,
+                   fixed_base)[0]
+    p4, q4, v4 = _derivative(quat + dt * q3, nu + dt * v3, nd4)
+    pn = pos + dt / 6 * (p1 + 2 * p2 + 2 * p3 + p4)
+    qn = quat + dt / 6 * (q1 + 2 * q2 + 2 * q3 + q4)
+    vn = nu + dt / 6 * (v1 + 2 * v2 + 2 * v3 + v4)
+    for i in range(qn.shape[0]):
+        qn[i] = qn[i] / np.sqrt(np.sum(qn[i] * qn[i]))
+    return pn, qn, vn, nd1, FJ, M, J, gam, F, MJ
+
+
+@njit(cache=True)
+def _violation(pos, R, quat, jp, jc, fixed_base, p0, q0, R0):
+    n = pos.shape[0]
+    sp, sc = _arms(R, jp, jc)
+    nc = 3 * (n - 1) + (6 if fixed_base else 0)
+    phi = np.empty(nc)
+    for j in range(n - 1):
+        phi[3 * j:3 * j + 3] = (pos[j + 1] - sc[j]) - (pos[j] - sp[j])
+    if fixed_base:
+        r = 3 * (n - 1)
+        qc = q0 * np.array([1.0, -1.0, -1.0, -1.0])
+        dq = _quat_mul(qc, quat[0])
+        phi[r:r + 3] = pos[0] - p0
+        phi[r + 3:r + 6] = R0 @ _quat_log(dq)
+    return phi
+
+
+@njit(cache=True)
+def _mass_inv_jt(R, masses, inertias_inv, J):
+    """ℳ⁻¹ Jᵀ with ℳ⁻¹ = blockdiag(1/m_i I₃, R_i I_i⁻¹ R_iᵀ) (TensorChain.mass_matrix_inv)."""
+    n = masses.shape[0]
+    Mi = np.zeros((6 * n, 6 * n))
+    for i in range(n):
+        Iwi = R[i] @ inertias_inv[i] @ R[i].T
+        for a in range(3):
+            Mi[3 * i + a, 3 * i + a] = 1.0 / masses[i]
+            for b in range(3):
+                Mi[3 * n + 3 * i + a, 3 * n + 3 * i + b] = Iwi[a, b]
+    return Mi @ J.T
+
+
+@njit(cache=True)
+def project(pos, quat, nu, masses, inertias_inv, jp, jc, fixed_base, p0, q0, R0, tol, max_iter):
+    """TensorChain.project: mass-weighted Newton projection of the pose onto φ = 0 (at most
+    ``max_iter`` steps, until max|φ| ≤ tol), then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  Also returns max|φ| of the
+    state given (before any correction)."""
+    n = masses.shape[0]
+    pos, quat, nu = pos.copy(), quat.copy(), nu.copy()
+    R = np.empty((n, 3, 3))
+    phi0 = -1.0
+    for _ in range(max_iter):
+        _quat_to_R(quat, R)
+        phi = _violation(pos, R, quat, jp, jc, fixed_base, p0, q0, R0)
+        if phi0 < 0:
+            phi0 = np.max(np.abs(phi))
+        if np.max(np.abs(phi)) <= tol:
+            break
+        J = _jacobian(R, jp, jc, fixed_base)
+        MiJt = _mass_inv_jt(R, masses, inertias_inv, J)
+        dx = -(MiJt @ np.linalg.solve(J @ MiJt, phi))
+        pos = pos + dx[:3 * n].copy().reshape(n, 3)
+        for i in range(n):
+            ph = dx[3 * n + 3 * i:3 * n + 3 * i + 3]
+            a = np.sqrt(ph[0] * ph[0] + ph[1] * ph[1] + ph[2] * ph[2])
+            half = 0.5 * a
+            k = np.sin(half) / a if a > 1e-4 else 0.5 - a * a / 48.0
+            e = np.array([np.cos(half), k * ph[0], k * ph[1], k * ph[2]])
+            qi = _quat_mul(e, quat[i])
+            quat[i] = qi / np.sqrt(np.sum(qi * qi))
+    _quat_to_R(quat, R)
+    J = _jacobian(R, jp, jc, fixed_base)
+    MiJt = _mass_inv_jt(R, masses, inertias_inv, J)
+    nu = nu - MiJt @ np.linalg.solve(J @ MiJt, J @ nu)
+    return pos, quat, nu, phi0
