@@ -551,21 +551,33 @@ class TensorChain:
                      f"after the step from t={t:.6f} s")
         return new, dyn0
 
-    def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3) -> ChainState:
+    def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3, *, violation_before: bool = False):
         """Constraint stabilization (module docstring): mass-weighted Newton projection of the pose onto
-        φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  With ``fast``: one compiled call, the same steps."""
+        φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  With ``fast``: one compiled call, the same steps.  With
+        ``violation_before``: returns (the projected state, max|φ| of ``state``)."""
+        if violation_before:
+            if self.fast:
+                return self._project_fast(state, tol, max_iter)
+            return self.project(state, tol, max_iter), float(np.max(np.abs(self.constraint_violation(state))))
         if self.fast:
-            from cmstack.models import _tensor_kernels as _k
+            return self._project_fast(state, tol, max_iter)[0]
+        return self._project_numpy(state, tol, max_iter)
 
-            try:
-                p, q, v, _ = _k.project(np.ascontiguousarray(state.pos, dtype=float),
-                                        np.ascontiguousarray(state.quat, dtype=float),
-                                        np.ascontiguousarray(state.nu, dtype=float), self.masses, self.inertias_inv,
-                                        np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
-                                        bool(self.fixed_base), *self._base, float(tol), int(max_iter))
-            except np.linalg.LinAlgError as exc:
-                raise StateError(f"tensor-chain projection failed: {exc} (state not finite, or J ℳ⁻¹ Jᵀ singular)") from None
-            return ChainState(p, q, v)
+    def _project_fast(self, state: ChainState, tol: float, max_iter: int):
+        """The compiled projection: (the projected state, max|φ| of ``state``)."""
+        from cmstack.models import _tensor_kernels as _k
+
+        try:
+            p, q, v, phi0 = _k.project(np.ascontiguousarray(state.pos, dtype=float),
+                                    np.ascontiguousarray(state.quat, dtype=float),
+                                    np.ascontiguousarray(state.nu, dtype=float), self.masses, self.inertias_inv,
+                                    np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
+                                    bool(self.fixed_base), *self._base, float(tol), int(max_iter))
+        except np.linalg.LinAlgError as exc:
+            raise StateError(f"tensor-chain projection failed: {exc} (state not finite, or J ℳ⁻¹ Jᵀ singular)") from None
+        return ChainState(p, q, v), float(phi0)
+
+    def _project_numpy(self, state: ChainState, tol: float, max_iter: int) -> ChainState:
         s = state.copy()
         n = self.n
         for _ in range(max_iter):

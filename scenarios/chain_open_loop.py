@@ -21,9 +21,10 @@ import numpy as np
 
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError
-from cmstack.models.tensor_chain import TensorChain, quat_conj, quat_log, quat_mul
+from cmstack.models.tensor_chain import ChainState, TensorChain, quat_conj, quat_log, quat_mul
 from cmstack.scenarios._common import Outcome, Row, equal_aspect_3d, scenario_main
 from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.sim.logger import Logger
 from cmstack.sim.runner import simulate
 
 NAME = "chain_open_loop"
@@ -141,60 +142,33 @@ def run(ctx) -> Outcome:
         return E if g_pot is None else E + float(np.sum(g_pot * st.pos))
     mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
     ctl = PortSchedule(port, dt)
-    # the tensor models run beside the plant, one step per control step, inside record(); ref: momentum
-    # at the start of the current zero-port interval, e_ref: energies (configured law, rotvec) there
-    st = dict(k=0, s=s0, s_rv=s0.copy(), ref=None, e_ref=None, drift_E=np.zeros(2), scale_E=np.zeros(2),
-              drift_P=0.0, drift_L=0.0, scale_P=0.0, scale_L=0.0, viol_max=0.0, pre_viol_max=0.0,
-              fj_moment=0.0, fj_force=0.0, fj_prev=None, fj_jump=0.0, cmp_rv=0.0, cmp_paper=0.0)
+    # the tensor models run beside the plant, one step per control step, inside record(); what the loop
+    # keeps per step (raw: the three states, the pulse flag, the joint forces, the pre-projection
+    # violation) is turned into the metrics and the logged diagnostics after it (summarize_raw)
+    st = dict(k=0, s=s0, s_rv=s0.copy())
+    raw = Logger()
+    rows = plant._rows
+    log_every = cfg["log_every"]
 
     def record(_t, q, v, tau):
         k, s, s_rv = st["k"], st["s"], st["s_rv"]
         t = k * dt                                       # the schedule's time (PortSchedule snaps to it)
-        on = ctl.on
-        P, L = chain.momentum(s)
-        st["scale_P"], st["scale_L"] = max(st["scale_P"], np.linalg.norm(P)), max(st["scale_L"], np.linalg.norm(L))
-        ref = st["ref"]
-        if ref is not None:                          # the state at t closes the previous zero-port step
-            st["drift_P"] = max(st["drift_P"], float(np.linalg.norm(P - ref[0])))
-            st["drift_L"] = max(st["drift_L"], float(np.linalg.norm(L - ref[1])))
-        E = np.array([energy(chain, s), energy(chain_rv, s_rv)])
-        st["scale_E"] = np.maximum(st["scale_E"], np.abs(E))
-        if st["e_ref"] is not None:
-            st["drift_E"] = np.maximum(st["drift_E"], np.abs(E - st["e_ref"]))
-        if on or k == steps:
-            st["ref"] = st["e_ref"] = None
-        elif ref is None:
-            st["ref"] = (P.copy(), L.copy())
-            st["e_ref"] = E
-        viol = float(np.max(np.abs(chain.constraint_violation(s))))
-        st["viol_max"] = max(st["viol_max"], viol)
-        g = plant.chain_state()
-        if k <= n_cmp:
-            st["cmp_paper"] = max(st["cmp_paper"], pose_diff(s, g))
-            st["cmp_rv"] = max(st["cmp_rv"], pose_diff(s_rv, g))
+        d = plant.data
+        quat_g = d.xquat[rows].copy()                    # the plant's chain state (pose part of chain_state())
+        quat_g[quat_g[:, 0] < 0] *= -1.0
+        raw.append(on=float(ctl.on), pos=s.pos, quat=s.quat, nu=s.nu, pos_rv=s_rv.pos, quat_rv=s_rv.quat, nu_rv=s_rv.nu,
+                   pos_g=d.xpos[rows], quat_g=quat_g)
+        if k % log_every == 0:
+            log.append(t=t, pos=s.pos, quat=s.quat, port=tau, plant_qpos=d.qpos)
         if k == steps:
-            dyn = chain.dynamics(s, tau, cfg["method"])
-        else:
-            s_new, dyn = chain.step(s, dt, tau, method=cfg["method"], project=False)
-            st["pre_viol_max"] = max(st["pre_viol_max"], float(np.max(np.abs(chain.constraint_violation(s_new)))))
-            if cfg["project"]:
-                s_new = chain.project(s_new)
-        fj = float(np.linalg.norm(dyn.F_J))
-        if mp["t0"] <= t < mp["t1"] and not (fp["t0"] <= t < fp["t1"]):
-            st["fj_moment"] = max(st["fj_moment"], fj)
-        if fp["t0"] <= t < fp["t1"]:
-            st["fj_force"] = max(st["fj_force"], fj)
-            if st["fj_prev"] is not None:
-                st["fj_jump"] = max(st["fj_jump"], abs(fj - st["fj_prev"]))
-            st["fj_prev"] = fj
-        if k % cfg["log_every"] == 0:
-            log.append(t=t, P=P, L=L, viol=viol, FJ=np.linalg.norm(dyn.F_J.reshape(-1, 3), axis=1),
-                       pos=s.pos, quat=s.quat, port=tau, plant_qpos=plant.data.qpos,
-                       model_qpos=plant.qpos_of(s), plant_pos=g.pos,
-                       pose_diff_rotvec=pose_diff_parts(s_rv, g) if k <= n_cmp else np.full(2, np.nan),
-                       pose_diff_paper=pose_diff_parts(s, g), energy=E)
-        if k == steps:
+            raw.append(F_J=chain.dynamics(s, tau, cfg["method"]).F_J)
             return
+        s_new, dyn = chain.step(s, dt, tau, method=cfg["method"], project=False)
+        if cfg["project"]:
+            s_new, pre = chain.project(s_new, violation_before=True)
+        else:
+            pre = float(np.max(np.abs(chain.constraint_violation(s_new))))
+        raw.append(F_J=dyn.F_J, pre_viol=pre)
         st["s"] = s_new
         st["s_rv"], _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
         st["k"] = k + 1
@@ -204,10 +178,56 @@ def run(ctx) -> Outcome:
                    progress=ctx.progress, desc=NAME, log=log)
     q, v = plant.state()                             # the final state closes the last interval
     record(plant.time, q, v, ctl(plant.time, q, v))
-    drift_P, drift_L, scale_P, scale_L = st["drift_P"], st["drift_L"], st["scale_P"], st["scale_L"]
-    viol_max, pre_viol_max, fj_moment, fj_force, fj_jump = (st[x] for x in ("viol_max", "pre_viol_max", "fj_moment",
-                                                                          "fj_force", "fj_jump"))
-    cmp_rv, cmp_paper, drift_E, scale_E = st["cmp_rv"], st["cmp_paper"], st["drift_E"], st["scale_E"]
+    R = raw.arrays()
+    T = len(R["on"])
+    P_, L_, E_ = np.zeros((T, 3)), np.zeros((T, 3)), np.zeros((T, 2))
+    viol_, diff_rv, diff_paper = np.zeros(T), np.full((T, 2), np.nan), np.zeros((T, 2))
+    model_qpos = np.zeros((T, plant.model.nq))
+    ref = e_ref = None
+    drift_P = drift_L = scale_P = scale_L = viol_max = fj_moment = fj_force = fj_jump = cmp_rv = cmp_paper = 0.0
+    drift_E, scale_E, fj_prev = np.zeros(2), np.zeros(2), None
+    for k in range(T):                               # the per-step bookkeeping, in the order of the steps
+        t = k * dt
+        s = ChainState(R["pos"][k], R["quat"][k], R["nu"][k])
+        s_rv = ChainState(R["pos_rv"][k], R["quat_rv"][k], R["nu_rv"][k])
+        g = ChainState(R["pos_g"][k], R["quat_g"][k], None)
+        P, L = chain.momentum(s)
+        scale_P, scale_L = max(scale_P, np.linalg.norm(P)), max(scale_L, np.linalg.norm(L))
+        if ref is not None:                          # the state at t closes the previous zero-port step
+            drift_P = max(drift_P, float(np.linalg.norm(P - ref[0])))
+            drift_L = max(drift_L, float(np.linalg.norm(L - ref[1])))
+        E = np.array([energy(chain, s), energy(chain_rv, s_rv)])
+        scale_E = np.maximum(scale_E, np.abs(E))
+        if e_ref is not None:
+            drift_E = np.maximum(drift_E, np.abs(E - e_ref))
+        if R["on"][k] or k == T - 1:
+            ref = e_ref = None
+        elif ref is None:
+            ref = (P.copy(), L.copy())
+            e_ref = E
+        viol = float(np.max(np.abs(chain.constraint_violation(s))))
+        viol_max = max(viol_max, viol)
+        diff_paper[k] = pose_diff_parts(s, g)
+        if k <= n_cmp:
+            diff_rv[k] = pose_diff_parts(s_rv, g)
+            cmp_paper = max(cmp_paper, float(diff_paper[k].max()))
+            cmp_rv = max(cmp_rv, float(diff_rv[k].max()))
+        fj = float(np.linalg.norm(R["F_J"][k]))
+        if mp["t0"] <= t < mp["t1"] and not (fp["t0"] <= t < fp["t1"]):
+            fj_moment = max(fj_moment, fj)
+        if fp["t0"] <= t < fp["t1"]:
+            fj_force = max(fj_force, fj)
+            if fj_prev is not None:
+                fj_jump = max(fj_jump, abs(fj - fj_prev))
+            fj_prev = fj
+        P_[k], L_[k], E_[k], viol_[k] = P, L, E, viol
+        model_qpos[k] = plant.qpos_of(s)
+    pre_viol_max = float(np.max(R["pre_viol"], initial=0.0))
+    FJ = np.linalg.norm(R["F_J"].reshape(T, -1, 3), axis=2)
+    for key, x in (("P", P_), ("L", L_), ("viol", viol_), ("FJ", FJ), ("model_qpos", model_qpos),
+                   ("plant_pos", R["pos_g"]), ("pose_diff_rotvec", diff_rv), ("pose_diff_paper", diff_paper),
+                   ("energy", E_)):
+        log.put(key, x[::log_every])
 
     mom_rel = max(drift_P / max(scale_P, 1e-300), drift_L / max(scale_L, 1e-300))
     metrics = dict(momentum_drift_rel=mom_rel, linear_momentum_drift_rel=drift_P / max(scale_P, 1e-300),
