@@ -20,7 +20,7 @@ demo: $(STAMP)
 	MPLBACKEND=Agg $(VENV)/bin/cmstack run yumi_dual_arm
 
 test: $(STAMP)
-	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests
+	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: $(STAMP)
 	$(VENV)/bin/cmstack bench

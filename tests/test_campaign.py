@@ -159,7 +159,11 @@ def test_dask_scheduler_path(tmp_path):
     """`--scheduler tcp://...` on a LocalCluster of 2 workers: a real scenario (2 short YuMi variants) and
     the toy's raise/die variants, each recorded; the Dask workers survive the variant that kills its process."""
     distributed = pytest.importorskip("distributed")
-    p = _spec(tmp_path, (DATA / "toy_campaign.toml").read_text(), "toy_spec.toml")
+    # the toy spec with one seed: each mode (fine / raises / dies) on both gains, 6 fresh interpreters
+    # instead of 12 (the local pool runs the full spec in test_failures_recorded_and_resume)
+    text = (DATA / "toy_campaign.toml").read_text()
+    assert "seeds = 2\n" in text
+    p = _spec(tmp_path, text.replace("seeds = 2\n", "seeds = 1\n"), "toy_spec.toml")
     y = tmp_path / "yumi.toml"
     y.write_text("""
 [campaign]
@@ -179,8 +183,11 @@ strict = { priority = "strict" }
         with distributed.Client(cl.scheduler_address) as client:
             assert len(client.scheduler_info()["workers"]) == 2
     rows = _rows(tmp_path / "toy" / "campaign.csv")
-    assert [x["status"] for x in rows if x["mode"] == "dies"] == ["failed"] * 4
+    assert len(rows) == 6
+    assert [x["status"] for x in rows if x["mode"] == "dies"] == ["failed"] * 2
     assert all(x["reason"] == "worker process died (exit code 7)" for x in rows if x["mode"] == "dies")
+    assert all(x["status"] == "failed" and x["reason"].startswith("RuntimeError: toy variant asked to raise")
+               for x in rows if x["mode"] == "raises")
     assert all(x["status"] != "failed" for x in rows if x["mode"] == "fine")
     yr = _rows(tmp_path / "yumi" / "campaign.csv")
     assert [x["law"] for x in yr] == ["weighted", "strict"], r2.stderr

@@ -37,17 +37,24 @@ def test_bar_plant(tmp_path):
     assert m["qp_failures"] == 0
 
 
-def test_strict_priority_1khz(tmp_path):
-    m = go(tmp_path, priority="strict", control_dt=0.001)
+@pytest.fixture(scope="module")
+def strict_1khz(tmp_path_factory):
+    """One strict-priority run at 1 kHz, shared by the two tests that need it (the same 2 s run)."""
+    return go(tmp_path_factory.mktemp("strict_1khz"), priority="strict", control_dt=0.001)
+
+
+@pytest.mark.xdist_group("yumi_strict_1khz")          # one worker runs both users of the fixture
+def test_strict_priority_1khz(strict_1khz):
+    m = strict_1khz
     assert m["constraint_error_converged"] <= 1e-5
     assert m["task_error_converged"] <= 1e-5
 
 
-def test_weighted_leaves_a_task_offset_that_strict_removes(tmp_path):
+@pytest.mark.xdist_group("yumi_strict_1khz")
+def test_weighted_leaves_a_task_offset_that_strict_removes(tmp_path, strict_1khz):
     """The finite weight ω trades tracking against Gauss' principle (thesis §3.5): the offset is real."""
     w = go(tmp_path / "w", control_dt=0.001)
-    s = go(tmp_path / "s", control_dt=0.001, priority="strict")
-    assert w["task_error_converged"] > 100 * s["task_error_converged"]
+    assert w["task_error_converged"] > 100 * strict_1khz["task_error_converged"]
 
 
 def test_unknown_config_key_is_refused(tmp_path):
