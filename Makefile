@@ -11,8 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --prefer-binary -e '.[dev]'   # the venv's own pip (no self-upgrade: ~20 s)
 	$(PY) -m cmstack.controllers.kernels   # compile the control-step kernels once (numba cache)
 	@touch $(STAMP)
 
@@ -20,7 +19,7 @@ demo: $(STAMP)
 	MPLBACKEND=Agg $(VENV)/bin/cmstack run yumi_dual_arm
 
 test: $(STAMP)
-	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadgroup tests
+	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
 
 bench: $(STAMP)
 	$(VENV)/bin/cmstack bench

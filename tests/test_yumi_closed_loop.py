@@ -43,14 +43,12 @@ def strict_1khz(tmp_path_factory):
     return go(tmp_path_factory.mktemp("strict_1khz"), priority="strict", control_dt=0.001)
 
 
-@pytest.mark.xdist_group("yumi_strict_1khz")          # one worker runs both users of the fixture
 def test_strict_priority_1khz(strict_1khz):
     m = strict_1khz
     assert m["constraint_error_converged"] <= 1e-5
     assert m["task_error_converged"] <= 1e-5
 
 
-@pytest.mark.xdist_group("yumi_strict_1khz")
 def test_weighted_leaves_a_task_offset_that_strict_removes(tmp_path, strict_1khz):
     """The finite weight ω trades tracking against Gauss' principle (thesis §3.5): the offset is real."""
     w = go(tmp_path / "w", control_dt=0.001)
