@@ -86,19 +86,21 @@ def run(ctx) -> Outcome:
     proj.reset(q0)
     ctl_p = build_controller(cfg, robot, loop)
     ref = ctl_p.ref
-    P_rows = {"t": [], "q": [], "tau": [], "phi": [], "sigma": []}
+    P_rows = {"t": [], "q": [], "tau": []}
 
     def rec_p(t, q, v, tau):
         P_rows["t"].append(t)
         P_rows["q"].append(q)
         P_rows["tau"].append(tau)
-        P_rows["phi"].append(proj.equality_violation())
-        P_rows["sigma"].append(project(loop.jacobian(q)).sigma[0])
 
     res_p = simulate(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
                      progress=ctx.progress, desc=f"{NAME} (projection plant)")
     Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
-    phi_max = max(float(np.max(P_rows["phi"])), proj.equality_violation())
+    # after the loop, from the logged states: max |φ(q)| and the smallest singular value of the loop
+    # Jacobian at every step (proj.equality_violation() is max |φ| at the plant's q)
+    phi = [float(np.max(np.abs(loop.phi(q)))) if loop.m else 0.0 for q in Pq]
+    P_rows["sigma"] = [project(loop.jacobian(q)).sigma[0] for q in Pq]
+    phi_max = max(float(np.max(phi)), proj.equality_violation())
 
     # 2. MuJoCo plant, closed loop -----------------------------------------------------------------
     mujoco_reset(mj, q0, loop)
@@ -107,15 +109,20 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(mj.model)
 
     def rec_m(t, q, v, tau):
-        th_d = ref(t)[0][0]
-        log.append(t=t, q=q, v=v, tau=tau, theta_d=th_d, e_theta=th_d - q[0], plant_qpos=mj.data.qpos,
-                   loop_violation=mj.equality_violation(), solvable=float(ctl_m.info.solvable),
-                   trail__C=np.array([mj.data.qpos[2] + 2 * loop.l, 0.0, 0.0]))
+        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=mj.data.qpos, solvable=float(ctl_m.info.solvable))
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 
     res_m = simulate(mj, ctl_m, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_m,
                      progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)", log=log)
+    # after the loop, from the logged states: the reference, the tracking error, the loop's violation
+    L = log.arrays()
+    th_d = np.array([ref(t)[0][0] for t in L["t"]])
+    trail = np.zeros((len(th_d), 3))
+    trail[:, 0] = L["plant_qpos"][:, 2] + 2 * loop.l
+    for k, x in (("theta_d", th_d), ("e_theta", th_d - L["q"][:, 0]),
+                 ("loop_violation", mj.equality_violations(L["plant_qpos"])), ("trail__C", trail)):
+        log.put(k, x)
     L = log.arrays()
 
     # 3. same torques on both plants ---------------------------------------------------------------
