@@ -16,16 +16,17 @@ machine: 110 µs / 102 µs, 24–28× a 3.9–4.2 µs computeAllTerms).
 After (``PIDC._compiled_step``: one ``pin.computeAllTerms`` read in place, the constraint row on Python floats
 (``SliderCrankLoop.row_and_jdot_v``; the series-parallel adapter lifts and forms its row in the kernel
 ``triangle_lift``), and the whole law in one numba kernel ``controllers/kernels.py: pidc_one_row``, a
-sinusoid reference evaluated inside it), busy machine (load 8-9), interleaved medians over 2000 states × 3:
+sinusoid reference evaluated inside it), busy machine (load 8-11), interleaved with the floor, medians over
+2000 states × 3; the NumPy step in a second pass the same way:
 
-    slider-crank      11.6 µs / computeAllTerms 1.6 µs = 7.2×    (NumPy step interleaved too: 36 vs 144 µs)
-    series-parallel   16.5 µs / computeAllTerms 2.7 µs = 6.2×    (NumPy step interleaved too: 25 vs 152 µs)
+    slider-crank      23.4 µs / computeAllTerms 3.0 µs = 7.9×    (NumPy step 80.5 µs = 25.3×; another run 11.6 / 1.6 = 7.2×)
+    series-parallel   16.9 µs / computeAllTerms 2.8 µs = 6.1×    (NumPy step 201 µs = 24.7×; another run 16.5 / 2.7 = 6.2×)
 
-The compiled step is 4-6× faster than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
+The compiled step costs 3-4× fewer floors than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
 computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls
 themselves.  Where a slider-crank step goes (component medians on the same states, busy: 14.9 µs in all,
 floor 2.0): computeAllTerms and the state copies for the lazily built ``kin`` 3.8, the constraint row 2.0,
-the scenario's reference function (three one-element arrays) 4.3, the kernel call (11 array arguments, ~0.12
+the scenario's reference function (three one-element arrays) 4.3, the kernel call (11 arguments, ~0.12
 µs each to dispatch) 2.4, the info record 1.0, method calls the rest.
 """
 from __future__ import annotations
@@ -63,28 +64,29 @@ PIDC_TARGET = 1.5
 def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v), before=None):
     """Interleaved medians [µs] of fn(t, q, v) and of its floor pin.computeAllTerms(model, data, q, v)
     at ``arg(t, q, v)``, and their ratio; ``before(t, q, v)``: the NumPy step the compiled one replaced,
-    interleaved too."""
-    step, floor, old = [], [], []
-    perf = time.perf_counter
-    for _ in range(repeat):
-        for t, q, v in items:
-            qf, vf = arg(t, q, v)
-            c0 = perf()
-            fn(t, q, v)
-            c1 = perf()
-            pin.computeAllTerms(model, data, qf, vf)
-            c2 = perf()
-            step.append(c1 - c0)
-            floor.append(c2 - c1)
-            if before is not None:
-                c3 = perf()
-                before(t, q, v)
-                old.append(perf() - c3)
-    ms, mf = float(np.median(step)) * 1e6, float(np.median(floor)) * 1e6
+    measured the same way in a second pass (interleaved with the floor, not with the step: its larger
+    working set would slow the step it alternated with)."""
+    def one(f):
+        step, floor = [], []
+        perf = time.perf_counter
+        for _ in range(repeat):
+            for t, q, v in items:
+                qf, vf = arg(t, q, v)
+                c0 = perf()
+                f(t, q, v)
+                c1 = perf()
+                pin.computeAllTerms(model, data, qf, vf)
+                c2 = perf()
+                step.append(c1 - c0)
+                floor.append(c2 - c1)
+        return float(np.median(step)) * 1e6, float(np.median(floor)) * 1e6
+
+    ms, mf = one(fn)
     out = {"step_us_median": ms, "floor_us_median": mf, "ratio": ms / mf, "target": PIDC_TARGET,
            "met": ms / mf <= PIDC_TARGET, "states": len(items), "repeat": repeat}
-    if old:
-        out["numpy_step_us_median"] = float(np.median(old)) * 1e6
+    if before is not None:
+        bs, bf = one(before)
+        out.update(numpy_step_us_median=bs, numpy_ratio=bs / bf)
     return out
 
 
@@ -186,7 +188,7 @@ def main(argv=None) -> None:
     for name, r in ratios.items():
         print(f"{name} step {r['step_us_median']:.1f} µs / floor computeAllTerms {r['floor_us_median']:.1f} µs "
               f"= {r['ratio']:.1f}× (target ≤ {PIDC_TARGET}×: {'met' if r['met'] else 'MISSED'}; interleaved, "
-              f"{r['states']} states × {r['repeat']}; the NumPy step before: {r.get('numpy_step_us_median', float('nan')):.1f} µs)")
+              f"{r['states']} states × {r['repeat']}; the NumPy step before: {r.get('numpy_step_us_median', float('nan')):.1f} µs = {r.get('numpy_ratio', float('nan')):.1f}×)")
     (results_dir() / "projection.json").write_text(json.dumps({"pidc_ratio": ratios, "other": res}, indent=2))
     for k, v in res.items():
         print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
