@@ -252,7 +252,10 @@ class _FusedPlan:
         self.fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
         self.fJ = np.zeros((len(fint), 6, n))
         self.fvec = np.zeros((len(fint), 24))
-        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])] or [0]
+        # the joints' views go to the kernel as tuples; padded (with the universe, never read) to a
+        # length 4, 8, 16, … so that one compiled signature serves every plan of up to 4 joints
+        ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
+        self.joint_ids = ids + [0] * (max(4, 1 << max(len(ids) - 1, 0).bit_length()) - len(ids))
         self.data = None
         self.tgtH = np.zeros((nt, 4, 4))
         self.tgtVA = np.zeros((nt, 12))
@@ -580,7 +583,7 @@ class UdwadiaKalabaController:
             qref[off:stop] = task.q_ref
         Ab = np.empty(P.ab_shape)
         out = np.empty(P.out_len)
-        st = P.step(t, kin.M, kin.h, kin.q, kin.v, P.args, Ab, out)
+        st = P.step(float(t), kin.M, kin.h, kin.q, kin.v, P.args, Ab, out)
         n = self.n
         x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]
         lam = out[3 * n:] if P.m_up else None

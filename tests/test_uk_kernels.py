@@ -251,3 +251,20 @@ def test_gains_targets_and_new_frames_are_read_every_step(setup):
     FrameTask(robot, "yumi_link_7_r", kp=1.0, kd=1.0, offset=pin.SE3(np.eye(3), np.array([0.0, 0.0, 0.3])))
     np.testing.assert_allclose(fast(t, q, v), slow(t, q, v), rtol=1e-9)
     assert _rel(fast(t, q, v), UdwadiaKalabaController(robot, levels=[[c], [s], [p, GAUSS]], limits=[])(t, q, v)) < 1e-9
+
+
+def test_plans_of_any_joint_count_share_one_compiled_step(setup):
+    """Plans with 0 to 3 joints (Gauss alone, a posture, one frame, the thesis set-up plus a frame
+    on the fixed base) and an integer time all run one compiled signature of the kernel (no
+    recompilation per controller), with the generic path's torques (Gauss alone gives τ ≈ 0, so
+    the tolerance is relative to h)."""
+    cfg, robot, c, u, states = setup
+    p = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+    base = FrameTask(robot, "yumi_body", kp=1.0, kd=1.0)
+    base.set_target(pin.SE3.Identity())
+    t, q, v = states[60]
+    scale = np.linalg.norm(robot.update(q, v).h)
+    for levels in ([[GAUSS]], [[p, GAUSS]], [[(u, 5.0), p, GAUSS]], [[c], [u], [p, base, GAUSS]]):
+        fast, slow = _pair(robot, levels=levels, limits=[], warn_free_dof=False)
+        np.testing.assert_allclose(fast(1, q, v), slow(1, q, v), rtol=1e-9, atol=1e-9 * scale)
+    assert len(K.uk_step.signatures) == 1, K.uk_step.signatures
