@@ -9,10 +9,12 @@ lifted state q̂, q̂̇, q̂̈; ``robust18_post`` applies Eᵀ and the law), the
 Measured interleaved (busy 2-core machine, load 8-11, medians over 5 s of states × 3):
     3 bodies: 26.3 µs (NumPy, before; quiet machine 27.3 µs = 9.5×) → 10.7 µs, floor 2.5 µs: 4.3×
     5 bodies: 31.2 µs → 14.0 µs, floor 3.7 µs: 3.7×
-MISSED (target 1.5×): the non-Pinocchio part is now a Python call, two kernel dispatches (9 and 6 arguments,
-1.4 and 0.6 µs), four result arrays and the record (~1 µs); 1.5× a 2.5-3 µs RNEA leaves ~1.3 µs for all of it.
-
-    python -m bench.series_parallel [--repeat 3] [--duration 5]
+    (another run, load 14: 3 bodies 49.2 → 20.3 µs, 4.1×; 5 bodies 56.7 → 23.5 µs, 3.6×; the step is
+    interleaved with the ~270 µs body-wise-sum path, whose working set slows it: alone it takes ~9 µs)
+MISSED (target 1.5×).  Profile of the step alone (load 12, medians, 8.8 µs in all): ``robust18_pre`` 2.0 µs
+(dispatch of its 9 arguments included), the RNEA 2.2, ``robust18_post`` 1.2, the result array 0.8, and ~2.6 µs of
+Python (the call, two ``asarray``, shape checks, the info record).  1.5× a 2.5-3 µs RNEA leaves ~1.3 µs for
+everything that is not Pinocchio — about one Python call.
 """
 from __future__ import annotations
 

@@ -533,11 +533,12 @@ def robust18_pre(t, q, v, sinus, with_actuator, prm, ref, H, out):
 
 
 @njit(cache=True)
-def robust18_post(tau, dz, with_actuator, gains, out, Q):
+def robust18_post(tau, dz, with_actuator, gains, out):
     """Γ q̈_r + h − Q_e = Eᵀ τ̂ (τ̂ the open tree's RNEA at the lifted state; E = identity but for the ζ row,
     and the α = ζ/2, δ rows with the actuator bodies), then (18) with ``gains`` = [K; −κ; 1/ε]:
         Q_a = (Γ q̈_r + h − Q_e) − K s − κ sat(s/ε),   sat(x) = min(1, max(−1, x))
-    (out[2] = the model part, out[3] = −κ sat(s/ε); s = out[1])."""
+    (out[2] = the model part, out[3] = −κ sat(s/ε), out[4] = Q_a; s = out[1])."""
+    Q = out[4]
     out[2, 0] = tau[0]
     out[2, 1] = tau[1]
     out[2, 2] = dz * tau[2] + ((0.5 * dz * tau[3] + tau[4]) if with_actuator else 0.0)

@@ -100,21 +100,21 @@ class RobustPartitionController:
         r = self._kref
         if not self._sinus:
             r[0], r[1], r[2] = self.trajectory(t)
-        out = np.empty((4, 3))
+        out = np.empty((5, 3))                        # e, s, model part, robust part, Q_a
         st, dz = robust18_pre(float(t), q, v, self._sinus, self._kact, self._kprm, r, self._kH, out)
         if st:
             if st == 1:
                 self.model.map.check_delta(float(q[2]))          # raises with the stroke named
             raise StateError(f"partition model: non-finite state q={q}, q̇={v} or reference {r.tolist()} at t={t}")
-        Q = np.empty(3)
         pm = self.model
         qh, vh, ah = self._kHrows
-        robust18_post(pin_rnea(pm.model, pm.data, qh, vh, ah), dz, self._kact, self._kgain, out, Q)
+        robust18_post(pin_rnea(pm.model, pm.data, qh, vh, ah), dz, self._kact, self._kgain, out)
+        e, s, Q_model, Q_rob, Q = out
         info = self._kinfo
         if info is None or info is not self.info:          # one record, refilled with this step's arrays
-            info = self._kinfo = RobustInfo(*out, status="solved")
+            info = self._kinfo = RobustInfo(e, s, Q_model, Q_rob, status="solved")
         else:
-            info.e, info.s, info.Q_model, info.Q_robust = out
+            info.e, info.s, info.Q_model, info.Q_robust = e, s, Q_model, Q_rob
         self.info = info
         return Q
 
