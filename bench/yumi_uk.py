@@ -15,18 +15,18 @@ generic Python path (``fused=False``), for a before/after in one process.
 
     python -m cmstack.bench.yumi_uk [--repeat 5] [--fused-only] [--profile]
 
-Measured 2026-11-23 (2-core machine shared by ~6 sessions, load average 6–10; interleaved, medians;
+Measured 2026-11-23 (2-core machine shared by ~6 sessions, load average 6–14; interleaved, medians;
 400 closed-loop states; every step took the direct KKT path, no QP):
 
     | step                         | median        | ratio to the floor | target |
     | floor                        | 79–109 µs     | 1                  |        |
-    | UK weighted, fused kernels   | 60–90 µs      | 0.76–0.83×         | ≤ 1.25× met |
-    | UK 3 strict levels, fused    | 56–76 µs      | 0.69–0.80×         | ≤ 2×    met |
+    | UK weighted, fused kernels   | 60–90 µs      | 0.76–0.84×         | ≤ 1.25× met |
+    | UK 3 strict levels, fused    | 56–78 µs      | 0.69–0.80×         | ≤ 2×    met |
     | UK weighted, generic Python  | 224–300 µs    | 2.61–3.06×         |        |
     | UK 3 levels, generic Python  | 254–336 µs    | 2.90–3.50×         |        |
 
-(0.76–0.80× with ``--fused-only``, 0.82×/0.70× with the generic path interleaved, whose cache
-pressure slows every other call.)  The step is below the floor because the floor contains a QP solve
+(0.76–0.80× with ``--fused-only``, 0.82–0.84×/0.70–0.74× with the generic path interleaved, whose
+cache pressure slows every other call.)  No quiet machine was available for this measurement.  The step is below the floor because the floor contains a QP solve
 (≈ 45–60 µs) that the step skips unless a limit is violated.
 
 How the fused path works (``controllers/_uk_kernels.py``): ``Robot.update`` runs
