@@ -5,7 +5,7 @@ The same equations as the NumPy methods of :class:`~cmstack.models.tensor_chain.
 as loops over the N bodies so that one call does a whole step without Python overhead:
 
     ℳ = blockdiag(m_i I₃, sym(R_i I_i R_iᵀ)),  J = [J_v, J_ω] (30)–(31),  γ (28),  ℱ (33),
-    [ℳ Jᵀ; J 0] [ν̇; F_J] = [ℱ; γ]  (32, one LU solve),  q̇ = ½ [0; ω] ⊗ q,  classical RK4,
+    [ℳ Jᵀ; J 0] [ν̇; F_J] = [ℱ; γ]  (32, solved through its Schur complement (35): ℳ is block diagonal),  q̇ = ½ [0; ω] ⊗ q,  classical RK4,
     quaternion renormalisation, then the mass-weighted projection onto φ = 0 and J ν = 0.
 
 The NumPy methods stay the reference: tests/test_tensor_chain.py compares both to round-off.
@@ -198,14 +198,26 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
         w1 = nu[3 * n + 3 * j + 3:3 * n + 3 * j + 6]
         g = _cross(w1, _cross(w1, sc[j])) - _cross(w0, _cross(w0, sp[j]))
         gam[3 * j:3 * j + 3] = g
-    N = 6 * n + nc
-    KK = np.zeros((N, N))
-    KK[:6 * n, :6 * n] = M
-    KK[:6 * n, 6 * n:] = J.T
-    KK[6 * n:, :6 * n] = J
-    rhs = np.concatenate((F, gam))
-    x = np.linalg.solve(KK, rhs)
-    return x[:6 * n].copy(), x[6 * n:].copy(), M, J, gam, F, MJ
+    # (32) through its Schur complement (35), ℳ being block diagonal: ℳ⁻¹ is 1/m_i and the 3×3 inverses
+    # of the world inertias; S = J ℳ⁻¹ Jᵀ, F_J = S⁻¹(J ℳ⁻¹ ℱ − γ), ν̇ = ℳ⁻¹(ℱ − Jᵀ F_J) — the solution of
+    # the augmented system (the NumPy "kkt" path) to round-off, with a 3(N−1)×3(N−1) solve instead of
+    # a (9N−3)×(9N−3) one
+    Jt = J.T.copy()
+    MiJt = np.empty((6 * n, nc))
+    MiF = np.empty(6 * n)
+    for i in range(n):
+        inv_m = 1.0 / masses[i]
+        k = 3 * n + 3 * i
+        Iwi = np.linalg.inv(M[k:k + 3, k:k + 3])
+        for a in range(3):
+            MiF[3 * i + a] = inv_m * F[3 * i + a]
+            MiJt[3 * i + a] = inv_m * Jt[3 * i + a]
+        MiJt[k:k + 3] = Iwi @ Jt[k:k + 3]
+        MiF[k:k + 3] = Iwi @ F[k:k + 3]
+    S = J @ MiJt
+    FJ = np.linalg.solve(S, J @ MiF - gam)
+    nd = MiF - MiJt @ FJ
+    return nd, FJ, M, J, gam, F, MJ
 
 
 @njit(cache=True)
