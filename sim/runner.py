@@ -52,6 +52,12 @@ class RunResult:
         return float(np.median(self.step_us)) if self.step_us else float("nan")
 
 
+#: totals over every :func:`simulate` call of this process (a benchmark resets and reads them):
+#: simulated seconds, wall seconds and CPU seconds of the loop's thread (``time.thread_time``: what
+#: the loop itself cost, whatever else the machine runs)
+LOOP_TOTALS = {"simulated_s": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
+
+
 def substeps(control_dt: float, sim_dt: float) -> int:
     n = int(round(control_dt / sim_dt))
     if n < 1 or abs(n * sim_dt - control_dt) > 1e-9 * max(1.0, control_dt):
@@ -89,7 +95,7 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
 
         bar = tqdm(total=n_steps, desc=desc, unit="step", leave=False, mininterval=0.5)
     perf = time.perf_counter
-    w0 = perf()
+    w0, cpu0 = perf(), time.thread_time()
     try:
         active: set[int] = set()
         for _ in range(n_steps):
@@ -122,6 +128,9 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
                 bar.update(1)
     finally:
         res.wall_s = perf() - w0
+        res.cpu_s = time.thread_time() - cpu0
+        for k, x in (("simulated_s", res.simulated_s), ("wall_s", res.wall_s), ("cpu_s", res.cpu_s)):
+            LOOP_TOTALS[k] += x
         if bar is not None:
             bar.close()
     return res
@@ -138,13 +147,15 @@ class Run(RunResult):
 
     steps: control steps done; duration [s]: simulated time asked for (steps × control_dt when
     complete); control_dt [s]; step_us: wall time of each controller call [µs]; wall_s: wall time of
-    the whole loop [s] (logging, viewer and plant included; imports and plots excluded);
+    the whole loop [s] (logging, viewer and plant included; imports and plots excluded); cpu_s: CPU
+    time of the loop's thread over the same span [s] (on a busy machine wall_s also counts the waits);
     errors: per constraint/task name, its error at every step (empty if the controller does not
     report errors); log: the Logger of the run."""
 
     duration: float = 0.0
     control_dt: float = 0.0
     wall_s: float = float("nan")
+    cpu_s: float = float("nan")
     errors: dict[str, list] = field(default_factory=dict)
     log: Logger | None = None
 
