@@ -76,6 +76,22 @@ def equal_aspect_3d(ax, points) -> None:
     ax.set_box_aspect((1.0, 1.0, 1.0))
 
 
+def load_kernels(make_controller, t: float, q, v) -> None:
+    """Load a controller's compiled kernels (numba: machine code from the on-disk cache, compiled if
+    absent) before a timed loop: one call of a throwaway controller ``make_controller()`` (same
+    configuration as the run's) at (t, q, v).  A start-up cost like an import (0.05–2 s per process),
+    not a control step's; the run's own controller and its state are untouched.  Warnings and errors
+    are left for the run itself to raise and report."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            make_controller()(t, q, v)
+        except Exception:
+            pass
+
+
 @dataclass
 class Context:
     name: str

@@ -15,7 +15,7 @@ from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Circle
-from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
@@ -143,29 +143,14 @@ def run(ctx) -> Outcome:
             viewer.maybe_update(t, plant.data.qpos, frames={"E1": E1, "E2": E2, "desired": TD},
                                 trails={"E1": E1.translation}, segments={"coupling": (E1.translation, EB)})
 
-    load_kernels(cfg, robot, coupling, task, plant.state(noisy=False))
+    # the compiled kernels are loaded before the timed loop, by a throwaway controller of the same config
+    load_kernels(lambda: CONTROLLERS[cfg["controller"]](cfg, robot, coupling, task), 0.0, *plant.state(noisy=False))
     res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                    disturbances=disturbances, progress=ctx.progress, desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
                    log=log, task_errors=False)   # record logs the errors itself
     diagnostics(log, robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, bar=cfg["plant"] == "bar")
     L = log.arrays()
     return summarize(ctx, cfg, L, res, controller, plant)
-
-
-def load_kernels(cfg: dict, robot: Robot, coupling, task, state) -> None:
-    """Load the controller's compiled kernels (numba: machine code from the on-disk cache, compiled if
-    absent) before the timed loop: one step of a throwaway controller of the same configuration at the
-    initial (q, v).  A start-up cost like an import (about 2 s under load for the fused UK step), not a
-    control step's; the run's own controller and its state are untouched (a new instance, its own QP
-    solvers).  Any error is left for the run itself to raise and report."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            CONTROLLERS[cfg["controller"]](cfg, robot, coupling, task)(0.0, *state)
-        except Exception:
-            pass
 
 
 def diagnostics(log, robot: Robot, controller, plant, coupling, task, traj, T_AB, fid1: int, fid2: int,
