@@ -27,6 +27,14 @@ def _load(name):
     return json.loads(p.read_text()) if p.exists() else None
 
 
+def _python_floor_note(e: dict) -> str:
+    """The least Python controller around the same Pinocchio call (bench.python_floor), if measured."""
+    if "python_floor_ratio" not in e:
+        return ""
+    return (f"no Python controller goes below {e['python_floor_ratio']:.2f}× (bench.python_floor); "
+            f"this step is {e['step_over_python_floor']:.2f}× that")
+
+
 def summary(quick: bool) -> list[dict]:
     """Rows {what, value, unit, target, met} from bench/results/*.json (value None: not measured)."""
     rows = []
@@ -43,11 +51,13 @@ def summary(quick: bool) -> list[dict]:
     pr = (_load("projection") or {}).get("pidc_ratio", {})
     for key, what in (("slider_crank_pidc", "PIDC step (slider-crank) / floor"),
                       ("series_parallel_pidc", "PIDC step (series-parallel) / floor")):
-        r = pr.get(key, {}).get("ratio")
-        add(what, r, "×", "≤ 1.5", r is not None and r <= 1.5)
+        e = pr.get(key, {})
+        r = e.get("ratio")
+        add(what, r, "×", "≤ 1.5", r is not None and r <= 1.5, _python_floor_note(e))
     sp = _load("series_parallel")
     r = sp[0]["ratio_to_floor"] if sp else None
-    add("robust law (18) step / floor (one RNEA)", r, "×", "≤ 1.5", r is not None and r <= 1.5)
+    add("robust law (18) step / floor (one RNEA)", r, "×", "≤ 1.5", r is not None and r <= 1.5,
+        _python_floor_note(sp[0]) if sp else "")
     ch = _load("chain") or {}
     med = ch.get("law3_closed_form_us_median")
     add("DAC law III step, median", med, "µs", "≤ 250", med is not None and med <= 250.0,

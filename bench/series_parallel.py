@@ -15,6 +15,12 @@ MISSED (target 1.5×).  Profile of the step alone (load 12, medians, 8.8 µs in 
 (dispatch of its 9 arguments included), the RNEA 2.2, ``robust18_post`` 1.2, the result array 0.8, and ~2.6 µs of
 Python (the call, two ``asarray``, shape checks, the info record).  1.5× a 2.5-3 µs RNEA leaves ~1.3 µs for
 everything that is not Pinocchio — about one Python call.
+
+Quiet machine (load 2, 5 s of states × 3): 3 bodies 4.2 µs over a 1.1 µs RNEA = 3.9×, 5 bodies 4.6 / 1.4 µs
+= 3.3×.  ``bench.python_floor`` measures the bound: the least a Python controller can cost around the same
+RNEA (its call, the RNEA, two views, one six-argument numba kernel that copies the result, the return) is
+2.1 µs = 2.0× (3 bodies) and 2.4 µs = 1.7× (5 bodies) the floor, so no Python controller meets 1.5×; the law
+(18) step is 2.0× and 1.9× that bound.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from cmstack.bench import results_dir
+from cmstack.bench import python_floor, results_dir
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.series_parallel import build_plant, build_robust, make_trajectory, plant_state, reset_plant
 
@@ -58,7 +64,8 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
     qh = [pm.map.xi(q) for _, q, _ in states]
     vh = [pm.map.E(q) @ v for _, q, v in states]
     ref = build_robust({**cfg, "model_terms": "rnea"}, traj)       # its NumPy formulation (before issue 12)
-    calls, calls_part, floor, calls_np = [], [], [], []
+    pyf = python_floor(pin.rnea, m, m.createData(), m.nv, accel_from_v=True)
+    calls, calls_part, floor, calls_np, pfl = [], [], [], [], []
     for _ in range(repeat):
         for (t, q, v), x, y in zip(states, qh, vh):
             c0 = time.perf_counter()
@@ -69,7 +76,10 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
             pin.rnea(m, d, x, y, y)
             c3 = time.perf_counter()
             ref._numpy_step(t, q, v)
-            calls_np.append((time.perf_counter() - c3) * 1e6)
+            c4 = time.perf_counter()
+            pyf(t, x, y)
+            pfl.append((time.perf_counter() - c4) * 1e6)
+            calls_np.append((c4 - c3) * 1e6)
             calls.append((c1 - c0) * 1e6)
             calls_part.append((c2 - c1) * 1e6)
             floor.append((c3 - c2) * 1e6)
@@ -80,6 +90,10 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
                 numpy_step_us_median=float(np.median(calls_np)),
                 floor_rnea_us_median=float(np.median(floor)),
                 ratio_to_floor=float(np.median(calls) / np.median(floor)),
+                # the least a Python controller costs around the same RNEA (bench.python_floor)
+                python_floor_us_median=float(np.median(pfl)),
+                python_floor_ratio=float(np.median(pfl) / np.median(floor)),
+                step_over_python_floor=float(np.median(calls) / np.median(pfl)),
                 mujoco_step_us_median=float(np.median(step_us)))
 
 
@@ -94,7 +108,9 @@ def main(argv=None) -> None:
         print(f"{bodies}: law (18) step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
               f"{r['calls']} calls) with the RNEA model term; {r['partition_step_us_median']:.1f} µs with the paper's "
               f"body-wise sums; {r['numpy_step_us_median']:.1f} µs as NumPy calls (before); floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "
-              f"{r['ratio_to_floor']:.2f} (target <= 1.5); MuJoCo plant step (per control period) "
+              f"{r['ratio_to_floor']:.2f} (target <= 1.5); the least Python controller around the same RNEA "
+              f"{r['python_floor_us_median']:.1f} µs = {r['python_floor_ratio']:.2f}× the floor, the step "
+              f"{r['step_over_python_floor']:.2f}× it; MuJoCo plant step (per control period) "
               f"median {r['mujoco_step_us_median']:.1f} µs")
     out = results_dir()
     out.mkdir(exist_ok=True)

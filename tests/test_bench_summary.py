@@ -2,6 +2,9 @@
 (fabricated results here: no timing is measured or asserted)."""
 import json
 
+import numpy as np
+import pinocchio as pin
+
 from cmstack.bench.__main__ import main, print_summary, summary
 
 
@@ -11,7 +14,8 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     res.mkdir(parents=True)
     (res / "yumi_uk.json").write_text(json.dumps({"ratio_of_medians": {"uk_weighted": 1.2, "uk_3_levels": 2.5}}))
     (res / "projection.json").write_text(json.dumps({"pidc_ratio": {"slider_crank_pidc": {"ratio": 1.4}}}))
-    (res / "series_parallel.json").write_text(json.dumps([{"ratio_to_floor": 3.0}]))
+    (res / "series_parallel.json").write_text(json.dumps([{"ratio_to_floor": 3.0, "python_floor_ratio": 1.9,
+                                                            "step_over_python_floor": 1.6}]))
     (res / "chain.json").write_text(json.dumps({"law3_closed_form_us_median": 200.0, "law3_step_over_floor": 4.0}))
     (res / "realtime.json").write_text(json.dumps({
         "yumi_dual_arm": {"realtime_factor": 12.0, "duration_s": 0.5},
@@ -24,6 +28,8 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     assert rows["PIDC step (series-parallel) / floor"]["value"] is None
     assert rows["PIDC step (series-parallel) / floor"]["met"] is None
     assert rows["robust law (18) step / floor (one RNEA)"]["met"] is False
+    assert "1.90×" in rows["robust law (18) step / floor (one RNEA)"]["note"]     # the Python bound, beside it
+    assert rows["PIDC step (slider-crank) / floor"]["note"] == ""                  # not measured: not claimed
     assert rows["DAC law III step, median"]["met"] is True
     assert rows["yumi_dual_arm realtime_factor"]["met"] is True
     assert rows["slider_crank realtime_factor"]["value"] is None and "ConfigError" in rows["slider_crank realtime_factor"]["note"]
@@ -36,3 +42,17 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
 def test_unknown_benchmark_is_a_usage_error(capsys):
     assert main(["no_such_bench"]) == 2
     assert "no_such_bench" in capsys.readouterr().err
+
+
+def test_python_floor_makes_the_call_and_returns_its_result():
+    """bench.python_floor really calls Pinocchio (a probe that skipped it would measure nothing)."""
+    from cmstack.bench import python_floor
+
+    model = pin.buildSampleModelManipulator()
+    rng = np.random.default_rng(0)
+    q, v = pin.randomConfiguration(model), rng.normal(size=model.nv)
+    step = python_floor(pin.computeAllTerms, model, model.createData(), model.nv)
+    ref = pin.nonLinearEffects(model, model.createData(), q, v)
+    assert np.allclose(step(0.0, q, v), ref, rtol=0, atol=1e-12)
+    step_a = python_floor(pin.rnea, model, model.createData(), model.nv, accel_from_v=True)
+    assert np.allclose(step_a(0.0, q, v), pin.rnea(model, model.createData(), q, v, v), rtol=0, atol=1e-12)
