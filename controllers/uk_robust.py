@@ -198,4 +198,5 @@ def build_yumi(cfg: dict, robot, coupling, task) -> RobustUKController:
                               task_ki=cfg["robust_task_ki"], task_z_max=cfg["robust_task_z_max"],
                               q_filter_hz=cfg["robust_q_filter_hz"], v_filter_hz=cfg["robust_v_filter_hz"],
                               control_dt=cfg["control_dt"], omega=cfg["omega"], priority=cfg["priority"],
-                              torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"])
+                              torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"],
+                              warn_free_dof=False)        # the thesis set-up's 2 free DoF are on purpose

@@ -46,8 +46,11 @@ def build_problem(cfg: dict, robot: Robot):
 def build_uk(cfg, robot, coupling, task):
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 
+    # the thesis set-up (§4.4): coupling (6 rows) and E1 task (6 rows) on 14 joints; the 2 remaining degrees
+    # of freedom are left to Gauss' principle on purpose, so the controller's warning about them is off here
     return UdwadiaKalabaController(robot, [coupling], [task], omega=cfg["omega"], priority=cfg["priority"],
-                                   torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"])
+                                   torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"],
+                                   warn_free_dof=False)
 
 
 def build_pidc_force(cfg, robot, coupling, task):

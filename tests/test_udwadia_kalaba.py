@@ -191,6 +191,22 @@ def test_free_degrees_of_freedom_warn_once():
         full(t, q, v)                                      # a posture task covers every DoF: no warning
 
 
+def test_shipped_thesis_controllers_do_not_warn_about_the_thesis_free_dofs():
+    """The thesis set-up leaves 2 DoF to Gauss on purpose: the yumi_dual_arm builders (thesis law and robust
+    law) run a step without the warning a user's own under-specified controller gets (test above)."""
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.yumi_dual_arm import CONTROLLERS
+
+    cfg, robot, c, u = thesis_setup()
+    full = default_config("yumi_dual_arm")
+    t, q, v = recorded_states()[0]
+    for name in ("uk", "uk_robust"):
+        ctl = CONTROLLERS[name](full, robot, c, u)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ctl(t, q, v)
+
+
 def test_three_strict_levels():
     """coupling / E1 task / posture + Gauss: each level optimal within the ones above (3.39)."""
     cfg, robot, c, u = thesis_setup()
