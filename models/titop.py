@@ -469,6 +469,69 @@ class _Node:
     children: list = field(default_factory=list)
 
 
+class _Layout:
+    """A :class:`System`'s tree flattened into the index arrays of the compiled sweeps
+    (``models/_titop_kernels.py``: one row per block, parents first), built at the first sweep after the
+    last ``add``/``add_loop``.  It copies the blocks' constant parameters (D_P, P_{a0/b}, axes, ports):
+    blocks are not to be modified once in a system (or set ``System._layout = None`` after doing so)."""
+
+    @classmethod
+    def build(cls, sysm):
+        """The layout, or False when a block, body or loop is not one of the kernels' types."""
+        from cmstack.models import _titop_kernels as k
+
+        n = len(sysm.nodes)
+        kinds = {Weld: k.KIND_WELD, Revolute: k.KIND_REVOLUTE, Prismatic: k.KIND_PRISMATIC}
+        kind, parent, iq = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        P0, axis, S = np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 6))
+        pport, D = np.zeros((n, 3)), np.zeros((n, 6, 6))
+        port_keys, port_node, port_vec, port_of = [], [], [], {}
+        for i, nd in enumerate(sysm.nodes):
+            b = nd.block
+            if type(b.body) is not RigidBody:
+                return False
+            if i == 0:
+                kind[0] = k.KIND_FLOATING if sysm.floating else k.KIND_FIXED
+                P0[0] = _I3
+            elif type(b) in kinds:
+                kind[i] = kinds[type(b)]
+                P0[i] = b.P0
+                if kind[i] != k.KIND_WELD:
+                    axis[i] = b.axis
+                    S[i] = b.S[:, 0]
+                pport[i] = sysm.nodes[nd.parent].block.body.ports[nd.port]
+            else:
+                return False
+            parent[i], iq[i] = nd.parent, nd.iq
+            D[i] = b.body.D
+            for name, vec in b.body.ports.items():
+                port_keys.append((i, name))
+                port_node.append(i)
+                port_vec.append(vec)
+                port_of[(b.name, name)] = (i, vec)
+        if any(type(L) is not LoopClosure for L in sysm.loops):
+            return False
+        nL = len(sysm.loops)
+        loop_node, loop_port = np.empty((nL, 2), dtype=np.int64), np.empty((nL, 2, 3))
+        loop_K, loop_D = np.empty((nL, 6, 6)), np.empty((nL, 6, 6))
+        for j, L in enumerate(sysm.loops):
+            for s, (bname, pname) in enumerate(((L.left, L.port_l), (L.right, L.port_r))):
+                loop_node[j, s], loop_port[j, s] = port_of[(bname, pname)]
+            loop_K[j], loop_D[j] = L.K, L.D
+        lay = cls()
+        lay.k = k
+        lay.kind = kind
+        lay.joints = (kind, parent, iq, P0, axis, pport)                   # kinematics' arguments
+        lay.tree = (kind, parent, iq, P0, axis, S, pport, D)               # the dynamics kernels' first ones
+        lay.loops = (loop_node, loop_port, loop_K, loop_D)
+        lay.no_loads = (np.empty(0, dtype=np.int64), np.empty((0, 3)), np.empty((0, 6)))
+        lay.port_keys = port_keys
+        lay.port_node = np.array(port_node, dtype=np.int64)
+        lay.port_vec = np.array(port_vec, dtype=float).reshape(-1, 3)
+        lay.port_of = port_of
+        return lay
+
+
 class System:
     """A tree of TITOP blocks (Fig. 16), optionally closed by :class:`LoopClosure` blocks.
 
@@ -489,6 +552,9 @@ class System:
         self.loops: list[LoopClosure] = []
         self.floating = isinstance(root, FloatingBase)
         self.nj = 0
+        self.fast = True           # sweeps through the compiled kernels (models/_titop_kernels.py)
+        self._layout = None        # the flattened tree, built at the first sweep after the last add
+        self._last_call = None
 
     @property
     def nq(self) -> int:
@@ -511,6 +577,7 @@ class System:
         self.index[block.name] = len(self.nodes)
         self.nodes[ip].children.append(len(self.nodes))
         self.nodes.append(node)
+        self._layout = None
         return block
 
     def add_loop(self, loop: LoopClosure) -> LoopClosure:
@@ -519,6 +586,7 @@ class System:
                 raise FrameNotFoundError(f"loop '{loop.name}': block '{b}' is not in the system")
             self.nodes[self.index[b]].block.body.port(p)
         self.loops.append(loop)
+        self._layout = None
         return loop
 
     def block(self, name: str):
@@ -538,8 +606,8 @@ class System:
         return None, None, None, q, v
 
     # -- sweeps --
-    def kinematics(self, q, v):
-        """Root → leaves at velocity level: every block's (P_{a/b}, m_P^A, S, c, r) and its ports' motions."""
+    def _kinematics_reference(self, q, v):
+        """Root → leaves at velocity level, block by block (the NumPy reference of :meth:`kinematics`)."""
         p, R, nu, qj, vj = self._split(q, v)
         kin = [None] * len(self.nodes)
         root = self.nodes[0].block
@@ -560,14 +628,19 @@ class System:
             ports[i] = {k: transport(mA, -pt) for k, pt in b.body.ports.items()}
         return kin, ports
 
+    def _load_node(self, bname, pname) -> int:
+        """The node an external load (block, port) acts on; raises if the block or the port is unknown."""
+        i = self.index.get(bname)
+        if i is None:
+            raise FrameNotFoundError(f"external load on unknown block '{bname}'; blocks: {list(self.index)}")
+        self.nodes[i].block.body.port(pname)
+        return i
+
     def _loads(self, kin, ports, ext):
         """External port wrenches: the user's plus the loop-closure blocks'."""
         loads = [dict() for _ in self.nodes]
         for (bname, pname), W in (ext or {}).items():
-            i = self.index.get(bname)
-            if i is None:
-                raise FrameNotFoundError(f"external load on unknown block '{bname}'; blocks: {list(self.index)}")
-            self.nodes[i].block.body.port(pname)
+            i = self._load_node(bname, pname)
             loads[i][pname] = loads[i].get(pname, np.zeros(6)) + np.asarray(W, dtype=float)
         for L in self.loops:
             il, ir = self.index[L.left], self.index[L.right]
@@ -576,12 +649,14 @@ class System:
             loads[ir][L.port_r] = loads[ir].get(L.port_r, np.zeros(6)) + W_r
         return loads
 
-    def forward(self, q, v, tau, ext=None) -> np.ndarray:
-        """Forward dynamics (wrenches → motions): v̇ for the generalized forces ``tau``."""
+    def _forward_reference(self, q, v, tau, ext=None, detail=False):
+        """Forward dynamics block by block in NumPy (the reference of :meth:`forward`, which
+        ``models/_titop_kernels.py: forward_dynamics`` evaluates compiled); with ``detail`` it returns
+        (v̇, (kin, ports, acc, loads))."""
         tau = np.asarray(tau, dtype=float)
         if tau.shape != (self.nv,):
             raise StateError(f"TITOP forward: tau must have {self.nv} entries, got {tau.shape}")
-        kin, ports = self.kinematics(q, v)
+        kin, ports = self._kinematics_reference(q, v)
         loads = self._loads(kin, ports, ext)
         off = 6 if self.floating else 0
         n = len(self.nodes)
@@ -651,15 +726,16 @@ class System:
                 a = base
             acc[i] = a
             pacc[i] = {k: _tau_mv(-pt, a) for k, pt in b.body.ports.items()}
-        self._last = (kin, ports, acc, loads)
-        return np.concatenate((acc[0], qdd)) if self.floating else qdd
+        out = np.concatenate((acc[0], qdd)) if self.floating else qdd
+        return (out, (kin, ports, acc, loads)) if detail else out
 
-    def inverse(self, q, v, a, ext=None) -> np.ndarray:
-        """Inverse dynamics (motions → wrenches): the generalized forces that produce v̇ = ``a``."""
+    def _inverse_reference(self, q, v, a, ext=None) -> np.ndarray:
+        """Inverse dynamics block by block in NumPy (the reference of :meth:`inverse`, which
+        ``models/_titop_kernels.py: inverse_dynamics`` evaluates compiled)."""
         a = np.asarray(a, dtype=float)
         if a.shape != (self.nv,):
             raise StateError(f"TITOP inverse: a must have {self.nv} entries, got {a.shape}")
-        kin, ports = self.kinematics(q, v)
+        kin, ports = self._kinematics_reference(q, v)
         loads = self._loads(kin, ports, ext)
         n = len(self.nodes)
         off = 6 if self.floating else 0
@@ -698,6 +774,113 @@ class System:
             if S is not None:
                 out[off + nd.iq: off + nd.iq + b.ndof] = -S.T @ W_P        # (19), (26)
             Wp[i] = b._to_parent(W_P, P_ab, r)
+        return out
+
+    # -- the same sweeps, compiled (models/_titop_kernels.py); the NumPy methods above are the reference --
+    def _compiled(self):
+        """The flattened tree (:class:`_Layout`), or None when the sweeps take the NumPy path (``fast``
+        off, or a block, body or loop type the kernels do not know, e.g. a user subclass)."""
+        if not self.fast:
+            return None
+        if self._layout is None:
+            self._layout = _Layout.build(self)
+        return self._layout or None
+
+    def _state(self, q, v):
+        q = np.ascontiguousarray(q, dtype=float)
+        v = np.ascontiguousarray(v, dtype=float)
+        if q.shape != (self.nq,) or v.shape != (self.nv,):
+            raise StateError(f"TITOP system: q must have {self.nq} and v {self.nv} entries, got {q.shape}, {v.shape}")
+        return q, v
+
+    def _load_arrays(self, lay, ext):
+        """``ext`` = {(block, port): W} as the kernels' (node, PC, W) arrays."""
+        if not ext:
+            return lay.no_loads
+        k = len(ext)
+        node, port, W = np.empty(k, dtype=np.int64), np.empty((k, 3)), np.empty((k, 6))
+        for j, (key, Wj) in enumerate(ext.items()):
+            hit = lay.port_of.get(key)
+            if hit is None:
+                self._load_node(*key)                  # raises: unknown block or port
+            node[j], port[j] = hit
+            W[j] = Wj
+        return node, port, W
+
+    def kinematics(self, q, v):
+        """Root → leaves at velocity level: every block's (P_{a/b}, m_P^A, S, c, r) in ``kin[i]`` and its
+        ports' motions in ``ports[i][name]`` — the transport (14) and the joints' (15), (16)–(17), (24).
+        Compiled (``_titop_kernels.kinematics``); ``_kinematics_reference`` is the same sweep block by block."""
+        lay = self._compiled()
+        if lay is None:
+            return self._kinematics_reference(q, v)
+        q, v = self._state(q, v)
+        n = len(self.nodes)
+        R, pos, tw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6))
+        Pab, c, r = np.empty((n, 3, 3)), np.empty((n, 6)), np.empty((n, 3))
+        lay.k.kinematics(*lay.joints, q, v, R, pos, tw, Pab, c, r)
+        kin = [None] * n
+        for i, nd in enumerate(self.nodes):
+            m = Motion(tw[i], pos[i], R[i])
+            if i == 0:
+                kin[0] = (None, m, None, c[0], None)
+            else:
+                kd = lay.kind[i]
+                kin[i] = (Pab[i], m, getattr(nd.block, "S", None), c[i], r[i] if kd == lay.k.KIND_PRISMATIC else None)
+        # every port's motion, v_CP (14) with CP = −PC: x'_C = [v + (−PC) × ω; ω], IC = IP + PC
+        ports = [dict() for _ in range(n)]
+        if lay.port_node.size:
+            i_p = lay.port_node
+            twp = tw[i_p]
+            twp[:, :3] += cross(-lay.port_vec, twp[:, 3:])
+            posp = pos[i_p] + lay.port_vec
+            for k, (i, name) in enumerate(lay.port_keys):
+                ports[i][name] = Motion(twp[k], posp[k], R[i])
+        return kin, ports
+
+    def forward(self, q, v, tau, ext=None) -> np.ndarray:
+        """Forward dynamics (wrenches → motions): v̇ for the generalized forces ``tau`` (external loads
+        ``ext``).  The causal evaluation of the module docstring — each block's (22)/(28) solved with its
+        children's affine channels substituted, (18)/(25), (29) — compiled in
+        ``_titop_kernels.forward_dynamics``; ``_forward_reference`` is the same evaluation block by block.
+        ``_last`` gives the last call's internal signals (recomputed by the reference)."""
+        lay = self._compiled()
+        if lay is None:
+            out = self._forward_reference(q, v, tau, ext)
+        else:
+            tau = np.ascontiguousarray(tau, dtype=float)
+            if tau.shape != (self.nv,):
+                raise StateError(f"TITOP forward: tau must have {self.nv} entries, got {tau.shape}")
+            q, v = self._state(q, v)
+            out = np.zeros(self.nv)
+            if not lay.k.forward_dynamics(*lay.tree, self.g, q, v, tau, *self._load_arrays(lay, ext), *lay.loops, out):
+                out = self._forward_reference(q, v, tau, ext)     # a singular joint or root: the NumPy error
+        self._last_call = (np.array(q, dtype=float), np.array(v, dtype=float), np.array(tau, dtype=float),
+                           None if ext is None else dict(ext))
+        return out
+
+    @property
+    def _last(self):
+        """(kin, ports, acc, loads) of the last :meth:`forward` call: every block's joint kinematics, ports'
+        motions, acceleration ẋ'^A_P and port loads, recomputed by ``_forward_reference`` (for inspection)."""
+        if self._last_call is None:
+            raise StateError("TITOP system: no forward call yet")
+        return self._forward_reference(*self._last_call, detail=True)[1]
+
+    def inverse(self, q, v, a, ext=None) -> np.ndarray:
+        """Inverse dynamics (motions → wrenches): the generalized forces that produce v̇ = ``a`` —
+        accelerations root → leaves ((17)/(24)), wrenches leaves → root ((11), (18)/(25), (29)),
+        u = −Sᵀ W_{A/B,P} (19)/(26).  Compiled in ``_titop_kernels.inverse_dynamics``;
+        ``_inverse_reference`` is the same evaluation block by block."""
+        lay = self._compiled()
+        if lay is None:
+            return self._inverse_reference(q, v, a, ext)
+        a = np.ascontiguousarray(a, dtype=float)
+        if a.shape != (self.nv,):
+            raise StateError(f"TITOP inverse: a must have {self.nv} entries, got {a.shape}")
+        q, v = self._state(q, v)
+        out = np.zeros(self.nv)
+        lay.k.inverse_dynamics(*lay.tree, self.g, q, v, a, *self._load_arrays(lay, ext), *lay.loops, out)
         return out
 
     # -- energy (for conservation checks) --
