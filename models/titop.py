@@ -855,8 +855,7 @@ class System:
             out = np.zeros(self.nv)
             if not lay.k.forward_dynamics(*lay.tree, self.g, q, v, tau, *self._load_arrays(lay, ext), *lay.loops, out):
                 out = self._forward_reference(q, v, tau, ext)     # a singular joint or root: the NumPy error
-        self._last_call = (np.array(q, dtype=float), np.array(v, dtype=float), np.array(tau, dtype=float),
-                           None if ext is None else dict(ext))
+        self._last_call = (q, v, tau, ext)           # the arguments as passed (not copied)
         return out
 
     @property

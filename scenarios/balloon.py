@@ -19,6 +19,8 @@ the dampers off.
 """
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 import pinocchio as pin
@@ -151,22 +153,47 @@ def mujoco_model(cfg, P: Params) -> mujoco.MjModel:
 
 
 # --------------------------------------------------------------------------- loads and dynamics
+# The per-evaluation helpers below run four times per RK4 step (80 000 times per engine in the default
+# run): they work on Python floats (one .tolist() per array) instead of 3-vector NumPy calls, with the
+# formulas of titop.quat_to_R written out.
+def _dcm(x, y, z, w):
+    """The rows of R = P_{b/i} for the quaternion (x, y, z, w), normalised first (``titop.quat_to_R``)."""
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    x, y, z, w = x / n, y / n, z / n, w / n
+    return ((1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
+            (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
+            (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)))
+
+
+def _buoyancy_force(P: Params, q):
+    """Rᵀ (−m_G g): the buoyancy force in the balloon frame, as a 3-tuple."""
+    (a, b, c), (d, e, f), (g, h, k) = _dcm(*q[3:7].tolist())
+    fx, fy, fz = (-P.mG * P.g).tolist()
+    return a * fx + d * fy + g * fz, b * fx + e * fy + h * fz, c * fx + f * fy + k * fz
+
+
 def buoyancy_body(P: Params, q) -> np.ndarray:
     """F = −m_G g at B, as a wrench at B in the balloon frame (zero torque: B is the frame origin)."""
     if not P.buoyancy:
         return np.zeros(6)
-    R = quat_to_R(q[3:7])
-    return np.concatenate((R.T @ (-P.mG * P.g), np.zeros(3)))
+    return np.array([*_buoyancy_force(P, q), 0.0, 0.0, 0.0])
+
+
+def _joint_forces(P: Params, q, v):
+    p, (pd, t1d, t2d) = q[7], v[6:9].tolist()
+    return -P.k * float(p) - P.ds * pd, -P.dp1 * t1d, -P.dp2 * t2d
 
 
 def joint_forces(P: Params, q, v) -> np.ndarray:
     """F_m = −k p − d_s ṗ, C_m1 = −d_p1 θ̇₁, C_m2 = −d_p2 θ̇₂ (§4)."""
-    return np.array([-P.k * q[7] - P.ds * v[6], -P.dp1 * v[7], -P.dp2 * v[8]])
+    return np.array(_joint_forces(P, q, v))
 
 
 def titop_fd(sys_: System, P: Params):
+    """v̇ = TITOP forward dynamics with the spring/dampers as the joints' inputs and buoyancy as an
+    external load at port B of the balloon."""
     def fd(q, v, extra=None):
-        tau = np.concatenate((np.zeros(6), joint_forces(P, q, v)))
+        tau = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *_joint_forces(P, q, v)])
         if extra is not None:
             tau = tau + extra
         return sys_.forward(q, v, tau, ext={("balloon", "B"): buoyancy_body(P, q)})
@@ -174,8 +201,10 @@ def titop_fd(sys_: System, P: Params):
 
 
 def pinocchio_fd(model, data, P: Params):
+    """v̇ = Pinocchio's ABA with buoyancy and the spring/dampers as generalized forces."""
     def fd(q, v, extra=None):
-        tau = np.concatenate((buoyancy_body(P, q), joint_forces(P, q, v)))
+        F = _buoyancy_force(P, q) if P.buoyancy else (0.0, 0.0, 0.0)
+        tau = np.array([*F, 0.0, 0.0, 0.0, *_joint_forces(P, q, v)])
         if extra is not None:
             tau = tau + extra
         return pin.aba(model, data, q, v, tau)
@@ -185,19 +214,19 @@ def pinocchio_fd(model, data, P: Params):
 def qdot(q, v) -> np.ndarray:
     """d/dt of (IP in R_i, quaternion (x, y, z, w), joints) for ν = [v_P; ω] in the body frame:
     ṗ = R v_P, q̇uat = ½ quat ⊗ (ω, 0), joint rates."""
-    x, y, z, w = q[3:7]
-    wx, wy, wz = v[3:6]
-    dq = np.empty_like(q)
-    dq[:3] = quat_to_R(q[3:7]) @ v[:3]
-    dq[3:7] = 0.5 * np.array([w * wx + y * wz - z * wy, w * wy + z * wx - x * wz, w * wz + x * wy - y * wx,
-                              -(x * wx + y * wy + z * wz)])
-    dq[7:] = v[6:]
-    return dq
+    x, y, z, w = q[3:7].tolist()
+    vx, vy, vz, wx, wy, wz = v[:6].tolist()
+    (a, b, c), (d, e, f), (g, h, k) = _dcm(x, y, z, w)
+    return np.array([a * vx + b * vy + c * vz, d * vx + e * vy + f * vz, g * vx + h * vy + k * vz,
+                     0.5 * (w * wx + y * wz - z * wy), 0.5 * (w * wy + z * wx - x * wz),
+                     0.5 * (w * wz + x * wy - y * wx), 0.5 * -(x * wx + y * wy + z * wz), *v[6:].tolist()])
 
 
 def _unit(q):
+    """q with its quaternion normalised (a copy)."""
     q = q.copy()
-    q[3:7] /= np.linalg.norm(q[3:7])
+    x, y, z, w = q[3:7].tolist()
+    q[3:7] /= math.sqrt(x * x + y * y + z * z + w * w)
     return q
 
 

@@ -196,3 +196,24 @@ def test_errors_and_fallbacks_are_the_reference_s():
     t.add(MyRevolute(RigidBody("l", 1.0, (0.5, 0, 0), np.eye(3) * 0.01), (0, 0, 1)), "g", "o")
     assert np.allclose(t.forward([0.2], [0.3], [0.1]), t._forward_reference([0.2], [0.3], [0.1]), atol=1e-14)
     assert t._layout is False
+
+
+def test_balloon_rk4_helpers_equal_their_numpy_forms():
+    """The balloon's per-evaluation helpers (Python floats) against the NumPy forms they replaced."""
+    from cmstack.models.titop import quat_to_R
+    from cmstack.scenarios.balloon import _unit, joint_forces, qdot
+
+    P = Params(default_config("balloon"))
+    rng = np.random.default_rng(45)
+    for _ in range(20):
+        q = np.concatenate((rng.normal(size=3), rng.normal(size=4) * rng.uniform(0.5, 2.0), rng.normal(size=3)))
+        v = rng.normal(size=9)
+        R = quat_to_R(q[3:7])
+        x, y, z, w = q[3:7]
+        wx, wy, wz = v[3:6]
+        dq = np.concatenate((R @ v[:3], 0.5 * np.array([w * wx + y * wz - z * wy, w * wy + z * wx - x * wz,
+                                                        w * wz + x * wy - y * wx, -(x * wx + y * wy + z * wz)]), v[6:]))
+        assert rel(qdot(q, v), dq) <= TOL
+        assert rel(_unit(q)[3:7], q[3:7] / np.linalg.norm(q[3:7])) <= TOL and np.array_equal(_unit(q)[:3], q[:3])
+        assert rel(buoyancy_body(P, q), np.concatenate((R.T @ (-P.mG * P.g), np.zeros(3)))) <= TOL
+        assert rel(joint_forces(P, q, v), [-P.k * q[7] - P.ds * v[6], -P.dp1 * v[7], -P.dp2 * v[8]]) <= TOL
