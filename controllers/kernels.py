@@ -725,6 +725,12 @@ def warm() -> None:
          passive=(robot.joint_names[1],))(0.0, np.array([0.1, -0.2]), np.zeros(2))
     cfg = default_config("series_parallel")
     SeriesParallelPIDC(cfg, sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
+    from cmstack.scenarios.balloon import Params, titop_system    # the TITOP sweeps (models/_titop_kernels.py)
+    P = Params(default_config("balloon"))
+    tsys = titop_system(P)
+    tsys.forward(P.q0, np.zeros(9), np.zeros(9), ext={("balloon", "B"): np.zeros(6)})
+    tsys.inverse(P.q0, np.zeros(9), np.zeros(9))
+    tsys.kinematics(P.q0, np.zeros(9))
 
 
 if __name__ == "__main__":
