@@ -1,14 +1,31 @@
 """Speed of the TITOP block diagrams ([Alazard]) against Pinocchio: forward dynamics (TITOP causal sweeps vs
 ABA) and inverse dynamics (vs RNEA), on the balloon of §4, on random floating chains of growing size and
-on Pinocchio's sample humanoid (32 DoF).  TITOP is pure Python/NumPy (one small matrix product per block
-and sweep); Pinocchio is C++.
+on Pinocchio's sample humanoid (32 DoF).  Each TITOP sweep is timed twice, interleaved call by call in one
+process: the NumPy block-by-block reference (``System._forward_reference`` / ``_inverse_reference``, the
+code before the compiled sweeps) and the compiled sweeps (``System.forward`` / ``inverse``,
+models/_titop_kernels.py); Pinocchio is C++.  Medians.
 Never asserted in tests (shared, noisy machines).
 
     python -m bench.titop [--states 200] [--repeat 3]
+
+2-core shared machine, load average 2.5 (median µs):
+
+    balloon (4 bodies, 9 DoF): TITOP FD 252 (NumPy reference) -> 8.8 (compiled), x29; ABA 3.3
+                               TITOP ID 177 (NumPy reference) -> 5.7 (compiled), x31; RNEA 1.7
+      model                      bodies  FD ref     FD    x    ABA  ID ref     ID    x   RNEA
+      chain, 3 joints                 4     248    8.8   28    3.4     172    5.7   30    1.7
+      chain, 6 joints                 7     464   11.6   40    4.6     318    6.6   48    2.3
+      chain, 12 joints               13     898   17.3   52    7.2     622   11.0   57    3.6
+      chain, 24 joints               25    1769   28.7   62   12.2    1212   17.8   68    6.1
+      Pinocchio sample humanoid      27    1801   31.6   57   12.4    1260   21.4   59    6.3
+
+About 2 µs of the compiled balloon call is numba's dispatch of its ~20 array arguments and 2–3 µs the
+Python wrapper (argument checks, the external-load arrays); the sweeps themselves take ~2.5 µs.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -19,14 +36,17 @@ from cmstack.models.titop import from_pinocchio
 from cmstack.scenarios.balloon import Params, pinocchio_model, titop_system
 
 
-def _median_us(fn, items, repeat):
-    ts = []
+def _interleaved_us(fns, items, repeat):
+    """Median µs per call of each function in ``fns`` (name -> fn), timed interleaved: for every item,
+    one call of each in turn, so that a change of machine load hits them all alike."""
+    ts = {k: [] for k in fns}
     for _ in range(repeat):
         for it in items:
-            c0 = time.perf_counter()
-            fn(*it)
-            ts.append((time.perf_counter() - c0) * 1e6)
-    return float(np.median(ts))
+            for k, fn in fns.items():
+                c0 = time.perf_counter()
+                fn(*it)
+                ts[k].append((time.perf_counter() - c0) * 1e6)
+    return {k: float(np.median(v)) for k, v in ts.items()}
 
 
 def _states(rng, nq_joints, n):
@@ -39,11 +59,17 @@ def _states(rng, nq_joints, n):
 
 
 def measure_pair(sysm, model, states, repeat):
+    """TITOP forward/inverse dynamics, the NumPy block-by-block reference (``_forward_reference``,
+    ``_inverse_reference``: the code before the compiled sweeps) and the compiled one (``forward``,
+    ``inverse``), beside Pinocchio's ABA and RNEA, interleaved; medians in µs."""
     data = model.createData()
-    return dict(titop_fd_us=_median_us(lambda q, v, u: sysm.forward(q, v, u), states, repeat),
-                aba_us=_median_us(lambda q, v, u: pin.aba(model, data, q, v, u), states, repeat),
-                titop_id_us=_median_us(lambda q, v, a: sysm.inverse(q, v, a), states, repeat),
-                rnea_us=_median_us(lambda q, v, a: pin.rnea(model, data, q, v, a), states, repeat))
+    sysm.forward(*states[0])                      # load the compiled kernels before timing
+    sysm.inverse(*states[0])
+    fd = _interleaved_us(dict(titop_fd_ref_us=sysm._forward_reference, titop_fd_us=sysm.forward,
+                              aba_us=lambda q, v, u: pin.aba(model, data, q, v, u)), states, repeat)
+    id_ = _interleaved_us(dict(titop_id_ref_us=sysm._inverse_reference, titop_id_us=sysm.inverse,
+                               rnea_us=lambda q, v, a: pin.rnea(model, data, q, v, a)), states, repeat)
+    return {**fd, **id_}
 
 
 def balloon(n_states, repeat):
@@ -83,14 +109,19 @@ def main(argv=None) -> None:
     ap.add_argument("--states", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min); medians of interleaved calls, µs")
     b = balloon(args.states, args.repeat)
-    print(f"balloon (4 bodies, 9 DoF): TITOP FD {b['titop_fd_us']:.0f} µs vs ABA {b['aba_us']:.1f} µs; "
-          f"TITOP ID {b['titop_id_us']:.0f} µs vs RNEA {b['rnea_us']:.1f} µs (medians)")
-    print("floating models turned into TITOP blocks by from_pinocchio (median µs):")
-    print(f"  {'model':<26} {'bodies':>6} {'TITOP FD':>9} {'ABA':>7} {'TITOP ID':>9} {'RNEA':>7}")
+    print(f"balloon (4 bodies, 9 DoF): TITOP FD {b['titop_fd_ref_us']:.0f} (NumPy reference) -> "
+          f"{b['titop_fd_us']:.1f} (compiled), x{b['titop_fd_ref_us'] / b['titop_fd_us']:.0f}; ABA {b['aba_us']:.1f}")
+    print(f"                           TITOP ID {b['titop_id_ref_us']:.0f} (NumPy reference) -> "
+          f"{b['titop_id_us']:.1f} (compiled), x{b['titop_id_ref_us'] / b['titop_id_us']:.0f}; RNEA {b['rnea_us']:.1f}")
+    print("floating models turned into TITOP blocks by from_pinocchio (median µs; ref = NumPy reference):")
+    print(f"  {'model':<26} {'bodies':>6} {'FD ref':>7} {'FD':>6} {'x':>4} {'ABA':>6} "
+          f"{'ID ref':>7} {'ID':>6} {'x':>4} {'RNEA':>6}")
     for r in floating_models(args.states // 2, args.repeat):
-        print(f"  {r['model']:<26} {r['bodies']:>6} {r['titop_fd_us']:>9.0f} {r['aba_us']:>7.1f} "
-              f"{r['titop_id_us']:>9.0f} {r['rnea_us']:>7.1f}")
+        print(f"  {r['model']:<26} {r['bodies']:>6} {r['titop_fd_ref_us']:>7.0f} {r['titop_fd_us']:>6.1f} "
+              f"{r['titop_fd_ref_us'] / r['titop_fd_us']:>4.0f} {r['aba_us']:>6.1f} {r['titop_id_ref_us']:>7.0f} "
+              f"{r['titop_id_us']:>6.1f} {r['titop_id_ref_us'] / r['titop_id_us']:>4.0f} {r['rnea_us']:>6.1f}")
 
 
 if __name__ == "__main__":

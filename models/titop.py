@@ -43,6 +43,14 @@ returns is affine, W_{A/B} = −(Z ẋ'_P + z), so a leaves → root sweep build
 children's (the block substitutes the child's affine wrench into its own (22)), and a root → leaves
 sweep then evaluates (22) with the loop closed.  (This is the articulated-body idea, written per
 block; the test suite checks that the resolved signals satisfy each block's own TITOP equations.)
+
+**Compiled sweeps.**  :meth:`System.kinematics`, :meth:`System.forward` and :meth:`System.inverse` evaluate
+these same block equations in one compiled call each (``models/_titop_kernels.py``, numba, cached on
+disk; its docstring says where each of (14)–(29) is computed), over the tree flattened once into index
+arrays (:class:`_Layout`).  The NumPy sweeps, block by block through the blocks' own methods (``joint``, ``bias``) —
+``System._kinematics_reference``, ``_forward_reference``, ``_inverse_reference`` — stay the reference
+(tests/test_titop_kernels.py: equal to 1e-12 relative) and are taken for block, body or loop types the
+kernels do not know, or with ``System.fast = False``.
 """
 from __future__ import annotations
 
