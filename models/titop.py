@@ -477,6 +477,18 @@ class _Node:
     children: list = field(default_factory=list)
 
 
+_KERNELS = None
+
+
+def _kernels():
+    """models/_titop_kernels.py, imported at the first compiled sweep (numba's import costs ~0.3 s)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from cmstack.models import _titop_kernels
+        _KERNELS = _titop_kernels
+    return _KERNELS
+
+
 class _Layout:
     """A :class:`System`'s tree flattened into the index arrays of the compiled sweeps
     (``models/_titop_kernels.py``: one row per block, parents first), built at the first sweep after the
@@ -486,8 +498,7 @@ class _Layout:
     @classmethod
     def build(cls, sysm):
         """The layout, or False when a block, body or loop is not one of the kernels' types."""
-        from cmstack.models import _titop_kernels as k
-
+        k = _kernels()
         n = len(sysm.nodes)
         kinds = {Weld: k.KIND_WELD, Revolute: k.KIND_REVOLUTE, Prismatic: k.KIND_PRISMATIC}
         kind, parent, iq = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
@@ -527,7 +538,6 @@ class _Layout:
                 loop_node[j, s], loop_port[j, s] = port_of[(bname, pname)]
             loop_K[j], loop_D[j] = L.K, L.D
         lay = cls()
-        lay.k = k
         lay.kind = kind
         lay.joints = (kind, parent, iq, P0, axis, pport)                   # kinematics' arguments
         lay.tree = (kind, parent, iq, P0, axis, S, pport, D)               # the dynamics kernels' first ones
@@ -826,15 +836,16 @@ class System:
         n = len(self.nodes)
         R, pos, tw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6))
         Pab, c, r = np.empty((n, 3, 3)), np.empty((n, 6)), np.empty((n, 3))
-        lay.k.kinematics(*lay.joints, q, v, R, pos, tw, Pab, c, r)
+        K = _kernels()
+        K.kinematics(*lay.joints, q, v, R, pos, tw, Pab, c, r)
         kin = [None] * n
         for i, nd in enumerate(self.nodes):
             m = Motion(tw[i], pos[i], R[i])
             if i == 0:
                 kin[0] = (None, m, None, c[0], None)
             else:
-                kd = lay.kind[i]
-                kin[i] = (Pab[i], m, getattr(nd.block, "S", None), c[i], r[i] if kd == lay.k.KIND_PRISMATIC else None)
+                prismatic = lay.kind[i] == K.KIND_PRISMATIC
+                kin[i] = (Pab[i], m, getattr(nd.block, "S", None), c[i], r[i] if prismatic else None)
         # every port's motion, v_CP (14) with CP = −PC: x'_C = [v + (−PC) × ω; ω], IC = IP + PC
         ports = [dict() for _ in range(n)]
         if lay.port_node.size:
@@ -861,7 +872,8 @@ class System:
                 raise StateError(f"TITOP forward: tau must have {self.nv} entries, got {tau.shape}")
             q, v = self._state(q, v)
             out = np.zeros(self.nv)
-            if not lay.k.forward_dynamics(*lay.tree, self.g, q, v, tau, *self._load_arrays(lay, ext), *lay.loops, out):
+            loads = self._load_arrays(lay, ext)
+            if not _kernels().forward_dynamics(*lay.tree, self.g, q, v, tau, *loads, *lay.loops, out):
                 out = self._forward_reference(q, v, tau, ext)     # a singular joint or root: the NumPy error
         self._last_call = (q, v, tau, ext)           # the arguments as passed (not copied)
         return out
@@ -887,7 +899,7 @@ class System:
             raise StateError(f"TITOP inverse: a must have {self.nv} entries, got {a.shape}")
         q, v = self._state(q, v)
         out = np.zeros(self.nv)
-        lay.k.inverse_dynamics(*lay.tree, self.g, q, v, a, *self._load_arrays(lay, ext), *lay.loops, out)
+        _kernels().inverse_dynamics(*lay.tree, self.g, q, v, a, *self._load_arrays(lay, ext), *lay.loops, out)
         return out
 
     # -- energy (for conservation checks) --
