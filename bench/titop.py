@@ -19,7 +19,7 @@ Never asserted in tests (shared, noisy machines).
       chain, 24 joints               25    1769   28.7   62   12.2    1212   17.8   68    6.1
       Pinocchio sample humanoid      27    1801   31.6   57   12.4    1260   21.4   59    6.3
 
-About 2 µs of the compiled balloon call is numba's dispatch of its ~20 array arguments and 2–3 µs the
+About 2 µs of the compiled balloon call is numba's dispatch of its ~20 array arguments and ~4 µs the
 Python wrapper (argument checks, the external-load arrays); the sweeps themselves take ~2.5 µs.
 """
 from __future__ import annotations
