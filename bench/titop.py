@@ -6,7 +6,7 @@ code before the compiled sweeps) and the compiled sweeps (``System.forward`` / `
 models/_titop_kernels.py); Pinocchio is C++.  Medians.
 Never asserted in tests (shared, noisy machines).
 
-    python -m bench.titop [--states 200] [--repeat 3]
+    python -m bench.titop [--states 200] [--repeat 3]        # writes bench/results/titop.json
 
 2-core shared machine, load average 2.5 (median µs):
 
@@ -25,12 +25,14 @@ Python wrapper (argument checks, the external-load arrays); the sweeps themselve
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
 import numpy as np
 import pinocchio as pin
 
+from cmstack.bench import results_dir
 from cmstack.scenarios._common import default_config
 from cmstack.models.titop import from_pinocchio
 from cmstack.scenarios.balloon import Params, pinocchio_model, titop_system
@@ -118,10 +120,13 @@ def main(argv=None) -> None:
     print("floating models turned into TITOP blocks by from_pinocchio (median µs; ref = NumPy reference):")
     print(f"  {'model':<26} {'bodies':>6} {'FD ref':>7} {'FD':>6} {'x':>4} {'ABA':>6} "
           f"{'ID ref':>7} {'ID':>6} {'x':>4} {'RNEA':>6}")
-    for r in floating_models(args.states // 2, args.repeat):
+    rows = floating_models(args.states // 2, args.repeat)
+    for r in rows:
         print(f"  {r['model']:<26} {r['bodies']:>6} {r['titop_fd_ref_us']:>7.0f} {r['titop_fd_us']:>6.1f} "
               f"{r['titop_fd_ref_us'] / r['titop_fd_us']:>4.0f} {r['aba_us']:>6.1f} {r['titop_id_ref_us']:>7.0f} "
               f"{r['titop_id_us']:>6.1f} {r['titop_id_ref_us'] / r['titop_id_us']:>4.0f} {r['rnea_us']:>6.1f}")
+    (results_dir() / "titop.json").write_text(json.dumps(dict(loadavg_1min=os.getloadavg()[0], balloon=b,
+                                                              floating_models=rows), indent=2))
 
 
 if __name__ == "__main__":
