@@ -22,6 +22,7 @@ test: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
 
 bench: $(STAMP)
+	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers]'   # the peers of bench/peers.py (pink, mink)
 	$(VENV)/bin/cmstack bench
 
 clean:
