@@ -46,13 +46,24 @@ def test_cmstack_kinematic_run_keeps_the_coupling_and_closes_on_e1(problem):
     assert np.allclose(a, ctl.info.vdot, atol=1e-6 * max(1.0, np.abs(a).max()))
 
 
-@pytest.mark.parametrize("peer", ["pink", "mink"])
-def test_each_peer_first_steps_reduce_the_e1_error(problem, peer):
+@pytest.mark.parametrize("peer, constraint", [("pink", False), ("mink", True)])   # the bench's main rows
+def test_each_peer_first_steps_reduce_the_e1_error(problem, peer, constraint):
     P = problem
     pytest.importorskip(peer)
     cls = PinkIK if peer == "pink" else MinkIK
-    r = _run(P, cls(P, P.gains("matched"), constraint=True, solver="proxqp"), steps=10)
+    r = _run(P, cls(P, P.gains("matched"), constraint=constraint, solver="proxqp"), steps=10)
     before, after = _e1_error(P, r.Q[0], 0.0), _e1_error(P, r.Q[10], 10 * P.dt)
     assert after < before
     assert errors(P, r.Q[:11])["coupling_m_max"] < 1e-3                      # the coupling holds meanwhile
     assert r.s.failures == 0
+
+
+def test_without_the_peers_the_bench_skips_in_one_line(tmp_path, monkeypatch, capsys):
+    import cmstack.bench.peers as peers
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(peers, "peers_missing", lambda: ["pin-pink"])
+    peers.main([])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "skipped" in out and "pin-pink" in out
+    assert not (tmp_path / "bench" / "results" / "peers.json").exists()
