@@ -34,6 +34,8 @@ w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  fo
         y = acc_C + K_d tw_C,  y_ω −= (R_D ω_D^D) × ω_C,  y −= [a_D + K_d v_D + K_p e_p;
         R_D(ε_D^D + K_d ω_D^D + K_p e_R)];                         A = −J_C[rows],  b = y[rows]
     PostureTask (joints S):  A = −S,  b = K_d v_S − K_p (q_ref − q_S)
+    and, for a task with integral action (``uk_robust.IntegralTask``), b − β with β = K_i z in the task's
+    axes (its angular part rotated to world axes with the rows)
 
 ``kkt_solve`` — the last level and the equality levels above it (``_equality`` of the controller):
 
@@ -163,13 +165,26 @@ def _rot(fvec, k, out):
 
 
 @njit(cache=True)
-def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab):
+def _bias_world(tbias, k, R, out):
+    """out ← [β_lin; R β_ang] for the task k's bias β = tbias[k] (its angular rows to world axes)."""
+    for i in range(3):
+        out[i] = tbias[k, i]
+        out[3 + i] = R[i, 0] * tbias[k, 3] + R[i, 1] * tbias[k, 4] + R[i, 2] * tbias[k, 5]
+
+
+@njit(cache=True)
+def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
     """Rows [A | b] of every task into Ab (module docstring).  tint (nt, 8) = [kind, frame slot a,
     frame slot b, first row in Ab, first selected row of the 6, selected row count, offset in
     pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale (√ω above the last level, 1
     in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and [v_D; ω_D^D; a_D; ε_D^D];
     tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a ``Circle`` (its sample at
-    time t written here into the position and tgtVA, the orientation R given in tgtH), else 0 last."""
+    time t written here into the position and tgtVA, the orientation R given in tgtH), else 0 last.
+    tbias (nt, w ≥ 6): a term β subtracted from b in the task's own axes, A v̇ = b − β (the integral action
+    K_i z of ``uk_robust.IntegralTask``; zero otherwise), rotated with the angular rows to world axes as b
+    is (R₂ for a coupling, R_D for a frame task: the rows P(A v̇ − b + β) with P = diag(I, R)).
+    terr (nt, w) out: each task's pose error e in its own axes, as ``Task.error`` on all rows
+    (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q)."""
     n = v.shape[0]
     e = np.empty(6)
     y = np.empty(6)
@@ -177,6 +192,7 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
     Ra = np.empty((3, 3))
     Rb = np.empty((3, 3))
     Rr = np.empty((3, 3))
+    bw = np.empty(6)
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
         kp, kd, sc = tflt[k, 0], tflt[k, 1], tflt[k, 2]
@@ -191,6 +207,9 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
             for i in range(3):
                 e[i] = fvec[b, 9 + i] - fvec[a, 9 + i]
                 e[3 + i] = Rb[i, 0] * lg[0] + Rb[i, 1] * lg[1] + Rb[i, 2] * lg[2]
+                terr[k, i] = e[i]
+                terr[k, 3 + i] = lg[i]
+            _bias_world(tbias, k, Rb, bw)
             for i in range(6):
                 y[i] = (fvec[b, 18 + i] - fvec[a, 18 + i]) + kd * (fvec[b, 12 + i] - fvec[a, 12 + i]) + kp * e[i]
             w0 = fvec[b, 15] - fvec[a, 15]
@@ -205,7 +224,7 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
                 s = sel0 + i
                 for c in range(n):
                     Ab[r, c] = sc * (fJ[b, s, c] - fJ[a, s, c])
-                Ab[r, n] = sc * -y[s]
+                Ab[r, n] = sc * (-y[s] - bw[s])
         elif kind == FRAME:
             a = tint[k, 1]
             if tcirc[k, 6] != 0.0:
@@ -218,6 +237,12 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
             for i in range(3):
                 e[i] = tgtH[k, i, 3] - fvec[a, 9 + i]
                 e[3 + i] = lg[i]
+                terr[k, i] = e[i]
+                terr[k, 3 + i] = lg[i]
+            for i in range(3):
+                for j in range(3):
+                    Rr[i, j] = tgtH[k, i, j]
+            _bias_world(tbias, k, Rr, bw)
             for i in range(6):
                 y[i] = fvec[a, 18 + i] + kd * fvec[a, 12 + i]
                 e[i] = tgtVA[k, 6 + i] + kd * tgtVA[k, i] + kp * e[i]
@@ -237,7 +262,7 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
                 s = sel0 + i
                 for c in range(n):
                     Ab[r, c] = sc * -fJ[a, s, c]
-                Ab[r, n] = sc * (y[s] - e[s])
+                Ab[r, n] = sc * (y[s] - e[s] - bw[s])
         else:
             off = tint[k, 6]
             for i in range(nsel):
@@ -246,7 +271,8 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
                 for c in range(n):
                     Ab[r, c] = 0.0
                 Ab[r, j] = -sc
-                Ab[r, n] = sc * (kd * v[j] - kp * (qref[off + i] - q[j]))
+                terr[k, i] = qref[off + i] - q[j]
+                Ab[r, n] = sc * (kd * v[j] - kp * terr[k, i] - tbias[k, i])
 
 
 @njit(cache=True)
@@ -413,14 +439,14 @@ def effort_violated(tau, eidx, tmax):
 def uk_step(t, M, h, q, v, S, Ab, out):
     """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  t (s); M, h, q, v of
     this step; S: the plan's arrays in one tuple (one argument is cheaper to pass than twenty),
-    (data.J, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, m_up,
-    √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
+    (data.J, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr,
+    m_up, √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
     Returns OK, LIMIT (the KKT solution violates the effort limit: the caller solves the QP),
     NULLSPACE or SINGULAR."""
-    (Jw, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, m_up, sqrt_tol, eidx,
-     tmax, wk) = S
+    (Jw, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, m_up,
+     sqrt_tol, eidx, tmax, wk) = S
     frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
-    task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, Ab)
+    task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
     st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out)
     if st == OK and effort_violated(out[v.shape[0]:2 * v.shape[0]], eidx, tmax):
         return LIMIT

@@ -184,10 +184,19 @@ class _FusedPlan:
 
     KINDS = {RigidCoupling: 0, FrameTask: 1, PostureTask: 2}
 
+    @staticmethod
+    def _inner(task):
+        """The built-in task a task stands for: itself, or the task an ``IntegralTask`` wraps (its
+        integral action enters the kernel as the bias β = K_i z of its rows)."""
+        from cmstack.controllers.uk_robust import IntegralTask      # (uk_robust imports this module)
+
+        return task.inner if type(task) is IntegralTask else task
+
     @classmethod
     def build(cls, ctl: "UdwadiaKalabaController") -> "_FusedPlan | None":
-        """The plan, or None when a task is not a built-in type (or numba is missing)."""
-        if any(type(task) not in cls.KINDS for L in ctl.levels for task in L.tasks):
+        """The plan, or None when a task is not a built-in type, or one wrapped by ``IntegralTask``
+        (or numba is missing)."""
+        if any(type(cls._inner(task)) not in cls.KINDS for L in ctl.levels for task in L.tasks):
             return None
         try:
             from cmstack.controllers import _uk_kernels
@@ -224,10 +233,13 @@ class _FusedPlan:
         tint = np.zeros((nt, 8), dtype=np.int64)
         tflt = np.zeros((nt, 4))
         pidx: list = []
-        self.postures, self.frame_tasks, self.task_items = [], [], []
+        self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
         row = 0
         bounds = []
-        for k, (task, sc, w, final) in enumerate(entries):
+        for k, (outer, sc, w, final) in enumerate(entries):
+            task = self._inner(outer)
+            if task is not outer:
+                self.integrals.append((k, outer))
             kind = self.KINDS[type(task)]
             a = b = off = 0
             sel0, nsel = task.rows.start, task.dim
@@ -246,6 +258,9 @@ class _FusedPlan:
             bounds.append((row, row + nsel))
             row += nsel
         self.tint, self.tflt = tint, tflt
+        width = max([6] + [int(r[5]) for r in tint])
+        self.tbias = np.zeros((nt, width))          # β = K_i z of the tasks with integral action
+        self.terr = np.zeros((nt, width))           # every task's pose error, written by the kernel
         self.pidx = np.array(pidx, dtype=np.int64)
         self.qref = np.zeros(len(pidx))
         self.fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
@@ -297,8 +312,8 @@ class _FusedPlan:
         self.data, self.D = d, D
         self.tmax = self.no_tmax if self.effort is None else self.effort.tau_max
         self.args = (self.J, D, self.jR, self.jp, self.ja, self.fint, self.fplace, self.fJ, self.fvec, self.tint,
-                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.m_up, sqrt_tol,
-                     self.eidx, self.tmax, self.wk)
+                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.tbias, self.terr,
+                     self.m_up, sqrt_tol, self.eidx, self.tmax, self.wk)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -581,9 +596,16 @@ class UdwadiaKalabaController:
         qref = P.qref
         for off, stop, task in P.postures:
             qref[off:stop] = task.q_ref
+        fresh = []
+        for k, task in P.integrals:           # z advanced once per new t, as IntegralTask.compute does
+            if task.advance(t):
+                fresh.append((k, task))
+            P.tbias[k, task.rows] = task.ki * task.z
         Ab = np.empty(P.ab_shape)
         out = np.empty(P.out_len)
         st = P.step(float(t), kin.M, kin.h, kin.q, kin.v, P.args, Ab, out)
+        for k, task in fresh:
+            task.record(t, P.terr[k, task.rows])
         n = self.n
         x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]
         lam = out[3 * n:] if P.m_up else None

@@ -53,6 +53,12 @@ The three parts of the law:
    that missed with integral action on the coupling alone).  With sub-steps
    (sim_dt < control_dt) the prediction is off by ≈ Δt² q̈ / 2 per step and q̂ lags by that / β.
 
+Speed: the wrapped tasks keep the compiled UK step (``UdwadiaKalabaController(fused=True)``): the kernel
+takes β = K_i z as a bias on each integral task's b (in the task's axes, rotated with its rows) and returns
+the pose errors that ``IntegralTask.record`` stores for the next step's z, so one step costs 42 µs against
+the thesis law's 30 µs and 155 µs through the generic path (interleaved, one closed loop, load 3.4); the
+torques equal the generic path's to 1e-9 (tests/test_uk_kernels.py).
+
 3. An optional first-order **velocity filter** v̂ ← v̂ + α (v − v̂), α = 1 − exp(−2π f_v Δt) (off by
    default: it adds phase lag to the damping term and measured worse than none).
 """
@@ -93,12 +99,24 @@ class IntegralTask(Task):
 
     def compute(self, kin, t: float):
         A, b = self.inner.compute(kin, t)
-        if self._t is None or t > self._t:
-            e = self.inner.error(kin, t)
-            if self._t is not None:
-                self.z = np.clip(self.z + self._e * (t - self._t), -self.z_max, self.z_max)
-            self._t, self._e = t, e
+        if self.advance(t):
+            self.record(t, self.inner.error(kin, t))
         return A, b - self.ki * self.z
+
+    def advance(self, t: float) -> bool:
+        """At a new time t: z ← clip(z + e(t_prev)·(t − t_prev)) (rectangle rule, the error of the last
+        step), and True (the caller then ``record``s e(t)); False when t is not new (z unchanged).  The
+        generic controller path calls it through ``compute``; the compiled path (``_FusedPlan``) calls it
+        itself and records the error its kernel wrote."""
+        if self._t is not None and not t > self._t:
+            return False
+        if self._t is not None:
+            self.z = np.clip(self.z + self._e * (t - self._t), -self.z_max, self.z_max)
+        return True
+
+    def record(self, t: float, e: np.ndarray) -> None:
+        """The pose error e (selected rows) at the time t just advanced to."""
+        self._t, self._e = t, np.array(e, dtype=float)
 
     def reset(self) -> None:
         self.z[:] = 0.0

@@ -106,13 +106,17 @@ def test_task_rows_equal_qp_rows(setup, rows):
         P, kin = _plan_and_kin(ctl, t, q, v)
         K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
         Ab = np.full(P.ab_shape, np.nan)
-        K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref, Ab)
+        terr = np.full_like(P.terr, np.nan)
+        K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref,
+                    P.tbias, terr, Ab)
         n = robot.nv
         for (k, task), sc in zip(P.task_items, scale):
             A, b = task.qp_rows(kin, t)
             r0 = P.tint[k, 3]
             np.testing.assert_allclose(Ab[r0:r0 + task.dim, :n], sc * A, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(Ab[r0:r0 + task.dim, n], sc * b, rtol=1e-10, atol=1e-10)
+            # the pose error the kernel reports (for integral action) is Task.error's
+            np.testing.assert_allclose(terr[k, task.rows], task.error(kin, t), rtol=1e-10, atol=1e-12)
         assert np.all(np.isfinite(Ab))
 
 
@@ -128,7 +132,8 @@ def test_kkt_solve_equals_the_dense_kkt_system(setup):
             P, kin = _plan_and_kin(ctl, t, q, v)
             K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
             Ab = np.empty(P.ab_shape)
-            K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref, Ab)
+            K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref,
+                        P.tbias, P.terr, Ab)
             out = np.empty(P.out_len)
             st = K.kkt_solve(kin.M, kin.h, ctl.D, kin.v, Ab, P.tint, P.tflt, P.m_up, ctl._sqrt_rank_tol, P.wk, out)
             assert st == K.OK
@@ -268,3 +273,45 @@ def test_plans_of_any_joint_count_share_one_compiled_step(setup):
         fast, slow = _pair(robot, levels=levels, limits=[], warn_free_dof=False)
         np.testing.assert_allclose(fast(1, q, v), slow(1, q, v), rtol=1e-9, atol=1e-9 * scale)
     assert len(K.uk_step.signatures) == 1, K.uk_step.signatures
+
+
+@pytest.mark.parametrize("rows", ["full", "orientation"])
+def test_integral_tasks_take_the_fused_path_with_the_generic_torques(setup, rows):
+    """The robust law (controllers/uk_robust.py: IntegralTask on the coupling and the task, position
+    filter) through the compiled step equals its generic path along a closed loop (same torques to 1e-9
+    relative, same integrals z): the bias K_i z enters the kernel in the task's axes and is rotated with
+    the rows; z advances once per step from the error the kernel reports.  Both controllers see the same
+    noisy states; the loop is closed by the fused one."""
+    from cmstack.controllers.uk_robust import IntegralTask, RobustUKController
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.yumi_dual_arm import build_problem, initial_state
+    from cmstack.sim.plant import MujocoPlant
+
+    cfg = default_config("yumi_dual_arm")
+    robot = type(setup[1])(cfg["urdf"])
+    c, u, traj, _ = build_problem({**cfg, "coupling_rows": rows}, robot)
+    u = FrameTask(robot, cfg["frame1"], traj, u.kp, u.kd, rows=rows, name="E1")
+    kw = dict(ki=1e4, z_max=1e-3, task_ki=1500.0, task_z_max=1e-2, q_filter_hz=1.6, control_dt=cfg["control_dt"],
+              omega=cfg["omega"], priority=cfg["priority"], torque_limits=True, model_damping=True,
+              warn_free_dof=False)
+    fast = RobustUKController(robot, c, u, **kw)
+    slow = RobustUKController(robot, c, u, fused=False, **kw)        # one model: the tasks' frames are its
+    assert fast.uk._plan is not None and slow.uk._plan is None
+    assert [type(t) for _, t in fast.uk._plan.integrals] == [IntegralTask, IntegralTask]
+    plant = MujocoPlant(cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"])
+    plant.reset(initial_state(cfg, robot))
+    rng = np.random.default_rng(1)
+    worst = 0.0
+    for _ in range(120):
+        t = plant.time
+        q, v = plant.state()
+        q = q + 1e-4 * rng.normal(size=q.size)
+        tau = fast(t, q, v)
+        worst = max(worst, _rel(tau, slow(t, q, v)))
+        plant.set_torque(tau)
+        plant.step()
+    assert worst <= 1e-9, worst
+    assert fast.uk.info.path == "kkt"
+    for a, b in ((fast.coupling, slow.coupling), (fast.task, slow.task)):
+        assert np.any(a.z != 0)
+        np.testing.assert_allclose(a.z, b.z, rtol=1e-9, atol=1e-15)
