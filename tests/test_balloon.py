@@ -2,8 +2,8 @@
 meets the agreement targets (FD/ID to 1e-9, trajectory vs Pinocchio to 1e-6, 2 s vs MuJoCo to 1e-3,
 energy drift with the dampers off to 1e-6).
 
-The run is shortened to 2.5 s (the scenario's 20 s take minutes: the TITOP engine is ~20× slower than
-Pinocchio's ABA).  Both windows hold the part of the motion that the targets test: the pendulums fall
+The run is shortened to 2.5 s (the scenario's seven 20 s runs take ~20 s with the compiled TITOP sweeps,
+and the suite's budget is minutes for everything).  Both windows hold the part of the motion that the targets test: the pendulums fall
 from ±170° and the largest energy error of the undamped run is reached at t = 0.82 s (over 4 s it is the
 same error, and the ratio to the kinetic energy peak is 8.4e-9 at 2 s, 8.1e-9 at 4 s); the TITOP–Pinocchio
 difference stays at round-off (1.5e-14 at 2.5 s, 5.4e-14 at 5 s), eight decades under its bound."""
