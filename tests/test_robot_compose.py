@@ -286,3 +286,32 @@ def test_urdf_plant_contacts_skip_rigidly_joined_links_only():
     touching = {frozenset((m.body(m.geom_bodyid[c.geom1]).name, m.body(m.geom_bodyid[c.geom2]).name))
                 for c in plant.data.contact}
     assert frozenset(("left_panda_hand", "right_panda_hand")) in touching
+
+
+def test_urdf_dry_friction_is_the_plants_and_can_be_removed():
+    """A URDF <dynamics friction> becomes MuJoCo's frictionloss (the "real" robot's dry friction, which no
+    controller models): the UK law then tracks a 5 cm circle on the xArm7 (f = 1 N·m on every joint) only
+    to centimetres; with friction=False the same loop tracks to ~1e-5 m, so the friction is the cause."""
+    import pinocchio as pin
+
+    from cmstack import Circle, FrameTask, PostureTask, UdwadiaKalabaController, simulate
+    from cmstack.sim.urdf_plant import plant_from_urdf
+
+    try:
+        urdf = example_robot_data_path("xarm_description/urdf/xarm7.urdf")
+    except Exception:                        # noqa: BLE001 — the dev extra is absent
+        pytest.skip("example-robot-data (dev extra) is not installed")
+    robot = Robot.from_urdf(urdf)
+    q0 = pin.neutral(robot.model)
+    T0 = robot.update(q0, 0 * q0).frame("link_eef").T
+    err = {}
+    for friction in (True, False):
+        plant = plant_from_urdf(robot, q0=q0, sim_dt=1e-3, friction=friction)
+        fl = plant.model.dof_frictionloss[plant.map.dadr]
+        assert np.allclose(fl, 1.0 if friction else 0.0)
+        task = FrameTask(robot, "link_eef", Circle(T0.translation - [0.05, 0, 0], 0.05, 1.0, R=T0.rotation),
+                         kp=100, kd=20)
+        ctl = UdwadiaKalabaController(robot, levels=[[task], [PostureTask(robot, q0, kp=10, kd=6)]])
+        run = simulate(plant, ctl, duration=0.6, control_dt=1e-3, progress=False)
+        err[friction] = float(np.linalg.norm(run.error_arrays()[task.name][-1, :3]))
+    assert err[True] > 1e-3 and err[False] < 1e-4, err
