@@ -134,7 +134,8 @@ class JointVelocityLimit(Limit):
 class JointPositionLimit(Limit):
     """q_min ≤ q ≤ q_max kept through an acceleration bound that brakes in time (module docstring).
     Args: robot; dt: horizon Δt (s); a_max: braking deceleration (rad/s² or m/s², scalar or per
-    joint); q_min, q_max: None (URDF limits) or values; joints."""
+    joint); q_min, q_max: None (URDF limits) or values; joints (None: every joint with finite URDF
+    limits, i.e. all but the continuous ones)."""
 
     def __init__(self, robot: Robot, dt: float, a_max, q_min=None, q_max=None,
                  joints: Sequence[str] | None = None, name: str = "position"):
@@ -143,6 +144,12 @@ class JointPositionLimit(Limit):
             raise ConfigError(f"{name}: dt must be a finite number > 0 (s), got {dt!r}")
         self.dt = float(dt)
         self.idx = _select(robot, joints, name)
+        if joints is None and q_min is None and q_max is None:
+            # every joint that has position limits (a continuous joint has none: ±inf, models/robot.py)
+            lo, hi = robot.model.lowerPositionLimit, robot.model.upperPositionLimit
+            self.idx = self.idx[np.isfinite(lo[self.idx]) & np.isfinite(hi[self.idx])]
+            if np.ndim(a_max) == 1 and len(a_max) == robot.nv:
+                a_max = np.asarray(a_max, dtype=float)[self.idx]
         self.a_max = _values(a_max, np.zeros(robot.nv), self.idx, "a_max", name, robot)
         self.q_min = _values(q_min, np.asarray(robot.model.lowerPositionLimit, dtype=float), self.idx, "q_min",
                              name, robot, allow_negative=True)

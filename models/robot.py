@@ -55,13 +55,46 @@ def resolve_asset(p: str | Path) -> Path:
     return p.resolve() if p.exists() else PACKAGE_ROOT / p
 
 
+def _continuous_as_revolute(path: Path) -> tuple[str | None, list[str]]:
+    """The URDF text with every ``continuous`` joint made a ``revolute`` one (its ``<limit>`` effort and
+    velocity kept, position bounds set far away and then removed, ``_load_urdf``), and those joints'
+    names; (None, []) when there is none.
+
+    Why: Pinocchio models a continuous joint by (cos θ, sin θ) (nq = 2, nv = 1), MuJoCo's URDF import by
+    an unlimited hinge with the angle θ.  As a revolute joint without position limits it has the angle
+    as its one coordinate in both, so q, v and τ keep one entry per joint and the plant maps by name.
+    The dynamics are the same: the joint's motion subspace is the rotation about the same axis."""
+    root = ET.parse(path).getroot()
+    names = []
+    for j in root.iter("joint"):
+        if j.get("type") == "continuous":
+            j.set("type", "revolute")
+            lim = j.find("limit")
+            if lim is None:
+                lim = ET.SubElement(j, "limit", effort="0", velocity="0")
+            lim.set("lower", "-1e9")
+            lim.set("upper", "1e9")
+            names.append(j.get("name"))
+    return (ET.tostring(root, encoding="unicode"), names) if names else (None, [])
+
+
 def _load_urdf(path: Path) -> pin.Model:
-    """Pinocchio model of one URDF file, every error naming the file."""
+    """Pinocchio model of one URDF file, every error naming the file.  Continuous joints become revolute
+    joints without position limits (``_continuous_as_revolute``; their bounds are ±inf)."""
     _check_xml(path, "URDF")
+    xml, continuous = _continuous_as_revolute(path)
     try:
-        return pin.buildModelFromUrdf(str(path))
+        model = pin.buildModelFromUrdf(str(path)) if xml is None else pin.buildModelFromXML(xml)
     except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
         raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {exc}") from None
+    if continuous:
+        orig = pin.buildModelFromUrdf(str(path))       # the joints as Pinocchio reads them: limits, friction
+        for name in continuous:
+            jm, jo = model.joints[model.getJointId(name)], orig.joints[orig.getJointId(name)]
+            model.lowerPositionLimit[jm.idx_q], model.upperPositionLimit[jm.idx_q] = -np.inf, np.inf
+            for attr in ("effortLimit", "velocityLimit", "damping", "friction"):
+                getattr(model, attr)[jm.idx_v] = getattr(orig, attr)[jo.idx_v]
+    return model
 
 
 def _as_pose(T, where: str) -> pin.SE3:
@@ -252,7 +285,8 @@ class Robot:
             jm = self.model.joints[i]
             if jm.nq != 1 or jm.nv != 1:
                 raise ModelFileError(f"URDF {label}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
-                                     "name-based plant map expects 1-DoF joints (revolute, prismatic).")
+                                     "name-based plant map expects 1-DoF joints (revolute, continuous, "
+                                     "prismatic).")
         self.nq, self.nv = self.model.nq, self.model.nv
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()

@@ -94,14 +94,20 @@ def _lock_joint(spec: mujoco.MjSpec, name: str, value: float, urdf: Path) -> Non
     spec.delete(j)
 
 
-def _part_spec(part: URDFPart, mesh_dir: Path | None) -> mujoco.MjSpec:
-    """MuJoCo's import of one URDF part: meshes resolved, locked joints removed, mimics checked."""
+def _part_spec(part: URDFPart, mesh_dir: Path | None, meshes: bool = True) -> mujoco.MjSpec:
+    """MuJoCo's import of one URDF part: meshes resolved (or dropped, ``meshes=False``), locked joints
+    removed, mimics checked."""
     _check_xml(part.path, "URDF")
     try:
         spec = mujoco.MjSpec.from_file(str(part.path))
     except Exception as exc:   # mujoco raises ValueError with the parser's message
         raise ModelFileError(f"URDF {part.path} could not be parsed by MuJoCo: {exc}") from None
     spec.compiler.fusestatic = False         # keep every link as a body (the viewer, wrenches by link name)
+    if not meshes:        # the bodies keep their URDF <inertial>: the dynamics do not change
+        for g in [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_MESH]:
+            spec.delete(g)
+        for m in list(spec.meshes):
+            spec.delete(m)
     for m in spec.meshes:
         m.file = str(_resolve_mesh(m.file, part.path, mesh_dir))
     for name, value in part.locked.items():
@@ -119,7 +125,7 @@ def _part_spec(part: URDFPart, mesh_dir: Path | None) -> mujoco.MjSpec:
 
 
 def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | None = None,
-               passive_joints: tuple[str, ...] = (), friction: bool = True) -> mujoco.MjSpec:
+               passive_joints: tuple[str, ...] = (), friction: bool = True, meshes: bool = True) -> mujoco.MjSpec:
     """The MuJoCo model specification of ``robot`` (every URDF part attached at its base pose with
     its prefix, motors added); compile it with ``spec.compile()`` or use ``plant_from_urdf``.
 
@@ -129,6 +135,9 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
         mesh_dir: folder with the mesh files, searched first by file name.
         passive_joints: joints that get no motor.
         friction: keep the URDF's dry joint friction (MuJoCo ``frictionloss``); False sets it to 0.
+        meshes: False drops every mesh geom (e.g. COLLADA .dae files, which MuJoCo cannot read); the
+            bodies keep their URDF inertials, so the dynamics are unchanged, but mesh contacts and the
+            viewer's shapes are gone.
     """
     sources = getattr(robot, "sources", None)
     if not sources:
@@ -141,7 +150,7 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
         robot.joint_index(n)                 # names the joint if it does not exist
     spec = None
     for k, part in enumerate(sources):
-        child = _part_spec(part, md)
+        child = _part_spec(part, md, meshes)
         if k == 0 and not part.prefix:
             # the first, unprefixed part is the root specification (MuJoCo cannot attach with an empty
             # prefix and save the result): move its top-level bodies to the base pose T = (R, t):
@@ -222,7 +231,7 @@ def _mat2quat(R: np.ndarray) -> np.ndarray:
 def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, contacts: bool = True,
                     mesh_dir: str | Path | None = None, passive_joints: tuple[str, ...] = (),
                     xml_path: str | Path | None = None, integrator: str | None = None, noise_q: float = 0.0,
-                    noise_v: float = 0.0, seed: int = 0, friction: bool = True) -> MujocoPlant:
+                    noise_v: float = 0.0, seed: int = 0, friction: bool = True, meshes: bool = True) -> MujocoPlant:
     """A ``MujocoPlant`` of ``robot`` built from its URDF part(s); torques and states map by joint name.
 
     Args:
@@ -237,14 +246,19 @@ def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, conta
         integrator, noise_q (rad or m), noise_v (rad/s or m/s), seed: as ``MujocoPlant``.
         friction: keep the URDF's dry joint friction (module docstring; no controller models it);
             False gives an ideal plant.
+        meshes: False drops the mesh geoms (``build_spec``), e.g. for COLLADA meshes MuJoCo cannot read.
 
     The returned plant keeps the specification as ``plant.spec``; ``save_xml(plant, path)`` writes the
     equivalent MJCF (e.g. into a run directory, for replay)."""
-    spec = build_spec(robot, contacts=contacts, mesh_dir=mesh_dir, passive_joints=passive_joints, friction=friction)
+    spec = build_spec(robot, contacts=contacts, mesh_dir=mesh_dir, passive_joints=passive_joints, friction=friction,
+                      meshes=meshes)
     try:
         mj_model = spec.compile()
     except Exception as exc:
-        raise ModelFileError(f"MuJoCo could not compile the plant built from {robot.label}: {exc}") from None
+        msg = " ".join(str(exc).split())
+        hint = ("; MuJoCo reads STL, OBJ and MSH meshes: convert them, or pass meshes=False (the URDF inertials "
+                "keep the dynamics)") if "no decoder found for mesh" in msg else ""
+        raise ModelFileError(f"MuJoCo could not compile the plant built from {robot.label}: {msg}{hint}") from None
     plant = MujocoPlant.from_model(mj_model, robot.joint_names, name=robot.label, sim_dt=sim_dt,
                                    plant_only=(), noise_q=noise_q, noise_v=noise_v, seed=seed,
                                    integrator=integrator)
