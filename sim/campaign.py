@@ -47,9 +47,10 @@ seed), and at the end ``plots/<key>.png`` (success rate and error distributions 
 
 Execution: a local pool of ``--workers`` processes (default: all cores; a fresh forked process per
 variant), or ``--scheduler tcp://HOST:PORT``: an existing Dask distributed cluster, each task running
-its variant in a fresh ``python -m cmstack.sim.campaign --child`` process on the worker (so a variant
-that kills its process does not kill the Dask worker).  With a scheduler the campaign directory must be
-at the same path on every worker (shared file system).
+its variant in a process forked from a "fork server" of its worker thread (started on the thread's first
+task; it has imported the scenario, so a variant starts in milliseconds instead of a fresh interpreter's
+seconds, and a variant that kills its process does not kill the Dask worker; see ``run_job_forked``).
+With a scheduler the campaign directory must be at the same path on every worker (shared file system).
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import traceback
@@ -466,6 +468,314 @@ def run_job_subprocess(job: dict) -> dict:
     return rec
 
 
+# ------------------------------------------------------------------------------------- fork server
+# A Dask task runs its variant in a process forked from a long-lived, single-threaded "fork server" of
+# the task's worker thread, which has imported this module, cmstack.scenarios._common and the job's
+# scenario (numpy, Pinocchio, MuJoCo, ProxSuite, ...) once: a child starts in milliseconds, as in the
+# local pool, instead of a fresh interpreter importing everything again.
+#
+# Protocol (one JSON object per line; the worker's end is _ForkServer):
+#   worker → server  {"job": JOB, "learn": BOOL}
+#   server → worker  {"stale": true, "threads": BOOL}   (it will not fork: the code changed since it started,
+#                                                        or a Python thread runs in it; it exits, ask a new one)
+#                    | {"started": PID} then {"pid": PID, "code": EXIT}   (EXIT < 0: killed by signal −EXIT)
+# The server forks one child per job and waits for it; the child runs _child_main(job) (result.json
+# written atomically by run_job) and leaves with os._exit.  A server dies with the thread that started it
+# (PR_SET_PDEATHSIG; the worker thread pool's threads live as long as the worker) and exits on EOF on its
+# stdin, which the kernel gives it when the worker process is gone however it ended, killing its running
+# child first; each child dies with the server in the same way.  So neither outlives the Dask worker.
+_SERVE = "import sys; from cmstack.sim.campaign import _serve; _serve(int(sys.argv[1]))"
+
+
+def _code_files() -> dict:
+    """{file: mtime_ns} of the loaded cmstack modules (the package, shipped and user scenarios)."""
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None) if name.startswith("cmstack") else None
+        if f:
+            try:
+                out[f] = os.stat(f).st_mtime_ns
+            except OSError:
+                pass
+    return out
+
+
+def _stale(stamp: dict) -> bool:
+    for f, m in stamp.items():
+        try:
+            if os.stat(f).st_mtime_ns != m:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _serve(parent: int) -> None:
+    """The fork server's loop: ``python -c _SERVE WORKER_PID``, started by _ForkServer (see above).
+
+    Before forking a job's child it has imported the job's scenario and resolved one config (pydantic
+    schemas); after a child that ran to its end it imports the modules that child imported lazily
+    (numba, scipy, matplotlib, the controllers, ... : about 1.5 s per YuMi variant otherwise), so that
+    later children start with them.  An import that starts a Python thread would make forking unsafe:
+    the server then exits (answering "stale") and the client starts one that learns nothing.  The only
+    other threads are native BLAS pools, fork-safe as in the local pool's driver."""
+    import importlib
+    import select
+    import signal
+    import threading
+
+    _die_with_parent()
+    if os.getppid() != parent:            # the thread that started us is already gone
+        return
+    rfd, wfd = os.dup(0), os.dup(1)       # the protocol's pipes, off fds 0 and 1: a child reads no job
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)                         # and stray output goes to the worker's stderr, not the protocol
+    buf = bytearray()
+
+    def recv():
+        while b"\n" not in buf:
+            chunk = os.read(rfd, 1 << 16)
+            if not chunk:
+                return None               # EOF: the worker closed our stdin, or is gone
+            buf.extend(chunk)
+        i = buf.index(b"\n")
+        line = bytes(buf[:i])
+        del buf[:i + 1]
+        return json.loads(line)
+
+    def send(obj) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(wfd, data):]
+
+    def wait(pid: int, mfd: int):
+        """(the child's exit code as subprocess gives it, what it wrote on ``mfd``), or None on EOF from
+        the worker meanwhile."""
+        try:
+            pfd = os.pidfd_open(pid)       # Linux ≥ 5.3: readable when the child ends
+        except (AttributeError, OSError):
+            pfd = None
+        out = bytearray()
+        fds = [rfd, mfd] + ([] if pfd is None else [pfd])
+        try:
+            while True:
+                r, _, _ = select.select(fds, [], [], 0.05 if pfd is None else None)
+                if rfd in r:
+                    chunk = os.read(rfd, 1 << 16)
+                    if not chunk:
+                        return None
+                    buf.extend(chunk)
+                if mfd in r:
+                    chunk = os.read(mfd, 1 << 16)
+                    out.extend(chunk)
+                    if not chunk:
+                        fds.remove(mfd)
+                if pfd is None or pfd in r:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        if mfd in fds:        # what is left in the pipe (a grandchild may hold it open)
+                            os.set_blocking(mfd, False)
+                            try:
+                                while chunk := os.read(mfd, 1 << 16):
+                                    out.extend(chunk)
+                            except BlockingIOError:
+                                pass
+                        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+        finally:
+            if pfd is not None:
+                os.close(pfd)
+
+    import cmstack.scenarios._common  # noqa: F401 — what every scenario needs
+    from cmstack.scenarios._common import resolve_config
+
+    stamp = _code_files()
+    loaded: set = set()
+    child = None
+    me = os.getpid()
+    try:
+        while True:
+            msg = recv()
+            if msg is None:
+                return
+            job = msg["job"]
+            if _stale(stamp) or threading.active_count() > 1:
+                send({"stale": True, "threads": threading.active_count() > 1})
+                return                    # code changed under an editable install, or unsafe to fork
+            if job["scenario"] not in loaded:
+                loaded.add(job["scenario"])
+                try:
+                    name, _mod, defaults = _load_target(job["scenario"])   # its children inherit the imports
+                    resolve_config(name, overrides=job["overrides"], defaults=defaults)
+                except Exception:  # noqa: BLE001 — the child imports it again and records the error
+                    pass
+                for f, m in _code_files().items():
+                    stamp.setdefault(f, m)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            mr, mw = os.pipe()
+            child = os.fork()
+            if child == 0:                # the variant's process
+                code = 70
+                try:
+                    os.close(rfd)
+                    os.close(wfd)
+                    os.close(mr)
+                    _die_with_parent()
+                    if os.getppid() == me:        # else the server died before prctl: do not run orphaned
+                        base = set(sys.modules)
+                        _child_main(job)
+                        code = 0
+                        new = "\n".join(m for m in list(sys.modules) if m not in base)
+                        with os.fdopen(mw, "w") as fh:
+                            fh.write(new)
+                except BaseException:  # noqa: BLE001 — run_job records the variant's errors; this is ours
+                    traceback.print_exc()
+                finally:
+                    try:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                    finally:
+                        os._exit(code)
+            os.close(mw)
+            try:
+                send({"started": child})
+                got = wait(child, mr)
+            finally:
+                os.close(mr)
+            if got is None:
+                return
+            pid, child = child, None
+            code, new = got
+            send({"pid": pid, "code": code})
+            if code == 0 and msg.get("learn", True):
+                for name in new.split():      # after the reply: this task is not delayed by it
+                    if name not in sys.modules and not name.startswith(("__", "_cy", "cmstack_user_scenario")):
+                        try:
+                            importlib.import_module(name)
+                        except BaseException:  # noqa: BLE001 — a module that will not import here is skipped
+                            pass
+                stamp.update({f: m for f, m in _code_files().items() if f not in stamp})
+    except OSError:                       # the worker is gone (broken pipe)
+        return
+    finally:
+        if child is not None:             # never leave the variant behind
+            try:
+                os.kill(child, signal.SIGKILL)
+                os.waitpid(child, 0)
+            except OSError:
+                pass
+
+
+class _ForkServer:
+    """The worker's end of one fork server: a ``python -c _SERVE`` child of the calling thread."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(os.getpid())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def send(self, obj) -> bool:
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):     # broken pipe: it died
+            return False
+
+    def recv(self) -> dict | None:
+        try:
+            line = self.proc.stdout.readline()
+        except (OSError, ValueError):
+            return None
+        return json.loads(line) if line.strip() else None
+
+    def close(self) -> int:
+        """Close its stdin (it exits at EOF), reap it; its exit code."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+_SERVERS = threading.local()      # one fork server per worker thread, started on its first task
+
+
+def _server() -> _ForkServer:
+    srv = getattr(_SERVERS, "server", None)
+    if srv is None or srv.proc.poll() is not None:
+        if srv is not None:
+            srv.close()
+        srv = _SERVERS.server = _ForkServer()
+    return srv
+
+
+def _drop_server() -> int | None:
+    srv = getattr(_SERVERS, "server", None)
+    _SERVERS.server = None
+    return None if srv is None else srv.close()
+
+
+def run_job_forked(job: dict) -> dict:
+    """Run one variant in a process forked from this thread's fork server (started on first use) and
+    return its record: the Dask task.  As with :func:`run_job_subprocess`, every variant has its own
+    process, and one that dies (exit, signal) is recorded as failed without harming the Dask worker;
+    a variant that kills the fork server itself is recorded as failed too ("fork server killed by
+    SIGKILL") and the next task starts a new server.  Falls back to run_job_subprocess where there is
+    no ``os.fork`` or no server can be started.
+
+    Caveat: a server keeps the modules it imported.  It checks the modification times of the cmstack
+    modules it loaded (scenario files included) before each job and is replaced when one changed, but
+    an edit to another module (a third-party package, a helper module a scenario file imports) reaches
+    the variants only through a new Dask worker."""
+    if not hasattr(os, "fork"):
+        return run_job_subprocess(job)
+    t0 = time.perf_counter()
+    Path(job["run_dir"]).parent.mkdir(parents=True, exist_ok=True)
+    how = server_pid = None
+    for _attempt in range(3):
+        try:
+            srv = _server()
+        except OSError:
+            break
+        server_pid = srv.proc.pid
+        r = srv.recv() if srv.send({"job": job, "learn": getattr(_SERVERS, "learn", True)}) else None
+        if r is None or "started" not in r:      # gone while idle, or stale: the job did not start
+            if r is not None and r.get("threads"):
+                _SERVERS.learn = False           # a learned import started a thread: learn nothing more
+            _drop_server()
+            continue
+        r = srv.recv()
+        if r is None:                            # the server died while the variant ran
+            how = f"fork server {_exit_text(_drop_server())}"
+        else:
+            how = _exit_text(r["code"])
+        break
+    if how is None:
+        return run_job_subprocess(job)
+    rec = read_result(job)
+    if rec is None:
+        rec = died(job, how)
+        rec["wall_s"] = time.perf_counter() - t0
+        if Path(job["run_dir"]).is_dir():
+            atomic_write(Path(job["run_dir"]) / RESULT, _dumps(rec))
+    rec["task_wall_s"] = time.perf_counter() - t0
+    rec["fork_server_pid"] = server_pid
+    rec["worker_pid"] = os.getpid()
+    return rec
+
+
+#: the function each Dask task runs (run_job_subprocess: a fresh interpreter per variant, as before the
+#: fork server; bench.campaign --dask-fresh compares the two)
+DASK_TASK = run_job_forked
+
+
 # ------------------------------------------------------------------------------------- executors
 def run_local(jobs: list[dict], workers: int, on_result) -> None:
     """At most ``workers`` variants at once, each in a freshly forked process (the parent has imported
@@ -498,7 +808,8 @@ def run_local(jobs: list[dict], workers: int, on_result) -> None:
 
 
 def run_dask(jobs: list[dict], scheduler: str, on_result) -> None:
-    """Submit every variant to an existing Dask distributed scheduler; records come back as they finish."""
+    """Submit every variant to an existing Dask distributed scheduler, each task running ``DASK_TASK``
+    (run_job_forked); records come back as they finish."""
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -508,7 +819,7 @@ def run_dask(jobs: list[dict], scheduler: str, on_result) -> None:
     except (OSError, TimeoutError) as exc:
         raise ConfigError(f"--scheduler {scheduler}: cannot connect ({type(exc).__name__}: {exc})") from None
     try:
-        futs = {client.submit(run_job_subprocess, job, key=f"cmstack-{job['campaign']}-{job['id']}-{os.getpid()}",
+        futs = {client.submit(DASK_TASK, job, key=f"cmstack-{job['campaign']}-{job['id']}-{os.getpid()}",
                               pure=False): job for job in jobs}
         for fut in as_completed(futs):
             job = futs[fut]
