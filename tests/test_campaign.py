@@ -198,6 +198,68 @@ strict = { priority = "strict" }
         assert m["priority"] == x["law"] and float(x["constraint_error_initial"]) == m["constraint_error_initial"]
 
 
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a reparented one may wait long to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _toy_jobs(tmp_path: Path, text: str) -> list[dict]:
+    s = C.load_spec(_spec(tmp_path, '[campaign]\nscenario = "toy.py"\n[base]\nduration = 0.05\n' + text))
+    return [C.make_job(s, v, tmp_path / "out") for v in s.variants]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server: Linux")
+def test_dask_fork_server_survives_its_variants(tmp_path):
+    """On one Dask worker thread, one task after the other: a variant that calls os._exit is recorded as
+    failed and the next one runs in the same fork server, each variant in its own process; a variant
+    that kills the fork server is recorded as failed and the next one runs in a new server."""
+    distributed = pytest.importorskip("distributed")
+    jobs = _toy_jobs(tmp_path, '[axes.mode]\ndies = { crash = "exit" }\nfine = {}\n'
+                               'kills = { crash = "kill_parent" }\nafter = { gain = 5.0 }\n')
+    recs = []
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        for job in jobs:
+            C.run_dask([job], cl.scheduler_address, recs.append)
+    dies, fine, kills, after = recs
+    assert dies["status"] == "failed" and dies["reason"] == "worker process died (exit code 7)"
+    assert fine["status"] != "failed" and fine["fork_server_pid"] == dies["fork_server_pid"]
+    assert fine["pid"] not in (fine["fork_server_pid"], fine["worker_pid"])
+    assert kills["status"] == "failed" and kills["reason"] == "worker process died (fork server killed by SIGKILL)"
+    assert after["status"] != "failed" and after["fork_server_pid"] != kills["fork_server_pid"]
+    assert len({r["worker_pid"] for r in recs}) == 1
+    assert C.read_result(jobs[0])["reason"] == dies["reason"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server: Linux")
+def test_dask_fork_server_dies_with_its_worker(tmp_path):
+    """A fork server dies when its Dask worker is SIGKILLed (the nanny starts a new worker) and when
+    the LocalCluster closes."""
+    distributed = pytest.importorskip("distributed")
+    jobs = _toy_jobs(tmp_path, '[grid]\ngain = [2.0, 5.0]\n')
+    recs = []
+
+    def gone(pid: int) -> bool:
+        deadline = time.time() + 60
+        while _alive(pid) and time.time() < deadline:
+            time.sleep(0.05)
+        return not _alive(pid)
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        C.run_dask(jobs[:1], cl.scheduler_address, recs.append)
+        first = recs[0]["fork_server_pid"]
+        assert _alive(first)
+        os.kill(recs[0]["worker_pid"], signal.SIGKILL)
+        assert gone(first)
+        C.run_dask(jobs[1:], cl.scheduler_address, recs.append)
+        second = recs[1]["fork_server_pid"]
+        assert recs[1]["status"] != "failed" and second != first and _alive(second)
+    assert gone(second)
+
 def test_bad_scheduler_address_is_usage_error(tmp_path):
     p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\n')
     r = _cli(p, "--out", tmp_path / "o", "--scheduler", "localhost:1")

@@ -3,6 +3,7 @@ semi-implicit Euler from x0 = 1 plus seeded noise; cheap and deterministic given
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -18,6 +19,10 @@ def run(ctx) -> Outcome:
         raise RuntimeError(f"toy variant asked to raise (gain={cfg['gain']})")
     if cfg["crash"] == "exit":
         os._exit(7)
+    if cfg["crash"] == "kill_parent":    # Dask path only: SIGKILLs the fork server (locally: the driver)
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(60)                    # and dies with it (parent-death signal)
+        os._exit(8)
     time.sleep(cfg["sleep_s"])
     rng = np.random.default_rng(cfg["seed"])
     w, z, dt = cfg["gain"], cfg["damping"], 1e-3
