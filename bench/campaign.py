@@ -1,16 +1,26 @@
 """Campaign scaling: N variants of the flagship (yumi_dual_arm, virtual plant, noise on so that the
 seeds differ) on the local process pool vs the same N runs in sequence in one process, interleaved;
-optionally the same campaign through a Dask LocalCluster of the same number of workers.
+optionally the same campaign through a Dask LocalCluster of the same number of workers (each task forks
+its variant from its worker thread's fork server), and with ``--dask-fresh`` also through the former
+path (a fresh ``python -m cmstack.sim.campaign --child`` interpreter per variant), interleaved.
 
-    python -m bench.campaign [--variants 32] [--duration 2.0] [--workers 2] [--repeats 1] [--dask]
+    python -m bench.campaign [--variants 32] [--duration 2.0] [--workers 2] [--repeats 1] [--dask] [--dask-fresh]
 
 Reported: wall times, the ratio pool / sequence (issue target ≤ 0.6 on 2 cores), and for Dask the
-end-to-end overhead per variant, (T_dask − T_pool) · workers / N, and the median per-task cost outside
-the scenario (fresh interpreter + imports + scheduling: task wall − run wall).
+end-to-end overhead per variant, (T_dask − T_pool) · workers / N, the median per-task cost outside
+the scenario (scheduling + fork server or fresh interpreter: task wall − run wall), and the median run
+wall per variant (run_job: it includes the imports a child does itself) against the pool's.  The pool
+runs after the sequence, in the same process: its children inherit every import and compiled kernel.
+
+Measured (2 cores, 32 × 2 s, 2 workers; medians): before the fork server, load 1.4–3.4: sequence
+50.7 s, pool 47.3 s, Dask 75.6 s, overhead 1.77 s per variant end to end and 0.65 s per task outside
+the scenario (quiet machine, from the issue: pool 21.8 s, Dask 62.6 s, 2.5 s per variant).  See README.md
+(Campaigns) for the fork server's numbers.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -33,6 +43,10 @@ duration = {duration}
 """
 
 
+def _records(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (out / "variants").glob("*/result.json")]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.campaign")
     ap.add_argument("--variants", type=int, default=32)
@@ -40,12 +54,19 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dask", action="store_true", help="also run it through a Dask LocalCluster")
+    ap.add_argument("--dask-fresh", action="store_true",
+                    help="with --dask: also through the former path, a fresh interpreter per variant")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="cmstack_bench_campaign_"))
     spec = tmp / "spec.toml"
     spec.write_text(SPEC.format(n=a.variants, duration=a.duration))
     s = C.load_spec(spec)
-    seq, pool, dask, per_task = [], [], [], []
+    seq, pool = [], []
+    kinds = ["dask"] + (["dask_fresh"] if a.dask and a.dask_fresh else [])
+    dask = {k: [] for k in kinds}
+    per_task = {k: [] for k in kinds}
+    run_wall = {k: [] for k in kinds + ["pool"]}
+    tasks = {"dask": C.run_job_forked, "dask_fresh": C.run_job_subprocess}
     try:
         for r in range(a.repeats):
             out = tmp / f"seq{r}"
@@ -57,33 +78,41 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             C.run_campaign(spec, out=tmp / f"pool{r}", workers=a.workers, progress=False)
             pool.append(time.perf_counter() - t0)
+            run_wall["pool"] += [rec["wall_s"] for rec in _records(tmp / f"pool{r}")]
             print(f"repeat {r}: sequence {seq[-1]:.1f} s, pool of {a.workers} {pool[-1]:.1f} s, "
                   f"ratio {pool[-1] / seq[-1]:.2f}", flush=True)
-            if a.dask:
-                from distributed import LocalCluster
+            if not a.dask:
+                continue
+            from distributed import LocalCluster
 
-                with LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None) as cl:
-                    t0 = time.perf_counter()
-                    C.run_campaign(spec, out=tmp / f"dask{r}", scheduler=cl.scheduler_address, progress=False)
-                    dask.append(time.perf_counter() - t0)
-                import json
-
-                for p in (tmp / f"dask{r}" / "variants").glob("*/result.json"):
-                    rec = json.loads(p.read_text())
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:     # alternate which Dask path goes first
+                C.DASK_TASK = tasks[kind]
+                try:
+                    with LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None) as cl:
+                        t0 = time.perf_counter()
+                        C.run_campaign(spec, out=tmp / f"{kind}{r}", scheduler=cl.scheduler_address, progress=False)
+                        dask[kind].append(time.perf_counter() - t0)
+                finally:
+                    C.DASK_TASK = C.run_job_forked
+                for rec in _records(tmp / f"{kind}{r}"):
                     if "task_wall_s" in rec:
-                        per_task.append(rec["task_wall_s"] - rec["wall_s"])
-                print(f"repeat {r}: dask {dask[-1]:.1f} s", flush=True)
+                        per_task[kind].append(rec["task_wall_s"] - rec["wall_s"])
+                        run_wall[kind].append(rec["wall_s"])
+                print(f"repeat {r}: {kind} {dask[kind][-1]:.1f} s", flush=True)
         n = a.variants
         print(f"\n{n} variants × {a.duration} s of yumi_dual_arm, {a.workers} workers, {a.repeats} repeat(s):")
         print(f"  sequence (one process)   median {np.median(seq):7.1f} s   ({np.median(seq) / n:.2f} s per variant)")
         print(f"  local pool               median {np.median(pool):7.1f} s   ratio pool/sequence "
-              f"{np.median(pool) / np.median(seq):.2f} (target <= 0.6)")
-        if dask:
-            print(f"  Dask LocalCluster        median {np.median(dask):7.1f} s   ratio dask/pool "
-                  f"{np.median(dask) / np.median(pool):.2f}")
-            print(f"  Dask overhead per variant: end to end (T_dask - T_pool)·workers/N = "
-                  f"{(np.median(dask) - np.median(pool)) * a.workers / n:.2f} s; "
-                  f"per task outside the scenario (median) {np.median(per_task):.2f} s")
+              f"{np.median(pool) / np.median(seq):.2f} (target <= 0.6); median run wall {np.median(run_wall['pool']):.2f} s")
+        for kind in kinds:
+            if not dask[kind]:
+                continue
+            label = "Dask, fork server" if kind == "dask" else "Dask, fresh interpreter"
+            print(f"  {label:<24} median {np.median(dask[kind]):7.1f} s   ratio dask/pool "
+                  f"{np.median(dask[kind]) / np.median(pool):.2f}; median run wall {np.median(run_wall[kind]):.2f} s")
+            print(f"    overhead per variant: end to end (T_dask - T_pool)·workers/N = "
+                  f"{(np.median(dask[kind]) - np.median(pool)) * a.workers / n:.2f} s; "
+                  f"per task outside the scenario (median) {np.median(per_task[kind]):.2f} s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
