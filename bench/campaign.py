@@ -12,10 +12,12 @@ the scenario (scheduling + fork server or fresh interpreter: task wall − run w
 wall per variant (run_job: it includes the imports a child does itself) against the pool's.  The pool
 runs after the sequence, in the same process: its children inherit every import and compiled kernel.
 
-Measured (2 cores, 32 × 2 s, 2 workers; medians): before the fork server, load 1.4–3.4: sequence
-50.7 s, pool 47.3 s, Dask 75.6 s, overhead 1.77 s per variant end to end and 0.65 s per task outside
-the scenario (quiet machine, from the issue: pool 21.8 s, Dask 62.6 s, 2.5 s per variant).  See README.md
-(Campaigns) for the fork server's numbers.
+Measured (2 cores, ``--variants 32 --dask``, 2 workers).  Before the fork server (load 1.4–3.4): sequence
+50.7 s, pool 47.3 s, Dask 75.6 s: overhead 1.77 s per variant end to end, 0.65 s per task outside the
+scenario (on a quiet machine earlier: pool 21.8 s, Dask 62.6 s, 2.5 s per variant).  With it,
+``--dask-fresh --repeats 2`` (medians, load 1.3–3.0): sequence 41.3 s, pool 34.5 s, Dask fork server
+37.4 s, Dask fresh interpreter 54.9 s: 0.18 s against 1.27 s per variant end to end, 0.03 s against
+0.47 s per task; one more run at load 4.8–2.7: pool 32.8 s, fork server 31.0 s, fresh 46.1 s.
 """
 from __future__ import annotations
 

@@ -733,7 +733,10 @@ def run_job_forked(job: dict) -> dict:
     Caveat: a server keeps the modules it imported.  It checks the modification times of the cmstack
     modules it loaded (scenario files included) before each job and is replaced when one changed, but
     an edit to another module (a third-party package, a helper module a scenario file imports) reaches
-    the variants only through a new Dask worker."""
+    the variants only through a new Dask worker; so does an edit to this client code, which the Dask
+    worker imported once (as it did run_job_subprocess before).  The check costs one stat per loaded
+    cmstack module per job.  Each server's warm-up (start, imports: a few seconds for YuMi) is paid once
+    per worker thread."""
     if not hasattr(os, "fork"):
         return run_job_subprocess(job)
     t0 = time.perf_counter()
