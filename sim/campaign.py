@@ -419,6 +419,39 @@ def _child_main(job: dict) -> None:
     run_job(job)
 
 
+def _modules_file(job: dict) -> Path:
+    return Path(job["run_dir"]).parent / f".{job['id']}.modules"
+
+
+def _local_child(job: dict) -> None:
+    """A local pool's variant (``_child_main``), then the names of the modules it imported lazily into
+    ``_modules_file(job)``, for the driver to import before it forks the next ones (``learn_modules``)."""
+    base = set(sys.modules)
+    _child_main(job)
+    try:
+        _modules_file(job).write_text("\n".join(m for m in list(sys.modules) if m not in base))
+    except OSError:
+        pass
+
+
+def learn_modules(names: str) -> bool:
+    """Import, in a process that forks variants (the local pool's driver, a Dask fork server), the
+    modules a finished variant imported lazily (numba and its cached kernels, scipy, matplotlib, the
+    controllers: ~1.5 s of every YuMi variant otherwise), so that the next children start with them.
+    A module that does not import here is skipped.  Returns False if an import started a Python thread:
+    forking is then unsafe, and the caller must stop forking from this process or stop learning (the
+    driver of a local pool only learns while it is single-threaded)."""
+    import importlib
+
+    for name in names.split():
+        if name not in sys.modules and not name.startswith(("__", "_cy", "cmstack_user_scenario")):
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: BLE001 — a module that will not import here is skipped
+                pass
+    return threading.active_count() == 1
+
+
 def read_result(job: dict) -> dict | None:
     p = Path(job["run_dir"]) / RESULT
     try:
@@ -519,10 +552,8 @@ def _serve(parent: int) -> None:
     later children start with them.  An import that starts a Python thread would make forking unsafe:
     the server then exits (answering "stale") and the client starts one that learns nothing.  The only
     other threads are native BLAS pools, fork-safe as in the local pool's driver."""
-    import importlib
     import select
     import signal
-    import threading
 
     _die_with_parent()
     if os.getppid() != parent:            # the thread that started us is already gone
@@ -650,12 +681,7 @@ def _serve(parent: int) -> None:
             code, new = got
             send({"pid": pid, "code": code})
             if code == 0 and msg.get("learn", True):
-                for name in new.split():      # after the reply: this task is not delayed by it
-                    if name not in sys.modules and not name.startswith(("__", "_cy", "cmstack_user_scenario")):
-                        try:
-                            importlib.import_module(name)
-                        except BaseException:  # noqa: BLE001 — a module that will not import here is skipped
-                            pass
+                learn_modules(new)            # after the reply: this task is not delayed by it
                 stamp.update({f: m for f, m in _code_files().items() if f not in stamp})
     except OSError:                       # the worker is gone (broken pipe)
         return
@@ -783,21 +809,29 @@ DASK_TASK = run_job_forked
 def run_local(jobs: list[dict], workers: int, on_result) -> None:
     """At most ``workers`` variants at once, each in a freshly forked process (the parent has imported
     the scenario, so a child starts in milliseconds; it builds its own MuJoCo/Pinocchio/ProxSuite
-    objects).  A single-threaded loop waits on the process sentinels."""
+    objects).  After a variant that ran to its end, the driver imports the modules it loaded lazily
+    (``learn_modules``), so that later children inherit them instead of importing them each (as long as
+    the driver stays single-threaded, which forking needs).  A single-threaded loop waits on the
+    process sentinels."""
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     pending = list(jobs)
     running: dict = {}
+    learn = method == "fork" and threading.active_count() == 1
     try:
         while pending or running:
             while pending and len(running) < workers:
                 job = pending.pop(0)
-                p = ctx.Process(target=_child_main, args=(job,), name=f"variant-{job['id']}")
+                p = ctx.Process(target=_local_child, args=(job,), name=f"variant-{job['id']}")
                 p.start()
                 running[p.sentinel] = (p, job)
             for s in mp.connection.wait(list(running)):
                 p, job = running.pop(s)
                 p.join()
+                mods = _modules_file(job)
+                if learn and p.exitcode == 0 and mods.is_file():
+                    learn = learn_modules(mods.read_text())
+                mods.unlink(missing_ok=True)
                 rec = read_result(job)
                 if rec is None:
                     rec = died(job, _exit_text(p.exitcode))

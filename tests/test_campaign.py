@@ -117,6 +117,33 @@ def test_failures_recorded_and_resume(tmp_path):
     assert s3["ran_this_call"] == 8
 
 
+def test_local_pool_children_inherit_what_earlier_variants_imported(tmp_path):
+    """The local pool's driver imports the modules a finished variant imported lazily (learn_modules), so
+    later children start with them: with one worker, the first variant imports the probe module itself,
+    the next ones find it loaded.  A module that starts a thread in the driver stops the learning (forking
+    from a threaded process is unsafe): after it, a second probe is not learned."""
+    (tmp_path / "probe_mod.py").write_text("X = 1\n")
+    (tmp_path / "probe_thread.py").write_text("import threading, time\n"
+                                              "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+    (tmp_path / "probe_after.py").write_text("Y = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\nseeds = 3\n[base]\nduration = 0.05\n'
+                        'lazy_import = "probe_mod"\n')
+    r = _cli(p, "--out", tmp_path / "a", "--workers", "1", env=env)
+    assert r.returncode in (0, 1), r.stderr
+    rows = sorted(_rows(tmp_path / "a" / "campaign.csv"), key=lambda x: int(x["index"]))
+    assert [float(x["lazy_preloaded"]) for x in rows] == [0.0, 1.0, 1.0]
+    assert not list((tmp_path / "a" / "variants").glob(".*.modules"))       # the lists are cleaned up
+    p = _spec(tmp_path, '[campaign]\nscenario = "toy.py"\n[base]\nduration = 0.05\n'
+                        '[axes.m]\nt = { lazy_import = "probe_thread" }\nb1 = { lazy_import = "probe_after" }\n'
+                        'b2 = { lazy_import = "probe_after" }\n', name="spec2.toml")
+    r = _cli(p, "--out", tmp_path / "b", "--workers", "1", env=env)
+    assert r.returncode in (0, 1), r.stderr
+    rows = sorted(_rows(tmp_path / "b" / "campaign.csv"), key=lambda x: int(x["index"]))
+    assert [x["status"] for x in rows] != ["failed"] * 3
+    assert [float(x["lazy_preloaded"]) for x in rows] == [0.0, 0.0, 0.0]
+
+
 def test_sigkill_halfway_then_resume_equals_uninterrupted(tmp_path):
     """Data safety: SIGKILL the campaign driver halfway, rerun it: campaign.csv equals that of an
     uninterrupted run, variant by variant (the killed workers die with the driver; their partial run

@@ -2,8 +2,10 @@
 semi-implicit Euler from x0 = 1 plus seeded noise; cheap and deterministic given its config."""
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -23,6 +25,9 @@ def run(ctx) -> Outcome:
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(60)                    # and dies with it (parent-death signal)
         os._exit(8)
+    preloaded = float(bool(cfg["lazy_import"]) and cfg["lazy_import"] in sys.modules)
+    if cfg["lazy_import"]:
+        importlib.import_module(cfg["lazy_import"])
     time.sleep(cfg["sleep_s"])
     rng = np.random.default_rng(cfg["seed"])
     w, z, dt = cfg["gain"], cfg["damping"], 1e-3
@@ -32,5 +37,5 @@ def run(ctx) -> Outcome:
         x += dt * v
         ctx.logger.append(t=_ * dt, x=x)
     err = abs(x)
-    return Outcome(dict(final_error=err, gain=cfg["gain"]),
+    return Outcome(dict(final_error=err, gain=cfg["gain"], lazy_preloaded=preloaded),
                    [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])])
