@@ -2,7 +2,7 @@
 
     cmstack list                                   the shipped scenarios, one line each
     cmstack run NAME|PATH.py [--config F.toml] [--set k=v ...] [--duration S] [--out DIR]
-                             [--viewer meshcat [--no-wait]] [--no-html] [--no-progress] [--debug]
+                             [--viewer meshcat [--no-wait]] [--no-html] [--no-plots] [--no-progress] [--debug]
     cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K] [--html OUT.html]
     cmstack bench [NAME ...]
     cmstack campaign SPEC.toml [--scheduler tcp://HOST:PORT] [--workers N] [--out DIR] [--retry-failed]

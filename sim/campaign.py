@@ -14,6 +14,7 @@ A campaign spec (TOML) names a base scenario and the configuration keys to vary:
     sample_seed = 0
     metrics = ["constraint_error_converged"]           # error metrics: median and p95 per group, plots
     report = { max_torque_nm = "max", control_step_us_median = "median" }   # other table columns
+    plots = false          # each variant's own plots/ (default off: drawing is most of a short run's cost)
 
     [base]                           # overrides of the scenario's default config, for every variant
     duration = 1.0
@@ -33,7 +34,7 @@ A campaign spec (TOML) names a base scenario and the configuration keys to vary:
 The variants are axes × grid × random samples × seeds (seeds innermost), each a set of config
 overrides.  Each variant runs in its OWN process (so MuJoCo, Pinocchio and ProxSuite objects are never
 shared) through ``run_scenario`` with those overrides, into ``OUT/variants/<index>-<hash>/`` (the
-usual run contract: config.toml, metrics.json, log.npz, plots/), and ends with ``result.json``
+usual run contract: config.toml, metrics.json, log.npz, and plots/ with ``plots = true``), and ends with ``result.json``
 (status ok | missed | failed, reason, swept keys, metrics) written atomically.  A variant that raises,
 or whose process dies (exit, signal, out of memory), is recorded as failed with its reason; the others
 go on.  The campaign is resumable: a second call skips every variant that has a ``result.json`` whose
@@ -161,6 +162,7 @@ class Spec:
     metrics: list
     report: dict            # metric → "max" | "median" | "mean" | "min"
     success: dict           # metric → criterion string
+    plots: bool = False     # each variant's own plots (off: drawing is most of a short variant's cost)
     breakdown_by: str | None = None    # the axis with one breakdown point per label (None: the whole campaign)
     breakdown: dict = field(default_factory=dict)   # family → config key whose value is its level
     variants: list = field(default_factory=list)
@@ -228,6 +230,12 @@ def _meets(value, op: str, lim: float) -> bool:
     return {"<=": value <= lim, ">=": value >= lim, "<": value < lim, ">": value > lim}[op]
 
 
+def _flag(x, key: str, where: str) -> bool:
+    if not isinstance(x, bool):
+        raise ConfigError(f"{where}: [campaign] {key} must be true or false, got {x!r}")
+    return x
+
+
 def load_spec(path: str | Path) -> Spec:
     """Parse a campaign spec and expand its variants.  Every override is checked against the
     scenario's default config here (unknown key, wrong type), before anything runs."""
@@ -247,7 +255,7 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; "
                           "expected [campaign], [base], [grid], [axes.NAME], [random], [success], [breakdown]")
     c = raw.get("campaign", {})
-    known = {"name", "scenario", "seeds", "seed_key", "samples", "sample_seed", "metrics", "report"}
+    known = {"name", "scenario", "seeds", "seed_key", "samples", "sample_seed", "metrics", "report", "plots"}
     if set(c) - known:
         raise ConfigError(f"{where}: unknown key(s) {sorted(set(c) - known)} in [campaign]; known: {sorted(known)}")
     if "scenario" not in c:
@@ -292,7 +300,7 @@ def load_spec(path: str | Path) -> Spec:
                 base=_flatten(raw.get("base", {})), axes=axes, grid=grid, random=rnd, samples=samples,
                 sample_seed=int(c.get("sample_seed", 0)), seeds=seeds, seed_key=str(c.get("seed_key", "seed")),
                 metrics=list(c.get("metrics", [])), report=dict(report), success=success,
-                breakdown_by=by, breakdown=bd)
+                breakdown_by=by, breakdown=bd, plots=_flag(c.get("plots", False), "plots", where))
     spec.variants = expand(spec, where)
     check_overrides(spec)
     return spec
@@ -354,7 +362,7 @@ def make_job(spec: Spec, v: Variant, out: Path) -> dict:
     """Everything a worker needs to run one variant (JSON-serialisable)."""
     return dict(campaign=spec.name, scenario=spec.scenario, id=v.id, index=v.index, hash=v.hash,
                 swept=_jsonable(v.swept), overrides=_jsonable(v.overrides),
-                run_dir=str((out / "variants" / v.id).resolve()))
+                run_dir=str((out / "variants" / v.id).resolve()), plots=spec.plots)
 
 
 def _die_with_parent() -> None:
@@ -391,7 +399,10 @@ def run_job(job: dict) -> dict:
         name, mod, defaults = _load_target(job["scenario"])
         import inspect
 
-        extra = {"html": False} if "html" in inspect.signature(run_scenario).parameters else {}
+        params = inspect.signature(run_scenario).parameters
+        extra = {"html": False} if "html" in params else {}
+        if "plots" in params:
+            extra["plots"] = bool(job.get("plots", False))
         metrics, _ = run_scenario(name, mod.run, overrides=job["overrides"], out=run_dir, progress=False,
                                   defaults=defaults, **extra)     # no replay.html per variant: log.npz replays
         rec = _record(job, "ok" if metrics.get("ok") else "missed",

@@ -144,6 +144,24 @@ def test_local_pool_children_inherit_what_earlier_variants_imported(tmp_path):
     assert [float(x["lazy_preloaded"]) for x in rows] == [0.0, 0.0, 0.0]
 
 
+def test_variant_plots_are_off_unless_the_spec_asks(tmp_path):
+    """Campaign variants write no plots by default (drawing is most of a short run's cost), the same
+    metrics either way; ``plots = true`` gives each variant its plots/; a non-boolean is refused, named."""
+    base = '[campaign]\nscenario = "toy.py"\nseeds = 2\n{extra}[base]\nduration = 0.05\n'
+    out = {}
+    for extra in ("", "plots = true\n"):
+        p = _spec(tmp_path, base.format(extra=extra), name=f"s{len(extra)}.toml")
+        o = tmp_path / f"o{len(extra)}"
+        C.run_campaign(p, out=o, workers=1, progress=False)
+        out[bool(extra)] = o
+    for with_plots, o in out.items():
+        pngs = sorted(q.name for q in (o / "variants").glob("*/plots/*.png"))
+        assert pngs == (["x.png", "x.png"] if with_plots else [])
+    assert _rows(out[True] / "campaign.csv") == _rows(out[False] / "campaign.csv")
+    with pytest.raises(ConfigError, match=r"\[campaign\] plots must be true or false, got 'yes'"):
+        C.load_spec(_spec(tmp_path, base.format(extra='plots = "yes"\n'), name="bad.toml"))
+
+
 def test_sigkill_halfway_then_resume_equals_uninterrupted(tmp_path):
     """Data safety: SIGKILL the campaign driver halfway, rerun it: campaign.csv equals that of an
     uninterrupted run, variant by variant (the killed workers die with the driver; their partial run

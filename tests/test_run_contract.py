@@ -175,3 +175,24 @@ def test_bar_run_with_another_offset_holds_the_weld(tmp_path):
                                                             "T_AB_translation": [0.0, -0.35, 0.10]})
     assert m["loop_closure_error_max_m"] < 1e-3                  # was 5.3e-2 with the file's weld
     assert m["ok"] is True and m["reason"] == ""                 # not the thesis' offset: its rows say "report"
+
+
+def test_no_plots_writes_no_png_and_the_same_metrics(tmp_path):
+    """--no-plots: the YuMi run directory has its log, metrics and config but no plots/, and every metric
+    that is not a timing equals the plotted run's (plots are drawn after the loop, from its log)."""
+    import cmstack.scenarios.yumi_dual_arm as y
+
+    got = {}
+    for flag in ((), ("--no-plots",)):
+        ap = argparse.ArgumentParser()
+        add_run_arguments(ap)
+        out = tmp_path / ("np" if flag else "p")
+        args = ap.parse_args(["--out", str(out), "--duration", "0.3", "--no-html", "--no-progress", *flag])
+        execute("yumi_dual_arm", y.run, args)
+        got[bool(flag)] = json.loads((out / "metrics.json").read_text())
+        assert (out / "log.npz").is_file()
+        assert (out / "plots").is_dir() != bool(flag)
+        assert bool(list(out.glob("plots/*.png"))) != bool(flag)
+    timing = ("control_step_us", "realtime_factor", "wall", "cpu")
+    a, b = ({k: v for k, v in m.items() if not any(w in k for w in timing)} for m in (got[False], got[True]))
+    assert a == b and "constraint_error_initial" in a

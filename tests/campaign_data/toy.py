@@ -37,5 +37,13 @@ def run(ctx) -> Outcome:
         x += dt * v
         ctx.logger.append(t=_ * dt, x=x)
     err = abs(x)
+    plots = []
+    if ctx.plots:                         # the variant's own plot (campaign ``plots = true``)
+        plt = ctx.pyplot()
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot(ctx.logger.arrays()["t"], ctx.logger.arrays()["x"])
+        ax.set_xlabel("t [s]")
+        ax.set_ylabel("x [m]")
+        plots.append(ctx.save_figure(fig, "x"))
     return Outcome(dict(final_error=err, gain=cfg["gain"], lazy_preloaded=preloaded),
-                   [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])])
+                   [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])], plots)
