@@ -731,6 +731,16 @@ def warm() -> None:
     tsys.forward(P.q0, np.zeros(9), np.zeros(9), ext={("balloon", "B"): np.zeros(6)})
     tsys.inverse(P.q0, np.zeros(9), np.zeros(9))
     tsys.kinematics(P.q0, np.zeros(9))
+    # the compiled UK step (controllers/_uk_kernels.py; one signature serves every plan of up to 4
+    # joints): the thesis law and the robust law (its integral tasks' bias path), as the flagship builds them
+    from cmstack.scenarios.yumi_dual_arm import CONTROLLERS, build_problem, initial_state
+
+    cfg = default_config("yumi_dual_arm")
+    yumi = Robot(cfg["urdf"])
+    coupling, task, _, _ = build_problem(cfg, yumi)
+    q0 = initial_state(cfg, yumi)
+    for name in ("uk", "uk_robust"):
+        CONTROLLERS[name](cfg, yumi, coupling, task)(0.0, q0, np.zeros(yumi.nv))
 
 
 if __name__ == "__main__":
