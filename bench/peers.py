@@ -47,7 +47,7 @@ back in a rotating order, so machine load hits them alike; ``--repeat`` whole ru
 
     python -m cmstack.bench.peers [--repeat 3] [--rates 200 1000] [--solver proxqp]
 
-Measured 2026-11-24 (load 3.7; the table and its reading: README, "Against the peers"): cmstack's step
+Measured 2026-11-24 (load 3.7; the table and its reading: docs/speed.md, "Against the peers"): cmstack's step
 43 µs median against 164–194 µs for the IKs; with matched gains the IKs hold the coupling tighter and lag
 the circle by ≈ 20 mm; at α = 1 they track it better than cmstack, at the 7 rad/s velocity limit in the
 first steps.  pink with the coupling as a cost on proxqp: an ill-conditioned QP (cond ≈ 6·10¹⁰), reported
