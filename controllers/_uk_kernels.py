@@ -339,10 +339,12 @@ def _chol_solve(L, m, B, ncol):
 
 
 @njit(cache=True)
-def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out):
-    """The equality-constrained last level by the Schur complement (module docstring).  wk: work
-    array of n² + n + n² + n(m+1) + m² + m values, [H | r | L | X | S | L_S-diagonal]; out (3n + m):
-    [v̇ | τ | h + D v | λ].  Returns OK, NULLSPACE or SINGULAR."""
+def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
+    """The equality-constrained last level by the Schur complement (module docstring).  gauss: 1.0 (H
+    and r start from Gauss' M and −(h + D v)) or 0.0 (the last level without Gauss: H = Σ ω AᵀA,
+    r = Σ ω Aᵀ b; the controller's "absorbed" plans).  wk: work array of n² + n + n² + n(m+1) + m² + m
+    values, [H | r | L | X | S | L_S-diagonal]; out (3n + m): [v̇ | τ | h + D v | λ].  Returns OK,
+    NULLSPACE or SINGULAR."""
     n = v.shape[0]
     m = m_up
     H = wk[:n * n].reshape(n, n)
@@ -359,9 +361,9 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out):
     lam = out[3 * n:3 * n + m]
     for i in range(n):
         hD[i] = h[i] + D[i] * v[i]
-        r[i] = -hD[i]
+        r[i] = -gauss * hD[i]
         for j in range(n):
-            H[i, j] = M[i, j]
+            H[i, j] = gauss * M[i, j]
     for k in range(tint.shape[0]):
         if tint[k, 7] == 0:
             continue
@@ -440,14 +442,14 @@ def uk_step(t, M, h, q, v, S, Ab, out):
     """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  t (s); M, h, q, v of
     this step; S: the plan's arrays in one tuple (one argument is cheaper to pass than twenty),
     (data.J, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr,
-    m_up, √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
+    m_up, gauss, √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
     Returns OK, LIMIT (the KKT solution violates the effort limit: the caller solves the QP),
     NULLSPACE or SINGULAR."""
     (Jw, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, m_up,
-     sqrt_tol, eidx, tmax, wk) = S
+     gauss, sqrt_tol, eidx, tmax, wk) = S
     frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
     task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
-    st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, sqrt_tol, wk, out)
+    st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out)
     if st == OK and effort_violated(out[v.shape[0]:2 * v.shape[0]], eidx, tmax):
         return LIMIT
     return st

@@ -24,6 +24,12 @@ Solution, cheapest first:
    row rank; the final level is then the equality-constrained QP whose KKT system
    [H Eᵀ; E 0] [v̇; λ] = [−g; f] is solved directly (Schur complement S = E H⁻¹ Eᵀ; a Cholesky
    factorisation of S that fails or has a pivot below ``rank_tol`` relative sends to 2);
+   1'. Gauss alone last and more rows above it than degrees of freedom (e.g. ``[[coupling], [task],
+   [posture]]`` with a posture on every joint): the level before Gauss, L_{K−1}, is the final level of
+   that KKT system without Gauss, H = Σ_{L_{K−1}} ω AᵀA, g = −Σ ω Aᵀ b, E = [A₁; …; A_{K−2}]; when
+   that H is positive definite the minimiser of L_{K−1} over the levels above is unique, so Gauss has
+   nothing left and this is the strict solution of 2 (equal to round-off, tested) at the cost of 1
+   (compiled step only; otherwise, or with a limit hit, 2 and 3 as usual);
 2. rank-deficient or inconsistent levels: null-space projections (SVD, relative rank tolerance):
    v̇_k = v̇_{k−1} + N_{k−1} (A_k N_{k−1})⁺ (b_k − A_k v̇_{k−1}),  N_k = N_{k−1} null(A_k N_{k−1}),
    then y = (N_Kᵀ H N_K)⁻¹ N_Kᵀ (−g − H v̇), v̇* = v̇ + N_K y;
@@ -208,8 +214,19 @@ class _FusedPlan:
         self.step = K.uk_step
         robot, n = ctl.robot, ctl.n
         model = robot.model
-        entries = [(task, float(sw), 0.0, 0) for L in ctl._upper for task, sw in zip(L.tasks, L.sqrt_w)]
-        entries += [(task, 1.0, float(w), 1) for task, w in zip(ctl._final.tasks, ctl._final.weights)]
+        # "absorbed": the last level is Gauss alone and the levels above it have more rows than there are
+        # degrees of freedom (e.g. a posture on every joint as the last strict level), so they cannot all
+        # be equalities of one KKT system.  The level before Gauss is then solved as the KKT's final level
+        # without Gauss (H = Σ ω AᵀA, no M).  When that H is positive definite the level's minimiser
+        # over the levels above is unique, so Gauss, strictly after it, has nothing left to decide and
+        # the solution is the strict one; otherwise (and whenever a limit is hit) the step takes the
+        # generic path (``_call_generic``), whose null-space solve such layouts needed every step.
+        self.absorbed = not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n
+        upper = ctl._upper[:-1] if self.absorbed else ctl._upper
+        last = ctl._upper[-1] if self.absorbed else ctl._final
+        entries = [(task, float(sw), 0.0, 0) for L in upper for task, sw in zip(L.tasks, L.sqrt_w)]
+        entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
+        self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
         frames: dict = {}
         joints: dict = {}
         fint, fplace = [], []
@@ -277,7 +294,8 @@ class _FusedPlan:
         self.tcirc = np.zeros((nt, 7))
         self.seen = [None] * nt
         self.D = self.tmax = self.args = None
-        m = self.m_up = ctl.n_eq
+        m = self.m_up = sum(L.dim for L in upper)
+        self.gauss = 0.0 if self.absorbed else 1.0
         self.ab_shape = (row, n + 1)
         self.out_len = 3 * n + m
         self.wk = np.zeros(2 * n * n + n + n * (m + 1) + m * m)
@@ -290,7 +308,7 @@ class _FusedPlan:
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
         # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
         self._levels, i = [], 0
-        for L in ctl._upper:
+        for L in upper:
             j = i + L.dim
             self._levels.append((i, j))
             i = j
@@ -313,7 +331,7 @@ class _FusedPlan:
         self.tmax = self.no_tmax if self.effort is None else self.effort.tau_max
         self.args = (self.J, D, self.jR, self.jp, self.ja, self.fint, self.fplace, self.fJ, self.fvec, self.tint,
                      self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.tbias, self.terr,
-                     self.m_up, sqrt_tol, self.eidx, self.tmax, self.wk)
+                     self.m_up, self.gauss, sqrt_tol, self.eidx, self.tmax, self.wk)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -515,6 +533,10 @@ class UdwadiaKalabaController:
         self.kin = kin
         if self._plan is not None:
             return self._call_fused(t, kin)
+        return self._call_generic(t, kin)
+
+    def _call_generic(self, t: float, kin: Kinematics) -> np.ndarray:
+        """The step in Python/NumPy (every level layout, every fallback)."""
         M = kin.M
         hD = kin.h + self.D * kin.v
         self.info.cold_retries = 0
@@ -615,12 +637,14 @@ class UdwadiaKalabaController:
                     st = 1
                     break
         warn = not self._warned and self.warn_free_dof
+        if P.absorbed and (st != 0 or warn):
+            return self._call_generic(t, kin)      # limits, rank loss, first-step warning: the strict path
         if st == 0 and not warn:
             info = self.info
             info.cold_retries = 0
             info.limits_active = False
             info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
-            info._lazy = partial(self._fused_forces, kin, hD, x, lam, Ab)
+            info._lazy = partial(self._absorbed_forces if P.absorbed else self._fused_forces, kin, hD, x, lam, Ab)
             return tau
         self.info.cold_retries = 0
         E, f, rows, final_rows = P.views(Ab)
@@ -640,6 +664,18 @@ class UdwadiaKalabaController:
     def _fused_forces(self, kin, hD, x, lam, Ab):
         E, f, rows, final_rows = self._plan.views(Ab)
         return self._forces_closure(kin, hD, x, lam, None, rows, final_rows, E)()
+
+    def _absorbed_forces(self, kin, hD, x, lam, Ab):
+        """The forces of an absorbed step as the generic path reports them (Gauss last, every task level
+        above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) over all levels' √ω-scaled rows."""
+        P = self._plan
+        E, f, rows, final_rows = P.views(Ab)
+        A = np.vstack([a for a, _, _ in final_rows]) * P.absorbed_sqrt_w[:, None]
+        b = np.concatenate([b for _, b, _ in final_rows]) * P.absorbed_sqrt_w
+        rows = rows + [(A, b)]
+        E_all = np.vstack([E, A])
+        lam_all = np.linalg.lstsq(E_all.T, -(kin.M @ x + hD), rcond=None)[0]
+        return self._forces_closure(kin, hD, x, lam_all, None, rows, [], E_all)()
 
     def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
         n = self.n
