@@ -163,8 +163,10 @@ def stop(run: Run) -> None:
     assert all(gone(p) for p in pids)
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_live_replay_and_html_show_the_plant(browser, tmp_path, scenario):
+def check_plant_shown(browser, tmp_path, scenario: str) -> None:
+    """The live run, its replay and its replay.html each show the plant and every overlay (module
+    docstring).  One scenario per test module (this one, test_browser_chain.py,
+    test_browser_series_parallel.py), so that the test workers share them out."""
     duration, live_overlays, min_fraction = SCENARIOS[scenario]
     out = tmp_path / "run"
     colors, planes = None, None
@@ -211,3 +213,7 @@ def test_live_replay_and_html_show_the_plant(browser, tmp_path, scenario):
         measure(page, colors, planes, overlays, f"{scenario}_html", tmp_path, min_fraction)
     finally:
         page.close()
+
+
+def test_live_replay_and_html_show_the_plant_yumi(browser, tmp_path):
+    check_plant_shown(browser, tmp_path, "yumi_dual_arm")
