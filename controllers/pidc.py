@@ -54,7 +54,7 @@ from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, Sta
 from cmstack.models.lie import pinv
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 from cmstack.models.robot import Robot
-from cmstack.models.trajectory import Sinusoid, Trajectory, as_trajectory
+from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
 
 _SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
@@ -113,7 +113,7 @@ class PIDC:
             self.S[i, robot.joint_index(name)] = 1.0
         self.coords = list(coords)
         self._ci = np.array([robot.joint_index(name) for name in coords], dtype=int)   # S x = x[_ci]
-        self.ref: Trajectory = as_trajectory(reference)
+        self.ref = reference
         self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(coords),)).copy()
         self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(coords),)).copy()
         if np.any(self.kp < 0) or np.any(self.kv < 0):
@@ -151,6 +151,8 @@ class PIDC:
         self.failures = 0
         self._kin, self._kin_qv = None, None
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
+        self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
+        self._vw = None               # (data, M view, h view): Pinocchio's arrays, refreshed in place
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
         self._compiled = (not self.qp and self.w is None and self.force is None
                           and getattr(constraint, "m", None) == 1)
@@ -222,6 +224,17 @@ class PIDC:
         return winv * x, float(np.linalg.norm(G @ x - g))
 
     # ------------------------------------------------------------------ the law
+    @property
+    def ref(self) -> Trajectory:
+        """The reference of the coordinates, t ↦ (x_d, ẋ_d, ẍ_d)."""
+        return self._ref
+
+    @ref.setter
+    def ref(self, reference) -> None:
+        self._ref = as_trajectory(reference)
+        # a user function is called directly by the compiled step (no Sample built around its result)
+        self._ref_call = self._ref.f if type(self._ref) is FromFunction else self._ref
+
     def __call__(self, t, q, v):
         if self._compiled:
             tau = self._compiled_step(t, q, v)
@@ -258,7 +271,10 @@ class PIDC:
                 return None                                  # Robot.update names the sizes
             d = robot.data
             pin_compute_all_terms(robot.model, d, q, v)
-            M, h = d.M.T, d.nle           # M is symmetric; its transpose is the C-ordered view (one kernel type)
+            vw = self._vw
+            if vw is None or vw[0] is not d:  # M is symmetric; its transpose is the C-ordered view (one kernel type)
+                vw = self._vw = (d, d.M.T, d.nle)
+            M, h = vw[1], vw[2]
             self._kin, self._kin_qv = None, (q.copy(), v.copy())
         else:
             kin = robot.update(q, v)
@@ -276,7 +292,7 @@ class PIDC:
         bookkeeping of ``_numpy_step`` (unsolvable steps, the info record).  None: take the SVD path."""
         ref = self._kref
         if not self._sinus:
-            r0, r1, r2 = self.ref(t)
+            r0, r1, r2 = self._ref_call(t)
             try:
                 ref[0], ref[1], ref[2] = r0, r1, r2
             except ValueError:
@@ -304,7 +320,7 @@ class PIDC:
                     f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
                     f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
             tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
-        info.f_c, info.f_d = getattr(self, "_fc", None), getattr(self, "_fd", None)
+        info.f_c, info.f_d = self._fc, self._fd
         self.info = info
         self._prev = (t, v, tau)        # read by the force loop only, which this path does not have
         return tau
@@ -347,7 +363,7 @@ class PIDC:
             tau_perp = self._force_term(t, q, v, M, h, qdd, pr, A)
             tau = tau + tau_perp
             info.tau_perp = tau_perp
-        info.f_c, info.f_d = getattr(self, "_fc", None), getattr(self, "_fd", None)
+        info.f_c, info.f_d = self._fc, self._fd
         self.info = info
         self._prev = (t, v.copy(), tau.copy())
         return tau

@@ -35,8 +35,8 @@ def crank_reference(omega: float, T: float):
         raise ConfigError(f"spinup_time must be > 0, got {T}")
 
     def ref(t):
-        e = math.exp(-t / T)                 # on a float: a control step calls it once
-        return np.array([omega * (t - T * (1 - e))]), np.array([omega * (1 - e)]), np.array([omega / T * e])
+        e = math.exp(-t / T)                 # floats (one coordinate): a control step calls it once
+        return omega * (t - T * (1 - e)), omega * (1 - e), omega / T * e
 
     return FromFunction(ref)
 
@@ -119,7 +119,7 @@ def run(ctx) -> Outcome:
                      progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)", log=log)
     # after the loop, from the logged states: the reference, the tracking error, the loop's violation
     L = log.arrays()
-    th_d = np.array([ref(t)[0][0] for t in L["t"]])
+    th_d = np.array([ref(t)[0] for t in L["t"]], dtype=float)
     trail = np.zeros((len(th_d), 3))
     trail[:, 0] = L["plant_qpos"][:, 2] + 2 * loop.l
     for k, x in (("theta_d", th_d), ("e_theta", th_d - L["q"][:, 0]),
@@ -153,7 +153,7 @@ def run(ctx) -> Outcome:
     log.meta.update(energy_t=np.arange(1, n_en + 1) * en.dt, energy=E)
 
     late_p, late_m = Pt > cfg["track_after"], L["t"] > cfg["track_after"]
-    e_p = np.array([ref(t)[0][0] for t in Pt]) - Pq[:, 0]
+    e_p = np.array([ref(t)[0] for t in Pt], dtype=float) - Pq[:, 0]
     m = dict(controller=cfg["controller"], duration_s=float(cfg["duration"]),
              singular_crossings=count_crossings(Pq[:, 0]),
              singular_crossings_mujoco=count_crossings(L["q"][:, 0]),
