@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --prefer-binary -e '.[dev]'   # the venv's own pip (no self-upgrade: ~20 s)
+	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers]'   # the venv's own pip (no self-upgrade); peers: pink, mink for tests/test_peers_bench.py
 	$(PY) -m cmstack.controllers.kernels   # compile the control-step kernels once (numba cache)
 	@touch $(STAMP)
 
@@ -22,7 +22,6 @@ test: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
 
 bench: $(STAMP)
-	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers]'   # the peers of bench/peers.py (pink, mink)
 	$(VENV)/bin/cmstack bench
 
 clean:
