@@ -355,6 +355,24 @@ def _solve6(A, b, x):
 
 
 @njit(cache=True)
+def _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node, load_port, load_W, loop_node,
+                          loop_port, loop_K, loop_D):
+    """The sweeps' common start: every block's kinematics (``kinematics``) and the port wrenches of the
+    external loads and loop closures on each (``_loads``); (R, pos, tw, Pab, c, r, W)."""
+    n = kind.shape[0]
+    R = np.empty((n, 3, 3))
+    pos = np.empty((n, 3))
+    tw = np.empty((n, 6))
+    Pab = np.empty((n, 3, 3))
+    c = np.empty((n, 6))
+    r = np.empty((n, 3))
+    kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r)
+    W = np.empty((n, 6))
+    _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, W)
+    return R, pos, tw, Pab, c, r, W
+
+
+@njit(cache=True)
 def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
                      load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, out):
     """v̇ for the generalized forces ``tau`` into ``out`` (``System._forward_reference``); returns False
@@ -372,15 +390,8 @@ def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R = np.empty((n, 3, 3))
-    pos = np.empty((n, 3))
-    tw = np.empty((n, 6))
-    Pab = np.empty((n, 3, 3))
-    c = np.empty((n, 6))
-    r = np.empty((n, 3))
-    kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r)
-    Wload = np.empty((n, 6))
-    _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, Wload)
+    R, pos, tw, Pab, c, r, Wload = _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node,
+                                                         load_port, load_W, loop_node, loop_port, loop_K, loop_D)
     IA = np.empty((n, 6, 6))
     pA = np.empty((n, 6))
     IS = np.zeros((n, 6))
@@ -512,15 +523,8 @@ def inverse_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, acc_in,
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R = np.empty((n, 3, 3))
-    pos = np.empty((n, 3))
-    tw = np.empty((n, 6))
-    Pab = np.empty((n, 3, 3))
-    c = np.empty((n, 6))
-    r = np.empty((n, 3))
-    kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r)
-    Wsum = np.empty((n, 6))
-    _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, Wsum)
+    R, pos, tw, Pab, c, r, Wsum = _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node,
+                                                        load_port, load_W, loop_node, loop_port, loop_K, loop_D)
     acc = np.empty((n, 6))
     if floating:
         for a in range(6):
