@@ -644,7 +644,8 @@ class UdwadiaKalabaController:
             info.cold_retries = 0
             info.limits_active = False
             info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
-            info._lazy = partial(self._absorbed_forces if P.absorbed else self._fused_forces, kin, hD, x, lam, Ab)
+            info._lazy = (partial(self._absorbed_forces, kin, hD, x, tau, Ab) if P.absorbed
+                          else partial(self._fused_forces, kin, hD, x, lam, Ab))
             return tau
         self.info.cold_retries = 0
         E, f, rows, final_rows = P.views(Ab)
@@ -665,16 +666,17 @@ class UdwadiaKalabaController:
         E, f, rows, final_rows = self._plan.views(Ab)
         return self._forces_closure(kin, hD, x, lam, None, rows, final_rows, E)()
 
-    def _absorbed_forces(self, kin, hD, x, lam, Ab):
+    def _absorbed_forces(self, kin, hD, x, tau, Ab):
         """The forces of an absorbed step as the generic path reports them (Gauss last, every task level
-        above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) over all levels' √ω-scaled rows."""
+        above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) = −τ over all levels' √ω-scaled
+        rows (τ of this step, kept: the robot's M may hold a later state by the time this is read)."""
         P = self._plan
         E, f, rows, final_rows = P.views(Ab)
         A = np.vstack([a for a, _, _ in final_rows]) * P.absorbed_sqrt_w[:, None]
         b = np.concatenate([b for _, b, _ in final_rows]) * P.absorbed_sqrt_w
         rows = rows + [(A, b)]
         E_all = np.vstack([E, A])
-        lam_all = np.linalg.lstsq(E_all.T, -(kin.M @ x + hD), rcond=None)[0]
+        lam_all = np.linalg.lstsq(E_all.T, -tau, rcond=None)[0]
         return self._forces_closure(kin, hD, x, lam_all, None, rows, [], E_all)()
 
     def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
