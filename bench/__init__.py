@@ -21,22 +21,24 @@ def _floor_probe(M, h, q, v, t, out):
 
 def python_floor(call, model, data, nv: int, accel_from_v: bool = False):
     """The least any controller written in Python can cost around the Pinocchio call ``call(model, data,
-    q, v)`` it needs: one Python call, that Pinocchio call, the two views ``data.M`` / ``data.nle`` read
-    back, one compiled (numba) kernel of six arguments that copies h into a preallocated result, and the
-    return.  ``accel_from_v``: the call also takes an acceleration, given v (``pin.rnea(m, d, q, v, v)``,
-    as the floors of the benchmarks call it).  No control law at all: a step measured beside it shows how much of its cost is the law and
-    how much is calling overhead that no Python controller avoids.  Returns ``step(t, q, v) -> out``."""
+    q, v)`` it needs: one Python call, that Pinocchio call, one compiled (numba) kernel of six arguments
+    that reads M and h (views taken once, as a controller keeps them) and copies h into a preallocated
+    result, and the return.  ``accel_from_v``: the call also takes an acceleration, given v
+    (``pin.rnea(m, d, q, v, v)``, as the benchmarks' floors call it).  No control law at all: a step
+    measured beside it shows how much of its cost is the law and how much is calling overhead that no
+    Python controller avoids.  Returns ``step(t, q, v) -> out``."""
     out = np.empty(nv)
     kernel = _floor_probe
+    M, h, tau = data.M, data.nle, data.tau     # views, refreshed in place by the call: taken once
 
     def step(t, q, v):
         call(model, data, q, v)
-        kernel(data.M, data.nle, q, v, float(t), out)
+        kernel(M, h, q, v, float(t), out)
         return out
 
     def step_a(t, q, v):
         call(model, data, q, v, v)
-        kernel(data.M, data.tau, q, v, float(t), out)
+        kernel(M, tau, q, v, float(t), out)
         return out
 
     return step_a if accel_from_v else step

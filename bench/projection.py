@@ -29,15 +29,17 @@ floor 2.0): computeAllTerms and the state copies for the lazily built ``kin`` 3.
 the scenario's reference function (three one-element arrays) 4.3, the kernel call (11 arguments, ~0.12
 µs each to dispatch) 2.4, the info record 1.0, method calls the rest.
 
-Why 1.5× cannot be reached from Python (``bench.python_floor``, measured interleaved beside step and floor):
-the least a Python controller can cost around the same computeAllTerms (its call, the Pinocchio call, the
-views data.M / data.nle, one six-argument numba kernel that only copies h, the return) is already 1.8×
-(slider-crank: 2.2 µs against 1.2 µs) and 1.6× (series-parallel: 2.5 / 1.6 µs); quiet machine (load 2,
-2000 states × 3).  The PIDC steps were 3.9× and 2.9× that bound (8.4 and 7.3 µs); the slider-crank step
-is now 6.3 µs = 5.2× computeAllTerms = 3.0× the bound (load 0.8): its reference is a user function the
-compiled step now calls directly, returning floats (no Sample, no 1-element arrays), and the Pinocchio
-views M, h are taken once.  What is left: the constraint row (1.0 µs), the kernel dispatch of 11
-arguments and the step's bookkeeping; compiling all of it would still stop above the target.
+How much room 1.5× leaves (``bench.python_floor``, measured interleaved beside step and floor): the least
+a Python controller can cost around the same computeAllTerms (its call, the Pinocchio call, one
+six-argument numba kernel reading M and h through views kept from one step to the next, the return) is
+1.3× (slider-crank: 1.6 µs against 1.2 µs; series-parallel: 2.0 / 1.6 µs; quiet, load 1.5).  So 1.5×
+leaves 0.2-0.4 µs for the whole law beyond that bound: less than one more compiled-kernel call or one
+Python method call.  (A first version of this bound read data.M / data.nle anew in every call and gave
+1.6-1.8×; a controller that keeps the views does better, so that was not the least.)  The PIDC steps
+were 8.4 and 7.3 µs (3.9× / 2.9× that first bound); now 6.4 and 6.7 µs, 3.9× / 3.3× the bound: the
+slider-crank reference, a user function, is called directly by the compiled step and returns floats (no
+Sample, no 1-element arrays), and the Pinocchio views are kept (``Robot.dynamics_views``).  What is left:
+the constraint row (1.0 µs), the kernel dispatch of 11 arguments and the step's bookkeeping.
 """
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ everything that is not Pinocchio — about one Python call.
 
 Quiet machine (load 2, 5 s of states × 3): 3 bodies 4.2 µs over a 1.1 µs RNEA = 3.9×, 5 bodies 4.6 / 1.4 µs
 = 3.3×.  ``bench.python_floor`` measures the bound: the least a Python controller can cost around the same
-RNEA (its call, the RNEA, two views, one six-argument numba kernel that copies the result, the return) is
-2.1 µs = 2.0× (3 bodies) and 2.4 µs = 1.7× (5 bodies) the floor, so no Python controller meets 1.5×; the law
-(18) step is 2.0× and 1.9× that bound.
+RNEA (its call, the RNEA, one six-argument numba kernel reading the result through views kept between
+steps, the return) is 1.6 µs = 1.47× (3 bodies) and 1.9 µs = 1.39× (5 bodies) the floor (load 1.5), so
+1.5× leaves 0.05-0.2 µs for the law itself; the law (18) step is 2.8× and 2.4× that bound.
 """
 from __future__ import annotations
 

@@ -152,7 +152,6 @@ class PIDC:
         self._kin, self._kin_qv = None, None
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
-        self._vw = None               # (data, M view, h view): Pinocchio's arrays, refreshed in place
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
         self._compiled = (not self.qp and self.w is None and self.force is None
                           and getattr(constraint, "m", None) == 1)
@@ -271,10 +270,8 @@ class PIDC:
                 return None                                  # Robot.update names the sizes
             d = robot.data
             pin_compute_all_terms(robot.model, d, q, v)
-            vw = self._vw
-            if vw is None or vw[0] is not d:  # M is symmetric; its transpose is the C-ordered view (one kernel type)
-                vw = self._vw = (d, d.M.T, d.nle)
-            M, h = vw[1], vw[2]
+            M, h = robot.dynamics_views()
+            M = M.T                       # M is symmetric; its transpose is the C-ordered view (one kernel type)
             self._kin, self._kin_qv = None, (q.copy(), v.copy())
         else:
             kin = robot.update(q, v)

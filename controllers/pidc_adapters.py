@@ -37,7 +37,6 @@ class SeriesParallelPIDC:
         self._M[3, 3] = self.robot.m_delta
         self._h = np.zeros(4)
         self._out = np.array([0, 1, 3])
-        self._vw = None                  # (data, M view, h view) of the open tree: refreshed in place
 
     @property
     def info(self) -> PIDCInfo:
@@ -53,12 +52,10 @@ class SeriesParallelPIDC:
                 tree = self.robot.tree
                 d = tree.data
                 pin_compute_all_terms(tree.model, d, x[:3], xd[:3])
-                vw = self._vw
-                if vw is None or vw[0] is not d:
-                    vw = self._vw = (d, d.M, d.nle)
+                Mt, ht = tree.dynamics_views()
                 M, h = self._M, self._h
-                M[:3, :3] = vw[1]
-                h[:3] = vw[2]
+                M[:3, :3] = Mt
+                h[:3] = ht
                 pid._kin, pid._kin_qv = None, (x, xd)
                 tau = pid._compiled_core(t, x, xd, M, h, self._a, jdv)
                 if tau is not None:

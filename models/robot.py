@@ -425,10 +425,18 @@ class Robot:
         # one pass: FK (q, v, v̇ = 0, so data.a holds the drift accelerations), joint Jacobians,
         # M (full symmetric) and nle; frame quantities are read from it on demand (Kinematics.frame)
         pin.computeAllTerms(m, d, q, v)
+        M, h = self.dynamics_views()
+        return Kinematics(self, q.copy(), v.copy(), M.copy(), h.copy())
+
+    def dynamics_views(self) -> tuple[np.ndarray, np.ndarray]:
+        """(M, h): views into this robot's Pinocchio data, which ``pin.computeAllTerms`` refreshes in
+        place; taken once per data object (``add_frame`` makes a new one).  They hold the last
+        computeAllTerms' values: copy them to keep a step's."""
+        d = self.data
         vw = self._views
-        if vw is None or vw[0] is not d:          # a new data object (add_frame): take its views once
+        if vw is None or vw[0] is not d:
             vw = self._views = (d, d.M, d.nle)
-        return Kinematics(self, q.copy(), v.copy(), vw[1].copy(), vw[2].copy())
+        return vw[1], vw[2]
 
 
 class JointMap:
