@@ -54,6 +54,7 @@ kernels do not know, or with ``System.fast = False``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,12 +109,19 @@ def rodrigues(axis, angle) -> np.ndarray:
     return _I3 + np.sin(angle) * K + (1.0 - np.cos(angle)) * (K @ K)
 
 
+def quat_rows(x: float, y: float, z: float, w: float) -> tuple:
+    """The rows of the DCM of the quaternion (x, y, z, w) (Pinocchio's order), normalised first, as
+    Python floats (for per-evaluation helpers that avoid small NumPy calls)."""
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    x, y, z, w = x / n, y / n, z / n, w / n
+    return ((1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
+            (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
+            (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)))
+
+
 def quat_to_R(quat) -> np.ndarray:
     """DCM of a unit quaternion in Pinocchio's order (x, y, z, w); normalised first."""
-    x, y, z, w = np.asarray(quat, dtype=float) / np.linalg.norm(quat)
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    return np.array(quat_rows(*np.asarray(quat, dtype=float).tolist()))
 
 
 def rpy(R) -> np.ndarray:

@@ -28,7 +28,8 @@ import pinocchio as pin
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, ModelFileError, StateError, check_finite
 from cmstack.models.robot import resolve_asset
-from cmstack.models.titop import FloatingBase, Prismatic, Revolute, RigidBody, System, quat_to_R, rpy
+from cmstack.models.titop import (FloatingBase, Prismatic, Revolute, RigidBody, System, quat_rows, quat_to_R,
+                                  rpy)
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import load_mjcf
@@ -154,20 +155,13 @@ def mujoco_model(cfg, P: Params) -> mujoco.MjModel:
 
 # --------------------------------------------------------------------------- loads and dynamics
 # The per-evaluation helpers below run four times per RK4 step (80 000 times per engine in the default
-# run): they work on Python floats (one .tolist() per array) instead of 3-vector NumPy calls, with the
-# formulas of titop.quat_to_R written out.
-def _dcm(x, y, z, w):
-    """The rows of R = P_{b/i} for the quaternion (x, y, z, w), normalised first (``titop.quat_to_R``)."""
-    n = math.sqrt(x * x + y * y + z * z + w * w)
-    x, y, z, w = x / n, y / n, z / n, w / n
-    return ((1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
-            (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
-            (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)))
+# run): they work on Python floats (one .tolist() per array) instead of 3-vector NumPy calls, the DCM by
+# titop.quat_rows.
 
 
 def _buoyancy_force(P: Params, q):
     """Rᵀ (−m_G g): the buoyancy force in the balloon frame, as a 3-tuple."""
-    (a, b, c), (d, e, f), (g, h, k) = _dcm(*q[3:7].tolist())
+    (a, b, c), (d, e, f), (g, h, k) = quat_rows(*q[3:7].tolist())
     fx, fy, fz = (-P.mG * P.g).tolist()
     return a * fx + d * fy + g * fz, b * fx + e * fy + h * fz, c * fx + f * fy + k * fz
 
@@ -216,7 +210,7 @@ def qdot(q, v) -> np.ndarray:
     ṗ = R v_P, q̇uat = ½ quat ⊗ (ω, 0), joint rates."""
     x, y, z, w = q[3:7].tolist()
     vx, vy, vz, wx, wy, wz = v[:6].tolist()
-    (a, b, c), (d, e, f), (g, h, k) = _dcm(x, y, z, w)
+    (a, b, c), (d, e, f), (g, h, k) = quat_rows(x, y, z, w)
     return np.array([a * vx + b * vy + c * vz, d * vx + e * vy + f * vz, g * vx + h * vy + k * vz,
                      0.5 * (w * wx + y * wz - z * wy), 0.5 * (w * wy + z * wx - x * wz),
                      0.5 * (w * wz + x * wy - y * wx), 0.5 * -(x * wx + y * wy + z * wz), *v[6:].tolist()])

@@ -199,8 +199,8 @@ def test_errors_and_fallbacks_are_the_reference_s():
 
 
 def test_balloon_rk4_helpers_equal_their_numpy_forms():
-    """The balloon's per-evaluation helpers (Python floats) against the NumPy forms they replaced."""
-    from cmstack.models.titop import quat_to_R
+    """The balloon's per-evaluation helpers (Python floats) against the NumPy forms they replaced, with
+    the rotation from Pinocchio's quaternion (an independent formula)."""
     from cmstack.scenarios.balloon import _unit, joint_forces, qdot
 
     P = Params(default_config("balloon"))
@@ -208,8 +208,8 @@ def test_balloon_rk4_helpers_equal_their_numpy_forms():
     for _ in range(20):
         q = np.concatenate((rng.normal(size=3), rng.normal(size=4) * rng.uniform(0.5, 2.0), rng.normal(size=3)))
         v = rng.normal(size=9)
-        R = quat_to_R(q[3:7])
         x, y, z, w = q[3:7]
+        R = pin.Quaternion(w, x, y, z).normalized().toRotationMatrix()
         wx, wy, wz = v[3:6]
         dq = np.concatenate((R @ v[:3], 0.5 * np.array([w * wx + y * wz - z * wy, w * wy + z * wx - x * wz,
                                                         w * wz + x * wy - y * wx, -(x * wx + y * wy + z * wz)]), v[6:]))
