@@ -472,14 +472,28 @@ def read_result(job: dict) -> dict | None:
     return rec if rec.get("hash") == job["hash"] else None
 
 
-def died(job: dict, how: str) -> dict:
-    """The record of a variant whose process ended without writing its result."""
-    tail = ""
-    log = Path(job["run_dir"]).parent / f".{job['id']}.log"
-    if log.is_file():
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        tail = f"; last output: {lines[-1][:300]}" if lines else ""
+def died(job: dict, how: str, output: str | None = None) -> dict:
+    """The record of a variant whose process ended without writing its result; ``output``: what the
+    process printed (default: its log file beside the run directory), whose last line is quoted."""
+    if output is None:
+        log = Path(job["run_dir"]).parent / f".{job['id']}.log"
+        output = log.read_text(errors="replace") if log.is_file() else ""
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    tail = f"; last output: {lines[-1][:300]}" if lines else ""
     return _record(job, "failed", f"worker process died ({how}){tail}")
+
+
+def result_or_death(job: dict, how: str, output: str | None = None, wall_s: float | None = None) -> dict:
+    """The variant's ``result.json`` if its process wrote one, else the record of its death (``died``),
+    written atomically in its place.  Every executor ends a variant with this."""
+    rec = read_result(job)
+    if rec is None:
+        rec = died(job, how, output)
+        if wall_s is not None:
+            rec["wall_s"] = wall_s
+        Path(job["run_dir"]).mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(job["run_dir"]) / RESULT, _dumps(rec))
+    return rec
 
 
 def _exit_text(code: int | None) -> str:
@@ -502,12 +516,7 @@ def run_job_subprocess(job: dict) -> dict:
     Path(job["run_dir"]).parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "cmstack.sim.campaign", "--child"], input=json.dumps(job),
                           text=True, capture_output=True)
-    rec = read_result(job)
-    if rec is None:
-        err = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
-        rec = _record(job, "failed", f"worker process died ({_exit_text(proc.returncode)})"
-                      + (f"; last output: {err[-1][:300]}" if err else ""), wall_s=time.perf_counter() - t0)
-        atomic_write(Path(job["run_dir"]) / RESULT, _dumps(rec)) if Path(job["run_dir"]).is_dir() else None
+    rec = result_or_death(job, _exit_text(proc.returncode), proc.stderr or "", time.perf_counter() - t0)
     rec["task_wall_s"] = time.perf_counter() - t0
     return rec
 
@@ -799,12 +808,7 @@ def run_job_forked(job: dict) -> dict:
         break
     if how is None:
         return run_job_subprocess(job)
-    rec = read_result(job)
-    if rec is None:
-        rec = died(job, how)
-        rec["wall_s"] = time.perf_counter() - t0
-        if Path(job["run_dir"]).is_dir():
-            atomic_write(Path(job["run_dir"]) / RESULT, _dumps(rec))
+    rec = result_or_death(job, how, wall_s=time.perf_counter() - t0)
     rec["task_wall_s"] = time.perf_counter() - t0
     rec["fork_server_pid"] = server_pid
     rec["worker_pid"] = os.getpid()
@@ -843,12 +847,7 @@ def run_local(jobs: list[dict], workers: int, on_result) -> None:
                 if learn and p.exitcode == 0 and mods.is_file():
                     learn = learn_modules(mods.read_text())
                 mods.unlink(missing_ok=True)
-                rec = read_result(job)
-                if rec is None:
-                    rec = died(job, _exit_text(p.exitcode))
-                    Path(job["run_dir"]).mkdir(parents=True, exist_ok=True)
-                    atomic_write(Path(job["run_dir"]) / RESULT, _dumps(rec))
-                on_result(rec)
+                on_result(result_or_death(job, _exit_text(p.exitcode)))
     finally:
         for p, _ in running.values():    # interrupted (Ctrl-C): take the workers down with us
             p.kill()
