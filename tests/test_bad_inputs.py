@@ -219,3 +219,13 @@ def test_a_scenario_of_your_own_gets_the_finiteness_floor(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(msg)):
             resolve_config("mine", sets=sets, defaults=d)
     assert resolve_config("mine", sets=["gain=3.0"], defaults=d)["gain"] == 3.0
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly():
+    """`cmstack list | head -1`: the reader closes the pipe early; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(f"{sys.executable} -m cmstack.cli list | head -1", shell=True, capture_output=True,
+                       text=True)
+    assert p.stdout.strip() and "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
