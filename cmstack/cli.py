@@ -29,9 +29,13 @@ EXIT_USAGE = 2
 
 
 def _shipped() -> list[str]:
+    """The shipped scenarios: the modules of ``scenarios/`` (not ``_private``) that have a default config
+    ``scenarios/configs/<name>.toml``; helper modules such as ``schemas`` have none and are not scenarios."""
     import cmstack.scenarios as pkg
+    from cmstack.scenarios._common import CONFIG_DIR
 
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                  if not m.name.startswith("_") and (CONFIG_DIR / f"{m.name}.toml").is_file())
 
 
 def _first_doc_line(mod) -> str:
@@ -81,7 +85,10 @@ def load_scenario(target: str):
         close = difflib.get_close_matches(target, names, n=3)
         raise ConfigError(f"no scenario named '{target}'" + (f"; did you mean {close}?" if close else
                                                                f"; scenarios: {names}"))
-    return target, importlib.import_module(f"cmstack.scenarios.{target}"), None
+    mod = importlib.import_module(f"cmstack.scenarios.{target}")
+    if not callable(getattr(mod, "run", None)):   # a config without a scenario module: refuse, do not crash later
+        raise ConfigError(f"cmstack.scenarios.{target} defines no run(ctx) function: not a scenario; scenarios: {names}")
+    return target, mod, None
 
 
 def cmd_run(args) -> int:

@@ -1,0 +1,36 @@
+"""The command line's small promises (issue 21, item 6): only scenarios are listed and run; bad input to
+``run``, ``view`` and ``campaign`` is one line and exit 2; ``run --help`` documents every exit code; the
+files of a run directory honour the umask.  Commands run in a child process with a wall-clock limit."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cmstack.cli import _shipped
+
+
+def _cli(*argv, cwd, timeout=120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def test_list_shows_scenarios_only(tmp_path):
+    r = _cli("list", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    listed = [line.split()[0] for line in r.stdout.splitlines()[1:]]
+    assert listed == _shipped()
+    assert "schemas" not in listed
+    assert {"yumi_dual_arm", "series_parallel", "slider_crank", "balloon", "chain_open_loop",
+            "chain_task_space"} == set(listed)
+
+
+def test_running_a_module_that_is_not_a_scenario_is_one_line_exit_2(tmp_path):
+    r = _cli("run", "schemas", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert r.stderr.startswith("error: ConfigError: no scenario named 'schemas'") and "yumi_dual_arm" in r.stderr
