@@ -720,8 +720,9 @@ def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> "MeshcatViewer":
 
 def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
            realtime: bool = True, fps: float = 30.0, progress: bool = True) -> MeshcatViewer:
-    """Play a saved run in Meshcat (see the module docstring for the log keys it reads)."""
-    L = load_run(run)
+    """Play a saved run in Meshcat (see the module docstring for the log keys it reads); ``run``: a run
+    directory, its log.npz, or what :func:`load_run` returned."""
+    L = run if isinstance(run, dict) else load_run(run)
     t, Q = _qpos_series(L, qpos_key)
     viewer = _viewer_for(L, Q, qpos_key, visualizer=visualizer, realtime=realtime, speed=speed, fps=fps)
     frames, trails, segs = (_overlays(L, p) for p in ("frame__", "trail__", "segment__"))
@@ -914,11 +915,17 @@ def main(argv=None) -> int:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no server needed")
         return 0
     viewer = None
+    try:                  # validate the run (log, qpos series, MJCF) before a server starts or a URL is printed
+        L = load_run(args.run)
+        _viewer_for(L, _qpos_series(L, args.qpos_key)[1], args.qpos_key, visualizer=Recorder(), realtime=False)
+    except StackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         vis = start_server()
         print(f"Meshcat: open {vis.url()} in a browser", flush=True)
         time.sleep(0.5)
-        viewer = replay(args.run, visualizer=vis, speed=args.speed, loop=args.loop, qpos_key=args.qpos_key)
+        viewer = replay(L, visualizer=vis, speed=args.speed, loop=args.loop, qpos_key=args.qpos_key)
         if not args.no_wait:
             viewer.wait("replay done; the scene stays up until Ctrl-C")
     except StackError as e:

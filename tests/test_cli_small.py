@@ -34,3 +34,26 @@ def test_running_a_module_that_is_not_a_scenario_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0, r.stderr
     assert r.stderr.startswith("error: ConfigError: no scenario named 'schemas'") and "yumi_dual_arm" in r.stderr
+
+
+@pytest.mark.parametrize("case", ["missing", "no_mjcf", "bad_qpos_key"])
+def test_view_validates_before_starting_a_server(case, tmp_path):
+    """`cmstack view /nonexistent` used to print a Meshcat URL, then fail: now nothing is served and no URL
+    is printed; one line names what is wrong, exit 2."""
+    import numpy as np
+
+    run = tmp_path / "run"
+    argv = ["view", str(run), "--no-wait"]
+    if case == "missing":
+        argv[1] = str(tmp_path / "nonexistent")
+    else:
+        run.mkdir()
+        np.savez(run / "log.npz", t=np.arange(3) * 0.1, plant_qpos=np.zeros((3, 2)),
+                 mjcf_path=np.array(str(tmp_path / ("nope.xml" if case == "no_mjcf" else "x.xml"))))
+        if case == "bad_qpos_key":
+            argv += ["--qpos-key", "model_qpos"]
+    r = _cli(*argv, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stdout == "" and "http" not in r.stderr, (r.stdout, r.stderr)
+    assert r.stderr.startswith("error: ") and r.stderr.strip().count("\n") == 0, r.stderr
+    assert {"missing": "nonexistent", "no_mjcf": "nope.xml", "bad_qpos_key": "model_qpos"}[case] in r.stderr
