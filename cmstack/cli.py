@@ -12,8 +12,8 @@ defines ``NAME`` (optional; default its stem) and ``run(ctx) -> Outcome``; its d
 in this order, ``CONFIG`` in the module (a path relative to the file), ``<stem>.toml`` beside the
 file, or the ``--config`` file itself.
 
-Exit codes (every scenario run): 0 every target met, 1 a target missed (``"ok": false``),
-2 usage or configuration error, 3 the run failed.
+Exit codes (every scenario run): 0 every target met, 1 a target missed or not evaluated
+(``"ok": false``), 2 usage or configuration error, 3 the run failed, 130 interrupted (Ctrl-C / SIGTERM).
 """
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def cmd_campaign(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cmstack.scenarios._common import add_run_arguments
+    from cmstack.scenarios._common import EXIT_CODES_HELP, add_run_arguments
 
     ap = argparse.ArgumentParser(prog="cmstack", description="Constrained-multibody control stack: run, watch "
                                  "and benchmark closed-chain robot scenarios.")
@@ -139,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run a scenario (a shipped name or your own PATH.py)",
-                       description="Run a scenario. Exit codes: 0 every target met, 1 a target missed, "
-                                   "2 usage or configuration error, 3 the run failed.")
+                       description="Run a scenario: writes its run directory (config.toml, metrics.json, "
+                                   "log.npz, plots/, replay.html) and prints its metrics beside the paper's.",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)

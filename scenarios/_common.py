@@ -468,6 +468,13 @@ def _write_replay_html(out: Path, echo: bool) -> None:
 EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 #: exit code of a run stopped by SIGINT or SIGTERM (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
+#: the exit codes as ``--help`` prints them (``cmstack run`` and ``python -m scenarios.NAME``)
+EXIT_CODES_HELP = f"""exit codes:
+  {EXIT_OK}    the run finished and every target was met ("ok": true)
+  {EXIT_TARGET_MISSED}    a target was missed or could not be evaluated ("ok": false)
+  {EXIT_USAGE}    usage or configuration error (bad key, value, model file, joint names, --out)
+  {EXIT_FAILED}    the run failed (infeasible constraints, solver failure, diverged state, an exception)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C / SIGTERM): the log, metrics.json and its reason are still written"""
 #: errors the user fixes in the command line, the config or the model files (exit 2)
 USAGE_ERRORS = (ConfigError, ModelFileError, FrameNotFoundError, JointMapError)
 
@@ -522,6 +529,7 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
 
 def scenario_main(name: str, run, argv=None) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m scenarios.{name}",
-                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0])
+                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0],
+                                 epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(ap)
     return execute(name, run, ap.parse_args(argv))

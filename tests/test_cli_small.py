@@ -57,3 +57,16 @@ def test_view_validates_before_starting_a_server(case, tmp_path):
     assert r.stdout == "" and "http" not in r.stderr, (r.stdout, r.stderr)
     assert r.stderr.startswith("error: ") and r.stderr.strip().count("\n") == 0, r.stderr
     assert {"missing": "nonexistent", "no_mjcf": "nope.xml", "bad_qpos_key": "model_qpos"}[case] in r.stderr
+
+
+@pytest.mark.parametrize("argv", [["-m", "cmstack.cli", "run", "--help"], ["-m", "cmstack.scenarios.slider_crank", "--help"]])
+def test_run_help_documents_every_exit_code(argv, tmp_path):
+    from cmstack.scenarios import _common as c
+
+    r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    codes = r.stdout.split("exit codes:", 1)[1]
+    documented = [int(line.split()[0]) for line in codes.strip().splitlines()]
+    assert documented == [c.EXIT_OK, c.EXIT_TARGET_MISSED, c.EXIT_USAGE, c.EXIT_FAILED, c.EXIT_INTERRUPTED] \
+        == [0, 1, 2, 3, 130]
+    assert "interrupted" in codes and "Ctrl-C" in codes
