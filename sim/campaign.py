@@ -247,9 +247,13 @@ def load_spec(path: str | Path) -> Spec:
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{where}: file not found") from None
+        names = sorted(p.stem for p in shipped_dir().glob("*.toml"))
+        raise ConfigError(f"{where}: file not found; give a spec file or a shipped spec by name: "
+                          f"{', '.join(names)} (in {shipped_dir()})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:             # a directory, no permission, not text
+        raise ConfigError(f"{where}: cannot be read ({type(exc).__name__}: {exc})") from None
     unknown = set(raw) - {"campaign", "base", "grid", "axes", "random", "success", "breakdown"}
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; "

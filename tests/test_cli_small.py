@@ -70,3 +70,17 @@ def test_run_help_documents_every_exit_code(argv, tmp_path):
     assert documented == [c.EXIT_OK, c.EXIT_TARGET_MISSED, c.EXIT_USAGE, c.EXIT_FAILED, c.EXIT_INTERRUPTED] \
         == [0, 1, 2, 3, 130]
     assert "interrupted" in codes and "Ctrl-C" in codes
+
+
+def test_unknown_campaign_names_the_shipped_specs(tmp_path):
+    from cmstack.sim.campaign import shipped_dir
+
+    names = sorted(p.stem for p in shipped_dir().glob("*.toml"))
+    assert "arena_yumi_bar" in names
+    for arg in ("nope", str(tmp_path)):                       # no such spec; a directory
+        r = _cli("campaign", arg, "--out", str(tmp_path / "c"), cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith(f"error: ConfigError: campaign spec {arg}: ") and "Traceback" not in r.stderr
+        assert r.stderr.strip().count("\n") == 0, r.stderr
+    r = _cli("campaign", "nope", cwd=tmp_path)
+    assert all(n in r.stderr for n in names), r.stderr
