@@ -23,6 +23,13 @@ from pathlib import Path
 import numpy as np
 
 
+def _umask() -> int:
+    """The process' umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, data, fsync: bool = True) -> Path:
     """Write ``data`` to ``path`` atomically: into a temporary file in the same directory, fsync
     (unless ``fsync=False``: a killed process still leaves no torn file, only a power cut could),
@@ -33,6 +40,7 @@ def atomic_write(path: str | Path, data, fsync: bool = True) -> Path:
         data = data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())     # mkstemp makes 0600: honour the umask like open() (0644 under 022)
         with os.fdopen(fd, "wb") as fh:
             if callable(data):
                 data(fh)

@@ -84,3 +84,19 @@ def test_unknown_campaign_names_the_shipped_specs(tmp_path):
         assert r.stderr.strip().count("\n") == 0, r.stderr
     r = _cli("campaign", "nope", cwd=tmp_path)
     assert all(n in r.stderr for n in names), r.stderr
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_run_directory_files_honour_the_umask(umask, tmp_path):
+    """config.toml, log.npz, metrics.json (atomic writes through mkstemp) used to be 0600 while the plots
+    were 0644: every file of a run directory now has the mode open() would give it under the umask."""
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", "run", "series_parallel",
+                        "--duration", "0.2", "--out", str(out), "--no-progress"], capture_output=True, text=True,
+                       cwd=tmp_path, env=dict(os.environ, MPLBACKEND="Agg"), timeout=300,
+                       preexec_fn=lambda: os.umask(umask))
+    assert r.returncode in (0, 1), r.stderr
+    files = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()}
+    assert {"config.toml", "log.npz", "metrics.json", "replay.html"} <= set(files)
+    assert any(f.startswith("plots/") for f in files)
+    assert files == {f: 0o666 & ~umask for f in files}, {f: oct(m) for f, m in files.items()}
