@@ -937,9 +937,10 @@ def _values(recs, key):
 
 def _stats(recs: list[dict], spec: Spec) -> dict:
     n = len(recs)
+    good = sum(_success(r, spec) for r in recs)
     s = dict(n=n, ok=sum(r["status"] == "ok" for r in recs), missed=sum(r["status"] == "missed" for r in recs),
-             failed=sum(r["status"] == "failed" for r in recs),
-             success_rate=(sum(_success(r, spec) for r in recs) / n) if n else float("nan"))
+             failed=sum(r["status"] == "failed" for r in recs), success=good,
+             success_rate=(good / n) if n else float("nan"))
     for k in spec.metrics:
         x = _values(recs, k)
         s[f"{k}_median"] = float(np.median(x)) if x else float("nan")
@@ -1047,6 +1048,28 @@ def summary(spec: Spec, records: dict, extra: dict) -> dict:
                 failures=[dict(id=r["id"], swept=r["swept"], reason=r["reason"]) for r in recs
                           if r["status"] == "failed"],
                 **({"breakdown": breakdown(spec, records)} if spec.breakdown else {}), **extra)
+
+
+def summary_text(s: dict) -> str:
+    """The campaign's verdict in words, from :func:`summary`'s dict.  One criterion decides: *success*
+    (the success rate, the exit code, the table's "success" column) is the spec's ``[success]``
+    thresholds when it has them, else the scenario's own targets (``"ok"`` in the variant's
+    metrics.json); a failed variant (raised, or its process died) never succeeds.  With ``[success]``,
+    the scenario's own verdicts are printed after it, named as such, for reference."""
+    crit = s["success_criteria"]
+    n = s["finished"]
+    rate = f"{s['success_rate'] * 100:.1f} %" if n else "n/a"
+    lines = [f"{n}/{s['variants']} variants finished ({s['skipped_finished']} from an earlier call); "
+             f"{s['failed']} failed (raised or died)"]
+    if isinstance(crit, dict):
+        lines.append(f"success: {s['success']} of {n} ({rate}); success = the spec's [success] criteria: "
+                     + ", ".join(f"{k} {c}" for k, c in crit.items()))
+        lines.append(f"  for reference, the scenario's own targets (\"ok\" in each metrics.json): met by {s['ok']}, "
+                     f"missed by {s['missed']} (not the campaign's success criterion)")
+    else:
+        lines.append(f"success: {s['success']} of {n} ({rate}); success = every target of the scenario met "
+                     f"(\"ok\" in the variant's metrics.json); {s['missed']} missed a target")
+    return "\n".join(lines)
 
 
 def _fmt(x) -> str:
@@ -1297,8 +1320,7 @@ def execute(args) -> int:
         return 3
     out = Path(s["out"])
     print((out / "table.md").read_text())
-    print(f"{s['finished']}/{s['variants']} variants finished ({s['skipped_finished']} from an earlier call): "
-          f"{s['ok']} ok, {s['missed']} missed, {s['failed']} failed; success rate {s['success_rate'] * 100:.1f} %")
+    print(summary_text(s))
     for f in s["failures"][:10]:
         print(f"  failed {f['id']} {f['swept']}: {f['reason']}")
     print(f"campaign directory: {out}  (campaign.csv, summary.json, table.md, plots/)")

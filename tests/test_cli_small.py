@@ -100,3 +100,43 @@ def test_run_directory_files_honour_the_umask(umask, tmp_path):
     assert {"config.toml", "log.npz", "metrics.json", "replay.html"} <= set(files)
     assert any(f.startswith("plots/") for f in files)
     assert files == {f: 0o666 & ~umask for f in files}, {f: oct(m) for f, m in files.items()}
+
+
+_TOY_SPEC = """
+[campaign]
+scenario = "toy.py"
+seeds = 2
+metrics = ["final_error"]
+[base]
+duration = 0.3
+[grid]
+gain = [2.0, 20.0]
+"""
+
+
+@pytest.mark.parametrize("success", ["", '[success]\nfinal_error = "<= 0.9"\n'])
+def test_campaign_summary_states_one_criterion(success, tmp_path):
+    """A campaign used to print "1 ok, 15 missed ... success rate 50 %": two criteria side by side.  Now it
+    prints one success count and rate with its definition; the scenario's own verdicts, when they are not
+    the criterion, are printed as such.  Toy: gain 2 ends at x ~ 0.86 (misses the scenario's 0.01), gain 20
+    at ~1e-3 (meets it); [success] final_error <= 0.9 accepts both."""
+    from pathlib import Path
+
+    data = Path(__file__).parent / "campaign_data"
+    for f in ("toy.py", "toy.toml"):
+        (tmp_path / f).write_text((data / f).read_text())
+    (tmp_path / "spec.toml").write_text(_TOY_SPEC + success)
+    r = _cli("campaign", "spec.toml", "--out", "o", "--workers", "1", "--no-progress", cwd=tmp_path, timeout=300)
+    tail = r.stdout.split("\n\n", 1)[1].splitlines()
+    assert tail[0] == "4/4 variants finished (0 from an earlier call); 0 failed (raised or died)"
+    if success:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert tail[1] == "success: 4 of 4 (100.0 %); success = the spec's [success] criteria: final_error <= 0.9"
+        assert tail[2] == ("  for reference, the scenario's own targets (\"ok\" in each metrics.json): met by 2, "
+                           "missed by 2 (not the campaign's success criterion)")
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert tail[1] == ("success: 2 of 4 (50.0 %); success = every target of the scenario met (\"ok\" in the "
+                           "variant's metrics.json); 2 missed a target")
+    assert " ok, " not in r.stdout and "success rate" not in r.stdout
+    assert "| 100 % |" in r.stdout    # the table's success column is the same criterion
