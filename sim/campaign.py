@@ -15,6 +15,8 @@ A campaign spec (TOML) names a base scenario and the configuration keys to vary:
     metrics = ["constraint_error_converged"]           # error metrics: median and p95 per group, plots
     report = { max_torque_nm = "max", control_step_us_median = "median" }   # other table columns
     plots = false          # each variant's own plots/ (default off: drawing is most of a short run's cost)
+    units = { constraint_error_converged = "m" }       # axis units of metrics/keys the name does not tell
+    thresholds = { constraint_error_converged = { "scenario target" = 1e-3 } }   # lines on the plots
 
     [base]                           # overrides of the scenario's default config, for every variant
     duration = 1.0
@@ -45,6 +47,11 @@ Outputs, rewritten atomically after each result: ``campaign.csv`` (one row per v
 order: id, status, swept keys, seed, reason, metrics), ``summary.json`` (counts, success rates and
 error statistics per swept key and per group), ``table.md`` (one row per group = variant without its
 seed), and at the end ``plots/<key>.png`` (success rate and error distributions against each key).
+Every plot axis carries its unit: ``units`` in ``[campaign]``, else the unit the name ends with
+(``_m`` m, ``_rad`` rad, ``_s`` s, ``_us`` µs, ``_n`` N, ``_nm`` N·m, ``_rel`` relative; the perturbation
+keys: ``noise_v`` rad/s, ``delay_steps`` control steps, ...).  Every error plot draws, as dashed lines
+with a legend, the ``[success]`` threshold of its metric and the ``thresholds`` of ``[campaign]`` (named
+reference levels, e.g. the scenario's own targets when they depend on the variant).
 
 Execution: a local pool of ``--workers`` processes (default: all cores; a fresh forked process per
 variant), or ``--scheduler tcp://HOST:PORT``: an existing Dask distributed cluster, each task running
@@ -165,6 +172,8 @@ class Spec:
     plots: bool = False     # each variant's own plots (off: drawing is most of a short variant's cost)
     breakdown_by: str | None = None    # the axis with one breakdown point per label (None: the whole campaign)
     breakdown: dict = field(default_factory=dict)   # family → config key whose value is its level
+    units: dict = field(default_factory=dict)       # metric or swept key → unit of its plot axis
+    thresholds: dict = field(default_factory=dict)  # metric → {label → value}: reference lines on the plots
     variants: list = field(default_factory=list)
 
     @property
@@ -259,7 +268,8 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; "
                           "expected [campaign], [base], [grid], [axes.NAME], [random], [success], [breakdown]")
     c = raw.get("campaign", {})
-    known = {"name", "scenario", "seeds", "seed_key", "samples", "sample_seed", "metrics", "report", "plots"}
+    known = {"name", "scenario", "seeds", "seed_key", "samples", "sample_seed", "metrics", "report", "plots",
+             "units", "thresholds"}
     if set(c) - known:
         raise ConfigError(f"{where}: unknown key(s) {sorted(set(c) - known)} in [campaign]; known: {sorted(known)}")
     if "scenario" not in c:
@@ -300,11 +310,22 @@ def load_spec(path: str | Path) -> Spec:
         if not isinstance(key, str) or not key:
             raise ConfigError(f"{where}: [breakdown] {fam} must name a config key (e.g. \"perturbation.mass_rel\"), "
                               f"got {key!r}")
+    units = c.get("units", {})
+    if not isinstance(units, dict) or not all(isinstance(u, str) for u in units.values()):
+        raise ConfigError(f"{where}: [campaign] units must map names to unit strings, e.g. {{ e_m = \"m\" }}, "
+                          f"got {units!r}")
+    thresholds = c.get("thresholds", {})
+    for k, lines in (thresholds.items() if isinstance(thresholds, dict) else [("", None)]):
+        if not isinstance(lines, dict) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                  and math.isfinite(x) for x in lines.values()):
+            raise ConfigError(f"{where}: [campaign] thresholds.{k} must map labels to finite numbers, e.g. "
+                              f"{{ \"target\" = 1e-3 }}, got {lines!r}")
     spec = Spec(path=path.resolve(), name=str(c.get("name", path.stem)), scenario=scenario,
                 base=_flatten(raw.get("base", {})), axes=axes, grid=grid, random=rnd, samples=samples,
                 sample_seed=int(c.get("sample_seed", 0)), seeds=seeds, seed_key=str(c.get("seed_key", "seed")),
                 metrics=list(c.get("metrics", [])), report=dict(report), success=success,
-                breakdown_by=by, breakdown=bd, plots=_flag(c.get("plots", False), "plots", where))
+                breakdown_by=by, breakdown=bd, plots=_flag(c.get("plots", False), "plots", where),
+                units=dict(units), thresholds={k: dict(v) for k, v in thresholds.items()})
     spec.variants = expand(spec, where)
     check_overrides(spec)
     return spec
@@ -1105,6 +1126,44 @@ def table_md(spec: Spec, records: dict) -> str:
     return text
 
 
+#: unit of a metric or config key by the end of its name (the run contract's metric suffixes), and of
+#: the perturbation keys (sim/perturb.py)
+_UNIT_SUFFIX = (("_nm", "N·m"), ("_us", "µs"), ("_rad", "rad"), ("_rel", "relative"), ("_m", "m"), ("_s", "s"),
+                ("_n", "N"))
+_KEY_UNITS = {"noise_q": "rad", "noise_v": "rad/s", "delay_steps": "control steps", "torque_limit_fraction":
+              "fraction of the motor limit", "com_shift_m": "m", "wrench_force": "N", "wrench_moment": "N·m"}
+
+
+def unit_of(name: str, spec: Spec) -> str:
+    """The unit of a metric or swept key on a plot axis ("" when none is known)."""
+    if name in spec.units:
+        return spec.units[name]
+    leaf = name.rsplit(".", 1)[-1]
+    for agg in ("_median", "_mean", "_max", "_min", "_p90", "_p95"):     # control_step_us_median: µs
+        leaf = leaf.removesuffix(agg)
+    if leaf in _KEY_UNITS:
+        return _KEY_UNITS[leaf]
+    return next((u for suf, u in _UNIT_SUFFIX if leaf.endswith(suf)), "")
+
+
+def _label(name: str, spec: Spec) -> str:
+    u = unit_of(name, spec)
+    return f"{name} [{u}]" if u else name
+
+
+def _threshold_lines(ax, metric: str, spec: Spec) -> None:
+    """The [success] threshold and the spec's named thresholds of ``metric``, dashed, with a legend."""
+    lines = []
+    if metric in spec.success:
+        op, lim = spec.success[metric]
+        lines.append((f"success: {op} {lim:g}", lim))
+    lines += [(f"{lbl}: {x:g}", float(x)) for lbl, x in spec.thresholds.get(metric, {}).items()]
+    for i, (lbl, y) in enumerate(lines):
+        ax.axhline(y, ls="--", lw=1.2, color=("tab:red", "tab:purple", "tab:orange", "tab:brown")[i % 4], label=lbl)
+    if lines:
+        ax.legend(fontsize=7, loc="best")
+
+
 def plot(spec: Spec, records: dict, out: Path) -> list[Path]:
     """plots/<key>.png for each swept key: success rate per value, and each error metric's distribution
     per value (box plots; a scatter against the value for a random key).  With two or more named axes,
@@ -1137,11 +1196,11 @@ def plot(spec: Spec, records: dict, out: Path) -> list[Path]:
             xv = np.array(labels, dtype=float)
             ok = np.array([_success(rs[0], spec) for rs in vals.values()], dtype=float)
             axs[0, 0].plot(xv, ok, "o", alpha=0.6)
-            axs[0, 0].set_ylabel("success (1) / not (0)")
+            axs[0, 0].set_ylabel("success (1) / not (0)", fontsize=8)
         else:
             axs[0, 0].bar(xs, rate, color="tab:green")
             axs[0, 0].set_ylim(0, 1.05)
-            axs[0, 0].set_ylabel("success rate")
+            axs[0, 0].set_ylabel("success rate\n[fraction of seeds]", fontsize=8)
             axs[0, 0].set_xticks(xs, [str(x) for x in labels], rotation=20, fontsize=8)
         for i, m in enumerate(metrics, start=1):
             ax = axs[i, 0]
@@ -1154,9 +1213,10 @@ def plot(spec: Spec, records: dict, out: Path) -> list[Path]:
                 ax.set_xticks(xs, [str(x) for x in labels], rotation=20, fontsize=8)
             if any(d and min(d) > 0 for d in data):
                 ax.set_yscale("log")
-            ax.set_ylabel(m, fontsize=8)
+            ax.set_ylabel(_label(m, spec), fontsize=8)
             ax.grid(True, which="both", alpha=0.3)
-        axs[-1, 0].set_xlabel(key)
+            _threshold_lines(ax, m, spec)
+        axs[-1, 0].set_xlabel(key if key in spec.axes else _label(key, spec))
         fig.suptitle(f"{spec.name}: success and errors against {key}", fontsize=10)
         fig.tight_layout()
         p = pdir / f"{key.replace('/', '_')}.png"
@@ -1201,9 +1261,10 @@ def _arena_figure(spec, records, metrics, pdir, plt):
             ax.plot([], [], "s", color=plt.cm.tab10(j), label=lab1)
         ax.set_xticks(range(len(l2)), l2, fontsize=8)
         ax.set_yscale("log")
-        ax.set_ylabel(m, fontsize=8)
+        ax.set_ylabel(_label(m, spec), fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=min(4, len(l1)))
+        _threshold_lines(ax, m, spec)
+        ax.legend(fontsize=7, ncol=min(4, len(l1) + 2))
     axs[-1, 0].set_xlabel(a2)
     fig.suptitle(f"{spec.name}: {a1} × {a2}", fontsize=10)
     fig.tight_layout()

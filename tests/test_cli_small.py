@@ -4,6 +4,7 @@ files of a run directory honour the umask.  Commands run in a child process with
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -140,3 +141,48 @@ def test_campaign_summary_states_one_criterion(success, tmp_path):
                            "variant's metrics.json); 2 missed a target")
     assert " ok, " not in r.stdout and "success rate" not in r.stdout
     assert "| 100 % |" in r.stdout    # the table's success column is the same criterion
+
+
+def test_campaign_plots_have_units_and_threshold_lines(tmp_path, monkeypatch):
+    """Every axis of a campaign plot has its unit; each error panel draws its [success] threshold and the
+    spec's named thresholds as labelled lines (legend).  The figures are inspected as they are saved."""
+    import matplotlib.figure
+
+    from cmstack.sim import campaign as C
+
+    spec_file = tmp_path / "spec.toml"
+    for f in ("toy.py", "toy.toml"):
+        (tmp_path / f).write_text((Path(__file__).parent / "campaign_data" / f).read_text())
+    spec_file.write_text(_TOY_SPEC.replace('metrics = ["final_error"]', 'metrics = ["final_error"]\nunits = '
+                         '{ final_error = "m", gain = "1/s" }\nthresholds = { final_error = { "scenario target" = 0.01 } }')
+                         + '[success]\nfinal_error = "<= 0.9"\n')
+    spec = C.load_spec(spec_file)
+    records = {v.id: dict(id=v.id, status="ok", reason="", swept=v.swept,
+                          metrics={"final_error": 0.001 * (1 + v.index)}) for v in spec.variants}
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    C.plot(spec, records, tmp_path)
+    (fig,) = saved
+    rate_ax, err_ax = fig.axes
+    assert rate_ax.get_ylabel() == "success rate\n[fraction of seeds]"
+    assert err_ax.get_ylabel() == "final_error [m]" and err_ax.get_xlabel() == "gain [1/s]"
+    lines = {ln.get_label(): ln.get_ydata()[0] for ln in err_ax.get_lines() if not ln.get_label().startswith("_")}
+    assert lines == {"success: <= 0.9": 0.9, "scenario target: 0.01": 0.01}
+    assert [t.get_text() for t in err_ax.get_legend().get_texts()] == list(lines)
+    assert C.unit_of("perturbation.noise_v", spec) == "rad/s" and C.unit_of("rmse_delta_m", spec) == "m"
+    assert C.unit_of("peak_torque_nm", spec) == "N·m" and C.unit_of("control_step_us_median", spec) == "µs"
+
+
+def test_campaign_spec_units_and_thresholds_are_checked(tmp_path):
+    from cmstack.models.errors import ConfigError
+    from cmstack.sim import campaign as C
+
+    for f in ("toy.py", "toy.toml"):
+        (tmp_path / f).write_text((Path(__file__).parent / "campaign_data" / f).read_text())
+    for bad, word in (('thresholds = { final_error = { "t" = "x" } }', "thresholds.final_error"),
+                      ("units = { final_error = 3 }", "units")):
+        (tmp_path / "s.toml").write_text(_TOY_SPEC.replace('metrics = ["final_error"]', f'metrics = ["final_error"]\n{bad}'))
+        with pytest.raises(ConfigError, match=word):
+            C.load_spec(tmp_path / "s.toml")
+    for name in ("arena_yumi_bar", "breakdown_yumi_bar", "robust_yumi_virtual", "arena_series_parallel"):
+        C.load_spec(name)                                  # the shipped specs parse with their units
