@@ -12,7 +12,9 @@ class StackError(Exception):
 
 
 class ModelFileError(StackError):
-    """A URDF or MJCF file is missing, unreadable or malformed."""
+    """A URDF, SRDF or MJCF file is missing, unreadable or malformed, or describes bodies that cannot exist
+    (a NaN or negative mass, a moving body without mass, an inertia that is not positive semi-definite or
+    breaks the triangle inequality of the principal moments)."""
 
 
 class FrameNotFoundError(StackError):

@@ -14,8 +14,12 @@ The joint order used everywhere in models/ and controllers/ is the Pinocchio mod
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
+import os
+import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,22 +82,150 @@ def _continuous_as_revolute(path: Path) -> tuple[str | None, list[str]]:
     return (ET.tostring(root, encoding="unicode"), names) if names else (None, [])
 
 
-def _load_urdf(path: Path) -> pin.Model:
+@contextlib.contextmanager
+def _captured_fd2():
+    """Capture what C++ code (urdfdom) writes straight to file descriptor 2 while the block runs: fd 2 is
+    redirected into a temporary file (``os.dup``/``os.dup2``) and restored afterwards; the yielded list
+    receives the captured text (one string) when the block ends."""
+    out: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield out
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode("utf-8", errors="replace"))
+
+
+def _urdfdom_lines(text: str) -> str:
+    """urdfdom's own message lines, without its 'at line N in file.cpp' locations, joined with '; '."""
+    lines = [" ".join(x.split()) for x in text.splitlines()]
+    return "; ".join(x for x in lines if x and not x.startswith("at line "))
+
+
+def _xml_inertials(root: ET.Element, path: Path) -> dict[str, tuple[float, np.ndarray]]:
+    """{link name: (mass in kg, 3×3 rotational inertia in kg·m² about the centre of mass)} of every
+    ``<link>`` with an ``<inertial>``, read from the URDF's XML ourselves, because urdfdom turns a mass
+    it cannot read (``nan``, ``abc``) into 0 kg after printing to fd 2.  A value that is not a finite
+    number, or a negative mass, is refused here (``ModelFileError`` naming the file and the link)."""
+    out = {}
+    for link in root.iter("link"):
+        name = link.get("name", "?")
+        inertial = link.find("inertial")
+        if inertial is None:
+            continue
+
+        def number(elem, attr, what):
+            raw = elem.get(attr, "0") if elem is not None else "0"
+            try:
+                x = float(raw)
+            except ValueError:
+                x = math.nan
+            if not math.isfinite(x):
+                raise ModelFileError(f"URDF {path}: link '{name}': {what} is {raw!r}, not a finite number; "
+                                     "fix its <inertial>")
+            return x
+
+        m = number(inertial.find("mass"), "value", "<mass value>")
+        if m < 0:
+            raise ModelFileError(f"URDF {path}: link '{name}' has mass {m:g} kg; a mass must be >= 0 "
+                                 "(fix its <inertial><mass value>)")
+        el = inertial.find("inertia")
+        c = {k: number(el, k, f"<inertia {k}>") for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")}
+        I = np.array([[c["ixx"], c["ixy"], c["ixz"]], [c["ixy"], c["iyy"], c["iyz"]], [c["ixz"], c["iyz"], c["izz"]]])
+        out[name] = (m, I)
+    return out
+
+
+def _inertia_fault(I: np.ndarray) -> str:
+    """'' when the rotational inertia I (3×3, kg·m², about the centre of mass) is physical, else why not.
+
+    Physical: symmetric positive semi-definite (principal moments I1 ≤ I2 ≤ I3 all ≥ 0) and the
+    principal moments satisfy the triangle inequality I1 + I2 ≥ I3 (and so every permutation), since
+    I1 + I2 − I3 = 2 ∫ z² dm ≥ 0 along the third principal axis.  Zero moments are accepted: a point
+    mass (all zero) and a thin rod (0, I, I) are the usual idealizations and satisfy both with
+    equality.  Round-off allowance: 1e-9 × (I1 + I2 + I3) + 1e-15 kg·m²."""
+    ev = np.linalg.eigvalsh(0.5 * (I + I.T))
+    tol = 1e-9 * float(np.abs(ev).sum()) + 1e-15
+    if ev[0] < -tol:
+        return (f"an inertia that is not positive definite (principal moments {_fmt(ev)} kg·m², one is "
+                "negative)")
+    if ev[0] + ev[1] < ev[2] - tol:
+        return (f"principal moments {_fmt(ev)} kg·m² that violate the triangle inequality "
+                f"({ev[0]:.6g} + {ev[1]:.6g} < {ev[2]:.6g}; no rigid body has them)")
+    return ""
+
+
+def _fmt(v) -> str:
+    return "(" + ", ".join(f"{x:.6g}" for x in v) + ")"
+
+
+def _check_bodies(model: pin.Model, path: Path, links: dict[str, tuple[float, np.ndarray]]) -> None:
+    """Refuse a moving body that is not physical: for each Pinocchio joint, the body it moves (its URDF
+    link plus every link welded to it by fixed or locked joints: Pinocchio has merged their inertias)
+    must have a mass > 0 kg and a physical rotational inertia (``_inertia_fault``).  A massless link
+    welded to a body with mass is fine: only the combined body enters the dynamics.  The error names
+    the file, the URDF link(s) and the joint, on one line."""
+    for j in range(1, model.njoints):
+        Y = model.inertias[j]
+        names = [f.name for f in model.frames if f.type == pin.FrameType.BODY and f.parentJoint == j]
+        joint = model.names[j]
+        if not (math.isfinite(Y.mass) and Y.mass > 0):
+            what = f"link '{names[0]}'" if len(names) == 1 else f"links {names} (welded together)"
+            raise ModelFileError(f"URDF {path}: {what}, moved by joint '{joint}', has mass {Y.mass:g} kg; a moving "
+                                 "body needs a mass > 0 (fix its <inertial><mass value>)")
+        fault = _inertia_fault(np.array(Y.inertia))
+        if fault:
+            own = [n for n in names if n in links and _inertia_fault(links[n][1])]
+            what = f"link '{own[0]}'" if own else (f"link '{names[0]}'" if len(names) == 1 else
+                                                    f"links {names} (welded together)")
+            if own:
+                fault = _inertia_fault(links[own[0]][1])
+            raise ModelFileError(f"URDF {path}: {what}, moved by joint '{joint}', has {fault}; fix its "
+                                 "<inertial><inertia>")
+
+
+def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
     """Pinocchio model of one URDF file, every error naming the file.  Continuous joints become revolute
-    joints without position limits (``_continuous_as_revolute``; their bounds are ±inf)."""
+    joints without position limits (``_continuous_as_revolute``; their bounds are ±inf).
+
+    Checked on load (``ModelFileError`` naming the file and the link, one line): every ``<mass>`` and
+    ``<inertia>`` value finite, no negative mass (``_xml_inertials``, from the XML itself), and every
+    moving body physical (``_check_bodies``; ``bodies=False`` leaves that to the caller, e.g.
+    ``_part_model``, which checks after locking joints: a locked joint's link then belongs to its parent's
+    body).
+    urdfdom's own messages, which it prints to fd 2, are captured: folded into the error when the file
+    is refused, dropped otherwise (a message with 'Error' that did not stop the parse is an error too:
+    urdfdom then dropped part of the file)."""
     _check_xml(path, "URDF")
+    links = _xml_inertials(ET.parse(path).getroot(), path)
     xml, continuous = _continuous_as_revolute(path)
-    try:
-        model = pin.buildModelFromUrdf(str(path)) if xml is None else pin.buildModelFromXML(xml)
-    except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
-        raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {exc}") from None
+    with _captured_fd2() as noise:
+        try:
+            model = pin.buildModelFromUrdf(str(path)) if xml is None else pin.buildModelFromXML(xml)
+            orig = pin.buildModelFromUrdf(str(path)) if continuous else None   # limits, friction as read
+            failure = None
+        except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
+            failure = " ".join(str(exc).split())
+    said = _urdfdom_lines(noise[0])
+    if failure is not None:
+        raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {failure}"
+                             + (f" (urdfdom: {said})" if said else "")) from None
+    if "Error" in said:
+        raise ModelFileError(f"URDF {path}: urdfdom dropped part of the file: {said}")
     if continuous:
-        orig = pin.buildModelFromUrdf(str(path))       # the joints as Pinocchio reads them: limits, friction
         for name in continuous:
             jm, jo = model.joints[model.getJointId(name)], orig.joints[orig.getJointId(name)]
             model.lowerPositionLimit[jm.idx_q], model.upperPositionLimit[jm.idx_q] = -np.inf, np.inf
             for attr in ("effortLimit", "velocityLimit", "damping", "friction"):
                 getattr(model, attr)[jm.idx_v] = getattr(orig, attr)[jo.idx_v]
+    if bodies:
+        _check_bodies(model, path, links)
     return model
 
 
@@ -132,7 +264,7 @@ def _part_model(part: URDFPart) -> pin.Model:
     """The part's Pinocchio model: its locked joints removed (``pinocchio.buildReducedModel`` at the
     configuration q_ref that holds the locked values, the neutral one elsewhere), then every joint and
     frame name prefixed.  Errors name the file and the joint at fault."""
-    model = _load_urdf(part.path)
+    model = _load_urdf(part.path, bodies=False)
     names = [model.names[i] for i in range(1, model.njoints)]
     if part.locked:
         q_ref = pin.neutral(model)
@@ -161,6 +293,7 @@ def _part_model(part: URDFPart) -> pin.Model:
                                   "(revolute, continuous, prismatic) can be locked at a scalar value")
             ids.append(jid)
         model = pin.buildReducedModel(model, sorted(ids), q_ref)
+    _check_bodies(model, part.path, _xml_inertials(ET.parse(part.path).getroot(), part.path))
     if part.prefix:
         for i in range(1, model.njoints):
             model.names[i] = part.prefix + model.names[i]
