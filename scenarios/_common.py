@@ -103,6 +103,13 @@ class Context:
     viewers: list = field(default_factory=list)      # the Meshcat viewers this run started (closed at its end)
     plots: bool = True                               # False: save_figure draws nothing (campaign variants)
 
+    @property
+    def drawing(self) -> bool:
+        """Whether the scenario should build its figures: plots are on (not ``--no-plots``, not a
+        campaign variant) and the run was not interrupted (after a Ctrl-C the figures are skipped, so
+        that the run returns within ~2 s).  A scenario builds no figure at all when this is False."""
+        return self.plots and interrupt.requested() is None
+
     def plot_path(self, stem: str) -> Path:
         """Where to save plot ``stem``: a staging folder; the run moves the file into ``plots/`` when the
         scenario returns, so ``plots/`` never holds a half-written PNG."""
@@ -125,7 +132,7 @@ class Context:
         """Write ``fig`` to ``plots/<stem>.png`` at ``dpi`` dots per inch, cropped to everything drawn
         (no clipped labels or legends), close it, return the path.  With ``plots=False`` (``--no-plots``,
         campaign variants) close it unsaved and return None: drawing is most of a short run's cost
-        (1.6 of 1.8 s for a 0.05 s YuMi run), and a scenario may test ``ctx.plots`` to skip building."""
+        (1.6 of 1.8 s for a 0.05 s YuMi run); a scenario builds its figures only when ``ctx.drawing``."""
         if not self.plots:
             self.pyplot().close(fig)
             return None
@@ -342,21 +349,55 @@ def _interrupted_reason(signame: str, t: float | None) -> str:
             else f"interrupted ({signame}) before the first logged step")
 
 
+#: appended to the reason of an interrupted run (what it skipped to return within ~2 s)
+SKIPPED_AFTER_INTERRUPT = "plots and replay.html skipped after the interrupt; log.npz stored uncompressed"
+
+
+def process_age_s() -> float | None:
+    """Wall seconds since this process started (Linux: /proc/self/stat against CLOCK_BOOTTIME, 10 ms
+    resolution), or None where that cannot be read."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")          # field 22: starttime, clock ticks after boot
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _end_to_end(metrics: dict, t0: float, loops0: dict) -> dict:
+    """``realtime_factor_end_to_end``: the simulated time of the run's loops (``sim/runner.simulate``)
+    over the wall time since ``t0`` (``time.perf_counter()`` at the start of the run: the process's
+    start for ``cmstack run``), building, loop and post-loop work included; only for a run that reports
+    the loop-only ``realtime_factor``."""
+    from cmstack.sim.runner import LOOP_TOTALS
+
+    simulated = LOOP_TOTALS["simulated_s"] - loops0["simulated_s"]
+    if "realtime_factor" not in metrics or not simulated > 0:
+        return metrics
+    wall = time.perf_counter() - t0
+    return {**metrics, "realtime_factor_end_to_end": simulated / wall, "wall_s_end_to_end": wall}
+
+
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
                  viewer: str | None = None, progress: bool = False, echo: bool = False,
                  defaults: str | Path | None = None, wait: bool = False, html: bool = True, schema=None,
-                 plots: bool = True):
+                 plots: bool = True, t0: float | None = None):
     """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  ``schema``: the pydantic
     model of the configuration (default: the shipped scenario's, scenarios/schemas.py).  With ``html``,
     the run directory also gets ``replay.html`` (the run as one standalone page); with ``wait`` and a
     viewer, the live scene stays up at the end until Ctrl-C.  Any exit stops the viewer's server.
-    ``plots=False`` writes no plots (``Context.save_figure``).
+    ``plots=False`` builds and writes no plots (``Context.drawing``).  ``t0``: the
+    ``time.perf_counter()`` instant the run counts its end-to-end wall time from (default: now).
 
     The run directory is created first (a bad ``out`` raises ConfigError and writes nothing).  A
     configuration error, a failed run or an interrupt (SIGINT/SIGTERM, :class:`Interrupted`) raise
     after writing error.txt (errors) and metrics.json with ``"ok": false`` and the reason; every file
     is written atomically and log.npz is checkpointed every ``CHECKPOINT_EVERY_S`` simulated seconds."""
+    from cmstack.sim.runner import LOOP_TOTALS
+
+    t0 = time.perf_counter() if t0 is None else t0
+    loops0 = dict(LOOP_TOTALS)
     out = prepare_out(out if out is not None else _default_out(name))
     with interrupt.handle_signals() as sig:
         try:
@@ -383,15 +424,18 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
                         raise
                     # stopped by a signal (or failed while stopping): keep what was logged, no traceback
                     reason = _interrupted_reason(signame, logger.last_t)
+                    if getattr(exc, "post_loop_cut", False):
+                        reason += (f"; the scenario's work after the loop was cut {interrupt.POST_LOOP_S:g} s after "
+                                   f"the signal: no metrics; {SKIPPED_AFTER_INTERRUPT}")
                     if len(logger):
-                        logger.save(out / "log.npz")
+                        logger.save(out / "log.npz", compress=False)
                     _publish_plots(out, [], complete_only=True)
                     write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": reason,
                                                          "interrupted": True})
                 raise interrupt.Interrupted(signame, reason, out) from None
             stopped = sig.signame
             with interrupt.deferred():
-                metrics = _finish(name, out, logger, outcome, stopped)
+                metrics = _finish(name, out, logger, outcome, stopped, t0, loops0)
             if stopped is not None:
                 raise interrupt.Interrupted(stopped, metrics["reason"].split("; ")[0], out)
             if sig.signame is not None:        # arrived during the final save, which was completed
@@ -411,15 +455,18 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
             print(f"watch it again: cmstack view {out}")
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
-    if html:
-        _write_replay_html(out, echo)
+    if html and _write_replay_html(out, echo):
+        metrics = _end_to_end(metrics, t0, loops0)                               # its wall time included
+        write_metrics(out / "metrics.json", metrics)
     ctx.close_viewers(wait=wait)
     return metrics, out
 
 
-def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str | None) -> dict:
-    """Save the log, publish the plots and write metrics.json with the contract keys."""
-    logger.save(out / "log.npz")
+def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str | None, t0: float,
+            loops0: dict) -> dict:
+    """Save the log (uncompressed after an interrupt: fast), publish the plots and write metrics.json
+    with the contract keys and the end-to-end real-time factor."""
+    logger.save(out / "log.npz", compress=signame is None)
     outcome.plots = _publish_plots(out, [p for p in outcome.plots if p is not None])
     metrics = {"scenario": name, **outcome.metrics}
     failed = [r.key for r in outcome.rows if r.ok is False]
@@ -439,17 +486,21 @@ def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str
         reasons.append(f"targets not evaluated (no data in their window; run longer?): {unevaluated}")
     if metrics.get("reason"):
         reasons.append(str(metrics["reason"]))
+    if signame is not None:
+        reasons.append(SKIPPED_AFTER_INTERRUPT)
     ok = bool(metrics.get("ok", True)) and not failed and not unevaluated and signame is None
     if not ok and not reasons:
         reasons.append("the scenario reported ok = false")
     metrics["ok"] = ok
     metrics["reason"] = "; ".join(reasons)
+    metrics = _end_to_end(metrics, t0, loops0)
     write_metrics(out / "metrics.json", metrics)
     return with_contract(metrics)
 
 
-def _write_replay_html(out: Path, echo: bool) -> None:
-    """``replay.html`` beside the log; a run whose log cannot be replayed just goes without it."""
+def _write_replay_html(out: Path, echo: bool) -> bool:
+    """``replay.html`` beside the log; a run whose log cannot be replayed just goes without it.
+    Returns whether it was written."""
     from cmstack.sim.viewer import write_html
 
     tmp = out / ".replay.html.partial"
@@ -459,9 +510,10 @@ def _write_replay_html(out: Path, echo: bool) -> None:
         os.replace(tmp, p)                   # atomic, like every file of the run directory
     except Exception as exc:                 # the run itself is done: a page it cannot make is only noted
         print(f"replay.html not written: {type(exc).__name__}: {exc}")
-        return
+        return False
     if echo:
         print(f"replay (no server needed): {p} ({p.stat().st_size / 1e6:.1f} MB)")
+    return True
 
 
 #: exit codes of every scenario run (README, "Exit codes")
@@ -499,8 +551,10 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
     """Run one scenario from parsed arguments; print its table (or one line on error); return the exit
     code: 0 every target met, 1 a target missed, 2 usage or configuration error, 3 the run failed,
     130 interrupted (SIGINT/SIGTERM)."""
+    age = process_age_s()                      # the run's wall time counts from the process's start
+    t0 = time.perf_counter() - age if age is not None else None
     try:
-        metrics, _ = run_scenario(name, run, out=args.out, config_file=args.config, sets=args.set,
+        metrics, _ = run_scenario(name, run, t0=t0, out=args.out, config_file=args.config, sets=args.set,
                                   duration=args.duration, viewer=args.viewer, progress=not args.no_progress,
                                   echo=True, defaults=defaults, wait=not getattr(args, "no_wait", False),
                                   html=not getattr(args, "no_html", False),

@@ -536,7 +536,7 @@ def run(ctx) -> Outcome:
         L = log.arrays()
         for tk, qk in zip(L["t"], L["plant_qpos"]):
             viewer.maybe_update(float(tk), qk)
-    plots = make_plots(ctx, t, shown[2], Dt, Dp, Dm, d_tp, d_tm, d_pm, log.meta, cfg)
+    plots = make_plots(ctx, t, shown[2], Dt, Dp, Dm, d_tp, d_tm, d_pm, log.meta, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 
 

@@ -259,7 +259,7 @@ def run(ctx) -> Outcome:
     rows += [Row(f"energy_drift_rel_{x}", metrics[f"energy_drift_rel_{x}"], None, f"report, {e_note[x]}")
              for x in dict.fromkeys((law, "rotvec"))]
     rows.append(Row("realtime_factor", res.realtime_factor, None, "report (MuJoCo chain + both tensor models)"))
-    plots = make_plots(ctx, cfg)
+    plots = make_plots(ctx, cfg) if ctx.drawing else []
     return Outcome(metrics, rows, plots)
 
 

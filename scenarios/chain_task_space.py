@@ -277,7 +277,7 @@ def run(ctx) -> Outcome:
         Row("control_step_us_median", metrics["control_step_us_median"], None, None),
         Row("realtime_factor", metrics["realtime_factor"], None, "report"),
     ]
-    plots = make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r)
+    plots = make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r) if ctx.drawing else []
     return Outcome(metrics, rows, plots)
 
 

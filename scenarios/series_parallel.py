@@ -352,7 +352,7 @@ def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
         m.update(plant.metrics())                              # what a [perturbation] did, if any
     m["realtime_factor"] = res.realtime_factor
 
-    return Outcome(m, table_rows(cfg, m), make_plots(ctx, cfg, L))
+    return Outcome(m, table_rows(cfg, m), make_plots(ctx, cfg, L) if ctx.drawing else [])
 
 
 def table_rows(cfg, m) -> list[Row]:

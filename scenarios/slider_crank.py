@@ -188,7 +188,7 @@ def run(ctx) -> Outcome:
             Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
             Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)"),
             Row("realtime_factor (projection + MuJoCo loops)", m["realtime_factor"], None, "report")]
-    plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg)
+    plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 
 

@@ -16,6 +16,7 @@ from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.models.trajectory import Circle
 from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
+from cmstack.sim import interrupt
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
@@ -151,18 +152,42 @@ def run(ctx) -> Outcome:
     res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                    disturbances=disturbances, progress=ctx.progress, desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
                    log=log, task_errors=False)   # record logs the errors itself
-    diagnostics(log, robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, bar=cfg["plant"] == "bar")
-    L = log.arrays()
-    return summarize(ctx, cfg, L, res, controller, plant)
+    stats = ErrorStats(cfg["converge_after"], cfg["settle_threshold"])
+    args = (robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, cfg["plant"] == "bar")
+
+    def diagnose(chunk):
+        out = diagnostics(chunk, *args)
+        stats.add(chunk["t"], out, chunk["tau"])
+        return out
+
+    # chunk by chunk from the log's checkpoint parts (memory: one chunk, whatever the duration); after a
+    # Ctrl-C only until the post-loop deadline (sim/interrupt.py), the metrics then cover what was done
+    deadline = interrupt.post_loop_deadline()
+    done, total = log.extend_chunks(diagnose, deadline=None if deadline is None else deadline - POST_LOOP_MARGIN_S)
+    note = ""
+    if done < total:
+        log.drop(*DIAGNOSTICS)               # series on some chunks only: left out of log.npz (the states are in it)
+        note = (f"post-loop diagnostics stopped after {done} of {total} chunks (bounded after the interrupt): "
+                f"the error metrics cover t ≤ {stats.t_end:.3f} s")
+    outcome = summarize(ctx, cfg, stats, res, controller, plant)
+    if note:
+        outcome.metrics["reason"] = note
+    return outcome
 
 
-def diagnostics(log, robot: Robot, controller, plant, coupling, task, traj, T_AB, fid1: int, fid2: int,
-                bar: bool) -> None:
+#: the series :func:`diagnostics` adds to the log
+DIAGNOSTICS = ("e_c", "e_u", "p_E1", "p_D", "frame__E1", "frame__E2", "frame__desired", "segment__coupling",
+               "trail__E1", "q", "v", "weld_violation")
+#: seconds before the post-loop deadline at which the diagnostics stop (the summary and the save follow)
+POST_LOOP_MARGIN_S = 0.6
+
+
+def diagnostics(L: dict, robot: Robot, controller, plant, coupling, task, traj, T_AB, fid1: int, fid2: int,
+                bar: bool) -> dict:
     """The per-step series computed from the logged plant states after the loop (the same functions of
-    (q, v, t) the loop used to evaluate at every step): q, v (the plant's true state, model order),
-    e_c, e_u (``controller.errors``), p_E1, p_D, the viewer's frames/trail/segment, and the weld's
-    violation (bar plant; 0 otherwise).  Added to ``log`` as whole series."""
-    L = log.arrays()
+    (q, v, t) the loop used to evaluate at every step), for the rows of ``L`` (a chunk of the log, or
+    all of it): q, v (the plant's true state, model order), e_c, e_u (``controller.errors``), p_E1,
+    p_D, the viewer's frames/trail/segment, and the weld's violation (bar plant; 0 otherwise)."""
     t, Q, V = L["t"], L["plant_qpos"][:, plant.map.qadr], L["plant_qvel"][:, plant.map.dadr]
     n = len(t)
     out = {k: np.empty((n, *shape)) for k, shape in (
@@ -180,8 +205,73 @@ def diagnostics(log, robot: Robot, controller, plant, coupling, task, traj, T_AB
     out["trail__E1"] = out["p_E1"]
     out["q"], out["v"] = Q, V
     out["weld_violation"] = plant.equality_violations(L["plant_qpos"]) if bar else np.zeros(n)
-    for k, x in out.items():
-        log.put(k, x)
+    return out
+
+
+class ErrorStats:
+    """The error metrics of a run, accumulated chunk by chunk (:meth:`add`, in time order) in O(1)
+    memory: the initial ‖e_c‖, ‖e_u‖, their means over t > ``converge_after``, the settling time of
+    ‖e_u‖ below ``threshold``, the mean offset p_D − p_E1 over the same window, max |τ| and the weld's
+    largest violation.  :func:`error_metrics` computes the same from whole arrays."""
+
+    def __init__(self, converge_after: float, threshold: float):
+        self.converge_after, self.threshold = converge_after, threshold
+        self.n = self.n_late = 0
+        self.first = (float("nan"), float("nan"))
+        self.sum_c = self.sum_u = 0.0
+        self.sum_offset = np.zeros(3)
+        self.max_tau = self.max_weld = -np.inf
+        self.any_above, self.pending, self.settle = False, False, float("nan")
+        self.t_end = float("nan")
+
+    def add(self, t, d: dict, tau) -> None:
+        if not len(t):
+            return
+        nec, neu = np.linalg.norm(d["e_c"], axis=1), np.linalg.norm(d["e_u"], axis=1)
+        if self.n == 0:
+            self.first = (float(nec[0]), float(neu[0]))
+        if self.pending:                          # the last row above the threshold ended the previous chunk
+            self.settle, self.pending = float(t[0]), False
+        above = np.flatnonzero(neu >= self.threshold)
+        if above.size:
+            self.any_above = True
+            if above[-1] + 1 < len(t):
+                self.settle = float(t[above[-1] + 1])
+            else:
+                self.pending = True
+        late = t > self.converge_after
+        self.n_late += int(late.sum())
+        self.sum_c += float(nec[late].sum())
+        self.sum_u += float(neu[late].sum())
+        self.sum_offset += (d["p_D"] - d["p_E1"])[late].sum(axis=0)
+        self.max_tau = max(self.max_tau, float(np.abs(tau).max()))
+        self.max_weld = max(self.max_weld, float(d["weld_violation"].max()))
+        self.n += len(t)
+        self.t_end = float(t[-1])
+
+    def metrics(self) -> dict:
+        late = self.n_late > 0
+        offset = self.sum_offset / self.n_late if late else np.full(3, np.nan)
+        settling = 0.0 if not self.any_above else (float("nan") if self.pending else self.settle)
+        return dict(constraint_error_initial=self.first[0], task_error_initial=self.first[1],
+                    constraint_error_converged=self.sum_c / self.n_late if late else float("nan"),
+                    task_error_converged=self.sum_u / self.n_late if late else float("nan"),
+                    settling_time_s=settling, max_torque_nm=self.max_tau if self.n else float("nan"),
+                    position_offset=offset, weld_violation_max=self.max_weld if self.n else float("nan"))
+
+
+def error_metrics(t, e_c, e_u, p_D, p_E1, tau, weld, converge_after: float, threshold: float) -> dict:
+    """What :class:`ErrorStats` accumulates, from whole arrays (the in-memory reference)."""
+    nec, neu = np.linalg.norm(e_c, axis=1), np.linalg.norm(e_u, axis=1)
+    late = t > converge_after
+    above = np.flatnonzero(neu >= threshold)
+    settling = float(t[above[-1] + 1]) if above.size and above[-1] + 1 < t.size else (0.0 if not above.size else float("nan"))
+    offset = (p_D - p_E1)[late].mean(axis=0) if late.any() else np.full(3, np.nan)
+    return dict(constraint_error_initial=float(nec[0]), task_error_initial=float(neu[0]),
+                constraint_error_converged=float(nec[late].mean()) if late.any() else float("nan"),
+                task_error_converged=float(neu[late].mean()) if late.any() else float("nan"),
+                settling_time_s=settling, max_torque_nm=float(np.abs(tau).max()), position_offset=offset,
+                weld_violation_max=float(np.max(weld)))
 
 
 #: the keys that make a run the thesis' experiment (§4.4): same arms, start, coupling and circle.  ``urdf`` (the
@@ -267,20 +357,15 @@ def _target_rows(cfg: dict, m: dict) -> list[Row]:
     return rows
 
 
-def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
-    t = L["t"]
-    nec = np.linalg.norm(L["e_c"], axis=1)
-    neu = np.linalg.norm(L["e_u"], axis=1)
-    late = t > cfg["converge_after"]
-    above = np.flatnonzero(neu >= cfg["settle_threshold"])
-    settling = float(t[above[-1] + 1]) if above.size and above[-1] + 1 < t.size else (0.0 if not above.size else float("nan"))
-    offset = (L["p_D"] - L["p_E1"])[late].mean(axis=0) if late.any() else np.full(3, np.nan)
+def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant) -> Outcome:
+    e = stats.metrics()
+    offset = e["position_offset"]
     m = dict(plant=cfg["plant"], controller=cfg["controller"], priority=cfg["priority"],
              duration_s=float(cfg["duration"]), control_dt_s=cfg["control_dt"],
-             constraint_error_initial=float(nec[0]), task_error_initial=float(neu[0]),
-             constraint_error_converged=float(nec[late].mean()) if late.any() else float("nan"),
-             task_error_converged=float(neu[late].mean()) if late.any() else float("nan"),
-             settling_time_s=settling, max_torque_nm=float(np.abs(L["tau"]).max()),
+             constraint_error_initial=e["constraint_error_initial"], task_error_initial=e["task_error_initial"],
+             constraint_error_converged=e["constraint_error_converged"],
+             task_error_converged=e["task_error_converged"],
+             settling_time_s=e["settling_time_s"], max_torque_nm=e["max_torque_nm"],
              qp_failures=int(controller.failures),
              control_step_us_median=res.step_us_median, realtime_factor=res.realtime_factor,
              position_offset_x_m=offset[0], position_offset_y_m=offset[1], position_offset_z_m=offset[2],
@@ -290,7 +375,7 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
     if isinstance(controller, ReportsMetrics):
         m.update(controller.extra_metrics())                   # e.g. the squeeze force of pidc_force
     if cfg["plant"] == "bar":
-        m["loop_closure_error_max_m"] = float(L["weld_violation"].max())
+        m["loop_closure_error_max_m"] = e["weld_violation_max"]
     rows = _target_rows(cfg, m)             # which targets apply depends on the configuration
     full = cfg["duration"] >= cfg["converge_after"] + 0.25
     rows += [Row("settling_time_s", m["settling_time_s"], PAPER["settling_time_s"]),
@@ -304,7 +389,10 @@ def summarize(ctx, cfg, L, res, controller, plant) -> Outcome:
                         m["squeeze_force_error_rel"] <= 0.02 if full else None))
     if "loop_closure_error_max_m" in m:
         rows.append(Row("loop_closure_error_max_m", m["loop_closure_error_max_m"]))
-    plots = make_plots(ctx, t, L, cfg, controller.robot.joint_names)
+    plots = []
+    if ctx.drawing:                          # no figure at all with --no-plots or after a Ctrl-C
+        L = ctx.logger.select(("t", "p_D", "p_E1", "e_c", "e_u", "v", "tau", "Qc"))
+        plots = make_plots(ctx, L["t"], L, cfg, controller.robot.joint_names)
     return Outcome(m, rows, plots)
 
 

@@ -779,18 +779,62 @@ def _quat_xyzw(R: np.ndarray) -> np.ndarray:
     return Rotation.from_matrix(np.asarray(R, dtype=float).reshape(-1, 3, 3)).as_quat()
 
 
-def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100) -> Path:
+#: at most this many animation frames in replay.html: a run longer than MAX_HTML_FRAMES / fps simulated
+#: seconds (100 s at 30 fps) is sampled at MAX_HTML_FRAMES / duration frames per second instead, so that
+#: the page (and the memory that writing it takes) stays the size of a 100 s run's whatever the duration
+MAX_HTML_FRAMES = 3000
+
+
+def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
+    """What write_html needs of a saved run, read row-sampled (sim/logger.py: read_log_rows): the log
+    entries with every series at the frame rows, the full time axis' ends, the frame rows and the
+    frame rate (``fps``, lowered so that there are at most ``max_frames`` frames)."""
+    from cmstack.sim.logger import log_keys, parts_dir, read_log_rows
+
+    p = Path(run)
+    f = p / "log.npz" if p.is_dir() else p
+    if not f.is_file() and not parts_dir(f).is_dir():
+        raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
+                             "or its log.npz")
+    try:
+        head = read_log_rows(f, ["t", "mjcf_path"])
+    except Exception as e:
+        raise ModelFileError(f"{f} is not a readable run log ({type(e).__name__}: {e})") from e
+    for k in ("t", "mjcf_path"):
+        if k not in head:
+            raise ModelFileError(f"{f} has no '{k}' entry, which replay needs")
+    t = np.asarray(head["t"], dtype=float).ravel()
+    if t.size == 0:
+        raise ConfigError(f"{f}: 't' has no rows")
+    span = float(t[-1] - t[0])
+    if span * fps + 1 > max_frames:
+        fps = (max_frames - 1) / span
+    n = int(np.floor(span * fps + 1e-9)) + 1                           # frames k = 0 … n−1
+    idx = np.clip(np.searchsorted(t, t[0] + np.arange(n) / fps), 0, t.shape[0] - 1)
+    want = [qpos_key] + [k for k in log_keys(f) if k.startswith(("frame__", "trail__", "segment__", "sphere__"))]
+    series = read_log_rows(f, [k for k in want if not k.startswith("sphere__")], np.unique(idx))
+    pos = np.searchsorted(np.unique(idx), idx)                         # frame k -> its row in the sampled series
+    L = {k: v[pos] for k, v in series.items()}
+    L.update(read_log_rows(f, [k for k in want if k.startswith("sphere__")]))
+    L["t"], L["mjcf_path"], L["_file"] = t[idx], head["mjcf_path"], str(f)
+    return L, t, n, fps
+
+
+def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100,
+               max_frames: int = MAX_HTML_FRAMES) -> Path:
     """Write one self-contained HTML file that plays a saved run, with Meshcat's time slider.
 
     The scene is built as a live replay builds it (plant, camera, frames, segments, spheres), but
     into a ``Recorder``; the motion is a Meshcat animation (``set_animation``) sampled at ``fps``
-    frames per second of simulated time (frame k shows the first log row at or after t₀ + k/fps): a
+    frames per second of simulated time (frame k shows the first log row at or after t₀ + k/fps;
+    at most ``max_frames`` frames: a longer run is sampled at a lower rate, see MAX_HTML_FRAMES): a
     position and a quaternion track per moving body and per frame, plus a scale track per segment
     (its length). A trail is drawn as up to ``max_chunks`` polyline pieces, each made visible (a
     boolean track) when the motion reaches its end. The file holds Meshcat's viewer
     (``main.min.js``) and every command as msgpack, as Meshcat's own static-HTML export does, decoded
     in order on load: it needs no server and no network. The controls panel opens on the
-    "Animations" folder (play, pause, reset, time slider, speed)."""
+    "Animations" folder (play, pause, reset, time slider, speed).  Only the sampled rows of the log
+    are read (memory: that of the page, whatever the run's length)."""
     import base64
     import importlib.util
 
@@ -799,14 +843,13 @@ def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max
 
     if not fps > 0:
         raise ConfigError(f"write_html: fps must be > 0, got {fps}")
-    L = load_run(run)
+    L, t_full, n, fps = _load_sampled(run, qpos_key, fps, max_frames)
     t, Q = _qpos_series(L, qpos_key)
     rec = Recorder(keep=True)
     viewer = _viewer_for(L, Q, qpos_key, visualizer=rec, realtime=False)
     frames, trails, segs = (_overlays(L, p) for p in ("frame__", "trail__", "segment__"))
-    n = int(np.floor((t[-1] - t[0]) * fps + 1e-9)) + 1                  # frames k = 0 … n−1
-    idx = np.clip(np.searchsorted(t, t[0] + np.arange(n) / fps), 0, t.shape[0] - 1)
-    i0 = int(idx[0])
+    idx = np.arange(n)                                                 # the series are sampled already
+    i0 = 0
     viewer.show(Q[i0], {k: v[i0] for k, v in frames.items()}, segments={k: v[i0] for k, v in segs.items()})
 
     k = np.arange(n)
@@ -847,16 +890,18 @@ def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max
             clips.add("/meshcat/" + path, "visible", "boolean", [0, e], [False, True])
     rec.set_animation(clips, play=True, repetitions=1)
 
-    blobs = [base64.b64encode(umsgpack.packb(c)).decode("ascii") for c in rec.commands]
     dist = Path(importlib.util.find_spec("meshcat").origin).parent / "viewer" / "dist"
     js = (dist / "main.min.js").read_text(encoding="utf-8")
-    title = f"{Path(L['_file']).parent.name} — cmstack replay ({t[-1] - t[0]:.2f} s)"
-    html = _HTML.format(title=title.replace("<", "&lt;"), mainjs=js,
-                        commands=",\n".join(f'"{b}"' for b in blobs))
+    title = f"{Path(L['_file']).parent.name} — cmstack replay ({t_full[-1] - t_full[0]:.2f} s)"
+    head, tail = _HTML.split("{commands}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:       # one command at a time: never the whole page in memory
+        fh.write(head.format(title=title.replace("<", "&lt;"), mainjs=js))
+        for i, c in enumerate(rec.commands):
+            fh.write(("" if i == 0 else ",\n") + '"' + base64.b64encode(umsgpack.packb(c)).decode("ascii") + '"')
+        fh.write(tail.format())
     tmp.replace(out)                                   # atomic: a reader never sees half a file
     return out
 
