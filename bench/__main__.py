@@ -1,6 +1,6 @@
 """python -m bench [--quick] [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/, print
 their numbers, and end with one summary table: every ratio and real-time factor of issue 12 beside its
-target (bench/results/summary.json).  Never asserted in tests.
+target, and the long-run figures of issue 21 when bench.long_runs has run (bench/results/summary.json).  Never asserted in tests.
 
 ``--quick`` runs only the issue-12 benchmarks, with fewer repeats and short scenario runs (a few
 minutes); the summary then says which numbers come from short runs.  With NAMEs, only those run and the
@@ -74,6 +74,16 @@ def summary(quick: bool) -> list[dict]:
     w = b.get("whole_run_wall_s")
     add("balloon whole run (default config), wall", w, "s", f"≤ {BALLOON_WALL_TARGET_S:g}",
         w is not None and w <= BALLOON_WALL_TARGET_S, b.get("error") or b.get("skipped", ""))
+    lr = _load("long_runs")                       # issue 21: long runs
+    if lr:
+        r = lr["rss_ratio_longest_to_shortest"]
+        d = [x["duration_s"] for x in lr["peak_rss"]]
+        add(f"YuMi peak RSS {d[-1]:g} s / {d[0]:g} s", r, "×", f"≤ {lr['rss_ratio_target']:g}",
+            r <= lr["rss_ratio_target"], " / ".join(f"{x['peak_rss_mb']:.0f} MB" for x in lr["peak_rss"]))
+        if lr["ctrl_c"]:
+            w = max(x["latency_s"] for x in lr["ctrl_c"])
+            add("YuMi Ctrl-C to exit, worst", w, "s", f"≤ {lr['ctrl_c_target_s']:g}", w <= lr["ctrl_c_target_s"],
+                f"{len(lr['ctrl_c'])} runs")
     return rows
 
 

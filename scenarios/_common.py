@@ -350,7 +350,20 @@ def _interrupted_reason(signame: str, t: float | None) -> str:
 
 
 #: appended to the reason of an interrupted run (what it skipped to return within ~2 s)
-SKIPPED_AFTER_INTERRUPT = "plots and replay.html skipped after the interrupt; log.npz stored uncompressed"
+SKIPPED_AFTER_INTERRUPT = "plots and replay.html skipped after the interrupt"
+#: an interrupted run assembles log.npz from at most this many checkpoint parts (~1 s of work); a longer
+#: one leaves its log as the parts (read by ``cmstack view`` and ``read_log``; ``sim.logger.assemble``)
+INTERRUPT_ASSEMBLE_MAX_PARTS = 2000
+
+
+def _save_interrupted(logger: Logger, out: Path) -> str:
+    """Save an interrupted run's log within the Ctrl-C bound; returns what to add to its reason."""
+    logger.flush()
+    if len(logger.parts) > INTERRUPT_ASSEMBLE_MAX_PARTS:
+        return (f"log.npz not assembled ({len(logger.parts)} checkpoint parts): the log is "
+                f".log.npz.parts/ (cmstack view and read_log read it; cmstack.sim.logger.assemble writes log.npz)")
+    logger.save(out / "log.npz", compress=False)
+    return "log.npz stored uncompressed"
 
 
 def process_age_s() -> float | None:
@@ -428,11 +441,11 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
                         reason += (f"; the scenario's work after the loop was cut {interrupt.POST_LOOP_S:g} s after "
                                    f"the signal: no metrics; {SKIPPED_AFTER_INTERRUPT}")
                     if len(logger):
-                        logger.save(out / "log.npz", compress=False)
+                        reason += f"; {_save_interrupted(logger, out)}"
                     _publish_plots(out, [], complete_only=True)
                     write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": reason,
                                                          "interrupted": True})
-                raise interrupt.Interrupted(signame, reason, out) from None
+                raise interrupt.Interrupted(signame, reason.split("; ")[0], out) from None
             stopped = sig.signame
             with interrupt.deferred():
                 metrics = _finish(name, out, logger, outcome, stopped, t0, loops0)
@@ -466,7 +479,7 @@ def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str
             loops0: dict) -> dict:
     """Save the log (uncompressed after an interrupt: fast), publish the plots and write metrics.json
     with the contract keys and the end-to-end real-time factor."""
-    logger.save(out / "log.npz", compress=signame is None)
+    saved = _save_interrupted(logger, out) if signame is not None else logger.save(out / "log.npz")
     outcome.plots = _publish_plots(out, [p for p in outcome.plots if p is not None])
     metrics = {"scenario": name, **outcome.metrics}
     failed = [r.key for r in outcome.rows if r.ok is False]
@@ -487,7 +500,7 @@ def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str
     if metrics.get("reason"):
         reasons.append(str(metrics["reason"]))
     if signame is not None:
-        reasons.append(SKIPPED_AFTER_INTERRUPT)
+        reasons += [SKIPPED_AFTER_INTERRUPT, saved]
     ok = bool(metrics.get("ok", True)) and not failed and not unevaluated and signame is None
     if not ok and not reasons:
         reasons.append("the scenario reported ok = false")

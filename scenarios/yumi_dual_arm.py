@@ -179,7 +179,7 @@ def run(ctx) -> Outcome:
 DIAGNOSTICS = ("e_c", "e_u", "p_E1", "p_D", "frame__E1", "frame__E2", "frame__desired", "segment__coupling",
                "trail__E1", "q", "v", "weld_violation")
 #: seconds before the post-loop deadline at which the diagnostics stop (the summary and the save follow)
-POST_LOOP_MARGIN_S = 0.6
+POST_LOOP_MARGIN_S = 0.7
 
 
 def diagnostics(L: dict, robot: Robot, controller, plant, coupling, task, traj, T_AB, fid1: int, fid2: int,

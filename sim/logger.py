@@ -23,6 +23,8 @@ A series that is missing from a later part (a post-loop pass killed half-way) is
 """
 from __future__ import annotations
 
+import ast
+import functools
 import io
 import os
 import shutil
@@ -80,18 +82,40 @@ def _part_files(path: Path) -> list[Path]:
     return sorted(d.glob("[0-9]*.npz")) if d.is_dir() else []
 
 
-def _read_part(p: Path, allow_pickle: bool = False, keys=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(series, meta) of one checkpoint part; ``keys``: only these series (and no meta)."""
-    series, meta = {}, {}
-    with np.load(p, allow_pickle=allow_pickle) as z:
-        names = set(z["__series__"].tolist()) if "__series__" in z.files else set()
-        for k in z.files:
+@functools.lru_cache(maxsize=4096)
+def _npy_header(header: bytes) -> tuple[tuple, bool, np.dtype]:
+    """(shape, fortran order, dtype) of a ``.npy`` header dictionary (the parts of a run repeat a few)."""
+    d = ast.literal_eval(header.decode("latin1"))
+    return tuple(d["shape"]), bool(d["fortran_order"]), np.dtype(np.lib.format.descr_to_dtype(d["descr"]))
+
+
+def _npy(buf: bytes, allow_pickle: bool) -> np.ndarray:
+    """The array of the bytes of a ``.npy`` file (header parsed once per distinct header)."""
+    if buf[:6] != b"\x93NUMPY":
+        raise ValueError("not a .npy member")
+    major = buf[6]
+    hlen, start = (int.from_bytes(buf[8:10], "little"), 10) if major == 1 else (int.from_bytes(buf[8:12], "little"), 12)
+    shape, fortran, dtype = _npy_header(buf[start:start + hlen])
+    if dtype.hasobject:
+        return np.lib.format.read_array(io.BytesIO(buf), allow_pickle=allow_pickle)
+    x = np.frombuffer(buf, dtype=dtype, offset=start + hlen, count=int(np.prod(shape, dtype=np.int64)))
+    return x.reshape(shape, order="F" if fortran else "C").copy()
+
+
+def _read_part(p: Path, allow_pickle: bool = False, keys=None, meta: bool = True
+               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(series, meta) of one checkpoint part; ``keys``: only these series; ``meta=False``: no meta."""
+    series, out_meta = {}, {}
+    with zipfile.ZipFile(p) as zf:
+        members = {n[:-4]: n for n in zf.namelist() if n.endswith(".npy")}
+        names = set(_npy(zf.read(members["__series__"]), False).tolist()) if "__series__" in members else set()
+        for k, n in members.items():
             if k in names:
                 if keys is None or k in keys:
-                    series[k] = z[k]
-            elif k != "__series__" and keys is None:
-                meta[k] = z[k]
-    return series, meta
+                    series[k] = _npy(zf.read(n), allow_pickle)
+            elif k != "__series__" and meta and keys is None:
+                out_meta[k] = _npy(zf.read(n), allow_pickle)
+    return series, out_meta
 
 
 def _concat(chunks: list) -> np.ndarray:
@@ -416,7 +440,7 @@ class Logger:
         Memory: one chunk."""
         keys = None if keys is None else set(keys)
         for p in self.parts:
-            series, _ = _read_part(p, allow_pickle=True, keys=keys)
+            series, _ = _read_part(p, allow_pickle=True, keys=keys, meta=False)
             yield {k: v for k, v in series.items() if k not in self._dropped and k not in self._whole}
         mem = {k: v for k, v in self._memory_series().items()
                if (keys is None or k in keys) and k not in self._whole}
@@ -595,3 +619,19 @@ def _raw_chunks(path: Path, shape: tuple, dtype, n: int, rows: int = 65536):
             if not b:
                 return
             yield np.frombuffer(b, dtype=dtype).reshape(-1, *shape)
+
+
+def assemble(path: str | Path, compress: bool = True) -> Path:
+    """Write ``log.npz`` from the checkpoint parts a run left (a ``kill -9``, or an interrupted run too
+    long to assemble within its Ctrl-C bound), one chunk at a time, and remove the parts: ``path`` is
+    the run directory or its ``log.npz``.  Returns the log's path."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "log.npz"
+    parts = _part_files(path)
+    if not parts:
+        raise FileNotFoundError(f"no checkpoint parts in {parts_dir(path)}")
+    log = Logger(checkpoint=path)
+    log.checkpoints = len(parts)
+    log.meta.update(_read_part(parts[-1], allow_pickle=True)[1])
+    return log.save(path, compress=compress)

@@ -317,3 +317,29 @@ def test_a_killed_run_is_read_replayed_and_written_as_html_from_its_parts(tmp_pa
     assert cli_main(["view", str(killed), "--html", str(tmp_path / "k.html")]) == 0
     html = (tmp_path / "k.html").read_text()
     assert "cmstack replay" in html and "frames" in html
+
+
+def test_an_interrupted_run_too_long_to_assemble_keeps_its_parts(tmp_path, monkeypatch):
+    """Past INTERRUPT_ASSEMBLE_MAX_PARTS an interrupted run leaves its log as the parts (what the
+    loaders read) and says so; ``assemble`` writes the same log.npz later."""
+    from cmstack.scenarios import _common
+    from cmstack.sim.logger import assemble
+
+    log = Logger(checkpoint=tmp_path / "log.npz", checkpoint_every_s=1.0)
+    log.meta["mjcf_path"] = "m.xml"
+    for k in range(3500):
+        log.append(t=k * 1e-3, x=float(k))
+    monkeypatch.setattr(_common, "INTERRUPT_ASSEMBLE_MAX_PARTS", 3)
+    note = _common._save_interrupted(log, tmp_path)
+    assert "not assembled (4 checkpoint parts)" in note and not (tmp_path / "log.npz").exists()
+    assert np.array_equal(read_log(tmp_path)["x"], np.arange(3500.0))      # the tail was flushed too
+    assemble(tmp_path)
+    assert not parts_dir(tmp_path / "log.npz").exists()
+    z = read_log(tmp_path)
+    assert np.array_equal(z["x"], np.arange(3500.0)) and str(z["mjcf_path"]) == "m.xml"
+    log2 = Logger(checkpoint=tmp_path / "b" / "log.npz", checkpoint_every_s=1.0)
+    (tmp_path / "b").mkdir()
+    for k in range(1500):
+        log2.append(t=k * 1e-3, x=float(k))
+    assert _common._save_interrupted(log2, tmp_path / "b") == "log.npz stored uncompressed"
+    assert len(read_log(tmp_path / "b")["x"]) == 1500
