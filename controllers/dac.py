@@ -60,9 +60,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import proxsuite
 from scipy.linalg.lapack import dpotrf, dpotrs
 
+from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import dac_law3_step, dac_work_size
 from cmstack.models.errors import ConfigError, SolverError, StateError
@@ -70,7 +70,6 @@ from cmstack.models.lie import kkt_solve
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
 from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
 
-_SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 _EPS = np.zeros((3, 3, 3))                     # Levi-Civita ε_ijk
 _EPS[0, 1, 2] = _EPS[1, 2, 0] = _EPS[2, 0, 1] = 1.0
 _EPS[0, 2, 1] = _EPS[2, 1, 0] = _EPS[1, 0, 2] = -1.0
@@ -674,18 +673,11 @@ class TaskSpaceLaw(PortLaw):
         else:
             C, lim = None, None
         nin = 0 if C is None else C.shape[0]
-        qp = proxsuite.proxqp.dense.QP(m, A.shape[0], nin)
-        qp.settings.eps_abs = 1e-12 * max(1.0, float(np.abs(w).max(initial=0.0)), float(np.abs(M @ g).max()))
-        qp.settings.eps_rel = 0.0
-        qp.settings.verbose = False
-        qp.settings.max_iter = 5000
-        qp.init(M, -M @ g, A, w, C, None if C is None else -lim, lim)
-        qp.solve()
-        res = qp.results
-        if res.info.status != _SOLVED:
-            raise SolverError(f"law III reference QP: status {res.info.status} (|w| = {np.linalg.norm(w):.3g}, "
+        res = BoundedQP(eps_abs=1e-12).solve("ref", M, -M @ g, A, w, C, None if C is None else -lim, lim, warm=False)
+        if not res.solved:
+            raise SolverError(f"law III reference QP: status {res.raw_status} (|w| = {np.linalg.norm(w):.3g}, "
                               f"joint_rate_limit = {self.rate_limit})")
-        x = res.x.copy()
+        x = res.x
         if C is None:
             return x, np.zeros(0, dtype=int)
         act = np.flatnonzero(np.abs(C @ x) >= lim * (1 - 1e-7))
@@ -755,21 +747,16 @@ class JointActuationMap:
             ub = np.linalg.lstsq(H, f, rcond=1e-12)[0]
         else:
             m = H.shape[0]
-            qp = proxsuite.proxqp.dense.QP(m, 0, m if self.limit is not None else 0)
-            qp.settings.eps_abs = 1e-10 * max(1.0, float(np.abs(f).max()))     # scaled to the problem
-            qp.settings.eps_rel = 0.0
-            qp.settings.verbose = False
-            qp.settings.max_iter = 5000
             if self.limit is not None:
                 lim = np.full(m, float(self.limit))
-                qp.init(H, -f, None, None, np.eye(m), -lim, lim)
+                res = BoundedQP(eps_abs=1e-10).solve("alloc", H, -f, None, None, np.eye(m), -lim, lim, warm=False,
+                                                     feasible_start=True)
             else:
-                qp.init(H, -f, None, None, None, None, None)
-            qp.solve()
-            if qp.results.info.status != _SOLVED:
-                raise SolverError(f"joint allocation QP: status {qp.results.info.status} "
+                res = BoundedQP(eps_abs=1e-10).solve("alloc", H, -f, warm=False)
+            if not res.solved:
+                raise SolverError(f"joint allocation QP: status {res.raw_status} "
                                   f"(|τ_c| = {np.linalg.norm(tau_c):.3g}, limit = {self.limit})")
-            ub = qp.results.x.copy()
+            ub = res.x
             sat = self.limit is not None and bool(np.any(np.abs(ub) >= self.limit * (1 - 1e-7)))
         tau = Bb @ ub
         r = tau_c - tau

@@ -45,9 +45,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import proxsuite
 from pinocchio import computeAllTerms as pin_compute_all_terms
 
+from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
@@ -56,7 +56,6 @@ from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
 
-_SOLVED = proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED
 
 
 #: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
@@ -148,6 +147,7 @@ class PIDC:
         self.info = PIDCInfo()
         self.unsolvable_steps = 0
         self.saturated_steps = 0
+        self._qp = BoundedQP(eps_abs=1e-10)   # every QP of this law: conditioned and bounded (controllers/qp.py)
         self.failures = 0
         self._kin, self._kin_qv = None, None
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
@@ -390,14 +390,6 @@ class PIDC:
         return Q @ (M @ qdd + h - (f_d + fl.kp * e_f + fl.ki * fl.integral))
 
     # ------------------------------------------------------------------ QP version
-    def _new_qp(self, n, n_eq, n_in):
-        qp = proxsuite.proxqp.dense.QP(n, n_eq, n_in)
-        qp.settings.eps_abs = 1e-10
-        qp.settings.eps_rel = 0.0
-        qp.settings.verbose = False
-        qp.settings.max_iter = 2000
-        return qp
-
     def _solve_qp(self, t, q, b, pr, info):
         n = len(b)
         Sa = np.eye(n)[self.actuated]                 # τ = Saᵀ τ_a
@@ -420,28 +412,22 @@ class PIDC:
                     f"PIDC QP at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
                     f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {pr.rank}; residual "
                     f"{res_ls:.3g}, condition (58))")
-        qp = self._new_qp(na, Aeq.shape[0], na)
-        qp.init(H, np.zeros(na), Aeq, beq, C, lo, hi)
-        qp.solve()
-        res = qp.results
-        ok = res.info.status == _SOLVED and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, np.linalg.norm(beq))
-        info.qp_status = str(res.info.status)
+        res = self._qp.solve("exact", H, np.zeros(na), Aeq, beq, C, lo, hi, warm=False)
+        ok = res.solved and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, np.linalg.norm(beq))
+        info.qp_status = res.raw_status
         if ok:
-            x = res.x.copy()
+            x = res.x
             info.limit_active = bool(np.any(np.abs(x) >= lim * (1 - 1e-9)))
         else:
             # the actuators cannot produce q̈_des within their limits: closest potent torque
             H2 = Aeq.T @ Aeq + self.eps_reg * H
             g2 = -Aeq.T @ beq
-            qp2 = self._new_qp(na, 0, na)
-            qp2.init(H2, g2, None, None, C, lo, hi)
-            qp2.solve()
-            r2 = qp2.results
-            if r2.info.status != _SOLVED:
+            r2 = self._qp.solve("relaxed", H2, g2, None, None, C, lo, hi, warm=False, feasible_start=True)
+            if not (r2.solved or r2.feasible):
                 self.failures += 1
                 raise SolverError(f"PIDC QP failed at t={t:.4f} s, q={np.round(q, 6).tolist()}: status "
-                                  f"{r2.info.status} (relaxed) after {info.qp_status} (exact)")
-            x = r2.x.copy()
+                                  f"{r2.raw_status} (relaxed) after {info.qp_status} (exact)")
+            x = r2.x
             info.qp_status += " -> relaxed"
             if info.solvable:            # solvable without limits: the limits are what binds
                 info.limit_active = True

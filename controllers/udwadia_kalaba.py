@@ -61,18 +61,15 @@ from functools import partial
 from typing import Sequence
 
 import numpy as np
-import proxsuite
 from scipy.linalg.lapack import dposv as _dposv
 
+from cmstack.controllers.qp import BoundedQP
 from cmstack.models.coupling import FrameTask, PostureTask, RelativeFrameTask, RigidCoupling, Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.trajectory import Circle
 
-_PQ = proxsuite.proxqp
-_SOLVED = _PQ.QPSolverOutput.PROXQP_SOLVED
-_INFEASIBLE = (_PQ.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE, _PQ.QPSolverOutput.PROXQP_DUAL_INFEASIBLE)
 
 
 class _Gauss:
@@ -111,6 +108,8 @@ class UKStepInfo:
     limits_active: bool = False
     path: str = ""
     cold_retries: int = 0
+    saturated: bool = False       # a level below the first gave way to the limits (``gave_way`` says which)
+    gave_way: str = ""
     _Qc: np.ndarray | None = None
     _Qu: np.ndarray | None = None
     _Qlim: np.ndarray | None = None
@@ -361,7 +360,10 @@ class UdwadiaKalabaController:
         levels: the priority levels (module docstring); excludes ``constraints``/``tasks``.
         limits: list of ``Limit`` objects (``EffortLimit``, ``JointPositionLimit``,
             ``JointVelocityLimit``), enforced in every level.
-        eps_abs: ProxSuite's absolute tolerance; rank_tol: relative rank tolerance.
+        eps_abs: ProxSuite's absolute tolerance (on unit-norm rows, ``controllers/qp.py``); rank_tol:
+            relative rank tolerance.
+        max_step_iters: the step's budget of ProxSuite iterations over all its QPs (each QP is capped
+            on its own as well); the levels that find it spent give way (``_sequential``).
         warn_free_dof: warn once when the tasks leave degrees of freedom to Gauss alone.
         fused: run the step through the compiled kernels of ``controllers/_uk_kernels.py`` when every
             task is a built-in ``RigidCoupling``, ``FrameTask`` or ``PostureTask`` (the same torques;
@@ -372,7 +374,7 @@ class UdwadiaKalabaController:
                  omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
                  model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
                  levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
-                 warn_free_dof: bool = True, fused: bool = True):
+                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 600):
         self.robot = robot
         self.n = robot.nv
         if levels is None:
@@ -433,7 +435,14 @@ class UdwadiaKalabaController:
         self.eps_abs = float(eps_abs)
         self.rank_tol = float(rank_tol)
         self._sqrt_rank_tol = math.sqrt(self.rank_tol)
-        self._qps: dict = {}
+        if not (isinstance(max_step_iters, int) and max_step_iters > 0):
+            raise ConfigError(f"max_step_iters must be an integer > 0, got {max_step_iters!r}")
+        self.max_step_iters = max_step_iters
+        self._qp = BoundedQP(eps_abs=self.eps_abs)
+        self._seq_active = False
+        self._last_sequential = False   # the previous limited step needed the levels one by one
+        self._levels_exact = False      # in the last sequential step every level above the last held exactly
+        self.saturated_steps = 0  # steps in which a level gave way to the limits (info.gave_way)
         self.info = UKStepInfo()
         self.kin: Kinematics | None = None
         self.failures = 0        # steps whose QP stopped short of its tolerance (solution still used)
@@ -488,44 +497,15 @@ class UdwadiaKalabaController:
                 return True
         return False
 
-    def _new_qp(self, n_eq: int, n_in: int, n_var: int | None = None):
-        qp = _PQ.dense.QP(self.n if n_var is None else n_var, n_eq, n_in)
-        qp.settings.eps_abs = self.eps_abs
-        qp.settings.eps_rel = 0.0
-        qp.settings.verbose = False
-        qp.settings.max_iter = 1000
-        return qp
-
-    def _solve(self, key, H, g, A, b, C, l, u, max_iter: int = 1000):
-        """One QP solve with the solver cached under ``key``, warm-started from its previous solution.
-        A warm start that does not reach SOLVED is retried once from a cold start, on a fresh solver
-        (ProxSuite's warm start can report PRIMAL_INFEASIBLE on a strictly feasible problem when
-        consecutive problems are unrelated); each retry is counted in ``cold_retries``."""
-        qp = self._qps.get(key)
-        if qp is None:
-            return self._cold(key, H, g, A, b, C, l, u, max_iter)
-        # the scaling changes little between control steps: keep the first step's Ruiz
-        # preconditioner (saves ~20 µs a step; the solution is unchanged to eps_abs)
-        qp.update(H, g, A, b, C, l, u, update_preconditioner=False)
-        qp.solve()
-        if qp.results.info.status == _SOLVED:
-            return qp.results
-        self.cold_retries += 1
-        self.info.cold_retries += 1
-        return self._cold(key, H, g, A, b, C, l, u, max_iter)
-
-    def _cold(self, key, H, g, A, b, C, l, u, max_iter):
-        n_eq = 0 if A is None else A.shape[0]
-        n_in = 0 if C is None else C.shape[0]
-        qp = self._new_qp(n_eq, n_in, H.shape[0])
-        qp.settings.max_iter = max_iter
-        qp.init(H, g, A, b, C, l, u)
-        qp.solve()
-        # warm start from this solution from now on (ProxSuite 0.8 segfaults if this is switched on
-        # between init() and the first solve(): there is no previous result yet)
-        qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
-        self._qps[key] = qp
-        return qp.results
+    def _solve(self, key, H, g, A, b, C, l, u, feasible_start: bool = False, budget: int | None = None):
+        """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
+        warm-started per ``key``, one cold retry); counts cold retries in ``info``."""
+        before = self._qp.cold_retries
+        res = self._qp.solve(key, H, g, A, b, C, l, u, feasible_start=feasible_start, budget=budget)
+        if self._qp.cold_retries != before:
+            self.cold_retries += 1
+            self.info.cold_retries += 1
+        return res
 
     # ------------------------------------------------------------------ control
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
@@ -575,9 +555,10 @@ class UdwadiaKalabaController:
             C, l, u = self._limit_rows(kin, hD)
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
             tau = kin.M @ x + hD
-            info.limits_active = bool(np.any(z != 0))
+            info.limits_active = bool(np.any(z != 0)) or (path == "sequential" and self._seq_active)
         else:
             info.limits_active = False
+            info.saturated, info.gave_way = False, ""
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         return tau
@@ -643,6 +624,7 @@ class UdwadiaKalabaController:
             info = self.info
             info.cold_retries = 0
             info.limits_active = False
+            info.saturated, info.gave_way = False, ""
             info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
             info._lazy = (partial(self._absorbed_forces, kin, hD, x, tau, Ab) if P.absorbed
                           else partial(self._fused_forces, kin, hD, x, lam, Ab))
@@ -762,42 +744,78 @@ class UdwadiaKalabaController:
 
     # ------------------------------------------------------------------ limits
     def _with_limits(self, kin, H, g, E, f, rows, C, l, u, Q, hD, t):
-        res = self._solve(("all", E.shape[0]), H, g, E, f, C, l, u)
-        st = res.info.status
-        if st == _SOLVED:
-            return res.x.copy(), res.y.copy() if E.shape[0] else None, res.z.copy(), res.info.iter, "qp"
-        if len(rows) >= 2 and st in _INFEASIBLE:
-            return self._sequential(kin, H, g, rows, C, l, u, Q, hD, t)
-        if st in _INFEASIBLE:
-            raise self._limits_infeasible(kin, hD, Q, rows, t, st)
-        self.failures += 1
-        if np.all(np.isfinite(res.x)) and np.linalg.norm(E @ res.x - f) < 1e-6 * (1 + np.linalg.norm(f)):
-            return res.x.copy(), res.y.copy() if E.shape[0] else None, res.z.copy(), res.info.iter, "qp"
-        raise SolverError(f"UK QP failed at t={t:.4f} s with status {st} after {res.info.iter} iterations; "
-                          f"q={np.array2string(kin.q, precision=4)}, v={np.array2string(kin.v, precision=4)}")
+        """v̇* violates a limit: one bounded QP of the final level with E v̇ = f and the limits
+        (module docstring, 3); when it is not solved, the levels one after another."""
+        iters = 0
+        if not (self._last_sequential and rows):
+            # the one QP is a shortcut: when every level above can hold exactly within the limits, the
+            # sequential solution is the same; after a step that needed the levels one by one, go there
+            # directly (its first QP tells again whether they can)
+            res = self._solve(("all", E.shape[0]), H, g, E, f, C, l, u)
+            iters = res.iters
+            if res.solved:
+                self.info.saturated, self.info.gave_way = False, ""
+                self._last_sequential = False
+                return res.x, res.y if E.shape[0] else None, res.z, res.iters, "qp"
+        out = self._sequential(kin, H, g, rows, C, l, u, Q, hD, t, iters)
+        self._last_sequential = not self._levels_exact
+        return out
 
-    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t):
-        """Levels one at a time with the limits (module docstring, 3).  Level 1 is a QP with its rows
-        as equalities; every later level is a QP in the null space of the levels above,
-        v̇ = v̇_{k−1} + N_{k−1} z, with only the limits as constraints (no equality that a tolerance
-        could make infeasible); the limits get a 1e-8 relative margin after level 1, because v̇_{k−1}
-        meets them only to the solver's tolerance."""
+    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t, iters: int = 0):
+        """Levels one at a time with the limits (module docstring, 3), each a bounded QP
+        (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
+
+        Level 1 (hard): min ½ (v̇ − a)ᵀ M (v̇ − a) s.t. A₁ v̇ = b₁ and the limits.  When ProxSuite does not
+        solve it within its caps, the least-squares form min ‖A₁ v̇ − b₁‖² + μ‖v̇ − a‖²_M s.t. the limits
+        alone (feasible whenever the limits are; μ = 1e-6 tr(A₁ᵀA₁)/tr(M)) decides: a residual within
+        ``1e-6 (1 + ‖b₁‖)`` is level 1 held; otherwise ``InfeasibleError`` naming the level, the limits
+        and the joints that bind (the controller never sends a torque that breaks a hard level).
+
+        Level k ≥ 2 and the final level: v̇ = v̇_{k−1} + N_{k−1} z in the null space of the levels above,
+        only the limits as constraints (with a 1e-8 relative margin: v̇_{k−1} meets them to the solver's
+        tolerance).  A level whose QP is not solved within the caps or the budget gives way: v̇ keeps the
+        solution of the levels above (inside every limit; the iterate is taken instead when it is feasible
+        and lowers the level's cost), and ``info.saturated`` / ``info.gave_way`` say which level gave way
+        and which limits bind.  This is the closest feasible step the hierarchy allows."""
         M = kin.M
-        A1, b1 = rows[0]
-        r0 = self._solve(("seq", 0), M, -Q, A1, b1, C, l, u, max_iter=10000)
-        if r0.info.status != _SOLVED:
-            raise self._limits_infeasible(kin, hD, Q, rows, t, r0.info.status)
-        iters = r0.info.iter
-        x = r0.x.copy()
-        N = _null_basis(A1, self.n, self.rank_tol)[1]
+        info = self.info
+        info.saturated, info.gave_way = False, ""
+        n = self.n
+        if rows:
+            A1, b1 = rows[0]
+            r0 = self._solve(("seq", 0), M, -Q, A1, b1, C, l, u)
+            iters += r0.iters
+            if r0.solved or (r0.status == "max_iter" and r0.feasible):
+                x, z = r0.x, r0.z
+            else:
+                mu = 1e-6 * max(float(np.trace(A1.T @ A1)), 1e-12) / float(np.trace(M))
+                r1 = self._solve(("seq", "ls"), A1.T @ A1 + mu * M, -(A1.T @ b1) - mu * Q, None, None, C, l, u)
+                iters += r1.iters
+                resid = float(np.linalg.norm(A1 @ r1.x - b1)) if r1.feasible else np.inf
+                if not resid <= 1e-6 * (1.0 + float(np.linalg.norm(b1))):
+                    raise self._limits_infeasible(kin, hD, Q, rows, t, r0.raw_status or r0.status,
+                                                  r1.x if r1.feasible else None, resid)
+                x, z = r1.x, r1.z
+            N = _null_basis(A1, n, self.rank_tol)[1]
+            first = 1
+        else:
+            x, z, N, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), 0
         margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * self.eps_abs
-        z = None
-        for k in range(1, len(rows) + 1):
+        margin = np.where(np.isfinite(margin), margin, 0.0)
+        z_last = None
+        active = bool(np.any(z != 0))
+        for k in range(first, len(rows) + 1):
             nz = N.shape[1]
             if nz == 0:
                 break
+            if iters >= self.max_step_iters:
+                self._give_way(k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent")
+                break
             CN = C @ N
-            lo, hi = l - margin - C @ x, u + margin - C @ x
+            Cx = C @ x
+            # z = 0 (the levels above) is feasible by construction: a bound that v̇_{k−1} meets only to the
+            # tolerance of its QP is moved to it, so a lower level never has to repair a higher one
+            lo, hi = np.minimum(l - Cx, 0.0) - margin, np.maximum(u - Cx, 0.0) + margin
             if k < len(rows):
                 A, b = rows[k]
                 AN = A @ N
@@ -807,20 +825,61 @@ class UdwadiaKalabaController:
             else:
                 Hr = N.T @ H @ N
                 gr = N.T @ (H @ x + g)
-            r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, max_iter=10000)
-            iters += r.info.iter
-            if r.info.status != _SOLVED:
-                self.failures += 1       # x is optimal for every level above: keep it
+            r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, feasible_start=True,
+                            budget=self.max_step_iters - iters)
+            iters += r.iters
+            active = active or bool(np.any(r.z != 0))
+            if not r.solved:
+                self.failures += 1
+                better = r.feasible and float(0.5 * r.x @ Hr @ r.x + gr @ r.x) < 0.0
+                if better:
+                    x = x + N @ r.x
+                self._give_way(k, kin, hD, x, f"its QP ended '{r.raw_status}' after {r.iters} iterations"
+                               + (" (its last feasible iterate is used)" if better else ""))
                 break
             x = x + N @ r.x
             if k == len(rows):
-                z = r.z.copy()
+                z_last = r.z
             else:
                 N = N @ _null_basis(AN, nz, self.rank_tol)[1]
-        E = np.vstack([a for a, _ in rows])
-        rhs = -(H @ x + g) - (C.T @ z if z is not None else 0.0)
-        lam = np.linalg.lstsq(E.T, rhs, rcond=None)[0]      # split of the equality force, minimum norm
-        return x, lam, z if z is not None else r0.z.copy(), iters, "sequential"
+        if z_last is not None:
+            z = z_last
+        if rows:
+            E = np.vstack([a for a, _ in rows])
+            rhs = -(H @ x + g) - C.T @ z
+            lam = np.linalg.lstsq(E.T, rhs, rcond=None)[0]      # split of the equality force, minimum norm
+        else:
+            lam = None
+        self._seq_active = active
+        self._levels_exact = bool(rows) and all(
+            np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows)
+        return x, lam, z, iters, "sequential"
+
+    def _level_name(self, k: int) -> str:
+        L = self.levels[k]
+        names = [task.name for task in L.tasks] + (["Gauss"] if L.gauss else [])
+        return f"level {k + 1} {names}"
+
+    def binding_limits(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, rtol: float = 1e-6) -> list[str]:
+        """The limits that bind at v̇: "<limit> on '<joint>' (lower|upper)" for every row within ``rtol``
+        (relative to its bound) of a bound or beyond it."""
+        out = []
+        for lim in self.limits:
+            Cl, ll, ul = lim.bounds(kin, hD)
+            y = Cl @ vdot
+            for i, j in enumerate(lim.idx):
+                for side, bnd, sgn in (("lower", ll[i], -1.0), ("upper", ul[i], 1.0)):
+                    if np.isfinite(bnd) and sgn * (y[i] - bnd) >= -rtol * (1.0 + abs(bnd)):
+                        out.append(f"{lim.name} on '{self.robot.joint_names[j]}' ({side})")
+        return out
+
+    def _give_way(self, k: int, kin, hD, x, why: str) -> None:
+        info = self.info
+        info.saturated = True
+        self.saturated_steps += 1
+        bind = self.binding_limits(kin, hD, x)
+        info.gave_way = (f"{self._level_name(k)} gave way: {why}; binding: "
+                         + (", ".join(bind[:6]) + (" …" if len(bind) > 6 else "") if bind else "none"))
 
     # ------------------------------------------------------------------ diagnostics
     def errors(self, kin: Kinematics, t: float):
@@ -840,9 +899,17 @@ class UdwadiaKalabaController:
                                f"{np.linalg.norm(res):.3g} — " + "; ".join(parts)
                                + ". Remove one of them or make it a soft task.")
 
-    def _limits_infeasible(self, kin, hD, Q, rows, t, status):
-        """Level 1 and the limits cannot hold together (filled in by ``diagnose_infeasible``)."""
-        return InfeasibleError(self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
+    def _limits_infeasible(self, kin, hD, Q, rows, t, status, closest=None, resid=float("nan")):
+        """Level 1 and the limits cannot hold together: the level, the limits and joints that bind at the
+        closest step (``closest``: the least-squares step within the limits, residual ``resid``), then
+        ``diagnose_infeasible``'s cause."""
+        head = ""
+        if rows:
+            bind = self.binding_limits(kin, hD, closest) if closest is not None else []
+            head = (f"{self._level_name(0)} cannot hold within the limits at t={t:.4f} s"
+                    + (f": at the closest step (residual {resid:.3g}) {', '.join(bind[:6])} bind" if bind else "")
+                    + ". ")
+        return InfeasibleError(head + self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
 
     def diagnose_infeasible(self, kin, hD, Q, level1, t, status) -> str:
         """Why level 1 cannot hold within the limits.  The torque the hard level alone needs

@@ -5,25 +5,46 @@ rows l ≤ C v̇ ≤ u at the current state.
   u = τ_max − (h + D v)  (rows of the selected joints).
 * ``JointVelocityLimit``: the velocity one horizon Δt ahead, v + Δt v̇, stays in [−v_max, v_max]:
   (−v_max − v)/Δt ≤ v̇ ≤ (v_max − v)/Δt.
-* ``JointPositionLimit``: a bound on v̇ that stops the joint before q_max (and, mirrored, q_min).
-  Braking at the deceleration a_max from velocity v ≥ 0 covers v²/(2 a_max); the joint can still stop
-  before q_max iff  v² ≤ 2 a_max (q_max − q)  (viability).  Over one horizon Δt with constant v̇ = x
-  (exactly what a zero-order-hold controller applies), v⁺ = v + Δt x and q⁺ = q + Δt v + ½ Δt² x.
-  Requiring the next state to be viable, (v + Δt x)² ≤ 2 a (q_max − q − Δt v − ½ Δt² x), is the
-  quadratic Δt² x² + (2 v Δt + a Δt²) x + v² − 2 a (q_max − q − Δt v) ≤ 0, whose upper root is
+* ``JointPositionLimit``: a bound on v̇ that stops the joint before q_max (and, mirrored, q_min) on the
+  *plant*, whose achieved acceleration differs from the commanded one (joint damping that the Euler
+  integrator treats implicitly, model error, the integrator's own discretisation).  Three things are
+  made robust:
 
-      x ≤ u = ( −2 v − a Δt + √(a² Δt² − 4 a v Δt + 8 a (q_max − q)) ) / (2 Δt).
+  1. **The integrator.**  Over one step Δt with commanded acceleration x, v⁺ = v + Δt x, and the
+     position moves by Δt v⁺ (MuJoCo's semi-implicit Euler), Δt (v + v⁺)/2 (exact constant
+     acceleration) or Δt v (explicit Euler): in every case q⁺ ≤ q + Δt max(v, v⁺).
+  2. **Braking in discrete steps.**  Braking at deceleration b from v ≥ 0 covers v²/(2b) continuously,
+     v²/(2b) − Δt v/2 with semi-implicit Euler and v²/(2b) + Δt v/2 with explicit Euler; we take the
+     largest, B(v) = v²/(2b) + Δt v/2.  A state is *viable* when v ≤ 0 or B(v) ≤ d, d = q_max − q.
+  3. **A deceleration that falls short.**  The braking curve is planned at b = κ a_max
+     (``brake_fraction`` κ, default 0.5), while the bound lets the controller command up to a_max of
+     braking; so a plant that realises anything from κ to 1 times the commanded deceleration stays
+     viable (a Panda wrist with D = 0.5 N·m·s/rad realised 17.5 of 20 rad/s² at 1 ms).  ``margin``
+     (rad or m, default 0) moves the bound inwards for whatever else remains.
 
-  (Viability also gives q⁺ ≤ q_max.)  On the braking curve u = −a exactly, so braking stays admissible
-  at every later step (recursive feasibility); a state beyond the curve gets u = −a (full braking).
-  The lower bound is the mirror image with q_min.  A double integrator driven at the bound never
-  passes q_max (tests/test_limits.py checks it in discrete time).
+  Braking in whole steps ends with a remainder of at most b Δt of velocity, which 2. does not count: the
+  distance gets a last term b Δt² (d = q_max − margin − q − b Δt² below).
+  The next state must be viable under the worst position update of 1.: with y = v⁺ and
+  d = q_max − margin − q − b Δt²,
+      (i)  y²/(2b) + Δt y/2 + Δt y ≤ d   when y ≥ v,   (ii)  y²/(2b) + Δt y/2 + Δt v ≤ d   when y ≤ v,
+  whose largest roots are  y_i = −(3/2) b Δt + √((9/4) b² Δt² + 2 b d)  and
+  y_ii = −(1/2) b Δt + √((1/4) b² Δt² + 2 b (d − Δt v)).  The admissible set is y ≤ y_i if y_i ≥ v,
+  else y ≤ y_ii (the two branches meet at y = v).  A commanded braking x < 0 may be realised as only
+  κ x (3.), so the bound asks for what reaches y* even then:
+      x ≤ u = max((y* − v)/Δt, −a_max)            when y* ≥ v,
+      x ≤ u = max((y* − v)/(κ Δt), −a_max)        when y* < v.
+  Recursive feasibility: from a viable state, braking at b (y = v − b Δt) meets (ii) at worst with
+  equality (B(v) ≤ d), so y* ≥ v − bΔt and u ≥ −b/κ = −a_max: the controller can always keep braking;
+  a state beyond the curve gets u = −a_max (full braking).  The lower bound is the mirror image with q_min.
+  tests/test_limits.py drives a double integrator at the bound under each integrator and with a plant
+  that realises only κ of the commanded deceleration: it never passes q_max.
 
 A limit knows its robot's joint order (Pinocchio's); ``joints=None`` means every joint.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from typing import Sequence
 
@@ -97,6 +118,15 @@ class EffortLimit(Limit):
         self.idx = _select(robot, joints, name)
         self.tau_max = _values(tau_max, robot.effort_limit, self.idx, "tau_max", name, robot)
         self._all = joints is None
+        urdf = np.asarray(robot.effort_limit, dtype=float)[self.idx]
+        over = [(robot.joint_names[j], float(a), float(b)) for j, a, b in zip(self.idx, self.tau_max, urdf)
+                if np.isfinite(b) and b > 0 and a > b * (1 + 1e-12)]
+        if over:
+            warnings.warn(f"{name}: tau_max exceeds the effort limit of {robot.path.name} on joints "
+                          + ", ".join(f"'{j}' ({a:g} > {b:g} N·m)" for j, a, b in over[:4])
+                          + (" …" if len(over) > 4 else "")
+                          + "; a plant built from that file (plant_from_urdf) clamps its motors there, so the "
+                            "controller would count on torque the plant does not give", UserWarning, stacklevel=2)
 
     def bounds(self, kin, hD):
         if self._all:
@@ -132,17 +162,26 @@ class JointVelocityLimit(Limit):
 
 
 class JointPositionLimit(Limit):
-    """q_min ≤ q ≤ q_max kept through an acceleration bound that brakes in time (module docstring).
-    Args: robot; dt: horizon Δt (s); a_max: braking deceleration (rad/s² or m/s², scalar or per
-    joint); q_min, q_max: None (URDF limits) or values; joints (None: every joint with finite URDF
-    limits, i.e. all but the continuous ones)."""
+    """q_min ≤ q ≤ q_max kept through an acceleration bound that brakes in time on the plant (module
+    docstring).  Args: robot; dt: horizon Δt (s), the control period; a_max: largest braking the
+    controller may command (rad/s² or m/s², scalar or per joint); q_min, q_max: None (URDF limits) or
+    values; joints (None: every joint with finite URDF limits, i.e. all but the continuous ones);
+    brake_fraction: κ ∈ (0, 1], the braking curve is planned at κ a_max (robust to a plant that realises
+    only κ of the commanded deceleration); margin: distance kept from each bound (rad or m, ≥ 0)."""
 
     def __init__(self, robot: Robot, dt: float, a_max, q_min=None, q_max=None,
-                 joints: Sequence[str] | None = None, name: str = "position"):
+                 joints: Sequence[str] | None = None, name: str = "position", *, brake_fraction: float = 0.5,
+                 margin: float = 0.0):
         self.name = name
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise ConfigError(f"{name}: dt must be a finite number > 0 (s), got {dt!r}")
+        if not (isinstance(brake_fraction, (int, float)) and 0 < brake_fraction <= 1):
+            raise ConfigError(f"{name}: brake_fraction must be in (0, 1], got {brake_fraction!r}")
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+            raise ConfigError(f"{name}: margin must be a finite number >= 0, got {margin!r}")
         self.dt = float(dt)
+        self.brake_fraction = float(brake_fraction)
+        self.margin = float(margin)
         self.idx = _select(robot, joints, name)
         if joints is None and q_min is None and q_max is None:
             # every joint that has position limits (a continuous joint has none: ±inf, models/robot.py)
@@ -158,15 +197,25 @@ class JointPositionLimit(Limit):
         bad = [robot.joint_names[i] for i, lo, hi in zip(self.idx, self.q_min, self.q_max) if not lo < hi]
         if bad:
             raise ConfigError(f"{name}: q_min < q_max is false for joints {bad}")
+        narrow = [robot.joint_names[i] for i, lo, hi in zip(self.idx, self.q_min, self.q_max)
+                  if not hi - lo > 2 * self.margin]
+        if narrow:
+            raise ConfigError(f"{name}: margin {self.margin} leaves no range on joints {narrow}")
         self._C = np.eye(robot.nv)[self.idx]
 
     def acceleration_bounds(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on q̈ of the selected joints at (q, v) (module docstring)."""
         dt, a = self.dt, self.a_max
+        bb = self.brake_fraction * a
 
         def upper(qq, vv, qmax):
-            disc = np.maximum(a * a * dt * dt - 4.0 * a * vv * dt + 8.0 * a * (qmax - qq), 0.0)
-            return np.maximum((-2.0 * vv - a * dt + np.sqrt(disc)) / (2.0 * dt), -a)
+            d = qmax - self.margin - qq - bb * dt * dt
+            y_i = -1.5 * bb * dt + np.sqrt(np.maximum(2.25 * bb * bb * dt * dt + 2.0 * bb * d, 0.0))
+            y_ii = -0.5 * bb * dt + np.sqrt(np.maximum(0.25 * bb * bb * dt * dt + 2.0 * bb * (d - dt * vv), 0.0))
+            y = np.where(y_i >= vv, y_i, y_ii)
+            dy = y - vv
+            # braking (dy < 0) is commanded for a plant that realises only κ of it
+            return np.maximum(np.where(dy >= 0.0, dy / dt, dy / (self.brake_fraction * dt)), -a)
 
         return -upper(-q, -v, -self.q_min), upper(q, v, self.q_max)
 

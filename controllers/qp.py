@@ -1,0 +1,218 @@
+"""Every ProxSuite call of the control laws, well posed and bounded in time.
+
+A control step must return in bounded time whatever the solver meets.  ProxSuite's augmented-Lagrangian
+iterations are fast on a well-scaled problem, but two things we used to hand it made them crawl: rows that
+are numerically empty (a limit row ``C N`` whose norm is 1e-17 after a projection onto a null space; its
+bounds are then constants that the Ruiz equilibration multiplies up by ~1e17) and feasible sets that are
+nearly a point with an absolute tolerance of 1e-9.  One solve then took tens of thousands of inner
+iterations (``max_iter`` bounds only the outer ones).  This module is the one place where a QP is set up:
+
+    min ½ xᵀ H x + gᵀ x   s.t.   A x = b,   l ≤ C x ≤ u
+
+1. **Empty rows out.**  A row i of C (or A) with ‖C_i‖ ≤ ``row_tol`` · max(1, max_j ‖C_j‖) constrains
+   nothing the solver can change: it is dropped and checked as a constant (l_i ≤ 0 ≤ u_i, resp.
+   |b_i| ≤ tol); a violated constant row makes the problem infeasible before any iteration
+   (``status = "infeasible"``, ``bad_rows`` names it).  Rows whose two bounds are infinite are dropped.
+2. **Scaled.**  Every kept row is divided by its norm (ĉ_i = C_i/‖C_i‖, l̂_i = l_i/‖C_i‖, …), the cost by
+   s = max(max |H_ii|, ‖g‖_∞), so that neither the Hessian nor the gradient is large: with a gradient
+   10⁴ times the Hessian's scale, ProxSuite declared a feasible final level of the YuMi hierarchy
+   (2 variables, 10 rows, x = 0 feasible) primal infeasible after 12 iterations; scaled, it solves in 19.
+   The solution x is unchanged; the multipliers of the original problem are y = s D_A ŷ and
+   z = s D_C ẑ (D = diag(1/‖row‖)), from the stationarity H x + g + Aᵀ y + Cᵀ z = 0 multiplied through
+   by s.  The tolerance ``eps_abs`` is thus on unit rows and a unit cost.
+   **The proximal parameter ρ.**  ProxSuite's proximal step contracts the error along a direction of
+   curvature λ of H by ρ/(ρ + λ) per outer iteration.  Its default ρ = 1e-6 is far above the curvature
+   that the laws' tie-breaking terms give (μ·Gauss with μ = 1e-6 relative), so the iterate crept along
+   those directions: a level of the Panda carry with 8 variables and 14 velocity rows took 390–2,200
+   iterations (1–22 ms).  Every Hessian given here is positive definite (each law adds Gauss or a
+   weighted norm), so ρ = clip(1e-3 λ_min(Ĥ), 1e-14, 1e-6) (λ_min by ``eigvalsh``: microseconds at
+   these sizes) solves the same problems in 5–19 iterations (≤ 0.13 ms) to the same tolerance.
+3. **Bounded.**  ProxSuite's outer (``max_iter``) *and* inner (``max_iter_in``) iterations are capped, so
+   one solve costs at most max_iter · max_iter_in inner iterations (defaults 30 × 20 = 600, about 1 ms at
+   the sizes of these laws on this project's 2-core machine; ``bench/limits.py`` measures the worst
+   step); a caller that solves several QPs in one step shares one budget between them (``budget``:
+   ``UdwadiaKalabaController.max_step_iters``), so the whole step is bounded, not only each solve.
+4. **A status the caller can act on**: ``"solved"``; ``"infeasible"`` (proven by ProxSuite or by a
+   constant row); ``"max_iter"`` (stopped by the caps: ``x`` is the last iterate, finite but not
+   optimal, and ``feasible`` tells whether it meets the constraints to ``check_tol``).  What a law does
+   with each is its own documented decision (docs/design.md, "When a QP cannot be solved").
+
+A warm start from the previous solve of the same problem shape (``key``) is used when ``warm=True``; a
+warm start that does not reach SOLVED is retried once from a cold start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import proxsuite
+
+_PQ = proxsuite.proxqp
+_ST = _PQ.QPSolverOutput
+_INFEASIBLE = (_ST.PROXQP_PRIMAL_INFEASIBLE, _ST.PROXQP_DUAL_INFEASIBLE)
+
+
+@dataclass
+class QPResult:
+    """One bounded solve.  x, y, z: primal, equality and inequality multipliers of the problem as given
+    (z has one entry per row of C, zero for dropped rows); status: "solved" | "infeasible" | "max_iter";
+    iters: ProxSuite's inner iterations (all attempts); feasible: x meets A x = b and l ≤ C x ≤ u to
+    ``check_tol`` (relative to the row norm); bad_rows: rows of C (``("in", i)``) or A (``("eq", i)``)
+    found infeasible as constants."""
+
+    x: np.ndarray
+    y: np.ndarray
+    z: np.ndarray
+    status: str
+    iters: int
+    feasible: bool
+    bad_rows: list = field(default_factory=list)
+    raw_status: str = ""
+
+    @property
+    def solved(self) -> bool:
+        return self.status == "solved"
+
+
+def _row_norms(M: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", M, M))
+
+
+class BoundedQP:
+    """A cache of ProxSuite dense solvers (one per problem shape ``key``) whose every solve is
+    conditioned and bounded (module docstring).
+
+    Args:
+        eps_abs: ProxSuite's absolute tolerance on the scaled problem (unit rows).
+        max_iter, max_iter_in: caps on ProxSuite's outer and inner iterations of one attempt.
+        row_tol: relative norm under which a row is numerically empty.
+        check_tol: relative tolerance of the feasibility check of a returned x.
+    """
+
+    def __init__(self, eps_abs: float = 1e-9, max_iter: int = 30, max_iter_in: int = 20,
+                 row_tol: float = 1e-10, check_tol: float = 1e-7):
+        self.eps_abs = float(eps_abs)
+        self.max_iter = int(max_iter)
+        self.max_iter_in = int(max_iter_in)
+        self.row_tol = float(row_tol)
+        self.check_tol = float(check_tol)
+        self._qps: dict = {}
+        self.cold_retries = 0
+
+    def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
+        qp = _PQ.dense.QP(n, n_eq, n_in)
+        s = qp.settings
+        s.eps_abs = self.eps_abs
+        s.eps_rel = 0.0
+        s.verbose = False
+        s.max_iter = self.max_iter
+        s.max_iter_in = self.max_iter_in
+        if feasible_start:
+            # the caller knows a feasible point (x = 0): ProxSuite's infeasibility certificate (tolerance
+            # 1e-4 on the scaled rows) can fire falsely on a thin feasible set, so it is switched off
+            s.eps_primal_inf = 1e-14
+        return qp
+
+    def _clean(self, M, lo, hi, eq: bool):
+        """Kept row indices, their norms and the constant rows that are violated."""
+        if M is None or M.shape[0] == 0:
+            return np.zeros(0, dtype=int), np.zeros(0), []
+        r = _row_norms(M)
+        big = max(1.0, float(r.max(initial=0.0)))
+        empty = r <= self.row_tol * big
+        if eq:
+            keep = ~empty
+            tol = self.check_tol * (1.0 + np.abs(lo))
+            bad = [("eq", int(i)) for i in np.flatnonzero(empty & (np.abs(lo) > tol))]
+        else:
+            free = ~np.isfinite(lo) & ~np.isfinite(hi)
+            keep = ~empty & ~free
+            tol_l = self.check_tol * (1.0 + np.abs(np.where(np.isfinite(lo), lo, 0.0)))
+            tol_u = self.check_tol * (1.0 + np.abs(np.where(np.isfinite(hi), hi, 0.0)))
+            bad = [("in", int(i)) for i in np.flatnonzero(empty & ((lo > tol_l) | (hi < -tol_u)))]
+        idx = np.flatnonzero(keep)
+        return idx, r[idx], bad
+
+    def feasible(self, x, A, b, C, l, u) -> bool:
+        """x meets A x = b and l ≤ C x ≤ u to ``check_tol`` relative to each row's norm and bound."""
+        if A is not None and A.shape[0]:
+            ra = _row_norms(A)
+            if np.any(np.abs(A @ x - b) > self.check_tol * (ra + np.abs(b) + 1.0)):
+                return False
+        if C is not None and C.shape[0]:
+            rc = _row_norms(C)
+            y = C @ x
+            with np.errstate(invalid="ignore"):
+                lo_bad = np.isfinite(l) & (y < l - self.check_tol * (rc + np.abs(l) + 1.0))
+                hi_bad = np.isfinite(u) & (y > u + self.check_tol * (rc + np.abs(u) + 1.0))
+            if np.any(lo_bad) or np.any(hi_bad):
+                return False
+        return bool(np.all(np.isfinite(x)))
+
+    def solve(self, key, H, g, A=None, b=None, C=None, l=None, u=None, warm: bool = True,
+              feasible_start: bool = False, budget: int | None = None) -> QPResult:
+        """Solve the QP of the module docstring; never raises on a solver outcome (see ``QPResult``).
+        ``feasible_start``: the caller guarantees that x = 0 is feasible (the levels of a hierarchy, each in
+        the null space of the levels above): no infeasibility certificate is trusted, the caps bound it.
+        ``budget``: at most this many inner iterations for this call (the outer cap becomes
+        max(1, budget // max_iter_in)), for a caller that shares one budget between several solves."""
+        max_outer = self.max_iter if budget is None else max(1, min(self.max_iter, int(budget) // self.max_iter_in))
+        n = H.shape[0]
+        ie, ne, bad_e = self._clean(A, b, None, eq=True)
+        ii, ni, bad_i = self._clean(C, l, u, eq=False)
+        n_eq, n_in = len(ie), len(ii)
+        y = np.zeros(0 if A is None else A.shape[0])
+        z = np.zeros(0 if C is None else C.shape[0])
+        if bad_e or bad_i:
+            return QPResult(np.zeros(n), y, z, "infeasible", 0, False, bad_e + bad_i, "constant row")
+        s = max(float(np.max(np.abs(np.diagonal(H)), initial=0.0)), float(np.max(np.abs(g), initial=0.0)))
+        s = s if s > 0.0 and np.isfinite(s) else 1.0
+        Hs, gs = H / s, g / s
+        lam_min = float(np.linalg.eigvalsh(Hs)[0]) if n else 1.0
+        rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
+        As = bs = Cs = ls = us = None
+        if n_eq:
+            As, bs = A[ie] / ne[:, None], b[ie] / ne
+        if n_in:
+            Cs = C[ii] / ni[:, None]
+            ls = np.where(np.isfinite(l[ii]), l[ii] / ni, -1e20)
+            us = np.where(np.isfinite(u[ii]), u[ii] / ni, 1e20)
+        k = (key, n, n_eq, n_in, feasible_start)
+        qp = self._qps.get(k) if warm else None
+        iters = 0
+        res = None
+        if qp is not None:
+            qp.settings.max_iter = max_outer
+            qp.update(Hs, gs, As, bs, Cs, ls, us, update_preconditioner=False, rho=rho)
+            qp.solve()
+            res = qp.results
+            iters += int(res.info.iter)
+            if res.info.status != _ST.PROXQP_SOLVED:
+                self.cold_retries += 1
+                res = None
+        if res is None:
+            qp = self._new(n, n_eq, n_in, feasible_start)
+            qp.settings.max_iter = max_outer
+            qp.init(Hs, gs, As, bs, Cs, ls, us, rho=rho)
+            qp.solve()
+            res = qp.results
+            iters += int(res.info.iter)
+            if warm:
+                # warm start from this solution from now on (switched on after the first solve: ProxSuite 0.8
+                # segfaults when it is set between init() and a first solve(), with no previous result)
+                qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+                self._qps[k] = qp
+        st = res.info.status
+        x = np.array(res.x, dtype=float)
+        if n_eq:
+            y[ie] = s * np.asarray(res.y) / ne
+        if n_in:
+            z[ii] = s * np.asarray(res.z) / ni
+        if st == _ST.PROXQP_SOLVED:
+            status = "solved"
+        elif st in _INFEASIBLE:
+            status = "infeasible"
+        else:
+            status = "max_iter"
+        feas = self.feasible(x, A, b, C, l, u) if status != "infeasible" else False
+        return QPResult(x, y, z, status, iters, feas, [], str(st).rsplit(".", 1)[-1])
