@@ -765,6 +765,10 @@ class UdwadiaKalabaController:
         """Levels one at a time with the limits (module docstring, 3), each a bounded QP
         (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
 
+        Bounded: the one QP of ``_with_limits`` and level 1's two QPs are capped by ``controllers/qp.py``
+        (600 iterations each); the levels below share what is left of ``max_step_iters``.  So a step
+        costs at most 3 · 600 + ``max_step_iters`` ProxSuite iterations (``bench/limits.py`` times it).
+
         Level 1 (hard): min ½ (v̇ − a)ᵀ M (v̇ − a) s.t. A₁ v̇ = b₁ and the limits.  When ProxSuite does not
         solve it within its caps, the least-squares form min ‖A₁ v̇ − b₁‖² + μ‖v̇ − a‖²_M s.t. the limits
         alone (feasible whenever the limits are; μ = 1e-6 tr(A₁ᵀA₁)/tr(M)) decides: a residual within
@@ -800,6 +804,7 @@ class UdwadiaKalabaController:
             first = 1
         else:
             x, z, N, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), 0
+        iters_upper = iters
         margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * self.eps_abs
         margin = np.where(np.isfinite(margin), margin, 0.0)
         z_last = None
@@ -808,7 +813,8 @@ class UdwadiaKalabaController:
             nz = N.shape[1]
             if nz == 0:
                 break
-            if iters >= self.max_step_iters:
+            spent = iters - iters_upper
+            if spent >= self.max_step_iters:
                 self._give_way(k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent")
                 break
             CN = C @ N
@@ -826,7 +832,7 @@ class UdwadiaKalabaController:
                 Hr = N.T @ H @ N
                 gr = N.T @ (H @ x + g)
             r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, feasible_start=True,
-                            budget=self.max_step_iters - iters)
+                            budget=self.max_step_iters - spent)
             iters += r.iters
             active = active or bool(np.any(r.z != 0))
             if not r.solved:
