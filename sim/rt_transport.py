@@ -1,0 +1,270 @@
+"""Shared-memory transport between a robot-side driver and a controller process, one machine: two
+records behind sequence locks and a few control words, in one ``multiprocessing.shared_memory`` block.
+
+    link = ShmTransport.create(nq=14, nv=14)          # the owner (the controller side) creates it
+    peer = ShmTransport.attach(link.name)             # another process attaches by name (or inherits it by fork)
+
+    # robot side, every cycle                         # controller side, every cycle
+    link.state.publish(cycle, t, wall, q, v)          seq = link.state.read()      # -> seq or -1 (no consistent copy)
+    n = link.command.read()                           link.state.q, .v, .t, .cycle  (the local copy)
+    link.command.tau, .answers, .send_wall            link.command.send(cycle, tau, wall)
+
+**Sequence lock.** Each record is a sequence counter (int64) followed by float64 slots.  The single
+writer increments the counter to an odd value, writes the slots, then increments it to the next even
+value.  A reader reads the counter, copies the slots into its own preallocated buffer, reads the
+counter again, and accepts the copy only when both reads are equal and even; otherwise it retries (up
+to ``tries`` times, then reports -1).  No OS lock or system call is on this path: a reader never
+blocks the writer, and the writer never waits.
+
+Assumptions (stated, not checked): one writer per record; x86-64 (total store order: the stores of the
+counter and the slots become visible in program order, loads are not reordered with loads), aligned
+8-byte words (single-copy atomic).  On a weakly ordered CPU (ARM) the counter accesses need fences,
+which Python does not expose; use this transport on x86-64 or replace it.
+
+**No allocation per cycle.** Every array is a NumPy view made once over the shared block or over a
+preallocated local buffer; the counters are read and written through a ``memoryview`` cast to int64.
+"""
+from __future__ import annotations
+
+from multiprocessing import shared_memory
+
+import numpy as np
+
+from cmstack.models.errors import ConfigError
+
+#: bytes per slot (int64 counters and float64 values)
+WORD = 8
+#: the layout's first word (a transport of another layout refuses to attach)
+MAGIC = 0x636D5354524E5431          # "cmSTRNT1"
+
+# control words (int64, one writer each; single aligned stores, no seqlock needed)
+C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES = range(7)
+N_CONTROL = 8
+#: driver status values (control word C_DRIVER_STATUS)
+STARTING, RUNNING, STOPPED, DONE, FAILED = 0, 1, 2, 3, 4
+STATUS_NAMES = {STARTING: "starting", RUNNING: "running", STOPPED: "stopped", DONE: "done", FAILED: "failed"}
+#: stop reasons (control word C_STOP_REASON)
+NO_STOP, MISSES, CONTROLLER_REQUEST, DRIVER_ERROR = 0, 1, 2, 3
+
+
+#: names of the blocks this process created (attaching to one of them leaves the resource tracker alone)
+_CREATED: set[str] = set()
+
+
+class SeqRecord:
+    """``size`` float64 slots behind a sequence counter at ``offset`` of ``buf`` (a writable buffer).
+
+    ``shared`` is the record in ``buf``; ``local`` a private copy of the same size that :meth:`read`
+    fills.  The writer calls :meth:`begin`, writes into ``shared``, then :meth:`end` (or :meth:`write`)."""
+
+    def __init__(self, buf, offset: int, size: int):
+        self.size = size
+        self._seq = memoryview(buf)[offset:offset + WORD].cast("q")
+        self.shared = np.ndarray((size,), dtype=np.float64, buffer=buf, offset=offset + WORD)
+        self.local = np.zeros(size)
+        self.retries = 0             # reads that had to retry (a writer was in the middle of a write)
+        self.failed = 0              # reads that gave up (-1)
+
+    @staticmethod
+    def nbytes(size: int) -> int:
+        return WORD * (1 + size)
+
+    @property
+    def seq(self) -> int:
+        """The sequence counter (even: no write in progress; it grows by 2 per write)."""
+        return self._seq[0]
+
+    def begin(self) -> None:
+        self._seq[0] = self._seq[0] + 1          # odd: a write is in progress
+
+    def end(self) -> None:
+        self._seq[0] = self._seq[0] + 1          # even: the record is consistent again
+
+    def write(self, values) -> None:
+        """Write every slot at once (``values``: ``size`` floats)."""
+        self.begin()
+        self.shared[:] = values
+        self.end()
+
+    def read(self, tries: int = 1000) -> int:
+        """Copy the record into ``local`` under the sequence lock; returns the counter of the copy
+        (even), or -1 when no consistent copy was obtained within ``tries`` attempts."""
+        seq, local, shared = self._seq, self.local, self.shared
+        for _ in range(tries):
+            s1 = seq[0]
+            if s1 & 1:
+                self.retries += 1
+                continue
+            np.copyto(local, shared)
+            if seq[0] == s1:
+                return s1
+            self.retries += 1
+        self.failed += 1
+        return -1
+
+
+class StateRecord(SeqRecord):
+    """What the robot publishes each cycle: [cycle, t, wall, q (nq), v (nv)].  ``cycle``, ``t`` [s,
+    simulated or robot time], ``wall`` [s, ``time.perf_counter()`` at publication], ``q``, ``v`` read
+    the local copy (after :meth:`read`)."""
+
+    def __init__(self, buf, offset: int, nq: int, nv: int):
+        super().__init__(buf, offset, 3 + nq + nv)
+        self.nq, self.nv = nq, nv
+        sh, lo = self.shared, self.local
+        self._sh_q, self._sh_v = sh[3:3 + nq], sh[3 + nq:]
+        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
+
+    @property
+    def cycle(self) -> int:
+        return int(self.local[0])
+
+    @property
+    def t(self) -> float:
+        return float(self.local[1])
+
+    @property
+    def wall(self) -> float:
+        return float(self.local[2])
+
+    def publish(self, cycle: int, t: float, wall: float, q, v) -> None:
+        sh = self.shared
+        self.begin()
+        sh[0] = cycle
+        sh[1] = t
+        sh[2] = wall
+        self._sh_q[:] = q
+        self._sh_v[:] = v
+        self.end()
+
+
+class CommandRecord(SeqRecord):
+    """What the controller sends each cycle: [answers, send_wall, tau (nv)]: the cycle of the state it
+    answers, ``time.perf_counter()`` when sent, and the torques (model order)."""
+
+    def __init__(self, buf, offset: int, nv: int):
+        super().__init__(buf, offset, 2 + nv)
+        self.nv = nv
+        self._sh_tau = self.shared[2:]
+        self.tau = self.local[2:]
+
+    @property
+    def answers(self) -> int:
+        return int(self.local[0])
+
+    @property
+    def send_wall(self) -> float:
+        return float(self.local[1])
+
+    def send(self, answers: int, tau, wall: float) -> None:
+        sh = self.shared
+        self.begin()
+        sh[0] = answers
+        sh[1] = wall
+        self._sh_tau[:] = tau
+        self.end()
+
+
+class ShmTransport:
+    """The control words, the state record and the command record in one shared-memory block."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool):
+        self.shm, self.nq, self.nv, self.owner = shm, nq, nv, owner
+        buf = shm.buf
+        self.control = memoryview(buf)[:N_CONTROL * WORD].cast("q")
+        off = N_CONTROL * WORD
+        self.state = StateRecord(buf, off, nq, nv)
+        off += SeqRecord.nbytes(self.state.size)
+        self.command = CommandRecord(buf, off, nv)
+
+    @staticmethod
+    def nbytes(nq: int, nv: int) -> int:
+        return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv) + SeqRecord.nbytes(2 + nv)
+
+    @classmethod
+    def create(cls, nq: int, nv: int) -> "ShmTransport":
+        """A new zeroed block for a robot of ``nq`` positions and ``nv`` velocities (and torques)."""
+        for key, n in (("nq", nq), ("nv", nv)):
+            if not (isinstance(n, (int, np.integer)) and 0 < n < 100_000):
+                raise ConfigError(f"ShmTransport: {key} must be an integer in [1, 99999], got {n!r}")
+        shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv))
+        shm.buf[:] = bytes(len(shm.buf))
+        _CREATED.add(shm.name)
+        link = cls(shm, int(nq), int(nv), owner=True)
+        link.control[C_NQ], link.control[C_NV] = int(nq), int(nv)
+        link.control[C_MAGIC] = MAGIC
+        return link
+
+    @classmethod
+    def attach(cls, name: str) -> "ShmTransport":
+        """Attach to the block ``name`` made by :meth:`create` (another process)."""
+        try:
+            shm = shared_memory.SharedMemory(name=name)
+        except FileNotFoundError:
+            raise ConfigError(f"ShmTransport: no shared-memory block named '{name}'") from None
+        # the block belongs to its creator: before Python 3.13 attaching registers it with this process's
+        # resource tracker, which would remove it when this process ends (bpo-39959)
+        if shm.name not in _CREATED:
+            try:
+                from multiprocessing import resource_tracker
+
+                resource_tracker.unregister(shm._name, "shared_memory")
+            except Exception:
+                pass
+        words = memoryview(shm.buf)[:N_CONTROL * WORD].cast("q")
+        magic, nq, nv = words[C_MAGIC], words[C_NQ], words[C_NV]
+        words.release()
+        if magic != MAGIC or len(shm.buf) < cls.nbytes(max(nq, 1), max(nv, 1)):
+            shm.close()
+            raise ConfigError(f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)")
+        return cls(shm, nq, nv, owner=False)
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    # control words -----------------------------------------------------------------------------
+    @property
+    def driver_status(self) -> int:
+        return self.control[C_DRIVER_STATUS]
+
+    def set_driver_status(self, status: int, reason: int = NO_STOP) -> None:
+        if reason != NO_STOP:
+            self.control[C_STOP_REASON] = reason
+        self.control[C_DRIVER_STATUS] = status
+
+    @property
+    def stop_reason(self) -> int:
+        return self.control[C_STOP_REASON]
+
+    def request_stop(self) -> None:
+        """Ask the driver to stop the robot (the controller cannot go on)."""
+        self.control[C_STOP_REQUEST] = 1
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.control[C_STOP_REQUEST] != 0
+
+    def close(self) -> None:
+        """Release the views and unmap the block; the owner also removes it."""
+        for rec in (self.state, self.command):
+            rec._seq.release()
+            rec.shared = None
+        self.state._sh_q = self.state._sh_v = self.command._sh_tau = None
+        self.control.release()
+        try:
+            self.shm.close()
+        except BufferError:          # a view still exported elsewhere: leave the mapping to the process' end
+            pass
+        if self.owner:
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
