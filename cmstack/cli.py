@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     campaign_arguments(p)
     p.set_defaults(func=cmd_campaign)
+    from cmstack.baseline import add_arguments as baseline_arguments   # cmstack baseline {save,check}
+
+    baseline_arguments(sub)
     return ap
 
 
