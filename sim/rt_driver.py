@@ -1,0 +1,345 @@
+"""The robot side of a fixed-rate loop across a process boundary: a process that behaves like a real
+torque-controlled robot's driver, around a simulated plant.
+
+    proc = DriverProcess.start(plant, link, n_cycles=60_000, settings=DriverSettings(rate_hz=1000))
+    ...                                              # the controller side runs (sim/rt_loop.py)
+    report = proc.finish()                           # DriverReport: status, reason, misses, the per-cycle log
+
+It owns the plant (a ``sim.base.Plant``, e.g. the MuJoCo plant) and advances it in wall-clock time at a
+fixed rate: tick k is at ``start + k / rate`` seconds (``time.perf_counter``), reached by a hybrid wait
+(sleep until ``spin_s`` before the tick, then spin).  A real robot's clock never stalls; this process
+can be preempted: a tick reached more than a period late is a driver *overrun*, and the schedule
+resumes one period after it (the clock slips) instead of rushing through the ticks it missed.  At tick k it
+
+1. reads the command record: the torque is *in time* when it answers the state of tick k-1; otherwise
+   the previous torque is held and a **miss** is counted;
+2. publishes the state s_k (measured at the tick: precomputed, so that publication is not delayed by
+   the physics);
+3. applies the torque (and the disturbances active at t_k) and steps the plant to s_{k+1}.
+
+A torque computed from s_{k-1} thus acts over [t_k, t_{k+1}]: one cycle of delay, as on a real robot
+(the in-process loop, sim/runner.simulate, has none).  Start: s_0 is published and the driver waits
+(untimed, ``start_timeout_s``) for its answer, which acts over [t_0, t_1]; the clock starts then.
+
+After ``max_misses`` consecutive misses the robot is stopped as real drivers do (libfranka raises
+``communication_constraints_violation``): a damping brake τ = -D v for ``brake_s`` seconds, status
+STOPPED and the reason recorded.  A stop request from the controller side does the same.
+
+Per cycle it records the wall time of the tick and its lateness, the cycle the applied torque
+answered, the torque's age when applied (tick - the controller's send time), misses, the plant's
+``data.qpos``/``qvel``, the published q, v and the applied τ (``DriverLog``: a shared anonymous mapping
+the parent reads after the run).
+"""
+from __future__ import annotations
+
+import math
+import mmap
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cmstack.models.errors import ConfigError
+from cmstack.sim import rt_transport as rt
+from cmstack.sim.rt_transport import ShmTransport
+from cmstack.sim.runner import Disturbance, substeps
+
+
+@dataclass
+class DriverSettings:
+    """rate_hz: control rate; max_misses: consecutive misses that stop the robot; brake_damping
+    [N·m·s/rad]: D of the brake τ = -D v; brake_s: how long the brake acts before the driver ends;
+    spin_s: the last part of each wait spent spinning instead of sleeping; start_timeout_s: how long the
+    driver waits for the first command; cpu: pin the driver to this CPU (None: no pinning); fifo:
+    SCHED_FIFO at ``fifo_priority`` when the OS allows it."""
+
+    rate_hz: float = 1000.0
+    max_misses: int = 20
+    brake_damping: float = 5.0
+    brake_s: float = 0.1
+    spin_s: float = 3e-4
+    start_timeout_s: float = 30.0
+    cpu: int | None = None
+    fifo: bool = False
+    fifo_priority: int = 80
+
+    def check(self) -> "DriverSettings":
+        if not (math.isfinite(self.rate_hz) and 1.0 <= self.rate_hz <= 20_000.0):
+            raise ConfigError(f"rate must be a finite number in [1, 20000] Hz, got {self.rate_hz}")
+        if not (isinstance(self.max_misses, int) and self.max_misses >= 1):
+            raise ConfigError(f"max_misses must be an integer >= 1, got {self.max_misses!r}")
+        for key in ("brake_damping", "brake_s", "spin_s", "start_timeout_s"):
+            val = getattr(self, key)
+            if not (math.isfinite(val) and val >= 0):
+                raise ConfigError(f"{key} must be a finite number >= 0, got {val}")
+        return self
+
+    @property
+    def dt(self) -> float:
+        return 1.0 / self.rate_hz
+
+
+def wait_until(target: float, spin_s: float, perf=time.perf_counter, sleep=time.sleep) -> None:
+    """Hybrid wait: sleep until ``spin_s`` before ``target`` (a ``perf_counter`` instant), then spin."""
+    rest = target - perf() - spin_s
+    if rest > 0:
+        sleep(rest)
+    while perf() < target:
+        pass
+
+
+def realtime_setup(cpu: int | None, fifo: bool, priority: int, who: str) -> list[str]:
+    """Pin this process to ``cpu`` and/or switch it to SCHED_FIFO at ``priority`` when asked and allowed;
+    returns one line per request saying what was done or why not (never raises)."""
+    lines = []
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {int(cpu)})
+            lines.append(f"{who}: pinned to CPU {cpu}")
+        except (OSError, ValueError, AttributeError) as exc:
+            lines.append(f"{who}: CPU pinning to {cpu} not allowed ({type(exc).__name__}: {exc}); running unpinned")
+    if fifo:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(priority)))
+            lines.append(f"{who}: SCHED_FIFO priority {priority}")
+        except (OSError, AttributeError) as exc:
+            lines.append(f"{who}: SCHED_FIFO not allowed ({type(exc).__name__}: {exc}); running under the "
+                         "default scheduler (docs/realtime.md: CAP_SYS_NICE or rtprio in limits.conf)")
+    return lines
+
+
+class DriverLog:
+    """Per-cycle record of the driver in a shared anonymous mapping (made before the fork, written by
+    the driver, read by the parent).  Columns: tick wall time [s], lateness of the tick [s], t [s], the
+    cycle the applied torque answered (-1: none yet), its age when applied [s], miss (0/1), then
+    qpos (nqpos), qvel (nqvel), q (nq), v (nv), tau (nv).  ``header``: cycles done, start wall time."""
+
+    FIXED = ("wall", "late", "t", "answers", "age", "miss")
+
+    def __init__(self, n_cycles: int, nqpos: int, nqvel: int, nq: int, nv: int):
+        self.n, self.sizes = n_cycles, dict(qpos=nqpos, qvel=nqvel, q=nq, v=nv, tau=nv)
+        self.width = len(self.FIXED) + sum(self.sizes.values())
+        self._map = mmap.mmap(-1, 8 * (4 + n_cycles * self.width))      # MAP_SHARED | MAP_ANONYMOUS
+        self.header = np.ndarray((4,), dtype=np.float64, buffer=self._map)
+        self.rows = np.ndarray((n_cycles, self.width), dtype=np.float64, buffer=self._map, offset=32)
+        self.col = {}
+        for i, name in enumerate(self.FIXED):
+            self.col[name] = self.rows[:, i]
+        off = len(self.FIXED)
+        for name, size in self.sizes.items():
+            self.col[name] = self.rows[:, off:off + size]
+            off += size
+
+    @property
+    def cycles(self) -> int:
+        """Cycles recorded (rows 0..cycles-1 are valid)."""
+        return int(self.header[0])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.col[name][:self.cycles]
+
+
+@dataclass
+class DriverReport:
+    """How the driver's run ended: status ("done", "stopped", "failed"), reason (a sentence, "" when
+    done), cycles run, misses (total, longest run of consecutive ones), driver overruns (ticks reached
+    more than a period late: the driver was preempted; its clock then slips by the stall, ``slip_s`` in
+    all, rather than rushing through the missed ticks), the cycle of the stop (-1: none), the plant's torque saturations, what
+    the real-time set-up did (``setup``), and the per-cycle ``log``."""
+
+    status: str
+    reason: str
+    cycles: int
+    misses: int
+    max_consecutive_misses: int
+    overruns: int
+    slip_s: float
+    stop_cycle: int
+    saturated: int
+    setup: list[str] = field(default_factory=list)
+    log: DriverLog | None = None
+
+
+def drive(plant, link: ShmTransport, log: DriverLog, n_cycles: int, settings: DriverSettings,
+          disturbances: Sequence[Disturbance] = ()) -> dict:
+    """The driver's loop (run in the driver process; returns the report's fields)."""
+    dt = settings.dt
+    n_sub = substeps(dt, plant.dt)
+    st, cmd = link.state, link.command
+    perf, read = time.perf_counter, cmd.read
+    wall_c, late_c, t_c, ans_c, age_c, miss_c = (log.col[k] for k in DriverLog.FIXED)
+    qpos_c, qvel_c, q_c, v_c, tau_c = (log.col[k] for k in ("qpos", "qvel", "q", "v", "tau"))
+    data = plant.data
+    tau = np.zeros(link.nv)
+    brake = np.zeros(link.nv)
+    active: set[int] = set()
+    out = dict(status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1)
+
+    def apply(t: float, k: int) -> None:
+        plant.set_torque(tau)
+        for i, d in enumerate(disturbances):
+            on = d.t0 <= t < d.t1
+            if on and i not in active:
+                plant.set_wrench(d.body, d.force, d.moment)
+                active.add(i)
+            elif not on and i in active:
+                plant.set_wrench(d.body)
+                active.discard(i)
+        tau_c[k] = tau
+
+    def stop(k: int, code: int, why: str) -> int:
+        out.update(status="stopped", reason=why, stop_cycle=k)
+        link.set_driver_status(rt.STOPPED, code)
+        return k + max(1, int(round(settings.brake_s / dt)))       # the last cycle of the brake
+
+    # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
+    q, v = plant.state()
+    t = plant.time
+    w = perf()
+    st.publish(0, t, w, q, v)
+    wall_c[0], late_c[0], t_c[0] = w, 0.0, t
+    qpos_c[0], qvel_c[0], q_c[0], v_c[0] = data.qpos, data.qvel, q, v
+    give_up = w + settings.start_timeout_s
+    while True:
+        if read() >= 0 and cmd.answers == 0 and cmd.seq > 0:
+            break
+        if link.stop_requested:
+            out.update(status="stopped", reason="the controller side asked to stop before the first cycle")
+            link.set_driver_status(rt.STOPPED, rt.CONTROLLER_REQUEST)
+            log.header[0] = 1
+            return out
+        if perf() > give_up:
+            out.update(status="failed", reason=f"no first command within {settings.start_timeout_s:g} s")
+            link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
+            log.header[0] = 1
+            return out
+        time.sleep(1e-4)
+    tau[:] = cmd.tau
+    held_send = cmd.send_wall
+    ans_c[0], miss_c[0], age_c[0] = 0, 0, perf() - held_send
+    apply(t, 0)
+    plant.step(n_sub)
+    start = perf()
+    log.header[1] = start
+    link.set_driver_status(rt.RUNNING)
+    consecutive, end = 0, n_cycles - 1
+    held_answer = 0
+    k = 0
+    for k in range(1, n_cycles):
+        q, v = plant.state()                       # s_k, ready before its tick
+        t = plant.time
+        qpos_c[k], qvel_c[k], q_c[k], v_c[k], t_c[k] = data.qpos, data.qvel, q, v, t
+        target = start + k * dt
+        wait_until(target, settings.spin_s, perf)
+        now = perf()
+        if now - target > dt:                      # the driver itself stalled (preempted): its clock slips
+            out["overruns"] += 1                   # by the stall instead of rushing through the missed ticks
+            out["slip_s"] += now - target
+            start += now - target
+            target = now
+        fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
+        st.publish(k, t, now, q, v)
+        wall_c[k], late_c[k] = now, now - target
+        if out["stop_cycle"] >= 0:                 # braking: τ = -D v
+            np.multiply(v, -settings.brake_damping, out=brake)
+            tau[:] = brake
+            ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
+        elif fresh:
+            tau[:] = cmd.tau
+            held_answer, held_send = k - 1, cmd.send_wall
+            ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 0
+            consecutive = 0
+        else:
+            out["misses"] += 1
+            consecutive += 1
+            out["max_consecutive_misses"] = max(out["max_consecutive_misses"], consecutive)
+            ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 1
+            if consecutive >= settings.max_misses:
+                end = min(end, stop(k, rt.MISSES, f"{consecutive} consecutive cycles without a torque in time "
+                                                  f"(max_misses = {settings.max_misses}) at cycle {k} "
+                                                  f"(t = {t:.4f} s): robot stopped with a damping brake "
+                                                  f"(communication constraints violated)"))
+        if link.stop_requested and out["stop_cycle"] < 0:
+            end = min(end, stop(k, rt.CONTROLLER_REQUEST, f"the controller side asked to stop at cycle {k} "
+                                                          f"(t = {t:.4f} s): robot stopped with a damping brake"))
+        log.header[0] = k + 1
+        apply(t, k)
+        if k >= end:
+            break
+        plant.step(n_sub)
+    log.header[0] = k + 1
+    if out["status"] == "done":
+        link.set_driver_status(rt.DONE)
+    return out
+
+
+def _child(plant, link, log, n_cycles, settings, disturbances, conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)         # the parent decides when to stop (stop request)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    setup = realtime_setup(settings.cpu, settings.fifo, settings.fifo_priority, "driver")
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        out = drive(plant, link, log, n_cycles, settings, disturbances)
+    except BaseException as exc:
+        link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
+        out = dict(status="failed", reason=f"driver: {type(exc).__name__}: {exc}", misses=0,
+                   max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1,
+                   traceback=traceback.format_exc())
+    out["saturated"] = int(getattr(plant, "saturated", 0))
+    out["setup"] = setup
+    try:
+        conn.send(out)
+    finally:
+        conn.close()
+
+
+class DriverProcess:
+    """The driver in a forked child process (the plant object is inherited, not pickled)."""
+
+    def __init__(self, proc, conn, log: DriverLog):
+        self.proc, self.conn, self.log = proc, conn, log
+
+    @classmethod
+    def start(cls, plant, link: ShmTransport, n_cycles: int, settings: DriverSettings,
+              disturbances: Sequence[Disturbance] = ()) -> "DriverProcess":
+        settings.check()
+        if n_cycles < 2:
+            raise ConfigError(f"an rt run needs at least 2 cycles, got {n_cycles} (duration × rate)")
+        substeps(settings.dt, plant.dt)                   # the period must be a whole number of plant steps
+        data = plant.data
+        log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv)
+        ctx = multiprocessing.get_context("fork")
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(plant, link, log, n_cycles, settings, tuple(disturbances), child),
+                           name="cmstack-rt-driver", daemon=True)
+        proc.start()
+        child.close()
+        return cls(proc, parent, log)
+
+    def finish(self, timeout_s: float = 30.0) -> DriverReport:
+        """Wait for the driver to end (``timeout_s``; then it is killed) and return its report."""
+        out = None
+        if self.conn.poll(timeout_s):
+            try:
+                out = self.conn.recv()
+            except EOFError:
+                out = None
+        self.proc.join(timeout=5.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        if out is None:
+            out = dict(status="failed", reason=f"the driver process ended without a report (exit code "
+                                               f"{self.proc.exitcode})", misses=0, max_consecutive_misses=0,
+                       overruns=0, slip_s=0.0, stop_cycle=-1, saturated=0, setup=[])
+        out.pop("traceback", None)
+        return DriverReport(cycles=self.log.cycles, log=self.log, **out)

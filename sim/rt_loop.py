@@ -1,0 +1,409 @@
+"""The controller side of a fixed-rate loop across a process boundary, and ``run_rt``, which runs any
+``Controller`` against a simulated plant driven by a driver process (sim/rt_driver.py) as it would run
+against a real robot.
+
+    run = run_rt(plant, controller, duration=60.0, control_dt=1e-3)      # same arguments as simulate()
+    run.rt.misses, run.rt.timing()["latency_us"]["p99.9"], run.rt.gc_collections
+
+Every cycle the controller loop (:func:`control_loop`)
+
+1. waits for a new state: sleeps until ``spin_s`` before the state is due (the previous one's
+   publication + one period), then spins on the state record's sequence counter (yielding the CPU
+   between checks once the state is ``spin_s`` overdue);
+2. reads the state under the sequence lock, calls ``controller(t, q, v)`` (with copies of q and v, as
+   ``plant.state()`` gives them in process), and sends τ with the cycle it answers and the send time;
+3. records, in preallocated arrays indexed by the cycle: latency (state published → τ sent), compute
+   time, wake-up delay, and the plain fields of ``controller.info`` (for the run's log).
+
+**GC-free and allocation-free in the steady state.** The loop allocates nothing that outlives a cycle
+(its arrays are made before it starts; Python floats and the controller's temporaries are freed each
+cycle).  The cyclic garbage collector is disabled and every existing object frozen during the loop
+(``gc.disable()``, ``gc.freeze()``), and ``gc.callbacks`` counts any collection that happens anyway (a
+controller calling ``gc.collect()``).  The proof is measured, not assumed: ``gc.get_count()[0]`` (net
+container allocations: what would trigger a collection if the GC were on) at the end of warm-up and at
+the end, and, when ``tracemalloc`` is tracing, the traced memory at the same two points (the soak test
+asserts zero collections and no growth).
+
+Optional ``SCHED_FIFO`` and CPU pinning (``realtime_setup``), with one line saying what the OS allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cmstack.controllers.base import Controller, SensesPlant
+from cmstack.models.errors import ConfigError, StackError
+from cmstack.sim import interrupt
+from cmstack.sim import rt_transport as rt
+from cmstack.sim.base import Plant
+from cmstack.sim.logger import Logger
+from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup
+from cmstack.sim.rt_transport import ShmTransport
+from cmstack.sim.runner import Disturbance, Run, substeps
+
+
+class RtError(StackError):
+    """The real-time loop could not run (no state from the driver, the driver failed)."""
+
+
+@dataclass
+class LoopSettings:
+    """spin_s: the last part of each wait spent spinning; warmup: cycles before the steady state (the
+    GC and allocation figures are taken from there on); timeout_s: no new state for this long (after the
+    first) ends the loop with an error; cpu / fifo / fifo_priority: as ``DriverSettings``;
+    gc_off: disable and freeze the GC during the loop; capture_info: record ``controller.info``'s
+    plain fields per cycle."""
+
+    spin_s: float = 3e-4
+    warmup: int = 200
+    timeout_s: float = 2.0
+    start_timeout_s: float = 30.0
+    cpu: int | None = None
+    fifo: bool = False
+    fifo_priority: int = 80
+    gc_off: bool = True
+    capture_info: bool = True
+
+
+@dataclass
+class LoopReport:
+    """What the controller loop measured.  Per cycle k (the state it answered; NaN where none):
+    ``latency_us`` (state published → τ sent), ``compute_us`` (the controller call), ``wake_us`` (state
+    published → the call starts).  ``cycles``: states answered; ``skipped``: states never seen (the loop
+    was busy when the next came); ``read_failures``; ``gc_collections`` during the loop;
+    ``gc_gen0_growth`` and ``traced_growth_bytes`` (None when tracemalloc was off) from the end of
+    warm-up to the end; ``top_growth``: the source lines that grew most (tracemalloc only)."""
+
+    cycles: int = 0
+    skipped: int = 0
+    read_failures: int = 0
+    gc_collections: int = 0
+    gc_gen0_growth: int = 0
+    traced_growth_bytes: int | None = None
+    top_growth: list = field(default_factory=list)
+    steady_cycles: int = 0
+    ended_by: str = ""
+    setup: list = field(default_factory=list)
+    latency_us: np.ndarray | None = None
+    compute_us: np.ndarray | None = None
+    wake_us: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+
+def _info_fields(info) -> list[tuple[str, object]]:
+    """(name, first value) of the plain fields and properties of a step report that can be recorded
+    per cycle in a preallocated array: NumPy arrays, numbers and bools (not private, not strings)."""
+    out = []
+    names = [f.name for f in dataclasses.fields(info)] if dataclasses.is_dataclass(info) else []
+    names += [n for n, a in vars(type(info)).items() if isinstance(a, property)]
+    for name in dict.fromkeys(names):
+        if name.startswith("_"):
+            continue
+        try:
+            val = getattr(info, name)
+        except Exception:
+            continue
+        if isinstance(val, np.ndarray) and val.dtype.kind in "fiub" and val.size <= 4096:
+            out.append((name, val))
+        elif isinstance(val, (bool, int, float, np.number)):
+            out.append((name, val))
+    return out
+
+
+def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: float,
+                 settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None) -> LoopReport:
+    """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
+    run is interrupted (SIGINT/SIGTERM: the driver is asked to stop).  ``is_alive``: whether the driver
+    process still runs (checked while waiting).  A controller exception asks the driver to stop and
+    propagates."""
+    s = settings or LoopSettings()
+    rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
+    st, cmd = link.state, link.command
+    perf, sleep, yield_cpu = time.perf_counter, time.sleep, os.sched_yield
+    lat = np.full(n_cycles, np.nan)
+    comp = np.full(n_cycles, np.nan)
+    wake = np.full(n_cycles, np.nan)
+    rep.latency_us, rep.compute_us, rep.wake_us = lat, comp, wake
+    capture: list[tuple[str, np.ndarray]] = []
+    seen = 0
+    gcs = [0]
+
+    def on_gc(phase, _info):
+        if phase == "start":
+            gcs[0] += 1
+
+    tracing = tracemalloc.is_tracing()
+    mem0 = gen0 = 0
+    gc.callbacks.append(on_gc)
+    if s.gc_off:
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+    running = (rt.STARTING, rt.RUNNING)
+    try:
+        last_seq, last_wall, i = 0, perf(), 0
+        due_timeout = s.start_timeout_s
+        while True:
+            # ---- wait for a new state: sleep, then spin on the sequence counter
+            due = last_wall + dt
+            rest = due - perf() - s.spin_s
+            if rest > 0:
+                sleep(rest)
+            spins, late = 0, due + s.spin_s
+            while st.seq == last_seq:
+                spins += 1
+                if spins & 63 == 0 and perf() > late:
+                    yield_cpu()                             # late state (driver preempted): let others run
+                if spins & 1023 == 0:
+                    if link.driver_status not in running:
+                        break
+                    if perf() - due > due_timeout:
+                        if is_alive is not None and not is_alive():
+                            raise RtError("the driver process ended without a word (killed?)")
+                        raise RtError(f"no new state from the driver for {due_timeout:g} s")
+                    if interrupt.requested() is not None:
+                        break
+            if st.seq == last_seq:                          # ended while waiting
+                rep.ended_by = ("interrupted" if interrupt.requested() is not None
+                                else rt.STATUS_NAMES.get(link.driver_status, "?"))
+                break
+            seq = st.read()
+            if seq < 0:
+                rep.read_failures += 1
+                continue
+            last_seq = seq
+            k = int(st.local[0])
+            wall = st.local[2]
+            # ---- the controller's step, on copies (a law may keep the arrays it is given)
+            c0 = perf()
+            tau = controller(st.local[1], st.q.copy(), st.v.copy())
+            c1 = perf()
+            cmd.send(k, tau, c1)
+            # ---- bookkeeping (after the send: not on the latency path)
+            if k < n_cycles:
+                lat[k] = (c1 - wall) * 1e6
+                comp[k] = (c1 - c0) * 1e6
+                wake[k] = (c0 - wall) * 1e6
+            seen += 1
+            if i == 0 and s.capture_info and getattr(controller, "info", None) is not None:
+                for name, val in _info_fields(controller.info):
+                    shape = np.shape(val)
+                    capture.append((name, np.full((n_cycles, *shape), np.nan)))
+                rep.info = dict(capture)
+            if capture and k < n_cycles:
+                info = controller.info
+                for name, buf in capture:
+                    try:
+                        buf[k] = getattr(info, name)
+                    except (ValueError, TypeError):
+                        pass
+            last_wall = wall
+            i += 1
+            if i == s.warmup:
+                gen0 = gc.get_count()[0]
+                if tracing:
+                    mem0 = tracemalloc.get_traced_memory()[0]
+                gcs[0] = 0
+            due_timeout = s.timeout_s
+            if link.driver_status not in running:
+                rep.ended_by = rt.STATUS_NAMES.get(link.driver_status, "?")
+                break
+            if interrupt.requested() is not None:
+                link.request_stop()
+    except BaseException:
+        link.request_stop()
+        raise
+    finally:
+        if i >= s.warmup:
+            rep.gc_gen0_growth = gc.get_count()[0] - gen0
+            if tracing:
+                rep.traced_growth_bytes = tracemalloc.get_traced_memory()[0] - mem0
+        rep.steady_cycles = max(0, i - s.warmup)
+        rep.gc_collections = gcs[0]
+        gc.callbacks.remove(on_gc)
+        if s.gc_off:
+            gc.enable()
+            gc.unfreeze()
+    if interrupt.requested() is not None:
+        link.request_stop()
+        rep.ended_by = "interrupted"
+    rep.cycles = seen
+    return rep
+
+
+# ------------------------------------------------------------------------------- the whole run
+def percentiles(x) -> dict:
+    """p50, p99, p99.9, max and mean of the finite values of ``x`` (NaN when there are none)."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {k: float("nan") for k in ("p50", "p99", "p99.9", "max", "mean")} | {"n": 0}
+    p = np.percentile(x, [50, 99, 99.9])
+    return {"p50": float(p[0]), "p99": float(p[1]), "p99.9": float(p[2]), "max": float(x.max()),
+            "mean": float(x.mean()), "n": int(x.size)}
+
+
+@dataclass
+class RtResult:
+    """Both sides of an rt run: the driver's report (with its per-cycle log) and the loop's."""
+
+    rate_hz: float
+    driver: DriverReport
+    loop: LoopReport
+    setup: list = field(default_factory=list)
+
+    @property
+    def misses(self) -> int:
+        return self.driver.misses
+
+    def timing(self) -> dict:
+        """The figures of timing.json."""
+        d, L = self.driver, self.loop
+        n = max(d.cycles, 1)
+        log = d.log
+        wall = log["wall"] if log is not None else np.zeros(0)
+        period = np.diff(wall[1:]) * 1e6 if wall.size > 2 else np.zeros(0)   # from tick 1 on (tick 0: start)
+        age = log["age"][1:] * 1e6 if log is not None else np.zeros(0)
+        late = log["late"][1:] * 1e6 if log is not None else np.zeros(0)
+        return {
+            "rate_hz": self.rate_hz, "period_target_us": 1e6 / self.rate_hz,
+            "cycles": d.cycles, "status": d.status, "reason": d.reason, "stops": int(d.status == "stopped"),
+            "misses": d.misses, "misses_per_million": d.misses / n * 1e6,
+            "max_consecutive_misses": d.max_consecutive_misses, "driver_overruns": d.overruns,
+            "driver_overruns_per_million": d.overruns / n * 1e6, "driver_slip_s": d.slip_s,
+            "period_us": percentiles(period), "tick_lateness_us": percentiles(late),
+            "latency_us": percentiles(L.latency_us), "compute_us": percentiles(L.compute_us),
+            "wake_us": percentiles(L.wake_us), "torque_age_us": percentiles(age),
+            "controller_cycles": L.cycles, "states_skipped": max(0, d.cycles - L.cycles),
+            "read_failures": L.read_failures, "gc_collections": L.gc_collections,
+            "gc_gen0_growth": L.gc_gen0_growth, "traced_growth_bytes": L.traced_growth_bytes,
+            "steady_cycles": L.steady_cycles, "loop_ended_by": L.ended_by,
+            "torque_saturations": d.saturated, "setup": self.setup + d.setup + L.setup,
+        }
+
+
+@dataclass
+class RtRun(Run):
+    """A :class:`~cmstack.sim.runner.Run` from :func:`run_rt`, plus ``rt`` (the :class:`RtResult`)."""
+
+    rt: RtResult | None = None
+
+    def timing(self) -> dict:
+        out = super().timing()
+        if self.rt is not None:
+            t = self.rt.timing()
+            out.update(rt_misses=t["misses"], rt_stops=t["stops"], rt_latency_us_p999=t["latency_us"]["p99.9"],
+                       rt_gc_collections=t["gc_collections"])
+        return out
+
+    def save(self, out):
+        path = super().save(out)
+        if self.rt is not None:
+            from cmstack.sim.logger import atomic_write
+
+            atomic_write(path / "timing.json", json.dumps(self.rt.timing(), indent=1))
+        return path
+
+
+def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
+           record: Callable | None = None, disturbances: Sequence[Disturbance] = (), viewer=None,
+           progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
+           driver: DriverSettings | None = None, loop: LoopSettings | None = None) -> RtRun:
+    """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
+    at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
+    plant as built), this process runs ``controller`` against it (:func:`control_loop`).  After the
+    loop, ``record(t, q, v, tau)`` is called once per cycle with the driver's log (the state it
+    published, the torque it applied over [t, t + control_dt]), the plant's ``data.qpos``/``qvel`` set
+    to that cycle's, and ``controller.info`` replaced by the fields captured at the step whose torque
+    was applied (when ``info`` can be assigned); the log then holds what the in-process run's would.
+    ``viewer``, ``progress`` and ``task_errors`` are ignored (nothing but the loop runs in the loop).
+    ``driver``/``loop``: settings (the rate is 1 / ``control_dt``)."""
+    if not duration > 0:
+        raise ConfigError(f"duration must be > 0 s, got {duration}")
+    if isinstance(controller, SensesPlant):
+        raise ConfigError(f"{type(controller).__name__} reads a sensor of the plant in its own process "
+                          "(SensesPlant): it cannot run across a process boundary (cmstack rt)")
+    ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
+    ls = loop or LoopSettings()
+    substeps(control_dt, plant.dt)
+    n_cycles = int(round(duration / control_dt))
+    q0, v0 = plant.state()
+    nq, nv = len(q0), len(v0)
+    log = Logger() if log is None else log
+    if record is None:
+        def record(t, q, v, tau):
+            log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
+        if getattr(plant, "path", None) is not None:
+            log.meta.setdefault("mjcf_path", str(plant.path))
+    res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
+    link = ShmTransport.create(nq, nv)
+    proc = None
+    w0 = time.perf_counter()
+    try:
+        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances)
+        try:
+            rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive)
+        finally:
+            report = proc.finish(timeout_s=max(10.0, ds.brake_s + 5.0))
+        res.wall_s = time.perf_counter() - w0
+    finally:
+        if proc is not None and proc.proc.is_alive():
+            proc.proc.kill()
+        link.close()
+    res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep)
+    if report.status == "failed":
+        raise RtError(f"rt run failed: {report.reason}")
+    _replay(res, report, rep, plant, controller, record)
+    return res
+
+
+def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record) -> None:
+    """Call ``record`` once per driver cycle (see :func:`run_rt`) and fill the run's step figures."""
+    L = report.log
+    n = report.cycles
+    res.steps = n
+    res.step_us = [float(x) for x in rep.compute_us[np.isfinite(rep.compute_us)]]
+    res.cpu_s = float("nan")
+    try:
+        plant.saturated = report.saturated      # counted where the torques were applied: the driver
+    except AttributeError:
+        pass
+    data = plant.data
+    answers = L["answers"].astype(int)
+    proxy, original = None, getattr(controller, "info", None)
+    if rep.info:
+        class CapturedInfo:                     # the captured fields; anything else from the last report
+            def __getattr__(self, name):
+                return getattr(original, name)
+        proxy = CapturedInfo()
+        try:
+            controller.info = proxy
+        except AttributeError:
+            proxy = None
+    try:
+        for k in range(n):
+            data.qpos[:] = L["qpos"][k]
+            data.qvel[:] = L["qvel"][k]
+            if proxy is not None:
+                a = answers[k]
+                for name, buf in rep.info.items():
+                    setattr(proxy, name, buf[a] if a >= 0 else buf[0] * np.nan)
+            record(float(L["t"][k]), L["q"][k].copy(), L["v"][k].copy(), L["tau"][k].copy())
+    finally:
+        if proxy is not None:
+            controller.info = original
+    if n:
+        data.qpos[:] = L["qpos"][n - 1]
+        data.qvel[:] = L["qvel"][n - 1]
+        try:
+            data.time = float(L["t"][n - 1])
+        except (AttributeError, TypeError):
+            pass
