@@ -374,7 +374,7 @@ class UdwadiaKalabaController:
                  omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
                  model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
                  levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
-                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 600):
+                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 150):
         self.robot = robot
         self.n = robot.nv
         if levels is None:
@@ -439,6 +439,8 @@ class UdwadiaKalabaController:
             raise ConfigError(f"max_step_iters must be an integer > 0, got {max_step_iters!r}")
         self.max_step_iters = max_step_iters
         self._qp = BoundedQP(eps_abs=self.eps_abs)
+        self.warm_start = True    # each QP starts from the previous solution of the same shape (controllers/qp.py)
+        self.tie_break = 1e-3
         self._seq_active = False
         self._last_sequential = False   # the previous limited step needed the levels one by one
         self._levels_exact = False      # in the last sequential step every level above the last held exactly
@@ -501,7 +503,7 @@ class UdwadiaKalabaController:
         """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
         warm-started per ``key``, one cold retry); counts cold retries in ``info``."""
         before = self._qp.cold_retries
-        res = self._qp.solve(key, H, g, A, b, C, l, u, feasible_start=feasible_start, budget=budget)
+        res = self._qp.solve(key, H, g, A, b, C, l, u, warm=self.warm_start, feasible_start=feasible_start, budget=budget)
         if self._qp.cold_retries != before:
             self.cold_retries += 1
             self.info.cold_retries += 1
@@ -515,8 +517,9 @@ class UdwadiaKalabaController:
             return self._call_fused(t, kin)
         return self._call_generic(t, kin)
 
-    def _call_generic(self, t: float, kin: Kinematics) -> np.ndarray:
-        """The step in Python/NumPy (every level layout, every fallback)."""
+    def _call_generic(self, t: float, kin: Kinematics, limits_violated: bool = False) -> np.ndarray:
+        """The step in Python/NumPy (every level layout, every fallback).  ``limits_violated``: the
+        compiled step found that the unconstrained solution of these levels violates a limit."""
         M = kin.M
         hD = kin.h + self.D * kin.v
         self.info.cold_retries = 0
@@ -541,6 +544,10 @@ class UdwadiaKalabaController:
                 E, f = np.zeros((0, self.n)), np.zeros(0)
         if not self._warned and self.warn_free_dof:
             self._warn_free(E, final_rows)
+        if limits_violated:
+            # the compiled step's exact KKT solution of these levels already violates a limit: the limited
+            # solve is next, whatever the equality solve would give
+            return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, None, None, "", None, violated=True)
         x, lam, path = self._equality(H, r, E, f, rows, t)
         return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, M @ x + hD)
 
@@ -619,7 +626,9 @@ class UdwadiaKalabaController:
                     break
         warn = not self._warned and self.warn_free_dof
         if P.absorbed and (st != 0 or warn):
-            return self._call_generic(t, kin)      # limits, rank loss, first-step warning: the strict path
+            # limits, rank loss, first-step warning: the strict path (st == 1: the strict KKT solution, exact
+            # when it exists, already violates a limit, so the generic path need not solve it again)
+            return self._call_generic(t, kin, limits_violated=(st == 1 and not warn))
         if st == 0 and not warn:
             info = self.info
             info.cold_retries = 0
@@ -673,10 +682,11 @@ class UdwadiaKalabaController:
             for A, b, w in final_rows:
                 Qu = Qu + w * (A.T @ (b - A @ x))
             Qc = np.zeros(n)
-            if lam is not None and E.shape[0]:
+            lam_v = lam() if callable(lam) else lam
+            if lam_v is not None and E.shape[0]:
                 i = 0
                 for k, (A, _) in enumerate(rows):
-                    force = -A.T @ lam[i:i + A.shape[0]]
+                    force = -A.T @ lam_v[i:i + A.shape[0]]
                     i += A.shape[0]
                     if k == 0:
                         Qc = force
@@ -766,8 +776,8 @@ class UdwadiaKalabaController:
         (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
 
         Bounded: the one QP of ``_with_limits`` and level 1's two QPs are capped by ``controllers/qp.py``
-        (600 iterations each); the levels below share what is left of ``max_step_iters``.  So a step
-        costs at most 3 · 600 + ``max_step_iters`` ProxSuite iterations (``bench/limits.py`` times it).
+        (300 iterations each); the levels below share ``max_step_iters`` (150).  So a step costs at most
+        3 · 300 + 150 ProxSuite iterations (``bench/limits.py`` times it).
 
         Level 1 (hard): min ½ (v̇ − a)ᵀ M (v̇ − a) s.t. A₁ v̇ = b₁ and the limits.  When ProxSuite does not
         solve it within its caps, the least-squares form min ‖A₁ v̇ − b₁‖² + μ‖v̇ − a‖²_M s.t. the limits
@@ -851,9 +861,12 @@ class UdwadiaKalabaController:
         if z_last is not None:
             z = z_last
         if rows:
-            E = np.vstack([a for a, _ in rows])
-            rhs = -(H @ x + g) - C.T @ z
-            lam = np.linalg.lstsq(E.T, rhs, rcond=None)[0]      # split of the equality force, minimum norm
+            # the split of the equality force, minimum norm, computed when the forces are asked for (on
+            # copies: H and g may be the compiled plan's buffers, rewritten by the next step)
+            E_up, rhs = np.vstack([a for a, _ in rows]), -(H @ x + g) - C.T @ z
+
+            def lam():
+                return np.linalg.lstsq(E_up.T, rhs, rcond=None)[0]
         else:
             lam = None
         self._seq_active = active

@@ -73,8 +73,8 @@ SCRIPT = textwrap.dedent('''
 
 
 # the documented bound of one UK step (controllers/udwadia_kalaba.py, _sequential): the one QP and level 1's
-# two QPs capped at 30 x 20 iterations each, the levels below sharing max_step_iters = 600
-CAP = 3 * 600 + 600
+# two QPs capped at 20 x 15 iterations each, the levels below sharing max_step_iters = 150
+CAP = 3 * 300 + 150
 
 
 def _run(tmp_path, kind: str, omega: float, duration: float) -> dict:
@@ -111,3 +111,20 @@ def test_effort_limit_below_gravity_finishes_or_names_the_joint(tmp_path):
         assert out["steps"]["max_iters"] <= CAP, out
     else:
         assert "effort" in out["error"] and "panda_joint" in out["error"] and "level 1" in out["error"], out
+
+
+def test_lift_into_a_joint_bound_stays_inside_with_the_coupling_held(tmp_path):
+    """Issue 21, item 2: two coupled Pandas lift the box 0.6 m in 1.5 s, which drives the elbows into their
+    upper URDF bound; the plant (MuJoCo, semi-implicit Euler, joint damping) never passes the bound by more
+    than 1e-4 rad and the coupling stays within 1e-4 m (bench/limits.py, case lift_two_arms)."""
+    code = ("import json; from cmstack.bench.limits import run_case; "
+            "print('RESULT ' + json.dumps(run_case('lift_two_arms', 2.0)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    line = [s for s in r.stdout.splitlines() if s.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    out = json.loads(line[-1][len("RESULT "):])
+    assert out["error"] == "", out["error"]
+    assert out["closest_to_bound_rad"] <= 1e-3, out  # the elbows really reach their bound ...
+    assert out["overrun_rad"] <= 1e-4, out            # ... and do not pass it
+    assert out["coupling_max_m"] <= 1e-4, out
+    assert out["saturated_steps"] < 50, out           # the levels below gave way in a few steps at most

@@ -1,0 +1,195 @@
+"""Worst UK step when limits really bind (issue 21, item 1), and the position bound on the plant (item 2).
+
+    python -m cmstack.bench.limits [--duration S] [--repeat N]
+
+Closed loops on MuJoCo plants of Franka Pandas (example-robot-data), one control step per 1 ms:
+
+* ``free``            two Pandas carrying a virtual box round a circle (the README's carry): no limit binds;
+                      its median step is the "normal step" of the ratios;
+* ``velocity``        the same at ω = 8 rad/s with |v| ≤ 0.3 rad/s: the circle needs more;
+* ``effort``          |τ| ≤ 20 N·m (12 on the wrists, their URDF limit), position limits on: joint 4 needs
+                      ~22 N·m against gravity, the arms sag and the limits bind every step;
+* ``lift_two_arms``   the box lifted 0.6 m in 1.5 s: the elbows (bounded at 0.8 rad above "ready") are
+                      driven hard into their upper bound
+                      (URDF effort limits, position limits braking at up to a_max = 10 rad/s²: the
+                      coupling error grows with a_max, through the zero-order hold of the braking's
+                      jerk: 2.8e-5 m at 5, 6.1e-5 at 10, 1.5e-4 at 20, 2.4e-4 m at 40 rad/s²);
+* ``lift_one_arm``    one Panda's hand lifted the same way, the same limits.
+
+For each: median, p99.9 and worst controller step (µs, wall time), its thread CPU time (median, worst:
+what the step itself costs, without the preemptions of a shared machine) and the worst over the normal
+step's median; for
+the lifts also the plant's worst overrun of a joint bound (the controller's where it has one, else the
+URDF's; rad), how close it came to one, and the coupling error (m).  The
+cases run one after another, ``--repeat`` times in turn; the table gives the worst over the repeats and
+the median of the medians.  Targets: worst step ≤ 2 ms; overrun ≤ 1e-4 rad with the coupling ≤ 1e-4 m.
+Results: bench/results/limits.json.  Never asserted in tests (tests/test_limits_bind.py checks the
+behaviour)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from cmstack.bench import results_dir
+
+CASES = ("free", "velocity", "effort", "lift_two_arms", "lift_one_arm")
+Q_READY = [0, -0.785, 0, -2.356, 0, 1.571, 0.785]
+#: the lifts bound each elbow (joint 4) at 0.8 rad above "ready" (q ≤ −1.556 rad): the 0.6 m lift needs
+#: q₄ ≈ −0.47, so the elbows are driven hard into that bound while the task keeps pulling
+ELBOW_BOUND = -2.356 + 0.8
+
+
+def build(case: str, dt: float = 1e-3):
+    """(robot, plant, controller, coupling task or None) of one case (module docstring)."""
+    import pinocchio as pin
+
+    from cmstack import (GAUSS, Circle, FrameTask, PostureTask, RigidCoupling, Robot, UdwadiaKalabaController,
+                         example_robot_data_path, plant_from_urdf)
+    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+    from cmstack.models.trajectory import MinimumJerkSE3
+
+    arm = example_robot_data_path("panda_description/urdf/panda.urdf")
+    fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
+    qs = Q_READY
+    if case == "lift_one_arm":
+        robot = Robot.compose([(arm, "", [0, 0, 0], fingers)])
+        q0 = np.array(qs, dtype=float)
+        hand = "panda_hand_tcp"
+        box = None
+    else:
+        robot = Robot.compose([(arm, "left_", [0, 0.4, 0], fingers), (arm, "right_", [0, -0.4, 0], fingers)])
+        q0 = np.tile(qs, 2).astype(float)
+        hand = "left_panda_hand_tcp"
+        box = RigidCoupling.from_configuration(robot, "left_panda_hand_tcp", "right_panda_hand_tcp", q0,
+                                               kp=1000, kd=60, name="box")
+    T0 = robot.update(q0, 0 * q0).frame(hand).T
+    if case.startswith("lift"):
+        T1 = pin.SE3(T0.rotation, T0.translation + np.array([0.0, 0.0, 0.6]))
+        path = MinimumJerkSE3(T0, T1, 1.5, t0=0.2)
+    else:
+        path = Circle(T0.translation - [0.05, 0, 0], 0.05, 8.0 if case == "velocity" else 1.0, R=T0.rotation)
+    task = FrameTask(robot, hand, path, kp=400, kd=40, name="hand")
+    if case == "free":
+        limits = []
+    elif case == "velocity":
+        limits = [JointVelocityLimit(robot, dt=dt, v_max=0.3)]
+    elif case == "effort":
+        limits = [EffortLimit(robot, tau_max=np.minimum(20.0, robot.effort_limit)),
+                  JointPositionLimit(robot, dt=dt, a_max=5.0)]
+    else:
+        pos = JointPositionLimit(robot, dt=dt, a_max=10.0)
+        for k, j in enumerate(pos.idx):
+            if robot.joint_names[j].endswith("panda_joint4"):
+                pos.q_max[k] = ELBOW_BOUND
+        limits = [EffortLimit(robot), pos]
+    posture = PostureTask(robot, q0, kp=50, kd=14)
+    if box is None:     # one arm: the hand weighted against the posture (a hard hand would be level 1, and
+        levels = [[(task, 100.0), (posture, 1.0), GAUSS]]    # a bound that stops it an InfeasibleError)
+    else:
+        levels = [[box], [task], [posture]]
+    ctrl = UdwadiaKalabaController(robot, levels=levels, limits=limits)
+    # contacts off: the effort case's arms sag until the forearms touch (a contact no law here models)
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=dt, contacts=False)
+    return robot, plant, ctrl, box
+
+
+def run_case(case: str, duration: float, dt: float = 1e-3) -> dict:
+    """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling."""
+    from cmstack import simulate
+    from cmstack.models.errors import InfeasibleError
+
+    robot, plant, ctrl, box = build(case, dt)
+    lo = np.asarray(robot.model.lowerPositionLimit, dtype=float).copy()
+    hi = np.asarray(robot.model.upperPositionLimit, dtype=float).copy()
+    for lim in ctrl.limits:                    # the controller's own position bounds where it has them
+        if hasattr(lim, "q_max"):
+            lo[lim.idx], hi[lim.idx] = lim.q_min, lim.q_max
+    over = [0.0]
+    near = [np.inf]                # the closest any joint came to a bound (rad): was the bound reached?
+    set_torque = plant.set_torque
+
+    def watch(tau):              # the plant's state before each torque: the worst overrun of a bound
+        q = plant.state()[0]
+        over[0] = max(over[0], float(np.max(q - hi)), float(np.max(lo - q)))
+        near[0] = min(near[0], float(np.min(hi - q)), float(np.min(q - lo)))
+        set_torque(tau)
+
+    plant.set_torque = watch
+    cpu: list[float] = []
+    call = ctrl.__call__
+
+    class Timed:            # the controller's own CPU time per step (thread time: preemption excluded)
+        kin = property(lambda self: ctrl.kin)
+
+        def errors(self, kin, t):
+            return ctrl.errors(kin, t)
+
+        def __call__(self, t, q, v, kin=None):
+            c0 = time.thread_time_ns()
+            tau = call(t, q, v, kin)
+            cpu.append((time.thread_time_ns() - c0) * 1e-3)
+            return tau
+
+    out: dict = {"case": case, "error": ""}
+    try:
+        run = simulate(plant, Timed(), duration=duration, control_dt=dt, progress=False)
+        steps = np.asarray(run.step_us[1:], dtype=float)          # the first call compiles/creates solvers
+        c = np.asarray(cpu[1:])
+        out.update(cpu_us_median=float(np.median(c)), cpu_us_max=float(c.max()))
+        E = run.error_arrays()
+        out["coupling_max_m"] = (float(np.linalg.norm(E["box"][:, :3], axis=1).max())
+                                 if box is not None else None)
+    except InfeasibleError as e:
+        steps = np.zeros(1)
+        out.update(error=str(e), cpu_us_median=0.0, cpu_us_max=0.0)
+    out.update(step_us_median=float(np.median(steps)), step_us_p999=float(np.quantile(steps, 0.999)),
+               step_us_max=float(steps.max()), saturated_steps=ctrl.saturated_steps,
+               overrun_rad=over[0], closest_to_bound_rad=near[0], steps=int(steps.size))
+    return out
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=float, default=2.0, help="simulated seconds per case (default 2)")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds over the cases (default 2)")
+    a = ap.parse_args(argv)
+    rounds = [[run_case(c, a.duration) for c in CASES] for _ in range(a.repeat)]
+    table = {}
+    for i, c in enumerate(CASES):
+        rs = [r[i] for r in rounds]
+        table[c] = {"step_us_median": float(np.median([r["step_us_median"] for r in rs])),
+                    "step_us_p999": max(r["step_us_p999"] for r in rs),
+                    "step_us_max": max(r["step_us_max"] for r in rs),
+                    "cpu_us_median": float(np.median([r["cpu_us_median"] for r in rs])),
+                    "cpu_us_max": max(r["cpu_us_max"] for r in rs),
+                    "saturated_steps": max(r["saturated_steps"] for r in rs),
+                    "overrun_rad": max(r["overrun_rad"] for r in rs),
+                    "coupling_max_m": max((r["coupling_max_m"] or 0.0) for r in rs) if rs[0].get("coupling_max_m")
+                    is not None else None,
+                    "error": rs[0]["error"]}
+    normal = table["free"]["step_us_median"]
+    for c in CASES:
+        table[c]["worst_over_normal"] = table[c]["step_us_max"] / normal
+    res = {"cases": table, "normal_step_us": normal, "load_avg": os.getloadavg()[0],
+           "duration_s": a.duration, "repeat": a.repeat, "target_worst_step_us": 2000.0,
+           "target_overrun_rad": 1e-4, "target_coupling_m": 1e-4}
+    print(f"UK steps with binding limits (µs; load {res['load_avg']:.1f}; normal step {normal:.1f} µs)")
+    print("wall: the step's wall time (preemption on a shared machine included); cpu: its thread CPU time")
+    print(f"{'case':<15}{'median':>9}{'p99.9':>9}{'worst':>9}{'cpu med':>9}{'cpu worst':>10}{'worst/normal':>14}"
+          f"{'saturated':>11}{'overrun rad':>13}{'coupling m':>12}")
+    for c in CASES:
+        e = table[c]
+        cp = "-" if e["coupling_max_m"] is None else f"{e['coupling_max_m']:.1e}"
+        print(f"{c:<15}{e['step_us_median']:>9.1f}{e['step_us_p999']:>9.1f}{e['step_us_max']:>9.1f}"
+              f"{e['cpu_us_median']:>9.1f}{e['cpu_us_max']:>10.1f}{e['worst_over_normal']:>14.1f}{e['saturated_steps']:>11}{e['overrun_rad']:>13.1e}{cp:>12}"
+              + (f"  [{e['error'][:80]}]" if e["error"] else ""))
+    (results_dir() / "limits.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+if __name__ == "__main__":
+    main()
