@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers]'   # the venv's own pip (no self-upgrade); peers: pink, mink for tests/test_peers_bench.py
-	$(PY) -m cmstack.controllers.kernels   # compile the control-step kernels once (numba cache)
+	$(PY) -m cmstack.warmup   # compile the control-step kernels once (numba cache)
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -140,15 +140,14 @@ def slider_crank(repeat: int):
 
 
 def series_parallel(repeat: int):
-    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
-    from cmstack.scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+    from cmstack.scenarios.series_parallel import build_pidc, build_plant, make_trajectory, reset_plant
 
     cfg = default_config("series_parallel")
     traj = make_trajectory(cfg)
     plant = build_plant(cfg)
     q0 = traj(0.0)[0] + np.asarray(cfg["initial_error"])
     reset_plant(plant, cfg, q0)
-    ctl = SeriesParallelPIDC(cfg, traj)
+    ctl = build_pidc(cfg, traj)
     states = []
     for _ in range(2000):
         t = plant.time
@@ -158,7 +157,7 @@ def series_parallel(repeat: int):
         plant.step(1)
     from cmstack.models.series_parallel_aux import lift
 
-    c = SeriesParallelPIDC(cfg, traj)
+    c = build_pidc(cfg, traj)
     tree = c.robot.tree
     d = pin.Data(tree.model)
 
@@ -166,13 +165,13 @@ def series_parallel(repeat: int):
         x, xd = lift(c.tm, q, v)
         return x[:3], xd[:3]
 
-    cn = SeriesParallelPIDC(cfg, traj)
+    cn = build_pidc(cfg, traj)
 
     def before(t, q, v):
         x, xd = lift(cn.tm, q, v)
         return cn.pidc._numpy_step(t, x, xd)[[0, 1, 3]]
 
-    return {"series_parallel pidc control_step_us (median, p95)": _median_us(SeriesParallelPIDC(cfg, traj), states, repeat),
+    return {"series_parallel pidc control_step_us (median, p95)": _median_us(build_pidc(cfg, traj), states, repeat),
             "ratio": {"series_parallel_pidc": _ratio_to_floor(c, tree.model, d, states, repeat, arg, before)}}
 
 

@@ -9,12 +9,13 @@ one with the NumPy formulation it replaced (kept in the controllers as the refer
 closed-loop runs, to 1e-9 relative.
 
 The compiled code is cached next to this file (``__pycache__``), so only the first import after an edit
-compiles (a few seconds); later processes load the machine code.
+compiles (a few seconds); later processes load the machine code.  Compiling them all at once (one step of
+each controller as the scenarios build it) is the application tier's job: ``python -m cmstack.warmup``
+(cmstack/warmup.py; this library module never imports a scenario).
 """
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import njit
@@ -698,77 +699,5 @@ def pidc_params(kp, kv, ci, mask, D, passive: bool, tol: float, sm_min: float, s
     return np.concatenate([kp, kv, np.asarray(ci, float), mask, D, [1.0 if passive else 0.0, tol, sm_min], sin])
 
 
-def _warm_chain() -> None:
-    """The tensor chain's and DAC law III's kernels (about two thirds of a cold warm-up)."""
-    from cmstack.controllers.dac import Obstacle, TaskSpaceLaw
-    from cmstack.models.tensor_chain import TensorChain
-
-    ch = TensorChain.rods(3, 0.4, 0.04, 1.0, [1.0, 1.0, 1.0], spring_law="rotvec")
-    s = ch.straight_state()
-    ee = (s.pos[-1], s.quat[-1], np.zeros(6), np.zeros(6))
-    law = TaskSpaceLaw(ch, lambda t: ee, 1.0, 1.0, 1.0, 1.0, obstacles=[Obstacle(np.array([0.0, 0.3, 0.0]), 0.1)],
-                       obstacle_gain=1e-5, kd_mass=1.0)
-    law(0.0, s)
-
-
-def _warm_rest() -> None:
-    """Law (18), PIDC, the TITOP sweeps and the compiled UK step."""
-    from cmstack.controllers.pidc import PIDC
-    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
-    from cmstack.controllers.robust_partition import RobustPartitionController
-    from cmstack.models.partition import PartitionModel
-    from cmstack.models.projection import SliderCrankLoop
-    from cmstack.models.robot import Robot
-    from cmstack.models.trajectory import Sinusoid
-    from cmstack.scenarios._common import default_config
-
-    sin = Sinusoid([0.0, 0.0, 0.1], [0.1, 0.1, 0.05], 0.5)
-    RobustPartitionController(PartitionModel(), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
-    robot = Robot("urdf/slider_crank.urdf")
-    PIDC(robot, SliderCrankLoop(0.5), [robot.joint_names[0]], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0,
-         passive=(robot.joint_names[1],))(0.0, np.array([0.1, -0.2]), np.zeros(2))
-    cfg = default_config("series_parallel")
-    SeriesParallelPIDC(cfg, sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
-    from cmstack.scenarios.balloon import Params, titop_system    # the TITOP sweeps (models/_titop_kernels.py)
-    P = Params(default_config("balloon"))
-    tsys = titop_system(P)
-    tsys.forward(P.q0, np.zeros(9), np.zeros(9), ext={("balloon", "B"): np.zeros(6)})
-    tsys.inverse(P.q0, np.zeros(9), np.zeros(9))
-    tsys.kinematics(P.q0, np.zeros(9))
-    # the compiled UK step (controllers/_uk_kernels.py; one signature serves every plan of up to 4
-    # joints): the thesis law and the robust law (its integral tasks' bias path), as the flagship builds them
-    from cmstack.scenarios.yumi_dual_arm import CONTROLLERS, build_problem, initial_state
-
-    cfg = default_config("yumi_dual_arm")
-    yumi = Robot(cfg["urdf"])
-    coupling, task, _, _ = build_problem(cfg, yumi)
-    q0 = initial_state(cfg, yumi)
-    for name in ("uk", "uk_robust"):
-        CONTROLLERS[name](cfg, yumi, coupling, task)(0.0, q0, np.zeros(yumi.nv))
-
-
-def warm(parallel: bool = True) -> None:
-    """Compile (or load from the cache) every kernel with the argument types the controllers pass, by one
-    step of each controller on a small model: ``python -m cmstack.controllers.kernels`` (``make install``
-    runs it, so that test workers and scenario runs load machine code instead of compiling it each).
-    With ``parallel`` and two cores or more, the chain's kernels compile in a forked process beside the
-    others (a cold warm-up: 43 s in one process, about 26 s in two); numba writes each cache file
-    atomically, and the two groups compile different kernels.  A failure in either raises."""
-    import multiprocessing as mp
-
-    if not (parallel and (os.cpu_count() or 1) >= 2 and "fork" in mp.get_all_start_methods()):
-        _warm_chain()
-        _warm_rest()
-        return
-    child = mp.get_context("fork").Process(target=_warm_chain, name="warm-chain")
-    child.start()
-    try:
-        _warm_rest()
-    finally:
-        child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"warming the chain kernels failed in their process (exit code {child.exitcode})")
-
-
 if __name__ == "__main__":
-    warm()
+    raise SystemExit("the kernels' warm-up is the application tier's: run `python -m cmstack.warmup`")

@@ -1,8 +1,11 @@
-"""PIDC (controllers/pidc.py) on the other scenarios' plants: registry builders.
+"""PIDC (controllers/pidc.py) on the other scenarios' plants, built from typed arguments (the scenarios
+read their configs and call these: scenarios/series_parallel.py ``build_pidc``, scenarios/yumi_dual_arm.py
+``build_pidc_force``).
 
-* ``build_series_parallel(cfg, traj)``: the seed-001 manipulator in auxiliary coordinates
+* ``SeriesParallelPIDC(urdf, triangle, traj, kp, kv)``: the seed-001 manipulator in auxiliary coordinates
   x = (φ, θ, ζ, δ) with the triangle ζ = ζ(δ) as a constraint and ζ passive (models/series_parallel_aux.py);
   PIDC with the passive-joint law (60–62) tracks (φ, θ, δ); returns Q_a = (τ_φ, τ_θ, f_δ).
+* ``YumiForcePIDC(robot, coupling, task, ...)``: hybrid motion/force PIDC on the YuMi holding a bar.
 """
 from __future__ import annotations
 
@@ -20,13 +23,17 @@ from cmstack.models.series_parallel_aux import AugmentedRobot, TriangleConstrain
 
 
 class SeriesParallelPIDC:
-    def __init__(self, cfg, traj):
-        self.tm = TriangleMap(cfg["L0"], cfg["l0"], cfg["delta_range"], slack=cfg["stroke_slack_m"])
+    """PIDC on the series-parallel arm: ``urdf`` its open tree, ``triangle`` the actuator triangle
+    ζ = ζ(δ) (models/partition.TriangleMap), ``traj`` the reference of (φ, θ, δ), ``kp``, ``kv`` the PD
+    gains of PIDC (scalars or one per tracked coordinate)."""
+
+    def __init__(self, urdf, triangle: TriangleMap, traj, kp, kv):
+        self.tm = triangle
         # the cylinder and piston are neglected, as in the robust law's default model (their inertia is
         # coupled to φ, θ, ζ; a lumped mass on δ alone would be a wrong model, not a better one)
-        self.robot = AugmentedRobot(cfg["urdf"], delta_mass=0.0)
+        self.robot = AugmentedRobot(urdf, delta_mass=0.0)
         self.pidc = PIDC(self.robot, TriangleConstraint(self.tm), ["phi", "theta", "delta"], traj,
-                         cfg["pidc_kp"], cfg["pidc_kv"], passive=("zeta",), on_unsolvable="raise")
+                         kp, kv, passive=("zeta",), on_unsolvable="raise")
         self.failures = 0
         # compiled step: the lift and the constraint row in one kernel (``kernels.triangle_lift``), M and h of
         # the open tree read from one ``pin.computeAllTerms`` and bordered by the stroke's mass m_δ
@@ -65,10 +72,6 @@ class SeriesParallelPIDC:
         return tau[[0, 1, 3]]
 
 
-def build_series_parallel(cfg, traj):
-    return SeriesParallelPIDC(cfg, traj)
-
-
 # ------------------------------------------------------------------------------------------ YuMi bar
 @dataclass(kw_only=True)
 class YumiForceInfo(StepInfo):
@@ -94,19 +97,25 @@ class YumiForcePIDC:
 
         τ = P b + (I − P)[b − (f_d + K_p e_f + K_i ∫ e_f)],   b = M q̈_des + h + D q̇      (45), (51–52)
 
-    The bar's mass is not in the controller's model: the integral term absorbs it."""
+    The bar's mass is not in the controller's model: the integral term absorbs it.
 
-    def __init__(self, cfg, robot, coupling, task):
+    frame1, frame2: the hands' frames (E1, E2); squeeze_force: s [N]; force_kp, force_ki: K_p, K_i of the
+    force loop; null_damping: k_null [1/s]; model_damping: use the URDF's joint damping D (else D = 0);
+    converge_after: the squeeze metrics of ``extra_metrics`` count t > converge_after [s]."""
+
+    def __init__(self, robot, coupling, task, *, frame1: str, frame2: str, squeeze_force: float,
+                 force_kp: float, force_ki: float, null_damping: float, model_damping: bool,
+                 converge_after: float):
         from cmstack.models.projection import project  # noqa: F401 (documented dependency)
 
         self.robot, self.coupling, self.task = robot, coupling, task
-        self.s_d = float(cfg["squeeze_force"])
-        self.kp_f, self.ki_f = float(cfg["force_kp"]), float(cfg["force_ki"])
-        self.k_null = float(cfg["pidc_null_damping"])
+        self.s_d = float(squeeze_force)
+        self.kp_f, self.ki_f = float(force_kp), float(force_ki)
+        self.k_null = float(null_damping)
         self.rank_tol = 1e-9
-        self.D = robot.damping.copy() if cfg["model_damping"] else np.zeros(robot.nv)
-        self.f1, self.f2 = robot.frame_id(cfg["frame1"]), robot.frame_id(cfg["frame2"])
-        self.converge_after = float(cfg["converge_after"])
+        self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
+        self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
+        self.converge_after = float(converge_after)
         self.plant = None
         self.integral = np.zeros(robot.nv)
         self.t_prev = None
@@ -176,11 +185,3 @@ class YumiForcePIDC:
                 "squeeze_force_error_rel": float(np.mean(np.abs(s[late] - self.s_d)) / abs(self.s_d)),
                 "squeeze_force_error_rel_max": float(np.max(np.abs(s[late] - self.s_d)) / abs(self.s_d))}
 
-
-def build_yumi_force(cfg, robot, coupling, task):
-    from cmstack.models.errors import ConfigError
-
-    if cfg["plant"] != "bar":
-        raise ConfigError(f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "
-                          f"got plant='{cfg['plant']}' (the virtual plant has no constraint force to measure)")
-    return YumiForcePIDC(cfg, robot, coupling, task)

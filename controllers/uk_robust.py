@@ -207,14 +207,3 @@ class RobustUKController:
             self._vf = self._vf + self.alpha * (v - self._vf)
         return self.uk(t, self.qfilter(q, v), self._vf)
 
-
-def build_yumi(cfg: dict, robot, coupling, task) -> RobustUKController:
-    """yumi_dual_arm's ``controller = "uk_robust"``: the thesis settings plus ``robust_ki``,
-    ``robust_z_max``, ``robust_task_ki``, ``robust_task_z_max``, ``robust_q_filter_hz``,
-    ``robust_v_filter_hz``."""
-    return RobustUKController(robot, coupling, task, ki=cfg["robust_ki"], z_max=cfg["robust_z_max"],
-                              task_ki=cfg["robust_task_ki"], task_z_max=cfg["robust_task_z_max"],
-                              q_filter_hz=cfg["robust_q_filter_hz"], v_filter_hz=cfg["robust_v_filter_hz"],
-                              control_dt=cfg["control_dt"], omega=cfg["omega"], priority=cfg["priority"],
-                              torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"],
-                              warn_free_dof=False)        # the thesis set-up's 2 free DoF are on purpose

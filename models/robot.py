@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from cmstack.models.errors import (ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError,
-                                   check_finite)
+from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError, StateError, check_finite
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 _frame_jacobian = pin.getFrameJacobian
@@ -570,45 +569,3 @@ class Robot:
         if vw is None or vw[0] is not d:
             vw = self._views = (d, d.M, d.nle)
         return vw[1], vw[2]
-
-
-class JointMap:
-    """Name-based map between a Pinocchio model's 1-DoF joints and a MuJoCo model's joints.
-
-    q_model[i] = qpos[qadr[i]],  v_model[i] = qvel[dadr[i]];  torques go to the motor actuator
-    driving the same joint (ctrl = τ / gear).  Built once at start-up; a mismatch is refused with a
-    message listing the names missing on either side.  Plant joints that the model deliberately does
-    not have (a passive hinge of a closed chain, say) must be named in ``plant_only``."""
-
-    def __init__(self, model_joint_names: list[str], mj_model, *, plant_only: tuple[str, ...] = (),
-                 source: str = "plant"):
-        import mujoco
-
-        mj_names = [mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt)]
-        missing = [n for n in model_joint_names if n not in mj_names]
-        extra = [n for n in mj_names if n not in model_joint_names and n not in plant_only]
-        if missing or extra:
-            raise JointMapError(
-                f"{source} joints do not match the model: "
-                + (f"missing in the plant: {missing}; " if missing else "")
-                + (f"in the plant but not in the model: {extra}; " if extra else "")
-                + "rename them, or declare plant-only joints explicitly.")
-        self.names = list(model_joint_names)
-        self.jid = np.array([mj_names.index(n) for n in self.names])
-        bad = [n for n, j in zip(self.names, self.jid)
-               if int(mj_model.jnt_type[j]) not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))]
-        if bad:
-            raise JointMapError(f"{source}: joints {bad} are not hinge/slide joints; the model's are 1-DoF")
-        self.qadr = mj_model.jnt_qposadr[self.jid].copy()
-        self.dadr = mj_model.jnt_dofadr[self.jid].copy()
-        # actuators: motor on a joint (trntype joint), by joint
-        self.act = -np.ones(len(self.names), dtype=int)
-        self.gear = np.ones(len(self.names))
-        for a in range(mj_model.nu):
-            if int(mj_model.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT):
-                j = mj_model.actuator_trnid[a, 0]
-                hit = np.flatnonzero(self.jid == j)
-                if hit.size:
-                    self.act[hit[0]] = a
-                    self.gear[hit[0]] = mj_model.actuator_gear[a, 0]
-        self.actuated = self.act >= 0

@@ -38,7 +38,8 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError
 from cmstack.sim import interrupt
 from cmstack.sim.logger import Logger, atomic_write
 from cmstack.sim.metrics import format_table, with_contract, write_metrics
-from cmstack.sim.perturb import add_defaults as add_perturbation_defaults, check_applied as check_perturbation_applied
+from cmstack.sim.perturb import DEFAULTS as PERTURBATION_DEFAULTS, TABLE as PERTURBATION_TABLE, Perturbation
+from cmstack.sim.perturb import add_defaults as add_perturbation_defaults
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: plots are drawn here and moved into plots/ when the scenario returns (atomic publication)
@@ -390,6 +391,16 @@ def _end_to_end(metrics: dict, t0: float, loops0: dict) -> dict:
     wall = time.perf_counter() - t0
     return {**metrics, "realtime_factor_end_to_end": simulated / wall, "wall_s_end_to_end": wall}
 
+
+def check_perturbation_applied(name: str, run, cfg: dict) -> None:
+    """Refuse an active ``[perturbation]`` (sim/perturb.py) for a scenario whose module does not apply it
+    (declared by ``APPLIES_PERTURBATION = True`` beside its one ``apply_perturbation`` line): never a
+    silent no-op."""
+    mod = sys.modules.get(getattr(run, "__module__", ""), None)
+    if Perturbation.from_config(cfg).active and not getattr(mod, "APPLIES_PERTURBATION", False):
+        on = {k: v for k, v in cfg[PERTURBATION_TABLE].items() if PERTURBATION_DEFAULTS.get(k) != v}
+        raise ConfigError(f"scenario '{name}' does not apply the [{PERTURBATION_TABLE}] table yet (set: {on}); "
+                          f"perturbations are wired into yumi_dual_arm and series_parallel")
 
 def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
                  config_file: str | None = None, sets: list[str] = (), duration: float | None = None,

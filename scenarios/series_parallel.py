@@ -202,9 +202,10 @@ def build_robust(cfg, traj):
 
 
 def build_pidc(cfg, traj):
-    from cmstack.controllers.pidc_adapters import build_series_parallel   # PIDC of [Aghili] (issue 4)
+    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC   # PIDC of [Aghili] (issue 4)
 
-    return build_series_parallel(cfg, traj)
+    triangle = TriangleMap(cfg["L0"], cfg["l0"], cfg["delta_range"], slack=cfg["stroke_slack_m"])
+    return SeriesParallelPIDC(cfg["urdf"], triangle, traj, cfg["pidc_kp"], cfg["pidc_kv"])
 
 
 # name → builder(cfg, trajectory) -> controller(t, q, v) -> Q_a in (φ, θ, δ).  Other laws register here.

@@ -55,15 +55,28 @@ def build_uk(cfg, robot, coupling, task):
 
 
 def build_pidc_force(cfg, robot, coupling, task):
-    from cmstack.controllers.pidc_adapters import build_yumi_force   # hybrid PIDC of [Aghili] (issue 4)
+    from cmstack.controllers.pidc_adapters import YumiForcePIDC   # hybrid PIDC of [Aghili] (issue 4)
 
-    return build_yumi_force(cfg, robot, coupling, task)
+    if cfg["plant"] != "bar":
+        raise ConfigError(f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "
+                          f"got plant='{cfg['plant']}' (the virtual plant has no constraint force to measure)")
+    return YumiForcePIDC(robot, coupling, task, frame1=cfg["frame1"], frame2=cfg["frame2"],
+                         squeeze_force=cfg["squeeze_force"], force_kp=cfg["force_kp"], force_ki=cfg["force_ki"],
+                         null_damping=cfg["pidc_null_damping"], model_damping=cfg["model_damping"],
+                         converge_after=cfg["converge_after"])
 
 
 def build_uk_robust(cfg, robot, coupling, task):
-    from cmstack.controllers.uk_robust import build_yumi   # the thesis law + integral action on the coupling
+    """``controller = "uk_robust"``: the thesis settings plus ``robust_ki``, ``robust_z_max``,
+    ``robust_task_ki``, ``robust_task_z_max``, ``robust_q_filter_hz``, ``robust_v_filter_hz``."""
+    from cmstack.controllers.uk_robust import RobustUKController   # the thesis law + integral action on the coupling
 
-    return build_yumi(cfg, robot, coupling, task)
+    return RobustUKController(robot, coupling, task, ki=cfg["robust_ki"], z_max=cfg["robust_z_max"],
+                              task_ki=cfg["robust_task_ki"], task_z_max=cfg["robust_task_z_max"],
+                              q_filter_hz=cfg["robust_q_filter_hz"], v_filter_hz=cfg["robust_v_filter_hz"],
+                              control_dt=cfg["control_dt"], omega=cfg["omega"], priority=cfg["priority"],
+                              torque_limits=cfg["torque_limits"], model_damping=cfg["model_damping"],
+                              warn_free_dof=False)        # the thesis set-up's 2 free DoF are on purpose
 
 
 # name → builder(cfg, robot, coupling, task) -> a Controller that ReportsErrors (controllers/base.py) and

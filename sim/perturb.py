@@ -237,14 +237,3 @@ def apply_perturbation(plant, cfg: dict):
         return plant
     return PerturbedPlant(plant, p, seed=int(cfg.get("seed", 0)))
 
-
-def check_applied(name: str, run, cfg: dict) -> None:
-    """Refuse an active ``[perturbation]`` for a scenario whose module does not apply it (declared by
-    ``APPLIES_PERTURBATION = True`` beside its one ``apply_perturbation`` line): never a silent no-op."""
-    import sys
-
-    mod = sys.modules.get(getattr(run, "__module__", ""), None)
-    if Perturbation.from_config(cfg).active and not getattr(mod, "APPLIES_PERTURBATION", False):
-        on = {k: v for k, v in cfg[TABLE].items() if DEFAULTS.get(k) != v}
-        raise ConfigError(f"scenario '{name}' does not apply the [{TABLE}] table yet (set: {on}); "
-                          f"perturbations are wired into yumi_dual_arm and series_parallel")

@@ -182,17 +182,16 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
 def test_pidc_kernel_equals_numpy_step_series_parallel():
     """Series-parallel PIDC (auxiliary coordinates, ζ passive; lift, row and M, h in the adapter's compiled
     path) vs the NumPy step on the lifted state, over a MuJoCo closed-loop run."""
-    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
     from cmstack.models.errors import StateError
     from cmstack.models.series_parallel_aux import lift
     from cmstack.scenarios._common import default_config
-    from cmstack.scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+    from cmstack.scenarios.series_parallel import build_pidc, build_plant, make_trajectory, reset_plant
 
     cfg = default_config("series_parallel")
     traj = make_trajectory(cfg)
     plant = build_plant(cfg)
     reset_plant(plant, cfg, traj(0.0)[0] + np.asarray(cfg["initial_error"]))
-    ctl, ref = SeriesParallelPIDC(cfg, traj), SeriesParallelPIDC(cfg, traj)
+    ctl, ref = build_pidc(cfg, traj), build_pidc(cfg, traj)
     assert ctl.pidc._sinus
     for _ in range(400):
         t = plant.time

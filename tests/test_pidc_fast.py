@@ -73,15 +73,14 @@ def test_slider_crank_pidc_equals_svd_route_on_a_closed_loop_run():
 
 
 def test_series_parallel_pidc_equals_svd_route_on_a_closed_loop_run():
-    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
     from cmstack.models.series_parallel_aux import lift
-    from cmstack.scenarios.series_parallel import build_plant, make_trajectory, reset_plant
+    from cmstack.scenarios.series_parallel import build_pidc, build_plant, make_trajectory, reset_plant
 
     cfg = default_config("series_parallel")
     traj = make_trajectory(cfg)
     plant = build_plant(cfg)
     reset_plant(plant, cfg, traj(0.0)[0] + np.asarray(cfg["initial_error"]))
-    ctl = SeriesParallelPIDC(cfg, traj)
+    ctl = build_pidc(cfg, traj)
     worst = 0.0
     for _ in range(600):
         t = plant.time

@@ -2,13 +2,12 @@
 import numpy as np
 import pytest
 
-from cmstack.controllers.pidc_adapters import SeriesParallelPIDC
 from cmstack.models.partition import PartitionModel
 from cmstack.models.series_parallel_aux import TriangleConstraint, lift
 from cmstack.models.partition import TriangleMap
 from cmstack.models.projection import project
 from cmstack.scenarios._common import default_config, run_scenario
-from cmstack.scenarios.series_parallel import NAME, run
+from cmstack.scenarios.series_parallel import NAME, build_pidc, run
 
 RNG = np.random.default_rng(1)
 
@@ -24,7 +23,7 @@ def test_pidc_torque_equals_minimal_coordinate_inverse_dynamics():
         v = RNG.normal(size=3) * np.array([0.5, 0.5, 0.05])
         qdd = RNG.normal(size=3)
         ref = lambda t, q=q, v=v, a=qdd: (q, v, a)         # zero error: u = q̈_d
-        ctl = SeriesParallelPIDC(cfg, ref)
+        ctl = build_pidc(cfg, ref)
         tau = ctl(0.0, q, v)
         assert ctl.pidc.info.solvable and abs(ctl.pidc.info.passive_residual) < 1e-9
         np.testing.assert_allclose(tau, pm.inverse_dynamics(q, v, qdd), rtol=1e-7, atol=1e-7)
