@@ -265,7 +265,8 @@ class RtResult:
         return self.driver.misses
 
     def timing(self) -> dict:
-        """The figures of timing.json."""
+        """The figures of timing.json (cycle 0, answered before the clock starts, is left out of the
+        percentiles)."""
         d, L = self.driver, self.loop
         n = max(d.cycles, 1)
         log = d.log
@@ -280,8 +281,8 @@ class RtResult:
             "max_consecutive_misses": d.max_consecutive_misses, "driver_overruns": d.overruns,
             "driver_overruns_per_million": d.overruns / n * 1e6, "driver_slip_s": d.slip_s,
             "period_us": percentiles(period), "tick_lateness_us": percentiles(late),
-            "latency_us": percentiles(L.latency_us), "compute_us": percentiles(L.compute_us),
-            "wake_us": percentiles(L.wake_us), "torque_age_us": percentiles(age),
+            "latency_us": percentiles(L.latency_us[1:]), "compute_us": percentiles(L.compute_us[1:]),
+            "wake_us": percentiles(L.wake_us[1:]), "torque_age_us": percentiles(age),
             "controller_cycles": L.cycles, "states_skipped": max(0, d.cycles - L.cycles),
             "read_failures": L.read_failures, "gc_collections": L.gc_collections,
             "gc_gen0_growth": L.gc_gen0_growth, "traced_growth_bytes": L.traced_growth_bytes,

@@ -1,0 +1,65 @@
+"""``cmstack rt``: the flagship scenario runs across the process boundary and writes the usual run
+directory plus timing.json (with the in-process comparison), rt_timing.npz and the timing plot; bad
+input is one line and exit 2.  Child processes with wall-clock limits; no timing is asserted."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+CMD = [sys.executable, "-m", "cmstack.cli", "rt"]
+
+
+def rt(tmp_path, *args, timeout=240):
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
+    out = tmp_path / "run"
+    r = rt(tmp_path, "yumi_dual_arm", "--duration", "0.3", "--rate", "1000", "--transport", "shm",
+           "--out", str(out), "--no-html", "--max-misses", "1000")
+    assert r.returncode in (0, 1), r.stderr[-2000:]          # 0.3 s: the converged targets are not evaluated
+    t = json.loads((out / "timing.json").read_text())
+    assert t["cycles"] == 300 and t["rate_hz"] == 1000 and t["status"] == "done" and t["stops"] == 0
+    for key in ("period_us", "latency_us", "compute_us", "torque_age_us"):
+        assert set(t[key]) >= {"p50", "p99", "p99.9", "max"}
+    assert t["gc_collections"] == 0 and t["misses"] == pytest.approx(t["misses_per_million"] * 300 / 1e6)
+    assert t["load_average_1_5_15"] is not None
+    # the same closed-loop metrics as the in-process run, beside them
+    cl = t["closed_loop"]
+    assert {"constraint_error_initial", "task_error_initial", "max_torque_nm"} <= set(cl)
+    assert cl["task_error_initial"]["rt"] == pytest.approx(cl["task_error_initial"]["inprocess"], rel=1e-9)
+    assert (out / "inprocess" / "metrics.json").is_file()
+    m = json.loads((out / "metrics.json").read_text())
+    assert json.loads((out / "config.toml").read_text().split("control_dt = ")[1].split("\n")[0]) == 0.001
+    assert m["qp_failures"] == 0
+    with np.load(out / "log.npz") as log:
+        assert log["t"].shape == (300,) and log["plant_qpos"].shape[0] == 300
+    with np.load(out / "rt_timing.npz") as a:
+        assert a["miss"].shape == (300,) and int(a["miss"].sum()) == t["misses"]
+    assert (out / "plots" / "rt_timing.png").stat().st_size > 10_000
+    assert "closed loop, rt vs in-process" in r.stdout and "misses" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "0"], "--rate must be a finite number in [1, 20000] Hz, got 0.0"),
+    (["--pin", "x"], "--pin must be two CPU numbers"),
+    (["--max-misses", "0"], "max_misses must be an integer >= 1"),
+    (["--duration", "nan"], "--duration must be a finite number"),
+    (["--transport", "udp"], "invalid choice: 'udp'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    r = rt(tmp_path, "yumi_dual_arm", *args, timeout=120)
+    assert r.returncode == 2
+    err = [line for line in r.stderr.strip().splitlines() if line.startswith(("error", "cmstack rt: error"))]
+    assert len(err) == 1 and message in err[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_scenario_is_one_line_and_exit_2(tmp_path):
+    r = rt(tmp_path, "no_such_scenario", timeout=120)
+    assert r.returncode == 2 and "no scenario named 'no_such_scenario'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
