@@ -5,6 +5,10 @@ Meshcat shows the runs.  The public names are importable from here::
 
     from cmstack import Robot, RigidCoupling, FrameTask, UdwadiaKalabaController, MujocoPlant
 
+and each family whole from its namespace: ``cmstack.tasks`` (tasks, constraints, trajectories),
+``cmstack.limits``, ``cmstack.controllers`` (every control law), ``cmstack.plants``, and
+``cmstack.scenario`` (``Context``, ``Outcome``, ``Row``: writing a scenario file of your own).
+
 Sub-packages: ``cmstack.models`` (robot models and dynamics formulations), ``cmstack.controllers``
 (control laws), ``cmstack.sim`` (plants, the closed loop, logging, the viewer),
 ``cmstack.scenarios`` (the papers' experiments), ``cmstack.bench`` (speed benchmarks).
@@ -30,14 +34,12 @@ _EXPORTS = {
     "JointPositionLimit": "cmstack.models.limits",
     "JointVelocityLimit": "cmstack.models.limits",
     "GAUSS": "cmstack.controllers.udwadia_kalaba",
-    "circle_trajectory": "cmstack.models.trajectory",
     "UdwadiaKalabaController": "cmstack.controllers.udwadia_kalaba",
     "PIDC": "cmstack.controllers.pidc",
     "RobustPartitionController": "cmstack.controllers.robust_partition",
     "MujocoPlant": "cmstack.sim.plant",
     "plant_from_urdf": "cmstack.sim.urdf_plant",
     "example_robot_data_path": "cmstack.models.robot",
-    "run_closed_loop": "cmstack.sim.runner",
     "simulate": "cmstack.sim.runner",
     "Run": "cmstack.sim.runner",
     "Disturbance": "cmstack.sim.runner",

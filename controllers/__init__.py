@@ -1,0 +1,64 @@
+"""Control laws: a controller turns (t, q, v) into joint torques (the ``Controller`` protocol of base.py).
+The public names:
+
+    from cmstack.controllers import UdwadiaKalabaController, RobustUKController, PIDC
+
+* ``UdwadiaKalabaController`` prioritized Udwadia–Kalaba [Milioshin] (udwadia_kalaba.py), and
+  ``RobustUKController`` the same law with integral action and a position filter (uk_robust.py);
+* ``PIDC`` projected inverse dynamics [Aghili] (pidc.py);
+* ``RobustPartitionController`` the robust inertia-partitioning law (18) [Dastranj] (robust_partition.py);
+* the DAC port laws [Eslami] (dac.py): ``VelocityLaw`` (I), ``PoseLaw`` (II), ``TaskSpaceLaw`` (III), on
+  the ``PortLaw`` base, with ``Obstacle`` for law III's null-space avoidance.
+
+Each name is imported on first use, so that ``import cmstack.controllers.base`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> module that defines it
+_EXPORTS = {
+    "Controller": "cmstack.controllers.base",
+    "StepInfo": "cmstack.controllers.base",
+    "SensesPlant": "cmstack.controllers.base",
+    "ReportsErrors": "cmstack.controllers.base",
+    "ReportsMetrics": "cmstack.controllers.base",
+    "UdwadiaKalabaController": "cmstack.controllers.udwadia_kalaba",
+    "UKStepInfo": "cmstack.controllers.udwadia_kalaba",
+    "RobustUKController": "cmstack.controllers.uk_robust",
+    "PIDC": "cmstack.controllers.pidc",
+    "PIDCInfo": "cmstack.controllers.pidc",
+    "ForceLaw": "cmstack.controllers.pidc",
+    "RobustPartitionController": "cmstack.controllers.robust_partition",
+    "RobustInfo": "cmstack.controllers.robust_partition",
+    "PortLaw": "cmstack.controllers.dac",
+    "VelocityLaw": "cmstack.controllers.dac",
+    "PoseLaw": "cmstack.controllers.dac",
+    "TaskSpaceLaw": "cmstack.controllers.dac",
+    "Obstacle": "cmstack.controllers.dac",
+    "LawInfo": "cmstack.controllers.dac",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:   # the same names for type checkers (mypy reads these; at run time __getattr__ serves them)
+    from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
+    from cmstack.controllers.dac import LawInfo, Obstacle, PoseLaw, PortLaw, TaskSpaceLaw, VelocityLaw
+    from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo
+    from cmstack.controllers.robust_partition import RobustInfo, RobustPartitionController
+    from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, UKStepInfo
+    from cmstack.controllers.uk_robust import RobustUKController
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'cmstack.controllers' has no attribute '{name}'")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(__all__) | set(globals()))

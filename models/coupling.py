@@ -53,7 +53,6 @@ import pinocchio as pin
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import cross3, se3_error
 from cmstack.models.robot import Kinematics, Robot
-from cmstack.models.trajectory import circle_trajectory  # noqa: F401  (moved to models/trajectory.py)
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 

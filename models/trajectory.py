@@ -150,11 +150,6 @@ class Circle(SE3Trajectory):
         return Sample(T, vel, acc)
 
 
-def circle_trajectory(center, radius: float, omega: float, phase: float, R=None) -> Circle:
-    """The [Milioshin] §4.4 circle (see :class:`Circle`)."""
-    return Circle(center, radius, omega, phase, R)
-
-
 def _quintic(t: float, t0: float, duration: float) -> tuple[float, float, float]:
     """s, ṡ, s̈ of s(τ) = 10τ³ − 15τ⁴ + 6τ⁵, τ = (t − t0)/duration clipped to [0, 1]."""
     tau = (t - t0) / duration

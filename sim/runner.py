@@ -149,11 +149,6 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     return res
 
 
-def run_closed_loop(plant: Plant, controller: Controller, **kw) -> Run:
-    """Former name of :func:`simulate` (same arguments)."""
-    return simulate(plant, controller, **kw)
-
-
 @dataclass
 class Run(RunResult):
     """What :func:`simulate` returns.

@@ -4,7 +4,8 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory
+from cmstack.models.coupling import FrameTask, RigidCoupling
+from cmstack.models.trajectory import Circle
 from cmstack.models.lie import jr_inv, se3_error
 from cmstack.models.robot import Robot
 
@@ -23,7 +24,7 @@ def robot():
 
 def constraints(robot):
     T_AB = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
-    traj = circle_trajectory([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3))
+    traj = Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3))
     out = []
     for rows in ("full", "position", "orientation"):
         out += [RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 3.0, 2.0, rows=rows),

@@ -8,7 +8,7 @@ import pytest
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import quat_exp, quat_mul, quat_to_matrix
 from cmstack.models.trajectory import (Circle, Constant, FromFunction, FromWorldFunction, MinimumJerk, MinimumJerkSE3,
-                                       Sample, SE3Trajectory, Sinusoid, Trajectory, as_trajectory, circle_trajectory)
+                                       Sample, SE3Trajectory, Sinusoid, Trajectory, as_trajectory)
 
 H = 1e-5
 
@@ -76,7 +76,7 @@ def test_point_to_point_rests_at_both_ends():
 
 
 def test_circle_is_the_thesis_circle_and_constant_targets():
-    c = circle_trajectory([0.4, 0.2, 0.5], 0.12, 1.5, 0.3)
+    c = Circle([0.4, 0.2, 0.5], 0.12, 1.5, 0.3)
     T, v, a = c(0.7)
     ph = 1.5 * 0.7 + 0.3
     np.testing.assert_allclose(T.translation, [0.4 + 0.12 * np.cos(ph), 0.2, 0.5 + 0.12 * np.sin(ph)], atol=1e-15)

@@ -5,12 +5,13 @@ import pinocchio as pin
 import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
-from cmstack.models.coupling import FrameTask, RigidCoupling, circle_trajectory, stack
+from cmstack.models.coupling import FrameTask, RigidCoupling, stack
+from cmstack.models.trajectory import Circle
 from cmstack.models.errors import InfeasibleError, StateError
 from cmstack.models.robot import Robot
 
 T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
-TRAJ = circle_trajectory([0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2)
+TRAJ = Circle([0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,16 @@
+"""Plants, the "real" robots a controller drives (the ``Plant`` protocol of sim/base.py): the public names.
+
+    from cmstack.plants import plant_from_urdf
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=1e-3)          # MuJoCo, motors on every joint
+"""
+from __future__ import annotations
+
+from cmstack.sim.base import Plant, ReportsPlantMetrics
+from cmstack.sim.chain_plant import ChainMujocoPlant
+from cmstack.sim.perturb import Perturbation, PerturbedPlant
+from cmstack.sim.plant import JointMap, MujocoPlant, load_mjcf
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.sim.urdf_plant import plant_from_urdf, save_xml
+
+__all__ = ["Plant", "ReportsPlantMetrics", "MujocoPlant", "JointMap", "load_mjcf", "plant_from_urdf", "save_xml",
+           "ProjectionPlant", "ChainMujocoPlant", "PerturbedPlant", "Perturbation"]
