@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cmstack.baseline import add_arguments as baseline_arguments   # cmstack baseline {save,check}
 
     baseline_arguments(sub)
-    from cmstack.sim.rt_run import add_arguments as rt_arguments   # cmstack rt: real time, driver + controller
+    from cmstack.rt import add_arguments as rt_arguments   # cmstack rt: real time, driver + controller
 
     rt_arguments(sub)
     return ap

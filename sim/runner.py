@@ -59,7 +59,7 @@ class RunResult:
 LOOP_TOTALS = {"simulated_s": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
 
 
-#: when set (``cmstack rt``, sim/rt_run.py), :func:`simulate` hands its arguments to this function (same
+#: when set (``cmstack rt``, cmstack/rt.py), :func:`simulate` hands its arguments to this function (same
 #: signature, returns a Run) instead of running the loop in process: scenarios build as usual
 LOOP_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("cmstack_loop_override", default=None)
 

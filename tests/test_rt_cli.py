@@ -23,12 +23,15 @@ def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
            "--out", str(out), "--no-html", "--max-misses", "1000")
     assert r.returncode in (0, 1), r.stderr[-2000:]          # 0.3 s: the converged targets are not evaluated
     t = json.loads((out / "timing.json").read_text())
+    said = r.stdout[-3000:] + r.stderr[-2000:]
+    assert t["status"] == "done", said
     assert t["cycles"] == 300 and t["rate_hz"] == 1000 and t["status"] == "done" and t["stops"] == 0
     for key in ("period_us", "latency_us", "compute_us", "torque_age_us"):
         assert set(t[key]) >= {"p50", "p99", "p99.9", "max"}
     assert t["gc_collections"] == 0 and t["misses"] == pytest.approx(t["misses_per_million"] * 300 / 1e6)
     assert t["load_average_1_5_15"] is not None
     # the same closed-loop metrics as the in-process run, beside them
+    assert "closed_loop" in t, said
     cl = t["closed_loop"]
     assert {"constraint_error_initial", "task_error_initial", "max_torque_nm"} <= set(cl)
     assert cl["task_error_initial"]["rt"] == pytest.approx(cl["task_error_initial"]["inprocess"], rel=1e-9)
