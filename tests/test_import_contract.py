@@ -1,5 +1,5 @@
-"""Two tiers (issue 22 item 2): the library (models, controllers, sim but campaign and rt_run) never imports the
-application (scenarios, campaign, bench, the command line, the kernels' warm-up).
+"""Two tiers (issue 22 item 2): the library (models, controllers, sim but campaign) never imports the
+application (scenarios, campaign, bench, the command line and cmstack rt, the kernels' warm-up).
 
 The contract is ``.importlinter`` at the repository root, checked by import-linter's ``lint-imports`` in a
 subprocess.  import-linter finds a package by walking its folder, and the repository maps its folders
@@ -24,8 +24,8 @@ CONTRACT = ROOT / ".importlinter"
 LINT = Path(sys.executable).with_name("lint-imports")
 
 LIBRARY = {"cmstack.models", "cmstack.controllers", "cmstack.sim", "cmstack.tasks", "cmstack.limits", "cmstack.plants"}
-APPLICATION = {"cmstack.scenarios", "cmstack.scenario", "cmstack.sim.campaign", "cmstack.sim.rt_run", "cmstack.bench",
-               "cmstack.cli", "cmstack.warmup"}
+APPLICATION = {"cmstack.scenarios", "cmstack.scenario", "cmstack.sim.campaign", "cmstack.bench", "cmstack.cli",
+               "cmstack.rt", "cmstack.warmup"}
 
 
 def installed_tree(dest: Path) -> Path:
@@ -74,16 +74,15 @@ def test_contract_names_both_tiers():
     assert c["type"] == "forbidden"
     assert set(c["source_modules"].split()) >= LIBRARY | {"cmstack.sim.*"}
     assert set(c["forbidden_modules"].split()) >= APPLICATION
-    # only the own imports of campaign and rt_run are exempt (they live in sim/ but are application tier)
-    assert c["ignore_imports"].split() == ["cmstack.sim.campaign", "->", "cmstack.**",
-                                           "cmstack.sim.rt_run", "->", "cmstack.**"]
+    # only campaign's own imports are exempt (it lives in sim/ but is application tier)
+    assert c["ignore_imports"].split() == ["cmstack.sim.campaign", "->", "cmstack.**"]
 
 
 @pytest.mark.parametrize("module, line, expect", [
     ("models/lie.py", "from cmstack.scenarios import _common", "cmstack.models.lie -> cmstack.scenarios._common"),
     ("controllers/base.py", "import cmstack.warmup", "cmstack.controllers.base -> cmstack.warmup"),
     ("sim/runner.py", "from cmstack.sim.campaign import execute", "cmstack.sim.runner -> cmstack.sim.campaign"),
-    ("sim/rt_loop.py", "from cmstack.sim import rt_run", "cmstack.sim.rt_loop -> cmstack.sim.rt_run"),
+    ("sim/rt_loop.py", "from cmstack import rt", "cmstack.sim.rt_loop -> cmstack.rt"),
     ("sim/plant.py", "import cmstack.cli", "cmstack.sim.plant -> cmstack.cli"),
     ("sim/viewer.py", "from cmstack.bench import viewer", "cmstack.sim.viewer -> cmstack.bench.viewer"),
     ("tasks.py", "from cmstack.scenario import Outcome", "cmstack.tasks -> cmstack.scenario"),
