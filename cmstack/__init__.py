@@ -17,6 +17,7 @@ The command line is ``cmstack`` (``cmstack --help``).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.2.0"
 
@@ -64,14 +65,29 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
-
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'cmstack' has no attribute '{name}'")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+if TYPE_CHECKING:   # the same names for type checkers (at run time __getattr__ imports each on first use)
+    from cmstack.controllers.base import Controller, StepInfo
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.controllers.robust_partition import RobustPartitionController
+    from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
+    from cmstack.models.coupling import ErrorDynamics, FrameTask, PostureTask, RelativeFrameTask, RigidCoupling, Task
+    from cmstack.models.errors import (ConfigError, FrameNotFoundError, InfeasibleError, JointMapError,
+                                       ModelFileError, SolverError, StackError, StateError)
+    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+    from cmstack.models.robot import example_robot_data_path, Kinematics, Robot
+    from cmstack.models.trajectory import Circle, Constant, MinimumJerk, MinimumJerkSE3, Sinusoid, Trajectory
+    from cmstack.sim.base import Plant
+    from cmstack.sim.plant import MujocoPlant
+    from cmstack.sim.runner import Disturbance, Run, simulate
+    from cmstack.sim.urdf_plant import plant_from_urdf
+else:   # hidden from type checkers, which then know exactly the names above
+    def __getattr__(name: str):
+        mod = _EXPORTS.get(name)
+        if mod is None:
+            raise AttributeError(f"module 'cmstack' has no attribute '{name}'")
+        value = getattr(importlib.import_module(mod), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__():

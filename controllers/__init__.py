@@ -49,15 +49,14 @@ if TYPE_CHECKING:   # the same names for type checkers (mypy reads these; at run
     from cmstack.controllers.robust_partition import RobustInfo, RobustPartitionController
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, UKStepInfo
     from cmstack.controllers.uk_robust import RobustUKController
-
-
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'cmstack.controllers' has no attribute '{name}'")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+else:   # hidden from type checkers, which then know exactly the names above
+    def __getattr__(name: str):
+        mod = _EXPORTS.get(name)
+        if mod is None:
+            raise AttributeError(f"module 'cmstack.controllers' has no attribute '{name}'")
+        value = getattr(importlib.import_module(mod), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__():

@@ -76,3 +76,82 @@ def test_controllers_package_stays_lazy():
             "print(sorted(m for m in sys.modules if m.startswith('cmstack.controllers.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "['cmstack.controllers.base']", out
+
+
+@pytest.mark.parametrize("path", ["cmstack/__init__.py", "controllers/__init__.py"])
+def test_lazy_namespace_declares_the_same_names_to_type_checkers(path):
+    """A lazily imported namespace lists each name twice: in ``_EXPORTS`` (run time) and under
+    ``if TYPE_CHECKING:`` (type checkers); both say the same name from the same module."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / path).read_text(encoding="utf-8"))
+    exports = next(ast.literal_eval(n.value) for n in tree.body
+                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_EXPORTS")
+    guard = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    declared = {a.name: imp.module for imp in guard.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+    assert declared == exports
+    assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body), \
+        "a module-level __getattr__ visible to mypy makes every name resolve (to Any)"
+
+
+GOOD = '''
+import numpy as np
+from cmstack import Robot, simulate
+from cmstack.controllers import Controller, PIDC, RobustUKController, TaskSpaceLaw, UdwadiaKalabaController
+from cmstack.limits import EffortLimit, Limit
+from cmstack.plants import MujocoPlant, Plant, plant_from_urdf
+from cmstack.scenario import Context, Outcome, Row
+from cmstack.tasks import GAUSS, Circle, FrameTask, PostureTask, RigidCoupling, Task
+
+
+def build(robot: Robot, q0: np.ndarray) -> tuple[Controller, list[Limit], list[Task]]:
+    hand = FrameTask(robot, "tool", Circle([0.4, 0.0, 0.5], 0.1, 2.0), kp=400.0, kd=40.0)
+    tasks: list[Task] = [hand, PostureTask(robot, q0, kp=100.0, kd=20.0)]
+    return UdwadiaKalabaController(robot, levels=[[hand], [tasks[1], GAUSS]]), [EffortLimit(robot)], tasks
+
+
+def outcome(err: float) -> Outcome:
+    return Outcome({"e": err}, [Row("e", err, target="<= 1e-3", ok=err <= 1e-3)])
+'''
+BAD = '''
+from cmstack import simulate
+from cmstack.controllers import UKController
+from cmstack.plants import plant_from_urdf
+from cmstack.tasks import circle_trajectory
+
+
+def f(plant, ctrl) -> None:
+    simulate(plant, ctrl, duration="5 s", control_dt=1e-3)
+'''
+
+
+@pytest.mark.slow
+def test_public_api_type_checks(tmp_path):
+    """A program written against the public namespaces type-checks (mypy), the two examples too; a wrong
+    name (an alias that is gone, a law that does not exist) or a wrongly typed argument does not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("mypy")
+    from test_import_contract import installed_tree
+
+    tree = installed_tree(tmp_path / "tree")
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    (tmp_path / "good.py").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "bad.py").write_text(BAD, encoding="utf-8")
+
+    def mypy(*files):
+        return subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+                               "--cache-dir", str(tmp_path / "cache"), *map(str, files)], capture_output=True,
+                              text=True, env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"}, cwd=tmp_path,
+                              timeout=600)
+
+    good = mypy(tmp_path / "good.py", examples / "panda_circle.py", examples / "dual_panda_carry.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = mypy(tmp_path / "bad.py")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert 'Module "cmstack.controllers" has no attribute "UKController"' in bad.stdout, bad.stdout
+    assert 'Module "cmstack.tasks" has no attribute "circle_trajectory"' in bad.stdout, bad.stdout
+    assert 'Argument "duration" to "simulate" has incompatible type "str"; expected "float"' in bad.stdout, bad.stdout
