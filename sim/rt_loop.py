@@ -77,13 +77,11 @@ class LoopSettings:
 class LoopReport:
     """What the controller loop measured.  Per cycle k (the state it answered; NaN where none):
     ``latency_us`` (state published → τ sent), ``compute_us`` (the controller call), ``wake_us`` (state
-    published → the call starts).  ``cycles``: states answered; ``skipped``: states never seen (the loop
-    was busy when the next came); ``read_failures``; ``gc_collections`` during the loop;
+    published → the call starts).  ``cycles``: states answered; ``read_failures``; ``gc_collections`` during the whole loop;
     ``gc_gen0_growth`` and ``traced_growth_bytes`` (None when tracemalloc was off) from the end of
     warm-up to the end; ``top_growth``: the source lines that grew most (tracemalloc only)."""
 
     cycles: int = 0
-    skipped: int = 0
     read_failures: int = 0
     gc_collections: int = 0
     gc_gen0_growth: int = 0
@@ -142,11 +140,11 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
 
     tracing = tracemalloc.is_tracing()
     mem0 = gen0 = 0
-    gc.callbacks.append(on_gc)
     if s.gc_off:
-        gc.collect()
+        gc.collect()                 # (before the count starts: this one is ours, outside the loop)
         gc.freeze()
         gc.disable()
+    gc.callbacks.append(on_gc)
     running = (rt.STARTING, rt.RUNNING)
     try:
         last_seq, last_wall, i = 0, perf(), 0
@@ -211,7 +209,6 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 gen0 = gc.get_count()[0]
                 if tracing:
                     mem0 = tracemalloc.get_traced_memory()[0]
-                gcs[0] = 0
             due_timeout = s.timeout_s
             if link.driver_status not in running:
                 rep.ended_by = rt.STATUS_NAMES.get(link.driver_status, "?")
