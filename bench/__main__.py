@@ -84,6 +84,20 @@ def summary(quick: bool) -> list[dict]:
             w = max(x["latency_s"] for x in lr["ctrl_c"])
             add("YuMi Ctrl-C to exit, worst", w, "s", f"≤ {lr['ctrl_c_target_s']:g}", w <= lr["ctrl_c_target_s"],
                 f"{len(lr['ctrl_c'])} runs")
+    lim = _load("limits")                          # issue 21: limits that bind never stall the step
+    if lim:
+        cases = lim["cases"]
+        bound = [c for c in cases if c != "free"]
+        w = max(cases[c]["step_us_max"] for c in bound)
+        wc = max(cases[c]["cpu_us_max"] for c in bound)
+        add("UK step with binding limits, worst (wall)", w, "µs", f"≤ {lim['target_worst_step_us']:g}",
+            w <= lim["target_worst_step_us"], f"CPU {wc:.0f} µs; normal step {lim['normal_step_us']:.0f} µs; "
+                                               f"load {lim['load_avg']:.1f}")
+        lift = cases.get("lift_two_arms", {})
+        if lift.get("coupling_max_m") is not None:
+            add("lift into a joint bound: plant overrun", lift["overrun_rad"], "rad",
+                f"≤ {lim['target_overrun_rad']:g}", lift["overrun_rad"] <= lim["target_overrun_rad"],
+                f"coupling {lift['coupling_max_m']:.1e} m (≤ {lim['target_coupling_m']:g})")
     return rows
 
 

@@ -439,8 +439,10 @@ class UdwadiaKalabaController:
             raise ConfigError(f"max_step_iters must be an integer > 0, got {max_step_iters!r}")
         self.max_step_iters = max_step_iters
         self._qp = BoundedQP(eps_abs=self.eps_abs)
-        self.warm_start = True    # each QP starts from the previous solution of the same shape (controllers/qp.py)
-        self.tie_break = 1e-3
+        # cold starts: a step's QPs do not depend on the steps before (a warm start from the previous step's
+        # result, penalties included, was no faster on the limited loops of bench/limits.py and made two
+        # controllers fed the same states differ where a level met its cap)
+        self.warm_start = False
         self._seq_active = False
         self._last_sequential = False   # the previous limited step needed the levels one by one
         self._levels_exact = False      # in the last sequential step every level above the last held exactly
