@@ -156,12 +156,15 @@ class PIDC:
         self._compiled = (not self.qp and self.w is None and self.force is None
                           and getattr(constraint, "m", None) == 1)
         k = len(coords)
-        self._sinus = isinstance(self.ref, Sinusoid) and self.ref.c.shape == (k,)
+        # sampled in the kernel: a Sinusoid whose sampling is Sinusoid's own (a subclass may redefine it)
+        self._sinus = (isinstance(self.ref, Sinusoid) and type(self.ref).sample is Sinusoid.sample
+                       and self.ref.c.shape == (k,))
         self._kprm = pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D, bool(self.passive),
                                  self.rank_tol, _SM_MIN,
                                  (self.ref.c, self.ref.a, self.ref.w, self.ref.p) if self._sinus else None)
         self._kref = np.zeros((3, k))
-        self._direct = type(robot) is Robot
+        # the dynamics read in place from one computeAllTerms: for a Robot whose update is Robot's own
+        self._direct = isinstance(robot, Robot) and type(robot).update is Robot.update
         self._kinfo = None
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
@@ -232,7 +235,8 @@ class PIDC:
     def ref(self, reference) -> None:
         self._ref = as_trajectory(reference)
         # a user function is called directly by the compiled step (no Sample built around its result)
-        self._ref_call = self._ref.f if type(self._ref) is FromFunction else self._ref
+        self._ref_call = (self._ref.f if isinstance(self._ref, FromFunction)
+                          and type(self._ref).sample is FromFunction.sample else self._ref)
 
     def __call__(self, t, q, v):
         if self._compiled:

@@ -40,7 +40,9 @@ Solution, cheapest first:
 
 The torque is τ = M v̇* + h + D v = RNEA(q, v, v̇*) + D v.
 
-Fused path: when every task is a built-in ``RigidCoupling``, ``FrameTask`` or ``PostureTask`` (and
+Fused path: when every task has a compiled row builder (``Task.kernel_kind()``: ``RigidCoupling``,
+``FrameTask``, ``PostureTask`` and their subclasses that keep the row maths; a task with integral action
+around one of them; and
 ``fused=True``, the default), the rows, H, r, the KKT solve of 1. and the effort check run in one
 compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the arrays of the step's one
 ``pin.computeAllTerms``; 2. and 3. then run in Python on its rows.  The same torques as the generic
@@ -68,7 +70,6 @@ from cmstack.models.coupling import FrameTask, PostureTask, RelativeFrameTask, R
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
-from cmstack.models.trajectory import Circle
 
 
 
@@ -187,22 +188,22 @@ class _FusedPlan:
     tasks in row order (the levels above the last, scaled by √ω, then the last level's, weighted by ω
     in H), the first ``EffortLimit`` (the others are checked in Python)."""
 
-    KINDS = {RigidCoupling: 0, FrameTask: 1, PostureTask: 2}
-
     @staticmethod
     def _inner(task):
-        """The built-in task a task stands for: itself, or the task an ``IntegralTask`` wraps (its
-        integral action enters the kernel as the bias β = K_i z of its rows)."""
-        from cmstack.controllers.uk_robust import IntegralTask      # (uk_robust imports this module)
-
-        return task.inner if type(task) is IntegralTask else task
+        """The task whose compiled rows stand for ``task``: itself, or the task one with integral action
+        wraps (``kernel_biased_inner``: its β = K_i z enters the kernel as a bias of those rows)."""
+        biased = getattr(task, "kernel_biased_inner", None)
+        return biased() if biased is not None else task
 
     @classmethod
     def build(cls, ctl: "UdwadiaKalabaController") -> "_FusedPlan | None":
-        """The plan, or None when a task is not a built-in type, or one wrapped by ``IntegralTask``
-        (or numba is missing)."""
-        if any(type(cls._inner(task)) not in cls.KINDS for L in ctl.levels for task in L.tasks):
-            return None
+        """The plan, or None when some task has no compiled row builder (``Task.kernel_kind()`` is
+        None: a task of another kind, or a subclass that redefines its row maths), or numba is missing."""
+        for L in ctl.levels:
+            for task in L.tasks:
+                inner = cls._inner(task)
+                if inner is None or not callable(getattr(inner, "kernel_kind", None)) or inner.kernel_kind() is None:
+                    return None
         try:
             from cmstack.controllers import _uk_kernels
         except ImportError:      # numba absent: the generic path
@@ -256,7 +257,7 @@ class _FusedPlan:
             task = self._inner(outer)
             if task is not outer:
                 self.integrals.append((k, outer))
-            kind = self.KINDS[type(task)]
+            kind = task.kernel_kind()
             a = b = off = 0
             sel0, nsel = task.rows.start, task.dim
             if kind == 0:
@@ -300,7 +301,9 @@ class _FusedPlan:
         self.wk = np.zeros(2 * n * n + n + n * (m + 1) + m * m)
         self.H = self.wk[:n * n].reshape(n, n)
         self.r = self.wk[n * n:n * n + n]
-        efforts = [lim for lim in ctl.limits if type(lim) is EffortLimit]
+        # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
+        efforts = [lim for lim in ctl.limits if isinstance(lim, EffortLimit)
+                   and type(lim).bounds is EffortLimit.bounds and type(lim).violated is EffortLimit.violated]
         self.effort = efforts[0] if efforts else None
         self.eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
         self.no_tmax = np.zeros(0)
@@ -366,7 +369,7 @@ class UdwadiaKalabaController:
             on its own as well); the levels that find it spent give way (``_sequential``).
         warn_free_dof: warn once when the tasks leave degrees of freedom to Gauss alone.
         fused: run the step through the compiled kernels of ``controllers/_uk_kernels.py`` when every
-            task is a built-in ``RigidCoupling``, ``FrameTask`` or ``PostureTask`` (the same torques;
+            task has a compiled row builder (``Task.kernel_kind()``; the same torques;
             any other task, or ``fused=False``, takes the generic Python path).
     """
 
@@ -583,12 +586,14 @@ class UdwadiaKalabaController:
             P.bind(d, self.D, self._sqrt_rank_tol)
         tgtH, tgtVA, tcirc, seen = P.tgtH, P.tgtVA, P.tcirc, P.seen
         for k, task in P.frame_tasks:
-            c = task._const
+            c = task.constant_target
             if c is None:
                 seen[k] = None
                 tr = task.trajectory
-                if type(tr) is Circle:          # sampled in the kernel (_uk_kernels.circle_sample)
-                    tcirc[k] = (tr.cx, tr.cy, tr.cz, tr.r, tr.w, tr.phase, 1.0)
+                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
+                if circ is not None:            # sampled in the kernel (_uk_kernels.circle_sample)
+                    tcirc[k, :6] = circ
+                    tcirc[k, 6] = 1.0
                     tgtH[k, :3, :3] = tr.R
                     continue
                 T, vel, accD = task.desired(t)

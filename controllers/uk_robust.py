@@ -97,6 +97,14 @@ class IntegralTask(Task):
     def error_dynamics(self, kin, t: float) -> ErrorDynamics:
         return self.inner.error_dynamics(kin, t)
 
+    def kernel_biased_inner(self) -> Task | None:
+        """The task whose compiled rows, less the bias K_i z, are this task's rows (for the compiled UK
+        step), or None when a subclass redefines the row maths (its own ``compute`` then runs)."""
+        cls = type(self)
+        if any(getattr(cls, m) is not getattr(IntegralTask, m) for m in ("compute", "error_dynamics", "qp_rows")):
+            return None
+        return self.inner
+
     def compute(self, kin, t: float):
         A, b = self.inner.compute(kin, t)
         if self.advance(t):

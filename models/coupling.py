@@ -158,6 +158,24 @@ class Task(ABC):
         self.kp = _gain(kp, "kp", self.name)
         self.kd = _gain(kd, "kd", self.name)
 
+    #: the row builder of the compiled UK step (controllers/_uk_kernels.py) that computes exactly this
+    #: class's rows: 0 coupling, 1 frame, 2 posture; None: none (the rows are computed in Python)
+    _KERNEL: int | None = None
+    _ROW_MATHS = ("error_dynamics", "compute", "qp_rows", "error")
+
+    def kernel_kind(self) -> int | None:
+        """The compiled row builder that computes this task's rows, or None.  Dispatch by what the
+        object does, not by its exact type: a subclass keeps its parent's kernel as long as it does not
+        redefine the row maths (``error_dynamics``, ``compute``, ``qp_rows``, ``error``); one that does
+        gets None, and its own maths runs (the generic path)."""
+        cls = type(self)
+        owner = next((c for c in cls.__mro__ if "_KERNEL" in c.__dict__), None)
+        if owner is None or owner._KERNEL is None:
+            return None
+        if any(getattr(cls, m) is not getattr(owner, m) for m in self._ROW_MATHS):
+            return None
+        return owner._KERNEL
+
 
 AffineConstraint = Task
 """The former name of ``Task`` (kept: controllers and scenarios type their arguments with it)."""
@@ -169,6 +187,8 @@ class RigidCoupling(Task):
     Args: robot; frame1, frame2: frame names E₁, E₂; T_AB: pose of E₂ in E₁ when coupled (SE3 or
     4×4, metres); kp (1/s²), kd (1/s): gains of the error ODE; rows: "full" | "position" |
     "orientation"; name: shown in errors and logs."""
+
+    _KERNEL = 0
 
     def __init__(self, robot: Robot, frame1: str, frame2: str, T_AB, kp: float, kd: float,
                  rows: str = "full", name: str | None = None):
@@ -207,6 +227,8 @@ class RigidCoupling(Task):
         return ErrorDynamics(W, drift, rel, _pose_error(B, E2))
 
     def compute(self, kin, t):
+        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
+            return Task.compute(self, kin, t)
         """(A, b) with as few array operations as possible (the per-step hot path; equal to
         ``Task.compute`` on ``error_dynamics``, tested):
         b = −[a_d + K_d v_d + K_p e_p;  R₂ᵀ(α_d − ω₂ × ω_d + K_d ω_d) + K_p e_R]."""
@@ -224,6 +246,8 @@ class RigidCoupling(Task):
         return W[r], -y[r]
 
     def qp_rows(self, kin, t):
+        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
+            return self.compute(kin, t)
         """``compute`` with the angular rows in world axes, P = diag(I, R_E2):
         A' = J_d,  b' = −[a_d + K_d v_d + K_p e_p;  α_d − ω₂ × ω_d + K_d ω_d + K_p R_E2 e_R]."""
         B = kin.frame(self.fB)
@@ -261,6 +285,11 @@ class _PoseTarget:
         self._const = (_as_se3(T, self.name), _ZERO6, _ZERO6)
         self.trajectory = None
 
+    @property
+    def constant_target(self) -> tuple | None:
+        """(T_D, 0, 0) when the target is held by ``set_target``, else None (a trajectory)."""
+        return self._const
+
     def desired(self, t: float):
         """(T_D, velocity, acceleration) at time t [s]."""
         if self._const is not None:
@@ -278,6 +307,8 @@ class FrameTask(_PoseTarget, Task):
     acceleration) (linear parts in world axes, m/s and m/s²; angular parts in D's axes, rad/s and
     rad/s²), or None and call ``set_target``; kp (1/s²), kd (1/s); offset: SE3 or 4×4 pose of C in E;
     rows: "full" | "position" | "orientation"; name."""
+
+    _KERNEL = 1
 
     def __init__(self, robot: Robot, frame: str, trajectory: Trajectory | None = None, kp: float = 100.0,
                  kd: float = 20.0, offset=None, rows: str = "full", name: str | None = None):
@@ -307,6 +338,8 @@ class FrameTask(_PoseTarget, Task):
         return ErrorDynamics(W, drift, wd, e)
 
     def compute(self, kin, t):
+        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
+            return Task.compute(self, kin, t)
         """(A, b) with few array operations (hot path; equal to ``Task.compute``, tested):
         b = [a_C,lin − a_D − K_d w_lin − K_p e_lin;  R_Dᵀ(α_C − ω_D × ω_C) − ε_D − K_d w_ang − K_p e_ang]
         with the angular velocity error w_ang = ω_D^D − R_Dᵀ ω_C."""
@@ -329,6 +362,8 @@ class FrameTask(_PoseTarget, Task):
         return W[r], y[r]
 
     def qp_rows(self, kin, t):
+        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
+            return self.compute(kin, t)
         """``compute`` with the angular rows in world axes, P = diag(I, R_D):
         A' = −J_C,  b' = [a_C − a_D − K_d(v_D − v_C) − K_p e_p;
                           α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]
@@ -420,6 +455,8 @@ class PostureTask(Task):
     Args: robot; q_ref: reference (rad or m), of size nq or of size len(joints); joints: None (all)
     or a list of joint names; kp (1/s²), kd (1/s); name."""
 
+    _KERNEL = 2
+
     def __init__(self, robot: Robot, q_ref=None, joints: Sequence[str] | None = None, kp: float = 10.0,
                  kd: float = 2 * math.sqrt(10.0), name: str | None = None):
         self.name = name or "posture"
@@ -458,6 +495,8 @@ class PostureTask(Task):
         return ErrorDynamics(self._W.copy(), self._drift.copy(), -kin.v[self.idx], self.q_ref - kin.q[self.idx])
 
     def qp_rows(self, kin, t):
+        if type(self).error_dynamics is not PostureTask.error_dynamics:   # a subclass's own error maths
+            return Task.qp_rows(self, kin, t)
         """(A, b) = (−S, K_d v_S − K_p (q_ref − q_S)) (the same as ``compute``, fewer operations)."""
         if self._all:
             return self._W, self.kd * kin.v - self.kp * (self.q_ref - kin.q)

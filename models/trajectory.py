@@ -140,6 +140,13 @@ class Circle(SE3Trajectory):
         self.R = np.eye(3) if R is None else np.asarray(R, dtype=float)
         self.r, self.w, self.phase = float(radius), float(omega), float(phase)
 
+    def kernel_params(self) -> tuple | None:
+        """(c_x, c_y, c_z, r, ω, φ) for a compiled step that samples this circle itself, or None when a
+        subclass redefines ``sample`` (its own maths then runs, sampled in Python)."""
+        if type(self).sample is not Circle.sample or type(self).__call__ is not Circle.__call__:
+            return None
+        return (self.cx, self.cy, self.cz, self.r, self.w, self.phase)
+
     def sample(self, t: float) -> Sample:
         r, w, arr = self.r, self.w, np.array
         a = w * t + self.phase

@@ -1,0 +1,111 @@
+"""The compiled UK step is chosen by what a task or trajectory does, not by its exact type (issue 22):
+a subclass of a built-in task that keeps its row maths, and a user-written trajectory, take the compiled
+step; a subclass that redefines the row maths or a circle that redefines its sampling runs its own maths
+(and the torques show it)."""
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+from cmstack.models.coupling import FrameTask, PostureTask, RigidCoupling
+from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Circle, Sample
+
+T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
+CENTER = [0.436763, 0.185684, 0.512661]
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return Robot("urdf/yumi.urdf")
+
+
+class MyFrameTask(FrameTask):
+    """A subclass that adds a convenience, not maths: keeps the compiled rows."""
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.frame}"
+
+
+class ShiftedFrameTask(FrameTask):
+    """A subclass that redefines the maths: the target 1 cm higher."""
+
+    def error_dynamics(self, kin, t):
+        W, drift, w, e = super().error_dynamics(kin, t)
+        e = e.copy()
+        e[2] += 0.01
+        return type(super().error_dynamics(kin, t))(W, drift, w, e)
+
+
+class UserCircle:
+    """A user's trajectory, not a cmstack class: the same circle as Circle, by its own code."""
+
+    def __init__(self, c, r, w):
+        self.c, self.r, self.w = np.asarray(c, float), r, w
+
+    def __call__(self, t):
+        a = self.w * t
+        p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
+        v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
+        acc = -self.r * self.w ** 2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
+        return pin.SE3(np.eye(3), p), v, acc
+
+
+class RaisedCircle(Circle):
+    """A Circle subclass that redefines its sampling (1 cm higher): must not be sampled as a Circle."""
+
+    def sample(self, t):
+        T, vel, acc = Circle.sample(self, t)
+        return Sample(pin.SE3(T.rotation, T.translation + np.array([0.0, 0.0, 0.01])), vel, acc)
+
+
+def _ctl(robot, task, **kw):
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 1000, 33)
+    return UdwadiaKalabaController(robot, levels=[[c], [(task, 50.0)], [PostureTask(robot, np.zeros(14), kp=4, kd=4)]],
+                                   limits=[], warn_free_dof=False, **kw)
+
+
+def _states(n=4):
+    rng = np.random.default_rng(7)
+    return [(0.05 * k, 0.3 * rng.normal(size=14), 0.3 * rng.normal(size=14)) for k in range(n)]
+
+
+def test_subclass_keeping_the_maths_takes_the_compiled_step(robot):
+    task = MyFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
+    assert task.kernel_kind() == 1
+    fast, slow = _ctl(robot, task), _ctl(robot, MyFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40),
+                                         fused=False)
+    assert fast._plan is not None
+    for t, q, v in _states():
+        np.testing.assert_allclose(fast(t, q, v), slow(t, q, v), rtol=1e-9, atol=1e-9)
+
+
+def test_subclass_redefining_the_maths_runs_its_own(robot):
+    task = ShiftedFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
+    assert task.kernel_kind() is None
+    ctl = _ctl(robot, task)
+    assert ctl._plan is None                                  # the generic path, with the subclass's maths
+    base = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40))
+    t, q, v = _states(1)[0]
+    assert not np.allclose(ctl(t, q, v), base(t, q, v))      # the shift is really applied
+
+
+def test_user_trajectory_takes_the_compiled_step_with_the_same_torques(robot):
+    user = FrameTask(robot, "yumi_link_7_l", UserCircle(CENTER, 0.1, 1.5), 400, 40)
+    built = FrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
+    a, b = _ctl(robot, user), _ctl(robot, built)
+    assert a._plan is not None and b._plan is not None
+    for t, q, v in _states():
+        np.testing.assert_allclose(a(t, q, v), b(t, q, v), rtol=1e-9, atol=1e-9)
+
+
+def test_circle_subclass_redefining_sample_is_not_sampled_as_a_circle(robot):
+    fc = RaisedCircle(CENTER, 0.1, 1.5)
+    assert fc.kernel_params() is None and Circle(CENTER, 0.1, 1.5).kernel_params() is not None
+    a = _ctl(robot, FrameTask(robot, "yumi_link_7_l", fc, 400, 40))
+    raised = np.array(CENTER) + [0.0, 0.0, 0.01]
+    b = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(raised, 0.1, 1.5), 400, 40))   # the same motion
+    for t, q, v in _states():
+        np.testing.assert_allclose(a(t, q, v), b(t, q, v), rtol=1e-9, atol=1e-9)
