@@ -182,7 +182,7 @@ def _baseline_toml(scenario: str, signals: list[str], stride: int, dt: float, dt
     sk = (keep.get("signals") or {})
     lines = [
         "# cmstack baseline: what `cmstack baseline check` compares and how closely (edit freely).",
-        f"# scenario {scenario}; from {source}; signals every {stride} control step(s) (dt = {dt:.6g} s), {dtype}.",
+        f"# scenario {scenario}; from run {source.name}; signals every {stride} control step(s) (dt = {dt:.6g} s), {dtype}.",
         "# metrics: per kind {rtol, atol}: |run - base| <= atol + rtol*|base|; \"skip\" skips the kind.",
         "# kinds: error (floats), count (integers, *_steps, *failures, ...), timing (wall clock: not reproducible).",
         "[metrics]",

@@ -2,6 +2,16 @@ import os
 
 import pytest
 
+
+def pytest_addoption(parser, pluginmanager):
+    # cmstack's pytest plugin (fixtures cmstack_run, cmstack_baseline) comes through the pytest11 entry point of
+    # the installed package; a venv installed before that entry point existed gets it here (`make install`
+    # reinstalls when pyproject.toml changes)
+    if not pluginmanager.has_plugin("cmstack"):
+        import cmstack.pytest_plugin as plugin
+
+        pluginmanager.register(plugin, "cmstack")
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Longest test modules first, each module's tests kept together and in their order: with

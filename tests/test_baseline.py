@@ -61,29 +61,41 @@ def test_identical_rerun_passes_and_writes_check_md(runs):
     assert not (b / "check_plots").exists()
 
 
-def test_one_gain_changed_by_one_percent_fails_naming_signal_and_time(runs, tmp_path):
-    d, _, _, base = runs
-    c = run(tmp_path / "kp505", "--set", "task_kp=505")
-    r = cli("baseline", "check", str(c), "--against", str(base), cwd=tmp_path)
-    assert r.returncode == 1, r.stdout + r.stderr
-    first = r.stdout.splitlines()[0]
-    assert first.startswith("outside tolerance: signal tau[yumi_joint_") and "at t = 0.0000 s" in first, first
-    md = (c / "check.md").read_text()
+#: the flagship's committed baseline (tests/test_yumi_closed_loop.py::test_virtual_plant_thesis_settings: the
+#: thesis' 2 s run, written in that test's process); the runs below are child processes (cmstack_run)
+FLAGSHIP = Path(__file__).resolve().parent / "baselines" / "test_virtual_plant_thesis_settings"
+
+
+def test_done_when_identical_rerun_passes(cmstack_run, tmp_path):
+    r = cmstack_run("yumi_dual_arm", plots=False)
+    assert r.exit_code == 0 and r.metrics["scenario"] == "yumi_dual_arm"
+    c = cli("baseline", "check", str(r.dir), "--against", str(FLAGSHIP), cwd=tmp_path)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert c.stdout.startswith("within tolerance: 20 metrics and 5 signals on 400 samples"), c.stdout
+
+
+def test_done_when_one_gain_changed_by_one_percent_fails_naming_signal_and_time(cmstack_run, tmp_path):
+    r = cmstack_run("yumi_dual_arm", {"task_kp": 505})
+    c = cli("baseline", "check", str(r.dir), "--against", str(FLAGSHIP), cwd=tmp_path)
+    assert c.returncode == 1, c.stdout + c.stderr
+    first = c.stdout.splitlines()[0]
+    # the torque of the first step already differs (the gain multiplies the initial task error)
+    assert first.startswith("outside tolerance: signal tau[yumi_joint_1_l] left its band first, at t = 0.0000 s"), first
+    md = (r.dir / "check.md").read_text()
     assert "# Baseline check: FAIL" in md and "`task_kp: 500.0 → 505.0`" in md
-    pngs = sorted(p.stem for p in (c / "check_plots").glob("*.png"))
+    pngs = sorted(p.stem for p in (r.dir / "check_plots").glob("*.png"))
     assert pngs == ["e_c", "e_u", "q", "tau"], pngs
-    shutil.copytree(c / "check_plots", tmp_path / "pics" / "plots")      # plotcheck reads RUN/plots/
-    assert_plots_ok(tmp_path / "pics", pngs)                             # real pictures, not blank
+    shutil.copytree(r.dir / "check_plots", tmp_path / "pics" / "plots")      # plotcheck reads RUN/plots/
+    assert_plots_ok(tmp_path / "pics", pngs)                                 # real pictures, not blank
 
 
-def test_another_scenario_exits_2(runs, tmp_path):
-    d, _, _, base = runs
-    other = run(tmp_path / "sp", scenario="series_parallel", duration=0.2)
-    r = cli("baseline", "check", str(other), "--against", str(base), cwd=tmp_path)
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "scenario 'series_parallel' does not match the baseline's " \
-        "'yumi_dual_arm'" in r.stderr, r.stderr
-    assert not (other / "check.md").exists()
+def test_done_when_another_scenario_exits_2(cmstack_run, tmp_path):
+    other = cmstack_run("series_parallel", duration=0.2)
+    c = cli("baseline", "check", str(other.dir), "--against", str(FLAGSHIP), cwd=tmp_path)
+    assert c.returncode == 2
+    assert c.stderr == (f"error: {other.dir / 'metrics.json'}: scenario 'series_parallel' does not match the "
+                        f"baseline's 'yumi_dual_arm' ({FLAGSHIP / 'metrics.json'})\n"), c.stderr
+    assert not (other.dir / "check.md").exists()
 
 
 def _copy_run(src: Path, dst: Path, drop=(), metrics=None) -> Path:

@@ -14,7 +14,7 @@ from cmstack.scenarios.chain_task_space import NAME, run
 from plotcheck import assert_plots_ok
 
 
-def test_chain_task_space_thrusters(tmp_path):
+def test_chain_task_space_thrusters(tmp_path, cmstack_baseline):
     m, out = run_scenario(NAME, run, out=tmp_path, overrides={"duration": 4.0})
     assert m["ee_error_mean_m"] <= 1e-3
     assert m["ee_error_mean_rad"] <= 1e-3
@@ -29,6 +29,7 @@ def test_chain_task_space_thrusters(tmp_path):
     assert V[np.searchsorted(t, 2.9)] < 1e-3 * V[0]          # V decays by orders of magnitude before the pulse
     assert (out / "plots" / "ee_tracking.png").is_file() and (out / "plots" / "trace.png").is_file()
     assert_plots_ok(out, ["ee_tracking", "trace"])
+    cmstack_baseline.check(out)          # e_pos, e_att, q, tau, allocation residual: tests/baselines/<this test>/
 
 
 def test_chain_task_space_joint_motors(tmp_path):

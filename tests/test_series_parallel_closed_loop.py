@@ -27,7 +27,7 @@ def paper(tmp_path_factory):
     return m, L, d / "paper"
 
 
-def test_paper_gains_track_and_keep_the_loop_closed(paper):
+def test_paper_gains_track_and_keep_the_loop_closed(paper, cmstack_baseline):
     """Table II gains: the initial errors are removed (φ, θ, δ), the plant's loop stays closed; the tip
     force (whose δ-component, ~180 N, exceeds κ_δ = 50 N) makes a bounded δ excursion."""
     m, L, out = paper
@@ -41,6 +41,7 @@ def test_paper_gains_track_and_keep_the_loop_closed(paper):
     assert 0.005 < m["peak_error_disturbance_delta_m"] < 0.08   # visible, bounded (no end stop)
     assert m["stroke_end_stop_time_s"] == 0.0
     assert_plots_ok(out, ["tracking", "errors", "forces", "loop_closure", "rmse_table3"])
+    cmstack_baseline.check(out)          # e, q, loop residual and metrics: tests/baselines/<this test>/
 
 
 def test_gains_satisfying_condition_25_reject_the_disturbance(tmp_path):

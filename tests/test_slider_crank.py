@@ -8,7 +8,7 @@ from plotcheck import assert_plots_ok
 
 
 @pytest.mark.slow
-def test_slider_crank_targets(tmp_path):
+def test_slider_crank_targets(tmp_path, cmstack_baseline):
     m, out = run_scenario(NAME, run, out=tmp_path, overrides={"duration": 5.5})
     assert m["singular_crossings"] >= 10
     assert m["singular_crossings_mujoco"] >= 10
@@ -23,6 +23,7 @@ def test_slider_crank_targets(tmp_path):
     assert m["motor_saturations_mujoco"] == 0 and m["max_torque_nm"] <= 50.0
     assert m["ok"] is True
     assert (out / "log.npz").is_file() and (out / "plots" / "tracking.png").is_file()
+    cmstack_baseline.check(out)          # e_theta, q, tau, loop residual and metrics: tests/baselines/<this test>/
 
 
 def test_bad_config_is_refused(tmp_path):

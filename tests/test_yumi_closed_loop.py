@@ -15,7 +15,7 @@ def go(tmp_path, **over):
     return run_scenario(NAME, run, overrides=over, out=tmp_path)[0]
 
 
-def test_virtual_plant_thesis_settings(tmp_path):
+def test_virtual_plant_thesis_settings(tmp_path, cmstack_baseline):
     m = go(tmp_path)
     assert abs(m["constraint_error_initial"] / 0.284 - 1) <= 0.01
     assert abs(m["task_error_initial"] / 0.345 - 1) <= 0.01
@@ -27,6 +27,7 @@ def test_virtual_plant_thesis_settings(tmp_path):
     assert_plots_ok(tmp_path, ["tracking", "errors", "velocities_torques", "constraint_force", "path_xz"])
     log = np.load(tmp_path / "log.npz")
     assert log["q"].shape == (400, 14) and "plant_qpos" in log and "frame__E1" in log
+    cmstack_baseline.check(tmp_path)     # errors, q, tau, weld residual and metrics: tests/baselines/<this test>/
 
 
 def test_bar_plant(tmp_path):
