@@ -25,7 +25,7 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 LIBRARY = {"cmstack.models", "cmstack.controllers", "cmstack.sim", "cmstack.tasks", "cmstack.limits", "cmstack.plants"}
 APPLICATION = {"cmstack.scenarios", "cmstack.scenario", "cmstack.sim.campaign", "cmstack.bench", "cmstack.cli",
-               "cmstack.rt", "cmstack.warmup"}
+               "cmstack.rt", "cmstack.warmup", "cmstack.baseline", "cmstack.pytest_plugin"}
 
 
 def installed_tree(dest: Path) -> Path:
@@ -84,6 +84,7 @@ def test_contract_names_both_tiers():
     ("sim/runner.py", "from cmstack.sim.campaign import execute", "cmstack.sim.runner -> cmstack.sim.campaign"),
     ("sim/rt_loop.py", "from cmstack import rt", "cmstack.sim.rt_loop -> cmstack.rt"),
     ("sim/plant.py", "import cmstack.cli", "cmstack.sim.plant -> cmstack.cli"),
+    ("sim/logger.py", "from cmstack.baseline import check", "cmstack.sim.logger -> cmstack.baseline"),
     ("sim/viewer.py", "from cmstack.bench import viewer", "cmstack.sim.viewer -> cmstack.bench.viewer"),
     ("tasks.py", "from cmstack.scenario import Outcome", "cmstack.tasks -> cmstack.scenario"),
     ("plants.py", "from cmstack.scenarios.yumi_dual_arm import build_problem",
