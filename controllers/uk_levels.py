@@ -1,0 +1,121 @@
+"""The levels of the prioritized Udwadia–Kalaba controller (``controllers/udwadia_kalaba.py``): Gauss'
+principle as a member of a level, a level's tasks and weights, the step's info record, and the
+null-space basis the hierarchy works in."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cmstack.models.coupling import Task
+from cmstack.models.errors import ConfigError
+
+
+class _Gauss:
+    """Gauss' principle ½ (v̇ − a)ᵀ M (v̇ − a), a = M⁻¹ Q, as a member of a level."""
+
+    name = "gauss"
+
+    def __repr__(self) -> str:
+        return "GAUSS"
+
+
+GAUSS = _Gauss()
+"""Place Gauss' principle in a level (the last one); weight 1, the tasks' weights are relative to it."""
+
+
+def _null_basis(A: np.ndarray, n: int, tol: float):
+    """(pinv(A), orthonormal basis of N(A), rank) by SVD with relative rank tolerance ``tol``."""
+    if A.shape[0] == 0:
+        return np.zeros((n, 0)), np.eye(n), 0
+    U, s, Vt = np.linalg.svd(A, full_matrices=True)
+    r = int(np.sum(s > tol * max(1.0, s[0]))) if s.size else 0
+    pinv = (Vt[:r].T / s[:r]) @ U[:, :r].T
+    return pinv, Vt[r:].T, r
+
+
+@dataclass
+class UKStepInfo:
+    """What the controller reports every step.  The generalized forces are computed on first
+    access (diagnostics, not needed for τ).  ``path``: "kkt" (direct solve), "nullspace", "qp"
+    (one QP with the limits) or "sequential" (one QP per level)."""
+
+    status: str = "not run"
+    vdot: np.ndarray | None = None
+    tau: np.ndarray | None = None
+    qp_iter: int = 0
+    limits_active: bool = False
+    path: str = ""
+    cold_retries: int = 0
+    saturated: bool = False       # a level below the first gave way to the limits (``gave_way`` says which)
+    gave_way: str = ""
+    _Qc: np.ndarray | None = None
+    _Qu: np.ndarray | None = None
+    _Qlim: np.ndarray | None = None
+    _lazy: object = None
+
+    def _fill(self):
+        if self._lazy is not None:
+            self._Qc, self._Qu, self._Qlim = self._lazy()
+            self._lazy = None
+
+    @property
+    def Qc(self) -> np.ndarray | None:
+        """Q_c = −A₁ᵀ λ₁, the first (hard) level's generalized force; (3.10) without tasks."""
+        if self.vdot is None:
+            return None
+        self._fill()
+        return self._Qc
+
+    @property
+    def Qu(self) -> np.ndarray | None:
+        """The other levels' (tasks') generalized force."""
+        if self.vdot is None:
+            return None
+        self._fill()
+        return self._Qu
+
+    @property
+    def Qlim(self) -> np.ndarray | None:
+        """The limits' generalized force −Cᵀ z (zero when no limit is active)."""
+        if self.vdot is None:
+            return None
+        self._fill()
+        return self._Qlim
+
+
+@dataclass
+class _Level:
+    tasks: list
+    weights: np.ndarray
+    sqrt_w: np.ndarray
+    gauss: bool = False
+    dim: int = 0
+
+
+def _parse_level(level, k: int) -> _Level:
+    if isinstance(level, (Task, _Gauss)) or (isinstance(level, tuple) and len(level) == 2):
+        level = [level]
+    tasks, ws, gauss = [], [], False
+    for item in level:
+        if item is GAUSS:
+            gauss = True
+            continue
+        w = 1.0
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ConfigError(f"level {k + 1}: a member must be a task, (task, weight) or GAUSS; got {item!r}")
+            item, w = item
+        if not isinstance(item, Task):
+            raise ConfigError(f"level {k + 1}: {item!r} is not a Task (FrameTask, RigidCoupling, PostureTask, …)")
+        try:
+            w = float(w)
+        except (TypeError, ValueError):
+            raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w!r}") from None
+        if not (math.isfinite(w) and w > 0):
+            raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w}")
+        tasks.append(item)
+        ws.append(w)
+    ws = np.array(ws, dtype=float)
+    return _Level(tasks, ws, np.sqrt(ws), gauss, sum(t.dim for t in tasks))

@@ -1,0 +1,219 @@
+"""How the UK controller solves its levels (``controllers/udwadia_kalaba.py``, module docstring 1.–3.):
+the equality levels (KKT by Cholesky, else null-space projections) and the levels within the limits
+(one bounded QP, else the levels one by one, a level that cannot be solved giving way)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg.lapack import dposv as _dposv
+
+from cmstack.controllers.uk_levels import _null_basis
+from cmstack.models.robot import Kinematics
+
+
+class LevelSolver:
+    """The solving half of ``UdwadiaKalabaController`` (a mixin: it uses the controller's levels,
+    limits, tolerances and its ``BoundedQP``)."""
+
+    def _solve(self, key, H, g, A, b, C, l, u, feasible_start: bool = False, budget: int | None = None):
+        """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
+        warm-started per ``key``, one cold retry); counts cold retries in ``info``."""
+        before = self._qp.cold_retries
+        res = self._qp.solve(key, H, g, A, b, C, l, u, warm=self.warm_start, feasible_start=feasible_start, budget=budget)
+        if self._qp.cold_retries != before:
+            self.cold_retries += 1
+            self.info.cold_retries += 1
+        return res
+
+    # ------------------------------------------------------------------ control
+
+    # ------------------------------------------------------------------ equality levels
+    def _equality(self, H, r, E, f, rows, t):
+        """Levels without limits: KKT fast path, else null-space projections. (v̇, λ, path).
+        r = −g.  Schur complement with LAPACK Cholesky solves (dposv):
+        X = H⁻¹ [Eᵀ r],  S = E H⁻¹ Eᵀ,  S λ = E H⁻¹ r − f,  v̇ = H⁻¹ r − H⁻¹ Eᵀ λ."""
+        m = E.shape[0]
+        if m == 0:
+            x, info = _dposv(H, r)[1:]
+            if info == 0:
+                return x, None, "kkt"
+            return np.linalg.solve(H, r), None, "kkt"
+        if m <= self.n:
+            B = np.empty((self.n, m + 1))
+            B[:, :m] = E.T
+            B[:, m] = r
+            X, info = _dposv(H, B)[1:]
+            if info == 0:
+                EX = E @ X                                  # [S, E H⁻¹ r]
+                c, lam, info = _dposv(EX[:, :m], EX[:, m] - f)
+                if info == 0:
+                    dg = c.diagonal().tolist()
+                    if min(dg) > self._sqrt_rank_tol * max(dg):
+                        return X[:, m] - X[:, :m] @ lam, lam, "kkt"
+        return self._nullspace(H, -r, rows, t)
+
+    def _nullspace(self, H, g, rows, t):
+        n = self.n
+        x = np.zeros(n)
+        N = np.eye(n)
+        for k, (A, b) in enumerate(rows):
+            if N.shape[1] == 0:
+                break
+            B = A @ N
+            P, NB, r = _null_basis(B, N.shape[1], self.rank_tol)
+            x = x + N @ (P @ (b - A @ x))
+            if k == 0 and np.linalg.norm(A @ x - b) > 1e-8 * (1 + np.linalg.norm(b)):
+                raise self._incompatible(A, b, t)
+            N = N @ NB
+        if N.shape[1]:
+            x = x + N @ np.linalg.solve(N.T @ H @ N, N.T @ (-g - H @ x))
+        E = np.vstack([r[0] for r in rows])
+        lam = np.linalg.lstsq(E.T, -(H @ x + g), rcond=None)[0]     # Eᵀλ = −(H v̇ + g), minimum norm
+        return x, lam, "nullspace"
+
+    # ------------------------------------------------------------------ limits
+    def _with_limits(self, kin, H, g, E, f, rows, C, l, u, Q, hD, t):
+        """v̇* violates a limit: one bounded QP of the final level with E v̇ = f and the limits
+        (module docstring, 3); when it is not solved, the levels one after another."""
+        iters = 0
+        if not (self._last_sequential and rows):
+            # the one QP is a shortcut: when every level above can hold exactly within the limits, the
+            # sequential solution is the same; after a step that needed the levels one by one, go there
+            # directly (its first QP tells again whether they can)
+            res = self._solve(("all", E.shape[0]), H, g, E, f, C, l, u)
+            iters = res.iters
+            if res.solved:
+                self.info.saturated, self.info.gave_way = False, ""
+                self._last_sequential = False
+                return res.x, res.y if E.shape[0] else None, res.z, res.iters, "qp"
+        out = self._sequential(kin, H, g, rows, C, l, u, Q, hD, t, iters)
+        self._last_sequential = not self._levels_exact
+        return out
+
+    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t, iters: int = 0):
+        """Levels one at a time with the limits (module docstring, 3), each a bounded QP
+        (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
+
+        Bounded: the one QP of ``_with_limits`` and level 1's two QPs are capped by ``controllers/qp.py``
+        (300 iterations each); the levels below share ``max_step_iters`` (150).  So a step costs at most
+        3 · 300 + 150 ProxSuite iterations (``bench/limits.py`` times it).
+
+        Level 1 (hard): min ½ (v̇ − a)ᵀ M (v̇ − a) s.t. A₁ v̇ = b₁ and the limits.  When ProxSuite does not
+        solve it within its caps, the least-squares form min ‖A₁ v̇ − b₁‖² + μ‖v̇ − a‖²_M s.t. the limits
+        alone (feasible whenever the limits are; μ = 1e-6 tr(A₁ᵀA₁)/tr(M)) decides: a residual within
+        ``1e-6 (1 + ‖b₁‖)`` is level 1 held; otherwise ``InfeasibleError`` naming the level, the limits
+        and the joints that bind (the controller never sends a torque that breaks a hard level).
+
+        Level k ≥ 2 and the final level: v̇ = v̇_{k−1} + N_{k−1} z in the null space of the levels above,
+        only the limits as constraints (with a 1e-8 relative margin: v̇_{k−1} meets them to the solver's
+        tolerance).  A level whose QP is not solved within the caps or the budget gives way: v̇ keeps the
+        solution of the levels above (inside every limit; the iterate is taken instead when it is feasible
+        and lowers the level's cost), and ``info.saturated`` / ``info.gave_way`` say which level gave way
+        and which limits bind.  This is the closest feasible step the hierarchy allows."""
+        M = kin.M
+        info = self.info
+        info.saturated, info.gave_way = False, ""
+        n = self.n
+        if rows:
+            A1, b1 = rows[0]
+            r0 = self._solve(("seq", 0), M, -Q, A1, b1, C, l, u)
+            iters += r0.iters
+            if r0.solved or (r0.status == "max_iter" and r0.feasible):
+                x, z = r0.x, r0.z
+            else:
+                mu = 1e-6 * max(float(np.trace(A1.T @ A1)), 1e-12) / float(np.trace(M))
+                r1 = self._solve(("seq", "ls"), A1.T @ A1 + mu * M, -(A1.T @ b1) - mu * Q, None, None, C, l, u)
+                iters += r1.iters
+                resid = float(np.linalg.norm(A1 @ r1.x - b1)) if r1.feasible else np.inf
+                if not resid <= 1e-6 * (1.0 + float(np.linalg.norm(b1))):
+                    raise self._limits_infeasible(kin, hD, Q, rows, t, r0.raw_status or r0.status,
+                                                  r1.x if r1.feasible else None, resid)
+                x, z = r1.x, r1.z
+            N = _null_basis(A1, n, self.rank_tol)[1]
+            first = 1
+        else:
+            x, z, N, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), 0
+        iters_upper = iters
+        margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * self.eps_abs
+        margin = np.where(np.isfinite(margin), margin, 0.0)
+        z_last = None
+        active = bool(np.any(z != 0))
+        for k in range(first, len(rows) + 1):
+            nz = N.shape[1]
+            if nz == 0:
+                break
+            spent = iters - iters_upper
+            if spent >= self.max_step_iters:
+                self._give_way(k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent")
+                break
+            CN = C @ N
+            Cx = C @ x
+            # z = 0 (the levels above) is feasible by construction: a bound that v̇_{k−1} meets only to the
+            # tolerance of its QP is moved to it, so a lower level never has to repair a higher one
+            lo, hi = np.minimum(l - Cx, 0.0) - margin, np.maximum(u - Cx, 0.0) + margin
+            if k < len(rows):
+                A, b = rows[k]
+                AN = A @ N
+                mu = 1e-6 * max(np.trace(AN.T @ AN), 1e-12) / np.trace(M)
+                Hr = AN.T @ AN + mu * (N.T @ M @ N)
+                gr = N.T @ (-A.T @ (b - A @ x) + mu * (M @ x - Q))
+            else:
+                Hr = N.T @ H @ N
+                gr = N.T @ (H @ x + g)
+            r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, feasible_start=True,
+                            budget=self.max_step_iters - spent)
+            iters += r.iters
+            active = active or bool(np.any(r.z != 0))
+            if not r.solved:
+                self.failures += 1
+                better = r.feasible and float(0.5 * r.x @ Hr @ r.x + gr @ r.x) < 0.0
+                if better:
+                    x = x + N @ r.x
+                self._give_way(k, kin, hD, x, f"its QP ended '{r.raw_status}' after {r.iters} iterations"
+                               + (" (its last feasible iterate is used)" if better else ""))
+                break
+            x = x + N @ r.x
+            if k == len(rows):
+                z_last = r.z
+            else:
+                N = N @ _null_basis(AN, nz, self.rank_tol)[1]
+        if z_last is not None:
+            z = z_last
+        if rows:
+            # the split of the equality force, minimum norm, computed when the forces are asked for (on
+            # copies: H and g may be the compiled plan's buffers, rewritten by the next step)
+            E_up, rhs = np.vstack([a for a, _ in rows]), -(H @ x + g) - C.T @ z
+
+            def lam():
+                return np.linalg.lstsq(E_up.T, rhs, rcond=None)[0]
+        else:
+            lam = None
+        self._seq_active = active
+        self._levels_exact = bool(rows) and all(
+            np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows)
+        return x, lam, z, iters, "sequential"
+
+    def _level_name(self, k: int) -> str:
+        L = self.levels[k]
+        names = [task.name for task in L.tasks] + (["Gauss"] if L.gauss else [])
+        return f"level {k + 1} {names}"
+
+    def binding_limits(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, rtol: float = 1e-6) -> list[str]:
+        """The limits that bind at v̇: "<limit> on '<joint>' (lower|upper)" for every row within ``rtol``
+        (relative to its bound) of a bound or beyond it."""
+        out = []
+        for lim in self.limits:
+            Cl, ll, ul = lim.bounds(kin, hD)
+            y = Cl @ vdot
+            for i, j in enumerate(lim.idx):
+                for side, bnd, sgn in (("lower", ll[i], -1.0), ("upper", ul[i], 1.0)):
+                    if np.isfinite(bnd) and sgn * (y[i] - bnd) >= -rtol * (1.0 + abs(bnd)):
+                        out.append(f"{lim.name} on '{self.robot.joint_names[j]}' ({side})")
+        return out
+
+    def _give_way(self, k: int, kin, hD, x, why: str) -> None:
+        info = self.info
+        info.saturated = True
+        self.saturated_steps += 1
+        bind = self.binding_limits(kin, hD, x)
+        info.gave_way = (f"{self._level_name(k)} gave way: {why}; binding: "
+                         + (", ".join(bind[:6]) + (" …" if len(bind) > 6 else "") if bind else "none"))
