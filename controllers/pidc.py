@@ -258,6 +258,22 @@ class PIDC:
     def kin(self, k):
         self._kin, self._kin_qv = k, None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether a step can take the compiled one-row kernel (one constraint row, no QP, no force law)."""
+        return self._compiled
+
+    def step_given_dynamics(self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray,
+                            a: np.ndarray, jdv: float) -> np.ndarray | None:
+        """The compiled step on dynamics the caller computed: M, h (n×n, n) at (q, v), the constraint row
+        a (n) and Ȧq̇ = jdv (for an adapter that builds them itself: a lifted state, a bordered mass
+        matrix).  ``kin`` is built from (q, v) on first access.  None when the step needs the SVD path
+        (then call the controller itself) or when this controller has no compiled step."""
+        if not self._compiled:
+            return None
+        self._kin, self._kin_qv = None, (q, v)
+        return self._compiled_core(t, q, v, M, h, a, jdv)
+
     def _compiled_step(self, t, q, v):
         """The closed-form step for one constraint row as one compiled kernel (``kernels.pidc_one_row``: the
         equations of ``_numpy_step`` with the rank-1 closed forms, derived in its docstring); None when that

@@ -51,7 +51,7 @@ class SeriesParallelPIDC:
 
     def __call__(self, t, q, v):
         pid = self.pidc
-        if (pid._compiled and type(q) is np.ndarray and type(v) is np.ndarray and q.shape == (3,) and v.shape == (3,)
+        if (pid.compiled and type(q) is np.ndarray and type(v) is np.ndarray and q.shape == (3,) and v.shape == (3,)
                 and q.dtype == np.float64 and v.dtype == np.float64):
             x, xd = np.empty(4), np.empty(4)
             st, jdv = triangle_lift(q, v, *self._kmap, x, xd, self._a)
@@ -63,8 +63,7 @@ class SeriesParallelPIDC:
                 M, h = self._M, self._h
                 M[:3, :3] = Mt
                 h[:3] = ht
-                pid._kin, pid._kin_qv = None, (x, xd)
-                tau = pid._compiled_core(t, x, xd, M, h, self._a, jdv)
+                tau = pid.step_given_dynamics(t, x, xd, M, h, self._a, jdv)
                 if tau is not None:
                     return tau[self._out]
         x, xd = lift(self.tm, q, v)             # names a bad state (stroke, non-finite)

@@ -85,6 +85,7 @@ from pathlib import Path
 import numpy as np
 
 from cmstack.models.errors import ConfigError
+from cmstack.sim.logger import atomic_write   # the one atomic write (temporary file, fsync, rename)
 
 RESULT = "result.json"
 
@@ -99,18 +100,6 @@ LEAD_COLUMNS = ("id", "index", "status")
 
 
 # ------------------------------------------------------------------------------------- files
-def atomic_write(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader (or a crash) sees either the old file or the whole new
-    one: write a temporary file in the same directory, fsync it, then ``os.replace`` it over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _jsonable(x):
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
