@@ -24,7 +24,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # clean clone, the seconds below (`--durations`, quiet 2-core machine: only the order matters).
 # Nothing here asserts a time.
 MODULE_HINT_S = {   # seconds per module, quiet machine, 2026-11-24 (the cache of a previous run wins)
-    "test_campaign.py": 23, "test_viewer.py": 21, "test_browser.py": 13, "test_browser_series_parallel.py": 13,
+    "test_pytest_plugin.py": 45, "test_baseline.py": 25, "test_campaign.py": 23, "test_viewer.py": 21, "test_browser.py": 13, "test_browser_series_parallel.py": 13,
     "test_browser_chain.py": 12, "test_interrupt.py": 11, "test_chain_closed_loop.py": 11,
     "test_yumi_closed_loop.py": 8, "test_dac.py": 7, "test_series_parallel_closed_loop.py": 6, "test_balloon.py": 4,
     "test_pidc_yumi.py": 4, "test_slider_crank.py": 4, "test_protocols_static.py": 4, "test_run_contract.py": 3,
