@@ -197,6 +197,7 @@ def drive(plant, link: ShmTransport, log: DriverLog, n_cycles: int, settings: Dr
         link.set_driver_status(rt.STOPPED, code)
         return k + max(1, int(round(settings.brake_s / dt)))       # the last cycle of the brake
 
+    log.rows[:] = 0.0                              # touch every page of the log before the clock starts
     # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
     q, v = plant.state()
     t = plant.time

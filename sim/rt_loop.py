@@ -184,6 +184,13 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
             c0 = perf()
             tau = controller(st.local[1], st.q.copy(), st.v.copy())
             c1 = perf()
+            if i == 0 and s.capture_info and getattr(controller, "info", None) is not None:
+                # before the first answer, which the driver waits for before its clock starts: the
+                # arrays (n_cycles rows each) are allocated and touched outside the timed run
+                for name, val in _info_fields(controller.info):
+                    capture.append((name, np.full((n_cycles, *np.shape(val)), np.nan)))
+                rep.info = dict(capture)
+                c1 = perf()                                 # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
             # ---- bookkeeping (after the send: not on the latency path)
             if k < n_cycles:
@@ -191,11 +198,6 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 comp[k] = (c1 - c0) * 1e6
                 wake[k] = (c0 - wall) * 1e6
             seen += 1
-            if i == 0 and s.capture_info and getattr(controller, "info", None) is not None:
-                for name, val in _info_fields(controller.info):
-                    shape = np.shape(val)
-                    capture.append((name, np.full((n_cycles, *shape), np.nan)))
-                rep.info = dict(capture)
             if capture and k < n_cycles:
                 info = controller.info
                 for name, buf in capture:
