@@ -52,6 +52,7 @@ from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
+from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
@@ -102,10 +103,17 @@ class PIDC:
     passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
     qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``)."""
 
-    def __init__(self, robot, constraint, coords, reference, kp, kv, *, passive=(), weights=None,
+    def __init__(self, robot, constraint, coords, reference, kp, kv, *, passive=None, weights=None,
                  force: ForceLaw | None = None, qp: bool = False, torque_limits=None, rank_tol: float = DEFAULT_TOL,
                  solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg=1e-6):
-        self.robot, self.c = robot, constraint
+        if constraint is None:
+            if not getattr(robot, "loops", None):
+                raise ConfigError(f"PIDC: no constraint given and {robot.label} has no loops (robot.loops)")
+            constraint = robot.loops
+        if passive is None:
+            passive = tuple(getattr(robot, "passive_joints", ()))
+        self.robot, self.c = robot, as_constraint(constraint)
+        self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
         n = robot.nv
         self.S = np.zeros((len(coords), n))
         for i, name in enumerate(coords):
@@ -348,9 +356,12 @@ class PIDC:
         kin = self.robot.update(q, v)
         self.kin = kin
         M, h = kin.M, kin.h + self.D * v
-        A = self.c.jacobian(q)
+        if self._rows_fn is not None:
+            A, jdv = self._rows_fn(q, v)            # one kinematics pass for both
+        else:
+            A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
         pr = project(A, self.rank_tol)
-        Cv = c_times_v(pr, self.c.jdot_v(q, v))
+        Cv = c_times_v(pr, jdv)
         qdd, _ = self.desired_acceleration(t, q, v, pr, Cv)
         b = M @ qdd + h
         tau_par = pr.P @ b

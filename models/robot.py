@@ -257,6 +257,8 @@ class URDFPart:
     prefix: str = ""
     base: pin.SE3 = field(default_factory=pin.SE3.Identity)
     locked: dict = field(default_factory=dict)
+    loops: Path | None = None
+    """The part's loops sidecar (``cmstack.models.loops``), names as in its URDF."""
 
 
 def _part_model(part: URDFPart) -> pin.Model:
@@ -304,16 +306,19 @@ def _part_model(part: URDFPart) -> pin.Model:
 
 def _as_part(item, k: int) -> URDFPart:
     if isinstance(item, URDFPart):
-        return URDFPart(resolve_asset(item.path), item.prefix, item.base, dict(item.locked))
-    if not isinstance(item, (tuple, list)) or not 1 <= len(item) <= 4:
-        raise ConfigError(f"Robot.compose: part {k} must be (urdf, prefix, base_pose[, locked_joints]), got {item!r}")
+        return URDFPart(resolve_asset(item.path), item.prefix, item.base, dict(item.locked),
+                        None if item.loops is None else resolve_asset(item.loops))
+    if not isinstance(item, (tuple, list)) or not 1 <= len(item) <= 5:
+        raise ConfigError(f"Robot.compose: part {k} must be (urdf, prefix, base_pose[, locked_joints[, loops]]), "
+                          f"got {item!r}")
     path = resolve_asset(item[0])
     prefix = item[1] if len(item) > 1 else ""
     if not isinstance(prefix, str):
         raise ConfigError(f"Robot.compose: part {k} ({path.name}): the prefix must be a string, got {prefix!r}")
     base = _as_pose(item[2] if len(item) > 2 else None, f"Robot.compose: part {k} ({path.name})")
     locked = dict(item[3]) if len(item) > 3 and item[3] else {}
-    return URDFPart(path, prefix, base, locked)
+    loops = resolve_asset(item[4]) if len(item) > 4 and item[4] is not None else None
+    return URDFPart(path, prefix, base, locked, loops)
 
 
 def example_robot_data_path(relative: str) -> Path:
@@ -424,6 +429,16 @@ class Robot:
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
         self._views = None       # (data, data.M, data.nle): views refreshed in place by computeAllTerms
+        self.loops: list = []
+        """The robot's loop closures (``cmstack.models.loops.LoopClosure``): from an MJCF's ``<equality
+        connect|weld>`` or a URDF's loops sidecar; every law and plant takes them."""
+        self.passive_joints: list[str] = []
+        """Joints without an actuator (an MJCF joint no ``<actuator>`` drives, or the sidecar's ``passive``)."""
+        self.mjcf_path: Path | None = None
+        """The MJCF this robot was read from (``from_mjcf``), else None."""
+        self.q_initial = pin.neutral(self.model)
+        """The model file's initial configuration (MJCF: its first keyframe or qpos0; URDF: zero), closed by
+        ``assemble`` when the robot has loops."""
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -433,7 +448,7 @@ class Robot:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_urdf(cls, path: str | Path, locked_joints: dict[str, float] | None = None, *, prefix: str = "",
-                  base=None) -> "Robot":
+                  base=None, loops: str | Path | None = None) -> "Robot":
         """A robot from one URDF file.
 
         Args:
@@ -444,11 +459,14 @@ class Robot:
             prefix: put before every joint and frame name (``"left_"`` → ``left_panda_joint1``).
             base: pose of the URDF's root link in the world (``pinocchio.SE3``, 4×4 matrix, or a
                 position (3,) in m with the world's orientation).
+            loops: a TOML sidecar naming the loop closures and passive joints (format:
+                ``cmstack.models.loops``; names as in the URDF, the prefix is put before them); the
+                robot's ``loops`` and ``passive_joints`` then hold them and ``q_initial`` is assembled.
         """
-        return cls.compose([(path, prefix, base, locked_joints or {})])
+        return cls.compose([(path, prefix, base, locked_joints or {}, loops)])
 
     @classmethod
-    def compose(cls, parts) -> "Robot":
+    def compose(cls, parts, loops: str | Path | None = None) -> "Robot":
         """One robot from several URDFs, each with a name prefix and a base pose, e.g. two arms from
         one single-arm URDF::
 
@@ -464,6 +482,10 @@ class Robot:
         The parts are appended to one Pinocchio model (``pinocchio.appendModel`` at the world frame,
         placement = base pose) in the order given: q = (q_part1, q_part2, ...).  Prefixed names must
         not collide (the error names both parts and the name).
+
+        Loops: a part given as ``(urdf, prefix, base_pose, locked_joints, loops_toml)`` brings its own sidecar
+        (names as in its URDF, prefixed like the part: the same file serves every copy); ``loops=PATH``
+        adds a sidecar whose names are the composed model's (closures between parts).
         """
         parts = [_as_part(item, k) for k, item in enumerate(parts)]
         if not parts:
@@ -488,7 +510,50 @@ class Robot:
             "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in parts) + "]"
         robot = cls.__new__(cls)
         robot._setup(model, parts[0].path, label, parts)
+        from cmstack.models.loops import apply_sidecar, read_sidecar
+
+        sides = [(read_sidecar(resolve_asset(p.loops)), p.prefix) for p in parts if p.loops is not None]
+        if loops is not None:
+            sides.append((read_sidecar(resolve_asset(loops)), ""))
+        for side, prefix in sides:
+            apply_sidecar(robot, side, prefix)
+        if robot.loops:
+            robot.q_initial = robot._assemble_initial(sides[0][0]["path"] if sides else robot.path)
         return robot
+
+    @classmethod
+    def from_mjcf(cls, path: str | Path) -> "Robot":
+        """A robot from an MJCF file: bodies, hinge/slide joints, inertias, damping and limits through
+        Pinocchio's MJCF parser; every ``<equality connect|weld>`` becomes a ``LoopClosure`` in
+        ``robot.loops``, every joint no ``<actuator>`` drives is in ``robot.passive_joints``, and
+        ``q_initial`` (the first keyframe's qpos, else qpos0) is assembled.  Workarounds for Pinocchio 4.1's
+        parser and what is refused: ``cmstack.models.mjcf``."""
+        from cmstack.models.mjcf import load_mjcf_robot
+
+        return load_mjcf_robot(cls, resolve_asset(path))
+
+    def _assemble_initial(self, source) -> np.ndarray:
+        """``q_initial`` closed by ``assemble``; a loop that cannot close → ``ModelFileError`` naming the
+        file and the loop (one line)."""
+        from cmstack.models.errors import InfeasibleError
+
+        try:
+            return self.assemble(self.q_initial)
+        except InfeasibleError as exc:
+            raise ModelFileError(f"{source}: {exc} (from the file's initial pose)") from None
+
+    def assemble(self, q_guess=None, *, tol: float = 1e-12, max_iter: int = 50) -> np.ndarray:
+        """A configuration near ``q_guess`` (default ``q_initial``) that closes every loop of ``robot.loops``:
+        Newton on the loop residual, q ← q − J⁺φ ([Aghili] (39); ``cmstack.models.loops.assemble``).  When it
+        cannot close, ``InfeasibleError`` names the loop and its residual."""
+        from cmstack.models.loops import assemble
+
+        return assemble(self, self.q_initial if q_guess is None else q_guess, tol=tol, max_iter=max_iter)
+
+    @property
+    def actuated_joints(self) -> list[str]:
+        """The joints with an actuator: every joint not in ``passive_joints``."""
+        return [n for n in self.joint_names if n not in self.passive_joints]
 
     # ------------------------------------------------------------------ names
     def frame_id(self, name: str) -> int:

@@ -16,7 +16,9 @@ with classical RK4 on (q, q̇), then restores the constraint without Baumgarte t
 A⁺ and P come from the SVD with a rank tolerance (models/projection.py), so the loop runs through
 singular configurations (A → 0) where the KKT matrix would be singular.
 
-``constraint`` is any object with phi(q) (m,), jacobian(q) (m×n), jdot_v(q, v) = Ȧ q̇ (m,).
+``constraint`` is a ``LoopClosure``, a list of them (stacked), None (the robot's ``robot.loops``; passive
+joints default to ``robot.passive_joints``), or any object with phi(q) (m,), jacobian(q) (m×n),
+jdot_v(q, v) = Ȧ q̇ (m,).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.models.errors import ConfigError, JointMapError, StateError
+from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, KINDS, c_times_v, direct_dynamics, project
 
 
@@ -37,7 +40,7 @@ class _Data:
 
 class ProjectionPlant:
     def __init__(self, robot, constraint, *, sim_dt: float = 1e-3, kind: str = "23", rank_tol: float = DEFAULT_TOL,
-                 nr_tol: float = 1e-12, nr_iters: int = 50, passive: tuple[str, ...] = (), damping: bool = True,
+                 nr_tol: float = 1e-12, nr_iters: int = 50, passive: tuple[str, ...] | None = None, damping: bool = True,
                  torque_limits=None):
         if not sim_dt > 0:
             raise ConfigError(f"ProjectionPlant: sim_dt must be > 0, got {sim_dt}")
@@ -48,7 +51,10 @@ class ProjectionPlant:
         self.robot = robot
         self.model = robot.model
         self._data = robot.model.createData()   # own cache: the controller's Robot.data is not touched
-        self.c = constraint
+        self.c = as_constraint(robot.loops if constraint is None else constraint)
+        self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
+        if passive is None:
+            passive = tuple(getattr(robot, "passive_joints", ()))
         self._dt = float(sim_dt)
         self.kind, self.rank_tol, self.nr_tol, self.nr_iters = kind, float(rank_tol), float(nr_tol), int(nr_iters)
         self.path = robot.path
@@ -135,8 +141,12 @@ class ProjectionPlant:
         m, d = self.model, self._data
         M = pin.crba(m, d, q)
         h = pin.nonLinearEffects(m, d, q, v) + self.D * v
-        pr = project(self.c.jacobian(q), self.rank_tol)
-        return direct_dynamics(M, h, tau, pr, c_times_v(pr, self.c.jdot_v(q, v)), self.kind)
+        if self._rows_fn is not None:
+            A, jdv = self._rows_fn(q, v)            # one kinematics pass for both
+        else:
+            A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
+        pr = project(A, self.rank_tol)
+        return direct_dynamics(M, h, tau, pr, c_times_v(pr, jdv), self.kind)
 
     def _rk4(self) -> None:
         q, v, tau, dt = self.q, self.v, self.tau, self._dt

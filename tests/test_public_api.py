@@ -13,7 +13,7 @@ import pytest
 import cmstack
 
 NAMESPACES = {
-    "cmstack.tasks": {"Task", "RigidCoupling", "FrameTask", "RelativeFrameTask", "PostureTask", "GAUSS",
+    "cmstack.tasks": {"Task", "RigidCoupling", "FrameTask", "RelativeFrameTask", "PostureTask", "GAUSS", "LoopClosure",
                       "Circle", "Constant", "Sinusoid", "MinimumJerk", "Trajectory"},
     "cmstack.limits": {"Limit", "EffortLimit", "JointVelocityLimit", "JointPositionLimit"},
     "cmstack.controllers": {"Controller", "UdwadiaKalabaController", "RobustUKController", "PIDC",

@@ -1,0 +1,395 @@
+"""Loop closures: one declaration of a closed kinematic chain for every law and every plant.
+
+A closed chain is modelled as a tree (Pinocchio's model, a URDF or an MJCF body tree) plus closures: a
+frame ``b`` of one branch must meet a frame ``A = a·T_off`` of another.  ``LoopClosure`` is a ``Task`` of the
+core contract (models/coupling.py), so a law takes it as a hard task (UK's top level), and it also gives
+the constraint functions PIDC and ``ProjectionPlant`` use (φ(q), A(q) = J, Ȧq̇), all from one Pinocchio
+pass.
+
+Kinds and their rows, everything in world axes (LOCAL_WORLD_ALIGNED Jacobians J_a, J_b of frames A and b,
+6×n: [ṗ; ω] = J v; classical accelerations c = J̇ v = [p̈; ω̇] at v̇ = 0):
+
+* ``point`` (3 rows, a ball joint, MJCF ``connect``):
+      φ = p_b − p_A,   J = J_b,v − J_A,v,   J̇v = c_b,v − c_A,v.
+  φ's Jacobian is J exactly.  In a planar mechanism (hinge axes ∥ y) the y row of J is identically zero:
+  rank 2; every consumer works with the rank (SVD projectors, QP rows dropped when numerically empty).
+* ``weld`` (6 rows, MJCF ``weld``): the point rows and
+      φ_R = Log(R_b R_Aᵀ) (the rotation from A to b, world axes),
+      J_R = J_b,ω − J_A,ω,   J̇_R v = c_b,ω − c_A,ω.
+  With R = R_b R_Aᵀ, Ṙ = (ω_b − R ω_A)^ R, so dφ_R/dt = J_l⁻¹(φ_R)(ω_b − R ω_A), which is J_R v at
+  closure (φ_R = 0, R = I): J is ∂φ/∂q on the closed manifold, where every consumer uses it (Newton's
+  step q ← q − J⁺φ converges quadratically there; its error is O(|φ_R|) away from it).
+* ``revolute`` (5 rows, a hinge about A's z axis n = R_A ẑ): the point rows and the two rotation components
+  orthogonal to the hinge, along x_A = R_A x̂ and y_A = R_A ŷ (X = [x_Aᵀ; y_Aᵀ], 2×3):
+      φ_R = X (z_A × z_b),   J_R = X (J_b,ω − J_A,ω),
+      J̇_R v = X (c_b,ω − c_A,ω) + [(ω_A × x_A)ᵀ; (ω_A × y_A)ᵀ] (ω_b − ω_A)
+  (the last term: X turns with A, Ẋᵀ = ω_A × Xᵀ).  d/dt(z_A × z_b) = (ω_A × z_A) × z_b + z_A × (ω_b × z_b),
+  which at closure (z_b = z_A = n) is ω_b,⊥ − ω_A,⊥ (components orthogonal to n): φ̇_R = J_R v there.
+  J̇v is d/dt(J v) at v̇ = 0 exactly, everywhere (tests: finite differences).
+
+The task (the core contract): e = φ (the closure's residual, driven to zero), w = J v (the relative
+velocity; ė = w on the point rows everywhere and on the rotation rows at closure), W = J, drift = J̇v, so
+``compute`` gives A = J, b = −J̇v − K_d J v − K_p φ: the acceleration-level closure A v̇ + J̇v = 0 plus a
+Baumgarte term that removes drift.  As a constraint function (PIDC, ProjectionPlant): ``phi(q)``,
+``jacobian(q)``, ``jdot_v(q, v)`` and ``jacobian_and_jdot_v(q, v)``, from one pass of the closure's own
+Pinocchio data (``forwardKinematics`` to second order with v̇ = 0, ``computeJointJacobians``), cached on
+(q, v): the three calls of a step cost one pass.  ``ClosureSet`` stacks several closures (``robot.loops``) on
+one pass.
+
+``assemble(robot, q_guess)`` closes every loop near a guess: Newton's iteration on the stacked residual
+q ← q − J⁺(q) φ(q) ([Aghili] (39)), J⁺ the truncated pseudo-inverse (rank-deficient rows are fine).
+
+The sidecar of a URDF (``Robot.from_urdf(path, loops=PATH)``), TOML::
+
+    passive = ["elbow_l", "tip", "elbow_r"]      # joints without an actuator
+    [[loop]]
+    name = "tip"                                 # optional
+    frame_a = "tool"                             # frames of the model (links, joints, sites)
+    frame_b = "dist_r"
+    kind = "weld"                                # point | weld | revolute
+    offset = [0.3, 0.0, 0.18]                    # optional: pose of the closure frame in frame_a:
+                                                 #   [x, y, z] or {xyz = [...], rpy = [...]} (m, rad)
+    offset_b = [0.0, 0.0, 0.0]                   # optional, the same on frame_b
+    kp = 400.0                                   # optional gains of the closure's error ODE (1/s², 1/s)
+    kd = 40.0
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
+from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
+from cmstack.models.lie import cross3, svd_rank
+
+LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+KINDS = {"point": 3, "weld": 6, "revolute": 5}
+"""Loop closure kinds and their number of rows."""
+
+
+def as_offset(x, where: str) -> pin.SE3 | None:
+    """An offset pose: None, a ``pin.SE3``, a 4×4 matrix, a position [x, y, z] (m), or a dict
+    {xyz = [..], rpy = [..]} (m, rad; URDF's roll-pitch-yaw)."""
+    if x is None:
+        return None
+    if isinstance(x, pin.SE3):
+        return x.copy()
+    if isinstance(x, dict):
+        unknown = set(x) - {"xyz", "rpy"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown offset key(s) {sorted(unknown)}; use xyz = [x, y, z], rpy = [r, p, y]")
+        xyz = _vec3(x.get("xyz", [0.0, 0.0, 0.0]), f"{where}.xyz")
+        rpy = _vec3(x.get("rpy", [0.0, 0.0, 0.0]), f"{where}.rpy")
+        return pin.SE3(pin.rpy.rpyToMatrix(*rpy), xyz)
+    A = np.asarray(x, dtype=float) if not isinstance(x, str) else np.array([np.nan])
+    if A.shape == (3,):
+        return pin.SE3(np.eye(3), _vec3(A, where))
+    if A.shape == (4, 4) and np.all(np.isfinite(A)):
+        R = A[:3, :3]
+        if not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
+            raise ConfigError(f"{where}: the offset's 3×3 block is not a rotation matrix")
+        return pin.SE3(R, A[:3, 3])
+    raise ConfigError(f"{where}: an offset is [x, y, z], {{xyz = [...], rpy = [...]}}, a 4×4 matrix or a "
+                      f"pinocchio.SE3, got {x!r}")
+
+
+def _vec3(x, where: str) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected 3 finite numbers, got {x!r}") from None
+    if a.shape != (3,) or not np.all(np.isfinite(a)):
+        raise ConfigError(f"{where}: expected 3 finite numbers, got {x!r}")
+    return a
+
+
+def closure_rows(kind: str, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v):
+    """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
+    and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring)."""
+    Jd = Jb - Ja
+    cd = cb - ca
+    if kind == "point":
+        return pb - pa, Jd[:3], cd[:3]
+    phi = np.empty(KINDS[kind])
+    phi[:3] = pb - pa
+    if kind == "weld":
+        phi[3:] = pin.log3(Rb @ Ra.T)
+        return phi, Jd, cd
+    X = Ra[:, :2].T                                    # [x_A; y_A], world axes
+    phi[3:] = X @ cross3(Ra[:, 2], Rb[:, 2])
+    J = np.empty((5, Jd.shape[1]))
+    J[:3] = Jd[:3]
+    J[3:] = X @ Jd[3:]
+    wa = Ja[3:] @ v
+    wd = Jd[3:] @ v
+    jdv = np.empty(5)
+    jdv[:3] = cd[:3]
+    jdv[3] = X[0] @ cd[3:] + cross3(wa, X[0]) @ wd
+    jdv[4] = X[1] @ cd[3:] + cross3(wa, X[1]) @ wd
+    return phi, J, jdv
+
+
+class LoopClosure(Task):
+    """Frame ``frame_b`` (· ``offset_b``) meets frame ``frame_a`` · ``offset``: a hard task and a constraint.
+
+    Args:
+        robot: the tree model (``Robot``).
+        frame_a, frame_b: frame names (links, joints, MJCF bodies and sites).
+        kind: "point" (3 rows), "weld" (6) or "revolute" (5; hinge about the z axis of frame_a·offset).
+        offset: pose of the closure frame A in frame_a ([x, y, z] m, {xyz, rpy}, 4×4, SE3); None: identity.
+        offset_b: the same on frame_b.
+        kp (1/s²), kd (1/s): gains of the error ODE ë + K_d ė + K_p e = 0 (a Baumgarte stabilization).
+        name: shown in errors and logs.
+
+    Rows and their derivation: the module docstring.  ``dim`` = ``m`` = the number of rows."""
+
+    def __init__(self, robot, frame_a: str, frame_b: str, kind: str = "point", offset=None, *, offset_b=None,
+                 kp: float = 400.0, kd: float = 40.0, name: str | None = None):
+        if kind not in KINDS:
+            raise ConfigError(f"LoopClosure({frame_a!r}, {frame_b!r}): kind={kind!r} is not one of {list(KINDS)}")
+        self.name = name or f"loop({frame_a}~{frame_b})"
+        self.robot = robot
+        self.kind = kind
+        self.frame_a, self.frame_b = frame_a, frame_b
+        self.offset = as_offset(offset, f"{self.name}: offset")
+        self.offset_b = as_offset(offset_b, f"{self.name}: offset_b")
+        self.fa = _frame_or_offset(robot, frame_a, self.offset, f"{self.name}:a")
+        self.fb = _frame_or_offset(robot, frame_b, self.offset_b, f"{self.name}:b")
+        self.m = KINDS[kind]
+        self.rows = slice(0, self.m)
+        self._set_gains(kp, kd)
+        self._set = None
+
+    def __repr__(self) -> str:
+        return f"LoopClosure({self.name!r}, {self.frame_a!r}, {self.frame_b!r}, kind={self.kind!r})"
+
+    # ------------------------------------------------------------------ the core contract
+    def error_dynamics(self, kin, t):
+        """ErrorDynamics(W = J, drift = J̇v, w = J v, e = φ) from the kinematics snapshot."""
+        A, b = kin.frame(self.fa), kin.frame(self.fb)
+        phi, J, jdv = closure_rows(self.kind, A.R, A.p, A.J, A.acc, b.R, b.p, b.J, b.acc, kin.v)
+        return ErrorDynamics(J, jdv, J @ kin.v, phi)
+
+    def compute(self, kin, t):
+        """(A, b) = (J, −J̇v − K_d J v − K_p φ)."""
+        W, drift, w, e = self.error_dynamics(kin, t)
+        return W, -drift - self.kd * w - self.kp * e
+
+    def qp_rows(self, kin, t):
+        """The rows are in world axes already: ``compute``."""
+        return self.compute(kin, t)
+
+    # ------------------------------------------------------------------ constraint functions (one pass)
+    def _evaluator(self) -> "ClosureSet":
+        if self._set is None:
+            self._set = ClosureSet([self])
+        return self._set
+
+    def phi(self, q) -> np.ndarray:
+        """The residual φ(q) (m, m and rad)."""
+        return self._evaluator().phi(q)
+
+    def jacobian(self, q) -> np.ndarray:
+        """A(q) = J (m×n)."""
+        return self._evaluator().jacobian(q)
+
+    def jdot_v(self, q, v) -> np.ndarray:
+        """Ȧ q̇ = J̇ v (m)."""
+        return self._evaluator().jdot_v(q, v)
+
+    def jacobian_and_jdot_v(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+        """(A, Ȧq̇) from one Pinocchio pass."""
+        return self._evaluator().jacobian_and_jdot_v(q, v)
+
+    def residual(self, q) -> float:
+        """max |φ(q)| (m or rad)."""
+        return float(np.max(np.abs(self.phi(q))))
+
+
+class ClosureSet:
+    """Several closures stacked (e.g. ``robot.loops``): ``phi``, ``jacobian``, ``jdot_v``,
+    ``jacobian_and_jdot_v`` with every closure's rows in order, from one Pinocchio pass on the set's own
+    ``Data`` (never the robot's: a controller's snapshot is not touched), cached on (q, v)."""
+
+    def __init__(self, closures: Sequence[LoopClosure]):
+        self.closures = list(closures)
+        if not self.closures:
+            raise ConfigError("ClosureSet: no loop closure given")
+        robots = {id(c.robot) for c in self.closures}
+        if len(robots) != 1:
+            raise ConfigError("ClosureSet: the closures belong to different robots")
+        self.robot = self.closures[0].robot
+        self.m = sum(c.m for c in self.closures)
+        self.slices = []
+        i = 0
+        for c in self.closures:
+            self.slices.append(slice(i, i + c.m))
+            i += c.m
+        self.name = "+".join(c.name for c in self.closures)
+        self._data = None
+        self._key: tuple | None = None
+        self._out: tuple | None = None
+
+    def _pass(self, q, v):
+        q = np.asarray(q, dtype=float)
+        with_v = v is not None
+        v = np.zeros(self.robot.nv) if v is None else np.asarray(v, dtype=float)
+        key = (q.tobytes(), v.tobytes() if with_v else None)
+        if self._key is not None and self._key[0] == key[0] and (key[1] is None or self._key[1] == key[1]):
+            return self._out
+        model = self.robot.model
+        d = self._data
+        if d is None or len(d.oMf) != model.nframes:
+            d = self._data = model.createData()
+        if q.shape != (model.nq,) or v.shape != (model.nv,):
+            raise StateError(f"{self.name}: expected q of size {model.nq} and v of size {model.nv}, got "
+                             f"{q.shape} and {v.shape}")
+        pin.forwardKinematics(model, d, q, v, np.zeros(model.nv))
+        pin.computeJointJacobians(model, d)
+        phi = np.empty(self.m)
+        J = np.empty((self.m, model.nv))
+        jdv = np.empty(self.m)
+        frames = {}
+        for c, s in zip(self.closures, self.slices):
+            for fid in (c.fa, c.fb):
+                if fid not in frames:
+                    Jf = pin.getFrameJacobian(model, d, fid, LWA).reshape(6, -1)
+                    H = d.oMf[fid].homogeneous
+                    acc = pin.getFrameClassicalAcceleration(model, d, fid, LWA).vector.copy()
+                    frames[fid] = (H[:3, :3], H[:3, 3], Jf, acc)
+            a, b = frames[c.fa], frames[c.fb]
+            phi[s], J[s], jdv[s] = closure_rows(c.kind, *a, *b, v)
+        self._key = key
+        self._out = (phi, J, jdv)
+        return self._out
+
+    def phi(self, q) -> np.ndarray:
+        return self._pass(q, None)[0].copy()
+
+    def jacobian(self, q) -> np.ndarray:
+        return self._pass(q, None)[1].copy()
+
+    def jdot_v(self, q, v) -> np.ndarray:
+        return self._pass(q, v)[2].copy()
+
+    def jacobian_and_jdot_v(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+        _, J, jdv = self._pass(q, v)
+        return J.copy(), jdv.copy()
+
+    def residuals(self, q) -> list[float]:
+        """max |φ| of each closure at q."""
+        phi = self.phi(q)
+        return [float(np.max(np.abs(phi[s]))) for s in self.slices]
+
+
+def as_constraint(c):
+    """What PIDC and ProjectionPlant take: a LoopClosure, a sequence of them (stacked in a ``ClosureSet``),
+    a ``ClosureSet``, or any object with phi, jacobian and jdot_v (returned as it is)."""
+    if isinstance(c, (list, tuple)):
+        if all(isinstance(x, LoopClosure) for x in c):
+            return ClosureSet(c)
+        raise ConfigError(f"a constraint list must hold LoopClosure objects, got {[type(x).__name__ for x in c]}")
+    missing = [a for a in ("phi", "jacobian", "jdot_v") if not hasattr(c, a)]
+    if missing:
+        raise ConfigError(f"{type(c).__name__} is not a constraint: it lacks {missing} (give a LoopClosure)")
+    return c
+
+
+def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol: float = 1e-12,
+             max_iter: int = 50) -> np.ndarray:
+    """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given): Newton's
+    iteration q ← q − J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad).  J⁺ drops singular values
+    below 1e-10·σ₁ (a planar point closure's empty row).  Raises ``InfeasibleError`` naming the loop with
+    the largest residual when it does not converge within ``max_iter`` steps."""
+    loops = list(robot.loops if loops is None else loops)
+    q = np.array(q_guess, dtype=float)
+    if q.shape != (robot.nq,) or not np.all(np.isfinite(q)):
+        raise StateError(f"assemble: q_guess must be {robot.nq} finite numbers, got shape {q.shape}")
+    if not loops:
+        return q
+    cs = ClosureSet(loops)
+    best = (math.inf, q)
+    for _ in range(max_iter + 1):
+        phi = cs.phi(q)
+        r = float(np.max(np.abs(phi)))
+        if r < best[0]:
+            best = (r, q.copy())
+        if r <= tol:
+            return q
+        J = cs.jacobian(q)
+        q = q - svd_rank(J, rtol=1e-10).pinv() @ phi
+        if not np.all(np.isfinite(q)):
+            break
+    res = cs.residuals(best[1])
+    k = int(np.argmax(res))
+    c = cs.closures[k]
+    raise InfeasibleError(f"loop '{c.name}' ({c.kind}, {c.frame_a} ~ {c.frame_b}) of {robot.label} cannot be "
+                          f"closed near the given configuration: residual {res[k]:.3g} (m or rad) after "
+                          f"{max_iter} Newton steps; start closer to an assembled pose")
+
+
+# ---------------------------------------------------------------------------------------- sidecar
+_LOOP_KEYS = {"name", "frame_a", "frame_b", "kind", "offset", "offset_b", "kp", "kd"}
+
+
+def read_sidecar(path) -> dict:
+    """The loops TOML beside a URDF: {"passive": [...], "loop": [{frame_a, frame_b, kind, ...}, ...]}
+    (format in the module docstring); a missing file, bad TOML or an unknown key → ``ConfigError``
+    naming the file and the key."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"loops file {p} not found")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"loops file {p} is not valid TOML: {exc}") from None
+    unknown = set(data) - {"passive", "loop"}
+    if unknown:
+        raise ConfigError(f"loops file {p}: unknown key(s) {sorted(unknown)}; expected 'passive' and [[loop]]")
+    passive = data.get("passive", [])
+    if not isinstance(passive, list) or not all(isinstance(x, str) for x in passive):
+        raise ConfigError(f"loops file {p}: 'passive' must be a list of joint names, got {passive!r}")
+    loops = data.get("loop", [])
+    if not isinstance(loops, list):
+        raise ConfigError(f"loops file {p}: 'loop' must be an array of tables ([[loop]])")
+    for k, lp in enumerate(loops):
+        if not isinstance(lp, dict):
+            raise ConfigError(f"loops file {p}: loop {k} is not a table")
+        bad = set(lp) - _LOOP_KEYS
+        if bad:
+            close = difflib.get_close_matches(sorted(bad)[0], sorted(_LOOP_KEYS), n=1)
+            raise ConfigError(f"loops file {p}: loop {k}: unknown key '{sorted(bad)[0]}'"
+                              + (f"; did you mean '{close[0]}'?" if close else f"; keys: {sorted(_LOOP_KEYS)}"))
+        for key in ("frame_a", "frame_b"):
+            if not isinstance(lp.get(key), str):
+                raise ConfigError(f"loops file {p}: loop {k}: '{key}' (a frame name) is missing")
+    return {"passive": list(passive), "loop": [dict(x) for x in loops], "path": p}
+
+
+def apply_sidecar(robot, side: dict, prefix: str = "") -> None:
+    """Add the sidecar's loops to ``robot.loops`` and its passive joints to ``robot.passive_joints`` (names
+    prefixed with ``prefix``, a composed part's); a missing frame or joint → ``ConfigError`` naming the file,
+    the loop and the frame."""
+    p = side["path"]
+    for name in side["passive"]:
+        try:
+            robot.joint_index(prefix + name)
+        except FrameNotFoundError as exc:
+            raise ConfigError(f"loops file {p}: passive joint: {exc}") from None
+        if prefix + name not in robot.passive_joints:
+            robot.passive_joints.append(prefix + name)
+    for k, lp in enumerate(side["loop"]):
+        name = prefix + str(lp.get("name", f"loop{k}"))
+        kw = {x: lp[x] for x in ("kp", "kd") if x in lp}
+        try:
+            c = LoopClosure(robot, prefix + lp["frame_a"], prefix + lp["frame_b"], kind=lp.get("kind", "point"),
+                            offset=lp.get("offset"), offset_b=lp.get("offset_b"), name=name, **kw)
+        except (FrameNotFoundError, ConfigError) as exc:
+            raise ConfigError(f"loops file {p}: loop '{name}': {exc}") from None
+        robot.loops.append(c)
