@@ -13,7 +13,14 @@ import numpy as np
 
 
 def _warm_chain() -> None:
-    """The tensor chain's and DAC law III's kernels (about two thirds of a cold warm-up)."""
+    """The tensor chain's and DAC law III's kernels (about two thirds of a cold warm-up), and the
+    quaternion maths of ``cmstack.models.lie`` (models/_lie_kernels.py)."""
+    from cmstack.models import lie
+
+    q = lie.quat_exp(np.array([[0.1, 0.2, 0.3]]))
+    lie.quat_log(lie.quat_mul(q, q))
+    lie.rotation_vector(lie.quat_to_matrix(q))
+    lie.quat_from_matrix(lie.quat_to_matrix(q[0]))
     from cmstack.controllers.dac import Obstacle, TaskSpaceLaw
     from cmstack.models.tensor_chain import TensorChain
 

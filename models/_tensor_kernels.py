@@ -16,28 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from cmstack.models._lie_kernels import _cross, _quat_log, _quat_mul, _quat_to_R, _rotation_vector
+
 LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
-
-
-@njit(cache=True)
-def _quat_to_R(q, R):
-    """R_i of every unit quaternion q_i (scalar first), as lie.quat_to_matrix."""
-    for i in range(q.shape[0]):
-        q0, q1, q2, q3 = q[i, 0], q[i, 1], q[i, 2], q[i, 3]
-        R[i, 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
-        R[i, 0, 1] = 2 * (q1 * q2 - q0 * q3)
-        R[i, 0, 2] = 2 * (q1 * q3 + q0 * q2)
-        R[i, 1, 0] = 2 * (q1 * q2 + q0 * q3)
-        R[i, 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
-        R[i, 1, 2] = 2 * (q2 * q3 - q0 * q1)
-        R[i, 2, 0] = 2 * (q1 * q3 - q0 * q2)
-        R[i, 2, 1] = 2 * (q2 * q3 + q0 * q1)
-        R[i, 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
-
-
-@njit(cache=True)
-def _cross(a, b):
-    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
 
 
 @njit(cache=True)
@@ -49,61 +30,6 @@ def _set_skew(A, r0, c0, s, w):
     A[r0 + 1, c0 + 2] = -s * w[0]
     A[r0 + 2, c0] = -s * w[1]
     A[r0 + 2, c0 + 1] = s * w[0]
-
-
-@njit(cache=True)
-def _quat_mul(a, b):
-    out = np.empty(4)
-    out[0] = a[0] * b[0] - (a[1] * b[1] + a[2] * b[2] + a[3] * b[3])
-    c = _cross(a[1:], b[1:])
-    for k in range(3):
-        out[1 + k] = a[0] * b[1 + k] + b[0] * a[1 + k] + c[k]
-    return out
-
-
-@njit(cache=True)
-def _quat_log(q):
-    if q[0] < 0:
-        q = -q
-    n = np.sqrt(q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
-    ang = 2 * np.arctan2(n, q[0])
-    k = ang / n if n > 1e-12 else 2.0 / max(q[0], 1e-300)
-    return k * q[1:]
-
-
-@njit(cache=True)
-def _quat_from_matrix(R):
-    """Shepperd's method, q0 ≥ 0 (lie.quat_from_matrix)."""
-    tr = R[0, 0] + R[1, 1] + R[2, 2]
-    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
-    k = int(np.argmax(cands))
-    if k == 0:
-        r = np.sqrt(1.0 + tr) * 2
-        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
-    elif k == 1:
-        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
-        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
-    elif k == 2:
-        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
-        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
-    else:
-        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
-        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
-    q = q / np.sqrt(np.sum(q * q))
-    return q if q[0] >= 0 else -q
-
-
-@njit(cache=True)
-def _rotation_vector(R):
-    """lie.rotation_vector of one matrix."""
-    v = 0.5 * np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    c = 0.5 * (R[0, 0] + R[1, 1] + R[2, 2] - 1.0)
-    if c < 0.0:
-        return _quat_log(_quat_from_matrix(R))
-    s = np.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
-    th = np.arctan2(s, c)
-    k = th / s if s > 1e-8 else 1.0 + th * th / 6.0
-    return k * v
 
 
 @njit(cache=True)

@@ -154,12 +154,22 @@ def jr_inv(theta: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ quaternions
+def _kernels():
+    from cmstack.models import _lie_kernels      # numba: imported on first use, compiled once (cache)
+
+    return _lie_kernels
+
+
+def _rows(x: np.ndarray, k: int) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x, dtype=float).reshape(-1, k))
+
+
 def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product a ⊗ b of scalar-first quaternions, shapes (..., 4)."""
-    a0, av = a[..., :1], a[..., 1:]
-    b0, bv = b[..., :1], b[..., 1:]
-    return np.concatenate([a0 * b0 - np.sum(av * bv, axis=-1, keepdims=True),
-                           a0 * bv + b0 * av + cross(av, bv)], axis=-1)
+    """Hamilton product a ⊗ b of scalar-first quaternions, shapes (..., 4) (``_lie_kernels``)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    out = np.empty((int(np.prod(a.shape[:-1], dtype=int)), 4))
+    _kernels().quat_mul_batch(_rows(a, 4), _rows(b, 4), out)
+    return out.reshape(a.shape)
 
 
 def quat_conj(q: np.ndarray) -> np.ndarray:
@@ -168,42 +178,18 @@ def quat_conj(q: np.ndarray) -> np.ndarray:
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:
-    """R = [T^{IB}] (body → inertial) of a unit quaternion q^{BI}; (58) gives its transpose [T]^{BI}."""
+    """R = [T^{IB}] (body → inertial) of a unit quaternion q^{BI}; (58) gives its transpose [T]^{BI}.
+    Shapes (..., 4) → (..., 3, 3) (``_lie_kernels``)."""
     q = np.asarray(q, dtype=float)
-    q0, q1, q2, q3 = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    R = np.empty(q.shape[:-1] + (3, 3))
-    R[..., 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
-    R[..., 0, 1] = 2 * (q1 * q2 - q0 * q3)
-    R[..., 0, 2] = 2 * (q1 * q3 + q0 * q2)
-    R[..., 1, 0] = 2 * (q1 * q2 + q0 * q3)
-    R[..., 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
-    R[..., 1, 2] = 2 * (q2 * q3 - q0 * q1)
-    R[..., 2, 0] = 2 * (q1 * q3 - q0 * q2)
-    R[..., 2, 1] = 2 * (q2 * q3 + q0 * q1)
-    R[..., 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
-    return R
+    qs = _rows(q, 4)
+    R = np.empty((qs.shape[0], 3, 3))
+    _kernels()._quat_to_R(qs, R)
+    return R.reshape(q.shape[:-1] + (3, 3))
 
 
 def quat_from_matrix(R: np.ndarray) -> np.ndarray:
-    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix (Shepperd's method)."""
-    R = np.asarray(R, dtype=float)
-    tr = np.trace(R)
-    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
-    k = int(np.argmax(cands))
-    if k == 0:
-        r = np.sqrt(1.0 + tr) * 2
-        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
-    elif k == 1:
-        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
-        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
-    elif k == 2:
-        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
-        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
-    else:
-        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
-        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
-    q /= np.linalg.norm(q)
-    return q if q[0] >= 0 else -q
+    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix (Shepperd's method, ``_lie_kernels``)."""
+    return _kernels()._quat_from_matrix(np.ascontiguousarray(np.asarray(R, dtype=float)))
 
 
 def quat_exp(phi: np.ndarray) -> np.ndarray:
@@ -217,29 +203,22 @@ def quat_exp(phi: np.ndarray) -> np.ndarray:
 
 
 def quat_log(q: np.ndarray) -> np.ndarray:
-    """Rotation vector of a unit quaternion (shortest rotation: q and −q give the same result)."""
+    """Rotation vector of a unit quaternion (shortest rotation: q and −q give the same result);
+    shapes (..., 4) → (..., 3) (``_lie_kernels``)."""
     q = np.asarray(q, dtype=float)
-    q = np.where(q[..., :1] < 0, -q, q)
-    n = np.linalg.norm(q[..., 1:], axis=-1, keepdims=True)
-    ang = 2 * np.arctan2(n, q[..., :1])
-    k = np.where(n > 1e-12, ang / np.where(n > 1e-12, n, 1.0), 2.0 / np.maximum(q[..., :1], 1e-300))
-    return k * q[..., 1:]
+    out = np.empty((int(np.prod(q.shape[:-1], dtype=int)), 3))
+    _kernels().quat_log_batch(_rows(q, 4), out)
+    return out.reshape(q.shape[:-1] + (3,))
 
 
 def rotation_vector(R: np.ndarray) -> np.ndarray:
     """Log of rotation matrices (…,3,3) → rotation vectors (…,3).  θ = atan2(|v|, (tr R − 1)/2) with
-    v = ½ (R − Rᵀ)^∨ = sin θ · axis is accurate for θ ≤ π/2; larger angles go through the quaternion."""
-    v = 0.5 * np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], axis=-1)
-    c = 0.5 * (np.trace(R, axis1=-2, axis2=-1) - 1.0)
-    s = np.linalg.norm(v, axis=-1)
-    th = np.arctan2(s, c)
-    k = np.where(s > 1e-8, th / np.where(s > 1e-8, s, 1.0), 1.0 + th * th / 6.0)    # θ/sin θ
-    out = k[..., None] * v
-    big = c < 0.0
-    if np.any(big):
-        Rb = R[big]
-        out[big] = quat_log(np.array([quat_from_matrix(r) for r in Rb]))
-    return out
+    v = ½ (R − Rᵀ)^∨ = sin θ · axis is accurate for θ ≤ π/2; larger angles go through the quaternion
+    (``_lie_kernels``)."""
+    R = np.asarray(R, dtype=float)
+    out = np.empty((int(np.prod(R.shape[:-2], dtype=int)), 3))
+    _kernels().rotation_vector_batch(np.ascontiguousarray(R.reshape(-1, 3, 3)), out)
+    return out.reshape(R.shape[:-2] + (3,))
 
 
 # ------------------------------------------------------------------------ elementary rotations
