@@ -182,6 +182,15 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             robot.loops.append(c)
 
 
+def wrapped_mjcf(path) -> str:
+    """The text of the MJCF at ``path`` with its top-level bodies wrapped in one fixed body: what this loader
+    hands Pinocchio's parser (e.g. to read Pinocchio's own constraint models of the file)."""
+    path = Path(path)
+    _check = __import__("cmstack.models.robot", fromlist=["_check_xml"])._check_xml
+    _check(path, "MJCF")
+    return _wrapped_copy(ET.parse(path).getroot(), path)
+
+
 def load_mjcf_robot(cls, path: Path):
     """``Robot.from_mjcf``: see the module docstring."""
     from cmstack.models.robot import _captured_fd2, _check_xml

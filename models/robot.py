@@ -565,7 +565,12 @@ class Robot:
                 raise FrameNotFoundError(
                     f"frame '{name}' is not in {self.label}"
                     + (f"; did you mean {close}?" if close else f"; frames are e.g. {names[:8]}"))
-            fid = self.model.getFrameId(name)
+            try:
+                fid = self.model.getFrameId(name)
+            except ValueError:        # a name shared by frames of several types (an MJCF body and its joint)
+                fid = next(self.model.getFrameId(name, t) for t in (pin.FrameType.BODY, pin.FrameType.OP_FRAME,
+                                                                     pin.FrameType.JOINT, pin.FrameType.FIXED_JOINT)
+                           if self.model.existFrame(name, t))
             self._frame_ids[name] = fid
         return fid
 

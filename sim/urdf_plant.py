@@ -66,6 +66,7 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+import pinocchio as pin
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 from cmstack.models.robot import Robot, URDFPart, _check_xml, resolve_asset
@@ -163,7 +164,8 @@ ALWAYS_TOUCHING_SAMPLES = 32
 
 def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | None = None,
                passive_joints: tuple[str, ...] = (), friction: bool = True, meshes: bool = True,
-               srdf: str | Path | Sequence[str | Path | None] | None = None) -> mujoco.MjSpec:
+               srdf: str | Path | Sequence[str | Path | None] | None = None,
+               sim_dt: float | None = None) -> mujoco.MjSpec:
     """The MuJoCo model specification of ``robot`` (every URDF part attached at its base pose with
     its prefix, motors added); compile it with ``spec.compile()`` or use ``plant_from_urdf``.
 
@@ -171,7 +173,7 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
         robot: a Robot built from URDF (``Robot(path)``, ``Robot.from_urdf``, ``Robot.compose``).
         contacts: False disables contacts (MuJoCo's ``mjDSBL_CONTACT``).
         mesh_dir: folder with the mesh files, searched first by file name.
-        passive_joints: joints that get no motor.
+        passive_joints: joints that get no motor (besides ``robot.passive_joints``).
         friction: keep the URDF's dry joint friction (MuJoCo ``frictionloss``); False sets it to 0.
         meshes: False drops every mesh geom (e.g. COLLADA .dae files, which MuJoCo cannot read); the
             bodies keep their URDF inertials, so the dynamics are unchanged, but mesh contacts and the
@@ -224,8 +226,9 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
     if not friction:
         for j in spec.joints:
             j.frictionloss = 0.0
+    passive = set(passive_joints) | set(getattr(robot, "passive_joints", ()))
     for i, name in enumerate(robot.joint_names):
-        if name in passive_joints:
+        if name in passive:
             continue
         e = float(robot.effort_limit[i])
         limited = bool(np.isfinite(e) and e > 0)
@@ -234,7 +237,68 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
                           ctrlrange=[-e, e] if limited else [0.0, 0.0])
     if contacts:
         _exclude_always_touching(spec, excluded)
+    if sim_dt is not None:
+        spec.option.timestep = float(sim_dt)
+    add_loops(spec, robot)
     return spec
+
+
+#: the revolute closure's second connect sits this far (m) along the hinge axis from the first
+HINGE_ARM = 0.05
+
+
+def loop_solref(timestep: float) -> tuple[list[float], list[float]]:
+    """(solref, solimp) of a loop equality for a plant stepping ``timestep`` (s): as stiff as the step allows.
+
+    MuJoCo's equality is a soft constraint: its reference acceleration a_ref = −b ṙ − k r makes the residual
+    r behave like a mass-spring-damper of time constant τ and damping ratio ζ (solref = (τ, ζ)), and the
+    impedance d (solimp) is the fraction of the force that would cancel the violation in one step (d → 1:
+    rigid; the rest is the regularizer (1 − d)/d of the constraint's inverse inertia).  An explicit step of
+    h resolves that spring only if τ ≥ 2h (MuJoCo clamps a smaller τ to 2h: ``refsafe``), so the stiffest
+    stable loop is τ = 2h with ζ = 1 (critically damped, no ringing) and d = 0.9999 flat over the residual
+    (solimp = (0.9999, 0.9999, 0.001, 0.5, 2))."""
+    return [2.0 * float(timestep), 1.0], [0.9999, 0.9999, 0.001, 0.5, 2.0]
+
+
+def _body_of_frame(spec: mujoco.MjSpec, robot, fid: int):
+    """(MuJoCo body, placement of the Pinocchio frame in that body): the body is the child of the frame's
+    parent joint (a URDF link's frame is its joint's frame), or the world."""
+    f = robot.model.frames[fid]
+    if f.parentJoint == 0:
+        return spec.worldbody, f.placement
+    j = spec.joint(robot.model.names[f.parentJoint])
+    if j is None:
+        raise ModelFileError(f"plant of {robot.label}: joint '{robot.model.names[f.parentJoint]}' (frame "
+                             f"'{f.name}') is not in the MuJoCo model")
+    return j.parent, f.placement
+
+
+def add_loops(spec: mujoco.MjSpec, robot, timestep: float | None = None) -> list:
+    """Close ``robot.loops`` in the MuJoCo specification: a site at each closure frame and a site-based
+    equality (``point`` → connect of the two sites' origins; ``weld`` → weld of the two sites' frames;
+    ``revolute`` → two connects, at the frames and ``HINGE_ARM`` along the hinge axis (A's z): a hinge, 6 rows
+    of rank 5).  solref/solimp from ``loop_solref`` at ``timestep`` (default: the spec's).  Returns the
+    equalities added."""
+    ref, imp = loop_solref(spec.option.timestep if timestep is None else timestep)
+    out = []
+    for c in getattr(robot, "loops", ()):
+        pairs = [(pin.SE3.Identity(), "")]
+        if c.kind == "revolute":
+            pairs.append((pin.SE3(np.eye(3), np.array([0.0, 0.0, HINGE_ARM])), "_axis"))
+        for off, tag in pairs:
+            names = []
+            for fid, side in ((c.fa, "a"), (c.fb, "b")):
+                body, X = _body_of_frame(spec, robot, fid)
+                X = X * off
+                name = f"{c.name}_{side}{tag}"
+                body.add_site(name=name, pos=X.translation, quat=_mat2quat(X.rotation), size=[0.004, 0, 0],
+                              group=4)
+                names.append(name)
+            eq = spec.add_equality(name=f"{c.name}{tag}", objtype=mujoco.mjtObj.mjOBJ_SITE, name1=names[0],
+                                   name2=names[1], solref=ref, solimp=imp)
+            eq.type = mujoco.mjtEq.mjEQ_WELD if c.kind == "weld" else mujoco.mjtEq.mjEQ_CONNECT
+            out.append(eq)
+    return out
 
 
 def _srdf_per_part(srdf, sources) -> list[Path | None]:
@@ -414,7 +478,9 @@ def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, conta
         sim_dt: MuJoCo time step (s); None keeps MuJoCo's default 0.002 s.
         contacts: False disables contacts.
         mesh_dir: folder with the mesh files, searched first by file name.
-        passive_joints: joints without a motor (the plant then refuses a torque on them).
+        passive_joints: joints without a motor (the plant then refuses a torque on them), besides the
+            robot's own ``robot.passive_joints`` (a loops sidecar's).  The robot's loops (``robot.loops``)
+            are closed by MuJoCo equalities (``add_loops``; solref/solimp from ``sim_dt``: ``loop_solref``).
         xml_path: write the plant's MJCF there (``save_xml``): a run directory's ``plant.xml``, whose
             path ``plant.path`` then is, so that a log's ``mjcf_path = str(plant.path)`` replays.
         integrator, noise_q (rad or m), noise_v (rad/s or m/s), seed: as ``MujocoPlant``.
@@ -435,8 +501,10 @@ def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, conta
 
     The returned plant keeps the specification as ``plant.spec``; ``save_xml(plant, path)`` writes the
     equivalent MJCF (e.g. into a run directory, for replay)."""
+    if sim_dt is not None and not sim_dt > 0:
+        raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
     spec = build_spec(robot, contacts=contacts, mesh_dir=mesh_dir, passive_joints=passive_joints, friction=friction,
-                      meshes=meshes, srdf=srdf)
+                      meshes=meshes, srdf=srdf, sim_dt=sim_dt)
     try:
         mj_model = spec.compile()
     except Exception as exc:
