@@ -64,7 +64,7 @@ from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
-from cmstack.controllers.kernels import dac_law3_step, dac_work_size
+from cmstack.controllers.kernels import _ee_task, dac_law3_step, dac_work_size
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.lie import kkt_solve
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
@@ -498,39 +498,16 @@ class TaskSpaceLaw(PortLaw):
         return tau
 
     def _task(self, t, state):
-        """ν_{e,r}, D^Iν_{e,r} (52) and e_{e,p}: ``attitude_error`` and ``attitude_error_rate`` of the end
-        effector written out on Python floats (one quaternion: cheaper than array calls)."""
+        """ν_{e,r}, D^Iν_{e,r} (52) and e_{e,p} of the end effector: the compiled step's own
+        ``kernels._ee_task`` (the equations once, in its docstring), called on this state."""
         p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
         n = state.n
-        a0, a1, a2, a3 = q_d.tolist() if isinstance(q_d, np.ndarray) else (float(x) for x in q_d)
-        b0, b1, b2, b3 = state.quat[-1].tolist()
-        # q_e = q_d⁻¹ ⊗ q, scalar part made ≥ 0
-        e0 = a0 * b0 + a1 * b1 + a2 * b2 + a3 * b3
-        e1 = a0 * b1 - a1 * b0 - a2 * b3 + a3 * b2
-        e2 = a0 * b2 + a1 * b3 - a2 * b0 - a3 * b1
-        e3 = a0 * b3 - a1 * b2 + a2 * b1 - a3 * b0
-        if e0 < 0:
-            e0, e1, e2, e3 = -e0, -e1, -e2, -e3
-        # e_att = R_d ε_e (R_d = R(q_d)), rotated as v + 2 a0 (u × v) + 2 u × (u × v), u = (a1, a2, a3)
-        c1, c2, c3 = a2 * e3 - a3 * e2, a3 * e1 - a1 * e3, a1 * e2 - a2 * e1
-        x = e1 + 2.0 * (a0 * c1 + a2 * c3 - a3 * c2)
-        y = e2 + 2.0 * (a0 * c2 + a3 * c1 - a1 * c3)
-        z = e3 + 2.0 * (a0 * c3 + a1 * c2 - a2 * c1)
-        nu_ed = np.asarray(nu_ed, float)
-        wd0, wd1, wd2 = nu_ed[3:].tolist()
-        w0, w1, w2 = state.nu[6 * n - 3:].tolist()
-        d0, d1, d2 = w0 - wd0, w1 - wd1, w2 - wd2
-        # D^I e_att = ω_d × e + ½ (η (ω − ω_d) − e × (ω − ω_d))
-        de_att = (wd1 * z - wd2 * y + 0.5 * (e0 * d0 - (y * d2 - z * d1)),
-                  wd2 * x - wd0 * z + 0.5 * (e0 * d1 - (z * d0 - x * d2)),
-                  wd0 * y - wd1 * x + 0.5 * (e0 * d2 - (x * d1 - y * d0)))
-        e_ep = np.empty(6)
-        e_ep[:3] = state.pos[-1] - p_d
-        e_ep[3:] = (x, y, z)
-        de = np.empty(6)
-        de[:3] = state.nu[3 * n - 3:3 * n] - nu_ed[:3]
-        de[3:] = de_att
-        return nu_ed - self._lam6 * e_ep, np.asarray(nu_ed_dot, float) - self._lam6 * de, e_ep
+        nu_er, nu_er_dot, e_ep = np.empty(6), np.empty(6), np.empty(6)
+        _ee_task(np.ascontiguousarray(state.quat[-1], dtype=float), np.ascontiguousarray(state.pos[-1], dtype=float),
+                 np.ascontiguousarray(state.nu, dtype=float), n, np.asarray(p_d, dtype=float),
+                 np.asarray(q_d, dtype=float), np.asarray(nu_ed, dtype=float), np.asarray(nu_ed_dot, dtype=float),
+                 np.ascontiguousarray(self._lam6, dtype=float), nu_er, nu_er_dot, e_ep)
+        return nu_er, nu_er_dot, e_ep
 
     def _known_force(self, R, quat):
         """ℱ_{g,J} (``TensorChain.known_force``); for the rotation-vector springs the joint moments
