@@ -48,6 +48,14 @@ compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the arr
 ``pin.computeAllTerms``; 2. and 3. then run in Python on its rows.  The same torques as the generic
 path to rounding (tests/test_uk_kernels.py); any other task takes the generic path.
 
+Closed chains.  The robot's loop closures (``robot.loops``: ``cmstack.models.loops.LoopClosure``, from an
+MJCF's equalities or a URDF's loops sidecar) are the top level unless the levels already hold them, and the
+joints without an actuator (``robot.passive_joints``, or ``passive=``) get a hard zero-torque condition
+in that level: with y = M v̇ + h + D v, the mechanism supplies any loop reaction J_cᵀλ, so τ = y − J_cᵀλ and
+τ_p = 0 is solvable in λ iff U_⊥ᵀ S_p y = 0 (U_⊥ spanning the left null space of G = S_p J_cᵀ); those rows
+join level 1, λ = G⁺ S_p y, and τ = (I − J_cᵀ G⁺ S_p) y, on which the effort limits act
+(``_passive_rows``).  Such steps take the generic path.
+
 Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ + Cᵀ z = 0):
     Q_c   = −A₁ᵀ λ₁              the first level's generalized force (when there are ≥ 2 levels);
                                   with only constraints in level 1 this is (3.10)
@@ -103,7 +111,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                  omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
                  model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
                  levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
-                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 150):
+                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 150,
+                 passive: Sequence[str] | None = None):
         self.robot = robot
         self.n = robot.nv
         if levels is None:
@@ -133,6 +142,23 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             lv.append(_Level([], np.zeros(0), np.zeros(0), True, 0))
         if any(L.gauss for L in lv[:-1]):
             raise ConfigError("GAUSS must be in the last level only")
+        # closed chains (module docstring, "Closed chains"): the robot's loops are the top level unless the
+        # user placed them; the passive joints get a hard zero-torque condition in that level
+        self.loops = list(getattr(robot, "loops", []) or [])
+        placed = {id(task) for L in lv for task in L.tasks}
+        if self.loops and not all(id(c) in placed for c in self.loops):
+            if any(id(c) in placed for c in self.loops):
+                raise ConfigError("levels: give all of robot.loops in the first level, or none of them (they are "
+                                  "then the top level)")
+            lv.insert(0, _Level(list(self.loops), np.ones(len(self.loops)), np.ones(len(self.loops)), False,
+                                sum(c.dim for c in self.loops)))
+        elif self.loops and not all(id(c) in {id(t) for t in lv[0].tasks} for c in self.loops):
+            raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
+        names = list(getattr(robot, "passive_joints", []) or []) if passive is None else list(passive)
+        self.passive_joints = names
+        self._passive = np.array([robot.joint_index(j) for j in names], dtype=int)
+        if self._passive.size and len(lv) < 2:
+            raise ConfigError("passive joints need a level above Gauss' (the zero-torque condition is hard)")
         self.levels = lv
         self._upper = lv[:-1]
         self._final = lv[-1]
@@ -182,7 +208,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
         self.warn_free_dof = warn_free_dof
         self._warned = False
-        self._plan = _FusedPlan.build(self) if fused else None
+        # passive joints take the generic path (their zero-torque rows and torque map are built per step)
+        self._plan = _FusedPlan.build(self) if fused and not self._passive.size else None
+        self._T: np.ndarray | None = None          # the step's torque map (passive joints), else None
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -217,6 +245,35 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         return np.vstack(As), np.concatenate(bs)
 
     def _limit_rows(self, kin, hD):
+        if self._T is not None:
+            return self._mapped_limit_rows(kin, hD)
+        return self._plain_limit_rows(kin, hD)
+
+    def _mapped_limit_rows(self, kin, hD):
+        """The limits with passive joints: an effort limit bounds τ = T (M v̇ + h + D v) on its actuated
+        joints (``_passive_rows``); the other limits as they are."""
+        if not self.limits:
+            return None, None, None
+        Cs, ls, us = [], [], []
+        act = np.ones(self.n, dtype=bool)
+        act[self._passive] = False
+        for lim in self.limits:
+            if isinstance(lim, EffortLimit):
+                keep = act[lim.idx]
+                i = lim.idx[keep]
+                TM, Th = self._T[i] @ kin.M, self._T[i] @ hD
+                tm = lim.tau_max[keep]
+                Cs.append(TM)
+                ls.append(-tm - Th)
+                us.append(tm - Th)
+            else:
+                C, l, u = lim.bounds(kin, hD)
+                Cs.append(C)
+                ls.append(l)
+                us.append(u)
+        return np.vstack(Cs), np.concatenate(ls), np.concatenate(us)
+
+    def _plain_limit_rows(self, kin, hD):
         if not self.limits:
             return None, None, None
         if len(self.limits) == 1:
@@ -262,6 +319,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 E, f = np.vstack([x[0] for x in rows]), np.concatenate([x[1] for x in rows])
             else:
                 E, f = np.zeros((0, self.n)), np.zeros(0)
+        if self._passive.size:
+            rows, E, f = self._passive_rows(kin, hD, t, rows)
+        else:
+            self._T = None
         if not self._warned and self.warn_free_dof:
             self._warn_free(E, final_rows)
         if limits_violated:
@@ -269,7 +330,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             # solve is next, whatever the equality solve would give
             return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, None, None, "", None, violated=True)
         x, lam, path = self._equality(H, r, E, f, rows, t)
-        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, M @ x + hD)
+        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(M @ x + hD))
 
     def _finish(self, kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, tau, violated=None):
         """The limits (QP when v̇ violates one), the step's info, τ."""
@@ -281,7 +342,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if violated:
             C, l, u = self._limit_rows(kin, hD)
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
-            tau = kin.M @ x + hD
+            tau = self._torque(kin.M @ x + hD)
             info.limits_active = bool(np.any(z != 0)) or (path == "sequential" and self._seq_active)
         else:
             info.limits_active = False
@@ -289,6 +350,59 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         return tau
+
+    # ------------------------------------------------------------------ closed chains, passive joints
+    def _passive_rows(self, kin, hD, t, rows):
+        """Level 1 with the passive joints' zero-torque condition; sets the step's torque map ``_T``.
+
+        The mechanism closes its loops itself: the torque that realises v̇ is τ = y − J_cᵀλ, y = M v̇ + h + D v,
+        for any loop reaction λ (J_c: the loops' rows).  The passive joints p get zero torque iff
+        S_p y = G λ has a solution, G = S_p J_cᵀ, i.e. U_⊥ᵀ S_p y = 0 with U_⊥ a basis of the left null
+        space of G: the rows U_⊥ᵀ S_p M v̇ = −U_⊥ᵀ S_p (h + D v), added to level 1.  Then λ = G⁺ S_p y
+        (the least-norm reaction) and τ = T y with T = I − J_cᵀ G⁺ S_p: τ_p = (I − G G⁺) S_p y = 0, and the
+        effort limits bound T y, the torque actually sent.  Without loops, G is empty: M_p v̇ = −(h + D v)_p."""
+        p = self._passive
+        n = self.n
+        if self.loops:
+            Jc = np.vstack([c.qp_rows(kin, t)[0] for c in self.loops])
+            G = Jc[:, p].T
+            U, sv, Vt = np.linalg.svd(G, full_matrices=True)
+            rank = int(np.sum(sv > self.rank_tol * max(1.0, sv[0] if sv.size else 0.0)))
+            Up = U[:, rank:]
+            Gp = (Vt[:rank].T / sv[:rank]) @ U[:, :rank].T
+            T = np.eye(n)
+            T[:, p] -= Jc.T @ Gp
+        else:
+            Up, T, Jc, Gp = np.eye(p.size), None, None, None
+        self._T = T
+        self._loop_reaction = (Jc, Gp)
+        A_p = Up.T @ kin.M[p]
+        b_p = -(Up.T @ hD[p])
+        A1, b1 = rows[0]
+        rows = [(np.vstack([A1, A_p]), np.concatenate([b1, b_p]))] + list(rows[1:])
+        E = np.vstack([a for a, _ in rows])
+        f = np.concatenate([b for _, b in rows])
+        return rows, E, f
+
+    def _torque(self, y: np.ndarray) -> np.ndarray:
+        """τ from y = M v̇ + h + D v: y itself, or T y with passive joints (``_passive_rows``)."""
+        if self._T is None:
+            return y
+        tau = self._T @ y
+        tau[self._passive] = 0.0            # exactly: it is zero to round-off by construction
+        return tau
+
+    def loop_reaction(self) -> np.ndarray | None:
+        """λ of the last step: the loops' reaction (in the units of their rows: N for point rows, N·m
+        for rotation rows) that the torque leaves to the mechanism, or None without passive joints."""
+        if self._T is None or self.info.vdot is None:
+            return None
+        Jc, Gp = self._loop_reaction
+        if Jc is None:
+            return None
+        kin = self.kin
+        y = kin.M @ self.info.vdot + kin.h + self.D * kin.v
+        return Gp @ y[self._passive]
 
     def _call_fused(self, t: float, kin: Kinematics) -> np.ndarray:
         """The step through the compiled kernels (``_FusedPlan``): one kernel call builds every
