@@ -298,6 +298,7 @@ class PIDC:
                 return None                                  # Robot.update names the sizes
             d = robot.data
             pin_compute_all_terms(robot.model, d, q, v)
+            robot._gen += 1                      # the shared data now holds this state (Kinematics._check_current)
             M, h = robot.dynamics_views()
             M = M.T                       # M is symmetric; its transpose is the C-ordered view (one kernel type)
             self._kin, self._kin_qv = None, (q.copy(), v.copy())

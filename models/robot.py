@@ -369,16 +369,28 @@ class Kinematics:
     """Everything a controller needs at one (q, v), computed once by Robot.update: q, v, M (nv×nv,
     full symmetric), h = nle(q, v) (Coriolis + gravity), and frames on demand (``frame``)."""
 
-    __slots__ = ("robot", "q", "v", "M", "h", "_frames", "_tv")
+    __slots__ = ("robot", "q", "v", "M", "h", "_frames", "_tv", "_gen")
 
     def __init__(self, robot: "Robot", q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray):
         self.robot, self.q, self.v, self.M, self.h = robot, q, v, M, h
         self._frames: dict = {}
         self._tv = False
+        self._gen = robot._gen          # the robot's Pinocchio data holds this snapshot's state until it changes
+
+    def _check_current(self) -> None:
+        """A frame not read yet comes from the robot's Pinocchio data, which must still hold this snapshot:
+        a later ``robot.update`` (another controller, a viewer) or ``add_frame`` would make it another
+        state's, silently.  So that is an error naming what to do."""
+        if self.robot._gen != self._gen:
+            raise StateError(f"{self.robot.label}: this Kinematics snapshot (q, v of an earlier step) is stale: "
+                             "robot.update or add_frame ran since; read its frames before the next update, or give "
+                             "each consumer its own Robot")
 
     def frame(self, name_or_id) -> FrameState:
         fs = self._frames.get(name_or_id)
         if fs is None:
+            if self.robot._gen != self._gen:
+                self._check_current()
             robot = self.robot
             fid = robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
             m, d = robot.model, robot.data
@@ -392,6 +404,7 @@ class Kinematics:
         return fs
 
     def _time_variation(self, fid: int) -> np.ndarray:
+        self._check_current()
         m, d = self.robot.model, self.robot.data
         if not self._tv:
             pin.computeJointJacobiansTimeVariation(m, d, self.q, self.v)
@@ -417,6 +430,7 @@ class Robot:
         """The URDF parts this robot was built from (file, prefix, base pose, locked joints); a plant
         built from URDF (``cmstack.sim.urdf_plant``) rebuilds the same robot from them."""
         self.data = self.model.createData()
+        self._gen = 0      # bumped whenever self.data changes state (update, add_frame, a law's direct pass)
         self.joint_names = [self.model.names[i] for i in range(1, self.model.njoints)]
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
@@ -590,6 +604,7 @@ class Robot:
             raise FrameNotFoundError(f"frame '{name}' already exists in {self.label} with another placement")
         fid = self.model.addFrame(pin.Frame(name, parent.parentJoint, pid, oMf, pin.FrameType.OP_FRAME))
         self.data = self.model.createData()
+        self._gen += 1
         self._frame_ids[name] = fid
         return fid
 
@@ -627,6 +642,7 @@ class Robot:
         # one pass: FK (q, v, v̇ = 0, so data.a holds the drift accelerations), joint Jacobians,
         # M (full symmetric) and nle; frame quantities are read from it on demand (Kinematics.frame)
         pin.computeAllTerms(m, d, q, v)
+        self._gen += 1
         M, h = self.dynamics_views()
         return Kinematics(self, q.copy(), v.copy(), M.copy(), h.copy())
 

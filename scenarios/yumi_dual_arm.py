@@ -143,6 +143,7 @@ def run(ctx) -> Outcome:
     fid1 = robot.frame_id(cfg["frame1"])
     fid2 = robot.frame_id(cfg["frame2"])
     viewer = ctx.make_viewer(plant.model)
+    view_data = robot.model.createData() if viewer is not None else None
 
     def record(t, q, v, tau):
         # in the loop: only what exists at this step alone (the plant's state, the controller's output);
@@ -152,9 +153,10 @@ def run(ctx) -> Outcome:
         log.append(t=t, tau=tau, Qc=info.Qc, qp_iter=info.qp_iter, plant_qpos=plant.data.qpos,
                    plant_qvel=plant.data.qvel)
         if viewer is not None:
+            # the viewer's own Pinocchio data: the controller's snapshot of this step stays valid
             q, v = plant.state(noisy=False)
-            kin = robot.update(q, v)
-            E1, E2 = kin.frame(fid1).T, kin.frame(fid2).T
+            pin.framesForwardKinematics(robot.model, view_data, q)
+            E1, E2 = view_data.oMf[fid1].copy(), view_data.oMf[fid2].copy()
             TD = traj(t)[0]
             EB = (E1 * T_AB).translation
             viewer.maybe_update(t, plant.data.qpos, frames={"E1": E1, "E2": E2, "desired": TD},
