@@ -52,6 +52,7 @@ from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
+from cmstack.models.coupling import Task
 from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
 from cmstack.models.robot import Robot
@@ -76,7 +77,8 @@ class PIDCInfo(StepInfo):
     rank: int = 0
     limit_active: bool = False
     qp_status: str = ""
-    f_c: np.ndarray | None = None     # measured / estimated constraint force
+    f_c: np.ndarray | None = None     # constraint force (joint space): measured/estimated by the force loop, else (32)
+    lam: np.ndarray | None = None     # its multipliers λ = (A⁺)ᵀ f_c, one per constraint row
     f_d: np.ndarray | None = None
     qdd_des: np.ndarray | None = None
     tau_par: np.ndarray | None = None
@@ -100,10 +102,16 @@ class PIDC:
 
     coords: names of the joints used as independent coordinates θ; reference: a Trajectory on R^k
     (models/trajectory.py: t → (θ_d, θ̇_d, θ̈_d)), or a constant θ_d, or a function of t giving that triple.
+    Or coords: a ``Task`` of the core contract (or a list of them), e.g. ``FrameTask(robot, "ee", Circle(...),
+    rows="position")``: task-space coordinates following the task's own trajectory and gains (reference,
+    kp, kv not given; ``_task_acceleration``).
+    constraint: a ``LoopClosure``, a list of them, None (``robot.loops``; passive defaults to
+    ``robot.passive_joints``), or an object with phi, jacobian, jdot_v.  ``info.f_c`` is the constraint force
+    (32) and ``info.lam`` its multipliers.
     passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
     qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``)."""
 
-    def __init__(self, robot, constraint, coords, reference, kp, kv, *, passive=None, weights=None,
+    def __init__(self, robot, constraint, coords, reference=None, kp=None, kv=None, *, passive=None, weights=None,
                  force: ForceLaw | None = None, qp: bool = False, torque_limits=None, rank_tol: float = DEFAULT_TOL,
                  solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg=1e-6):
         if constraint is None:
@@ -115,6 +123,19 @@ class PIDC:
         self.robot, self.c = robot, as_constraint(constraint)
         self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
         n = robot.nv
+        if isinstance(coords, Task) or (isinstance(coords, (list, tuple)) and coords
+                                        and all(isinstance(c, Task) for c in coords)):
+            self.tasks = [coords] if isinstance(coords, Task) else list(coords)
+            if reference is not None:
+                raise ConfigError("PIDC: task coordinates follow their own trajectories (the task's); pass "
+                                  "reference=None")
+            coords, reference = [], 0.0
+            kp = 0.0 if kp is None else kp
+            kv = 0.0 if kv is None else kv
+        else:
+            self.tasks = []
+            if reference is None or kp is None or kv is None:
+                raise ConfigError("PIDC: joint coordinates need a reference and the gains kp, kv")
         self.S = np.zeros((len(coords), n))
         for i, name in enumerate(coords):
             self.S[i, robot.joint_index(name)] = 1.0
@@ -161,13 +182,13 @@ class PIDC:
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
-        self._compiled = (not self.qp and self.w is None and self.force is None
+        self._compiled = (not self.qp and self.w is None and self.force is None and not self.tasks
                           and getattr(constraint, "m", None) == 1)
         k = len(coords)
         # sampled in the kernel: a Sinusoid whose sampling is Sinusoid's own (a subclass may redefine it)
         self._sinus = (isinstance(self.ref, Sinusoid) and type(self.ref).sample is Sinusoid.sample
                        and self.ref.c.shape == (k,))
-        self._kprm = pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D, bool(self.passive),
+        self._kprm = None if self.tasks else pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D, bool(self.passive),
                                  self.rank_tol, _SM_MIN,
                                  (self.ref.c, self.ref.a, self.ref.w, self.ref.p) if self._sinus else None)
         self._kref = np.zeros((3, k))
@@ -179,11 +200,32 @@ class PIDC:
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
+        if self.tasks:
+            return self._task_acceleration(t, pr, Cv)
         ci = self._ci
         th_d, thd_d, thdd_d = (np.atleast_1d(np.asarray(x, dtype=float)) for x in self.ref(t))
         e, ed = th_d - q[ci], thd_d - v[ci]
         u = thdd_d + self.kv * ed + self.kp * e
         z = self._sp_pinv(pr) @ (u - Cv[ci])
+        return Cv + pr.P @ z, e
+
+    def _task_acceleration(self, t, pr, Cv):
+        """Task coordinates: each task's rows (A_t, b_t) = (W, −drift − K_d w − K_p e) from the step's kinematics
+        snapshot (the core contract), stacked; among the accelerations the loops allow, q̈ = C q̇ + P z, the
+        one with A_t q̈ = b_t in the least-squares sense:
+
+            z = (A_t P)⁺ (b_t − A_t C q̇)
+
+        (the joint case with S → A_t and u → b_t; A_t P may be rank deficient, e.g. a planar mechanism's
+        out-of-plane row: the truncated SVD drops it).  With e = the tasks' errors, the tracked rows then obey
+        ẅ + K_d w + K_p e = 0 (Theorem 4 of the joint case, the same argument)."""
+        kin = self.kin
+        rows = [task.compute(kin, t) for task in self.tasks]
+        A = rows[0][0] if len(rows) == 1 else np.vstack([r[0] for r in rows])
+        b = rows[0][1] if len(rows) == 1 else np.concatenate([r[1] for r in rows])
+        AP = A @ pr.P
+        z = pinv(AP, rtol=_RTOL) @ (b - A @ Cv)
+        e = np.concatenate([task.error(kin, t) for task in self.tasks])
         return Cv + pr.P @ z, e
 
     def _sp_pinv(self, pr):
@@ -346,7 +388,11 @@ class PIDC:
                     f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
                     f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
             tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
-        info.f_c, info.f_d = self._fc, self._fd
+        # (32) on the one row a: f_c = a (a·r)/‖a‖², r = M q̈_des + h + D v − τ; λ = a·r/‖a‖²
+        r = M @ qdd + h + self.D * v - tau
+        aa = float(a @ a)
+        lam = float(a @ r) / aa if rank else 0.0
+        info.f_c, info.lam, info.f_d = a * lam, np.array([lam]), None
         self.info = info
         self._prev = (t, v, tau)        # read by the force loop only, which this path does not have
         return tau
@@ -392,7 +438,13 @@ class PIDC:
             tau_perp = self._force_term(t, q, v, M, h, qdd, pr, A)
             tau = tau + tau_perp
             info.tau_perp = tau_perp
-        info.f_c, info.f_d = self._fc, self._fd
+            info.f_c, info.f_d = self._fc, self._fd
+        else:
+            # (32): the loops' generalized force when the plant realises q̈_des under τ, and its multipliers
+            # λ = (A⁺)ᵀ f_c (N on position rows, N·m on rotation rows; least norm where A is rank deficient)
+            r = M @ qdd + h - tau
+            info.f_c = r - pr.P @ r
+            info.lam = pr.A_pinv.T @ info.f_c
         self.info = info
         self._prev = (t, v.copy(), tau.copy())
         return tau

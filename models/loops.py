@@ -302,11 +302,12 @@ def as_constraint(c):
 
 
 def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol: float = 1e-12,
-             max_iter: int = 50) -> np.ndarray:
+             max_iter: int = 50, fixed: Sequence[str] = ()) -> np.ndarray:
     """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given): Newton's
     iteration q ← q − J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad).  J⁺ drops singular values
     below 1e-10·σ₁ (a planar point closure's empty row).  Raises ``InfeasibleError`` naming the loop with
-    the largest residual when it does not converge within ``max_iter`` steps."""
+    the largest residual when it does not converge within ``max_iter`` steps.  ``fixed``: joints held at
+    their value in ``q_guess`` (their columns of J are left out), e.g. the actuated joints at a reference."""
     loops = list(robot.loops if loops is None else loops)
     q = np.array(q_guess, dtype=float)
     if q.shape != (robot.nq,) or not np.all(np.isfinite(q)):
@@ -314,6 +315,9 @@ def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol:
     if not loops:
         return q
     cs = ClosureSet(loops)
+    free = np.ones(robot.nv, dtype=bool)
+    for name in fixed:
+        free[robot.joint_index(name)] = False
     best = (math.inf, q)
     for _ in range(max_iter + 1):
         phi = cs.phi(q)
@@ -323,7 +327,7 @@ def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol:
         if r <= tol:
             return q
         J = cs.jacobian(q)
-        q = q - svd_rank(J, rtol=1e-10).pinv() @ phi
+        q[free] -= svd_rank(J[:, free], rtol=1e-10).pinv() @ phi
         if not np.all(np.isfinite(q)):
             break
     res = cs.residuals(best[1])
@@ -393,3 +397,25 @@ def apply_sidecar(robot, side: dict, prefix: str = "") -> None:
         except (FrameNotFoundError, ConfigError) as exc:
             raise ConfigError(f"loops file {p}: loop '{name}': {exc}") from None
         robot.loops.append(c)
+
+
+def pinocchio_constraint_models(robot, loops: Iterable[LoopClosure] | None = None):
+    """Pinocchio's rigid constraint models of the loops (for ``pin.constraintDynamics``): ``point`` → one
+    CONTACT_3D between the two frames' joints at the frames' placements, ``weld`` → CONTACT_6D, ``revolute`` →
+    two CONTACT_3D, at the frames and 0.05 m along the hinge axis (rank 5 of 6); all LOCAL.  Returns
+    (models, datas) as Pinocchio's vectors, ``initConstraintDynamics`` not yet called."""
+    model = robot.model
+    cms = pin.StdVec_RigidConstraintModel()
+    for c in (robot.loops if loops is None else loops):
+        fa, fb = model.frames[c.fa], model.frames[c.fb]
+        offs = [pin.SE3.Identity()]
+        if c.kind == "revolute":
+            offs.append(pin.SE3(np.eye(3), np.array([0.0, 0.0, 0.05])))
+        for off in offs:
+            typ = pin.ContactType.CONTACT_6D if c.kind == "weld" else pin.ContactType.CONTACT_3D
+            cms.append(pin.RigidConstraintModel(typ, model, fa.parentJoint, fa.placement * off, fb.parentJoint,
+                                                fb.placement * off, pin.ReferenceFrame.LOCAL))
+    cds = pin.StdVec_RigidConstraintData()
+    for cm in cms:
+        cds.append(cm.createData())
+    return cms, cds

@@ -136,3 +136,29 @@ def test_urdf_sidecar_plant_is_the_mjcf_plant(tmp_path):
     assert np.isclose(pm.equality_violation(), pu.equality_violation(), rtol=1e-6)
     saved = mujoco.MjModel.from_xml_path(str(save_xml(pu, tmp_path / "plant.xml")))
     assert saved.neq == 1 and saved.nu == 2 and np.allclose(saved.eq_solref, [2e-3, 1.0])
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_our_constraint_models_are_pinocchios_own(name, tmp_path):
+    """pinocchio_constraint_models (what closed_chain's dynamics_vs_pinocchio_rel uses, for URDF sidecars too)
+    gives the dynamics of the constraint models Pinocchio's MJCF parser reads."""
+    from cmstack.models.loops import pinocchio_constraint_models
+
+    robot = Robot.from_mjcf(MECHANISMS[name])
+    f = tmp_path / "wrapped.xml"
+    f.write_text(wrapped_mjcf(robot.mjcf_path))
+    pm, theirs = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))
+    pm.gravity = robot.model.gravity
+    td = pin.StdVec_RigidConstraintData()
+    for c in theirs:
+        td.append(c.createData())
+    ours, od = pinocchio_constraint_models(robot)
+    d1, d2 = pm.createData(), robot.model.createData()
+    pin.initConstraintDynamics(pm, d1, theirs, td)
+    pin.initConstraintDynamics(robot.model, d2, ours, od)
+    prox = pin.ProximalSettings(1e-14, 1e-8, 200)
+    for q, v, rng in _states(robot, 5, 6):
+        tau = rng.normal(size=robot.nv)
+        a1 = pin.constraintDynamics(pm, d1, q, v, tau, theirs, td, prox)
+        a2 = pin.constraintDynamics(robot.model, d2, q, v, tau, ours, od, prox)
+        assert np.linalg.norm(a1 - a2) <= 1e-9 * np.linalg.norm(a1)
