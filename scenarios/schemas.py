@@ -274,6 +274,28 @@ class SliderCrank(Schema):
     energy_crank_speed: Finite
 
 
+# ------------------------------------------------------------------------------------- closed_chain
+class ClosedChain(Schema):
+    model: asset("model")
+    loops: Annotated[str, Field(description="'' or an existing loops TOML file"),
+                     AfterValidator(lambda p: _file_exists("loops TOML")(p) if p else p)]
+    plant_mjcf: Annotated[str, Field(description="'' or an existing MJCF file"),
+                          AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p)]
+    law: Literal["pidc", "uk"]
+    duration: Duration
+    control_dt: Step
+    sim_dt: Step
+    track_after: Window
+    coords: Literal["auto", "ee", "joints"]
+    ee_frame: Name
+    radius: Pos
+    frequency: Pos
+    joint_amplitude: NonNeg
+    kp: Pos
+    kd: Pos
+    check_states: integer(ge=0, le=10000)
+
+
 # ------------------------------------------------------------------------------------- balloon
 class _BalloonBody(_Table):
     mass: Pos
@@ -406,6 +428,7 @@ class ChainTaskSpace(Schema):
 #: the schema of each shipped scenario
 SCHEMAS: dict[str, type[Schema]] = {
     "yumi_dual_arm": YumiDualArm, "series_parallel": SeriesParallel, "slider_crank": SliderCrank,
+    "closed_chain": ClosedChain,
     "balloon": Balloon, "chain_open_loop": ChainOpenLoop, "chain_task_space": ChainTaskSpace,
 }
 

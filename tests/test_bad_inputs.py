@@ -27,15 +27,17 @@ from cmstack.scenarios.schemas import SCHEMAS
 SCENARIOS = sorted(SCHEMAS)
 #: per scenario: a gain (key, list index or None), its model-file keys, and a plant file of another robot
 GAIN = {"yumi_dual_arm": ("task_kp", None), "series_parallel": ("K", 1), "slider_crank": ("kp", None),
-        "balloon": ("slider.stiffness", None), "chain_open_loop": ("stiffness", 0), "chain_task_space": ("lam_p", None)}
+        "balloon": ("slider.stiffness", None), "chain_open_loop": ("stiffness", 0), "chain_task_space": ("lam_p", None),
+        "closed_chain": ("kp", None)}
 GAIN_RANGE = {"yumi_dual_arm": "> 0", "series_parallel": "> 0", "slider_crank": "> 0", "balloon": ">= 0",
-              "chain_open_loop": ">= 0", "chain_task_space": "> 0"}
+              "chain_open_loop": ">= 0", "chain_task_space": "> 0", "closed_chain": "> 0"}
 MODEL_KEY = {"yumi_dual_arm": ("urdf", "URDF"), "series_parallel": ("urdf", "URDF"), "slider_crank": ("urdf", "URDF"),
-             "balloon": ("urdf", "URDF"), "chain_open_loop": ("mjcf", "MJCF"), "chain_task_space": ("mjcf", "MJCF")}
-PLANT_KEY = {"yumi_dual_arm": "mjcf_virtual"}
+             "balloon": ("urdf", "URDF"), "chain_open_loop": ("mjcf", "MJCF"), "chain_task_space": ("mjcf", "MJCF"),
+             "closed_chain": ("model", "model")}
+PLANT_KEY = {"yumi_dual_arm": "mjcf_virtual", "closed_chain": "plant_mjcf"}
 #: a name the foreign plant lacks, which the error must name
 MISSING_NAME = {"yumi_dual_arm": "yumi_joint_1_l", "series_parallel": "phi", "slider_crank": "crank",
-                "balloon": "balloon", "chain_open_loop": "body1", "chain_task_space": "body1"}
+                "balloon": "balloon", "chain_open_loop": "body1", "chain_task_space": "body1", "closed_chain": "base_l"}
 
 
 def _gain_set(name: str, value: str) -> tuple[str, str]:

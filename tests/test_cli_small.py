@@ -26,7 +26,7 @@ def test_list_shows_scenarios_only(tmp_path):
     assert listed == _shipped()
     assert "schemas" not in listed
     assert {"yumi_dual_arm", "series_parallel", "slider_crank", "balloon", "chain_open_loop",
-            "chain_task_space"} == set(listed)
+            "chain_task_space", "closed_chain"} == set(listed)
 
 
 def test_running_a_module_that_is_not_a_scenario_is_one_line_exit_2(tmp_path):

@@ -212,7 +212,7 @@ def test_no_plots_builds_no_figure_in_the_yumi_run(yumi_run):
 
 
 SHORT = {"yumi_dual_arm": 0.05, "series_parallel": 0.1, "slider_crank": 1.1, "chain_open_loop": 0.05,
-         "chain_task_space": 0.05, "balloon": 0.1}
+         "chain_task_space": 0.05, "balloon": 0.1, "closed_chain": 1.05}
 
 
 class FigureBuilt(RuntimeError):

@@ -18,7 +18,7 @@ NAMESPACES = {
     "cmstack.limits": {"Limit", "EffortLimit", "JointVelocityLimit", "JointPositionLimit"},
     "cmstack.controllers": {"Controller", "UdwadiaKalabaController", "RobustUKController", "PIDC",
                             "RobustPartitionController", "VelocityLaw", "PoseLaw", "TaskSpaceLaw"},
-    "cmstack.plants": {"Plant", "plant_from_urdf", "MujocoPlant", "ProjectionPlant", "ChainMujocoPlant"},
+    "cmstack.plants": {"Plant", "plant_from_urdf", "plant_from_mjcf", "MujocoPlant", "ProjectionPlant", "ChainMujocoPlant"},
     "cmstack.scenario": {"Context", "Outcome", "Row"},
 }
 ALIASES = ("run_closed_loop", "circle_trajectory")

@@ -1,0 +1,274 @@
+"""A closed chain from its model file: the end effector follows a trajectory on the MuJoCo plant (issue 23).
+
+    cmstack run closed_chain --set model=mjcf/five_bar.xml --set law=pidc
+    cmstack run closed_chain --set model=urdf/five_bar.urdf --set loops=urdf/five_bar.loops.toml
+
+The model file gives everything: the tree, the loops (MJCF ``<equality connect|weld>`` or the URDF's loops
+sidecar), the passive joints (no ``<actuator>``, or the sidecar's ``passive``) and the initial pose
+(assembled).  The plant is the same file in MuJoCo with the loops as equalities (``plant_from_mjcf`` /
+``plant_from_urdf``), saved as ``plant.xml`` in the run directory (a replay shows the closed mechanism).
+
+Trajectory (``coords``): "ee" — the frame ``ee_frame`` follows a circle of ``radius`` at ``frequency`` in
+the world x-z plane, starting where it is (a ``FrameTask`` on its position: PIDC's task-space coordinates);
+"joints" — the actuated joints follow sinusoids of ``joint_amplitude`` about the initial pose and the end
+effector the path they imply (its reference: the assembled pose with the actuated joints at their
+reference); "auto" — "ee" when the mechanism has at least 2 degrees of freedom, else "joints" (a four-bar's
+coupler point can only follow its coupler curve).
+
+Metrics: ``ee_error_max_m`` (t > ``track_after``), ``loop_residual_max_m`` (max |φ| of the loops on the
+plant's states over the run: m, and rad on a weld's rotation rows), ``passive_torque_max_nm`` (the law's
+torque on passive joints), ``dynamics_vs_pinocchio_rel`` (the rigid forward dynamics of the controller's
+model, ProjectionPlant.accel, against ``pin.constraintDynamics`` on ``check_states`` logged states closed by
+``assemble`` and projected), ``plant_vs_rigid_qacc_rel`` (median of |q̈_MuJoCo − q̈_rigid|/|q̈_rigid| on
+those states), ``constraint_force_max_n`` (the law's loop multipliers, N on position rows, N·m on rotation
+rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` is reserved
+for the Udwadia–Kalaba law (its builder lands with UK's passive joints).
+"""
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+
+from cmstack.controllers.pidc import PIDC
+from cmstack.models.coupling import FrameTask
+from cmstack.models.errors import ConfigError
+from cmstack.models.loops import ClosureSet, assemble, pinocchio_constraint_models
+from cmstack.models.projection import project
+from cmstack.models.robot import Robot, resolve_asset
+from cmstack.models.trajectory import Circle, Sinusoid
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.mjcf_plant import plant_from_mjcf
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.sim.runner import simulate
+from cmstack.sim.urdf_plant import plant_from_urdf, save_xml
+
+NAME = "closed_chain"
+TARGETS = dict(ee_error_max_m=1e-4, loop_residual_max_m=1e-6, passive_torque_max_nm=1e-9,
+               dynamics_vs_pinocchio_rel=1e-9)
+
+
+def load_robot(cfg) -> Robot:
+    path = resolve_asset(cfg["model"])
+    if path.suffix.lower() == ".urdf":
+        return Robot.from_urdf(path, loops=cfg["loops"] or None)
+    if cfg["loops"]:
+        raise ConfigError(f"loops='{cfg['loops']}' is for a URDF; the MJCF {path.name} declares its loops itself")
+    return Robot.from_mjcf(path)
+
+
+def build_plant(cfg, robot: Robot, out) -> MujocoPlant:
+    """The MuJoCo plant of the model file (or of ``plant_mjcf``), its loops closed, saved as plant.xml."""
+    if cfg["plant_mjcf"]:
+        plant = MujocoPlant(cfg["plant_mjcf"], robot.joint_names, sim_dt=cfg["sim_dt"])
+    elif robot.mjcf_path is not None:
+        plant = plant_from_mjcf(robot, sim_dt=cfg["sim_dt"], xml_path=out / "plant.xml")
+    else:
+        plant = plant_from_urdf(robot, sim_dt=cfg["sim_dt"], contacts=False, xml_path=out / "plant.xml")
+    plant.reset(robot.q_initial)
+    return plant
+
+
+def mobility(robot: Robot, q) -> int:
+    """Degrees of freedom of the closed chain at q: n − rank of the loops' Jacobian."""
+    if not robot.loops:
+        return robot.nv
+    return robot.nv - project(ClosureSet(robot.loops).jacobian(q), 1e-9).rank
+
+
+def build_reference(cfg, robot: Robot):
+    """(mode, coordinates for the law, ee reference t ↦ position or None)."""
+    q0 = robot.q_initial
+    mode = cfg["coords"]
+    if mode == "auto":
+        mode = "ee" if mobility(robot, q0) >= 2 else "joints"
+    ee = robot.frame_id(cfg["ee_frame"])
+    if mode == "ee":
+        p0 = robot.update(q0, np.zeros(robot.nv)).frame(ee).p.copy()
+        r, om = cfg["radius"], 2 * math.pi * cfg["frequency"]
+        circle = Circle(p0 - np.array([r, 0.0, 0.0]), r, om)          # starts at the end effector, x-z plane
+        task = FrameTask(robot, cfg["ee_frame"], circle, kp=cfg["kp"], kd=cfg["kd"], rows="position",
+                         name="ee_circle")
+        return mode, task, lambda t: circle(t)[0].translation
+    act = robot.actuated_joints
+    idx = [robot.joint_index(n) for n in act]
+    sin = Sinusoid(q0[idx], cfg["joint_amplitude"], cfg["frequency"])
+    return mode, (act, sin), None
+
+
+def build_law(cfg, robot: Robot, coords):
+    if cfg["law"] == "uk":
+        raise ConfigError("law='uk': the Udwadia-Kalaba builder for closed chains is not in this scenario yet "
+                          "(it lands with UK's passive joints); use law='pidc'")
+    if isinstance(coords, tuple):
+        names, ref = coords
+        return PIDC(robot, None, names, ref, cfg["kp"], cfg["kd"])
+    return PIDC(robot, None, coords)
+
+
+def ee_reference_joints(robot: Robot, ref, q_log, t_log, ee: int):
+    """The end effector's reference in "joints" mode: its position at the pose assembled with the actuated
+    joints at their reference (Newton from the logged pose)."""
+    act = robot.actuated_joints
+    idx = [robot.joint_index(n) for n in act]
+    d = robot.model.createData()
+    out = np.empty((len(t_log), 3))
+    for k, (t, q) in enumerate(zip(t_log, q_log)):
+        qr = q.copy()
+        qr[idx] = ref(t)[0]
+        qr = assemble(robot, qr, fixed=act)
+        pin.framesForwardKinematics(robot.model, d, qr)
+        out[k] = d.oMf[ee].translation
+    return out
+
+
+def dynamics_checks(robot: Robot, plant: MujocoPlant, L, n_states: int):
+    """(dynamics_vs_pinocchio_rel, plant_vs_rigid_qacc_rel) on ``n_states`` logged states (module docstring)."""
+    if not robot.loops or n_states == 0:
+        return 0.0, 0.0
+    rigid = ProjectionPlant(robot, None, sim_dt=plant.dt)
+    cs = ClosureSet(robot.loops)
+    cms, cds = pinocchio_constraint_models(robot)
+    d = robot.model.createData()
+    pin.initConstraintDynamics(robot.model, d, cms, cds)
+    prox = pin.ProximalSettings(1e-14, 1e-8, 200)
+    mj = mujoco.MjData(plant.model)
+    rows = np.unique(np.linspace(0, len(L["t"]) - 1, n_states).astype(int))
+    pin_rel, mj_rel = [], []
+    for k in rows:
+        q, v, tau = L["q"][k], L["v"][k], L["tau"][k] * rigid.actuated
+        qa = assemble(robot, q)
+        va = project(cs.jacobian(qa)).P @ v
+        a = rigid.accel(qa, va, tau)
+        a_pin = pin.constraintDynamics(robot.model, d, qa, va, tau - robot.damping * va, cms, cds, prox)
+        pin_rel.append(float(np.linalg.norm(a - a_pin) / max(np.linalg.norm(a_pin), 1e-12)))
+        mj.qpos[:], mj.qvel[:] = L["plant_qpos"][k], L["plant_qvel"][k]
+        mj.ctrl[:] = 0.0
+        m = plant.map
+        mj.ctrl[m.act[m.actuated]] = tau[m.actuated] / m.gear[m.actuated]
+        mujoco.mj_forward(plant.model, mj)
+        a_r = rigid.accel(q, v, tau)
+        mj_rel.append(float(np.linalg.norm(mj.qacc[m.dadr] - a_r) / max(np.linalg.norm(a_r), 1e-12)))
+    return max(pin_rel), float(np.median(mj_rel))
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    if not cfg["duration"] > cfg["track_after"]:
+        raise ConfigError(f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s")
+    robot = load_robot(cfg)
+    if not robot.loops:
+        raise ConfigError(f"model {cfg['model']}: no loop closure (an MJCF <equality connect|weld>, or a URDF's "
+                          "loops sidecar: loops=PATH); closed_chain needs a closed chain")
+    plant = build_plant(cfg, robot, ctx.out)
+    mode, coords, ee_ref = build_reference(cfg, robot)
+    ctl = build_law(cfg, robot, coords)
+    ee = robot.frame_id(cfg["ee_frame"])
+    cs = ClosureSet(robot.loops)
+    passive = ~plant.map.actuated
+    log = ctx.logger
+    log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])),
+                    joint_names=np.array(robot.joint_names), coords=mode, law=cfg["law"])
+    viewer = ctx.make_viewer(plant.model)
+    nlam = cs.m
+
+    def record(t, q, v, tau):
+        info = ctl.info
+        lam = info.lam if getattr(info, "lam", None) is not None else np.full(nlam, np.nan)
+        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos, plant_qvel=plant.data.qvel, lam=lam,
+                   solvable=float(getattr(info, "solvable", True)))
+        if viewer is not None:
+            viewer.maybe_update(t, plant.data.qpos)
+
+    run_ = simulate(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
+                    progress=ctx.progress, desc=NAME, log=log)
+    L = log.arrays()
+    # after the loop, from the logged states: the end effector and its reference, the loops' residual
+    d = robot.model.createData()
+    p = np.empty((len(L["t"]), 3))
+    res = np.empty(len(L["t"]))
+    for k, q in enumerate(L["q"]):
+        pin.framesForwardKinematics(robot.model, d, q)
+        p[k] = d.oMf[ee].translation
+        res[k] = float(np.max(np.abs(cs.phi(q))))
+    if ee_ref is not None:
+        p_ref = np.array([ee_ref(t) for t in L["t"]])
+    else:
+        p_ref = ee_reference_joints(robot, coords[1], L["q"], L["t"], ee)
+    err = np.linalg.norm(p - p_ref, axis=1)
+    log.put("ee", p)
+    log.put("ee_ref", p_ref)
+    log.put("ee_error", err)
+    log.put("loop_residual", res)
+    L = log.arrays()
+    late = L["t"] > cfg["track_after"]
+    dyn_rel, mj_rel = dynamics_checks(robot, plant, L, cfg["check_states"])
+    lam = L["lam"]
+    m = dict(model=str(cfg["model"]), law=cfg["law"], coords=mode, dof=mobility(robot, robot.q_initial),
+             loops=[f"{c.name}:{c.kind}" for c in robot.loops], passive_joints=list(robot.passive_joints),
+             ee_error_max_m=float(err[late].max()), ee_error_rms_m=float(np.sqrt(np.mean(err[late] ** 2))),
+             loop_residual_max_m=float(res.max()),
+             plant_equality_violation_max=float(np.max(plant.equality_violations(L["plant_qpos"]))),
+             passive_torque_max_nm=float(np.abs(L["tau"][:, passive]).max()) if passive.any() else 0.0,
+             dynamics_vs_pinocchio_rel=dyn_rel, plant_vs_rigid_qacc_rel=mj_rel,
+             constraint_force_max_n=float(np.nanmax(np.abs(lam))) if np.isfinite(lam).any() else float("nan"),
+             unsolvable_steps=int(getattr(ctl, "unsolvable_steps", 0)), motor_saturations=plant.saturated,
+             max_torque_nm=float(np.abs(L["tau"]).max()),
+             control_step_us_median=run_.step_us_median, realtime_factor=run_.realtime_factor)
+    rows = [Row("ee_error_max_m", m["ee_error_max_m"], None, f"<= 1e-4 (t > {cfg['track_after']:g} s)",
+                m["ee_error_max_m"] <= 1e-4),
+            Row("loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6),
+            Row("passive_torque_max_nm", m["passive_torque_max_nm"], None, "<= 1e-9",
+                m["passive_torque_max_nm"] <= 1e-9),
+            Row("dynamics_vs_pinocchio_rel", dyn_rel, None, "<= 1e-9", dyn_rel <= 1e-9),
+            Row("plant_vs_rigid_qacc_rel", mj_rel),
+            Row("constraint_force_max_n", m["constraint_force_max_n"]),
+            Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
+            Row("control_step_us_median", m["control_step_us_median"])]
+    plots = make_plots(ctx, L, robot, passive, cfg) if ctx.drawing else []
+    return Outcome(m, rows, plots)
+
+
+def make_plots(ctx, L, robot, passive, cfg):
+    plt = ctx.pyplot()
+    paths = []
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.5))
+    ax[0].plot(L["ee_ref"][:, 0], L["ee_ref"][:, 2], "k--", lw=1, label="reference")
+    ax[0].plot(L["ee"][:, 0], L["ee"][:, 2], lw=1.2, label="end effector (plant)")
+    ax[0].set_xlabel("x [m]")
+    ax[0].set_ylabel("z [m]")
+    ax[0].set_aspect("equal", adjustable="datalim")
+    ax[0].legend(fontsize=8)
+    ax[0].set_title(f"{cfg['ee_frame']} in the x-z plane")
+    ax[1].semilogy(L["t"], L["ee_error"] + 1e-12, label="|ee − reference| [m]")
+    ax[1].semilogy(L["t"], L["loop_residual"] + 1e-15, label="loop residual max |φ| [m, rad]")
+    ax[1].axvline(cfg["track_after"], color="grey", ls=":", lw=0.8)
+    ax[1].set_xlabel("t [s]")
+    ax[1].legend(fontsize=8)
+    fig.suptitle(f"closed_chain: {cfg['model']} ({cfg['law']})")
+    fig.tight_layout()
+    paths.append(ctx.save_figure(fig, "tracking"))
+
+    fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for i, n in enumerate(robot.joint_names):
+        if not passive[i]:
+            ax[0].plot(L["t"], L["tau"][:, i], label=n)
+    ax[0].set_ylabel("actuated τ [N·m]")
+    ax[0].legend(fontsize=7, ncol=3)
+    ax[1].plot(L["t"], L["lam"], lw=0.8)
+    ax[1].set_ylabel("loop multipliers λ [N, N·m]")
+    ax[1].set_xlabel("t [s]")
+    fig.tight_layout()
+    paths.append(ctx.save_figure(fig, "torques_forces"))
+    return paths
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
