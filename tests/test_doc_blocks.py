@@ -56,7 +56,7 @@ RUNNABLE = [b for b in BLOCKS if b[3] is None]
 
 def test_the_blocks_are_found():
     assert len(BLOCKS) >= 10
-    assert sum(p == "README.md" for p, *_ in RUNNABLE) == 2          # "Your own robot", "the thesis by hand"
+    assert sum(p == "README.md" for p, *_ in RUNNABLE) == 3   # "Your own robot", "Your own closed chain", "the thesis by hand"
     assert any(p == "docs/add_a_scenario.md" for p, *_ in RUNNABLE)
 
 
