@@ -59,7 +59,7 @@ def test_qdot_matches_pinocchio_integrate():
 
 
 @pytest.mark.slow
-def test_balloon_targets_shortened(tmp_path):
+def test_balloon_targets_shortened(tmp_path, cmstack_baseline):
     m, out = run_scenario(NAME, run, out=tmp_path,
                           overrides={"duration": 2.5, "energy_duration": 2.0, "random_states": 50})
     assert m["fd_vs_pinocchio_max"] <= 1e-9
@@ -74,6 +74,7 @@ def test_balloon_targets_shortened(tmp_path):
     # the logged replay is the shown engine's motion: the initial pendulum angles of Table 1
     assert np.allclose(log["plant_qpos"][0, 8:], np.deg2rad([170.0, -170.0]))
     assert_plots_ok(out, ["dofs", "differences_energy"])
+    cmstack_baseline.check(out, signals=["q", "diff_*"])   # the motion and the engines' differences: tests/baselines/
 
 
 def test_bad_config_is_refused(tmp_path):

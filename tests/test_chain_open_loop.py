@@ -8,7 +8,7 @@ from cmstack.scenarios.chain_open_loop import NAME, run
 from plotcheck import assert_plots_ok
 
 
-def test_chain_open_loop_targets(tmp_path):
+def test_chain_open_loop_targets(tmp_path, cmstack_baseline):
     m, out = run_scenario(NAME, run, out=tmp_path, overrides={"duration": 2.5})
     assert m["momentum_drift_rel"] <= 1e-8
     assert m["constraint_violation_max_m"] <= 1e-6
@@ -26,6 +26,8 @@ def test_chain_open_loop_targets(tmp_path):
     assert str(log["mjcf_path"]).endswith("mjcf/chain5.xml")
     assert log["plant_qpos"].shape == (len(log["t"]), 23)
     assert (out / "plots" / "open_loop_validation.png").is_file()
+    # the bodies' motion, momenta, joint violation and the MuJoCo pose difference: tests/baselines/<this test>/
+    cmstack_baseline.check(out, signals=["pos", "quat", "P", "L", "viol", "pose_diff_rotvec"])
 
 
 def test_chain_open_loop_refuses_bad_config(tmp_path):
