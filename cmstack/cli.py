@@ -6,6 +6,7 @@
     cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K] [--html OUT.html]
     cmstack bench [NAME ...]
     cmstack campaign SPEC.toml [--scheduler tcp://HOST:PORT] [--workers N] [--out DIR] [--retry-failed]
+    cmstack baseline save RUN_DIR [--to DIR] | check RUN_DIR --against DIR   (docs/regression_testing.md)
 
 ``run`` takes a shipped scenario by name, or a scenario file of your own.  A file of your own
 defines ``NAME`` (optional; default its stem) and ``run(ctx) -> Outcome``; its default config is,
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="cmstack", description="Constrained-multibody control stack: run, watch "
                                  "and benchmark closed-chain robot scenarios.")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench,campaign}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench,campaign,baseline,rt}")
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run a scenario (a shipped name or your own PATH.py)",
