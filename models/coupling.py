@@ -227,11 +227,11 @@ class RigidCoupling(Task):
         return ErrorDynamics(W, drift, rel, _pose_error(B, E2))
 
     def compute(self, kin, t):
-        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
-            return Task.compute(self, kin, t)
         """(A, b) with as few array operations as possible (the per-step hot path; equal to
         ``Task.compute`` on ``error_dynamics``, tested):
         b = −[a_d + K_d v_d + K_p e_p;  R₂ᵀ(α_d − ω₂ × ω_d + K_d ω_d) + K_p e_R]."""
+        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
+            return Task.compute(self, kin, t)
         B = kin.frame(self.fB)
         E2 = kin.frame(self.f2)
         R2t = E2.R.T
@@ -246,10 +246,10 @@ class RigidCoupling(Task):
         return W[r], -y[r]
 
     def qp_rows(self, kin, t):
-        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
-            return self.compute(kin, t)
         """``compute`` with the angular rows in world axes, P = diag(I, R_E2):
         A' = J_d,  b' = −[a_d + K_d v_d + K_p e_p;  α_d − ω₂ × ω_d + K_d ω_d + K_p R_E2 e_R]."""
+        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
+            return self.compute(kin, t)
         B = kin.frame(self.fB)
         E2 = kin.frame(self.f2)
         R2 = E2.R
@@ -338,11 +338,11 @@ class FrameTask(_PoseTarget, Task):
         return ErrorDynamics(W, drift, wd, e)
 
     def compute(self, kin, t):
-        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
-            return Task.compute(self, kin, t)
         """(A, b) with few array operations (hot path; equal to ``Task.compute``, tested):
         b = [a_C,lin − a_D − K_d w_lin − K_p e_lin;  R_Dᵀ(α_C − ω_D × ω_C) − ε_D − K_d w_ang − K_p e_ang]
         with the angular velocity error w_ang = ω_D^D − R_Dᵀ ω_C."""
+        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
+            return Task.compute(self, kin, t)
         C = kin.frame(self.fid)
         T_D, vel_D, acc_D = self._const if self._const is not None else self.desired(t)
         RD = T_D.rotation
@@ -362,12 +362,12 @@ class FrameTask(_PoseTarget, Task):
         return W[r], y[r]
 
     def qp_rows(self, kin, t):
-        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
-            return self.compute(kin, t)
         """``compute`` with the angular rows in world axes, P = diag(I, R_D):
         A' = −J_C,  b' = [a_C − a_D − K_d(v_D − v_C) − K_p e_p;
                           α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]
         (with ω_D = R_D ω_D^D; the linear rows of the feed-forward are in world axes already)."""
+        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
+            return self.compute(kin, t)
         C = kin.frame(self.fid)
         kd = self.kd
         const = self._const is not None
@@ -495,13 +495,34 @@ class PostureTask(Task):
         return ErrorDynamics(self._W.copy(), self._drift.copy(), -kin.v[self.idx], self.q_ref - kin.q[self.idx])
 
     def qp_rows(self, kin, t):
+        """(A, b) = (−S, K_d v_S − K_p (q_ref − q_S)) (the same as ``compute``, fewer operations)."""
         if type(self).error_dynamics is not PostureTask.error_dynamics:   # a subclass's own error maths
             return Task.qp_rows(self, kin, t)
-        """(A, b) = (−S, K_d v_S − K_p (q_ref − q_S)) (the same as ``compute``, fewer operations)."""
         if self._all:
             return self._W, self.kd * kin.v - self.kp * (self.q_ref - kin.q)
         i = self.idx
         return self._W, self.kd * kin.v[i] - self.kp * (self.q_ref - kin.q[i])
+
+
+class JointTrajectoryTask(PostureTask):
+    """Selected joints follow a trajectory t ↦ (q_d, v_d, a_d) (rad, rad/s, rad/s², one entry per selected
+    joint; e.g. ``Sinusoid``): e = q_d − q, w = v_d − v, ẇ = a_d − v̇, so W = −S, drift = a_d, and the law
+    gives q̈ = a_d + K_d (v_d − v) + K_p (q_d − q) on those joints.  With a constant trajectory it is a
+    ``PostureTask``.  Args: robot; trajectory; joints: names (None: all); kp (1/s²), kd (1/s); name."""
+
+    _KERNEL = None          # the compiled posture rows have no feed-forward: its own rows run in Python
+
+    def __init__(self, robot: Robot, trajectory, joints: Sequence[str] | None = None, kp: float = 100.0,
+                 kd: float = 20.0, name: str | None = None):
+        super().__init__(robot, None, joints, kp, kd, name or "joint trajectory")
+        if not callable(trajectory):
+            raise ConfigError(f"{self.name}: trajectory must be callable t -> (q_d, v_d, a_d), got {trajectory!r}")
+        self.trajectory = trajectory
+
+    def error_dynamics(self, kin, t):
+        qd, vd, ad = (np.broadcast_to(np.asarray(x, dtype=float), (len(self.idx),)) for x in self.trajectory(t))
+        i = self.idx
+        return ErrorDynamics(self._W.copy(), ad.copy(), vd - kin.v[i], qd - kin.q[i])
 
 
 def stack(constraints, kin: Kinematics, t: float, nv: int):

@@ -21,8 +21,9 @@ torque on passive joints), ``dynamics_vs_pinocchio_rel`` (the rigid forward dyna
 model, ProjectionPlant.accel, against ``pin.constraintDynamics`` on ``check_states`` logged states closed by
 ``assemble`` and projected), ``plant_vs_rigid_qacc_rel`` (median of |q̈_MuJoCo − q̈_rigid|/|q̈_rigid| on
 those states), ``constraint_force_max_n`` (the law's loop multipliers, N on position rows, N·m on rotation
-rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` is reserved
-for the Udwadia–Kalaba law (its builder lands with UK's passive joints).
+rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` (the loops
+as UK's top level, the coordinates below them, Gauss last; the passive joints get zero torque and the loop
+reaction is reported: controllers/udwadia_kalaba.py, "Closed chains").
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.controllers.pidc import PIDC
-from cmstack.models.coupling import FrameTask
+from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+from cmstack.models.coupling import FrameTask, JointTrajectoryTask
 from cmstack.models.errors import ConfigError
 from cmstack.models.loops import ClosureSet, assemble, pinocchio_constraint_models
 from cmstack.models.projection import project
@@ -101,8 +103,12 @@ def build_reference(cfg, robot: Robot):
 
 def build_law(cfg, robot: Robot, coords):
     if cfg["law"] == "uk":
-        raise ConfigError("law='uk': the Udwadia-Kalaba builder for closed chains is not in this scenario yet "
-                          "(it lands with UK's passive joints); use law='pidc'")
+        # the loops become UK's top level and the passive joints get zero torque by themselves
+        # (controllers/udwadia_kalaba.py, "Closed chains"); the coordinates are the level below, Gauss last
+        if isinstance(coords, tuple):
+            names, ref = coords
+            coords = JointTrajectoryTask(robot, ref, names, kp=cfg["kp"], kd=cfg["kd"], name="actuated_joints")
+        return UdwadiaKalabaController(robot, levels=[[coords]], limits=[], warn_free_dof=False)
     if isinstance(coords, tuple):
         names, ref = coords
         return PIDC(robot, None, names, ref, cfg["kp"], cfg["kd"])
@@ -177,7 +183,9 @@ def run(ctx) -> Outcome:
 
     def record(t, q, v, tau):
         info = ctl.info
-        lam = info.lam if getattr(info, "lam", None) is not None else np.full(nlam, np.nan)
+        react = getattr(ctl, "loop_reaction", None)           # UK: the loops' reaction its torque leaves
+        lam = react() if react is not None else getattr(info, "lam", None)
+        lam = lam if lam is not None and len(lam) == nlam else np.full(nlam, np.nan)
         log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos, plant_qvel=plant.data.qvel, lam=lam,
                    solvable=float(getattr(info, "solvable", True)))
         if viewer is not None:

@@ -21,10 +21,11 @@ def _run(tmp_path, sets, duration=2.0):
                         html=False, plots=False)
 
 
+@pytest.mark.parametrize("law", ["pidc", "uk"])
 @pytest.mark.parametrize("model,coords,dof", [("mjcf/five_bar.xml", "ee", 2), ("mjcf/four_bar.xml", "joints", 1),
                                               ("mjcf/delta.xml", "ee", 3)])
-def test_targets_on_every_shipped_mechanism(tmp_path, model, coords, dof):
-    m, out = _run(tmp_path, [f"model='{model}'", "law='pidc'"])
+def test_targets_on_every_shipped_mechanism(tmp_path, model, coords, dof, law):
+    m, out = _run(tmp_path, [f"model='{model}'", f"law='{law}'"])
     assert m["ok"] is True, m.get("reason")
     assert m["coords"] == coords and m["dof"] == dof
     for key, bound in TARGETS.items():
@@ -65,7 +66,7 @@ def test_errors_are_one_line_exit_2(tmp_path):
     side.write_text('[[loop]]\nframe_a = "tool"\nframe_b = "dist_x"\nkind = "weld"\n')
     cases = [([f"model='{bad}'"], ["ModelFileError", "open.xml", "loop 'far'", "residual"]),
              (["model='urdf/five_bar.urdf'", f"loops='{side}'"], ["ConfigError", "bad.toml", "'dist_x'"]),
-             (["law='uk'"], ["ConfigError", "law='uk'"])]
+             (["law='lqr'"], ["law", "lqr"])]
     for sets, needles in cases:
         r = _cli(tmp_path, *sets)
         lines = r.stderr.strip().splitlines()
