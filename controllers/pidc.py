@@ -122,6 +122,8 @@ class PIDC:
             passive = tuple(getattr(robot, "passive_joints", ()))
         self.robot, self.c = robot, as_constraint(constraint)
         self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
+        # loops of this robot: their rows are read from the step's own kinematics snapshot (no second pass)
+        self._rows_kin = getattr(self.c, "rows_from", None) if getattr(self.c, "robot", None) is robot else None
         n = robot.nv
         if isinstance(coords, Task) or (isinstance(coords, (list, tuple)) and coords
                                         and all(isinstance(c, Task) for c in coords)):
@@ -403,7 +405,9 @@ class PIDC:
         kin = self.robot.update(q, v)
         self.kin = kin
         M, h = kin.M, kin.h + self.D * v
-        if self._rows_fn is not None:
+        if self._rows_kin is not None:
+            A, jdv = self._rows_kin(kin)            # from Robot.update's pass
+        elif self._rows_fn is not None:
             A, jdv = self._rows_fn(q, v)            # one kinematics pass for both
         else:
             A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)

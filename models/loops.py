@@ -207,6 +207,10 @@ class LoopClosure(Task):
         """(A, Ȧq̇) from one Pinocchio pass."""
         return self._evaluator().jacobian_and_jdot_v(q, v)
 
+    def rows_from(self, kin) -> tuple[np.ndarray, np.ndarray]:
+        """(A, Ȧq̇) read from a kinematics snapshot of the robot (``Robot.update``): no pass of its own."""
+        return self._evaluator().rows_from(kin)
+
     def residual(self, q) -> float:
         """max |φ(q)| (m or rad)."""
         return float(np.max(np.abs(self.phi(q))))
@@ -281,6 +285,17 @@ class ClosureSet:
     def jacobian_and_jdot_v(self, q, v) -> tuple[np.ndarray, np.ndarray]:
         _, J, jdv = self._pass(q, v)
         return J.copy(), jdv.copy()
+
+    def rows_from(self, kin) -> tuple[np.ndarray, np.ndarray]:
+        """(A, Ȧq̇) at the snapshot's (q, v), from its frames (a law that has run ``Robot.update`` already
+        needs no second pass): the same rows as ``jacobian_and_jdot_v``."""
+        v = kin.v
+        J = np.empty((self.m, v.size))
+        jdv = np.empty(self.m)
+        for c, s in zip(self.closures, self.slices):
+            a, b = kin.frame(c.fa), kin.frame(c.fb)
+            _, J[s], jdv[s] = closure_rows(c.kind, a.R, a.p, a.J, a.acc, b.R, b.p, b.J, b.acc, v)
+        return J, jdv
 
     def residuals(self, q) -> list[float]:
         """max |φ| of each closure at q."""

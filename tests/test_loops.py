@@ -65,6 +65,8 @@ def test_rows_match_finite_differences(yumi, kind):
     # the snapshot's rows are the constraint functions' (one contract)
     assert np.allclose(W, c.jacobian(q0), atol=1e-13)
     assert np.allclose(drift, c.jdot_v(q0, v), atol=1e-12)
+    Ak, jk = c.rows_from(kin)                      # what PIDC reads from its own Robot.update pass
+    assert np.allclose(Ak, W, atol=1e-13) and np.allclose(jk, drift, atol=1e-12)
     A, b = c.compute(kin, 0.0)
     assert np.allclose(b, -drift - c.kd * w - c.kp * e, atol=1e-12)
     assert np.allclose(c.qp_rows(kin, 0.0)[0], A) and np.allclose(c.error(kin, 0.0), e)
