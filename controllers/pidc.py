@@ -222,13 +222,17 @@ class PIDC:
         out-of-plane row: the truncated SVD drops it).  With e = the tasks' errors, the tracked rows then obey
         ẅ + K_d w + K_p e = 0 (Theorem 4 of the joint case, the same argument)."""
         kin = self.kin
-        rows = [task.compute(kin, t) for task in self.tasks]
-        A = rows[0][0] if len(rows) == 1 else np.vstack([r[0] for r in rows])
-        b = rows[0][1] if len(rows) == 1 else np.concatenate([r[1] for r in rows])
-        AP = A @ pr.P
-        z = pinv(AP, rtol=_RTOL) @ (b - A @ Cv)
-        e = np.concatenate([task.error(kin, t) for task in self.tasks])
-        return Cv + pr.P @ z, e
+        As, bs, es = [], [], []
+        for task in self.tasks:                       # one error_dynamics per task: its rows, b and e at once
+            W, drift, w, e = task.error_dynamics(kin, t)
+            r = task.rows
+            As.append(W[r])
+            bs.append((-drift - task.kd * w - task.kp * e)[r])
+            es.append(e[r])
+        A = As[0] if len(As) == 1 else np.vstack(As)
+        b = bs[0] if len(bs) == 1 else np.concatenate(bs)
+        z = pinv(A @ pr.P, rtol=_RTOL) @ (b - A @ Cv)
+        return Cv + pr.P @ z, (es[0] if len(es) == 1 else np.concatenate(es))
 
     def _sp_pinv(self, pr):
         """(S P)⁺.  One constraint row (P = I − y yᵀ, y = a/‖a‖, or P = I at rank 0), closed form:
