@@ -162,3 +162,34 @@ def test_our_constraint_models_are_pinocchios_own(name, tmp_path):
         a1 = pin.constraintDynamics(pm, d1, q, v, tau, theirs, td, prox)
         a2 = pin.constraintDynamics(robot.model, d2, q, v, tau, ours, od, prox)
         assert np.linalg.norm(a1 - a2) <= 1e-9 * np.linalg.norm(a1)
+
+
+def test_revolute_closure_in_the_urdf_plant(tmp_path):
+    """A hinge closure (kind revolute, 5 rows) from a sidecar becomes two MuJoCo connects along the hinge axis:
+    the plant keeps the hinge closed and moves as the rigid model does."""
+    side = tmp_path / "hinge.toml"
+    side.write_text('passive = ["elbow_l", "tip", "elbow_r"]\n[[loop]]\nname = "hinge"\nframe_a = "tool"\n'
+                    'frame_b = "dist_r"\nkind = "revolute"\n'
+                    'offset = {xyz = [0.2, 0.0, 0.18], rpy = [1.5707963267948966, 0.0, 0.0]}\n'
+                    'offset_b = {rpy = [1.5707963267948966, 0.0, 0.0]}\n')
+    robot = Robot.from_urdf("urdf/five_bar.urdf", loops=side)
+    (c,) = robot.loops
+    assert c.kind == "revolute" and c.residual(robot.q_initial) < 1e-12
+    plant = plant_from_urdf(robot, sim_dt=2.5e-4, q0=robot.q_initial)
+    assert plant.model.neq == 2                                       # two connects on the hinge axis
+    rigid = ProjectionPlant(robot, None, sim_dt=1e-3)
+    rel = []
+    for q, v, rng in _states(robot, 8, 7):
+        tau = rng.normal(size=robot.nv) * rigid.actuated
+        plant.reset(q, v)
+        plant.set_torque(tau)
+        mujoco.mj_forward(plant.model, plant.data)
+        a = rigid.accel(q, v, tau)
+        rel.append(float(np.linalg.norm(plant.data.qacc[plant.map.dadr] - a) / np.linalg.norm(a)))
+    assert np.median(rel) <= 2e-2, rel
+    plant.reset(robot.q_initial)
+    plant.set_torque([0.05, 0, 0, -0.05, 0])
+    for _ in range(400):
+        plant.step(4)
+        assert c.residual(plant.state()[0]) < 1e-4
+    assert np.abs(plant.state()[0] - robot.q_initial).max() > 0.05
