@@ -1,14 +1,15 @@
 """The YuMi flagship at a fixed rate across a process boundary (issue 25): ``cmstack rt yumi_dual_arm``
 in a child process, its timing.json read back beside the issue's targets and the machine's load.
 
-    python -m bench.rt [--duration 600] [--rate 1000] [--fifo] [--pin 1,0] [--no-compare] [--keep DIR]
+    python -m bench.rt [--duration 600] [--rate 1000] [--transport shm|udp] [--fifo] [--pin 1,0]
+                       [--no-compare] [--keep DIR]
 
 Targets (issue 25; a quiet machine is assumed for the misses): 0 stops; misses ≤ 10 per million
 cycles; controller latency (state published → torque sent) p99.9 ≤ 200 µs; no GC collection during the
 loop; closed-loop error metrics within 2× of the in-process run's.  The load average is sampled every
 5 s during the run and reported beside the numbers: on a shared machine the misses and the tail
 latency measure the machine as much as the loop.  Writes bench/results/rt.json (one entry per
-set-up: default scheduler, or ``fifo`` with ``--fifo``).  Never asserted in tests."""
+set-up: transport and scheduler, e.g. ``shm-fifo``).  Never asserted in tests."""
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.rt", description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=600.0, help="seconds (issue target: 600)")
     ap.add_argument("--rate", type=float, default=1000.0, help="Hz")
+    ap.add_argument("--transport", choices=["shm", "udp"], default="shm")
     ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO for both processes (when allowed)")
     ap.add_argument("--pin", metavar="CTRL,DRIVER", help="pin the processes, e.g. 1,0")
     ap.add_argument("--no-compare", action="store_true", help="skip the in-process reference run")
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="cmstack-bench-rt-")
         out = Path(tmp.name) / "run"
     cmd = [sys.executable, "-m", "cmstack.cli", "rt", SCENARIO, "--duration", f"{args.duration:g}",
-           "--rate", f"{args.rate:g}", "--out", str(out), "--no-html"]
+           "--rate", f"{args.rate:g}", "--out", str(out), "--no-html", "--transport", args.transport]
     cmd += ["--fifo"] * args.fifo + (["--pin", args.pin] if args.pin else []) + ["--no-compare"] * args.no_compare
     load0 = os.getloadavg()
     samples = []
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
         print(f"bench.rt: the run wrote no timing.json (exit {child.returncode})", file=sys.stderr)
         return 1
     t = json.loads(timing_path.read_text())
-    setup = "fifo" if args.fifo else "default"
+    setup = f"{args.transport}-{'fifo' if args.fifo else 'default'}"
     entry = {"scenario": SCENARIO, "duration_s": args.duration, "rate_hz": args.rate, "setup": setup,
              "pin": args.pin, "exit_code": child.returncode, "wall_s": wall,
              "load_average_start": load0, "load_average_end": os.getloadavg(),

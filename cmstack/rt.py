@@ -2,7 +2,7 @@
 process advancing in wall-clock time at a fixed rate and the controller in this process across shared
 memory (sim/rt_driver.py, sim/rt_loop.py, sim/rt_transport.py).
 
-    cmstack rt yumi_dual_arm --rate 1000 --duration 60 [--transport shm] [--fifo] [--pin 1,0]
+    cmstack rt yumi_dual_arm --rate 1000 --duration 60 [--transport shm|udp] [--fifo] [--pin 1,0]
                [--max-misses 20] [--set key=value ...] [--config F.toml] [--out DIR] [--no-compare]
 
 The scenario builds its plant and controller exactly as ``cmstack run`` does (its ``simulate`` call is
@@ -55,8 +55,8 @@ def add_arguments(sub) -> None:
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
     p.add_argument("--rate", type=float, default=1000.0, help="control rate [Hz] (default 1000); sets control_dt")
     p.add_argument("--duration", type=float, help="seconds of wall-clock time = simulated time")
-    p.add_argument("--transport", choices=["shm"], default="shm",
-                   help="shm: shared memory with sequence locks (the only one so far)")
+    p.add_argument("--transport", choices=["shm", "udp"], default="shm",
+                   help="shm: shared memory with sequence locks (default); udp: datagrams on the loopback")
     p.add_argument("--config", help="TOML file overriding keys of the default config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
@@ -93,7 +93,7 @@ def _settings(args):
     return drv, LoopSettings(fifo=args.fifo, cpu=cpus[0])
 
 
-def _rt_loop(runs: list, rate: float, drv, loop, plant, controller, **kw):
+def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controller, **kw):
     """The ``LOOP_OVERRIDE`` of an rt run: :func:`run_rt` at ``rate``, its Run kept in ``runs``."""
     from cmstack.sim.rt_loop import run_rt
 
@@ -101,7 +101,7 @@ def _rt_loop(runs: list, rate: float, drv, loop, plant, controller, **kw):
     if abs(dt * rate - 1.0) > 1e-9:
         raise ConfigError(f"the scenario runs its loop at control_dt = {dt:g} s, not 1/--rate = {1 / rate:g} s "
                           "(it has no config key control_dt that cmstack rt could set)")
-    run = run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, **kw)
+    run = run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport, **kw)
     runs.append(run)
     return run
 
@@ -212,7 +212,7 @@ def plot_timing(out: Path, a: dict, timing: dict) -> Path:
 
 def summary_lines(timing: dict) -> list[str]:
     t = timing
-    lines = [f"rt: {t['cycles']} cycles at {t['rate_hz']:g} Hz, status {t['status']}"
+    lines = [f"rt: {t['cycles']} cycles at {t['rate_hz']:g} Hz over {t['transport']}, status {t['status']}"
              + (f" ({t['reason']})" if t["reason"] else ""),
              f"  misses {t['misses']} ({t['misses_per_million']:.0f} per million cycles, longest run "
              f"{t['max_consecutive_misses']}), stops {t['stops']}, driver overruns {t['driver_overruns']} "
@@ -258,7 +258,7 @@ def cmd_rt(args) -> int:
                             no_progress=True, debug=args.debug, no_wait=True, no_html=args.no_html,
                             no_plots=args.no_plots)
     runs: list = []
-    token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop))
+    token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop, args.transport))
     try:
         code = execute(name, mod.run, ns, defaults=defaults)
     finally:

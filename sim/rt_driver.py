@@ -46,7 +46,6 @@ import numpy as np
 
 from cmstack.models.errors import ConfigError
 from cmstack.sim import rt_transport as rt
-from cmstack.sim.rt_transport import ShmTransport
 from cmstack.sim.runner import Disturbance, substeps
 
 
@@ -165,7 +164,7 @@ class DriverReport:
     log: DriverLog | None = None
 
 
-def drive(plant, link: ShmTransport, log: DriverLog, n_cycles: int, settings: DriverSettings,
+def drive(plant, link, log: DriverLog, n_cycles: int, settings: DriverSettings,
           disturbances: Sequence[Disturbance] = ()) -> dict:
     """The driver's loop (run in the driver process; returns the report's fields)."""
     dt = settings.dt
@@ -310,7 +309,7 @@ class DriverProcess:
         self.proc, self.conn, self.log = proc, conn, log
 
     @classmethod
-    def start(cls, plant, link: ShmTransport, n_cycles: int, settings: DriverSettings,
+    def start(cls, plant, link, n_cycles: int, settings: DriverSettings,
               disturbances: Sequence[Disturbance] = ()) -> "DriverProcess":
         settings.check()
         if n_cycles < 2:

@@ -46,7 +46,7 @@ from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger
 from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup
-from cmstack.sim.rt_transport import ShmTransport
+from cmstack.sim.rt_transport import TRANSPORTS, ShmTransport
 from cmstack.sim.runner import Disturbance, Run, substeps
 
 
@@ -258,6 +258,7 @@ class RtResult:
     driver: DriverReport
     loop: LoopReport
     setup: list = field(default_factory=list)
+    transport: str = "shm"
 
     @property
     def misses(self) -> int:
@@ -274,7 +275,7 @@ class RtResult:
         age = log["age"][1:] * 1e6 if log is not None else np.zeros(0)
         late = log["late"][1:] * 1e6 if log is not None else np.zeros(0)
         return {
-            "rate_hz": self.rate_hz, "period_target_us": 1e6 / self.rate_hz,
+            "rate_hz": self.rate_hz, "period_target_us": 1e6 / self.rate_hz, "transport": self.transport,
             "cycles": d.cycles, "status": d.status, "reason": d.reason, "stops": int(d.status == "stopped"),
             "misses": d.misses, "misses_per_million": d.misses / n * 1e6,
             "max_consecutive_misses": d.max_consecutive_misses, "driver_overruns": d.overruns,
@@ -316,7 +317,8 @@ class RtRun(Run):
 def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
            record: Callable | None = None, disturbances: Sequence[Disturbance] = (), viewer=None,
            progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
-           driver: DriverSettings | None = None, loop: LoopSettings | None = None) -> RtRun:
+           driver: DriverSettings | None = None, loop: LoopSettings | None = None,
+           transport: str = "shm") -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
     plant as built), this process runs ``controller`` against it (:func:`control_loop`).  After the
@@ -325,12 +327,15 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     to that cycle's, and ``controller.info`` replaced by the fields captured at the step whose torque
     was applied (when ``info`` can be assigned); the log then holds what the in-process run's would.
     ``viewer``, ``progress`` and ``task_errors`` are ignored (nothing but the loop runs in the loop).
-    ``driver``/``loop``: settings (the rate is 1 / ``control_dt``)."""
+    ``driver``/``loop``: settings (the rate is 1 / ``control_dt``); ``transport``: "shm" (shared memory,
+    sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py)."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     if isinstance(controller, SensesPlant):
         raise ConfigError(f"{type(controller).__name__} reads a sensor of the plant in its own process "
                           "(SensesPlant): it cannot run across a process boundary (cmstack rt)")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
     ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
     ls = loop or LoopSettings()
     substeps(control_dt, plant.dt)
@@ -344,7 +349,7 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
         if getattr(plant, "path", None) is not None:
             log.meta.setdefault("mjcf_path", str(plant.path))
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
-    link = ShmTransport.create(nq, nv)
+    link = TRANSPORTS[transport](nq, nv)
     proc = None
     w0 = time.perf_counter()
     try:
@@ -358,7 +363,7 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
         if proc is not None and proc.proc.is_alive():
             proc.proc.kill()
         link.close()
-    res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep)
+    res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
     if report.status == "failed":
         raise RtError(f"rt run failed: {report.reason}")
     _replay(res, report, rep, plant, controller, record)

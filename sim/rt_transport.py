@@ -268,3 +268,170 @@ class ShmTransport:
     def __exit__(self, *exc):
         self.close()
 
+
+
+# ------------------------------------------------------------------------------------------ UDP
+#: datagram kinds (first float64 of every datagram)
+_STATE, _STATUS, _COMMAND, _STOP = 1.0, 2.0, 3.0, 4.0
+
+
+class _UdpEnd:
+    """One end's view of a UDP channel: the latest record received, copied into ``local`` (the same
+    layout as the shared-memory records), and a counter that grows by 2 per record, like a sequence
+    lock's.  Polling drains the socket (non-blocking) and keeps the newest record."""
+
+    def __init__(self, link: "UdpTransport", size: int, own_kind: float):
+        self.link, self.size, self.kind = link, size, own_kind
+        self.local = np.zeros(size)
+        self.tx = np.zeros(1 + size)
+        self.tx[0] = own_kind
+        self._seq = 0
+        self.retries = self.failed = 0
+
+    @property
+    def seq(self) -> int:
+        self.link._poll(self)
+        return self._seq
+
+    def read(self, tries: int = 1) -> int:
+        """Receive what has arrived; returns the counter of the newest record (0: none yet)."""
+        self.link._poll(self)
+        return self._seq
+
+
+class _UdpState(_UdpEnd):
+    def __init__(self, link, nq, nv):
+        super().__init__(link, 3 + nq + nv, _STATE)
+        self.nq, self.nv = nq, nv
+        lo = self.local
+        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
+        self._tx_q, self._tx_v = self.tx[4:4 + nq], self.tx[4 + nq:]
+
+    cycle = StateRecord.cycle
+    t = StateRecord.t
+    wall = StateRecord.wall
+
+    def publish(self, cycle: int, t: float, wall: float, q, v) -> None:
+        tx = self.tx
+        tx[1] = cycle
+        tx[2] = t
+        tx[3] = wall
+        self._tx_q[:] = q
+        self._tx_v[:] = v
+        self.link._send(self.link._drv, tx)
+
+
+class _UdpCommand(_UdpEnd):
+    def __init__(self, link, nv):
+        super().__init__(link, 2 + nv, _COMMAND)
+        self.nv = nv
+        self.tau = self.local[2:]
+        self._tx_tau = self.tx[3:]
+
+    answers = CommandRecord.answers
+    send_wall = CommandRecord.send_wall
+
+    def send(self, answers: int, tau, wall: float) -> None:
+        tx = self.tx
+        tx[1] = answers
+        tx[2] = wall
+        self._tx_tau[:] = tau
+        self.link._send(self.link._ctl, tx)
+
+
+class UdpTransport:
+    """The same records as :class:`ShmTransport` (members ``state``, ``command``, ``driver_status``,
+    ``set_driver_status``, ``stop_reason``, ``request_stop``, ``stop_requested``) as UDP datagrams on
+    one machine's loopback, the way UR's RTDE and Franka's FCI reach a PC (there over a network).  Two
+    non-blocking sockets connected to each other: the driver's end sends states and its status and
+    receives commands and stop requests; the controller's end the reverse.  Made before the driver
+    process is forked; each end then polls only its own socket (no lock at all: a datagram arrives
+    whole or not at all).  A poll with nothing to read raises and catches ``BlockingIOError``
+    (allocated and freed: no growth)."""
+
+    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1"):
+        import socket
+
+        for key, n in (("nq", nq), ("nv", nv)):
+            if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
+                raise ConfigError(f"UdpTransport: {key} must be an integer in [1, 3999] (one datagram), got {n!r}")
+        self.nq, self.nv = int(nq), int(nv)
+        self._drv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for s in (self._drv, self._ctl):
+            s.bind((host, 0))
+            s.setblocking(False)
+        self._drv.connect(self._ctl.getsockname())
+        self._ctl.connect(self._drv.getsockname())
+        self.state = _UdpState(self, self.nq, self.nv)
+        self.command = _UdpCommand(self, self.nv)
+        self._rx = np.zeros(1 + max(self.state.size, self.command.size, 3))
+        self._status_tx, self._stop_tx = np.array([_STATUS, 0.0, 0.0]), np.array([_STOP])
+        self._status, self._reason, self._stop = STARTING, NO_STOP, False
+        self.name = f"udp:{host}:{self._drv.getsockname()[1]}<->{self._ctl.getsockname()[1]}"
+        self.sent = self.send_failures = 0
+
+    def _send(self, sock, buf) -> None:
+        try:
+            sock.send(buf)
+            self.sent += 1
+        except (BlockingIOError, ConnectionRefusedError):
+            self.send_failures += 1           # a full buffer or no reader yet: the datagram is lost, as on a network
+
+    def _poll(self, end: _UdpEnd) -> None:
+        """Drain the socket that receives ``end``'s records (the driver's for commands, the
+        controller's for states), dispatching each datagram by kind."""
+        sock = self._ctl if end.kind == _STATE else self._drv
+        rx = self._rx
+        while True:
+            try:
+                n = sock.recv_into(rx)
+            except (BlockingIOError, ConnectionRefusedError):
+                return
+            kind = rx[0]
+            if kind == _STATE or kind == _COMMAND:
+                rec = self.state if kind == _STATE else self.command
+                if n == 8 * (1 + rec.size):
+                    rec.local[:] = rx[1:1 + rec.size]
+                    rec._seq += 2
+            elif kind == _STATUS:
+                self._status, self._reason = int(rx[1]), int(rx[2]) or self._reason
+            elif kind == _STOP:
+                self._stop = True
+
+    # control words, as ShmTransport's ------------------------------------------------------------
+    @property
+    def driver_status(self) -> int:
+        self._poll(self.state)
+        return self._status
+
+    def set_driver_status(self, status: int, reason: int = NO_STOP) -> None:
+        self._status_tx[1], self._status_tx[2] = status, reason
+        self._send(self._drv, self._status_tx)
+
+    @property
+    def stop_reason(self) -> int:
+        self._poll(self.state)
+        return self._reason
+
+    def request_stop(self) -> None:
+        self._send(self._ctl, self._stop_tx)
+
+    @property
+    def stop_requested(self) -> bool:
+        self._poll(self.command)
+        return self._stop
+
+    def close(self) -> None:
+        self._drv.close()
+        self._ctl.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+#: the transports ``run_rt`` and ``cmstack rt --transport`` know
+TRANSPORTS = {"shm": ShmTransport.create, "udp": UdpTransport}

@@ -52,7 +52,7 @@ def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
     (["--pin", "x"], "--pin must be two CPU numbers"),
     (["--max-misses", "0"], "max_misses must be an integer >= 1"),
     (["--duration", "nan"], "--duration must be a finite number"),
-    (["--transport", "udp"], "invalid choice: 'udp'"),
+    (["--transport", "tcp"], "invalid choice: 'tcp'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     r = rt(tmp_path, "yumi_dual_arm", *args, timeout=120)

@@ -40,16 +40,18 @@ def child(tmp_path, code: str, timeout: float = 150) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_runs_the_cycles_and_applies_the_torques_sent(tmp_path):
+@pytest.mark.parametrize("transport", ["shm", "udp"])
+def test_runs_the_cycles_and_applies_the_torques_sent(tmp_path, transport):
     """Every cycle is recorded; a torque applied in time answers the previous cycle's state, a held one
     an earlier cycle's; each applied torque is exactly what the controller sent for that state (here
-    τ = 1e-3·[cycle time, -cycle time], so the applied value names the state it answered)."""
-    r = child(tmp_path, '''
+    τ = 1e-3·[cycle time, -cycle time], so the applied value names the state it answered).  Both
+    transports."""
+    r = child(tmp_path, f"\n        TRANSPORT = {transport!r}" + '''
         class Stamp:
             info = None
             def __call__(self, t, q, v):
                 return np.array([t, -t]) * 1e-3
-        run = run_rt(plant, Stamp(), duration=0.4, control_dt=1e-3)
+        run = run_rt(plant, Stamp(), duration=0.4, control_dt=1e-3, transport=TRANSPORT)
         L, d = run.rt.driver.log, run.rt.driver
         ans, miss, tau, t = L["answers"].astype(int), L["miss"], L["tau"], L["t"]
         fresh = miss == 0
@@ -58,12 +60,12 @@ def test_runs_the_cycles_and_applies_the_torques_sent(tmp_path):
             fresh_answers_previous=bool((ans[1:][fresh[1:]] == np.arange(1, d.cycles)[fresh[1:]] - 1).all()),
             held_answers_older=bool((ans[1:][~fresh[1:]] < np.arange(1, d.cycles)[~fresh[1:]] - 1).all()),
             misses_counted=int(miss.sum()), first=int(ans[0]), steps=run.steps,
-            controller_cycles=run.rt.loop.cycles)
+            controller_cycles=run.rt.loop.cycles, transport=run.rt.timing()["transport"])
     ''')
     assert r["cycles"] == 400 and r["steps"] == 400 and r["log_rows"] == 400 and r["status"] == "done"
     assert r["first"] == 0 and r["controller_cycles"] > 0
     assert r["sent_equals_applied"] and r["fresh_answers_previous"] and r["held_answers_older"]
-    assert r["misses_counted"] == r["misses"]
+    assert r["misses_counted"] == r["misses"] and r["transport"] == transport
 
 
 def test_a_controller_that_sleeps_too_long_is_stopped_with_the_reason(tmp_path):

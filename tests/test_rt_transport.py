@@ -114,3 +114,27 @@ def test_no_torn_read_against_a_writer_process():
         assert len(seen) >= 2, "the writer never ran while the reader read: nothing was tested"
         assert torn_locked == 0, f"{torn_locked} torn records accepted by the sequence lock"
         print(f"reads {reads}, values seen {len(seen)}, retries {st.retries}, unlocked copies torn {raw_torn}")
+
+
+def test_udp_round_trip_and_control_words():
+    """The UDP transport has the shared-memory one's members: a state and a command go through whole,
+    the newest record wins, the driver's status and a stop request reach the other end."""
+    from cmstack.sim.rt_transport import UdpTransport
+
+    with UdpTransport(nq=3, nv=2) as link:
+        assert link.state.seq == 0 and link.command.read() == 0          # nothing received yet
+        link.state.publish(6, 0.006, 10.0, np.zeros(3), np.zeros(2))
+        link.state.publish(7, 0.007, 11.0, np.array([0.1, -0.2, 0.3]), np.array([1.5, -2.5]))
+        assert link.state.read() == 4 and link.state.cycle == 7       # both arrived; the newest is kept
+        np.testing.assert_array_equal(link.state.q, [0.1, -0.2, 0.3])
+        np.testing.assert_array_equal(link.state.v, [1.5, -2.5])
+        link.command.send(7, np.array([4.0, -5.0]), 12.5)
+        assert link.command.read() == 2 and (link.command.answers, link.command.send_wall) == (7, 12.5)
+        np.testing.assert_array_equal(link.command.tau, [4.0, -5.0])
+        assert not link.stop_requested
+        link.request_stop()
+        assert link.stop_requested
+        link.set_driver_status(rt.STOPPED, rt.MISSES)
+        assert (link.driver_status, link.stop_reason) == (rt.STOPPED, rt.MISSES)
+    with pytest.raises(ConfigError, match="nv must be an integer"):
+        UdpTransport(nq=2, nv=0)
