@@ -101,9 +101,10 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
     if abs(dt * rate - 1.0) > 1e-9:
         raise ConfigError(f"the scenario runs its loop at control_dt = {dt:g} s, not 1/--rate = {1 / rate:g} s "
                           "(it has no config key control_dt that cmstack rt could set)")
-    run = run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport, **kw)
-    runs.append(run)
-    return run
+    print(f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
+          "(Ctrl-C stops the robot)", flush=True)
+    return run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport,
+                  on_loop_end=runs.append, **kw)   # kept before the replay, which a Ctrl-C may cut short
 
 
 def compare(rt_metrics: dict, ref: dict) -> dict:
@@ -235,7 +236,7 @@ def summary_lines(timing: dict) -> list[str]:
 
 def cmd_rt(args) -> int:
     from cmstack.cli import load_scenario
-    from cmstack.scenarios._common import (EXIT_TARGET_MISSED, EXIT_USAGE, _default_out,
+    from cmstack.scenarios._common import (EXIT_INTERRUPTED, EXIT_TARGET_MISSED, EXIT_USAGE, _default_out,
                                            default_config, execute, run_scenario)
     from cmstack.sim.runner import LOOP_OVERRIDE
 
@@ -267,7 +268,8 @@ def cmd_rt(args) -> int:
         return code
     run = runs[-1]
     closed = None
-    if not args.no_compare and (out / "metrics.json").is_file():
+    interrupted = code == EXIT_INTERRUPTED        # timing.json still written, no reference run, no plot
+    if not args.no_compare and not interrupted and (out / "metrics.json").is_file():
         print("in-process reference run (same config and duration) ...", flush=True)
         try:
             ref, _ = run_scenario(name, mod.run, out=out / "inprocess", config_file=args.config, sets=sets,
@@ -278,7 +280,7 @@ def cmd_rt(args) -> int:
         except Exception as exc:            # the rt run stands on its own; say why there is no comparison
             print(f"in-process reference failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     timing = timing_report(run, closed)
-    paths = save_timing(out, run, timing, plots=not args.no_plots)
+    paths = save_timing(out, run, timing, plots=not (args.no_plots or interrupted))
     print("\n".join(summary_lines(timing)))
     print("timing: " + ", ".join(str(p) for p in paths))
     if code == 0 and timing["stops"]:

@@ -148,8 +148,8 @@ class DriverReport:
     """How the driver's run ended: status ("done", "stopped", "failed"), reason (a sentence, "" when
     done), cycles run, misses (total, longest run of consecutive ones), driver overruns (ticks reached
     more than a period late: the driver was preempted; its clock then slips by the stall, ``slip_s`` in
-    all, rather than rushing through the missed ticks), the cycle of the stop (-1: none), the plant's torque saturations, what
-    the real-time set-up did (``setup``), and the per-cycle ``log``."""
+    all, rather than rushing through the missed ticks), the cycle of the stop (-1: none), the plant's
+    torque saturations, what the real-time set-up did (``setup``), and the per-cycle ``log``."""
 
     status: str
     reason: str

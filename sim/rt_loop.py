@@ -77,16 +77,15 @@ class LoopSettings:
 class LoopReport:
     """What the controller loop measured.  Per cycle k (the state it answered; NaN where none):
     ``latency_us`` (state published → τ sent), ``compute_us`` (the controller call), ``wake_us`` (state
-    published → the call starts).  ``cycles``: states answered; ``read_failures``; ``gc_collections`` during the whole loop;
-    ``gc_gen0_growth`` and ``traced_growth_bytes`` (None when tracemalloc was off) from the end of
-    warm-up to the end; ``top_growth``: the source lines that grew most (tracemalloc only)."""
+    published → the call starts).  ``cycles``: states answered; ``read_failures``; ``gc_collections``
+    during the whole loop; ``gc_gen0_growth`` and ``traced_growth_bytes`` (None when tracemalloc was
+    off) from the end of warm-up to the end."""
 
     cycles: int = 0
     read_failures: int = 0
     gc_collections: int = 0
     gc_gen0_growth: int = 0
     traced_growth_bytes: int | None = None
-    top_growth: list = field(default_factory=list)
     steady_cycles: int = 0
     ended_by: str = ""
     setup: list = field(default_factory=list)
@@ -318,7 +317,7 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
            record: Callable | None = None, disturbances: Sequence[Disturbance] = (), viewer=None,
            progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
            driver: DriverSettings | None = None, loop: LoopSettings | None = None,
-           transport: str = "shm") -> RtRun:
+           transport: str = "shm", on_loop_end: Callable[[RtRun], None] | None = None) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
     plant as built), this process runs ``controller`` against it (:func:`control_loop`).  After the
@@ -328,7 +327,8 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     was applied (when ``info`` can be assigned); the log then holds what the in-process run's would.
     ``viewer``, ``progress`` and ``task_errors`` are ignored (nothing but the loop runs in the loop).
     ``driver``/``loop``: settings (the rate is 1 / ``control_dt``); ``transport``: "shm" (shared memory,
-    sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py)."""
+    sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py); ``on_loop_end(run)`` is
+    called when both processes are done, before the replay (which a Ctrl-C may cut short)."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     if isinstance(controller, SensesPlant):
@@ -364,6 +364,8 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
             proc.proc.kill()
         link.close()
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
+    if on_loop_end is not None:
+        on_loop_end(res)
     if report.status == "failed":
         raise RtError(f"rt run failed: {report.reason}")
     _replay(res, report, rep, plant, controller, record)

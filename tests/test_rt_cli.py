@@ -66,3 +66,30 @@ def test_unknown_scenario_is_one_line_and_exit_2(tmp_path):
     r = rt(tmp_path, "no_such_scenario", timeout=120)
     assert r.returncode == 2 and "no scenario named 'no_such_scenario'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_the_robot_and_keeps_the_timing(tmp_path):
+    """SIGINT during the loop: the controller side asks the driver to stop (brake), the run exits 130
+    with its log and metrics, and timing.json says how the loop ended."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    p = subprocess.Popen([*CMD, "yumi_dual_arm", "--duration", "120", "--out", str(out), "--no-html", "--no-plots",
+                          "--no-compare", "--max-misses", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path)
+    try:
+        for line in p.stdout:                             # the loop is about to start
+            if "the driver process starts" in line:
+                break
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err[-2000:]
+    t = json.loads((out / "timing.json").read_text())
+    assert t["loop_ended_by"] == "interrupted" and t["status"] == "stopped" and t["cycles"] < 120_000
+    assert "asked to stop" in t["reason"]
+    assert json.loads((out / "metrics.json").read_text())["interrupted"] is True
