@@ -10,7 +10,7 @@ A **baseline** is a directory of four files:
   ``e_*``, the joint positions ``q``, the torques ``tau`` and the loop residuals ``*violation*``,
   ``*residual*``, ``viol`` that the log has) on a uniform time grid ``t``: every ``stride``-th
   control step, so that at most ``max_samples`` (2000) rows are kept (a 10 s YuMi run: 2000 steps,
-  kept whole, ~0.26 MB).  Stored as float32 (``np.savez_compressed``): its relative rounding, 6e-8,
+  kept whole, 0.31 MB).  Stored as float32 (``np.savez_compressed``): its relative rounding, 6e-8,
   is 1/1600 of the default band (1e-4 of the signal's peak); give ``dtype="float64"`` for bands
   below ~1e-6 of the peak;
 * ``baseline.toml``: what is compared and how closely; edit it to change the tolerances (below).
@@ -27,10 +27,12 @@ A **baseline** is a directory of four files:
   baseline, so that a column that stays near zero gets the signal's band, not a vanishing one).
 
 The default tolerances (``DEFAULT_TOLERANCES``) come from a measurement of run-to-run differences
-(docs/regression_testing.md, ``python -m cmstack.bench.determinism``): two runs of every shipped
-scenario with the same seed on one machine are bitwise identical; the one non-repeatable path known
-(ProxSuite's cold-started sequential QPs: 6.1e-7 between two identical controllers) is covered ×160
-by rtol = 1e-4, while a 1 % change of one gain moves the flagship's torques by 2.9 % of their peak.
+(docs/regression_testing.md, ``python -m cmstack.bench.determinism``): two runs of the shipped
+scenarios with the same seed on one machine are bitwise identical (27 of 27 pairs); the one
+non-repeatable path known (ProxSuite's cold-started sequential QPs: 6.1e-7 N·m between two identical
+controllers) moves the flagship's signals by at most 3.1e-9 of their peak in closed loop, so rtol = 1e-4
+is 3e4 times that and 1600 times float32's rounding, while a 1 % change of one gain moves the
+flagship's torques by 2.9 % of their peak.
 
 ``baseline.toml`` (written by ``save``; every key optional)::
 
