@@ -24,10 +24,19 @@ those states), ``constraint_force_max_n`` (the law's loop multipliers, N on posi
 rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` (the loops
 as UK's top level, the coordinates below them, Gauss last; the passive joints get zero torque and the loop
 reaction is reported: controllers/udwadia_kalaba.py, "Closed chains").
+
+Viewer (``--viewer meshcat``, ``cmstack view RUN_DIR``, replay.html): for each loop closure ``<loop>`` the two
+closure frames of the plant's state, frame_a·offset and frame_b·offset_b (small triads ``<loop>_a`` and
+``<loop>_b``), and the red segment ``<loop>`` between their origins — the loop's position residual, a point
+while the loop is closed, a rod when it opens; the end effector's trail ``ee`` and its reference's trail
+``ee_ref`` (the circle, or the path the joint reference implies).  The log holds them per step
+(``frame__<loop>_a``, ``frame__<loop>_b``, ``segment__<loop>``, ``trail__ee``, ``trail__ee_ref``: computed after
+the loop from the logged plant states) and their look (``style__…``) for the replay.
 """
 from __future__ import annotations
 
 import math
+import re
 
 import mujoco
 import numpy as np
@@ -131,6 +140,62 @@ def ee_reference_joints(robot: Robot, ref, q_log, t_log, ee: int):
     return out
 
 
+#: how the loop overlays are drawn: [size (m), r, g, b, a] (sim/viewer.py: MeshcatViewer.apply_styles)
+LOOP_FRAME_STYLE = (0.03, 1.0, 1.0, 1.0, 1.0)
+LOOP_SEGMENT_STYLE = (0.004, 0.9, 0.1, 0.1, 1.0)
+
+
+def loop_keys(robot: Robot) -> list[str]:
+    """One viewer/log name per loop closure: its name with every run of characters other than letters,
+    digits and "_" made "_" (an index is added when two would be the same)."""
+    keys = []
+    for i, c in enumerate(robot.loops):
+        k = re.sub(r"\W+", "_", c.name).strip("_") or f"loop{i}"
+        keys.append(k if k not in keys else f"{k}_{i}")
+    return keys
+
+
+def view_styles(keys) -> dict:
+    """The ``style__…`` entries of the loop overlays (logged for the replay, applied to a live viewer)."""
+    out = {}
+    for k in keys:
+        out[f"style__segment__{k}"] = np.array(LOOP_SEGMENT_STYLE)
+        out[f"style__frame__{k}_a"] = out[f"style__frame__{k}_b"] = np.array(LOOP_FRAME_STYLE)
+    return out
+
+
+def loop_overlays(robot: Robot, keys, d, q) -> tuple[dict, dict]:
+    """(frames, segments) of the loop closures at configuration q (model order): frame_a·offset and
+    frame_b·offset_b as 4×4 poses, and the segment between their origins (Pinocchio data ``d`` is used)."""
+    pin.framesForwardKinematics(robot.model, d, q)
+    frames, segments = {}, {}
+    for k, c in zip(keys, robot.loops):
+        A, B = d.oMf[c.fa], d.oMf[c.fb]
+        frames[f"{k}_a"], frames[f"{k}_b"] = A.homogeneous, B.homogeneous
+        segments[k] = np.array([A.translation, B.translation])
+    return frames, segments
+
+
+def view_series(robot: Robot, keys, Q, ee: int, p_ref) -> dict:
+    """The viewer's per-step log series of the plant's configurations Q (N×nq, model order)."""
+    d = robot.model.createData()
+    n = len(Q)
+    out = {}
+    for k in keys:
+        out[f"frame__{k}_a"], out[f"frame__{k}_b"] = np.empty((n, 4, 4)), np.empty((n, 4, 4))
+        out[f"segment__{k}"] = np.empty((n, 2, 3))
+    p = np.empty((n, 3))
+    for i, q in enumerate(Q):
+        frames, segments = loop_overlays(robot, keys, d, q)
+        for name, T in frames.items():
+            out[f"frame__{name}"][i] = T
+        for name, s in segments.items():
+            out[f"segment__{name}"][i] = s
+        p[i] = d.oMf[ee].translation
+    out["trail__ee"], out["trail__ee_ref"] = p, np.asarray(p_ref, dtype=float)
+    return out
+
+
 def dynamics_checks(robot: Robot, plant: MujocoPlant, L, n_states: int):
     """(dynamics_vs_pinocchio_rel, plant_vs_rigid_qacc_rel) on ``n_states`` logged states (module docstring)."""
     if not robot.loops or n_states == 0:
@@ -179,6 +244,17 @@ def run(ctx) -> Outcome:
     log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])),
                     joint_names=np.array(robot.joint_names), coords=mode, law=cfg["law"])
     viewer = ctx.make_viewer(plant.model)
+    keys = loop_keys(robot)
+    log.meta.update(view_styles(keys))
+    if viewer is not None:
+        viewer.apply_styles(view_styles(keys))
+        view_data = robot.model.createData()
+        qadr = plant.map.qadr
+
+        def ref_point(t, q):
+            if ee_ref is not None:
+                return ee_ref(t)
+            return ee_reference_joints(robot, coords[1], [q], [t], ee)[0]
     nlam = cs.m
 
     def record(t, q, v, tau):
@@ -189,7 +265,10 @@ def run(ctx) -> Outcome:
         log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos, plant_qvel=plant.data.qvel, lam=lam,
                    solvable=float(getattr(info, "solvable", True)))
         if viewer is not None:
-            viewer.maybe_update(t, plant.data.qpos)
+            qp = plant.data.qpos[qadr]                      # the plant's own state, model order
+            frames, segments = loop_overlays(robot, keys, view_data, qp)
+            viewer.maybe_update(t, plant.data.qpos, frames=frames, segments=segments,
+                                trails={"ee": view_data.oMf[ee].translation.copy(), "ee_ref": ref_point(t, qp)})
 
     run_ = simulate(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
                     progress=ctx.progress, desc=NAME, log=log)
@@ -211,6 +290,8 @@ def run(ctx) -> Outcome:
     log.put("ee_ref", p_ref)
     log.put("ee_error", err)
     log.put("loop_residual", res)
+    for k, series in view_series(robot, keys, L["plant_qpos"][:, plant.map.qadr], ee, p_ref).items():
+        log.put(k, series)
     L = log.arrays()
     late = L["t"] > cfg["track_after"]
     dyn_rel, mj_rel = dynamics_checks(robot, plant, L, cfg["check_states"])

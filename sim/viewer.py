@@ -21,7 +21,8 @@ faster than real time is slowed down for watching; a slower one is shown as it c
 Replay:  ``python -m sim.viewer RUN_DIR [--speed S] [--loop] [--qpos-key K]`` reads
 ``RUN_DIR/log.npz``: ``mjcf_path``, ``t``, ``plant_qpos`` (N×nq) and any ``frame__<name>`` (N×4×4)
 and ``trail__<name>`` (N×3) and ``segment__<name>`` (N×2×3, rod end points) series the scenario logged,
-and ``sphere__<name>`` ([x, y, z, r]) entries.
+and ``sphere__<name>`` ([x, y, z, r]) and ``style__frame__<name>`` / ``style__segment__<name>`` ([size, r, g,
+b, a]: a triad's length, a rod's radius and colour; ``MeshcatViewer.apply_styles``) entries.
 
 Standalone page:  ``python -m sim.viewer RUN_DIR --html OUT.html`` (``write_html``; every scenario run
 writes ``replay.html``) plays the same log as a Meshcat animation with a time slider, from one file
@@ -178,6 +179,7 @@ class MeshcatViewer:
         self._moving: list[tuple[int, str]] = []      # (body id, meshcat path) sent every frame
         self._frames: set[str] = set()
         self._segments: set[str] = set()
+        self._styles: dict[tuple[str, str], np.ndarray] = {}   # (kind, name) -> [size, r, g, b, a]
         self._trails: dict[str, list] = {}
         self._trail_t: dict[str, float] = {}
         self._trail_dirty: set[str] = set()
@@ -403,8 +405,23 @@ class MeshcatViewer:
         for bid, path in self._moving:
             self.vis[path].set_transform(self._body_pose(bid))
 
+    def apply_styles(self, styles: dict) -> None:
+        """How named frames and segments are drawn, before they first are: ``styles`` maps
+        ``"style__frame__<name>"`` (or ``"style__segment__<name>"``) to [size, r, g, b, a]: a triad's axis
+        length (m; its colours stay x red, y green, z blue) or a rod's radius (m) and colour.  The same
+        entries in a run's log (meta) style its replay and replay.html: a scenario logs what it applies."""
+        for key, val in styles.items():
+            parts = key.split("__", 2)
+            if len(parts) != 3 or parts[0] != "style" or parts[1] not in ("frame", "segment") or not parts[2]:
+                raise ConfigError(f"viewer: style key '{key}' is not style__frame__<name> or style__segment__<name>")
+            val = np.asarray(val, dtype=float).ravel()
+            if val.shape != (5,) or not val[0] > 0:
+                raise ConfigError(f"viewer: style '{key}' must be [size > 0, r, g, b, a], got {val.tolist()}")
+            self._styles[(parts[1], parts[2])] = val
+
     def set_frame(self, name: str, T) -> None:
-        """A coordinate triad (x red, y green, z blue) at pose ``T`` (4×4 or an object with .homogeneous)."""
+        """A coordinate triad (x red, y green, z blue) at pose ``T`` (4×4 or an object with .homogeneous),
+        of axis length ``frame_scale`` or its style's (``apply_styles``)."""
         import meshcat.geometry as g
 
         T = np.asarray(getattr(T, "homogeneous", T), dtype=float)
@@ -412,7 +429,8 @@ class MeshcatViewer:
             raise ConfigError(f"viewer: frame '{name}' must be a 4×4 pose, got shape {T.shape}")
         path = f"frames/{name}"
         if name not in self._frames:
-            self.vis[path].set_object(g.triad(self.frame_scale))
+            style = self._styles.get(("frame", name))
+            self.vis[path].set_object(g.triad(float(style[0]) if style is not None else self.frame_scale))
             self._frames.add(name)
         self.vis[path].set_transform(T)
 
@@ -457,11 +475,14 @@ class MeshcatViewer:
     def set_segment(self, name: str, p0, p1, radius: float = 0.012, rgba=(0.95, 0.75, 0.1, 0.8)) -> None:
         """A rod from ``p0`` to ``p1`` (e.g. a coupling body the plant does not have). A unit-height
         Meshcat cylinder (axis y) is mapped by T = [R·diag(1, ‖p1 − p0‖, 1)  (p0 + p1)/2], R taking y
-        onto the rod's direction."""
+        onto the rod's direction.  A style (``apply_styles``) overrides ``radius`` and ``rgba``."""
         import meshcat.geometry as g
 
         p0, p1 = (np.asarray(p, dtype=float).ravel()[:3] for p in (p0, p1))
         path = f"segments/{name}"
+        style = self._styles.get(("segment", name))
+        if style is not None:
+            radius, rgba = float(style[0]), style[1:]
         if name not in self._segments:
             self.vis[path].set_object(g.Mesh(g.Cylinder(1.0, float(radius)), g.MeshLambertMaterial(
                 color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))))
@@ -712,6 +733,7 @@ def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> "MeshcatViewer":
     if Q.shape[1] != viewer.model.nq:
         viewer.close()
         raise ConfigError(f"{L['_file']}: '{qpos_key}' has {Q.shape[1]} columns but {mjcf} has nq={viewer.model.nq}")
+    viewer.apply_styles({k: L[k] for k in L if k.startswith("style__")})
     for name, c in _overlays(L, "sphere__").items():            # [x, y, z, radius], e.g. keep-out zones
         c = np.asarray(c, dtype=float).ravel()
         viewer.set_sphere(name, c[:3], c[3])
@@ -811,11 +833,12 @@ def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
         fps = (max_frames - 1) / span
     n = int(np.floor(span * fps + 1e-9)) + 1                           # frames k = 0 … n−1
     idx = np.clip(np.searchsorted(t, t[0] + np.arange(n) / fps), 0, t.shape[0] - 1)
-    want = [qpos_key] + [k for k in log_keys(f) if k.startswith(("frame__", "trail__", "segment__", "sphere__"))]
-    series = read_log_rows(f, [k for k in want if not k.startswith("sphere__")], np.unique(idx))
+    whole = ("sphere__", "style__")                                    # entries, not series: read as they are
+    want = [qpos_key] + [k for k in log_keys(f) if k.startswith(("frame__", "trail__", "segment__") + whole)]
+    series = read_log_rows(f, [k for k in want if not k.startswith(whole)], np.unique(idx))
     pos = np.searchsorted(np.unique(idx), idx)                         # frame k -> its row in the sampled series
     L = {k: v[pos] for k, v in series.items()}
-    L.update(read_log_rows(f, [k for k in want if k.startswith("sphere__")]))
+    L.update(read_log_rows(f, [k for k in want if k.startswith(whole)]))
     L["t"], L["mjcf_path"], L["_file"] = t[idx], head["mjcf_path"], str(f)
     return L, t, n, fps
 
@@ -872,7 +895,7 @@ def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max
     for name, v in segs.items():
         T = np.array([segment_pose(*v[i]) for i in idx])
         Lk = np.linalg.norm(T[:, :3, 1], axis=1)
-        T[:, :3, 1] /= np.maximum(Lk, 1e-12)[:, None]
+        T[:, :3, 1] = np.cross(T[:, :3, 2], T[:, :3, 0])              # the unit y = z × x, also of a rod of length 0
         clips.add(f"/meshcat/segments/{name}", "position", "vector3", k, T[:, :3, 3])
         clips.add(f"/meshcat/segments/{name}", "quaternion", "quaternion", k, _quat_xyzw(T[:, :3, :3]))
         clips.add(f"/meshcat/segments/{name}", "scale", "vector3", k,
