@@ -28,6 +28,7 @@ behaviour)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -97,7 +98,7 @@ def build(case: str, dt: float = 1e-3):
     return robot, plant, ctrl, box
 
 
-def run_case(case: str, duration: float, dt: float = 1e-3) -> dict:
+def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -> dict:
     """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling."""
     from cmstack import simulate
     from cmstack.models.errors import InfeasibleError
@@ -135,6 +136,11 @@ def run_case(case: str, duration: float, dt: float = 1e-3) -> dict:
             return tau
 
     out: dict = {"case": case, "error": ""}
+    gc_was = gc.isenabled()
+    if not gc_on:               # as the fixed-rate loop runs (cmstack rt): no collection inside a step
+        gc.collect()
+        gc.freeze()
+        gc.disable()
     try:
         run = simulate(plant, Timed(), duration=duration, control_dt=dt, progress=False)
         steps = np.asarray(run.step_us[1:], dtype=float)          # the first call compiles/creates solvers
@@ -146,6 +152,10 @@ def run_case(case: str, duration: float, dt: float = 1e-3) -> dict:
     except InfeasibleError as e:
         steps = np.zeros(1)
         out.update(error=str(e), cpu_us_median=0.0, cpu_us_max=0.0)
+    finally:
+        if gc_was and not gc_on:
+            gc.enable()
+            gc.unfreeze()
     out.update(step_us_median=float(np.median(steps)), step_us_p999=float(np.quantile(steps, 0.999)),
                step_us_max=float(steps.max()), saturated_steps=ctrl.saturated_steps,
                overrun_rad=over[0], closest_to_bound_rad=near[0], steps=int(steps.size))
@@ -156,8 +166,11 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=2.0, help="simulated seconds per case (default 2)")
     ap.add_argument("--repeat", type=int, default=2, help="rounds over the cases (default 2)")
+    ap.add_argument("--gc", choices=("on", "off"), default="off",
+                    help="Python's garbage collector during the loop: off (default) as the fixed-rate loop "
+                         "(cmstack rt) runs it, on as simulate() does; a collection inside a step adds ~1 ms")
     a = ap.parse_args(argv)
-    rounds = [[run_case(c, a.duration) for c in CASES] for _ in range(a.repeat)]
+    rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]
     table = {}
     for i, c in enumerate(CASES):
         rs = [r[i] for r in rounds]
@@ -175,9 +188,10 @@ def main(argv=None) -> dict:
     for c in CASES:
         table[c]["worst_over_normal"] = table[c]["step_us_max"] / normal
     res = {"cases": table, "normal_step_us": normal, "load_avg": os.getloadavg()[0],
-           "duration_s": a.duration, "repeat": a.repeat, "target_worst_step_us": 2000.0,
+           "duration_s": a.duration, "repeat": a.repeat, "gc": a.gc, "target_worst_step_us": 2000.0,
            "target_overrun_rad": 1e-4, "target_coupling_m": 1e-4}
-    print(f"UK steps with binding limits (µs; load {res['load_avg']:.1f}; normal step {normal:.1f} µs)")
+    print(f"UK steps with binding limits (µs; load {res['load_avg']:.1f}; normal step {normal:.1f} µs; "
+          f"garbage collector {a.gc} in the loop)")
     print("wall: the step's wall time (preemption on a shared machine included); cpu: its thread CPU time")
     print(f"{'case':<15}{'median':>9}{'p99.9':>9}{'worst':>9}{'cpu med':>9}{'cpu worst':>10}{'worst/normal':>14}"
           f"{'saturated':>11}{'overrun rad':>13}{'coupling m':>12}")

@@ -106,6 +106,7 @@ class BoundedQP:
         self.check_tol = float(check_tol)
         self.mu_in = float(mu_in)
         self._qps: dict = {}
+        self._cold: dict = {}       # solver objects reused for cold starts, by shape
         self.cold_retries = 0
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
@@ -203,7 +204,13 @@ class BoundedQP:
                 self.cold_retries += 1
                 res = None
         if res is None:
-            qp = self._new(n, n_eq, n_in, feasible_start)
+            # a cold start on a solver object of this shape kept from an earlier cold start (init() sets the
+            # problem up anew: no allocation in the step), else a new one
+            qp = None if warm else self._cold.get(k)
+            if qp is None:
+                qp = self._new(n, n_eq, n_in, feasible_start)
+                if not warm:
+                    self._cold[k] = qp
             qp.settings.max_iter = max_outer
             qp.init(Hs, gs, As, bs, Cs, ls, us, rho=rho, mu_in=self.mu_in)
             qp.solve()
