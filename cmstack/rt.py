@@ -36,7 +36,7 @@ import numpy as np
 from cmstack.models.errors import ConfigError
 
 #: metric-name fragments that are not closed-loop behaviour (speed, bookkeeping): left out of the comparison
-NOT_CLOSED_LOOP = ("realtime_factor", "wall_s", "_us", "duration", "control_dt", "rt_", "saturations")
+NOT_CLOSED_LOOP = ("realtime_factor", "wall_s", "_us", "duration", "control_dt", "rt_", "saturations", "simulated_s")
 #: closed-loop metrics judged against the in-process run ("within 2×" of it, issue 25)
 JUDGED = ("error", "settling_time")
 

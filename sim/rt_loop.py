@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cmstack.controllers.base import Controller, SensesPlant
+from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.models.errors import ConfigError, StackError
 from cmstack.sim import interrupt
 from cmstack.sim import rt_transport as rt
@@ -93,6 +93,7 @@ class LoopReport:
     compute_us: np.ndarray | None = None
     wake_us: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
 
 
 def _info_fields(info) -> list[tuple[str, object]]:
@@ -116,11 +117,13 @@ def _info_fields(info) -> list[tuple[str, object]]:
 
 
 def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: float,
-                 settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None) -> LoopReport:
+                 settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None,
+                 errors: bool = False) -> LoopReport:
     """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
     run is interrupted (SIGINT/SIGTERM: the driver is asked to stop).  ``is_alive``: whether the driver
-    process still runs (checked while waiting).  A controller exception asks the driver to stop and
-    propagates."""
+    process still runs (checked while waiting).  ``errors``: record ``controller.errors(controller.kin,
+    t)`` per cycle after the send (a :class:`ReportsErrors` controller; ``LoopReport.errors``).  A
+    controller exception asks the driver to stop and propagates."""
     s = settings or LoopSettings()
     rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
     st, cmd = link.state, link.command
@@ -189,6 +192,11 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 for name, val in _info_fields(controller.info):
                     capture.append((name, np.full((n_cycles, *np.shape(val)), np.nan)))
                 rep.info = dict(capture)
+            if i == 0 and errors:
+                for group in controller.errors(controller.kin, st.local[1]):
+                    for name, e in group.items():
+                        rep.errors[name] = np.full((n_cycles, np.size(e)), np.nan)
+            if i == 0:
                 c1 = perf()                                 # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
             # ---- bookkeeping (after the send: not on the latency path)
@@ -197,6 +205,10 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 comp[k] = (c1 - c0) * 1e6
                 wake[k] = (c0 - wall) * 1e6
             seen += 1
+            if errors and k < n_cycles:
+                for group in controller.errors(controller.kin, st.local[1]):
+                    for name, e in group.items():
+                        rep.errors[name][k] = e
             if capture and k < n_cycles:
                 info = controller.info
                 for name, buf in capture:
@@ -325,7 +337,12 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     published, the torque it applied over [t, t + control_dt]), the plant's ``data.qpos``/``qvel`` set
     to that cycle's, and ``controller.info`` replaced by the fields captured at the step whose torque
     was applied (when ``info`` can be assigned); the log then holds what the in-process run's would.
-    ``viewer``, ``progress`` and ``task_errors`` are ignored (nothing but the loop runs in the loop).
+    ``task_errors``: a ReportsErrors controller's errors are kept in ``run.errors``, one row per cycle:
+    evaluated after the loop at each cycle's measured state with the controller's model
+    (``controller.robot.update(q, v)``; UK's ``errors`` leaves cyclic garbage, which would grow with the
+    GC off), or, for a controller without ``robot``, recorded in the loop after the send (a state the
+    controller never saw gets those of the last one it did).
+    ``viewer`` and ``progress`` are ignored (nothing but the loop runs in the loop).
     ``driver``/``loop``: settings (the rate is 1 / ``control_dt``); ``transport``: "shm" (shared memory,
     sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py); ``on_loop_end(run)`` is
     called when both processes are done, before the replay (which a Ctrl-C may cut short)."""
@@ -349,13 +366,17 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
         if getattr(plant, "path", None) is not None:
             log.meta.setdefault("mjcf_path", str(plant.path))
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
+    reports = task_errors and isinstance(controller, ReportsErrors)
+    model = getattr(controller, "robot", None)
+    posthoc = reports and callable(getattr(model, "update", None))     # errors from the model, after the loop
     link = TRANSPORTS[transport](nq, nv)
     proc = None
     w0 = time.perf_counter()
     try:
         proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances)
         try:
-            rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive)
+            rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive,
+                               errors=reports and not posthoc)
         finally:
             report = proc.finish(timeout_s=max(10.0, ds.brake_s + 5.0))
         res.wall_s = time.perf_counter() - w0
@@ -368,17 +389,23 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
         on_loop_end(res)
     if report.status == "failed":
         raise RtError(f"rt run failed: {report.reason}")
-    _replay(res, report, rep, plant, controller, record)
+    _replay(res, report, rep, plant, controller, record, model if posthoc else None)
     return res
 
 
-def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record) -> None:
-    """Call ``record`` once per driver cycle (see :func:`run_rt`) and fill the run's step figures."""
+def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record, model=None) -> None:
+    """Call ``record`` once per driver cycle (see :func:`run_rt`) and fill the run's step figures;
+    with ``model`` (the controller's Robot), its errors at each cycle's measured state."""
     L = report.log
     n = report.cycles
     res.steps = n
     res.step_us = [float(x) for x in rep.compute_us[np.isfinite(rep.compute_us)]]
     res.cpu_s = float("nan")
+    if rep.errors:                              # row k: the errors at the last state answered up to k
+        valid = np.isfinite(rep.latency_us[:n])
+        valid[0] = True
+        last = np.maximum.accumulate(np.where(valid, np.arange(n), 0))
+        res.errors = {name: list(buf[last]) for name, buf in rep.errors.items()}
     try:
         plant.saturated = report.saturated      # counted where the torques were applied: the driver
     except AttributeError:
@@ -403,7 +430,12 @@ def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller
                 a = answers[k]
                 for name, buf in rep.info.items():
                     setattr(proxy, name, buf[a] if a >= 0 else buf[0] * np.nan)
-            record(float(L["t"][k]), L["q"][k].copy(), L["v"][k].copy(), L["tau"][k].copy())
+            t, q, v = float(L["t"][k]), L["q"][k].copy(), L["v"][k].copy()
+            if model is not None:
+                for group in controller.errors(model.update(q, v), t):
+                    for name, e in group.items():
+                        res.errors.setdefault(name, []).append(np.array(e, dtype=float))
+            record(t, q, v, L["tau"][k].copy())
     finally:
         if proxy is not None:
             controller.info = original

@@ -116,6 +116,40 @@ def test_one_late_step_costs_misses_but_no_stop(tmp_path):
     assert r["misses"] >= 2
 
 
+@pytest.mark.parametrize("with_model", [False, True])
+def test_reported_errors_are_kept_per_cycle(tmp_path, with_model):
+    """A controller that reports errors (ReportsErrors) has them in run.errors, one row per cycle, as
+    simulate keeps them: here e = -q of the state it was given, so each answered row equals the
+    negated state the driver published at that cycle.  With a model (``controller.robot.update``)
+    they are evaluated after the loop at every cycle's state, the ones the controller skipped too."""
+    r = child(tmp_path, f"\n        WITH_MODEL = {with_model!r}" + '''
+        class Model:
+            def update(self, q, v):
+                return q.copy()
+        class Reporting:
+            info = None
+            kin = None
+            def __call__(self, t, q, v):
+                self.kin = q.copy()
+                return -5 * q - 0.5 * v + np.array([1.0, 0.0])
+            def errors(self, kin, t):
+                return {}, {"q": -kin}
+        ctrl = Reporting()
+        if WITH_MODEL:
+            ctrl.robot = Model()
+        run = run_rt(plant, ctrl, duration=0.3, control_dt=1e-3, driver=DriverSettings(max_misses=100_000))
+        e = run.error_arrays()["q"]
+        L = run.rt.driver.log
+        answered = np.isfinite(run.rt.loop.latency_us[:run.rt.driver.cycles])
+        if WITH_MODEL:
+            answered[:] = True                   # every row: evaluated after the loop
+        out(rows=len(e), cycles=run.rt.driver.cycles, answered=int(answered.sum()),
+            equal=bool(np.array_equal(e[answered], -L["q"][answered])), moved=float(np.abs(e).max()))
+    ''')
+    assert r["rows"] == r["cycles"] == 300 and r["answered"] > 0
+    assert r["equal"] and r["moved"] > 0
+
+
 SOAK = '''
     class PD:
         info = None
