@@ -58,6 +58,7 @@ RHS (the paper leaves it as future work):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs
@@ -417,7 +418,8 @@ class TaskSpaceLaw(PortLaw):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
         if obstacle_gain < 0 or not obstacle_range > 0:
             raise ConfigError("obstacle_gain must be >= 0 and obstacle_range > 0")
-        self.traj = traj if isinstance(traj, SE3Trajectory) or traj is None else FromWorldFunction(traj)
+        # None: the caller sets ``traj`` before the first step
+        self.traj: SE3Trajectory | Any = traj if isinstance(traj, SE3Trajectory) or traj is None else FromWorldFunction(traj)
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
         self.obstacles = list(obstacles)
         self.gain, self.d0 = float(obstacle_gain), float(obstacle_range)

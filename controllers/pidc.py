@@ -55,7 +55,7 @@ from cmstack.models.lie import pinv
 from cmstack.models.coupling import Task
 from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
-from cmstack.models.robot import Robot
+from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
 
 
@@ -180,7 +180,8 @@ class PIDC:
         self.saturated_steps = 0
         self._qp = BoundedQP(eps_abs=1e-10)   # every QP of this law: conditioned and bounded (controllers/qp.py)
         self.failures = 0
-        self._kin, self._kin_qv = None, None
+        self._kin: Kinematics | None = None
+        self._kin_qv: tuple[np.ndarray, np.ndarray] | None = None
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop

@@ -120,7 +120,9 @@ class YumiForcePIDC:
         self.t_prev = None
         self.kin = None
         self.failures = 0
-        self.log_t, self.log_s, self.log_lam = [], [], []
+        self.log_t: list[float] = []
+        self.log_s: list[float] = []
+        self.log_lam: list[np.ndarray] = []
         self.info: YumiForceInfo | None = None
 
     def attach_plant(self, plant):

@@ -27,7 +27,7 @@ from pinocchio import rnea as pin_rnea
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import robust18_post, robust18_pre
 from cmstack.models.errors import ConfigError, StateError
-from cmstack.models.partition import PartitionModel
+from cmstack.models.partition import PartitionModel, PartitionTerms
 from cmstack.models.trajectory import Sinusoid, as_trajectory
 
 
@@ -75,20 +75,21 @@ class RobustPartitionController:
         self._neg_kappa = -self.kappa
         self._inv_eps = 1.0 / self.eps
         self.info: RobustInfo | None = None
-        self.terms = None
+        self.terms: PartitionTerms | None = None
         # compiled step (``kernels.robust18_pre``/``robust18_post`` around the one RNEA): constants and buffers
         tr = self.trajectory
-        self._sinus = isinstance(tr, Sinusoid) and tr.c.shape == (3,)
+        sin = tr if isinstance(tr, Sinusoid) and tr.c.shape == (3,) else None
+        self._sinus = sin is not None
         mp = model.map
-        self._kprm = np.concatenate([np.concatenate([np.asarray(x, float).ravel() for x in (tr.c, tr.a, tr.w, tr.p)])
-                                     if self._sinus else np.zeros(12), self.Lambda,
+        self._kprm = np.concatenate([np.concatenate([np.asarray(x, float).ravel() for x in (sin.c, sin.a, sin.w, sin.p)])
+                                     if sin is not None else np.zeros(12), self.Lambda,
                                      [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]])
         self._kgain = np.array([self.K, self._neg_kappa, self._inv_eps])
         self._kref = np.zeros((3, 3))
         self._kact = bool(mp.with_actuator)
         self._kH = np.zeros((3, mp.nqhat))
         self._kHrows = tuple(self._kH)
-        self._kinfo = None                   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
+        self._kinfo: RobustInfo | None = None   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
 
     def __call__(self, t: float, q, v) -> np.ndarray:
         if not self.use_rnea:

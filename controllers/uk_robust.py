@@ -91,8 +91,8 @@ class IntegralTask(Task):
         self.name, self.kp, self.kd, self.rows = inner.name, inner.kp, inner.kd, inner.rows
         self.ki, self.z_max = float(ki), float(z_max)
         self.z = np.zeros(inner.dim)
-        self._t = None
-        self._e = None
+        self._t: float | None = None
+        self._e: np.ndarray | None = None
 
     def error_dynamics(self, kin, t: float) -> ErrorDynamics:
         return self.inner.error_dynamics(kin, t)
@@ -116,10 +116,11 @@ class IntegralTask(Task):
         step), and True (the caller then ``record``s e(t)); False when t is not new (z unchanged).  The
         generic controller path calls it through ``compute``; the compiled path (``_FusedPlan``) calls it
         itself and records the error its kernel wrote."""
-        if self._t is not None and not t > self._t:
+        t_prev, e_prev = self._t, self._e           # set together by ``record``
+        if t_prev is not None and not t > t_prev:
             return False
-        if self._t is not None:
-            self.z = np.clip(self.z + self._e * (t - self._t), -self.z_max, self.z_max)
+        if t_prev is not None and e_prev is not None:
+            self.z = np.clip(self.z + e_prev * (t - t_prev), -self.z_max, self.z_max)
         return True
 
     def record(self, t: float, e: np.ndarray) -> None:
@@ -168,7 +169,7 @@ class ComplementaryFilter:
             raise ConfigError(f"control_dt must be > 0 s, got {dt}")
         self.model, self.dt = model, float(dt)
         self.beta = 1.0 - np.exp(-2 * np.pi * f_hz * dt) if f_hz > 0 else 1.0
-        self.q = None
+        self.q: np.ndarray | None = None
 
     def __call__(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self.q is None or self.beta >= 1.0:
@@ -201,7 +202,7 @@ class RobustUKController:
         self.robot = robot
         self.qfilter = ComplementaryFilter(robot.model, control_dt, q_filter_hz)
         self.alpha = 1.0 - np.exp(-2 * np.pi * v_filter_hz * control_dt) if v_filter_hz > 0 else 1.0
-        self._vf = None
+        self._vf: np.ndarray | None = None
 
     def __getattr__(self, name):          # kin, info, failures, … of the thesis controller
         if name == "uk":

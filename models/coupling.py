@@ -169,7 +169,7 @@ class Task(ABC):
         redefine the row maths (``error_dynamics``, ``compute``, ``qp_rows``, ``error``); one that does
         gets None, and its own maths runs (the generic path)."""
         cls = type(self)
-        owner = next((c for c in cls.__mro__ if "_KERNEL" in c.__dict__), None)
+        owner: type[Task] | None = next((c for c in cls.__mro__ if "_KERNEL" in c.__dict__), None)
         if owner is None or owner._KERNEL is None:
             return None
         if any(getattr(cls, m) is not getattr(owner, m) for m in self._ROW_MATHS):
@@ -276,7 +276,7 @@ class _PoseTarget:
     [a; ε]) or a constant pose set by :meth:`set_target` (zero velocity and acceleration)."""
 
     name: str
-    trajectory: object
+    trajectory: Callable[[float], tuple] | None    # a Trajectory, or any t ↦ (T_D, velocity, acceleration)
     _const: tuple | None
 
     def set_target(self, T) -> None:

@@ -68,7 +68,7 @@ def _continuous_as_revolute(path: Path) -> tuple[str | None, list[str]]:
     as its one coordinate in both, so q, v and τ keep one entry per joint and the plant maps by name.
     The dynamics are the same: the joint's motion subspace is the rotation about the same axis."""
     root = ET.parse(path).getroot()
-    names = []
+    names: list[str] = []
     for j in root.iter("joint"):
         if j.get("type") == "continuous":
             j.set("type", "revolute")
@@ -77,7 +77,7 @@ def _continuous_as_revolute(path: Path) -> tuple[str | None, list[str]]:
                 lim = ET.SubElement(j, "limit", effort="0", velocity="0")
             lim.set("lower", "-1e9")
             lim.set("upper", "1e9")
-            names.append(j.get("name"))
+            names.append(j.get("name") or "")
     return (ET.tostring(root, encoding="unicode"), names) if names else (None, [])
 
 
@@ -217,7 +217,7 @@ def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
                              + (f" (urdfdom: {said})" if said else "")) from None
     if "Error" in said:
         raise ModelFileError(f"URDF {path}: urdfdom dropped part of the file: {said}")
-    if continuous:
+    if continuous and orig is not None:      # orig: the model as read, made exactly when there are some
         for name in continuous:
             jm, jo = model.joints[model.getJointId(name)], orig.joints[orig.getJointId(name)]
             model.lowerPositionLimit[jm.idx_q], model.upperPositionLimit[jm.idx_q] = -np.inf, np.inf
@@ -332,7 +332,7 @@ def example_robot_data_path(relative: str) -> Path:
     except metadata.PackageNotFoundError:
         raise ModelFileError(f"'{relative}' comes from the example-robot-data package, which is not installed: "
                              "pip install example-robot-data (or pip install 'cmstack[dev]')") from None
-    p = Path(dist.locate_file(f"cmeel.prefix/share/example-robot-data/robots/{relative}"))
+    p = Path(str(dist.locate_file(f"cmeel.prefix/share/example-robot-data/robots/{relative}")))
     if not p.is_file():
         raise ModelFileError(f"example-robot-data has no file robots/{relative} (looked at {p})")
     return p
@@ -442,7 +442,7 @@ class Robot:
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
-        self._views = None       # (data, data.M, data.nle): views refreshed in place by computeAllTerms
+        self._views: tuple | None = None       # (data, data.M, data.nle): views refreshed in place by computeAllTerms
         self.loops: list = []
         """The robot's loop closures (``cmstack.models.loops.LoopClosure``): from an MJCF's ``<equality
         connect|weld>`` or a URDF's loops sidecar; every law and plant takes them."""

@@ -472,7 +472,7 @@ class TensorChain:
         R = state.R
         s_par, s_chi = self.arms(R)
         phi = ((state.pos[1:] - s_chi) - (state.pos[:-1] - s_par)).ravel()
-        if self.fixed_base:
+        if self.fixed_base and self.base_pose is not None:     # set whenever fixed_base (__post_init__)
             p0, q0 = self.base_pose
             dq = quat_mul(quat_conj(np.asarray(q0, dtype=float)), state.quat[0])
             rot = quat_to_matrix(np.asarray(q0, dtype=float)) @ quat_log(dq)
@@ -568,7 +568,7 @@ class TensorChain:
         from cmstack.models import _tensor_kernels as _k
 
         try:
-            p, q, v, phi0 = _k.project(np.ascontiguousarray(state.pos, dtype=float),
+            p, q, v, phi0 = _k.project(np.ascontiguousarray(state.pos, dtype=float),  # type: ignore[call-arg]
                                     np.ascontiguousarray(state.quat, dtype=float),
                                     np.ascontiguousarray(state.nu, dtype=float), self.masses, self.inertias_inv,
                                     np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),

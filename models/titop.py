@@ -766,9 +766,9 @@ class System:
         n = len(self.nodes)
         off = 6 if self.floating else 0
         aj = a[off:]
-        acc = [None] * n
+        acc: list = [None] * n
         acc[0] = a[:6].copy() if self.floating else np.zeros(6)
-        pacc = [None] * n
+        pacc: list = [None] * n
         pacc[0] = {k: _tau_mv(-pt, acc[0]) for k, pt in self.nodes[0].block.body.ports.items()}
         for i in range(1, n):
             nd = self.nodes[i]
@@ -777,7 +777,7 @@ class System:
             acc[i] = b._accel(pacc[nd.parent][nd.port], P_ab, r, S, c, aj[nd.iq: nd.iq + b.ndof])
             pacc[i] = {k: _tau_mv(-pt, acc[i]) for k, pt in b.body.ports.items()}
         out = np.zeros(self.nv)
-        Wp = [None] * n
+        Wp: list = [None] * n
         for i in range(n - 1, -1, -1):
             nd = self.nodes[i]
             b = nd.block
@@ -937,7 +937,8 @@ class System:
 
 
 # ------------------------------------------------------------------------------ from a Pinocchio model
-_AXES = {"X": (1.0, 0.0, 0.0), "Y": (0.0, 1.0, 0.0), "Z": (0.0, 0.0, 1.0)}
+_AXES: dict[str, tuple[float, float, float] | np.ndarray] = {"X": (1.0, 0.0, 0.0), "Y": (0.0, 1.0, 0.0),
+                                                               "Z": (0.0, 0.0, 1.0)}
 
 
 def from_pinocchio(model, gravity=None) -> System:
@@ -946,7 +947,7 @@ def from_pinocchio(model, gravity=None) -> System:
     data: the body inertia of that joint, its axis, the rotation of its placement (P_a0/b) and, as ports,
     the translations of its children's placements.  Coordinates then match Pinocchio's q, v."""
     shortnames = [model.joints[i].shortname() for i in range(model.njoints)]
-    ports = [dict() for _ in range(model.njoints)]
+    ports: list[dict[str, np.ndarray]] = [dict() for _ in range(model.njoints)]
     for i in range(1, model.njoints):
         ports[model.parents[i]][f"to_{model.names[i]}"] = np.array(model.jointPlacements[i].translation)
     g = np.array(model.gravity.linear) if gravity is None else np.asarray(gravity, dtype=float)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, cast
 
 import numpy as np
 import pinocchio as pin
@@ -71,7 +71,8 @@ class SE3Trajectory(Trajectory):
 
     def world(self, t: float) -> WorldSample:
         """The sample at t with every part in world axes and the orientation as a quaternion."""
-        T, vel, acc = self.sample(t)
+        pose, vel, acc = self.sample(t)
+        T = cast(pin.SE3, pose)                  # an SE(3) trajectory's samples are poses
         R = T.rotation
         return WorldSample(T.translation.copy(), quat_from_matrix(R), np.concatenate((vel[:3], R @ vel[3:])),
                            np.concatenate((acc[:3], R @ acc[3:])))
@@ -103,7 +104,7 @@ class Constant(Trajectory):
     def world(self, t: float) -> WorldSample:   # SE(3) constants only
         if self.space != "SE3":
             raise ConfigError("Constant.world: this constant is a vector, not a pose")
-        return SE3Trajectory.world(self, t)
+        return SE3Trajectory.world(self, t)  # type: ignore[arg-type]  # a pose constant samples as an SE(3) trajectory
 
 
 class Sinusoid(Trajectory):

@@ -61,9 +61,10 @@ def requested() -> str | None:
     """The name of the signal that asked the run to stop ("SIGINT"/"SIGTERM"), or None.  Loops call
     this once per step and end when it is not None."""
     if _S.signame is not None:
-        if not _S.seen and _S.active and _in_main_thread():
+        deadline = post_loop_deadline()
+        if not _S.seen and _S.active and deadline is not None and _in_main_thread():
             # a loop is stopping: what follows it has until the post-loop deadline
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, post_loop_deadline() - time.monotonic()))
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, deadline - time.monotonic()))
         _S.seen = True
     return _S.signame
 

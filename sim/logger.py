@@ -31,6 +31,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -410,6 +411,7 @@ class Logger:
     def _write_part(self) -> Path:
         """Checkpoint part ``checkpoints + 1``: per series the rows in memory, the names of the series
         (``__series__``) and the meta; written atomically, uncompressed."""
+        assert self.checkpoint_path is not None          # parts exist only for a log with a checkpoint path
         d = parts_dir(self.checkpoint_path)
         d.mkdir(exist_ok=True)
         arrays = self._memory_series()
@@ -485,7 +487,8 @@ class Logger:
         """The series in the checkpoint parts, concatenated (cached until the next part)."""
         parts = self.parts
         if self._disk_cache is None or self._disk_cache[0] != len(parts):
-            rows, present = {}, []
+            rows: dict[str, list] = {}
+            present: list[set] = []
             for p in parts:
                 series, _ = _read_part(p, allow_pickle=True)
                 present.append(set(series))
@@ -495,7 +498,7 @@ class Logger:
         return self._disk_cache[1]
 
     @property
-    def data(self) -> dict[str, object]:
+    def data(self) -> dict[str, np.ndarray]:
         """Per key, its rows so far (:meth:`arrays`)."""
         return self.arrays()
 
@@ -540,14 +543,18 @@ class Logger:
     def to_bytes(self, compress: bool = True) -> bytes:
         """The log as the bytes of an ``.npz`` archive (series and meta)."""
         buf = io.BytesIO()
-        (np.savez_compressed if compress else np.savez)(buf, **self._archive())
+        save: Callable[..., None] = np.savez_compressed if compress else np.savez
+        save(buf, **self._archive())
         return buf.getvalue()
 
     def _streams(self, spool: Path) -> tuple[dict, dict]:
         """(whole arrays, streams) for :func:`write_npz_streamed`: one pass over the chunks copies each
         series' rows, in order, into its own raw file under ``spool``; a series whose chunks are not
         all rows of one dtype and shape is returned whole instead (as :func:`read_log` joins it)."""
-        files, info, irregular, present = {}, {}, {}, []
+        files: dict[str, Any] = {}
+        info: dict[str, Any] = {}
+        irregular: dict[str, Any] = {}
+        present: list[set] = []
 
         def to_irregular(k, x):
             f = files.pop(k, None)
@@ -593,7 +600,8 @@ class Logger:
         length); ``compress=False`` stores the arrays uncompressed (an interrupted run: fast)."""
         if not self.checkpoints:
             arrays = self._archive()
-            atomic_write(path, lambda fh: (np.savez_compressed if compress else np.savez)(fh, **arrays), fsync)
+            save: Callable[..., None] = np.savez_compressed if compress else np.savez
+            atomic_write(path, lambda fh: save(fh, **arrays), fsync)
         else:
             spool = Path(tempfile.mkdtemp(dir=Path(path).parent, prefix=f".{Path(path).name}.spool."))
             try:

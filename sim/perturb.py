@@ -221,7 +221,7 @@ class PerturbedPlant:
 
     def metrics(self) -> dict:
         """What the perturbation did, for metrics.json."""
-        out = {"perturbation_saturated_steps": self.clipped}
+        out: dict[str, float] = {"perturbation_saturated_steps": self.clipped}
         if self.drawn:
             f = np.array([x["mass"] for x in self.drawn.values()])
             out["perturbation_mass_factor_min"] = float(f.min())

@@ -83,6 +83,9 @@ class JointMap:
 
 
 class MujocoPlant(MujocoClock):
+    #: the MjSpec the plant was compiled from, when ``plant_from_urdf`` built it (``save_xml`` writes it)
+    spec: mujoco.MjSpec | None = None
+
     def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
                  seed: int = 0, integrator: str | None = None, mj_model: mujoco.MjModel | None = None):

@@ -96,11 +96,12 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     if record is None:
         def record(t, q, v, tau):
             log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
-        if getattr(plant, "path", None) is not None:
-            log.meta.setdefault("mjcf_path", str(plant.path))
+        path = getattr(plant, "path", None)      # a MuJoCo plant's MJCF: what the viewer replays
+        if path is not None:
+            log.meta.setdefault("mjcf_path", str(path))
     if isinstance(controller, SensesPlant):
         controller.attach_plant(plant)
-    reports = task_errors and isinstance(controller, ReportsErrors)
+    reporter = controller if task_errors and isinstance(controller, ReportsErrors) else None
     errors = res.errors
     bar = None
     if progress:
@@ -128,8 +129,8 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
                 elif not on and i in active:
                     plant.set_wrench(d.body)
                     active.discard(i)
-            if reports:
-                for group in controller.errors(controller.kin, t):
+            if reporter is not None:
+                for group in reporter.errors(reporter.kin, t):
                     for name, e in group.items():
                         errors.setdefault(name, []).append(np.array(e, dtype=float))
             record(t, q, v, tau)

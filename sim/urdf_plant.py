@@ -105,9 +105,9 @@ def _lock_joint(spec: mujoco.MjSpec, name: str, value: float, urdf: Path) -> Non
     a = np.array(j.axis, dtype=float)
     a /= np.linalg.norm(a)
     x = float(value) - float(j.ref)
-    Rb = np.zeros(9)
-    mujoco.mju_quat2Mat(Rb, np.asarray(body.quat, dtype=float) / np.linalg.norm(body.quat))
-    Rb = Rb.reshape(3, 3)
+    Rb9 = np.zeros(9)
+    mujoco.mju_quat2Mat(Rb9, np.asarray(body.quat, dtype=float) / np.linalg.norm(body.quat))
+    Rb = Rb9.reshape(3, 3)
     if j.type == mujoco.mjtJoint.mjJNT_HINGE:
         qa = np.zeros(4)
         mujoco.mju_axisAngle2Quat(qa, a, x)
@@ -215,6 +215,7 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
             spec.compiler.fusestatic = False
         frame = spec.worldbody.add_frame(pos=part.base.translation, quat=_mat2quat(part.base.rotation))
         spec.attach(child, prefix=part.prefix, frame=frame)
+    assert spec is not None                  # a Robot has one URDF part at least
     excluded = _exclude_rigid_neighbours(spec)
     for part, path in zip(sources, srdfs):
         if path is not None:
@@ -385,7 +386,7 @@ def _exclude_always_touching(spec: mujoco.MjSpec, done: set) -> set[tuple[str, s
         if not always:
             return set()
     added = set()
-    for b1, b2 in sorted(always):
+    for b1, b2 in sorted(always or ()):
         if b1 == b2 or _joints_between(m, b1, b2) > 2:
             continue
         key = tuple(sorted((m.body(b1).name, m.body(b2).name)))
@@ -416,7 +417,8 @@ def penetrations(plant: MujocoPlant, depth: float = PENETRATION_WARN) -> list[tu
     deepest: dict[tuple[int, int], float] = {}
     for c in d.contact[:d.ncon]:
         if -c.dist > depth:
-            key = tuple(sorted((int(c.geom[0]), int(c.geom[1]))))
+            g0, g1 = sorted((int(c.geom[0]), int(c.geom[1])))
+            key = (g0, g1)
             deepest[key] = max(deepest.get(key, 0.0), -float(c.dist))
     return sorted(((_geom_label(m, a), _geom_label(m, b), x) for (a, b), x in deepest.items()),
                   key=lambda t: -t[2])

@@ -42,6 +42,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -183,7 +184,7 @@ class MeshcatViewer:
         self._trails: dict[str, list] = {}
         self._trail_t: dict[str, float] = {}
         self._trail_dirty: set[str] = set()
-        self._t0 = None
+        self._t0: float | None = None
         self._wall0 = 0.0
         self._last_send = -np.inf
         self._last_t = -np.inf
@@ -238,9 +239,9 @@ class MeshcatViewer:
             E[2, 3] = -0.0005
             return [("shape", g.Box([2 * sx, 2 * sy, 0.001]), E)]
         if typ == T.mjGEOM_MESH:
-            k = int(m.geom_dataid[gid])
-            va, vn = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
-            fa, fn = int(m.mesh_faceadr[k]), int(m.mesh_facenum[k])
+            mesh = int(m.geom_dataid[gid])
+            va, vn = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
+            fa, fn = int(m.mesh_faceadr[mesh]), int(m.mesh_facenum[mesh])
             verts = np.array(m.mesh_vert[va:va + vn], dtype=float)
             faces = np.array(m.mesh_face[fa:fa + fn], dtype=np.int64)
             return [("shape", g.TriangularMeshGeometry(verts, faces), np.eye(4))]
@@ -667,21 +668,24 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0):
             cmd += ["--log", str(log)]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
-        urls, deadline = {}, time.monotonic() + timeout
+        urls: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        out, err_pipe = proc.stdout, proc.stderr
+        assert out is not None and err_pipe is not None      # both are pipes (Popen above)
         while len(urls) < 2:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            if left <= 0 or not select.select([out], [], [], left)[0]:
                 proc.kill()
                 raise TimeoutError(f"no URL from the server within {timeout:g} s")
-            line = proc.stdout.readline().decode("utf-8", "replace").strip()
+            line = out.readline().decode("utf-8", "replace").strip()
             if not line:                                        # end of file: it died
-                err = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                err = err_pipe.read().decode("utf-8", "replace").strip().splitlines()
                 raise RuntimeError(f"the server exited with code {proc.wait()}: {err[-1] if err else 'no output'}")
             k, _, v = line.partition("=")
             if k in ("zmq_url", "web_url"):
                 urls[k] = v
-        proc.stdout.close()                 # it writes to its log from now on
-        proc.stderr.close()
+        out.close()                         # it writes to its log from now on
+        err_pipe.close()
         window = _window_class()(proc, urls["zmq_url"], urls["web_url"])
         atexit.register(window.shutdown)
         return meshcat.Visualizer(window=window)
@@ -703,7 +707,7 @@ def load_run(run) -> dict:
         raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
                              "or its log.npz")
     try:
-        L = read_log(f)
+        L: dict[str, Any] = read_log(f)
     except Exception as e:
         raise ModelFileError(f"{f} is not a readable run log ({type(e).__name__}: {e})") from e
     for k in ("t", "mjcf_path"):
@@ -913,7 +917,9 @@ def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max
             clips.add("/meshcat/" + path, "visible", "boolean", [0, e], [False, True])
     rec.set_animation(clips, play=True, repetitions=1)
 
-    dist = Path(importlib.util.find_spec("meshcat").origin).parent / "viewer" / "dist"
+    meshcat_spec = importlib.util.find_spec("meshcat")             # a dependency of cmstack
+    assert meshcat_spec is not None and meshcat_spec.origin is not None
+    dist = Path(meshcat_spec.origin).parent / "viewer" / "dist"
     js = (dist / "main.min.js").read_text(encoding="utf-8")
     title = f"{Path(L['_file']).parent.name} — cmstack replay ({t_full[-1] - t_full[0]:.2f} s)"
     head, tail = _HTML.split("{commands}")
