@@ -455,7 +455,7 @@ class PostureTask(Task):
     Args: robot; q_ref: reference (rad or m), of size nq or of size len(joints); joints: None (all)
     or a list of joint names; kp (1/s²), kd (1/s); name."""
 
-    _KERNEL = 2
+    _KERNEL: int | None = 2
 
     def __init__(self, robot: Robot, q_ref=None, joints: Sequence[str] | None = None, kp: float = 10.0,
                  kd: float = 2 * math.sqrt(10.0), name: str | None = None):
