@@ -92,7 +92,7 @@ def test_a_controller_that_sleeps_too_long_is_stopped_with_the_reason(tmp_path):
     ''')
     assert r["status"] == "stopped" and r["timing_stops"] == 1
     assert "60 consecutive cycles without a torque in time" in r["reason"] and "damping brake" in r["reason"]
-    assert r["stop_cycle"] >= 160 and r["cycles"] < 2000
+    assert r["stop_cycle"] > 100 and r["cycles"] < 2000        # after the sleeping began, long before the end
     assert r["misses"] >= 60 and r["max_consecutive"] == 60
     assert r["brake"]
 
