@@ -101,9 +101,11 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
     if abs(dt * rate - 1.0) > 1e-9:
         raise ConfigError(f"the scenario runs its loop at control_dt = {dt:g} s, not 1/--rate = {1 / rate:g} s "
                           "(it has no config key control_dt that cmstack rt could set)")
-    print(f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
-          "(Ctrl-C stops the robot)", flush=True)
-    return run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport,
+    def start():
+        print(f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
+              "(Ctrl-C stops the robot)", flush=True)
+
+    return run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport, on_start=start,
                   on_loop_end=runs.append, **kw)   # kept before the replay, which a Ctrl-C may cut short
 
 

@@ -329,7 +329,8 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
            record: Callable | None = None, disturbances: Sequence[Disturbance] = (), viewer=None,
            progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
            driver: DriverSettings | None = None, loop: LoopSettings | None = None,
-           transport: str = "shm", on_loop_end: Callable[[RtRun], None] | None = None) -> RtRun:
+           transport: str = "shm", on_loop_end: Callable[[RtRun], None] | None = None,
+           on_start: Callable[[], None] | None = None) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
     plant as built), this process runs ``controller`` against it (:func:`control_loop`).  After the
@@ -345,7 +346,8 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     ``viewer`` and ``progress`` are ignored (nothing but the loop runs in the loop).
     ``driver``/``loop``: settings (the rate is 1 / ``control_dt``); ``transport``: "shm" (shared memory,
     sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py); ``on_loop_end(run)`` is
-    called when both processes are done, before the replay (which a Ctrl-C may cut short)."""
+    called when both processes are done, before the replay (which a Ctrl-C may cut short);
+    ``on_start()`` once everything is checked, just before the driver process starts."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     if isinstance(controller, SensesPlant):
@@ -373,6 +375,8 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     proc = None
     w0 = time.perf_counter()
     try:
+        if on_start is not None:
+            on_start()
         proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances)
         try:
             rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive,

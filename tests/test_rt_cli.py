@@ -62,6 +62,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert "Traceback" not in r.stderr
 
 
+def test_a_controller_that_reads_the_plant_is_refused(tmp_path):
+    """The hybrid force PIDC reads the bar's force sensor in its own process: one line, exit 2."""
+    r = rt(tmp_path, "yumi_dual_arm", "--set", "controller=pidc_force", "--set", "plant=bar", "--duration", "0.2",
+           "--no-html", "--no-compare", "--out", str(tmp_path / "run"), timeout=180)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "SensesPlant" in r.stderr and "cannot run across a process boundary" in r.stderr
+    assert "driver process starts" not in r.stdout
+
+
 def test_unknown_scenario_is_one_line_and_exit_2(tmp_path):
     r = rt(tmp_path, "no_such_scenario", timeout=120)
     assert r.returncode == 2 and "no scenario named 'no_such_scenario'" in r.stderr
