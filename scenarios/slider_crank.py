@@ -7,6 +7,11 @@ Four runs, one table:
    crank tracking RMSE after ``track_after``.
 3. The torques of run 1, replayed open loop on MuJoCo for ``compare_duration``: max |q_mj − q_proj|.
 4. Unforced, undamped projection run of ``energy_duration``: relative energy drift.
+
+The MuJoCo run (2.) also reports, as every scenario with a MuJoCo loop does (issue 23): ``loop_residual_max_m``,
+max |φ(q)| of the controller's loop (the rod's end on the rail, m) on the plant's states over the run, and
+``plant_vs_rigid_qacc_rel``, the median of ‖q̈_MuJoCo − q̈_rigid‖/‖q̈_rigid‖ over (crank, rod) on 20 logged
+states, the rigid q̈ that of the same plant with its connect made rigid (scenarios/_plant_loops.py).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from cmstack.models.projection import KINDS, SliderCrankLoop, project
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import FromFunction
 from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
+from cmstack.scenarios._plant_loops import check_rows, plant_vs_rigid_qacc_rel
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.runner import simulate
@@ -111,7 +117,8 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(mj.model)
 
     def rec_m(t, q, v, tau):
-        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=mj.data.qpos, solvable=float(ctl_m.info.solvable))
+        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=mj.data.qpos, plant_qvel=mj.data.qvel,
+                   solvable=float(ctl_m.info.solvable))
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 
@@ -126,6 +133,10 @@ def run(ctx) -> Outcome:
                  ("loop_violation", mj.equality_violations(L["plant_qpos"])), ("trail__C", trail)):
         log.put(k, x)
     L = log.arrays()
+    plant_q = L["plant_qpos"][:, mj.map.qadr]                  # the plant's (crank, rod), model order
+    loop_residual = float(max(np.max(np.abs(loop.phi(q))) for q in plant_q)) if loop.m else 0.0
+    picks = check_rows(len(L["t"]))
+    qacc_rel = plant_vs_rigid_qacc_rel(mj, L["plant_qpos"][picks], L["plant_qvel"][picks], L["tau"][picks])
 
     # 3. same torques on both plants ---------------------------------------------------------------
     n_cmp = int(round(min(cfg["compare_duration"], cfg["duration"]) / cfg["control_dt"]))
@@ -168,6 +179,7 @@ def run(ctx) -> Outcome:
              unsolvable_steps_projection=ctl_p.unsolvable_steps, unsolvable_steps_mujoco=ctl_m.unsolvable_steps,
              saturated_steps_qp=ctl_m.saturated_steps, motor_saturations_mujoco=mj.saturated,
              loop_violation_max_mujoco_m=float(L["loop_violation"].max()),
+             loop_residual_max_m=loop_residual, plant_vs_rigid_qacc_rel=qacc_rel,
              max_torque_nm=float(np.abs(L["tau"]).max()),
              control_step_us_median=res_m.step_us_median, control_step_us_median_projection=res_p.step_us_median,
              # both closed loops (projection plant, MuJoCo plant): simulated time / their wall time
@@ -186,6 +198,8 @@ def run(ctx) -> Outcome:
             Row("singular_crossings_mujoco", m["singular_crossings_mujoco"]),
             Row("unsolvable_steps (proj / MuJoCo)", f"{ctl_p.unsolvable_steps} / {ctl_m.unsolvable_steps}"),
             Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
+            Row("loop_residual_max_m", loop_residual, None, "report (MuJoCo plant)"),
+            Row("plant_vs_rigid_qacc_rel", qacc_rel, None, "report (MuJoCo plant, median of 20 states)"),
             Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)"),
             Row("realtime_factor (projection + MuJoCo loops)", m["realtime_factor"], None, "report")]
     plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg) if ctx.drawing else []

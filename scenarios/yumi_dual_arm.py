@@ -3,6 +3,12 @@
 The left hand E1 follows a circle while the right hand E2 keeps the rigid-body coupling
 E1·T_A^B = E2 — imposed by the controller alone (plant=virtual, as in the thesis) or by a real bar
 welded to both hands (plant=bar).  Prints its metrics beside the thesis' figures.
+
+With the bar (a closed chain in the plant) the run also reports, as every scenario with a MuJoCo loop does
+(issue 23): ``loop_residual_max_m``, max |φ| of the weld E2 = E1·T_A^B on the plant's states over the run
+(φ = (p_E2 − p_A, Log(R_E2 R_Aᵀ)), A = E1·T_A^B: m on the position rows, rad on the rotation rows; the
+``loop_residual`` series), and ``plant_vs_rigid_qacc_rel``, the median of ‖q̈_MuJoCo − q̈_rigid‖/‖q̈_rigid‖ on
+20 logged states, the rigid q̈ that of the same plant with its weld made rigid (scenarios/_plant_loops.py).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.models.trajectory import Circle
 from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
+from cmstack.scenarios._plant_loops import check_rows, plant_vs_rigid_qacc_rel
 from cmstack.sim import interrupt
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.perturb import apply_perturbation
@@ -168,11 +175,18 @@ def run(ctx) -> Outcome:
                    disturbances=disturbances, progress=ctx.progress, desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
                    log=log, task_errors=False)   # record logs the errors itself
     stats = ErrorStats(cfg["converge_after"], cfg["settle_threshold"])
-    args = (robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, cfg["plant"] == "bar")
+    bar = cfg["plant"] == "bar"
+    args = (robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, bar)
+    # the states of the q̈ check (bar plant): rows spread over the run, picked as the chunks pass
+    picks, states, seen = set(check_rows(len(log)).tolist()) if bar else set(), [], [0]
 
     def diagnose(chunk):
         out = diagnostics(chunk, *args)
         stats.add(chunk["t"], out, chunk["tau"])
+        for i in range(len(chunk["t"])):
+            if seen[0] + i in picks:
+                states.append((chunk["plant_qpos"][i], chunk["plant_qvel"][i], chunk["tau"][i]))
+        seen[0] += len(chunk["t"])
         return out
 
     # chunk by chunk from the log's checkpoint parts (memory: one chunk, whatever the duration); after a
@@ -184,7 +198,8 @@ def run(ctx) -> Outcome:
         log.drop(*DIAGNOSTICS)               # series on some chunks only: left out of log.npz (the states are in it)
         note = (f"post-loop diagnostics stopped after {done} of {total} chunks (bounded after the interrupt): "
                 f"the error metrics cover t ≤ {stats.t_end:.3f} s")
-    outcome = summarize(ctx, cfg, stats, res, controller, plant)
+    qacc_rel = plant_vs_rigid_qacc_rel(plant, *zip(*states)) if states else float("nan")
+    outcome = summarize(ctx, cfg, stats, res, controller, plant, qacc_rel)
     if note:
         outcome.metrics["reason"] = note
     return outcome
@@ -192,7 +207,7 @@ def run(ctx) -> Outcome:
 
 #: the series :func:`diagnostics` adds to the log
 DIAGNOSTICS = ("e_c", "e_u", "p_E1", "p_D", "frame__E1", "frame__E2", "frame__desired", "segment__coupling",
-               "trail__E1", "q", "v", "weld_violation")
+               "trail__E1", "q", "v", "weld_violation", "loop_residual")
 #: seconds before the post-loop deadline at which the diagnostics stop (the summary and the save follow)
 POST_LOOP_MARGIN_S = 0.7
 
@@ -202,12 +217,15 @@ def diagnostics(L: dict, robot: Robot, controller, plant, coupling, task, traj, 
     """The per-step series computed from the logged plant states after the loop (the same functions of
     (q, v, t) the loop used to evaluate at every step), for the rows of ``L`` (a chunk of the log, or
     all of it): q, v (the plant's true state, model order), e_c, e_u (``controller.errors``), p_E1,
-    p_D, the viewer's frames/trail/segment, and the weld's violation (bar plant; 0 otherwise)."""
+    p_D, the viewer's frames/trail/segment, the weld's violation (bar plant; 0 otherwise) and, on the bar
+    plant, the loop's residual max |φ| of the weld E2 = E1·T_A^B (``loop_residual``: m and rad, module docstring)."""
     t, Q, V = L["t"], L["plant_qpos"][:, plant.map.qadr], L["plant_qvel"][:, plant.map.dadr]
     n = len(t)
     out = {k: np.empty((n, *shape)) for k, shape in (
         ("e_c", (coupling.dim,)), ("e_u", (task.dim,)), ("p_E1", (3,)), ("p_D", (3,)), ("frame__E1", (4, 4)),
         ("frame__E2", (4, 4)), ("frame__desired", (4, 4)), ("segment__coupling", (2, 3)))}
+    if bar:
+        out["loop_residual"] = np.empty(n)
     for i in range(n):
         kin = robot.update(Q[i], V[i])
         cons, tasks = controller.errors(kin, t[i])
@@ -216,7 +234,11 @@ def diagnostics(L: dict, robot: Robot, controller, plant, coupling, task, traj, 
         out["e_c"][i], out["e_u"][i] = cons[coupling.name], tasks[task.name]
         out["p_E1"][i], out["p_D"][i] = E1.translation, TD.translation
         out["frame__E1"][i], out["frame__E2"][i], out["frame__desired"][i] = E1.homogeneous, E2.homogeneous, TD.homogeneous
-        out["segment__coupling"][i] = (E1.translation, (E1 * T_AB).translation)
+        A = E1 * T_AB
+        out["segment__coupling"][i] = (E1.translation, A.translation)
+        if bar:
+            out["loop_residual"][i] = max(float(np.abs(E2.translation - A.translation).max()),
+                                          float(np.abs(pin.log3(E2.rotation @ A.rotation.T)).max()))
     out["trail__E1"] = out["p_E1"]
     out["q"], out["v"] = Q, V
     out["weld_violation"] = plant.equality_violations(L["plant_qpos"]) if bar else np.zeros(n)
@@ -235,7 +257,7 @@ class ErrorStats:
         self.first = (float("nan"), float("nan"))
         self.sum_c = self.sum_u = 0.0
         self.sum_offset = np.zeros(3)
-        self.max_tau = self.max_weld = -np.inf
+        self.max_tau = self.max_weld = self.max_loop = -np.inf
         self.any_above, self.pending, self.settle = False, False, float("nan")
         self.t_end = float("nan")
 
@@ -261,6 +283,8 @@ class ErrorStats:
         self.sum_offset += (d["p_D"] - d["p_E1"])[late].sum(axis=0)
         self.max_tau = max(self.max_tau, float(np.abs(tau).max()))
         self.max_weld = max(self.max_weld, float(d["weld_violation"].max()))
+        if "loop_residual" in d:
+            self.max_loop = max(self.max_loop, float(d["loop_residual"].max()))
         self.n += len(t)
         self.t_end = float(t[-1])
 
@@ -272,10 +296,12 @@ class ErrorStats:
                     constraint_error_converged=self.sum_c / self.n_late if late else float("nan"),
                     task_error_converged=self.sum_u / self.n_late if late else float("nan"),
                     settling_time_s=settling, max_torque_nm=self.max_tau if self.n else float("nan"),
-                    position_offset=offset, weld_violation_max=self.max_weld if self.n else float("nan"))
+                    position_offset=offset, weld_violation_max=self.max_weld if self.n else float("nan"),
+                    loop_residual_max=self.max_loop if self.n and self.max_loop > -np.inf else float("nan"))
 
 
-def error_metrics(t, e_c, e_u, p_D, p_E1, tau, weld, converge_after: float, threshold: float) -> dict:
+def error_metrics(t, e_c, e_u, p_D, p_E1, tau, weld, converge_after: float, threshold: float,
+                  loop_residual=None) -> dict:
     """What :class:`ErrorStats` accumulates, from whole arrays (the in-memory reference)."""
     nec, neu = np.linalg.norm(e_c, axis=1), np.linalg.norm(e_u, axis=1)
     late = t > converge_after
@@ -286,7 +312,8 @@ def error_metrics(t, e_c, e_u, p_D, p_E1, tau, weld, converge_after: float, thre
                 constraint_error_converged=float(nec[late].mean()) if late.any() else float("nan"),
                 task_error_converged=float(neu[late].mean()) if late.any() else float("nan"),
                 settling_time_s=settling, max_torque_nm=float(np.abs(tau).max()), position_offset=offset,
-                weld_violation_max=float(np.max(weld)))
+                weld_violation_max=float(np.max(weld)),
+                loop_residual_max=float(np.max(loop_residual)) if loop_residual is not None else float("nan"))
 
 
 #: the keys that make a run the thesis' experiment (§4.4): same arms, start, coupling and circle.  ``urdf`` (the
@@ -372,7 +399,7 @@ def _target_rows(cfg: dict, m: dict) -> list[Row]:
     return rows
 
 
-def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant) -> Outcome:
+def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant, qacc_rel: float = float("nan")) -> Outcome:
     e = stats.metrics()
     offset = e["position_offset"]
     m = dict(plant=cfg["plant"], controller=cfg["controller"], priority=cfg["priority"],
@@ -391,6 +418,8 @@ def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant) -> Outcome:
         m.update(controller.extra_metrics())                   # e.g. the squeeze force of pidc_force
     if cfg["plant"] == "bar":
         m["loop_closure_error_max_m"] = e["weld_violation_max"]
+        m["loop_residual_max_m"] = e["loop_residual_max"]
+        m["plant_vs_rigid_qacc_rel"] = qacc_rel
     rows = _target_rows(cfg, m)             # which targets apply depends on the configuration
     full = cfg["duration"] >= cfg["converge_after"] + 0.25
     rows += [Row("settling_time_s", m["settling_time_s"], PAPER["settling_time_s"]),
@@ -404,6 +433,9 @@ def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant) -> Outcome:
                         m["squeeze_force_error_rel"] <= 0.02 if full else None))
     if "loop_closure_error_max_m" in m:
         rows.append(Row("loop_closure_error_max_m", m["loop_closure_error_max_m"]))
+    if "loop_residual_max_m" in m:
+        rows += [Row("loop_residual_max_m", m["loop_residual_max_m"], None, "report (m; rad on the weld's rotation rows)"),
+                 Row("plant_vs_rigid_qacc_rel", m["plant_vs_rigid_qacc_rel"], None, "report (median, 20 states)")]
     plots = []
     if ctx.drawing:                          # no figure at all with --no-plots or after a Ctrl-C
         L = ctx.logger.select(("t", "p_D", "p_E1", "e_c", "e_u", "v", "tau", "Qc"))

@@ -124,13 +124,15 @@ def test_error_stats_chunk_by_chunk_equal_the_whole_arrays():
     t = np.arange(n) * 0.005
     decay = np.exp(-3 * t)[:, None]
     d = dict(e_c=rng.standard_normal((n, 6)) * decay, e_u=rng.standard_normal((n, 6)) * decay,
-             p_D=rng.standard_normal((n, 3)), p_E1=rng.standard_normal((n, 3)), weld_violation=rng.random(n))
+             p_D=rng.standard_normal((n, 3)), p_E1=rng.standard_normal((n, 3)), weld_violation=rng.random(n),
+             loop_residual=rng.random(n))
     tau = rng.standard_normal((n, 14)) * 30
     for thr, cuts in ((0.05, [137, 400, 401, 777]), (1e-9, [300, 600]), (10.0, [450])):
         above = np.flatnonzero(np.linalg.norm(d["e_u"], axis=1) >= thr)
         if thr == 0.05:                               # the last row above the threshold closes a chunk
             cuts = sorted({*cuts, int(above[-1]) + 1})
-        ref = error_metrics(t, d["e_c"], d["e_u"], d["p_D"], d["p_E1"], tau, d["weld_violation"], 1.5, thr)
+        ref = error_metrics(t, d["e_c"], d["e_u"], d["p_D"], d["p_E1"], tau, d["weld_violation"], 1.5, thr,
+                            loop_residual=d["loop_residual"])
         st = ErrorStats(1.5, thr)
         for a, b in zip([0, *cuts], [*cuts, n]):
             st.add(t[a:b], {k: v[a:b] for k, v in d.items()}, tau[a:b])
