@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from cmstack.sim import campaign as C
+from cmstack.sim.campaign import executors as E   # owns DASK_TASK, the function each Dask task runs
 
 SPEC = """
 [campaign]
@@ -88,14 +89,14 @@ def main(argv=None) -> int:
             from distributed import LocalCluster
 
             for kind in kinds if r % 2 == 0 else kinds[::-1]:     # alternate which Dask path goes first
-                C.DASK_TASK = tasks[kind]
+                E.DASK_TASK = tasks[kind]
                 try:
                     with LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None) as cl:
                         t0 = time.perf_counter()
                         C.run_campaign(spec, out=tmp / f"{kind}{r}", scheduler=cl.scheduler_address, progress=False)
                         dask[kind].append(time.perf_counter() - t0)
                 finally:
-                    C.DASK_TASK = C.run_job_forked
+                    E.DASK_TASK = E.run_job_forked
                 for rec in _records(tmp / f"{kind}{r}"):
                     if "task_wall_s" in rec:
                         per_task[kind].append(rec["task_wall_s"] - rec["wall_s"])
