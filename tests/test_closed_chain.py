@@ -24,7 +24,7 @@ def _run(tmp_path, sets, duration=2.0):
 @pytest.mark.parametrize("law", ["pidc", "uk"])
 @pytest.mark.parametrize("model,coords,dof", [("mjcf/five_bar.xml", "ee", 2), ("mjcf/four_bar.xml", "joints", 1),
                                               ("mjcf/delta.xml", "ee", 3)])
-def test_targets_on_every_shipped_mechanism(tmp_path, model, coords, dof, law):
+def test_targets_on_every_shipped_mechanism(tmp_path, model, coords, dof, law, cmstack_baseline):
     m, out = _run(tmp_path, [f"model='{model}'", f"law='{law}'"])
     assert m["ok"] is True, m.get("reason")
     assert m["coords"] == coords and m["dof"] == dof
@@ -33,6 +33,7 @@ def test_targets_on_every_shipped_mechanism(tmp_path, model, coords, dof, law):
     assert m["unsolvable_steps"] == 0 and m["constraint_force_max_n"] > 0.1      # the loop carries load
     saved = mujoco.MjModel.from_xml_path(str(out / "plant.xml"))                  # the closed mechanism, replayable
     assert saved.neq >= 1 and saved.opt.timestep == 0.00025
+    cmstack_baseline.check(out)          # q, tau, loop residual and metrics: tests/baselines/<this test>/
 
 
 def test_urdf_with_its_sidecar_is_the_mjcf_run(tmp_path):
