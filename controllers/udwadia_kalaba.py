@@ -398,9 +398,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if self._T is None or self.info.vdot is None:
             return None
         Jc, Gp = self._loop_reaction
-        if Jc is None:
-            return None
         kin = self.kin
+        if Jc is None or kin is None:
+            return None
         y = kin.M @ self.info.vdot + kin.h + self.D * kin.v
         return Gp @ y[self._passive]
 
@@ -409,6 +409,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         task's rows from the Pinocchio pass, solves the KKT system and checks the effort limit; the
         null-space and QP fallbacks run on its rows in Python (``_finish``)."""
         P = self._plan
+        assert P is not None           # _call_fused runs only with a plan (__call__)
         d = self.robot.data
         lim = P.effort
         if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
@@ -486,11 +487,13 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if st == 2:
             x, lam, path = self._nullspace(H, -r, rows, t)
         else:
-            x, lam, path = np.linalg.solve(H, r), None, "kkt"
+            x, lam, path = np.asarray(np.linalg.solve(H, r), dtype=np.float64), None, "kkt"
         return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, kin.M @ x + hD)
 
     def _fused_forces(self, kin, hD, x, lam, Ab):
-        E, f, rows, final_rows = self._plan.views(Ab)
+        P = self._plan
+        assert P is not None
+        E, f, rows, final_rows = P.views(Ab)
         return self._forces_closure(kin, hD, x, lam, None, rows, final_rows, E)()
 
     def _absorbed_forces(self, kin, hD, x, tau, Ab):
@@ -498,6 +501,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) = −τ over all levels' √ω-scaled
         rows (τ of this step, kept: the robot's M may hold a later state by the time this is read)."""
         P = self._plan
+        assert P is not None
         E, f, rows, final_rows = P.views(Ab)
         A = np.vstack([a for a, _, _ in final_rows]) * P.absorbed_sqrt_w[:, None]
         b = np.concatenate([b for _, b, _ in final_rows]) * P.absorbed_sqrt_w

@@ -12,6 +12,12 @@ from cmstack.models.robot import Robot
 class Diagnostics:
     """The diagnosing half of ``UdwadiaKalabaController`` (a mixin)."""
 
+    # what the controller provides (declared for type checkers)
+    n: int
+    robot: Robot
+    levels: list
+    tau_max: np.ndarray
+
     def _incompatible(self, A, b, t):
         """Explain an infeasible first level: the least-squares residual of each of its tasks."""
         x = np.linalg.lstsq(A, b, rcond=None)[0]

@@ -97,7 +97,9 @@ class _Level:
 def _parse_level(level, k: int) -> _Level:
     if isinstance(level, (Task, _Gauss)) or (isinstance(level, tuple) and len(level) == 2):
         level = [level]
-    tasks, ws, gauss = [], [], False
+    tasks: list = []
+    ws: list[float] = []
+    gauss = False
     for item in level:
         if item is GAUSS:
             gauss = True
@@ -117,5 +119,5 @@ def _parse_level(level, k: int) -> _Level:
             raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w}")
         tasks.append(item)
         ws.append(w)
-    ws = np.array(ws, dtype=float)
-    return _Level(tasks, ws, np.sqrt(ws), gauss, sum(t.dim for t in tasks))
+    w_arr = np.array(ws, dtype=float)
+    return _Level(tasks, w_arr, np.sqrt(w_arr), gauss, sum(t.dim for t in tasks))

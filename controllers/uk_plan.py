@@ -123,7 +123,9 @@ class _FusedPlan:
         self.tgtVA = np.zeros((nt, 12))
         self.tcirc = np.zeros((nt, 7))
         self.seen = [None] * nt
-        self.D = self.tmax = self.args = None
+        self.D: np.ndarray | None = None
+        self.tmax: np.ndarray | None = None
+        self.args: tuple | None = None
         m = self.m_up = sum(L.dim for L in upper)
         self.gauss = 0.0 if self.absorbed else 1.0
         self.ab_shape = (row, n + 1)

@@ -6,13 +6,35 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
-from cmstack.controllers.uk_levels import _null_basis
-from cmstack.models.robot import Kinematics
+from typing import Callable
+
+from cmstack.controllers.qp import BoundedQP
+from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
+from cmstack.models.errors import InfeasibleError
+from cmstack.models.robot import Kinematics, Robot
 
 
 class LevelSolver:
     """The solving half of ``UdwadiaKalabaController`` (a mixin: it uses the controller's levels,
     limits, tolerances and its ``BoundedQP``)."""
+
+    # what the controller provides (declared for type checkers; set in UdwadiaKalabaController.__init__)
+    n: int
+    robot: Robot
+    levels: list
+    limits: list
+    rank_tol: float
+    eps_abs: float
+    max_step_iters: int
+    warm_start: bool
+    failures: int
+    saturated_steps: int
+    cold_retries: int
+    info: UKStepInfo
+    _qp: BoundedQP
+    _seq_active: bool
+    _levels_exact: bool
+    _limits_infeasible: Callable[..., InfeasibleError]
 
     def _solve(self, key, H, g, A, b, C, l, u, feasible_start: bool = False, budget: int | None = None):
         """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
@@ -186,7 +208,7 @@ class LevelSolver:
             def lam():
                 return np.linalg.lstsq(E_up.T, rhs, rcond=None)[0]
         else:
-            lam = None
+            lam = None  # type: ignore[assignment]
         self._seq_active = active
         self._levels_exact = bool(rows) and all(
             np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows)

@@ -16,10 +16,6 @@ from test_import_contract import installed_tree  # noqa: E402  (the package as i
 
 #: library modules that do not type-check yet, and why; remove a module once it does
 NOT_YET = {
-    **dict.fromkeys(("cmstack.controllers.udwadia_kalaba", "cmstack.controllers.uk_solve",
-                     "cmstack.controllers.uk_diagnostics", "cmstack.controllers.uk_plan",
-                     "cmstack.controllers.uk_levels"),
-                    "the Udwadia-Kalaba law's modules, being split by concept (issue 22 item 4)"),
     **dict.fromkeys(("cmstack.sim.rt_loop", "cmstack.sim.rt_driver", "cmstack.sim.rt_transport"),
                     "the real-time loop, being built (issue 25)"),
     **dict.fromkeys(("cmstack.models.mjcf", "cmstack.models.loops", "cmstack.sim.mjcf_plant"),
