@@ -16,7 +16,9 @@ def _warm_chain() -> None:
     """The tensor chain's and DAC law III's kernels (about two thirds of a cold warm-up), and the
     quaternion maths of ``cmstack.models.lie`` (models/_lie_kernels.py)."""
     from cmstack.models import lie
+    from cmstack.models.trajectory import Circle
 
+    Circle([0.0, 0.0, 0.0], 0.1, 1.0).sample(0.0)     # models/_trajectory_kernels.py
     q = lie.quat_exp(np.array([[0.1, 0.2, 0.3]]))
     lie.quat_log(lie.quat_mul(q, q))
     lie.rotation_vector(lie.quat_to_matrix(q))

@@ -55,6 +55,8 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.models._trajectory_kernels import circle_sample
+
 COUPLING, FRAME, POSTURE = 0, 1, 2
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
@@ -273,25 +275,6 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
                 Ab[r, j] = -sc
                 terr[k, i] = qref[off + i] - q[j]
                 Ab[r, n] = sc * (kd * v[j] - kp * terr[k, i] - tbias[k, i])
-
-
-@njit(cache=True)
-def circle_sample(t, c, T, va):
-    """``models/trajectory.py: Circle.sample`` at t from c = [c_x, c_y, c_z, r, ω, φ]: with
-    a = ω t + φ, p = c + r (cos a, 0, sin a), v = r ω (−sin a, 0, cos a), a_D = −r ω² (cos a, 0, sin a),
-    zero angular parts; p into T[:3, 3], [v; 0; a_D; 0] into va (the rotation T[:3, :3] is the circle's R)."""
-    r, w = c[3], c[4]
-    ang = w * t + c[5]
-    ca, sa = math.cos(ang), math.sin(ang)
-    T[0, 3] = c[0] + r * ca
-    T[1, 3] = c[1]
-    T[2, 3] = c[2] + r * sa
-    for i in range(12):
-        va[i] = 0.0
-    va[0] = -r * w * sa
-    va[2] = r * w * ca
-    va[6] = -r * w * w * ca
-    va[8] = -r * w * w * sa
 
 
 @njit(cache=True)

@@ -149,13 +149,14 @@ class Circle(SE3Trajectory):
         return (self.cx, self.cy, self.cz, self.r, self.w, self.phase)
 
     def sample(self, t: float) -> Sample:
-        r, w, arr = self.r, self.w, np.array
-        a = w * t + self.phase
-        ca, sa = math.cos(a), math.sin(a)
-        T = pin.SE3(self.R, arr((self.cx + r * ca, self.cy, self.cz + r * sa)))
-        vel = arr((-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0))
-        acc = arr((-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0))
-        return Sample(T, vel, acc)
+        """(T_D, [v; 0], [a_D; 0]) at t [s]: the compiled ``circle_sample`` (models/_trajectory_kernels.py),
+        the one definition the compiled UK step samples as well."""
+        from cmstack.models._trajectory_kernels import circle_sample   # numba: imported on first use
+
+        H = np.empty((4, 4))
+        va = np.empty(12)
+        circle_sample(float(t), np.array((self.cx, self.cy, self.cz, self.r, self.w, self.phase)), H, va)
+        return Sample(pin.SE3(self.R, H[:3, 3].copy()), va[:6].copy(), va[6:].copy())
 
 
 def _quintic(t: float, t0: float, duration: float) -> tuple[float, float, float]:
