@@ -154,6 +154,16 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                                 sum(c.dim for c in self.loops)))
         elif self.loops and not all(id(c) in {id(t) for t in lv[0].tasks} for c in self.loops):
             raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
+        # where the loops' rows sit in level 1's rows (and their √ω), so a step reads them instead of recomputing
+        loop_ids = {id(c) for c in self.loops}
+        idx, scale, i = [], [], 0
+        for task, sw in zip(lv[0].tasks, lv[0].sqrt_w):
+            if id(task) in loop_ids:
+                idx.extend(range(i, i + task.dim))
+                scale.extend([float(sw)] * task.dim)
+            i += task.dim
+        self._loop_rows = np.array(idx, dtype=int)
+        self._loop_scale = np.array(scale, dtype=float)
         names = list(getattr(robot, "passive_joints", []) or []) if passive is None else list(passive)
         self.passive_joints = names
         self._passive = np.array([robot.joint_index(j) for j in names], dtype=int)
@@ -363,8 +373,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         effort limits bound T y, the torque actually sent.  Without loops, G is empty: M_p v̇ = −(h + D v)_p."""
         p = self._passive
         n = self.n
+        A1, b1 = rows[0]
         if self.loops:
-            Jc = np.vstack([c.qp_rows(kin, t)[0] for c in self.loops])
+            Jc = A1[self._loop_rows] / self._loop_scale[:, None]     # the loops' rows of this step's level 1
             G = Jc[:, p].T
             U, sv, Vt = np.linalg.svd(G, full_matrices=True)
             rank = int(np.sum(sv > self.rank_tol * max(1.0, sv[0] if sv.size else 0.0)))
@@ -378,7 +389,6 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._loop_reaction = (Jc, Gp)
         A_p = Up.T @ kin.M[p]
         b_p = -(Up.T @ hD[p])
-        A1, b1 = rows[0]
         rows = [(np.vstack([A1, A_p]), np.concatenate([b1, b_p]))] + list(rows[1:])
         E = np.vstack([a for a, _ in rows])
         f = np.concatenate([b for _, b in rows])
