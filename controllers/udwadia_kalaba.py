@@ -156,13 +156,15 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
         # where the loops' rows sit in level 1's rows (and their √ω), so a step reads them instead of recomputing
         loop_ids = {id(c) for c in self.loops}
-        idx, scale, i = [], [], 0
+        idx: list[int] = []
+        scale: list[float] = []
+        i = 0
         for task, sw in zip(lv[0].tasks, lv[0].sqrt_w):
             if id(task) in loop_ids:
                 idx.extend(range(i, i + task.dim))
                 scale.extend([float(sw)] * task.dim)
             i += task.dim
-        self._loop_rows = np.array(idx, dtype=int)
+        self._loop_rows = np.array(idx, dtype=np.int64)
         self._loop_scale = np.array(scale, dtype=float)
         names = list(getattr(robot, "passive_joints", []) or []) if passive is None else list(passive)
         self.passive_joints = names

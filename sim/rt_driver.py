@@ -46,7 +46,7 @@ import numpy as np
 
 from cmstack.models.errors import ConfigError
 from cmstack.sim import rt_transport as rt
-from cmstack.sim.runner import Disturbance, substeps
+from cmstack.sim.runner import Disturbance, apply_disturbances, substeps
 
 
 @dataclass
@@ -181,14 +181,7 @@ def drive(plant, link, log: DriverLog, n_cycles: int, settings: DriverSettings,
 
     def apply(t: float, k: int) -> None:
         plant.set_torque(tau)
-        for i, d in enumerate(disturbances):
-            on = d.t0 <= t < d.t1
-            if on and i not in active:
-                plant.set_wrench(d.body, d.force, d.moment)
-                active.add(i)
-            elif not on and i in active:
-                plant.set_wrench(d.body)
-                active.discard(i)
+        apply_disturbances(plant, disturbances, active, t)
         tau_c[k] = tau
 
     def stop(k: int, code: int, why: str) -> int:

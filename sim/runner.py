@@ -64,6 +64,19 @@ LOOP_TOTALS = {"simulated_s": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
 LOOP_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("cmstack_loop_override", default=None)
 
 
+def apply_disturbances(plant: Plant, disturbances: Sequence["Disturbance"], active: set[int], t: float) -> None:
+    """Switch each disturbance's wrench on at its t0 and off at its t1 (``active``: the indices now on,
+    updated in place); the one rule for ``simulate`` and the fixed-rate driver (sim/rt_driver.py)."""
+    for i, d in enumerate(disturbances):
+        on = d.t0 <= t < d.t1
+        if on and i not in active:
+            plant.set_wrench(d.body, d.force, d.moment)
+            active.add(i)
+        elif not on and i in active:
+            plant.set_wrench(d.body)
+            active.discard(i)
+
+
 def substeps(control_dt: float, sim_dt: float) -> int:
     n = int(round(control_dt / sim_dt))
     if n < 1 or abs(n * sim_dt - control_dt) > 1e-9 * max(1.0, control_dt):
@@ -121,14 +134,7 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
             tau = controller(t, q, v)
             res.step_us.append((perf() - c0) * 1e6)
             plant.set_torque(tau)
-            for i, d in enumerate(disturbances):
-                on = d.t0 <= t < d.t1
-                if on and i not in active:
-                    plant.set_wrench(d.body, d.force, d.moment)
-                    active.add(i)
-                elif not on and i in active:
-                    plant.set_wrench(d.body)
-                    active.discard(i)
+            apply_disturbances(plant, disturbances, active, t)
             if reporter is not None:
                 for group in reporter.errors(reporter.kin, t):
                     for name, e in group.items():
