@@ -699,13 +699,9 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0):
 def load_run(run) -> dict:
     """The arrays of a saved run (a run directory or its log.npz), checked for what replay needs; a run
     killed before its final save is read from its checkpoint parts (sim/logger.py: read_log)."""
-    from cmstack.sim.logger import parts_dir, read_log
+    from cmstack.sim.logger import read_log
 
-    p = Path(run)
-    f = p / "log.npz" if p.is_dir() else p
-    if not f.is_file() and not parts_dir(f).is_dir():
-        raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
-                             "or its log.npz")
+    f = _run_log_path(run)
     try:
         L: dict[str, Any] = read_log(f)
     except Exception as e:
@@ -811,17 +807,26 @@ def _quat_xyzw(R: np.ndarray) -> np.ndarray:
 MAX_HTML_FRAMES = 3000
 
 
-def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
-    """What write_html needs of a saved run, read row-sampled (sim/logger.py: read_log_rows): the log
-    entries with every series at the frame rows, the full time axis' ends, the frame rows and the
-    frame rate (``fps``, lowered so that there are at most ``max_frames`` frames)."""
-    from cmstack.sim.logger import log_keys, parts_dir, read_log_rows
+
+def _run_log_path(run) -> Path:
+    """The log of a saved run (a run directory or its log.npz; a run killed before its final save has only
+    its checkpoint parts beside it), or a one-line ModelFileError."""
+    from cmstack.sim.logger import parts_dir
 
     p = Path(run)
     f = p / "log.npz" if p.is_dir() else p
     if not f.is_file() and not parts_dir(f).is_dir():
         raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
                              "or its log.npz")
+    return f
+
+def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
+    """What write_html needs of a saved run, read row-sampled (sim/logger.py: read_log_rows): the log
+    entries with every series at the frame rows, the full time axis' ends, the frame rows and the
+    frame rate (``fps``, lowered so that there are at most ``max_frames`` frames)."""
+    from cmstack.sim.logger import log_keys, read_log_rows
+
+    f = _run_log_path(run)
     try:
         head = read_log_rows(f, ["t", "mjcf_path"])
     except Exception as e:
