@@ -11,6 +11,7 @@ from typing import Callable
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
 from cmstack.models.errors import InfeasibleError
+from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
 
 
@@ -35,6 +36,7 @@ class LevelSolver:
     _seq_active: bool
     _levels_exact: bool
     _limits_infeasible: Callable[..., InfeasibleError]
+    _torque: Callable[[np.ndarray], np.ndarray]
 
     def _solve(self, key, H, g, A, b, C, l, u, feasible_start: bool = False, budget: int | None = None):
         """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
@@ -223,9 +225,13 @@ class LevelSolver:
         """The limits that bind at v̇: "<limit> on '<joint>' (lower|upper)" for every row within ``rtol``
         (relative to its bound) of a bound or beyond it."""
         out = []
+        tau = self._torque(kin.M @ vdot + hD)      # the torque actually sent (passive joints: mapped)
         for lim in self.limits:
-            Cl, ll, ul = lim.bounds(kin, hD)
-            y = Cl @ vdot
+            if isinstance(lim, EffortLimit):        # bounds on that torque, whatever maps it
+                y, ll, ul = tau[lim.idx], -lim.tau_max, lim.tau_max
+            else:
+                Cl, ll, ul = lim.bounds(kin, hD)
+                y = Cl @ vdot
             for i, j in enumerate(lim.idx):
                 for side, bnd, sgn in (("lower", ll[i], -1.0), ("upper", ul[i], 1.0)):
                     if np.isfinite(bnd) and sgn * (y[i] - bnd) >= -rtol * (1.0 + abs(bnd)):

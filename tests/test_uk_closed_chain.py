@@ -85,6 +85,9 @@ def test_effort_limit_bounds_the_torque_actually_sent(robot):
     assert ctl.info.limits_active
     assert np.abs(tau).max() <= lim * (1 + 1e-6)
     assert np.all(tau[ctl._passive] == 0.0)
+    kin = robot.update(q, v)                                     # the binding limit is named on the sent torque
+    bind = ctl.binding_limits(kin, kin.h + robot.damping * v, ctl.info.vdot)
+    assert bind and all("base_" in b for b in bind), bind
     # the loop still holds: the constrained dynamics under the limited τ give the planned v̇
     np.testing.assert_allclose(_constrained_vdot(robot, q, v, tau), ctl.info.vdot, rtol=1e-6,
                                atol=1e-6 * (1 + np.abs(ctl.info.vdot).max()))
