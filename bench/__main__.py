@@ -44,8 +44,9 @@ def summary(quick: bool) -> list[dict]:
                      "met": None if value is None else met, "note": note})
 
     uk = _load("yumi_uk")
-    for key, what, tgt in (("uk_weighted", "YuMi UK step (weighted, limits) / floor", 1.25),
-                           ("uk_3_levels", "YuMi UK step (3 strict levels) / floor", 2.0)):
+    for key, what, tgt in (("uk_weighted", "YuMi UK step (weighted, limits) / floor", 0.6),
+                           ("uk_3_levels", "YuMi UK step (3 strict levels) / floor", 0.6),
+                           ("panda_circle", "Panda circle UK step / (computeAllTerms + frame Jacobian)", 1.5)):
         r = uk["ratio_of_medians"].get(key) if uk else None
         add(what, r, "×", f"≤ {tgt}", r is not None and r <= tgt)
     pr = (_load("projection") or {}).get("pidc_ratio", {})

@@ -1,84 +1,74 @@
-"""YuMi UK control step against its kernel floor (issue 12), measured as ratios, interleaved in one
-process, on the states of a real closed-loop run (thesis set-up, 2 s at 200 Hz).
+"""YuMi UK control step against its kernel floor (issue 22 item 6, "the step at the kernels' cost"),
+measured as ratios, interleaved in one process, on the states of real closed-loop runs.
 
-* floor: ``pin.computeAllTerms`` + the three frame Jacobians the step needs (E₁, E₂, the coupling
-  body B) + one ProxSuite dense update+solve of the same size (14 variables, 6 equalities, 14
-  inequality rows), warm-started, on that state's QP;
-* UK weighted: the thesis set-up, effort limits on (target ≤ 1.25× the floor);
-* UK 3 strict levels: coupling / E₁ task / posture (with Gauss), effort limits (target ≤ 2× the floor);
-* TSID on the same states if the ``tsid`` package is installed (coupling as a priority-0 equality
-  task, the E₁ task weighted, actuation bounds); skipped otherwise.
+* floor (YuMi): what any controller of this problem has to pay through Pinocchio's Python API and NumPy:
+  ``pin.computeAllTerms`` + ``getFrameJacobian`` (LOCAL_WORLD_ALIGNED) of the three frames the step
+  needs (E₁, E₂, the coupling body B) + ``getFrameClassicalAcceleration`` of the same three + one
+  ``numpy.linalg.solve`` (LAPACK) of that state's KKT matrix of the step's size, [H Eᵀ; E 0] with
+  H = M + ω AᵀA (14 + 6 rows), built outside the timing;
+* UK weighted: the thesis set-up (coupling hard, E₁ task weighted against Gauss), effort limits on
+  (target ≤ 0.6× the floor);
+* UK 3 strict levels: coupling / E₁ task / posture (with Gauss), effort limits (target ≤ 0.6× the floor);
+* Panda circle: ``examples/panda_circle.py``'s controller (the hand follows a circle, a posture on every
+  joint as the last strict level) on the states of its closed loop (MuJoCo, 1 kHz), against its own
+  floor ``computeAllTerms`` + the hand's ``getFrameJacobian`` on the Panda (target ≤ 1.5×, the issue's
+  target when TSID cannot be built: ``tsid`` has no wheel of ``libtsid`` for this Pinocchio, its source
+  build was not attempted);
+* TSID on the YuMi states if the ``tsid`` package is installed (``tsid_step_factory``: the E₁ task
+  weighted and actuation bounds; the coupling is not expressed there); skipped otherwise, as here.
 
 For every state the calls run back to back in a rotating order, so that machine load hits all of
-them alike; medians over all states and repeats.  ``uk_*_python`` are the same controllers on the
-generic Python path (``fused=False``), for a before/after in one process.
+them alike; medians over all states and repeats (the Panda's states cycled to the YuMi's count).
+``uk_*_python`` are the same controllers on the generic Python path (``fused=False``), for a before/after
+in one process (``--fused-only`` leaves them out).
 
     python -m cmstack.bench.yumi_uk [--repeat 5] [--fused-only] [--profile]
 
-Measured 2026-11-23 (2-core machine shared by ~6 sessions, load average 6–14; interleaved, medians;
-400 closed-loop states; every step took the direct KKT path, no QP):
+Measured 2026-11-25 09:12 UTC, before the work of item 6 (the fused step of issue 12: computeAllTerms,
+one numba call with a 24-item argument tuple, Python around it); 2-core machine shared by several
+sessions, load average 5.1; ``--repeat 3``, 400 closed-loop states, every step on the direct KKT path:
 
-    | step                         | median        | ratio to the floor | target |
-    | floor                        | 79–109 µs     | 1                  |        |
-    | UK weighted, fused kernels   | 60–90 µs      | 0.76–0.84×         | ≤ 1.25× met |
-    | UK 3 strict levels, fused    | 56–78 µs      | 0.69–0.80×         | ≤ 2×    met |
-    | UK weighted, generic Python  | 224–300 µs    | 2.61–3.06×         |        |
-    | UK 3 levels, generic Python  | 254–336 µs    | 2.90–3.50×         |        |
+    | step                         | median   | ratio to its floor | target        |
+    | floor (YuMi)                 | 23.8 µs  | 1                  |               |
+    | UK weighted, fused           | 27.8 µs  | 1.17×              | ≤ 0.6× missed |
+    | UK 3 strict levels, fused    | 25.8 µs  | 1.09×              | ≤ 0.6× missed |
+    | UK weighted, generic Python  | 81.6 µs  | 3.43×              |               |
+    | UK 3 levels, generic Python  | 92.2 µs  | 3.88×              |               |
+    | Panda floor                  | 4.6 µs   | 1                  |               |
+    | Panda circle, fused          | 19.2 µs  | 4.20×              | ≤ 1.5× missed |
 
-(0.76–0.80× with ``--fused-only``, 0.82–0.84×/0.70–0.74× with the generic path interleaved, whose
-cache pressure slows every other call.)  No quiet machine was available for this measurement.  The step is below the floor because the floor contains a QP solve
-(≈ 45–60 µs) that the step skips unless a limit is violated.
-
-How the fused path works (``controllers/_uk_kernels.py``): ``Robot.update`` runs
-``pin.computeAllTerms`` once; one ``numba`` kernel call then reads data.J, the needed joints' data.oMi
-and data.a (views bound once) and computes the frames' poses, Jacobians, twists and classical
-accelerations, every task's rows (the SO(3) log, the drift terms, the Circle target), H and r, the
-Schur-complement KKT solve, τ and the effort check.  Python keeps the trajectory call for other
-targets, the gains and targets read every step, the info, and the fallbacks (null space, ProxSuite).
-
-Profile before (generic path; cProfile, share of the weighted step, last session): frame look-ups
-25 %, the E₁ task's rows 16 %, the KKT solve 15 %, ``Robot.update`` 12 %, the coupling's rows 10 %,
-the call itself 9 %, the limit check 6 % — dozens of NumPy/Pinocchio calls of 1–2 µs each.
-
-Profile after (``--profile``: the weighted fused step in context, interleaved with the floor and the
-generic path, its parts clocked inside the step; load ≈ 7.7):
-
-    | part                                   | median  | share of the step |
-    | whole step                             | 67.0 µs | 100 %  (0.85× the floor of that run) |
-    | pin.computeAllTerms                    | 10.9 µs | 16 %   |
-    | Robot.update beyond it (checks, copies)| 14.6 µs | 22 %   |
-    | kernel call (dispatch + ≈ 6 µs compute)| 22.8 µs | 34 %   |
-    | rest of the step (Python: targets,     | 18.7 µs | 28 %   |
-    |   gains, buffers, info)                |         |        |
-
-Back to back without the interleaving the same step takes 27–30 µs: what remains is the per-call
-cost of Python and of the dispatcher on cold caches, no longer the algebra.  The first use in a
-process imports numba and loads the cached machine code (≈ 0.7 s CPU); after a change of
-``_uk_kernels.py`` (or in a clean checkout) the first step compiles it once (≈ 11–13 s CPU on this
-machine), then ``__pycache__`` holds it.
+Where the weighted step's time went then (``--profile``: the step interleaved with the floor and the
+generic path, its parts clocked inside it; load ≈ 5): computeAllTerms 5.4 µs, ``Robot.update`` beyond
+it (checks, four copies, the Kinematics) 5.0 µs, the kernel call 9.3 µs (≈ 3 µs of it the dispatch of the
+24-item tuple, ≈ 4 µs the compiled work), the rest of the step in Python (targets and gains rewritten,
+two allocations, the info record) 8.0 µs: 27.7 µs in all.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
-import proxsuite
 
 from cmstack.bench import results_dir
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
-from cmstack.models.coupling import PostureTask
+from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.limits import EffortLimit
-from cmstack.models.robot import Robot
+from cmstack.models.robot import Robot, example_robot_data_path
+from cmstack.models.trajectory import Circle
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.yumi_dual_arm import build_problem, initial_state
 from cmstack.sim.plant import MujocoPlant
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
-TARGETS = {"uk_weighted": 1.25, "uk_3_levels": 2.0}
+TARGETS = {"uk_weighted": 0.6, "uk_3_levels": 0.6, "panda_circle": 1.5}
+FLOOR_OF = {"panda_circle": "panda_floor"}       # every other step is measured against "floor"
 
 
 def setup():
@@ -115,8 +105,39 @@ def record_states(cfg, robot, coupling, task, q0):
     return out
 
 
+def panda_circle(fused=True):
+    """``examples/panda_circle.py``'s robot and controller (the hand's circle, then the posture)."""
+    robot = Robot.from_urdf(example_robot_data_path("panda_description/urdf/panda.urdf"),
+                            locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0})
+    q0 = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])
+    T0 = robot.update(q0, 0 * q0).frame("panda_hand_tcp").T
+    circle = Circle(T0.translation - [0.1, 0, 0], 0.1, 2.0, R=T0.rotation)
+    hand = FrameTask(robot, "panda_hand_tcp", circle, kp=400, kd=40, name="hand")
+    posture = PostureTask(robot, q0, kp=100, kd=20)
+    return robot, hand, UdwadiaKalabaController(robot, levels=[[hand], [posture]], fused=fused), q0
+
+
+def record_panda_states(n: int, control_dt: float = 1e-3):
+    """n states (t, q, v) of the Panda circle's closed loop on its MuJoCo plant (1 kHz, as the example)."""
+    from cmstack.sim.urdf_plant import plant_from_urdf
+
+    robot, _, ctl, q0 = panda_circle()
+    with tempfile.TemporaryDirectory() as tmp:
+        plant = plant_from_urdf(robot, q0=q0, sim_dt=control_dt, xml_path=Path(tmp) / "plant.xml")
+    out = []
+    for _ in range(n):
+        t = plant.time
+        q, v = plant.state()
+        out.append((t, q, v))
+        plant.set_torque(ctl(t, q, v))
+        plant.step()
+    return out
+
+
 class Floor:
-    """The kernel floor of one step, on the same states (its QP data prepared outside the timing)."""
+    """The kernel floor of one YuMi step, on the same states (module docstring): computeAllTerms, the
+    three frames' Jacobians and classical accelerations, one LAPACK solve of that state's KKT system
+    [H Eᵀ; E 0] [v̇; λ] = [r; f] (prepared outside the timing)."""
 
     def __init__(self, cfg, robot, coupling, task, states):
         self.m = robot.model
@@ -124,29 +145,38 @@ class Floor:
         self.fids = (coupling.fB, coupling.f2, task.fid)
         self.problems = []
         D = robot.damping
+        n = robot.nv
         for t, q, v in states:
             kin = robot.update(q, v)
-            A, b = coupling.compute(kin, t)
+            E, f = coupling.compute(kin, t)
             Au, bu = task.compute(kin, t)
-            hD = kin.h + D * v
             H = kin.M + cfg["omega"] * Au.T @ Au
-            g = hD - cfg["omega"] * Au.T @ bu
-            tm = robot.effort_limit
-            self.problems.append((H, g, A, b, kin.M, -tm - hD, tm - hD))
-        self.qp = proxsuite.proxqp.dense.QP(robot.nv, 6, robot.nv)
-        self.qp.settings.eps_abs = 1e-9
-        self.qp.settings.eps_rel = 0.0
-        self.qp.init(*self.problems[0])
-        self.qp.solve()
-        self.qp.settings.initial_guess = proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+            r = -(kin.h + D * v) + cfg["omega"] * Au.T @ bu
+            m = E.shape[0]
+            K = np.zeros((n + m, n + m))
+            K[:n, :n], K[:n, n:], K[n:, :n] = H, E.T, E
+            self.problems.append((K, np.concatenate([r, f])))
+        self.size = self.problems[0][0].shape[0]
 
     def __call__(self, k, t, q, v):
         m, d = self.m, self.d
         pin.computeAllTerms(m, d, q, v)
         for fid in self.fids:
             pin.getFrameJacobian(m, d, fid, LWA)
-        self.qp.update(*self.problems[k], update_preconditioner=False)
-        self.qp.solve()
+        for fid in self.fids:
+            pin.getFrameClassicalAcceleration(m, d, fid, LWA)
+        return np.linalg.solve(*self.problems[k])
+
+
+class PandaFloor:
+    """The Panda circle's floor: computeAllTerms and the hand's frame Jacobian (LOCAL_WORLD_ALIGNED)."""
+
+    def __init__(self, robot, hand):
+        self.m, self.d, self.fid = robot.model, robot.model.createData(), hand.fid
+
+    def __call__(self, t, q, v):
+        pin.computeAllTerms(self.m, self.d, q, v)
+        return pin.getFrameJacobian(self.m, self.d, self.fid, LWA)
 
 
 def tsid_step_factory(cfg, robot, coupling, task):
@@ -190,9 +220,14 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     floor = Floor(cfg, robot, coupling, task, states)
     ctl_w = weighted(cfg, robot, coupling, task)
     ctl_3 = three_levels(robot, coupling, task, q0)
+    p_robot, hand, ctl_p, _ = panda_circle()
+    p_states = record_panda_states(len(states))
+    p_floor = PandaFloor(p_robot, hand)
     calls = {"floor": floor,
              "uk_weighted": lambda k, t, q, v: ctl_w(t, q, v),
-             "uk_3_levels": lambda k, t, q, v: ctl_3(t, q, v)}
+             "uk_3_levels": lambda k, t, q, v: ctl_3(t, q, v),
+             "panda_floor": lambda k, t, q, v: p_floor(*p_states[k]),
+             "panda_circle": lambda k, t, q, v: ctl_p(*p_states[k])}
     if python_path:      # the same controllers on the generic Python path (fused=False): before/after
         ctl_wp = weighted(cfg, robot, coupling, task, fused=False)
         ctl_3p = three_levels(robot, coupling, task, q0, fused=False)
@@ -205,7 +240,7 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     times = {n: [] for n in names}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for k, (t, q, v) in enumerate(states):           # warm-up (first QP init, caches)
+        for k, (t, q, v) in enumerate(states):           # warm-up (caches, first calls)
             for n in names:
                 calls[n](k, t, q, v)
         clock = time.perf_counter_ns
@@ -217,19 +252,18 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
                     calls[n](k, t, q, v)
                     times[n].append(clock() - c0)
     med = {n: float(np.median(times[n])) / 1e3 for n in names}
-    ratios = {n: med[n] / med["floor"] for n in names if n != "floor"}
+    floors = {n: FLOOR_OF.get(n, "floor") for n in names if n not in ("floor", "panda_floor")}
+    ratios = {n: med[n] / med[f] for n, f in floors.items()}
     # per-state ratios, then their median (robust to load that varies along the run)
-    per_state = {}
-    nk = len(states)
-    for n in names:
-        if n == "floor":
-            continue
-        a = np.array(times[n]).reshape(repeat, nk)
-        f = np.array(times["floor"]).reshape(repeat, nk)
-        per_state[n] = float(np.median(a / f))
-    return dict(states=len(states), repeat=repeat, median_us=med, ratio_of_medians=ratios,
-                median_of_ratios=per_state, targets=TARGETS, tsid="measured" if ts else "absent (not installed)",
-                paths=dict(uk_weighted=ctl_w.info.path, uk_3_levels=ctl_3.info.path),
+    per_state = {n: float(np.median(np.array(times[n]) / np.array(times[f]))) for n, f in floors.items()}
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return dict(states=len(states), repeat=repeat, median_us=med, ratio_of_medians=ratios, floor_of=floors,
+                median_of_ratios=per_state, targets=TARGETS, load_average=load, kkt_size=floor.size,
+                tsid="measured" if ts else "absent (not installed)",
+                paths=dict(uk_weighted=ctl_w.info.path, uk_3_levels=ctl_3.info.path, panda_circle=ctl_p.info.path),
                 cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries))
 
 
@@ -306,13 +340,16 @@ def main(argv=None) -> None:
         return
     res = measure(args.repeat, not args.fused_only)
     med = res["median_us"]
-    print(f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved)")
-    print(f"  floor (computeAllTerms + 3 frame Jacobians + ProxSuite 14/6/14): median {med['floor']:.1f} µs")
-    for n in [k for k in med if k != "floor"]:
+    print(f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved; "
+          f"load average {res['load_average']})")
+    print(f"  floor (computeAllTerms + 3 frame Jacobians + 3 classical accelerations + LAPACK solve "
+          f"{res['kkt_size']}×{res['kkt_size']}): median {med['floor']:.1f} µs")
+    print(f"  panda_floor (computeAllTerms + the hand's frame Jacobian, Panda): median {med['panda_floor']:.1f} µs")
+    for n, f in res["floor_of"].items():
         tgt = TARGETS.get(n)
         r = res["ratio_of_medians"][n]
         verdict = "" if tgt is None else (" OK" if r <= tgt else " MISSED")
-        print(f"  {n:<12} median {med[n]:7.1f} µs   ratio {r:5.2f}× (per-state median {res['median_of_ratios'][n]:.2f}×)"
+        print(f"  {n:<18} median {med[n]:7.1f} µs   ratio {r:5.2f}× {f} (per-state median {res['median_of_ratios'][n]:.2f}×)"
               + (f"   target ≤ {tgt}×{verdict}" if tgt else ""))
     if res["tsid"] != "measured":
         print(f"  tsid: {res['tsid']}")

@@ -12,7 +12,8 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     res = tmp_path / "bench" / "results"
     res.mkdir(parents=True)
-    (res / "yumi_uk.json").write_text(json.dumps({"ratio_of_medians": {"uk_weighted": 1.2, "uk_3_levels": 2.5}}))
+    (res / "yumi_uk.json").write_text(json.dumps({"ratio_of_medians": {"uk_weighted": 0.55, "uk_3_levels": 0.7,
+                                                                           "panda_circle": 1.6}}))
     (res / "projection.json").write_text(json.dumps({"pidc_ratio": {"slider_crank_pidc": {"ratio": 1.4}}}))
     (res / "series_parallel.json").write_text(json.dumps([{"ratio_to_floor": 3.0, "python_floor_ratio": 1.9,
                                                             "step_over_python_floor": 1.6}]))
@@ -24,6 +25,7 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     rows = {r["what"]: r for r in summary(quick=True)}
     assert rows["YuMi UK step (weighted, limits) / floor"]["met"] is True
     assert rows["YuMi UK step (3 strict levels) / floor"]["met"] is False
+    assert rows["Panda circle UK step / (computeAllTerms + frame Jacobian)"]["met"] is False
     assert rows["PIDC step (slider-crank) / floor"]["met"] is True
     assert rows["PIDC step (series-parallel) / floor"]["value"] is None
     assert rows["PIDC step (series-parallel) / floor"]["met"] is None
