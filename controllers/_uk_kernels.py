@@ -20,22 +20,12 @@ v̇ = 0, ``data.a[j]`` = [a_j; α_j] in the joint's own axes (the linear part at
     a_cl = a_sp(p) + ω × v_p                           (classical = spatial + ω × v at a material point)
     acc = [a_cl; α] = J̇ v                              (v̇ = 0: Pinocchio's frame classical acceleration)
 
-``log3`` — the SO(3) logarithm through the unit quaternion (w, u) of R (Shepperd's choice of the
-largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
-w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
-2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴)).
-
-``task_rows`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``), scaled by
-√ω for the levels above the last (``models/coupling.py`` derives each):
-
-    RigidCoupling (B = E₁·T_A^B, E₂):  e = [p₂ − p_B; R₂ Log(R_Bᵀ R₂)],  w = tw₂ − tw_B,
-        y = acc₂ − acc_B + K_d w + K_p e,  y_ω −= ω₂ × w_ω;        A = (J₂ − J_B)[rows],  b = −y[rows]
-    FrameTask (C, target D = (R_D, p_D), [v_D; ω_D^D], [a_D; ε_D^D]):  e = [p_D − p_C; Log(R_Cᵀ R_D)],
-        y = acc_C + K_d tw_C,  y_ω −= (R_D ω_D^D) × ω_C,  y −= [a_D + K_d v_D + K_p e_p;
-        R_D(ε_D^D + K_d ω_D^D + K_p e_R)];                         A = −J_C[rows],  b = y[rows]
-    PostureTask (joints S):  A = −S,  b = K_d v_S − K_p (q_ref − q_S)
-    and, for a task with integral action (``uk_robust.IntegralTask``), b − β with β = K_i z in the task's
-    axes (its angular part rotated to world axes with the rows)
+``task_rows`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``: world axes),
+scaled by √ω for the levels above the last: each task's error dynamics (W, drift, w, e) from the kernel
+of its kind in ``models/_task_kernels.py`` (``coupling_error``, ``frame_error``, ``joint_error``: the
+functions the tasks' Python ``error_dynamics`` calls, derived there), then the law
+A = W,  b = −drift − K_d w − K_p e − P β (``task_law``), β = K_i z for a task with integral action
+(``uk_robust.IntegralTask``) in the task's own axes, rotated to world axes with the rows.
 
 ``kkt_solve`` — the last level and the equality levels above it (``_equality`` of the controller):
 
@@ -55,51 +45,11 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample
 
 COUPLING, FRAME, POSTURE = 0, 1, 2
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
-
-
-@njit(cache=True)
-def log3(R, out):
-    """out ← Log(R) ∈ R³ (module docstring), R a 3×3 rotation matrix."""
-    r00, r11, r22 = R[0, 0], R[1, 1], R[2, 2]
-    tr = r00 + r11 + r22
-    if tr >= r00 and tr >= r11 and tr >= r22:
-        s = 2.0 * math.sqrt(1.0 + tr)
-        w = 0.25 * s
-        x = (R[2, 1] - R[1, 2]) / s
-        y = (R[0, 2] - R[2, 0]) / s
-        z = (R[1, 0] - R[0, 1]) / s
-    elif r00 >= r11 and r00 >= r22:
-        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
-        w = (R[2, 1] - R[1, 2]) / s
-        x = 0.25 * s
-        y = (R[0, 1] + R[1, 0]) / s
-        z = (R[0, 2] + R[2, 0]) / s
-    elif r11 >= r22:
-        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
-        w = (R[0, 2] - R[2, 0]) / s
-        x = (R[0, 1] + R[1, 0]) / s
-        y = 0.25 * s
-        z = (R[1, 2] + R[2, 1]) / s
-    else:
-        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
-        w = (R[1, 0] - R[0, 1]) / s
-        x = (R[0, 2] + R[2, 0]) / s
-        y = (R[1, 2] + R[2, 1]) / s
-        z = 0.25 * s
-    if w < 0.0:
-        w, x, y, z = -w, -x, -y, -z
-    nu = math.sqrt(x * x + y * y + z * z)
-    if nu > 1e-5 * w:
-        f = 2.0 * math.atan2(nu, w) / nu
-    else:
-        f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
-    out[0] = f * x
-    out[1] = f * y
-    out[2] = f * z
 
 
 @njit(cache=True)
@@ -160,121 +110,43 @@ def frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec):
 
 
 @njit(cache=True)
-def _rot(fvec, k, out):
-    for i in range(3):
-        for j in range(3):
-            out[i, j] = fvec[k, 3 * i + j]
-
-
-@njit(cache=True)
-def _bias_world(tbias, k, R, out):
-    """out ← [β_lin; R β_ang] for the task k's bias β = tbias[k] (its angular rows to world axes)."""
-    for i in range(3):
-        out[i] = tbias[k, i]
-        out[3 + i] = R[i, 0] * tbias[k, 3] + R[i, 1] * tbias[k, 4] + R[i, 2] * tbias[k, 5]
-
-
-@njit(cache=True)
 def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
-    """Rows [A | b] of every task into Ab (module docstring).  tint (nt, 8) = [kind, frame slot a,
-    frame slot b, first row in Ab, first selected row of the 6, selected row count, offset in
-    pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale (√ω above the last level, 1
-    in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and [v_D; ω_D^D; a_D; ε_D^D];
-    tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a ``Circle`` (its sample at
-    time t written here into the position and tgtVA, the orientation R given in tgtH), else 0 last.
-    tbias (nt, w ≥ 6): a term β subtracted from b in the task's own axes, A v̇ = b − β (the integral action
-    K_i z of ``uk_robust.IntegralTask``; zero otherwise), rotated with the angular rows to world axes as b
-    is (R₂ for a coupling, R_D for a frame task: the rows P(A v̇ − b + β) with P = diag(I, R)).
-    terr (nt, w) out: each task's pose error e in its own axes, as ``Task.error`` on all rows
-    (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q)."""
+    """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
+    ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
+    tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
+    selected row count, offset in pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale
+    (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
+    [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a
+    ``Circle`` (its sample at time t written here into the position and tgtVA, the orientation R given in
+    tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
+    action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
+    in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
+    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q)."""
     n = v.shape[0]
-    e = np.empty(6)
-    y = np.empty(6)
-    lg = np.empty(3)
-    Ra = np.empty((3, 3))
-    Rb = np.empty((3, 3))
-    Rr = np.empty((3, 3))
-    bw = np.empty(6)
+    width = terr.shape[1]
+    W = np.empty((width, n))
+    ed = np.empty((4, width))
+    R = np.empty((3, 3))
+    zero = np.zeros(width)
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
-        kp, kd, sc = tflt[k, 0], tflt[k, 1], tflt[k, 2]
+        a, b = tint[k, 1], tint[k, 2]
         if kind == COUPLING:
-            a, b = tint[k, 1], tint[k, 2]
-            _rot(fvec, a, Ra)
-            _rot(fvec, b, Rb)
-            for i in range(3):
-                for j in range(3):
-                    Rr[i, j] = Ra[0, i] * Rb[0, j] + Ra[1, i] * Rb[1, j] + Ra[2, i] * Rb[2, j]
-            log3(Rr, lg)
-            for i in range(3):
-                e[i] = fvec[b, 9 + i] - fvec[a, 9 + i]
-                e[3 + i] = Rb[i, 0] * lg[0] + Rb[i, 1] * lg[1] + Rb[i, 2] * lg[2]
-                terr[k, i] = e[i]
-                terr[k, 3 + i] = lg[i]
-            _bias_world(tbias, k, Rb, bw)
-            for i in range(6):
-                y[i] = (fvec[b, 18 + i] - fvec[a, 18 + i]) + kd * (fvec[b, 12 + i] - fvec[a, 12 + i]) + kp * e[i]
-            w0 = fvec[b, 15] - fvec[a, 15]
-            w1 = fvec[b, 16] - fvec[a, 16]
-            w2 = fvec[b, 17] - fvec[a, 17]
-            o0, o1, o2 = fvec[b, 15], fvec[b, 16], fvec[b, 17]
-            y[3] -= o1 * w2 - o2 * w1
-            y[4] -= o2 * w0 - o0 * w2
-            y[5] -= o0 * w1 - o1 * w0
-            for i in range(nsel):
-                r = row0 + i
-                s = sel0 + i
-                for c in range(n):
-                    Ab[r, c] = sc * (fJ[b, s, c] - fJ[a, s, c])
-                Ab[r, n] = sc * (-y[s] - bw[s])
+            coupling_error(fvec[a], fJ[a], fvec[b], fJ[b], W, ed, R)
+            m = 6
         elif kind == FRAME:
-            a = tint[k, 1]
             if tcirc[k, 6] != 0.0:
                 circle_sample(t, tcirc[k], tgtH[k], tgtVA[k])
-            _rot(fvec, a, Ra)
-            for i in range(3):
-                for j in range(3):
-                    Rr[i, j] = Ra[0, i] * tgtH[k, 0, j] + Ra[1, i] * tgtH[k, 1, j] + Ra[2, i] * tgtH[k, 2, j]
-            log3(Rr, lg)
-            for i in range(3):
-                e[i] = tgtH[k, i, 3] - fvec[a, 9 + i]
-                e[3 + i] = lg[i]
-                terr[k, i] = e[i]
-                terr[k, 3 + i] = lg[i]
-            for i in range(3):
-                for j in range(3):
-                    Rr[i, j] = tgtH[k, i, j]
-            _bias_world(tbias, k, Rr, bw)
-            for i in range(6):
-                y[i] = fvec[a, 18 + i] + kd * fvec[a, 12 + i]
-                e[i] = tgtVA[k, 6 + i] + kd * tgtVA[k, i] + kp * e[i]
-            # ω_D = R_D ω_D^D;  y_ω −= ω_D × ω_C
-            d0 = tgtH[k, 0, 0] * tgtVA[k, 3] + tgtH[k, 0, 1] * tgtVA[k, 4] + tgtH[k, 0, 2] * tgtVA[k, 5]
-            d1 = tgtH[k, 1, 0] * tgtVA[k, 3] + tgtH[k, 1, 1] * tgtVA[k, 4] + tgtH[k, 1, 2] * tgtVA[k, 5]
-            d2 = tgtH[k, 2, 0] * tgtVA[k, 3] + tgtH[k, 2, 1] * tgtVA[k, 4] + tgtH[k, 2, 2] * tgtVA[k, 5]
-            c0, c1, c2 = fvec[a, 15], fvec[a, 16], fvec[a, 17]
-            y[3] -= d1 * c2 - d2 * c1
-            y[4] -= d2 * c0 - d0 * c2
-            y[5] -= d0 * c1 - d1 * c0
-            e3, e4, e5 = e[3], e[4], e[5]
-            for i in range(3):
-                e[3 + i] = tgtH[k, i, 0] * e3 + tgtH[k, i, 1] * e4 + tgtH[k, i, 2] * e5
-            for i in range(nsel):
-                r = row0 + i
-                s = sel0 + i
-                for c in range(n):
-                    Ab[r, c] = sc * -fJ[a, s, c]
-                Ab[r, n] = sc * (y[s] - e[s] - bw[s])
+            frame_error(fvec[a], fJ[a], tgtH[k], tgtVA[k], W, ed, R)
+            m = 6
         else:
             off = tint[k, 6]
-            for i in range(nsel):
-                r = row0 + i
-                j = pidx[off + i]
-                for c in range(n):
-                    Ab[r, c] = 0.0
-                Ab[r, j] = -sc
-                terr[k, i] = qref[off + i] - q[j]
-                Ab[r, n] = sc * (kd * v[j] - kp * terr[k, i] - tbias[k, i])
+            m = nsel
+            joint_error(q, v, pidx[off:off + m], qref[off:off + m], zero, zero, W, ed)
+        for i in range(m):
+            terr[k, i] = ed[3, i]
+        task_law(W, ed, R, kind != POSTURE, tflt[k, 0], tflt[k, 1], tflt[k, 2], sel0, nsel, tbias[k],
+                 Ab[row0:row0 + nsel, :n], Ab[row0:row0 + nsel, n])
 
 
 @njit(cache=True)

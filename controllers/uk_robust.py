@@ -97,19 +97,32 @@ class IntegralTask(Task):
     def error_dynamics(self, kin, t: float) -> ErrorDynamics:
         return self.inner.error_dynamics(kin, t)
 
+    def axes(self, kin, t: float):
+        return self.inner.axes(kin, t)
+
     def kernel_biased_inner(self) -> Task | None:
         """The task whose compiled rows, less the bias K_i z, are this task's rows (for the compiled UK
         step), or None when a subclass redefines the row maths (its own ``compute`` then runs)."""
         cls = type(self)
-        if any(getattr(cls, m) is not getattr(IntegralTask, m) for m in ("compute", "error_dynamics", "qp_rows")):
+        if any(getattr(cls, m) is not getattr(IntegralTask, m)
+               for m in ("compute", "error_dynamics", "qp_rows", "axes", "error")):
             return None
         return self.inner
 
     def compute(self, kin, t: float):
+        """The inner rows (world axes) less P β: β = K_i z in the task's own axes (z integrates ``error``),
+        turned to world axes by the inner task's P = diag(I, R) (``Task.axes``) as its rows are."""
         A, b = self.inner.compute(kin, t)
         if self.advance(t):
             self.record(t, self.inner.error(kin, t))
-        return A, b - self.ki * self.z
+        beta = self.ki * self.z
+        R = self.inner.axes(kin, t)
+        if R is not None:
+            full = np.zeros(6)
+            full[self.rows] = beta
+            full[3:] = R @ full[3:]
+            beta = full[self.rows]
+        return A, b - beta
 
     def advance(self, t: float) -> bool:
         """At a new time t: z ← clip(z + e(t_prev)·(t − t_prev)) (rectangle rule, the error of the last

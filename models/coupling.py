@@ -2,10 +2,15 @@
 ([Milioshin] §3.3–3.4), relative-frame and posture tasks, all as acceleration-level affine rows
 A v̇ = b built from a stable error ODE.
 
-Every task is a ``Task`` (an ABC): ``error_dynamics(kin, t)`` returns the named tuple
-``ErrorDynamics(W, drift, w, e)`` of a velocity error w(v) = W v + w₀(t) and a pose error e, with
-
-    ẇ = W v̇ + drift,      and the law   ẇ + K_d w + K_p e = 0   ⇒   A = W,  b = −drift − K_d w − K_p e.
+Every task is a ``Task`` (an ABC): ``error_dynamics(kin, t)`` returns, from one kinematics snapshot, the
+named tuple ``ErrorDynamics(W, drift, w, e)`` of a velocity error w(v) = W v + w₀(t) and a pose error e,
+with the law  ẇ + K_d w + K_p e = 0  ⇒  A = W,  b = −drift − K_d w − K_p e.  The rows are in **world
+axes**: a task whose error lives in axes of its own (the frame tasks' angular error, in the target's
+axes R) returns its own-axes rows turned by the orthogonal P = diag(I, R) (``Task.axes`` gives R), which
+changes neither the solution of A v̇ = b nor a least-squares cost, so ``compute`` is the rows every
+controller stacks (``qp_rows``), a loop closure's rows are exactly a constraint's A and Ȧq̇, and
+``error`` turns e back to the task's own axes.  The maths of the built-in tasks is written once, in
+``models/_task_kernels.py`` (numba): their ``error_dynamics`` calls it, and so does the compiled UK step.
 
 A frame rigidly offset from a link (the coupling body's B = E₁·T_A^B, or C = E·T_A^C) is registered
 once as an operational frame of the Pinocchio model (``Robot.add_frame``), so that Pinocchio computes
@@ -15,24 +20,25 @@ algebra, (3.27) and (3.29): with r = R_E p_EC,
     v_C = v_E + ω_E × r          →  J_C,v = J_E,v − r^ J_E,ω,          J_C,ω = J_E,ω
     d/dt J_C,v = dJ_E,v − (ω_E × r)^ J_E,ω − r^ dJ_E,ω
 
-* ``RigidCoupling`` (Algorithm 3.3.1, eqs. 3.26–3.30): B = E₁·T_A^B must coincide with E₂,
+* ``RigidCoupling`` (Algorithm 3.3.1, eqs. 3.26–3.30): B = E₁·T_A^B must coincide with E₂, in E₂'s axes
       e = e_SE3(T_B, T_E2) = [p_E2 − p_B; Log(R_Bᵀ R_E2)]                                  (3.14–3.15)
       w = [v_E2 − v_B; R_E2ᵀ(ω_E2 − ω_B)]                                                   (3.27)
       Ẇ v = [J̇_d,v v; R_E2ᵀ(J̇_d,ω − ω_E2^ J_d,ω) v],  J_d = J_E2 − J_B                    (3.29–3.30)
 * ``FrameTask`` (Algorithm 3.4.1, eqs. 3.32–3.34; with an offset, Algorithm 3.4.2, 3.35–3.36):
   frame C follows a desired D(t) = (T_D, [v_D; ω_D^D], [a_D; ε_D^D]) (linear parts in world
-  axes, angular parts in D's axes):
+  axes, angular parts in D's axes), in D's axes:
       e = e_SE3(T_C, T_D) = [p_D − p_C; Log(R_Cᵀ R_D)]
       w = [v_D − v_C; ω_D^D − R_Dᵀ ω_C]
       A = [−J_C,v; −R_Dᵀ J_C,ω]
       b = [J̇_C,v v; R_Dᵀ(J̇_C,ω − ω_D^ J_C,ω) v] − [a_D; ε_D^D] − K_d w − K_p e           (3.34)
   (The thesis writes J̃_ω of (3.36) in E's axes; here both terms use D's axes, as in (3.34), so the
-  angular error ODE (3.19) holds exactly.)
+  angular error ODE (3.19) holds exactly.)  Both in world axes: models/_task_kernels.py.
 * ``RelativeFrameTask``: frame b follows a pose of frame a given relative to a, B(t) = T_a·T_D(t),
   with the error and velocity error of the coupling (3.14–3.15, 3.27) and B's motion from the
   offset algebra with a moving offset (derivation in the class docstring).  With a constant target
   it is ``RigidCoupling``.
-* ``PostureTask``: selected joints follow q_ref, e = q_ref − q, w = −v (W = −S, drift = 0).
+* ``PostureTask``: selected joints follow q_ref, e = q_ref − q, w = −v (W = −S, drift = 0);
+  ``JointTrajectoryTask``: they follow (q_d, v_d, a_d), e = q_d − q, w = v_d − v (W = −S, drift = a_d).
 
 The angular error is stable by the Lyapunov argument (3.20)–(3.23): ė = J_r⁻¹(e) ω̃ and
 eᵀ J_r⁻¹(e) = eᵀ.  ``rows`` selects a variant of the frame tasks: "full" (6), "position" (3),
@@ -116,7 +122,10 @@ _ZERO6 = np.zeros(6)
 class Task(ABC):
     """A named acceleration-level task A v̇ = b from the error ODE ẇ + K_d w + K_p e = 0.
 
-    Subclasses implement ``error_dynamics``; ``compute`` turns it into (A, b) on the selected rows.
+    Subclasses implement ``error_dynamics`` (the rows in world axes, ``ErrorDynamics``); ``compute`` turns
+    it into (A, b) on the selected rows.  A task whose error has axes of its own (a frame task's angular
+    error is in the target's axes) says so with ``axes``: its rows are those axes' rows turned to world
+    axes by P = diag(I, R), and ``error`` gives the error in its own axes.
     Attributes: ``name``; ``kp`` (1/s²) and ``kd`` (1/s), the gains; ``rows``, the selected rows."""
 
     name: str
@@ -126,28 +135,31 @@ class Task(ABC):
 
     @abstractmethod
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
-        """ErrorDynamics(W, drift, w, e) at (kin, t), all rows."""
-
-    def terms(self, kin: Kinematics, t: float) -> ErrorDynamics:
-        """Alias of ``error_dynamics`` (the name used before the typed core)."""
-        return self.error_dynamics(kin, t)
+        """ErrorDynamics(W, drift, w, e) at (kin, t), all rows, in world axes (``ErrorDynamics``)."""
 
     def compute(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """(A, b) of A v̇ = b on the selected rows: A = W, b = −drift − K_d w − K_p e."""
+        """(A, b) of A v̇ = b on the selected rows: A = W, b = −drift − K_d w − K_p e (world axes)."""
         W, drift, w, e = self.error_dynamics(kin, t)
         r = self.rows
         return W[r], (-drift - self.kd * w - self.kp * e)[r]
 
     def qp_rows(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """(P A, P b) for an orthogonal P fixed by the task (identity unless a subclass says so):
-        the same constraint (P A v̇ = P b ⇔ A v̇ = b) and the same least-squares cost
-        (‖P(A v̇ − b)‖ = ‖A v̇ − b‖), so every level of the controller has the same solution and the
-        same generalized force Aᵀλ; subclasses use it to skip rotating Jacobians (the hot path)."""
+        """The rows the controllers stack: ``compute`` (one form: world axes)."""
         return self.compute(kin, t)
 
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
+        """R of P = diag(I, R), the rotation from the task's own axes (those of ``error``) to world axes,
+        or None when the task has no axes of its own (P = I: a joint task, a loop closure)."""
+        return None
+
     def error(self, kin: Kinematics, t: float) -> np.ndarray:
-        """The pose error e on the selected rows."""
-        return self.error_dynamics(kin, t).e[self.rows]
+        """The pose error on the selected rows in the task's own axes, Pᵀ e (metres and radians; a frame
+        task's [p_D − p; Log(Rᵀ R_D)], docs/design.md "Pose error"): what is logged and integrated."""
+        e = self.error_dynamics(kin, t).e
+        R = self.axes(kin, t)
+        if R is not None:
+            e = np.concatenate((e[:3], R.T @ e[3:6], e[6:]))
+        return e[self.rows]
 
     @property
     def dim(self) -> int:
@@ -161,13 +173,13 @@ class Task(ABC):
     #: the row builder of the compiled UK step (controllers/_uk_kernels.py) that computes exactly this
     #: class's rows: 0 coupling, 1 frame, 2 posture; None: none (the rows are computed in Python)
     _KERNEL: int | None = None
-    _ROW_MATHS = ("error_dynamics", "compute", "qp_rows", "error")
+    _ROW_MATHS = ("error_dynamics", "compute", "qp_rows", "error", "axes")
 
     def kernel_kind(self) -> int | None:
         """The compiled row builder that computes this task's rows, or None.  Dispatch by what the
         object does, not by its exact type: a subclass keeps its parent's kernel as long as it does not
-        redefine the row maths (``error_dynamics``, ``compute``, ``qp_rows``, ``error``); one that does
-        gets None, and its own maths runs (the generic path)."""
+        redefine the row maths (``error_dynamics``, ``compute``, ``qp_rows``, ``error``, ``axes``); one
+        that does gets None, and its own maths runs (the generic path)."""
         cls = type(self)
         owner: type[Task] | None = next((c for c in cls.__mro__ if "_KERNEL" in c.__dict__), None)
         if owner is None or owner._KERNEL is None:
@@ -181,8 +193,26 @@ AffineConstraint = Task
 """The former name of ``Task`` (kept: controllers and scenarios type their arguments with it)."""
 
 
+def _kernels():
+    from cmstack.models import _task_kernels      # numba: imported on first use, compiled once (cache)
+    return _task_kernels
+
+
+def _frame_vec(F) -> np.ndarray:
+    """A FrameState as the kernels' frame row x = [R row-major (9); p; twist; acc] (models/_task_kernels.py)."""
+    return np.concatenate((F.R.ravel(), F.p, F.twist, F.acc))
+
+
+def _floats(x, k: int) -> np.ndarray:
+    """x (a scalar or k values) as a fresh float array of k values."""
+    out = np.empty(k)
+    out[:] = x
+    return out
+
+
 class RigidCoupling(Task):
     """Algorithm 3.3.1: frame E₁·T_A^B coincides with frame E₂ (two arms holding one rigid body).
+    Its error is in E₂'s axes (``axes``: R_E2); the maths is ``coupling_error`` of models/_task_kernels.py.
 
     Args: robot; frame1, frame2: frame names E₁, E₂; T_AB: pose of E₂ in E₁ when coupled (SE3 or
     4×4, metres); kp (1/s²), kd (1/s): gains of the error ODE; rows: "full" | "position" |
@@ -215,60 +245,13 @@ class RigidCoupling(Task):
         return cls(robot, frame_a, frame_b, T_AB, kp, kd, rows=rows, name=name)
 
     def error_dynamics(self, kin, t):
-        B = kin.frame(self.fB)
-        E2 = kin.frame(self.f2)
-        R2t = E2.R.T
-        W = E2.J - B.J                                # J_d
-        W[3:] = R2t @ W[3:]
-        rel = E2.twist - B.twist                      # = J_d v
-        drift = E2.acc - B.acc                        # = dJ_d v
-        drift[3:] = R2t @ (drift[3:] - cross3(E2.twist[3:], rel[3:]))
-        rel[3:] = R2t @ rel[3:]
-        return ErrorDynamics(W, drift, rel, _pose_error(B, E2))
+        B, E2 = kin.frame(self.fB), kin.frame(self.f2)
+        W, ed = np.empty(B.J.shape), np.empty((4, 6))
+        _kernels().coupling_error(_frame_vec(B), B.J, _frame_vec(E2), E2.J, W, ed, np.empty((3, 3)))
+        return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def compute(self, kin, t):
-        """(A, b) with as few array operations as possible (the per-step hot path; equal to
-        ``Task.compute`` on ``error_dynamics``, tested):
-        b = −[a_d + K_d v_d + K_p e_p;  R₂ᵀ(α_d − ω₂ × ω_d + K_d ω_d) + K_p e_R]."""
-        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
-            return Task.compute(self, kin, t)
-        B = kin.frame(self.fB)
-        E2 = kin.frame(self.f2)
-        R2t = E2.R.T
-        W = E2.J - B.J
-        W[3:] = R2t @ W[3:]
-        rel = E2.twist - B.twist
-        y = E2.acc - B.acc
-        y += self.kd * rel
-        y[3:] = R2t @ (y[3:] - cross3(E2.twist[3:], rel[3:]))
-        y += self.kp * _pose_error(B, E2)
-        r = self.rows
-        return W[r], -y[r]
-
-    def qp_rows(self, kin, t):
-        """``compute`` with the angular rows in world axes, P = diag(I, R_E2):
-        A' = J_d,  b' = −[a_d + K_d v_d + K_p e_p;  α_d − ω₂ × ω_d + K_d ω_d + K_p R_E2 e_R]."""
-        if type(self).error_dynamics is not RigidCoupling.error_dynamics:   # a subclass's own error maths
-            return self.compute(kin, t)
-        B = kin.frame(self.fB)
-        E2 = kin.frame(self.f2)
-        R2 = E2.R
-        e = np.empty(6)
-        e[:3] = E2.p - B.p
-        e[3:] = R2 @ pin.log3(B.R.T @ R2)
-        rel = E2.twist - B.twist
-        y = (E2.acc - B.acc) + self.kd * rel + self.kp * e
-        y[3:] -= cross3(E2.twist[3:], rel[3:])
-        r = self.rows
-        return (E2.J - B.J)[r], -y[r]
-
-
-def _pose_error(F1, F2) -> np.ndarray:
-    """(3.15) e(T1, T2) = [p2 − p1; Log(R1ᵀ R2)] from two FrameStates."""
-    e = np.empty(6)
-    e[:3] = F2.p - F1.p
-    e[3:] = pin.log3(F1.R.T @ F2.R)
-    return e
+    def axes(self, kin, t):
+        return kin.frame(self.f2).R
 
 
 class _PoseTarget:
@@ -301,7 +284,8 @@ class _PoseTarget:
 
 class FrameTask(_PoseTarget, Task):
     """Algorithms 3.4.1 (offset None) and 3.4.2 (offset T_E^C): frame E·T_EC follows the desired
-    trajectory D(t), or a constant target set with ``set_target``.
+    trajectory D(t), or a constant target set with ``set_target``.  Its error is in D's axes (``axes``:
+    R_D); the maths is ``frame_error`` of models/_task_kernels.py.
 
     Args: robot; frame: frame name E; trajectory: t ↦ (SE3, 6-vector velocity, 6-vector
     acceleration) (linear parts in world axes, m/s and m/s²; angular parts in D's axes, rad/s and
@@ -323,70 +307,16 @@ class FrameTask(_PoseTarget, Task):
 
     def error_dynamics(self, kin, t):
         C = kin.frame(self.fid)
-        T_D, vel_D, acc_D = self._const if self._const is not None else self.desired(t)
-        RDt = T_D.rotation.T
-        wD_world = T_D.rotation @ vel_D[3:]
-        W = -C.J
-        W[3:] = RDt @ W[3:]
-        drift = acc_D - C.acc
-        drift[3:] = acc_D[3:] - RDt @ (C.acc[3:] - cross3(wD_world, C.twist[3:]))
-        wd = vel_D - C.twist
-        wd[3:] = vel_D[3:] - RDt @ C.twist[3:]
-        e = np.empty(6)
-        e[:3] = T_D.translation - C.p
-        e[3:] = pin.log3(C.R.T @ T_D.rotation)
-        return ErrorDynamics(W, drift, wd, e)
+        T_D, vel_D, acc_D = self.desired(t)
+        va = np.empty(12)
+        va[:6] = vel_D
+        va[6:] = acc_D
+        W, ed = np.empty(C.J.shape), np.empty((4, 6))
+        _kernels().frame_error(_frame_vec(C), C.J, T_D.homogeneous, va, W, ed, np.empty((3, 3)))
+        return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def compute(self, kin, t):
-        """(A, b) with few array operations (hot path; equal to ``Task.compute``, tested):
-        b = [a_C,lin − a_D − K_d w_lin − K_p e_lin;  R_Dᵀ(α_C − ω_D × ω_C) − ε_D − K_d w_ang − K_p e_ang]
-        with the angular velocity error w_ang = ω_D^D − R_Dᵀ ω_C."""
-        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
-            return Task.compute(self, kin, t)
-        C = kin.frame(self.fid)
-        T_D, vel_D, acc_D = self._const if self._const is not None else self.desired(t)
-        RD = T_D.rotation
-        RDt = RD.T
-        kd = self.kd
-        W = -C.J
-        W[3:] = RDt @ W[3:]
-        # y = C.acc + kd·twist (world), rotated to D on the angular rows after the ω_D × ω_C term
-        y = C.acc + kd * C.twist
-        y[3:] = RDt @ (y[3:] - cross3(RD @ vel_D[3:], C.twist[3:]))
-        y -= acc_D + kd * vel_D
-        e = np.empty(6)
-        e[:3] = T_D.translation - C.p
-        e[3:] = pin.log3(C.R.T @ RD)
-        y -= self.kp * e
-        r = self.rows
-        return W[r], y[r]
-
-    def qp_rows(self, kin, t):
-        """``compute`` with the angular rows in world axes, P = diag(I, R_D):
-        A' = −J_C,  b' = [a_C − a_D − K_d(v_D − v_C) − K_p e_p;
-                          α_C − ω_D × ω_C + K_d ω_C − R_D(ε_D + K_d ω_D^D + K_p e_R)]
-        (with ω_D = R_D ω_D^D; the linear rows of the feed-forward are in world axes already)."""
-        if type(self).error_dynamics is not FrameTask.error_dynamics:   # a subclass's own error maths
-            return self.compute(kin, t)
-        C = kin.frame(self.fid)
-        kd = self.kd
-        const = self._const is not None
-        T_D, vel_D, acc_D = self._const if const else self.desired(t)
-        RD = T_D.rotation
-        e = np.empty(6)
-        e[:3] = T_D.translation - C.p
-        e[3:] = pin.log3(C.R.T @ RD)
-        if const:
-            y = C.acc + kd * C.twist
-            e *= self.kp
-        else:
-            y = C.acc + kd * C.twist
-            e = acc_D + kd * vel_D + self.kp * e       # [a_D + K_d v_D + K_p e_p; ε_D + K_d ω_D^D + K_p e_R]
-            y[3:] -= cross3(RD @ vel_D[3:], C.twist[3:])
-        e[3:] = RD @ e[3:]
-        y -= e
-        r = self.rows
-        return -C.J[r], y[r]
+    def axes(self, kin, t):
+        return self.desired(t)[0].rotation
 
 
 class RelativeFrameTask(_PoseTarget, Task):
@@ -400,12 +330,13 @@ class RelativeFrameTask(_PoseTarget, Task):
         a_B = a_a + ω̇_a × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D
         ω̇_B = ω̇_a + ω_a × (R_B ω^D) + R_B ω̇^D
 
-    The error and the velocity error are those of the coupling (3.14–3.15, 3.27):
-    e = [p_b − p_B; Log(R_Bᵀ R_b)], w = [v_b − v_B; R_bᵀ(ω_b − ω_B)], so that with J_B,v = J_a,v − r^ J_a,ω
+    The error and the velocity error are those of the coupling (3.14–3.15, 3.27), in b's axes
+    (``axes``: R_b): e_own = [p_b − p_B; Log(R_Bᵀ R_b)], w_own = [v_b − v_B; R_bᵀ(ω_b − ω_B)], and
+    d/dt R_bᵀ x = R_bᵀ(ẋ − ω_b × x).  In world axes (P = diag(I, R_b)), with J_B,v = J_a,v − r^ J_a,ω:
 
-        W = [J_b,v − J_B,v; R_bᵀ(J_b,ω − J_a,ω)]
+        W = [J_b,v − J_B,v; J_b,ω − J_a,ω],   w = [v_b − v_B; ω_b − ω_B],   e = [p_b − p_B; R_b Log(R_Bᵀ R_b)]
         drift = [J̇_b,v v − (J̇_a,v v + (J̇_a,ω v) × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D);
-                 R_bᵀ(J̇_b,ω v − J̇_a,ω v − ω_a × (R_B ω^D) − R_B ω̇^D − ω_b × (ω_b − ω_B))].
+                 J̇_b,ω v − J̇_a,ω v − ω_a × (R_B ω^D) − R_B ω̇^D − ω_b × (ω_b − ω_B)].
 
     Args: robot; frame_a, frame_b: frame names; trajectory (or None and ``set_target``);
     kp (1/s²), kd (1/s); rows; name."""
@@ -422,7 +353,7 @@ class RelativeFrameTask(_PoseTarget, Task):
     def error_dynamics(self, kin, t):
         a, b = kin.frame(self.fa), kin.frame(self.fb)
         T_D, vel_D, acc_D = self.desired(t)
-        Ra = a.T.rotation
+        Ra = a.R
         r = Ra @ T_D.translation
         RB = Ra @ T_D.rotation
         pdot_w = Ra @ vel_D[:3]
@@ -430,27 +361,30 @@ class RelativeFrameTask(_PoseTarget, Task):
         om_a, om_b = a.twist[3:], b.twist[3:]
         v_B = a.twist[:3] + cross3(om_a, r) + pdot_w
         om_B = om_a + omD_w
-        Rbt = b.T.rotation.T
         W = np.empty_like(a.J)
         W[:3] = b.J[:3] - a.J[:3] + pin.skew(r) @ a.J[3:]
-        W[3:] = Rbt @ (b.J[3:] - a.J[3:])
-        v = kin.v
+        W[3:] = b.J[3:] - a.J[3:]
         dJa, dJb = a.acc, b.acc                         # dJ v of each frame
         drift = np.empty(6)
         drift[:3] = dJb[:3] - (dJa[:3] + cross3(dJa[3:], r) + cross3(om_a, cross3(om_a, r) + 2.0 * pdot_w)
                                + Ra @ acc_D[:3])
         rel = om_b - om_B
-        drift[3:] = Rbt @ (dJb[3:] - dJa[3:] - cross3(om_a, omD_w) - RB @ acc_D[3:] - cross3(om_b, rel))
+        drift[3:] = dJb[3:] - dJa[3:] - cross3(om_a, omD_w) - RB @ acc_D[3:] - cross3(om_b, rel)
         w = np.empty(6)
         w[:3] = b.twist[:3] - v_B
-        w[3:] = Rbt @ rel
-        e = se3_error(pin.SE3(RB, a.T.translation + r), b.T)
+        w[3:] = rel
+        e = se3_error(pin.SE3(RB, a.p + r), b.T)
+        e[3:] = b.R @ e[3:]
         return ErrorDynamics(W, drift, w, e)
+
+    def axes(self, kin, t):
+        return kin.frame(self.fb).R
 
 
 class PostureTask(Task):
     """Selected joints follow a reference posture: e = q_ref − q, w = −v, so W = −S and drift = 0
-    (S selects the joints), and the law gives q̈ = K_p (q_ref − q) − K_d v on those joints.
+    (S selects the joints), and the law gives q̈ = K_p (q_ref − q) − K_d v on those joints
+    (``joint_error`` of models/_task_kernels.py with v_d = a_d = 0).
 
     Args: robot; q_ref: reference (rad or m), of size nq or of size len(joints); joints: None (all)
     or a list of joint names; kp (1/s²), kd (1/s); name."""
@@ -461,22 +395,17 @@ class PostureTask(Task):
                  kd: float = 2 * math.sqrt(10.0), name: str | None = None):
         self.name = name or "posture"
         self.robot = robot
-        self._all = joints is None
         if joints is None:
             self.idx = np.arange(robot.nv)
         else:
             if isinstance(joints, str):
                 raise ConfigError(f"{self.name}: joints must be a list of joint names, got the string {joints!r}")
-            self.idx = np.array([robot.joint_index(j) for j in joints], dtype=int)
+            self.idx = np.array([robot.joint_index(j) for j in joints], dtype=np.int64)
             if len(set(self.idx.tolist())) != len(self.idx):
                 raise ConfigError(f"{self.name}: joints {list(joints)} name a joint twice")
-        k = len(self.idx)
-        S = np.zeros((k, robot.nv))
-        S[np.arange(k), self.idx] = 1.0
-        self._W = -S
-        self._drift = np.zeros(k)
+        self._zero = np.zeros(len(self.idx))
         self._set_gains(kp, kd)
-        self.rows = slice(0, k)
+        self.rows = slice(0, len(self.idx))
         self.set_target(np.zeros(robot.nq) if q_ref is None else q_ref)
 
     def set_target(self, q_ref) -> None:
@@ -491,26 +420,24 @@ class PostureTask(Task):
             raise ConfigError(f"{self.name}: q_ref must be finite, got {q_ref.tolist()}")
         self.q_ref = q_ref
 
-    def error_dynamics(self, kin, t):
-        return ErrorDynamics(self._W.copy(), self._drift.copy(), -kin.v[self.idx], self.q_ref - kin.q[self.idx])
+    def _joint_rows(self, kin, qd, vd, ad) -> ErrorDynamics:
+        k = len(self.idx)
+        W, ed = np.empty((k, kin.v.shape[0])), np.empty((4, k))
+        _kernels().joint_error(kin.q, kin.v, self.idx, qd, vd, ad, W, ed)
+        return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def qp_rows(self, kin, t):
-        """(A, b) = (−S, K_d v_S − K_p (q_ref − q_S)) (the same as ``compute``, fewer operations)."""
-        if type(self).error_dynamics is not PostureTask.error_dynamics:   # a subclass's own error maths
-            return Task.qp_rows(self, kin, t)
-        if self._all:
-            return self._W, self.kd * kin.v - self.kp * (self.q_ref - kin.q)
-        i = self.idx
-        return self._W, self.kd * kin.v[i] - self.kp * (self.q_ref - kin.q[i])
+    def error_dynamics(self, kin, t):
+        return self._joint_rows(kin, self.q_ref, self._zero, self._zero)
 
 
 class JointTrajectoryTask(PostureTask):
     """Selected joints follow a trajectory t ↦ (q_d, v_d, a_d) (rad, rad/s, rad/s², one entry per selected
     joint; e.g. ``Sinusoid``): e = q_d − q, w = v_d − v, ẇ = a_d − v̇, so W = −S, drift = a_d, and the law
-    gives q̈ = a_d + K_d (v_d − v) + K_p (q_d − q) on those joints.  With a constant trajectory it is a
-    ``PostureTask``.  Args: robot; trajectory; joints: names (None: all); kp (1/s²), kd (1/s); name."""
+    gives q̈ = a_d + K_d (v_d − v) + K_p (q_d − q) on those joints (``joint_error``).  With a constant
+    trajectory it is a ``PostureTask``.  Args: robot; trajectory; joints: names (None: all); kp (1/s²),
+    kd (1/s); name."""
 
-    _KERNEL = None          # the compiled posture rows have no feed-forward: its own rows run in Python
+    _KERNEL = None          # the compiled step does not sample joint trajectories: its rows run in Python
 
     def __init__(self, robot: Robot, trajectory, joints: Sequence[str] | None = None, kp: float = 100.0,
                  kd: float = 20.0, name: str | None = None):
@@ -520,9 +447,9 @@ class JointTrajectoryTask(PostureTask):
         self.trajectory = trajectory
 
     def error_dynamics(self, kin, t):
-        qd, vd, ad = (np.broadcast_to(np.asarray(x, dtype=float), (len(self.idx),)) for x in self.trajectory(t))
-        i = self.idx
-        return ErrorDynamics(self._W.copy(), ad.copy(), vd - kin.v[i], qd - kin.q[i])
+        k = len(self.idx)
+        qd, vd, ad = (_floats(x, k) for x in self.trajectory(t))
+        return self._joint_rows(kin, qd, vd, ad)
 
 
 def stack(constraints, kin: Kinematics, t: float, nv: int):

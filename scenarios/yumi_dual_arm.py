@@ -99,15 +99,17 @@ def initial_state(cfg: dict, robot: Robot) -> np.ndarray:
 
 
 def close_loop(robot: Robot, coupling: RigidCoupling, q: np.ndarray, tol: float = 1e-12, iters: int = 50):
-    """Project q onto the coupling manifold e(q) = 0 by minimum-norm Newton steps
-    Δq = −J_e⁺ e,  J_e = [W_lin; J_r⁻¹(e_ang) W_ang]  (ė = J_e v, thesis (3.22))."""
+    """Project q onto the coupling manifold e(q) = 0 by minimum-norm Newton steps on the error in E₂'s axes
+    Δq = −J_e⁺ e,  J_e = [W_lin; J_r⁻¹(e_ang) R₂ᵀ W_ang]  (ė = J_e v, thesis (3.22); W in world axes)."""
     q = q.copy()
     for _ in range(iters):
         kin = robot.update(q, np.zeros(robot.nv))
-        W, _, _, e = coupling.terms(kin, 0.0)
+        W, _, _, ew = coupling.error_dynamics(kin, 0.0)
+        R2t = coupling.axes(kin, 0.0).T
+        e = np.r_[ew[:3], R2t @ ew[3:]]
         if np.linalg.norm(e) < tol:
             return q
-        Je = np.vstack([W[:3], jr_inv(e[3:]) @ W[3:]])
+        Je = np.vstack([W[:3], jr_inv(e[3:]) @ R2t @ W[3:]])
         q = q - np.linalg.lstsq(Je, e, rcond=None)[0]
     raise InfeasibleError(f"could not close the bar's loop from q0 (‖e_c‖ = {np.linalg.norm(e):.3g} after "
                           f"{iters} Newton steps); the arms cannot reach E1·T_A^B = E2 near q0")

@@ -1,5 +1,7 @@
-"""Each (A, b) constructor of [Milioshin] §3.3–3.4 against finite differences along a smooth motion:
-   d/dt w = A v̇ + drift,   and   A v̇ − b = ẇ + K_d w + K_p e   (the error ODE the law imposes)."""
+"""Each (A, b) constructor of [Milioshin] §3.3–3.4 against finite differences along a smooth motion, in the
+task's own axes (the rows are in world axes, P = diag(I, R) with R = ``task.axes``, so w_own = Pᵀ w):
+   P d/dt w_own = A v̇ + drift,   and   A v̇ − b = P(ẇ_own + K_d w_own + K_p e_own)   (the error ODE the law
+imposes); and against an independent NumPy formulation of the thesis' own-axes rows."""
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -33,30 +35,53 @@ def constraints(robot):
     return out
 
 
+def P_of(c, kin, t):
+    """P = diag(I, R) of the task at (kin, t) (identity without axes of its own)."""
+    P = np.eye(6)
+    R = c.axes(kin, t)
+    if R is not None:
+        P[3:, 3:] = R
+    return P
+
+
+def own_axes(robot, c, t):
+    """(W, drift, w, e) at t and the own-axes velocity error w_own = Pᵀ w at t ± H (for the finite differences)."""
+    kin = robot.update(qf(t), vf(t))
+    W, drift, w, e = c.error_dynamics(kin, t)
+    P = P_of(c, kin, t)
+    ws = []
+    for s in (t + H, t - H):
+        k = robot.update(qf(s), vf(s))
+        ws.append(P_of(c, k, s).T @ c.error_dynamics(k, s).w)
+    return kin, P, W, drift, w, e, (ws[0] - ws[1]) / (2 * H)
+
+
 @pytest.mark.parametrize("idx", range(9))
 @pytest.mark.parametrize("t", [0.1, 0.77])
 def test_affine_constraint_matches_finite_differences(robot, idx, t):
     c = constraints(robot)[idx]
-    kin = robot.update(qf(t), vf(t))
-    W, drift, w, e = c.terms(kin, t)
-    wp = c.terms(robot.update(qf(t + H), vf(t + H)), t + H)[2]
-    wm = c.terms(robot.update(qf(t - H), vf(t - H)), t - H)[2]
-    wdot = (wp - wm) / (2 * H)
-    np.testing.assert_allclose(wdot, W @ af(t) + drift, atol=1e-6)
-    # the law: A v̇ − b equals ẇ + K_d w + K_p e on the selected rows
+    kin, P, W, drift, w, e, wdot_own = own_axes(robot, c, t)
+    np.testing.assert_allclose(P @ wdot_own, W @ af(t) + drift, atol=1e-6)
+    # the law: A v̇ − b equals P(ẇ_own + K_d w_own + K_p e_own) on the selected rows
     A, b = c.compute(robot.update(qf(t), vf(t)), t)
     r = c.rows
-    np.testing.assert_allclose(A @ af(t) - b, (wdot + c.kd * w + c.kp * e)[r], atol=1e-5)
+    np.testing.assert_allclose(A @ af(t) - b, (P @ wdot_own + c.kd * w + c.kp * e)[r], atol=1e-5)
+    np.testing.assert_allclose(P.T @ e, np.r_[e[:3], P[3:, 3:].T @ e[3:]], atol=1e-15)
+    if r == slice(0, 6):
+        np.testing.assert_allclose(c.error(kin, t), P.T @ e, rtol=1e-14, atol=1e-15)
 
 
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_pose_error_derivative(robot, idx):
-    """Linear part: d/dt e_lin = w_lin;  angular part: d/dt e_ang = J_r⁻¹(e) w_ang (thesis 3.22)."""
+    """In the task's own axes, linear part: d/dt e_lin = w_lin;  angular part: d/dt e_ang = J_r⁻¹(e) w_ang
+    (thesis 3.22), with e_own = ``error`` and w_own = Pᵀ w."""
     c = constraints(robot)[idx]
     t = 0.4
-    _, _, w, e = c.terms(robot.update(qf(t), vf(t)), t)
-    ep = c.terms(robot.update(qf(t + H), vf(t + H)), t + H)[3]
-    em = c.terms(robot.update(qf(t - H), vf(t - H)), t - H)[3]
+    kin = robot.update(qf(t), vf(t))
+    w = P_of(c, kin, t).T @ c.error_dynamics(kin, t).w
+    e = c.error(kin, t)
+    ep = c.error(robot.update(qf(t + H), vf(t + H)), t + H)
+    em = c.error(robot.update(qf(t - H), vf(t - H)), t - H)
     edot = (ep - em) / (2 * H)
     np.testing.assert_allclose(edot[:3], w[:3], atol=1e-6)
     np.testing.assert_allclose(edot[3:], jr_inv(e[3:]) @ w[3:], atol=1e-6)
@@ -112,7 +137,7 @@ def test_error_dynamics_is_a_named_tuple(robot):
     ed = c.error_dynamics(robot.update(qf(0.2), vf(0.2)), 0.2)
     assert isinstance(ed, ErrorDynamics) and isinstance(c, Task)
     assert ed.W.shape == (6, 14) and ed.drift.shape == ed.w.shape == ed.e.shape == (6,)
-    np.testing.assert_array_equal(ed.e, c.terms(robot.update(qf(0.2), vf(0.2)), 0.2)[3])
+    assert not hasattr(c, "terms")                     # the former alias is gone: one name, error_dynamics
 
 
 def test_relative_task_with_constant_target_is_the_coupling(robot):
@@ -132,11 +157,11 @@ def test_relative_task_with_moving_target_matches_finite_differences(robot, rows
     T0 = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
     c = RelativeFrameTask(robot, "yumi_link_7_l", "yumi_link_7_r", rotating_relative(T0, [0.3, -1.0, 0.5]),
                           kp=5.0, kd=1.5, rows=rows)
-    W, drift, w, e = c.error_dynamics(robot.update(qf(t), vf(t)), t)
-    p = c.error_dynamics(robot.update(qf(t + H), vf(t + H)), t + H)
-    m = c.error_dynamics(robot.update(qf(t - H), vf(t - H)), t - H)
-    np.testing.assert_allclose((p.w - m.w) / (2 * H), W @ af(t) + drift, atol=1e-6)
-    edot = (p.e - m.e) / (2 * H)
+    kin, P, W, drift, w, e, wdot_own = own_axes(robot, c, t)
+    np.testing.assert_allclose(P @ wdot_own, W @ af(t) + drift, atol=1e-6)
+    e_own = lambda s: P_of(c, robot.update(qf(s), vf(s)), s).T @ c.error_dynamics(robot.update(qf(s), vf(s)), s).e
+    edot = (e_own(t + H) - e_own(t - H)) / (2 * H)
+    w, e = P.T @ w, P.T @ e
     np.testing.assert_allclose(edot[:3], w[:3], atol=1e-6)
     np.testing.assert_allclose(edot[3:], jr_inv(e[3:]) @ w[3:], atol=1e-6)
 
@@ -184,41 +209,80 @@ def test_bad_gains_are_refused(robot, kp):
         FrameTask(robot, "yumi_link_7_l", kp=kp, kd=1.0, name="E1")
 
 
+def own_axes_rows(c, kin, t):
+    """The thesis' rows in the task's own axes, written here in NumPy (independent of the kernels):
+    coupling (3.27–3.30) in E₂'s axes, frame task (3.34) in D's axes; all six rows."""
+    if isinstance(c, RigidCoupling):
+        B, E2 = kin.frame(c.fB), kin.frame(c.f2)
+        R2t = E2.R.T
+        Jd, wd, ad = E2.J - B.J, E2.twist - B.twist, E2.acc - B.acc
+        A = np.vstack([Jd[:3], R2t @ Jd[3:]])
+        drift = np.r_[ad[:3], R2t @ (ad[3:] - np.cross(E2.twist[3:], wd[3:]))]
+        w = np.r_[wd[:3], R2t @ wd[3:]]
+        e = se3_error(B.T, E2.T)
+    else:
+        C = kin.frame(c.fid)
+        T_D, vel, acc = c.desired(t)
+        RDt = T_D.rotation.T
+        A = -np.vstack([C.J[:3], RDt @ C.J[3:]])
+        drift = np.r_[acc[:3] - C.acc[:3], acc[3:] - RDt @ (C.acc[3:] - np.cross(T_D.rotation @ vel[3:], C.twist[3:]))]
+        w = np.r_[vel[:3] - C.twist[:3], vel[3:] - RDt @ C.twist[3:]]
+        e = se3_error(C.T, T_D)
+    return A, -drift - c.kd * w - c.kp * e, e
+
+
 @pytest.mark.parametrize("idx", range(9))
-def test_fast_compute_equals_the_error_dynamics_law(robot, idx):
-    """The hot-path compute() of the coupling and the frame task equals b = −drift − K_d w − K_p e."""
+@pytest.mark.parametrize("const", [False, True])
+def test_rows_are_the_own_axes_rows_turned_by_P(robot, idx, const):
+    """compute = qp_rows = (P A_own, P b_own) on the selected rows, P = diag(I, R) orthogonal, against the
+    thesis' own-axes rows written independently here; ``error`` is e_own."""
     c = constraints(robot)[idx]
+    if const and isinstance(c, FrameTask):
+        c = FrameTask(robot, "yumi_link_7_l", kp=5.0, kd=1.5, rows=["full", "position", "orientation"][idx // 3])
+        c.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.4, 0.2, 0.5])))
     kin = robot.update(qf(0.4), vf(0.4))
-    A, b = c.compute(kin, 0.4)
-    A0, b0 = Task.compute(c, kin, 0.4)
-    np.testing.assert_allclose(A, A0, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(b, b0, rtol=1e-13, atol=1e-12)
+    A0, b0, e0 = own_axes_rows(c, kin, 0.4)
+    R = (kin.frame(c.f2).R if isinstance(c, RigidCoupling) else c.desired(0.4)[0].rotation)
+    np.testing.assert_array_equal(c.axes(kin, 0.4), R)
+    P = np.eye(6)
+    P[3:, 3:] = R
+    r = c.rows
+    for A, b in (c.compute(kin, 0.4), c.qp_rows(kin, 0.4)):
+        np.testing.assert_allclose(A, (P @ A0)[r], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(b, (P @ b0)[r], rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(c.error(kin, 0.4), e0[r], rtol=1e-12, atol=1e-14)
+
+
+class ShiftedFrameTask(FrameTask):
+    """A subclass with maths of its own: the target 1 cm higher (in error_dynamics only)."""
+
+    def error_dynamics(self, kin, t):
+        W, drift, w, e = super().error_dynamics(kin, t)
+        e = e.copy()
+        e[2] += 0.01
+        return ErrorDynamics(W, drift, w, e)
+
+
+def test_a_subclass_with_its_own_error_dynamics_has_its_maths_everywhere(robot):
+    """compute, qp_rows and error of a subclass that redefines error_dynamics are its maths, not the
+    kernel's: the 1 cm shift shows in e and in b (K_p · 0.01 on the z row)."""
+    traj = Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3))
+    base, sub = FrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5), ShiftedFrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5)
+    assert base.kernel_kind() == 1 and sub.kernel_kind() is None
+    kin = robot.update(qf(0.4), vf(0.4))
+    shift = np.zeros(6)
+    shift[2] = 0.01
+    np.testing.assert_allclose(sub.error(kin, 0.4), base.error(kin, 0.4) + shift, rtol=0, atol=1e-15)
+    for m in ("compute", "qp_rows"):
+        (A, b), (A1, b1) = getattr(base, m)(kin, 0.4), getattr(sub, m)(kin, 0.4)
+        np.testing.assert_array_equal(A1, A)
+        np.testing.assert_allclose(b1, b - 5.0 * shift, rtol=0, atol=1e-13)
 
 
 def test_frame_drift_equals_the_jacobian_time_variation(robot):
     kin = robot.update(qf(0.4), vf(0.4))
     fs = kin.frame("yumi_link_7_r")
     np.testing.assert_allclose(fs.acc, fs.dJ @ kin.v, atol=1e-12)
-
-
-@pytest.mark.parametrize("idx", range(9))
-@pytest.mark.parametrize("const", [False, True])
-def test_qp_rows_are_an_orthogonal_transform_of_compute(robot, idx, const):
-    """qp_rows = (P A, P b) with P = diag(I, R) orthogonal on the task's rows (the controller's form)."""
-    c = constraints(robot)[idx]
-    if const and isinstance(c, FrameTask):
-        c = FrameTask(robot, "yumi_link_7_l", kp=5.0, kd=1.5, rows=["full", "position", "orientation"][idx // 3])
-        c.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.4, 0.2, 0.5])))
-    kin = robot.update(qf(0.4), vf(0.4))
-    A, b = c.compute(kin, 0.4)
-    A2, b2 = c.qp_rows(kin, 0.4)
-    R = (kin.frame(c.f2).R if isinstance(c, RigidCoupling) else c.desired(0.4)[0].rotation)
-    P = np.eye(6)
-    P[3:, 3:] = R
-    P = P[c.rows, c.rows]
-    np.testing.assert_allclose(P.T @ P, np.eye(c.dim), atol=1e-12)
-    np.testing.assert_allclose(A2, P @ A, atol=1e-12)
-    np.testing.assert_allclose(b2, P @ b, rtol=1e-12, atol=1e-10)
 
 
 @pytest.mark.parametrize("joints", [None, ["yumi_joint_1_l", "yumi_joint_3_r"]])

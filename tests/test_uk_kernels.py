@@ -120,6 +120,50 @@ def test_task_rows_equal_qp_rows(setup, rows):
         assert np.all(np.isfinite(Ab))
 
 
+def test_python_rows_and_fused_rows_are_one_function(setup):
+    """The fused step's rows of each task, fed the Python path's own frames (Kinematics.frame packed as the
+    kernel's frame table), are the Python rows bit for bit: both are the same compiled function of
+    models/_task_kernels.py and the same law (tasks with a trajectory, a constant target, integral
+    bias, postures, every row selection)."""
+    from cmstack.controllers.uk_robust import IntegralTask
+    from cmstack.models.coupling import _frame_vec
+
+    cfg, robot, c0, u0, states = setup
+    traj = Circle([0.4, 0.2, 0.5], 0.1, 1.3, 0.4, R=pin.rpy.rpyToMatrix(0.2, 0.1, -0.3))
+    for rows in ("full", "position", "orientation"):
+        c = IntegralTask(RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", c0.T_AB, 7.0, 3.0, rows=rows), 5.0, 1.0)
+        u = IntegralTask(FrameTask(robot, "yumi_link_7_l", traj, 40.0, 9.0, rows=rows), 30.0, 1.0)
+        s = FrameTask(robot, "yumi_link_7_r", kp=5.0, kd=2.0, rows=rows, offset=np.eye(4))
+        s.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.5, -0.4, 2.0), np.array([0.3, -0.2, 0.4])))
+        p_some = PostureTask(robot, None, joints=["yumi_joint_3_r", "yumi_joint_1_l"], kp=3.0, kd=1.0)
+        p_some.set_target([0.2, -0.3])
+        p_all = PostureTask(robot, states[0][1], kp=10.0, kd=6.0)
+        ctl = UdwadiaKalabaController(robot, levels=[[(c, 4.0), (u, 2.0)], [s, p_some], [(p_all, 3.0), GAUSS]],
+                                      limits=[], warn_free_dof=False)
+        assert ctl._plan is not None and ctl._plan.integrals
+        scale = [2.0, np.sqrt(2.0), 1.0, 1.0, 1.0]
+        for t, q, v in states[::60]:
+            ctl(t, q, v)                      # targets, gains, references, integral states z
+            P, kin = _plan_and_kin(ctl, t, q, v)
+            for k, fid in enumerate(_plan_frames(ctl)):
+                fs = kin.frame(fid)
+                P.fvec[k] = _frame_vec(fs)
+                P.fJ[k] = fs.J
+            Ab = np.full(P.ab_shape, np.nan)
+            K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref,
+                        P.tbias, P.terr, Ab)
+            n = robot.nv
+            for (k, task), sc in zip(P.task_items, scale):
+                outer = next((o for kk, o in P.integrals if kk == k), task)
+                A, b = outer.qp_rows(kin, t)
+                r0 = P.tint[k, 3]
+                np.testing.assert_array_equal(Ab[r0:r0 + task.dim, :n], sc * A)
+                np.testing.assert_allclose(Ab[r0:r0 + task.dim, n], sc * b, rtol=1e-15, atol=1e-15)
+                if outer is task:
+                    np.testing.assert_array_equal(Ab[r0:r0 + task.dim, n], sc * b)
+                np.testing.assert_allclose(P.terr[k, task.rows], task.error(kin, t), rtol=1e-14, atol=1e-15)
+
+
 def test_kkt_solve_equals_the_dense_kkt_system(setup):
     """v̇ and λ of the Schur-complement kernel solve [H Eᵀ; E 0][v̇; λ] = [r; f] (a dense solve) and
     τ = M v̇ + h + D v; H and r are M + Σ ω AᵀA and −(h + D v) + Σ ω Aᵀ b."""

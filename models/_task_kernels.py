@@ -1,0 +1,182 @@
+"""The error dynamics of the built-in tasks, compiled by numba and written once (issue 22): the Python tasks
+(``models/coupling.py``: ``RigidCoupling``, ``FrameTask``, ``PostureTask``, ``JointTrajectoryTask``) call these
+kernels from ``error_dynamics``, and the fused UK step (``controllers/_uk_kernels.py: task_rows``) calls the
+same ones on its frame table; ``task_law`` turns them into the rows A v̇ = b of the controller.
+
+Conventions (``models/robot.py: FrameState``, LOCAL_WORLD_ALIGNED).  A frame is given as
+x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; α] (6)] and its Jacobian J (6×n), with
+[v; ω] = J v and [p̈; ω̇] = J v̇ + acc (``acc`` = J̇ v, the classical acceleration at v̇ = 0): the layout
+of the fused step's frame table ``fvec``.
+
+Every kernel writes, in world axes,
+
+    W (k×n) and ed (4, k) = [drift; w; e; e_own],  and the rotation R of P = diag(I, R)
+
+where, for the task's error in its own axes (``models/coupling.py``: e_own = [p_D − p; Log(Rᵀ R_D)], w_own,
+ẇ_own = W_own v̇ + drift_own), the world-axes rows are the same rows rotated by the orthogonal P:
+W = P W_own, drift = P drift_own, w = P w_own, e = P e_own.  So W v̇ + drift = P ẇ_own (the error's
+derivative taken in the task's own, rotating, axes), and the law ẇ_own + K_d w_own + K_p e_own = 0 is
+P(…) = 0:
+
+    A = W,   b = −drift − K_d w − K_p e            (``task_law``; the same solution and the same
+                                                   least-squares cost as the own-axes rows, ‖P x‖ = ‖x‖)
+
+Derivations (J_d = J_b − J_a, tw_d = tw_b − tw_a, acc_d = acc_b − acc_a):
+
+* coupling, frames a = B (= E₁·T_A^B) and b = E₂, P = diag(I, R₂) ([Milioshin] 3.14–3.15, 3.27–3.30):
+  e_own = [p₂ − p_B; Log(R_Bᵀ R₂)], w_own = [v_d; R₂ᵀ ω_d], and Ṙ₂ᵀ = −R₂ᵀ ω₂^ gives
+  ẇ_own,ω = R₂ᵀ(ω̇_d − ω₂ × ω_d), so
+      W = J_d,   w = tw_d,   drift = acc_d − [0; ω₂ × ω_d],   e = [p₂ − p_B; R₂ Log(R_Bᵀ R₂)]
+* frame task, frame C, target D = (R_D, p_D), [v_D; ω_D^D], [a_D; ε_D^D] (angular parts in D's axes),
+  P = diag(I, R_D) (3.32–3.36): e_own = [p_D − p_C; Log(R_Cᵀ R_D)], w_own = [v_D − v_C; ω_D^D − R_Dᵀ ω_C],
+  ẇ_own,ω = ε_D^D − R_Dᵀ(ω̇_C − ω_D × ω_C) with ω_D = R_D ω_D^D, so
+      W = −J_C,   w = [v_D − v_C; ω_D − ω_C],   drift = [a_D − a_C; R_D ε_D^D − α_C + ω_D × ω_C],
+      e = [p_D − p_C; R_D Log(R_Cᵀ R_D)]
+* joints S (indices idx) following (q_d, v_d, a_d), P = I: e = q_d − q_S, w = v_d − v_S, ẇ = a_d − S v̇:
+      W = −S,   drift = a_d   (a posture: v_d = a_d = 0)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def log3(R, out):
+    """out ← Log(R) ∈ R³, R a 3×3 rotation matrix, through the unit quaternion (w, u) of R (Shepperd's choice
+    of the largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
+    w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
+    2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴))."""
+    r00, r11, r22 = R[0, 0], R[1, 1], R[2, 2]
+    tr = r00 + r11 + r22
+    if tr >= r00 and tr >= r11 and tr >= r22:
+        s = 2.0 * math.sqrt(1.0 + tr)
+        w = 0.25 * s
+        x = (R[2, 1] - R[1, 2]) / s
+        y = (R[0, 2] - R[2, 0]) / s
+        z = (R[1, 0] - R[0, 1]) / s
+    elif r00 >= r11 and r00 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
+        w = (R[2, 1] - R[1, 2]) / s
+        x = 0.25 * s
+        y = (R[0, 1] + R[1, 0]) / s
+        z = (R[0, 2] + R[2, 0]) / s
+    elif r11 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
+        w = (R[0, 2] - R[2, 0]) / s
+        x = (R[0, 1] + R[1, 0]) / s
+        y = 0.25 * s
+        z = (R[1, 2] + R[2, 1]) / s
+    else:
+        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
+        w = (R[1, 0] - R[0, 1]) / s
+        x = (R[0, 2] + R[2, 0]) / s
+        y = (R[1, 2] + R[2, 1]) / s
+        z = 0.25 * s
+    if w < 0.0:
+        w, x, y, z = -w, -x, -y, -z
+    nu = math.sqrt(x * x + y * y + z * z)
+    if nu > 1e-5 * w:
+        f = 2.0 * math.atan2(nu, w) / nu
+    else:
+        f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
+    out[0] = f * x
+    out[1] = f * y
+    out[2] = f * z
+
+
+@njit(cache=True)
+def _pose_error(xa, Rb, pb, ed, R):
+    """ed[3] ← e_own = [p_b − p_a; Log(R_aᵀ R_b)] of frame a (row x) against the pose (R_b, p_b), and
+    ed[2] ← e = [e_own,lin; R e_own,ang] (R: the rotation of P)."""
+    Rr = np.empty((3, 3))
+    for i in range(3):
+        for j in range(3):
+            Rr[i, j] = xa[i] * Rb[0, j] + xa[3 + i] * Rb[1, j] + xa[6 + i] * Rb[2, j]
+    lg = ed[3, 3:6]
+    log3(Rr, lg)
+    for i in range(3):
+        ed[3, i] = pb[i] - xa[9 + i]
+        ed[2, i] = ed[3, i]
+        ed[2, 3 + i] = R[i, 0] * lg[0] + R[i, 1] * lg[1] + R[i, 2] * lg[2]
+
+
+@njit(cache=True)
+def coupling_error(xa, Ja, xb, Jb, W, ed, R):
+    """The coupling of frame a = B with frame b = E₂ (module docstring): W (6×n), ed (4, 6), R = R₂."""
+    n = Ja.shape[1]
+    for i in range(6):
+        for c in range(n):
+            W[i, c] = Jb[i, c] - Ja[i, c]
+    for i in range(3):
+        for j in range(3):
+            R[i, j] = xb[3 * i + j]
+    _pose_error(xa, R, xb[9:12], ed, R)
+    for i in range(6):
+        ed[1, i] = xb[12 + i] - xa[12 + i]
+        ed[0, i] = xb[18 + i] - xa[18 + i]
+    o0, o1, o2 = xb[15], xb[16], xb[17]
+    w0, w1, w2 = ed[1, 3], ed[1, 4], ed[1, 5]
+    ed[0, 3] -= o1 * w2 - o2 * w1
+    ed[0, 4] -= o2 * w0 - o0 * w2
+    ed[0, 5] -= o0 * w1 - o1 * w0
+
+
+@njit(cache=True)
+def frame_error(x, J, H, va, W, ed, R):
+    """Frame C (row x, Jacobian J) following the target H = T_D (4×4: R_D, p_D) with
+    va = [v_D; ω_D^D; a_D; ε_D^D] (module docstring): W (6×n), ed (4, 6), R = R_D."""
+    n = J.shape[1]
+    for i in range(6):
+        for c in range(n):
+            W[i, c] = -J[i, c]
+    for i in range(3):
+        for j in range(3):
+            R[i, j] = H[i, j]
+    _pose_error(x, R, H[:3, 3], ed, R)
+    d0 = R[0, 0] * va[3] + R[0, 1] * va[4] + R[0, 2] * va[5]         # ω_D = R_D ω_D^D
+    d1 = R[1, 0] * va[3] + R[1, 1] * va[4] + R[1, 2] * va[5]
+    d2 = R[2, 0] * va[3] + R[2, 1] * va[4] + R[2, 2] * va[5]
+    c0, c1, c2 = x[15], x[16], x[17]
+    for i in range(3):
+        ed[1, i] = va[i] - x[12 + i]
+        ed[0, i] = va[6 + i] - x[18 + i]
+        ed[0, 3 + i] = R[i, 0] * va[9] + R[i, 1] * va[10] + R[i, 2] * va[11] - x[21 + i]
+    ed[1, 3], ed[1, 4], ed[1, 5] = d0 - c0, d1 - c1, d2 - c2
+    ed[0, 3] += d1 * c2 - d2 * c1
+    ed[0, 4] += d2 * c0 - d0 * c2
+    ed[0, 5] += d0 * c1 - d1 * c0
+
+
+@njit(cache=True)
+def joint_error(q, v, idx, qd, vd, ad, W, ed):
+    """Joints idx following (q_d, v_d, a_d) (module docstring): W (k×n) = −S, ed (4, k); P = I."""
+    n = v.shape[0]
+    for i in range(idx.shape[0]):
+        j = idx[i]
+        for c in range(n):
+            W[i, c] = 0.0
+        W[i, j] = -1.0
+        ed[0, i] = ad[i]
+        ed[1, i] = vd[i] - v[j]
+        ed[2, i] = qd[i] - q[j]
+        ed[3, i] = ed[2, i]
+
+
+@njit(cache=True)
+def task_law(W, ed, R, rotated, kp, kd, sc, sel0, nsel, beta, A, b):
+    """The rows of the law on the selected rows sel0 … sel0 + nsel − 1, scaled by sc (√ω above the last
+    level, else 1): A = sc W, b = sc(−drift − K_d w − K_p e − P β), where β is a bias in the task's own
+    axes (the integral action K_i z of ``uk_robust.IntegralTask``; zero otherwise), rotated to world
+    axes by P = diag(I, R) when ``rotated`` (a task of 6 rows with axes of its own), else P = I."""
+    n = W.shape[1]
+    for i in range(nsel):
+        s = sel0 + i
+        for c in range(n):
+            A[i, c] = sc * W[s, c]
+        bs = beta[s]
+        if rotated and s >= 3:
+            bs = R[s - 3, 0] * beta[3] + R[s - 3, 1] * beta[4] + R[s - 3, 2] * beta[5]
+        b[i] = sc * (((-ed[0, s] - kd * ed[1, s]) - kp * ed[2, s]) - bs)
