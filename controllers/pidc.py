@@ -50,6 +50,7 @@ from pinocchio import computeAllTerms as pin_compute_all_terms
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
+from cmstack.controllers._pidc_kernels import pidc_rows, pidc_rows_work
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.coupling import Task
@@ -109,7 +110,11 @@ class PIDC:
     ``robot.passive_joints``), or an object with phi, jacobian, jdot_v.  ``info.f_c`` is the constraint force
     (32) and ``info.lam`` its multipliers.
     passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
-    qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``)."""
+    qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``).
+
+    Compiled steps (no QP, weights or force law): one constraint row in closed form (``kernels.pidc_one_row``),
+    several rows through complete orthogonal decompositions instead of SVDs (``_pidc_kernels.pidc_rows``,
+    derived there); ``_numpy_step`` is the reference both are tested against."""
 
     def __init__(self, robot, constraint, coords, reference=None, kp=None, kv=None, *, passive=None, weights=None,
                  force: ForceLaw | None = None, qp: bool = False, torque_limits=None, rank_tol: float = DEFAULT_TOL,
@@ -200,6 +205,12 @@ class PIDC:
         self._kinfo = None
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
+        # compiled step with several constraint rows (``_pidc_kernels.pidc_rows``): no QP, weights or force loop
+        m = getattr(self.c, "m", None)
+        self._rows_compiled = (not self._compiled and not self.qp and self.w is None and self.force is None
+                               and isinstance(m, int) and m >= 1)
+        if self._rows_compiled and isinstance(m, int):
+            self._rows_setup(m)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
@@ -222,7 +233,12 @@ class PIDC:
         (the joint case with S → A_t and u → b_t; A_t P may be rank deficient, e.g. a planar mechanism's
         out-of-plane row: the truncated SVD drops it).  With e = the tasks' errors, the tracked rows then obey
         ẅ + K_d w + K_p e = 0 (Theorem 4 of the joint case, the same argument)."""
-        kin = self.kin
+        A, b, e = self._task_rows(self.kin, t)
+        z = pinv(A @ pr.P, rtol=_RTOL) @ (b - A @ Cv)
+        return Cv + pr.P @ z, e
+
+    def _task_rows(self, kin, t):
+        """(A_t, b_t, e) of the task coordinates at (kin, t), stacked (``_task_acceleration``)."""
         As, bs, es = [], [], []
         for task in self.tasks:                       # one error_dynamics per task: its rows, b and e at once
             W, drift, w, e = task.error_dynamics(kin, t)
@@ -232,8 +248,7 @@ class PIDC:
             es.append(e[r])
         A = As[0] if len(As) == 1 else np.vstack(As)
         b = bs[0] if len(bs) == 1 else np.concatenate(bs)
-        z = pinv(A @ pr.P, rtol=_RTOL) @ (b - A @ Cv)
-        return Cv + pr.P @ z, (es[0] if len(es) == 1 else np.concatenate(es))
+        return A, b, (es[0] if len(es) == 1 else np.concatenate(es))
 
     def _sp_pinv(self, pr):
         """(S P)⁺.  One constraint row (P = I − y yᵀ, y = a/‖a‖, or P = I at rank 0), closed form:
@@ -300,7 +315,86 @@ class PIDC:
             tau = self._compiled_step(t, q, v)
             if tau is not None:
                 return tau
+        elif self._rows_compiled:
+            tau = self._rows_step(t, q, v)
+            if tau is not None:
+                return tau
         return self._numpy_step(t, q, v)
+
+    # ------------------------------------------------------------------ compiled step, several rows
+    def _rows_setup(self, m: int) -> None:
+        """Constant tables of ``_pidc_kernels.pidc_rows`` (its docstring: ``prm``, ``ints``) and its scratch."""
+        n = self.robot.nv
+        k = sum(t.dim for t in self.tasks) if self.tasks else len(self._ci)
+        pj = np.flatnonzero(~self.actuated)
+        ci = np.zeros(k, dtype=np.int64) if self.tasks else self._ci      # (not read with task rows)
+        self._rk_ints = np.concatenate([[m, 1 if self.tasks else 0, k, pj.size], ci, pj]).astype(np.int64)
+        ref = self.ref
+        if self._sinus and not self.tasks and isinstance(ref, Sinusoid):
+            sin = np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in (ref.c, ref.a, ref.w, ref.p)])
+        else:
+            sin = np.zeros(4 * k)
+        kp = np.zeros(k) if self.tasks else self.kp
+        kv = np.zeros(k) if self.tasks else self.kv
+        self._rk_prm = np.concatenate([[self.rank_tol, _RTOL, self.solve_tol], self.D, kp, kv, sin])
+        self._rk_work = pidc_rows_work(n, m, k, pj.size)
+        self._rk_ref = np.zeros((3, k))
+        self._rk_S = np.zeros((k, n))             # B₀ of the joint case is not read (the kernel selects the joints)
+        self._rk_m = m
+
+    def _rows_step(self, t, q, v):
+        """The law of ``_numpy_step`` for several constraint rows as one compiled kernel
+        (``_pidc_kernels.pidc_rows``: the SVD pseudo-inverses replaced by complete orthogonal decompositions,
+        derived there); None when the rows are not finite (the NumPy path then names them)."""
+        kin = self.robot.update(q, v)
+        self.kin = kin
+        q, v = kin.q, kin.v
+        if self._rows_kin is not None:
+            A, jdv = self._rows_kin(kin)            # from Robot.update's pass
+        elif self._rows_fn is not None:
+            A, jdv = self._rows_fn(q, v)
+        else:
+            A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
+        A = np.asarray(A, dtype=float)
+        jdv = np.asarray(jdv, dtype=float).reshape(-1)
+        n, m = v.size, self._rk_m
+        if A.shape != (m, n) or jdv.shape != (m,):
+            return None
+        ref = self._rk_ref
+        if self.tasks:
+            B0, bt, _ = self._task_rows(kin, t)
+            ref[0] = bt
+        else:
+            B0 = self._rk_S
+            if not self._sinus:
+                r0, r1, r2 = self._ref_call(t)
+                try:
+                    ref[0], ref[1], ref[2] = r0, r1, r2
+                except ValueError:
+                    raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
+                                      f"{self.coords}") from None
+        out = np.empty(4 * n + m)
+        st, rank, res, bn, unsolvable = pidc_rows(kin.M, kin.h, q, v, A, jdv, B0, float(t), ref,
+                                                  self._sinus and not self.tasks, self._rk_prm, self._rk_ints,
+                                                  self._rk_work, out)
+        if st:
+            return None
+        tau = out[2 * n:3 * n]
+        info = PIDCInfo(status="solved", rank=rank, qdd_des=out[:n], tau_par=out[n:2 * n], f_c=out[3 * n:4 * n],
+                        lam=out[4 * n:])
+        if self._has_passive:
+            info.passive_residual = res
+        if unsolvable:
+            info.solvable, info.status = False, "unsolvable"
+            self.unsolvable_steps += 1
+            if self.on_unsolvable == "raise":
+                raise InfeasibleError(
+                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
+                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
+                    f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
+        self.info = info
+        self._prev = (t, v, tau)        # kin's own copies of the state, and τ (a view of this step's buffer)
+        return tau
 
     @property
     def kin(self):

@@ -1,0 +1,391 @@
+"""Compiled kernel of PIDC's step with several constraint rows ([Aghili] §7.1, §7.4; ``controllers/pidc.py``):
+the law of ``PIDC._numpy_step`` (its reference, kept) without its three SVDs, in one ``numba.njit(cache=True)``
+call on arrays the caller computed (M, h, the constraint rows A, Ȧq̇, the coordinates' rows).  The one-row
+case has its own closed form (``controllers/kernels.py: pidc_one_row``).
+
+Factorizations.  Every pseudo-inverse of the NumPy path is the truncated Moore–Penrose inverse of a small
+matrix X (p×s) (singular values at or below a threshold dropped).  Here it is a complete orthogonal
+decomposition (COD) from two Householder QR factorizations, O(p s min(p, s)) flops with no iteration:
+
+    X Π = Q [R₁₁ R₁₂; 0 R₂₂]      (QR with column pivoting: |R₁₁| decreasing on the diagonal; stop at the
+                                   first step whose largest remaining column norm ρ is at or below the
+                                   threshold: rank r, R₂₂ dropped, ‖R₂₂‖₂ ≤ √(s−r) ρ)
+    T = [R₁₁ R₁₂] (r×s),   Tᵀ = Z [U; 0]   (QR of Tᵀ, U r×r upper triangular, nonsingular)
+    X ≈ Q_r T Πᵀ = Q_r Uᵀ Z_rᵀ Πᵀ,   X⁺ = Π Z_r U⁻ᵀ Q_rᵀ
+
+(check: X X⁺ = Q_r Q_rᵀ and X⁺ X = Π Z_r Z_rᵀ Πᵀ, both symmetric projectors, so the four Penrose conditions
+hold).  The rank test is on the pivoted column norms instead of the singular values; the two agree whenever
+no singular value lies near the threshold, as on every state of the shipped mechanisms (the planar
+closures' rows that vanish identically give ρ ~ 1e-17, the kept ones are of order 0.01–1).  ``dropped
+column norm ≤ tol`` stands for ``σ ≤ tol`` (absolute, the projector's ``rank_tol``) and ``≤ rtol·|R₀₀|`` for
+``σ ≤ rtol·σ₁`` (relative, ``_RTOL``; |R₀₀| is the largest column norm, σ₁/√s ≤ |R₀₀| ≤ σ₁).
+
+The step.  A (m×n) the loops' rows, Ȧq̇ = jdv.  The COD of Aᵀ (n×m): Aᵀ Π = Q R, rank r, Y = Q[:, :r] an
+orthonormal basis of range(Aᵀ), N = Q[:, r:] one of N(A) (Q is orthogonal), so
+
+    P = I − A⁺A = N Nᵀ,   A⁺ = (Aᵀ⁺)ᵀ = Q_r U⁻¹ Z_rᵀ Πᵀ,   C q̇ = −A⁺ Ȧq̇   (14)
+
+Motion (46).  With coordinates' rows B₀ (k×n) and right-hand side y (joints: B₀ = S, y = u − S C q̇; tasks:
+B₀ = A_t, y = b_t − A_t C q̇), the NumPy path's z = (B₀ P)⁺ y, q̈ = C q̇ + P z.  Since B₀ P = (B₀ N) Nᵀ and Nᵀ
+has orthonormal rows, (B₀ P)⁺ = N (B₀ N)⁺ with the same nonzero singular values (the same relative
+truncation), and P N = N:
+
+    q̈_des = C q̇ + N (B₀ N)⁺ y        ((B₀ N)⁺ by the COD of the k×(n−r) matrix B₀ N)
+
+Passive joints (60–62).  With S_p the passive rows, (I − B)(I − P) = S_pᵀ (S_p Y) Yᵀ, whose nonzero singular
+values are those of C = S_p Y (p×r); [(I − B)(I − P)]⁺ = Y C⁺ S_p, hence
+
+    τ = τ_∥ − (I − P)[(I − B)(I − P)]⁺(I − B) τ_∥ = τ_∥ − Y C⁺ (τ_∥)_p,   τ_∥ = N Nᵀ b,  b = M q̈_des + h + D q̇
+
+and the residual ‖τ_p‖ of (58).  Constraint force (32) f_c = (I − P) r = Y Yᵀ r, r = M q̈_des + h + D q̇ − τ, and its
+multipliers λ = A⁺ᵀ f_c = Π Z_r U⁻ᵀ Q_rᵀ f_c (the COD of Aᵀ applied to f_c).
+
+tests/test_pidc_kernels.py compares every output with ``PIDC._numpy_step`` on closed-loop states of the
+shipped mechanisms and on random rank-deficient matrices (the COD against NumPy's pinv).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def qr_pivot(X, p, s, tol, rel, piv, tau):
+    """Householder QR with column pivoting of X[:p, :s] in place (LAPACK's layout: R on and above the diagonal,
+    reflector j's vector below X[j, j] with a unit first entry implied, its factor in tau[j]; H_j = I − τ v vᵀ),
+    stopped at the first step whose largest remaining column norm is ≤ tol (``rel``: ≤ tol·|R₀₀|).  piv[:s]
+    receives the column order (X Π = Q R with Π's column j = e_piv[j]).  Returns the rank r."""
+    for c in range(s):
+        piv[c] = c
+    r00 = 0.0
+    for j in range(min(p, s)):
+        best, bn = j, -1.0
+        for c in range(j, s):
+            x = 0.0
+            for i in range(j, p):
+                x += X[i, c] * X[i, c]
+            if x > bn:
+                bn, best = x, c
+        nrm = math.sqrt(bn)
+        thr = tol * (nrm if j == 0 else r00) if rel else tol
+        if not nrm > thr:
+            return j
+        if best != j:
+            for i in range(p):
+                X[i, j], X[i, best] = X[i, best], X[i, j]
+            piv[j], piv[best] = piv[best], piv[j]
+        x0 = X[j, j]
+        tail = 0.0
+        for i in range(j + 1, p):
+            tail += X[i, j] * X[i, j]
+        if tail == 0.0:                      # nothing below the diagonal: H_j = I
+            tau[j] = 0.0
+            if j == 0:
+                r00 = abs(x0)
+            continue
+        beta = -nrm if x0 >= 0.0 else nrm
+        tau[j] = (beta - x0) / beta
+        f = 1.0 / (x0 - beta)
+        for i in range(j + 1, p):
+            X[i, j] *= f
+        X[j, j] = beta
+        if j == 0:
+            r00 = nrm
+        for c in range(j + 1, s):
+            w = X[j, c]
+            for i in range(j + 1, p):
+                w += X[i, j] * X[i, c]
+            w *= tau[j]
+            X[j, c] -= w
+            for i in range(j + 1, p):
+                X[i, c] -= w * X[i, j]
+    return min(p, s)
+
+
+@njit(cache=True)
+def apply_qt(X, p, k, tau, y):
+    """y ← Qᵀ y = H_{k−1} ⋯ H₀ y for the first k reflectors stored in X (``qr_pivot``), y of length p."""
+    for j in range(k):
+        if tau[j] == 0.0:
+            continue
+        w = y[j]
+        for i in range(j + 1, p):
+            w += X[i, j] * y[i]
+        w *= tau[j]
+        y[j] -= w
+        for i in range(j + 1, p):
+            y[i] -= w * X[i, j]
+
+
+@njit(cache=True)
+def apply_q(X, p, k, tau, y):
+    """y ← Q y = H₀ ⋯ H_{k−1} y (the reflectors of ``qr_pivot``), y of length p."""
+    for j in range(k - 1, -1, -1):
+        if tau[j] == 0.0:
+            continue
+        w = y[j]
+        for i in range(j + 1, p):
+            w += X[i, j] * y[i]
+        w *= tau[j]
+        y[j] -= w
+        for i in range(j + 1, p):
+            y[i] -= w * X[i, j]
+
+
+@njit(cache=True)
+def _unpivoted(Zt, s, r, ztau):
+    """Householder QR of Zt[:s, :r] without pivoting (the second factor of the COD)."""
+    for j in range(r):
+        x0 = Zt[j, j]
+        tail = 0.0
+        for i in range(j + 1, s):
+            tail += Zt[i, j] * Zt[i, j]
+        if tail == 0.0:
+            ztau[j] = 0.0
+            continue
+        nrm = math.sqrt(x0 * x0 + tail)
+        beta = -nrm if x0 >= 0.0 else nrm
+        ztau[j] = (beta - x0) / beta
+        f = 1.0 / (x0 - beta)
+        for i in range(j + 1, s):
+            Zt[i, j] *= f
+        Zt[j, j] = beta
+        for c in range(j + 1, r):
+            w = Zt[j, c]
+            for i in range(j + 1, s):
+                w += Zt[i, j] * Zt[i, c]
+            w *= ztau[j]
+            Zt[j, c] -= w
+            for i in range(j + 1, s):
+                Zt[i, c] -= w * Zt[i, j]
+
+
+@njit(cache=True)
+def cod_factor(X, p, s, tol, rel, piv, tau, Zt, ztau):
+    """The COD of X[:p, :s] (module docstring): pivoted QR in X (rank r), then the unpivoted QR of
+    Tᵀ = [R₁₁ R₁₂]ᵀ (s×r) in Zt (U on and above its diagonal).  Returns r."""
+    r = qr_pivot(X, p, s, tol, rel, piv, tau)
+    for i in range(s):
+        for j in range(r):
+            Zt[i, j] = X[j, i] if i >= j else 0.0
+    _unpivoted(Zt, s, r, ztau)
+    return r
+
+
+@njit(cache=True)
+def cod_pinv_apply(X, p, s, r, piv, tau, Zt, ztau, y, w, out):
+    """out ← X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y from ``cod_factor``'s result (y of length p, out of length s; w scratch
+    of length max(p, s); y is left unchanged)."""
+    for i in range(p):
+        w[i] = y[i]
+    apply_qt(X, p, r, tau, w)
+    for i in range(r):                      # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
+        x = w[i]
+        for k in range(i):
+            x -= Zt[k, i] * w[k]
+        w[i] = x / Zt[i, i]
+    for i in range(r, s):
+        w[i] = 0.0
+    apply_q(Zt, s, r, ztau, w)
+    for i in range(s):
+        out[piv[i]] = w[i]
+
+
+@njit(cache=True)
+def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
+    """One PIDC step with the m constraint rows A (m×n) and Ȧq̇ = jdv (m), as ``PIDC._numpy_step`` without
+    weights, QP or force loop (module docstring).  Coordinates: ``B0`` (k×n) the task rows with the right-hand
+    side b_t in ``ref[0]`` (ints[1] = 1), or joint coordinates (ints[1] = 0: B₀ = S, the joints ints[4:4+k],
+    u = θ̈_d + K_v(θ̇_d − q̇_S) + K_p(θ_d − q_S) from ``ref`` = [θ_d; θ̇_d; θ̈_d] (3, k), written from the
+    sinusoid in ``prm`` when ``sinus``, as ``pidc_one_row``).
+    prm = [rank_tol, rtol, solve_tol, D (n), K_p (k), K_v (k), c, α, ω, φ (k each)]; ints = [m, task?, k, p,
+    coordinate joints (k), passive joints (p)]; work: scratch (``pidc_rows_work``).
+    Writes out (4n + m) = [q̈_des (n), τ_∥ (n), τ (n), f_c (n), λ (m)]; returns (status, rank, residual, ‖b‖,
+    unsolvable): status 0 ok, 2 a non-finite A or Ȧq̇, 3 a non-finite q or q̇; unsolvable: the passive
+    residual exceeds solve_tol·max(1, ‖b‖) (58), τ is then zeroed on the passive joints (as the NumPy path)."""
+    n = q.shape[0]
+    m, task, k, np_ = ints[0], ints[1], ints[2], ints[3]
+    ci = ints[4:4 + k]
+    pj = ints[4 + k:4 + k + np_]
+    rank_tol, rtol, solve_tol = prm[0], prm[1], prm[2]
+    D = prm[3:3 + n]
+    qdd = out[0:n]
+    tau_par = out[n:2 * n]
+    tau = out[2 * n:3 * n]
+    fc = out[3 * n:4 * n]
+    lam = out[4 * n:4 * n + m]
+    chk = 0.0
+    for i in range(n):
+        chk += q[i] + v[i]
+    if not math.isfinite(chk):
+        return NONFINITE_STATE, 0, 0.0, 0.0, False
+    chk = 0.0
+    for i in range(m):
+        chk += jdv[i]
+        for c in range(n):
+            chk += A[i, c]
+    if not math.isfinite(chk):
+        return NONFINITE_ROWS, 0, 0.0, 0.0, False
+    # scratch layout
+    L = max(n, m, k, np_) + 1
+    o = 0
+    Xa = work[o:o + n * L].reshape((n, L)); o += n * L             # Aᵀ, then its QR
+    Za = work[o:o + L * L].reshape((L, L)); o += L * L             # Tᵀ of A's COD
+    Qf = work[o:o + n * n].reshape((n, n)); o += n * n             # Q of Aᵀ = [Y N]
+    Xb = work[o:o + L * L].reshape((L, L)); o += L * L             # B₀N or C = S_p Y
+    Zb = work[o:o + L * L].reshape((L, L)); o += L * L
+    ta = work[o:o + L]; o += L
+    za = work[o:o + L]; o += L
+    tb = work[o:o + L]; o += L
+    zb = work[o:o + L]; o += L
+    w1 = work[o:o + L]; o += L
+    w2 = work[o:o + L]; o += L
+    cv = work[o:o + n]; o += n
+    yv = work[o:o + L]; o += L
+    bv = work[o:o + n]; o += n
+    pa = np.empty(2 * L, np.int64)
+    pb = np.empty(2 * L, np.int64)
+    # A's COD on Aᵀ (n×m): rank r, Q = [Y N]
+    for i in range(n):
+        for c in range(m):
+            Xa[i, c] = A[c, i]
+    r = cod_factor(Xa, n, m, rank_tol, False, pa, ta, Za, za)
+    for c in range(n):                        # column c of Q = Q e_c
+        for i in range(n):
+            w1[i] = 1.0 if i == c else 0.0
+        apply_q(Xa, n, r, ta, w1)
+        for i in range(n):
+            Qf[i, c] = w1[i]
+    d = n - r
+    # C q̇ = −A⁺ Ȧq̇ = −Q_r U⁻¹ Z_rᵀ Πᵀ Ȧq̇
+    for i in range(m):
+        w1[i] = jdv[pa[i]]
+    apply_qt(Za, m, r, za, w1)
+    for i in range(r - 1, -1, -1):            # U x = w1[:r]: back substitution
+        x = w1[i]
+        for c in range(i + 1, r):
+            x -= Za[i, c] * w1[c]
+        w1[i] = x / Za[i, i]
+    for i in range(n):
+        x = 0.0
+        for j in range(r):
+            x += Qf[i, j] * w1[j]
+        cv[i] = -x
+    # coordinates: X = B₀ N (k×d) and its right-hand side y
+    if task == 1:
+        for i in range(k):
+            x = ref[0, i]
+            for c in range(n):
+                x -= B0[i, c] * cv[c]
+            yv[i] = x
+            for j in range(d):
+                x = 0.0
+                for c in range(n):
+                    x += B0[i, c] * Qf[c, r + j]
+                Xb[i, j] = x
+    else:
+        o2 = 3 + n + 2 * k
+        if sinus:
+            for j in range(k):
+                ph = prm[o2 + 2 * k + j] * t + prm[o2 + 3 * k + j]
+                sn, cs = math.sin(ph), math.cos(ph)
+                al, om = prm[o2 + k + j], prm[o2 + 2 * k + j]
+                ref[0, j] = prm[o2 + j] + al * sn
+                ref[1, j] = al * om * cs
+                ref[2, j] = -al * om * om * sn
+        for i in range(k):
+            c = ci[i]
+            e = ref[0, i] - q[c]
+            ed = ref[1, i] - v[c]
+            yv[i] = ref[2, i] + prm[3 + n + k + i] * ed + prm[3 + n + i] * e - cv[c]
+            for j in range(d):
+                Xb[i, j] = Qf[c, r + j]
+    for i in range(n):
+        qdd[i] = cv[i]
+    if d > 0 and k > 0:
+        rb = cod_factor(Xb, k, d, rtol, True, pb, tb, Zb, zb)
+        cod_pinv_apply(Xb, k, d, rb, pb, tb, Zb, zb, yv, w1, w2)      # w2 = (B₀N)⁺ y
+        for i in range(n):
+            x = 0.0
+            for j in range(d):
+                x += Qf[i, r + j] * w2[j]
+            qdd[i] += x
+    # b = M q̈ + h + D q̇,  τ_∥ = N Nᵀ b
+    bb = 0.0
+    for i in range(n):
+        x = h[i] + D[i] * v[i]
+        for c in range(n):
+            x += M[i, c] * qdd[c]
+        bv[i] = x
+        bb += x * x
+    bn = math.sqrt(bb)
+    for j in range(d):
+        x = 0.0
+        for c in range(n):
+            x += Qf[c, r + j] * bv[c]
+        w1[j] = x
+    for i in range(n):
+        x = 0.0
+        for j in range(d):
+            x += Qf[i, r + j] * w1[j]
+        tau_par[i] = x
+        tau[i] = x
+    res = 0.0
+    unsolvable = False
+    if np_ > 0:
+        if r > 0:
+            # τ = τ_∥ − Y C⁺ (τ_∥)_p,  C = S_p Y (p×r)
+            for i in range(np_):
+                yv[i] = tau_par[pj[i]]
+                for j in range(r):
+                    Xb[i, j] = Qf[pj[i], j]
+            rc = cod_factor(Xb, np_, r, rtol, True, pb, tb, Zb, zb)
+            cod_pinv_apply(Xb, np_, r, rc, pb, tb, Zb, zb, yv, w1, w2)
+            for i in range(n):
+                x = 0.0
+                for j in range(r):
+                    x += Qf[i, j] * w2[j]
+                tau[i] -= x
+        for i in range(np_):
+            res += tau[pj[i]] * tau[pj[i]]
+        res = math.sqrt(res)
+        if res > solve_tol * max(1.0, bn):
+            unsolvable = True
+            for i in range(np_):
+                tau[pj[i]] = 0.0
+    # f_c = Y Yᵀ (b − τ),  λ = A⁺ᵀ f_c = Π Z_r U⁻ᵀ Q_rᵀ f_c
+    for j in range(r):
+        x = 0.0
+        for c in range(n):
+            x += Qf[c, j] * (bv[c] - tau[c])
+        w1[j] = x
+    for i in range(n):
+        x = 0.0
+        for j in range(r):
+            x += Qf[i, j] * w1[j]
+        fc[i] = x
+    for i in range(r):                        # Uᵀ s = Q_rᵀ f_c = w1[:r] (Q_rᵀ Y Yᵀ = Yᵀ)
+        x = w1[i]
+        for c in range(i):
+            x -= Za[c, i] * w1[c]
+        w1[i] = x / Za[i, i]
+    for i in range(r, m):
+        w1[i] = 0.0
+    apply_q(Za, m, r, za, w1)
+    for i in range(m):
+        lam[pa[i]] = w1[i]
+    return OK, r, res, bn, unsolvable
+
+
+def pidc_rows_work(n: int, m: int, k: int, p: int) -> np.ndarray:
+    """A scratch buffer for ``pidc_rows`` (n joints, m constraint rows, k coordinates, p passive joints)."""
+    L = max(n, m, k, p) + 1
+    return np.zeros(n * L + 4 * L * L + n * n + 7 * L + 2 * n)
+
+
+if __name__ == "__main__":
+    raise SystemExit("the kernels' warm-up is the application tier's: run `python -m cmstack.warmup`")

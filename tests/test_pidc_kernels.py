@@ -1,0 +1,135 @@
+"""PIDC's compiled step with several constraint rows (controllers/_pidc_kernels.py) against the NumPy law it
+replaces (``PIDC._numpy_step``, SVD pseudo-inverses) on closed-loop states of the shipped mechanisms, and its
+complete orthogonal decomposition against NumPy's pseudo-inverse."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cmstack.controllers import _pidc_kernels as K
+from cmstack.controllers.pidc import PIDC
+from cmstack.models.coupling import FrameTask
+from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Circle, Sinusoid
+from cmstack.sim.projection_sim import ProjectionPlant
+
+
+def _rel(a, b):
+    return np.abs(np.asarray(a) - np.asarray(b)).max() / max(np.abs(np.asarray(b)).max(), 1e-300)
+
+
+def _cod_pinv(X, tol, rel):
+    p, s = X.shape
+    L = max(p, s) + 1
+    F = np.zeros((L, L))
+    F[:p, :s] = X
+    Z = np.zeros((L, L))
+    piv = np.zeros(2 * L, np.int64)
+    tau, ztau, w, out = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
+    r = K.cod_factor(F, p, s, tol, rel, piv, tau, Z, ztau)
+    Xp = np.empty((s, p))
+    for j in range(p):
+        e = np.zeros(L)
+        e[j] = 1.0
+        K.cod_pinv_apply(F, p, s, r, piv, tau, Z, ztau, e, w, out)
+        Xp[:, j] = out[:s]
+    return r, Xp
+
+
+@pytest.mark.parametrize("shape,rank", [((6, 5), 3), ((3, 3), 2), ((13, 15), 12), ((2, 7), 0), ((5, 2), 2),
+                                        ((5, 4), 4), ((2, 3), 1)])
+def test_cod_is_the_truncated_pseudo_inverse(shape, rank):
+    """Random matrices of a given rank, with rows that vanish to round-off (as a planar closure's): the COD's
+    rank and X⁺ equal the truncated SVD's (absolute and relative thresholds)."""
+    rng = np.random.default_rng(sum(shape) + rank)
+    p, s = shape
+    X = rng.normal(size=(p - 1, rank)) @ rng.normal(size=(rank, s)) if rank else np.zeros((p - 1, s))
+    X = np.insert(X, rng.integers(p), 1e-17 * rng.normal(size=s) if rank else 0.0, axis=0)
+    for tol, rel in ((1e-9, False), (1e-10, True)):
+        r, Xp = _cod_pinv(X, tol, rel)
+        assert r == rank
+        ref = np.linalg.pinv(X, rcond=1e-10) if rank else np.zeros((s, p))
+        np.testing.assert_allclose(Xp, ref, rtol=0, atol=1e-11 * max(1.0, np.abs(ref).max()))
+        for M in (X @ Xp, Xp @ X):                        # Penrose: symmetric projectors
+            np.testing.assert_allclose(M, M.T, atol=1e-12)
+            np.testing.assert_allclose(M @ M, M, atol=1e-12)
+
+
+def _same_step(ctl, ref, t, q, v, tau):
+    tau_ref = ref._numpy_step(t, q, v)
+    a, b = ctl.info, ref.info
+    assert (a.rank, a.status, a.solvable) == (b.rank, b.status, b.solvable)
+    scale = max(1.0, np.abs(tau_ref).max())
+    assert np.abs(tau - tau_ref).max() <= 1e-10 * scale
+    for x, y in ((a.qdd_des, b.qdd_des), (a.tau_par, b.tau_par), (a.f_c, b.f_c)):
+        assert np.abs(x - y).max() <= 1e-10 * max(1.0, np.abs(y).max())
+    assert np.abs(a.lam - b.lam).max() <= 1e-10 * max(1.0, np.abs(b.lam).max())
+    assert abs(a.passive_residual - b.passive_residual) <= 1e-10 * scale
+
+
+def _ee_law(robot):
+    p0 = robot.update(robot.q_initial, np.zeros(robot.nv)).frame("ee").p.copy()
+    circle = Circle(p0 - [0.03, 0.0, 0.0], 0.03, 2 * np.pi * 0.5)
+    return PIDC(robot, None, FrameTask(robot, "ee", circle, kp=400.0, kd=40.0, rows="position"))
+
+
+def _joint_law(robot, amplitude=0.2):
+    act = robot.actuated_joints
+    q0 = robot.q_initial[[robot.joint_index(j) for j in act]]
+    return PIDC(robot, None, act, Sinusoid(q0, amplitude, 0.5), 400.0, 40.0)
+
+
+@pytest.mark.parametrize("model,law,ranks", [("mjcf/five_bar.xml", _ee_law, {3}),
+                                             ("mjcf/four_bar.xml", _joint_law, {2}),
+                                             ("mjcf/delta.xml", _ee_law, {12})])
+def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):
+    """The closed loop on the rigid projection plant: the compiled step (planar closures of rank 3 of 6 and
+    2 of 3, the Delta's 12 of 12) gives the NumPy step's τ, q̈_des, τ_∥, f_c, λ, rank and passive residual."""
+    robot, robot_ref = Robot.from_mjcf(model), Robot.from_mjcf(model)
+    ctl, ref = law(robot), law(robot_ref)
+    assert ctl._rows_compiled and not ctl._compiled
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    plant.reset(robot.q_initial)
+    seen = set()
+    for k in range(300):
+        t = k * 1e-3
+        q, v = plant.state()
+        tau = ctl(t, q, v)
+        _same_step(ctl, ref, t, q, v, tau)
+        seen.add(ctl.info.rank)
+        plant.set_torque(tau)
+        plant.step()
+    assert seen == ranks
+    assert np.abs(tau[~plant.actuated]).max() <= 1e-9
+
+
+def test_rows_kernel_without_passive_joints_and_a_function_reference():
+    """Every joint actuated (no passive law), the reference a Python function, random states; and the
+    unsolvable case: one actuated joint cannot hold the five-bar's loop (58), reported as the NumPy path."""
+    robot = Robot.from_mjcf("mjcf/five_bar.xml")
+    names = ["base_l", "base_r"]
+    fn = lambda t: (np.array([0.3 * t, -0.2]), np.array([0.3, 0.0]), np.zeros(2))
+    mk = lambda passive: PIDC(Robot.from_mjcf("mjcf/five_bar.xml"), None, names, fn, 100.0, 20.0, passive=passive)
+    rng = np.random.default_rng(2)
+    for passive in ((), ("elbow_l", "tip", "elbow_r", "base_r")):
+        ctl, ref = mk(passive), mk(passive)
+        assert ctl._rows_compiled and not ctl._sinus
+        unsolvable = 0
+        for i in range(30):
+            q = robot.assemble(robot.q_initial + 0.1 * rng.normal(size=robot.nv))
+            v = rng.normal(size=robot.nv)
+            tau = ctl(0.01 * i, q, v)
+            _same_step(ctl, ref, 0.01 * i, q, v, tau)
+            unsolvable += ctl.info.status == "unsolvable"
+        assert ctl.unsolvable_steps == unsolvable == ref.unsolvable_steps
+        assert (unsolvable > 0) == bool(passive)
+
+
+def test_rows_kernel_non_finite_rows_take_the_numpy_path():
+    robot = Robot.from_mjcf("mjcf/four_bar.xml")
+    ctl = _joint_law(robot)
+    q = robot.q_initial.copy()
+    from cmstack.models.errors import StateError
+    q[0] = np.nan
+    with pytest.raises(StateError):
+        ctl(0.0, q, np.zeros(robot.nv))
