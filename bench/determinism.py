@@ -97,7 +97,7 @@ def _pair(mode, label, scenario, duration, sets, tmp: Path, sets_b=()) -> dict:
         for p in ps:
             p.wait(timeout=900)
     else:
-        code = ("import sys; from cmstack.cli import load_scenario; from cmstack.scenarios._common import run_scenario\n"
+        code = ("import sys; from cmstack.scenarios.loader import load_scenario; from cmstack.scenarios._common import run_scenario\n"
                 f"name, mod, _ = load_scenario({scenario!r})\n"
                 f"for o in {[str(a), str(b)]!r}:\n"
                 f"    run_scenario(name, mod.run, out=o, sets={sets!r}, duration={duration!r}, html=False, plots=False)\n")

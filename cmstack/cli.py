@@ -19,87 +19,28 @@ Exit codes (every scenario run): 0 every target met, 1 a target missed or not ev
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
-import pkgutil
 import sys
 from pathlib import Path
 
 EXIT_USAGE = 2
 
 
-def _shipped() -> list[str]:
-    """The shipped scenarios: the modules of ``scenarios/`` (not ``_private``) that have a default config
-    ``scenarios/configs/<name>.toml``; helper modules such as ``schemas`` have none and are not scenarios."""
-    import cmstack.scenarios as pkg
-    from cmstack.scenarios._common import CONFIG_DIR
+def cmd_list(_args: argparse.Namespace | None) -> int:
+    from cmstack.scenarios.loader import listing
 
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
-                  if not m.name.startswith("_") and (CONFIG_DIR / f"{m.name}.toml").is_file())
-
-
-def _first_doc_line(mod) -> str:
-    return (mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else ""
-
-
-def cmd_list(_args) -> int:
-    print("Scenarios (run one: cmstack run NAME [--set key=value ...] [--viewer meshcat]):")
-    for name in _shipped():
-        try:
-            line = _first_doc_line(importlib.import_module(f"cmstack.scenarios.{name}"))
-        except Exception as exc:  # a broken scenario must not hide the others
-            line = f"(failed to import: {exc})"
-        print(f"  {name:<22} {line}")
+    print("\n".join(listing()))
     return 0
-
-
-def load_scenario(target: str):
-    """(name, module, default config path or None) of a shipped scenario name or a scenario file."""
-    from cmstack.models.errors import ConfigError
-
-    path = Path(target).expanduser()
-    if target.endswith(".py") or path.is_file():
-        if not path.is_file():
-            raise ConfigError(f"scenario file not found: {path}")
-        mod_name = f"cmstack_user_scenario_{path.stem}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except Exception as exc:
-            raise ConfigError(f"scenario file {path} failed to import: {type(exc).__name__}: {exc}") from None
-        if not callable(getattr(mod, "run", None)):
-            raise ConfigError(f"scenario file {path} defines no run(ctx) function")
-        name = str(getattr(mod, "NAME", path.stem))
-        cfg = getattr(mod, "CONFIG", None)
-        if cfg is not None:
-            cfg = (path.parent / cfg).resolve()
-        elif (path.with_suffix(".toml")).is_file():
-            cfg = path.with_suffix(".toml").resolve()
-        return name, mod, cfg
-    names = _shipped()
-    if target not in names:
-        import difflib
-
-        close = difflib.get_close_matches(target, names, n=3)
-        raise ConfigError(f"no scenario named '{target}'" + (f"; did you mean {close}?" if close else
-                                                               f"; scenarios: {names}"))
-    mod = importlib.import_module(f"cmstack.scenarios.{target}")
-    if not callable(getattr(mod, "run", None)):   # a config without a scenario module: refuse, do not crash later
-        raise ConfigError(f"cmstack.scenarios.{target} defines no run(ctx) function: not a scenario; scenarios: {names}")
-    return target, mod, None
 
 
 def cmd_run(args) -> int:
     from cmstack.models.errors import ConfigError
     from cmstack.scenarios._common import execute
+    from cmstack.scenarios.loader import is_user_file, load_scenario
 
     try:
         name, mod, defaults = load_scenario(args.scenario)
-        user_file = mod.__name__.startswith("cmstack_user_scenario_")
-        if user_file and defaults is None:     # (a shipped scenario reads scenarios/configs/<name>.toml)
+        if is_user_file(mod) and defaults is None:     # (a shipped scenario reads scenarios/configs/<name>.toml)
             if not args.config:
                 raise ConfigError(f"scenario file {args.scenario} has no default config: give --config FILE.toml, "
                                   f"put {Path(args.scenario).with_suffix('.toml').name} beside it, or set CONFIG")

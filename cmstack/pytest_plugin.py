@@ -165,15 +165,15 @@ class _Runner:
 
     @staticmethod
     def _in_process(target, sets, duration, cfg, out, plots):
-        from cmstack.cli import load_scenario
         from cmstack.scenarios._common import execute
+        from cmstack.scenarios.loader import is_user_file, load_scenario
 
         import argparse
         import contextlib
         import io
 
         name, mod, defaults = load_scenario(target)
-        if mod.__name__.startswith("cmstack_user_scenario_") and defaults is None:
+        if is_user_file(mod) and defaults is None:
             defaults = cfg
         args = argparse.Namespace(out=str(out), config=cfg, set=sets, duration=duration, viewer=None,
                                   no_progress=True, no_wait=True, no_html=True, no_plots=not plots, debug=False)

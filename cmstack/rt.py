@@ -237,15 +237,15 @@ def summary_lines(timing: dict) -> list[str]:
 
 
 def cmd_rt(args) -> int:
-    from cmstack.cli import load_scenario
     from cmstack.scenarios._common import (EXIT_INTERRUPTED, EXIT_TARGET_MISSED, EXIT_USAGE, _default_out,
                                            default_config, execute, run_scenario)
+    from cmstack.scenarios.loader import is_user_file, load_scenario
     from cmstack.sim.runner import LOOP_OVERRIDE
 
     try:
         drv, loop = _settings(args)
         name, mod, defaults = load_scenario(args.scenario)
-        if mod.__name__.startswith("cmstack_user_scenario_") and defaults is None:
+        if is_user_file(mod) and defaults is None:
             if not args.config:
                 raise ConfigError(f"scenario file {args.scenario} has no default config: give --config FILE.toml")
             defaults = Path(args.config).expanduser().resolve()

@@ -1,7 +1,8 @@
 """python -m scenarios — list the runnable scenarios, one line each (same as ``cmstack list``)."""
 import sys
 
-from cmstack.cli import cmd_list
+from cmstack.scenarios.loader import listing
 
 if __name__ == "__main__":
-    sys.exit(cmd_list(None))
+    print("\n".join(listing()))
+    sys.exit(0)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cmstack.cli import _shipped
+from cmstack.scenarios.loader import shipped_scenarios
 
 
 def _cli(*argv, cwd, timeout=120) -> subprocess.CompletedProcess:
@@ -23,7 +23,7 @@ def test_list_shows_scenarios_only(tmp_path):
     r = _cli("list", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     listed = [line.split()[0] for line in r.stdout.splitlines()[1:]]
-    assert listed == _shipped()
+    assert listed == shipped_scenarios()
     assert "schemas" not in listed
     assert {"yumi_dual_arm", "series_parallel", "slider_crank", "balloon", "chain_open_loop",
             "chain_task_space", "closed_chain"} == set(listed)

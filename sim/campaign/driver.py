@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 from cmstack.models.errors import ConfigError
+from cmstack.scenarios.loader import load_scenario
 from cmstack.sim.campaign.executors import make_job, read_result, run_dask, run_local
 from cmstack.sim.campaign.report import csv_text, plot, summary, summary_text, table_md
-from cmstack.sim.campaign.spec import _dumps, _load_target, load_spec
+from cmstack.sim.campaign.spec import _dumps, load_spec
 from cmstack.sim.logger import atomic_write
 
 
@@ -40,7 +41,7 @@ def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, worker
     skipped = len(records)
     if report_only:                  # tables and plots from the results so far; nothing runs
         todo = []
-    _load_target(spec.scenario)      # import the scenario here: forked workers inherit it
+    load_scenario(spec.scenario)      # import the scenario here: forked workers inherit it
 
     bar = None
     if progress:

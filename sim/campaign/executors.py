@@ -18,7 +18,8 @@ import traceback
 from pathlib import Path
 
 from cmstack.models.errors import ConfigError
-from cmstack.sim.campaign.spec import Spec, Variant, _dumps, _jsonable, _load_target
+from cmstack.scenarios.loader import load_scenario
+from cmstack.sim.campaign.spec import Spec, Variant, _dumps, _jsonable
 from cmstack.sim.logger import atomic_write   # the one atomic write (temporary file, fsync, rename)
 
 RESULT = "result.json"
@@ -63,7 +64,7 @@ def run_job(job: dict) -> dict:
         run_dir.mkdir(parents=True)
         from cmstack.scenarios._common import run_scenario
 
-        name, mod, defaults = _load_target(job["scenario"])
+        name, mod, defaults = load_scenario(job["scenario"])
         import inspect
 
         params = inspect.signature(run_scenario).parameters
@@ -324,7 +325,7 @@ def _serve(parent: int) -> None:
             if job["scenario"] not in loaded:
                 loaded.add(job["scenario"])
                 try:
-                    name, _mod, defaults = _load_target(job["scenario"])   # its children inherit the imports
+                    name, _mod, defaults = load_scenario(job["scenario"])   # its children inherit the imports
                     resolve_config(name, overrides=job["overrides"], defaults=defaults)
                 except Exception:  # noqa: BLE001 — the child imports it again and records the error
                     pass

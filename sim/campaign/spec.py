@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cmstack.models.errors import ConfigError
+from cmstack.scenarios.loader import load_scenario
 
 
 def shipped_dir() -> Path:
@@ -272,17 +273,11 @@ def expand(spec: Spec, where: str = "campaign spec") -> list[Variant]:
     return out
 
 
-def _load_target(target: str):
-    from cmstack.cli import load_scenario
-
-    return load_scenario(target)
-
-
 def check_overrides(spec: Spec) -> None:
     """Resolve every variant's config once (no run): unknown keys and wrong types fail here, naming the key."""
     from cmstack.scenarios._common import resolve_config
 
-    name, _mod, defaults = _load_target(spec.scenario)
+    name, _mod, defaults = load_scenario(spec.scenario)
     seen = set()
     for v in spec.variants:
         keyset = tuple(sorted(v.overrides))
