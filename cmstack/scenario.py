@@ -7,13 +7,14 @@ resolved config (``ctx.cfg``), the run directory (``ctx.out``) and the run's log
     from cmstack.scenario import Context, Outcome, Row
 
 ``default_config(name)`` reads a shipped scenario's defaults (scenarios/configs/<name>.toml);
-``apply_perturbation(plant, cfg)`` puts the config's ``[perturbation]`` table on a plant (sim/perturb.py).
+``apply_perturbation(plant, cfg)`` puts the config's ``[perturbation]`` table on a plant (read into the
+library's typed ``cmstack.sim.perturb.Perturbation``, applied by ``perturb_plant``).
 
 This module is the application tier (it re-exports cmstack.scenarios._common): the library never imports it.
 """
 from __future__ import annotations
 
-from cmstack.scenarios._common import Context, Outcome, Row, default_config, run_scenario, scenario_main
-from cmstack.sim.perturb import apply_perturbation
+from cmstack.scenarios._common import (Context, Outcome, Row, apply_perturbation, default_config, run_scenario,
+                                       scenario_main)
 
 __all__ = ["Context", "Outcome", "Row", "run_scenario", "scenario_main", "default_config", "apply_perturbation"]

@@ -28,7 +28,7 @@ import tempfile
 import time
 import tomllib
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +38,8 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError
 from cmstack.sim import interrupt
 from cmstack.sim.logger import Logger, atomic_write
 from cmstack.sim.metrics import format_table, with_contract, write_metrics
-from cmstack.sim.perturb import DEFAULTS as PERTURBATION_DEFAULTS, TABLE as PERTURBATION_TABLE, Perturbation
-from cmstack.sim.perturb import add_defaults as add_perturbation_defaults
+from cmstack.sim.perturb import Perturbation, PerturbedPlant, perturb_plant
+from cmstack.sim.plant import MujocoPlant
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: plots are drawn here and moved into plots/ when the scenario returns (atomic publication)
@@ -249,7 +249,7 @@ def resolve_config(name: str, config_file: str | None = None, sets: list[str] = 
 
     schema = schema if schema is not None else (SCHEMAS.get(name) if defaults is None else None)
     typed = schema is None
-    cfg = add_perturbation_defaults(default_config(name, defaults))   # [perturbation], all off (sim/perturb.py)
+    cfg = add_perturbation_defaults(default_config(name, defaults))   # [perturbation], all off
     if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
         for k, v in _read_toml(Path(config_file)).items():
             set_key(cfg, k, v, source=f"config file {config_file}", check_types=typed)
@@ -392,12 +392,43 @@ def _end_to_end(metrics: dict, t0: float, loops0: dict) -> dict:
     return {**metrics, "realtime_factor_end_to_end": simulated / wall, "wall_s_end_to_end": wall}
 
 
+#: the config table every scenario accepts (added to its defaults by :func:`resolve_config`): the fields of the
+#: library's typed ``sim.perturb.Perturbation``, all off
+PERTURBATION_TABLE = "perturbation"
+PERTURBATION_DEFAULTS = asdict(Perturbation())
+
+
+def perturbation_of(cfg: dict) -> Perturbation:
+    """The config's ``[perturbation]`` table as the library's ``Perturbation`` (checked there; an unknown key
+    is refused here, naming it)."""
+    table = cfg.get(PERTURBATION_TABLE, {})
+    unknown = set(table) - set(PERTURBATION_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {sorted(unknown)} in [{PERTURBATION_TABLE}]; "
+                          f"known: {sorted(PERTURBATION_DEFAULTS)}")
+    return Perturbation(**{**PERTURBATION_DEFAULTS, **table})
+
+
+def add_perturbation_defaults(cfg: dict) -> dict:
+    """Give a scenario config the ``[perturbation]`` table (all off) if it has none; returns cfg."""
+    table = cfg.setdefault(PERTURBATION_TABLE, {})
+    for k, v in PERTURBATION_DEFAULTS.items():
+        table.setdefault(k, list(v) if isinstance(v, list) else v)
+    return cfg
+
+
+def apply_perturbation(plant: MujocoPlant, cfg: dict) -> MujocoPlant | PerturbedPlant:
+    """The plant seen through ``cfg['perturbation']`` (seeded by ``cfg['seed']``); the plant itself when
+    every key is off.  Call it right after building the plant, before ``reset``."""
+    return perturb_plant(plant, perturbation_of(cfg), seed=int(cfg.get("seed", 0)))
+
+
 def check_perturbation_applied(name: str, run, cfg: dict) -> None:
     """Refuse an active ``[perturbation]`` (sim/perturb.py) for a scenario whose module does not apply it
     (declared by ``APPLIES_PERTURBATION = True`` beside its one ``apply_perturbation`` line): never a
     silent no-op."""
     mod = sys.modules.get(getattr(run, "__module__", ""), None)
-    if Perturbation.from_config(cfg).active and not getattr(mod, "APPLIES_PERTURBATION", False):
+    if perturbation_of(cfg).active and not getattr(mod, "APPLIES_PERTURBATION", False):
         on = {k: v for k, v in cfg[PERTURBATION_TABLE].items() if PERTURBATION_DEFAULTS.get(k) != v}
         raise ConfigError(f"scenario '{name}' does not apply the [{PERTURBATION_TABLE}] table yet (set: {on}); "
                           f"perturbations are wired into yumi_dual_arm and series_parallel")

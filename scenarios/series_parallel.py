@@ -25,9 +25,8 @@ from cmstack.controllers.robust_partition import RobustInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.partition import PartitionModel, TriangleMap
 from cmstack.models.trajectory import Sinusoid
-from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
+from cmstack.scenarios._common import Outcome, Row, apply_perturbation, load_kernels, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
-from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import simulate
 

@@ -21,11 +21,10 @@ from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import jr_inv
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.models.trajectory import Circle
-from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
+from cmstack.scenarios._common import Outcome, Row, apply_perturbation, load_kernels, scenario_main
 from cmstack.scenarios._plant_loops import check_rows, plant_vs_rigid_qacc_rel
 from cmstack.sim import interrupt
 from cmstack.sim.base import ReportsPlantMetrics
-from cmstack.sim.perturb import apply_perturbation
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import Disturbance, simulate
 from cmstack.sim.weld import welded_bar_model

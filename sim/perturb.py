@@ -1,9 +1,12 @@
-"""Perturbations of the plant and the loop, as one ``[perturbation]`` config table every scenario accepts.
+"""Perturbations of the plant and the loop: a typed :class:`Perturbation` and the plant seen through it.
 
-    plant = build_plant(cfg)                       # the scenario's MuJoCo plant
-    plant = apply_perturbation(plant, cfg)         # the one line: identity when every key is off
+    p = Perturbation(mass_rel=0.2, noise_q=1e-4, delay_steps=1)
+    plant = perturb_plant(plant, p, seed=3)        # the plant itself when every field is off
 
-Keys (defaults: everything off, so today's numbers do not change):
+A scenario's ``[perturbation]`` config table is read into a ``Perturbation`` by the application
+(``cmstack.scenario.apply_perturbation(plant, cfg)``, scenarios/_common.py); this module never reads a config.
+
+Fields (defaults: everything off):
 
 ==========================  ===========================================================================
 ``mass_rel`` a              each plant body's mass m_b ← m_b (1 + u_b), u_b ~ U(−a, a), its rotational
@@ -13,6 +16,7 @@ Keys (defaults: everything off, so today's numbers do not change):
 ``com_shift_m`` c           each body's centre of mass moved by U(−c, c) per axis, in the body frame [m]
 ``bodies``                  names of the bodies to perturb (empty: every body with mass)
 ``noise_q``, ``noise_v``    std of Gaussian noise added to the measured q [rad or m] and v [rad/s or m/s]
+                            (``sim.plant.MeasurementNoise``, the plant's own noise implementation)
 ``delay_steps`` d           the torque applied at control step k is the one computed from the
                             measurement of step k − d (the first command is held for k < d)
 ``torque_limit_fraction`` f τ_j clipped to f × the plant motor's limit (ctrlrange·gear); 0 = off
@@ -22,7 +26,7 @@ Keys (defaults: everything off, so today's numbers do not change):
 ==========================  ===========================================================================
 
 The model perturbation changes the MuJoCo plant only, so the controller's (Pinocchio) model is off by
-exactly those factors.  Random draws use the scenario's ``seed``: the model is drawn from the stream
+exactly those factors.  Random draws use ``seed``: the model is drawn from the stream
 ``default_rng([seed, 1])`` and the noise from ``default_rng([seed, 2])``, so a run is reproducible and
 two seeds perturb differently.  The drawn factors are in ``PerturbedPlant.drawn`` (and the run's
 metrics under ``perturbation_*``).
@@ -30,41 +34,42 @@ metrics under ``perturbation_*``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any, NoReturn
 
 import mujoco
 import numpy as np
 
 from cmstack.models.errors import ConfigError, JointMapError
+from cmstack.sim.plant import MeasurementNoise, MujocoPlant
 
-#: the config table every scenario accepts (added to its defaults by the scenario framework)
-DEFAULTS = dict(mass_rel=0.0, inertia_rel=0.0, com_shift_m=0.0, bodies=[], noise_q=0.0, noise_v=0.0,
-                delay_steps=0, torque_limit_fraction=0.0, wrench_body="", wrench_force=[0.0, 0.0, 0.0],
-                wrench_moment=[0.0, 0.0, 0.0], wrench_t0=0.0, wrench_t1=0.0)
-TABLE = "perturbation"
+#: the name the fields go by in messages (a scenario config's table of the same name)
+NAME = "perturbation"
 
 
 @dataclass
 class Perturbation:
-    """The ``[perturbation]`` table, checked (one-line ConfigError naming the key at fault)."""
+    """What to perturb (module docstring), checked at construction (one-line ConfigError naming the field
+    at fault, as ``perturbation.<field>``)."""
 
     mass_rel: float = 0.0
     inertia_rel: float = 0.0
     com_shift_m: float = 0.0
-    bodies: list = field(default_factory=list)
+    bodies: list[str] = field(default_factory=list)
     noise_q: float = 0.0
     noise_v: float = 0.0
     delay_steps: int = 0
     torque_limit_fraction: float = 0.0
     wrench_body: str = ""
-    wrench_force: list = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    wrench_moment: list = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    wrench_force: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    wrench_moment: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     wrench_t0: float = 0.0
     wrench_t1: float = 0.0
 
-    def __post_init__(self):
-        def bad(key, why):
-            raise ConfigError(f"{TABLE}.{key} = {getattr(self, key)!r}: {why}")
+    def __post_init__(self) -> None:
+        def bad(key: str, why: str) -> NoReturn:
+            raise ConfigError(f"{NAME}.{key} = {getattr(self, key)!r}: {why}")
 
         for k in ("mass_rel", "inertia_rel"):
             if not (np.isfinite(getattr(self, k)) and 0.0 <= getattr(self, k) < 1.0):
@@ -82,32 +87,19 @@ class Perturbation:
         if self.wrench_body and not self.wrench_t1 > self.wrench_t0:
             bad("wrench_t1", f"must be > wrench_t0 = {self.wrench_t0} when wrench_body is set")
 
-    @classmethod
-    def from_config(cls, cfg: dict) -> "Perturbation":
-        table = cfg.get(TABLE, {})
-        unknown = set(table) - set(DEFAULTS)
-        if unknown:
-            raise ConfigError(f"unknown key(s) {sorted(unknown)} in [{TABLE}]; known: {sorted(DEFAULTS)}")
-        return cls(**{**DEFAULTS, **table})
-
     @property
     def active(self) -> bool:
-        return any(asdict(self)[k] != v for k, v in DEFAULTS.items() if k != "bodies")
+        """Any field but ``bodies`` differs from its default (off)."""
+        off = asdict(Perturbation())
+        return any(v != off[k] for k, v in asdict(self).items() if k != "bodies")
 
     @property
     def changes_model(self) -> bool:
         return self.mass_rel > 0 or self.inertia_rel > 0 or self.com_shift_m > 0
 
 
-def add_defaults(cfg: dict) -> dict:
-    """Give a scenario config the ``[perturbation]`` table (all off) if it has none; returns cfg."""
-    table = cfg.setdefault(TABLE, {})
-    for k, v in DEFAULTS.items():
-        table.setdefault(k, list(v) if isinstance(v, list) else v)
-    return cfg
-
-
-def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generator, names=None) -> dict:
+def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generator,
+                  names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """Scale/shift the bodies' mass, inertia and CoM of ``model`` in place (see the module docstring);
     returns the drawn factors by body name.  Draws happen for every candidate body in id order, so
     which body gets which factor does not depend on ``bodies``."""
@@ -118,12 +110,12 @@ def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generat
         if missing:
             import difflib
 
-            raise ConfigError(f"{TABLE}.bodies: {missing} not in the plant; close: "
+            raise ConfigError(f"{NAME}.bodies: {missing} not in the plant; close: "
                               f"{difflib.get_close_matches(missing[0], list(by_name), n=4)}")
         chosen = {by_name[n] for n in names}
     else:
         chosen = set(cand)
-    drawn = {}
+    drawn: dict[str, dict[str, Any]] = {}
     for b in cand:
         u = rng.uniform(-p.mass_rel, p.mass_rel) if p.mass_rel > 0 else 0.0
         w = rng.uniform(-p.inertia_rel, p.inertia_rel) if p.inertia_rel > 0 else 0.0
@@ -143,16 +135,16 @@ class PerturbedPlant:
     delayed and saturated torques, a disturbance wrench; its model's inertial parameters changed at
     construction.  Everything else is the wrapped plant's (attribute access is forwarded)."""
 
-    def __init__(self, plant, p: Perturbation, seed: int = 0):
+    def __init__(self, plant: MujocoPlant, p: Perturbation, seed: int = 0):
         self.inner = plant
         self.p = p
-        self.drawn: dict = {}
+        self.drawn: dict[str, dict[str, Any]] = {}
         if p.changes_model:
             self.drawn = perturb_model(plant.model, p, np.random.default_rng([int(seed), 1]), p.bodies)
             mujoco.mj_setConst(plant.model, plant.data)     # subtree masses, inverse weights of the constraints
-        self.rng = np.random.default_rng([int(seed), 2])
-        self.queue: deque = deque()
-        self.limit = None
+        self.noise = MeasurementNoise(p.noise_q, p.noise_v, np.random.default_rng([int(seed), 2]))
+        self.queue: deque[np.ndarray] = deque()
+        self.limit: tuple[np.ndarray, np.ndarray] | None = None
         if p.torque_limit_fraction > 0:
             m = plant.map
             lo = np.full(len(m.names), -np.inf)
@@ -162,7 +154,7 @@ class PerturbedPlant:
                     continue
                 a = m.act[j]
                 if not plant.model.actuator_ctrllimited[a]:
-                    raise JointMapError(f"{TABLE}.torque_limit_fraction: the motor of joint '{name}' in "
+                    raise JointMapError(f"{NAME}.torque_limit_fraction: the motor of joint '{name}' in "
                                         f"{plant.path.name} has no ctrlrange (no effort limit to take a fraction of)")
                 lo[j], hi[j] = plant.model.actuator_ctrlrange[a] * m.gear[j]
             self.limit = (p.torque_limit_fraction * lo, p.torque_limit_fraction * hi)
@@ -170,19 +162,15 @@ class PerturbedPlant:
         self.body = plant.body_id(p.wrench_body) if p.wrench_body else -1
         self._qfrc = np.zeros(plant.model.nv)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def state(self, noisy: bool = True):
+    def state(self, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The wrapped plant's measurement plus N(0, noise_q²), N(0, noise_v²) per coordinate."""
         q, v = self.inner.state(noisy=noisy)
-        if noisy and self.p.noise_q > 0:
-            q = q + self.rng.normal(scale=self.p.noise_q, size=q.shape)
-        if noisy and self.p.noise_v > 0:
-            v = v + self.rng.normal(scale=self.p.noise_v, size=v.shape)
-        return q, v
+        return self.noise.apply(q, v) if noisy else (q, v)
 
-    def set_torque(self, tau) -> None:
+    def set_torque(self, tau: np.ndarray) -> None:
         """Queue τ_k; send τ_{k−d} (τ_0 while k < d), clipped to the fraction of the motor limits."""
         tau = np.array(tau, dtype=float)
         d = self.p.delay_steps
@@ -198,15 +186,17 @@ class PerturbedPlant:
             tau = sat
         self.inner.set_torque(tau)
 
-    def reset(self, *a, **kw):
+    def reset(self, q: np.ndarray, v: np.ndarray | None = None, qpos_extra: dict[str, float] | None = None) -> None:
+        """The wrapped plant's reset; the torque queue of the delay is emptied."""
         self.queue.clear()
-        return self.inner.reset(*a, **kw)
+        self.inner.reset(q, v, qpos_extra)
 
     def step(self, n: int = 1) -> None:
         """Advance n sim steps; the wrench enters as generalized forces J_bᵀ [f; m] at the body's CoM
         (``qfrc_applied``, so it adds to whatever the plant puts in ``xfrc_applied``)."""
         if self.body < 0:
-            return self.inner.step(n)
+            self.inner.step(n)
+            return
         m, d = self.inner.model, self.inner.data
         for _ in range(n):
             t = float(d.time)
@@ -219,7 +209,7 @@ class PerturbedPlant:
             d.qfrc_applied[:] = self._qfrc
             self.inner.step(1)
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, float]:
         """What the perturbation did, for metrics.json."""
         out: dict[str, float] = {"perturbation_saturated_steps": self.clipped}
         if self.drawn:
@@ -229,11 +219,9 @@ class PerturbedPlant:
         return out
 
 
-def apply_perturbation(plant, cfg: dict):
-    """The plant seen through ``cfg['perturbation']`` (seeded by ``cfg['seed']``); the plant itself when
-    every key is off.  Call it right after building the plant, before ``reset``."""
-    p = Perturbation.from_config(cfg)
+def perturb_plant(plant: MujocoPlant, p: Perturbation, seed: int = 0) -> MujocoPlant | PerturbedPlant:
+    """``plant`` seen through ``p`` (random draws seeded by ``seed``); the plant itself when every field of
+    ``p`` is off.  Call it right after building the plant, before ``reset``."""
     if not p.active:
         return plant
-    return PerturbedPlant(plant, p, seed=int(cfg.get("seed", 0)))
-
+    return PerturbedPlant(plant, p, seed=seed)

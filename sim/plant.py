@@ -15,16 +15,40 @@ from __future__ import annotations
 
 import difflib
 import math
+from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
 from cmstack.models.robot import _check_xml, resolve_asset
 from cmstack.sim.base import MujocoClock
 
 
-def load_mjcf(path) -> mujoco.MjModel:
+class MeasurementNoise:
+    """Gaussian noise on a measured state: q + N(0, std_q²), v + N(0, std_v²) per coordinate, drawn from
+    ``rng`` (q's draws first, then v's; none for a zero deviation).  The one implementation of measurement
+    noise: ``MujocoPlant(noise_q=, noise_v=)`` and a perturbation's ``noise_q``/``noise_v``
+    (sim/perturb.py) both apply it, each with its own random stream."""
+
+    def __init__(self, std_q: float, std_v: float, rng: np.random.Generator):
+        for key, val in (("noise_q", std_q), ("noise_v", std_v)):
+            if not (np.isfinite(val) and val >= 0):
+                raise ConfigError(f"{key} must be a finite standard deviation >= 0, got {val}")
+        self.std_q, self.std_v, self.rng = float(std_q), float(std_v), rng
+
+    def apply(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(q, v) with the noise added (new arrays where noise is added; the arguments are not changed)."""
+        if self.std_q > 0:
+            q = q + self.rng.normal(scale=self.std_q, size=q.shape)
+        if self.std_v > 0:
+            v = v + self.rng.normal(scale=self.std_v, size=v.shape)
+        return q, v
+
+
+def load_mjcf(path: str | Path) -> mujoco.MjModel:
     p = resolve_asset(path)
     _check_xml(p, "MJCF")
     try:
@@ -50,7 +74,7 @@ class JointMap:
     message listing the names missing on either side.  Plant joints that the model deliberately does
     not have (a passive hinge of a closed chain, say) must be named in ``plant_only``."""
 
-    def __init__(self, model_joint_names: list[str], mj_model, *, plant_only: tuple[str, ...] = (),
+    def __init__(self, model_joint_names: list[str], mj_model: mujoco.MjModel, *, plant_only: tuple[str, ...] = (),
                  source: str = "plant"):
         mj_names = [mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt)]
         missing = [n for n in model_joint_names if n not in mj_names]
@@ -86,7 +110,7 @@ class MujocoPlant(MujocoClock):
     #: the MjSpec the plant was compiled from, when ``plant_from_urdf`` built it (``save_xml`` writes it)
     spec: mujoco.MjSpec | None = None
 
-    def __init__(self, mjcf_path, model_joint_names: list[str], *, sim_dt: float | None = None,
+    def __init__(self, mjcf_path: str | Path, model_joint_names: list[str], *, sim_dt: float | None = None,
                  plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
                  seed: int = 0, integrator: str | None = None, mj_model: mujoco.MjModel | None = None):
         self.path = resolve_asset(mjcf_path)
@@ -104,11 +128,7 @@ class MujocoPlant(MujocoClock):
             self.model.opt.integrator = names[integrator.lower()]
         self.data = mujoco.MjData(self.model)
         self.map = JointMap(model_joint_names, self.model, plant_only=plant_only, source=f"MJCF {self.path.name}")
-        for key, val in (("noise_q", noise_q), ("noise_v", noise_v)):
-            if not (np.isfinite(val) and val >= 0):
-                raise ConfigError(f"{key} must be a finite standard deviation >= 0, got {val}")
-        self.noise_q, self.noise_v = float(noise_q), float(noise_v)
-        self.rng = np.random.default_rng(seed)
+        self.noise = MeasurementNoise(noise_q, noise_v, np.random.default_rng(seed))
         self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
         self._ctrl_hi = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 1], np.inf)
         self.saturated = 0  # number of set_torque calls where a motor clipped
@@ -126,13 +146,13 @@ class MujocoPlant(MujocoClock):
 
     @classmethod
     def from_model(cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model",
-                   **kwargs) -> "MujocoPlant":
+                   **kwargs: Any) -> "MujocoPlant":
         """A plant of an already compiled ``mujoco.MjModel`` (e.g. ``cmstack.sim.urdf_plant``);
         ``name`` stands for the file name in messages; ``kwargs`` as ``__init__``."""
         return cls(name, model_joint_names, mj_model=mj_model, **kwargs)
 
     # ------------------------------------------------------------------ state
-    def reset(self, q, v=None, qpos_extra: dict | None = None) -> None:
+    def reset(self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None) -> None:
         mujoco.mj_resetData(self.model, self.data)
         q = np.asarray(q, dtype=float)
         if q.shape != (len(self.map.names),):
@@ -145,14 +165,10 @@ class MujocoPlant(MujocoClock):
             self.data.qpos[self.model.jnt_qposadr[j]] = val
         mujoco.mj_forward(self.model, self.data)
 
-    def state(self, noisy: bool = True):
+    def state(self, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         q = self.data.qpos[self._q_ix].copy()     # (a fancy index already copies; a slice needs the copy)
         v = self.data.qvel[self._v_ix].copy()
-        if noisy and self.noise_q > 0:
-            q += self.rng.normal(scale=self.noise_q, size=q.shape)
-        if noisy and self.noise_v > 0:
-            v += self.rng.normal(scale=self.noise_v, size=v.shape)
-        return q, v
+        return self.noise.apply(q, v) if noisy else (q, v)
 
     def joint_id(self, name: str) -> int:
         j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
@@ -171,7 +187,7 @@ class MujocoPlant(MujocoClock):
         return b
 
     # ------------------------------------------------------------------ inputs
-    def set_torque(self, tau) -> None:
+    def set_torque(self, tau: ArrayLike) -> None:
         """Model-order joint torques → the motors of the same joints (ctrl = τ / gear, clipped to
         ctrlrange).  A non-zero torque on a joint that has no motor is refused."""
         tau = np.asarray(tau, dtype=float)
@@ -192,7 +208,7 @@ class MujocoPlant(MujocoClock):
             self.saturated += 1
         self.data.ctrl[self._act_ix] = clipped
 
-    def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+    def set_wrench(self, body: str, f: ArrayLike = (0.0, 0.0, 0.0), m: ArrayLike = (0.0, 0.0, 0.0)) -> None:
         """External force f and moment m (world axes) applied at the body's centre of mass until changed."""
         b = self.body_id(body)
         self.data.xfrc_applied[b, :3] = f
@@ -238,7 +254,7 @@ class MujocoPlant(MujocoClock):
         rows = self.data.efc_type == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
         return float(np.max(np.abs(self.data.efc_pos[rows]))) if np.any(rows) else 0.0
 
-    def equality_violations(self, qpos) -> np.ndarray:
+    def equality_violations(self, qpos: ArrayLike) -> np.ndarray:
         """:meth:`equality_violation` at each row of ``qpos`` (N × nq, e.g. a run's logged
         ``plant_qpos``), evaluated on a scratch ``MjData`` (the residuals depend on qpos only): a run
         logs the state in its loop and computes this after it.  The plant's own data is untouched."""

@@ -1,5 +1,6 @@
-"""sim/perturb.py: the [perturbation] table (model error, noise, delay, saturation, wrench), checked
-against independent computations on the YuMi plant."""
+"""sim/perturb.py (model error, noise, delay, saturation, wrench), checked against independent computations
+on the YuMi plant, and the [perturbation] config table that scenarios/_common.py reads into its typed
+Perturbation."""
 from __future__ import annotations
 
 import tomllib
@@ -10,8 +11,8 @@ import pytest
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Robot
-from cmstack.scenarios._common import resolve_config, run_scenario
-from cmstack.sim.perturb import DEFAULTS, Perturbation, PerturbedPlant, apply_perturbation
+from cmstack.scenarios._common import PERTURBATION_DEFAULTS as DEFAULTS, apply_perturbation, resolve_config, run_scenario
+from cmstack.sim.perturb import Perturbation, PerturbedPlant, perturb_plant
 from cmstack.sim.plant import MujocoPlant
 
 URDF, MJCF = "urdf/yumi.urdf", "mjcf/yumi.xml"
@@ -35,6 +36,44 @@ def test_defaults_off_return_the_plant_itself(names):
     cfg = resolve_config("yumi_dual_arm")
     assert cfg["perturbation"] == DEFAULTS
     assert apply_perturbation(p, cfg) is p
+
+
+def test_the_library_takes_a_typed_perturbation_and_the_config_table_maps_onto_it(names):
+    """perturb_plant(plant, Perturbation(...), seed) is what apply_perturbation(plant, cfg) does with the
+    config's table: the same draws from the same seed; an unknown key of the table is refused by name."""
+    p = MujocoPlant(MJCF, names, sim_dt=0.005)
+    assert perturb_plant(p, Perturbation(), seed=3) is p
+    typed = perturb_plant(MujocoPlant(MJCF, names, sim_dt=0.005), Perturbation(mass_rel=0.2, noise_q=1e-3), seed=3)
+    from_cfg = plant_of(names, seed=3, mass_rel=0.2, noise_q=1e-3)
+    assert isinstance(typed, PerturbedPlant) and typed.drawn == from_cfg.drawn
+    for plant in (typed, from_cfg):
+        plant.reset(q0(names))
+    assert np.array_equal(typed.state()[0], from_cfg.state()[0])
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['mass_rell'\] in \[perturbation\]"):
+        apply_perturbation(p, {"seed": 0, "perturbation": {**DEFAULTS, "mass_rell": 0.2}})
+
+
+def test_measurement_noise_is_one_implementation_with_two_streams(names):
+    """The plant's own noise (MujocoPlant noise_q/noise_v, stream default_rng(seed)) and a perturbation's
+    (stream default_rng([seed, 2])) are the same MeasurementNoise: each equals the true state plus the
+    normal draws of its stream, q's before v's, drawn here independently."""
+    sq, sv, seed = 1e-3, 2e-2, 7
+    plant = MujocoPlant(MJCF, names, sim_dt=0.005, noise_q=sq, noise_v=sv, seed=seed)
+    plant.reset(q0(names), np.linspace(0.1, 0.3, len(names)))
+    qt, vt = plant.state(noisy=False)
+    rng = np.random.default_rng(seed)
+    eq, ev = rng.normal(scale=sq, size=len(names)), rng.normal(scale=sv, size=len(names))
+    q, v = plant.state()
+    assert np.array_equal(q, qt + eq) and np.array_equal(v, vt + ev)
+
+    per = plant_of(names, seed=seed, noise_q=sq)                       # noise_v off: no draw for v
+    per.reset(q0(names))
+    qt, vt = per.state(noisy=False)
+    q, v = per.state()
+    assert np.array_equal(q, qt + np.random.default_rng([seed, 2]).normal(scale=sq, size=len(names)))
+    assert np.array_equal(v, vt)
+    with pytest.raises(ConfigError, match="noise_v must be a finite standard deviation >= 0, got -1"):
+        MujocoPlant(MJCF, names, sim_dt=0.005, noise_v=-1.0)
 
 
 def per_body_gravity(model, data):
