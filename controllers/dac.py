@@ -58,9 +58,11 @@ RHS (the paper leaves it as future work):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.controllers.qp import BoundedQP
@@ -110,7 +112,7 @@ def _skew(a):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def attitude_error(q: np.ndarray, q_d: np.ndarray):
+def attitude_error(q: np.ndarray, q_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(44) in inertial coordinates: returns (e_att (…,3), η_e (…)) with q_e = q_d⁻¹ ⊗ q, η_e ≥ 0."""
     qe = quat_mul(quat_conj(q_d), q)
     sgn = np.where(qe[..., :1] < 0, -1.0, 1.0)
@@ -134,7 +136,8 @@ def _kkt(M, A, r1, r2):
     return x, -y
 
 
-def constrained_reference(M, Mdot, A, Adot, w, wdot, g, gdot):
+def constrained_reference(M: np.ndarray, Mdot: np.ndarray, A: np.ndarray, Adot: np.ndarray, w: np.ndarray, wdot: np.ndarray, g: np.ndarray,
+                          gdot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(*) of the module docstring: ν_r = argmin ½(ν−g)ᵀℳ(ν−g) s.t. Aν = w, and its exact time derivative."""
     y = w - A @ g
     u, lam = _kkt(M, A, np.zeros(M.shape[0]), y)
@@ -170,7 +173,7 @@ class PortLaw:
         self.kd_mass = kd_mass
         self.info = LawInfo()
 
-    def reference(self, t, state, R, M):
+    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def __call__(self, t: float, state: ChainState) -> np.ndarray:
@@ -198,12 +201,13 @@ class PortLaw:
 class VelocityLaw(PortLaw):
     """(I) (37): track ν_d(t) (``traj(t) -> (ν_d, D^Iν_d)``, 6N each)."""
 
-    def __init__(self, chain, traj, kd_v, kd_w, project: bool = True, kd_mass=None):
+    def __init__(self, chain: TensorChain, traj: Callable[[float], tuple[np.ndarray, np.ndarray]], kd_v: float, kd_w: float,
+                 project: bool = True, kd_mass: float | None = None):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         self.traj = traj
         self.project = project
 
-    def reference(self, t, state, R, M):
+    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nu_d, nu_d_dot = self.traj(t)
         if not self.project:
             return np.asarray(nu_d, float), np.asarray(nu_d_dot, float)
@@ -217,14 +221,15 @@ class PoseLaw(PortLaw):
     """(II) (42)–(47): track every body's position and attitude.  ``traj(t) -> (p_d (N,3), q_d (N,4),
     ν_d (6N), D^Iν_d (6N))``; Λ = blockdiag(λ_p I, λ_a I)."""
 
-    def __init__(self, chain, traj, kd_v, kd_w, lam_p, lam_a, kd_mass=None):
+    def __init__(self, chain: TensorChain, traj: Any, kd_v: float, kd_w: float, lam_p: float, lam_a: float,
+                 kd_mass: float | None = None):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
         self.traj = traj
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
 
-    def reference(self, t, state, R, M):
+    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ch = self.chain
         n = ch.n
         p_d, q_d, nu_d, nu_d_dot = self.traj(t)
@@ -252,11 +257,12 @@ class Obstacle:
     center: np.ndarray
     radius: float
 
-    def transformed(self, Q, t) -> "Obstacle":
+    def transformed(self, Q: np.ndarray, t: np.ndarray) -> "Obstacle":
         return Obstacle(Q @ np.asarray(self.center, float) + t, self.radius)
 
 
-def obstacle_potential(pos: np.ndarray, obstacles, gain: float, d0: float, clip: float | None = None):
+def obstacle_potential(pos: np.ndarray, obstacles: Sequence[Obstacle], gain: float, d0: float,
+                       clip: float | None = None) -> tuple[float, np.ndarray, np.ndarray, float]:
     """U_o on the CoMs, as in the paper (54): Σ_{i<N} Σ_o φ(‖p_i − c_o‖) with Khatib's FIRAS form outside the
     core and its C² quartic continuation inside (``_point_potential``).  Returns (U, ∇U (N,3) with zero rows
     for body N, Hessian blocks (N,3,3), min d)."""
@@ -364,8 +370,9 @@ def _body_potential(pos, R, obstacles, gain, d0, points, clip=None):
     return float(phi.sum()), gp, gw, hp, dmin
 
 
-def null_space_wish(state: ChainState, obstacles, gain: float, d0: float, points, clip: float | None = None,
-                    R: np.ndarray | None = None, spheres=None):
+def null_space_wish(state: ChainState, obstacles: Sequence[Obstacle], gain: float, d0: float, points: np.ndarray,
+                    clip: float | None = None, R: np.ndarray | None = None,
+                    spheres: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
     """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero) and its exact
     rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ,
     with H ẋ = α ẋ + β (x − c)((x − c)·ẋ) (``_point_potential``), all points and spheres at once.
@@ -410,9 +417,10 @@ class TaskSpaceLaw(PortLaw):
     ``qp=True`` solves (*) with ProxSuite, optionally with joint-rate limits |R_{j+1}ᵀ(ω_{j+1} − ω_j)| ≤
     ``joint_rate_limit`` (component-wise, rad/s); D^Iν_r then treats the active limits as equalities."""
 
-    def __init__(self, chain, traj, kd_v, kd_w, lam_p, lam_a, obstacles=(), obstacle_gain=0.0,
-                 obstacle_range=0.2, qp: bool = False, joint_rate_limit: float | None = None, kd_mass=None,
-                 obstacle_points=None, obstacle_clip: float | None = None):
+    def __init__(self, chain: TensorChain, traj: Any, kd_v: float, kd_w: float, lam_p: float, lam_a: float,
+                 obstacles: Sequence[Obstacle] = (), obstacle_gain: float = 0.0, obstacle_range: float = 0.2,
+                 qp: bool = False, joint_rate_limit: float | None = None, kd_mass: float | None = None,
+                 obstacle_points: ArrayLike | None = None, obstacle_clip: float | None = None):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
@@ -592,7 +600,7 @@ class TaskSpaceLaw(PortLaw):
         info_.s, info_.nu_r, info_.e_task = s, nu_r, e_ep
         return tau
 
-    def reference(self, t, state, R, M):
+    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ch = self.chain
         n = ch.n
         p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
@@ -643,21 +651,23 @@ class TaskSpaceLaw(PortLaw):
             Cd[3 * j:3 * j + 3, 3 * n + 3 * j + 3:3 * n + 3 * j + 6] = D
         return C, Cd
 
-    def reference_qp(self, M, A, w, g, R):
+    def reference_qp(self, M: np.ndarray, A: np.ndarray, w: np.ndarray, g: np.ndarray,
+                     R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(*) as a ProxSuite QP: min ½νᵀℳν − (ℳg)ᵀν s.t. Aν = w [, −ω̄ ≤ Cν ≤ ω̄].  Returns (ν_r, active rows)."""
         m = M.shape[0]
+        C: np.ndarray | None = None
+        lo = lim = None
         if self.rate_limit is not None:
             C, _ = self._rate_rows(R, np.zeros(m))
             lim = np.full(C.shape[0], float(self.rate_limit))
-        else:
-            C, lim = None, None
+            lo = -lim
         nin = 0 if C is None else C.shape[0]
-        res = BoundedQP(eps_abs=1e-12).solve("ref", M, -M @ g, A, w, C, None if C is None else -lim, lim, warm=False)
+        res = BoundedQP(eps_abs=1e-12).solve("ref", M, -M @ g, A, w, C, lo, lim, warm=False)
         if not res.solved:
             raise SolverError(f"law III reference QP: status {res.raw_status} (|w| = {np.linalg.norm(w):.3g}, "
                               f"joint_rate_limit = {self.rate_limit})")
         x = res.x
-        if C is None:
+        if C is None or lim is None:
             return x, np.zeros(0, dtype=int)
         act = np.flatnonzero(np.abs(C @ x) >= lim * (1 - 1e-7))
         return x, act
@@ -677,7 +687,7 @@ class Allocation:
 class ThrusterMap:
     """Identity RHS: the port wrenches are applied to the bodies (thrusters on every body)."""
 
-    def __call__(self, tau_c, state) -> Allocation:
+    def __call__(self, tau_c: ArrayLike, state: ChainState) -> Allocation:
         tau_c = np.asarray(tau_c, float)
         z = np.zeros_like(tau_c)
         return Allocation(tau_c.copy(), None, z, 0.0, z)
@@ -700,7 +710,7 @@ class JointActuationMap:
             B[3 * n + 3 * j + 3:3 * n + 3 * j + 6, 3 * j:3 * j + 3] = np.eye(3)
         self.B = B
 
-    def response(self, R) -> np.ndarray:
+    def response(self, R: np.ndarray) -> np.ndarray:
         """G = ℳ⁻¹ − ℳ⁻¹Jᵀ(Jℳ⁻¹Jᵀ)⁻¹Jℳ⁻¹: ν̇ = G τ + (terms without τ), the first block of (35)."""
         ch = self.chain
         Mi = ch.mass_matrix_inv(R)
@@ -709,7 +719,7 @@ class JointActuationMap:
         G = Mi - MiJt @ np.linalg.solve(J @ MiJt, MiJt.T)
         return 0.5 * (G + G.T)
 
-    def __call__(self, tau_c, state) -> Allocation:
+    def __call__(self, tau_c: np.ndarray, state: ChainState) -> Allocation:
         ch = self.chain
         n = ch.n
         R = state.R

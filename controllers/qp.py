@@ -49,6 +49,7 @@ warm start that does not reach SOLVED is retried once from a cold start.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,13 +144,15 @@ class BoundedQP:
         idx = np.flatnonzero(keep)
         return idx, r[idx], bad
 
-    def feasible(self, x, A, b, C, l, u) -> bool:
+    def feasible(self, x: np.ndarray, A: np.ndarray | None, b: np.ndarray | None, C: np.ndarray | None, l: np.ndarray | None, u: np.ndarray | None) -> bool:
         """x meets A x = b and l ≤ C x ≤ u to ``check_tol`` relative to each row's norm and bound."""
         if A is not None and A.shape[0]:
+            assert b is not None, "BoundedQP: A without b"
             ra = _row_norms(A)
             if np.any(np.abs(A @ x - b) > self.check_tol * (ra + np.abs(b) + 1.0)):
                 return False
         if C is not None and C.shape[0]:
+            assert l is not None and u is not None, "BoundedQP: C without l and u"
             rc = _row_norms(C)
             y = C @ x
             with np.errstate(invalid="ignore"):
@@ -159,7 +162,8 @@ class BoundedQP:
                 return False
         return bool(np.all(np.isfinite(x)))
 
-    def solve(self, key, H, g, A=None, b=None, C=None, l=None, u=None, warm: bool = True,
+    def solve(self, key: Hashable, H: np.ndarray, g: np.ndarray, A: np.ndarray | None = None, b: np.ndarray | None = None, C: np.ndarray | None = None,
+              l: np.ndarray | None = None, u: np.ndarray | None = None, warm: bool = True,
               feasible_start: bool = False, budget: int | None = None) -> QPResult:
         """Solve the QP of the module docstring; never raises on a solver outcome (see ``QPResult``).
         ``feasible_start``: the caller guarantees that x = 0 is feasible (the levels of a hierarchy, each in
@@ -182,8 +186,10 @@ class BoundedQP:
         rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
         As = bs = Cs = ls = us = None
         if n_eq:
+            assert A is not None and b is not None      # (rows kept: A given, and _clean read b)
             As, bs = A[ie] / ne[:, None], b[ie] / ne
         if n_in:
+            assert C is not None and l is not None and u is not None
             full = n_in == C.shape[0]
             Cs = (C if full else C[ii]) / ni[:, None]
             ls = (l if full else l[ii]) / ni

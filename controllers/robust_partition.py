@@ -18,9 +18,11 @@ terms stay available for reconfiguration studies and diagnostics.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pinocchio import rnea as pin_rnea
 
@@ -28,7 +30,7 @@ from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import robust18_post, robust18_pre
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel, PartitionTerms
-from cmstack.models.trajectory import Sinusoid, as_trajectory
+from cmstack.models.trajectory import Sinusoid, Trajectory, as_trajectory
 
 
 def _diag3(name, x):
@@ -54,7 +56,8 @@ class RobustPartitionController:
     """Q_a = __call__(t, q, v) with q = (φ, θ, δ), v = (φ̇, θ̇, δ̇); trajectory: a Trajectory on R³
     (models/trajectory.py: t → (q_d, q̇_d, q̈_d))."""
 
-    def __init__(self, model: PartitionModel, trajectory, *, Lambda=1.0, K=30.0, kappa=50.0, eps=1e-4,
+    def __init__(self, model: PartitionModel, trajectory: Trajectory | Callable[[float], tuple], *,
+                 Lambda: ArrayLike = 1.0, K: ArrayLike = 30.0, kappa: ArrayLike = 50.0, eps: ArrayLike = 1e-4,
                  terms: str = "rnea"):
         """model: the inertia-partitioning model; trajectory: t [s] -> (q_d, q̇_d, q̈_d) in (φ, θ, δ)
         (rad, rad, m); Lambda [1/s], K [N·m·s/rad | N·s/m], kappa [N·m | N] and eps (units of s) are
@@ -91,7 +94,7 @@ class RobustPartitionController:
         self._kHrows = tuple(self._kH)
         self._kinfo: RobustInfo | None = None   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
 
-    def __call__(self, t: float, q, v) -> np.ndarray:
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if not self.use_rnea:
             return self._numpy_step(t, q, v)
         q = np.asarray(q, dtype=float)

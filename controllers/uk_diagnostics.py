@@ -6,7 +6,7 @@ import numpy as np
 
 from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling
 from cmstack.models.errors import InfeasibleError
-from cmstack.models.robot import Robot
+from cmstack.models.robot import Kinematics, Robot
 
 
 class Diagnostics:
@@ -42,7 +42,8 @@ class Diagnostics:
                     + ". ")
         return InfeasibleError(head + self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
 
-    def diagnose_infeasible(self, kin, hD, Q, level1, t, status) -> str:
+    def diagnose_infeasible(self, kin: Kinematics, hD: np.ndarray, Q: np.ndarray,
+                            level1: tuple[np.ndarray, np.ndarray] | None, t: float, status: str) -> str:
         """Why level 1 cannot hold within the limits.  The torque the hard level alone needs
         (Gauss' solution (3.8) of level 1, no task) names the joint; then the cause: a target out of
         reach (distance of a frame target from its chain's workspace ball), a near-singular
@@ -122,7 +123,8 @@ def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
     return None
 
 
-def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray, b: np.ndarray):
+def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray,
+                               b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Thesis (3.8) and (3.10): v̇ = a + M^{-1/2}(A M^{-1/2})⁺(b − A a),  a = M⁻¹ Q,
     Q_c = M^{1/2}(A M^{-1/2})⁺(b − A a).  (An independent reference for tests.)"""
     w, V = np.linalg.eigh(M)

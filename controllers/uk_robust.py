@@ -64,12 +64,15 @@ torques equal the generic path's to 1e-9 (tests/test_uk_kernels.py).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pinocchio as pin
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.models.coupling import ErrorDynamics, Task
 from cmstack.models.errors import ConfigError
+from cmstack.models.robot import Kinematics, Robot
 
 
 class IntegralTask(Task):
@@ -94,10 +97,10 @@ class IntegralTask(Task):
         self._t: float | None = None
         self._e: np.ndarray | None = None
 
-    def error_dynamics(self, kin, t: float) -> ErrorDynamics:
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         return self.inner.error_dynamics(kin, t)
 
-    def axes(self, kin, t: float):
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
         return self.inner.axes(kin, t)
 
     def kernel_biased_inner(self) -> Task | None:
@@ -109,7 +112,7 @@ class IntegralTask(Task):
             return None
         return self.inner
 
-    def compute(self, kin, t: float):
+    def compute(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
         """The inner rows (world axes) less P β: β = K_i z in the task's own axes (z integrates ``error``),
         turned to world axes by the inner task's P = diag(I, R) (``Task.axes``) as its rows are."""
         A, b = self.inner.compute(kin, t)
@@ -175,7 +178,7 @@ class ComplementaryFilter:
     control period [s]; f_hz: cross-over frequency [Hz] (β = 1 − exp(−2π f Δt); 0 = off, q̂ = q).
     The first call returns the measurement."""
 
-    def __init__(self, model, dt: float, f_hz: float):
+    def __init__(self, model: pin.Model, dt: float, f_hz: float):
         if not (np.isfinite(f_hz) and f_hz >= 0):
             raise ConfigError(f"q_filter_hz must be finite and >= 0, got {f_hz}")
         if not (np.isfinite(dt) and dt > 0):
@@ -204,9 +207,9 @@ class RobustUKController:
     v_filter_hz: cut-off of the velocity filter [Hz] (0 = off); control_dt: the control period [s];
     **uk: the thesis controller's options."""
 
-    def __init__(self, robot, coupling: Task, task: Task, *, ki: float, z_max: float = 1e-3,
+    def __init__(self, robot: Robot, coupling: Task, task: Task, *, ki: float, z_max: float = 1e-3,
                  task_ki: float = 0.0, task_z_max: float = 1e-2, q_filter_hz: float = 0.0,
-                 v_filter_hz: float = 0.0, control_dt: float = 0.005, **uk):
+                 v_filter_hz: float = 0.0, control_dt: float = 0.005, **uk: Any):
         if not (np.isfinite(v_filter_hz) and v_filter_hz >= 0):
             raise ConfigError(f"v_filter_hz must be finite and >= 0, got {v_filter_hz}")
         self.coupling = IntegralTask(coupling, ki, z_max)

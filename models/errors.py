@@ -41,7 +41,7 @@ class StateError(StackError):
     """The state handed to a model or controller is not valid (NaN, wrong size, out of range)."""
 
 
-def check_finite(name: str, x, where: str = "") -> None:
+def check_finite(name: str, x: object, where: str = "") -> None:
     """Raise StateError if ``x`` contains NaN or inf, naming the quantity and where it was seen."""
     import numpy as np
 

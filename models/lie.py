@@ -23,14 +23,16 @@ Conventions (docs/design.md, [Milioshin]):
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pinocchio as pin
 
 
 # ------------------------------------------------------------------------------------ skew, cross
-def skew(w) -> np.ndarray:
+def skew(w: np.ndarray | Sequence[float]) -> np.ndarray:
     """Skew matrix S(w) with S(w) @ x == w × x.  ``w``: a 3-vector (list, tuple or array) → (3, 3),
     or an array (..., 3) → (..., 3, 3)."""
     if isinstance(w, np.ndarray):
@@ -49,15 +51,16 @@ def skew(w) -> np.ndarray:
 hat = skew
 
 
-def cross(a, b) -> np.ndarray:
+def cross(a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float]) -> np.ndarray:
     """a × b along the last axis: two 3-vectors (lists, tuples or arrays) → (3,), or arrays (..., 3)
     that broadcast → (..., 3).  About 10× faster than np.cross on single vectors."""
     if getattr(a, "ndim", 1) == 1 and getattr(b, "ndim", 1) == 1:
         a0, a1, a2 = a.tolist() if isinstance(a, np.ndarray) else a
         b0, b1, b2 = b.tolist() if isinstance(b, np.ndarray) else b
         return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    A, B = np.asarray(a), np.asarray(b)          # (arrays already: the same objects)
+    a0, a1, a2 = A[..., 0], A[..., 1], A[..., 2]
+    b0, b1, b2 = B[..., 0], B[..., 1], B[..., 2]
     return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
 
 
@@ -84,7 +87,7 @@ class TruncatedSVD(NamedTuple):
         return self.Vt[self.rank:].T
 
 
-def svd_rank(A, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = False) -> TruncatedSVD:
+def svd_rank(A: ArrayLike, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = False) -> TruncatedSVD:
     """SVD of the (m, n) matrix A and its rank r = #{s_i > max(atol, rtol·s_1)} (``atol`` in A's
     units, ``rtol`` relative to the largest singular value).  An empty A has rank 0."""
     A = np.asarray(A, dtype=float)
@@ -99,12 +102,12 @@ def svd_rank(A, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = F
     return TruncatedSVD(U, s, Vt, int(np.count_nonzero(s > thr)))
 
 
-def pinv(A, *, rtol: float = 0.0, atol: float = 0.0) -> np.ndarray:
+def pinv(A: ArrayLike, *, rtol: float = 0.0, atol: float = 0.0) -> np.ndarray:
     """Truncated pseudo-inverse A⁺ (shape (n, m)) dropping s_i ≤ max(atol, rtol·s_1)."""
     return svd_rank(A, rtol=rtol, atol=atol).pinv()
 
 
-def kkt_solve(H, A, g, b) -> tuple[np.ndarray, np.ndarray]:
+def kkt_solve(H: np.ndarray, A: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) solving the saddle-point system [H Aᵀ; A 0] [x; y] = [g; b] (H n×n, A m×n) by one dense
     LU solve; raises numpy.linalg.LinAlgError when the matrix is singular."""
     n, m = H.shape[0], A.shape[0]
@@ -222,19 +225,19 @@ def rotation_vector(R: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------ elementary rotations
-def rot_x(a) -> np.ndarray:
+def rot_x(a: float) -> np.ndarray:
     """Rotation by a (rad) about x."""
     c, s = np.cos(a), np.sin(a)
     return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
 
 
-def rot_y(a) -> np.ndarray:
+def rot_y(a: float) -> np.ndarray:
     """Rotation by a (rad) about y."""
     c, s = np.cos(a), np.sin(a)
     return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
 
 
-def rot_z(a) -> np.ndarray:
+def rot_z(a: float) -> np.ndarray:
     """Rotation by a (rad) about z."""
     c, s = np.cos(a), np.sin(a)
     return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])

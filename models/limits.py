@@ -48,6 +48,8 @@ import warnings
 from abc import ABC, abstractmethod
 from typing import Sequence
 
+from numpy.typing import ArrayLike
+
 import numpy as np
 
 from cmstack.models.errors import ConfigError
@@ -62,7 +64,7 @@ def _select(robot: Robot, joints: Sequence[str] | None, owner: str) -> np.ndarra
     return np.array([robot.joint_index(j) for j in joints], dtype=int)
 
 
-def _values(x, default: np.ndarray, idx: np.ndarray, key: str, owner: str, robot: Robot,
+def _values(x: ArrayLike | None, default: np.ndarray, idx: np.ndarray, key: str, owner: str, robot: Robot,
             allow_negative: bool = False) -> np.ndarray:
     """A per-joint value: None (the URDF's), a scalar, or one value per selected joint."""
     if x is None:
@@ -113,7 +115,7 @@ class EffortLimit(Limit):
     """|τ_i| ≤ τ_max,i (N·m or N).  Args: robot; tau_max: None (URDF effort limits), a scalar or one
     value per joint; joints: None (all) or names."""
 
-    def __init__(self, robot: Robot, tau_max=None, joints: Sequence[str] | None = None, name: str = "effort"):
+    def __init__(self, robot: Robot, tau_max: ArrayLike | None = None, joints: Sequence[str] | None = None, name: str = "effort"):
         self.name = name
         self.idx = _select(robot, joints, name)
         self.tau_max = _values(tau_max, robot.effort_limit, self.idx, "tau_max", name, robot)
@@ -128,17 +130,18 @@ class EffortLimit(Limit):
                           + "; a plant built from that file (plant_from_urdf) clamps its motors there, so the "
                             "controller would count on torque the plant does not give", UserWarning, stacklevel=2)
 
-    def bounds(self, kin, hD):
+    def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._all:
             return kin.M, -self.tau_max - hD, self.tau_max - hD
         i = self.idx
         return kin.M[i], -self.tau_max - hD[i], self.tau_max - hD[i]
 
-    def violation(self, kin, hD, vdot, tau, rtol=1e-9):
+    def violation(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray,
+                  rtol: float = 1e-9) -> float:
         t = tau if self._all else tau[self.idx]
         return float(np.max(np.abs(t) - self.tau_max * (1.0 + rtol)))
 
-    def violated(self, kin, hD, vdot, tau):
+    def violated(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray) -> bool:
         return bool((np.abs(tau if self._all else tau[self.idx]) > self.tau_max * (1.0 + 1e-9)).any())
 
 
@@ -146,7 +149,7 @@ class JointVelocityLimit(Limit):
     """|v_i + Δt v̇_i| ≤ v_max,i.  Args: robot; dt: the horizon Δt (s), e.g. the control period;
     v_max: None (URDF velocity limits), scalar or per joint (rad/s or m/s); joints."""
 
-    def __init__(self, robot: Robot, dt: float, v_max=None, joints: Sequence[str] | None = None,
+    def __init__(self, robot: Robot, dt: float, v_max: ArrayLike | None = None, joints: Sequence[str] | None = None,
                  name: str = "velocity"):
         self.name = name
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
@@ -156,7 +159,7 @@ class JointVelocityLimit(Limit):
         self.v_max = _values(v_max, np.asarray(robot.model.velocityLimit, dtype=float), self.idx, "v_max", name, robot)
         self._C = np.eye(robot.nv)[self.idx]
 
-    def bounds(self, kin, hD):
+    def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         v = kin.v[self.idx]
         return self._C, (-self.v_max - v) / self.dt, (self.v_max - v) / self.dt
 
@@ -169,7 +172,8 @@ class JointPositionLimit(Limit):
     brake_fraction: κ ∈ (0, 1], the braking curve is planned at κ a_max (robust to a plant that realises
     only κ of the commanded deceleration); margin: distance kept from each bound (rad or m, ≥ 0)."""
 
-    def __init__(self, robot: Robot, dt: float, a_max, q_min=None, q_max=None,
+    def __init__(self, robot: Robot, dt: float, a_max: ArrayLike, q_min: ArrayLike | None = None,
+                 q_max: ArrayLike | None = None,
                  joints: Sequence[str] | None = None, name: str = "position", *, brake_fraction: float = 0.5,
                  margin: float = 0.0):
         self.name = name
@@ -187,7 +191,7 @@ class JointPositionLimit(Limit):
             # every joint that has position limits (a continuous joint has none: ±inf, models/robot.py)
             lo, hi = robot.model.lowerPositionLimit, robot.model.upperPositionLimit
             self.idx = self.idx[np.isfinite(lo[self.idx]) & np.isfinite(hi[self.idx])]
-            if np.ndim(a_max) == 1 and len(a_max) == robot.nv:
+            if np.ndim(a_max) == 1 and np.size(a_max) == robot.nv:
                 a_max = np.asarray(a_max, dtype=float)[self.idx]
         self.a_max = _values(a_max, np.zeros(robot.nv), self.idx, "a_max", name, robot)
         self.q_min = _values(q_min, np.asarray(robot.model.lowerPositionLimit, dtype=float), self.idx, "q_min",
@@ -219,6 +223,6 @@ class JointPositionLimit(Limit):
 
         return -upper(-q, -v, -self.q_min), upper(q, v, self.q_max)
 
-    def bounds(self, kin, hD):
+    def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         l, u = self.acceleration_bounds(kin.q[self.idx], kin.v[self.idx])
         return self._C, l, u

@@ -35,16 +35,29 @@ from __future__ import annotations
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 import pinocchio as pin
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 
+if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
+    from cmstack.models.robot import Robot
+
 WRAPPER = "cmstack_world"
 
 
+@overload
+def _floats(text: str, n: int, where: str) -> np.ndarray: ...
+@overload
+def _floats(text: None, n: int, where: str) -> None: ...
+@overload
+def _floats(text: str | None, n: int, where: str) -> np.ndarray | None: ...
+
+
 def _floats(text: str | None, n: int, where: str) -> np.ndarray | None:
+    """The ``n`` finite numbers of an attribute's text (None when the attribute is absent)."""
     if text is None:
         return None
     try:
@@ -80,7 +93,10 @@ def _wrapped_copy(root: ET.Element, path: Path) -> str:
 
 def _joints_in_order(root: ET.Element, path: Path) -> list[ET.Element]:
     out = []
-    for j in root.find("worldbody").iter():
+    wb = root.find("worldbody")
+    if wb is None:
+        raise ModelFileError(f"MJCF {path} has no <worldbody>")
+    for j in wb.iter():
         if j.tag == "freejoint":
             raise ModelFileError(f"MJCF {path}: a <freejoint> is not supported (cmstack's models have 1-DoF joints)")
         if j.tag == "joint":
@@ -182,7 +198,7 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             robot.loops.append(c)
 
 
-def wrapped_mjcf(path) -> str:
+def wrapped_mjcf(path: str | Path) -> str:
     """The text of the MJCF at ``path`` with its top-level bodies wrapped in one fixed body: what this loader
     hands Pinocchio's parser (e.g. to read Pinocchio's own constraint models of the file)."""
     path = Path(path)
@@ -191,7 +207,7 @@ def wrapped_mjcf(path) -> str:
     return _wrapped_copy(ET.parse(path).getroot(), path)
 
 
-def load_mjcf_robot(cls, path: Path):
+def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     """``Robot.from_mjcf``: see the module docstring."""
     from cmstack.models.robot import _captured_fd2, _check_xml
 
@@ -202,7 +218,7 @@ def load_mjcf_robot(cls, path: Path):
     if root.find(".//include") is not None:
         raise ModelFileError(f"MJCF {path}: <include> is not supported by the MJCF loader; inline the file")
     joints = _joints_in_order(root, path)
-    names = [j.get("name") for j in joints]
+    names = [j.attrib["name"] for j in joints]          # (every joint has one: _joints_in_order)
     text = _wrapped_copy(ET.fromstring(ET.tostring(root)), path)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / path.name

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 from cmstack.models.lie import cross, skew
@@ -56,7 +58,7 @@ CYLINDER = dict(mass=1.5, com=(0.2, 0.0, 0.0), inertia=np.diag([0.002, 0.0253, 0
 PISTON = dict(mass=1.0, com=(-0.2, 0.0, 0.0), inertia=np.diag([0.0005, 0.0133, 0.0133]))
 
 
-def spatial_inertia(mass: float, com, inertia_c) -> np.ndarray:
+def spatial_inertia(mass: float, com: ArrayLike, inertia_c: ArrayLike) -> np.ndarray:
     """Mᵢ about the body frame, [v; ω] order: [[m I, −m[c]], [m[c], I_C + m[c][c]ᵀ]] (paper §II-B,
     reordered from its [ω; v])."""
     c = np.asarray(com, dtype=float)
@@ -80,8 +82,8 @@ def spatial_inertia(mass: float, com, inertia_c) -> np.ndarray:
 class TriangleMap:
     """Ξ: q = (φ, θ, δ) ↦ q̂ = (φ, θ, ζ(δ)) [, α = ζ/2, δ] and its Jacobian E and Ė q̇ (26), (28)."""
 
-    def __init__(self, L0: float = L0, l0: float = SMALL_L0, delta_range=DELTA_RANGE, with_actuator: bool = False,
-                 slack: float = 0.0):
+    def __init__(self, L0: float = L0, l0: float = SMALL_L0, delta_range: tuple[float, float] = DELTA_RANGE,
+                 with_actuator: bool = False, slack: float = 0.0):
         lo, hi = (float(x) for x in delta_range)
         if not (L0 > 0 and l0 > 0 and hi > lo):
             raise ConfigError(f"triangle: need L0 > 0, l0 > 0 and a stroke lo < hi; got L0={L0}, l0={l0}, "
@@ -127,13 +129,13 @@ class TriangleMap:
         s = np.sqrt(1.0 - c * c)
         return 1.0 / (self.L0 ** 2 * s) + u * u * c / (self.L0 ** 4 * s ** 3)
 
-    def xi(self, q) -> np.ndarray:
+    def xi(self, q: np.ndarray) -> np.ndarray:
         z = self.zeta(q[2])
         if self.with_actuator:
             return np.array([q[0], q[1], z, 0.5 * z, q[2]])
         return np.array([q[0], q[1], z])
 
-    def E(self, q) -> np.ndarray:
+    def E(self, q: np.ndarray) -> np.ndarray:
         """E = ∂q̂/∂q (26) (5×3 with the cylinder angle α = ζ/2 and the stroke δ appended)."""
         E = np.zeros((self.nqhat, 3))
         E[0, 0] = E[1, 1] = 1.0
@@ -144,7 +146,7 @@ class TriangleMap:
             E[4, 2] = 1.0
         return E
 
-    def Edot_qd(self, q, qd) -> np.ndarray:
+    def Edot_qd(self, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """Ė q̇: only the ζ (and α) rows vary, d/dt(∂ζ/∂δ) δ̇ = ∂²ζ/∂δ² δ̇²."""
         out = np.zeros(self.nqhat)
         a = self.d2zeta(q[2]) * qd[2] ** 2
@@ -185,8 +187,8 @@ class PartitionModel:
         model.set_body("link2", mass=80, length=2.5)   # reconfigure body 3 only
     """
 
-    def __init__(self, urdf="urdf/series_parallel.urdf", *, L0: float = L0, l0: float = SMALL_L0,
-                 delta_range=DELTA_RANGE, with_actuator: bool = False, gravity: float = 9.81,
+    def __init__(self, urdf: str | Path = "urdf/series_parallel.urdf", *, L0: float = L0, l0: float = SMALL_L0,
+                 delta_range: tuple[float, float] = DELTA_RANGE, with_actuator: bool = False, gravity: float = 9.81,
                  cylinder: dict | None = None, piston: dict | None = None, stroke_slack: float = 0.0):
         robot = Robot(urdf)  # clear errors on a bad file
         self.path = robot.path
@@ -228,7 +230,8 @@ class PartitionModel:
         self.joint_of["piston"] = jp
 
     # ------------------------------------------------------------------ reconfiguration
-    def set_body(self, name: str, *, mass: float | None = None, com=None, inertia=None, length: float | None = None):
+    def set_body(self, name: str, *, mass: float | None = None, com: ArrayLike | None = None,
+                 inertia: ArrayLike | None = None, length: float | None = None) -> None:
         """Replace one body's mass / CoM / CoM inertia, and/or its length (the x offset, in its own frame,
         of what hangs at its distal end: the next joint or the tip frame F3).  Only that body's Mᵢ and
         that one placement change; Γ, h and Q_e are reassembled from the per-body terms."""
@@ -264,7 +267,7 @@ class PartitionModel:
         self.data = self.model.createData()
 
     # ------------------------------------------------------------------ the model
-    def compute(self, q, qd) -> PartitionTerms:
+    def compute(self, q: ArrayLike, qd: ArrayLike) -> PartitionTerms:
         """Γ(q), h(q, q̇), Q_e(q) and the per-body terms at the minimal state (q, q̇)."""
         q = np.asarray(q, dtype=float)
         qd = np.asarray(qd, dtype=float)
@@ -308,7 +311,7 @@ class PartitionModel:
             Qe += Qb
         return PartitionTerms(q.copy(), qd.copy(), qhat, E, G, h, Qe, Gi, hi, Qi, Js)
 
-    def tip_jacobian(self, q) -> np.ndarray:
+    def tip_jacobian(self, q: ArrayLike) -> np.ndarray:
         """J_F3 = Ĵ_F3 E (6×3, [v; ω] of the tip frame F3 in F3's axes); needs a prior compute(q, ·)
         or recomputes the kinematics at q."""
         if self._tip is None:
@@ -319,12 +322,12 @@ class PartitionModel:
         pin.updateFramePlacements(self.model, self.data)
         return pin.getFrameJacobian(self.model, self.data, self._tip, LOCAL) @ self.map.E(q)
 
-    def tip_pose(self, q) -> pin.SE3:
+    def tip_pose(self, q: ArrayLike) -> pin.SE3:
         qhat = self.map.xi(np.asarray(q, dtype=float))
         pin.framesForwardKinematics(self.model, self.data, qhat)
         return self.data.oMf[self._tip].copy()
 
-    def model_force(self, q, qd, qdd) -> np.ndarray:
+    def model_force(self, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
         """Γ(q) q̈ + h(q, q̇) − Q_e(q) by ONE recursive Newton–Euler pass on the open tree.
 
         With q̂ = Ξ(q), q̂̇ = E q̇ and q̂̈ = E q̈ + Ė q̇, the open tree's inverse dynamics is
@@ -363,7 +366,7 @@ class PartitionModel:
         out[2] = dz * tau[2] + ((0.5 * dz * tau[3] + tau[4]) if mp.with_actuator else 0.0)
         return out.copy()
 
-    def inverse_dynamics(self, q, qd, qdd) -> np.ndarray:
+    def inverse_dynamics(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> np.ndarray:
         """Q_a = Γ q̈ + h − Q_e (13) with no external disturbance."""
         tm = self.compute(q, qd)
         return tm.Gamma @ np.asarray(qdd, dtype=float) + tm.h - tm.Qe

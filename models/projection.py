@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, InfeasibleError, StateError
 from cmstack.models.lie import svd_rank
@@ -63,7 +64,7 @@ class Projection:
         return self.rank == self.m
 
 
-def project(A, tol: float = DEFAULT_TOL) -> Projection:
+def project(A: ArrayLike, tol: float = DEFAULT_TOL) -> Projection:
     """P = I − A⁺A and A⁺ from the SVD of A, dropping σ ≤ tol (absolute, in A's units).  A single
     row a is done in closed form: σ = ‖a‖, A⁺ = aᵀ/σ², P = I − a aᵀ/σ² (rank 1 if σ > tol, else P = I)."""
     if not (math.isfinite(tol) and tol >= 0):
@@ -96,12 +97,12 @@ def project(A, tol: float = DEFAULT_TOL) -> Projection:
     return Projection(np.eye(n) - Vr @ Vr.T, svd.pinv(), svd.rank, svd.s, m)
 
 
-def c_times_v(proj: Projection, jdot_v) -> np.ndarray:
+def c_times_v(proj: Projection, jdot_v: ArrayLike) -> np.ndarray:
     """C q̇ = −A⁺ (Ȧ q̇)  (14), from the product Ȧ q̇ supplied by the constraint."""
     return -proj.A_pinv @ np.asarray(jdot_v, dtype=float)
 
 
-def c_matrix(proj: Projection, Adot) -> np.ndarray:
+def c_matrix(proj: Projection, Adot: ArrayLike) -> np.ndarray:
     """C = −A⁺ Ȧ (14) as a matrix, when Ȧ itself is available."""
     return -proj.A_pinv @ np.atleast_2d(np.asarray(Adot, dtype=float))
 
@@ -109,7 +110,7 @@ def c_matrix(proj: Projection, Adot) -> np.ndarray:
 KINDS = ("23", "28", "29")
 
 
-def constraint_inertia(M, P, kind: str = "23", mu: float | None = None) -> np.ndarray:
+def constraint_inertia(M: np.ndarray, P: np.ndarray, kind: str = "23", mu: float | None = None) -> np.ndarray:
     """M_c of (23), (28) or (29); μ defaults to trace(M)/n for (29)."""
     M = np.asarray(M, dtype=float)
     n = M.shape[0]
@@ -127,7 +128,8 @@ def constraint_inertia(M, P, kind: str = "23", mu: float | None = None) -> np.nd
     raise ConfigError(f"constraint_inertia: kind='{kind}' is not one of {KINDS}")
 
 
-def direct_dynamics(M, h, tau, proj: Projection, Cv, kind: str = "23", mu: float | None = None) -> np.ndarray:
+def direct_dynamics(M: np.ndarray, h: np.ndarray, tau: np.ndarray, proj: Projection, Cv: np.ndarray,
+                    kind: str = "23", mu: float | None = None) -> np.ndarray:
     """q̈ from (22) / (27-28) / (29): M_c q̈ = P(τ − h) + R C q̇ with R = M, (I − 2P) M, μ I."""
     M = np.asarray(M, dtype=float)
     P = proj.P
@@ -149,20 +151,20 @@ def direct_dynamics(M, h, tau, proj: Projection, Cv, kind: str = "23", mu: float
         raise StateError(f"direct_dynamics: constraint inertia ({kind}) is singular; is M positive definite?") from None
 
 
-def split_input(tau, P):
+def split_input(tau: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """τ = τ_∥ + τ_⊥ with τ_∥ = P τ (potent) and τ_⊥ = (I − P) τ (impotent)  (25)."""
     tau = np.asarray(tau, dtype=float)
     tp = P @ tau
     return tp, tau - tp
 
 
-def constraint_force(M, h, tau, qdd, P) -> np.ndarray:
+def constraint_force(M: np.ndarray, h: np.ndarray, tau: np.ndarray, qdd: np.ndarray, P: np.ndarray) -> np.ndarray:
     """f_c = (I − P)(M q̈ + h − τ)  (32)."""
     r = np.asarray(M) @ qdd + h - tau
     return r - P @ r
 
 
-def multipliers(proj: Projection, f_c) -> np.ndarray:
+def multipliers(proj: Projection, f_c: ArrayLike) -> np.ndarray:
     """λ with Aᵀλ = f_c, λ = (A⁺)ᵀ f_c; unique only when A has full row rank (Remark 4)."""
     if not proj.full_row_rank:
         raise InfeasibleError(f"Lagrange multipliers are not unique: A has rank {proj.rank} < {proj.m} rows "
@@ -170,13 +172,13 @@ def multipliers(proj: Projection, f_c) -> np.ndarray:
     return proj.A_pinv.T @ np.asarray(f_c, dtype=float)
 
 
-def decoupling_defect(M, P) -> float:
+def decoupling_defect(M: np.ndarray, P: np.ndarray) -> float:
     """‖P M − M P‖_F / ‖M‖_F; zero iff M maps N(A) into itself (Proposition 3)."""
     PM = P @ np.asarray(M)
     return float(np.linalg.norm(PM - PM.T) / np.linalg.norm(M))
 
 
-def is_decoupled(M, P, tol: float = 1e-10) -> bool:
+def is_decoupled(M: np.ndarray, P: np.ndarray, tol: float = 1e-10) -> bool:
     return decoupling_defect(M, P) <= tol
 
 
@@ -191,7 +193,7 @@ class SliderCrankLoop:
     A = 0 at θ₁ = ±π/2, θ₂ = π (65): the rod folds onto the crank and C passes the pivot.
     ``idx`` gives the indices of (θ₁, θ₂) in the model's q."""
 
-    def __init__(self, length: float, idx=(0, 1), n: int = 2):
+    def __init__(self, length: float, idx: tuple[int, int] = (0, 1), n: int = 2):
         if not (np.isfinite(length) and length > 0):
             raise ConfigError(f"SliderCrankLoop: link length must be > 0, got {length}")
         self.l = float(length)
@@ -200,21 +202,21 @@ class SliderCrankLoop:
         self.m = 1
         self._row = np.zeros(self.n)
 
-    def phi(self, q):
+    def phi(self, q: np.ndarray) -> np.ndarray:
         return np.array([self.l * (np.sin(q[self.i1]) + np.sin(q[self.i1] + q[self.i2]))])
 
-    def jacobian(self, q):
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
         c1, c12 = np.cos(q[self.i1]), np.cos(q[self.i1] + q[self.i2])
         A = np.zeros((1, self.n))
         A[0, self.i1] = self.l * (c1 + c12)
         A[0, self.i2] = self.l * c12
         return A
 
-    def jdot_v(self, q, v):
+    def jdot_v(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         w1, w12 = v[self.i1], v[self.i1] + v[self.i2]
         return np.array([-self.l * (np.sin(q[self.i1]) * w1 ** 2 + np.sin(q[self.i1] + q[self.i2]) * w12 ** 2)])
 
-    def row_and_jdot_v(self, q, v):
+    def row_and_jdot_v(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, float]:
         """(the row a of A (n,), the scalar Ȧ q̇): ``jacobian`` and ``jdot_v`` at once, on Python floats
         (the per-step path of controllers.pidc).  The row is a buffer reused by the next call."""
         l, i1, i2 = self.l, self.i1, self.i2

@@ -50,7 +50,7 @@ class AugmentedRobot:
             raise FrameNotFoundError(f"joint '{name}' is not one of the auxiliary coordinates {list(NAMES)}")
         return NAMES.index(name)
 
-    def update(self, q, v) -> _Kin:
+    def update(self, q: np.ndarray, v: np.ndarray) -> _Kin:
         q, v = np.asarray(q, dtype=float), np.asarray(v, dtype=float)
         if q.shape != (4,) or v.shape != (4,):
             raise StateError(f"auxiliary state must have 4 entries (φ, θ, ζ, δ), got {q.shape}, {v.shape}")
@@ -69,17 +69,17 @@ class TriangleConstraint:
         self.tm = tm
         self.m = 1
 
-    def phi(self, x):
+    def phi(self, x: np.ndarray) -> np.ndarray:
         return np.array([x[2] - self.tm.zeta(x[3])])
 
-    def jacobian(self, x):
+    def jacobian(self, x: np.ndarray) -> np.ndarray:
         return np.array([[0.0, 0.0, 1.0, -self.tm.dzeta(x[3])]])
 
-    def jdot_v(self, x, v):
+    def jdot_v(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.array([-self.tm.d2zeta(x[3]) * v[3] ** 2])
 
 
-def lift(tm: TriangleMap, q, v):
+def lift(tm: TriangleMap, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Measured (φ, θ, δ), rates → auxiliary (x, ẋ) on the constraint manifold."""
     z, dz = tm.zeta(q[2]), tm.dzeta(q[2])
     return np.array([q[0], q[1], z, q[2]]), np.array([v[0], v[1], dz * v[2], v[2]])

@@ -67,8 +67,10 @@ A model function takes a state and returns arrays; nothing here keeps hidden sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, StateError, check_finite
 from cmstack.models.lie import (cross, kkt_solve, quat_conj, quat_exp, quat_from_matrix,  # noqa: F401 (re-exported)
@@ -229,7 +231,8 @@ class TensorChain:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def rods(cls, n: int, length: float, radius: float, mass: float, stiffness, **kw) -> "TensorChain":
+    def rods(cls, n: int, length: float, radius: float, mass: float, stiffness: ArrayLike,
+             **kw: Any) -> "TensorChain":
         """N equal solid cylinders along their body x axis, joints at the rod ends (±length/2)."""
         if not (length > 0 and radius > 0 and mass > 0):
             raise ConfigError(f"rods: length, radius and mass must be > 0, got {length}, {radius}, {mass}")
@@ -238,7 +241,8 @@ class TensorChain:
         I = np.diag([ixx, iyy, iyy])
         a = np.array([length / 2, 0.0, 0.0])
         return cls(np.full(n, float(mass)), np.broadcast_to(I, (n, 3, 3)).copy(),
-                   np.broadcast_to(a, (n - 1, 3)).copy(), np.broadcast_to(-a, (n - 1, 3)).copy(), stiffness, **kw)
+                   np.broadcast_to(a, (n - 1, 3)).copy(), np.broadcast_to(-a, (n - 1, 3)).copy(),
+                   np.asarray(stiffness, dtype=float), **kw)
 
     @property
     def n(self) -> int:
@@ -248,7 +252,7 @@ class TensorChain:
     def n_constraints(self) -> int:
         return 3 * (self.n - 1) + (6 if self.fixed_base else 0)
 
-    def straight_state(self, origin=(0.0, 0.0, 0.0), quat=(1.0, 0.0, 0.0, 0.0)) -> ChainState:
+    def straight_state(self, origin: ArrayLike = (0.0, 0.0, 0.0), quat: ArrayLike = (1.0, 0.0, 0.0, 0.0)) -> ChainState:
         """All bodies with the same attitude, joints coincident (φ = 0), at rest."""
         q = np.asarray(quat, dtype=float)
         q = q / np.linalg.norm(q)
@@ -260,7 +264,7 @@ class TensorChain:
         return ChainState(pos, np.tile(q, (self.n, 1)), np.zeros(6 * self.n))
 
     # ------------------------------------------------------------------ tensors of (32)
-    def arms(self, R: np.ndarray):
+    def arms(self, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """s_{B_j J_j} = −R_j a_j and s_{B_{j+1} J_j} = −R_{j+1} b_j (inertial coordinates), each (N−1,3)."""
         s_par = -np.einsum("jab,jb->ja", R[:-1], self.joint_parent)
         s_chi = -np.einsum("jab,jb->ja", R[1:], self.joint_child)
@@ -358,7 +362,7 @@ class TensorChain:
         out[: 3 * (n - 1)] = g.ravel()
         return out
 
-    def force_distribution(self, R: np.ndarray):
+    def force_distribution(self, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """C_F (8) and C_M (18) as printed, (3N × 3(N−1)) each."""
         n = self.n
         s_par, s_chi = self.arms(R)
@@ -406,7 +410,8 @@ class TensorChain:
             th = self.relative_euler(R)
         return float(0.5 * np.sum(self.stiffness * th * th))
 
-    def applied_force(self, R: np.ndarray, nu: np.ndarray, port: np.ndarray | None, M_J=None) -> np.ndarray:
+    def applied_force(self, R: np.ndarray, nu: np.ndarray, port: ArrayLike | None,
+                      M_J: np.ndarray | None = None) -> np.ndarray:
         """ℱ (33) with the port τ = [F_B; M_B] (6N, inertial coordinates, moments about the CoMs)."""
         n = self.n
         if M_J is None:
@@ -420,7 +425,7 @@ class TensorChain:
         gyro = cross(w, np.einsum("iab,ib->ia", self.inertia_world(R), w))   # 𝒞(ν)ν = Ω_i I_i ω_i
         F[3 * n:] = CFMJ.ravel() - gyro.ravel()
         if port is not None:
-            F += port
+            F += np.asarray(port, dtype=float)
         return F
 
     def known_force(self, R: np.ndarray) -> np.ndarray:
@@ -437,19 +442,20 @@ class TensorChain:
 
     # ------------------------------------------------------------------ solving (32)
     @staticmethod
-    def solve_kkt(M, J, F, gamma):
+    def solve_kkt(M: np.ndarray, J: np.ndarray, F: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """[ℳ Jᵀ; J 0][ν̇; F_J] = [ℱ; γ] (32) by one dense LU solve."""
         return kkt_solve(M, J, F, gamma)
 
     @staticmethod
-    def solve_schur(Minv, J, F, gamma):
+    def solve_schur(Minv: np.ndarray, J: np.ndarray, F: np.ndarray,
+                    gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(35): S = J ℳ⁻¹ Jᵀ, F_J = S⁻¹(J ℳ⁻¹ ℱ − γ), ν̇ = ℳ⁻¹(ℱ − Jᵀ F_J)."""
         MiJt = Minv @ J.T
         S = J @ MiJt
         FJ = np.linalg.solve(S, J @ (Minv @ F) - gamma)
         return Minv @ F - MiJt @ FJ, FJ
 
-    def dynamics(self, state: ChainState, port=None, method: str = "kkt") -> Dynamics:
+    def dynamics(self, state: ChainState, port: ArrayLike | None = None, method: str = "kkt") -> Dynamics:
         R = state.R
         nu = state.nu
         M_J = self.joint_moments(R)
@@ -479,7 +485,7 @@ class TensorChain:
             phi = np.concatenate([phi, state.pos[0] - np.asarray(p0, dtype=float), rot])
         return phi
 
-    def momentum(self, state: ChainState):
+    def momentum(self, state: ChainState) -> tuple[np.ndarray, np.ndarray]:
         """Total linear momentum Σ m v and angular momentum about the inertial origin Σ p × m v + I ω."""
         m = self.masses[:, None]
         P = np.sum(m * state.v, axis=0)
@@ -492,7 +498,7 @@ class TensorChain:
 
     # ------------------------------------------------------------------ integration
     @staticmethod
-    def state_derivative(state: ChainState, nu_dot: np.ndarray):
+    def state_derivative(state: ChainState, nu_dot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ṗ, q̇, ν̇): ṗ = v, q̇ = ½ [0; ω^I] ⊗ q (≡ (55) with ω^B = Rᵀ ω^I)."""
         n = state.n
         w4 = np.zeros((n, 4))
@@ -503,8 +509,9 @@ class TensorChain:
     def _advance(state: ChainState, d, h: float) -> ChainState:
         return ChainState(state.pos + h * d[0], state.quat + h * d[1], state.nu + h * d[2])
 
-    def step(self, state: ChainState, dt: float, port=None, *, method: str = "kkt", project: bool = True,
-             port_fn=None, t: float = 0.0) -> tuple[ChainState, Dynamics]:
+    def step(self, state: ChainState, dt: float, port: ArrayLike | None = None, *, method: str = "kkt",
+             project: bool = True, port_fn: Callable[[float, ChainState], ArrayLike] | None = None,
+             t: float = 0.0) -> tuple[ChainState, Dynamics]:
         """One classical RK4 step of (32) + (55).  ``port`` is held over the step (zero-order hold, a
         sampled-data controller); ``port_fn(t, state)`` instead is evaluated at every stage (continuous
         feedback).  Quaternions are renormalized, then (optionally) ``project`` is applied.  Returns the
@@ -551,7 +558,16 @@ class TensorChain:
                      f"after the step from t={t:.6f} s")
         return new, dyn0
 
-    def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3, *, violation_before: bool = False):
+    @overload
+    def project(self, state: ChainState, tol: float = ..., max_iter: int = ..., *,
+                violation_before: Literal[False] = ...) -> ChainState: ...
+
+    @overload
+    def project(self, state: ChainState, tol: float = ..., max_iter: int = ..., *,
+                violation_before: Literal[True]) -> tuple[ChainState, float]: ...
+
+    def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3, *,
+                violation_before: bool = False) -> ChainState | tuple[ChainState, float]:
         """Constraint stabilization (module docstring): mass-weighted Newton projection of the pose onto
         φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  With ``fast``: one compiled call, the same steps.  With
         ``violation_before``: returns (the projected state, max|φ| of ``state``)."""

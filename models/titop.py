@@ -56,8 +56,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 from cmstack.models.lie import cross, skew  # skew(v) is the paper's (*v)
@@ -70,7 +72,7 @@ _I3 = np.eye(3)
 
 
 # ---------------------------------------------------------------------------------- small algebra
-def tau(r) -> np.ndarray:
+def tau(r: np.ndarray) -> np.ndarray:
     """Kinematic model τ_CP = [[1, (*CP)], [0, 1]] with r = CP (nomenclature): x'_C = τ_CP x'_P."""
     T = np.eye(6)
     T[:3, 3:] = skew(r)
@@ -103,7 +105,7 @@ def _rot6(P):
     return Q
 
 
-def rodrigues(axis, angle) -> np.ndarray:
+def rodrigues(axis: np.ndarray, angle: float) -> np.ndarray:
     """e^{θ (*r̃)} for a unit vector r̃ (16)."""
     K = skew(axis)
     return _I3 + np.sin(angle) * K + (1.0 - np.cos(angle)) * (K @ K)
@@ -119,18 +121,18 @@ def quat_rows(x: float, y: float, z: float, w: float) -> tuple:
             (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)))
 
 
-def quat_to_R(quat) -> np.ndarray:
+def quat_to_R(quat: ArrayLike) -> np.ndarray:
     """DCM of a unit quaternion in Pinocchio's order (x, y, z, w); normalised first."""
     return np.array(quat_rows(*np.asarray(quat, dtype=float).tolist()))
 
 
-def rpy(R) -> np.ndarray:
+def rpy(R: np.ndarray) -> np.ndarray:
     """Euler angles Θ = (φ, θ, ψ) with R = Rz(ψ) Ry(θ) Rx(φ) (the paper's Θ(P_{b/i}); sequence chosen here)."""
     return np.array([np.arctan2(R[2, 1], R[2, 2]), np.arcsin(np.clip(-R[2, 0], -1.0, 1.0)),
                      np.arctan2(R[1, 0], R[0, 0])])
 
 
-def dynamic_model(mass: float, com, inertia_com) -> np.ndarray:
+def dynamic_model(mass: float, com: ArrayLike, inertia_com: ArrayLike) -> np.ndarray:
     """D_P = τ_BPᵀ diag(m 1₃, I_B) τ_BP (4), with com = PB (so BP = −com), all in the body frame."""
     D_B = np.zeros((6, 6))
     D_B[:3, :3] = mass * _I3
@@ -139,7 +141,7 @@ def dynamic_model(mass: float, com, inertia_com) -> np.ndarray:
     return T.T @ D_B @ T
 
 
-def coriolis_operator(tw) -> np.ndarray:
+def coriolis_operator(tw: np.ndarray) -> np.ndarray:
     """C(x'_P) = [[(*ω), 0], [(*v), (*ω)]] of (7)."""
     C = np.zeros((6, 6))
     W = skew(tw[3:])
@@ -179,14 +181,14 @@ class Motion:
         return self.R @ self.pos
 
 
-def transport(m: Motion, CP) -> Motion:
+def transport(m: Motion, CP: ArrayLike) -> Motion:
     """Motion transport v_CP (14), m_C = v_CP(m_P), in the body frame: x'_C = τ_CP x'_P,
     ẋ'_C = τ_CP ẋ'_P (CP is constant in the body frame), IC = IP + PC = IP − CP; attitude unchanged."""
     CP = np.asarray(CP, dtype=float)
     return Motion(_tau_mv(CP, m.tw), m.pos - CP, m.R, None if m.acc is None else _tau_mv(CP, m.acc))
 
 
-def change_frame(m: Motion, P_ab) -> Motion:
+def change_frame(m: Motion, P_ab: ArrayLike) -> Motion:
     """[m]_{R_b} from [m]_{R_a} with the augmented DCM P^18_{a/b} = diag(P, P, P, P, P, 1) — the
     dual vectors and IP are rotated — and the attitude becomes that of R_b: R_b = R_a P_{a/b}ᵀ
     (the inverse of the paper's Θ^A = Θ(P_{./i}(Θ^B) P_{a/b})).  Valid for frames fixed to the same
@@ -210,7 +212,8 @@ class RigidBody:
     ``ports`` maps a port name to the point C as the vector PC in the body frame (children,
     external loads, loop cuts).  Point masses (zero inertia at the centre of mass) are allowed."""
 
-    def __init__(self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None, ports: dict | None = None):
+    def __init__(self, name: str, mass: float, com: ArrayLike = (0.0, 0.0, 0.0), inertia: ArrayLike | None = None,
+                 ports: dict[str, ArrayLike] | None = None):
         if not (np.isfinite(mass) and mass >= 0.0):
             raise ConfigError(f"body '{name}': mass must be a finite number >= 0, got {mass}")
         I = np.zeros((3, 3)) if inertia is None else np.asarray(inertia, dtype=float)
@@ -231,15 +234,15 @@ class RigidBody:
         except KeyError:
             raise FrameNotFoundError(f"body '{self.name}' has no port '{name}'; ports: {sorted(self.ports)}") from None
 
-    def bias(self, tw, g_b) -> np.ndarray:
+    def bias(self, tw: np.ndarray, g_b: np.ndarray) -> np.ndarray:
         """−D_P [g; 0] + C(x') D_P x': the part of (11) that does not depend on the acceleration."""
         return -self.D[:, :3] @ g_b + _cdx(tw, self.D @ tw)
 
-    def inverse(self, acc, tw, g_b) -> np.ndarray:
+    def inverse(self, acc: np.ndarray, tw: np.ndarray, g_b: np.ndarray) -> np.ndarray:
         """Fig. 1 (inverse dynamics): the total external wrench at P (11), body frame."""
         return self.D @ acc + self.bias(tw, g_b)
 
-    def forward(self, W_ext, tw, g_b) -> np.ndarray:
+    def forward(self, W_ext: np.ndarray, tw: np.ndarray, g_b: np.ndarray) -> np.ndarray:
         """Fig. 2, G_P(s) (forward dynamics): ẋ'_P = [g; 0] + D_P⁻¹ (W_ext − C(x') D x')."""
         try:
             return np.linalg.solve(self.D, W_ext - self.bias(tw, g_b))
@@ -247,7 +250,7 @@ class RigidBody:
             raise StateError(f"body '{self.name}': D_P is singular (point mass?); its forward channel needs a "
                              "full inertia") from None
 
-    def kinetic_energy(self, tw) -> float:
+    def kinetic_energy(self, tw: np.ndarray) -> float:
         """½ x'ᵀ D_P x' (10)."""
         return 0.5 * float(tw @ self.D @ tw)
 
@@ -260,7 +263,7 @@ class _Block:
     ndof = 0
     kind = "block"
 
-    def __init__(self, body: RigidBody, P_a0b=None):
+    def __init__(self, body: RigidBody, P_a0b: ArrayLike | None = None):
         self.body = body
         self.name = body.name
         self.P0 = _I3.copy() if P_a0b is None else np.asarray(P_a0b, dtype=float)
@@ -269,7 +272,7 @@ class _Block:
             raise ConfigError(f"block '{self.name}': P_a0/b must be a rotation matrix")
 
     # -- joint geometry (overridden) --
-    def joint(self, m_in: Motion, q, qd):
+    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         """From the parent's motion at the joint (in R_b, velocity level) and the joint state: the
         DCM P_{a/b}, A's motion at P in R_a (no acc), the joint's S (6×ndof), c (6), and the
         offset r = PP0 of the prismatic transport (zero otherwise)."""
@@ -340,7 +343,7 @@ class Weld(_Block):
 
     kind = "weld"
 
-    def joint(self, m_in, q, qd):
+    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         m_A = change_frame(Motion(m_in.tw, m_in.pos, m_in.R), self.P0.T)
         return self.P0, m_A, None, np.zeros(6), None
 
@@ -355,7 +358,7 @@ class Revolute(_Block):
     ndof = 1
     kind = "revolute"
 
-    def __init__(self, body, axis, P_a0b=None):
+    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None):
         super().__init__(body, P_a0b)
         a = np.asarray(axis, dtype=float).reshape(3)
         if not np.linalg.norm(a) > 0:
@@ -363,7 +366,7 @@ class Revolute(_Block):
         self.axis = a / np.linalg.norm(a)
         self.S = np.concatenate((np.zeros(3), self.axis)).reshape(6, 1)
 
-    def joint(self, m_in, q, qd):
+    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         th, thd = float(q[0]), float(qd[0])
         P_ab = self.P0 @ rodrigues(self.axis, th)
         v = P_ab.T @ m_in.tw[:3]
@@ -385,7 +388,7 @@ class Prismatic(_Block):
     ndof = 1
     kind = "prismatic"
 
-    def __init__(self, body, axis, P_a0b=None):
+    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None):
         super().__init__(body, P_a0b)
         a = np.asarray(axis, dtype=float).reshape(3)
         if not np.linalg.norm(a) > 0:
@@ -393,7 +396,7 @@ class Prismatic(_Block):
         self.axis = a / np.linalg.norm(a)
         self.S = np.concatenate((self.axis, np.zeros(3))).reshape(6, 1)
 
-    def joint(self, m_in, q, qd):
+    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         x, xd = float(q[0]), float(qd[0])
         P_ab = self.P0
         t = self.axis
@@ -443,7 +446,8 @@ class LoopClosure:
     velocities of the two points, projected in A_l's frame — which is A_r's when the loop is closed).
     The wrench depends on positions and velocities only, so it closes no algebraic loop."""
 
-    def __init__(self, left: str, port_l: str, right: str, port_r: str, K, D, name: str = "loop"):
+    def __init__(self, left: str, port_l: str, right: str, port_r: str, K: ArrayLike, D: ArrayLike,
+                 name: str = "loop"):
         self.left, self.port_l, self.right, self.port_r = left, port_l, right, port_r
         self.K = np.asarray(K, dtype=float) * (np.eye(6) if np.ndim(K) == 0 else 1.0)
         self.D = np.asarray(D, dtype=float) * (np.eye(6) if np.ndim(D) == 0 else 1.0)
@@ -451,7 +455,7 @@ class LoopClosure:
             raise ConfigError(f"loop '{name}': K and D must be scalars or 6×6 matrices")
         self.name = name
 
-    def relative(self, m_l: Motion, m_r: Motion):
+    def relative(self, m_l: Motion, m_r: Motion) -> tuple[np.ndarray, np.ndarray]:
         """(δx, δx') in A_l's frame."""
         Rl, Rr = m_l.R, m_r.R
         dp = Rl.T @ (Rr @ m_r.pos - Rl @ m_l.pos)
@@ -463,7 +467,7 @@ class LoopClosure:
         dw = Rl.T @ (Rr @ m_r.tw[3:] - Rl @ m_l.tw[3:])
         return np.concatenate((dp, dth)), np.concatenate((dv, dw))
 
-    def wrenches(self, m_l: Motion, m_r: Motion):
+    def wrenches(self, m_l: Motion, m_r: Motion) -> tuple[np.ndarray, np.ndarray]:
         """(W on A_l in A_l's frame, W on A_r in A_r's frame), both at C."""
         dx, dxd = self.relative(m_l, m_r)
         W_l = self.K @ dx + self.D @ dxd
@@ -478,7 +482,7 @@ class LoopClosure:
 # ------------------------------------------------------------------------------------------ system
 @dataclass
 class _Node:
-    block: object
+    block: _Block | FloatingBase | FixedBase
     parent: int            # index of the parent node, -1 for the root
     port: str | None       # parent's port the joint sits on
     iq: int                # first joint coordinate
@@ -569,7 +573,7 @@ class System:
     ``gravity`` is [g]_{R_i}.  External loads: ``forward(..., ext={(block, port): wrench in the
     block's frame at the port})``."""
 
-    def __init__(self, root, gravity=(0.0, 0.0, -9.81)):
+    def __init__(self, root: FloatingBase | FixedBase, gravity: ArrayLike = (0.0, 0.0, -9.81)):
         if not isinstance(root, (FloatingBase, FixedBase)):
             raise ConfigError("the root of a TITOP system must be a FloatingBase or a FixedBase")
         self.g = np.asarray(gravity, dtype=float).reshape(3)
@@ -580,7 +584,7 @@ class System:
         self.nj = 0
         self.fast = True           # sweeps through the compiled kernels (models/_titop_kernels.py)
         self._layout = None        # the flattened tree, built at the first sweep after the last add
-        self._last_call = None
+        self._last_call: tuple[np.ndarray, np.ndarray, np.ndarray, dict | None] | None = None
 
     @property
     def nq(self) -> int:
@@ -615,7 +619,7 @@ class System:
         self._layout = None
         return loop
 
-    def block(self, name: str):
+    def block(self, name: str) -> _Block | FloatingBase | FixedBase:
         try:
             return self.nodes[self.index[name]].block
         except KeyError:
@@ -773,6 +777,7 @@ class System:
         for i in range(1, n):
             nd = self.nodes[i]
             b = nd.block
+            assert isinstance(b, _Block)                 # (only the root, node 0, is a base)
             P_ab, mA, S, c, r = kin[i]
             acc[i] = b._accel(pacc[nd.parent][nd.port], P_ab, r, S, c, aj[nd.iq: nd.iq + b.ndof])
             pacc[i] = {k: _tau_mv(-pt, acc[i]) for k, pt in b.body.ports.items()}
@@ -789,13 +794,14 @@ class System:
             for ch in nd.children:
                 pn = self.nodes[ch].port
                 W_ports[pn] = W_ports.get(pn, np.zeros(6)) + Wp[ch]
-            Wsum = b._port_sum(W_ports) if i else sum((_tauT_mv(-body.port(k), W) for k, W in W_ports.items()),
-                                                      np.zeros(6))
+            Wsum = b._port_sum(W_ports) if isinstance(b, _Block) else sum(    # (a block; else the root)
+                (_tauT_mv(-body.port(k), W) for k, W in W_ports.items()), np.zeros(6))
             W_ext_needed = body.inverse(acc[i], mA.tw, mA.R.T @ self.g) - Wsum   # = W_{./A,P}
             if i == 0:
                 out[:6] = W_ext_needed
                 break
             W_P = -W_ext_needed                                    # W_{A/B,P}
+            assert isinstance(b, _Block)                 # (i > 0: not the root)
             P_ab, _, S, c, r = kin[i]
             if S is not None:
                 out[off + nd.iq: off + nd.iq + b.ndof] = -S.T @ W_P        # (19), (26)
@@ -833,7 +839,7 @@ class System:
             W[j] = Wj
         return node, port, W
 
-    def kinematics(self, q, v):
+    def kinematics(self, q: np.ndarray, v: np.ndarray) -> tuple[list[Any], list[dict[str, Motion]]]:
         """Root → leaves at velocity level: every block's (P_{a/b}, m_P^A, S, c, r) in ``kin[i]`` and its
         ports' motions in ``ports[i][name]`` — the transport (14) and the joints' (15), (16)–(17), (24).
         Compiled (``_titop_kernels.kinematics``); ``_kinematics_reference`` is the same sweep block by block."""
@@ -846,7 +852,7 @@ class System:
         Pab, c, r = np.empty((n, 3, 3)), np.empty((n, 6)), np.empty((n, 3))
         K = _kernels()
         K.kinematics(*lay.joints, q, v, R, pos, tw, Pab, c, r)
-        kin = [None] * n
+        kin: list[Any] = [None] * n
         for i, nd in enumerate(self.nodes):
             m = Motion(tw[i], pos[i], R[i])
             if i == 0:
@@ -855,7 +861,7 @@ class System:
                 prismatic = lay.kind[i] == K.KIND_PRISMATIC
                 kin[i] = (Pab[i], m, getattr(nd.block, "S", None), c[i], r[i] if prismatic else None)
         # every port's motion, v_CP (14) with CP = −PC: x'_C = [v + (−PC) × ω; ω], IC = IP + PC
-        ports = [dict() for _ in range(n)]
+        ports: list[dict[str, Motion]] = [{} for _ in range(n)]
         if lay.port_node.size:
             i_p = lay.port_node
             twp = tw[i_p]
@@ -865,7 +871,8 @@ class System:
                 ports[i][name] = Motion(twp[k], posp[k], R[i])
         return kin, ports
 
-    def forward(self, q, v, tau, ext=None) -> np.ndarray:
+    def forward(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray,
+                ext: dict[tuple[str, str], np.ndarray] | None = None) -> np.ndarray:
         """Forward dynamics (wrenches → motions): v̇ for the generalized forces ``tau`` (external loads
         ``ext``).  The causal evaluation of the module docstring — each block's (22)/(28) solved with its
         children's affine channels substituted, (18)/(25), (29) — compiled in
@@ -894,7 +901,8 @@ class System:
             raise StateError("TITOP system: no forward call yet")
         return self._forward_reference(*self._last_call, detail=True)[1]
 
-    def inverse(self, q, v, a, ext=None) -> np.ndarray:
+    def inverse(self, q: np.ndarray, v: np.ndarray, a: np.ndarray,
+                ext: dict[tuple[str, str], np.ndarray] | None = None) -> np.ndarray:
         """Inverse dynamics (motions → wrenches): the generalized forces that produce v̇ = ``a`` —
         accelerations root → leaves ((17)/(24)), wrenches leaves → root ((11), (18)/(25), (29)),
         u = −Sᵀ W_{A/B,P} (19)/(26).  Compiled in ``_titop_kernels.inverse_dynamics``;
@@ -911,7 +919,7 @@ class System:
         return out
 
     # -- energy (for conservation checks) --
-    def energy(self, q, v, ext_potential=None) -> float:
+    def energy(self, q: np.ndarray, v: np.ndarray, ext_potential: object = None) -> float:
         """Kinetic + gravity potential (−Σ m g·IB) + loop-closure spring energy."""
         kin, ports = self.kinematics(q, v)
         E = 0.0
@@ -926,7 +934,7 @@ class System:
             E += L.energy(ports[self.index[L.left]][L.port_l], ports[self.index[L.right]][L.port_r])
         return E
 
-    def port_motion(self, q, v, block: str, port: str) -> Motion:
+    def port_motion(self, q: np.ndarray, v: np.ndarray, block: str, port: str) -> Motion:
         """The motion (velocity level) of a port, in its block's frame."""
         _, ports = self.kinematics(q, v)
         i = self.index.get(block)
@@ -941,7 +949,7 @@ _AXES: dict[str, tuple[float, float, float] | np.ndarray] = {"X": (1.0, 0.0, 0.0
                                                                "Z": (0.0, 0.0, 1.0)}
 
 
-def from_pinocchio(model, gravity=None) -> System:
+def from_pinocchio(model: Any, gravity: ArrayLike | None = None) -> System:
     """A TITOP System with one block per joint of a Pinocchio model (free-flyer root or fixed base;
     revolute and prismatic joints, aligned or unaligned).  Each block receives only its own joint's
     data: the body inertia of that joint, its axis, the rotation of its placement (P_a0/b) and, as ports,

@@ -27,6 +27,7 @@ from typing import Callable, NamedTuple, cast
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import log3, quat_from_matrix, quat_to_matrix
@@ -89,7 +90,7 @@ class Constant(Trajectory):
     """A constant target: a vector (R^n; a scalar is a 1-vector) or a ``pin.SE3`` pose (SE(3)),
     with zero velocity and acceleration."""
 
-    def __init__(self, value):
+    def __init__(self, value: ArrayLike | pin.SE3):
         if isinstance(value, pin.SE3):
             self.space = "SE3"
             self._s = Sample(value.copy(), np.zeros(6), np.zeros(6))
@@ -111,7 +112,7 @@ class Sinusoid(Trajectory):
     """x_i(t) = c_i + a_i sin(2π f_i t + φ_i) per coordinate: center c, amplitude a (units of x),
     frequency f [Hz], phase φ [rad] (scalars broadcast)."""
 
-    def __init__(self, center, amplitude, frequency_hz, phase=0.0):
+    def __init__(self, center: ArrayLike, amplitude: ArrayLike, frequency_hz: ArrayLike, phase: ArrayLike = 0.0):
         c, a, f, p = (_vector(x, k) for x, k in ((center, "center"), (amplitude, "amplitude"),
                                                   (frequency_hz, "frequency_hz"), (phase, "phase")))
         try:
@@ -133,7 +134,8 @@ class Circle(SE3Trajectory):
     fixed orientation R: center c [m], radius r [m], ω [rad/s], phase φ [rad], R (3×3, default I).
     Velocity and acceleration are the exact derivatives (zero angular parts)."""
 
-    def __init__(self, center, radius: float, omega: float, phase: float = 0.0, R=None):
+    def __init__(self, center: ArrayLike, radius: float, omega: float, phase: float = 0.0,
+                 R: ArrayLike | None = None):
         c = _vector(center, "Circle: center")
         if c.shape != (3,):
             raise ConfigError(f"Circle: center must be a 3-vector, got {list(c)}")
@@ -183,7 +185,7 @@ class MinimumJerk(Trajectory):
     """Point to point on R^n: x(t) = x0 + s(t)(x1 − x0) with the quintic s of the module docstring,
     from t0 [s] for ``duration`` [s]; x0 before, x1 after."""
 
-    def __init__(self, x0, x1, duration: float, t0: float = 0.0):
+    def __init__(self, x0: ArrayLike, x1: ArrayLike, duration: float, t0: float = 0.0):
         self.x0, self.x1 = _vector(x0, "MinimumJerk: x0"), _vector(x1, "MinimumJerk: x1")
         if self.x0.shape != self.x1.shape:
             raise ConfigError(f"MinimumJerk: x0 and x1 differ in size ({self.x0.size} vs {self.x1.size})")
@@ -227,7 +229,8 @@ class FromFunction(Trajectory):
         return Sample(*self.f(t))
 
 
-def as_trajectory(x, space: str | None = None) -> Trajectory:
+def as_trajectory(x: Trajectory | ArrayLike | pin.SE3 | Callable[[float], tuple],
+                  space: str | None = None) -> Trajectory:
     """A Trajectory from a Trajectory (returned as is), a constant (vector or pin.SE3) or a function
     t → (x, ẋ, ẍ)."""
     if isinstance(x, Trajectory):

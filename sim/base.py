@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 @runtime_checkable
@@ -44,7 +45,7 @@ class Plant(Protocol):
         """Apply τ (controller order) until the next call."""
         ...
 
-    def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+    def set_wrench(self, body: str, f: ArrayLike = (0.0, 0.0, 0.0), m: ArrayLike = (0.0, 0.0, 0.0)) -> None:
         """World-frame force f [N] and moment m [N·m] on ``body`` until changed (zero removes it)."""
         ...
 

@@ -18,20 +18,22 @@ system would measure; the controller never sees MuJoCo's generalized coordinates
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import mujoco
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ModelFileError, StateError
-from cmstack.models.tensor_chain import ChainState, quat_conj, quat_mul, quat_to_matrix
+from cmstack.models.tensor_chain import ChainState, TensorChain, quat_conj, quat_mul, quat_to_matrix
 from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import _as_slice, load_mjcf
 from cmstack.models.robot import resolve_asset
 
 
 class ChainMujocoPlant(MujocoClock):
-    def __init__(self, mjcf_path, body_names: list[str], *, sim_dt: float | None = None,
-                 gravity=None):
+    def __init__(self, mjcf_path: str | Path, body_names: list[str], *, sim_dt: float | None = None,
+                 gravity: ArrayLike | None = None):
         self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path)
         if sim_dt is not None:
@@ -122,7 +124,7 @@ class ChainMujocoPlant(MujocoClock):
             q[self.ball_q[k - 1]:self.ball_q[k - 1] + 4] = quat_mul(quat_conj(s.quat[k - 1]), s.quat[k])
         return q
 
-    def check_matches(self, chain) -> None:
+    def check_matches(self, chain: TensorChain) -> None:
         """Refuse a tensor model whose masses, inertias, joint points or springs differ from the MJCF."""
         m = self.model
         bad = []
@@ -154,12 +156,12 @@ class ChainMujocoPlant(MujocoClock):
             mujoco.mj_objectVelocity(m, d, body, b, vel[k], 0)
         return ChainState(pos, quat, np.concatenate([vel[:, 3:].ravel(), vel[:, :3].ravel()]))
 
-    def state(self):
+    def state(self) -> tuple[np.ndarray, np.ndarray]:
         s = self.chain_state()
         return np.concatenate([s.pos.ravel(), s.quat.ravel()]), s.nu
 
     # ------------------------------------------------------------------ inputs
-    def set_torque(self, tau) -> None:
+    def set_torque(self, tau: ArrayLike) -> None:
         """Either the port τ = [F_B; M_B] (6N, world axes, forces at the CoMs: one thruster set per body), or
         3(N−1) motor moments (world axes), dispatched to ``set_joint_moments``."""
         tau = np.asarray(tau, dtype=float)
@@ -171,14 +173,14 @@ class ChainMujocoPlant(MujocoClock):
                              f"(3(N−1) = {3 * (self.n - 1)}) as finite numbers, got shape {tau.shape}")
         self.port[:] = tau
 
-    def set_joint_moments(self, u) -> None:
+    def set_joint_moments(self, u: ArrayLike) -> None:
         """Motor moments u_j (N−1, 3), world axes: +u_j on body j+1, −u_j on body j."""
         u = np.asarray(u, dtype=float).reshape(self.n - 1, 3)
         if not np.all(np.isfinite(u)):
             raise StateError("set_joint_moments: non-finite motor moments")
         self.joint_u[:] = u
 
-    def set_wrench(self, body: str, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+    def set_wrench(self, body: str, f: ArrayLike = (0.0, 0.0, 0.0), m: ArrayLike = (0.0, 0.0, 0.0)) -> None:
         if body not in self.names:
             raise StateError(f"set_wrench: '{body}' is not one of the chain bodies {self.names}")
         k = self.names.index(body)

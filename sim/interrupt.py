@@ -20,7 +20,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class Interrupted(KeyboardInterrupt):
@@ -32,7 +34,7 @@ class Interrupted(KeyboardInterrupt):
         out: the run directory, once written.
     """
 
-    def __init__(self, signame: str = "SIGINT", reason: str | None = None, out=None, post_loop_cut: bool = False):
+    def __init__(self, signame: str = "SIGINT", reason: str | None = None, out: str | Path | None = None, post_loop_cut: bool = False):
         super().__init__(reason or signame)
         self.signame, self.reason, self.out = signame, reason or f"interrupted ({signame})", out
         #: True when raised because the work after a stopped loop passed POST_LOOP_S
@@ -98,7 +100,7 @@ def _on_alarm(_signum, _frame) -> None:
 
 
 @contextmanager
-def handle_signals(grace_s: float = 1.0):
+def handle_signals(grace_s: float = 1.0) -> Iterator[_State]:
     """Install the SIGINT/SIGTERM handlers for the duration of the block (main thread only; elsewhere
     the block runs with the handlers it has).  Yields the state; ``state.signame`` tells whether a stop
     was requested."""
@@ -121,7 +123,7 @@ def handle_signals(grace_s: float = 1.0):
 
 
 @contextmanager
-def deferred():
+def deferred() -> Iterator[None]:
     """Inside this block a signal is recorded but raises nothing (used around the final save)."""
     _S.deferring += 1
     try:

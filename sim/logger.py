@@ -31,9 +31,11 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Iterable, Iterator
+from typing import IO, Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 def _umask() -> int:
@@ -43,7 +45,7 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | Path, data, fsync: bool = True) -> Path:
+def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], Any], fsync: bool = True) -> Path:
     """Write ``data`` to ``path`` atomically: into a temporary file in the same directory, fsync
     (unless ``fsync=False``: a killed process still leaves no torn file, only a power cut could),
     then rename over ``path``.  ``data``: bytes, text (UTF-8), or a callable ``writer(fh)`` that
@@ -208,7 +210,7 @@ def log_keys(path: str | Path) -> list[str]:
         return [k for k in z.files if k != "__series__"]
 
 
-def read_log_rows(path: str | Path, keys, idx=None) -> dict[str, np.ndarray]:
+def read_log_rows(path: str | Path, keys: Iterable[str], idx: Iterable[int] | np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Entries ``keys`` of a run log (as :func:`read_log` reads it: ``log.npz``, else the checkpoint
     parts), series restricted to rows ``idx`` (sorted row indices; None: all); missing keys are left
     out.  Memory: the rows asked for (plus one block or one part), not the whole log."""
@@ -243,7 +245,7 @@ def read_log_rows(path: str | Path, keys, idx=None) -> dict[str, np.ndarray]:
     return out
 
 
-def write_npz_streamed(fh, arrays: dict, streams: dict, compress: bool = True) -> None:
+def write_npz_streamed(fh: IO[bytes], arrays: dict, streams: dict, compress: bool = True) -> None:
     """Write an ``.npz`` archive (what ``np.load`` reads) into the open binary file ``fh``: ``arrays``
     (name -> array, written whole) and ``streams`` (name -> (row shape, dtype, rows, chunks)), each
     written as a ``.npy`` member whose header says (rows, *row shape) and whose data are the chunks'
@@ -309,7 +311,7 @@ class Logger:
         self._disk_cache: tuple[int, dict] | None = None    # (parts, series concatenated) for arrays()
 
     # ---------------------------------------------------------------------------------- appending
-    def append(self, **kw) -> None:
+    def append(self, **kw: Any) -> None:
         """Add one row to each named series (values are copied as float arrays)."""
         if "t" in kw:
             t = float(kw["t"])
@@ -358,7 +360,7 @@ class Logger:
         self._ragged[k] = [c.copy() for c in col[:n]] + [row]
         del self._cols[k]
 
-    def put(self, key: str, rows) -> None:
+    def put(self, key: str, rows: ArrayLike) -> None:
         """Set series ``key`` to ``rows`` (a whole series at once, copied as floats: e.g. a diagnostic
         computed from the logged states after the loop), replacing any rows it had (also those in
         checkpoint parts)."""
@@ -436,7 +438,7 @@ class Logger:
         return _part_files(self.checkpoint_path) if self.checkpoint_path is not None else []
 
     # ---------------------------------------------------------------------------------- reading
-    def chunks(self, keys=None):
+    def chunks(self, keys: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Iterate over the log one chunk at a time: per checkpoint part, then the rows still in memory,
         a dict of series (only ``keys`` if given; series set whole by :meth:`put` are not included).
         Memory: one chunk."""
@@ -449,7 +451,7 @@ class Logger:
         if mem:
             yield mem
 
-    def select(self, keys) -> dict[str, np.ndarray]:
+    def select(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
         """Series ``keys`` whole (those that exist), read chunk by chunk: memory for these series only."""
         keys = set(keys)
         rows: dict[str, list] = {}
@@ -460,7 +462,7 @@ class Logger:
         out.update({k: v for k, v in self._whole.items() if k in keys})
         return out
 
-    def extend_chunks(self, fn, deadline: float | None = None) -> tuple[int, int]:
+    def extend_chunks(self, fn: Callable[[dict[str, np.ndarray]], dict[str, Any]], deadline: float | None = None) -> tuple[int, int]:
         """Add to every chunk the series ``fn(chunk)`` returns (a dict of arrays with the chunk's rows):
         each checkpoint part is rewritten (atomically) with them; the rows still in memory are first
         written as a part (:meth:`flush`).  Without a checkpoint path, the whole log is one chunk and
@@ -593,7 +595,7 @@ class Logger:
                 whole.setdefault(k, np.asarray(v))
         return whole, streams
 
-    def save(self, path, compress: bool = True, fsync: bool = True) -> Path:
+    def save(self, path: str | Path, compress: bool = True, fsync: bool = True) -> Path:
         """Write the log (series and meta) to ``path`` (``.npz``) atomically; when ``path`` is the
         checkpoint path, its checkpoint parts are then removed (the log holds all of them).  A log with
         checkpoint parts is assembled one chunk at a time (memory: one chunk, whatever the run's

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.models.robot import Robot, _check_xml, resolve_asset
@@ -23,7 +24,7 @@ from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.urdf_plant import loop_solref, save_xml
 
 
-def plant_from_mjcf(model: str | Path | Robot, *, q0=None, sim_dt: float | None = None,
+def plant_from_mjcf(model: str | Path | Robot, *, q0: ArrayLike | None = None, sim_dt: float | None = None,
                     stiff_loops: bool = True, xml_path: str | Path | None = None, integrator: str | None = None,
                     noise_q: float = 0.0, noise_v: float = 0.0, seed: int = 0) -> MujocoPlant:
     """A ``MujocoPlant`` of an MJCF file (a path, or a ``Robot.from_mjcf`` robot, whose file is used and whose
@@ -39,10 +40,10 @@ def plant_from_mjcf(model: str | Path | Robot, *, q0=None, sim_dt: float | None 
         xml_path: write the plant's MJCF there (``save_xml``), e.g. a run directory's plant.xml.
         integrator, noise_q, noise_v, seed: as ``MujocoPlant``."""
     robot = model if isinstance(model, Robot) else None
-    if robot is not None:
-        if robot.mjcf_path is None:
-            raise ConfigError(f"plant_from_mjcf: robot {robot.label} was not read from an MJCF (use plant_from_urdf)")
-        path = robot.mjcf_path
+    if isinstance(model, Robot):
+        if model.mjcf_path is None:
+            raise ConfigError(f"plant_from_mjcf: robot {model.label} was not read from an MJCF (use plant_from_urdf)")
+        path = model.mjcf_path
     else:
         path = resolve_asset(model)
     _check_xml(path, "MJCF")

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, JointMapError, StateError
 from cmstack.models.loops import as_constraint
+from cmstack.models.robot import Robot
 from cmstack.models.projection import DEFAULT_TOL, KINDS, c_times_v, direct_dynamics, project
 
 
@@ -39,9 +41,9 @@ class _Data:
 
 
 class ProjectionPlant:
-    def __init__(self, robot, constraint, *, sim_dt: float = 1e-3, kind: str = "23", rank_tol: float = DEFAULT_TOL,
+    def __init__(self, robot: Robot, constraint: object, *, sim_dt: float = 1e-3, kind: str = "23", rank_tol: float = DEFAULT_TOL,
                  nr_tol: float = 1e-12, nr_iters: int = 50, passive: tuple[str, ...] | None = None, damping: bool = True,
-                 torque_limits=None):
+                 torque_limits: ArrayLike | None = None):
         if not sim_dt > 0:
             raise ConfigError(f"ProjectionPlant: sim_dt must be > 0, got {sim_dt}")
         if kind not in KINDS:
@@ -82,7 +84,7 @@ class ProjectionPlant:
     def time(self) -> float:
         return self.t
 
-    def reset(self, q, v=None, qpos_extra=None) -> None:
+    def reset(self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None) -> None:
         q = np.asarray(q, dtype=float)
         if q.shape != (self.robot.nq,):
             raise StateError(f"reset: q has shape {q.shape}, the model has {self.robot.nq} joints")
@@ -93,26 +95,26 @@ class ProjectionPlant:
         self.tau = np.zeros(self.robot.nv)
         self._sync()
 
-    def state(self, noisy: bool = True):
+    def state(self, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         return self.q.copy(), self.v.copy()
 
-    def set_torque(self, tau) -> None:
-        tau = np.asarray(tau, dtype=float)
-        if tau.shape != (self.robot.nv,):
-            raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {self.robot.nv} joints")
-        if not np.all(np.isfinite(tau)):
+    def set_torque(self, tau: ArrayLike) -> None:
+        t = np.asarray(tau, dtype=float)
+        if t.shape != (self.robot.nv,):
+            raise StateError(f"set_torque: τ has shape {t.shape}, the model has {self.robot.nv} joints")
+        if not np.all(np.isfinite(t)):
             raise StateError("set_torque: τ contains NaN/inf")
-        if np.any(np.abs(tau[~self.actuated]) > 1e-9):
-            bad = [n for n, a, x in zip(self.robot.joint_names, self.actuated, tau) if not a and abs(x) > 1e-9]
+        if np.any(np.abs(t[~self.actuated]) > 1e-9):
+            bad = [n for n, a, x in zip(self.robot.joint_names, self.actuated, t) if not a and abs(x) > 1e-9]
             raise JointMapError(f"projection plant: torque requested on passive joints {bad}")
         if self.tau_max is not None:
-            clipped = np.clip(tau, -self.tau_max, self.tau_max)
-            if np.any(clipped != tau):
+            clipped = np.clip(t, -self.tau_max, self.tau_max)
+            if np.any(clipped != t):
                 self.saturated += 1
-            tau = clipped
-        self.tau = tau.copy()
+            t = clipped
+        self.tau = t.copy()
 
-    def set_wrench(self, body, f=(0.0, 0.0, 0.0), m=(0.0, 0.0, 0.0)) -> None:
+    def set_wrench(self, body: str, f: ArrayLike = (0.0, 0.0, 0.0), m: ArrayLike = (0.0, 0.0, 0.0)) -> None:
         raise ConfigError("the projection plant has no external wrenches; use the MuJoCo plant for disturbances")
 
     def clear_wrenches(self) -> None:
@@ -136,7 +138,7 @@ class ProjectionPlant:
         return float(np.max(np.abs(self.c.phi(self.q)))) if self.c.m else 0.0
 
     # ------------------------------------------------------------------ internals
-    def accel(self, q, v, tau) -> np.ndarray:
+    def accel(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> np.ndarray:
         """q̈ of (22) at (q, v) for input τ (joint damping D v added to h, as in the plant)."""
         m, d = self.model, self._data
         M = pin.crba(m, d, q)

@@ -39,13 +39,17 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from cmstack.models.errors import ConfigError
 from cmstack.sim import rt_transport as rt
+from cmstack.sim.base import Plant
+from cmstack.sim.rt_transport import Link
 from cmstack.sim.runner import Disturbance, apply_disturbances, substeps
 
 
@@ -83,7 +87,8 @@ class DriverSettings:
         return 1.0 / self.rate_hz
 
 
-def wait_until(target: float, spin_s: float, perf=time.perf_counter, sleep=time.sleep) -> None:
+def wait_until(target: float, spin_s: float, perf: Callable[[], float] = time.perf_counter,
+               sleep: Callable[[float], None] = time.sleep) -> None:
     """Hybrid wait: sleep until ``spin_s`` before ``target`` (a ``perf_counter`` instant), then spin."""
     rest = target - perf() - spin_s
     if rest > 0:
@@ -160,12 +165,12 @@ class DriverReport:
     slip_s: float
     stop_cycle: int
     saturated: int
+    log: DriverLog
     setup: list[str] = field(default_factory=list)
-    log: DriverLog | None = None
 
 
-def drive(plant, link, log: DriverLog, n_cycles: int, settings: DriverSettings,
-          disturbances: Sequence[Disturbance] = ()) -> dict:
+def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
+          disturbances: Sequence[Disturbance] = ()) -> dict[str, Any]:
     """The driver's loop (run in the driver process; returns the report's fields)."""
     dt = settings.dt
     n_sub = substeps(dt, plant.dt)
@@ -177,7 +182,8 @@ def drive(plant, link, log: DriverLog, n_cycles: int, settings: DriverSettings,
     tau = np.zeros(link.nv)
     brake = np.zeros(link.nv)
     active: set[int] = set()
-    out = dict(status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1)
+    out: dict[str, Any] = dict(status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0,
+                               slip_s=0.0, stop_cycle=-1)
 
     def apply(t: float, k: int) -> None:
         plant.set_torque(tau)
@@ -271,7 +277,8 @@ def drive(plant, link, log: DriverLog, n_cycles: int, settings: DriverSettings,
     return out
 
 
-def _child(plant, link, log, n_cycles, settings, disturbances, conn) -> None:
+def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
+           disturbances: Sequence[Disturbance], conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)         # the parent decides when to stop (stop request)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     setup = realtime_setup(settings.cpu, settings.fifo, settings.fifo_priority, "driver")
@@ -298,11 +305,11 @@ def _child(plant, link, log, n_cycles, settings, disturbances, conn) -> None:
 class DriverProcess:
     """The driver in a forked child process (the plant object is inherited, not pickled)."""
 
-    def __init__(self, proc, conn, log: DriverLog):
+    def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, log: DriverLog):
         self.proc, self.conn, self.log = proc, conn, log
 
     @classmethod
-    def start(cls, plant, link, n_cycles: int, settings: DriverSettings,
+    def start(cls, plant: Plant, link: Link, n_cycles: int, settings: DriverSettings,
               disturbances: Sequence[Disturbance] = ()) -> "DriverProcess":
         settings.check()
         if n_cycles < 2:

@@ -36,8 +36,11 @@ import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.models.errors import ConfigError, StackError
@@ -46,7 +49,7 @@ from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger
 from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup
-from cmstack.sim.rt_transport import TRANSPORTS, ShmTransport
+from cmstack.sim.rt_transport import TRANSPORTS, Link
 from cmstack.sim.runner import Disturbance, Run, substeps
 
 
@@ -88,18 +91,18 @@ class LoopReport:
     traced_growth_bytes: int | None = None
     steady_cycles: int = 0
     ended_by: str = ""
-    setup: list = field(default_factory=list)
-    latency_us: np.ndarray | None = None
-    compute_us: np.ndarray | None = None
-    wake_us: np.ndarray | None = None
-    info: dict = field(default_factory=dict)
-    errors: dict = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    latency_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    compute_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    wake_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    info: dict[str, np.ndarray] = field(default_factory=dict)
+    errors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _info_fields(info) -> list[tuple[str, object]]:
+def _info_fields(info: object) -> list[tuple[str, Any]]:
     """(name, first value) of the plain fields and properties of a step report that can be recorded
     per cycle in a preallocated array: NumPy arrays, numbers and bools (not private, not strings)."""
-    out = []
+    out: list[tuple[str, Any]] = []
     names = [f.name for f in dataclasses.fields(info)] if dataclasses.is_dataclass(info) else []
     names += [n for n, a in vars(type(info)).items() if isinstance(a, property)]
     for name in dict.fromkeys(names):
@@ -116,7 +119,7 @@ def _info_fields(info) -> list[tuple[str, object]]:
     return out
 
 
-def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: float,
+def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
                  settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None,
                  errors: bool = False) -> LoopReport:
     """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
@@ -125,6 +128,7 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
     t)`` per cycle after the send (a :class:`ReportsErrors` controller; ``LoopReport.errors``).  A
     controller exception asks the driver to stop and propagates."""
     s = settings or LoopSettings()
+    reporter = controller if errors and isinstance(controller, ReportsErrors) else None
     rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
     st, cmd = link.state, link.command
     perf, sleep, yield_cpu = time.perf_counter, time.sleep, os.sched_yield
@@ -192,8 +196,8 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 for name, val in _info_fields(controller.info):
                     capture.append((name, np.full((n_cycles, *np.shape(val)), np.nan)))
                 rep.info = dict(capture)
-            if i == 0 and errors:
-                for group in controller.errors(controller.kin, st.local[1]):
+            if i == 0 and reporter is not None:
+                for group in reporter.errors(reporter.kin, st.local[1]):
                     for name, e in group.items():
                         rep.errors[name] = np.full((n_cycles, np.size(e)), np.nan)
             if i == 0:
@@ -205,8 +209,8 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
                 comp[k] = (c1 - c0) * 1e6
                 wake[k] = (c0 - wall) * 1e6
             seen += 1
-            if errors and k < n_cycles:
-                for group in controller.errors(controller.kin, st.local[1]):
+            if reporter is not None and k < n_cycles:
+                for group in reporter.errors(reporter.kin, st.local[1]):
                     for name, e in group.items():
                         rep.errors[name][k] = e
             if capture and k < n_cycles:
@@ -250,9 +254,10 @@ def control_loop(link: ShmTransport, controller: Controller, n_cycles: int, dt: 
 
 
 # ------------------------------------------------------------------------------- the whole run
-def percentiles(x) -> dict:
-    """p50, p99, p99.9, max and mean of the finite values of ``x`` (NaN when there are none)."""
-    x = np.asarray(x, dtype=float)
+def percentiles(values: ArrayLike) -> dict[str, float]:
+    """p50, p99, p99.9, max and mean of the finite values of ``values`` (NaN when there are none), and
+    their number ``n``."""
+    x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if not x.size:
         return {k: float("nan") for k in ("p50", "p99", "p99.9", "max", "mean")} | {"n": 0}
@@ -281,10 +286,10 @@ class RtResult:
         d, L = self.driver, self.loop
         n = max(d.cycles, 1)
         log = d.log
-        wall = log["wall"] if log is not None else np.zeros(0)
+        wall = log["wall"]
         period = np.diff(wall[1:]) * 1e6 if wall.size > 2 else np.zeros(0)   # from tick 1 on (tick 0: start)
-        age = log["age"][1:] * 1e6 if log is not None else np.zeros(0)
-        late = log["late"][1:] * 1e6 if log is not None else np.zeros(0)
+        age = log["age"][1:] * 1e6
+        late = log["late"][1:] * 1e6
         return {
             "rate_hz": self.rate_hz, "period_target_us": 1e6 / self.rate_hz, "transport": self.transport,
             "cycles": d.cycles, "status": d.status, "reason": d.reason, "stops": int(d.status == "stopped"),
@@ -316,7 +321,7 @@ class RtRun(Run):
                        rt_gc_collections=t["gc_collections"])
         return out
 
-    def save(self, out):
+    def save(self, out: str | Path) -> Path:
         path = super().save(out)
         if self.rt is not None:
             from cmstack.sim.logger import atomic_write
@@ -326,7 +331,8 @@ class RtRun(Run):
 
 
 def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
-           record: Callable | None = None, disturbances: Sequence[Disturbance] = (), viewer=None,
+           record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+           disturbances: Sequence[Disturbance] = (), viewer: object = None,
            progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
            driver: DriverSettings | None = None, loop: LoopSettings | None = None,
            transport: str = "shm", on_loop_end: Callable[[RtRun], None] | None = None,
@@ -365,8 +371,9 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     if record is None:
         def record(t, q, v, tau):
             log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
-        if getattr(plant, "path", None) is not None:
-            log.meta.setdefault("mjcf_path", str(plant.path))
+        path = getattr(plant, "path", None)      # a MuJoCo plant's MJCF: what the viewer replays
+        if path is not None:
+            log.meta.setdefault("mjcf_path", str(path))
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
     reports = task_errors and isinstance(controller, ReportsErrors)
     model = getattr(controller, "robot", None)

@@ -26,9 +26,12 @@ preallocated local buffer; the counters are read and written through a ``memoryv
 """
 from __future__ import annotations
 
+import socket
 from multiprocessing import shared_memory
+from typing import Callable, Union
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError
 
@@ -47,6 +50,8 @@ STATUS_NAMES = {STARTING: "starting", RUNNING: "running", STOPPED: "stopped", DO
 NO_STOP, MISSES, CONTROLLER_REQUEST, DRIVER_ERROR = 0, 1, 2, 3
 
 
+#: what a closed transport's record views point to instead of the block
+_RELEASED = np.zeros(0)
 #: names of the blocks this process created (attaching to one of them leaves the resource tracker alone)
 _CREATED: set[str] = set()
 
@@ -57,7 +62,7 @@ class SeqRecord:
     ``shared`` is the record in ``buf``; ``local`` a private copy of the same size that :meth:`read`
     fills.  The writer calls :meth:`begin`, writes into ``shared``, then :meth:`end` (or :meth:`write`)."""
 
-    def __init__(self, buf, offset: int, size: int):
+    def __init__(self, buf: memoryview, offset: int, size: int):
         self.size = size
         self._seq = memoryview(buf)[offset:offset + WORD].cast("q")
         self.shared = np.ndarray((size,), dtype=np.float64, buffer=buf, offset=offset + WORD)
@@ -80,7 +85,7 @@ class SeqRecord:
     def end(self) -> None:
         self._seq[0] = self._seq[0] + 1          # even: the record is consistent again
 
-    def write(self, values) -> None:
+    def write(self, values: ArrayLike) -> None:
         """Write every slot at once (``values``: ``size`` floats)."""
         self.begin()
         self.shared[:] = values
@@ -103,17 +108,10 @@ class SeqRecord:
         return -1
 
 
-class StateRecord(SeqRecord):
-    """What the robot publishes each cycle: [cycle, t, wall, q (nq), v (nv)].  ``cycle``, ``t`` [s,
-    simulated or robot time], ``wall`` [s, ``time.perf_counter()`` at publication], ``q``, ``v`` read
-    the local copy (after :meth:`read`)."""
+class _StateFields:
+    """``cycle``, ``t``, ``wall`` of a state record's local copy [cycle, t, wall, q, v] (both transports)."""
 
-    def __init__(self, buf, offset: int, nq: int, nv: int):
-        super().__init__(buf, offset, 3 + nq + nv)
-        self.nq, self.nv = nq, nv
-        sh, lo = self.shared, self.local
-        self._sh_q, self._sh_v = sh[3:3 + nq], sh[3 + nq:]
-        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
+    local: np.ndarray
 
     @property
     def cycle(self) -> int:
@@ -127,7 +125,34 @@ class StateRecord(SeqRecord):
     def wall(self) -> float:
         return float(self.local[2])
 
-    def publish(self, cycle: int, t: float, wall: float, q, v) -> None:
+
+class _CommandFields:
+    """``answers``, ``send_wall`` of a command record's local copy [answers, send_wall, tau] (both transports)."""
+
+    local: np.ndarray
+
+    @property
+    def answers(self) -> int:
+        return int(self.local[0])
+
+    @property
+    def send_wall(self) -> float:
+        return float(self.local[1])
+
+
+class StateRecord(_StateFields, SeqRecord):
+    """What the robot publishes each cycle: [cycle, t, wall, q (nq), v (nv)].  ``cycle``, ``t`` [s,
+    simulated or robot time], ``wall`` [s, ``time.perf_counter()`` at publication], ``q``, ``v`` read
+    the local copy (after :meth:`read`)."""
+
+    def __init__(self, buf: memoryview, offset: int, nq: int, nv: int):
+        super().__init__(buf, offset, 3 + nq + nv)
+        self.nq, self.nv = nq, nv
+        sh, lo = self.shared, self.local
+        self._sh_q, self._sh_v = sh[3:3 + nq], sh[3 + nq:]
+        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
+
+    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike) -> None:
         sh = self.shared
         self.begin()
         sh[0] = cycle
@@ -138,25 +163,17 @@ class StateRecord(SeqRecord):
         self.end()
 
 
-class CommandRecord(SeqRecord):
+class CommandRecord(_CommandFields, SeqRecord):
     """What the controller sends each cycle: [answers, send_wall, tau (nv)]: the cycle of the state it
     answers, ``time.perf_counter()`` when sent, and the torques (model order)."""
 
-    def __init__(self, buf, offset: int, nv: int):
+    def __init__(self, buf: memoryview, offset: int, nv: int):
         super().__init__(buf, offset, 2 + nv)
         self.nv = nv
         self._sh_tau = self.shared[2:]
         self.tau = self.local[2:]
 
-    @property
-    def answers(self) -> int:
-        return int(self.local[0])
-
-    @property
-    def send_wall(self) -> float:
-        return float(self.local[1])
-
-    def send(self, answers: int, tau, wall: float) -> None:
+    def send(self, answers: int, tau: ArrayLike, wall: float) -> None:
         sh = self.shared
         self.begin()
         sh[0] = answers
@@ -165,12 +182,20 @@ class CommandRecord(SeqRecord):
         self.end()
 
 
+def _block(shm: shared_memory.SharedMemory) -> memoryview:
+    """The mapped bytes of ``shm`` (None once it is closed: refused here)."""
+    buf = shm.buf
+    if buf is None:
+        raise ConfigError(f"ShmTransport: the shared-memory block '{shm.name}' is closed")
+    return buf
+
+
 class ShmTransport:
     """The control words, the state record and the command record in one shared-memory block."""
 
     def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool):
         self.shm, self.nq, self.nv, self.owner = shm, nq, nv, owner
-        buf = shm.buf
+        buf = _block(shm)
         self.control = memoryview(buf)[:N_CONTROL * WORD].cast("q")
         off = N_CONTROL * WORD
         self.state = StateRecord(buf, off, nq, nv)
@@ -188,7 +213,7 @@ class ShmTransport:
             if not (isinstance(n, (int, np.integer)) and 0 < n < 100_000):
                 raise ConfigError(f"ShmTransport: {key} must be an integer in [1, 99999], got {n!r}")
         shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv))
-        shm.buf[:] = bytes(len(shm.buf))
+        _block(shm)[:] = bytes(len(_block(shm)))
         _CREATED.add(shm.name)
         link = cls(shm, int(nq), int(nv), owner=True)
         link.control[C_NQ], link.control[C_NV] = int(nq), int(nv)
@@ -208,13 +233,14 @@ class ShmTransport:
             try:
                 from multiprocessing import resource_tracker
 
-                resource_tracker.unregister(shm._name, "shared_memory")
+                # (the tracker registered the private _name, with its leading slash; typeshed omits it)
+                resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
             except Exception:
                 pass
-        words = memoryview(shm.buf)[:N_CONTROL * WORD].cast("q")
+        words = memoryview(_block(shm))[:N_CONTROL * WORD].cast("q")
         magic, nq, nv = words[C_MAGIC], words[C_NQ], words[C_NV]
         words.release()
-        if magic != MAGIC or len(shm.buf) < cls.nbytes(max(nq, 1), max(nv, 1)):
+        if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1)):
             shm.close()
             raise ConfigError(f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)")
         return cls(shm, nq, nv, owner=False)
@@ -249,8 +275,8 @@ class ShmTransport:
         """Release the views and unmap the block; the owner also removes it."""
         for rec in (self.state, self.command):
             rec._seq.release()
-            rec.shared = None
-        self.state._sh_q = self.state._sh_v = self.command._sh_tau = None
+            rec.shared = _RELEASED              # (drops the views of the block, which close() needs)
+        self.state._sh_q = self.state._sh_v = self.command._sh_tau = _RELEASED
         self.control.release()
         try:
             self.shm.close()
@@ -262,10 +288,10 @@ class ShmTransport:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> ShmTransport:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -299,19 +325,15 @@ class _UdpEnd:
         return self._seq
 
 
-class _UdpState(_UdpEnd):
-    def __init__(self, link, nq, nv):
+class _UdpState(_StateFields, _UdpEnd):
+    def __init__(self, link: UdpTransport, nq: int, nv: int):
         super().__init__(link, 3 + nq + nv, _STATE)
         self.nq, self.nv = nq, nv
         lo = self.local
         self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
         self._tx_q, self._tx_v = self.tx[4:4 + nq], self.tx[4 + nq:]
 
-    cycle = StateRecord.cycle
-    t = StateRecord.t
-    wall = StateRecord.wall
-
-    def publish(self, cycle: int, t: float, wall: float, q, v) -> None:
+    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike) -> None:
         tx = self.tx
         tx[1] = cycle
         tx[2] = t
@@ -321,17 +343,14 @@ class _UdpState(_UdpEnd):
         self.link._send(self.link._drv, tx)
 
 
-class _UdpCommand(_UdpEnd):
-    def __init__(self, link, nv):
+class _UdpCommand(_CommandFields, _UdpEnd):
+    def __init__(self, link: UdpTransport, nv: int):
         super().__init__(link, 2 + nv, _COMMAND)
         self.nv = nv
         self.tau = self.local[2:]
         self._tx_tau = self.tx[3:]
 
-    answers = CommandRecord.answers
-    send_wall = CommandRecord.send_wall
-
-    def send(self, answers: int, tau, wall: float) -> None:
+    def send(self, answers: int, tau: ArrayLike, wall: float) -> None:
         tx = self.tx
         tx[1] = answers
         tx[2] = wall
@@ -350,8 +369,6 @@ class UdpTransport:
     (allocated and freed: no growth)."""
 
     def __init__(self, nq: int, nv: int, host: str = "127.0.0.1"):
-        import socket
-
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
                 raise ConfigError(f"UdpTransport: {key} must be an integer in [1, 3999] (one datagram), got {n!r}")
@@ -371,9 +388,9 @@ class UdpTransport:
         self.name = f"udp:{host}:{self._drv.getsockname()[1]}<->{self._ctl.getsockname()[1]}"
         self.sent = self.send_failures = 0
 
-    def _send(self, sock, buf) -> None:
+    def _send(self, sock: socket.socket, buf: np.ndarray) -> None:
         try:
-            sock.send(buf)
+            sock.send(buf)  # type: ignore[arg-type]  # (an ndarray is a buffer; numpy's stubs do not say so)
             self.sent += 1
         except (BlockingIOError, ConnectionRefusedError):
             self.send_failures += 1           # a full buffer or no reader yet: the datagram is lost, as on a network
@@ -385,7 +402,7 @@ class UdpTransport:
         rx = self._rx
         while True:
             try:
-                n = sock.recv_into(rx)
+                n = sock.recv_into(rx)  # type: ignore[arg-type]  # (as in _send: an ndarray is a buffer)
             except (BlockingIOError, ConnectionRefusedError):
                 return
             kind = rx[0]
@@ -426,12 +443,14 @@ class UdpTransport:
         self._drv.close()
         self._ctl.close()
 
-    def __enter__(self):
+    def __enter__(self) -> UdpTransport:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-#: the transports ``run_rt`` and ``cmstack rt --transport`` know
-TRANSPORTS = {"shm": ShmTransport.create, "udp": UdpTransport}
+#: either transport (the same members: ``state``, ``command``, the control words)
+Link = Union[ShmTransport, UdpTransport]
+#: the transports ``run_rt`` and ``cmstack rt --transport`` know: name -> maker(nq, nv)
+TRANSPORTS: dict[str, Callable[[int, int], Link]] = {"shm": ShmTransport.create, "udp": UdpTransport}

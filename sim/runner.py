@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from cmstack.models.errors import ConfigError
 from cmstack.sim import interrupt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, atomic_write
+
+if TYPE_CHECKING:
+    from cmstack.sim.viewer import MeshcatViewer
 
 
 @dataclass
@@ -86,7 +90,7 @@ def substeps(control_dt: float, sim_dt: float) -> int:
 
 def simulate(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
              record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
-             disturbances: Sequence[Disturbance] = (), viewer=None, progress: bool = True, desc: str = "sim",
+             disturbances: Sequence[Disturbance] = (), viewer: MeshcatViewer | None = None, progress: bool = True, desc: str = "sim",
              log: Logger | None = None, task_errors: bool = True) -> Run:
     """Run ``controller`` on ``plant`` for ``duration`` s of simulated time at one call per
     ``control_dt`` s (a whole multiple of plant.dt).  ``record(t, q, v, tau)`` is called once per
@@ -193,7 +197,7 @@ class Run(RunResult):
         return {"realtime_factor": self.realtime_factor, "control_step_us_median": self.step_us_median,
                 "loop_wall_s": self.wall_s, "simulated_s": self.simulated_s}
 
-    def save(self, out) -> Path:
+    def save(self, out: str | Path) -> Path:
         """Write ``out/log.npz`` (the log, with ``error__<name>`` per reported error: what
         ``cmstack view`` replays) and ``out/run.json`` (the timing); returns ``out``."""
         out = Path(out)

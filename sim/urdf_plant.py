@@ -67,6 +67,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 from cmstack.models.robot import Robot, URDFPart, _check_xml, resolve_asset
@@ -274,7 +275,7 @@ def _body_of_frame(spec: mujoco.MjSpec, robot, fid: int):
     return j.parent, f.placement
 
 
-def add_loops(spec: mujoco.MjSpec, robot, timestep: float | None = None) -> list:
+def add_loops(spec: mujoco.MjSpec, robot: Robot, timestep: float | None = None) -> list:
     """Close ``robot.loops`` in the MuJoCo specification: a site at each closure frame and a site-based
     equality (``point`` → connect of the two sites' origins; ``weld`` → weld of the two sites' frames;
     ``revolute`` → two connects, at the frames and ``HINGE_ARM`` along the hinge axis (A's z): a hinge, 6 rows
@@ -467,7 +468,7 @@ def _mat2quat(R: np.ndarray) -> np.ndarray:
     return q
 
 
-def plant_from_urdf(robot: Robot, *, q0=None, sim_dt: float | None = None, contacts: bool = True,
+def plant_from_urdf(robot: Robot, *, q0: ArrayLike | None = None, sim_dt: float | None = None, contacts: bool = True,
                     mesh_dir: str | Path | None = None, passive_joints: tuple[str, ...] = (),
                     xml_path: str | Path | None = None, integrator: str | None = None, noise_q: float = 0.0,
                     noise_v: float = 0.0, seed: int = 0, friction: bool = True, meshes: bool = True,

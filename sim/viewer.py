@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, ModelFileError, StackError
 
@@ -101,13 +102,13 @@ class Recorder:
         if self._root.keep:
             self._root.commands.append(low)
 
-    def set_object(self, obj, material=None) -> None:
+    def set_object(self, obj: Any, material: Any = None) -> None:
         from meshcat.commands import SetObject
 
         self._log(SetObject(obj, material, self._mc_path()))
         self._root.objects[self._path] = obj
 
-    def set_transform(self, T) -> None:
+    def set_transform(self, T: ArrayLike) -> None:
         from meshcat.commands import SetTransform
 
         T = np.array(T, dtype=float)
@@ -115,13 +116,13 @@ class Recorder:
         self._root.transforms[self._path] = T
         self._root.n_transforms += 1
 
-    def set_property(self, key: str, value) -> None:
+    def set_property(self, key: str, value: Any) -> None:
         from meshcat.commands import SetProperty
 
         self._log(SetProperty(key, value, self._mc_path()))
         self._root.properties[(self._path, key)] = value
 
-    def set_animation(self, animation, play: bool = True, repetitions: int = 1) -> None:
+    def set_animation(self, animation: Any, play: bool = True, repetitions: int = 1) -> None:
         from meshcat.commands import SetAnimation
 
         self._log(SetAnimation(animation, play=play, repetitions=repetitions))
@@ -152,8 +153,8 @@ class MeshcatViewer:
     trail_len : points kept per trail (older halves are decimated, never dropped).
     """
 
-    def __init__(self, model, *, visualizer=None, fps: float = 30.0, realtime: bool = True,
-                 speed: float = 1.0, groups=_GROUPS, trail_len: int = 4000, trail_dt: float = 0.005,
+    def __init__(self, model: Any, *, visualizer: Any = None, fps: float = 30.0, realtime: bool = True,
+                 speed: float = 1.0, groups: tuple[int, ...] = _GROUPS, trail_len: int = 4000, trail_dt: float = 0.005,
                  frame_scale: float = 0.08, prefix: str = "plant", log: str | Path | None = None,
                  frame_camera: bool = True):
         import mujoco
@@ -396,7 +397,7 @@ class MeshcatViewer:
         self.camera = {"centre": c, "radius": R, "eye": e, "distance": D, "direction": u}
 
     # ------------------------------------------------------------------------------------ drawing
-    def set_qpos(self, qpos) -> None:
+    def set_qpos(self, qpos: ArrayLike) -> None:
         """Pose every moving body from ``qpos`` (MuJoCo order, length nq)."""
         qpos = np.asarray(qpos, dtype=float).ravel()
         if qpos.shape[0] != self.model.nq:
@@ -420,7 +421,7 @@ class MeshcatViewer:
                 raise ConfigError(f"viewer: style '{key}' must be [size > 0, r, g, b, a], got {val.tolist()}")
             self._styles[(parts[1], parts[2])] = val
 
-    def set_frame(self, name: str, T) -> None:
+    def set_frame(self, name: str, T: Any) -> None:
         """A coordinate triad (x red, y green, z blue) at pose ``T`` (4×4 or an object with .homogeneous),
         of axis length ``frame_scale`` or its style's (``apply_styles``)."""
         import meshcat.geometry as g
@@ -435,7 +436,7 @@ class MeshcatViewer:
             self._frames.add(name)
         self.vis[path].set_transform(T)
 
-    def append_trail(self, name: str, p, t: float | None = None) -> None:
+    def append_trail(self, name: str, p: ArrayLike, t: float | None = None) -> None:
         """Add a point to trail ``name`` (drawn at the next frame). With ``t``, points closer than
         ``trail_dt`` in time are skipped; a full trail keeps every other point of its older half."""
         if t is not None:
@@ -462,7 +463,8 @@ class MeshcatViewer:
                     g.Line(g.PointsGeometry(np.array(pts).T), g.LineBasicMaterial(color=color)))
         self._trail_dirty.clear()
 
-    def set_sphere(self, name: str, center, radius: float, rgba=(0.9, 0.2, 0.2, 0.3)) -> None:
+    def set_sphere(self, name: str, center: ArrayLike, radius: float,
+                   rgba: tuple[float, float, float, float] = (0.9, 0.2, 0.2, 0.3)) -> None:
         """A (by default translucent red) sphere, e.g. a keep-out zone."""
         import meshcat.geometry as g
 
@@ -473,7 +475,8 @@ class MeshcatViewer:
         T[:3, 3] = np.asarray(center, dtype=float).ravel()[:3]
         self.vis[path].set_transform(T)
 
-    def set_segment(self, name: str, p0, p1, radius: float = 0.012, rgba=(0.95, 0.75, 0.1, 0.8)) -> None:
+    def set_segment(self, name: str, p0: ArrayLike, p1: ArrayLike, radius: float = 0.012,
+                    rgba: ArrayLike = (0.95, 0.75, 0.1, 0.8)) -> None:
         """A rod from ``p0`` to ``p1`` (e.g. a coupling body the plant does not have). A unit-height
         Meshcat cylinder (axis y) is mapped by T = [R·diag(1, ‖p1 − p0‖, 1)  (p0 + p1)/2], R taking y
         onto the rod's direction.  A style (``apply_styles``) overrides ``radius`` and ``rgba``."""
@@ -482,16 +485,17 @@ class MeshcatViewer:
         p0, p1 = (np.asarray(p, dtype=float).ravel()[:3] for p in (p0, p1))
         path = f"segments/{name}"
         style = self._styles.get(("segment", name))
+        color = np.asarray(rgba, dtype=float) if style is None else np.asarray(style[1:], dtype=float)
         if style is not None:
-            radius, rgba = float(style[0]), style[1:]
+            radius = float(style[0])
         if name not in self._segments:
             self.vis[path].set_object(g.Mesh(g.Cylinder(1.0, float(radius)), g.MeshLambertMaterial(
-                color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))))
+                color=_hex(color), opacity=float(color[3]), transparent=bool(color[3] < 1))))
             self._segments.add(name)
         T = segment_pose(p0, p1)
         self.vis[path].set_transform(T)
 
-    def show(self, qpos, frames: dict | None = None, trails: dict | None = None, t: float | None = None,
+    def show(self, qpos: ArrayLike, frames: dict | None = None, trails: dict | None = None, t: float | None = None,
              segments: dict | None = None) -> None:
         """Send one frame now: plant pose, frames, segments, trails (points appended), no pacing."""
         self.set_qpos(qpos)
@@ -506,7 +510,7 @@ class MeshcatViewer:
         self._flush_trails()
         self.frames_sent += 1
 
-    def maybe_update(self, t: float, qpos, frames: dict | None = None, trails: dict | None = None,
+    def maybe_update(self, t: float, qpos: ArrayLike, frames: dict | None = None, trails: dict | None = None,
                      segments: dict | None = None) -> bool:
         """Call every control step. Trails collect points every ``trail_dt`` of simulated time; a
         frame is sent at most ``fps`` times per wall-clock second and, with ``realtime``, not before
@@ -570,7 +574,7 @@ class MeshcatViewer:
                 signal.signal(sig, h)
 
 
-def segment_pose(p0, p1) -> np.ndarray:
+def segment_pose(p0: ArrayLike, p1: ArrayLike) -> np.ndarray:
     """Pose (with scale) mapping Meshcat's unit cylinder (axis y, height 1, centred) onto the rod from
     ``p0`` to ``p1``: T = [R·diag(1, L, 1)  (p0 + p1)/2], L = ‖p1 − p0‖, R = [x y z] a rotation whose
     y is the rod's direction."""
@@ -648,7 +652,7 @@ def _window_class():
     return _Window
 
 
-def start_server(log: str | Path | None = None, timeout: float = 30.0):
+def start_server(log: str | Path | None = None, timeout: float = 30.0) -> Any:
     """Start a Meshcat server process and return a ``meshcat.Visualizer`` connected to it.
 
     The server (``sim/_meshcat_server.py``) survives browsers that vanish, writes its output to
@@ -696,7 +700,7 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0):
 
 
 # ---------------------------------------------------------------------------------------- replay
-def load_run(run) -> dict:
+def load_run(run: str | Path) -> dict[str, Any]:
     """The arrays of a saved run (a run directory or its log.npz), checked for what replay needs; a run
     killed before its final save is read from its checkpoint parts (sim/logger.py: read_log)."""
     from cmstack.sim.logger import read_log
@@ -740,7 +744,7 @@ def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> "MeshcatViewer":
     return viewer
 
 
-def replay(run, *, visualizer=None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
+def replay(run: str | Path | dict[str, Any], *, visualizer: Any = None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
            realtime: bool = True, fps: float = 30.0, progress: bool = True) -> MeshcatViewer:
     """Play a saved run in Meshcat (see the module docstring for the log keys it reads); ``run``: a run
     directory, its log.npz, or what :func:`load_run` returned."""
@@ -852,7 +856,7 @@ def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
     return L, t, n, fps
 
 
-def write_html(run, out, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100,
+def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100,
                max_frames: int = MAX_HTML_FRAMES) -> Path:
     """Write one self-contained HTML file that plays a saved run, with Meshcat's time slider.
 
@@ -970,7 +974,7 @@ window.cmstack_ready = true;
 """
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sim.viewer", description="Replay a saved run in Meshcat, "
                                  "or write it as one standalone HTML file (--html).")
     ap.add_argument("run", help="run directory (runs/<scenario>/<timestamp>) or its log.npz")

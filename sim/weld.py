@@ -19,6 +19,8 @@ both names (a ConfigError); when the configured pose equals the file's (to 1e-9)
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import mujoco
 import numpy as np
 
@@ -52,7 +54,7 @@ def weld_pose(model: mujoco.MjModel, weld: str = "bar_weld") -> tuple[np.ndarray
     return _rot(d[6:10]), d[3:6].copy()
 
 
-def welded_bar_model(mjcf_path, R: np.ndarray, p: np.ndarray, frame1: str, frame2: str, *,
+def welded_bar_model(mjcf_path: str | Path, R: np.ndarray, p: np.ndarray, frame1: str, frame2: str, *,
                      weld: str = "bar_weld", body: str = "bar", site: str = "bar_end") -> mujoco.MjModel:
     """The compiled bar plant of ``mjcf_path`` with its weld and bar built from T_A^B = (R, p)
     (R: 3×3 rotation, p: translation in m, both in E1 = ``frame1``); see the module docstring."""

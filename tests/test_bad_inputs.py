@@ -231,3 +231,15 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     p = subprocess.run(f"{sys.executable} -m cmstack.cli list | head -1", shell=True, capture_output=True,
                        text=True)
     assert p.stdout.strip() and "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_mjcf_without_a_worldbody_is_one_line(tmp_path):
+    """Robot.from_mjcf on a file with no <worldbody>: the one-line ModelFileError naming the file (it was an
+    AttributeError from the joint scan before the check that says so)."""
+    from cmstack.models.errors import ModelFileError
+    from cmstack.models.robot import Robot
+
+    p = tmp_path / "empty.xml"
+    p.write_text("<mujoco><option timestep='0.001'/></mujoco>")
+    with pytest.raises(ModelFileError, match=r"empty.xml has no <worldbody>$"):
+        Robot.from_mjcf(p)
