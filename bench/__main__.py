@@ -1,6 +1,7 @@
 """python -m bench [--quick] [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/, print
 their numbers, and end with one summary table: every ratio and real-time factor of issue 12 beside its
-target, and the long-run figures of issue 21 when bench.long_runs has run (bench/results/summary.json).  Never asserted in tests.
+target, the long-run figures of issue 21 when bench.long_runs has run, and the fixed-rate loop's figures
+of issue 25 (one group of rows per set-up bench.rt has measured) (bench/results/summary.json).  Never asserted in tests.
 
 ``--quick`` runs only the issue-12 benchmarks, with fewer repeats and short scenario runs (a few
 minutes); the summary then says which numbers come from short runs.  With NAMEs, only those run and the
@@ -99,6 +100,18 @@ def summary(quick: bool) -> list[dict]:
             add("lift into a joint bound: plant overrun", lift["overrun_rad"], "rad",
                 f"≤ {lim['target_overrun_rad']:g}", lift["overrun_rad"] <= lim["target_overrun_rad"],
                 f"coupling {lift['coupling_max_m']:.1e} m (≤ {lim['target_coupling_m']:g})")
+    from cmstack.bench.rt import TARGETS as RT_TARGETS, rows as rt_rows
+
+    rtb = _load("rt")                              # issue 25: the fixed-rate loop across a process boundary
+    for setup, e in sorted((rtb or {}).items()):   # one entry per set-up (transport, scheduler)
+        ld = e.get("load_1min_during") or {}
+        note = (f"{e['duration_s']:g} s at {e['rate_hz']:g} Hz; load {ld.get('mean') or float('nan'):.1f} "
+                f"(max {ld.get('max') or float('nan'):.1f}) on {e.get('cpus')} CPUs")
+        for what, value, target, met in rt_rows(e["timing"]):
+            add(f"rt {setup}: {what}", value, "", target, met, note)
+    if not rtb:
+        add("rt: misses per million cycles", None, "", f"≤ {RT_TARGETS['misses_per_million']:g} (quiet machine)",
+            False, "python -m bench.rt")
     return rows
 
 
@@ -107,7 +120,8 @@ def print_summary(rows, quick: bool, load) -> None:
           f"{os.getloadavg()[0]:.1f} (ratios are interleaved in one process, so load hits both sides) ===")
     w = max(len(r["what"]) for r in rows)
     for r in rows:
-        v = "not measured" if r["value"] is None else f"{r['value']:.3g} {r['unit']}".strip()
+        v = ("not measured" if r["value"] is None else ("yes" if r["value"] else "no")
+             if isinstance(r["value"], bool) else f"{r['value']:.3g} {r['unit']}".strip())
         met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
         print(f"  {r['what']:<{w}}  {v:>14}  target {r['target']:<7} {met:<4} {r['note']}")
 

@@ -41,6 +41,36 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     assert "not measured" in out and "target ≥ 10" in out
 
 
+def test_summary_has_the_fixed_rate_loop_rows_per_setup(tmp_path, monkeypatch, capsys):
+    """bench.rt's entries (bench/results/rt.json, one per set-up) become summary rows judged by bench.rt's
+    own rows() against its targets, with the run's length and load beside them; without rt.json, one row
+    says it was not measured."""
+    monkeypatch.chdir(tmp_path)
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    assert {r["what"]: r for r in summary(quick=False)}["rt: misses per million cycles"]["met"] is None
+    timing = {"stops": 0, "misses_per_million": 767.0, "latency_us": {"p99.9": 150.0}, "gc_collections": 0,
+              "closed_loop_within_2x": True}
+    entry = {"duration_s": 600.0, "rate_hz": 1000.0, "load_1min_during": {"mean": 6.96, "max": 8.85}, "cpus": 2,
+             "timing": timing}
+    (res / "rt.json").write_text(json.dumps({"shm-fifo": entry, "udp-fifo": {**entry, "timing": {
+        **timing, "stops": 1, "closed_loop_within_2x": False}}}))
+    rows = {r["what"]: r for r in summary(quick=False)}
+    assert "rt: misses per million cycles" not in rows
+    fifo = {k.split(": ", 1)[1]: r for k, r in rows.items() if k.startswith("rt shm-fifo: ")}
+    assert fifo["stops"]["met"] is True and fifo["misses per million cycles"]["met"] is False
+    assert fifo["controller latency p99.9 [µs]"]["value"] == 150.0 and fifo["controller latency p99.9 [µs]"]["met"]
+    assert fifo["GC collections in the loop"]["met"] is True
+    assert fifo["closed-loop errors within 2× of in-process"]["met"] is True
+    assert "600 s at 1000 Hz; load 7.0 (max 8.8)" in fifo["stops"]["note"]
+    assert rows["rt udp-fifo: stops"]["met"] is False
+    assert rows["rt udp-fifo: closed-loop errors within 2× of in-process"]["value"] is False
+    print_summary(list(rows.values()), False, (1.0, 1.0, 1.0))
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "rt udp-fifo: closed-loop errors" in x)
+    assert " no " in line and "target true" in line
+
+
 def test_unknown_benchmark_is_a_usage_error(capsys):
     assert main(["no_such_bench"]) == 2
     assert "no_such_bench" in capsys.readouterr().err
