@@ -227,6 +227,8 @@ def summary_lines(timing: dict) -> list[str]:
                      f"max {s['max']:9.1f}")
     lines.append(f"  GC collections in the loop: {t['gc_collections']} (gen-0 growth after warm-up: "
                  f"{t['gc_gen0_growth']}); load average {t['load_average_1_5_15']} on {t['cpus']} CPUs")
+    b = t["log_bytes_per_cycle"]
+    lines.append(f"  log: {b['driver'] + b['controller']} bytes per cycle (driver {b['driver']}, controller {b['controller']})")
     lines += [f"  {s}" for s in t["setup"]]
     if "closed_loop" in t:
         lines.append("  closed loop, rt vs in-process (ratio; error metrics judged within 2×):")

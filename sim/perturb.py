@@ -170,6 +170,10 @@ class PerturbedPlant:
         q, v = self.inner.state(noisy=noisy)
         return self.noise.apply(q, v) if noisy else (q, v)
 
+    def measured_index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """As ``MujocoPlant.measured_index``: None when the perturbation (or the plant) adds noise."""
+        return None if self.noise.active else self.inner.measured_index()
+
     def set_torque(self, tau: np.ndarray) -> None:
         """Queue τ_k; send τ_{k−d} (τ_0 while k < d), clipped to the fraction of the motor limits."""
         tau = np.array(tau, dtype=float)

@@ -39,6 +39,11 @@ class MeasurementNoise:
                 raise ConfigError(f"{key} must be a finite standard deviation >= 0, got {val}")
         self.std_q, self.std_v, self.rng = float(std_q), float(std_v), rng
 
+    @property
+    def active(self) -> bool:
+        """Some noise is added (a deviation > 0)."""
+        return self.std_q > 0 or self.std_v > 0
+
     def apply(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(q, v) with the noise added (new arrays where noise is added; the arguments are not changed)."""
         if self.std_q > 0:
@@ -169,6 +174,11 @@ class MujocoPlant(MujocoClock):
         q = self.data.qpos[self._q_ix].copy()     # (a fancy index already copies; a slice needs the copy)
         v = self.data.qvel[self._v_ix].copy()
         return self.noise.apply(q, v) if noisy else (q, v)
+
+    def measured_index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(qadr, dadr) with ``state()`` = (data.qpos[qadr], data.qvel[dadr]) exactly, or None when measurement
+        noise is added (what the fixed-rate driver needs to log: sim/rt_driver.py)."""
+        return None if self.noise.active else (self.map.qadr, self.map.dadr)
 
     def joint_id(self, name: str) -> int:
         j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)

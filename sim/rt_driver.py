@@ -27,8 +27,10 @@ STOPPED and the reason recorded.  A stop request from the controller side does t
 
 Per cycle it records the wall time of the tick and its lateness, the cycle the applied torque
 answered, the torque's age when applied (tick - the controller's send time), misses, the plant's
-``data.qpos``/``qvel``, the published q, v and the applied τ (``DriverLog``: a shared anonymous mapping
-the parent reads after the run).
+``data.qpos``/``qvel``, the applied τ and, when they are not the plant's qpos/qvel (measurement noise),
+the published q, v (``DriverLog``: a shared anonymous mapping the parent reads after the run; compact
+types: 365 bytes per cycle on the YuMi flagship, 608 when every column was float64 and q, v were
+always stored).
 """
 from __future__ import annotations
 
@@ -119,25 +121,48 @@ def realtime_setup(cpu: int | None, fifo: bool, priority: int, who: str) -> list
 
 class DriverLog:
     """Per-cycle record of the driver in a shared anonymous mapping (made before the fork, written by
-    the driver, read by the parent).  Columns: tick wall time [s], lateness of the tick [s], t [s], the
-    cycle the applied torque answered (-1: none yet), its age when applied [s], miss (0/1), then
-    qpos (nqpos), qvel (nqvel), q (nq), v (nv), tau (nv).  ``header``: cycles done, start wall time."""
+    the driver, read by the parent): what the timing report and the replay of the run need, in compact
+    types.  Columns, each one contiguous block of the mapping (``col[name]``, one row per cycle):
+
+    ======================  =========  ==================================================================
+    ``wall``, ``t``         float64    tick wall time (``perf_counter``), the plant's time [s]
+    ``late``, ``age``       float32    the tick's lateness, the applied torque's age [s] (µs resolution)
+    ``answers``             int32      the cycle the applied torque answered (-1: none, braking)
+    ``miss``                uint8      1 when the torque was not in time (the previous one held)
+    ``qpos``, ``qvel``      float64    the plant's own state (what the replay sets and logs)
+    ``tau``                 float64    the torque applied (model order)
+    ``q``, ``v``            float64    the state published, only when it is not ``qpos``/``qvel`` at the
+                                       plant's joints (``index``: (qadr, dadr) when it is: no noise)
+    ======================  =========  ==================================================================
+
+    ``log["q"]`` reads ``qpos[:, qadr]`` when q is not stored.  ``header``: cycles done, start wall time."""
 
     FIXED = ("wall", "late", "t", "answers", "age", "miss")
+    TYPES = {"wall": np.float64, "t": np.float64, "late": np.float32, "age": np.float32, "answers": np.int32,
+             "miss": np.uint8}
 
-    def __init__(self, n_cycles: int, nqpos: int, nqvel: int, nq: int, nv: int):
-        self.n, self.sizes = n_cycles, dict(qpos=nqpos, qvel=nqvel, q=nq, v=nv, tau=nv)
-        self.width = len(self.FIXED) + sum(self.sizes.values())
-        self._map = mmap.mmap(-1, 8 * (4 + n_cycles * self.width))      # MAP_SHARED | MAP_ANONYMOUS
+    def __init__(self, n_cycles: int, nqpos: int, nqvel: int, nq: int, nv: int,
+                 index: tuple[np.ndarray, np.ndarray] | None = None):
+        self.n = n_cycles
+        self.index = None if index is None else (np.asarray(index[0], dtype=int), np.asarray(index[1], dtype=int))
+        shapes: dict[str, tuple[tuple[int, ...], type]] = {k: ((), t) for k, t in self.TYPES.items()}
+        shapes.update(qpos=((nqpos,), np.float64), qvel=((nqvel,), np.float64), tau=((nv,), np.float64))
+        if self.index is None:
+            shapes.update(q=((nq,), np.float64), v=((nv,), np.float64))
+        sizes = {k: int(np.prod(s, dtype=int)) * np.dtype(t).itemsize for k, (s, t) in shapes.items()}
+        self.bytes_per_cycle = sum(sizes.values())
+        offsets, off = {}, 32                                   # (the header: 4 float64)
+        for k in shapes:
+            offsets[k] = off
+            off += -(-sizes[k] * n_cycles // 8) * 8              # each block 8-byte aligned
+        self._map = mmap.mmap(-1, off)                           # MAP_SHARED | MAP_ANONYMOUS
         self.header = np.ndarray((4,), dtype=np.float64, buffer=self._map)
-        self.rows = np.ndarray((n_cycles, self.width), dtype=np.float64, buffer=self._map, offset=32)
-        self.col = {}
-        for i, name in enumerate(self.FIXED):
-            self.col[name] = self.rows[:, i]
-        off = len(self.FIXED)
-        for name, size in self.sizes.items():
-            self.col[name] = self.rows[:, off:off + size]
-            off += size
+        self.col = {k: np.ndarray((n_cycles, *s), dtype=t, buffer=self._map, offset=offsets[k])
+                    for k, (s, t) in shapes.items()}
+
+    def touch(self) -> None:
+        """Write every page of the mapping (zeros) before the clock starts: no page fault in the loop."""
+        np.ndarray((len(self._map),), dtype=np.uint8, buffer=self._map)[32:] = 0
 
     @property
     def cycles(self) -> int:
@@ -145,7 +170,11 @@ class DriverLog:
         return int(self.header[0])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.col[name][:self.cycles]
+        n = self.cycles
+        if name in ("q", "v") and name not in self.col and self.index is not None:
+            src, idx = ("qpos", self.index[0]) if name == "q" else ("qvel", self.index[1])
+            return self.col[src][:n][:, idx]
+        return self.col[name][:n]
 
 
 @dataclass
@@ -177,7 +206,9 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     st, cmd = link.state, link.command
     perf, read = time.perf_counter, cmd.read
     wall_c, late_c, t_c, ans_c, age_c, miss_c = (log.col[k] for k in DriverLog.FIXED)
-    qpos_c, qvel_c, q_c, v_c, tau_c = (log.col[k] for k in ("qpos", "qvel", "q", "v", "tau"))
+    qpos_c, qvel_c, tau_c = (log.col[k] for k in ("qpos", "qvel", "tau"))
+    measured = "q" in log.col                      # the published state is logged apart (not qpos/qvel)
+    q_c, v_c = (log.col["q"], log.col["v"]) if measured else (tau_c, tau_c)
     data = plant.data
     tau = np.zeros(link.nv)
     brake = np.zeros(link.nv)
@@ -195,14 +226,16 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
         link.set_driver_status(rt.STOPPED, code)
         return k + max(1, int(round(settings.brake_s / dt)))       # the last cycle of the brake
 
-    log.rows[:] = 0.0                              # touch every page of the log before the clock starts
+    log.touch()                                    # touch every page of the log before the clock starts
     # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
     q, v = plant.state()
     t = plant.time
     w = perf()
     st.publish(0, t, w, q, v)
     wall_c[0], late_c[0], t_c[0] = w, 0.0, t
-    qpos_c[0], qvel_c[0], q_c[0], v_c[0] = data.qpos, data.qvel, q, v
+    qpos_c[0], qvel_c[0] = data.qpos, data.qvel
+    if measured:
+        q_c[0], v_c[0] = q, v
     give_up = w + settings.start_timeout_s
     while True:
         if read() >= 0 and cmd.answers == 0 and cmd.seq > 0:
@@ -232,7 +265,9 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     for k in range(1, n_cycles):
         q, v = plant.state()                       # s_k, ready before its tick
         t = plant.time
-        qpos_c[k], qvel_c[k], q_c[k], v_c[k], t_c[k] = data.qpos, data.qvel, q, v, t
+        qpos_c[k], qvel_c[k], t_c[k] = data.qpos, data.qvel, t
+        if measured:
+            q_c[k], v_c[k] = q, v
         target = start + k * dt
         wait_until(target, settings.spin_s, perf)
         now = perf()
@@ -302,6 +337,22 @@ def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dr
         conn.close()
 
 
+def state_index(plant: Plant) -> tuple[np.ndarray, np.ndarray] | None:
+    """(qadr, dadr) when the plant's measured state is exactly ``data.qpos[qadr]``, ``data.qvel[dadr]`` (its
+    ``measured_index()``, e.g. a MuJoCo plant without measurement noise), checked once on the current
+    state; None otherwise (the driver then logs the published q, v as well)."""
+    get = getattr(plant, "measured_index", None)
+    index = get() if callable(get) else None
+    if index is None:
+        return None
+    qadr, dadr = (np.asarray(i, dtype=int) for i in index)
+    q, v = plant.state()                  # (no noise: no random draw is taken from the plant's stream)
+    data = plant.data
+    if not (np.array_equal(q, data.qpos[qadr]) and np.array_equal(v, data.qvel[dadr])):
+        return None
+    return qadr, dadr
+
+
 class DriverProcess:
     """The driver in a forked child process (the plant object is inherited, not pickled)."""
 
@@ -316,7 +367,7 @@ class DriverProcess:
             raise ConfigError(f"an rt run needs at least 2 cycles, got {n_cycles} (duration × rate)")
         substeps(settings.dt, plant.dt)                   # the period must be a whole number of plant steps
         data = plant.data
-        log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv)
+        log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv, index=state_index(plant))
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_child, args=(plant, link, log, n_cycles, settings, tuple(disturbances), child),

@@ -209,3 +209,59 @@ def test_bad_settings_are_one_line_errors():
         DriverSettings(max_misses=0).check()
     with pytest.raises(ConfigError, match="spin_s must be a finite number >= 0"):
         DriverSettings(spin_s=float("nan")).check()
+
+
+def test_the_log_keeps_what_the_replay_needs_in_compact_types(tmp_path):
+    """The driver logs q, v only when they are not the plant's qpos/qvel (measurement noise): without
+    noise the log reads them from qpos/qvel, with noise it stores the published (noisy) state.  The
+    loop keeps controller.info's fields in compact types (uint8, int64, float32) and the replay hands
+    the recorder each answered cycle's values in the field's own kind (bool, int, float64); the
+    timing report says how many bytes a cycle costs."""
+    r = child(tmp_path, '''
+        from dataclasses import dataclass, field
+        @dataclass
+        class Info:
+            count: int = 0
+            even: bool = True
+            stamp: float = 0.0
+            vec: np.ndarray = field(default_factory=lambda: np.zeros(2))
+        class Stamped:
+            def __init__(self):
+                self.info = Info()
+            def __call__(self, t, q, v):
+                i = self.info
+                k = int(round(t / 1e-3))                 # the cycle of the state answered
+                i.count, i.even, i.stamp, i.vec = k, k % 2 == 0, t, np.array([t, -t])
+                return -5 * q - 0.5 * v
+        seen = []
+        def runs(p):
+            ctl = Stamped()
+            def record(t, q, v, tau):
+                i = ctl.info
+                seen.append((i.count, i.even, i.stamp, i.vec[1], type(i.even).__name__, type(i.stamp).__name__))
+            return run_rt(p, ctl, duration=0.3, control_dt=1e-3, record=record,
+                          driver=DriverSettings(max_misses=100_000))
+        quiet = runs(plant)
+        L = quiet.rt.driver.log
+        ans = L["answers"].astype(int)
+        ok = [s for k, s in enumerate(seen) if k > 0]
+        noisy = runs(MujocoPlant("two.xml", ["j1", "j2"], noise_q=1e-3, seed=3))
+        N = noisy.rt.driver.log
+        out(q_stored="q" in L.col, q_from_qpos=bool(np.array_equal(L["q"], L["qpos"][:, :2])),
+            noisy_stored="q" in N.col, noisy_differs=bool(np.abs(N["q"] - N["qpos"]).max() > 1e-5),
+            noisy_v=bool(np.array_equal(N["v"], N["qvel"])),
+            counts=bool(all(c == a for (c, *_), a in zip(ok, ans[1:]))),
+            even=bool(all(e == (c % 2 == 0) for c, e, *_ in ok)),
+            stamps=bool(all(abs(s - L["t"][c]) <= 1e-6 * max(1.0, abs(s)) and w == -s for c, _, s, w, *_ in ok)),
+            kinds=sorted({(k1, k2) for *_, k1, k2 in ok}),
+            dtypes={k: str(b.dtype) for k, b in quiet.rt.loop.info.items()},
+            bytes=quiet.rt.timing()["log_bytes_per_cycle"], noisy_bytes=noisy.rt.timing()["log_bytes_per_cycle"])
+    ''')
+    assert not r["q_stored"] and r["q_from_qpos"]
+    assert r["noisy_stored"] and r["noisy_differs"] and r["noisy_v"]
+    assert r["counts"] and r["even"] and r["stamps"]
+    assert r["kinds"] in ([["bool", "float64"]], [["bool_", "float64"]]), r["kinds"]     # (numpy 2 names it bool)
+    assert r["dtypes"] == {"count": "int64", "even": "uint8", "stamp": "float32", "vec": "float32"}
+    # wall, t 8 + late, age 4 + answers 4 + miss 1; qpos, qvel, tau 2 × 8 each; noisy: q, v 2 × 8 more
+    assert r["bytes"]["driver"] == 29 + 3 * 16 and r["noisy_bytes"]["driver"] == 29 + 5 * 16
+    assert r["bytes"]["controller"] == 3 * 4 + 8 + 1 + 4 + 2 * 4
