@@ -26,6 +26,15 @@ Kinds and their rows, everything in world axes (LOCAL_WORLD_ALIGNED Jacobians J_
   (the last term: X turns with A, Ẋᵀ = ω_A × Xᵀ).  d/dt(z_A × z_b) = (ω_A × z_A) × z_b + z_A × (ω_b × z_b),
   which at closure (z_b = z_A = n) is ω_b,⊥ − ω_A,⊥ (components orthogonal to n): φ̇_R = J_R v there.
   J̇v is d/dt(J v) at v̇ = 0 exactly, everywhere (tests: finite differences).
+* ``plane`` (1 row, point b on the plane through A normal to A's z axis n = R_A ẑ: a slider on a planar rail,
+  e.g. the slider-crank's C on the line z = 0 of its plane of motion; no MuJoCo equality, no Pinocchio constraint
+  model): with d = p_b − p_A,
+      φ = n·d,   J = nᵀ(J_b,v − J_A,v) + (n × d)ᵀ J_A,ω,
+      J̇v = ṅ·Δv + n·Δc + (ṅ × d + n × Δv)·ω_A + (n × d)·c_A,ω,   ṅ = ω_A × n,
+  Δv = (J_b,v − J_A,v) v, Δc = c_b,v − c_A,v.  φ̇ = ṅ·d + n·ḋ = (ω_A × n)·d + n·Δv = ω_A·(n × d) + n·Δv
+  (the triple product), so J = ∂φ/∂q everywhere, and J̇v is the time derivative of that expression at v̇ = 0
+  (ḋ = Δv, d(ω_A)/dt = c_A,ω).  With A fixed (ω_A = 0, c_A = 0) the rows are φ = n·p_b, J = nᵀJ_b,v,
+  J̇v = n·c_b,v.
 
 The task (the core contract): e = φ (the closure's residual, driven to zero), w = J v (the relative
 velocity; ė = w on the point rows everywhere and on the rotation rows at closure), W = J, drift = J̇v, so
@@ -46,7 +55,7 @@ The sidecar of a URDF (``Robot.from_urdf(path, loops=PATH)``), TOML::
     name = "tip"                                 # optional
     frame_a = "tool"                             # frames of the model (links, joints, sites)
     frame_b = "dist_r"
-    kind = "weld"                                # point | weld | revolute
+    kind = "weld"                                # point | weld | revolute | plane
     offset = [0.3, 0.0, 0.18]                    # optional: pose of the closure frame in frame_a:
                                                  #   [x, y, z] or {xyz = [...], rpy = [...]} (m, rad)
     offset_b = [0.0, 0.0, 0.0]                   # optional, the same on frame_b
@@ -69,7 +78,7 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleErr
 from cmstack.models.lie import cross3, svd_rank
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
-KINDS = {"point": 3, "weld": 6, "revolute": 5}
+KINDS = {"point": 3, "weld": 6, "revolute": 5, "plane": 1}
 """Loop closure kinds and their number of rows."""
 
 
@@ -112,6 +121,8 @@ def _vec3(x, where: str) -> np.ndarray:
 def closure_rows(kind: str, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v):
     """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
     and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring)."""
+    if kind == "plane":
+        return plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v)
     Jd = Jb - Ja
     cd = cb - ca
     if kind == "point":
@@ -135,13 +146,29 @@ def closure_rows(kind: str, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v):
     return phi, J, jdv
 
 
+def plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v):
+    """(φ, J, J̇v) of a ``plane`` closure (1 row): point b on the plane through A normal to n = R_A ẑ
+    (derivation in the module docstring)."""
+    n = Ra[:, 2]
+    d = pb - pa
+    nd = cross3(n, d)
+    wa = Ja[3:] @ v
+    Jv = Jb[:3] - Ja[:3]
+    dv = Jv @ v
+    ndot = cross3(wa, n)
+    J = (n @ Jv + nd @ Ja[3:]).reshape(1, -1)
+    jdv = ndot @ dv + n @ (cb[:3] - ca[:3]) + (cross3(ndot, d) + cross3(n, dv)) @ wa + nd @ ca[3:]
+    return np.array([n @ d]), J, np.array([jdv])
+
+
 class LoopClosure(Task):
     """Frame ``frame_b`` (· ``offset_b``) meets frame ``frame_a`` · ``offset``: a hard task and a constraint.
 
     Args:
         robot: the tree model (``Robot``).
         frame_a, frame_b: frame names (links, joints, MJCF bodies and sites).
-        kind: "point" (3 rows), "weld" (6) or "revolute" (5; hinge about the z axis of frame_a·offset).
+        kind: "point" (3 rows), "weld" (6), "revolute" (5; hinge about the z axis of frame_a·offset) or
+            "plane" (1; b on the plane through frame_a·offset normal to its z axis).
         offset: pose of the closure frame A in frame_a ([x, y, z] m, {xyz, rpy}, 4×4, SE3); None: identity.
         offset_b: the same on frame_b.
         kp (1/s²), kd (1/s): gains of the error ODE ë + K_d ė + K_p e = 0 (a Baumgarte stabilization).
@@ -422,6 +449,10 @@ def pinocchio_constraint_models(robot, loops: Iterable[LoopClosure] | None = Non
     model = robot.model
     cms = pin.StdVec_RigidConstraintModel()
     for c in (robot.loops if loops is None else loops):
+        if c.kind == "plane":
+            raise ConfigError(f"loop '{c.name}' is a plane closure (1 row): Pinocchio has no rigid constraint model "
+                              "for a point on a plane; cross-validate it on a mechanism with the slider as a body "
+                              "(e.g. mjcf/slider_crank.xml)")
         fa, fb = model.frames[c.fa], model.frames[c.fb]
         offs = [pin.SE3.Identity()]
         if c.kind == "revolute":

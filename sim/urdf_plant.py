@@ -284,6 +284,10 @@ def add_loops(spec: mujoco.MjSpec, robot: Robot, timestep: float | None = None) 
     ref, imp = loop_solref(spec.option.timestep if timestep is None else timestep)
     out = []
     for c in getattr(robot, "loops", ()):
+        if c.kind == "plane":
+            raise ModelFileError(f"plant of {robot.label}: loop '{c.name}' is a plane closure, which MuJoCo has no "
+                                 "equality for; give the plant the slider as a body on a slide joint closed by a "
+                                 "connect (an MJCF, e.g. mjcf/slider_crank.xml)")
         pairs = [(pin.SE3.Identity(), "")]
         if c.kind == "revolute":
             pairs.append((pin.SE3(np.eye(3), np.array([0.0, 0.0, HINGE_ARM])), "_axis"))

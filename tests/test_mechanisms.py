@@ -1,11 +1,17 @@
-"""The shipped closed chains (mjcf/five_bar.xml, four_bar.xml, delta.xml; urdf/five_bar.urdf + its loops
-sidecar), each cross-validated on random assembled states:
+"""The shipped closed chains (mjcf/five_bar.xml, four_bar.xml, delta.xml, slider_crank.xml, series_parallel.xml;
+urdf/five_bar.urdf and urdf/slider_crank.urdf with their loops sidecars), each cross-validated on random assembled
+states:
 
 * forward dynamics (the projection plant's (22) on the loops' rows, damping included) against Pinocchio's own
   ``constraintDynamics`` on the constraint models *its* MJCF parser reads from the same file: <= 1e-9 relative;
 * inverse dynamics with passive joints (PIDC's closed form (60-62)) against a KKT solve of our own
   [Bₐ Jᵀ] [τₐ; λ] = M q̈ + h: the same torque, zero on every passive joint, and it reproduces q̈;
-* the MuJoCo plant (plant_from_mjcf / plant_from_urdf, loops as equalities) against the rigid model."""
+* the MuJoCo plant (plant_from_mjcf / plant_from_urdf, loops as equalities) against the rigid model.
+
+The slider-crank scenario's model, the URDF cut at C with its rail as a ``plane`` closure (the slider lumped at C),
+is checked against the MJCF mechanism with the slider as a body (Pinocchio's constraintDynamics on it); the
+series-parallel arm's controller model (the MJCF's closed chain, cylinder and piston massless) against the
+partition model of [Dastranj]: tests/test_pidc_series_parallel.py."""
 from __future__ import annotations
 
 import mujoco
@@ -22,19 +28,36 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.urdf_plant import plant_from_urdf
 
-MECHANISMS = {"five_bar": "mjcf/five_bar.xml", "four_bar": "mjcf/four_bar.xml", "delta": "mjcf/delta.xml"}
+MECHANISMS = {"five_bar": "mjcf/five_bar.xml", "four_bar": "mjcf/four_bar.xml", "delta": "mjcf/delta.xml",
+              "slider_crank": "mjcf/slider_crank.xml", "series_parallel": "mjcf/series_parallel.xml"}
 #: measured medians of |q̈_MuJoCo − q̈_rigid| / |q̈_rigid| at random torques (the soft equalities' regularizer
-#: (1 − d)/d at MuJoCo's largest impedance d = 0.9999): five-bar 8.6e-3, four-bar 2.9e-5, Delta 2.3e-2
-MUJOCO_QACC_REL = {"five_bar": 2e-2, "four_bar": 1e-4, "delta": 5e-2}
+#: (1 − d)/d at MuJoCo's largest impedance d = 0.9999): five-bar 8.6e-3, four-bar 2.9e-5, Delta 2.3e-2,
+#: slider-crank 2.4e-5, series-parallel 2.0e-5 (max of the 10 states: 3.3e-5, 4.5e-5)
+MUJOCO_QACC_REL = {"five_bar": 2e-2, "four_bar": 1e-4, "delta": 5e-2, "slider_crank": 1e-4,
+                   "series_parallel": 1e-4}
+#: spread of the random states about q_initial (rad, m): the series-parallel arm's stroke stays inside its
+#: 0.2 m range (MuJoCo's joint limits would add rows the rigid model does not have)
+SPREAD = {"series_parallel": 0.03}
+#: the scenarios' URDF models with their loops sidecars (the controllers' models)
+URDF_MODELS = {"five_bar": ("urdf/five_bar.urdf", "urdf/five_bar.loops.toml"),
+               "slider_crank": ("urdf/slider_crank.urdf", "urdf/slider_crank.loops.toml")}
 
 
-def _states(robot, n, seed):
+def _states(robot, n, seed, spread=0.15):
     cs = ClosureSet(robot.loops)
     rng = np.random.default_rng(seed)
     for _ in range(n):
-        q = robot.assemble(robot.q_initial + 0.15 * rng.normal(size=robot.nq))
+        q = robot.assemble(robot.q_initial + spread * rng.normal(size=robot.nq))
         v = project(cs.jacobian(q)).P @ rng.normal(size=robot.nv)
         yield q, v, rng
+
+
+def _robot(name):
+    """A mechanism by name: its MJCF, or ``urdf:NAME`` for a URDF of URDF_MODELS with its sidecar."""
+    if name.startswith("urdf:"):
+        urdf, loops = URDF_MODELS[name[5:]]
+        return Robot.from_urdf(urdf, loops=loops)
+    return Robot.from_mjcf(MECHANISMS[name])
 
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
@@ -53,7 +76,7 @@ def test_forward_dynamics_match_pinocchio_constraint_dynamics(name, tmp_path):
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     worst = 0.0
-    for q, v, rng in _states(robot, 12, 1):
+    for q, v, rng in _states(robot, 12, 1, SPREAD.get(name, 0.15)):
         tau = 3.0 * rng.normal(size=robot.nv) * plant.actuated
         a = plant.accel(q, v, tau)
         a_pin = pin.constraintDynamics(pm, pd, q, v, tau - robot.damping * v, cms, cds, prox)
@@ -61,14 +84,14 @@ def test_forward_dynamics_match_pinocchio_constraint_dynamics(name, tmp_path):
     assert worst <= 1e-9, worst
 
 
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
+@pytest.mark.parametrize("name", sorted(MECHANISMS) + [f"urdf:{k}" for k in sorted(URDF_MODELS)])
 def test_inverse_dynamics_with_passive_joints_match_a_kkt_solve(name):
-    robot = Robot.from_mjcf(MECHANISMS[name])
+    robot = _robot(name)
     act = np.array([n not in robot.passive_joints for n in robot.joint_names])
     ctl = PIDC(robot, None, robot.actuated_joints, np.zeros(act.sum()), 1.0, 1.0)
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     cs = ClosureSet(robot.loops)
-    for q, v, rng in _states(robot, 8, 2):
+    for q, v, rng in _states(robot, 8, 2, SPREAD.get(name, 0.15)):
         J, jdv = cs.jacobian_and_jdot_v(q, v)
         pr = project(J)
         qdd = pr.P @ rng.normal(size=robot.nv) - pr.A_pinv @ jdv        # J q̈ + J̇v = 0
@@ -94,7 +117,7 @@ def test_mujoco_plant_matches_the_rigid_model(name):
     assert list(mj.map.actuated) == [n not in robot.passive_joints for n in robot.joint_names]
     rigid = ProjectionPlant(robot, None, sim_dt=1e-3)
     rel = []
-    for q, v, rng in _states(robot, 10, 3):
+    for q, v, rng in _states(robot, 10, 3, SPREAD.get(name, 0.15)):
         tau = rng.normal(size=robot.nv) * rigid.actuated
         mj.reset(q, v)
         assert mj.equality_violation() < 1e-10
@@ -157,7 +180,7 @@ def test_our_constraint_models_are_pinocchios_own(name, tmp_path):
     pin.initConstraintDynamics(pm, d1, theirs, td)
     pin.initConstraintDynamics(robot.model, d2, ours, od)
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
-    for q, v, rng in _states(robot, 5, 6):
+    for q, v, rng in _states(robot, 5, 6, SPREAD.get(name, 0.15)):
         tau = rng.normal(size=robot.nv)
         a1 = pin.constraintDynamics(pm, d1, q, v, tau, theirs, td, prox)
         a2 = pin.constraintDynamics(robot.model, d2, q, v, tau, ours, od, prox)
@@ -193,3 +216,40 @@ def test_revolute_closure_in_the_urdf_plant(tmp_path):
         plant.step(4)
         assert c.residual(plant.state()[0]) < 1e-4
     assert np.abs(plant.state()[0] - robot.q_initial).max() > 0.05
+
+
+def test_slider_crank_urdf_with_its_rail_is_the_mjcf_mechanism(tmp_path):
+    """The slider-crank scenario's model (urdf/slider_crank.urdf cut at C, the slider a point mass at C, the rail a
+    one-row plane closure) has the forward dynamics of the MJCF mechanism (the slider a body on a slide joint, C
+    closed by a connect) as Pinocchio's own constraintDynamics gives them: on the rail the slider's kinetic energy
+    is the point's and its potential is constant, so q̈ of (crank, rod) agree to <= 1e-9 relative."""
+    robot = _robot("urdf:slider_crank")
+    mech = Robot.from_mjcf(MECHANISMS["slider_crank"])
+    assert mech.joint_names == ["crank", "rod", "slider"] and mech.passive_joints == ["rod", "slider"]
+    f = tmp_path / "wrapped.xml"
+    f.write_text(wrapped_mjcf(mech.mjcf_path))
+    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))
+    pm.gravity = mech.model.gravity
+    cds = pin.StdVec_RigidConstraintData()
+    for c in cms:
+        cds.append(c.createData())
+    pd = pm.createData()
+    pin.initConstraintDynamics(pm, pd, cms, cds)
+    prox = pin.ProximalSettings(1e-14, 1e-8, 200)
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    d = robot.model.createData()
+    fid = robot.frame_id("slider_point")
+    x0 = 1.0                                         # the MJCF slider body's x at qpos = 0
+    worst, n = 0.0, 0
+    for q, v, rng in _states(robot, 12, 8, 1.0):
+        pin.computeJointJacobians(robot.model, d, q)
+        pin.framesForwardKinematics(robot.model, d, q)
+        xc = d.oMf[fid].translation[0]
+        xcd = (pin.getFrameJacobian(robot.model, d, fid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED) @ v)[0]
+        tau = np.array([5.0 * rng.normal(), 0.0])
+        a = plant.accel(q, v, tau)
+        a_pin = pin.constraintDynamics(pm, pd, np.r_[q, xc - x0], np.r_[v, xcd], np.r_[tau, 0.0], cms, cds, prox)
+        worst = max(worst, float(np.linalg.norm(a - a_pin[:2]) / np.linalg.norm(a_pin[:2])))
+        n += 1
+    assert n == 12 and worst <= 1e-9, worst
+
