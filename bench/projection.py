@@ -14,13 +14,18 @@ passive law (60–62) rank 1) replaced three LAPACK SVDs; ratio 29× → 24×, s
 machine: 110 µs / 102 µs, 24–28× a 3.9–4.2 µs computeAllTerms).
 
 After (``PIDC._compiled_step``: one ``pin.computeAllTerms`` read in place, the constraint row on Python floats
-(``SliderCrankLoop.row_and_jdot_v``; the series-parallel adapter lifts and forms its row in the kernel
-``triangle_lift``), and the whole law in one numba kernel ``controllers/kernels.py: pidc_one_row``, a
+(``SliderCrankLoop.row_and_jdot_v``; the series-parallel adapter lifted and formed its row in a kernel, since
+removed), and the whole law in one numba kernel ``controllers/kernels.py: pidc_one_row``, a
 sinusoid reference evaluated inside it), busy machine (load 8-11), interleaved with the floor, medians over
 2000 states × 3; the NumPy step in a second pass the same way:
 
     slider-crank      23.4 µs / computeAllTerms 3.0 µs = 7.9×    (NumPy step 80.5 µs = 25.3×; another run 11.6 / 1.6 = 7.2×)
     series-parallel   16.9 µs / computeAllTerms 2.8 µs = 6.1×    (NumPy step 201 µs = 24.7×; another run 16.5 / 2.7 = 6.2×)
+
+Since issue 23 the series-parallel PIDC is the generic one on the arm's closed chain read from its MJCF
+(``ActuatedJointsPIDC``: the passive ζ, α closed by Newton on the loop at every step, then the NumPy step on 3
+loop rows; no compiled path): 344 µs a step in the scenario's run (was 11.6 µs), a regression left to the
+closed-chain step's speed work (issue 23).
 
 The compiled step costs 3-4× fewer floors than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
 computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls
@@ -155,24 +160,16 @@ def series_parallel(repeat: int):
         states.append((t, q, v))
         plant.set_torque(ctl(t, q, v))
         plant.step(1)
-    from cmstack.models.series_parallel_aux import lift
-
     c = build_pidc(cfg, traj)
-    tree = c.robot.tree
-    d = pin.Data(tree.model)
+    model = c.robot.model
+    d = pin.Data(model)
+    lifter = build_pidc(cfg, traj)
 
     def arg(t, q, v):
-        x, xd = lift(c.tm, q, v)
-        return x[:3], xd[:3]
-
-    cn = build_pidc(cfg, traj)
-
-    def before(t, q, v):
-        x, xd = lift(cn.tm, q, v)
-        return cn.pidc._numpy_step(t, x, xd)[[0, 1, 3]]
+        return lifter.complete(q, v)          # the floor: computeAllTerms at the chain's completed state
 
     return {"series_parallel pidc control_step_us (median, p95)": _median_us(build_pidc(cfg, traj), states, repeat),
-            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, tree.model, d, states, repeat, arg, before)}}
+            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, model, d, states, repeat, arg)}}
 
 
 def yumi_force(repeat: int):

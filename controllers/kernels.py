@@ -462,24 +462,6 @@ def triangle(delta, L0, l0):
     return -math.acos(c), u / (L2 * s), 1.0 / (L2 * s) + u * u * c / (L2 * L2 * s * s * s)
 
 
-@njit(cache=True)
-def triangle_lift(q, v, L0, l0, lo, hi, x, xd, a):
-    """Measured (φ, θ, δ), rates → the auxiliary state x = (φ, θ, ζ(δ), δ), ẋ = (φ̇, θ̇, ζ' δ̇, δ̇)
-    (``models.series_parallel_aux.lift``) and the triangle constraint's row a = ∂φ_c/∂x = [0, 0, 1, −ζ'] with
-    Ȧẋ = −ζ'' δ̇² (``TriangleConstraint``).  Returns (status, Ȧẋ): status 1 when δ is outside [lo, hi], 2 for a
-    non-finite state."""
-    if not math.isfinite(q[0] + q[1] + q[2] + v[0] + v[1] + v[2]):
-        return 2, 0.0
-    dl = q[2]
-    if not (lo <= dl <= hi):
-        return 1, 0.0
-    z, dz, d2z = triangle(dl, L0, l0)
-    x[0], x[1], x[2], x[3] = q[0], q[1], z, dl
-    xd[0], xd[1], xd[2], xd[3] = v[0], v[1], dz * v[2], v[2]
-    a[0], a[1], a[2], a[3] = 0.0, 0.0, 1.0, -dz
-    return 0, -d2z * v[2] * v[2]
-
-
 # ------------------------------------------------------------------------------------------ robust law (18)
 @njit(cache=True)
 def robust18_pre(t, q, v, sinus, with_actuator, prm, ref, H, out):

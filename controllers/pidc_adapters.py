@@ -2,9 +2,9 @@
 read their configs and call these: scenarios/series_parallel.py ``build_pidc``, scenarios/yumi_dual_arm.py
 ``build_pidc_force``).
 
-* ``SeriesParallelPIDC(urdf, triangle, traj, kp, kv)``: the seed-001 manipulator in auxiliary coordinates
-  x = (φ, θ, ζ, δ) with the triangle ζ = ζ(δ) as a constraint and ζ passive (models/series_parallel_aux.py);
-  PIDC with the passive-joint law (60–62) tracks (φ, θ, δ); returns Q_a = (τ_φ, τ_θ, f_δ).
+* ``ActuatedJointsPIDC(pidc)``: a PIDC on a closed chain (``robot.loops``) whose plant measures the actuated joints
+  only, e.g. the series-parallel arm measured in (φ, θ, δ): the passive joints are closed by the loops at every
+  step and the torque is returned on the actuated joints.
 * ``YumiForcePIDC(robot, coupling, task, ...)``: hybrid motion/force PIDC on the YuMi holding a bar.
 """
 from __future__ import annotations
@@ -13,62 +13,80 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pinocchio import computeAllTerms as pin_compute_all_terms
-
 from cmstack.controllers.base import StepInfo
-from cmstack.controllers.kernels import triangle_lift
 from cmstack.controllers.pidc import PIDC, PIDCInfo
-from cmstack.models.partition import TriangleMap
-from cmstack.models.series_parallel_aux import AugmentedRobot, TriangleConstraint, lift
+from cmstack.models.errors import StateError
+from cmstack.models.lie import svd_rank
+from cmstack.models.loops import ClosureSet, assemble
 
 
-class SeriesParallelPIDC:
-    """PIDC on the series-parallel arm: ``urdf`` its open tree, ``triangle`` the actuator triangle
-    ζ = ζ(δ) (models/partition.TriangleMap), ``traj`` the reference of (φ, θ, δ), ``kp``, ``kv`` the PD
-    gains of PIDC (scalars or one per tracked coordinate)."""
+class ActuatedJointsPIDC:
+    """A PIDC on a closed chain driven from the actuated joints' measurement (q_a, q̇_a).
 
-    def __init__(self, urdf, triangle: TriangleMap, traj, kp, kv):
-        self.tm = triangle
-        # the cylinder and piston are neglected, as in the robust law's default model (their inertia is
-        # coupled to φ, θ, ζ; a lumped mass on δ alone would be a wrong model, not a better one)
-        self.robot = AugmentedRobot(urdf, delta_mass=0.0)
-        self.pidc = PIDC(self.robot, TriangleConstraint(self.tm), ["phi", "theta", "delta"], traj,
-                         kp, kv, passive=("zeta",), on_unsolvable="raise")
+    The state of the chain is completed on the loops' manifold at every step: the passive joints q_p solve
+    φ(q_a, q_p) = 0 (Newton with q_a held, ``models.loops.assemble``, started from the previous step's q_p and
+    run to ``tol``), and their rates are the ones the loops allow, J_a q̇_a + J_p q̇_p = 0:
+
+        q̇_p = −J_p⁺ J_a q̇_a        (J_p⁺ the truncated pseudo-inverse: a planar loop's empty rows are dropped)
+
+    which is unique when the passive joints are determined by the actuated ones (J_p of full column rank on the
+    manifold, e.g. the series-parallel arm's elbow ζ and cylinder angle α given (φ, θ, δ)).  Returns the PIDC
+    torque on the actuated joints, in ``pidc.robot.actuated_joints`` order.
+
+    pidc: a ``PIDC`` on ``robot.loops`` with the robot's passive joints; q_guess: a configuration near the
+    first measured state (default ``robot.q_initial``); tol: the Newton tolerance on |φ| (m, rad)."""
+
+    def __init__(self, pidc: PIDC, q_guess: np.ndarray | None = None, *, tol: float = 1e-14) -> None:
+        robot = pidc.robot
+        if not robot.loops:
+            raise StateError(f"ActuatedJointsPIDC: {robot.label} has no loops (robot.loops) to close")
+        self.pidc = pidc
+        self.robot = robot
+        self.loops = ClosureSet(robot.loops)
+        self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=int)
+        self.pas = np.array([robot.joint_index(n) for n in robot.passive_joints], dtype=int)
+        self.q = np.array(robot.q_initial if q_guess is None else q_guess, dtype=float)
+        self.tol = float(tol)
+        self.max_iter = 50
         self.failures = 0
-        # compiled step: the lift and the constraint row in one kernel (``kernels.triangle_lift``), M and h of
-        # the open tree read from one ``pin.computeAllTerms`` and bordered by the stroke's mass m_δ
-        tm = self.tm
-        self._kmap = (tm.L0, tm.l0, tm.lo - tm.slack, tm.hi + tm.slack)
-        self._a = np.zeros(4)
-        self._M = np.zeros((4, 4))
-        self._M[3, 3] = self.robot.m_delta
-        self._h = np.zeros(4)
-        self._out = np.array([0, 1, 3])
 
     @property
     def info(self) -> PIDCInfo:
         return self.pidc.info
 
-    def __call__(self, t, q, v):
-        pid = self.pidc
-        if (pid.compiled and type(q) is np.ndarray and type(v) is np.ndarray and q.shape == (3,) and v.shape == (3,)
-                and q.dtype == np.float64 and v.dtype == np.float64):
-            x, xd = np.empty(4), np.empty(4)
-            st, jdv = triangle_lift(q, v, *self._kmap, x, xd, self._a)
-            if st == 0:
-                tree = self.robot.tree
-                d = tree.data
-                pin_compute_all_terms(tree.model, d, x[:3], xd[:3])
-                Mt, ht = tree.dynamics_views()
-                M, h = self._M, self._h
-                M[:3, :3] = Mt
-                h[:3] = ht
-                tau = pid.step_given_dynamics(t, x, xd, M, h, self._a, jdv)
-                if tau is not None:
-                    return tau[self._out]
-        x, xd = lift(self.tm, q, v)             # names a bad state (stroke, non-finite)
-        tau = self.pidc(t, x, xd)
-        return tau[[0, 1, 3]]
+    @property
+    def unsolvable_steps(self) -> int:
+        return self.pidc.unsolvable_steps
+
+    def complete(self, qa: np.ndarray, va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(q, q̇) of the whole chain from the actuated joints' (q_a, q̇_a), on the loops' manifold."""
+        qa, va = np.asarray(qa, dtype=float), np.asarray(va, dtype=float)
+        if qa.shape != self.act.shape or va.shape != self.act.shape or not np.all(np.isfinite(qa)) \
+                or not np.all(np.isfinite(va)):
+            raise StateError(f"ActuatedJointsPIDC: expected {self.act.size} finite positions and rates of "
+                             f"{self.robot.actuated_joints}, got {qa!r}, {va!r}")
+        q = self.q.copy()
+        q[self.act] = qa
+        cs, pas = self.loops, self.pas
+        for _ in range(self.max_iter):                # Newton on q_p, q_a held (``assemble(fixed=...)``'s step)
+            phi = cs.phi(q)
+            if float(np.max(np.abs(phi))) <= self.tol:
+                break
+            J = cs.jacobian(q)                        # the same Pinocchio pass as phi (cached on q)
+            q[pas] -= svd_rank(J[:, pas], rtol=1e-10).pinv() @ phi
+        else:
+            q = assemble(self.robot, q, tol=self.tol, fixed=self.robot.actuated_joints)  # raises, naming the loop
+        J = cs.jacobian(q)
+        v = np.zeros(self.robot.nv)
+        v[self.act] = va
+        v[self.pas] = -(svd_rank(J[:, self.pas], rtol=1e-10).pinv() @ (J[:, self.act] @ va))
+        self.q = q
+        return q, v
+
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """τ on the actuated joints from their measured positions q and rates v."""
+        x, xd = self.complete(q, v)
+        return self.pidc(t, x, xd)[self.act]
 
 
 # ------------------------------------------------------------------------------------------ YuMi bar

@@ -9,6 +9,11 @@ residual of the plant's triangle connect over the run (m: the controller's model
 it has no loop function φ of its own) — ``loop_closure_error_max_m`` under the common name — and
 ``plant_vs_rigid_qacc_rel`` (RigidLoopCheck, every ``qacc_check_every`` control steps).
 
+controller = "pidc" ([Aghili], issue 4) takes the generic path of closed chains (docs/closed_chains.md): the arm read
+from the plant's MJCF as a closed chain (``closed_chain_robot``: the triangle's connect in ``robot.loops``, ζ and the
+cylinder angle passive, the cylinder and piston massless unless ``model_actuator_bodies``), PIDC on
+``robot.loops``, driven from the measured (φ, θ, δ) (controllers.pidc_adapters.ActuatedJointsPIDC closes ζ, α).
+
 Reusable pieces for other controllers on the same plant (e.g. PIDC, issue 4):
     plant = build_plant(cfg)                 # MuJoCo plant, state/torques in q = (φ, θ, δ)
     reset_plant(plant, cfg, q0, v0)          # closes the triangle (ζ, cylinder angle) for δ0
@@ -20,10 +25,12 @@ from __future__ import annotations
 
 import mujoco
 import numpy as np
+import pinocchio as pin
 
 from cmstack.controllers.robust_partition import RobustInfo
 from cmstack.models.errors import ConfigError
 from cmstack.models.partition import PartitionModel, TriangleMap
+from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Sinusoid
 from cmstack.scenarios._common import Outcome, Row, apply_perturbation, load_kernels, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
@@ -205,11 +212,37 @@ def build_robust(cfg, traj):
                                      terms=cfg["model_terms"])
 
 
-def build_pidc(cfg, traj):
-    from cmstack.controllers.pidc_adapters import SeriesParallelPIDC   # PIDC of [Aghili] (issue 4)
+#: the plant's bodies that close the triangle (mjcf/series_parallel.xml), absent from the paper's model
+ACTUATOR_BODIES = ("cylinder", "piston")
 
-    triangle = TriangleMap(cfg["L0"], cfg["l0"], cfg["delta_range"], slack=cfg["stroke_slack_m"])
-    return SeriesParallelPIDC(cfg["urdf"], triangle, traj, cfg["pidc_kp"], cfg["pidc_kv"])
+
+def closed_chain_robot(cfg) -> Robot:
+    """The arm as a closed chain from its model file: ``Robot.from_mjcf(cfg["mjcf"])`` — joints (φ, θ, ζ, α, δ),
+    the triangle's pin as ``robot.loops`` (the MJCF's connect, a point closure), ζ and α passive.  Unless
+    ``model_actuator_bodies``, the cylinder and piston are given zero inertia, as the paper's model (and the
+    robust law's default) neglects them: they are then massless links of the loop and the chain's dynamics are
+    those of the open tree in (φ, θ, ζ) (urdf/series_parallel.urdf) with the triangle as its constraint."""
+    robot = Robot.from_mjcf(cfg["mjcf"])
+    want = list(Q_NAMES)
+    if [n for n in robot.actuated_joints] != want or len(robot.loops) != 1:
+        raise ConfigError(f"{cfg['mjcf']}: expected the actuated joints {want} and one loop (the triangle), got "
+                          f"{robot.actuated_joints} and {[c.name for c in robot.loops]}")
+    if not cfg["model_actuator_bodies"]:
+        for body in ACTUATOR_BODIES:
+            fid = robot.frame_id(body)
+            robot.model.inertias[robot.model.frames[fid].parentJoint] = pin.Inertia.Zero()
+    return robot
+
+
+def build_pidc(cfg, traj):
+    """PIDC of [Aghili] (issue 4) on the closed chain of ``closed_chain_robot`` with its loop and passive joints
+    (the generic path), measured in (φ, θ, δ): ``ActuatedJointsPIDC`` closes ζ and α at every step."""
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC
+
+    robot = closed_chain_robot(cfg)
+    pidc = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"], on_unsolvable="raise")
+    return ActuatedJointsPIDC(pidc)            # its first guess: the MJCF's keyframe (closed, δ = 0.1 m)
 
 
 # name → builder(cfg, trajectory) -> controller(t, q, v) -> Q_a in (φ, θ, δ).  Other laws register here.

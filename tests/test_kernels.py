@@ -177,30 +177,3 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
             q = np.array([0.4, np.pi / 2 - 0.4])        # cos(θ₁ + θ₂) = 0: a ∥ e_crank, 1 − ‖w‖² = 0
         tau = ctl(0.01 * i, q, v)
         _same_pidc_step(ctl, ref, 0.01 * i, q, v, tau, ref._numpy_step(0.01 * i, q, v))
-
-
-def test_pidc_kernel_equals_numpy_step_series_parallel():
-    """Series-parallel PIDC (auxiliary coordinates, ζ passive; lift, row and M, h in the adapter's compiled
-    path) vs the NumPy step on the lifted state, over a MuJoCo closed-loop run."""
-    from cmstack.models.errors import StateError
-    from cmstack.models.series_parallel_aux import lift
-    from cmstack.scenarios._common import default_config
-    from cmstack.scenarios.series_parallel import build_pidc, build_plant, make_trajectory, reset_plant
-
-    cfg = default_config("series_parallel")
-    traj = make_trajectory(cfg)
-    plant = build_plant(cfg)
-    reset_plant(plant, cfg, traj(0.0)[0] + np.asarray(cfg["initial_error"]))
-    ctl, ref = build_pidc(cfg, traj), build_pidc(cfg, traj)
-    assert ctl.pidc._sinus
-    for _ in range(400):
-        t = plant.time
-        q, v = plant.state()
-        tau = ctl(t, q, v)
-        x, xd = lift(ref.tm, q, v)
-        _same_pidc_step(ctl.pidc, ref.pidc, t, x, xd, tau, ref.pidc._numpy_step(t, x, xd)[[0, 1, 3]])
-        plant.set_torque(tau)
-        plant.step(1)
-    np.testing.assert_allclose(ctl.pidc.kin.M, ref.pidc.kin.M, rtol=1e-14, atol=0)
-    with pytest.raises(StateError, match="stroke"):
-        ctl(0.0, np.array([0.0, 0.0, 0.5]), np.zeros(3))

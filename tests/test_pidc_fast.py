@@ -73,7 +73,8 @@ def test_slider_crank_pidc_equals_svd_route_on_a_closed_loop_run():
 
 
 def test_series_parallel_pidc_equals_svd_route_on_a_closed_loop_run():
-    from cmstack.models.series_parallel_aux import lift
+    """The series-parallel PIDC (the arm's closed chain from its MJCF, 3 loop rows of rank 2, ζ and α passive) on
+    the states it completes from the measured (φ, θ, δ) of a MuJoCo closed-loop run."""
     from cmstack.scenarios.series_parallel import build_pidc, build_plant, make_trajectory, reset_plant
 
     cfg = default_config("series_parallel")
@@ -86,8 +87,8 @@ def test_series_parallel_pidc_equals_svd_route_on_a_closed_loop_run():
         t = plant.time
         q, v = plant.state()
         tau = ctl(t, q, v)
-        x, xd = lift(ctl.tm, q, v)
-        worst = max(worst, rel_err(tau, svd_reference(ctl.pidc, t, x, xd)[[0, 1, 3]]))
+        x, xd = ctl.complete(q, v)
+        worst = max(worst, rel_err(tau, svd_reference(ctl.pidc, t, x, xd)[ctl.act]))
         plant.set_torque(tau)
         plant.step(1)
     assert worst <= 1e-9, worst

@@ -1,45 +1,13 @@
-"""PIDC with the passive-joint law on the series-parallel manipulator ([Dastranj] plant, [Aghili] law)."""
+"""PIDC with the passive-joint law on the series-parallel manipulator ([Dastranj] plant, [Aghili] law): the arm read
+from mjcf/series_parallel.xml as a closed chain (its triangle's connect the loop, ζ and α passive), the generic
+PIDC on robot.loops, driven from the measured (φ, θ, δ) (controllers.pidc_adapters.ActuatedJointsPIDC)."""
 import numpy as np
 import pytest
 
 from cmstack.models.partition import PartitionModel
-from cmstack.models.series_parallel_aux import TriangleConstraint, lift
-from cmstack.models.partition import TriangleMap
-from cmstack.models.projection import project
+from cmstack.models.robot import Robot
 from cmstack.scenarios._common import default_config, run_scenario
-from cmstack.scenarios.series_parallel import NAME, build_pidc, run
-
-RNG = np.random.default_rng(1)
-
-
-def test_pidc_torque_equals_minimal_coordinate_inverse_dynamics():
-    """Three actuators for three DoF: the passive-joint PIDC torque (60–62) in x = (φ, θ, ζ, δ) is unique
-    and must equal the partition model's Q_a = Γ q̈ + h − Q_e (13) for the same acceleration — an
-    independent formulation (per-body Jacobians, E(q), Ė q̇)."""
-    cfg = default_config(NAME)
-    pm = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"])
-    for _ in range(5):
-        q = np.array([RNG.uniform(-1, 1), RNG.uniform(-0.5, 0.8), RNG.uniform(0.03, 0.17)])
-        v = RNG.normal(size=3) * np.array([0.5, 0.5, 0.05])
-        qdd = RNG.normal(size=3)
-        ref = lambda t, q=q, v=v, a=qdd: (q, v, a)         # zero error: u = q̈_d
-        ctl = build_pidc(cfg, ref)
-        tau = ctl(0.0, q, v)
-        assert ctl.pidc.info.solvable and abs(ctl.pidc.info.passive_residual) < 1e-9
-        np.testing.assert_allclose(tau, pm.inverse_dynamics(q, v, qdd), rtol=1e-7, atol=1e-7)
-
-
-def test_triangle_constraint_jacobian_and_drift_by_finite_differences():
-    tm = TriangleMap(0.35, 0.425, (0.0, 0.2))
-    c = TriangleConstraint(tm)
-    x, xd = lift(tm, np.array([0.2, 0.3, 0.1]), np.array([0.1, -0.2, 0.05]))
-    assert abs(c.phi(x)[0]) < 1e-15 and abs(c.jacobian(x) @ xd)[0] < 1e-14
-    eps = 1e-7
-    J_fd = np.array([(c.phi(x + eps * e) - c.phi(x - eps * e)) / (2 * eps) for e in np.eye(4)]).T
-    np.testing.assert_allclose(c.jacobian(x), J_fd, atol=1e-7)
-    Adot = (c.jacobian(x + eps * xd) - c.jacobian(x - eps * xd)) / (2 * eps)
-    np.testing.assert_allclose(c.jdot_v(x, xd), Adot @ xd, atol=1e-7)
-    assert project(c.jacobian(x)).rank == 1
+from cmstack.scenarios.series_parallel import NAME, build_pidc, closed_chain_robot, run
 
 
 @pytest.mark.slow
@@ -49,3 +17,51 @@ def test_series_parallel_pidc_closed_loop_shortened(tmp_path):
     assert m["rmse_steady_theta_rad"] <= 0.01
     assert m["rmse_steady_delta_m"] <= 0.002
     assert m["loop_closure_error_max_m"] <= 1e-3
+
+
+def _sp_cfg(**over):
+    cfg = default_config(NAME)
+    cfg.update(over)
+    return cfg
+
+
+@pytest.mark.parametrize("bodies", [False, True])
+def test_series_parallel_closed_chain_is_the_partition_model(bodies):
+    """The series-parallel scenario's PIDC model (mjcf/series_parallel.xml read as a closed chain, its connect the
+    loop, ζ and α passive; cylinder and piston massless unless model_actuator_bodies) against the partition model
+    of [Dastranj] in (φ, θ, δ) (per-body Jacobians, the map ζ(δ) (28)): the torque PIDC gives on the actuated joints
+    for a zero tracking error is the partition model's inverse dynamics Q_a = Γ q̈ + h − Q_e, to 1e-9 relative."""
+    cfg = _sp_cfg(model_actuator_bodies=bodies)
+    pm = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"], with_actuator=bodies)
+    robot = closed_chain_robot(cfg)
+    assert robot.actuated_joints == ["phi", "theta", "delta"] and robot.passive_joints == ["zeta", "cylinder_hinge"]
+    assert (robot.model.inertias[robot.joint_index("delta") + 1].mass == 1.0) is bodies
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        q = np.array([rng.uniform(-1, 1), rng.uniform(-0.5, 0.8), rng.uniform(0.03, 0.17)])
+        v = rng.normal(size=3) * np.array([0.5, 0.5, 0.05])
+        qdd = rng.normal(size=3)
+        ctl = build_pidc(cfg, lambda t, q=q, v=v, a=qdd: (q, v, a))      # zero error: the law's u = q̈_d
+        tau = ctl(0.0, q, v)
+        x, xd = ctl.complete(q, v)
+        zeta = pm.map.zeta(q[2])
+        assert abs(x[2] - zeta) < 1e-13 and abs(x[3] - zeta / 2) < 1e-13
+        assert abs(xd[2] - pm.map.dzeta(q[2]) * v[2]) < 1e-12
+        assert ctl.info.solvable and abs(ctl.info.passive_residual) < 1e-9
+        ref = pm.inverse_dynamics(q, v, qdd)
+        assert np.linalg.norm(tau - ref) <= 1e-9 * np.linalg.norm(ref), (tau, ref)
+
+
+def test_series_parallel_massless_actuator_is_the_open_tree():
+    """With the cylinder and piston massless, the closed chain's M and h in (φ, θ, ζ) are the open tree's of
+    urdf/series_parallel.urdf (the robust law's model) and the actuator's rows are zero: the same dynamics."""
+    robot = closed_chain_robot(_sp_cfg())
+    tree = Robot("urdf/series_parallel.urdf")
+    rng = np.random.default_rng(9)
+    for _ in range(5):
+        q = robot.assemble(robot.q_initial + 0.03 * rng.normal(size=robot.nq))
+        v = rng.normal(size=robot.nv)
+        k, kt = robot.update(q, v), tree.update(q[:3], v[:3])
+        assert np.allclose(k.M[:3, :3], kt.M, rtol=0, atol=1e-12 * np.abs(kt.M).max())
+        assert np.allclose(k.h[:3], kt.h, rtol=0, atol=1e-12 * np.abs(kt.h).max())
+        assert np.abs(k.M[3:]).max() == 0.0 and np.abs(k.h[3:]).max() == 0.0

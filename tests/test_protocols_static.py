@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOOD = """
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.controllers.pidc import PIDC
-from cmstack.controllers.pidc_adapters import SeriesParallelPIDC, YumiForcePIDC
+from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC, YumiForcePIDC
 from cmstack.controllers.robust_partition import RobustPartitionController
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.sim.base import Plant
@@ -27,7 +27,7 @@ from cmstack.scenarios.balloon import RK4Plant, MujocoRK4Plant, Unforced
 def plants(a: MujocoPlant, b: ChainMujocoPlant, c: ProjectionPlant, d: RK4Plant, e: MujocoRK4Plant) -> list[Plant]:
     return [a, b, c, d, e]
 
-def controllers(a: PIDC, b: SeriesParallelPIDC, c: YumiForcePIDC, d: RobustPartitionController,
+def controllers(a: PIDC, b: ActuatedJointsPIDC, c: YumiForcePIDC, d: RobustPartitionController,
                 e: UdwadiaKalabaController, f: ChainController, g: PortSchedule, h: Unforced) -> list[Controller]:
     return [a, b, c, d, e, f, g, h]
 
