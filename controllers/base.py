@@ -49,7 +49,13 @@ class Controller(Protocol):
 
 @runtime_checkable
 class SensesPlant(Protocol):
-    """A controller that reads a sensor of the plant (e.g. a force sensor) it is given once."""
+    """A controller that reads a sensor of the plant (e.g. a force sensor) it is given once.
+
+    Across a process boundary (``cmstack rt``, sim/rt_loop.run_rt) the plant lives in the driver process:
+    such a controller also names the arrays of ``plant.data`` it reads in ``sensed_data`` (a tuple of
+    names, e.g. ``("qfrc_constraint",)``; not a protocol member, so in-process controllers need none),
+    which the driver publishes with each state and the loop copies into this process's plant before
+    each call.  Without it ``run_rt`` refuses the controller."""
 
     def attach_plant(self, plant: Any) -> None: ...
 

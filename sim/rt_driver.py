@@ -14,7 +14,7 @@ resumes one period after it (the clock slips) instead of rushing through the tic
 1. reads the command record: the torque is *in time* when it answers the state of tick k-1; otherwise
    the previous torque is held and a **miss** is counted;
 2. publishes the state s_k (measured at the tick: precomputed, so that publication is not delayed by
-   the physics);
+   the physics), with the ``plant.data`` arrays a sensing controller reads (``sensed``), read with it;
 3. applies the torque (and the disturbances active at t_k) and steps the plant to s_{k+1}.
 
 A torque computed from s_{k-1} thus acts over [t_k, t_{k+1}]: one cycle of delay, as on a real robot
@@ -198,9 +198,23 @@ class DriverReport:
     setup: list[str] = field(default_factory=list)
 
 
+def sensor_views(data: Any, sensed: Sequence[str]) -> list[np.ndarray]:
+    """Flat views of the ``plant.data`` arrays named in ``sensed`` (what a SensesPlant controller reads),
+    in that order; a name that is not an array of ``data`` is refused, naming it."""
+    out = []
+    for name in sensed:
+        a = getattr(data, name, None)
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in "fiu" or not a.flags.c_contiguous:
+            raise ConfigError(f"sensed_data: '{name}' is not a contiguous numeric array of the plant's data "
+                              f"({type(data).__name__})")
+        out.append(a.reshape(-1))                  # (a view: contiguous)
+    return out
+
+
 def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
-          disturbances: Sequence[Disturbance] = ()) -> dict[str, Any]:
-    """The driver's loop (run in the driver process; returns the report's fields)."""
+          disturbances: Sequence[Disturbance] = (), sensed: Sequence[str] = ()) -> dict[str, Any]:
+    """The driver's loop (run in the driver process; returns the report's fields).  ``sensed``: arrays of
+    ``plant.data`` published with each state (read with it, after the step that produced it)."""
     dt = settings.dt
     n_sub = substeps(dt, plant.dt)
     st, cmd = link.state, link.command
@@ -213,6 +227,19 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     tau = np.zeros(link.nv)
     brake = np.zeros(link.nv)
     active: set[int] = set()
+    sources = sensor_views(data, sensed)
+    sensors = np.zeros(sum(a.size for a in sources)) if sources else None
+    parts = []
+    if sensors is not None:
+        i = 0
+        for a in sources:
+            parts.append((sensors[i:i + a.size], a))
+            i += a.size
+
+    def sense() -> None:
+        for dst, src in parts:
+            np.copyto(dst, src)
+
     out: dict[str, Any] = dict(status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0,
                                slip_s=0.0, stop_cycle=-1)
 
@@ -229,9 +256,10 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     log.touch()                                    # touch every page of the log before the clock starts
     # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
     q, v = plant.state()
+    sense()
     t = plant.time
     w = perf()
-    st.publish(0, t, w, q, v)
+    st.publish(0, t, w, q, v, sensors)
     wall_c[0], late_c[0], t_c[0] = w, 0.0, t
     qpos_c[0], qvel_c[0] = data.qpos, data.qvel
     if measured:
@@ -264,6 +292,7 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     k = 0
     for k in range(1, n_cycles):
         q, v = plant.state()                       # s_k, ready before its tick
+        sense()
         t = plant.time
         qpos_c[k], qvel_c[k], t_c[k] = data.qpos, data.qvel, t
         if measured:
@@ -277,7 +306,7 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
             start += now - target
             target = now
         fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
-        st.publish(k, t, now, q, v)
+        st.publish(k, t, now, q, v, sensors)
         wall_c[k], late_c[k] = now, now - target
         if out["stop_cycle"] >= 0:                 # braking: τ = -D v
             np.multiply(v, -settings.brake_damping, out=brake)
@@ -313,7 +342,7 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
 
 
 def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
-           disturbances: Sequence[Disturbance], conn: Connection) -> None:
+           disturbances: Sequence[Disturbance], sensed: Sequence[str], conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)         # the parent decides when to stop (stop request)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     setup = realtime_setup(settings.cpu, settings.fifo, settings.fifo_priority, "driver")
@@ -323,7 +352,7 @@ def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dr
     gc.freeze()
     gc.disable()
     try:
-        out = drive(plant, link, log, n_cycles, settings, disturbances)
+        out = drive(plant, link, log, n_cycles, settings, disturbances, sensed)
     except BaseException as exc:
         link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
         out = dict(status="failed", reason=f"driver: {type(exc).__name__}: {exc}", misses=0,
@@ -361,8 +390,14 @@ class DriverProcess:
 
     @classmethod
     def start(cls, plant: Plant, link: Link, n_cycles: int, settings: DriverSettings,
-              disturbances: Sequence[Disturbance] = ()) -> "DriverProcess":
+              disturbances: Sequence[Disturbance] = (), sensed: Sequence[str] = ()) -> "DriverProcess":
+        """Fork the driver for ``plant`` on ``link``; ``sensed``: arrays of ``plant.data`` it publishes with
+        each state (the transport must have room for them: its ``ns``)."""
         settings.check()
+        ns = sum(a.size for a in sensor_views(plant.data, sensed))
+        if ns != getattr(link.state, "ns", 0):
+            raise ConfigError(f"the transport carries {getattr(link.state, 'ns', 0)} sensor values, the sensed "
+                              f"arrays {list(sensed)} have {ns}")
         if n_cycles < 2:
             raise ConfigError(f"an rt run needs at least 2 cycles, got {n_cycles} (duration × rate)")
         substeps(settings.dt, plant.dt)                   # the period must be a whole number of plant steps
@@ -370,7 +405,8 @@ class DriverProcess:
         log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv, index=state_index(plant))
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(plant, link, log, n_cycles, settings, tuple(disturbances), child),
+        proc = ctx.Process(target=_child, args=(plant, link, log, n_cycles, settings, tuple(disturbances),
+                                                         tuple(sensed), child),
                            name="cmstack-rt-driver", daemon=True)
         proc.start()
         child.close()

@@ -49,7 +49,7 @@ from cmstack.sim import interrupt
 from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger
-from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup
+from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup, sensor_views
 from cmstack.sim.rt_transport import TRANSPORTS, Link
 from cmstack.sim.runner import Disturbance, Run, substeps
 
@@ -150,13 +150,21 @@ def _captured(buf: np.ndarray, row: int) -> Any:
 
 def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
                  settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None,
-                 errors: bool = False) -> LoopReport:
+                 errors: bool = False, sense_into: Sequence[np.ndarray] = ()) -> LoopReport:
     """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
     run is interrupted (SIGINT/SIGTERM: the driver is asked to stop).  ``is_alive``: whether the driver
     process still runs (checked while waiting).  ``errors``: record ``controller.errors(controller.kin,
-    t)`` per cycle after the send (a :class:`ReportsErrors` controller; ``LoopReport.errors``).  A
+    t)`` per cycle after the send (a :class:`ReportsErrors` controller; ``LoopReport.errors``).
+    ``sense_into``: flat arrays (views of the plant data a SensesPlant controller reads) that receive,
+    in order, the sensor values published with each state, before the controller is called.  A
     controller exception asks the driver to stop and propagates."""
     s = settings or LoopSettings()
+    sensed, i0 = [], 0
+    for dst in sense_into:                          # (views of the local copy, made once)
+        sensed.append((dst, link.state.sensors[i0:i0 + dst.size]))
+        i0 += dst.size
+    if i0 != link.state.sensors.size:
+        raise ConfigError(f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}")
     reporter = controller if errors and isinstance(controller, ReportsErrors) else None
     rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
     st, cmd = link.state, link.command
@@ -216,6 +224,8 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
             k = int(st.local[0])
             wall = st.local[2]
             # ---- the controller's step, on copies (a law may keep the arrays it is given)
+            for dst, src in sensed:
+                np.copyto(dst, src)
             c0 = perf()
             tau = controller(st.local[1], st.q.copy(), st.v.copy())
             c1 = perf()
@@ -383,12 +393,20 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     ``driver``/``loop``: settings (the rate is 1 / ``control_dt``); ``transport``: "shm" (shared memory,
     sequence locks) or "udp" (datagrams on the loopback, sim/rt_transport.py); ``on_loop_end(run)`` is
     called when both processes are done, before the replay (which a Ctrl-C may cut short);
-    ``on_start()`` once everything is checked, just before the driver process starts."""
+    ``on_start()`` once everything is checked, just before the driver process starts.
+    A :class:`SensesPlant` controller must name the ``plant.data`` arrays it reads (``sensed_data``): it is
+    given this process's plant, whose arrays the loop refreshes from each published state."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
+    sensed: tuple[str, ...] = ()
     if isinstance(controller, SensesPlant):
-        raise ConfigError(f"{type(controller).__name__} reads a sensor of the plant in its own process "
-                          "(SensesPlant): it cannot run across a process boundary (cmstack rt)")
+        sensed = tuple(getattr(controller, "sensed_data", None) or ())
+        if not sensed:
+            raise ConfigError(f"{type(controller).__name__} reads a sensor of the plant in its own process "
+                              "(SensesPlant) and does not name it: it cannot run across a process boundary "
+                              "(cmstack rt) until it names the plant.data arrays it reads (sensed_data, e.g. "
+                              "('qfrc_constraint',)), which the driver then publishes with each state")
+    sense_into = sensor_views(plant.data, sensed)    # the parent's copy of the arrays, refreshed every cycle
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
     ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
@@ -408,16 +426,18 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     reports = task_errors and isinstance(controller, ReportsErrors)
     model = getattr(controller, "robot", None)
     posthoc = reports and callable(getattr(model, "update", None))     # errors from the model, after the loop
-    link = TRANSPORTS[transport](nq, nv)
+    link = TRANSPORTS[transport](nq, nv, ns=sum(a.size for a in sense_into))
     proc = None
     w0 = time.perf_counter()
     try:
         if on_start is not None:
             on_start()
-        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances)
+        if isinstance(controller, SensesPlant):
+            controller.attach_plant(plant)      # this process's plant, its sensed arrays kept current
+        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances, sensed)
         try:
             rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive,
-                               errors=reports and not posthoc)
+                               errors=reports and not posthoc, sense_into=sense_into)
         finally:
             report = proc.finish(timeout_s=max(10.0, ds.brake_s + 5.0))
         res.wall_s = time.perf_counter() - w0

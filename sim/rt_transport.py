@@ -41,7 +41,7 @@ WORD = 8
 MAGIC = 0x636D5354524E5431          # "cmSTRNT1"
 
 # control words (int64, one writer each; single aligned stores, no seqlock needed)
-C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES = range(7)
+C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES, C_NS = range(8)
 N_CONTROL = 8
 #: driver status values (control word C_DRIVER_STATUS)
 STARTING, RUNNING, STOPPED, DONE, FAILED = 0, 1, 2, 3, 4
@@ -141,18 +141,20 @@ class _CommandFields:
 
 
 class StateRecord(_StateFields, SeqRecord):
-    """What the robot publishes each cycle: [cycle, t, wall, q (nq), v (nv)].  ``cycle``, ``t`` [s,
-    simulated or robot time], ``wall`` [s, ``time.perf_counter()`` at publication], ``q``, ``v`` read
-    the local copy (after :meth:`read`)."""
+    """What the robot publishes each cycle: [cycle, t, wall, q (nq), v (nv), sensors (ns)].  ``cycle``,
+    ``t`` [s, simulated or robot time], ``wall`` [s, ``time.perf_counter()`` at publication], ``q``,
+    ``v`` and ``sensors`` (what a controller that senses the plant reads, measured with the state; none
+    when ns = 0) read the local copy (after :meth:`read`)."""
 
-    def __init__(self, buf: memoryview, offset: int, nq: int, nv: int):
-        super().__init__(buf, offset, 3 + nq + nv)
-        self.nq, self.nv = nq, nv
+    def __init__(self, buf: memoryview, offset: int, nq: int, nv: int, ns: int = 0):
+        super().__init__(buf, offset, 3 + nq + nv + ns)
+        self.nq, self.nv, self.ns = nq, nv, ns
         sh, lo = self.shared, self.local
-        self._sh_q, self._sh_v = sh[3:3 + nq], sh[3 + nq:]
-        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
+        self._sh_q, self._sh_v, self._sh_s = sh[3:3 + nq], sh[3 + nq:3 + nq + nv], sh[3 + nq + nv:]
+        self.q, self.v, self.sensors = lo[3:3 + nq], lo[3 + nq:3 + nq + nv], lo[3 + nq + nv:]
 
-    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike) -> None:
+    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike,
+                sensors: ArrayLike | None = None) -> None:
         sh = self.shared
         self.begin()
         sh[0] = cycle
@@ -160,6 +162,8 @@ class StateRecord(_StateFields, SeqRecord):
         sh[2] = wall
         self._sh_q[:] = q
         self._sh_v[:] = v
+        if sensors is not None:
+            self._sh_s[:] = sensors
         self.end()
 
 
@@ -193,30 +197,33 @@ def _block(shm: shared_memory.SharedMemory) -> memoryview:
 class ShmTransport:
     """The control words, the state record and the command record in one shared-memory block."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool):
-        self.shm, self.nq, self.nv, self.owner = shm, nq, nv, owner
+    def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool, ns: int = 0):
+        self.shm, self.nq, self.nv, self.ns, self.owner = shm, nq, nv, ns, owner
         buf = _block(shm)
         self.control = memoryview(buf)[:N_CONTROL * WORD].cast("q")
         off = N_CONTROL * WORD
-        self.state = StateRecord(buf, off, nq, nv)
+        self.state = StateRecord(buf, off, nq, nv, ns)
         off += SeqRecord.nbytes(self.state.size)
         self.command = CommandRecord(buf, off, nv)
 
     @staticmethod
-    def nbytes(nq: int, nv: int) -> int:
-        return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv) + SeqRecord.nbytes(2 + nv)
+    def nbytes(nq: int, nv: int, ns: int = 0) -> int:
+        return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv + ns) + SeqRecord.nbytes(2 + nv)
 
     @classmethod
-    def create(cls, nq: int, nv: int) -> "ShmTransport":
-        """A new zeroed block for a robot of ``nq`` positions and ``nv`` velocities (and torques)."""
+    def create(cls, nq: int, nv: int, ns: int = 0) -> "ShmTransport":
+        """A new zeroed block for a robot of ``nq`` positions and ``nv`` velocities (and torques), and ``ns``
+        sensor values published with each state."""
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 100_000):
                 raise ConfigError(f"ShmTransport: {key} must be an integer in [1, 99999], got {n!r}")
-        shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv))
+        if not (isinstance(ns, (int, np.integer)) and 0 <= ns < 100_000):
+            raise ConfigError(f"ShmTransport: ns must be an integer in [0, 99999], got {ns!r}")
+        shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv, ns))
         _block(shm)[:] = bytes(len(_block(shm)))
         _CREATED.add(shm.name)
-        link = cls(shm, int(nq), int(nv), owner=True)
-        link.control[C_NQ], link.control[C_NV] = int(nq), int(nv)
+        link = cls(shm, int(nq), int(nv), owner=True, ns=int(ns))
+        link.control[C_NQ], link.control[C_NV], link.control[C_NS] = int(nq), int(nv), int(ns)
         link.control[C_MAGIC] = MAGIC
         return link
 
@@ -238,12 +245,12 @@ class ShmTransport:
             except Exception:
                 pass
         words = memoryview(_block(shm))[:N_CONTROL * WORD].cast("q")
-        magic, nq, nv = words[C_MAGIC], words[C_NQ], words[C_NV]
+        magic, nq, nv, ns = words[C_MAGIC], words[C_NQ], words[C_NV], words[C_NS]
         words.release()
-        if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1)):
+        if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1), max(ns, 0)):
             shm.close()
             raise ConfigError(f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)")
-        return cls(shm, nq, nv, owner=False)
+        return cls(shm, nq, nv, owner=False, ns=ns)
 
     @property
     def name(self) -> str:
@@ -276,7 +283,7 @@ class ShmTransport:
         for rec in (self.state, self.command):
             rec._seq.release()
             rec.shared = _RELEASED              # (drops the views of the block, which close() needs)
-        self.state._sh_q = self.state._sh_v = self.command._sh_tau = _RELEASED
+        self.state._sh_q = self.state._sh_v = self.state._sh_s = self.command._sh_tau = _RELEASED
         self.control.release()
         try:
             self.shm.close()
@@ -326,20 +333,23 @@ class _UdpEnd:
 
 
 class _UdpState(_StateFields, _UdpEnd):
-    def __init__(self, link: UdpTransport, nq: int, nv: int):
-        super().__init__(link, 3 + nq + nv, _STATE)
-        self.nq, self.nv = nq, nv
-        lo = self.local
-        self.q, self.v = lo[3:3 + nq], lo[3 + nq:]
-        self._tx_q, self._tx_v = self.tx[4:4 + nq], self.tx[4 + nq:]
+    def __init__(self, link: UdpTransport, nq: int, nv: int, ns: int = 0):
+        super().__init__(link, 3 + nq + nv + ns, _STATE)
+        self.nq, self.nv, self.ns = nq, nv, ns
+        lo, tx = self.local, self.tx
+        self.q, self.v, self.sensors = lo[3:3 + nq], lo[3 + nq:3 + nq + nv], lo[3 + nq + nv:]
+        self._tx_q, self._tx_v, self._tx_s = tx[4:4 + nq], tx[4 + nq:4 + nq + nv], tx[4 + nq + nv:]
 
-    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike) -> None:
+    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike,
+                sensors: ArrayLike | None = None) -> None:
         tx = self.tx
         tx[1] = cycle
         tx[2] = t
         tx[3] = wall
         self._tx_q[:] = q
         self._tx_v[:] = v
+        if sensors is not None:
+            self._tx_s[:] = sensors
         self.link._send(self.link._drv, tx)
 
 
@@ -368,11 +378,14 @@ class UdpTransport:
     whole or not at all).  A poll with nothing to read raises and catches ``BlockingIOError``
     (allocated and freed: no growth)."""
 
-    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1"):
+    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0):
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
                 raise ConfigError(f"UdpTransport: {key} must be an integer in [1, 3999] (one datagram), got {n!r}")
-        self.nq, self.nv = int(nq), int(nv)
+        if not (isinstance(ns, (int, np.integer)) and 0 <= ns and nq + nv + ns < 8000):
+            raise ConfigError(f"UdpTransport: ns must be an integer >= 0 with nq + nv + ns < 8000 (one datagram), "
+                              f"got {ns!r}")
+        self.nq, self.nv, self.ns = int(nq), int(nv), int(ns)
         self._drv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for s in (self._drv, self._ctl):
@@ -380,7 +393,7 @@ class UdpTransport:
             s.setblocking(False)
         self._drv.connect(self._ctl.getsockname())
         self._ctl.connect(self._drv.getsockname())
-        self.state = _UdpState(self, self.nq, self.nv)
+        self.state = _UdpState(self, self.nq, self.nv, self.ns)
         self.command = _UdpCommand(self, self.nv)
         self._rx = np.zeros(1 + max(self.state.size, self.command.size, 3))
         self._status_tx, self._stop_tx = np.array([_STATUS, 0.0, 0.0]), np.array([_STOP])
@@ -452,5 +465,5 @@ class UdpTransport:
 
 #: either transport (the same members: ``state``, ``command``, the control words)
 Link = Union[ShmTransport, UdpTransport]
-#: the transports ``run_rt`` and ``cmstack rt --transport`` know: name -> maker(nq, nv)
-TRANSPORTS: dict[str, Callable[[int, int], Link]] = {"shm": ShmTransport.create, "udp": UdpTransport}
+#: the transports ``run_rt`` and ``cmstack rt --transport`` know: name -> maker(nq, nv, ns=sensor values)
+TRANSPORTS: dict[str, Callable[..., Link]] = {"shm": ShmTransport.create, "udp": UdpTransport}

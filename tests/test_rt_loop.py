@@ -265,3 +265,58 @@ def test_the_log_keeps_what_the_replay_needs_in_compact_types(tmp_path):
     # wall, t 8 + late, age 4 + answers 4 + miss 1; qpos, qvel, tau 2 × 8 each; noisy: q, v 2 × 8 more
     assert r["bytes"]["driver"] == 29 + 3 * 16 and r["noisy_bytes"]["driver"] == 29 + 5 * 16
     assert r["bytes"]["controller"] == 3 * 4 + 8 + 1 + 4 + 2 * 4
+
+
+@pytest.mark.parametrize("transport", ["shm", "udp"])
+def test_a_controller_that_senses_the_plant_gets_its_arrays_with_each_state(tmp_path, transport):
+    """A SensesPlant controller that names the plant data it reads (sensed_data) runs across the process
+    boundary: the driver publishes those arrays with each state and the loop copies them into this
+    process's plant before the call, so what the controller reads is the plant's data at the state it
+    is given (here qvel, which must equal v, and qfrc_bias, which must equal MuJoCo's bias of the
+    logged state one step before, where the step that produced the state evaluated it).  Without
+    sensed_data it is refused; a name that is not an array of the plant's data is refused by name."""
+    r = child(tmp_path, f"\n        TRANSPORT = {transport!r}" + '''
+        import mujoco
+        from cmstack.models.errors import ConfigError
+        class Sensing:
+            info = None
+            sensed_data = ("qvel", "qfrc_bias")
+            def __init__(self):
+                self.plant, self.seen = None, []
+            def attach_plant(self, plant):
+                self.plant = plant
+            def __call__(self, t, q, v):
+                d = self.plant.data
+                self.seen.append((t, v.copy(), d.qvel.copy(), d.qfrc_bias.copy()))
+                return -5 * q - 0.5 * v + np.array([1.0, -0.5])
+        ctl = Sensing()
+        run = run_rt(plant, ctl, duration=0.3, control_dt=1e-3, driver=DriverSettings(max_misses=100_000),
+                     transport=TRANSPORT)
+        L = run.rt.driver.log
+        m, d = plant.model, mujoco.MjData(plant.model)
+        same_v, bias_err = [], []
+        for t, v, qvel, bias in ctl.seen:
+            k = int(round(t / 1e-3))
+            same_v.append(bool(np.array_equal(v, qvel)))
+            if k >= 1:
+                d.qpos[:], d.qvel[:] = L["qpos"][k - 1], L["qvel"][k - 1]
+                mujoco.mj_forward(m, d)
+                bias_err.append(float(np.abs(bias - d.qfrc_bias).max()))
+        refused = []
+        class Silent(Sensing):
+            sensed_data = ()
+        class Wrong(Sensing):
+            sensed_data = ("qvel", "no_such_array")
+        for c in (Silent(), Wrong()):
+            try:
+                run_rt(plant, c, duration=0.05, control_dt=1e-3)
+            except ConfigError as exc:
+                refused.append(str(exc))
+        out(calls=len(ctl.seen), same_v=all(same_v), bias_err=max(bias_err), moved=float(np.abs(L["qvel"]).max()),
+            refused=refused)
+    ''')
+    assert r["calls"] > 50 and r["same_v"] and r["moved"] > 1e-3
+    assert r["bias_err"] < 1e-9
+    assert len(r["refused"]) == 2
+    assert "SensesPlant" in r["refused"][0] and "sensed_data" in r["refused"][0]
+    assert "'no_such_array' is not a contiguous numeric array of the plant's data" in r["refused"][1]
