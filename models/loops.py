@@ -191,7 +191,7 @@ class LoopClosure(Task):
         self.m = KINDS[kind]
         self.rows = slice(0, self.m)
         self._set_gains(kp, kd)
-        self._set = None
+        self._set: ClosureSet | None = None
 
     def __repr__(self) -> str:
         return f"LoopClosure({self.name!r}, {self.frame_a!r}, {self.frame_b!r}, kind={self.kind!r})"
