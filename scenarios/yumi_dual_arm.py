@@ -61,7 +61,7 @@ def build_uk(cfg, robot, coupling, task):
 
 
 def build_pidc_force(cfg, robot, coupling, task):
-    from cmstack.controllers.pidc_adapters import YumiForcePIDC   # hybrid PIDC of [Aghili] (issue 4)
+    from cmstack.scenarios._yumi_force import YumiForcePIDC      # hybrid PIDC of [Aghili] (issue 4)
 
     if cfg["plant"] != "bar":
         raise ConfigError(f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "

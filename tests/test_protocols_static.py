@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GOOD = """
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.controllers.pidc import PIDC
-from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC, YumiForcePIDC
+from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC
+from cmstack.scenarios._yumi_force import YumiForcePIDC
 from cmstack.controllers.robust_partition import RobustPartitionController
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.sim.base import Plant
