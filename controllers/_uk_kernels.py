@@ -1,14 +1,14 @@
-"""Compiled kernels of the Udwadia–Kalaba control step (issue 12): the per-step small-array algebra of
-``controllers/udwadia_kalaba.py`` fused into a few ``numba.njit`` functions fed by what one Pinocchio
-pass (``pin.computeAllTerms``) already holds.  Imported lazily by the controller (numba's import costs
-~0.3 s); the machine code is cached on disk (``cache=True``), so a process pays the compilation once
-per source change, later ones only the cache load.
+"""Compiled kernels of the Udwadia–Kalaba control step (issues 12, 22): the per-step small-array algebra of
+``controllers/udwadia_kalaba.py`` fused into a few ``numba.njit`` functions fed by what the robot's lean
+Pinocchio pass (``Robot.update_for_kernel``: ``pin.crba`` in the WORLD convention and
+``pin.nonLinearEffects``) holds, read through addresses bound once (``uk_step``).  Imported lazily by the
+controller (numba's import costs ~0.3 s); the machine code is cached on disk (``cache=True``), so a
+process pays the compilation once per source change, later ones only the cache load.
 
 Notation (everything LOCAL_WORLD_ALIGNED, as ``models/robot.py: FrameState``): a frame f rigidly
 attached to joint j at the placement ʲM_f = (R_f, t_f); the joint's pose ⁰M_j = (R_j, p_j)
 (``data.oMi``); the joint Jacobians ``data.J`` (6×nv, world axes, the linear part being the velocity
-of the point at the world origin: column c = [v_O,c; ω_c]); the joint's spatial acceleration at
-v̇ = 0, ``data.a[j]`` = [a_j; α_j] in the joint's own axes (the linear part at the joint origin).
+of the point at the world origin: column c = [v_O,c; ω_c]).
 
 ``frame_states`` — the frame's pose, Jacobian, twist and classical acceleration:
 
@@ -16,7 +16,10 @@ v̇ = 0, ``data.a[j]`` = [a_j; α_j] in the joint's own axes (the linear part at
     J[:, c] = [J_O,v[:, c] + J_ω[:, c] × p;  J_ω[:, c]]   for c in the support of j, 0 elsewhere
               (the velocity field of a rigid motion: v_p = v_O + ω × p)
     [v_p; ω] = J v
-    α = R_j α_j,   a_sp(p) = R_j a_j + α × (p − p_j)     (a spatial acceleration is a motion field too)
+    [a_O; α] = Σ_c (V_c × J_c) v_c,  V_c = Σ_{c' ≤ c} J_c' v_c'   (c, c' in the support, in index order:
+              the spatial acceleration at v̇ = 0, at the world origin; d/dt J_c = V_c × J_c, V_c the
+              velocity of the body that carries joint c's axis, × the motion cross product)
+    a_sp(p) = a_O + α × p                              (a spatial acceleration is a motion field too)
     a_cl = a_sp(p) + ω × v_p                           (classical = spatial + ω × v at a material point)
     acc = [a_cl; α] = J̇ v                              (v̇ = 0: Pinocchio's frame classical acceleration)
 
@@ -30,8 +33,8 @@ A = W,  b = −drift − K_d w − K_p e − P β (``task_law``), β = K_i z for
 ``kkt_solve`` — the last level and the equality levels above it (``_equality`` of the controller):
 
     H = M + Σ_final ω AᵀA,   r = −(h + D v) + Σ_final ω Aᵀ b,   E v̇ = f the rows above
-    H = L Lᵀ (Cholesky),  X = H⁻¹ [Eᵀ r],  S = E X_E = L_S L_Sᵀ,  S λ = E X_r − f,
-    v̇ = X_r − X_E λ,  τ = M v̇ + h + D v
+    H = L Lᵀ (Cholesky),  Y = L⁻¹ [Eᵀ r],  S = E H⁻¹ Eᵀ = Y_Eᵀ Y_E = L_S L_Sᵀ,  S λ = Y_Eᵀ Y_r − f,
+    v̇ = L⁻ᵀ (Y_r − Y_E λ),  τ = M v̇ + h + D v
     status 2 (to the null-space path) when H is not positive definite or a pivot of L_S is below
     √rank_tol × the largest one (the test of ``_equality``); status 3 when there is no row above and
     H is not positive definite.
@@ -43,7 +46,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, farray, njit, types
+from numba.extending import intrinsic
 
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample
@@ -53,59 +57,67 @@ OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec):
+def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
-    docstring).  Jw: data.J (6×nv); v (nv,); jR, jp, ja: tuples of the joints' R_j (3×3), p_j (3,)
-    and data.a[j] (6,) (views into Pinocchio's data); fint (nf, 1+nv): [joint slot, support mask of
-    the nv columns]; fplace (nf, 4, 4): ʲM_f.
-    Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)]."""
+    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj, 12): each joint slot's [R_j row-major (9), p_j (3)];
+    fint (nf, 1+nv): [joint slot, support mask of the nv columns]; fplace (nf, 4, 4): ʲM_f.
+    Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)].
+
+    The acceleration at v̇ = 0 comes from data.J and v alone: the support columns c of the frame's
+    joint, in index order, are its ancestors in order, so the body of column c moves with the spatial
+    velocity V_c = Σ_{c' ≤ c} J_c' v_c' (world axes, at the origin), and its joint axis J_c (fixed in that
+    body) changes at dJ_c/dt = V_c × J_c (the motion cross product [ω × l + u × w; ω × w] of V = [u; ω] and
+    J_c = [l; w]); so the spatial acceleration is a_O = Σ_c (V_c × J_c) v_c = [a_O; α], and at p
+    a_sp(p) = a_O + α × p, the classical a_cl = a_sp(p) + ω × v_p."""
     n = v.shape[0]
     for k in range(fint.shape[0]):
         s = fint[k, 0]
-        Rj, pj, aj = jR[s], jp[s], ja[s]
         for i in range(3):
+            r0, r1, r2 = jpose[s, 3 * i], jpose[s, 3 * i + 1], jpose[s, 3 * i + 2]
             for j in range(3):
-                fvec[k, 3 * i + j] = Rj[i, 0] * fplace[k, 0, j] + Rj[i, 1] * fplace[k, 1, j] \
-                    + Rj[i, 2] * fplace[k, 2, j]
-            fvec[k, 9 + i] = pj[i] + Rj[i, 0] * fplace[k, 0, 3] + Rj[i, 1] * fplace[k, 1, 3] \
-                + Rj[i, 2] * fplace[k, 2, 3]
+                fvec[k, 3 * i + j] = r0 * fplace[k, 0, j] + r1 * fplace[k, 1, j] + r2 * fplace[k, 2, j]
+            fvec[k, 9 + i] = jpose[s, 9 + i] + r0 * fplace[k, 0, 3] + r1 * fplace[k, 1, 3] + r2 * fplace[k, 2, 3]
         p0, p1, p2 = fvec[k, 9], fvec[k, 10], fvec[k, 11]
         t0 = t1 = t2 = t3 = t4 = t5 = 0.0
+        u0 = u1 = u2 = 0.0                       # V = [u; ω] at the origin (ω = t3, t4, t5)
+        a0 = a1 = a2 = al0 = al1 = al2 = 0.0
         for c in range(n):
             if fint[k, 1 + c] != 0:
+                l0, l1, l2 = Jw[0, c], Jw[1, c], Jw[2, c]
                 wx, wy, wz = Jw[3, c], Jw[4, c], Jw[5, c]
-                j0 = Jw[0, c] + wy * p2 - wz * p1
-                j1 = Jw[1, c] + wz * p0 - wx * p2
-                j2 = Jw[2, c] + wx * p1 - wy * p0
+                vc = v[c]
+                u0 += l0 * vc
+                u1 += l1 * vc
+                u2 += l2 * vc
+                t3 += wx * vc
+                t4 += wy * vc
+                t5 += wz * vc
+                a0 += (t4 * l2 - t5 * l1 + u1 * wz - u2 * wy) * vc
+                a1 += (t5 * l0 - t3 * l2 + u2 * wx - u0 * wz) * vc
+                a2 += (t3 * l1 - t4 * l0 + u0 * wy - u1 * wx) * vc
+                al0 += (t4 * wz - t5 * wy) * vc
+                al1 += (t5 * wx - t3 * wz) * vc
+                al2 += (t3 * wy - t4 * wx) * vc
+                j0 = l0 + wy * p2 - wz * p1
+                j1 = l1 + wz * p0 - wx * p2
+                j2 = l2 + wx * p1 - wy * p0
                 fJ[k, 0, c] = j0
                 fJ[k, 1, c] = j1
                 fJ[k, 2, c] = j2
                 fJ[k, 3, c] = wx
                 fJ[k, 4, c] = wy
                 fJ[k, 5, c] = wz
-                vc = v[c]
                 t0 += j0 * vc
                 t1 += j1 * vc
                 t2 += j2 * vc
-                t3 += wx * vc
-                t4 += wy * vc
-                t5 += wz * vc
             else:
                 for i in range(6):
                     fJ[k, i, c] = 0.0
         fvec[k, 12], fvec[k, 13], fvec[k, 14] = t0, t1, t2
         fvec[k, 15], fvec[k, 16], fvec[k, 17] = t3, t4, t5
-        # α = R_j α_j, a_j (world) = R_j a_j (local), at p: + α × (p − p_j), classical: + ω × v_p
-        al0 = Rj[0, 0] * aj[3] + Rj[0, 1] * aj[4] + Rj[0, 2] * aj[5]
-        al1 = Rj[1, 0] * aj[3] + Rj[1, 1] * aj[4] + Rj[1, 2] * aj[5]
-        al2 = Rj[2, 0] * aj[3] + Rj[2, 1] * aj[4] + Rj[2, 2] * aj[5]
-        a0 = Rj[0, 0] * aj[0] + Rj[0, 1] * aj[1] + Rj[0, 2] * aj[2]
-        a1 = Rj[1, 0] * aj[0] + Rj[1, 1] * aj[1] + Rj[1, 2] * aj[2]
-        a2 = Rj[2, 0] * aj[0] + Rj[2, 1] * aj[1] + Rj[2, 2] * aj[2]
-        d0, d1, d2 = p0 - pj[0], p1 - pj[1], p2 - pj[2]
-        fvec[k, 18] = a0 + al1 * d2 - al2 * d1 + t4 * t2 - t5 * t1
-        fvec[k, 19] = a1 + al2 * d0 - al0 * d2 + t5 * t0 - t3 * t2
-        fvec[k, 20] = a2 + al0 * d1 - al1 * d0 + t3 * t1 - t4 * t0
+        fvec[k, 18] = a0 + al1 * p2 - al2 * p1 + t4 * t2 - t5 * t1
+        fvec[k, 19] = a1 + al2 * p0 - al0 * p2 + t5 * t0 - t3 * t2
+        fvec[k, 20] = a2 + al0 * p1 - al1 * p0 + t3 * t1 - t4 * t0
         fvec[k, 21], fvec[k, 22], fvec[k, 23] = al0, al1, al2
 
 
@@ -193,13 +205,20 @@ def _chol_solve(L, m, B, ncol):
             B[i, c] /= d
 
 
+def kkt_work_size(n: int, m: int) -> int:
+    """Length of ``kkt_solve``'s work array for n degrees of freedom and m rows above the last level."""
+    return 2 * n * n + n + n * (m + 1) + 2 * m * m + m
+
+
 @njit(cache=True)
 def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     """The equality-constrained last level by the Schur complement (module docstring).  gauss: 1.0 (H
     and r start from Gauss' M and −(h + D v)) or 0.0 (the last level without Gauss: H = Σ ω AᵀA,
-    r = Σ ω Aᵀ b; the controller's "absorbed" plans).  wk: work array of n² + n + n² + n(m+1) + m² + m
-    values, [H | r | L | X | S | L_S-diagonal]; out (3n + m): [v̇ | τ | h + D v | λ].  Returns OK,
-    NULLSPACE or SINGULAR."""
+    r = Σ ω Aᵀ b; the controller's "absorbed" plans).  wk: work array of ``kkt_work_size(n, m)`` values,
+    [H | r | L | Y | S | L_S | λ], H and r left for the caller's fallbacks; out (3n + m): [v̇ | τ | h + D v | λ].
+    Only forward substitutions touch the m + 1 right-hand sides: with Y = L⁻¹ [Eᵀ r] (H = L Lᵀ),
+    S = E H⁻¹ Eᵀ = Y_Eᵀ Y_E and E H⁻¹ r = Y_Eᵀ Y_r, then v̇ = H⁻¹(r − Eᵀλ) = L⁻ᵀ (Y_r − Y_E λ), one back
+    substitution.  Returns OK, NULLSPACE or SINGULAR."""
     n = v.shape[0]
     m = m_up
     H = wk[:n * n].reshape(n, n)
@@ -207,9 +226,13 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     o = n * n + n
     L = wk[o:o + n * n].reshape(n, n)
     o += n * n
-    X = wk[o:o + n * (m + 1)].reshape(n, m + 1)
+    Y = wk[o:o + n * (m + 1)].reshape(n, m + 1)
     o += n * (m + 1)
     S = wk[o:o + m * m].reshape(m, m)
+    o += m * m
+    LS = wk[o:o + m * m].reshape(m, m)
+    o += m * m
+    lm = wk[o:o + m].reshape(m, 1)
     x = out[:n]
     tau = out[n:2 * n]
     hD = out[2 * n:3 * n]
@@ -236,24 +259,27 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
             H[j, i] = H[i, j]
     if not _cholesky(H, L, n):
         return NULLSPACE if m > 0 else SINGULAR
-    for i in range(n):
+    for i in range(n):                          # Y = L⁻¹ [Eᵀ r], a row at a time
         for c in range(m):
-            X[i, c] = Ab[c, i]
-        X[i, m] = r[i]
-    _chol_solve(L, n, X, m + 1)
+            Y[i, c] = Ab[c, i]
+        Y[i, m] = r[i]
+        for p in range(i):
+            lip = L[i, p]
+            for c in range(m + 1):
+                Y[i, c] -= lip * Y[p, c]
+        d = L[i, i]
+        for c in range(m + 1):
+            Y[i, c] /= d
     if m > 0:
-        row = np.empty(m + 1)
-        for i in range(m):                      # [S | E X_r] row i = E[i] X
-            for j in range(m + 1):
-                row[j] = 0.0
-            for c in range(n):
-                e = Ab[i, c]
-                for j in range(m + 1):
-                    row[j] += e * X[c, j]
-            for j in range(m):
-                S[i, j] = row[j]
-            lam[i] = row[m] - Ab[i, n]
-        LS = np.empty((m, m))
+        for i in range(m):                      # S = Y_Eᵀ Y_E (upper triangle), E H⁻¹ r − f
+            for j in range(i, m + 1):
+                acc = 0.0
+                for c in range(n):
+                    acc += Y[c, i] * Y[c, j]
+                if j < m:
+                    S[i, j] = acc
+                else:
+                    lam[i] = acc - Ab[i, n]
         if not _cholesky(S, LS, m):
             return NULLSPACE
         dmin = LS[0, 0]
@@ -263,19 +289,23 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
             dmax = max(dmax, LS[i, i])
         if not dmin > sqrt_tol * dmax:
             return NULLSPACE
-        lm = np.empty((m, 1))
         for i in range(m):
             lm[i, 0] = lam[i]
         _chol_solve(LS, m, lm, 1)
         for i in range(m):
             lam[i] = lm[i, 0]
+    for i in range(n):                          # z = Y_r − Y_E λ
+        acc = Y[i, m]
+        for c in range(m):
+            acc -= Y[i, c] * lam[c]
+        x[i] = acc
+    for i in range(n - 1, -1, -1):              # v̇ = L⁻ᵀ z
+        acc = x[i]
+        for p in range(i + 1, n):
+            acc -= L[p, i] * x[p]
+        x[i] = acc / L[i, i]
     for i in range(n):
-        x[i] = X[i, m]
         tau[i] = hD[i]
-    for c in range(m):
-        lc = lam[c]
-        for i in range(n):
-            x[i] -= X[i, c] * lc
     for j in range(n):
         xj = x[j]
         for i in range(n):
@@ -292,19 +322,95 @@ def effort_violated(tau, eidx, tmax):
     return False
 
 
+@intrinsic
+def _f64_at(typingctx, address):
+    """The float64 pointer at an integer address (an array's data pointer, taken in Python)."""
+    sig = types.CPointer(types.float64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
+
+    return sig, codegen
+
+
+#: header of the plan's integer table (``uk_plan._FusedPlan``): sizes, then offsets into the two tables
+N, NT, NF, NJ, M_UP, NROWS, WIDTH, O_TINT, O_FINT, O_PIDX, N_PIDX, O_EIDX, N_EIDX, O_FPLACE, O_FJ, O_FVEC, \
+    O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE = range(26)
+#: ptr: data.J, data.M, data.nle, the damping D, the effort limit's τ_max, then the joints' (R, p)
+P_JOINTS = 5
+HEADER = 32
+NONFINITE = 4
+
+
 @njit(cache=True)
-def uk_step(t, M, h, q, v, S, Ab, out):
-    """One fused step: frame_states → task_rows → kkt_solve → effort_violated.  t (s); M, h, q, v of
-    this step; S: the plan's arrays in one tuple (one argument is cheaper to pass than twenty),
-    (data.J, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr,
-    m_up, gauss, √rank_tol, effort joints, τ_max, wk); Ab (rows, nv+1) and out (3 nv + m) fresh each step.
-    Returns OK, LIMIT (the KKT solution violates the effort limit: the caller solves the QP),
-    NULLSPACE or SINGULAR."""
-    (Jw, D, jR, jp, ja, fint, fplace, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, m_up,
-     gauss, sqrt_tol, eidx, tmax, wk) = S
-    frame_states(Jw, v, jR, jp, ja, fint, fplace, fJ, fvec)
-    task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
-    st = kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out)
-    if st == OK and effort_violated(out[v.shape[0]:2 * v.shape[0]], eidx, tmax):
+def uk_step(t, q, v, ptr, I, F, buf):
+    """One fused step: the state's test, frame_states → task_rows → kkt_solve → effort_violated.
+
+    t (s); q, v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv), data.M (nv×nv),
+    data.nle (nv,), of the controller's damping D (nv,) and the effort limit's τ_max (as many as its
+    joints), then of each joint slot's rotation (3×3) and translation (3,) in data.oMi — Eigen's
+    column-major storage, owned by the data object the plan holds (``_FusedPlan.bind``), refreshed in
+    place by Pinocchio; D and τ_max are read where they live, so a change in place is seen.  I, F: the plan's integer and float tables (``_FusedPlan``: a header of sizes
+    and offsets, ``HEADER`` ints, then every table), so that a call passes seven arguments.  buf (per
+    step, written): [q | v | M | h | v̇ | τ | h + D v | λ | Ab], the copies the step's Kinematics holds
+    and the step's results.  Returns OK, LIMIT (the KKT solution violates the effort limit: the caller
+    solves the QP), NULLSPACE, SINGULAR, or NONFINITE (|q|² + |v|² is not finite: ``Robot.update``'s
+    test; nothing else is computed)."""
+    n = I[N]
+    s = 0.0
+    for i in range(n):
+        s += q[i] * q[i]
+    for i in range(n):
+        s += v[i] * v[i]
+    if not math.isfinite(s):
+        return NONFINITE
+    nt, nf, nj, m, nrows, width = I[NT], I[NF], I[NJ], I[M_UP], I[NROWS], I[WIDTH]
+    Jw = farray(_f64_at(ptr[0]), (6, n))
+    Md = farray(_f64_at(ptr[1]), (n, n))
+    hd = carray(_f64_at(ptr[2]), (n,))
+    bq = buf[:n]
+    bv = buf[n:2 * n]
+    M = buf[2 * n:2 * n + n * n].reshape((n, n))
+    o = 2 * n + n * n
+    h = buf[o:o + n]
+    o += n
+    out = buf[o:o + 3 * n + m]
+    o += 3 * n + m
+    Ab = buf[o:o + nrows * (n + 1)].reshape((nrows, n + 1))
+    for i in range(n):
+        bq[i] = q[i]
+        bv[i] = v[i]
+        h[i] = hd[i]
+        for j in range(n):
+            M[i, j] = Md[i, j]
+    jpose = F[I[O_JPOSE]:I[O_JPOSE] + 12 * nj].reshape((nj, 12))
+    for k in range(nj):
+        R = farray(_f64_at(ptr[P_JOINTS + 2 * k]), (3, 3))
+        p = carray(_f64_at(ptr[P_JOINTS + 1 + 2 * k]), (3,))
+        for i in range(3):
+            for j in range(3):
+                jpose[k, 3 * i + j] = R[i, j]
+            jpose[k, 9 + i] = p[i]
+    tint = I[I[O_TINT]:I[O_TINT] + 8 * nt].reshape((nt, 8))
+    fint = I[I[O_FINT]:I[O_FINT] + (n + 1) * nf].reshape((nf, n + 1))
+    pidx = I[I[O_PIDX]:I[O_PIDX] + I[N_PIDX]]
+    eidx = I[I[O_EIDX]:I[O_EIDX] + I[N_EIDX]]
+    D = carray(_f64_at(ptr[3]), (n,))
+    fplace = F[I[O_FPLACE]:I[O_FPLACE] + 16 * nf].reshape((nf, 4, 4))
+    fJ = F[I[O_FJ]:I[O_FJ] + 6 * n * nf].reshape((nf, 6, n))
+    fvec = F[I[O_FVEC]:I[O_FVEC] + 24 * nf].reshape((nf, 24))
+    tflt = F[I[O_TFLT]:I[O_TFLT] + 4 * nt].reshape((nt, 4))
+    tgtH = F[I[O_TGTH]:I[O_TGTH] + 16 * nt].reshape((nt, 4, 4))
+    tgtVA = F[I[O_TGTVA]:I[O_TGTVA] + 12 * nt].reshape((nt, 12))
+    tcirc = F[I[O_TCIRC]:I[O_TCIRC] + 7 * nt].reshape((nt, 7))
+    qref = F[I[O_QREF]:I[O_QREF] + I[N_PIDX]]
+    tbias = F[I[O_TBIAS]:I[O_TBIAS] + width * nt].reshape((nt, width))
+    terr = F[I[O_TERR]:I[O_TERR] + width * nt].reshape((nt, width))
+    tmax = carray(_f64_at(ptr[4]), (I[N_EIDX],))
+    wk = F[I[O_WK]:I[O_WK] + I[N_WK]]
+    frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
+    task_rows(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
+    st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)
+    if st == OK and effort_violated(out[n:2 * n], eidx, tmax):
         return LIMIT
     return st

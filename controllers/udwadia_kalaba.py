@@ -44,9 +44,12 @@ Fused path: when every task has a compiled row builder (``Task.kernel_kind()``: 
 ``FrameTask``, ``PostureTask`` and their subclasses that keep the row maths; a task with integral action
 around one of them; and
 ``fused=True``, the default), the rows, H, r, the KKT solve of 1. and the effort check run in one
-compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the arrays of the step's one
-``pin.computeAllTerms``; 2. and 3. then run in Python on its rows.  The same torques as the generic
-path to rounding (tests/test_uk_kernels.py); any other task takes the generic path.
+compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the Pinocchio data of the
+robot's lean pass (``Robot.update_for_kernel``: crba and nle, no joint accelerations: the kernel derives
+its frames' from data.J and v); 2. and 3. then run in Python on its rows.  The tasks' gains and targets
+are copied into the kernel's tables when one was set (``models/_params.py``); the step's ``kin`` is
+made from the kernel's copies of q, v, M, h when first read.  The same torques as the generic path to
+rounding (tests/test_uk_kernels.py); any other task takes the generic path.
 
 Closed chains.  The robot's loop closures (``robot.loops``: ``cmstack.models.loops.LoopClosure``, from an
 MJCF's equalities or a URDF's loops sidecar) are the top level unless the levels already hold them, and the
@@ -66,7 +69,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -76,6 +78,7 @@ from cmstack.controllers.uk_diagnostics import Diagnostics, udwadia_kalaba_close
 from cmstack.controllers.uk_levels import GAUSS, UKStepInfo, _Level, _parse_level
 from cmstack.controllers.uk_plan import _FusedPlan
 from cmstack.controllers.uk_solve import LevelSolver
+from cmstack.models import _params
 from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit, Limit
@@ -215,7 +218,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._levels_exact = False      # in the last sequential step every level above the last held exactly
         self.saturated_steps = 0  # steps in which a level gave way to the limits (info.gave_way)
         self.info = UKStepInfo()
-        self.kin: Kinematics | None = None
+        self._info_kkt: UKStepInfo | None = None   # the info whose constant fields hold a compiled KKT step's
+        self._kin: Kinematics | None = None
+        self._kin_buf: tuple | None = None         # (buffer, generation) of the last compiled step
         self.failures = 0        # steps whose QP stopped short of its tolerance (solution still used)
         self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
         self.warn_free_dof = warn_free_dof
@@ -300,17 +305,38 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         return False
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
+        if self._plan is not None:
+            return self._call_fused(t, q, v, kin)
         kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
         self.kin = kin
-        if self._plan is not None:
-            return self._call_fused(t, kin)
         return self._call_generic(t, kin)
+
+    @property
+    def kin(self) -> Kinematics | None:
+        """The last step's kinematics snapshot (``Robot.update``'s ``Kinematics``).  After a compiled step
+        it is made on first access from the copies of q, v, M and h that the kernel wrote, with that
+        step's generation (so it refuses to read a frame once the robot's data has moved on)."""
+        k = self._kin
+        if k is None and self._kin_buf is not None:
+            buf, gen = self._kin_buf
+            n = self.n
+            k = Kinematics(self.robot, buf[:n], buf[n:2 * n], buf[2 * n:2 * n + n * n].reshape(n, n),
+                           buf[2 * n + n * n:3 * n + n * n])
+            k._gen = gen
+            self._kin = k
+        return k
+
+    @kin.setter
+    def kin(self, value: Kinematics | None) -> None:
+        self._kin = value
+        self._kin_buf = None
 
     def _call_generic(self, t: float, kin: Kinematics, limits_violated: bool = False) -> np.ndarray:
         """The step in Python/NumPy (every level layout, every fallback).  ``limits_violated``: the
         compiled step found that the unconstrained solution of these levels violates a limit."""
         M = kin.M
         hD = kin.h + self.D * kin.v
+        self._info_kkt = None
         self.info.cold_retries = 0
         # the final level: H = M + Σ ω AᵀA, r = −g = −h − D v + Σ ω Aᵀ b
         H, r, final_rows = M, -hD, []
@@ -361,6 +387,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info.saturated, info.gave_way = False, ""
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
+        self._info_kkt = None
         return tau
 
     # ------------------------------------------------------------------ closed chains, passive joints
@@ -416,58 +443,74 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         y = kin.M @ self.info.vdot + kin.h + self.D * kin.v
         return Gp @ y[self._passive]
 
-    def _call_fused(self, t: float, kin: Kinematics) -> np.ndarray:
-        """The step through the compiled kernels (``_FusedPlan``): one kernel call builds every
-        task's rows from the Pinocchio pass, solves the KKT system and checks the effort limit; the
-        null-space and QP fallbacks run on its rows in Python (``_finish``)."""
+    def _call_fused(self, t, q, v, kin: Kinematics | None) -> np.ndarray:
+        """The step through the compiled kernels (``_FusedPlan``): the robot's lean Pinocchio pass
+        (``Robot.update_for_kernel``; with a given ``kin``, the data its ``Robot.update`` left), then one
+        kernel call that tests the state, copies q, v, M, h for the step's Kinematics, builds every task's
+        rows, solves the KKT system and checks the effort limit; the null-space and QP fallbacks run on its
+        rows in Python (``_finish``).  The tasks' gains and targets are copied into the plan's tables only
+        when one was set since (``models/_params.py``)."""
         P = self._plan
         assert P is not None           # _call_fused runs only with a plan (__call__)
-        d = self.robot.data
+        robot = self.robot
+        if kin is None:
+            q, v = robot.update_for_kernel(q, v)
+        else:
+            kin._check_current()       # the data must hold this snapshot's state: the kernel reads it
+            q, v = kin.q, kin.v
+        gen = robot._gen
+        d = robot.data
         lim = P.effort
         if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
             P.bind(d, self.D, self._sqrt_rank_tol)
-        tgtH, tgtVA, tcirc, seen = P.tgtH, P.tgtVA, P.tcirc, P.seen
-        for k, task in P.frame_tasks:
-            c = task.constant_target
-            if c is None:
-                seen[k] = None
-                tr = task.trajectory
-                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
-                if circ is not None:            # sampled in the kernel (_uk_kernels.circle_sample)
-                    tcirc[k, :6] = circ
-                    tcirc[k, 6] = 1.0
-                    tgtH[k, :3, :3] = tr.R
-                    continue
-                T, vel, accD = task.desired(t)
-            elif c is not seen[k]:
-                T, vel, accD = c
-                seen[k] = c
-            else:
-                continue
-            tcirc[k, 6] = 0.0
-            tgtH[k] = T.homogeneous
-            tgtVA[k, :6] = vel
-            tgtVA[k, 6:] = accD
-        tflt = P.tflt
-        for k, task in P.task_items:
-            tflt[k, 0] = task.kp
-            tflt[k, 1] = task.kd
-        qref = P.qref
-        for off, stop, task in P.postures:
-            qref[off:stop] = task.q_ref
-        fresh = []
-        for k, task in P.integrals:           # z advanced once per new t, as IntegralTask.compute does
-            if task.advance(t):
-                fresh.append((k, task))
-            P.tbias[k, task.rows] = task.ki * task.z
-        Ab = np.empty(P.ab_shape)
-        out = np.empty(P.out_len)
-        st = P.step(float(t), kin.M, kin.h, kin.q, kin.v, P.args, Ab, out)
-        for k, task in fresh:
-            task.record(t, P.terr[k, task.rows])
-        n = self.n
-        x, tau, hD = out[:n], out[n:2 * n], out[2 * n:3 * n]
-        lam = out[3 * n:] if P.m_up else None
+        if P.version != _params.version:
+            P.version = _params.version
+            P.copy_parameters()
+        if P.traj_tasks:
+            P.sample(t)
+        fresh = None
+        if P.integrals:
+            fresh = []
+            for k, task in P.integrals:       # z advanced once per new t, as IntegralTask.compute does
+                if task.advance(t):
+                    fresh.append((k, task))
+                P.tbias[k, task.rows] = task.ki * task.z
+        buf = np.empty(P.buf_len)
+        st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
+        if st == 4:                           # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
+            robot.refuse_state(q, v)
+        if fresh:
+            for k, task in fresh:
+                task.record(t, P.terr[k, task.rows])
+        if kin is None:
+            self._kin = None
+            self._kin_buf = (buf, gen)
+        else:
+            self.kin = kin
+        o, n = P.o_out, self.n
+        x, tau = buf[o:o + n], buf[o + n:o + 2 * n]
+        if st == 0 and not P.other_limits and (self._warned or not self.warn_free_dof):
+            info = self.info
+            if self._info_kkt is not info:
+                info.cold_retries = 0
+                info.limits_active = False
+                info.saturated, info.gave_way = False, ""
+                info.status, info.qp_iter, info.path = "solved", 0, "kkt"
+                self._info_kkt = info
+            info.vdot, info.tau = x, tau
+            info._lazy = (self._buffer_forces, buf)
+            return tau
+        return self._fused_rest(t, st, buf)
+
+    def _fused_rest(self, t: float, st: int, buf: np.ndarray) -> np.ndarray:
+        """A compiled step that is not a plain KKT solution: the other limits' check, the first step's
+        free-DoF warning, the absorbed plans' strict path, the fallbacks."""
+        P = self._plan
+        assert P is not None
+        self._info_kkt = None
+        kin = self.kin
+        assert kin is not None
+        x, tau, hD, lam, Ab = P.results(buf)
         if st == 0 and P.other_limits:
             for other in P.other_limits:
                 if other.violated(kin, hD, x, tau):
@@ -484,13 +527,12 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info.limits_active = False
             info.saturated, info.gave_way = False, ""
             info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
-            info._lazy = (partial(self._absorbed_forces, kin, hD, x, tau, Ab) if P.absorbed
-                          else partial(self._fused_forces, kin, hD, x, lam, Ab))
+            info._lazy = (self._buffer_forces, buf)
             return tau
         self.info.cold_retries = 0
         E, f, rows, final_rows = P.views(Ab)
         if warn:
-            self._warn_free(E, final_rows, stacklevel=4)
+            self._warn_free(E, final_rows, stacklevel=5)
         H, r = P.H, P.r
         if st == 0:
             return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, "kkt", tau, violated=False)
@@ -502,13 +544,17 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             x, lam, path = np.asarray(np.linalg.solve(H, r), dtype=np.float64), None, "kkt"
         return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, kin.M @ x + hD)
 
-    def _fused_forces(self, kin, hD, x, lam, Ab):
+    def _buffer_forces(self, buf: np.ndarray):
+        """(Q_c, Q_u, Q_lim) of a compiled KKT step from its buffer (``UKStepInfo``'s lazy forces)."""
         P = self._plan
         assert P is not None
+        x, tau, hD, lam, Ab = P.results(buf)
+        if P.absorbed:
+            return self._absorbed_forces(hD, x, tau, Ab)
         E, f, rows, final_rows = P.views(Ab)
-        return self._forces_closure(kin, hD, x, lam, None, rows, final_rows, E)()
+        return self._forces_closure(None, hD, x, lam, None, rows, final_rows, E)()
 
-    def _absorbed_forces(self, kin, hD, x, tau, Ab):
+    def _absorbed_forces(self, hD, x, tau, Ab):
         """The forces of an absorbed step as the generic path reports them (Gauss last, every task level
         above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) = −τ over all levels' √ω-scaled
         rows (τ of this step, kept: the robot's M may hold a later state by the time this is read)."""
@@ -520,7 +566,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         rows = rows + [(A, b)]
         E_all = np.vstack([E, A])
         lam_all = np.linalg.lstsq(E_all.T, -tau, rcond=None)[0]
-        return self._forces_closure(kin, hD, x, lam_all, None, rows, [], E_all)()
+        return self._forces_closure(None, hD, x, lam_all, None, rows, [], E_all)()
 
     def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
         n = self.n

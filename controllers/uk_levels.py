@@ -56,8 +56,9 @@ class UKStepInfo:
     _lazy: object = None
 
     def _fill(self):
-        if self._lazy is not None:
-            self._Qc, self._Qu, self._Qlim = self._lazy()
+        lazy = self._lazy
+        if lazy is not None:      # a closure, or (function, argument): a compiled step's (f, its buffer)
+            self._Qc, self._Qu, self._Qlim = lazy() if callable(lazy) else lazy[0](lazy[1])
             self._lazy = None
 
     @property

@@ -104,42 +104,93 @@ class _FusedPlan:
             self.task_items.append((k, task))
             bounds.append((row, row + nsel))
             row += nsel
-        self.tint, self.tflt = tint, tflt
         width = max([6] + [int(r[5]) for r in tint])
-        self.tbias = np.zeros((nt, width))          # β = K_i z of the tasks with integral action
-        self.terr = np.zeros((nt, width))           # every task's pose error, written by the kernel
-        self.pidx = np.array(pidx, dtype=np.int64)
-        self.qref = np.zeros(len(pidx))
-        self.fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
-        self.fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
-        self.fJ = np.zeros((len(fint), 6, n))
-        self.fvec = np.zeros((len(fint), 24))
-        # the joints' views go to the kernel as tuples; padded (with the universe, never read) to a
-        # length 4, 8, 16, … so that one compiled signature serves every plan of up to 4 joints
-        ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
-        self.joint_ids = ids + [0] * (max(4, 1 << max(len(ids) - 1, 0).bit_length()) - len(ids))
-        self.data = None
-        self.tgtH = np.zeros((nt, 4, 4))
-        self.tgtVA = np.zeros((nt, 12))
-        self.tcirc = np.zeros((nt, 7))
-        self.seen = [None] * nt
-        self.D: np.ndarray | None = None
-        self.tmax: np.ndarray | None = None
-        self.args: tuple | None = None
         m = self.m_up = sum(L.dim for L in upper)
-        self.gauss = 0.0 if self.absorbed else 1.0
-        self.ab_shape = (row, n + 1)
-        self.out_len = 3 * n + m
-        self.wk = np.zeros(2 * n * n + n + n * (m + 1) + m * m)
-        self.H = self.wk[:n * n].reshape(n, n)
-        self.r = self.wk[n * n:n * n + n]
+        nf, nj = len(fint), len(joints)
         # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
         efforts = [lim for lim in ctl.limits if isinstance(lim, EffortLimit)
                    and type(lim).bounds is EffortLimit.bounds and type(lim).violated is EffortLimit.violated]
         self.effort = efforts[0] if efforts else None
-        self.eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
-        self.no_tmax = np.zeros(0)
+        eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
+        # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
+        # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
+        I_len = K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size
+        F_sizes = [("fplace", 16 * nf), ("fJ", 6 * n * nf), ("fvec", 24 * nf), ("tflt", 4 * nt),
+                   ("tgtH", 16 * nt), ("tgtVA", 12 * nt), ("tcirc", 7 * nt), ("qref", len(pidx)),
+                   ("tbias", width * nt), ("terr", width * nt),
+                   ("wk", K.kkt_work_size(n, m)), ("jpose", 12 * nj)]
+        self.I = np.zeros(I_len, dtype=np.int64)
+        self.F = np.zeros(2 + sum(k for _, k in F_sizes))
+        I, F = self.I, self.F
+        off_f, o = {}, 2
+        for name, size in F_sizes:
+            off_f[name] = o
+            o += size
+
+        def fview(name, shape):
+            o = off_f[name]
+            return F[o:o + int(np.prod(shape))].reshape(shape)
+
+        o = K.HEADER
+        off_i = {}
+        for name, size in (("tint", tint.size), ("fint", nf * (n + 1)), ("pidx", len(pidx)), ("eidx", eidx.size)):
+            off_i[name] = o
+            o += size
+        I[[K.N, K.NT, K.NF, K.NJ, K.M_UP, K.NROWS, K.WIDTH]] = n, nt, nf, nj, m, row, width
+        I[[K.O_TINT, K.O_FINT, K.O_PIDX, K.N_PIDX, K.O_EIDX, K.N_EIDX]] = (off_i["tint"], off_i["fint"], off_i["pidx"],
+                                                                          len(pidx), off_i["eidx"], eidx.size)
+        I[[K.O_FPLACE, K.O_FJ, K.O_FVEC, K.O_TFLT, K.O_TGTH, K.O_TGTVA, K.O_TCIRC, K.O_QREF, K.O_TBIAS,
+           K.O_TERR, K.O_WK, K.N_WK, K.O_JPOSE]] = (
+            off_f["fplace"], off_f["fJ"], off_f["fvec"], off_f["tflt"], off_f["tgtH"], off_f["tgtVA"],
+            off_f["tcirc"], off_f["qref"], off_f["tbias"], off_f["terr"], off_f["wk"], K.kkt_work_size(n, m),
+            off_f["jpose"])
+
+        def iview(name, shape):
+            o = off_i[name]
+            return I[o:o + int(np.prod(shape))].reshape(shape)
+
+        self.tint = iview("tint", (nt, 8))
+        self.tint[:] = tint
+        self.fint = iview("fint", (nf, n + 1))
+        if nf:
+            self.fint[:] = np.array(fint, dtype=np.int64)
+        self.pidx = iview("pidx", (len(pidx),))
+        self.pidx[:] = pidx
+        self.eidx = iview("eidx", (eidx.size,))
+        self.eidx[:] = eidx
+        self.tflt = fview("tflt", (nt, 4))
+        self.tflt[:] = tflt
+        self.fplace = fview("fplace", (nf, 4, 4))
+        if nf:
+            self.fplace[:] = np.array(fplace, dtype=float)
+        self.tbias = fview("tbias", (nt, width))          # β = K_i z of the tasks with integral action
+        self.terr = fview("terr", (nt, width))            # every task's pose error, written by the kernel
+        self.qref = fview("qref", (len(pidx),))
+        self.fJ = fview("fJ", (nf, 6, n))
+        self.fvec = fview("fvec", (nf, 24))
+        self.tgtH = fview("tgtH", (nt, 4, 4))
+        self.tgtVA = fview("tgtVA", (nt, 12))
+        self.tcirc = fview("tcirc", (nt, 7))
+        self.jpose = fview("jpose", (nj, 12))
+        self.wk = fview("wk", (K.kkt_work_size(n, m),))
+        self.H = self.wk[:n * n].reshape(n, n)
+        self.r = self.wk[n * n:n * n + n]
+        self.gauss = 0.0 if self.absorbed else 1.0
+        F[0] = self.gauss
+        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
+        # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
+        self.ab_shape = (row, n + 1)
+        self.o_out = 3 * n + n * n
+        self.o_ab = self.o_out + 3 * n + m
+        self.buf_len = self.o_ab + row * (n + 1)
+        self.n = n
+        self.data = None
+        self.ptr: np.ndarray | None = None
+        self.D: np.ndarray | None = None
+        self.tmax: np.ndarray | None = None
+        self.version = -1                  # models._params.version when the gains and targets were copied
+        self.traj_tasks: list = []         # frame tasks whose target is sampled in Python every step
         # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
         self._levels, i = [], 0
         for L in upper:
@@ -149,28 +200,89 @@ class _FusedPlan:
         self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
 
     def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
-        """Views into the Pinocchio data ``d`` that ``computeAllTerms`` refreshes in place: data.J and
-        each needed joint's R_j, p_j (data.oMi) and spatial acceleration (data.a); taken again when
-        the robot's data object changes (``Robot.add_frame`` creates a new one), the damping D or
-        the effort limit's τ_max array is replaced.  ``args``: everything but the step's own arrays,
-        as the kernel takes it."""
-        self.J = d.J
+        """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
+        (refreshed in place by Pinocchio; ``d`` is held, so its storage stays) data.J, data.M, data.nle
+        and each needed joint's rotation and translation in data.oMi; the damping D and the effort limit's
+        τ_max (held too), so that a change in place is read.  Taken again when the robot's data object
+        changes (``Robot.add_frame`` creates a new one), or D or τ_max is replaced by another array."""
+        def address(a) -> int:
+            return int(a.__array_interface__["data"][0])
+
         poses = [d.oMi[j] for j in self.joint_ids]
-        accs = [d.a[j] for j in self.joint_ids]
-        self.jR = tuple(T.rotation for T in poses)
-        self.jp = tuple(T.translation for T in poses)
-        self.ja = tuple(a.vector for a in accs)
-        self._keep = (poses, accs)
-        self.data, self.D = d, D
-        self.tmax = self.no_tmax if self.effort is None else self.effort.tau_max
-        self.args = (self.J, D, self.jR, self.jp, self.ja, self.fint, self.fplace, self.fJ, self.fvec, self.tint,
-                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.tbias, self.terr,
-                     self.m_up, self.gauss, sqrt_tol, self.eidx, self.tmax, self.wk)
+        for a in [d.J, d.M, d.nle] + [T.rotation for T in poses] + [T.translation for T in poses]:
+            if a.dtype != np.float64 or not a.flags.f_contiguous:
+                raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
+        Dk = np.ascontiguousarray(D, dtype=np.float64)
+        tmax = None if self.effort is None else self.effort.tau_max
+        tk = np.ascontiguousarray(np.zeros(0) if tmax is None else tmax, dtype=np.float64)
+        if Dk.shape != (self.n,) or tk.shape != self.eidx.shape:
+            raise ValueError(f"damping of shape {Dk.shape} or tau_max of shape {tk.shape}: expected ({self.n},) and "
+                             f"{self.eidx.shape}")
+        ptr = [address(d.J), address(d.M), address(d.nle), address(Dk), address(tk)]
+        for T in poses:
+            ptr += [address(T.rotation), address(T.translation)]
+        self.ptr = np.array(ptr, dtype=np.int64)
+        self._keep = (poses, Dk, tk)
+        self.data, self.D, self.tmax = d, D, tmax
+        self.F[1] = sqrt_tol
+
+    def copy_parameters(self) -> None:
+        """Copy every task's gains and targets into the tables (the kernel reads them there): run when
+        ``models._params.version`` moved, i.e. a task's ``kp``, ``kd``, ``q_ref``, target or trajectory or
+        a ``Circle``'s parameters were set since the last copy.  Frame tasks following a trajectory other
+        than a ``Circle`` (which the kernel samples) are listed in ``traj_tasks``: sampled every step."""
+        tflt = self.tflt
+        for k, task in self.task_items:
+            tflt[k, 0] = task.kp
+            tflt[k, 1] = task.kd
+        for off, stop, task in self.postures:
+            self.qref[off:stop] = task.q_ref
+        tgtH, tgtVA, tcirc = self.tgtH, self.tgtVA, self.tcirc
+        traj = []
+        for k, task in self.frame_tasks:
+            c = task.constant_target
+            tcirc[k, 6] = 0.0
+            if c is None:
+                tr = task.trajectory
+                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
+                if circ is not None:            # sampled in the kernel (_uk_kernels.circle_sample)
+                    tcirc[k, :6] = circ
+                    tcirc[k, 6] = 1.0
+                    tgtH[k, :3, :3] = tr.R
+                else:
+                    traj.append((k, task))
+                continue
+            T, vel, accD = c
+            tgtH[k] = T.homogeneous
+            tgtVA[k, :6] = vel
+            tgtVA[k, 6:] = accD
+        self.traj_tasks = traj
+
+    def sample(self, t: float) -> None:
+        """The targets of ``traj_tasks`` at t, into the tables."""
+        tgtH, tgtVA = self.tgtH, self.tgtVA
+        for k, task in self.traj_tasks:
+            T, vel, accD = task.desired(t)
+            tgtH[k] = T.homogeneous
+            tgtVA[k, :6] = vel
+            tgtVA[k, 6:] = accD
+
+    def pose_table(self, d) -> np.ndarray:
+        """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""
+        return np.array([np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids]
+                        ).reshape(len(self.joint_ids), 12)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(data=None, J=None, jR=None, jp=None, ja=None, _keep=None, args=None)   # rebound on first use
+        state.update(data=None, ptr=None, _keep=None, version=-1, D=None, tmax=None)   # rebound on first use
         return state
+
+    def results(self, buf: np.ndarray):
+        """(v̇, τ, h + D v, λ or None, Ab) of one step's buffer (views)."""
+        n = self.n
+        o = self.o_out
+        lam = buf[o + 3 * n:self.o_ab] if self.m_up else None
+        return buf[o:o + n], buf[o + n:o + 2 * n], buf[o + 2 * n:o + 3 * n], lam, buf[self.o_ab:].reshape(self.ab_shape)
 
     def views(self, Ab: np.ndarray):
         """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's)."""

@@ -56,6 +56,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import pinocchio as pin
 
+from cmstack.models import _params
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import cross3, se3_error
 from cmstack.models.robot import Kinematics, Robot
@@ -132,6 +133,14 @@ class Task(ABC):
     kp: float
     kd: float
     rows: slice
+
+    #: attributes a compiled step copies (``models/_params.py``): setting one announces the change
+    _COPIED = frozenset({"kp", "kd", "q_ref", "_const", "trajectory"})
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        if name in Task._COPIED:
+            _params.changed()
 
     @abstractmethod
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
@@ -409,7 +418,8 @@ class PostureTask(Task):
         self.set_target(np.zeros(robot.nq) if q_ref is None else q_ref)
 
     def set_target(self, q_ref) -> None:
-        """New reference posture, of size nq (all joints) or of the selected joints' count."""
+        """New reference posture, of size nq (all joints) or of the selected joints' count (copied: the
+        task's ``q_ref`` is read-only, a new reference is set here)."""
         q_ref = np.asarray(q_ref, dtype=float).ravel()
         if q_ref.shape == (self.robot.nq,):
             q_ref = q_ref[self.idx]
@@ -418,6 +428,8 @@ class PostureTask(Task):
                               f"or {len(self.idx)} (the selected joints)")
         if not np.all(np.isfinite(q_ref)):
             raise ConfigError(f"{self.name}: q_ref must be finite, got {q_ref.tolist()}")
+        q_ref = q_ref.copy()             # the task's own, read-only: set a new one with set_target (models/_params.py)
+        q_ref.flags.writeable = False
         self.q_ref = q_ref
 
     def _joint_rows(self, kin, qd, vd, ad) -> ErrorDynamics:

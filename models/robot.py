@@ -32,6 +32,8 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileErro
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 _frame_jacobian = pin.getFrameJacobian
 _frame_acc = pin.getFrameClassicalAcceleration
+_crba, _nle, _WORLD = pin.crba, pin.nonLinearEffects, pin.Convention.WORLD
+_fk = pin.forwardKinematics
 _dot = np.dot                 # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
 
 
@@ -394,6 +396,9 @@ class Kinematics:
             robot = self.robot
             fid = robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
             m, d = robot.model, robot.data
+            if robot._lean_gen == self._gen:            # a lean pass (Robot.update_for_kernel): the joints'
+                _fk(m, d, self.q, self.v, np.zeros(robot.nv))  # accelerations at v̇ = 0, same (q, v)
+                robot._lean_gen = -1
             J = _frame_jacobian(m, d, fid, LWA)             # also sets d.oMf[fid]
             if J.ndim == 1:                                 # Pinocchio returns (6,) for a 1-DoF model
                 J = J.reshape(6, 1)
@@ -431,6 +436,7 @@ class Robot:
         built from URDF (``cmstack.sim.urdf_plant``) rebuilds the same robot from them."""
         self.data = self.model.createData()
         self._gen = 0      # bumped whenever self.data changes state (update, add_frame, a law's direct pass)
+        self._lean_gen = -1   # the _gen of the last update_for_kernel: data.a not computed at that state
         self.joint_names = [self.model.names[i] for i in range(1, self.model.njoints)]
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
@@ -627,17 +633,9 @@ class Robot:
         """Run every algorithm a control step needs, once (``pin.computeAllTerms``): FK with zero
         acceleration (so the classical drift terms dJ v are the frames' accelerations), the joint
         Jacobians, M = CRBA (full symmetric), h = nle(q, v).  dJ/dt is computed only if asked for."""
-        if type(q) is not np.ndarray or q.dtype != np.float64:
-            q = np.asarray(q, dtype=float)
-        if type(v) is not np.ndarray or v.dtype != np.float64:
-            v = np.asarray(v, dtype=float)
-        if q.shape != (self.nq,) or v.shape != (self.nv,):
-            raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
-                             f"got {q.shape} and {v.shape}")
+        q, v = self.state_arrays(q, v)
         if not math.isfinite(_dot(q, q) + _dot(v, v)):  # one cheap test: NaN/inf makes the sum non-finite
-            check_finite("q", q, f"state given to {self.path.name}")
-            check_finite("v", v, f"state given to {self.path.name}")
-            raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
+            self.refuse_state(q, v)
         m, d = self.model, self.data
         # one pass: FK (q, v, v̇ = 0, so data.a holds the drift accelerations), joint Jacobians,
         # M (full symmetric) and nle; frame quantities are read from it on demand (Kinematics.frame)
@@ -645,6 +643,42 @@ class Robot:
         self._gen += 1
         M, h = self.dynamics_views()
         return Kinematics(self, q.copy(), v.copy(), M.copy(), h.copy())
+
+    def state_arrays(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+        """(q, v) as float64 arrays of the model's sizes, else ``StateError`` naming both shapes (the
+        first half of ``update``'s checks; ``refuse_state`` is the second)."""
+        if type(q) is not np.ndarray or q.dtype != np.float64:
+            q = np.asarray(q, dtype=float)
+        if type(v) is not np.ndarray or v.dtype != np.float64:
+            v = np.asarray(v, dtype=float)
+        if q.shape != (self.nq,) or v.shape != (self.nv,):
+            raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
+                             f"got {q.shape} and {v.shape}")
+        return q, v
+
+    def refuse_state(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Raise the ``StateError`` of a state whose |q|² + |v|² is not finite: the non-finite entries
+        named, or the overflow."""
+        check_finite("q", q, f"state given to {self.path.name}")
+        check_finite("v", v, f"state given to {self.path.name}")
+        raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
+
+    def update_for_kernel(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+        """The lean pass of a compiled control step that reads the data itself (the fused UK step):
+        ``state_arrays``' checks, then ``pin.crba`` in the WORLD convention (the joints' poses data.oMi,
+        the joint Jacobians data.J and M, full symmetric: the same values as ``update``'s
+        computeAllTerms) and ``pin.nonLinearEffects`` (h, equal to computeAllTerms' to round-off, and the
+        joints' velocities).  Skipped, unlike ``update``: the joints' accelerations at v̇ = 0 (the kernel
+        computes its frames' from data.J and v; a ``Kinematics`` of this state runs them on its first
+        frame, ``Kinematics.frame``) and the rest of computeAllTerms (dJ, centroidal terms, energies).
+        The caller tests |q|² + |v|² for finiteness (``refuse_state`` when it is not).  Returns (q, v)."""
+        q, v = self.state_arrays(q, v)
+        m, d = self.model, self.data
+        _crba(m, d, q, _WORLD)
+        _nle(m, d, q, v)
+        self._gen += 1
+        self._lean_gen = self._gen
+        return q, v
 
     def dynamics_views(self) -> tuple[np.ndarray, np.ndarray]:
         """(M, h): views into this robot's Pinocchio data, which ``pin.computeAllTerms`` refreshes in

@@ -29,6 +29,7 @@ import numpy as np
 import pinocchio as pin
 from numpy.typing import ArrayLike
 
+from cmstack.models import _params
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import log3, quat_from_matrix, quat_to_matrix
 
@@ -140,8 +141,14 @@ class Circle(SE3Trajectory):
         if c.shape != (3,):
             raise ConfigError(f"Circle: center must be a 3-vector, got {list(c)}")
         self.cx, self.cy, self.cz = (float(x) for x in c)
-        self.R = np.eye(3) if R is None else np.asarray(R, dtype=float)
+        R = np.eye(3) if R is None else np.array(R, dtype=float)
+        R.flags.writeable = False      # the circle's own, read-only: assign a new R (models/_params.py)
+        self.R = R
         self.r, self.w, self.phase = float(radius), float(omega), float(phase)
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        _params.changed()               # a compiled step that samples this circle copies its parameters again
 
     def kernel_params(self) -> tuple | None:
         """(c_x, c_y, c_z, r, ω, φ) for a compiled step that samples this circle itself, or None when a

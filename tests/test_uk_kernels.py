@@ -60,7 +60,7 @@ def test_frame_states_equal_pinocchio(setup):
     fids = {c.fB: None, c.f2: None, off.fid: None, u.fid: None}
     for t, q, v in states[::40]:
         P, kin = _plan_and_kin(ctl, t, q, v)
-        K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+        K.frame_states(robot.data.J, kin.v, P.pose_table(robot.data), P.fint, P.fplace, P.fJ, P.fvec)
         for k, fid in enumerate(_plan_frames(ctl)):
             fs = kin.frame(fid)
             np.testing.assert_allclose(P.fvec[k, :9].reshape(3, 3), fs.R, atol=1e-14)
@@ -104,7 +104,7 @@ def test_task_rows_equal_qp_rows(setup, rows):
     for t, q, v in states[::50]:
         ctl(t, q, v)                      # fills the targets, gains and posture references
         P, kin = _plan_and_kin(ctl, t, q, v)
-        K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+        K.frame_states(robot.data.J, kin.v, P.pose_table(robot.data), P.fint, P.fplace, P.fJ, P.fvec)
         Ab = np.full(P.ab_shape, np.nan)
         terr = np.full_like(P.terr, np.nan)
         K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref,
@@ -174,11 +174,11 @@ def test_kkt_solve_equals_the_dense_kkt_system(setup):
         for t, q, v in states[::80]:
             ctl(t, q, v)
             P, kin = _plan_and_kin(ctl, t, q, v)
-            K.frame_states(P.J, kin.v, P.jR, P.jp, P.ja, P.fint, P.fplace, P.fJ, P.fvec)
+            K.frame_states(robot.data.J, kin.v, P.pose_table(robot.data), P.fint, P.fplace, P.fJ, P.fvec)
             Ab = np.empty(P.ab_shape)
             K.task_rows(t, kin.q, kin.v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc, P.pidx, P.qref,
                         P.tbias, P.terr, Ab)
-            out = np.empty(P.out_len)
+            out = np.empty(3 * robot.nv + P.m_up)
             st = K.kkt_solve(kin.M, kin.h, ctl.D, kin.v, Ab, P.tint, P.tflt, P.m_up, P.gauss, ctl._sqrt_rank_tol, P.wk, out)
             assert st == K.OK
             n, m = robot.nv, P.m_up
@@ -208,14 +208,14 @@ def test_kkt_solve_reports_rank_deficiency():
     tint = np.array([[0, 0, 0, 0, 0, 2, 0, 0]], dtype=np.int64)
     tflt = np.array([[0.0, 0.0, 1.0, 0.0]])
     Ab = np.array([[1.0, 2.0, 0.0, 1.0], [1.0, 2.0, 0.0, 1.0]])
-    wk = np.zeros(2 * n * n + n + n * 3 + 4)
+    wk = np.zeros(K.kkt_work_size(n, 2))
     out = np.empty(3 * n + 2)
     z = np.zeros(n)
     assert K.kkt_solve(M, z, z, z, Ab, tint, tflt, 2, 1.0, 1e-4, wk, out) == K.NULLSPACE
     Ab[1, :3] = [0.0, 1.0, 1.0]
     assert K.kkt_solve(M, z, z, z, Ab, tint, tflt, 2, 1.0, 1e-4, wk, out) == K.OK
     np.testing.assert_allclose(Ab[:, :3] @ out[:3], Ab[:, 3], atol=1e-14)
-    wk0 = np.zeros(2 * n * n + n + n)
+    wk0 = np.zeros(K.kkt_work_size(n, 0))
     assert K.kkt_solve(-M, z, z, z, Ab[:0], tint[:0], tflt[:0], 0, 1.0, 1e-4, wk0, out[:3 * n]) == K.SINGULAR
 
 
