@@ -64,6 +64,9 @@ class YumiForcePIDC:
         self.log_lam: list[np.ndarray] = []
         self.info: YumiForceInfo | None = None
 
+    #: the plant data it reads (its wrist force sensor), which cmstack rt's driver publishes with each state
+    sensed_data = ("qfrc_constraint",)
+
     def attach_plant(self, plant):
         """Give the controller its force sensor (the plant's weld force on the arm joints)."""
         self.plant = plant
