@@ -68,21 +68,25 @@ import difflib
 import math
 import tomllib
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
 from cmstack.models.lie import cross3, svd_rank
+
+if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
+    from cmstack.models.robot import Kinematics, Robot
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 KINDS = {"point": 3, "weld": 6, "revolute": 5, "plane": 1}
 """Loop closure kinds and their number of rows."""
 
 
-def as_offset(x, where: str) -> pin.SE3 | None:
+def as_offset(x: object, where: str) -> pin.SE3 | None:
     """An offset pose: None, a ``pin.SE3``, a 4×4 matrix, a position [x, y, z] (m), or a dict
     {xyz = [..], rpy = [..]} (m, rad; URDF's roll-pitch-yaw)."""
     if x is None:
@@ -118,7 +122,8 @@ def _vec3(x, where: str) -> np.ndarray:
     return a
 
 
-def closure_rows(kind: str, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v):
+def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, Rb: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray,
+                 v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
     and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring)."""
     if kind == "plane":
@@ -146,7 +151,7 @@ def closure_rows(kind: str, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v):
     return phi, J, jdv
 
 
-def plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v):
+def plane_rows(Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a ``plane`` closure (1 row): point b on the plane through A normal to n = R_A ẑ
     (derivation in the module docstring)."""
     n = Ra[:, 2]
@@ -176,7 +181,8 @@ class LoopClosure(Task):
 
     Rows and their derivation: the module docstring.  ``dim`` = ``m`` = the number of rows."""
 
-    def __init__(self, robot, frame_a: str, frame_b: str, kind: str = "point", offset=None, *, offset_b=None,
+    def __init__(self, robot: Robot, frame_a: str, frame_b: str, kind: str = "point", offset: object = None, *,
+                 offset_b: object = None,
                  kp: float = 400.0, kd: float = 40.0, name: str | None = None):
         if kind not in KINDS:
             raise ConfigError(f"LoopClosure({frame_a!r}, {frame_b!r}): kind={kind!r} is not one of {list(KINDS)}")
@@ -197,7 +203,7 @@ class LoopClosure(Task):
         return f"LoopClosure({self.name!r}, {self.frame_a!r}, {self.frame_b!r}, kind={self.kind!r})"
 
     # ------------------------------------------------------------------ the core contract
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         """ErrorDynamics(W = J, drift = J̇v, w = J v, e = φ) from the kinematics snapshot."""
         A, b = kin.frame(self.fa), kin.frame(self.fb)
         phi, J, jdv = closure_rows(self.kind, A.R, A.p, A.J, A.acc, b.R, b.p, b.J, b.acc, kin.v)
@@ -218,27 +224,27 @@ class LoopClosure(Task):
             self._set = ClosureSet([self])
         return self._set
 
-    def phi(self, q) -> np.ndarray:
+    def phi(self, q: np.ndarray) -> np.ndarray:
         """The residual φ(q) (m, m and rad)."""
         return self._evaluator().phi(q)
 
-    def jacobian(self, q) -> np.ndarray:
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
         """A(q) = J (m×n)."""
         return self._evaluator().jacobian(q)
 
-    def jdot_v(self, q, v) -> np.ndarray:
+    def jdot_v(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Ȧ q̇ = J̇ v (m)."""
         return self._evaluator().jdot_v(q, v)
 
-    def jacobian_and_jdot_v(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+    def jacobian_and_jdot_v(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(A, Ȧq̇) from one Pinocchio pass."""
         return self._evaluator().jacobian_and_jdot_v(q, v)
 
-    def rows_from(self, kin) -> tuple[np.ndarray, np.ndarray]:
+    def rows_from(self, kin: Kinematics) -> tuple[np.ndarray, np.ndarray]:
         """(A, Ȧq̇) read from a kinematics snapshot of the robot (``Robot.update``): no pass of its own."""
         return self._evaluator().rows_from(kin)
 
-    def residual(self, q) -> float:
+    def residual(self, q: np.ndarray) -> float:
         """max |φ(q)| (m or rad)."""
         return float(np.max(np.abs(self.phi(q))))
 
@@ -300,20 +306,20 @@ class ClosureSet:
         self._out = (phi, J, jdv)
         return self._out
 
-    def phi(self, q) -> np.ndarray:
+    def phi(self, q: np.ndarray) -> np.ndarray:
         return self._pass(q, None)[0].copy()
 
-    def jacobian(self, q) -> np.ndarray:
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
         return self._pass(q, None)[1].copy()
 
-    def jdot_v(self, q, v) -> np.ndarray:
+    def jdot_v(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         return self._pass(q, v)[2].copy()
 
-    def jacobian_and_jdot_v(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+    def jacobian_and_jdot_v(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, J, jdv = self._pass(q, v)
         return J.copy(), jdv.copy()
 
-    def rows_from(self, kin) -> tuple[np.ndarray, np.ndarray]:
+    def rows_from(self, kin: Kinematics) -> tuple[np.ndarray, np.ndarray]:
         """(A, Ȧq̇) at the snapshot's (q, v), from its frames (a law that has run ``Robot.update`` already
         needs no second pass): the same rows as ``jacobian_and_jdot_v``."""
         v = kin.v
@@ -324,13 +330,13 @@ class ClosureSet:
             _, J[s], jdv[s] = closure_rows(c.kind, a.R, a.p, a.J, a.acc, b.R, b.p, b.J, b.acc, v)
         return J, jdv
 
-    def residuals(self, q) -> list[float]:
+    def residuals(self, q: np.ndarray) -> list[float]:
         """max |φ| of each closure at q."""
         phi = self.phi(q)
         return [float(np.max(np.abs(phi[s]))) for s in self.slices]
 
 
-def as_constraint(c):
+def as_constraint(c: object) -> Any:
     """What PIDC and ProjectionPlant take: a LoopClosure, a sequence of them (stacked in a ``ClosureSet``),
     a ``ClosureSet``, or any object with phi, jacobian and jdot_v (returned as it is)."""
     if isinstance(c, (list, tuple)):
@@ -343,7 +349,7 @@ def as_constraint(c):
     return c
 
 
-def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol: float = 1e-12,
+def assemble(robot: Robot, q_guess: ArrayLike, loops: Iterable[LoopClosure] | None = None, *, tol: float = 1e-12,
              max_iter: int = 50, fixed: Sequence[str] = ()) -> np.ndarray:
     """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given): Newton's
     iteration q ← q − J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad).  J⁺ drops singular values
@@ -384,7 +390,7 @@ def assemble(robot, q_guess, loops: Iterable[LoopClosure] | None = None, *, tol:
 _LOOP_KEYS = {"name", "frame_a", "frame_b", "kind", "offset", "offset_b", "kp", "kd"}
 
 
-def read_sidecar(path) -> dict:
+def read_sidecar(path: str | Path) -> dict:
     """The loops TOML beside a URDF: {"passive": [...], "loop": [{frame_a, frame_b, kind, ...}, ...]}
     (format in the module docstring); a missing file, bad TOML or an unknown key → ``ConfigError``
     naming the file and the key."""
@@ -418,7 +424,7 @@ def read_sidecar(path) -> dict:
     return {"passive": list(passive), "loop": [dict(x) for x in loops], "path": p}
 
 
-def apply_sidecar(robot, side: dict, prefix: str = "") -> None:
+def apply_sidecar(robot: Robot, side: dict, prefix: str = "") -> None:
     """Add the sidecar's loops to ``robot.loops`` and its passive joints to ``robot.passive_joints`` (names
     prefixed with ``prefix``, a composed part's); a missing frame or joint → ``ConfigError`` naming the file,
     the loop and the frame."""
@@ -441,7 +447,7 @@ def apply_sidecar(robot, side: dict, prefix: str = "") -> None:
         robot.loops.append(c)
 
 
-def pinocchio_constraint_models(robot, loops: Iterable[LoopClosure] | None = None):
+def pinocchio_constraint_models(robot: Robot, loops: Iterable[LoopClosure] | None = None) -> tuple[Any, Any]:
     """Pinocchio's rigid constraint models of the loops (for ``pin.constraintDynamics``): ``point`` → one
     CONTACT_3D between the two frames' joints at the frames' placements, ``weld`` → CONTACT_6D, ``revolute`` →
     two CONTACT_3D, at the frames and 0.05 m along the hinge axis (rank 5 of 6); all LOCAL.  Returns
