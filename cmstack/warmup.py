@@ -54,9 +54,10 @@ def _warm_rest() -> None:
     build_pidc(default_config("series_parallel"), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
     from cmstack.scenarios.closed_chain import build_law, build_reference, load_robot   # PIDC, several loop rows
 
-    cc = dict(default_config("closed_chain"), model="mjcf/four_bar.xml")
-    four = load_robot(cc)
-    build_law(cc, four, build_reference(cc, four)[1])(0.0, four.q_initial, np.zeros(four.nv))
+    for law in ("pidc", "uk"):                  # PIDC's rows kernel, UK's passive map (controllers/kernels.py)
+        cc = dict(default_config("closed_chain"), model="mjcf/four_bar.xml", law=law)
+        four = load_robot(cc)
+        build_law(cc, four, build_reference(cc, four)[1])(0.0, four.q_initial, np.zeros(four.nv))
     from cmstack.scenarios.balloon import Params, titop_system    # the TITOP sweeps (models/_titop_kernels.py)
     P = Params(default_config("balloon"))
     tsys = titop_system(P)

@@ -5,7 +5,8 @@ case has its own closed form (``controllers/kernels.py: pidc_one_row``).
 
 Factorizations.  Every pseudo-inverse of the NumPy path is the truncated Moore–Penrose inverse of a small
 matrix X (p×s) (singular values at or below a threshold dropped).  Here it is a complete orthogonal
-decomposition (COD) from two Householder QR factorizations, O(p s min(p, s)) flops with no iteration:
+decomposition (COD) from two Householder QR factorizations, O(p s min(p, s)) flops with no iteration
+(``controllers/kernels.py``: ``qr_pivot``, ``cod_factor``, ``cod_pinv_apply``):
 
     X Π = Q [R₁₁ R₁₂; 0 R₂₂]      (QR with column pivoting: |R₁₁| decreasing on the diagonal; stop at the
                                    first step whose largest remaining column norm ρ is at or below the
@@ -50,149 +51,9 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
+
 OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
-
-
-@njit(cache=True)
-def qr_pivot(X, p, s, tol, rel, piv, tau):
-    """Householder QR with column pivoting of X[:p, :s] in place (LAPACK's layout: R on and above the diagonal,
-    reflector j's vector below X[j, j] with a unit first entry implied, its factor in tau[j]; H_j = I − τ v vᵀ),
-    stopped at the first step whose largest remaining column norm is ≤ tol (``rel``: ≤ tol·|R₀₀|).  piv[:s]
-    receives the column order (X Π = Q R with Π's column j = e_piv[j]).  Returns the rank r."""
-    for c in range(s):
-        piv[c] = c
-    r00 = 0.0
-    for j in range(min(p, s)):
-        best, bn = j, -1.0
-        for c in range(j, s):
-            x = 0.0
-            for i in range(j, p):
-                x += X[i, c] * X[i, c]
-            if x > bn:
-                bn, best = x, c
-        nrm = math.sqrt(bn)
-        thr = tol * (nrm if j == 0 else r00) if rel else tol
-        if not nrm > thr:
-            return j
-        if best != j:
-            for i in range(p):
-                X[i, j], X[i, best] = X[i, best], X[i, j]
-            piv[j], piv[best] = piv[best], piv[j]
-        x0 = X[j, j]
-        tail = 0.0
-        for i in range(j + 1, p):
-            tail += X[i, j] * X[i, j]
-        if tail == 0.0:                      # nothing below the diagonal: H_j = I
-            tau[j] = 0.0
-            if j == 0:
-                r00 = abs(x0)
-            continue
-        beta = -nrm if x0 >= 0.0 else nrm
-        tau[j] = (beta - x0) / beta
-        f = 1.0 / (x0 - beta)
-        for i in range(j + 1, p):
-            X[i, j] *= f
-        X[j, j] = beta
-        if j == 0:
-            r00 = nrm
-        for c in range(j + 1, s):
-            w = X[j, c]
-            for i in range(j + 1, p):
-                w += X[i, j] * X[i, c]
-            w *= tau[j]
-            X[j, c] -= w
-            for i in range(j + 1, p):
-                X[i, c] -= w * X[i, j]
-    return min(p, s)
-
-
-@njit(cache=True)
-def apply_qt(X, p, k, tau, y):
-    """y ← Qᵀ y = H_{k−1} ⋯ H₀ y for the first k reflectors stored in X (``qr_pivot``), y of length p."""
-    for j in range(k):
-        if tau[j] == 0.0:
-            continue
-        w = y[j]
-        for i in range(j + 1, p):
-            w += X[i, j] * y[i]
-        w *= tau[j]
-        y[j] -= w
-        for i in range(j + 1, p):
-            y[i] -= w * X[i, j]
-
-
-@njit(cache=True)
-def apply_q(X, p, k, tau, y):
-    """y ← Q y = H₀ ⋯ H_{k−1} y (the reflectors of ``qr_pivot``), y of length p."""
-    for j in range(k - 1, -1, -1):
-        if tau[j] == 0.0:
-            continue
-        w = y[j]
-        for i in range(j + 1, p):
-            w += X[i, j] * y[i]
-        w *= tau[j]
-        y[j] -= w
-        for i in range(j + 1, p):
-            y[i] -= w * X[i, j]
-
-
-@njit(cache=True)
-def _unpivoted(Zt, s, r, ztau):
-    """Householder QR of Zt[:s, :r] without pivoting (the second factor of the COD)."""
-    for j in range(r):
-        x0 = Zt[j, j]
-        tail = 0.0
-        for i in range(j + 1, s):
-            tail += Zt[i, j] * Zt[i, j]
-        if tail == 0.0:
-            ztau[j] = 0.0
-            continue
-        nrm = math.sqrt(x0 * x0 + tail)
-        beta = -nrm if x0 >= 0.0 else nrm
-        ztau[j] = (beta - x0) / beta
-        f = 1.0 / (x0 - beta)
-        for i in range(j + 1, s):
-            Zt[i, j] *= f
-        Zt[j, j] = beta
-        for c in range(j + 1, r):
-            w = Zt[j, c]
-            for i in range(j + 1, s):
-                w += Zt[i, j] * Zt[i, c]
-            w *= ztau[j]
-            Zt[j, c] -= w
-            for i in range(j + 1, s):
-                Zt[i, c] -= w * Zt[i, j]
-
-
-@njit(cache=True)
-def cod_factor(X, p, s, tol, rel, piv, tau, Zt, ztau):
-    """The COD of X[:p, :s] (module docstring): pivoted QR in X (rank r), then the unpivoted QR of
-    Tᵀ = [R₁₁ R₁₂]ᵀ (s×r) in Zt (U on and above its diagonal).  Returns r."""
-    r = qr_pivot(X, p, s, tol, rel, piv, tau)
-    for i in range(s):
-        for j in range(r):
-            Zt[i, j] = X[j, i] if i >= j else 0.0
-    _unpivoted(Zt, s, r, ztau)
-    return r
-
-
-@njit(cache=True)
-def cod_pinv_apply(X, p, s, r, piv, tau, Zt, ztau, y, w, out):
-    """out ← X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y from ``cod_factor``'s result (y of length p, out of length s; w scratch
-    of length max(p, s); y is left unchanged)."""
-    for i in range(p):
-        w[i] = y[i]
-    apply_qt(X, p, r, tau, w)
-    for i in range(r):                      # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
-        x = w[i]
-        for k in range(i):
-            x -= Zt[k, i] * w[k]
-        w[i] = x / Zt[i, i]
-    for i in range(r, s):
-        w[i] = 0.0
-    apply_q(Zt, s, r, ztau, w)
-    for i in range(s):
-        out[piv[i]] = w[i]
 
 
 @njit(cache=True)
@@ -253,7 +114,7 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
     for i in range(n):
         for c in range(m):
             Xa[i, c] = A[c, i]
-    r = cod_factor(Xa, n, m, rank_tol, False, pa, ta, Za, za)
+    r = cod_factor(Xa, n, m, rank_tol, ABS, pa, ta, Za, za)
     for c in range(n):                        # column c of Q = Q e_c
         for i in range(n):
             w1[i] = 1.0 if i == c else 0.0
@@ -307,7 +168,7 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
     for i in range(n):
         qdd[i] = cv[i]
     if d > 0 and k > 0:
-        rb = cod_factor(Xb, k, d, rtol, True, pb, tb, Zb, zb)
+        rb = cod_factor(Xb, k, d, rtol, REL, pb, tb, Zb, zb)
         cod_pinv_apply(Xb, k, d, rb, pb, tb, Zb, zb, yv, w1, w2)      # w2 = (B₀N)⁺ y
         for i in range(n):
             x = 0.0
@@ -343,7 +204,7 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
                 yv[i] = tau_par[pj[i]]
                 for j in range(r):
                     Xb[i, j] = Qf[pj[i], j]
-            rc = cod_factor(Xb, np_, r, rtol, True, pb, tb, Zb, zb)
+            rc = cod_factor(Xb, np_, r, rtol, REL, pb, tb, Zb, zb)
             cod_pinv_apply(Xb, np_, r, rc, pb, tb, Zb, zb, yv, w1, w2)
             for i in range(n):
                 x = 0.0

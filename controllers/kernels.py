@@ -62,6 +62,215 @@ def cholesky_solve_inplace(L, n, b):
         b[i] = x / L[i, i]
 
 
+# ------------------------------------------------------------------------------------------ truncated pseudo-inverses
+# The truncated Moore–Penrose inverse of a small matrix X (p×s) without an SVD: a complete orthogonal
+# decomposition (COD) from two Householder QR factorizations, O(p s min(p, s)) flops, no iteration:
+#
+#     X Π = Q [R₁₁ R₁₂; 0 R₂₂]   (column pivoting; stop when the largest remaining column norm ρ is at or below
+#                                 the threshold: rank r, R₂₂ dropped, ‖R₂₂‖₂ ≤ √(s−r) ρ)
+#     T = [R₁₁ R₁₂] (r×s),  Tᵀ = Z [U; 0]   (U r×r upper triangular, nonsingular)
+#     X ≈ Q_r T Πᵀ = Q_r Uᵀ Z_rᵀ Πᵀ,   X⁺ = Π Z_r U⁻ᵀ Q_rᵀ
+#
+# (X X⁺ = Q_r Q_rᵀ and X⁺ X = Π Z_r Z_rᵀ Πᵀ are symmetric projectors: the four Penrose conditions hold).  Range
+# and left null space of X: Q_r and Q[:, r:].  The rank test reads pivoted column norms instead of singular
+# values (σ₁/√s ≤ |R₀₀| ≤ σ₁); the two agree whenever no singular value lies near the threshold.
+ABS, REL, REL1 = 0, 1, 2
+
+
+@njit(cache=True)
+def qr_pivot(X, p, s, tol, mode, piv, tau):
+    """Householder QR with column pivoting of X[:p, :s] in place (LAPACK's layout: R on and above the diagonal,
+    reflector j's vector below X[j, j] with a unit first entry implied, its factor in tau[j]; H_j = I − τ v vᵀ),
+    stopped at the first step whose largest remaining column norm is ≤ the threshold: tol (mode ``ABS``),
+    tol·|R₀₀| (``REL``) or tol·max(1, |R₀₀|) (``REL1``), |R₀₀| the largest column norm.  piv[:s] receives the
+    column order (X Π = Q R with Π's column j = e_piv[j]).  Returns the rank r."""
+    for c in range(s):
+        piv[c] = c
+    r00 = 0.0
+    for j in range(min(p, s)):
+        best, bn = j, -1.0
+        for c in range(j, s):
+            x = 0.0
+            for i in range(j, p):
+                x += X[i, c] * X[i, c]
+            if x > bn:
+                bn, best = x, c
+        nrm = math.sqrt(bn)
+        big = nrm if j == 0 else r00
+        thr = tol if mode == ABS else (tol * big if mode == REL else tol * max(1.0, big))
+        if not nrm > thr:
+            return j
+        if best != j:
+            for i in range(p):
+                X[i, j], X[i, best] = X[i, best], X[i, j]
+            piv[j], piv[best] = piv[best], piv[j]
+        x0 = X[j, j]
+        tail = 0.0
+        for i in range(j + 1, p):
+            tail += X[i, j] * X[i, j]
+        if tail == 0.0:                      # nothing below the diagonal: H_j = I
+            tau[j] = 0.0
+            if j == 0:
+                r00 = abs(x0)
+            continue
+        beta = -nrm if x0 >= 0.0 else nrm
+        tau[j] = (beta - x0) / beta
+        f = 1.0 / (x0 - beta)
+        for i in range(j + 1, p):
+            X[i, j] *= f
+        X[j, j] = beta
+        if j == 0:
+            r00 = nrm
+        for c in range(j + 1, s):
+            w = X[j, c]
+            for i in range(j + 1, p):
+                w += X[i, j] * X[i, c]
+            w *= tau[j]
+            X[j, c] -= w
+            for i in range(j + 1, p):
+                X[i, c] -= w * X[i, j]
+    return min(p, s)
+
+
+@njit(cache=True)
+def apply_qt(X, p, k, tau, y):
+    """y ← Qᵀ y = H_{k−1} ⋯ H₀ y for the first k reflectors stored in X (``qr_pivot``), y of length p."""
+    for j in range(k):
+        if tau[j] == 0.0:
+            continue
+        w = y[j]
+        for i in range(j + 1, p):
+            w += X[i, j] * y[i]
+        w *= tau[j]
+        y[j] -= w
+        for i in range(j + 1, p):
+            y[i] -= w * X[i, j]
+
+
+@njit(cache=True)
+def apply_q(X, p, k, tau, y):
+    """y ← Q y = H₀ ⋯ H_{k−1} y (the reflectors of ``qr_pivot``), y of length p."""
+    for j in range(k - 1, -1, -1):
+        if tau[j] == 0.0:
+            continue
+        w = y[j]
+        for i in range(j + 1, p):
+            w += X[i, j] * y[i]
+        w *= tau[j]
+        y[j] -= w
+        for i in range(j + 1, p):
+            y[i] -= w * X[i, j]
+
+
+@njit(cache=True)
+def _unpivoted(Zt, s, r, ztau):
+    """Householder QR of Zt[:s, :r] without pivoting (the second factor of the COD)."""
+    for j in range(r):
+        x0 = Zt[j, j]
+        tail = 0.0
+        for i in range(j + 1, s):
+            tail += Zt[i, j] * Zt[i, j]
+        if tail == 0.0:
+            ztau[j] = 0.0
+            continue
+        nrm = math.sqrt(x0 * x0 + tail)
+        beta = -nrm if x0 >= 0.0 else nrm
+        ztau[j] = (beta - x0) / beta
+        f = 1.0 / (x0 - beta)
+        for i in range(j + 1, s):
+            Zt[i, j] *= f
+        Zt[j, j] = beta
+        for c in range(j + 1, r):
+            w = Zt[j, c]
+            for i in range(j + 1, s):
+                w += Zt[i, j] * Zt[i, c]
+            w *= ztau[j]
+            Zt[j, c] -= w
+            for i in range(j + 1, s):
+                Zt[i, c] -= w * Zt[i, j]
+
+
+@njit(cache=True)
+def cod_factor(X, p, s, tol, mode, piv, tau, Zt, ztau):
+    """The complete orthogonal decomposition of X[:p, :s]: pivoted QR in X (rank r), then the unpivoted QR of
+    Tᵀ = [R₁₁ R₁₂]ᵀ (s×r) in Zt (U on and above its diagonal), so X ≈ Q_r Uᵀ Z_rᵀ Πᵀ.  Returns r."""
+    r = qr_pivot(X, p, s, tol, mode, piv, tau)
+    for i in range(s):
+        for j in range(r):
+            Zt[i, j] = X[j, i] if i >= j else 0.0
+    _unpivoted(Zt, s, r, ztau)
+    return r
+
+
+@njit(cache=True)
+def cod_pinv_apply(X, p, s, r, piv, tau, Zt, ztau, y, w, out):
+    """out ← X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y from ``cod_factor``'s result (y of length p, out of length s; w scratch
+    of length max(p, s); y is left unchanged)."""
+    for i in range(p):
+        w[i] = y[i]
+    apply_qt(X, p, r, tau, w)
+    for i in range(r):                      # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
+        x = w[i]
+        for k in range(i):
+            x -= Zt[k, i] * w[k]
+        w[i] = x / Zt[i, i]
+    for i in range(r, s):
+        w[i] = 0.0
+    apply_q(Zt, s, r, ztau, w)
+    for i in range(s):
+        out[piv[i]] = w[i]
+
+
+@njit(cache=True)
+def passive_map(Jc, p, tol):
+    """The torque map of UK with passive joints (``UdwadiaKalabaController._passive_rows``) from the COD of
+    G = S_p J_cᵀ (np×m; J_c the loops' rows, m×n; p the passive joints' indices), rank test σ > tol·max(1, σ₁)
+    read on its pivoted column norms (mode ``REL1``):
+
+        G⁺ = Π Z_r U⁻ᵀ Q_rᵀ,   T = I − J_cᵀ G⁺ S_p,   U_⊥ = Q[:, r:]  (the left null space of G)
+
+    Returns (T (n×n), G⁺ (m×np), U_⊥ (np×(np−r))).  U_⊥ is another orthonormal basis of the space the SVD's
+    last left singular vectors span: its rows U_⊥ᵀ S_p M v̇ = −U_⊥ᵀ S_p (h + D v) are the same constraint."""
+    m, n = Jc.shape
+    q = p.shape[0]
+    L = max(m, q) + 1
+    X = np.zeros((L, L))
+    Z = np.zeros((L, L))
+    piv = np.empty(2 * L, np.int64)
+    tq, tz, w, e, col = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
+    for i in range(q):
+        for j in range(m):
+            X[i, j] = Jc[j, p[i]]
+    r = cod_factor(X, q, m, tol, REL1, piv, tq, Z, tz)
+    Gp = np.empty((m, q))
+    for j in range(q):
+        for i in range(q):
+            e[i] = 0.0
+        e[j] = 1.0
+        cod_pinv_apply(X, q, m, r, piv, tq, Z, tz, e, w, col)
+        for i in range(m):
+            Gp[i, j] = col[i]
+    Up = np.empty((q, q - r))
+    for c in range(r, q):
+        for i in range(q):
+            e[i] = 0.0
+        e[c] = 1.0
+        apply_q(X, q, r, tq, e)
+        for i in range(q):
+            Up[i, c - r] = e[i]
+    T = np.zeros((n, n))
+    for i in range(n):
+        T[i, i] = 1.0
+    for j in range(q):
+        c = p[j]
+        for i in range(n):
+            x = 0.0
+            for a in range(m):
+                x += Jc[a, i] * Gp[a, j]
+            T[i, c] -= x
+    return T, Gp, Up
+
+
 # ------------------------------------------------------------------------------------------ DAC law (III)
 @njit(cache=True)
 def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot):

@@ -57,7 +57,10 @@ joints without an actuator (``robot.passive_joints``, or ``passive=``) get a har
 in that level: with y = M v̇ + h + D v, the mechanism supplies any loop reaction J_cᵀλ, so τ = y − J_cᵀλ and
 τ_p = 0 is solvable in λ iff U_⊥ᵀ S_p y = 0 (U_⊥ spanning the left null space of G = S_p J_cᵀ); those rows
 join level 1, λ = G⁺ S_p y, and τ = (I − J_cᵀ G⁺ S_p) y, on which the effort limits act
-(``_passive_rows``).  Such steps take the generic path.
+(``_passive_rows``; U_⊥ and G⁺ from a complete orthogonal decomposition of G, ``kernels.passive_map``).  The
+levels' rows that vanish (a planar mechanism's out-of-plane loop and task rows) are left out, so that the
+KKT path of 1. applies to the rows left (``_without_empty_rows``: the same solution).  Such steps take the
+generic path.
 
 Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ + Cᵀ z = 0):
     Q_c   = −A₁ᵀ λ₁              the first level's generalized force (when there are ≥ 2 levels);
@@ -73,6 +76,7 @@ from typing import Sequence
 
 import numpy as np
 
+from cmstack.controllers.kernels import passive_map
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_diagnostics import Diagnostics, udwadia_kalaba_closed_form
 from cmstack.controllers.uk_levels import GAUSS, UKStepInfo, _Level, _parse_level
@@ -405,23 +409,35 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         A1, b1 = rows[0]
         if self.loops:
             Jc = A1[self._loop_rows] / self._loop_scale[:, None]     # the loops' rows of this step's level 1
-            G = Jc[:, p].T
-            U, sv, Vt = np.linalg.svd(G, full_matrices=True)
-            rank = int(np.sum(sv > self.rank_tol * max(1.0, sv[0] if sv.size else 0.0)))
-            Up = U[:, rank:]
-            Gp = (Vt[:rank].T / sv[:rank]) @ U[:, :rank].T
-            T = np.eye(n)
-            T[:, p] -= Jc.T @ Gp
+            T, Gp, Up = passive_map(Jc, p, self.rank_tol)          # COD of G = S_p J_cᵀ (kernels.passive_map)
         else:
             Up, T, Jc, Gp = np.eye(p.size), None, None, None
         self._T = T
         self._loop_reaction = (Jc, Gp)
-        A_p = Up.T @ kin.M[p]
-        b_p = -(Up.T @ hD[p])
-        rows = [(np.vstack([A1, A_p]), np.concatenate([b1, b_p]))] + list(rows[1:])
-        E = np.vstack([a for a, _ in rows])
-        f = np.concatenate([b for _, b in rows])
+        if Up.shape[1]:
+            A_p = Up.T @ kin.M[p]
+            b_p = -(Up.T @ hD[p])
+            rows = [(np.vstack([A1, A_p]), np.concatenate([b1, b_p]))] + list(rows[1:])
+        rows = [self._without_empty_rows(A, b) for A, b in rows]
+        E = np.vstack([a for a, _ in rows]) if len(rows) > 1 else rows[0][0]
+        f = np.concatenate([b for _, b in rows]) if len(rows) > 1 else rows[0][1]
         return rows, E, f
+
+    def _without_empty_rows(self, A, b):
+        """A level's rows without those that vanish (‖A_i‖ ≤ rank_tol·max(1, max_j ‖A_j‖) and |b_i| ≤
+        rank_tol·max(1, ‖b‖∞)), e.g. a planar mechanism's out-of-plane loop and task rows.  The same law: the
+        null-space path (``_null_basis``, relative rank test) gives such a row a singular value below its
+        threshold and so ignores it, and its b_i is far below level 1's compatibility test (1e-8); without it
+        the KKT path (``_equality``) applies where the rows left have full rank, and its solution is then
+        the strict one (every level held exactly), as the null-space path's."""
+        nr = np.einsum("ij,ij->i", A, A)
+        if not nr.size:
+            return A, b
+        tol = self.rank_tol
+        keep = (nr > (tol * max(1.0, math.sqrt(float(nr.max())))) ** 2) | (np.abs(b) > tol * max(1.0, float(np.abs(b).max())))
+        if keep.all():
+            return A, b
+        return A[keep], b[keep]
 
     def _torque(self, y: np.ndarray) -> np.ndarray:
         """τ from y = M v̇ + h + D v: y itself, or T y with passive joints (``_passive_rows``)."""

@@ -1,12 +1,12 @@
 """PIDC's compiled step with several constraint rows (controllers/_pidc_kernels.py) against the NumPy law it
-replaces (``PIDC._numpy_step``, SVD pseudo-inverses) on closed-loop states of the shipped mechanisms, and its
-complete orthogonal decomposition against NumPy's pseudo-inverse."""
+replaces (``PIDC._numpy_step``, SVD pseudo-inverses) on closed-loop states of the shipped mechanisms, and the
+complete orthogonal decomposition it uses (controllers/kernels.py) against NumPy's pseudo-inverse."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cmstack.controllers import _pidc_kernels as K
+from cmstack.controllers import kernels as K
 from cmstack.controllers.pidc import PIDC
 from cmstack.models.coupling import FrameTask
 from cmstack.models.robot import Robot
@@ -18,7 +18,7 @@ def _rel(a, b):
     return np.abs(np.asarray(a) - np.asarray(b)).max() / max(np.abs(np.asarray(b)).max(), 1e-300)
 
 
-def _cod_pinv(X, tol, rel):
+def _cod_pinv(X, tol, mode):
     p, s = X.shape
     L = max(p, s) + 1
     F = np.zeros((L, L))
@@ -26,7 +26,7 @@ def _cod_pinv(X, tol, rel):
     Z = np.zeros((L, L))
     piv = np.zeros(2 * L, np.int64)
     tau, ztau, w, out = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
-    r = K.cod_factor(F, p, s, tol, rel, piv, tau, Z, ztau)
+    r = K.cod_factor(F, p, s, tol, mode, piv, tau, Z, ztau)
     Xp = np.empty((s, p))
     for j in range(p):
         e = np.zeros(L)
@@ -45,8 +45,8 @@ def test_cod_is_the_truncated_pseudo_inverse(shape, rank):
     p, s = shape
     X = rng.normal(size=(p - 1, rank)) @ rng.normal(size=(rank, s)) if rank else np.zeros((p - 1, s))
     X = np.insert(X, rng.integers(p), 1e-17 * rng.normal(size=s) if rank else 0.0, axis=0)
-    for tol, rel in ((1e-9, False), (1e-10, True)):
-        r, Xp = _cod_pinv(X, tol, rel)
+    for tol, mode in ((1e-9, K.ABS), (1e-10, K.REL)):
+        r, Xp = _cod_pinv(X, tol, mode)
         assert r == rank
         ref = np.linalg.pinv(X, rcond=1e-10) if rank else np.zeros((s, p))
         np.testing.assert_allclose(Xp, ref, rtol=0, atol=1e-11 * max(1.0, np.abs(ref).max()))
