@@ -49,9 +49,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, farray, njit
 
+from cmstack.controllers._uk_kernels import _f64_at, frame_states, task_rows
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
+from cmstack.models._loop_kernels import loop_rows
 
 OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
 
@@ -240,6 +242,39 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
     for i in range(m):
         lam[pa[i]] = w1[i]
     return OK, r, res, bn, unsolvable
+
+
+@njit(cache=True)
+def pidc_closed_step(t, q, v, ptr, M, h, S, ref, sinus, prm, ints, work, out):
+    """The whole closed-chain step after the robot's lean pass (``Robot.update_for_kernel``: ``pin.crba`` in the
+    WORLD convention and ``pin.nonLinearEffects``; ``controllers/pidc_plan.py``): each needed joint's pose read from
+    data.oMi at the addresses ``ptr`` = [data.J, (R_j, p_j) per joint slot] (Eigen's column-major storage, refreshed
+    in place), the frames (``_uk_kernels.frame_states``: their classical accelerations at v̇ = 0 from data.J and
+    v), the loops' rows (``models/_loop_kernels.py``), the task coordinates' rows (``_uk_kernels.task_rows``, their
+    right-hand sides into ref[0]) and ``pidc_rows`` on M = data.M, h = data.nle.  S: the plan's tables
+    (``ClosedChainPlan.args``); the rest and the result as ``pidc_rows``."""
+    (fint, fplace, fJ, fvec, jpose, lint, A, jdv, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab) = S
+    n = v.shape[0]
+    chk = 0.0
+    for i in range(n):
+        chk += q[i] * q[i] + v[i] * v[i]
+    if not math.isfinite(chk):
+        return NONFINITE_STATE, 0, 0.0, 0.0, False
+    Jw = farray(_f64_at(ptr[0]), (6, n))
+    for k in range(jpose.shape[0]):
+        R = farray(_f64_at(ptr[1 + 2 * k]), (3, 3))
+        p = carray(_f64_at(ptr[2 + 2 * k]), (3,))
+        for i in range(3):
+            for j in range(3):
+                jpose[k, 3 * i + j] = R[i, j]
+            jpose[k, 9 + i] = p[i]
+    frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
+    loop_rows(lint, fJ, fvec, A, jdv)
+    if ints[1] == 1:
+        task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
+        for i in range(Ab.shape[0]):
+            ref[0, i] = Ab[i, n]
+    return pidc_rows(M, h, q, v, A, jdv, Ab[:, :n], t, ref, sinus, prm, ints, work, out)
 
 
 def pidc_rows_work(n: int, m: int, k: int, p: int) -> np.ndarray:

@@ -50,7 +50,8 @@ from pinocchio import computeAllTerms as pin_compute_all_terms
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
-from cmstack.controllers._pidc_kernels import pidc_rows, pidc_rows_work
+from cmstack.controllers._pidc_kernels import pidc_closed_step, pidc_rows, pidc_rows_work
+from cmstack.controllers.pidc_plan import ClosedChainPlan
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.coupling import Task
@@ -209,8 +210,10 @@ class PIDC:
         m = getattr(self.c, "m", None)
         self._rows_compiled = (not self._compiled and not self.qp and self.w is None and self.force is None
                                and isinstance(m, int) and m >= 1)
+        self._plan: ClosedChainPlan | None = None
         if self._rows_compiled and isinstance(m, int):
             self._rows_setup(m)
+            self._plan = ClosedChainPlan.build(self)      # the frames and rows compiled too (robot.loops)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
@@ -342,10 +345,51 @@ class PIDC:
         self._rk_S = np.zeros((k, n))             # B₀ of the joint case is not read (the kernel selects the joints)
         self._rk_m = m
 
+    def _closed_step(self, t, q, v):
+        """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``) and one compiled call
+        (``_pidc_kernels.pidc_closed_step``: frames, loop rows, task rows and ``pidc_rows`` on the pass's arrays,
+        read in place; ``controllers/pidc_plan.py``); ``kin`` is built from (q, v) on first access.  None: take
+        the NumPy path (non-finite rows, which it names)."""
+        robot = self.robot
+        P = self._plan
+        assert P is not None
+        q, v = robot.update_for_kernel(q, v)     # the sizes checked; finiteness is the kernel's first test
+        d = robot.data
+        if d is not P.data:
+            P.bind(d)
+        q, v = q.copy(), v.copy()
+        self._kin, self._kin_qv = None, (q, v)
+        if self.tasks:
+            P.targets(t)
+        elif not self._sinus:
+            self._sample_reference(t)
+        M, h = robot.dynamics_views()
+        n, m = v.size, self._rk_m
+        out = np.empty(4 * n + m)
+        st, rank, res, bn, unsolvable = pidc_closed_step(float(t), q, v, P.ptr, M.T, h, P.args, self._rk_ref,
+                                                         self._sinus and not self.tasks, self._rk_prm,
+                                                         self._rk_ints, self._rk_work, out)
+        if st:
+            if st == 3:
+                robot.refuse_state(q, v)                # raises with the non-finite entries named
+            return None
+        return self._rows_finish(t, q, v, out, rank, res, unsolvable)
+
+    def _sample_reference(self, t) -> None:
+        ref = self._rk_ref
+        r0, r1, r2 = self._ref_call(t)
+        try:
+            ref[0], ref[1], ref[2] = r0, r1, r2
+        except ValueError:
+            raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
+                              f"{self.coords}") from None
+
     def _rows_step(self, t, q, v):
         """The law of ``_numpy_step`` for several constraint rows as one compiled kernel
         (``_pidc_kernels.pidc_rows``: the SVD pseudo-inverses replaced by complete orthogonal decompositions,
         derived there); None when the rows are not finite (the NumPy path then names them)."""
+        if self._plan is not None:
+            return self._closed_step(t, q, v)
         kin = self.robot.update(q, v)
         self.kin = kin
         q, v = kin.q, kin.v
@@ -367,18 +411,19 @@ class PIDC:
         else:
             B0 = self._rk_S
             if not self._sinus:
-                r0, r1, r2 = self._ref_call(t)
-                try:
-                    ref[0], ref[1], ref[2] = r0, r1, r2
-                except ValueError:
-                    raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
-                                      f"{self.coords}") from None
+                self._sample_reference(t)
         out = np.empty(4 * n + m)
         st, rank, res, bn, unsolvable = pidc_rows(kin.M, kin.h, q, v, A, jdv, B0, float(t), ref,
                                                   self._sinus and not self.tasks, self._rk_prm, self._rk_ints,
                                                   self._rk_work, out)
         if st:
             return None
+        return self._rows_finish(t, q, v, out, rank, res, unsolvable)
+
+    def _rows_finish(self, t, q, v, out, rank, res, unsolvable):
+        """The info record and the unsolvable-step bookkeeping of a compiled several-rows step (as ``_numpy_step``);
+        q, v: the step's own copies of the state."""
+        n = v.size
         tau = out[2 * n:3 * n]
         info = PIDCInfo(status="solved", rank=rank, qdd_des=out[:n], tau_par=out[n:2 * n], f_c=out[3 * n:4 * n],
                         lam=out[4 * n:])
@@ -393,7 +438,7 @@ class PIDC:
                     f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
                     f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
         self.info = info
-        self._prev = (t, v, tau)        # kin's own copies of the state, and τ (a view of this step's buffer)
+        self._prev = (t, v, tau)        # the step's own copy of v, and τ (a view of this step's buffer)
         return tau
 
     @property

@@ -87,7 +87,7 @@ def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):
     2 of 3, the Delta's 12 of 12) gives the NumPy step's τ, q̈_des, τ_∥, f_c, λ, rank and passive residual."""
     robot, robot_ref = Robot.from_mjcf(model), Robot.from_mjcf(model)
     ctl, ref = law(robot), law(robot_ref)
-    assert ctl._rows_compiled and not ctl._compiled
+    assert ctl._rows_compiled and not ctl._compiled and ctl._plan is not None      # frames and rows compiled
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     plant.reset(robot.q_initial)
     seen = set()
@@ -97,6 +97,9 @@ def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):
         tau = ctl(t, q, v)
         _same_step(ctl, ref, t, q, v, tau)
         seen.add(ctl.info.rank)
+        if k % 100 == 0:                                 # the lazily built snapshot is the step's state
+            np.testing.assert_array_equal(ctl.kin.q, q)
+            np.testing.assert_allclose(ctl.kin.M, ref.kin.M, rtol=1e-14, atol=0)
         plant.set_torque(tau)
         plant.step()
     assert seen == ranks
@@ -133,3 +136,30 @@ def test_rows_kernel_non_finite_rows_take_the_numpy_path():
     q[0] = np.nan
     with pytest.raises(StateError):
         ctl(0.0, q, np.zeros(robot.nv))
+
+
+def test_rows_read_in_python_when_a_loop_has_no_compiled_rows():
+    """A loop of a LoopClosure subclass (its row maths could differ) keeps the compiled law but reads the rows in
+    Python (no plan); the same step as the NumPy path."""
+    from cmstack.models.loops import LoopClosure
+
+    class MyLoop(LoopClosure):
+        pass
+
+    def law(robot):
+        c = robot.loops[0]
+        robot.loops[0] = MyLoop(robot, c.frame_a, c.frame_b, kind=c.kind, offset=c.offset, offset_b=c.offset_b,
+                                kp=c.kp, kd=c.kd, name=c.name)
+        return _ee_law(robot)
+
+    robot, robot_ref = Robot.from_mjcf("mjcf/five_bar.xml"), Robot.from_mjcf("mjcf/five_bar.xml")
+    ctl, ref = law(robot), law(robot_ref)
+    assert ctl._rows_compiled and ctl._plan is None
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    plant.reset(robot.q_initial)
+    for k in range(50):
+        q, v = plant.state()
+        tau = ctl(k * 1e-3, q, v)
+        _same_step(ctl, ref, k * 1e-3, q, v, tau)
+        plant.set_torque(tau)
+        plant.step()

@@ -1,0 +1,160 @@
+"""The compiled closed-chain step of PIDC: tables and buffers for ``controllers/_pidc_kernels.py: pidc_closed_step``,
+built once per controller, bound to the Pinocchio data the robot's lean pass (``Robot.update_for_kernel``: crba
+and nle) refreshes in place.
+
+One compiled call then does the whole step after that pass: the frames the loops and the tasks need
+(``_uk_kernels.frame_states``, from data.J, data.oMi and v), the loops' rows (``models/_loop_kernels.py``), the
+task coordinates' rows (``_uk_kernels.task_rows``: the kernels the tasks' own ``error_dynamics`` call, in world axes),
+and the law (``pidc_rows``).  Python keeps what is not an array: the targets of frame tasks that follow neither a
+constant pose nor a ``Circle`` (sampled with ``task.desired(t)``), and the step's bookkeeping."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from cmstack.controllers.pidc import PIDC
+
+
+class ClosedChainPlan:
+    """Tables of ``pidc_closed_step`` for a PIDC on ``robot.loops`` (compiled closure kinds only) with joint
+    coordinates or task coordinates whose rows have a compiled builder (frame tasks and couplings,
+    ``Task.kernel_kind()`` 1 or 0)."""
+
+    @classmethod
+    def build(cls, ctl: "PIDC") -> "ClosedChainPlan | None":
+        """The plan, or None when a loop or a task has no compiled row builder (then the step reads its rows in
+        Python, ``PIDC._rows_step``)."""
+        from cmstack.models._loop_kernels import KIND_CODES
+        from cmstack.models.loops import LoopClosure
+
+        from cmstack.models.robot import Robot
+
+        loops = getattr(ctl.c, "closures", None)
+        if (not loops or ctl._rows_kin is None or not ctl._direct
+                or type(ctl.robot).update_for_kernel is not Robot.update_for_kernel):
+            return None
+        for c in loops:
+            if (type(c) is not LoopClosure or c.kind not in KIND_CODES):
+                return None
+        for task in ctl.tasks:
+            kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None
+            if kind not in (0, 1):
+                return None
+        return cls(ctl, loops)
+
+    def __init__(self, ctl: "PIDC", loops: list[Any]):
+        from cmstack.controllers import _uk_kernels
+        from cmstack.models._loop_kernels import KIND_CODES
+
+        self.K = _uk_kernels
+        robot, n = ctl.robot, ctl.robot.nv
+        model = robot.model
+        frames: dict = {}
+        joints: dict = {}
+        fint, fplace = [], []
+
+        def slot(fid: int) -> int:
+            if fid not in frames:
+                fr = model.frames[fid]
+                j = int(fr.parentJoint)
+                if j not in joints:
+                    joints[j] = len(joints)
+                mask = np.zeros(n, dtype=np.int64)
+                for ji in model.supports[j]:
+                    if ji > 0:
+                        mask[model.joints[ji].idx_v] = 1
+                fint.append(np.r_[joints[j], mask])
+                fplace.append(fr.placement.homogeneous)
+                frames[fid] = len(frames)
+            return frames[fid]
+
+        lint, row = [], 0
+        for c in loops:
+            lint.append((KIND_CODES[c.kind], slot(c.fa), slot(c.fb), row))
+            row += c.m
+        self.lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
+        self.m = row
+        nt = len(ctl.tasks)
+        tint = np.zeros((nt, 8), dtype=np.int64)
+        tflt = np.zeros((nt, 4))
+        self.frame_tasks: list[tuple[int, Any]] = []
+        row = 0
+        tasks: list[Any] = list(ctl.tasks)      # frame tasks and couplings (``build`` checked their kinds)
+        for k, task in enumerate(tasks):
+            kind = task.kernel_kind()
+            if kind == 0:
+                a, b = slot(task.fB), slot(task.f2)
+            else:
+                a, b = slot(task.fid), 0
+                self.frame_tasks.append((k, task))
+            tint[k] = (kind, a, b, row, task.rows.start, task.dim, 0, 1)
+            tflt[k] = (task.kp, task.kd, 1.0, 1.0)
+            row += task.dim
+        self.tasks = tasks
+        self.tint, self.tflt = tint, tflt
+        self.k_task = row
+        self.tbias = np.zeros((nt, 6))
+        self.terr = np.zeros((nt, 6))
+        self.tgtH = np.zeros((nt, 4, 4))
+        self.tgtVA = np.zeros((nt, 12))
+        self.tcirc = np.zeros((nt, 7))
+        self.seen: list = [None] * nt
+        self.pidx = np.zeros(0, dtype=np.int64)
+        self.qref = np.zeros(0)
+        self.Ab = np.zeros((row, n + 1))
+        self.fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
+        self.fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
+        self.fJ = np.zeros((len(fint), 6, n))
+        self.fvec = np.zeros((len(fint), 24))
+        self.A = np.zeros((self.m, n))
+        self.jdv = np.zeros(self.m)
+        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
+        self.jpose = np.zeros((len(self.joint_ids), 12))
+        self.data = None
+        self.ptr = np.zeros(1 + 2 * len(self.joint_ids), dtype=np.int64)
+        self.args = (self.fint, self.fplace, self.fJ, self.fvec, self.jpose, self.lint, self.A, self.jdv, self.tint,
+                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.tbias, self.terr, self.Ab)
+
+    def bind(self, d: Any) -> None:
+        """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J and each
+        needed joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken again
+        when the robot's data object changes (``Robot.add_frame`` creates a new one)."""
+        poses = [d.oMi[j] for j in self.joint_ids]
+        arrays = [d.J] + [a for T in poses for a in (T.rotation, T.translation)]
+        for a in arrays:
+            if a.dtype != np.float64 or not a.flags.f_contiguous:
+                raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
+        self.ptr[:] = [int(a.__array_interface__["data"][0]) for a in arrays]
+        self._keep = (d, poses)
+        self.data = d
+
+    def targets(self, t: float) -> None:
+        """The frame tasks' targets at t: a constant pose (set once), a ``Circle`` (sampled in the kernel), else
+        ``task.desired(t)`` (as the UK fused step)."""
+        tgtH, tgtVA, tcirc, seen = self.tgtH, self.tgtVA, self.tcirc, self.seen
+        for k, task in self.frame_tasks:
+            c = task.constant_target
+            if c is None:
+                seen[k] = None
+                tr = task.trajectory
+                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
+                if circ is not None:
+                    tcirc[k, :6] = circ
+                    tcirc[k, 6] = 1.0
+                    tgtH[k, :3, :3] = tr.R
+                    continue
+                T, vel, accD = task.desired(t)
+            elif c is not seen[k]:
+                T, vel, accD = c
+                seen[k] = c
+            else:
+                continue
+            tcirc[k, 6] = 0.0
+            tgtH[k] = T.homogeneous
+            tgtVA[k, :6] = vel
+            tgtVA[k, 6:] = accD
+        for k, task in enumerate(self.tasks):
+            self.tflt[k, 0] = task.kp
+            self.tflt[k, 1] = task.kd

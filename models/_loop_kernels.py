@@ -1,0 +1,61 @@
+"""The loop closures' rows compiled (numba), for a compiled control step that reads its frames from a frame table
+(``controllers/_uk_kernels.py: frame_states``): the rows (J, J̇v) of ``models/loops.py: closure_rows`` (derived in
+that module's docstring; φ is not needed by a control step and not computed here).
+
+A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; α] (6)] with its Jacobian (6×n)
+(LOCAL_WORLD_ALIGNED, world axes).  With J_d = J_b − J_a, c_d = acc_b − acc_a:
+
+* point (3 rows):     J = J_d,v,                 J̇v = c_d,v
+* weld (6 rows):      J = J_d,                   J̇v = c_d
+* revolute (5 rows):  the point rows and, with x_A, y_A the first two columns of R_A,
+      J = [x_Aᵀ; y_Aᵀ] J_d,ω,   J̇v = [x_A·c_d,ω + (ω_A × x_A)·ω_d;  y_A·c_d,ω + (ω_A × y_A)·ω_d]
+  (ω_A = J_a,ω v, ω_d = J_d,ω v: the twists' angular parts).
+
+tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+POINT, WELD, REVOLUTE = 0, 1, 2
+KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE}
+"""The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled."""
+
+
+@njit(cache=True)
+def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
+    """The rows of one closure (module docstring) into J[row0:row0 + m], jdv[row0:row0 + m]; returns m."""
+    n = Ja.shape[1]
+    if kind == REVOLUTE:
+        for i in range(3):
+            for c in range(n):
+                J[row0 + i, c] = Jb[i, c] - Ja[i, c]
+            jdv[row0 + i] = xb[18 + i] - xa[18 + i]
+        wa0, wa1, wa2 = xa[15], xa[16], xa[17]
+        wd0, wd1, wd2 = xb[15] - wa0, xb[16] - wa1, xb[17] - wa2
+        for r in range(2):                          # x_A = R_A[:, 0], y_A = R_A[:, 1] (x row-major)
+            e0, e1, e2 = xa[r], xa[3 + r], xa[6 + r]
+            for c in range(n):
+                J[row0 + 3 + r, c] = (e0 * (Jb[3, c] - Ja[3, c]) + e1 * (Jb[4, c] - Ja[4, c])
+                                      + e2 * (Jb[5, c] - Ja[5, c]))
+            g0 = wa1 * e2 - wa2 * e1                 # ω_A × e
+            g1 = wa2 * e0 - wa0 * e2
+            g2 = wa0 * e1 - wa1 * e0
+            jdv[row0 + 3 + r] = (e0 * (xb[21] - xa[21]) + e1 * (xb[22] - xa[22]) + e2 * (xb[23] - xa[23])
+                                 + g0 * wd0 + g1 * wd1 + g2 * wd2)
+        return 5
+    m = 3 if kind == POINT else 6
+    for i in range(m):
+        for c in range(n):
+            J[row0 + i, c] = Jb[i, c] - Ja[i, c]
+        jdv[row0 + i] = xb[18 + i] - xa[18 + i]
+    return m
+
+
+@njit(cache=True)
+def loop_rows(lint, fJ, fvec, J, jdv):
+    """Every closure's rows from the frame table: lint (nl, 4) = [kind code, frame slot a, frame slot b, first
+    row]."""
+    for k in range(lint.shape[0]):
+        a, b = lint[k, 1], lint[k, 2]
+        closure_rows(lint[k, 0], fvec[a], fJ[a], fvec[b], fJ[b], J, jdv, lint[k, 3])

@@ -1,0 +1,34 @@
+"""The loop closures' compiled rows (models/_loop_kernels.py) against ``models/loops.py: closure_rows``, every kind,
+on random states (closed or not: the rows are defined everywhere)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cmstack.models._loop_kernels import KIND_CODES, closure_rows
+from cmstack.models.loops import LoopClosure, closure_rows as closure_rows_py
+from cmstack.models.robot import Robot
+
+
+def _row(F):
+    return np.concatenate((F.R.ravel(), F.p, F.twist, F.acc))
+
+
+@pytest.mark.parametrize("kind", ["point", "weld", "revolute"])
+@pytest.mark.parametrize("model,fa,fb", [("mjcf/five_bar.xml", "tool", "dist_r"), ("mjcf/delta.xml", "wp_1", "platform")])
+def test_compiled_closure_rows_equal_the_python_rows(kind, model, fa, fb):
+    robot = Robot.from_mjcf(model)
+    c = LoopClosure(robot, fa, fb, kind=kind, offset=[0.01, 0.02, -0.03], offset_b={"xyz": [0.0, 0.01, 0.0], "rpy": [0.1, 0.2, 0.3]})
+    rng = np.random.default_rng(4)
+    m = KIND_CODES[kind]
+    for _ in range(10):
+        q, v = rng.normal(size=robot.nq), rng.normal(size=robot.nv)
+        kin = robot.update(q, v)
+        A, B = kin.frame(c.fa), kin.frame(c.fb)
+        _, J0, jdv0 = closure_rows_py(kind, A.R, A.p, A.J, A.acc, B.R, B.p, B.J, B.acc, v)
+        J = np.full((c.m + 2, robot.nv), np.nan)
+        jdv = np.full(c.m + 2, np.nan)
+        assert closure_rows(m, _row(A), A.J, _row(B), B.J, J, jdv, 1) == c.m
+        np.testing.assert_allclose(J[1:1 + c.m], J0, rtol=0, atol=1e-13 * max(1.0, np.abs(J0).max()))
+        np.testing.assert_allclose(jdv[1:1 + c.m], jdv0, rtol=0, atol=1e-12 * max(1.0, np.abs(jdv0).max()))
+        assert np.isnan(J[0]).all() and np.isnan(J[-1]).all()          # only its own rows written
