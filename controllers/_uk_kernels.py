@@ -135,30 +135,27 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
     [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q)."""
     n = v.shape[0]
-    width = terr.shape[1]
-    W = np.empty((width, n))
-    ed = np.empty((4, width))
+    ed = np.empty((4, terr.shape[1]))
     R = np.empty((3, 3))
-    zero = np.zeros(width)
+    zero = np.zeros(terr.shape[1])          # a posture's v_d = a_d
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
-        a, b = tint[k, 1], tint[k, 2]
+        a, b, sc = tint[k, 1], tint[k, 2], tflt[k, 2]
         if kind == COUPLING:
-            coupling_error(fvec[a], fJ[a], fvec[b], fJ[b], W, ed, R)
+            coupling_error(fvec[a], fJ[a], fvec[b], fJ[b], sel0, nsel, sc, Ab, row0, ed, R)
             m = 6
         elif kind == FRAME:
             if tcirc[k, 6] != 0.0:
                 circle_sample(t, tcirc[k], tgtH[k], tgtVA[k])
-            frame_error(fvec[a], fJ[a], tgtH[k], tgtVA[k], W, ed, R)
+            frame_error(fvec[a], fJ[a], tgtH[k], tgtVA[k], sel0, nsel, sc, Ab, row0, ed, R)
             m = 6
         else:
             off = tint[k, 6]
             m = nsel
-            joint_error(q, v, pidx[off:off + m], qref[off:off + m], zero, zero, W, ed)
+            joint_error(q, v, pidx[off:off + m], qref[off:off + m], zero, zero, sc, Ab, row0, ed)
         for i in range(m):
             terr[k, i] = ed[3, i]
-        task_law(W, ed, R, kind != POSTURE, tflt[k, 0], tflt[k, 1], tflt[k, 2], sel0, nsel, tbias[k],
-                 Ab[row0:row0 + nsel, :n], Ab[row0:row0 + nsel, n])
+        task_law(ed, R, kind != POSTURE, tflt[k, 0], tflt[k, 1], sc, sel0, nsel, tbias[k], Ab[:, n], row0)
 
 
 @njit(cache=True)

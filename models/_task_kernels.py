@@ -10,7 +10,8 @@ of the fused step's frame table ``fvec``.
 
 Every kernel writes, in world axes,
 
-    W (k×n) and ed (4, k) = [drift; w; e; e_own],  and the rotation R of P = diag(I, R)
+    W (k×n) (its selected rows, scaled: the controller's A) and ed (4, k) = [drift; w; e; e_own],
+    and the rotation R of P = diag(I, R)
 
 where, for the task's error in its own axes (``models/coupling.py``: e_own = [p_D − p; Log(Rᵀ R_D)], w_own,
 ẇ_own = W_own v̇ + drift_own), the world-axes rows are the same rows rotated by the orthogonal P:
@@ -39,41 +40,45 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
 def log3(R, out):
-    """out ← Log(R) ∈ R³, R a 3×3 rotation matrix, through the unit quaternion (w, u) of R (Shepperd's choice
-    of the largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
+    """out ← Log(R) ∈ R³, R a 3×3 rotation matrix (``_log3``)."""
+    out[0], out[1], out[2] = _log3(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
+
+
+@njit(cache=True)
+def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
+    """Log(R) ∈ R³ (a tuple) of the rotation R = [r_ij], through the unit quaternion (w, u) of R (Shepperd's
+    choice of the largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
     w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
     2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴))."""
-    r00, r11, r22 = R[0, 0], R[1, 1], R[2, 2]
     tr = r00 + r11 + r22
     if tr >= r00 and tr >= r11 and tr >= r22:
         s = 2.0 * math.sqrt(1.0 + tr)
         w = 0.25 * s
-        x = (R[2, 1] - R[1, 2]) / s
-        y = (R[0, 2] - R[2, 0]) / s
-        z = (R[1, 0] - R[0, 1]) / s
+        x = (r21 - r12) / s
+        y = (r02 - r20) / s
+        z = (r10 - r01) / s
     elif r00 >= r11 and r00 >= r22:
         s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
-        w = (R[2, 1] - R[1, 2]) / s
+        w = (r21 - r12) / s
         x = 0.25 * s
-        y = (R[0, 1] + R[1, 0]) / s
-        z = (R[0, 2] + R[2, 0]) / s
+        y = (r01 + r10) / s
+        z = (r02 + r20) / s
     elif r11 >= r22:
         s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
-        w = (R[0, 2] - R[2, 0]) / s
-        x = (R[0, 1] + R[1, 0]) / s
+        w = (r02 - r20) / s
+        x = (r01 + r10) / s
         y = 0.25 * s
-        z = (R[1, 2] + R[2, 1]) / s
+        z = (r12 + r21) / s
     else:
         s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
-        w = (R[1, 0] - R[0, 1]) / s
-        x = (R[0, 2] + R[2, 0]) / s
-        y = (R[1, 2] + R[2, 1]) / s
+        w = (r10 - r01) / s
+        x = (r02 + r20) / s
+        y = (r12 + r21) / s
         z = 0.25 * s
     if w < 0.0:
         w, x, y, z = -w, -x, -y, -z
@@ -82,34 +87,36 @@ def log3(R, out):
         f = 2.0 * math.atan2(nu, w) / nu
     else:
         f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
-    out[0] = f * x
-    out[1] = f * y
-    out[2] = f * z
+    return f * x, f * y, f * z
+
+
+@njit(cache=True)
+def _rtr(xa, Rb, i, j):
+    """(R_aᵀ R_b)_ij, R_a the rotation of frame row xa."""
+    return xa[i] * Rb[0, j] + xa[3 + i] * Rb[1, j] + xa[6 + i] * Rb[2, j]
 
 
 @njit(cache=True)
 def _pose_error(xa, Rb, pb, ed, R):
     """ed[3] ← e_own = [p_b − p_a; Log(R_aᵀ R_b)] of frame a (row x) against the pose (R_b, p_b), and
     ed[2] ← e = [e_own,lin; R e_own,ang] (R: the rotation of P)."""
-    Rr = np.empty((3, 3))
-    for i in range(3):
-        for j in range(3):
-            Rr[i, j] = xa[i] * Rb[0, j] + xa[3 + i] * Rb[1, j] + xa[6 + i] * Rb[2, j]
-    lg = ed[3, 3:6]
-    log3(Rr, lg)
+    l0, l1, l2 = _log3(_rtr(xa, Rb, 0, 0), _rtr(xa, Rb, 0, 1), _rtr(xa, Rb, 0, 2), _rtr(xa, Rb, 1, 0),
+                       _rtr(xa, Rb, 1, 1), _rtr(xa, Rb, 1, 2), _rtr(xa, Rb, 2, 0), _rtr(xa, Rb, 2, 1), _rtr(xa, Rb, 2, 2))
+    ed[3, 3], ed[3, 4], ed[3, 5] = l0, l1, l2
     for i in range(3):
         ed[3, i] = pb[i] - xa[9 + i]
         ed[2, i] = ed[3, i]
-        ed[2, 3 + i] = R[i, 0] * lg[0] + R[i, 1] * lg[1] + R[i, 2] * lg[2]
+        ed[2, 3 + i] = R[i, 0] * l0 + R[i, 1] * l1 + R[i, 2] * l2
 
 
 @njit(cache=True)
-def coupling_error(xa, Ja, xb, Jb, W, ed, R):
-    """The coupling of frame a = B with frame b = E₂ (module docstring): W (6×n), ed (4, 6), R = R₂."""
+def coupling_error(xa, Ja, xb, Jb, sel0, nsel, sc, A, row0, ed, R):
+    """The coupling of frame a = B with frame b = E₂ (module docstring): ed (4, 6), R = R₂, and the rows
+    sel0 … sel0 + nsel − 1 of W scaled by sc into the rows row0 … of A (all of W: 0, 6, 1.0, A (6×n), 0)."""
     n = Ja.shape[1]
-    for i in range(6):
+    for i in range(nsel):
         for c in range(n):
-            W[i, c] = Jb[i, c] - Ja[i, c]
+            A[row0 + i, c] = sc * (Jb[sel0 + i, c] - Ja[sel0 + i, c])
     for i in range(3):
         for j in range(3):
             R[i, j] = xb[3 * i + j]
@@ -125,13 +132,14 @@ def coupling_error(xa, Ja, xb, Jb, W, ed, R):
 
 
 @njit(cache=True)
-def frame_error(x, J, H, va, W, ed, R):
+def frame_error(x, J, H, va, sel0, nsel, sc, A, row0, ed, R):
     """Frame C (row x, Jacobian J) following the target H = T_D (4×4: R_D, p_D) with
-    va = [v_D; ω_D^D; a_D; ε_D^D] (module docstring): W (6×n), ed (4, 6), R = R_D."""
+    va = [v_D; ω_D^D; a_D; ε_D^D] (module docstring): ed (4, 6), R = R_D, and the rows sel0 … of W
+    scaled by sc into the rows row0 … of A (as ``coupling_error``)."""
     n = J.shape[1]
-    for i in range(6):
+    for i in range(nsel):
         for c in range(n):
-            W[i, c] = -J[i, c]
+            A[row0 + i, c] = sc * -J[sel0 + i, c]
     for i in range(3):
         for j in range(3):
             R[i, j] = H[i, j]
@@ -151,14 +159,15 @@ def frame_error(x, J, H, va, W, ed, R):
 
 
 @njit(cache=True)
-def joint_error(q, v, idx, qd, vd, ad, W, ed):
-    """Joints idx following (q_d, v_d, a_d) (module docstring): W (k×n) = −S, ed (4, k); P = I."""
+def joint_error(q, v, idx, qd, vd, ad, sc, A, row0, ed):
+    """Joints idx following (q_d, v_d, a_d) (module docstring): ed (4, k); P = I; W = −S scaled by sc
+    into the rows row0 … row0 + k − 1 of A."""
     n = v.shape[0]
     for i in range(idx.shape[0]):
         j = idx[i]
         for c in range(n):
-            W[i, c] = 0.0
-        W[i, j] = -1.0
+            A[row0 + i, c] = 0.0
+        A[row0 + i, j] = -sc
         ed[0, i] = ad[i]
         ed[1, i] = vd[i] - v[j]
         ed[2, i] = qd[i] - q[j]
@@ -166,17 +175,15 @@ def joint_error(q, v, idx, qd, vd, ad, W, ed):
 
 
 @njit(cache=True)
-def task_law(W, ed, R, rotated, kp, kd, sc, sel0, nsel, beta, A, b):
-    """The rows of the law on the selected rows sel0 … sel0 + nsel − 1, scaled by sc (√ω above the last
-    level, else 1): A = sc W, b = sc(−drift − K_d w − K_p e − P β), where β is a bias in the task's own
-    axes (the integral action K_i z of ``uk_robust.IntegralTask``; zero otherwise), rotated to world
-    axes by P = diag(I, R) when ``rotated`` (a task of 6 rows with axes of its own), else P = I."""
-    n = W.shape[1]
+def task_law(ed, R, rotated, kp, kd, sc, sel0, nsel, beta, b, row0):
+    """b[row0 + i] of the law on the selected rows sel0 + i, i < nsel, scaled by sc (√ω above the last
+    level, else 1): b = sc(−drift − K_d w − K_p e − P β) (A = sc W is written by the task's kernel),
+    where β is a bias in the task's own axes (the integral action K_i z of ``uk_robust.IntegralTask``;
+    zero otherwise), rotated to world axes by P = diag(I, R) when ``rotated`` (a task of 6 rows with axes
+    of its own), else P = I."""
     for i in range(nsel):
         s = sel0 + i
-        for c in range(n):
-            A[i, c] = sc * W[s, c]
         bs = beta[s]
         if rotated and s >= 3:
             bs = R[s - 3, 0] * beta[3] + R[s - 3, 1] * beta[4] + R[s - 3, 2] * beta[5]
-        b[i] = sc * (((-ed[0, s] - kd * ed[1, s]) - kp * ed[2, s]) - bs)
+        b[row0 + i] = sc * (((-ed[0, s] - kd * ed[1, s]) - kp * ed[2, s]) - bs)

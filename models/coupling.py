@@ -256,7 +256,7 @@ class RigidCoupling(Task):
     def error_dynamics(self, kin, t):
         B, E2 = kin.frame(self.fB), kin.frame(self.f2)
         W, ed = np.empty(B.J.shape), np.empty((4, 6))
-        _kernels().coupling_error(_frame_vec(B), B.J, _frame_vec(E2), E2.J, W, ed, np.empty((3, 3)))
+        _kernels().coupling_error(_frame_vec(B), B.J, _frame_vec(E2), E2.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def axes(self, kin, t):
@@ -321,7 +321,7 @@ class FrameTask(_PoseTarget, Task):
         va[:6] = vel_D
         va[6:] = acc_D
         W, ed = np.empty(C.J.shape), np.empty((4, 6))
-        _kernels().frame_error(_frame_vec(C), C.J, T_D.homogeneous, va, W, ed, np.empty((3, 3)))
+        _kernels().frame_error(_frame_vec(C), C.J, T_D.homogeneous, va, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def axes(self, kin, t):
@@ -435,7 +435,7 @@ class PostureTask(Task):
     def _joint_rows(self, kin, qd, vd, ad) -> ErrorDynamics:
         k = len(self.idx)
         W, ed = np.empty((k, kin.v.shape[0])), np.empty((4, k))
-        _kernels().joint_error(kin.q, kin.v, self.idx, qd, vd, ad, W, ed)
+        _kernels().joint_error(kin.q, kin.v, self.idx, qd, vd, ad, 1.0, W, 0, ed)
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def error_dynamics(self, kin, t):

@@ -209,14 +209,7 @@ class LoopClosure(Task):
         phi, J, jdv = closure_rows(self.kind, A.R, A.p, A.J, A.acc, b.R, b.p, b.J, b.acc, kin.v)
         return ErrorDynamics(J, jdv, J @ kin.v, phi)
 
-    def compute(self, kin, t):
-        """(A, b) = (J, −J̇v − K_d J v − K_p φ)."""
-        W, drift, w, e = self.error_dynamics(kin, t)
-        return W, -drift - self.kd * w - self.kp * e
-
-    def qp_rows(self, kin, t):
-        """The rows are in world axes already: ``compute``."""
-        return self.compute(kin, t)
+    # compute / qp_rows: Task's, (A, b) = (J, −J̇v − K_d J v − K_p φ) (the rows are in world axes, P = I)
 
     # ------------------------------------------------------------------ constraint functions (one pass)
     def _evaluator(self) -> "ClosureSet":
