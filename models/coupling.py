@@ -55,6 +55,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models import _params
 from cmstack.models.errors import ConfigError
@@ -137,7 +138,7 @@ class Task(ABC):
     #: attributes a compiled step copies (``models/_params.py``): setting one announces the change
     _COPIED = frozenset({"kp", "kd", "q_ref", "_const", "trajectory"})
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
         if name in Task._COPIED:
             _params.changed()
@@ -229,7 +230,7 @@ class RigidCoupling(Task):
 
     _KERNEL = 0
 
-    def __init__(self, robot: Robot, frame1: str, frame2: str, T_AB, kp: float, kd: float,
+    def __init__(self, robot: Robot, frame1: str, frame2: str, T_AB: pin.SE3 | ArrayLike, kp: float, kd: float,
                  rows: str = "full", name: str | None = None):
         self.name = name or f"coupling({frame1}->{frame2})"
         self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
@@ -239,7 +240,7 @@ class RigidCoupling(Task):
         self.rows = _rows(rows, self.name)
 
     @classmethod
-    def from_configuration(cls, robot: Robot, frame_a: str, frame_b: str, q0, kp: float, kd: float,
+    def from_configuration(cls, robot: Robot, frame_a: str, frame_b: str, q0: ArrayLike, kp: float, kd: float,
                            rows: str = "full", name: str | None = None) -> "RigidCoupling":
         """The coupling that holds frame_b where it is relative to frame_a at configuration q0:
         T_AB = T_a(q0)⁻¹ T_b(q0)."""
@@ -253,13 +254,13 @@ class RigidCoupling(Task):
         T_AB = data.oMf[fa].actInv(data.oMf[fb])
         return cls(robot, frame_a, frame_b, T_AB, kp, kd, rows=rows, name=name)
 
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         B, E2 = kin.frame(self.fB), kin.frame(self.f2)
         W, ed = np.empty(B.J.shape), np.empty((4, 6))
         _kernels().coupling_error(_frame_vec(B), B.J, _frame_vec(E2), E2.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def axes(self, kin, t):
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
         return kin.frame(self.f2).R
 
 
@@ -271,7 +272,7 @@ class _PoseTarget:
     trajectory: Callable[[float], tuple] | None    # a Trajectory, or any t ↦ (T_D, velocity, acceleration)
     _const: tuple | None
 
-    def set_target(self, T) -> None:
+    def set_target(self, T: pin.SE3 | ArrayLike) -> None:
         """Hold the target at the constant pose T (SE3 or 4×4 homogeneous matrix): the world pose of
         the frame for FrameTask, the pose of frame b in frame a for RelativeFrameTask."""
         self._const = (_as_se3(T, self.name), _ZERO6, _ZERO6)
@@ -304,7 +305,8 @@ class FrameTask(_PoseTarget, Task):
     _KERNEL = 1
 
     def __init__(self, robot: Robot, frame: str, trajectory: Trajectory | None = None, kp: float = 100.0,
-                 kd: float = 20.0, offset=None, rows: str = "full", name: str | None = None):
+                 kd: float = 20.0, offset: pin.SE3 | ArrayLike | None = None, rows: str = "full",
+                 name: str | None = None):
         self.name = name or f"task({frame})"
         self.offset = None if offset is None else _as_se3(offset, self.name)
         self.trajectory = trajectory
@@ -314,7 +316,7 @@ class FrameTask(_PoseTarget, Task):
         self.fid = _frame_or_offset(robot, frame, self.offset, self.name)
         self.rows = _rows(rows, self.name)
 
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         C = kin.frame(self.fid)
         T_D, vel_D, acc_D = self.desired(t)
         va = np.empty(12)
@@ -324,7 +326,7 @@ class FrameTask(_PoseTarget, Task):
         _kernels().frame_error(_frame_vec(C), C.J, T_D.homogeneous, va, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def axes(self, kin, t):
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
         return self.desired(t)[0].rotation
 
 
@@ -359,7 +361,7 @@ class RelativeFrameTask(_PoseTarget, Task):
         self._set_gains(kp, kd)
         self.rows = _rows(rows, self.name)
 
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         a, b = kin.frame(self.fa), kin.frame(self.fb)
         T_D, vel_D, acc_D = self.desired(t)
         Ra = a.R
@@ -386,7 +388,7 @@ class RelativeFrameTask(_PoseTarget, Task):
         e[3:] = b.R @ e[3:]
         return ErrorDynamics(W, drift, w, e)
 
-    def axes(self, kin, t):
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
         return kin.frame(self.fb).R
 
 
@@ -400,7 +402,7 @@ class PostureTask(Task):
 
     _KERNEL: int | None = 2
 
-    def __init__(self, robot: Robot, q_ref=None, joints: Sequence[str] | None = None, kp: float = 10.0,
+    def __init__(self, robot: Robot, q_ref: ArrayLike | None = None, joints: Sequence[str] | None = None, kp: float = 10.0,
                  kd: float = 2 * math.sqrt(10.0), name: str | None = None):
         self.name = name or "posture"
         self.robot = robot
@@ -417,7 +419,7 @@ class PostureTask(Task):
         self.rows = slice(0, len(self.idx))
         self.set_target(np.zeros(robot.nq) if q_ref is None else q_ref)
 
-    def set_target(self, q_ref) -> None:
+    def set_target(self, q_ref: ArrayLike) -> None:
         """New reference posture, of size nq (all joints) or of the selected joints' count (copied: the
         task's ``q_ref`` is read-only, a new reference is set here)."""
         q_ref = np.asarray(q_ref, dtype=float).ravel()
@@ -438,7 +440,7 @@ class PostureTask(Task):
         _kernels().joint_error(kin.q, kin.v, self.idx, qd, vd, ad, 1.0, W, 0, ed)
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         return self._joint_rows(kin, self.q_ref, self._zero, self._zero)
 
 
@@ -451,20 +453,20 @@ class JointTrajectoryTask(PostureTask):
 
     _KERNEL = None          # the compiled step does not sample joint trajectories: its rows run in Python
 
-    def __init__(self, robot: Robot, trajectory, joints: Sequence[str] | None = None, kp: float = 100.0,
-                 kd: float = 20.0, name: str | None = None):
+    def __init__(self, robot: Robot, trajectory: Callable[[float], tuple], joints: Sequence[str] | None = None,
+                 kp: float = 100.0, kd: float = 20.0, name: str | None = None):
         super().__init__(robot, None, joints, kp, kd, name or "joint trajectory")
         if not callable(trajectory):
             raise ConfigError(f"{self.name}: trajectory must be callable t -> (q_d, v_d, a_d), got {trajectory!r}")
         self.trajectory = trajectory
 
-    def error_dynamics(self, kin, t):
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         k = len(self.idx)
         qd, vd, ad = (_floats(x, k) for x in self.trajectory(t))
         return self._joint_rows(kin, qd, vd, ad)
 
 
-def stack(constraints, kin: Kinematics, t: float, nv: int):
+def stack(constraints: Sequence[Task], kin: Kinematics, t: float, nv: int) -> tuple[np.ndarray, np.ndarray, list[slice]]:
     """Stack several constraints: (A, b, slices) with each constraint's rows in A."""
     if len(constraints) == 1:
         A, b = constraints[0].compute(kin, t)
