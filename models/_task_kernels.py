@@ -91,17 +91,19 @@ def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
 
 
 @njit(cache=True)
-def _rtr(xa, Rb, i, j):
-    """(R_aᵀ R_b)_ij, R_a the rotation of frame row xa."""
-    return xa[i] * Rb[0, j] + xa[3 + i] * Rb[1, j] + xa[6 + i] * Rb[2, j]
-
-
-@njit(cache=True)
 def _pose_error(xa, Rb, pb, ed, R):
     """ed[3] ← e_own = [p_b − p_a; Log(R_aᵀ R_b)] of frame a (row x) against the pose (R_b, p_b), and
     ed[2] ← e = [e_own,lin; R e_own,ang] (R: the rotation of P)."""
-    l0, l1, l2 = _log3(_rtr(xa, Rb, 0, 0), _rtr(xa, Rb, 0, 1), _rtr(xa, Rb, 0, 2), _rtr(xa, Rb, 1, 0),
-                       _rtr(xa, Rb, 1, 1), _rtr(xa, Rb, 1, 2), _rtr(xa, Rb, 2, 0), _rtr(xa, Rb, 2, 1), _rtr(xa, Rb, 2, 2))
+    a = xa          # R_a[i, j] = a[3 i + j], so (R_aᵀ R_b)_ij = a[i] R_b[0, j] + a[3 + i] R_b[1, j] + a[6 + i] R_b[2, j]
+    l0, l1, l2 = _log3(a[0] * Rb[0, 0] + a[3] * Rb[1, 0] + a[6] * Rb[2, 0],
+                       a[0] * Rb[0, 1] + a[3] * Rb[1, 1] + a[6] * Rb[2, 1],
+                       a[0] * Rb[0, 2] + a[3] * Rb[1, 2] + a[6] * Rb[2, 2],
+                       a[1] * Rb[0, 0] + a[4] * Rb[1, 0] + a[7] * Rb[2, 0],
+                       a[1] * Rb[0, 1] + a[4] * Rb[1, 1] + a[7] * Rb[2, 1],
+                       a[1] * Rb[0, 2] + a[4] * Rb[1, 2] + a[7] * Rb[2, 2],
+                       a[2] * Rb[0, 0] + a[5] * Rb[1, 0] + a[8] * Rb[2, 0],
+                       a[2] * Rb[0, 1] + a[5] * Rb[1, 1] + a[8] * Rb[2, 1],
+                       a[2] * Rb[0, 2] + a[5] * Rb[1, 2] + a[8] * Rb[2, 2])
     ed[3, 3], ed[3, 4], ed[3, 5] = l0, l1, l2
     for i in range(3):
         ed[3, i] = pb[i] - xa[9 + i]
