@@ -267,22 +267,31 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
                 cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries))
 
 
-def profile(repeat: int = 3) -> dict:
-    """Where the fused weighted step's time goes, in context: the step runs interleaved with the
-    floor and the generic path as in ``measure``, with ``Robot.update``, ``computeAllTerms`` and the
-    kernel call ``uk_step`` wrapped by clocks (≈ 0.1 µs each), so that the parts add up to the step.
-    Returns medians in µs: floor, step, generic step, and the parts of the step."""
-    cfg, robot, coupling, task, q0 = setup()
-    states = record_states(cfg, robot, coupling, task, q0)
-    floor = Floor(cfg, robot, coupling, task, states)
-    ctl = weighted(cfg, robot, coupling, task)
-    slow = weighted(cfg, robot, coupling, task, fused=False)
-    P = ctl._plan
-    clock = time.perf_counter_ns
-    parts = {"computeAllTerms": 0, "Robot.update": 0, "kernel call": 0}
+def profile(repeat: int = 3, panda: bool = False) -> dict:
+    """Where the fused step's time goes (the YuMi weighted step, or the Panda circle's), in context: the
+    step runs interleaved with its floor as in ``measure``, with the robot's lean pass
+    (``Robot.update_for_kernel``), its two Pinocchio calls (``pin.crba``, ``pin.nonLinearEffects``) and the
+    kernel call ``uk_step`` wrapped by clocks (≈ 0.1 µs each).  The kernel's compute alone is measured by
+    calling ``uk_step`` from compiled code, back to back on the states (no dispatch, warm caches); the
+    dispatch is the kernel call less that.  Returns medians in µs."""
+    from numba import njit
+
     import cmstack.models.robot as robot_module
 
-    cat, update, kernel = robot_module.pin.computeAllTerms, robot.update, P.step
+    if panda:
+        robot, hand, ctl, _ = panda_circle()
+        states = record_panda_states(400)
+        pf = PandaFloor(robot, hand)
+        floor = lambda k, t, q, v: pf(t, q, v)              # noqa: E731
+    else:
+        cfg, robot, coupling, task, q0 = setup()
+        states = record_states(cfg, robot, coupling, task, q0)
+        floor = Floor(cfg, robot, coupling, task, states)
+        ctl = weighted(cfg, robot, coupling, task)
+    P = ctl._plan
+    clock = time.perf_counter_ns
+    parts = {"lean pass": 0, "pin.crba": 0, "pin.nonLinearEffects": 0, "kernel call": 0}
+    crba, nle, update, kernel = robot_module._crba, robot_module._nle, robot.update_for_kernel, P.step
 
     def timed(name, f):
         def g(*a):
@@ -292,16 +301,11 @@ def profile(repeat: int = 3) -> dict:
             return out
         return g
 
-    class _Pin:                       # the robot module's ``pin`` with a clocked computeAllTerms
-        computeAllTerms = staticmethod(timed("computeAllTerms", cat))
-
-        def __getattr__(self, k):
-            return getattr(pin, k)
-
-    calls = {"floor": floor, "step": lambda k, t, q, v: ctl(t, q, v), "generic step": lambda k, t, q, v: slow(t, q, v)}
+    calls = {"floor": floor, "step": lambda k, t, q, v: ctl(t, q, v)}
     names = list(calls)
-    times = {n: [] for n in names + list(parts)}
-    robot.update, P.step, robot_module.pin = timed("Robot.update", update), timed("kernel call", kernel), _Pin()
+    times: dict = {n: [] for n in names + list(parts)}
+    robot.update_for_kernel, P.step = timed("lean pass", update), timed("kernel call", kernel)
+    robot_module._crba, robot_module._nle = timed("pin.crba", crba), timed("pin.nonLinearEffects", nle)
     try:
         for r in range(repeat + 1):
             for k, (t, q, v) in enumerate(states):
@@ -317,26 +321,51 @@ def profile(repeat: int = 3) -> dict:
                             for x in parts:
                                 times[x].append(parts[x])
     finally:
-        del robot.update
-        P.step, robot_module.pin = kernel, pin
-    return {n: float(np.median(times[n])) / 1e3 for n in times}
+        del robot.update_for_kernel
+        P.step = kernel
+        robot_module._crba, robot_module._nle = crba, nle
+
+    @njit
+    def compute_only(step, ts, Q, V, ptr, I, F, buf):
+        for i in range(ts.shape[0]):
+            step(ts[i], Q[i], V[i], ptr, I, F, buf)
+
+    ts = np.array([s[0] for s in states], dtype=float)
+    Q, V = np.array([s[1] for s in states]), np.array([s[2] for s in states])
+    buf = np.empty(P.buf_len)
+    best = np.inf
+    for _ in range(repeat + 2):
+        for t, q, v in states[:2]:
+            ctl(t, q, v)                       # binds the plan, copies the parameters
+        c0 = clock()
+        compute_only(kernel, ts, Q, V, P.ptr, P.I, P.F, buf)     # the data holds the last state: same work
+        best = min(best, (clock() - c0) / len(states))
+    out = {n: float(np.median(times[n])) / 1e3 for n in times}
+    out["kernel compute"] = best / 1e3
+    return out
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--fused-only", action="store_true", help="skip the generic Python path (fused=False) columns")
-    ap.add_argument("--profile", action="store_true", help="where the fused weighted step's time goes (medians)")
+    ap.add_argument("--profile", action="store_true", help="where the fused steps' time goes (medians)")
     args = ap.parse_args(argv)
     if args.profile:
-        med = profile(args.repeat)
-        step = med["step"]
-        med["rest of the step (Python)"] = step - med["Robot.update"] - med["kernel call"]
-        med["Robot.update"] -= med["computeAllTerms"]
-        print("YuMi UK weighted step, fused path: medians (interleaved with the floor and the generic path)")
-        for n, x in med.items():
-            label = "Robot.update (beyond CAT)" if n == "Robot.update" else n
-            print(f"  {label:<26} {x:7.1f} µs   {x / med['floor']:5.2f}× floor   {100 * x / step:5.1f} % of the step")
+        for panda in (False, True):
+            med = profile(args.repeat, panda)
+            step = med["step"]
+            pin_calls = med["pin.crba"] + med["pin.nonLinearEffects"]
+            rows = [("floor", med["floor"]), ("step", step), ("pin.crba", med["pin.crba"]),
+                    ("pin.nonLinearEffects", med["pin.nonLinearEffects"]),
+                    ("lean pass beyond them (checks)", med["lean pass"] - pin_calls),
+                    ("kernel compute", med["kernel compute"]),
+                    ("kernel dispatch (call − compute)", med["kernel call"] - med["kernel compute"]),
+                    ("rest of the step (Python)", step - med["lean pass"] - med["kernel call"])]
+            print(f"{'Panda circle' if panda else 'YuMi UK weighted'} step, fused path: medians (interleaved with its floor; "
+                  f"load average {os.getloadavg()[0]:.1f})")
+            for n, x in rows:
+                print(f"  {n:<34} {x:7.2f} µs   {x / med['floor']:5.2f}× floor   {100 * x / step:5.1f} % of the step")
         return
     res = measure(args.repeat, not args.fused_only)
     med = res["median_us"]

@@ -56,6 +56,28 @@ COUPLING, FRAME, POSTURE = 0, 1, 2
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
+@intrinsic
+def _f64_at(typingctx, address):
+    """The float64 pointer at an integer address (an array's data pointer, taken in Python)."""
+    sig = types.CPointer(types.float64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
+
+    return sig, codegen
+
+
+@intrinsic
+def _i64_at(typingctx, address):
+    """The int64 pointer at an integer address."""
+    sig = types.CPointer(types.int64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+
+    return sig, codegen
+
+
 @njit(cache=True)
 def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
@@ -218,18 +240,21 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     substitution.  Returns OK, NULLSPACE or SINGULAR."""
     n = v.shape[0]
     m = m_up
-    H = wk[:n * n].reshape(n, n)
+    if wk.shape[0] < 2 * n * n + n + n * (m + 1) + 2 * m * m + m:
+        raise ValueError("kkt_solve: the work array is shorter than kkt_work_size(n, m)")
+    w0 = wk.ctypes.data                         # views without reshape's checks (wk is contiguous, long enough)
+    H = carray(_f64_at(w0), (n, n))
     r = wk[n * n:n * n + n]
     o = n * n + n
-    L = wk[o:o + n * n].reshape(n, n)
+    L = carray(_f64_at(w0 + 8 * o), (n, n))
     o += n * n
-    Y = wk[o:o + n * (m + 1)].reshape(n, m + 1)
+    Y = carray(_f64_at(w0 + 8 * o), (n, m + 1))
     o += n * (m + 1)
-    S = wk[o:o + m * m].reshape(m, m)
+    S = carray(_f64_at(w0 + 8 * o), (m, m))
     o += m * m
-    LS = wk[o:o + m * m].reshape(m, m)
+    LS = carray(_f64_at(w0 + 8 * o), (m, m))
     o += m * m
-    lm = wk[o:o + m].reshape(m, 1)
+    lm = carray(_f64_at(w0 + 8 * o), (m, 1))
     x = out[:n]
     tau = out[n:2 * n]
     hD = out[2 * n:3 * n]
@@ -248,6 +273,8 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
             b = Ab[rr, n]
             for i in range(n):
                 ai = Ab[rr, i] * w
+                if ai == 0.0:                   # (a posture's row has one entry: skip the others' zero terms)
+                    continue
                 r[i] += ai * b
                 for j in range(i, n):
                     H[i, j] += ai * Ab[rr, j]
@@ -319,17 +346,6 @@ def effort_violated(tau, eidx, tmax):
     return False
 
 
-@intrinsic
-def _f64_at(typingctx, address):
-    """The float64 pointer at an integer address (an array's data pointer, taken in Python)."""
-    sig = types.CPointer(types.float64)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
-
-    return sig, codegen
-
-
 #: header of the plan's integer table (``uk_plan._FusedPlan``): sizes, then offsets into the two tables
 N, NT, NF, NJ, M_UP, NROWS, WIDTH, O_TINT, O_FINT, O_PIDX, N_PIDX, O_EIDX, N_EIDX, O_FPLACE, O_FJ, O_FVEC, \
     O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE = range(26)
@@ -347,8 +363,10 @@ def uk_step(t, q, v, ptr, I, F, buf):
     data.nle (nv,), of the controller's damping D (nv,) and the effort limit's τ_max (as many as its
     joints), then of each joint slot's rotation (3×3) and translation (3,) in data.oMi — Eigen's
     column-major storage, owned by the data object the plan holds (``_FusedPlan.bind``), refreshed in
-    place by Pinocchio; D and τ_max are read where they live, so a change in place is seen.  I, F: the plan's integer and float tables (``_FusedPlan``: a header of sizes
-    and offsets, ``HEADER`` ints, then every table), so that a call passes seven arguments.  buf (per
+    place by Pinocchio; D and τ_max are read where they live, so a change in place is seen.  I, F: the
+    plan's integer and float tables (``_FusedPlan``: a header of sizes and offsets, ``HEADER`` ints, then
+    every table), so that a call passes seven arguments; the tables' views are made from their addresses
+    (``carray``: no size checks, no reference counts), the sizes checked once here.  buf (per
     step, written): [q | v | M | h | v̇ | τ | h + D v | λ | Ab], the copies the step's Kinematics holds
     and the step's results.  Returns OK, LIMIT (the KKT solution violates the effort limit: the caller
     solves the QP), NULLSPACE, SINGULAR, or NONFINITE (|q|² + |v|² is not finite: ``Robot.update``'s
@@ -365,22 +383,25 @@ def uk_step(t, q, v, ptr, I, F, buf):
     Jw = farray(_f64_at(ptr[0]), (6, n))
     Md = farray(_f64_at(ptr[1]), (n, n))
     hd = carray(_f64_at(ptr[2]), (n,))
+    if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1):
+        raise ValueError("uk_step: the step buffer's length does not match the plan")
+    b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data      # views without reshape's checks
     bq = buf[:n]
     bv = buf[n:2 * n]
-    M = buf[2 * n:2 * n + n * n].reshape((n, n))
+    M = carray(_f64_at(b0 + 16 * n), (n, n))
     o = 2 * n + n * n
     h = buf[o:o + n]
     o += n
     out = buf[o:o + 3 * n + m]
     o += 3 * n + m
-    Ab = buf[o:o + nrows * (n + 1)].reshape((nrows, n + 1))
+    Ab = carray(_f64_at(b0 + 8 * o), (nrows, n + 1))
     for i in range(n):
         bq[i] = q[i]
         bv[i] = v[i]
         h[i] = hd[i]
         for j in range(n):
             M[i, j] = Md[i, j]
-    jpose = F[I[O_JPOSE]:I[O_JPOSE] + 12 * nj].reshape((nj, 12))
+    jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj, 12))
     for k in range(nj):
         R = farray(_f64_at(ptr[P_JOINTS + 2 * k]), (3, 3))
         p = carray(_f64_at(ptr[P_JOINTS + 1 + 2 * k]), (3,))
@@ -388,21 +409,21 @@ def uk_step(t, q, v, ptr, I, F, buf):
             for j in range(3):
                 jpose[k, 3 * i + j] = R[i, j]
             jpose[k, 9 + i] = p[i]
-    tint = I[I[O_TINT]:I[O_TINT] + 8 * nt].reshape((nt, 8))
-    fint = I[I[O_FINT]:I[O_FINT] + (n + 1) * nf].reshape((nf, n + 1))
+    tint = carray(_i64_at(i0 + 8 * I[O_TINT]), (nt, 8))
+    fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
     pidx = I[I[O_PIDX]:I[O_PIDX] + I[N_PIDX]]
     eidx = I[I[O_EIDX]:I[O_EIDX] + I[N_EIDX]]
     D = carray(_f64_at(ptr[3]), (n,))
-    fplace = F[I[O_FPLACE]:I[O_FPLACE] + 16 * nf].reshape((nf, 4, 4))
-    fJ = F[I[O_FJ]:I[O_FJ] + 6 * n * nf].reshape((nf, 6, n))
-    fvec = F[I[O_FVEC]:I[O_FVEC] + 24 * nf].reshape((nf, 24))
-    tflt = F[I[O_TFLT]:I[O_TFLT] + 4 * nt].reshape((nt, 4))
-    tgtH = F[I[O_TGTH]:I[O_TGTH] + 16 * nt].reshape((nt, 4, 4))
-    tgtVA = F[I[O_TGTVA]:I[O_TGTVA] + 12 * nt].reshape((nt, 12))
-    tcirc = F[I[O_TCIRC]:I[O_TCIRC] + 7 * nt].reshape((nt, 7))
+    fplace = carray(_f64_at(f0 + 8 * I[O_FPLACE]), (nf, 4, 4))
+    fJ = carray(_f64_at(f0 + 8 * I[O_FJ]), (nf, 6, n))
+    fvec = carray(_f64_at(f0 + 8 * I[O_FVEC]), (nf, 24))
+    tflt = carray(_f64_at(f0 + 8 * I[O_TFLT]), (nt, 4))
+    tgtH = carray(_f64_at(f0 + 8 * I[O_TGTH]), (nt, 4, 4))
+    tgtVA = carray(_f64_at(f0 + 8 * I[O_TGTVA]), (nt, 12))
+    tcirc = carray(_f64_at(f0 + 8 * I[O_TCIRC]), (nt, 7))
     qref = F[I[O_QREF]:I[O_QREF] + I[N_PIDX]]
-    tbias = F[I[O_TBIAS]:I[O_TBIAS] + width * nt].reshape((nt, width))
-    terr = F[I[O_TERR]:I[O_TERR] + width * nt].reshape((nt, width))
+    tbias = carray(_f64_at(f0 + 8 * I[O_TBIAS]), (nt, width))
+    terr = carray(_f64_at(f0 + 8 * I[O_TERR]), (nt, width))
     tmax = carray(_f64_at(ptr[4]), (I[N_EIDX],))
     wk = F[I[O_WK]:I[O_WK] + I[N_WK]]
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)

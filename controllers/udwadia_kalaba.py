@@ -309,11 +309,66 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         return False
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
-        if self._plan is not None:
-            return self._call_fused(t, q, v, kin)
-        kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
-        self.kin = kin
-        return self._call_generic(t, kin)
+        """τ at (t, q, v), or at the given snapshot ``kin`` (``Robot.update``'s) with its q, v."""
+        P = self._plan
+        if P is None:
+            kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
+            self.kin = kin
+            return self._call_generic(t, kin)
+        # the compiled step (``_FusedPlan``): the robot's lean Pinocchio pass (``Robot.update_for_kernel``;
+        # with a given ``kin``, the data its ``Robot.update`` left), then one kernel call that tests the
+        # state, copies q, v, M, h for the step's Kinematics, builds every task's rows, solves the KKT system
+        # and checks the effort limit; the null-space and QP fallbacks run on its rows in Python
+        # (``_fused_rest``).  The tasks' gains and targets are copied into the plan's tables only when one
+        # was set since (``models/_params.py``).
+        robot = self.robot
+        if kin is None:
+            q, v = robot.update_for_kernel(q, v)
+        else:
+            kin._check_current()       # the data must hold this snapshot's state: the kernel reads it
+            q, v = kin.q, kin.v
+        gen = robot._gen
+        d = robot.data
+        lim = P.effort
+        if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
+            P.bind(d, self.D, self._sqrt_rank_tol)
+        if P.version != _params.version:
+            P.version = _params.version
+            P.copy_parameters()
+        if P.traj_tasks:
+            P.sample(t)
+        fresh = None
+        if P.integrals:
+            fresh = []
+            for k, task in P.integrals:       # z advanced once per new t, as IntegralTask.compute does
+                if task.advance(t):
+                    fresh.append((k, task))
+                P.tbias[k, task.rows] = task.ki * task.z
+        buf = np.empty(P.buf_len)
+        st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
+        if st == 4:                           # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
+            robot.refuse_state(q, v)
+        if fresh:
+            for k, task in fresh:
+                task.record(t, P.terr[k, task.rows])
+        if kin is None:
+            self._kin = None
+            self._kin_buf = (buf, gen)
+        else:
+            self.kin = kin
+        if st == 0 and P.plain and (self._warned or not self.warn_free_dof):
+            info = self.info
+            if self._info_kkt is not info:
+                info.cold_retries = 0
+                info.limits_active = False
+                info.saturated, info.gave_way = False, ""
+                info.status, info.qp_iter, info.path = "solved", 0, "kkt"
+                self._info_kkt = info
+            tau = buf[P.sl_tau]
+            info.vdot, info.tau = buf[P.sl_x], tau
+            info._lazy = (self._buffer_forces, buf)
+            return tau
+        return self._fused_rest(t, st, buf)
 
     @property
     def kin(self) -> Kinematics | None:
@@ -459,65 +514,6 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         y = kin.M @ self.info.vdot + kin.h + self.D * kin.v
         return Gp @ y[self._passive]
 
-    def _call_fused(self, t, q, v, kin: Kinematics | None) -> np.ndarray:
-        """The step through the compiled kernels (``_FusedPlan``): the robot's lean Pinocchio pass
-        (``Robot.update_for_kernel``; with a given ``kin``, the data its ``Robot.update`` left), then one
-        kernel call that tests the state, copies q, v, M, h for the step's Kinematics, builds every task's
-        rows, solves the KKT system and checks the effort limit; the null-space and QP fallbacks run on its
-        rows in Python (``_finish``).  The tasks' gains and targets are copied into the plan's tables only
-        when one was set since (``models/_params.py``)."""
-        P = self._plan
-        assert P is not None           # _call_fused runs only with a plan (__call__)
-        robot = self.robot
-        if kin is None:
-            q, v = robot.update_for_kernel(q, v)
-        else:
-            kin._check_current()       # the data must hold this snapshot's state: the kernel reads it
-            q, v = kin.q, kin.v
-        gen = robot._gen
-        d = robot.data
-        lim = P.effort
-        if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
-            P.bind(d, self.D, self._sqrt_rank_tol)
-        if P.version != _params.version:
-            P.version = _params.version
-            P.copy_parameters()
-        if P.traj_tasks:
-            P.sample(t)
-        fresh = None
-        if P.integrals:
-            fresh = []
-            for k, task in P.integrals:       # z advanced once per new t, as IntegralTask.compute does
-                if task.advance(t):
-                    fresh.append((k, task))
-                P.tbias[k, task.rows] = task.ki * task.z
-        buf = np.empty(P.buf_len)
-        st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
-        if st == 4:                           # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
-            robot.refuse_state(q, v)
-        if fresh:
-            for k, task in fresh:
-                task.record(t, P.terr[k, task.rows])
-        if kin is None:
-            self._kin = None
-            self._kin_buf = (buf, gen)
-        else:
-            self.kin = kin
-        o, n = P.o_out, self.n
-        x, tau = buf[o:o + n], buf[o + n:o + 2 * n]
-        if st == 0 and not P.other_limits and (self._warned or not self.warn_free_dof):
-            info = self.info
-            if self._info_kkt is not info:
-                info.cold_retries = 0
-                info.limits_active = False
-                info.saturated, info.gave_way = False, ""
-                info.status, info.qp_iter, info.path = "solved", 0, "kkt"
-                self._info_kkt = info
-            info.vdot, info.tau = x, tau
-            info._lazy = (self._buffer_forces, buf)
-            return tau
-        return self._fused_rest(t, st, buf)
-
     def _fused_rest(self, t: float, st: int, buf: np.ndarray) -> np.ndarray:
         """A compiled step that is not a plain KKT solution: the other limits' check, the first step's
         free-DoF warning, the absorbed plans' strict path, the fallbacks."""
@@ -548,7 +544,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self.info.cold_retries = 0
         E, f, rows, final_rows = P.views(Ab)
         if warn:
-            self._warn_free(E, final_rows, stacklevel=5)
+            self._warn_free(E, final_rows, stacklevel=4)
         H, r = P.H, P.r
         if st == 0:
             return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, "kkt", tau, violated=False)

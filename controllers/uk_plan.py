@@ -184,6 +184,8 @@ class _FusedPlan:
         self.o_out = 3 * n + n * n
         self.o_ab = self.o_out + 3 * n + m
         self.buf_len = self.o_ab + row * (n + 1)
+        self.sl_x, self.sl_tau = slice(self.o_out, self.o_out + n), slice(self.o_out + n, self.o_out + 2 * n)
+        self.plain = not self.other_limits           # no limit beside the kernel's effort limit
         self.n = n
         self.data = None
         self.ptr: np.ndarray | None = None

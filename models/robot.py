@@ -34,6 +34,7 @@ _frame_jacobian = pin.getFrameJacobian
 _frame_acc = pin.getFrameClassicalAcceleration
 _crba, _nle, _WORLD = pin.crba, pin.nonLinearEffects, pin.Convention.WORLD
 _fk = pin.forwardKinematics
+_F64 = np.dtype(np.float64)
 _dot = np.dot                 # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
 
 
@@ -445,6 +446,7 @@ class Robot:
                                      "name-based plant map expects 1-DoF joints (revolute, continuous, "
                                      "prismatic).")
         self.nq, self.nv = self.model.nq, self.model.nv
+        self._qshape, self._vshape = (self.nq,), (self.nv,)
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
@@ -672,7 +674,9 @@ class Robot:
         computes its frames' from data.J and v; a ``Kinematics`` of this state runs them on its first
         frame, ``Kinematics.frame``) and the rest of computeAllTerms (dJ, centroidal terms, energies).
         The caller tests |q|² + |v|² for finiteness (``refuse_state`` when it is not).  Returns (q, v)."""
-        q, v = self.state_arrays(q, v)
+        if type(q) is not np.ndarray or q.dtype is not _F64 or q.shape != self._qshape or \
+                type(v) is not np.ndarray or v.dtype is not _F64 or v.shape != self._vshape:
+            q, v = self.state_arrays(q, v)
         m, d = self.model, self.data
         _crba(m, d, q, _WORLD)
         _nle(m, d, q, v)
