@@ -1,7 +1,8 @@
 """Compiled kernels of the Udwadia–Kalaba control step (issues 12, 22): the per-step small-array algebra of
 ``controllers/udwadia_kalaba.py`` fused into a few ``numba.njit`` functions fed by what the robot's lean
-Pinocchio pass (``Robot.update_for_kernel``: ``pin.crba`` in the WORLD convention and
-``pin.nonLinearEffects``) holds, read through addresses bound once (``uk_step``).  Imported lazily by the
+Pinocchio pass (``Robot.update_for_kernel``: one ``pin.crba`` in the WORLD convention: the joints' poses,
+data.J and M) holds, read through addresses bound once (``uk_step``); h, the frames and everything after
+are computed here.  Imported lazily by the
 controller (numba's import costs ~0.3 s); the machine code is cached on disk (``cache=True``), so a
 process pays the compilation once per source change, later ones only the cache load.
 
@@ -22,6 +23,17 @@ of the point at the world origin: column c = [v_O,c; ω_c]).
     a_sp(p) = a_O + α × p                              (a spatial acceleration is a motion field too)
     a_cl = a_sp(p) + ω × v_p                           (classical = spatial + ω × v at a material point)
     acc = [a_cl; α] = J̇ v                              (v̇ = 0: Pinocchio's frame classical acceleration)
+
+``bias_forces`` — h = nle(q, v) by the recursive Newton–Euler algorithm in world axes, from data.J and
+the joints' poses (what ``pin.crba`` in the WORLD convention leaves), so no second Pinocchio pass:
+
+    V_k = V_λ(k) + J_k v_k,   A_k = A_λ(k) + (V_k × J_k) v_k,   V_0 = 0,  A_0 = [−g; 0]
+              (gravity as the base's upward acceleration, uniform in space, so the same at the origin)
+    body k: c = p_k + R_k λ_k, I_c = R_k Ī_k R_kᵀ; a spatial inertia applied at the origin,
+    Y [u; ω] = [m (u − c × ω);  I_c ω + c × m (u − c × ω)]
+    f_k = Y_k A_k + V_k ×* (Y_k V_k),   [u; ω] ×* [f; n] = [ω × f; ω × n + u × f]
+    F_k = f_k + Σ_children F,   h_k = J_kᵀ F_k
+(tests/test_uk_kernels.py: equal to Pinocchio's nonLinearEffects to 1e-14 relative.)
 
 ``task_rows`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``: world axes),
 scaled by √ω for the levels above the last: each task's error dynamics (W, drift, w, e) from the kernel
@@ -81,9 +93,9 @@ def _i64_at(typingctx, address):
 @njit(cache=True)
 def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
-    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj, 12): each joint slot's [R_j row-major (9), p_j (3)];
-    fint (nf, 1+nv): [joint slot, support mask of the nv columns]; fplace (nf, 4, 4): ʲM_f.
-    Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)].
+    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)], the world's last;
+    fint (nf, 1+nv): [the frame's joint's row in jpose, support mask of the nv columns]; fplace (nf, 4, 4):
+    ʲM_f.  Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)].
 
     The acceleration at v̇ = 0 comes from data.J and v alone: the support columns c of the frame's
     joint, in index order, are its ancestors in order, so the body of column c moves with the spatial
@@ -178,6 +190,84 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
         for i in range(m):
             terr[k, i] = ed[3, i]
         task_law(ed, R, kind != POSTURE, tflt[k, 0], tflt[k, 1], sc, sel0, nsel, tbias[k], Ab[:, n], row0)
+
+
+@njit(cache=True)
+def bias_forces(Jw, v, jpose, parent, inert, g, work, h):
+    """h = nle(q, v) = C(q, v) v + g(q) (Pinocchio's ``nonLinearEffects``) by the recursive Newton–Euler
+    algorithm in world axes, from data.J, v and every joint's pose (module docstring, "bias_forces").
+    Joints k = 0 … nj−1 (Pinocchio's 1 … nj, parents first, one velocity column each, column k);
+    parent (nj,): the parent's row, −1 for the root; inert (nj, 13): [m, lever (3), Ī (3×3 row-major)] of
+    each joint's body in its own frame (``model.inertias``); g: gravity (3,); work (nj, 18): [V | A | F]."""
+    nj = parent.shape[0]
+    for k in range(nj):
+        pk = parent[k]
+        l0, l1, l2, w0, w1, w2 = Jw[0, k], Jw[1, k], Jw[2, k], Jw[3, k], Jw[4, k], Jw[5, k]
+        vk = v[k]
+        if pk >= 0:
+            u0, u1, u2 = work[pk, 0] + l0 * vk, work[pk, 1] + l1 * vk, work[pk, 2] + l2 * vk
+            o0, o1, o2 = work[pk, 3] + w0 * vk, work[pk, 4] + w1 * vk, work[pk, 5] + w2 * vk
+            a0, a1, a2 = work[pk, 6], work[pk, 7], work[pk, 8]
+            b0, b1, b2 = work[pk, 9], work[pk, 10], work[pk, 11]
+        else:
+            u0, u1, u2 = l0 * vk, l1 * vk, l2 * vk
+            o0, o1, o2 = w0 * vk, w1 * vk, w2 * vk
+            a0, a1, a2 = -g[0], -g[1], -g[2]
+            b0 = b1 = b2 = 0.0
+        # A_k = A_parent + (V_k × J_k) v_k,  V × J = [ω × l + u × w; ω × w]
+        a0 += (o1 * l2 - o2 * l1 + u1 * w2 - u2 * w1) * vk
+        a1 += (o2 * l0 - o0 * l2 + u2 * w0 - u0 * w2) * vk
+        a2 += (o0 * l1 - o1 * l0 + u0 * w1 - u1 * w0) * vk
+        b0 += (o1 * w2 - o2 * w1) * vk
+        b1 += (o2 * w0 - o0 * w2) * vk
+        b2 += (o0 * w1 - o1 * w0) * vk
+        work[k, 0], work[k, 1], work[k, 2], work[k, 3], work[k, 4], work[k, 5] = u0, u1, u2, o0, o1, o2
+        work[k, 6], work[k, 7], work[k, 8], work[k, 9], work[k, 10], work[k, 11] = a0, a1, a2, b0, b1, b2
+        # the body in world axes: c = p + R λ, I_c = R Ī Rᵀ (applied as R Ī Rᵀ x)
+        m = inert[k, 0]
+        R = jpose[k]
+        c0 = R[9] + R[0] * inert[k, 1] + R[1] * inert[k, 2] + R[2] * inert[k, 3]
+        c1 = R[10] + R[3] * inert[k, 1] + R[4] * inert[k, 2] + R[5] * inert[k, 3]
+        c2 = R[11] + R[6] * inert[k, 1] + R[7] * inert[k, 2] + R[8] * inert[k, 3]
+        # Y V = [p; L] = [m (u − c × ω); I_c ω + c × p],  Y A likewise with [a; α]
+        p0 = m * (u0 - (c1 * o2 - c2 * o1))
+        p1 = m * (u1 - (c2 * o0 - c0 * o2))
+        p2 = m * (u2 - (c0 * o1 - c1 * o0))
+        y0 = R[0] * o0 + R[3] * o1 + R[6] * o2
+        y1 = R[1] * o0 + R[4] * o1 + R[7] * o2
+        y2 = R[2] * o0 + R[5] * o1 + R[8] * o2
+        z0 = inert[k, 4] * y0 + inert[k, 5] * y1 + inert[k, 6] * y2
+        z1 = inert[k, 7] * y0 + inert[k, 8] * y1 + inert[k, 9] * y2
+        z2 = inert[k, 10] * y0 + inert[k, 11] * y1 + inert[k, 12] * y2
+        L0 = R[0] * z0 + R[1] * z1 + R[2] * z2 + c1 * p2 - c2 * p1
+        L1 = R[3] * z0 + R[4] * z1 + R[5] * z2 + c2 * p0 - c0 * p2
+        L2 = R[6] * z0 + R[7] * z1 + R[8] * z2 + c0 * p1 - c1 * p0
+        f0 = m * (a0 - (c1 * b2 - c2 * b1))
+        f1 = m * (a1 - (c2 * b0 - c0 * b2))
+        f2 = m * (a2 - (c0 * b1 - c1 * b0))
+        y0 = R[0] * b0 + R[3] * b1 + R[6] * b2
+        y1 = R[1] * b0 + R[4] * b1 + R[7] * b2
+        y2 = R[2] * b0 + R[5] * b1 + R[8] * b2
+        z0 = inert[k, 4] * y0 + inert[k, 5] * y1 + inert[k, 6] * y2
+        z1 = inert[k, 7] * y0 + inert[k, 8] * y1 + inert[k, 9] * y2
+        z2 = inert[k, 10] * y0 + inert[k, 11] * y1 + inert[k, 12] * y2
+        n0 = R[0] * z0 + R[1] * z1 + R[2] * z2 + c1 * f2 - c2 * f1
+        n1 = R[3] * z0 + R[4] * z1 + R[5] * z2 + c2 * f0 - c0 * f2
+        n2 = R[6] * z0 + R[7] * z1 + R[8] * z2 + c0 * f1 - c1 * f0
+        # f = Y A + V ×* (Y V),  V ×* [p; L] = [ω × p; ω × L + u × p]
+        work[k, 12] = f0 + o1 * p2 - o2 * p1
+        work[k, 13] = f1 + o2 * p0 - o0 * p2
+        work[k, 14] = f2 + o0 * p1 - o1 * p0
+        work[k, 15] = n0 + o1 * L2 - o2 * L1 + u1 * p2 - u2 * p1
+        work[k, 16] = n1 + o2 * L0 - o0 * L2 + u2 * p0 - u0 * p2
+        work[k, 17] = n2 + o0 * L1 - o1 * L0 + u0 * p1 - u1 * p0
+    for k in range(nj - 1, -1, -1):             # F_k = f_k + Σ children's F;  h_k = J_kᵀ F_k
+        h[k] = (Jw[0, k] * work[k, 12] + Jw[1, k] * work[k, 13] + Jw[2, k] * work[k, 14]
+                + Jw[3, k] * work[k, 15] + Jw[4, k] * work[k, 16] + Jw[5, k] * work[k, 17])
+        pk = parent[k]
+        if pk >= 0:
+            for i in range(12, 18):
+                work[pk, i] += work[k, i]
 
 
 @njit(cache=True)
@@ -348,20 +438,22 @@ def effort_violated(tau, eidx, tmax):
 
 #: header of the plan's integer table (``uk_plan._FusedPlan``): sizes, then offsets into the two tables
 N, NT, NF, NJ, M_UP, NROWS, WIDTH, O_TINT, O_FINT, O_PIDX, N_PIDX, O_EIDX, N_EIDX, O_FPLACE, O_FJ, O_FVEC, \
-    O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE = range(26)
-#: ptr: data.J, data.M, data.nle, the damping D, the effort limit's τ_max, then the joints' (R, p)
-P_JOINTS = 5
+    O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE, O_PARENT, O_INERT, O_GRAV, \
+    O_RNEA = range(30)
+#: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi
+P_JOINTS = 4
 HEADER = 32
 NONFINITE = 4
 
 
 @njit(cache=True)
 def uk_step(t, q, v, ptr, I, F, buf):
-    """One fused step: the state's test, frame_states → task_rows → kkt_solve → effort_violated.
+    """One fused step: the state's test, bias_forces (h) → frame_states → task_rows → kkt_solve →
+    effort_violated.
 
-    t (s); q, v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv), data.M (nv×nv),
-    data.nle (nv,), of the controller's damping D (nv,) and the effort limit's τ_max (as many as its
-    joints), then of each joint slot's rotation (3×3) and translation (3,) in data.oMi — Eigen's
+    t (s); q, v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv) and data.M (nv×nv)
+    (``pin.crba``'s), of the controller's damping D (nv,) and the effort limit's τ_max (as many as its
+    joints), then of every joint's rotation (3×3) and translation (3,) in data.oMi — Eigen's
     column-major storage, owned by the data object the plan holds (``_FusedPlan.bind``), refreshed in
     place by Pinocchio; D and τ_max are read where they live, so a change in place is seen.  I, F: the
     plan's integer and float tables (``_FusedPlan``: a header of sizes and offsets, ``HEADER`` ints, then
@@ -382,7 +474,6 @@ def uk_step(t, q, v, ptr, I, F, buf):
     nt, nf, nj, m, nrows, width = I[NT], I[NF], I[NJ], I[M_UP], I[NROWS], I[WIDTH]
     Jw = farray(_f64_at(ptr[0]), (6, n))
     Md = farray(_f64_at(ptr[1]), (n, n))
-    hd = carray(_f64_at(ptr[2]), (n,))
     if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1):
         raise ValueError("uk_step: the step buffer's length does not match the plan")
     b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data      # views without reshape's checks
@@ -398,10 +489,9 @@ def uk_step(t, q, v, ptr, I, F, buf):
     for i in range(n):
         bq[i] = q[i]
         bv[i] = v[i]
-        h[i] = hd[i]
         for j in range(n):
             M[i, j] = Md[i, j]
-    jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj, 12))
+    jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj + 1, 12))      # the world's pose last (constant)
     for k in range(nj):
         R = farray(_f64_at(ptr[P_JOINTS + 2 * k]), (3, 3))
         p = carray(_f64_at(ptr[P_JOINTS + 1 + 2 * k]), (3,))
@@ -413,7 +503,7 @@ def uk_step(t, q, v, ptr, I, F, buf):
     fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
     pidx = I[I[O_PIDX]:I[O_PIDX] + I[N_PIDX]]
     eidx = I[I[O_EIDX]:I[O_EIDX] + I[N_EIDX]]
-    D = carray(_f64_at(ptr[3]), (n,))
+    D = carray(_f64_at(ptr[2]), (n,))
     fplace = carray(_f64_at(f0 + 8 * I[O_FPLACE]), (nf, 4, 4))
     fJ = carray(_f64_at(f0 + 8 * I[O_FJ]), (nf, 6, n))
     fvec = carray(_f64_at(f0 + 8 * I[O_FVEC]), (nf, 24))
@@ -424,8 +514,13 @@ def uk_step(t, q, v, ptr, I, F, buf):
     qref = F[I[O_QREF]:I[O_QREF] + I[N_PIDX]]
     tbias = carray(_f64_at(f0 + 8 * I[O_TBIAS]), (nt, width))
     terr = carray(_f64_at(f0 + 8 * I[O_TERR]), (nt, width))
-    tmax = carray(_f64_at(ptr[4]), (I[N_EIDX],))
+    tmax = carray(_f64_at(ptr[3]), (I[N_EIDX],))
     wk = F[I[O_WK]:I[O_WK] + I[N_WK]]
+    parent = carray(_i64_at(i0 + 8 * I[O_PARENT]), (nj,))
+    inert = carray(_f64_at(f0 + 8 * I[O_INERT]), (nj, 13))
+    grav = carray(_f64_at(f0 + 8 * I[O_GRAV]), (3,))
+    rnea = carray(_f64_at(f0 + 8 * I[O_RNEA]), (nj, 18))
+    bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
     task_rows(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
     st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)

@@ -34,6 +34,9 @@ class _FusedPlan:
                 inner = cls._inner(task)
                 if inner is None or not callable(getattr(inner, "kernel_kind", None)) or inner.kernel_kind() is None:
                     return None
+        model = ctl.robot.model
+        if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
+            return None          # the kernel's h takes joint j's velocity as column j − 1
         try:
             from cmstack.controllers import _uk_kernels
         except ImportError:      # numba absent: the generic path
@@ -58,20 +61,17 @@ class _FusedPlan:
         entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
         self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
         frames: dict = {}
-        joints: dict = {}
         fint, fplace = [], []
 
         def slot(fid: int) -> int:
             if fid not in frames:
                 fr = model.frames[fid]
                 j = int(fr.parentJoint)
-                if j not in joints:
-                    joints[j] = len(joints)
                 mask = np.zeros(n, dtype=np.int64)
                 for ji in model.supports[j]:
                     if ji > 0:
                         mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[joints[j], mask])
+                fint.append(np.r_[j - 1 if j else model.njoints - 1, mask])   # its row in the pose table (last: the world)
                 fplace.append(fr.placement.homogeneous)
                 frames[fid] = len(frames)
             return frames[fid]
@@ -106,7 +106,7 @@ class _FusedPlan:
             row += nsel
         width = max([6] + [int(r[5]) for r in tint])
         m = self.m_up = sum(L.dim for L in upper)
-        nf, nj = len(fint), len(joints)
+        nf, nj = len(fint), model.njoints - 1
         # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
         efforts = [lim for lim in ctl.limits if isinstance(lim, EffortLimit)
                    and type(lim).bounds is EffortLimit.bounds and type(lim).violated is EffortLimit.violated]
@@ -115,11 +115,12 @@ class _FusedPlan:
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
         # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
         # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
-        I_len = K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size
+        I_len = K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size + nj
         F_sizes = [("fplace", 16 * nf), ("fJ", 6 * n * nf), ("fvec", 24 * nf), ("tflt", 4 * nt),
                    ("tgtH", 16 * nt), ("tgtVA", 12 * nt), ("tcirc", 7 * nt), ("qref", len(pidx)),
                    ("tbias", width * nt), ("terr", width * nt),
-                   ("wk", K.kkt_work_size(n, m)), ("jpose", 12 * nj)]
+                   ("wk", K.kkt_work_size(n, m)), ("jpose", 12 * (nj + 1)), ("inert", 13 * nj), ("grav", 3),
+                   ("rnea", 18 * nj)]
         self.I = np.zeros(I_len, dtype=np.int64)
         self.F = np.zeros(2 + sum(k for _, k in F_sizes))
         I, F = self.I, self.F
@@ -134,7 +135,8 @@ class _FusedPlan:
 
         o = K.HEADER
         off_i = {}
-        for name, size in (("tint", tint.size), ("fint", nf * (n + 1)), ("pidx", len(pidx)), ("eidx", eidx.size)):
+        for name, size in (("tint", tint.size), ("fint", nf * (n + 1)), ("pidx", len(pidx)), ("eidx", eidx.size),
+                           ("parent", nj)):
             off_i[name] = o
             o += size
         I[[K.N, K.NT, K.NF, K.NJ, K.M_UP, K.NROWS, K.WIDTH]] = n, nt, nf, nj, m, row, width
@@ -145,6 +147,7 @@ class _FusedPlan:
             off_f["fplace"], off_f["fJ"], off_f["fvec"], off_f["tflt"], off_f["tgtH"], off_f["tgtVA"],
             off_f["tcirc"], off_f["qref"], off_f["tbias"], off_f["terr"], off_f["wk"], K.kkt_work_size(n, m),
             off_f["jpose"])
+        I[[K.O_PARENT, K.O_INERT, K.O_GRAV, K.O_RNEA]] = off_i["parent"], off_f["inert"], off_f["grav"], off_f["rnea"]
 
         def iview(name, shape):
             o = off_i[name]
@@ -172,13 +175,23 @@ class _FusedPlan:
         self.tgtH = fview("tgtH", (nt, 4, 4))
         self.tgtVA = fview("tgtVA", (nt, 12))
         self.tcirc = fview("tcirc", (nt, 7))
-        self.jpose = fview("jpose", (nj, 12))
+        self.jpose = fview("jpose", (nj + 1, 12))      # every joint's [R row-major, p], then the world's
+        self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
+        # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's
+        # mass, centre of mass and rotational inertia in its own frame, gravity
+        self.parent = iview("parent", (nj,))
+        self.parent[:] = [model.parents[j] - 1 for j in range(1, nj + 1)]
+        self.inert = fview("inert", (nj, 13))
+        for j in range(1, nj + 1):
+            Y = model.inertias[j]
+            self.inert[j - 1] = np.r_[Y.mass, Y.lever, np.asarray(Y.inertia).ravel()]
+        fview("grav", (3,))[:] = model.gravity.linear
         self.wk = fview("wk", (K.kkt_work_size(n, m),))
         self.H = self.wk[:n * n].reshape(n, n)
         self.r = self.wk[n * n:n * n + n]
         self.gauss = 0.0 if self.absorbed else 1.0
         F[0] = self.gauss
-        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
+        self.joint_ids = list(range(1, nj + 1))
         # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
         self.ab_shape = (row, n + 1)
         self.o_out = 3 * n + n * n
@@ -203,15 +216,15 @@ class _FusedPlan:
 
     def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
         """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
-        (refreshed in place by Pinocchio; ``d`` is held, so its storage stays) data.J, data.M, data.nle
-        and each needed joint's rotation and translation in data.oMi; the damping D and the effort limit's
+        (refreshed in place by Pinocchio; ``d`` is held, so its storage stays) data.J, data.M and every
+        joint's rotation and translation in data.oMi; the damping D and the effort limit's
         τ_max (held too), so that a change in place is read.  Taken again when the robot's data object
         changes (``Robot.add_frame`` creates a new one), or D or τ_max is replaced by another array."""
         def address(a) -> int:
             return int(a.__array_interface__["data"][0])
 
         poses = [d.oMi[j] for j in self.joint_ids]
-        for a in [d.J, d.M, d.nle] + [T.rotation for T in poses] + [T.translation for T in poses]:
+        for a in [d.J, d.M] + [T.rotation for T in poses] + [T.translation for T in poses]:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
                 raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
         Dk = np.ascontiguousarray(D, dtype=np.float64)
@@ -220,7 +233,7 @@ class _FusedPlan:
         if Dk.shape != (self.n,) or tk.shape != self.eidx.shape:
             raise ValueError(f"damping of shape {Dk.shape} or tau_max of shape {tk.shape}: expected ({self.n},) and "
                              f"{self.eidx.shape}")
-        ptr = [address(d.J), address(d.M), address(d.nle), address(Dk), address(tk)]
+        ptr = [address(d.J), address(d.M), address(Dk), address(tk)]
         for T in poses:
             ptr += [address(T.rotation), address(T.translation)]
         self.ptr = np.array(ptr, dtype=np.int64)
@@ -271,8 +284,8 @@ class _FusedPlan:
 
     def pose_table(self, d) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""
-        return np.array([np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids]
-                        ).reshape(len(self.joint_ids), 12)
+        return np.array([np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids + [0]]
+                        ).reshape(len(self.joint_ids) + 1, 12)
 
     def __getstate__(self):
         state = self.__dict__.copy()

@@ -32,7 +32,7 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileErro
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 _frame_jacobian = pin.getFrameJacobian
 _frame_acc = pin.getFrameClassicalAcceleration
-_crba, _nle, _WORLD = pin.crba, pin.nonLinearEffects, pin.Convention.WORLD
+_crba, _WORLD = pin.crba, pin.Convention.WORLD
 _fk = pin.forwardKinematics
 _F64 = np.dtype(np.float64)
 _dot = np.dot                 # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
@@ -666,20 +666,18 @@ class Robot:
         raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
 
     def update_for_kernel(self, q, v) -> tuple[np.ndarray, np.ndarray]:
-        """The lean pass of a compiled control step that reads the data itself (the fused UK step):
-        ``state_arrays``' checks, then ``pin.crba`` in the WORLD convention (the joints' poses data.oMi,
-        the joint Jacobians data.J and M, full symmetric: the same values as ``update``'s
-        computeAllTerms) and ``pin.nonLinearEffects`` (h, equal to computeAllTerms' to round-off, and the
-        joints' velocities).  Skipped, unlike ``update``: the joints' accelerations at v̇ = 0 (the kernel
-        computes its frames' from data.J and v; a ``Kinematics`` of this state runs them on its first
-        frame, ``Kinematics.frame``) and the rest of computeAllTerms (dJ, centroidal terms, energies).
-        The caller tests |q|² + |v|² for finiteness (``refuse_state`` when it is not).  Returns (q, v)."""
+        """The lean pass of a compiled control step that computes the rest itself (the fused UK step,
+        ``controllers/_uk_kernels.py``): ``state_arrays``' checks, then one ``pin.crba`` in the WORLD
+        convention, which leaves the joints' poses data.oMi, the joint Jacobians data.J and M (full
+        symmetric) with the same values as ``update``'s computeAllTerms.  Not computed, unlike ``update``:
+        h (the kernel's Newton–Euler pass), the joints' velocities and accelerations (a ``Kinematics`` of
+        this state computes them on its first frame, ``Kinematics.frame``), the rest of computeAllTerms
+        (dJ, centroidal terms, energies); data.nle keeps an older state's.  The caller tests |q|² + |v|²
+        for finiteness (``refuse_state`` when it is not).  Returns (q, v)."""
         if type(q) is not np.ndarray or q.dtype is not _F64 or q.shape != self._qshape or \
                 type(v) is not np.ndarray or v.dtype is not _F64 or v.shape != self._vshape:
             q, v = self.state_arrays(q, v)
-        m, d = self.model, self.data
-        _crba(m, d, q, _WORLD)
-        _nle(m, d, q, v)
+        _crba(self.model, self.data, q, _WORLD)
         self._gen += 1
         self._lean_gen = self._gen
         return q, v
