@@ -42,6 +42,44 @@ generic path, its parts clocked inside it; load ≈ 5): computeAllTerms 5.4 µs,
 it (checks, four copies, the Kinematics) 5.0 µs, the kernel call 9.3 µs (≈ 3 µs of it the dispatch of the
 24-item tuple, ≈ 4 µs the compiled work), the rest of the step in Python (targets and gains rewritten,
 two allocations, the info record) 8.0 µs: 27.7 µs in all.
+
+After (2026-11-25 10:21–10:23 UTC, load average 7.0–7.6, the same machine and states; ``--repeat 5``):
+
+    | step                         | --fused-only       | with the generic path interleaved | target     |
+    | floor (YuMi)                 | 15.6 µs            | 23.4 µs                           |            |
+    | UK weighted, fused           | 7.9 µs   = 0.51×   | 11.3 µs  = 0.48×                  | ≤ 0.6× met |
+    | UK 3 strict levels, fused    | 8.4 µs   = 0.54×   | 10.0 µs  = 0.43×                  | ≤ 0.6× met |
+    | UK weighted, generic Python  |                    | 77.9 µs  = 3.33×                  |            |
+    | UK 3 levels, generic Python  |                    | 93.6 µs  = 4.01×                  |            |
+    | Panda floor                  | 3.6 µs             | 4.6 µs                            |            |
+    | Panda circle, fused          | 5.1 µs   = 1.43×   | 6.1 µs   = 1.32×                  | ≤ 1.5× met |
+
+(runs at load 7–10 gave 0.51–0.62× / 0.54–0.72× / 1.35–1.74× while the step was being cut, the last
+three runs of the final code 0.48–0.52×, 0.43–0.55×, 1.32–1.43×: the Panda's margin is small.)
+
+Where the time goes now (``--profile``, the clocks add ≈ 0.1 µs each; load 7.2; µs):
+
+    |                                   | YuMi weighted | Panda circle |
+    | step (clocked)                    | 8.6           | 5.4          |
+    | pin.crba (WORLD convention)       | 1.7           | 0.9          |
+    | state checks (lean pass beyond it)| 0.8           | 0.7          |
+    | kernel compute, of which          | 3.2           | 1.5          |
+    |   h, Newton–Euler in world axes   | 0.5           | 0.2          |
+    |   frames (pose, J, twist, J̇v)     | 0.2           | 0.1          |
+    |   task rows                       | 0.7           | 0.5          |
+    |   KKT solve                       | 1.9           | 0.7          |
+    | kernel dispatch (7 arguments)     | 1.0           | 0.7          |
+    | rest of the step in Python        | 1.9           | 1.7          |
+
+What changed (``controllers/udwadia_kalaba.py``, ``uk_plan.py``, ``_uk_kernels.py``, ``models/robot.py``):
+one Pinocchio call instead of computeAllTerms (``Robot.update_for_kernel``: ``pin.crba`` in the WORLD
+convention leaves the joints' poses, data.J and M; the kernel computes h by its own Newton–Euler pass and
+the frames' J̇v from data.J and v); the kernel reads Pinocchio's data, the damping and τ_max through
+addresses bound once and takes the plan's tables as two arrays (7 arguments instead of a 24-item tuple
+of ≈ 40 arrays), its views made from addresses (no reshape checks, no reference counts); the state's
+finiteness is tested in the kernel (the same ``StateError``); gains and targets are copied only when one
+was set (``models/_params.py``); the step's ``Kinematics`` is made on first read from the kernel's copies;
+the info's constant fields are written once.
 """
 from __future__ import annotations
 
@@ -270,13 +308,14 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
 def profile(repeat: int = 3, panda: bool = False) -> dict:
     """Where the fused step's time goes (the YuMi weighted step, or the Panda circle's), in context: the
     step runs interleaved with its floor as in ``measure``, with the robot's lean pass
-    (``Robot.update_for_kernel``), its two Pinocchio calls (``pin.crba``, ``pin.nonLinearEffects``) and the
-    kernel call ``uk_step`` wrapped by clocks (≈ 0.1 µs each).  The kernel's compute alone is measured by
-    calling ``uk_step`` from compiled code, back to back on the states (no dispatch, warm caches); the
-    dispatch is the kernel call less that.  Returns medians in µs."""
+    (``Robot.update_for_kernel``), its Pinocchio call (``pin.crba``) and the kernel call ``uk_step``
+    wrapped by clocks (≈ 0.1 µs each).  The kernel's compute alone is measured by calling ``uk_step``, and
+    its parts, from compiled code, back to back on the states (no dispatch, warm caches); the dispatch is
+    the kernel call less that.  Returns medians in µs (the compiled parts: the best of the repeats)."""
     from numba import njit
 
     import cmstack.models.robot as robot_module
+    from cmstack.controllers import _uk_kernels as K
 
     if panda:
         robot, hand, ctl, _ = panda_circle()
@@ -290,8 +329,8 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
         ctl = weighted(cfg, robot, coupling, task)
     P = ctl._plan
     clock = time.perf_counter_ns
-    parts = {"lean pass": 0, "pin.crba": 0, "pin.nonLinearEffects": 0, "kernel call": 0}
-    crba, nle, update, kernel = robot_module._crba, robot_module._nle, robot.update_for_kernel, P.step
+    parts = {"lean pass": 0, "pin.crba": 0, "kernel call": 0}
+    crba, update, kernel = robot_module._crba, robot.update_for_kernel, P.step
 
     def timed(name, f):
         def g(*a):
@@ -304,8 +343,8 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
     calls = {"floor": floor, "step": lambda k, t, q, v: ctl(t, q, v)}
     names = list(calls)
     times: dict = {n: [] for n in names + list(parts)}
-    robot.update_for_kernel, P.step = timed("lean pass", update), timed("kernel call", kernel)
-    robot_module._crba, robot_module._nle = timed("pin.crba", crba), timed("pin.nonLinearEffects", nle)
+    robot.update_for_kernel, P.step, robot_module._crba = timed("lean pass", update), timed("kernel call", kernel), \
+        timed("pin.crba", crba)
     try:
         for r in range(repeat + 1):
             for k, (t, q, v) in enumerate(states):
@@ -322,26 +361,63 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
                                 times[x].append(parts[x])
     finally:
         del robot.update_for_kernel
-        P.step = kernel
-        robot_module._crba, robot_module._nle = crba, nle
+        P.step, robot_module._crba = kernel, crba
+    out = {n: float(np.median(times[n])) / 1e3 for n in times}
 
     @njit
-    def compute_only(step, ts, Q, V, ptr, I, F, buf):
+    def whole(ts, Q, V, ptr, I, F, buf):
         for i in range(ts.shape[0]):
-            step(ts[i], Q[i], V[i], ptr, I, F, buf)
+            K.uk_step(ts[i], Q[i], V[i], ptr, I, F, buf)
+
+    @njit
+    def h_only(N, J, v, jpose, parent, inert, g, work, h):
+        for i in range(N):
+            K.bias_forces(J, v, jpose, parent, inert, g, work, h)
+
+    @njit
+    def frames_only(N, J, v, jpose, fint, fplace, fJ, fvec):
+        for i in range(N):
+            K.frame_states(J, v, jpose, fint, fplace, fJ, fvec)
+
+    @njit
+    def rows_only(N, t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
+        for i in range(N):
+            K.task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
+
+    @njit
+    def kkt_only(N, M, h, D, v, Ab, tint, tflt, m, gauss, tol, wk, out):
+        for i in range(N):
+            K.kkt_solve(M, h, D, v, Ab, tint, tflt, m, gauss, tol, wk, out)
 
     ts = np.array([s[0] for s in states], dtype=float)
     Q, V = np.array([s[1] for s in states]), np.array([s[2] for s in states])
-    buf = np.empty(P.buf_len)
-    best = np.inf
-    for _ in range(repeat + 2):
-        for t, q, v in states[:2]:
-            ctl(t, q, v)                       # binds the plan, copies the parameters
-        c0 = clock()
-        compute_only(kernel, ts, Q, V, P.ptr, P.I, P.F, buf)     # the data holds the last state: same work
-        best = min(best, (clock() - c0) / len(states))
-    out = {n: float(np.median(times[n])) / 1e3 for n in times}
-    out["kernel compute"] = best / 1e3
+    N = len(states)
+    t, q, v = states[-1]
+    ctl(t, q, v)                                   # binds, copies the parameters; the data holds this state
+    buf = ctl._kin_buf[0]
+    n = robot.nv
+    x, tau, hD, lam, Ab = P.results(buf)
+    Ab, M, h = Ab.copy(), ctl.kin.M.copy(), ctl.kin.h.copy()
+    d = robot.data
+    jpose = P.jpose.copy()
+    grav = np.array(robot.model.gravity.linear)
+    res = np.empty(3 * n + P.m_up)
+    jobs = {"kernel compute": lambda: whole(ts, Q, V, P.ptr, P.I, P.F, np.empty(P.buf_len)),
+            "  h (Newton-Euler)": lambda: h_only(N, d.J, v, jpose, P.parent, P.inert, grav, np.empty((len(P.parent), 18)),
+                                                 np.empty(n)),
+            "  frames": lambda: frames_only(N, d.J, v, jpose, P.fint, P.fplace, P.fJ.copy(), P.fvec.copy()),
+            "  task rows": lambda: rows_only(N, t, q, v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc,
+                                             P.pidx, P.qref, P.tbias, P.terr.copy(), Ab.copy()),
+            "  KKT solve": lambda: kkt_only(N, M, h, ctl.D, v, Ab, P.tint, P.tflt, P.m_up, P.gauss,
+                                            ctl._sqrt_rank_tol, P.wk.copy(), res)}
+    for name, job in jobs.items():
+        job()                                      # compiles
+        best = np.inf
+        for _ in range(repeat + 2):
+            c0 = clock()
+            job()
+            best = min(best, (clock() - c0) / N)
+        out[name] = best / 1e3
     return out
 
 
@@ -355,13 +431,12 @@ def main(argv=None) -> None:
         for panda in (False, True):
             med = profile(args.repeat, panda)
             step = med["step"]
-            pin_calls = med["pin.crba"] + med["pin.nonLinearEffects"]
             rows = [("floor", med["floor"]), ("step", step), ("pin.crba", med["pin.crba"]),
-                    ("pin.nonLinearEffects", med["pin.nonLinearEffects"]),
-                    ("lean pass beyond them (checks)", med["lean pass"] - pin_calls),
-                    ("kernel compute", med["kernel compute"]),
-                    ("kernel dispatch (call − compute)", med["kernel call"] - med["kernel compute"]),
-                    ("rest of the step (Python)", step - med["lean pass"] - med["kernel call"])]
+                    ("lean pass beyond it (checks)", med["lean pass"] - med["pin.crba"]),
+                    ("kernel compute", med["kernel compute"])]
+            rows += [(k, med[k]) for k in med if k.startswith("  ")]
+            rows += [("kernel dispatch (call − compute)", med["kernel call"] - med["kernel compute"]),
+                     ("rest of the step (Python)", step - med["lean pass"] - med["kernel call"])]
             print(f"{'Panda circle' if panda else 'YuMi UK weighted'} step, fused path: medians (interleaved with its floor; "
                   f"load average {os.getloadavg()[0]:.1f})")
             for n, x in rows:
