@@ -45,8 +45,9 @@ Fused path: when every task has a compiled row builder (``Task.kernel_kind()``: 
 around one of them; and
 ``fused=True``, the default), the rows, H, r, the KKT solve of 1. and the effort check run in one
 compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the Pinocchio data of the
-robot's lean pass (``Robot.update_for_kernel``: crba and nle, no joint accelerations: the kernel derives
-its frames' from data.J and v); 2. and 3. then run in Python on its rows.  The tasks' gains and targets
+robot's lean pass (``Robot.update_for_kernel``: one ``pin.crba`` in the WORLD convention; the kernel
+computes h by its own Newton–Euler pass and its frames' J̇v from data.J and v); 2. and 3. then run in
+Python on its rows.  The tasks' gains and targets
 are copied into the kernel's tables when one was set (``models/_params.py``); the step's ``kin`` is
 made from the kernel's copies of q, v, M, h when first read.  The same torques as the generic path to
 rounding (tests/test_uk_kernels.py); any other task takes the generic path.
