@@ -8,25 +8,37 @@ motion/force PIDC of the YuMi holding a bar is the scenario's own: scenarios/_yu
 from __future__ import annotations
 
 import numpy as np
+import pinocchio as pin
 
+from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, passive_step
 from cmstack.controllers.pidc import PIDC, PIDCInfo
 from cmstack.models.errors import StateError
 from cmstack.models.lie import svd_rank
-from cmstack.models.loops import ClosureSet, assemble
+from cmstack.models.loops import ClosureSet, assemble, closure_rows
+
+LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 
 
 class ActuatedJointsPIDC:
     """A PIDC on a closed chain driven from the actuated joints' measurement (q_a, q̇_a).
 
     The state of the chain is completed on the loops' manifold at every step: the passive joints q_p solve
-    φ(q_a, q_p) = 0 (Newton with q_a held, ``models.loops.assemble``, started from the previous step's q_p and
-    run to ``tol``), and their rates are the ones the loops allow, J_a q̇_a + J_p q̇_p = 0:
+    φ(q_a, q_p) = 0 (Newton with q_a held, ``models.loops.assemble``'s step, run to ``tol``), and their rates are
+    the ones the loops allow, J_a q̇_a + J_p q̇_p = 0:
 
         q̇_p = −J_p⁺ J_a q̇_a        (J_p⁺ the truncated pseudo-inverse: a planar loop's empty rows are dropped)
 
     which is unique when the passive joints are determined by the actuated ones (J_p of full column rank on the
     manifold, e.g. the series-parallel arm's elbow ζ and cylinder angle α given (φ, θ, δ)).  Returns the PIDC
     torque on the actuated joints, in ``pidc.robot.actuated_joints`` order.
+
+    Cost (the step's own, not the PIDC's).  Newton starts from the tangent prediction of the previous step's
+    solution, q_p ← q_p⁻ + G⁻ (q_a − q_a⁻) with G = −J_p⁺ J_a (dq_p = G dq_a on the manifold), whose error is
+    second order in the change of q_a, so one Newton step usually reaches ``tol``; each iteration is one lean
+    Pinocchio pass (``computeJointJacobians`` and the loops' frames: φ and J, ``_phi_jacobian``) and one compiled
+    QR solve (``_passive_kernels.passive_step``: the same J_p⁺ as the SVD while J_p has safely full column rank,
+    the SVD path ``_svd_iteration`` otherwise).  The convergence test is the same, max |φ| ≤ tol, at the point
+    returned, and the rates are taken at that point.
 
     pidc: a ``PIDC`` on ``robot.loops`` with the robot's passive joints; q_guess: a configuration near the
     first measured state (default ``robot.q_initial``); tol: the Newton tolerance on |φ| (m, rad)."""
@@ -38,12 +50,28 @@ class ActuatedJointsPIDC:
         self.pidc = pidc
         self.robot = robot
         self.loops = ClosureSet(robot.loops)
-        self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=int)
-        self.pas = np.array([robot.joint_index(n) for n in robot.passive_joints], dtype=int)
+        self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
+        self.pas = np.array([robot.joint_index(n) for n in robot.passive_joints], dtype=np.int64)
         self.q = np.array(robot.q_initial if q_guess is None else q_guess, dtype=float)
         self.tol = float(tol)
         self.max_iter = 50
         self.failures = 0
+        #: Newton iterations (lean passes) of the last ``complete``, the convergence test included
+        self.passes = 0
+        # the lean pass: the loops' frames on a Data of this adapter's own (the robot's is the PIDC's snapshot)
+        self._model = robot.model
+        self._data = robot.model.createData()
+        self._fids = sorted({int(f) for c in self.loops.closures for f in (c.fa, c.fb)})
+        self._zero6 = np.zeros(6)
+        self._zerov = np.zeros(robot.nv)
+        m, p, a = self.loops.m, self.pas.size, self.act.size
+        self._G = np.zeros((p, a))                    # −J_p⁺ J_a at the last solution (the predictor)
+        self._qa_prev: np.ndarray | None = None       # q_a of the last solution (None: no prediction yet)
+        self._X = np.zeros((m, max(p, 1)))
+        self._piv = np.zeros(max(p, 1), dtype=np.int64)
+        self._tau = np.zeros(max(p, 1))
+        self._z = np.zeros(m)
+        self._x = np.zeros(max(p, 1))
 
     @property
     def info(self) -> PIDCInfo:
@@ -53,6 +81,40 @@ class ActuatedJointsPIDC:
     def unsolvable_steps(self) -> int:
         return self.pidc.unsolvable_steps
 
+    def _phi_jacobian(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(φ, J) of the loops at q from one lean pass (``computeJointJacobians``, then each frame's placement and
+        LWA Jacobian): the rows of ``ClosureSet.phi/jacobian`` (``closure_rows`` at zero rates)."""
+        model, d = self._model, self._data
+        pin.computeJointJacobians(model, d, q)
+        fr = {}
+        for fid in self._fids:
+            Jf = pin.getFrameJacobian(model, d, fid, LWA).reshape(6, -1)     # also sets d.oMf[fid]
+            H = d.oMf[fid].homogeneous
+            fr[fid] = (H[:3, :3], H[:3, 3], Jf, self._zero6)
+        cs = self.loops
+        if len(cs.closures) == 1:
+            c = cs.closures[0]
+            phi, J, _ = closure_rows(c.kind, *fr[c.fa], *fr[c.fb], self._zerov)
+            return phi, J
+        phi = np.empty(cs.m)
+        J = np.empty((cs.m, model.nv))
+        for c, s in zip(cs.closures, cs.slices):
+            phi[s], J[s], _ = closure_rows(c.kind, *fr[c.fa], *fr[c.fb], self._zerov)
+        return phi, J
+
+    def _svd_iteration(self, q: np.ndarray, v: np.ndarray, va: np.ndarray, phi: np.ndarray,
+                       J: np.ndarray) -> bool:
+        """One iteration by the truncated SVD of J_p (rtol 1e-10): True (converged: v[pas] and G written) or
+        False (q[pas] stepped)."""
+        pas = self.pas
+        Jp_pinv = svd_rank(J[:, pas], rtol=1e-10).pinv()
+        if float(np.max(np.abs(phi))) <= self.tol:
+            self._G[:] = -(Jp_pinv @ J[:, self.act])
+            v[pas] = -(Jp_pinv @ (J[:, self.act] @ va))
+            return True
+        q[pas] -= Jp_pinv @ phi
+        return False
+
     def complete(self, qa: np.ndarray, va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(q, q̇) of the whole chain from the actuated joints' (q_a, q̇_a), on the loops' manifold."""
         qa, va = np.asarray(qa, dtype=float), np.asarray(va, dtype=float)
@@ -60,22 +122,34 @@ class ActuatedJointsPIDC:
                 or not np.all(np.isfinite(va)):
             raise StateError(f"ActuatedJointsPIDC: expected {self.act.size} finite positions and rates of "
                              f"{self.robot.actuated_joints}, got {qa!r}, {va!r}")
+        act, pas = self.act, self.pas
         q = self.q.copy()
-        q[self.act] = qa
-        cs, pas = self.loops, self.pas
-        for _ in range(self.max_iter):                # Newton on q_p, q_a held (``assemble(fixed=...)``'s step)
-            phi = cs.phi(q)
-            if float(np.max(np.abs(phi))) <= self.tol:
-                break
-            J = cs.jacobian(q)                        # the same Pinocchio pass as phi (cached on q)
-            q[pas] -= svd_rank(J[:, pas], rtol=1e-10).pinv() @ phi
-        else:
-            q = assemble(self.robot, q, tol=self.tol, fixed=self.robot.actuated_joints)  # raises, naming the loop
-        J = cs.jacobian(q)
+        q[act] = qa
+        if self._qa_prev is not None:                 # tangent prediction from the last solution
+            q[pas] += self._G @ (qa - self._qa_prev)
         v = np.zeros(self.robot.nv)
-        v[self.act] = va
-        v[self.pas] = -(svd_rank(J[:, self.pas], rtol=1e-10).pinv() @ (J[:, self.act] @ va))
+        v[act] = va
+        X, piv, tau, z, x = self._X, self._piv, self._tau, self._z, self._x
+        st = STEPPED
+        for k in range(self.max_iter):                # Newton on q_p, q_a held (as many tests as ``assemble``)
+            phi, J = self._phi_jacobian(q)
+            st = passive_step(phi, J, pas, act, q, v, va, self.tol, 1e-10, self._G, X, piv, tau, z, x)
+            if st == FALLBACK:
+                st = CONVERGED if self._svd_iteration(q, v, va, phi, J) else STEPPED
+            if st == CONVERGED:
+                self.passes = k + 1
+                break
+            if not np.all(np.isfinite(q)):
+                break
+        if st != CONVERGED:                           # retry from the last solution, unpredicted: raises, naming
+            q = self.q.copy()                         # the loop, when the loops cannot be closed there either
+            q[act] = qa
+            q = assemble(self.robot, q, tol=self.tol, fixed=self.robot.actuated_joints)
+            phi, J = self._phi_jacobian(q)
+            self._svd_iteration(q, v, va, phi, J)
+            self.passes = -1
         self.q = q
+        self._qa_prev = qa.copy()
         return q, v
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:

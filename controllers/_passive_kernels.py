@@ -1,0 +1,151 @@
+"""Compiled kernel of ``ActuatedJointsPIDC``'s completion of the passive joints (controllers/pidc_adapters.py):
+one Newton step on the loops φ(q_a, q_p) = 0 with q_a held, or, once |φ| ≤ tol, the passive rates.
+
+Both need the truncated pseudo-inverse J_p⁺ of the passive columns J_p (m×p) of the loops' Jacobian, which the
+NumPy path took from an SVD (``svd_rank(J_p, rtol).pinv()``).  When J_p has full column rank p (the passive
+joints determined by the actuated ones, e.g. the series-parallel arm's ζ and α) and the SVD keeps every
+singular value, J_p⁺ is the least-squares inverse (J_pᵀ J_p)⁻¹ J_pᵀ, which a Householder QR with column
+pivoting gives without forming the normal equations:
+
+    J_p Π = Q R   (R p×p upper triangular, |R₀₀| ≥ |R₁₁| ≥ … the pivoted column norms),
+    J_p⁺ y = Π R⁻¹ (Qᵀ y)[:p]
+
+(a planar point closure's out-of-plane row is zero: m > p, Qᵀ y's rows past p are the least-squares residual,
+dropped).  Rank test.  The SVD path keeps all p singular values iff σ_p > rtol σ₁.  From the pivoted QR,
+σ₁ ≤ ‖J_p‖_F ≤ √p |R₀₀| (|R₀₀| the largest column norm) and, for a triangular factor with the pivoting
+property |R_kk|² ≥ Σ_{i=k..j} R_ij², ‖R⁻¹‖₂ ≤ √(4^p + 6p − 1) / (3 |R_{p−1,p−1}|) (Faddeev, Kublanovskaya and
+Faddeeva's bound, N. J. Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., §20.1), so
+
+    σ_p / σ₁ ≥ 3 |R_{p−1,p−1}| / (√(4^p + 6p − 1) √p |R₀₀|) =: ρ
+
+and ρ > rtol guarantees the SVD path would have kept every singular value: the two agree to round-off.  When
+ρ ≤ rtol (near a singular configuration, where the SVD may truncate) or anything is not finite, the kernel
+returns ``FALLBACK`` and the caller takes the SVD path for that iteration, whose result it defines.
+
+Outputs.  Not converged (some |φ_i| > tol, or not finite): q[pas] −= J_p⁺ φ, returns ``STEPPED``.  Converged
+(every |φ_i| ≤ tol, ``max|φ| ≤ tol`` of the NumPy path): G = −J_p⁺ J_a (p×a, the tangent map of the
+manifold, dq_p = G dq_a, from J_a dq_a + J_p dq_p = 0) and v[pas] = G v_a, returns ``CONVERGED``.
+tests/test_pidc_adapters.py compares both with the SVD path, and the fallback on rank-deficient J_p.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+CONVERGED, STEPPED, FALLBACK = 0, 1, 2
+
+
+@njit(cache=True)
+def _qr_pivot_full(X, m, p, piv, tau):
+    """Householder QR with column pivoting of X[:m, :p] (m ≥ p) in place, all p steps: R on and above the
+    diagonal, reflector j's vector below X[j, j] (unit first entry implied), factor tau[j] (H_j = I − τ w wᵀ);
+    piv[j] the original column in position j."""
+    for j in range(p):
+        piv[j] = j
+    for j in range(p):
+        best, bn = j, -1.0
+        for c in range(j, p):
+            s = 0.0
+            for i in range(j, m):
+                s += X[i, c] * X[i, c]
+            if s > bn:
+                best, bn = c, s
+        if best != j:
+            for i in range(m):
+                X[i, j], X[i, best] = X[i, best], X[i, j]
+            piv[j], piv[best] = piv[best], piv[j]
+        # reflector zeroing X[j+1:, j]: beta = −sign(x0) ‖x‖, w = x − beta e₀ scaled to w₀ = 1
+        x0 = X[j, j]
+        sig = 0.0
+        for i in range(j + 1, m):
+            sig += X[i, j] * X[i, j]
+        if sig == 0.0:
+            tau[j] = 0.0
+            continue
+        nrm = math.sqrt(x0 * x0 + sig)
+        beta = -nrm if x0 >= 0.0 else nrm
+        w0 = x0 - beta
+        for i in range(j + 1, m):
+            X[i, j] /= w0
+        tau[j] = (beta - x0) / beta
+        X[j, j] = beta
+        for c in range(j + 1, p):                    # apply H_j to the remaining columns
+            s = X[j, c]
+            for i in range(j + 1, m):
+                s += X[i, j] * X[i, c]
+            s *= tau[j]
+            X[j, c] -= s
+            for i in range(j + 1, m):
+                X[i, c] -= s * X[i, j]
+
+
+@njit(cache=True)
+def _lsq_apply(X, m, p, piv, tau, y, z, out):
+    """out[:p] = J_p⁺ y from the factors of ``_qr_pivot_full`` (y is not modified; z is m scratch)."""
+    for i in range(m):
+        z[i] = y[i]
+    for j in range(p):                               # z = Qᵀ y = H_{p−1} … H₀ y
+        s = z[j]
+        for i in range(j + 1, m):
+            s += X[i, j] * z[i]
+        s *= tau[j]
+        z[j] -= s
+        for i in range(j + 1, m):
+            z[i] -= s * X[i, j]
+    for j in range(p - 1, -1, -1):                   # R x = z[:p], then out[piv] = x
+        s = z[j]
+        for c in range(j + 1, p):
+            s -= X[j, c] * z[c]
+        z[j] = s / X[j, j]
+    for j in range(p):
+        out[piv[j]] = z[j]
+
+
+@njit(cache=True)
+def passive_step(phi, J, pas, act, q, v, va, tol, rtol, G, X, piv, tau, z, x):
+    """One iteration of the completion (module docstring): ``STEPPED`` (q[pas] updated), ``CONVERGED`` (G and
+    v[pas] written) or ``FALLBACK`` (nothing written: J_p not safely of full column rank, or not finite).
+    Scratch: X (m×p), piv (p, int64), tau (p), z (m), x (max(p, 1))."""
+    m = phi.shape[0]
+    p = pas.shape[0]
+    na = act.shape[0]
+    if p == 0 or m < p:
+        return FALLBACK
+    conv = True
+    for i in range(m):
+        if not (abs(phi[i]) <= tol):                 # a NaN is not converged (max|φ| ≤ tol of the NumPy path)
+            conv = False
+    for i in range(m):
+        for j in range(p):
+            X[i, j] = J[i, pas[j]]
+            if not math.isfinite(X[i, j]):
+                return FALLBACK
+    _qr_pivot_full(X, m, p, piv, tau)
+    r0 = abs(X[0, 0])
+    rp = abs(X[p - 1, p - 1])
+    bound = 3.0 / (math.sqrt(4.0 ** p + 6.0 * p - 1.0) * math.sqrt(p))
+    if not (rp * bound > rtol * r0):
+        return FALLBACK
+    if not conv:
+        for i in range(m):
+            if not math.isfinite(phi[i]):
+                return FALLBACK
+        _lsq_apply(X, m, p, piv, tau, phi, z, x)
+        for j in range(p):
+            q[pas[j]] -= x[j]
+        return STEPPED
+    col = np.empty(m)
+    for c in range(na):
+        for i in range(m):
+            col[i] = J[i, act[c]]
+        _lsq_apply(X, m, p, piv, tau, col, z, x)
+        for j in range(p):
+            G[j, c] = -x[j]
+    for j in range(p):
+        s = 0.0
+        for c in range(na):
+            s += G[j, c] * va[c]
+        v[pas[j]] = s
+    return CONVERGED
