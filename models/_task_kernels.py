@@ -33,6 +33,9 @@ Derivations (J_d = J_b − J_a, tw_d = tw_b − tw_a, acc_d = acc_b − acc_a):
   ẇ_own,ω = ε_D^D − R_Dᵀ(ω̇_C − ω_D × ω_C) with ω_D = R_D ω_D^D, so
       W = −J_C,   w = [v_D − v_C; ω_D − ω_C],   drift = [a_D − a_C; R_D ε_D^D − α_C + ω_D × ω_C],
       e = [p_D − p_C; R_D Log(R_Cᵀ R_D)]
+* relative frame task (``RelativeFrameTask``), frame b following B = T_a·T_D(t), a pose given relative to frame
+  a: the coupling of B with b, B's frame row and Jacobian from the offset algebra with a moving offset
+  (``moving_frame``, derived there)
 * joints S (indices idx) following (q_d, v_d, a_d), P = I: e = q_d − q_S, w = v_d − v_S, ẇ = a_d − S v̇:
       W = −S,   drift = a_d   (a posture: v_d = a_d = 0)
 """
@@ -158,6 +161,54 @@ def frame_error(x, J, H, va, sel0, nsel, sc, A, row0, ed, R):
     ed[0, 3] += d1 * c2 - d2 * c1
     ed[0, 4] += d2 * c0 - d0 * c2
     ed[0, 5] += d0 * c1 - d1 * c0
+
+
+@njit(cache=True)
+def moving_frame(xa, Ja, H, va, xB, JB):
+    """Frame B = T_a·T_D(t) of a frame a (row xa, Jacobian Ja) and a pose T_D = H (4×4) given in a, moving with
+    va = [ṗ_D; ω^D; p̈_D; ω̇^D] (ṗ_D, p̈_D: derivatives of p_D in a's axes; ω^D: D's angular velocity relative
+    to a, in D's axes, Ṙ_D = R_D ω^D^): xB ← its frame row [R_B; p_B; v_B; ω_B; a_B; α_B], JB ← its Jacobian.
+    With r = R_a p_D, R_B = R_a R_D, p_B = p_a + r, differentiating (Ṙ_a = ω_a^ R_a):
+
+        v_B = v_a + ω_a × r + R_a ṗ_D,                ω_B = ω_a + R_B ω^D
+        a_B = a_a + α_a × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D      (at v̇ = 0: a_a, α_a = J̇_a v)
+        α_B = α_a + ω_a × (R_B ω^D) + R_B ω̇^D
+        J_B = [J_a,v − r^ J_a,ω; J_a,ω]        (the part of [v_B; ω_B] that is J_B v; the rest is T_D's own motion)"""
+    n = Ja.shape[1]
+    r0 = xa[0] * H[0, 3] + xa[1] * H[1, 3] + xa[2] * H[2, 3]
+    r1 = xa[3] * H[0, 3] + xa[4] * H[1, 3] + xa[5] * H[2, 3]
+    r2 = xa[6] * H[0, 3] + xa[7] * H[1, 3] + xa[8] * H[2, 3]
+    for i in range(3):
+        for j in range(3):
+            xB[3 * i + j] = xa[3 * i] * H[0, j] + xa[3 * i + 1] * H[1, j] + xa[3 * i + 2] * H[2, j]
+    xB[9], xB[10], xB[11] = xa[9] + r0, xa[10] + r1, xa[11] + r2
+    pd0 = xa[0] * va[0] + xa[1] * va[1] + xa[2] * va[2]               # R_a ṗ_D
+    pd1 = xa[3] * va[0] + xa[4] * va[1] + xa[5] * va[2]
+    pd2 = xa[6] * va[0] + xa[7] * va[1] + xa[8] * va[2]
+    od0 = xB[0] * va[3] + xB[1] * va[4] + xB[2] * va[5]               # R_B ω^D
+    od1 = xB[3] * va[3] + xB[4] * va[4] + xB[5] * va[5]
+    od2 = xB[6] * va[3] + xB[7] * va[4] + xB[8] * va[5]
+    w0, w1, w2 = xa[15], xa[16], xa[17]                               # ω_a
+    al0, al1, al2 = xa[21], xa[22], xa[23]                            # α_a
+    c0, c1, c2 = w1 * r2 - w2 * r1, w2 * r0 - w0 * r2, w0 * r1 - w1 * r0          # ω_a × r
+    xB[12], xB[13], xB[14] = xa[12] + c0 + pd0, xa[13] + c1 + pd1, xa[14] + c2 + pd2
+    xB[15], xB[16], xB[17] = w0 + od0, w1 + od1, w2 + od2
+    u0, u1, u2 = c0 + 2.0 * pd0, c1 + 2.0 * pd1, c2 + 2.0 * pd2                    # ω_a × r + 2 R_a ṗ_D
+    pa0 = xa[0] * va[6] + xa[1] * va[7] + xa[2] * va[8]               # R_a p̈_D
+    pa1 = xa[3] * va[6] + xa[4] * va[7] + xa[5] * va[8]
+    pa2 = xa[6] * va[6] + xa[7] * va[7] + xa[8] * va[8]
+    xB[18] = xa[18] + (al1 * r2 - al2 * r1) + (w1 * u2 - w2 * u1) + pa0
+    xB[19] = xa[19] + (al2 * r0 - al0 * r2) + (w2 * u0 - w0 * u2) + pa1
+    xB[20] = xa[20] + (al0 * r1 - al1 * r0) + (w0 * u1 - w1 * u0) + pa2
+    xB[21] = al0 + (w1 * od2 - w2 * od1) + (xB[0] * va[9] + xB[1] * va[10] + xB[2] * va[11])
+    xB[22] = al1 + (w2 * od0 - w0 * od2) + (xB[3] * va[9] + xB[4] * va[10] + xB[5] * va[11])
+    xB[23] = al2 + (w0 * od1 - w1 * od0) + (xB[6] * va[9] + xB[7] * va[10] + xB[8] * va[11])
+    for c in range(n):
+        j0, j1, j2 = Ja[3, c], Ja[4, c], Ja[5, c]
+        JB[0, c] = Ja[0, c] - (r1 * j2 - r2 * j1)
+        JB[1, c] = Ja[1, c] - (r2 * j0 - r0 * j2)
+        JB[2, c] = Ja[2, c] - (r0 * j1 - r1 * j0)
+        JB[3, c], JB[4, c], JB[5, c] = j0, j1, j2
 
 
 @njit(cache=True)

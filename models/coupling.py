@@ -33,10 +33,9 @@ algebra, (3.27) and (3.29): with r = R_E p_EC,
       b = [J̇_C,v v; R_Dᵀ(J̇_C,ω − ω_D^ J_C,ω) v] − [a_D; ε_D^D] − K_d w − K_p e           (3.34)
   (The thesis writes J̃_ω of (3.36) in E's axes; here both terms use D's axes, as in (3.34), so the
   angular error ODE (3.19) holds exactly.)  Both in world axes: models/_task_kernels.py.
-* ``RelativeFrameTask``: frame b follows a pose of frame a given relative to a, B(t) = T_a·T_D(t),
-  with the error and velocity error of the coupling (3.14–3.15, 3.27) and B's motion from the
-  offset algebra with a moving offset (derivation in the class docstring).  With a constant target
-  it is ``RigidCoupling``.
+* ``RelativeFrameTask``: frame b follows a pose of frame a given relative to a, B(t) = T_a·T_D(t):
+  the coupling (3.14–3.15, 3.27) of b with B, B's motion from the offset algebra with a moving offset
+  (derivation in the class docstring).  With a constant target it is ``RigidCoupling``.
 * ``PostureTask``: selected joints follow q_ref, e = q_ref − q, w = −v (W = −S, drift = 0);
   ``JointTrajectoryTask``: they follow (q_d, v_d, a_d), e = q_d − q, w = v_d − v (W = −S, drift = a_d).
 
@@ -59,7 +58,6 @@ from numpy.typing import ArrayLike
 
 from cmstack.models import _params
 from cmstack.models.errors import ConfigError
-from cmstack.models.lie import cross3, se3_error
 from cmstack.models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
@@ -341,13 +339,10 @@ class RelativeFrameTask(_PoseTarget, Task):
         a_B = a_a + ω̇_a × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D
         ω̇_B = ω̇_a + ω_a × (R_B ω^D) + R_B ω̇^D
 
-    The error and the velocity error are those of the coupling (3.14–3.15, 3.27), in b's axes
-    (``axes``: R_b): e_own = [p_b − p_B; Log(R_Bᵀ R_b)], w_own = [v_b − v_B; R_bᵀ(ω_b − ω_B)], and
-    d/dt R_bᵀ x = R_bᵀ(ẋ − ω_b × x).  In world axes (P = diag(I, R_b)), with J_B,v = J_a,v − r^ J_a,ω:
-
-        W = [J_b,v − J_B,v; J_b,ω − J_a,ω],   w = [v_b − v_B; ω_b − ω_B],   e = [p_b − p_B; R_b Log(R_Bᵀ R_b)]
-        drift = [J̇_b,v v − (J̇_a,v v + (J̇_a,ω v) × r + ω_a × (ω_a × r + 2 R_a ṗ_D) + R_a p̈_D);
-                 J̇_b,ω v − J̇_a,ω v − ω_a × (R_B ω^D) − R_B ω̇^D − ω_b × (ω_b − ω_B)].
+    The error and the velocity error are those of the coupling (3.14–3.15, 3.27) of B with b, in b's axes
+    (``axes``: R_b): the task is ``coupling_error`` of B's frame row and Jacobian (``moving_frame``), both in
+    models/_task_kernels.py, so its rows are the coupling's with J_B,v = J_a,v − r^ J_a,ω and B's motion
+    (v_B, ω_B, a_B, α_B above) in place of a registered frame's.
 
     Args: robot; frame_a, frame_b: frame names; trajectory (or None and ``set_target``);
     kp (1/s²), kd (1/s); rows; name."""
@@ -364,29 +359,15 @@ class RelativeFrameTask(_PoseTarget, Task):
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         a, b = kin.frame(self.fa), kin.frame(self.fb)
         T_D, vel_D, acc_D = self.desired(t)
-        Ra = a.R
-        r = Ra @ T_D.translation
-        RB = Ra @ T_D.rotation
-        pdot_w = Ra @ vel_D[:3]
-        omD_w = RB @ vel_D[3:]
-        om_a, om_b = a.twist[3:], b.twist[3:]
-        v_B = a.twist[:3] + cross3(om_a, r) + pdot_w
-        om_B = om_a + omD_w
-        W = np.empty_like(a.J)
-        W[:3] = b.J[:3] - a.J[:3] + pin.skew(r) @ a.J[3:]
-        W[3:] = b.J[3:] - a.J[3:]
-        dJa, dJb = a.acc, b.acc                         # dJ v of each frame
-        drift = np.empty(6)
-        drift[:3] = dJb[:3] - (dJa[:3] + cross3(dJa[3:], r) + cross3(om_a, cross3(om_a, r) + 2.0 * pdot_w)
-                               + Ra @ acc_D[:3])
-        rel = om_b - om_B
-        drift[3:] = dJb[3:] - dJa[3:] - cross3(om_a, omD_w) - RB @ acc_D[3:] - cross3(om_b, rel)
-        w = np.empty(6)
-        w[:3] = b.twist[:3] - v_B
-        w[3:] = rel
-        e = se3_error(pin.SE3(RB, a.p + r), b.T)
-        e[3:] = b.R @ e[3:]
-        return ErrorDynamics(W, drift, w, e)
+        va = np.empty(12)
+        va[:6] = vel_D
+        va[6:] = acc_D
+        K = _kernels()
+        xB, JB = np.empty(24), np.empty(a.J.shape)
+        K.moving_frame(_frame_vec(a), a.J, T_D.homogeneous, va, xB, JB)
+        W, ed = np.empty(b.J.shape), np.empty((4, 6))
+        K.coupling_error(xB, JB, _frame_vec(b), b.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
+        return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
         return kin.frame(self.fb).R

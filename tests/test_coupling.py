@@ -151,6 +151,20 @@ def test_relative_task_with_constant_target_is_the_coupling(robot):
             np.testing.assert_allclose(y, x, atol=1e-10)
 
 
+def test_relative_task_from_the_coupling_body_with_identity_target_is_the_coupling_exactly(robot):
+    """B = T_a·I with a = the coupling's body frame B: the moving frame is B itself (r = 0, R_B = R_a, no own
+    motion), so the relative task's rows are the coupling's bit for bit (one kernel, coupling_error)."""
+    T_AB = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
+    c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 3.0, 2.0)
+    r = RelativeFrameTask(robot, robot.model.frames[c.fB].name, "yumi_link_7_r", kp=3.0, kd=2.0)
+    r.set_target(pin.SE3.Identity())
+    for t in (0.1, 0.6):
+        kin = robot.update(qf(t), vf(t))
+        for x, y in zip(c.error_dynamics(kin, t), r.error_dynamics(kin, t)):
+            np.testing.assert_array_equal(y, x)
+        np.testing.assert_array_equal(r.error(kin, t), c.error(kin, t))
+
+
 @pytest.mark.parametrize("rows", ["full", "position", "orientation"])
 @pytest.mark.parametrize("t", [0.1, 0.77])
 def test_relative_task_with_moving_target_matches_finite_differences(robot, rows, t):
