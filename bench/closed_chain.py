@@ -3,19 +3,37 @@ mechanism (issue 23's target: <= 2x), interleaved on the same states.  Never ass
 
     python -m bench.closed_chain [--states 300] [--repeat 3]
 
-The step is the closed_chain scenario's controller (PIDC, task-space coordinates on the end effector, or
-joint coordinates on the four-bar, passive joints by (60-62)); the reference call is Pinocchio's forward
-dynamics of the same loops (``pinocchio_constraint_models``, proximal settings as the scenario's check).
-States: assembled configurations near the initial pose with velocities in the loops' null space.  Each
-state is given to the step and to the reference call alternately (machine load hits both alike); the ratio
-is that of the medians.  Writes bench/results/closed_chain.json.
+The steps are the closed_chain scenario's controllers: PIDC (task-space coordinates on the end effector, or
+joint coordinates on the four-bar, passive joints by (60-62)) and UK (law=uk: the loops as its top level, the
+coordinates below, passive joints at zero torque); the reference call is Pinocchio's forward dynamics of the
+same loops (``pinocchio_constraint_models``, proximal settings as the scenario's check).  States: assembled
+configurations near the initial pose with velocities in the loops' null space.  Each state is given to the
+PIDC step, the reference call, the UK step and the reference call again, in turn (machine load hits all
+alike); each ratio is that of the medians of a law's steps and of the reference calls next to them.
+``pin.computeAllTerms`` alone on the same states is reported beside them, and the 1-minute load average.
+Writes bench/results/closed_chain.json.
 
-Measured (busy 2-core machine, load 6-7, 200 states x 2): five-bar 124 us / 4.3 us = 29x, four-bar 96 / 3.0 =
-32x, Delta 173 / 10.3 = 17x: the target is MISSED.  Where a five-bar step goes (cProfile): three small SVDs
-(the loops' projector, (A_t P)⁺, the passive law's [(I−B)(I−P)]⁺) about a third, the end-effector task's
-rows a fifth, frames and Robot.update the rest; the NumPy path of PIDC, no compiled kernel for several
-constraint rows yet (the one-row kernel, ``kernels.pidc_one_row``, makes the slider-crank step 7.9x
-computeAllTerms).
+Measured (busy 2-core machine shared with other test suites, load 8-13, 200 states x 2), step / reference:
+
+    mechanism  law   before (SVD, NumPy)     after                    computeAllTerms
+    five-bar   PIDC  162 / 5.3 us = 30x       20 / 3.7 us = 5.5x       2.3 us
+    five-bar   UK    216 / 5.8 us = 37x       95 / 4.4 us = 21x
+    four-bar   PIDC  121 / 3.6 us = 34x       13 / 2.3 us = 5.9x       1.5 us
+    four-bar   UK    190 / 4.1 us = 47x       76 / 2.9 us = 26x
+    Delta      PIDC  228 / 12.8 us = 18x      38 / 9.9 us = 3.8x       6.4 us
+    Delta      UK    201 / 13.5 us = 15x      137 / 11.2 us = 12x
+
+The target (<= 2x) is MISSED.  PIDC: the robot's lean pass (crba + nle) and one compiled call
+(``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: frames, loop and task rows, the law with
+complete orthogonal decompositions instead of SVDs).  On one repeated state a five-bar step is 13 us: the lean
+pass 1.9 us, the kernel's dispatch 2.7 us (its ~30 arguments; a call with 3 arrays costs 0.5 us), its compute
+about 4 us, Python about 4.5 us (the state's checks and copies, the circle's parameters, the info record); on
+the Delta 24 us (lean pass 4.2, compute about 11).  A Python step pays at least the pass and one compiled call,
+about 2.4 us on the five-bar against constraintDynamics' 3.4 us (0.7x), so 2x would leave 4.4 us for the rows,
+the factorizations and the bookkeeping together.  UK: the SVD of G and the null-space path are gone
+(``kernels.passive_map``, the planar mechanisms' vanishing rows left out so the KKT solve applies); what is left
+is its generic Python path (the loops' and the task's rows from ``Kinematics.frame``, three frames at about 5 us
+each, and the level solve), as UK has no compiled closed-chain step.
 """
 from __future__ import annotations
 

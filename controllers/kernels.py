@@ -271,6 +271,37 @@ def passive_map(Jc, p, tol):
     return T, Gp, Up
 
 
+@njit(cache=True)
+def vanishing_rows(E, f, sizes, tol, keep):
+    """keep[i] ← False for the rows of E v̇ = f that vanish within their level (consecutive blocks of ``sizes``
+    rows): ‖E_i‖ ≤ tol·max(1, max_j ‖E_j‖) and |f_i| ≤ tol·max(1, max_j |f_j|), j over the same level; else True.
+    Returns the number of rows dropped (``UdwadiaKalabaController._without_empty_rows``)."""
+    n = E.shape[1]
+    i0 = 0
+    dropped = 0
+    for L in range(sizes.shape[0]):
+        i1 = i0 + sizes[L]
+        big, fbig = 0.0, 0.0
+        for i in range(i0, i1):
+            x = 0.0
+            for c in range(n):
+                x += E[i, c] * E[i, c]
+            keep[i] = False
+            big = max(big, x)
+            fbig = max(fbig, abs(f[i]))
+        thr = tol * max(1.0, math.sqrt(big))
+        fthr = tol * max(1.0, fbig)
+        for i in range(i0, i1):
+            x = 0.0
+            for c in range(n):
+                x += E[i, c] * E[i, c]
+            keep[i] = x > thr * thr or abs(f[i]) > fthr
+            if not keep[i]:
+                dropped += 1
+        i0 = i1
+    return dropped
+
+
 # ------------------------------------------------------------------------------------------ DAC law (III)
 @njit(cache=True)
 def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot):

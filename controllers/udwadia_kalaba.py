@@ -77,7 +77,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cmstack.controllers.kernels import passive_map
+from cmstack.controllers.kernels import passive_map, vanishing_rows
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_diagnostics import Diagnostics, udwadia_kalaba_closed_form
 from cmstack.controllers.uk_levels import GAUSS, UKStepInfo, _Level, _parse_level
@@ -474,26 +474,28 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             A_p = Up.T @ kin.M[p]
             b_p = -(Up.T @ hD[p])
             rows = [(np.vstack([A1, A_p]), np.concatenate([b1, b_p]))] + list(rows[1:])
-        rows = [self._without_empty_rows(A, b) for A, b in rows]
         E = np.vstack([a for a, _ in rows]) if len(rows) > 1 else rows[0][0]
         f = np.concatenate([b for _, b in rows]) if len(rows) > 1 else rows[0][1]
-        return rows, E, f
+        return self._without_empty_rows(rows, E, f)
 
-    def _without_empty_rows(self, A, b):
-        """A level's rows without those that vanish (‖A_i‖ ≤ rank_tol·max(1, max_j ‖A_j‖) and |b_i| ≤
-        rank_tol·max(1, ‖b‖∞)), e.g. a planar mechanism's out-of-plane loop and task rows.  The same law: the
-        null-space path (``_null_basis``, relative rank test) gives such a row a singular value below its
-        threshold and so ignores it, and its b_i is far below level 1's compatibility test (1e-8); without it
-        the KKT path (``_equality``) applies where the rows left have full rank, and its solution is then
-        the strict one (every level held exactly), as the null-space path's."""
-        nr = np.einsum("ij,ij->i", A, A)
-        if not nr.size:
-            return A, b
-        tol = self.rank_tol
-        keep = (nr > (tol * max(1.0, math.sqrt(float(nr.max())))) ** 2) | (np.abs(b) > tol * max(1.0, float(np.abs(b).max())))
-        if keep.all():
-            return A, b
-        return A[keep], b[keep]
+    def _without_empty_rows(self, rows, E, f):
+        """The levels without their rows that vanish (‖A_i‖ ≤ rank_tol·max(1, max_j ‖A_j‖) and |b_i| ≤
+        rank_tol·max(1, ‖b‖∞), over the rows j of the same level: ``kernels.vanishing_rows``), e.g. a planar
+        mechanism's out-of-plane loop and task rows.  The same law: the null-space path (``_null_basis``,
+        relative rank test) gives such a row a singular value below its threshold and so ignores it, and its
+        b_i is far below level 1's compatibility test (1e-8); without it the KKT path (``_equality``) applies
+        where the rows left have full rank, and its solution is then the strict one (every level held
+        exactly), as the null-space path's."""
+        sizes = np.fromiter((a.shape[0] for a, _ in rows), dtype=np.int64, count=len(rows))
+        keep = np.empty(E.shape[0], dtype=np.bool_)
+        if vanishing_rows(E, f, sizes, self.rank_tol, keep) == 0:
+            return rows, E, f
+        out, i = [], 0
+        for size in sizes.tolist():
+            k = keep[i:i + size]
+            out.append((E[i:i + size][k], f[i:i + size][k]))
+            i += size
+        return out, E[keep], f[keep]
 
     def _torque(self, y: np.ndarray) -> np.ndarray:
         """τ from y = M v̇ + h + D v: y itself, or T y with passive joints (``_passive_rows``)."""

@@ -91,3 +91,29 @@ def test_uk_closed_chain_step_equals_the_svd_formulation(model, path):
         ref_paths.add(ref.info.path)
     if model != "mjcf/delta.xml":
         assert ref_paths == {"nullspace"}
+
+
+def test_vanishing_rows_are_judged_within_their_level():
+    """A row is dropped only when its A row and its b entry both vanish relative to its own level (a tiny row with
+    a significant b stays: an inconsistent row is not hidden); the NumPy formulation of the same test agrees."""
+    from cmstack.controllers.kernels import vanishing_rows
+
+    rng = np.random.default_rng(7)
+    sizes = np.array([6, 3, 0, 4], dtype=np.int64)
+    E = rng.normal(size=(13, 5))
+    f = rng.normal(size=13)
+    E[[1, 4, 7]] = 1e-17 * rng.normal(size=(3, 5))
+    f[[1, 4]] = 1e-18
+    f[7] = 0.5                                       # vanishing row, significant b: kept
+    E[9:13] *= 1e-6                                  # a small level: judged on its own scale (max(1, ·))
+    keep = np.empty(13, dtype=np.bool_)
+    assert vanishing_rows(E, f, sizes, 1e-9, keep) == 2
+    ref, i = [], 0
+    for s in sizes:
+        A, b = E[i:i + s], f[i:i + s]
+        nr = np.linalg.norm(A, axis=1)
+        if s:
+            ref.extend((nr > 1e-9 * max(1.0, nr.max())) | (np.abs(b) > 1e-9 * max(1.0, np.abs(b).max())))
+        i += s
+    np.testing.assert_array_equal(keep, ref)
+    assert not keep[1] and not keep[4] and keep[7]
