@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from pinocchio import computeAllTerms as pin_compute_all_terms
+from pinocchio import nonLinearEffects as pin_nle
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
@@ -346,15 +347,17 @@ class PIDC:
         self._rk_m = m
 
     def _closed_step(self, t, q, v):
-        """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``) and one compiled call
+        """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) with
+        ``pin.nonLinearEffects`` and one compiled call
         (``_pidc_kernels.pidc_closed_step``: frames, loop rows, task rows and ``pidc_rows`` on the pass's arrays,
         read in place; ``controllers/pidc_plan.py``); ``kin`` is built from (q, v) on first access.  None: take
         the NumPy path (non-finite rows, which it names)."""
         robot = self.robot
         P = self._plan
         assert P is not None
-        q, v = robot.update_for_kernel(q, v)     # the sizes checked; finiteness is the kernel's first test
+        q, v = robot.update_for_kernel(q, v)     # crba (data.J, data.oMi, M); sizes checked, finiteness in the kernel
         d = robot.data
+        pin_nle(robot.model, d, q, v)            # h = data.nle (the lean pass leaves it at an older state's)
         if d is not P.data:
             P.bind(d)
         q, v = q.copy(), v.copy()
