@@ -4,6 +4,8 @@ Python API (``lie.quat_mul``, ``quat_log``, ``quat_to_matrix``, ``quat_from_matr
 (``models/_tensor_kernels.py``).  Quaternions are scalar first, (w, x, y, z)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -40,49 +42,86 @@ def _quat_mul(a, b):
 
 
 @njit(cache=True)
+def _shepperd(r00, r01, r02, r10, r11, r12, r20, r21, r22):
+    """The quaternion (w, x, y, z), w ≥ 0, of the rotation R = [r_ij] by Shepperd's method: the square root
+    is taken of the largest of 1 + tr R, 1 + 2R₀₀ − tr R, 1 + 2R₁₁ − tr R, 1 + 2R₂₂ − tr R (the largest of
+    tr R, R₀₀, R₁₁, R₂₂ decides), so it is never below 1 and the divisions are well conditioned.  Unit
+    to round-off for an orthonormal R (not renormalized)."""
+    tr = r00 + r11 + r22
+    if tr >= r00 and tr >= r11 and tr >= r22:
+        s = 2.0 * math.sqrt(1.0 + tr)
+        w = 0.25 * s
+        x = (r21 - r12) / s
+        y = (r02 - r20) / s
+        z = (r10 - r01) / s
+    elif r00 >= r11 and r00 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
+        w = (r21 - r12) / s
+        x = 0.25 * s
+        y = (r01 + r10) / s
+        z = (r02 + r20) / s
+    elif r11 >= r22:
+        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
+        w = (r02 - r20) / s
+        x = (r01 + r10) / s
+        y = 0.25 * s
+        z = (r12 + r21) / s
+    else:
+        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
+        w = (r10 - r01) / s
+        x = (r02 + r20) / s
+        y = (r12 + r21) / s
+        z = 0.25 * s
+    if w < 0.0:
+        return -w, -x, -y, -z
+    return w, x, y, z
+
+
+@njit(cache=True)
+def _quat_log3(w, x, y, z):
+    """Log of the unit quaternion (w, u): R = exp(θ û) with w = cos(θ/2), u = sin(θ/2) û (w ≥ 0: the
+    shortest rotation), so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
+    2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴)).  Returns a tuple."""
+    nu = math.sqrt(x * x + y * y + z * z)
+    if nu > 1e-5 * w:
+        f = 2.0 * math.atan2(nu, w) / nu
+    else:
+        f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
+    return f * x, f * y, f * z
+
+
+@njit(cache=True)
+def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
+    """Log(R) ∈ R³ (a tuple) of the rotation R = [r_ij]: the one SO(3) logarithm of the compiled code,
+    ``_quat_log3`` of Shepperd's quaternion (``_shepperd``); the task rows (``models/_task_kernels.py``)
+    and the chain kernels (``_rotation_vector``) both call it."""
+    w, x, y, z = _shepperd(r00, r01, r02, r10, r11, r12, r20, r21, r22)
+    return _quat_log3(w, x, y, z)
+
+
+@njit(cache=True)
 def _quat_log(q):
+    """Log of the unit quaternion q (scalar first), the shortest rotation (``_quat_log3``), as an array."""
     if q[0] < 0:
-        q = -q
-    n = np.sqrt(q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
-    ang = 2 * np.arctan2(n, q[0])
-    k = ang / n if n > 1e-12 else 2.0 / max(q[0], 1e-300)
-    return k * q[1:]
+        a, b, c = _quat_log3(-q[0], -q[1], -q[2], -q[3])
+    else:
+        a, b, c = _quat_log3(q[0], q[1], q[2], q[3])
+    return np.array([a, b, c])
 
 
 @njit(cache=True)
 def _quat_from_matrix(R):
-    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix, Shepperd's method."""
-    tr = R[0, 0] + R[1, 1] + R[2, 2]
-    cands = np.array([tr, R[0, 0], R[1, 1], R[2, 2]])
-    k = int(np.argmax(cands))
-    if k == 0:
-        r = np.sqrt(1.0 + tr) * 2
-        q = np.array([0.25 * r, (R[2, 1] - R[1, 2]) / r, (R[0, 2] - R[2, 0]) / r, (R[1, 0] - R[0, 1]) / r])
-    elif k == 1:
-        r = np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2]) * 2
-        q = np.array([(R[2, 1] - R[1, 2]) / r, 0.25 * r, (R[0, 1] + R[1, 0]) / r, (R[0, 2] + R[2, 0]) / r])
-    elif k == 2:
-        r = np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2]) * 2
-        q = np.array([(R[0, 2] - R[2, 0]) / r, (R[0, 1] + R[1, 0]) / r, 0.25 * r, (R[1, 2] + R[2, 1]) / r])
-    else:
-        r = np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1]) * 2
-        q = np.array([(R[1, 0] - R[0, 1]) / r, (R[0, 2] + R[2, 0]) / r, (R[1, 2] + R[2, 1]) / r, 0.25 * r])
-    q = q / np.sqrt(np.sum(q * q))
-    return q if q[0] >= 0 else -q
+    """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix: Shepperd's (``_shepperd``), renormalized."""
+    w, x, y, z = _shepperd(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
+    q = np.array([w, x, y, z])
+    return q / np.sqrt(np.sum(q * q))
 
 
 @njit(cache=True)
 def _rotation_vector(R):
-    """Log of one rotation matrix: θ = atan2(|v|, (tr R − 1)/2) with v = ½ (R − Rᵀ)^∨ = sin θ · axis,
-    accurate for θ ≤ π/2; larger angles go through the quaternion."""
-    v = 0.5 * np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    c = 0.5 * (R[0, 0] + R[1, 1] + R[2, 2] - 1.0)
-    if c < 0.0:
-        return _quat_log(_quat_from_matrix(R))
-    s = np.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
-    th = np.arctan2(s, c)
-    k = th / s if s > 1e-8 else 1.0 + th * th / 6.0
-    return k * v
+    """Log of one rotation matrix (``_log3``), as an array."""
+    a, b, c = _log3(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
+    return np.array([a, b, c])
 
 
 @njit(cache=True)

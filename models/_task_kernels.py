@@ -41,56 +41,15 @@ Derivations (J_d = J_b − J_a, tw_d = tw_b − tw_a, acc_d = acc_b − acc_a):
 """
 from __future__ import annotations
 
-import math
-
 from numba import njit
+
+from cmstack.models._lie_kernels import _log3
 
 
 @njit(cache=True)
 def log3(R, out):
-    """out ← Log(R) ∈ R³, R a 3×3 rotation matrix (``_log3``)."""
+    """out ← Log(R) ∈ R³, R a 3×3 rotation matrix (``models._lie_kernels._log3``, the one SO(3) log)."""
     out[0], out[1], out[2] = _log3(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
-
-
-@njit(cache=True)
-def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
-    """Log(R) ∈ R³ (a tuple) of the rotation R = [r_ij], through the unit quaternion (w, u) of R (Shepperd's
-    choice of the largest of tr R, R₀₀, R₁₁, R₂₂ for the square root, then w ≥ 0): R = exp(θ û) with
-    w = cos(θ/2), u = sin(θ/2) û, so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
-    2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴))."""
-    tr = r00 + r11 + r22
-    if tr >= r00 and tr >= r11 and tr >= r22:
-        s = 2.0 * math.sqrt(1.0 + tr)
-        w = 0.25 * s
-        x = (r21 - r12) / s
-        y = (r02 - r20) / s
-        z = (r10 - r01) / s
-    elif r00 >= r11 and r00 >= r22:
-        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
-        w = (r21 - r12) / s
-        x = 0.25 * s
-        y = (r01 + r10) / s
-        z = (r02 + r20) / s
-    elif r11 >= r22:
-        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
-        w = (r02 - r20) / s
-        x = (r01 + r10) / s
-        y = 0.25 * s
-        z = (r12 + r21) / s
-    else:
-        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
-        w = (r10 - r01) / s
-        x = (r02 + r20) / s
-        y = (r12 + r21) / s
-        z = 0.25 * s
-    if w < 0.0:
-        w, x, y, z = -w, -x, -y, -z
-    nu = math.sqrt(x * x + y * y + z * z)
-    if nu > 1e-5 * w:
-        f = 2.0 * math.atan2(nu, w) / nu
-    else:
-        f = (2.0 / w) * (1.0 - nu * nu / (3.0 * w * w))
-    return f * x, f * y, f * z
 
 
 @njit(cache=True)

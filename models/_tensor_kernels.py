@@ -10,6 +10,10 @@ as loops over the N bodies so that one call does a whole step without Python ove
 
 The NumPy methods stay the reference: tests/test_tensor_chain.py compares both to round-off.
 Spring laws by code: 0 "euler123" (19), 1 "rotvec", 2 "euler123_conservative".
+
+The rotation maths (quaternions, the SO(3) log) comes from ``models/_lie_kernels.py``.  numba's disk
+cache is keyed by this file's own stamp only: after a change of a kernel this file calls from another
+module, edit this file too (or clear its ``__pycache__``), or the old machine code is loaded.
 """
 from __future__ import annotations
 
