@@ -43,7 +43,11 @@ from __future__ import annotations
 
 from numba import njit
 
+from cmstack.models import _lie_kernels
+from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3
+
+depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
 
 
 @njit(cache=True)

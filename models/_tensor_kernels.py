@@ -12,15 +12,18 @@ The NumPy methods stay the reference: tests/test_tensor_chain.py compares both t
 Spring laws by code: 0 "euler123" (19), 1 "rotvec", 2 "euler123_conservative".
 
 The rotation maths (quaternions, the SO(3) log) comes from ``models/_lie_kernels.py``.  numba's disk
-cache is keyed by this file's own stamp only: after a change of a kernel this file calls from another
-module, edit this file too (or clear its ``__pycache__``), or the old machine code is loaded.
+cache is keyed by this file's own stamp only; ``_kernel_cache.depends_on`` drops it when that module is newer.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
+from cmstack.models import _lie_kernels
+from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _cross, _quat_log, _quat_mul, _quat_to_R, _rotation_vector
+
+depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
 
 LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
 
