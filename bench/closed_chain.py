@@ -13,27 +13,29 @@ alike); each ratio is that of the medians of a law's steps and of the reference 
 ``pin.computeAllTerms`` alone on the same states is reported beside them, and the 1-minute load average.
 Writes bench/results/closed_chain.json.
 
-Measured (busy 2-core machine shared with other test suites, load 8-13, 200 states x 2), step / reference:
+Measured (busy 2-core machine shared with other test suites, 300 states x 3 at load 6, before at load 8),
+step / reference:
 
     mechanism  law   before (SVD, NumPy)     after                    computeAllTerms
-    five-bar   PIDC  162 / 5.3 us = 30x       20 / 3.7 us = 5.5x       2.3 us
-    five-bar   UK    216 / 5.8 us = 37x       95 / 4.4 us = 21x
-    four-bar   PIDC  121 / 3.6 us = 34x       13 / 2.3 us = 5.9x       1.5 us
-    four-bar   UK    190 / 4.1 us = 47x       76 / 2.9 us = 26x
-    Delta      PIDC  228 / 12.8 us = 18x      38 / 9.9 us = 3.8x       6.4 us
-    Delta      UK    201 / 13.5 us = 15x      137 / 11.2 us = 12x
+    five-bar   PIDC  162 / 5.3 us = 30x       16 / 3.4 us = 4.7x       2.1 us
+    five-bar   UK    216 / 5.8 us = 37x       85 / 4.1 us = 21x
+    four-bar   PIDC  121 / 3.6 us = 34x       11 / 2.2 us = 4.8x       1.4 us
+    four-bar   UK    190 / 4.1 us = 47x       69 / 2.9 us = 24x
+    Delta      PIDC  228 / 12.8 us = 18x      33 / 9.1 us = 3.7x       6.2 us
+    Delta      UK    201 / 13.5 us = 15x      137 / 11.3 us = 12x
 
-The target (<= 2x) is MISSED.  PIDC: the robot's lean pass (crba + nle) and one compiled call
-(``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: frames, loop and task rows, the law with
-complete orthogonal decompositions instead of SVDs).  On one repeated state a five-bar step is 13 us: the lean
-pass 1.9 us, the kernel's dispatch 2.7 us (its ~30 arguments; a call with 3 arrays costs 0.5 us), its compute
-about 4 us, Python about 4.5 us (the state's checks and copies, the circle's parameters, the info record); on
-the Delta 24 us (lean pass 4.2, compute about 11).  A Python step pays at least the pass and one compiled call,
-about 2.4 us on the five-bar against constraintDynamics' 3.4 us (0.7x), so 2x would leave 4.4 us for the rows,
-the factorizations and the bookkeeping together.  UK: the SVD of G and the null-space path are gone
-(``kernels.passive_map``, the planar mechanisms' vanishing rows left out so the KKT solve applies); what is left
-is its generic Python path (the loops' and the task's rows from ``Kinematics.frame``, three frames at about 5 us
-each, and the level solve), as UK has no compiled closed-chain step.
+The target (<= 2x) is MISSED.  PIDC: the robot's lean pass (crba + nle) and one compiled call of seven
+arguments (``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: frames, loop and task rows, the law
+with complete orthogonal decompositions instead of SVDs).  On one state repeated (caches warm, nothing
+interleaved) a five-bar step is 10.2 us against constraintDynamics' 3.0 us (3.4x): the lean pass 1.7 us, the
+kernel 3.7 us (0.4 us of it the call itself), Python 4.8 us (the state's checks and copies, the targets of the
+circle, the info record); the four-bar 6.8 / 2.0 us (3.4x), the Delta 20.8 / 7.7 us (2.7x: lean pass 3.9 us, kernel
+11.7 us).  A Python step pays at least the pass and one compiled call, 2.1 us on the five-bar (0.7x of
+constraintDynamics), so 2x would leave it 4 us for the rows, the factorizations and the bookkeeping together,
+where the kernel's compute alone takes 3.3 us and the interpreter's share 4.8 us.  UK: the SVD of G and the null-space path are gone (``kernels.passive_map``, the
+planar mechanisms' vanishing rows left out so the KKT solve applies); what is left is its generic Python path
+(the loops' and the task's rows from ``Kinematics.frame``, three frames at about 5 us each, and the level
+solve), as UK has no compiled closed-chain step (its fused plan knows no loop closure).
 """
 from __future__ import annotations
 

@@ -244,37 +244,69 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
     return OK, r, res, bn, unsolvable
 
 
+#: header of the plan's integer table I (``ClosedChainPlan``): sizes, then offsets into I and into the float table F
+(H_N, H_M, H_K, H_NF, H_NJ, H_NT, H_NROWS, H_SINUS, H_O_INTS, H_N_INTS, H_O_FINT, H_O_LINT, H_NL, H_O_TINT, H_O_PIDX,
+ H_N_PIDX, H_O_PRM, H_N_PRM, H_O_FPLACE, H_O_FJ, H_O_FVEC, H_O_JPOSE, H_O_A, H_O_JDV, H_O_TFLT, H_O_TGTH, H_O_TGTVA,
+ H_O_TCIRC, H_O_TBIAS, H_O_TERR, H_O_AB, H_O_REF, H_O_WORK, H_N_WORK, H_O_QREF) = range(35)
+HEADER = 40
+
+
 @njit(cache=True)
-def pidc_closed_step(t, q, v, ptr, M, h, S, ref, sinus, prm, ints, work, out):
+def pidc_closed_step(t, q, v, ptr, I, F, out):
     """The whole closed-chain step after the robot's lean pass (``Robot.update_for_kernel``: ``pin.crba`` in the
-    WORLD convention and ``pin.nonLinearEffects``; ``controllers/pidc_plan.py``): each needed joint's pose read from
-    data.oMi at the addresses ``ptr`` = [data.J, (R_j, p_j) per joint slot] (Eigen's column-major storage, refreshed
-    in place), the frames (``_uk_kernels.frame_states``: their classical accelerations at v̇ = 0 from data.J and
-    v), the loops' rows (``models/_loop_kernels.py``), the task coordinates' rows (``_uk_kernels.task_rows``, their
-    right-hand sides into ref[0]) and ``pidc_rows`` on M = data.M, h = data.nle.  S: the plan's tables
-    (``ClosedChainPlan.args``); the rest and the result as ``pidc_rows``."""
-    (fint, fplace, fJ, fvec, jpose, lint, A, jdv, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab) = S
-    n = v.shape[0]
+    WORLD convention and ``pin.nonLinearEffects``; ``controllers/pidc_plan.py``): Pinocchio's data read at the
+    addresses ``ptr`` = [data.J, data.M, data.nle, (R_j, p_j) of each joint slot in data.oMi] (Eigen's column-major
+    storage, refreshed in place), the frames (``_uk_kernels.frame_states``: their classical accelerations at v̇ = 0
+    from data.J and v), the loops' rows (``models/_loop_kernels.py``), the task coordinates' rows
+    (``_uk_kernels.task_rows``, their right-hand sides into ref[0]) and ``pidc_rows``.  I, F: the plan's integer
+    and float tables (a header of sizes and offsets, ``HEADER`` ints, then every table), so that a call passes
+    seven arguments; out and the result as ``pidc_rows``."""
+    n = I[H_N]
     chk = 0.0
     for i in range(n):
         chk += q[i] * q[i] + v[i] * v[i]
     if not math.isfinite(chk):
         return NONFINITE_STATE, 0, 0.0, 0.0, False
+    m, k, nf, nj, nt, nrows, nl = I[H_M], I[H_K], I[H_NF], I[H_NJ], I[H_NT], I[H_NROWS], I[H_NL]
+    ints = I[I[H_O_INTS]:I[H_O_INTS] + I[H_N_INTS]]
+    fint = I[I[H_O_FINT]:I[H_O_FINT] + nf * (n + 1)].reshape((nf, n + 1))
+    lint = I[I[H_O_LINT]:I[H_O_LINT] + 4 * nl].reshape((nl, 4))
+    tint = I[I[H_O_TINT]:I[H_O_TINT] + 8 * nt].reshape((nt, 8))
+    pidx = I[I[H_O_PIDX]:I[H_O_PIDX] + I[H_N_PIDX]]
+    prm = F[I[H_O_PRM]:I[H_O_PRM] + I[H_N_PRM]]
+    fplace = F[I[H_O_FPLACE]:I[H_O_FPLACE] + 16 * nf].reshape((nf, 4, 4))
+    fJ = F[I[H_O_FJ]:I[H_O_FJ] + 6 * n * nf].reshape((nf, 6, n))
+    fvec = F[I[H_O_FVEC]:I[H_O_FVEC] + 24 * nf].reshape((nf, 24))
+    jpose = F[I[H_O_JPOSE]:I[H_O_JPOSE] + 12 * nj].reshape((nj, 12))
+    A = F[I[H_O_A]:I[H_O_A] + m * n].reshape((m, n))
+    jdv = F[I[H_O_JDV]:I[H_O_JDV] + m]
+    tflt = F[I[H_O_TFLT]:I[H_O_TFLT] + 4 * nt].reshape((nt, 4))
+    tgtH = F[I[H_O_TGTH]:I[H_O_TGTH] + 16 * nt].reshape((nt, 4, 4))
+    tgtVA = F[I[H_O_TGTVA]:I[H_O_TGTVA] + 12 * nt].reshape((nt, 12))
+    tcirc = F[I[H_O_TCIRC]:I[H_O_TCIRC] + 7 * nt].reshape((nt, 7))
+    tbias = F[I[H_O_TBIAS]:I[H_O_TBIAS] + 6 * nt].reshape((nt, 6))
+    terr = F[I[H_O_TERR]:I[H_O_TERR] + 6 * nt].reshape((nt, 6))
+    Ab = F[I[H_O_AB]:I[H_O_AB] + nrows * (n + 1)].reshape((nrows, n + 1))
+    ref = F[I[H_O_REF]:I[H_O_REF] + 3 * k].reshape((3, k))
+    work = F[I[H_O_WORK]:I[H_O_WORK] + I[H_N_WORK]]
+    qref = F[I[H_O_QREF]:I[H_O_QREF] + I[H_N_PIDX]]
     Jw = farray(_f64_at(ptr[0]), (6, n))
-    for k in range(jpose.shape[0]):
-        R = farray(_f64_at(ptr[1 + 2 * k]), (3, 3))
-        p = carray(_f64_at(ptr[2 + 2 * k]), (3,))
+    M = farray(_f64_at(ptr[1]), (n, n))
+    h = carray(_f64_at(ptr[2]), (n,))
+    for j in range(nj):
+        R = farray(_f64_at(ptr[3 + 2 * j]), (3, 3))
+        p = carray(_f64_at(ptr[4 + 2 * j]), (3,))
         for i in range(3):
-            for j in range(3):
-                jpose[k, 3 * i + j] = R[i, j]
-            jpose[k, 9 + i] = p[i]
+            for c in range(3):
+                jpose[j, 3 * i + c] = R[i, c]
+            jpose[j, 9 + i] = p[i]
     frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
     loop_rows(lint, fJ, fvec, A, jdv)
     if ints[1] == 1:
         task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
-        for i in range(Ab.shape[0]):
+        for i in range(nrows):
             ref[0, i] = Ab[i, n]
-    return pidc_rows(M, h, q, v, A, jdv, Ab[:, :n], t, ref, sinus, prm, ints, work, out)
+    return pidc_rows(M, h, q, v, A, jdv, Ab[:, :n], t, ref, I[H_SINUS] != 0, prm, ints, work, out)
 
 
 def pidc_rows_work(n: int, m: int, k: int, p: int) -> np.ndarray:

@@ -215,6 +215,8 @@ class PIDC:
         if self._rows_compiled and isinstance(m, int):
             self._rows_setup(m)
             self._plan = ClosedChainPlan.build(self)      # the frames and rows compiled too (robot.loops)
+            if self._plan is not None:
+                self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t, q, v, pr, Cv):
@@ -366,12 +368,9 @@ class PIDC:
             P.targets(t)
         elif not self._sinus:
             self._sample_reference(t)
-        M, h = robot.dynamics_views()
         n, m = v.size, self._rk_m
         out = np.empty(4 * n + m)
-        st, rank, res, bn, unsolvable = pidc_closed_step(float(t), q, v, P.ptr, M.T, h, P.args, self._rk_ref,
-                                                         self._sinus and not self.tasks, self._rk_prm,
-                                                         self._rk_ints, self._rk_work, out)
+        st, rank, res, bn, unsolvable = pidc_closed_step(float(t), q, v, P.ptr, P.I, P.F, out)
         if st:
             if st == 3:
                 robot.refuse_state(q, v)                # raises with the non-finite entries named

@@ -22,6 +22,12 @@ class ClosedChainPlan:
     coordinates or task coordinates whose rows have a compiled builder (frame tasks and couplings,
     ``Task.kernel_kind()`` 1 or 0)."""
 
+    # views into the packed tables, set by ``_pack`` (besides the tables built in ``__init__``)
+    ref: np.ndarray
+    work: np.ndarray
+    prm: np.ndarray
+    ints: np.ndarray
+
     @classmethod
     def build(cls, ctl: "PIDC") -> "ClosedChainPlan | None":
         """The plan, or None when a loop or a task has no compiled row builder (then the step reads its rows in
@@ -113,16 +119,58 @@ class ClosedChainPlan:
         self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
         self.jpose = np.zeros((len(self.joint_ids), 12))
         self.data = None
-        self.ptr = np.zeros(1 + 2 * len(self.joint_ids), dtype=np.int64)
-        self.args = (self.fint, self.fplace, self.fJ, self.fvec, self.jpose, self.lint, self.A, self.jdv, self.tint,
-                     self.tflt, self.tgtH, self.tgtVA, self.tcirc, self.pidx, self.qref, self.tbias, self.terr, self.Ab)
+        self.ptr = np.zeros(3 + 2 * len(self.joint_ids), dtype=np.int64)
+        self._pack(ctl)
+
+    def _pack(self, ctl: "PIDC") -> None:
+        """Every table into one integer array I and one float array F (``_pidc_kernels.HEADER``: sizes and
+        offsets first); the plan's attributes, and the controller's reference buffer, become views into them,
+        so what Python writes (targets, gains, the joint reference) is what the kernel reads."""
+        from cmstack.controllers import _pidc_kernels as K
+
+        n = ctl.robot.nv
+        ints = [("ints", ctl._rk_ints), ("fint", self.fint), ("lint", self.lint), ("tint", self.tint),
+                ("pidx", self.pidx)]
+        flts = [("prm", ctl._rk_prm), ("fplace", self.fplace), ("fJ", self.fJ), ("fvec", self.fvec),
+                ("jpose", self.jpose), ("A", self.A), ("jdv", self.jdv), ("tflt", self.tflt), ("tgtH", self.tgtH),
+                ("tgtVA", self.tgtVA), ("tcirc", self.tcirc), ("tbias", self.tbias), ("terr", self.terr),
+                ("Ab", self.Ab), ("ref", ctl._rk_ref), ("work", ctl._rk_work), ("qref", self.qref)]
+        I = np.zeros(K.HEADER + sum(a.size for _, a in ints), dtype=np.int64)
+        F = np.zeros(sum(a.size for _, a in flts))
+        off: dict[str, int] = {}
+        o = K.HEADER
+        for name, a in ints:
+            off[name] = o
+            I[o:o + a.size] = a.ravel()
+            setattr(self, name, I[o:o + a.size].reshape(a.shape))
+            o += a.size
+        o = 0
+        for name, a in flts:
+            off[name] = o
+            F[o:o + a.size] = a.ravel()
+            setattr(self, name, F[o:o + a.size].reshape(a.shape))
+            o += a.size
+        head = {K.H_N: n, K.H_M: self.m, K.H_K: ctl._rk_ref.shape[1], K.H_NF: self.fint.shape[0],
+                K.H_NJ: len(self.joint_ids), K.H_NT: self.tint.shape[0], K.H_NROWS: self.Ab.shape[0],
+                K.H_SINUS: int(bool(ctl._sinus and not ctl.tasks)), K.H_O_INTS: off["ints"],
+                K.H_N_INTS: ctl._rk_ints.size, K.H_O_FINT: off["fint"], K.H_O_LINT: off["lint"],
+                K.H_NL: self.lint.shape[0], K.H_O_TINT: off["tint"], K.H_O_PIDX: off["pidx"],
+                K.H_N_PIDX: self.pidx.size, K.H_O_PRM: off["prm"], K.H_N_PRM: ctl._rk_prm.size,
+                K.H_O_FPLACE: off["fplace"], K.H_O_FJ: off["fJ"], K.H_O_FVEC: off["fvec"], K.H_O_JPOSE: off["jpose"],
+                K.H_O_A: off["A"], K.H_O_JDV: off["jdv"], K.H_O_TFLT: off["tflt"], K.H_O_TGTH: off["tgtH"],
+                K.H_O_TGTVA: off["tgtVA"], K.H_O_TCIRC: off["tcirc"], K.H_O_TBIAS: off["tbias"],
+                K.H_O_TERR: off["terr"], K.H_O_AB: off["Ab"], K.H_O_REF: off["ref"], K.H_O_WORK: off["work"],
+                K.H_N_WORK: ctl._rk_work.size, K.H_O_QREF: off["qref"]}
+        for key, val in head.items():
+            I[key] = val
+        self.I, self.F = I, F
 
     def bind(self, d: Any) -> None:
-        """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J and each
-        needed joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken again
+        """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J, data.M,
+        data.nle and each needed joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken again
         when the robot's data object changes (``Robot.add_frame`` creates a new one)."""
         poses = [d.oMi[j] for j in self.joint_ids]
-        arrays = [d.J] + [a for T in poses for a in (T.rotation, T.translation)]
+        arrays = [d.J, d.M, d.nle] + [a for T in poses for a in (T.rotation, T.translation)]
         for a in arrays:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
                 raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
