@@ -23,9 +23,14 @@ sinusoid reference evaluated inside it), busy machine (load 8-11), interleaved w
     series-parallel   16.9 µs / computeAllTerms 2.8 µs = 6.1×    (NumPy step 201 µs = 24.7×; another run 16.5 / 2.7 = 6.2×)
 
 Since issue 23 the series-parallel PIDC is the generic one on the arm's closed chain read from its MJCF
-(``ActuatedJointsPIDC``: the passive ζ, α closed by Newton on the loop at every step, then the NumPy step on 3
-loop rows; no compiled path): 344 µs a step in the scenario's run (was 11.6 µs), a regression left to the
-closed-chain step's speed work (issue 23).
+(``ActuatedJointsPIDC``: the passive ζ, α closed by Newton on the loop at every step, then PIDC on the 3 loop
+rows): 344 µs a step in the scenario's run at first (was 11.6 µs).  Then (interleaved on 4000 closed-loop
+states × 3, load 5-6, medians): the SVD Newton from the last solution 128 µs (3 ClosureSet passes of ~30 µs of
+Python and 3 SVDs; the inner PIDC step, already the multi-row kernel, 31 µs, now the fused closed-chain step,
+9.6 µs) → 42 µs with the tangent prediction (one Newton step), lean passes and the compiled QR solve
+(``controllers/_passive_kernels.py``) → 29 µs with the start, the checks and the scratch in kernels of few
+arguments: the completion 17.7 µs (two lean passes of ~6 µs, computeJointJacobians and the loops' two frames in
+Python, and two kernel calls of ~2 µs), the PIDC step 9.6 µs.  The same with the actuator bodies.
 
 The compiled step costs 3-4× fewer floors than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
 computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls

@@ -103,14 +103,52 @@ def _lsq_apply(X, m, p, piv, tau, y, z, out):
         out[piv[j]] = z[j]
 
 
+def layout(m: int, p: int, na: int) -> tuple[int, int]:
+    """Sizes of ``passive_step``'s int table (pas, act, piv scratch) and float scratch (tau, z, x, col)."""
+    return 2 * p + na, 2 * p + 2 * m
+
+
 @njit(cache=True)
-def passive_step(phi, J, pas, act, q, v, va, tol, rtol, G, X, piv, tau, z, x):
+def prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v):
+    """The Newton start and the known rates: q = q_prev with q[act] = qa and, when ``predict``, the tangent
+    prediction q[pas] += G (qa − qa_prev); v = 0 with v[act] = va.  False (nothing meaningful written) when qa or
+    va is not finite."""
+    p, na = G.shape[0], G.shape[1]
+    for c in range(na):
+        if not (math.isfinite(qa[c]) and math.isfinite(va[c])):
+            return False
+    for i in range(q.shape[0]):
+        q[i] = q_prev[i]
+    for i in range(v.shape[0]):
+        v[i] = 0.0
+    for c in range(na):
+        a = ints[p + c]
+        q[a] = qa[c]
+        v[a] = va[c]
+    if predict:
+        for j in range(p):
+            s = 0.0
+            for c in range(na):
+                s += G[j, c] * (qa[c] - qa_prev[c])
+            q[ints[j]] += s
+    return True
+
+
+@njit(cache=True)
+def passive_step(phi, J, q, v, va, G, X, ints, prm, work):
     """One iteration of the completion (module docstring): ``STEPPED`` (q[pas] updated), ``CONVERGED`` (G and
     v[pas] written) or ``FALLBACK`` (nothing written: J_p not safely of full column rank, or not finite).
-    Scratch: X (m×p), piv (p, int64), tau (p), z (m), x (max(p, 1))."""
+    G (p×a), ints = [pas (p), act (a), piv scratch (p)], prm = [tol, rtol], X (m×p) and work (``layout``) scratch."""
     m = phi.shape[0]
-    p = pas.shape[0]
-    na = act.shape[0]
+    p, na = G.shape[0], G.shape[1]
+    tol, rtol = prm[0], prm[1]
+    pas = ints[:p]
+    act = ints[p:p + na]
+    piv = ints[p + na:2 * p + na]
+    tau = work[:p]
+    z = work[p:p + m]
+    x = work[p + m:2 * p + m]
+    col = work[2 * p + m:2 * p + 2 * m]
     if p == 0 or m < p:
         return FALLBACK
     conv = True
@@ -134,9 +172,11 @@ def passive_step(phi, J, pas, act, q, v, va, tol, rtol, G, X, piv, tau, z, x):
                 return FALLBACK
         _lsq_apply(X, m, p, piv, tau, phi, z, x)
         for j in range(p):
+            if not math.isfinite(x[j]):
+                return FALLBACK
+        for j in range(p):
             q[pas[j]] -= x[j]
         return STEPPED
-    col = np.empty(m)
     for c in range(na):
         for i in range(m):
             col[i] = J[i, act[c]]

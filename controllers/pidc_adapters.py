@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, passive_step
+from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, layout, passive_step, prepare
 from cmstack.controllers.pidc import PIDC, PIDCInfo
 from cmstack.models.errors import StateError
 from cmstack.models.lie import svd_rank
@@ -36,7 +36,8 @@ class ActuatedJointsPIDC:
     solution, q_p ← q_p⁻ + G⁻ (q_a − q_a⁻) with G = −J_p⁺ J_a (dq_p = G dq_a on the manifold), whose error is
     second order in the change of q_a, so one Newton step usually reaches ``tol``; each iteration is one lean
     Pinocchio pass (``computeJointJacobians`` and the loops' frames: φ and J, ``_phi_jacobian``) and one compiled
-    QR solve (``_passive_kernels.passive_step``: the same J_p⁺ as the SVD while J_p has safely full column rank,
+    QR solve (``_passive_kernels.passive_step``, after ``prepare``: the start, the rates known, the input checked;
+    the same J_p⁺ as the SVD while J_p has safely full column rank,
     the SVD path ``_svd_iteration`` otherwise).  The convergence test is the same, max |φ| ≤ tol, at the point
     returned, and the rates are taken at that point.
 
@@ -66,12 +67,14 @@ class ActuatedJointsPIDC:
         self._zerov = np.zeros(robot.nv)
         m, p, a = self.loops.m, self.pas.size, self.act.size
         self._G = np.zeros((p, a))                    # −J_p⁺ J_a at the last solution (the predictor)
-        self._qa_prev: np.ndarray | None = None       # q_a of the last solution (None: no prediction yet)
+        self._qa_prev = np.zeros(a)                   # q_a of the last solution
+        self._predict = False                         # no solution yet: start from q_guess
+        ni, nw = layout(m, p, a)
+        self._ints = np.zeros(ni, dtype=np.int64)
+        self._ints[:p], self._ints[p:p + a] = self.pas, self.act
+        self._prm = np.array([self.tol, 1e-10])
         self._X = np.zeros((m, max(p, 1)))
-        self._piv = np.zeros(max(p, 1), dtype=np.int64)
-        self._tau = np.zeros(max(p, 1))
-        self._z = np.zeros(m)
-        self._x = np.zeros(max(p, 1))
+        self._work = np.zeros(nw)
 
     @property
     def info(self) -> PIDCInfo:
@@ -118,28 +121,23 @@ class ActuatedJointsPIDC:
     def complete(self, qa: np.ndarray, va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(q, q̇) of the whole chain from the actuated joints' (q_a, q̇_a), on the loops' manifold."""
         qa, va = np.asarray(qa, dtype=float), np.asarray(va, dtype=float)
-        if qa.shape != self.act.shape or va.shape != self.act.shape or not np.all(np.isfinite(qa)) \
-                or not np.all(np.isfinite(va)):
-            raise StateError(f"ActuatedJointsPIDC: expected {self.act.size} finite positions and rates of "
+        act = self.act
+        q, v = np.empty(self.robot.nq), np.empty(self.robot.nv)
+        if qa.shape != act.shape or va.shape != act.shape \
+                or not prepare(qa, va, self.q, self._qa_prev, self._G, self._ints, self._predict, q, v):
+            raise StateError(f"ActuatedJointsPIDC: expected {act.size} finite positions and rates of "
                              f"{self.robot.actuated_joints}, got {qa!r}, {va!r}")
-        act, pas = self.act, self.pas
-        q = self.q.copy()
-        q[act] = qa
-        if self._qa_prev is not None:                 # tangent prediction from the last solution
-            q[pas] += self._G @ (qa - self._qa_prev)
-        v = np.zeros(self.robot.nv)
-        v[act] = va
-        X, piv, tau, z, x = self._X, self._piv, self._tau, self._z, self._x
+        G, X, ints, prm, work = self._G, self._X, self._ints, self._prm, self._work
         st = STEPPED
         for k in range(self.max_iter):                # Newton on q_p, q_a held (as many tests as ``assemble``)
             phi, J = self._phi_jacobian(q)
-            st = passive_step(phi, J, pas, act, q, v, va, self.tol, 1e-10, self._G, X, piv, tau, z, x)
+            st = passive_step(phi, J, q, v, va, G, X, ints, prm, work)
             if st == FALLBACK:
                 st = CONVERGED if self._svd_iteration(q, v, va, phi, J) else STEPPED
+                if st == STEPPED and not np.all(np.isfinite(q)):
+                    break
             if st == CONVERGED:
                 self.passes = k + 1
-                break
-            if not np.all(np.isfinite(q)):
                 break
         if st != CONVERGED:                           # retry from the last solution, unpredicted: raises, naming
             q = self.q.copy()                         # the loop, when the loops cannot be closed there either
@@ -149,7 +147,8 @@ class ActuatedJointsPIDC:
             self._svd_iteration(q, v, va, phi, J)
             self.passes = -1
         self.q = q
-        self._qa_prev = qa.copy()
+        self._qa_prev[:] = qa
+        self._predict = True
         return q, v
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cmstack.controllers import pidc_adapters
-from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, passive_step
+from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, layout, passive_step, prepare
 from cmstack.controllers.pidc import PIDC
 from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC
 from cmstack.models.errors import InfeasibleError
@@ -22,10 +22,12 @@ RTOL = 1e-10
 
 
 def _kernel(phi, J, pas, act, q, va, tol=1e-14, rtol=RTOL):
-    m, p = J.shape[0], pas.size
-    q, v, G = q.copy(), np.zeros(J.shape[1]), np.full((p, act.size), np.nan)
-    st = passive_step(phi, J, pas, act, q, v, va, tol, rtol, G, np.zeros((m, max(p, 1))),
-                      np.zeros(max(p, 1), dtype=np.int64), np.zeros(max(p, 1)), np.zeros(m), np.zeros(max(p, 1)))
+    m, p, a = J.shape[0], pas.size, act.size
+    q, v, G = q.copy(), np.zeros(J.shape[1]), np.full((p, a), np.nan)
+    ni, nw = layout(m, p, a)
+    ints = np.zeros(ni, dtype=np.int64)
+    ints[:p], ints[p:p + a] = pas, act
+    st = passive_step(phi, J, q, v, va, G, np.zeros((m, max(p, 1))), ints, np.array([tol, rtol]), np.zeros(nw))
     return st, q, v, G
 
 
@@ -76,6 +78,30 @@ def test_kernel_falls_back_where_the_svd_would_truncate_and_on_non_finite_input(
         assert _kernel(*bad, pas, act, q, va)[0] == FALLBACK
     assert _kernel(np.full(2, 1e-3), rng.normal(size=(2, 4)), np.arange(3, dtype=np.int64),
                    np.array([3], dtype=np.int64), np.zeros(4), va)[0] == FALLBACK     # m < p: never full column rank
+
+
+def test_prepare_writes_the_start_and_refuses_non_finite_input():
+    rng = np.random.default_rng(2)
+    pas, act = np.array([1, 3], dtype=np.int64), np.array([0, 2, 4], dtype=np.int64)
+    ints = np.zeros(layout(3, 2, 3)[0], dtype=np.int64)
+    ints[:2], ints[2:5] = pas, act
+    q_prev, qa, qa_prev, va, G = rng.normal(size=5), rng.normal(size=3), rng.normal(size=3), rng.normal(size=3), \
+        rng.normal(size=(2, 3))
+    for predict in (False, True):
+        q, v = np.full(5, np.nan), np.full(5, np.nan)
+        assert prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v)
+        ref = q_prev.copy()
+        ref[act] = qa
+        if predict:
+            ref[pas] += G @ (qa - qa_prev)
+        assert np.allclose(q, ref, rtol=0, atol=1e-15) and np.array_equal(v[act], va) and np.all(v[pas] == 0.0)
+    for bad in ((np.array([0.0, np.inf, 0.0]), va), (qa, np.array([np.nan, 0.0, 0.0]))):
+        assert not prepare(*bad, q_prev, qa_prev, G, ints, True, np.zeros(5), np.zeros(5))
+    ctl = build_pidc(default_config("series_parallel"), lambda t: (np.zeros(3), np.zeros(3), np.zeros(3)))
+    with pytest.raises(Exception, match="finite positions and rates"):
+        ctl.complete(np.array([0.0, np.nan, 0.1]), np.zeros(3))
+    with pytest.raises(Exception, match="finite positions and rates"):
+        ctl.complete(np.zeros(2), np.zeros(3))
 
 
 def test_kernel_rank_test_is_conservative():
