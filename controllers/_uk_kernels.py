@@ -61,8 +61,12 @@ import numpy as np
 from numba import carray, farray, njit, types
 from numba.extending import intrinsic
 
+from cmstack.models import _task_kernels, _trajectory_kernels
+from cmstack.models._kernel_cache import depends_on
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample
+
+depends_on(__file__, _task_kernels, _trajectory_kernels)   # numba's cache does not see a change of a callee in another file
 
 COUPLING, FRAME, POSTURE = 0, 1, 2
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
