@@ -76,6 +76,7 @@ import warnings
 from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.controllers.kernels import passive_map, vanishing_rows
 from cmstack.controllers.qp import BoundedQP
@@ -244,7 +245,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         return np.full(self.n, np.inf)
 
     @tau_max.setter
-    def tau_max(self, value) -> None:
+    def tau_max(self, value: ArrayLike) -> None:
         for lim in self.limits:
             if isinstance(lim, EffortLimit):
                 lim.tau_max = np.broadcast_to(np.asarray(value, dtype=float), lim.tau_max.shape).copy()
@@ -621,7 +622,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 f"principle (gravity, damping). Add a PostureTask in the last level to hold them.",
                 UserWarning, stacklevel=stacklevel)
 
-    def errors(self, kin: Kinematics, t: float):
+    def errors(self, kin: Kinematics, t: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Pose errors of every constraint and task at (kin, t), by name."""
         return ({c.name: c.error(kin, t) for c in self.constraints},
                 {c.name: c.error(kin, t) for c in self.tasks})

@@ -22,10 +22,12 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError, StateError, check_finite
 
@@ -351,9 +353,12 @@ class FrameState:
 
     __slots__ = ("J", "twist", "acc", "R", "p", "_kin", "_fid", "_T", "_dJ")
 
-    def __init__(self, J, twist, acc, R, p, kin=None, fid=-1):
+    def __init__(self, J: np.ndarray, twist: np.ndarray, acc: np.ndarray, R: np.ndarray, p: np.ndarray,
+                 kin: Kinematics | None = None, fid: int = -1) -> None:
         self.J, self.twist, self.acc, self.R, self.p = J, twist, acc, R, p
-        self._kin, self._fid, self._T, self._dJ = kin, fid, None, None
+        self._kin, self._fid = kin, fid
+        self._T: pin.SE3 | None = None
+        self._dJ: np.ndarray | None = None
 
     @property
     def T(self) -> pin.SE3:
@@ -364,6 +369,8 @@ class FrameState:
     @property
     def dJ(self) -> np.ndarray:
         if self._dJ is None:
+            if self._kin is None:
+                raise StateError("FrameState.dJ: this frame state has no Kinematics to compute dJ from")
             self._dJ = self._kin._time_variation(self._fid)
         return self._dJ
 
@@ -389,7 +396,7 @@ class Kinematics:
                              "robot.update or add_frame ran since; read its frames before the next update, or give "
                              "each consumer its own Robot")
 
-    def frame(self, name_or_id) -> FrameState:
+    def frame(self, name_or_id: str | int) -> FrameState:
         fs = self._frames.get(name_or_id)
         if fs is None:
             if self.robot._gen != self._gen:
@@ -470,7 +477,7 @@ class Robot:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_urdf(cls, path: str | Path, locked_joints: dict[str, float] | None = None, *, prefix: str = "",
-                  base=None, loops: str | Path | None = None) -> "Robot":
+                  base: pin.SE3 | np.ndarray | None = None, loops: str | Path | None = None) -> "Robot":
         """A robot from one URDF file.
 
         Args:
@@ -488,7 +495,7 @@ class Robot:
         return cls.compose([(path, prefix, base, locked_joints or {}, loops)])
 
     @classmethod
-    def compose(cls, parts, loops: str | Path | None = None) -> "Robot":
+    def compose(cls, parts: Sequence[URDFPart | tuple], loops: str | Path | None = None) -> "Robot":
         """One robot from several URDFs, each with a name prefix and a base pose, e.g. two arms from
         one single-arm URDF::
 
@@ -509,32 +516,32 @@ class Robot:
         (names as in its URDF, prefixed like the part: the same file serves every copy); ``loops=PATH``
         adds a sidecar whose names are the composed model's (closures between parts).
         """
-        parts = [_as_part(item, k) for k, item in enumerate(parts)]
-        if not parts:
+        plist: list[URDFPart] = [_as_part(item, k) for k, item in enumerate(parts)]
+        if not plist:
             raise ConfigError("Robot.compose: no URDF part given")
-        models = [_part_model(p) for p in parts]
+        models = [_part_model(p) for p in plist]
         seen: dict[str, int] = {}
         for k, m in enumerate(models):
             for name in [m.names[i] for i in range(1, m.njoints)] + [f.name for f in m.frames if f.name != "universe"]:
                 if name in seen and seen[name] != k:
-                    a, b = parts[seen[name]], parts[k]
+                    a, b = plist[seen[name]], plist[k]
                     raise ConfigError(f"Robot.compose: name '{name}' is in part {seen[name]} ({a.path.name}, "
                                       f"prefix '{a.prefix}') and part {k} ({b.path.name}, prefix '{b.prefix}'); "
                                       "give the parts different prefixes")
                 seen.setdefault(name, k)
-        if len(parts) == 1 and parts[0].base.isIdentity(0.0):
+        if len(plist) == 1 and plist[0].base.isIdentity(0.0):
             model = models[0]
         else:
             model = pin.Model()
-            for m, p in zip(models, parts):
+            for m, p in zip(models, plist):
                 model = pin.appendModel(model, m, 0, p.base)
-        label = parts[0].path.name if len(parts) == 1 else \
-            "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in parts) + "]"
+        label = plist[0].path.name if len(plist) == 1 else \
+            "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in plist) + "]"
         robot = cls.__new__(cls)
-        robot._setup(model, parts[0].path, label, parts)
+        robot._setup(model, plist[0].path, label, plist)
         from cmstack.models.loops import apply_sidecar, read_sidecar
 
-        sides = [(read_sidecar(resolve_asset(p.loops)), p.prefix) for p in parts if p.loops is not None]
+        sides = [(read_sidecar(resolve_asset(p.loops)), p.prefix) for p in plist if p.loops is not None]
         if loops is not None:
             sides.append((read_sidecar(resolve_asset(loops)), ""))
         for side, prefix in sides:
@@ -564,7 +571,7 @@ class Robot:
         except InfeasibleError as exc:
             raise ModelFileError(f"{source}: {exc} (from the file's initial pose)") from None
 
-    def assemble(self, q_guess=None, *, tol: float = 1e-12, max_iter: int = 50) -> np.ndarray:
+    def assemble(self, q_guess: ArrayLike | None = None, *, tol: float = 1e-12, max_iter: int = 50) -> np.ndarray:
         """A configuration near ``q_guess`` (default ``q_initial``) that closes every loop of ``robot.loops``:
         Newton on the loop residual, q ← q − J⁺φ ([Aghili] (39); ``cmstack.models.loops.assemble``).  When it
         cannot close, ``InfeasibleError`` names the loop and its residual."""
@@ -646,7 +653,7 @@ class Robot:
         M, h = self.dynamics_views()
         return Kinematics(self, q.copy(), v.copy(), M.copy(), h.copy())
 
-    def state_arrays(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+    def state_arrays(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(q, v) as float64 arrays of the model's sizes, else ``StateError`` naming both shapes (the
         first half of ``update``'s checks; ``refuse_state`` is the second)."""
         if type(q) is not np.ndarray or q.dtype != np.float64:
@@ -665,7 +672,7 @@ class Robot:
         check_finite("v", v, f"state given to {self.path.name}")
         raise StateError(f"{self.path.name}: |q|² + |v|² overflows; the state is absurdly large")
 
-    def update_for_kernel(self, q, v) -> tuple[np.ndarray, np.ndarray]:
+    def update_for_kernel(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The lean pass of a compiled control step that computes the rest itself (the fused UK step,
         ``controllers/_uk_kernels.py``): ``state_arrays``' checks, then one ``pin.crba`` in the WORLD
         convention, which leaves the joints' poses data.oMi, the joint Jacobians data.J and M (full
