@@ -51,9 +51,16 @@ import math
 import numpy as np
 from numba import carray, farray, njit
 
+from cmstack.controllers import _uk_kernels, kernels
 from cmstack.controllers._uk_kernels import _f64_at, frame_states, task_rows
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
+from cmstack.models import _loop_kernels, _task_kernels, _trajectory_kernels
+from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import loop_rows
+
+# numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows calls
+# the task and trajectory kernels)
+depends_on(__file__, kernels, _uk_kernels, _loop_kernels, _task_kernels, _trajectory_kernels)
 
 OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
 
