@@ -472,9 +472,9 @@ class TaskSpaceLaw(PortLaw):
         self._fg[:3 * n] = np.tile(chain.gravity, n) * self._mrep
         # compiled step (``kernels.dac_law3_step``): contiguous constants and one scratch buffer
         f64 = lambda x: np.ascontiguousarray(x, dtype=float)
-        self._kconst = (f64(chain.masses), f64(chain.inertias), f64(chain.inertias_inv), f64(chain.joint_parent),
+        self._kconst: tuple[Any, ...] = (f64(chain.masses), f64(chain.inertias), f64(chain.inertias_inv), f64(chain.joint_parent),
                         f64(chain.joint_child), f64(chain.stiffness), f64(chain.gravity), chain.spring_law == "rotvec")
-        self._kgains = (f64(self._lam6), float(kd_mass) if kd_mass is not None else 0.0, f64(self.kd), f64(self.points),
+        self._kgains: tuple[Any, ...] = (f64(self._lam6), float(kd_mass) if kd_mass is not None else 0.0, f64(self.kd), f64(self.points),
                         f64(self._spheres[0]), f64(self._spheres[1]), self.gain, self.d0, self.clip)
         self._kwork = np.zeros(dac_work_size(n, nc + 6))
         self._kscal = np.zeros(4)
@@ -498,7 +498,7 @@ class TaskSpaceLaw(PortLaw):
         f = np.asarray
         if not dac_law3_step(quat, state.pos, state.nu, f(p_d, float), f(q_d, float), f(nu_ed, float),
                              f(nu_ed_dot, float), *self._kconst, self._kF, *self._kgains, self._A, self._Ad,
-                             self._kwork, tau, s, nu_r, e_ep, sc):
+                             self._kwork, tau, s, nu_r, e_ep, sc):   # type: ignore[call-arg]  # mypy cannot count *tuple[Any, ...]
             raise StateError("DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
                              "constraints (a singular configuration of the chain)")
         V, Vd, self.potential, self.clearance = sc.tolist()

@@ -28,7 +28,7 @@ def _cross3(a0, a1, a2, b0, b1, b2):
 
 
 @njit(cache=True)
-def cholesky_inplace(S, n):
+def cholesky_inplace(S: np.ndarray, n: int) -> bool:
     """Lower Cholesky factor L (S = L Lᵀ) of the leading n×n block of S, written into its lower triangle.
     Returns False (S untouched beyond the failing column) when a pivot is not positive, as LAPACK dpotrf."""
     for j in range(n):
@@ -48,7 +48,7 @@ def cholesky_inplace(S, n):
 
 
 @njit(cache=True)
-def cholesky_solve_inplace(L, n, b):
+def cholesky_solve_inplace(L: np.ndarray, n: int, b: np.ndarray) -> None:
     """b ← S⁻¹ b with S = L Lᵀ (``cholesky_inplace``): forward substitution L y = b, back Lᵀ x = y."""
     for i in range(n):
         x = b[i]
@@ -78,7 +78,7 @@ ABS, REL, REL1 = 0, 1, 2
 
 
 @njit(cache=True)
-def qr_pivot(X, p, s, tol, mode, piv, tau):
+def qr_pivot(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarray, tau: np.ndarray) -> int:
     """Householder QR with column pivoting of X[:p, :s] in place (LAPACK's layout: R on and above the diagonal,
     reflector j's vector below X[j, j] with a unit first entry implied, its factor in tau[j]; H_j = I − τ v vᵀ),
     stopped at the first step whose largest remaining column norm is ≤ the threshold: tol (mode ``ABS``),
@@ -133,7 +133,7 @@ def qr_pivot(X, p, s, tol, mode, piv, tau):
 
 
 @njit(cache=True)
-def apply_qt(X, p, k, tau, y):
+def apply_qt(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray) -> None:
     """y ← Qᵀ y = H_{k−1} ⋯ H₀ y for the first k reflectors stored in X (``qr_pivot``), y of length p."""
     for j in range(k):
         if tau[j] == 0.0:
@@ -148,7 +148,7 @@ def apply_qt(X, p, k, tau, y):
 
 
 @njit(cache=True)
-def apply_q(X, p, k, tau, y):
+def apply_q(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray) -> None:
     """y ← Q y = H₀ ⋯ H_{k−1} y (the reflectors of ``qr_pivot``), y of length p."""
     for j in range(k - 1, -1, -1):
         if tau[j] == 0.0:
@@ -191,7 +191,8 @@ def _unpivoted(Zt, s, r, ztau):
 
 
 @njit(cache=True)
-def cod_factor(X, p, s, tol, mode, piv, tau, Zt, ztau):
+def cod_factor(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarray, tau: np.ndarray, Zt: np.ndarray,
+               ztau: np.ndarray) -> int:
     """The complete orthogonal decomposition of X[:p, :s]: pivoted QR in X (rank r), then the unpivoted QR of
     Tᵀ = [R₁₁ R₁₂]ᵀ (s×r) in Zt (U on and above its diagonal), so X ≈ Q_r Uᵀ Z_rᵀ Πᵀ.  Returns r."""
     r = qr_pivot(X, p, s, tol, mode, piv, tau)
@@ -203,7 +204,8 @@ def cod_factor(X, p, s, tol, mode, piv, tau, Zt, ztau):
 
 
 @njit(cache=True)
-def cod_pinv_apply(X, p, s, r, piv, tau, Zt, ztau, y, w, out):
+def cod_pinv_apply(X: np.ndarray, p: int, s: int, r: int, piv: np.ndarray, tau: np.ndarray, Zt: np.ndarray, ztau: np.ndarray, y: np.ndarray,
+                   w: np.ndarray, out: np.ndarray) -> None:
     """out ← X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y from ``cod_factor``'s result (y of length p, out of length s; w scratch
     of length max(p, s); y is left unchanged)."""
     for i in range(p):
@@ -222,7 +224,7 @@ def cod_pinv_apply(X, p, s, r, piv, tau, Zt, ztau, y, w, out):
 
 
 @njit(cache=True)
-def passive_map(Jc, p, tol):
+def passive_map(Jc: np.ndarray, p: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The torque map of UK with passive joints (``UdwadiaKalabaController._passive_rows``) from the COD of
     G = S_p J_cᵀ (np×m; J_c the loops' rows, m×n; p the passive joints' indices), rank test σ > tol·max(1, σ₁)
     read on its pivoted column norms (mode ``REL1``):
@@ -272,7 +274,7 @@ def passive_map(Jc, p, tol):
 
 
 @njit(cache=True)
-def vanishing_rows(E, f, sizes, tol, keep):
+def vanishing_rows(E: np.ndarray, f: np.ndarray, sizes: np.ndarray, tol: float, keep: np.ndarray) -> int:
     """keep[i] ← False for the rows of E v̇ = f that vanish within their level (consecutive blocks of ``sizes``
     rows): ‖E_i‖ ≤ tol·max(1, max_j ‖E_j‖) and |f_i| ≤ tol·max(1, max_j |f_j|), j over the same level; else True.
     Returns the number of rows dropped (``UdwadiaKalabaController._without_empty_rows``)."""
@@ -444,10 +446,13 @@ def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_e
 
 
 @njit(cache=True)
-def dac_law3_step(quat, pos, nu, p_d, q_d, nu_ed, nu_ed_dot,
-                  masses, inertias, inertias_inv, joint_parent, joint_child, stiffness, gravity, rotvec, F_known,
-                  lam6, kd_mass, kd, points, centers, radii, gain, d0, dc,
-                  A, Ad, work, tau, s_out, nu_r_out, e_ep, scalars):
+def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.ndarray, q_d: np.ndarray,
+                  nu_ed: np.ndarray, nu_ed_dot: np.ndarray, masses: np.ndarray, inertias: np.ndarray,
+                  inertias_inv: np.ndarray, joint_parent: np.ndarray, joint_child: np.ndarray, stiffness: np.ndarray,
+                  gravity: np.ndarray, rotvec: bool, F_known: np.ndarray, lam6: np.ndarray, kd_mass: float, kd: np.ndarray,
+                  points: np.ndarray, centers: np.ndarray, radii: np.ndarray, gain: float, d0: float, dc: float,
+                  A: np.ndarray, Ad: np.ndarray, work: np.ndarray, tau: np.ndarray, s_out: np.ndarray,
+                  nu_r_out: np.ndarray, e_ep: np.ndarray, scalars: np.ndarray) -> bool:
     """One step of [Eslami] law (III) in the closed form of ``TaskSpaceLaw._closed_form_step``.
 
     State: quaternions (N,4), CoM positions (N,3), ν = [v_1…v_N; ω_1…ω_N].  Per body, R_i = R(q_i),
@@ -692,7 +697,7 @@ def dac_work_size(n: int, nr: int) -> int:
 
 # ------------------------------------------------------------------------------------------ series-parallel
 @njit(cache=True)
-def triangle(delta, L0, l0):
+def triangle(delta: float, L0: float, l0: float) -> tuple[float, float, float]:
     """The elbow triangle of [Dastranj] (28) (``models.partition.TriangleMap``): with u = l₀ + δ,
     c = u²/(2L₀²) − 1 and s = √(1 − c²),  ζ = −acos c,  ζ' = u/(L₀² s),  ζ'' = 1/(L₀² s) + u² c/(L₀⁴ s³)."""
     u = delta + l0
@@ -704,7 +709,8 @@ def triangle(delta, L0, l0):
 
 # ------------------------------------------------------------------------------------------ robust law (18)
 @njit(cache=True)
-def robust18_pre(t, q, v, sinus, with_actuator, prm, ref, H, out):
+def robust18_pre(t: float, q: np.ndarray, v: np.ndarray, sinus: bool, with_actuator: bool, prm: np.ndarray, ref: np.ndarray, H: np.ndarray,
+                 out: np.ndarray) -> tuple[int, float]:
     """The law (18) of [Dastranj] up to its one RNEA: errors, reference acceleration and the lifted state.
 
     ``prm`` = [c (3), a (3), w (3), p (3), Λ (3), L₀, l₀, δ_lo, δ_hi] (the last two: the stroke with its slack).
@@ -757,7 +763,7 @@ def robust18_pre(t, q, v, sinus, with_actuator, prm, ref, H, out):
 
 
 @njit(cache=True)
-def robust18_post(tau, dz, with_actuator, gains, out):
+def robust18_post(tau: np.ndarray, dz: float, with_actuator: bool, gains: np.ndarray, out: np.ndarray) -> None:
     """Γ q̈_r + h − Q_e = Eᵀ τ̂ (τ̂ the open tree's RNEA at the lifted state; E = identity but for the ζ row,
     and the α = ζ/2, δ rows with the actuator bodies), then (18) with ``gains`` = [K; −κ; 1/ε]:
         Q_a = (Γ q̈_r + h − Q_e) − K s − κ sat(s/ε),   sat(x) = min(1, max(−1, x))
@@ -774,7 +780,8 @@ def robust18_post(tau, dz, with_actuator, gains, out):
 
 # ------------------------------------------------------------------------------------------ PIDC, one row
 @njit(cache=True)
-def pidc_one_row(M, h, q, v, a, jdv, t, ref, sinus, prm, out):
+def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: np.ndarray, jdv: float, t: float, ref: np.ndarray, sinus: bool, prm: np.ndarray,
+                 out: np.ndarray) -> tuple[int, int, float, float]:
     """The closed-form PIDC step of [Aghili] §7.1/§7.4 for one constraint row a (A = aᵀ, 1×n), as
     ``controllers.pidc.PIDC`` with ``project`` and the rank-1 closed forms:
 
@@ -914,7 +921,8 @@ def pidc_one_row(M, h, q, v, a, jdv, t, ref, sinus, prm, out):
     return 0, rank, res, math.sqrt(bb)
 
 
-def pidc_params(kp, kv, ci, mask, D, passive: bool, tol: float, sm_min: float, sinus=None) -> np.ndarray:
+def pidc_params(kp: np.ndarray, kv: np.ndarray, ci: np.ndarray, mask: np.ndarray, D: np.ndarray, passive: bool, tol: float, sm_min: float,
+                sinus: tuple | None = None) -> np.ndarray:
     """The constant ``prm`` vector of ``pidc_one_row``; ``sinus`` = (c, α, ω, φ) of a sinusoid reference."""
     k = len(ci)
     sin = np.zeros(4 * k) if sinus is None else np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in sinus])

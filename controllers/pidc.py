@@ -42,9 +42,12 @@ closest potent torque the actuators can give), and the step is reported as satur
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from pinocchio import computeAllTerms as pin_compute_all_terms
 from pinocchio import nonLinearEffects as pin_nle
 
@@ -57,7 +60,7 @@ from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, Sta
 from cmstack.models.lie import pinv
 from cmstack.models.coupling import Task
 from cmstack.models.loops import as_constraint
-from cmstack.models.projection import DEFAULT_TOL, c_times_v, project
+from cmstack.models.projection import DEFAULT_TOL, Projection, c_times_v, project
 from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
 
@@ -92,7 +95,8 @@ class ForceLaw:
     """Constraint-force regulation (7.3): λ_d(t) (or a constant), PI gains on e_f = f_d − f_c.
     ``measure(t, q, v) -> f_c`` (n,) if a sensor is available; else f_c is estimated from (32)."""
 
-    def __init__(self, lambda_d, kp: float = 0.0, ki: float = 0.0, measure=None):
+    def __init__(self, lambda_d: ArrayLike | Callable[[float], np.ndarray], kp: float = 0.0, ki: float = 0.0,
+                 measure: Callable[[float, np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
         if not (np.isfinite(kp) and kp >= 0 and np.isfinite(ki) and ki >= 0):
             raise ConfigError(f"ForceLaw: gains must be >= 0, got kp={kp}, ki={ki}")
         self.lambda_d = lambda_d if callable(lambda_d) else (lambda t, _l=np.atleast_1d(np.asarray(lambda_d, float)): _l)
@@ -118,9 +122,12 @@ class PIDC:
     several rows through complete orthogonal decompositions instead of SVDs (``_pidc_kernels.pidc_rows``,
     derived there); ``_numpy_step`` is the reference both are tested against."""
 
-    def __init__(self, robot, constraint, coords, reference=None, kp=None, kv=None, *, passive=None, weights=None,
-                 force: ForceLaw | None = None, qp: bool = False, torque_limits=None, rank_tol: float = DEFAULT_TOL,
-                 solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg=1e-6):
+    def __init__(self, robot: Robot, constraint: Any, coords: Task | Sequence[Task] | Sequence[str],
+                 reference: Any = None, kp: ArrayLike | None = None, kv: ArrayLike | None = None, *,
+                 passive: Sequence[str] | None = None, weights: ArrayLike | None = None,
+                 force: ForceLaw | None = None, qp: bool = False, torque_limits: ArrayLike | None = None,
+                 rank_tol: float = DEFAULT_TOL,
+                 solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg: float = 1e-6) -> None:
         if constraint is None:
             if not getattr(robot, "loops", None):
                 raise ConfigError(f"PIDC: no constraint given and {robot.label} has no loops (robot.loops)")
@@ -145,14 +152,15 @@ class PIDC:
             self.tasks = []
             if reference is None or kp is None or kv is None:
                 raise ConfigError("PIDC: joint coordinates need a reference and the gains kp, kv")
-        self.S = np.zeros((len(coords), n))
-        for i, name in enumerate(coords):
+        names = [str(c) for c in coords] if not self.tasks else []      # joint coordinates (names)
+        self.S = np.zeros((len(names), n))
+        for i, name in enumerate(names):
             self.S[i, robot.joint_index(name)] = 1.0
-        self.coords = list(coords)
-        self._ci = np.array([robot.joint_index(name) for name in coords], dtype=int)   # S x = x[_ci]
+        self.coords = names
+        self._ci = np.array([robot.joint_index(name) for name in names], dtype=np.intp)   # S x = x[_ci]
         self.ref = reference
-        self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(coords),)).copy()
-        self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(coords),)).copy()
+        self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(names),)).copy()
+        self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(names),)).copy()
         if np.any(self.kp < 0) or np.any(self.kv < 0):
             raise ConfigError(f"PIDC gains must be >= 0, got kp={kp}, kv={kv}")
         self.actuated = np.ones(n, dtype=bool)
@@ -219,7 +227,8 @@ class PIDC:
                 self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
-    def desired_acceleration(self, t, q, v, pr, Cv):
+    def desired_acceleration(self, t: float, q: np.ndarray, v: np.ndarray, pr: Projection,
+                             Cv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.tasks:
             return self._task_acceleration(t, pr, Cv)
         ci = self._ci
@@ -276,7 +285,7 @@ class PIDC:
                 return pr.P[:, ci] @ K
         return pinv(self.S @ pr.P, rtol=_RTOL)
 
-    def passive_closed_form(self, tau_par, P, pr=None):
+    def passive_closed_form(self, tau_par: np.ndarray, P: np.ndarray, pr: Projection | None = None) -> np.ndarray:
         """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥.
 
         With one constraint row of rank 1 (``pr`` given), I − P = y yᵀ and (I−B)(I−P) = x yᵀ with
@@ -294,7 +303,7 @@ class PIDC:
         Q = np.eye(len(tau_par)) - P
         return tau_par - Q @ (pinv(self.IB @ Q, rtol=_RTOL) @ (self.IB @ tau_par))
 
-    def weighted_closed_form(self, b, P):
+    def weighted_closed_form(self, b: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, float]:
         """min ‖Wτ‖ s.t. Pτ = Pb, (I−B)τ = 0:  τ = W⁻¹ G⁺ g."""
         n = len(b)
         winv = np.ones(n) if self.w is None else 1.0 / self.w
@@ -310,13 +319,13 @@ class PIDC:
         return self._ref
 
     @ref.setter
-    def ref(self, reference) -> None:
+    def ref(self, reference: Any) -> None:
         self._ref = as_trajectory(reference)
         # a user function is called directly by the compiled step (no Sample built around its result)
         self._ref_call = (self._ref.f if isinstance(self._ref, FromFunction)
                           and type(self._ref).sample is FromFunction.sample else self._ref)
 
-    def __call__(self, t, q, v):
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self._compiled:
             tau = self._compiled_step(t, q, v)
             if tau is not None:
@@ -444,7 +453,7 @@ class PIDC:
         return tau
 
     @property
-    def kin(self):
+    def kin(self) -> Kinematics | None:
         """The robot's kinematics at the last step's state (``Robot.update``; built on first access after a
         compiled step, which reads M and h from Pinocchio directly)."""
         if self._kin is None and self._kin_qv is not None:
@@ -453,7 +462,7 @@ class PIDC:
         return self._kin
 
     @kin.setter
-    def kin(self, k):
+    def kin(self, k: Kinematics | None) -> None:
         self._kin, self._kin_qv = k, None
 
     @property
