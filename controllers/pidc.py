@@ -441,13 +441,7 @@ class PIDC:
         if self._has_passive:
             info.passive_residual = res
         if unsolvable:
-            info.solvable, info.status = False, "unsolvable"
-            self.unsolvable_steps += 1
-            if self.on_unsolvable == "raise":
-                raise InfeasibleError(
-                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
-                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
-                    f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
+            self._unsolvable(info, t, q, rank, f"‖(I−B)τ‖ = {res:.3g}")
         self.info = info
         self._prev = (t, v, tau)        # the step's own copy of v, and τ (a view of this step's buffer)
         return tau
@@ -537,13 +531,7 @@ class PIDC:
         info.status, info.solvable, info.rank, info.passive_residual = "solved", True, rank, res
         info.qdd_des, info.tau_par = qdd, tau_par
         if self._has_passive and res > self.solve_tol * max(1.0, bn):
-            info.solvable, info.status = False, "unsolvable"
-            self.unsolvable_steps += 1
-            if self.on_unsolvable == "raise":
-                raise InfeasibleError(
-                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
-                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
-                    f"‖(I−B)τ‖ = {res:.3g}, condition (58))")
+            self._unsolvable(info, t, q, rank, f"‖(I−B)τ‖ = {res:.3g}")
             tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
         # (32) on the one row a: f_c = a (a·r)/‖a‖², r = M q̈_des + h + D v − τ; λ = a·r/‖a‖²
         r = M @ qdd + h + self.D * v - tau
@@ -553,6 +541,18 @@ class PIDC:
         self.info = info
         self._prev = (t, v, tau)        # read by the force loop only, which this path does not have
         return tau
+
+    def _unsolvable(self, info: PIDCInfo, t: float, q: np.ndarray, rank: int, residual: str,
+                    law: str = "PIDC") -> None:
+        """Condition (58) failed: the actuated joints cannot produce q̈_des with the passive joints at zero
+        torque.  Marks the step's info, counts it, and raises when ``on_unsolvable`` is "raise"."""
+        info.solvable, info.status = False, "unsolvable"
+        self.unsolvable_steps += 1
+        if self.on_unsolvable == "raise":
+            raise InfeasibleError(
+                f"{law} at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
+                f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
+                f"{residual}, condition (58))")
 
     def _numpy_step(self, t, q, v):
         """The law as NumPy calls: every case (QP, weights, passive joints, force loop, any number of rows);
@@ -585,13 +585,7 @@ class PIDC:
         else:
             tau = tau_par
         if not self.qp and self.passive and info.passive_residual > self.solve_tol * scale:
-            info.solvable, info.status = False, "unsolvable"
-            self.unsolvable_steps += 1
-            if self.on_unsolvable == "raise":
-                raise InfeasibleError(
-                    f"PIDC at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
-                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {pr.rank}; residual "
-                    f"‖(I−B)τ‖ = {info.passive_residual:.3g}, condition (58))")
+            self._unsolvable(info, t, q, pr.rank, f"‖(I−B)τ‖ = {info.passive_residual:.3g}")
             tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
         if self.force is not None:
             tau_perp = self._force_term(t, q, v, M, h, qdd, pr, A)
@@ -648,13 +642,7 @@ class PIDC:
         # (58) without limits: can the actuated joints produce q̈_des at all?
         res_ls = float(np.linalg.norm(Aeq @ (pinv(Aeq, rtol=_RTOL) @ beq) - beq)) if Aeq.size else 0.0
         if res_ls > self.solve_tol * max(1.0, float(np.linalg.norm(b))):
-            info.solvable, info.status = False, "unsolvable"
-            self.unsolvable_steps += 1
-            if self.on_unsolvable == "raise":
-                raise InfeasibleError(
-                    f"PIDC QP at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
-                    f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {pr.rank}; residual "
-                    f"{res_ls:.3g}, condition (58))")
+            self._unsolvable(info, t, q, pr.rank, f"{res_ls:.3g}", law="PIDC QP")
         res = self._qp.solve("exact", H, np.zeros(na), Aeq, beq, C, lo, hi, warm=False)
         ok = res.solved and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, np.linalg.norm(beq))
         info.qp_status = res.raw_status
