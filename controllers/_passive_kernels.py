@@ -34,66 +34,28 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.controllers import kernels
+from cmstack.controllers.kernels import ABS, apply_qt, qr_pivot
+from cmstack.models._kernel_cache import depends_on
+
+depends_on(__file__, kernels)   # numba's cache does not see a change of a callee in another file
+
 CONVERGED, STEPPED, FALLBACK = 0, 1, 2
 
 
 @njit(cache=True)
-def _qr_pivot_full(X, m, p, piv, tau):
-    """Householder QR with column pivoting of X[:m, :p] (m ≥ p) in place, all p steps: R on and above the
-    diagonal, reflector j's vector below X[j, j] (unit first entry implied), factor tau[j] (H_j = I − τ w wᵀ);
-    piv[j] the original column in position j."""
-    for j in range(p):
-        piv[j] = j
-    for j in range(p):
-        best, bn = j, -1.0
-        for c in range(j, p):
-            s = 0.0
-            for i in range(j, m):
-                s += X[i, c] * X[i, c]
-            if s > bn:
-                best, bn = c, s
-        if best != j:
-            for i in range(m):
-                X[i, j], X[i, best] = X[i, best], X[i, j]
-            piv[j], piv[best] = piv[best], piv[j]
-        # reflector zeroing X[j+1:, j]: beta = −sign(x0) ‖x‖, w = x − beta e₀ scaled to w₀ = 1
-        x0 = X[j, j]
-        sig = 0.0
-        for i in range(j + 1, m):
-            sig += X[i, j] * X[i, j]
-        if sig == 0.0:
-            tau[j] = 0.0
-            continue
-        nrm = math.sqrt(x0 * x0 + sig)
-        beta = -nrm if x0 >= 0.0 else nrm
-        w0 = x0 - beta
-        for i in range(j + 1, m):
-            X[i, j] /= w0
-        tau[j] = (beta - x0) / beta
-        X[j, j] = beta
-        for c in range(j + 1, p):                    # apply H_j to the remaining columns
-            s = X[j, c]
-            for i in range(j + 1, m):
-                s += X[i, j] * X[i, c]
-            s *= tau[j]
-            X[j, c] -= s
-            for i in range(j + 1, m):
-                X[i, c] -= s * X[i, j]
+def _qr_full(X, m, p, piv, tau):
+    """Householder QR with column pivoting of X[:m, :p] (m ≥ p) in place, all p steps (no rank stop: the rank is
+    judged afterwards by the bound on R): ``kernels.qr_pivot`` with a threshold no column norm is below."""
+    qr_pivot(X, m, p, -1.0, ABS, piv, tau)
 
 
 @njit(cache=True)
 def _lsq_apply(X, m, p, piv, tau, y, z, out):
-    """out[:p] = J_p⁺ y from the factors of ``_qr_pivot_full`` (y is not modified; z is m scratch)."""
+    """out[:p] = J_p⁺ y from the factors of ``_qr_full`` (y is not modified; z is m scratch)."""
     for i in range(m):
         z[i] = y[i]
-    for j in range(p):                               # z = Qᵀ y = H_{p−1} … H₀ y
-        s = z[j]
-        for i in range(j + 1, m):
-            s += X[i, j] * z[i]
-        s *= tau[j]
-        z[j] -= s
-        for i in range(j + 1, m):
-            z[i] -= s * X[i, j]
+    apply_qt(X, m, p, tau, z)                        # z = Qᵀ y = H_{p−1} … H₀ y
     for j in range(p - 1, -1, -1):                   # R x = z[:p], then out[piv] = x
         s = z[j]
         for c in range(j + 1, p):
@@ -160,7 +122,7 @@ def passive_step(phi, J, q, v, va, G, X, ints, prm, work):
             X[i, j] = J[i, pas[j]]
             if not math.isfinite(X[i, j]):
                 return FALLBACK
-    _qr_pivot_full(X, m, p, piv, tau)
+    _qr_full(X, m, p, piv, tau)
     r0 = abs(X[0, 0])
     rp = abs(X[p - 1, p - 1])
     bound = 3.0 / (math.sqrt(4.0 ** p + 6.0 * p - 1.0) * math.sqrt(p))
