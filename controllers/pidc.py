@@ -62,7 +62,7 @@ from cmstack.models.coupling import Task
 from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, Projection, c_times_v, project
 from cmstack.models.robot import Kinematics, Robot
-from cmstack.models.trajectory import FromFunction, Sinusoid, Trajectory, as_trajectory
+from cmstack.models.trajectory import Trajectory, as_trajectory
 
 
 
@@ -203,12 +203,7 @@ class PIDC:
         self._compiled = (not self.qp and self.w is None and self.force is None and not self.tasks
                           and getattr(constraint, "m", None) == 1)
         k = len(coords)
-        # sampled in the kernel: a Sinusoid whose sampling is Sinusoid's own (a subclass may redefine it)
-        self._sinus = (isinstance(self.ref, Sinusoid) and type(self.ref).sample is Sinusoid.sample
-                       and self.ref.c.shape == (k,))
-        self._kprm = None if self.tasks else pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D, bool(self.passive),
-                                 self.rank_tol, _SM_MIN,
-                                 (self.ref.c, self.ref.a, self.ref.w, self.ref.p) if self._sinus else None)
+        self._reference_tables()
         self._kref = np.zeros((3, k))
         # the dynamics read in place from one computeAllTerms: for a Robot whose update is Robot's own
         self._direct = isinstance(robot, Robot) and type(robot).update is Robot.update
@@ -222,9 +217,6 @@ class PIDC:
         self._plan: ClosedChainPlan | None = None
         if self._rows_compiled and isinstance(m, int):
             self._rows_setup(m)
-            self._plan = ClosedChainPlan.build(self)      # the frames and rows compiled too (robot.loops)
-            if self._plan is not None:
-                self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
     def desired_acceleration(self, t: float, q: np.ndarray, v: np.ndarray, pr: Projection,
@@ -322,8 +314,27 @@ class PIDC:
     def ref(self, reference: Any) -> None:
         self._ref = as_trajectory(reference)
         # a user function is called directly by the compiled step (no Sample built around its result)
-        self._ref_call = (self._ref.f if isinstance(self._ref, FromFunction)
-                          and type(self._ref).sample is FromFunction.sample else self._ref)
+        direct = getattr(self._ref, "kernel_function", None)
+        self._ref_call = (direct() if callable(direct) else None) or self._ref
+        if "_kprm" in vars(self):            # set after construction: the compiled steps' copies follow it
+            self._reference_tables()
+            if self._rows_compiled:
+                self._rows_setup(self._rk_m)
+
+    def _reference_tables(self) -> None:
+        """The compiled steps' copy of the reference: one that samples itself as a sinusoid in the kernel
+        (``kernel_sinusoid()``: chosen by what the reference does, not by its type, so a subclass that
+        redefines its sampling is called instead) has its (c, a, ω, φ) in the kernels' parameters; any other
+        reference is called at each step.  Built at construction and again whenever ``ref`` is set."""
+        k = len(self.coords)
+        params = getattr(self._ref, "kernel_sinusoid", None)
+        sin = params() if callable(params) and not self.tasks else None
+        if sin is not None and any(np.shape(x) != (k,) for x in sin):
+            sin = None
+        self._sin = sin
+        self._sinus = sin is not None
+        self._kprm = None if self.tasks else pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D,
+                                                         bool(self.passive), self.rank_tol, _SM_MIN, sin)
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self._compiled:
@@ -344,9 +355,8 @@ class PIDC:
         pj = np.flatnonzero(~self.actuated)
         ci = np.zeros(k, dtype=np.int64) if self.tasks else self._ci      # (not read with task rows)
         self._rk_ints = np.concatenate([[m, 1 if self.tasks else 0, k, pj.size], ci, pj]).astype(np.int64)
-        ref = self.ref
-        if self._sinus and not self.tasks and isinstance(ref, Sinusoid):
-            sin = np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in (ref.c, ref.a, ref.w, ref.p)])
+        if self._sin is not None:
+            sin = np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in self._sin])
         else:
             sin = np.zeros(4 * k)
         kp = np.zeros(k) if self.tasks else self.kp
@@ -356,6 +366,9 @@ class PIDC:
         self._rk_ref = np.zeros((3, k))
         self._rk_S = np.zeros((k, n))             # B₀ of the joint case is not read (the kernel selects the joints)
         self._rk_m = m
+        self._plan = ClosedChainPlan.build(self)      # the frames and rows compiled too (robot.loops)
+        if self._plan is not None:
+            self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
 
     def _closed_step(self, t, q, v):
         """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) with

@@ -30,7 +30,7 @@ from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import robust18_post, robust18_pre
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel, PartitionTerms
-from cmstack.models.trajectory import Sinusoid, Trajectory, as_trajectory
+from cmstack.models.trajectory import Trajectory, as_trajectory
 
 
 def _diag3(name, x):
@@ -66,7 +66,7 @@ class RobustPartitionController:
             raise ConfigError(f"terms='{terms}' is not one of ['rnea', 'partition']")
         self.use_rnea = terms == "rnea"
         self.model = model
-        self.trajectory = as_trajectory(trajectory)
+        self._trajectory = as_trajectory(trajectory)
         self.Lambda = _diag3("Lambda", Lambda)
         self.K = _diag3("K", K)
         self.kappa = _diag3("kappa", kappa)
@@ -80,19 +80,38 @@ class RobustPartitionController:
         self.info: RobustInfo | None = None
         self.terms: PartitionTerms | None = None
         # compiled step (``kernels.robust18_pre``/``robust18_post`` around the one RNEA): constants and buffers
-        tr = self.trajectory
-        sin = tr if isinstance(tr, Sinusoid) and tr.c.shape == (3,) else None
-        self._sinus = sin is not None
         mp = model.map
-        self._kprm = np.concatenate([np.concatenate([np.asarray(x, float).ravel() for x in (sin.c, sin.a, sin.w, sin.p)])
-                                     if sin is not None else np.zeros(12), self.Lambda,
-                                     [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]])
+        self._kprm = np.concatenate([np.zeros(12), self.Lambda, [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]])
+        self._sinus = False
+        self._copy_reference()
         self._kgain = np.array([self.K, self._neg_kappa, self._inv_eps])
         self._kref = np.zeros((3, 3))
         self._kact = bool(mp.with_actuator)
         self._kH = np.zeros((3, mp.nqhat))
         self._kHrows = tuple(self._kH)
         self._kinfo: RobustInfo | None = None   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """The reference t ↦ (q_d, q̇_d, q̈_d) in (φ, θ, δ)."""
+        return self._trajectory
+
+    @trajectory.setter
+    def trajectory(self, reference: Trajectory | Callable[[float], tuple]) -> None:
+        self._trajectory = as_trajectory(reference)
+        self._copy_reference()
+
+    def _copy_reference(self) -> None:
+        """The compiled step's copy of the reference: one that samples itself as a sinusoid in the kernel
+        (``kernel_sinusoid()``: chosen by what it does, not by its type, so a subclass that redefines its
+        sampling is called instead) has (c, a, ω, φ) in the kernel's parameters; any other is called at each
+        step.  Done at construction and whenever ``trajectory`` is set."""
+        params = getattr(self._trajectory, "kernel_sinusoid", None)
+        sin = params() if callable(params) else None
+        if sin is not None and any(np.shape(x) != (3,) for x in sin):
+            sin = None
+        self._sinus = sin is not None
+        self._kprm[:12] = np.concatenate([np.asarray(x, float).ravel() for x in sin]) if sin is not None else 0.0
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if not self.use_rnea:

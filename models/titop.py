@@ -203,6 +203,24 @@ def _rot_w(P, w):
 
 
 # ---------------------------------------------------------------------------------------- bodies
+def _kept_kind(obj: object, maths: tuple[str, ...]) -> str | None:
+    """What the compiled sweeps know ``obj`` as: the ``kind`` of the nearest class in its MRO that sets one,
+    provided obj's class takes every method of ``maths`` from that class; else None.  Dispatch by what an
+    object does, not by its exact type: a subclass that adds no maths keeps its parent's kernel, one that
+    redefines them has its own maths run (the NumPy sweeps), never silently replaced by the kernel's."""
+    cls = type(obj)
+    owner = next((c for c in cls.__mro__ if "kind" in c.__dict__), None)
+    if owner is None or any(getattr(cls, m) is not getattr(owner, m) for m in maths):
+        return None
+    return owner.__dict__["kind"]
+
+
+def _kernel_kind(obj: object) -> str | None:
+    """``obj.kernel_kind()``, or None for an object without one (a user's own type)."""
+    f = getattr(obj, "kernel_kind", None)
+    return f() if callable(f) else None
+
+
 class RigidBody:
     """A rigid body's parameters in its own frame (origin = reference point P) and its
     Newton–Euler model at P with gravity (11):
@@ -211,6 +229,8 @@ class RigidBody:
 
     ``ports`` maps a port name to the point C as the vector PC in the body frame (children,
     external loads, loop cuts).  Point masses (zero inertia at the centre of mass) are allowed."""
+
+    kind = "rigid"
 
     def __init__(self, name: str, mass: float, com: ArrayLike = (0.0, 0.0, 0.0), inertia: ArrayLike | None = None,
                  ports: dict[str, ArrayLike] | None = None):
@@ -227,6 +247,11 @@ class RigidBody:
         self.inertia = I
         self.D = dynamic_model(self.mass, self.com, I)
         self.ports = {k: np.asarray(v, dtype=float).reshape(3) for k, v in (ports or {}).items()}
+
+    def kernel_kind(self) -> str | None:
+        """"rigid" when the compiled sweeps compute this body's model (11) from its ``D`` and ``ports``; None
+        when a subclass redefines the model (``bias``, ``inverse``, ``forward``, ``kinetic_energy``, ``port``)."""
+        return _kept_kind(self, ("bias", "inverse", "forward", "kinetic_energy", "port"))
 
     def port(self, name: str) -> np.ndarray:
         try:
@@ -270,6 +295,12 @@ class _Block:
         if self.P0.shape != (3, 3) or not np.allclose(self.P0.T @ self.P0, _I3, atol=1e-9) \
                 or np.linalg.det(self.P0) < 0:
             raise ConfigError(f"block '{self.name}': P_a0/b must be a rotation matrix")
+
+    def kernel_kind(self) -> str | None:
+        """The compiled sweeps' joint kind of this block ("weld", "revolute", "prismatic"), or None when its
+        class redefines the joint maths (``joint``, ``_accel``, ``_to_parent``, ``_port_sum``,
+        ``titop_forward``, ``titop_inverse``) or is not one the kernels know."""
+        return _kept_kind(self, ("joint", "_accel", "_to_parent", "_port_sum", "titop_forward", "titop_inverse"))
 
     # -- joint geometry (overridden) --
     def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
@@ -446,6 +477,8 @@ class LoopClosure:
     velocities of the two points, projected in A_l's frame — which is A_r's when the loop is closed).
     The wrench depends on positions and velocities only, so it closes no algebraic loop."""
 
+    kind = "impedance"
+
     def __init__(self, left: str, port_l: str, right: str, port_r: str, K: ArrayLike, D: ArrayLike,
                  name: str = "loop"):
         self.left, self.port_l, self.right, self.port_r = left, port_l, right, port_r
@@ -454,6 +487,11 @@ class LoopClosure:
         if self.K.shape != (6, 6) or self.D.shape != (6, 6):
             raise ConfigError(f"loop '{name}': K and D must be scalars or 6×6 matrices")
         self.name = name
+
+    def kernel_kind(self) -> str | None:
+        """"impedance" when the compiled sweeps compute this loop's wrenches from its ``K`` and ``D``; None
+        when a subclass redefines them (``relative``, ``wrenches``, ``energy``)."""
+        return _kept_kind(self, ("relative", "wrenches", "energy"))
 
     def relative(self, m_l: Motion, m_r: Motion) -> tuple[np.ndarray, np.ndarray]:
         """(δx, δx') in A_l's frame."""
@@ -509,23 +547,23 @@ class _Layout:
 
     @classmethod
     def build(cls, sysm):
-        """The layout, or False when a block, body or loop is not one of the kernels' types."""
+        """The layout, or False when a block, body or loop is not one the kernels compute (``kernel_kind()``)."""
         k = _kernels()
         n = len(sysm.nodes)
-        kinds = {Weld: k.KIND_WELD, Revolute: k.KIND_REVOLUTE, Prismatic: k.KIND_PRISMATIC}
+        kinds = {"weld": k.KIND_WELD, "revolute": k.KIND_REVOLUTE, "prismatic": k.KIND_PRISMATIC}
         kind, parent, iq = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         P0, axis, S = np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 6))
         pport, D = np.zeros((n, 3)), np.zeros((n, 6, 6))
         port_keys, port_node, port_vec, port_of = [], [], [], {}
         for i, nd in enumerate(sysm.nodes):
             b = nd.block
-            if type(b.body) is not RigidBody:
+            if _kernel_kind(b.body) != "rigid":
                 return False
             if i == 0:
                 kind[0] = k.KIND_FLOATING if sysm.floating else k.KIND_FIXED
                 P0[0] = _I3
-            elif type(b) in kinds:
-                kind[i] = kinds[type(b)]
+            elif _kernel_kind(b) in kinds:
+                kind[i] = kinds[_kernel_kind(b)]
                 P0[i] = b.P0
                 if kind[i] != k.KIND_WELD:
                     axis[i] = b.axis
@@ -540,7 +578,7 @@ class _Layout:
                 port_node.append(i)
                 port_vec.append(vec)
                 port_of[(b.name, name)] = (i, vec)
-        if any(type(L) is not LoopClosure for L in sysm.loops):
+        if any(_kernel_kind(L) != "impedance" for L in sysm.loops):
             return False
         nL = len(sysm.loops)
         loop_node, loop_port = np.empty((nL, 2), dtype=np.int64), np.empty((nL, 2, 3))
@@ -811,7 +849,7 @@ class System:
     # -- the same sweeps, compiled (models/_titop_kernels.py); the NumPy methods above are the reference --
     def _compiled(self):
         """The flattened tree (:class:`_Layout`), or None when the sweeps take the NumPy path (``fast``
-        off, or a block, body or loop type the kernels do not know, e.g. a user subclass)."""
+        off, or a block, body or loop type the kernels do not know, e.g. a subclass that redefines its maths)."""
         if not self.fast:
             return None
         if self._layout is None:

@@ -123,6 +123,14 @@ class Sinusoid(Trajectory):
                               f"({c.size}, {a.size}, {f.size}, {p.size})") from None
         self.w = 2 * np.pi * f
 
+    def kernel_sinusoid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(c, a, ω = 2π f, φ) for a compiled step that samples this sinusoid itself, or None when a
+        subclass redefines its sampling (``sample`` or ``__call__``: its own maths then runs, in Python).
+        Read at each call: a step that compiled the parameters copies them when its reference is set."""
+        if type(self).sample is not Sinusoid.sample or type(self).__call__ is not Sinusoid.__call__:
+            return None
+        return self.c, self.a, self.w, self.p
+
     def sample(self, t: float) -> Sample:
         ph = self.w * t + self.p
         s, co = np.sin(ph), np.cos(ph)
@@ -231,6 +239,14 @@ class FromFunction(Trajectory):
         if space not in ("Rn", "SE3"):
             raise ConfigError(f"FromFunction: space='{space}' is not 'Rn' or 'SE3'")
         self.f, self.space = f, space
+
+    def kernel_function(self) -> Callable[[float], tuple] | None:
+        """The user's function t → (x, ẋ, ẍ), for a compiled step that calls it directly (no ``Sample``
+        built around its result), or None when a subclass redefines the sampling (``sample`` or
+        ``__call__``: its own maths then runs)."""
+        if type(self).sample is not FromFunction.sample or type(self).__call__ is not FromFunction.__call__:
+            return None
+        return self.f
 
     def sample(self, t: float) -> Sample:
         return Sample(*self.f(t))

@@ -163,3 +163,54 @@ def test_rows_read_in_python_when_a_loop_has_no_compiled_rows():
         _same_step(ctl, ref, k * 1e-3, q, v, tau)
         plant.set_torque(tau)
         plant.step()
+
+
+class _NamedSinusoid(Sinusoid):
+    """Adds a convenience, not maths: still sampled in the kernel."""
+
+    def label(self):
+        return "named"
+
+
+class _LateSinusoid(Sinusoid):
+    """Redefines its sampling (a tenth of a second late): must be called, not sampled as a Sinusoid."""
+
+    def sample(self, t):
+        return Sinusoid.sample(self, t - 0.1)
+
+
+def test_joint_reference_chosen_by_what_it_does():
+    """The closed-chain step samples a joint reference as a sinusoid by ``kernel_sinusoid()``, not by its
+    type (issue 22): a subclass that adds no maths is sampled in the kernel with the built-in's torques, one
+    that redefines its sampling is called (the torques of the same function as a plain callable), and a
+    reference set after construction replaces the kernel's copy of the former one (it kept the old one)."""
+    model = "mjcf/four_bar.xml"
+    robot = Robot.from_mjcf(model)
+    act = robot.actuated_joints
+    q0 = robot.q_initial[[robot.joint_index(j) for j in act]]
+    args = (q0, 0.2, 0.5)
+
+    def law(ref):
+        return PIDC(Robot.from_mjcf(model), None, act, ref, 400.0, 40.0)
+
+    builtin, named, late = law(Sinusoid(*args)), law(_NamedSinusoid(*args)), law(_LateSinusoid(*args))
+    late_fn = law(lambda t: tuple(Sinusoid(*args).sample(t - 0.1)))
+    switched = law(Sinusoid(q0, 0.05, 1.5))
+    switched.ref = Sinusoid(*args)
+    assert builtin._sinus and named._sinus and switched._sinus and not late._sinus
+    assert all(c._plan is not None for c in (builtin, named, late, switched))
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    plant.reset(robot.q_initial)
+    for k in range(50):
+        t = k * 1e-3
+        q, v = plant.state()
+        tau = builtin(t, q, v)
+        assert np.array_equal(named(t, q, v), tau) and np.array_equal(switched(t, q, v), tau)
+        assert np.array_equal(late(t, q, v), late_fn(t, q, v))
+        assert np.abs(late(t, q, v) - tau).max() > 1e-6
+        plant.set_torque(tau)
+        plant.step(1)
+    switched.ref = lambda t: tuple(Sinusoid(*args).sample(t - 0.1))    # and back to a called reference
+    assert not switched._sinus
+    q, v = plant.state()
+    assert np.array_equal(switched(0.05, q, v), late_fn(0.05, q, v))

@@ -7,6 +7,7 @@ import pytest
 from cmstack.controllers.robust_partition import RobustPartitionController
 from cmstack.models.errors import ConfigError, StateError
 from cmstack.models.partition import PartitionModel
+from cmstack.models.trajectory import Sinusoid
 
 
 def _states(n, seed=0):
@@ -46,3 +47,38 @@ def test_controller_paths_agree_and_refuse_bad_input():
         fast(0.0, np.array([np.nan, 0.0, 0.1]), np.zeros(3))
     with pytest.raises(ConfigError, match="terms"):
         RobustPartitionController(PartitionModel(), traj, terms="fast")
+
+
+class NamedSinusoid(Sinusoid):
+    """Adds a convenience, not maths: still sampled in the kernel."""
+
+    def label(self):
+        return "named"
+
+
+class LateSinusoid(Sinusoid):
+    """Redefines its sampling (a quarter period late): must be called, not sampled as a Sinusoid."""
+
+    def sample(self, t):
+        return Sinusoid.sample(self, t - 0.25)
+
+
+def test_reference_chosen_by_what_it_does():
+    """The compiled step samples a reference as a sinusoid by ``kernel_sinusoid()``, not by its type
+    (issue 22): a subclass that adds no maths is sampled in the kernel with the built-in's torques; one that
+    redefines its sampling is called (its torques are those of the same function given as a plain callable);
+    a reference set after construction replaces the kernel's copy of the former one."""
+    args = ([0.1, -0.2, 0.1], [0.3, 0.1, 0.02], [0.5, 0.25, 1.0], [0.0, 1.0, 2.0])
+    builtin = RobustPartitionController(PartitionModel(), Sinusoid(*args))
+    named = RobustPartitionController(PartitionModel(), NamedSinusoid(*args))
+    late = RobustPartitionController(PartitionModel(), LateSinusoid(*args))
+    late_fn = RobustPartitionController(PartitionModel(), lambda t: tuple(Sinusoid(*args).sample(t - 0.25)))
+    assert builtin._sinus and named._sinus and not late._sinus
+    switched = RobustPartitionController(PartitionModel(), Sinusoid([0.0, 0.0, 0.05], 0.5, 2.0))
+    switched.trajectory = Sinusoid(*args)
+    for i, (q, v, _) in enumerate(_states(30, seed=2)):
+        t = 0.013 * i
+        tau = builtin(t, q, v)
+        assert np.array_equal(named(t, q, v), tau) and np.array_equal(switched(t, q, v), tau)
+        assert np.array_equal(late(t, q, v), late_fn(t, q, v))
+        assert np.abs(late(t, q, v) - tau).max() > 1e-6

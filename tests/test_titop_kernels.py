@@ -189,13 +189,98 @@ def test_errors_and_fallbacks_are_the_reference_s():
     s.add(Revolute(RigidBody("pm", 1.0, (0, 0, 0.5), None), (0, 0, 1)), "g", "o")
     with pytest.raises(np.linalg.LinAlgError):
         s.forward([0.1], [0.0], [0.0])
-    # a block type the kernels do not know takes the NumPy path
-    class MyRevolute(Revolute):
-        pass
+    # a block type the kernels do not know (its own joint maths) takes the NumPy path
+    class OffsetRevolute(Revolute):
+        def joint(self, m_in, q, qd):
+            return Revolute.joint(self, m_in, np.asarray(q) + 0.5, qd)
     t = System(FixedBase("g", {"o": [0, 0, 0]}), (0, 0, -9.81))
-    t.add(MyRevolute(RigidBody("l", 1.0, (0.5, 0, 0), np.eye(3) * 0.01), (0, 0, 1)), "g", "o")
+    t.add(OffsetRevolute(RigidBody("l", 1.0, (0.5, 0, 0), np.eye(3) * 0.01), (0, 0, 1)), "g", "o")
     assert np.allclose(t.forward([0.2], [0.3], [0.1]), t._forward_reference([0.2], [0.3], [0.1]), atol=1e-14)
     assert t._layout is False
+
+
+class NamedRevolute(Revolute):
+    """Adds a convenience, not maths: the kernels still compute it."""
+
+    def label(self):
+        return f"revolute {self.name}"
+
+
+class NamedPrismatic(Prismatic):
+    def label(self):
+        return f"prismatic {self.name}"
+
+
+class NamedWeld(Weld):
+    def label(self):
+        return f"weld {self.name}"
+
+
+class NamedBody(RigidBody):
+    def label(self):
+        return f"body {self.name}"
+
+
+class NamedLoop(LoopClosure):
+    def label(self):
+        return f"loop {self.name}"
+
+
+class StiffLoop(LoopClosure):
+    """Redefines the loop's wrenches (twice the impedance's): must not be computed as a LoopClosure."""
+
+    def wrenches(self, m_l, m_r):
+        W_l, W_r = LoopClosure.wrenches(self, m_l, m_r)
+        return 2.0 * W_l, 2.0 * W_r
+
+
+class WeightlessBody(RigidBody):
+    """Redefines the body's model (no gravity on it): must not be computed as a RigidBody."""
+
+    def bias(self, tw, g_b):
+        return RigidBody.bias(self, tw, np.zeros(3))
+
+
+_SUBCLASS = {Revolute: NamedRevolute, Prismatic: NamedPrismatic, Weld: NamedWeld, RigidBody: NamedBody,
+             LoopClosure: NamedLoop}
+
+
+@pytest.mark.parametrize("floating", [False, True])
+def test_subclasses_without_own_maths_take_the_compiled_sweeps(floating):
+    """Dispatch by what a block, body or loop does (``kernel_kind()``), not by its exact type (issue 22): the
+    same tree with every object a subclass that adds no maths is compiled and gives the built-ins' outputs
+    bit for bit; a subclass that redefines its maths (a loop's wrenches, a body's model) runs its own maths,
+    and the answer shows it (twice the impedance equals a loop built with 2K, 2D)."""
+    def build(seed, swap=None):
+        sysm = random_system(np.random.default_rng(seed), 6, floating, loops=2)
+        if swap:
+            for nd in sysm.nodes:
+                for x in (nd.block, nd.block.body):
+                    if type(x) in _SUBCLASS:
+                        x.__class__ = _SUBCLASS[type(x)]
+            for L in sysm.loops:
+                L.__class__ = swap
+        return sysm
+
+    base, named = build(7), build(7, swap=NamedLoop)
+    assert all(type(nd.block) is not Revolute for nd in named.nodes[1:])      # the swap took
+    q, v, u = random_state(np.random.default_rng(8), base)
+    ext = random_ext(np.random.default_rng(9), base)
+    assert named._compiled() is not None
+    assert np.array_equal(named.forward(q, v, u, ext=ext), base.forward(q, v, u, ext=ext))
+    assert np.array_equal(named.inverse(q, v, u, ext=ext), base.inverse(q, v, u, ext=ext))
+    stiff, doubled = build(7, swap=StiffLoop), build(7)
+    for L in doubled.loops:
+        L.K, L.D = 2.0 * L.K, 2.0 * L.D
+    assert stiff._compiled() is None and doubled._compiled() is not None
+    a_stiff, a_doubled = stiff.forward(q, v, u, ext=ext), doubled.forward(q, v, u, ext=ext)
+    assert rel(a_stiff, a_doubled) <= 1e-10 and rel(a_stiff, base.forward(q, v, u, ext=ext)) > 1e-3
+    light = build(7)
+    light.nodes[1].block.body.__class__ = WeightlessBody
+    assert light._compiled() is None
+    a_light = light.forward(q, v, u, ext=ext)
+    assert rel(a_light, light._forward_reference(q, v, u, ext=ext)) <= TOL
+    assert rel(a_light, base.forward(q, v, u, ext=ext)) > 1e-6
 
 
 def test_balloon_rk4_helpers_equal_their_numpy_forms():
