@@ -39,16 +39,15 @@ def _warm_rest() -> None:
     from cmstack.controllers.pidc import PIDC
     from cmstack.controllers.robust_partition import RobustPartitionController
     from cmstack.models.partition import PartitionModel
-    from cmstack.models.projection import SliderCrankLoop
     from cmstack.models.robot import Robot
     from cmstack.models.trajectory import Sinusoid
     from cmstack.scenarios._common import default_config
 
     sin = Sinusoid([0.0, 0.0, 0.1], [0.1, 0.1, 0.05], 0.5)
     RobustPartitionController(PartitionModel(), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
-    robot = Robot("urdf/slider_crank.urdf")
-    PIDC(robot, SliderCrankLoop(0.5), [robot.joint_names[0]], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0,
-         passive=(robot.joint_names[1],))(0.0, np.array([0.1, -0.2]), np.zeros(2))
+    robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
+    for loop in (robot.loops[0], None):       # one loop row (kernels.pidc_one_row); robot.loops (the closed-chain step)
+        PIDC(robot, loop, ["crank"], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0)(0.0, np.array([0.1, -0.2]), np.zeros(2))
     from cmstack.scenarios.series_parallel import build_pidc
 
     build_pidc(default_config("series_parallel"), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))

@@ -10,15 +10,20 @@ A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; �
 * revolute (5 rows):  the point rows and, with x_A, y_A the first two columns of R_A,
       J = [x_Aᵀ; y_Aᵀ] J_d,ω,   J̇v = [x_A·c_d,ω + (ω_A × x_A)·ω_d;  y_A·c_d,ω + (ω_A × y_A)·ω_d]
   (ω_A = J_a,ω v, ω_d = J_d,ω v: the twists' angular parts).
+* plane (1 row):      with n = R_A ẑ (the third column of R_A), d = p_b − p_A, Δv = v_b − v_A (the twists' linear
+  parts, (J_b,v − J_a,v) v), Δc = c_d,v, ṅ = ω_A × n,
+      J = nᵀ J_d,v + (n × d)ᵀ J_a,ω,   J̇v = ṅ·Δv + n·Δc + (ṅ × d + n × Δv)·ω_A + (n × d)·c_a,ω
 
-tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.
+tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.  The plane
+rows have no second copy: ``models/loops.py: plane_rows`` (the Python path) calls this kernel for J and J̇v
+(tests/test_loops_plane.py: finite differences on moving frames, and the slider-crank's closed form (67)-(69)).
 """
 from __future__ import annotations
 
 from numba import njit
 
-POINT, WELD, REVOLUTE = 0, 1, 2
-KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE}
+POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
+KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
 """The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled."""
 
 
@@ -26,6 +31,23 @@ KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE}
 def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
     """The rows of one closure (module docstring) into J[row0:row0 + m], jdv[row0:row0 + m]; returns m."""
     n = Ja.shape[1]
+    if kind == PLANE:
+        n0, n1, n2 = xa[2], xa[5], xa[8]              # n = R_A[:, 2] (x row-major)
+        d0, d1, d2 = xb[9] - xa[9], xb[10] - xa[10], xb[11] - xa[11]
+        m0, m1, m2 = n1 * d2 - n2 * d1, n2 * d0 - n0 * d2, n0 * d1 - n1 * d0          # n × d
+        for c in range(n):
+            J[row0, c] = (n0 * (Jb[0, c] - Ja[0, c]) + n1 * (Jb[1, c] - Ja[1, c]) + n2 * (Jb[2, c] - Ja[2, c])
+                          + m0 * Ja[3, c] + m1 * Ja[4, c] + m2 * Ja[5, c])
+        wa0, wa1, wa2 = xa[15], xa[16], xa[17]
+        u0, u1, u2 = xb[12] - xa[12], xb[13] - xa[13], xb[14] - xa[14]                # Δv
+        k0, k1, k2 = wa1 * n2 - wa2 * n1, wa2 * n0 - wa0 * n2, wa0 * n1 - wa1 * n0    # ṅ = ω_A × n
+        g0 = k1 * d2 - k2 * d1 + n1 * u2 - n2 * u1                                   # ṅ × d + n × Δv
+        g1 = k2 * d0 - k0 * d2 + n2 * u0 - n0 * u2
+        g2 = k0 * d1 - k1 * d0 + n0 * u1 - n1 * u0
+        jdv[row0] = (k0 * u0 + k1 * u1 + k2 * u2
+                     + n0 * (xb[18] - xa[18]) + n1 * (xb[19] - xa[19]) + n2 * (xb[20] - xa[20])
+                     + g0 * wa0 + g1 * wa1 + g2 * wa2 + m0 * xa[21] + m1 * xa[22] + m2 * xa[23])
+        return 1
     if kind == REVOLUTE:
         for i in range(3):
             for c in range(n):

@@ -74,6 +74,7 @@ import numpy as np
 import pinocchio as pin
 from numpy.typing import ArrayLike
 
+from cmstack.models import _loop_kernels
 from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
 from cmstack.models.lie import cross3, svd_rank
@@ -153,17 +154,21 @@ def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: 
 
 def plane_rows(Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a ``plane`` closure (1 row): point b on the plane through A normal to n = R_A ẑ
-    (derivation in the module docstring)."""
-    n = Ra[:, 2]
-    d = pb - pa
-    nd = cross3(n, d)
-    wa = Ja[3:] @ v
-    Jv = Jb[:3] - Ja[:3]
-    dv = Jv @ v
-    ndot = cross3(wa, n)
-    J = (n @ Jv + nd @ Ja[3:]).reshape(1, -1)
-    jdv = ndot @ dv + n @ (cb[:3] - ca[:3]) + (cross3(ndot, d) + cross3(n, dv)) @ wa + nd @ ca[3:]
-    return np.array([n @ d]), J, np.array([jdv])
+    (derivation in the module docstring).  φ = n·(p_b − p_A) here; J and J̇v by the compiled rows
+    (``models/_loop_kernels.py: closure_rows``, which PIDC's compiled closed-chain step calls too: the one copy of
+    that algebra), from the two frames' rows [R, p, twist J v, acc]."""
+    xa, xb = np.empty(24), np.zeros(24)
+    xa[:9] = Ra.ravel()
+    xa[9:12] = pa
+    xa[12:18] = Ja @ v
+    xa[18:] = ca
+    xb[9:12] = pb
+    xb[12:18] = Jb @ v
+    xb[18:] = cb
+    J, jdv = np.empty((1, Ja.shape[1])), np.empty(1)
+    _loop_kernels.closure_rows(_loop_kernels.PLANE, xa, np.ascontiguousarray(Ja, dtype=float), xb,
+                               np.ascontiguousarray(Jb, dtype=float), J, jdv, 0)
+    return np.array([Ra[:, 2] @ (pb - pa)]), J, jdv
 
 
 class LoopClosure(Task):

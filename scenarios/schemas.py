@@ -259,7 +259,7 @@ class SliderCrank(Schema):
     formulation: Literal["23", "28", "29"]
     urdf: asset("URDF")
     mjcf: asset("MJCF")
-    link_length: Pos
+    loops: asset("loops TOML")
     rank_tol_sim: Pos
     rank_tol_controller: Pos
     nr_tol: Pos

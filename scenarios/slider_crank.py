@@ -8,6 +8,12 @@ Four runs, one table:
 3. The torques of run 1, replayed open loop on MuJoCo for ``compare_duration``: max |q_mj − q_proj|.
 4. Unforced, undamped projection run of ``energy_duration``: relative energy drift.
 
+The mechanism is read from its model file like every closed chain (issue 23): ``Robot.from_urdf(cfg["urdf"],
+loops=cfg["loops"])``, the URDF (crank and rod, the chain cut open at the slider C) and its sidecar
+(urdf/slider_crank.loops.toml: the rail as one ``plane`` closure, C on z = 0, whose row is [Aghili] (67)-(69);
+the rod passive).  PIDC and both projection plants take ``robot.loops``; PIDC's step is the compiled
+closed-chain step (``controllers/pidc_plan.py``).
+
 The MuJoCo run (2.) also reports, as every scenario with a MuJoCo loop does (issue 23): ``loop_residual_max_m``,
 max |φ(q)| of the controller's loop (the rod's end on the rail, m) on the plant's states over the run, and
 ``plant_vs_rigid_qacc_rel``, the median of ‖q̈_MuJoCo − q̈_rigid‖/‖q̈_rigid‖ over (crank, rod) on 20 logged
@@ -18,10 +24,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pinocchio as pin
 
 from cmstack.controllers.pidc import PIDC
 from cmstack.models.errors import ConfigError
-from cmstack.models.projection import KINDS, SliderCrankLoop, project
+from cmstack.models.loops import ClosureSet
+from cmstack.models.projection import KINDS, project
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import FromFunction
 from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
@@ -47,11 +55,24 @@ def crank_reference(omega: float, T: float):
     return FromFunction(ref)
 
 
-def build_controller(cfg, robot, loop):
+def load_robot(cfg) -> Robot:
+    """The slider-crank from its URDF and loops sidecar: joints (crank, rod), the rail a ``plane`` closure, the rod
+    passive; anything else is refused in one line naming the files."""
+    robot = Robot.from_urdf(cfg["urdf"], loops=cfg["loops"])
+    kinds = [c.kind for c in robot.loops]
+    if robot.joint_names != ["crank", "rod"] or robot.passive_joints != ["rod"] or kinds != ["plane"]:
+        raise ConfigError(f"{cfg['urdf']} with {cfg['loops']}: expected the joints ['crank', 'rod'] (rod passive) and "
+                          f"one plane closure (the rail), got {robot.joint_names} (passive {robot.passive_joints}) "
+                          f"and {kinds}")
+    return robot
+
+
+def build_controller(cfg, robot):
+    """PIDC on the crank angle with the robot's loop (the rail) and passive rod."""
     if cfg["controller"] not in ("pidc", "pidc_qp"):
         raise ConfigError(f"controller='{cfg['controller']}' is not one of ['pidc', 'pidc_qp']")
-    return PIDC(robot, loop, ["crank"], crank_reference(cfg["crank_speed"], cfg["spinup_time"]), cfg["kp"], cfg["kv"],
-                passive=("rod",), qp=cfg["controller"] == "pidc_qp", rank_tol=cfg["rank_tol_controller"],
+    return PIDC(robot, None, ["crank"], crank_reference(cfg["crank_speed"], cfg["spinup_time"]), cfg["kp"], cfg["kv"],
+                qp=cfg["controller"] == "pidc_qp", rank_tol=cfg["rank_tol_controller"],
                 torque_limits=[cfg["crank_torque_limit"], 0.0] if cfg["controller"] == "pidc_qp" else None)
 
 
@@ -66,11 +87,16 @@ def mujoco_plant(cfg, robot):
     return MujocoPlant(cfg["mjcf"], robot.joint_names, sim_dt=cfg["sim_dt_mujoco"], plant_only=("slider",))
 
 
-def mujoco_reset(plant, q, loop):
-    """Put the slider at C (its body sits at x = 2l when qpos = 0)."""
-    l = loop.l
-    x_c = l * (np.cos(q[0]) + np.cos(q[0] + q[1]))
-    plant.reset(q, qpos_extra={"slider": x_c - 2 * l})
+def slider_x(robot, q) -> float:
+    """x of the rod's tip C (the frame ``slider_point``) at q (m)."""
+    d = robot.model.createData()                  # not the robot's data (the controllers' snapshot)
+    pin.framesForwardKinematics(robot.model, d, np.asarray(q, dtype=float))
+    return float(d.oMf[robot.frame_id("slider_point")].translation[0])
+
+
+def mujoco_reset(plant, q, robot):
+    """Put the slider at C (its body sits at C's x at q = 0 when its qpos = 0)."""
+    plant.reset(q, qpos_extra={"slider": slider_x(robot, q) - slider_x(robot, np.zeros(robot.nq))})
 
 
 def run(ctx) -> Outcome:
@@ -80,17 +106,17 @@ def run(ctx) -> Outcome:
     if not cfg["duration"] > cfg["track_after"]:
         raise ConfigError(f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s "
                           "(the tracking metrics are taken after it); lengthen the run or lower track_after")
-    robot = Robot(cfg["urdf"])
-    loop = SliderCrankLoop(cfg["link_length"])
+    robot = load_robot(cfg)
+    loop = ClosureSet(robot.loops)            # φ and A of the logged states (its own Pinocchio data)
     mj = mujoco_plant(cfg, robot)             # built first: a bad MJCF is refused before any simulation
     q0 = np.zeros(2)
     log = ctx.logger
 
     # 1. projection simulator, closed loop --------------------------------------------------------
-    proj = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
-                           rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"], passive=("rod",))
+    proj = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
+                           rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"])
     proj.reset(q0)
-    ctl_p = build_controller(cfg, robot, loop)
+    ctl_p = build_controller(cfg, robot)
     ref = ctl_p.ref
     P_rows = {"t": [], "q": [], "tau": []}
 
@@ -100,19 +126,19 @@ def run(ctx) -> Outcome:
         P_rows["tau"].append(tau)
 
     # the compiled kernels are loaded before the timed loops, by a throwaway controller of the same config
-    load_kernels(lambda: build_controller(cfg, robot, loop), 0.0, *proj.state())
+    load_kernels(lambda: build_controller(cfg, robot), 0.0, *proj.state())
     res_p = simulate(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
                      progress=ctx.progress, desc=f"{NAME} (projection plant)")
     Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
     # after the loop, from the logged states: max |φ(q)| and the smallest singular value of the loop
     # Jacobian at every step (proj.equality_violation() is max |φ| at the plant's q)
-    phi = [float(np.max(np.abs(loop.phi(q)))) if loop.m else 0.0 for q in Pq]
+    phi = [float(np.max(np.abs(loop.phi(q)))) for q in Pq]
     P_rows["sigma"] = [project(loop.jacobian(q)).sigma[0] for q in Pq]
     phi_max = max(float(np.max(phi)), proj.equality_violation())
 
     # 2. MuJoCo plant, closed loop -----------------------------------------------------------------
-    mujoco_reset(mj, q0, loop)
-    ctl_m = build_controller(cfg, robot, loop)
+    mujoco_reset(mj, q0, robot)
+    ctl_m = build_controller(cfg, robot)
     log.meta.update(mjcf_path=str(mj.path), urdf_path=str(robot.path), joint_names=np.array(robot.joint_names))
     viewer = ctx.make_viewer(mj.model)
 
@@ -128,20 +154,20 @@ def run(ctx) -> Outcome:
     L = log.arrays()
     th_d = np.array([ref(t)[0] for t in L["t"]], dtype=float)
     trail = np.zeros((len(th_d), 3))
-    trail[:, 0] = L["plant_qpos"][:, 2] + 2 * loop.l
+    trail[:, 0] = L["plant_qpos"][:, 2] + slider_x(robot, np.zeros(robot.nq))
     for k, x in (("theta_d", th_d), ("e_theta", th_d - L["q"][:, 0]),
                  ("loop_violation", mj.equality_violations(L["plant_qpos"])), ("trail__C", trail)):
         log.put(k, x)
     L = log.arrays()
     plant_q = L["plant_qpos"][:, mj.map.qadr]                  # the plant's (crank, rod), model order
-    loop_residual = float(max(np.max(np.abs(loop.phi(q))) for q in plant_q)) if loop.m else 0.0
+    loop_residual = float(max(np.max(np.abs(loop.phi(q))) for q in plant_q))
     picks = check_rows(len(L["t"]))
     qacc_rel = plant_vs_rigid_qacc_rel(mj, L["plant_qpos"][picks], L["plant_qvel"][picks], L["tau"][picks])
 
     # 3. same torques on both plants ---------------------------------------------------------------
     n_cmp = int(round(min(cfg["compare_duration"], cfg["duration"]) / cfg["control_dt"]))
     mj2 = mujoco_plant(cfg, robot)
-    mujoco_reset(mj2, q0, loop)
+    mujoco_reset(mj2, q0, robot)
     n_sub = int(round(cfg["control_dt"] / mj2.dt))
     dev = np.zeros(n_cmp)
     for k in range(n_cmp):
@@ -151,7 +177,7 @@ def run(ctx) -> Outcome:
     log.meta.update(compare_t=Pt[:n_cmp], compare_dev_rad=dev)
 
     # 4. energy ------------------------------------------------------------------------------------
-    en = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
+    en = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
                          rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"], damping=False)
     en.reset(q0, np.array([1.0, -2.0]) * cfg["energy_crank_speed"])
     E0 = en.energy()

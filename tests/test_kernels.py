@@ -126,24 +126,32 @@ def _same_pidc_step(ctl, ref_pidc, t, q, v, tau, tau_ref):
 
 def test_pidc_kernel_equals_numpy_step_slider_crank():
     """Slider-crank closed loop on the projection simulator (spin-up and the first singular crossings, so
-    rank-0 steps too): the compiled step vs ``PIDC._numpy_step``; the lazily built ``kin`` is the step's."""
-    from cmstack.models.projection import SliderCrankLoop
-    from cmstack.models.robot import Robot
+    rank-0 steps too): the compiled steps vs ``PIDC._numpy_step`` (the scenario's, on ``robot.loops``: the
+    closed-chain step with the plane closure's compiled rows; and the one-row kernel, PIDC given the loop
+    itself); the lazily built ``kin`` is the step's."""
+    from cmstack.controllers.pidc import PIDC
     from cmstack.scenarios._common import default_config
-    from cmstack.scenarios.slider_crank import build_controller
+    from cmstack.scenarios.slider_crank import build_controller, load_robot
     from cmstack.sim.projection_sim import ProjectionPlant
 
     cfg = default_config("slider_crank")
-    robot = Robot(cfg["urdf"])
-    loop = SliderCrankLoop(cfg["link_length"])
-    plant = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"], passive=("rod",))
+    robot = load_robot(cfg)
+    plant = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"])
     plant.reset(np.zeros(2))
-    ctl, ref = build_controller(cfg, robot, loop), build_controller(cfg, Robot(cfg["urdf"]), loop)
-    assert ctl._compiled and ctl._direct
+    ctl, ref = build_controller(cfg, robot), build_controller(cfg, load_robot(cfg))
+    assert ctl._plan is not None and ctl._direct
+
+    def one_row():
+        r = load_robot(cfg)
+        return PIDC(r, r.loops[0], ["crank"], ctl.ref, cfg["kp"], cfg["kv"], rank_tol=cfg["rank_tol_controller"])
+
+    one, one_ref = one_row(), one_row()
+    assert one._compiled and one.passive == ["rod"]
     ranks = set()
     for i in range(1300):
         t = plant.time
         q, v = plant.state()
+        _same_pidc_step(one, one_ref, t, q, v, one(t, q, v), one_ref._numpy_step(t, q, v))
         tau = ctl(t, q, v)
         _same_pidc_step(ctl, ref, t, q, v, tau, ref._numpy_step(t, q, v))
         ranks.add(ctl.info.rank)
@@ -160,14 +168,16 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
     """A reference given as a function (sampled in Python), no passive joint, and a state where the closed
     form of (S P)⁺ is ill-conditioned (the constraint row along the tracked coordinate: the SVD path)."""
     from cmstack.controllers.pidc import PIDC
-    from cmstack.models.projection import SliderCrankLoop
-    from cmstack.models.robot import Robot
     from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.slider_crank import load_robot
 
     cfg = default_config("slider_crank")
-    loop = SliderCrankLoop(cfg["link_length"])
     refn = lambda t: (np.array([0.3 * t]), np.array([0.3]), np.array([0.0]))
-    mk = lambda: PIDC(Robot(cfg["urdf"]), loop, ["crank"], refn, 40.0, 12.0)
+
+    def mk():
+        robot = load_robot(cfg)
+        return PIDC(robot, robot.loops[0], ["crank"], refn, 40.0, 12.0, passive=())
+
     ctl, ref = mk(), mk()
     assert ctl._compiled and not ctl._sinus
     rng = np.random.default_rng(5)

@@ -14,7 +14,7 @@ def _row(F):
     return np.concatenate((F.R.ravel(), F.p, F.twist, F.acc))
 
 
-@pytest.mark.parametrize("kind", ["point", "weld", "revolute"])
+@pytest.mark.parametrize("kind", ["point", "weld", "revolute"])     # plane: the Python rows call the kernel
 @pytest.mark.parametrize("model,fa,fb", [("mjcf/five_bar.xml", "tool", "dist_r"), ("mjcf/delta.xml", "wp_1", "platform")])
 def test_compiled_closure_rows_equal_the_python_rows(kind, model, fa, fb):
     robot = Robot.from_mjcf(model)

@@ -1,10 +1,8 @@
 """The ``plane`` loop closure (models/loops.py, 1 row: frame b's origin on the plane through A normal to A's z):
 its rows against finite differences on moving frames (A turning, so every term of J and J̇v counts), against the
-slider-crank's closed form (67)-(69) of [Aghili], the sidecar path, and the clear refusals where a plant or
-Pinocchio has no such constraint."""
+slider-crank's closed form (67)-(69) of [Aghili] (tests/_slider_crank_reference.py), the sidecar path, and the
+clear refusals where a plant or Pinocchio has no such constraint."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pinocchio as pin
@@ -13,6 +11,8 @@ import pytest
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.models.loops import ClosureSet, LoopClosure, pinocchio_constraint_models
 from cmstack.models.robot import Robot
+
+from _slider_crank_reference import SliderCrankLoop       # the paper's closed form (67)-(69), a test oracle
 
 
 @pytest.fixture(scope="module")
@@ -62,35 +62,35 @@ def test_plane_rows_match_finite_differences_on_moving_frames(yumi):
         assert np.allclose(e, phi, atol=1e-14) and np.allclose(w, J @ v, atol=1e-12)
 
 
-def _slider_crank_closed_form(l, q, v):
-    """[Aghili] (67), (69) and Ȧq̇ of the slider-crank cut at C: an independent formulation."""
-    t1, t12 = q[0], q[0] + q[1]
-    w1, w12 = v[0], v[0] + v[1]
-    phi = l * (math.sin(t1) + math.sin(t12))
-    A = l * np.array([math.cos(t1) + math.cos(t12), math.cos(t12)])
-    jdv = -l * (math.sin(t1) * w1 ** 2 + math.sin(t12) * w12 ** 2)
-    return phi, A, jdv
-
-
 def test_slider_crank_sidecar_gives_the_papers_loop():
-    """urdf/slider_crank.urdf + its sidecar: one plane closure (the rail), the rod passive, and the rows equal
-    the closed form (67)-(69) to round-off on and off the rail."""
+    """urdf/slider_crank.urdf + its sidecar: one plane closure (the rail), the rod passive, and its rows (the
+    Python ones and the compiled ones of PIDC's closed-chain step) equal the closed form (67)-(69) of [Aghili]
+    (tests/_slider_crank_reference.py, an independent formulation) to round-off on and off the rail."""
+    from cmstack.models._loop_kernels import KIND_CODES, closure_rows
+
     robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
     (c,) = robot.loops
     assert (c.kind, c.m, c.frame_a, c.frame_b) == ("plane", 1, "base", "slider_point")
     assert robot.passive_joints == ["rod"] and robot.actuated_joints == ["crank"]
     assert c.residual(robot.q_initial) < 1e-15
     cs = ClosureSet(robot.loops)
+    oracle = SliderCrankLoop(0.5)
     rng = np.random.default_rng(2)
+    J2, jdv2 = np.empty((1, 2)), np.empty(1)
     for _ in range(20):
         q, v = rng.uniform(-4, 4, 2), rng.normal(size=2) * 5
-        phi, A, jdv = _slider_crank_closed_form(0.5, q, v)
+        phi, A, jdv = oracle.phi(q)[0], oracle.jacobian(q)[0], oracle.jdot_v(q, v)[0]
         J, jd = cs.jacobian_and_jdot_v(q, v)
         assert abs(cs.phi(q)[0] - phi) <= 1e-15 * 4 and np.allclose(J[0], A, rtol=0, atol=1e-15 * 4)
         assert abs(jd[0] - jdv) <= 1e-14 * max(1.0, abs(jdv))
+        kin = robot.update(q, v)
+        Fa, Fb = kin.frame(c.fa), kin.frame(c.fb)
+        row = [np.concatenate((F.R.ravel(), F.p, F.twist, F.acc)) for F in (Fa, Fb)]
+        assert closure_rows(KIND_CODES["plane"], row[0], Fa.J, row[1], Fb.J, J2, jdv2, 0) == 1
+        assert np.allclose(J2[0], A, rtol=0, atol=1e-15 * 4) and abs(jdv2[0] - jdv) <= 1e-14 * max(1.0, abs(jdv))
     # assembled near a guess off the rail: C back on z = 0
     q = robot.assemble(np.array([0.7, 0.3]))
-    assert abs(_slider_crank_closed_form(0.5, q, np.zeros(2))[0]) < 1e-12
+    assert abs(oracle.phi(q)[0]) < 1e-12
 
 
 def test_plane_closure_is_refused_where_it_has_no_counterpart(tmp_path):

@@ -5,17 +5,17 @@ import pytest
 from cmstack.controllers.pidc import PIDC, ForceLaw
 from cmstack.models.trajectory import Constant
 from cmstack.models.errors import InfeasibleError
-from cmstack.models.projection import SliderCrankLoop, project
+from cmstack.models.projection import project
 from cmstack.models.robot import Robot
 from cmstack.sim.projection_sim import ProjectionPlant
 
 RNG = np.random.default_rng(44)
-L = 0.5
 
 
 @pytest.fixture(scope="module")
 def robot():
-    return Robot("urdf/slider_crank.urdf")
+    """The slider-crank from its URDF and sidecar: ``robot.loops`` = [the rail] (a plane closure), the rod passive."""
+    return Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
 
 
 def sine_ref(t):
@@ -55,7 +55,7 @@ def brute_force_min_norm(F, target, W, passive_mask):
 
 @pytest.mark.parametrize("passive,weights", [((), None), ((), [1.0, 3.0]), (("rod",), None), (("rod",), [2.0, 0.5])])
 def test_torque_is_minimum_norm(robot, passive, weights):
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     for th1 in (0.3, 1.0, 2.2, -2.0):
         q, v = admissible(th1, RNG.normal())
         ctl = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=passive, weights=weights)
@@ -72,8 +72,8 @@ def test_torque_is_minimum_norm(robot, passive, weights):
 
 def test_desired_acceleration_equals_explicit_parameterization(robot):
     """q̈_des = C q̇ + P z equals N u + Ṅθ̇ of (45) with q = f(θ) = (θ, −2θ), N = (1, −2), Ṅ = 0."""
-    c = SliderCrankLoop(L)
-    ctl = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0)
+    (c,) = robot.loops
+    ctl = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=())
     for th1 in (0.4, 1.3, -2.5):
         q, v = admissible(th1, 0.7)
         pr = project(c.jacobian(q))
@@ -86,7 +86,7 @@ def test_desired_acceleration_equals_explicit_parameterization(robot):
 
 
 def test_passive_closed_form_equals_weighted_stack(robot):
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     q, v = admissible(0.8, 1.1)
     a = PIDC(robot, c, ["crank"], sine_ref, 50.0, 10.0, passive=("rod",))
     b = PIDC(robot, c, ["crank"], sine_ref, 50.0, 10.0, passive=("rod",), weights=[1.0, 1.0])
@@ -95,7 +95,7 @@ def test_passive_closed_form_equals_weighted_stack(robot):
 
 def test_unsolvable_case_is_reported(robot):
     """At θ₁ = π/2, θ₂ = π, A = 0 and P = I: the passive rod would need a torque (58) fails."""
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     q, v = np.array([np.pi / 2, np.pi]), np.array([1.0, -2.0])
     ctl = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=("rod",))
     tau = ctl(0.1, q, v)
@@ -116,7 +116,7 @@ def test_unsolvable_case_is_reported(robot):
 
 @pytest.mark.parametrize("passive,weights", [((), None), (("rod",), None), (("rod",), [1.0, 2.0]), ((), [3.0, 1.0])])
 def test_qp_equals_closed_form_without_active_limits(robot, passive, weights):
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     for th1 in (0.3, 1.4, -2.1):
         q, v = admissible(th1, RNG.normal())
         cf = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=passive, weights=weights)
@@ -128,7 +128,7 @@ def test_qp_equals_closed_form_without_active_limits(robot, passive, weights):
 
 
 def test_qp_keeps_working_with_limits_active(robot):
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     q, v = admissible(0.6, 3.0)
     big = lambda t: (np.array([2.0]), np.zeros(1), np.zeros(1))   # large step: large torque
     cf = PIDC(robot, c, ["crank"], big, 400.0, 40.0, passive=("rod",))
@@ -145,7 +145,7 @@ def test_qp_keeps_working_with_limits_active(robot):
 
 def test_closed_loop_tracking_with_passive_rod(robot):
     """Theorem 4 on the exact plant: the crank error decays; the passive rod gets zero torque."""
-    c = SliderCrankLoop(L)
+    (c,) = robot.loops
     plant = ProjectionPlant(robot, c, sim_dt=1e-3, passive=("rod",))
     plant.reset(np.array([0.2, -0.4]))
     ctl = PIDC(robot, c, ["crank"], sine_ref, 400.0, 40.0, passive=("rod",))
@@ -164,12 +164,12 @@ def test_closed_loop_tracking_with_passive_rod(robot):
 def _force_run(robot, lam_d, steps=800, bias=8.0):
     """The plant receives τ + Aᵀ·bias: an unmodelled impotent actuator bias (it loads the slider but
     cannot move the mechanism), which the force loop must reject through its integral."""
-    c = SliderCrankLoop(L)
-    plant = ProjectionPlant(robot, c, sim_dt=1e-3)
+    (c,) = robot.loops
+    plant = ProjectionPlant(robot, c, sim_dt=1e-3, passive=())       # every joint driven
     plant.reset(np.array([0.5, -1.0]))
     sensor = lambda t, q, v: plant.constraint_force()   # an impotent bias is invisible in the motion
     fl = ForceLaw(lam_d, kp=0.3, ki=60.0, measure=sensor) if lam_d is not None else None
-    ctl = PIDC(robot, c, ["crank"], sine_ref, 200.0, 30.0, force=fl)
+    ctl = PIDC(robot, c, ["crank"], sine_ref, 200.0, 30.0, force=fl, passive=())
     motion, force_err = [], []
     for _ in range(steps):
         t = plant.time

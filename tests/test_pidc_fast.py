@@ -1,13 +1,14 @@
-"""PIDC's closed forms for one constraint row (models/projection.project with m = 1, PIDC._sp_pinv,
-PIDC.passive_closed_form with ``pr``) give the same torques as the SVD route, to 1e-9 relative, on the
-states of real closed-loop runs (slider-crank on the projection simulator, series-parallel on MuJoCo)."""
+"""PIDC's compiled steps (the closed forms for one constraint row: models/projection.project with m = 1,
+PIDC._sp_pinv, PIDC.passive_closed_form with ``pr``; the closed-chain step on ``robot.loops``) give the same
+torques as the SVD route, to 1e-9 relative, on the states of real closed-loop runs (slider-crank on the
+projection simulator, series-parallel on MuJoCo)."""
 import numpy as np
 
+from cmstack.controllers.pidc import PIDC
 from cmstack.models.lie import pinv, svd_rank
-from cmstack.models.projection import SliderCrankLoop, project
-from cmstack.models.robot import Robot
+from cmstack.models.projection import project
 from cmstack.scenarios._common import default_config
-from cmstack.scenarios.slider_crank import build_controller
+from cmstack.scenarios.slider_crank import build_controller, load_robot
 from cmstack.sim.projection_sim import ProjectionPlant
 
 
@@ -52,20 +53,23 @@ def test_project_single_row_equals_svd():
 
 
 def test_slider_crank_pidc_equals_svd_route_on_a_closed_loop_run():
+    """The scenario's PIDC (on ``robot.loops``: the closed-chain step) drives the plant; PIDC given the loop
+    itself (the one-row closed forms) is evaluated on the same states."""
     cfg = default_config("slider_crank")
-    robot = Robot(cfg["urdf"])
-    loop = SliderCrankLoop(cfg["link_length"])
-    plant = ProjectionPlant(robot, loop, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"],
-                            passive=("rod",))
+    robot = load_robot(cfg)
+    plant = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"])
     plant.reset(np.zeros(2))
-    ctl = build_controller(cfg, robot, loop)
+    ctl = build_controller(cfg, robot)
+    r1 = load_robot(cfg)
+    one = PIDC(r1, r1.loops[0], ["crank"], ctl.ref, cfg["kp"], cfg["kv"], rank_tol=cfg["rank_tol_controller"])
+    assert ctl._plan is not None and one._compiled
     worst, ranks = 0.0, set()
     for _ in range(1300):            # 1.3 s: spin-up and the first singular crossings (rank 0 steps)
         t = plant.time
         q, v = plant.state()
         tau = ctl(t, q, v)
         ranks.add(ctl.info.rank)
-        worst = max(worst, rel_err(tau, svd_reference(ctl, t, q, v)))
+        worst = max(worst, rel_err(tau, svd_reference(ctl, t, q, v)), rel_err(one(t, q, v), svd_reference(one, t, q, v)))
         plant.set_torque(tau)
         plant.step(1)
     assert ranks == {0, 1}
@@ -98,17 +102,16 @@ def test_a_reference_set_after_construction_drives_the_compiled_step():
     """``pidc.ref = f`` is what the compiled step calls (it calls a user function directly): the torques
     then equal those of a controller built with f, and differ from the former reference's."""
     cfg = default_config("slider_crank")
-    robot = Robot(cfg["urdf"])
-    loop = SliderCrankLoop(cfg["link_length"])
-    a, b = build_controller(cfg, robot, loop), build_controller(cfg, robot, loop)
+    robot = load_robot(cfg)
+    a, b = build_controller(cfg, robot), build_controller(cfg, robot)
 
     def slow(t):
         return 0.1 * t, 0.1, 0.0
 
     b.ref = slow
     q, v = np.array([0.3, -0.6]), np.array([0.5, -1.0])
-    ref = build_controller(cfg, robot, loop)
+    ref = build_controller(cfg, robot)
     ref.ref = slow
-    assert b._compiled and rel_err(b(0.4, q, v), ref(0.4, q, v)) <= 1e-12
+    assert b._plan is not None and rel_err(b(0.4, q, v), ref(0.4, q, v)) <= 1e-12
     assert rel_err(b(0.4, q, v), a(0.4, q, v)) > 1e-3
     assert rel_err(b(0.4, q, v), svd_reference(b, 0.4, q, v)) <= 1e-9

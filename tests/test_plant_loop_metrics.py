@@ -98,9 +98,9 @@ def test_yumi_with_the_bar_reports_the_weld_residual_and_the_qacc_check(tmp_path
 def test_slider_crank_reports_the_rail_residual_and_the_qacc_check(tmp_path):
     m, L, _ = _run(slider_crank, tmp_path, 1.2, energy_duration=0.2, compare_duration=0.2)
     cfg = resolve_config(slider_crank.NAME, duration=1.2)
-    robot = slider_crank.Robot(cfg["urdf"])
+    robot = slider_crank.load_robot(cfg)
     plant = slider_crank.mujoco_plant(cfg, robot)
-    loop = slider_crank.SliderCrankLoop(cfg["link_length"])
+    (loop,) = robot.loops                                # the rail, from the URDF's sidecar
     q = L["plant_qpos"][:, plant.map.qadr]
     assert m["loop_residual_max_m"] == pytest.approx(max(abs(loop.phi(x)[0]) for x in q), rel=1e-12)
     assert 0 < m["loop_residual_max_m"] <= m["loop_violation_max_mujoco_m"] + 1e-12   # one row of MuJoCo's three

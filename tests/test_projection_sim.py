@@ -3,20 +3,19 @@ import numpy as np
 import pytest
 
 from cmstack.models.errors import JointMapError, StateError
-from cmstack.models.projection import SliderCrankLoop
 from cmstack.models.robot import Robot
 from cmstack.sim.projection_sim import ProjectionPlant
 
 
 @pytest.fixture(scope="module")
 def robot():
-    return Robot("urdf/slider_crank.urdf")
+    return Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")    # the rail, rod passive
 
 
 def test_unforced_energy_and_constraint_through_singularities(robot):
     """Unforced, undamped slider-crank spun through full turns (2 s, ~4 singular crossings):
     energy is conserved, φ = 0 to NR tolerance, and the motion stays on the normal branch θ₂ = −2θ₁."""
-    p = ProjectionPlant(robot, SliderCrankLoop(0.5), sim_dt=1e-3, damping=False, passive=("rod",))
+    p = ProjectionPlant(robot, None, sim_dt=1e-3, damping=False)
     p.reset(np.zeros(2), np.array([12.0, -24.0]))
     E0 = p.energy()
     worst_E, worst_phi, crossings = 0.0, 0.0, 0
@@ -35,7 +34,7 @@ def test_unforced_energy_and_constraint_through_singularities(robot):
 
 
 def test_reset_restores_constraint_and_projects_velocity(robot):
-    p = ProjectionPlant(robot, SliderCrankLoop(0.5))
+    p = ProjectionPlant(robot, None)
     p.reset(np.array([0.3, -0.5]), np.array([1.0, 1.0]))
     assert p.equality_violation() <= 1e-12
     A = p.c.jacobian(p.q)
@@ -43,7 +42,7 @@ def test_reset_restores_constraint_and_projects_velocity(robot):
 
 
 def test_passive_joint_torque_refused(robot):
-    p = ProjectionPlant(robot, SliderCrankLoop(0.5), passive=("rod",))
+    p = ProjectionPlant(robot, None)
     p.reset(np.zeros(2))
     with pytest.raises(JointMapError):
         p.set_torque(np.array([1.0, 0.5]))

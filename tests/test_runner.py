@@ -23,9 +23,7 @@ from cmstack.sim.viewer import load_run
 
 def _slider():
     cfg = resolve_config(sc.NAME)
-    robot = Robot(cfg["urdf"])
-    loop = sc.SliderCrankLoop(cfg["link_length"])
-    return cfg, robot, loop
+    return cfg, sc.load_robot(cfg)
 
 
 def _yumi(**over):
@@ -36,8 +34,8 @@ def _yumi(**over):
 
 
 def test_every_plant_is_a_plant():
-    cfg, robot, loop = _slider()
-    plants = [sc.mujoco_plant(cfg, robot), ProjectionPlant(robot, loop, passive=("rod",)),
+    cfg, robot = _slider()
+    plants = [sc.mujoco_plant(cfg, robot), ProjectionPlant(robot, None),
               sp.build_plant(resolve_config(sp.NAME))]
     c = resolve_config(col.NAME)
     plants.append(ChainMujocoPlant(c["mjcf"], col.body_names(c["n_bodies"])))
@@ -47,8 +45,8 @@ def test_every_plant_is_a_plant():
 
 
 def test_every_controller_is_a_controller():
-    cfg, robot, loop = _slider()
-    ctls = [sc.build_controller(cfg, robot, loop)]
+    cfg, robot = _slider()
+    ctls = [sc.build_controller(cfg, robot)]
     scfg = resolve_config(sp.NAME)
     traj = sp.make_trajectory(scfg)
     ctls += [sp.build_robust(scfg, traj), sp.build_pidc(scfg, traj)]
@@ -66,12 +64,12 @@ def test_every_controller_is_a_controller():
 
 
 def test_simulate_matches_a_hand_written_loop_and_saves_a_replayable_run(tmp_path):
-    cfg, robot, loop = _slider()
+    cfg, robot = _slider()
     dt, T = cfg["control_dt"], 0.3
     # reference: the loop written out by hand
     plant = sc.mujoco_plant(cfg, robot)
-    sc.mujoco_reset(plant, np.zeros(2), loop)
-    ctl = sc.build_controller(cfg, robot, loop)
+    sc.mujoco_reset(plant, np.zeros(2), robot)
+    ctl = sc.build_controller(cfg, robot)
     n_sub = int(round(dt / plant.dt))
     ref_tau, ref_q = [], []
     for _ in range(int(round(T / dt))):
@@ -83,8 +81,8 @@ def test_simulate_matches_a_hand_written_loop_and_saves_a_replayable_run(tmp_pat
         plant.step(n_sub)
     # the same through simulate, logging by itself (no record)
     plant = sc.mujoco_plant(cfg, robot)
-    sc.mujoco_reset(plant, np.zeros(2), loop)
-    ctl = sc.build_controller(cfg, robot, loop)
+    sc.mujoco_reset(plant, np.zeros(2), robot)
+    ctl = sc.build_controller(cfg, robot)
     run = simulate(plant, ctl, duration=T, control_dt=dt, progress=False)
     assert isinstance(run, Run) and run.steps == len(ref_tau) == 300
     L = run.log.arrays()
@@ -129,9 +127,9 @@ def test_simulate_keeps_per_task_errors_and_attaches_sensors():
 
 
 def test_simulate_refuses_a_bad_period():
-    cfg, robot, loop = _slider()
+    cfg, robot = _slider()
     plant = sc.mujoco_plant(cfg, robot)
-    ctl = sc.build_controller(cfg, robot, loop)
+    ctl = sc.build_controller(cfg, robot)
     with pytest.raises(Exception, match="whole multiple"):
         simulate(plant, ctl, duration=0.1, control_dt=plant.dt * 1.5, progress=False)
     with pytest.raises(Exception, match="duration"):

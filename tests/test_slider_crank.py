@@ -34,3 +34,9 @@ def test_bad_config_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="track_after"):
         run_scenario(NAME, run, out=tmp_path / "c", overrides={"duration": 0.5})
     assert "track_after" in (tmp_path / "c" / "metrics.json").read_text()    # the reason is kept
+    with pytest.raises(ConfigError, match="link_length"):        # the lengths are the model file's now
+        run_scenario(NAME, run, out=tmp_path / "d", sets=["link_length=0.5"])
+    side = tmp_path / "crank_passive.toml"                          # not the paper's mechanism: refused, naming the files
+    side.write_text('passive = ["crank"]\n[[loop]]\nframe_a = "base"\nframe_b = "slider_point"\nkind = "plane"\n')
+    with pytest.raises(ConfigError, match="crank_passive.toml: expected .*rod passive.*passive \\['crank'\\]"):
+        run_scenario(NAME, run, out=tmp_path / "e", overrides={"loops": str(side)})
