@@ -4,15 +4,16 @@ and one RK4 step of the tensor Newton–Euler model (KKT (32) vs Schur (35), wit
 beside a MuJoCo step of the same chain.
 
 Law (III), interleaved on the same states: the step (``TaskSpaceLaw.__call__`` = ``_compiled_step``, one
-numba kernel ``controllers/kernels.py: dac_law3_step``), the NumPy closed form it replaced
-(``_closed_form_step``, kept as the reference), the generic path (``PortLaw.__call__``: dense ℳ, two KKT LU
-solves of (*)), and the step's floor — the kernels it cannot avoid, as NumPy/LAPACK calls: rotations from the
+numba kernel ``controllers/kernels.py: dac_law3_step``), the generic path (``PortLaw.__call__``: dense ℳ, two
+KKT LU solves of (*); the law's one other form, which ``qp=True`` runs and the tests compare the kernel with),
+and the step's floor — the kernels it cannot avoid, as NumPy/LAPACK calls: rotations from the
 quaternions, S = A ℳ⁻¹ Aᵀ (two dense products), one Cholesky factorization and two Cholesky solves.  Target
 (issue 12): step ≤ 250 µs median (2× margin on the 0.5 ms control period).  Results: ./bench/results/chain.json.
 
 Measured (busy 2-core machine, load 4–6, interleaved medians over 400 states × 3):
     before (NumPy closed form)  476 µs    (quiet machine: 488 µs, 11.9× the floor)
     after  (compiled kernel)     60 µs    = 1.24× the floor (48 µs); NumPy closed form / step = 8.0×
+    (the NumPy closed form, ``_closed_form_step``, was removed since: the kernel is the law's one closed form)
 Where the 60 µs go (same states, medians): the kernel call itself 19 µs (35 array arguments), the trajectory sample ``traj.world(t)`` 12 µs, the Python wrapper (four output arrays,
 argument conversion, the info record) the rest.  The floor as defined above is itself NumPy call overhead
 (the compiled kernel does all of it, and the rest of the law, in 19 µs).  Before (profile of the NumPy closed form on one
@@ -51,11 +52,18 @@ def _law(cfg, chain, traj, qp=False):
 LAW3_TARGET_US = 250.0
 
 
+_MI: dict[int, np.ndarray] = {}
+
+
 def _law3_floor(law, s):
-    """The kernels of one law (III) step: R(q), S = A ℳ⁻¹Aᵀ, Cholesky, two solves (shapes of the chain)."""
+    """The kernels of one law (III) step: R(q), S = A ℳ⁻¹Aᵀ, Cholesky, two solves (shapes of the chain;
+    ℳ⁻¹ a dense 6N×6N matrix, the chain's at the first state, inverted once)."""
     _rotations(s.quat)
     A = law._A
-    S = A @ (law._Mi @ A.T)
+    Mi = _MI.get(id(law))
+    if Mi is None:
+        Mi = _MI[id(law)] = np.linalg.inv(law.chain.mass_matrix(s.R))
+    S = A @ (Mi @ A.T)
     c, _ = dpotrf(S)
     y = np.ones(A.shape[0])
     dpotrs(c, y)
@@ -107,12 +115,10 @@ def measure(duration: float, repeat: int) -> dict:
     law_cf, law_qp = _law(cfg, chain, traj), _law(cfg, chain, traj, qp=True)
     law_cf(*sub[0])
     tl = _time_interleaved({"law3_closed_form_us": lambda t, s: law_cf(t, s),
-                            "law3_numpy_closed_form_us": lambda t, s: law_cf._closed_form_step(t, s),
                             "law3_generic_kkt_us": lambda t, s: PortLaw.__call__(law_cf, t, s),
                             "law3_floor_us": lambda t, s: _law3_floor(law_cf, s)}, sub, repeat)
     res.update(tl)
     res["law3_step_over_floor"] = float(np.median(tl["law3_closed_form_us"]) / np.median(tl["law3_floor_us"]))
-    res["law3_numpy_over_step"] = float(np.median(tl["law3_numpy_closed_form_us"]) / np.median(tl["law3_closed_form_us"]))
     res["law3_generic_over_step"] = float(np.median(tl["law3_generic_kkt_us"]) / np.median(tl["law3_closed_form_us"]))
     res["law3_target_us"] = LAW3_TARGET_US
     res["law3_reference_qp_us"] = _time(lambda t, s: law_qp(t, s), sub, repeat)

@@ -63,7 +63,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
@@ -104,11 +103,6 @@ _QROT = _quadratic_rotation_map()
 def _rotations(q):
     """``quat_to_matrix`` of (n, 4) quaternions as one product: vec(R_i) = vec(q_i q_iᵀ) Q."""
     return ((q[:, :, None] * q[:, None, :]).reshape(-1, 16) @ _QROT).reshape(-1, 3, 3)
-
-
-def _skew(a):
-    """S(a)_ik = ε_ijk a_j, S(a) b = a × b; a (..., 3) → (..., 3, 3)."""
-    return np.einsum("ijk,...j->...ik", _EPS, a)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -445,31 +439,15 @@ class TaskSpaceLaw(PortLaw):
         self.clearance = np.inf
         self.potential = 0.0
         self._spheres = _spheres(self.obstacles)       # the obstacles are fixed at construction
-        # closed-form step (``_closed_form_step``): A = [J; J_t] preallocated with its constant blocks; only the
-        # angular blocks of the joint rows, −S(s_{B_jJ_j}) and S(s_{B_{j+1}J_j}), change with the state
+        # compiled step: A = [J; J_t] preallocated with its constant blocks; only the angular blocks of the joint
+        # rows, −S(s_{B_jJ_j}) and S(s_{B_{j+1}J_j}), change with the state (the kernel writes them, and Ȧ's)
         nj, nc = n - 1, chain.n_constraints
         A = np.zeros((nc + 6, 6 * n))
         A[:nc] = chain.jacobian(np.broadcast_to(np.eye(3), (n, 3, 3)))
         A[nc:] = self.Jt
         A[:3 * nj, 3 * n:] = 0.0
         self._A, self._Ad = A, np.zeros_like(A)
-        self._Aw = A[:3 * nj, 3 * n:].reshape(nj, 3, n, 3)            # views: [joint, row, body, col]
-        self._Adw = self._Ad[:3 * nj, 3 * n:].reshape(nj, 3, n, 3)
-        assert np.shares_memory(self._Aw, A) and np.shares_memory(self._Adw, self._Ad)
-        self._jj = np.arange(nj)
-        self._mrep = np.repeat(chain.masses, 3)
-        self._wv, self._wdot = np.zeros(nc + 6), np.zeros(nc + 6)
         self._lam6 = np.r_[np.full(3, self.lam_p), np.full(3, self.lam_a)]
-        # ℳ, ℳ⁻¹, D^Iℳ, 𝒞 as dense matrices whose angular blocks are rewritten in place (views (n,3,n,3))
-        self._M, self._Mi = np.diag(np.r_[self._mrep, np.zeros(3 * n)]), np.diag(np.r_[1.0 / self._mrep, np.zeros(3 * n)])
-        self._Md, self._C = np.zeros((6 * n, 6 * n)), np.zeros((6 * n, 6 * n))
-        self._M4, self._Mi4, self._Md4, self._C4 = (X[3 * n:, 3 * n:].reshape(n, 3, n, 3)
-                                                     for X in (self._M, self._Mi, self._Md, self._C))
-        assert all(np.shares_memory(a, b) for a, b in ((self._M4, self._M), (self._Mi4, self._Mi), (self._Md4, self._Md),
-                                                       (self._C4, self._C)))
-        self._ii = np.arange(n)
-        self._fg = np.zeros(6 * n)
-        self._fg[:3 * n] = np.tile(chain.gravity, n) * self._mrep
         # compiled step (``kernels.dac_law3_step``): contiguous constants and one scratch buffer
         f64 = lambda x: np.ascontiguousarray(x, dtype=float)
         self._kconst: tuple[Any, ...] = (f64(chain.masses), f64(chain.inertias), f64(chain.inertias_inv), f64(chain.joint_parent),
@@ -486,8 +464,9 @@ class TaskSpaceLaw(PortLaw):
         return self._compiled_step(t, state)
 
     def _compiled_step(self, t: float, state: ChainState) -> np.ndarray:
-        """``_closed_form_step`` as one compiled kernel (``kernels.dac_law3_step``: the same equations, derived
-        in its docstring); equal to it to round-off (tests/test_kernels.py)."""
+        """Law (III) in closed form as one compiled kernel (``kernels.dac_law3_step``: ℳ block-diagonal, (*)
+        through the Schur complement A ℳ⁻¹ Aᵀ, derived in its docstring); equal to the generic path
+        (``PortLaw.__call__`` with :meth:`reference`, dense KKT solves) to round-off (tests/test_kernels.py)."""
         p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
         n6 = 6 * state.n
         quat = state.quat
@@ -519,100 +498,9 @@ class TaskSpaceLaw(PortLaw):
                  np.ascontiguousarray(self._lam6, dtype=float), nu_er, nu_er_dot, e_ep)
         return nu_er, nu_er_dot, e_ep
 
-    def _known_force(self, R, quat):
-        """ℱ_{g,J} (``TensorChain.known_force``); for the rotation-vector springs the joint moments
-        R_j K Log(R_jᵀR_{j+1}) are taken from the relative quaternion q_j⁻¹ ⊗ q_{j+1} (same value)."""
-        ch = self.chain
-        if ch.spring_law != "rotvec":
-            return ch.known_force(R)
-        n = ch.n
-        qa, qb = quat[:-1], quat[1:]
-        w = np.einsum("ja,ja->j", qa, qb)                                     # scalar part of q_j⁻¹ ⊗ q_{j+1}
-        v = qa[:, :1] * qb[:, 1:] - qb[:, :1] * qa[:, 1:] - _cross(qa[:, 1:], qb[:, 1:])   # its vector part
-        sv = np.sqrt(np.einsum("ja,ja->j", v, v))
-        sgn = np.where(w < 0, -1.0, 1.0)
-        th = 2.0 * np.arctan2(sv, sgn * w)
-        k = np.where(sv > 1e-12, th / np.where(sv > 1e-12, sv, 1.0), 2.0 / np.abs(w))
-        mJ = np.einsum("jab,jb->ja", R[:-1], ch.stiffness * ((sgn * k)[:, None] * v))
-        F = self._fg.copy()
-        F[3 * n:6 * n - 3] += mJ.ravel()
-        F[3 * n + 3:] -= mJ.ravel()
-        return F
-
-    def _closed_form_step(self, t: float, state: ChainState) -> np.ndarray:
-        """The same law as ``PortLaw.__call__`` with ``reference`` (closed form), using the structure:
-        ℳ = blockdiag(m_i I, I_i^I) is inverted per body, and (*) is solved through its Schur complement
-        S = A ℳ⁻¹ Aᵀ (one Cholesky factor for both solves):
-            λ = S⁻¹ y,  u = ℳ⁻¹Aᵀλ;     x = S⁻¹(A ℳ⁻¹ r₁ − r₂),  u̇ = ℳ⁻¹ r₁ − ℳ⁻¹Aᵀ x,
-        with y = w − A g, r₁ = Ȧᵀλ − ℳ̇u, r₂ = ẇ − Ȧg − Aġ − Ȧu (the two KKT systems of the module docstring).
-        Equal to the dense KKT path to round-off (tests/test_dac.py)."""
-        ch = self.chain
-        n, nj, nc = ch.n, ch.n - 1, ch.n_constraints
-        n3 = 3 * n
-        R = _rotations(state.quat)
-        nu = state.nu
-        w = nu[n3:].reshape(n, 3)
-        ii = self._ii
-        Rt = R.transpose(0, 2, 1)
-        Iw = R @ ch.inertias @ Rt                                                  # I_i^I (64), symmetrized as in
-        Iw = 0.5 * (Iw + Iw.transpose(0, 2, 1))                                   # TensorChain.inertia_world
-        M, Mi, Md, C = self._M, self._Mi, self._Md, self._C
-        self._M4[ii, :, ii, :] = Iw                                                # ℳ = blockdiag(m_i I, I_i^I)
-        self._Mi4[ii, :, ii, :] = R @ ch.inertias_inv @ Rt
-        W = _skew(w)
-        WI = W @ Iw
-        self._Md4[ii, :, ii, :] = WI - Iw @ W                                      # D^Iℳ (76)
-        self._C4[ii, :, ii, :] = WI                                                # 𝒞(ν) (16)
-
-        nu_er, nu_er_dot, e_ep = self._task(t, state)
-        g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
-                                                                  self.points, self.clip, R=R, spheres=self._spheres)
-        s_par = -np.einsum("jab,jb->ja", R[:-1], ch.joint_parent)
-        s_chi = -np.einsum("jab,jb->ja", R[1:], ch.joint_child)
-        jj = self._jj
-        self._Aw[jj, :, jj, :] = -_skew(s_par)
-        self._Aw[jj, :, jj + 1, :] = _skew(s_chi)
-        self._Adw[jj, :, jj, :] = -_skew(_cross(w[:-1], s_par))
-        self._Adw[jj, :, jj + 1, :] = _skew(_cross(w[1:], s_chi))
-        A, Ad = self._A, self._Ad
-        wv, wdot = self._wv, self._wdot
-        wv[nc:] = nu_er
-        wdot[nc:] = nu_er_dot
-        MiAt = Mi @ A.T
-        c, info = dpotrf(A @ MiAt)
-        if info != 0:
-            raise StateError("DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
-                             "constraints (a singular configuration of the chain)")
-        lam = dpotrs(c, wv - A @ g)[0]
-        u = MiAt @ lam
-        r1 = Ad.T @ lam - Md @ u
-        r2 = wdot - Ad @ (g + u) - A @ gdot
-        Mir1 = Mi @ r1
-        nu_r = g + u
-        nu_r_dot = gdot + Mir1 - MiAt @ dpotrs(c, A @ Mir1 - r2)[0]
-        s = nu - nu_r
-        Ms = M @ s
-        Kds = self.kd_mass * Ms if self.kd_mass is not None else self.kd * s
-        tau = M @ nu_r_dot + C @ nu_r - self._known_force(R, state.quat) - Kds
-        info_ = self.info
-        info_.V = float(0.5 * s @ Ms)
-        info_.Vdot_cl = float(-s @ Kds)
-        info_.s, info_.nu_r, info_.e_task = s, nu_r, e_ep
-        return tau
-
     def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ch = self.chain
-        n = ch.n
-        p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
-        nu_ed, nu_ed_dot = np.asarray(nu_ed, float), np.asarray(nu_ed_dot, float)
-        e_pos = state.pos[-1] - p_d
-        e_att, eta = attitude_error(state.quat[-1], q_d)
-        de_pos = state.v[-1] - nu_ed[:3]
-        de_att = attitude_error_rate(e_att, eta, state.w[-1], nu_ed[3:])
-        lam = np.r_[np.full(3, self.lam_p), np.full(3, self.lam_a)]
-        e_ep = np.concatenate([e_pos, e_att])
-        nu_er = nu_ed - lam * e_ep                                   # ν_{e,r} (52)
-        nu_er_dot = nu_ed_dot - lam * np.concatenate([de_pos, de_att])
+        nu_er, nu_er_dot, e_ep = self._task(t, state)                # ν_{e,r} (52), its rate, e_{e,p}
         g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
                                                                   self.points, self.clip)   # −∇U_o, its rate
         J, Jd = ch.jacobian(R), ch.jacobian_dot(R, state.nu)

@@ -453,7 +453,8 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
                   points: np.ndarray, centers: np.ndarray, radii: np.ndarray, gain: float, d0: float, dc: float,
                   A: np.ndarray, Ad: np.ndarray, work: np.ndarray, tau: np.ndarray, s_out: np.ndarray,
                   nu_r_out: np.ndarray, e_ep: np.ndarray, scalars: np.ndarray) -> bool:
-    """One step of [Eslami] law (III) in the closed form of ``TaskSpaceLaw._closed_form_step``.
+    """One step of [Eslami] law (III) in closed form (``TaskSpaceLaw``'s step; the generic path
+    ``PortLaw.__call__`` with ``TaskSpaceLaw.reference`` solves the same (*) by dense KKT solves).
 
     State: quaternions (N,4), CoM positions (N,3), ν = [v_1…v_N; ω_1…ω_N].  Per body, R_i = R(q_i),
     I_i = sym(R_i I_B,i R_iᵀ) (64), I_i⁻¹ = R_i I_B,i⁻¹ R_iᵀ, Ω_i = [ω_i]×, so that

@@ -434,6 +434,29 @@ def test_lyapunov_rate_nonpositive_with_points_inside_a_sphere():
     assert n_inside == 12 and worst <= 0
 
 
+def test_end_effector_task_is_the_attitude_error_of_law_two():
+    """Law (III)'s end-effector task (52), the compiled ``_ee_task`` that both of its paths call, equals
+    ν_{e,d} − Λ_e e and its rate written with law (II)'s ``attitude_error``/``attitude_error_rate`` (44) on
+    the last body, for random bent states and trajectory times, including a target rotated past 180°."""
+    rng = np.random.default_rng(5)
+    ch = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]))
+    for k in range(20):
+        s = bent_state(ch, rng, speed=1.0)
+        q0 = s.quat[-1] if k % 2 else quat_mul(quat_exp(np.array([0.0, 0.0, 3.0])), s.quat[-1])
+        traj = ee_traj(s.pos[-1] + rng.normal(size=3) * 0.05, q0)
+        law = TaskSpaceLaw(ch, traj, 1.0, 1.0, 4.0, 7.0)
+        t = rng.uniform(0, 3)
+        nu_er, nu_er_dot, e_ep = law._task(t, s)
+        p_d, q_d, nu_ed, nu_ed_dot = law.traj.world(t)
+        e_att, eta = attitude_error(s.quat[-1], q_d)
+        de_att = attitude_error_rate(e_att, eta, s.w[-1], nu_ed[3:])
+        lam = np.r_[np.full(3, 4.0), np.full(3, 7.0)]
+        e = np.r_[s.pos[-1] - p_d, e_att]
+        np.testing.assert_allclose(e_ep, e, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(nu_er, nu_ed - lam * e, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(nu_er_dot, nu_ed_dot - lam * np.r_[s.v[-1] - nu_ed[:3], de_att], rtol=0, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------- closed-form step (issue 12)
 @pytest.mark.parametrize("fixed,law_name", [(False, "rotvec"), (True, "rotvec"), (False, "euler123")])
 def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):

@@ -3,7 +3,7 @@ on the states of closed-loop runs: the same torques and reported quantities to 1
 import numpy as np
 import pytest
 
-from cmstack.controllers.dac import Obstacle, TaskSpaceLaw
+from cmstack.controllers.dac import Obstacle, PortLaw, TaskSpaceLaw
 from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
 from cmstack.models.tensor_chain import TensorChain
 from test_dac import bent_state, ee_traj
@@ -33,8 +33,9 @@ def test_cholesky_kernels_match_numpy():
     (False, "rotvec", 15.0, True), (True, "rotvec", 15.0, True), (False, "euler123", 15.0, True),
     (False, "rotvec", None, True), (True, "euler123_conservative", None, False)])
 def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obstacles):
-    """``TaskSpaceLaw._compiled_step`` (the default step) vs the frozen NumPy ``_closed_form_step`` on a
-    closed-loop run that passes obstacles (points entering a sphere's core, then out of range): τ, ν_r, s,
+    """``TaskSpaceLaw._compiled_step`` (the default step) vs the generic path of the same law
+    (``PortLaw.__call__`` with ``TaskSpaceLaw.reference``: dense ℳ, KKT solves of (*), ``TensorChain.known_force``)
+    on a closed-loop run that passes obstacles (points entering a sphere's core, then out of range): τ, ν_r, s,
     e_task, V, V̇_cl, U_o and the clearance."""
     rng = np.random.default_rng(41)
     kw = dict(gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name)
@@ -52,7 +53,7 @@ def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obst
     for _ in range(60):
         tau = law._compiled_step(t, s)
         got = (law.info.nu_r, law.info.s, law.info.e_task, law.info.V, law.info.Vdot_cl, law.potential, law.clearance)
-        ref_tau = law._closed_form_step(t, s)
+        ref_tau = PortLaw.__call__(law, t, s)
         ref = (law.info.nu_r, law.info.s, law.info.e_task, law.info.V, law.info.Vdot_cl, law.potential, law.clearance)
         worst = max(worst, _rel(tau, ref_tau))
         for a, b in zip(got[:5], ref[:5]):
