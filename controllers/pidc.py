@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from pinocchio import computeAllTerms as pin_compute_all_terms
 from pinocchio import nonLinearEffects as pin_nle
 
 from cmstack.controllers.qp import BoundedQP
@@ -205,8 +204,9 @@ class PIDC:
         k = len(coords)
         self._reference_tables()
         self._kref = np.zeros((3, k))
-        # the dynamics read in place from one computeAllTerms: for a Robot whose update is Robot's own
-        self._direct = isinstance(robot, Robot) and type(robot).update is Robot.update
+        # the dynamics read in place (Robot.update_in_place): for a Robot whose update is its own
+        self._direct = (isinstance(robot, Robot) and type(robot).update is Robot.update
+                        and type(robot).update_in_place is Robot.update_in_place)
         self._kinfo = None
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
@@ -502,10 +502,7 @@ class PIDC:
                 v = np.asarray(v, dtype=float)
             if q.shape != (robot.nq,) or v.shape != (robot.nv,):
                 return None                                  # Robot.update names the sizes
-            d = robot.data
-            pin_compute_all_terms(robot.model, d, q, v)
-            robot._gen += 1                      # the shared data now holds this state (Kinematics._check_current)
-            M, h = robot.dynamics_views()
+            M, h = robot.update_in_place(q, v)     # the robot's data now holds this state (older snapshots: stale)
             M = M.T                       # M is symmetric; its transpose is the C-ordered view (one kernel type)
             self._kin, self._kin_qv = None, (q.copy(), v.copy())
         else:

@@ -197,10 +197,6 @@ class Task(ABC):
         return owner._KERNEL
 
 
-AffineConstraint = Task
-"""The former name of ``Task`` (kept: controllers and scenarios type their arguments with it)."""
-
-
 def _kernels():
     from cmstack.models import _task_kernels      # numba: imported on first use, compiled once (cache)
     return _task_kernels

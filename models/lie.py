@@ -2,7 +2,7 @@
 quaternions, elementary rotations and the truncated-SVD pseudo-inverse.
 
 Conventions (docs/design.md, [Milioshin]):
-  * skew(w) (alias hat) is the skew matrix with skew(w) x = w × x, for one 3-vector or a stack
+  * skew(w) ([Milioshin]'s θ^) is the skew matrix with skew(w) x = w × x, for one 3-vector or a stack
     (..., 3) → (..., 3, 3); cross(a, b) = a × b along the last axis;
   * Log/Exp are the SO(3) logarithm and exponential (Pinocchio's log3/exp3);
   * the SE(3) error of [Milioshin] eq. (3.15)
@@ -47,10 +47,6 @@ def skew(w: np.ndarray | Sequence[float]) -> np.ndarray:
     return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
 
 
-#: the Lie-algebra name of :func:`skew` ([Milioshin] writes θ^)
-hat = skew
-
-
 def cross(a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float]) -> np.ndarray:
     """a × b along the last axis: two 3-vectors (lists, tuples or arrays) → (3,), or arrays (..., 3)
     that broadcast → (..., 3).  About 10× faster than np.cross on single vectors."""
@@ -62,10 +58,6 @@ def cross(a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float]) -> n
     a0, a1, a2 = A[..., 0], A[..., 1], A[..., 2]
     b0, b1, b2 = B[..., 0], B[..., 1], B[..., 2]
     return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
-
-
-#: older name of :func:`cross` for single 3-vectors
-cross3 = cross
 
 
 # ------------------------------------------------------------------ truncated SVD, pseudo-inverse
@@ -141,7 +133,7 @@ def se3_error(T1: pin.SE3, T2: pin.SE3) -> np.ndarray:
 def jr(theta: np.ndarray) -> np.ndarray:
     """Right Jacobian of SO(3), (A.14)."""
     t = float(np.linalg.norm(theta))
-    K = hat(theta)
+    K = skew(theta)
     if t < 1e-6:
         return np.eye(3) - 0.5 * K + K @ K / 6.0
     return np.eye(3) - (1 - np.cos(t)) / t**2 * K + (t - np.sin(t)) / t**3 * K @ K
@@ -150,7 +142,7 @@ def jr(theta: np.ndarray) -> np.ndarray:
 def jr_inv(theta: np.ndarray) -> np.ndarray:
     """Inverse right Jacobian of SO(3), (A.14)."""
     t = float(np.linalg.norm(theta))
-    K = hat(theta)
+    K = skew(theta)
     if t < 1e-6:
         return np.eye(3) + 0.5 * K + K @ K / 12.0
     return np.eye(3) + 0.5 * K + (1 / t**2 - (1 + np.cos(t)) / (2 * t * np.sin(t))) * K @ K

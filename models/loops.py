@@ -77,7 +77,7 @@ from numpy.typing import ArrayLike
 from cmstack.models import _loop_kernels
 from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
-from cmstack.models.lie import cross3, svd_rank
+from cmstack.models.lie import cross, svd_rank
 
 if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
     from cmstack.models.robot import Kinematics, Robot
@@ -139,7 +139,7 @@ def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: 
         phi[3:] = pin.log3(Rb @ Ra.T)
         return phi, Jd, cd
     X = Ra[:, :2].T                                    # [x_A; y_A], world axes
-    phi[3:] = X @ cross3(Ra[:, 2], Rb[:, 2])
+    phi[3:] = X @ cross(Ra[:, 2], Rb[:, 2])
     J = np.empty((5, Jd.shape[1]))
     J[:3] = Jd[:3]
     J[3:] = X @ Jd[3:]
@@ -147,8 +147,8 @@ def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: 
     wd = Jd[3:] @ v
     jdv = np.empty(5)
     jdv[:3] = cd[:3]
-    jdv[3] = X[0] @ cd[3:] + cross3(wa, X[0]) @ wd
-    jdv[4] = X[1] @ cd[3:] + cross3(wa, X[1]) @ wd
+    jdv[3] = X[0] @ cd[3:] + cross(wa, X[0]) @ wd
+    jdv[4] = X[1] @ cd[3:] + cross(wa, X[1]) @ wd
     return phi, J, jdv
 
 

@@ -689,6 +689,15 @@ class Robot:
         self._lean_gen = self._gen
         return q, v
 
+    def update_in_place(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``update``'s one pass (``pin.computeAllTerms``) without its copies, for a compiled step that reads M
+        and h in place: q, v must be float64 arrays of the model's sizes (``state_arrays``), and the caller
+        tests them for finiteness (``refuse_state``).  Returns the (M, h) views of ``dynamics_views``, which hold
+        this state until the next pass; a ``Kinematics`` made before is stale from here on (it says so)."""
+        pin.computeAllTerms(self.model, self.data, q, v)
+        self._gen += 1
+        return self.dynamics_views()
+
     def dynamics_views(self) -> tuple[np.ndarray, np.ndarray]:
         """(M, h): views into this robot's Pinocchio data, which ``pin.computeAllTerms`` refreshes in
         place; taken once per data object (``add_frame`` makes a new one).  They hold the last

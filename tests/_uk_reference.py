@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
-from cmstack.models.coupling import AffineConstraint, stack
+from cmstack.models.coupling import Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.robot import Kinematics, Robot
 
@@ -87,7 +87,7 @@ class UKStepInfo:
 class UdwadiaKalabaController:
     """τ = UK(t, q, v): hard constraints, weighted soft tasks, effort limits; ProxSuite QP."""
 
-    def __init__(self, robot: Robot, constraints: list[AffineConstraint], tasks: list[AffineConstraint],
+    def __init__(self, robot: Robot, constraints: list[Task], tasks: list[Task],
                  omega: float | list[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
                  model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9):
         if priority not in ("weighted", "strict"):

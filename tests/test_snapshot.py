@@ -35,3 +35,18 @@ def test_current_snapshot_reads_its_own_state():
     pin.framesForwardKinematics(robot.model, d, q)
     fid = robot.frame_id("yumi_link_7_r")
     np.testing.assert_allclose(kin.frame("yumi_link_7_r").p, d.oMf[fid].translation, atol=1e-12)
+
+
+def test_in_place_pass_equals_update_and_stales_older_snapshots():
+    """``Robot.update_in_place`` (the pass a compiled step reads in place, e.g. PIDC's one-row step) gives
+    ``update``'s M and h, and, as any pass, makes an earlier snapshot refuse new frames."""
+    robot = Robot("urdf/yumi.urdf")
+    rng = np.random.default_rng(2)
+    q1, q2, v2 = rng.normal(size=14), rng.normal(size=14), rng.normal(size=14)
+    k1 = robot.update(q1, np.zeros(14))
+    M, h = robot.update_in_place(q2, v2)
+    ref = Robot("urdf/yumi.urdf").update(q2, v2)
+    np.testing.assert_array_equal(M, ref.M)
+    np.testing.assert_array_equal(h, ref.h)
+    with pytest.raises(StateError, match="stale"):
+        k1.frame("yumi_link_7_r")
