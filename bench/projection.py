@@ -38,8 +38,10 @@ loops sidecar, the rail a one-row ``plane`` closure) and its PIDC is the compile
 on the hand-written ``SliderCrankLoop`` (now a test oracle).  Interleaved with computeAllTerms on 2000 closed-loop
 states × 3, medians, load 5.5: the hand-written loop's one-row step 9.9 µs = 10.4×, the generic loop with the plane
 rows in Python (PIDC's ``_rows_step``) 24.5 µs = 25.8×, the generic loop's compiled closed-chain step 7.3 µs = 7.7×.
-The projection simulator's step on the generic loop (a ``ClosureSet`` Pinocchio pass per evaluation) is slower:
-152 µs against 89 µs with the closed form (interleaved, unforced, load 5.7).
+The projection simulator's step on the generic loop (a ``ClosureSet`` Pinocchio pass per evaluation, 5-6 a step)
+is slower: 152 µs against 89 µs with the closed form (interleaved, unforced, load 5.7); 137 µs against 92 µs (load
+7.1) with the plane rows in one compiled call (``_loop_kernels.plane_rows``, 2.5 µs; 11 µs as NumPy): what is left
+is the pass's Pinocchio calls and their accessors (~9 µs a pass).
 
 The compiled step costs 3-4× fewer floors than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
 computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls

@@ -20,6 +20,7 @@ rows have no second copy: ``models/loops.py: plane_rows`` (the Python path) call
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
@@ -72,6 +73,27 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
             J[row0 + i, c] = Jb[i, c] - Ja[i, c]
         jdv[row0 + i] = xb[18 + i] - xa[18 + i]
     return m
+
+
+@njit(cache=True)
+def plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v, J, jdv):
+    """A ``plane`` closure from the two frames as Pinocchio gives them (rotation R (3×3), position p (3), LWA
+    Jacobian J (6×n), classical acceleration c (6); ``models/loops.py: plane_rows``): its rows J (1×n), J̇v (1)
+    by ``closure_rows`` on the frames' rows [R, p, J v, c]; returns φ = n·(p_b − p_A)."""
+    xa, xb = np.empty(24), np.zeros(24)
+    for i in range(3):
+        for j in range(3):
+            xa[3 * i + j] = Ra[i, j]
+        xa[9 + i], xb[9 + i] = pa[i], pb[i]
+    for i in range(6):
+        ta, tb = 0.0, 0.0
+        for c in range(v.shape[0]):
+            ta += Ja[i, c] * v[c]
+            tb += Jb[i, c] * v[c]
+        xa[12 + i], xb[12 + i] = ta, tb
+        xa[18 + i], xb[18 + i] = ca[i], cb[i]
+    closure_rows(PLANE, xa, Ja, xb, Jb, J, jdv, 0)
+    return Ra[0, 2] * (pb[0] - pa[0]) + Ra[1, 2] * (pb[1] - pa[1]) + Ra[2, 2] * (pb[2] - pa[2])
 
 
 @njit(cache=True)

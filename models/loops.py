@@ -154,21 +154,13 @@ def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: 
 
 def plane_rows(Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a ``plane`` closure (1 row): point b on the plane through A normal to n = R_A ẑ
-    (derivation in the module docstring).  φ = n·(p_b − p_A) here; J and J̇v by the compiled rows
-    (``models/_loop_kernels.py: closure_rows``, which PIDC's compiled closed-chain step calls too: the one copy of
-    that algebra), from the two frames' rows [R, p, twist J v, acc]."""
-    xa, xb = np.empty(24), np.zeros(24)
-    xa[:9] = Ra.ravel()
-    xa[9:12] = pa
-    xa[12:18] = Ja @ v
-    xa[18:] = ca
-    xb[9:12] = pb
-    xb[12:18] = Jb @ v
-    xb[18:] = cb
+    (derivation in the module docstring), by the compiled rows (``models/_loop_kernels.py``, which PIDC's compiled
+    closed-chain step calls too: the one copy of that algebra)."""
     J, jdv = np.empty((1, Ja.shape[1])), np.empty(1)
-    _loop_kernels.closure_rows(_loop_kernels.PLANE, xa, np.ascontiguousarray(Ja, dtype=float), xb,
-                               np.ascontiguousarray(Jb, dtype=float), J, jdv, 0)
-    return np.array([Ra[:, 2] @ (pb - pa)]), J, jdv
+    c = np.ascontiguousarray
+    phi = _loop_kernels.plane_rows(c(Ra, dtype=float), c(pa, dtype=float), c(Ja, dtype=float), c(ca, dtype=float),
+                                   c(pb, dtype=float), c(Jb, dtype=float), c(cb, dtype=float), c(v, dtype=float), J, jdv)
+    return np.array([phi]), J, jdv
 
 
 class LoopClosure(Task):
