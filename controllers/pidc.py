@@ -389,7 +389,7 @@ class PIDC:
         if self.tasks:
             P.targets(t)
         elif not self._sinus:
-            self._sample_reference(t)
+            self._sample_reference(t, self._rk_ref)
         n, m = v.size, self._rk_m
         out = np.empty(4 * n + m)
         st, rank, res, bn, unsolvable = pidc_closed_step(float(t), q, v, P.ptr, P.I, P.F, out)
@@ -399,8 +399,8 @@ class PIDC:
             return None
         return self._rows_finish(t, q, v, out, rank, res, unsolvable)
 
-    def _sample_reference(self, t) -> None:
-        ref = self._rk_ref
+    def _sample_reference(self, t, ref) -> None:
+        """(x_d, ẋ_d, ẍ_d) at t into the rows of ``ref`` (3 × k: the compiled steps' reference buffer)."""
         r0, r1, r2 = self._ref_call(t)
         try:
             ref[0], ref[1], ref[2] = r0, r1, r2
@@ -435,7 +435,7 @@ class PIDC:
         else:
             B0 = self._rk_S
             if not self._sinus:
-                self._sample_reference(t)
+                self._sample_reference(t, self._rk_ref)
         out = np.empty(4 * n + m)
         st, rank, res, bn, unsolvable = pidc_rows(kin.M, kin.h, q, v, A, jdv, B0, float(t), ref,
                                                   self._sinus and not self.tasks, self._rk_prm, self._rk_ints,
@@ -521,12 +521,7 @@ class PIDC:
         bookkeeping of ``_numpy_step`` (unsolvable steps, the info record).  None: take the SVD path."""
         ref = self._kref
         if not self._sinus:
-            r0, r1, r2 = self._ref_call(t)
-            try:
-                ref[0], ref[1], ref[2] = r0, r1, r2
-            except ValueError:
-                raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
-                                  f"{self.coords}") from None
+            self._sample_reference(t, ref)
         n = v.size
         out = np.empty((n + 3, n))
         st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, float(t), ref, self._sinus, self._kprm, out)

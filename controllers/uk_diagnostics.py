@@ -126,7 +126,8 @@ def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
 def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray,
                                b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Thesis (3.8) and (3.10): v̇ = a + M^{-1/2}(A M^{-1/2})⁺(b − A a),  a = M⁻¹ Q,
-    Q_c = M^{1/2}(A M^{-1/2})⁺(b − A a).  (An independent reference for tests.)"""
+    Q_c = M^{1/2}(A M^{-1/2})⁺(b − A a): the torque-free motion the effort-limit diagnosis compares with the
+    limits, and an independent reference for the tests (written once: tests/_uk_reference.py imports it)."""
     w, V = np.linalg.eigh(M)
     Mh = (V * np.sqrt(w)) @ V.T
     Mih = (V / np.sqrt(w)) @ V.T

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import proxsuite
 
+from cmstack.controllers.uk_diagnostics import udwadia_kalaba_closed_form   # (3.8), (3.10): written once
 from cmstack.models.coupling import Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.robot import Kinematics, Robot
@@ -289,14 +290,3 @@ class UdwadiaKalabaController:
             self.failures += 1
             return x1, r1.y.copy(), r1.info.iter + r2.info.iter
         return r2.x.copy(), r2.y[:A_c.shape[0]].copy(), r1.info.iter + r2.info.iter
-
-
-def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray, b: np.ndarray):
-    """Thesis (3.8) and (3.10): v̇ = a + M^{-1/2}(A M^{-1/2})⁺(b − A a),  a = M⁻¹ Q,
-    Q_c = M^{1/2}(A M^{-1/2})⁺(b − A a).  (An independent reference for tests.)"""
-    w, V = np.linalg.eigh(M)
-    Mh = (V * np.sqrt(w)) @ V.T
-    Mih = (V / np.sqrt(w)) @ V.T
-    a = np.linalg.solve(M, Q)
-    K = np.linalg.pinv(A @ Mih)
-    return a + Mih @ K @ (b - A @ a), Mh @ K @ (b - A @ a)

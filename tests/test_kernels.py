@@ -188,3 +188,32 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
             q = np.array([0.4, np.pi / 2 - 0.4])        # cos(θ₁ + θ₂) = 0: a ∥ e_crank, 1 − ‖w‖² = 0
         tau = ctl(0.01 * i, q, v)
         _same_pidc_step(ctl, ref, 0.01 * i, q, v, tau, ref._numpy_step(0.01 * i, q, v))
+
+
+def test_householder_q_and_qt_rebuild_the_pivoted_qr():
+    """``apply_q`` and ``apply_qt`` (one reflector step, ``_reflect``, in both orders) on ``qr_pivot``'s
+    factors: Q R = X Π to 1e-13, Qᵀ Q y = y, and Q is orthogonal, for tall, wide and rank-deficient X."""
+    from cmstack.controllers.kernels import ABS, apply_q, apply_qt, qr_pivot
+    rng = np.random.default_rng(11)
+    for p, s, rank in ((7, 4, 4), (4, 7, 4), (6, 6, 3)):
+        X0 = rng.normal(size=(p, rank)) @ rng.normal(size=(rank, s))
+        X = X0.copy()
+        piv, tau = np.zeros(s, dtype=np.int64), np.zeros(min(p, s))
+        r = qr_pivot(X, p, s, 0.0, ABS, piv, tau)
+        k = min(p, s)
+        R = np.triu(X)[:, :s]
+        Q = np.empty((p, p))
+        for c in range(p):
+            e = np.zeros(p)
+            e[c] = 1.0
+            apply_q(X, p, k, tau, e)
+            Q[:, c] = e
+        np.testing.assert_allclose(Q.T @ Q, np.eye(p), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(Q @ R, X0[:, piv], rtol=0, atol=1e-13 * np.abs(X0).max())
+        y = rng.normal(size=p)
+        z = y.copy()
+        apply_qt(X, p, k, tau, z)
+        np.testing.assert_allclose(z, Q.T @ y, rtol=0, atol=1e-13)
+        apply_q(X, p, k, tau, z)
+        np.testing.assert_allclose(z, y, rtol=0, atol=1e-13)
+        assert r >= rank
