@@ -16,7 +16,8 @@ Fields (defaults: everything off):
 ``com_shift_m`` c           each body's centre of mass moved by U(−c, c) per axis, in the body frame [m]
 ``bodies``                  names of the bodies to perturb (empty: every body with mass)
 ``noise_q``, ``noise_v``    std of Gaussian noise added to the measured q [rad or m] and v [rad/s or m/s]
-                            (``sim.plant.MeasurementNoise``, the plant's own noise implementation)
+                            (``sim.plant.MeasurementNoise``, the plant's own noise implementation;
+                            refused on a plant that already adds its own, which would add up)
 ``delay_steps`` d           the torque applied at control step k is the one computed from the
                             measurement of step k − d (the first command is held for k < d)
 ``torque_limit_fraction`` f τ_j clipped to f × the plant motor's limit (ctrlrange·gear); 0 = off
@@ -143,6 +144,11 @@ class PerturbedPlant:
             self.drawn = perturb_model(plant.model, p, np.random.default_rng([int(seed), 1]), p.bodies)
             mujoco.mj_setConst(plant.model, plant.data)     # subtree masses, inverse weights of the constraints
         self.noise = MeasurementNoise(p.noise_q, p.noise_v, np.random.default_rng([int(seed), 2]))
+        own = getattr(plant, "noise", None)
+        if self.noise.active and isinstance(own, MeasurementNoise) and own.active:
+            raise ConfigError(f"measurement noise given twice: the plant's own (noise_q={own.std_q:g}, "
+                              f"noise_v={own.std_v:g}) and {NAME}.noise_q/noise_v ({p.noise_q:g}, {p.noise_v:g}); "
+                              "they would add up: set one of them")
         self.queue: deque[np.ndarray] = deque()
         self.limit: tuple[np.ndarray, np.ndarray] | None = None
         if p.torque_limit_fraction > 0:

@@ -74,6 +74,11 @@ def test_measurement_noise_is_one_implementation_with_two_streams(names):
     assert np.array_equal(v, vt)
     with pytest.raises(ConfigError, match="noise_v must be a finite standard deviation >= 0, got -1"):
         MujocoPlant(MJCF, names, sim_dt=0.005, noise_v=-1.0)
+    # one route at a time: noise on a plant that has its own would add up silently; refused, naming both
+    with pytest.raises(ConfigError, match=r"measurement noise given twice: the plant's own \(noise_q=0.001, "
+                                          r"noise_v=0.02\) and perturbation.noise_q/noise_v \(0.0001, 0\)"):
+        perturb_plant(plant, Perturbation(noise_q=1e-4), seed=1)
+    assert perturb_plant(plant, Perturbation(mass_rel=0.1), seed=1).state()[0].shape == (len(names),)
 
 
 def per_body_gravity(model, data):
