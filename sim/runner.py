@@ -70,15 +70,24 @@ LOOP_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("cmstack_loop_ove
 
 def apply_disturbances(plant: Plant, disturbances: Sequence["Disturbance"], active: set[int], t: float) -> None:
     """Switch each disturbance's wrench on at its t0 and off at its t1 (``active``: the indices now on,
-    updated in place); the one rule for ``simulate`` and the fixed-rate driver (sim/rt_driver.py)."""
+    updated in place); the one rule for ``simulate`` and the fixed-rate driver (sim/rt_driver.py).  A body's
+    wrench is the sum of its disturbances that are on, set again whenever one of them switches (the plant
+    holds one wrench per body: setting each alone would drop an overlapping one)."""
+    changed = []
     for i, d in enumerate(disturbances):
         on = d.t0 <= t < d.t1
-        if on and i not in active:
-            plant.set_wrench(d.body, d.force, d.moment)
-            active.add(i)
-        elif not on and i in active:
-            plant.set_wrench(d.body)
-            active.discard(i)
+        if on != (i in active):
+            (active.add if on else active.discard)(i)
+            if d.body not in changed:
+                changed.append(d.body)
+    for body in changed:
+        f, m = np.zeros(3), np.zeros(3)
+        for i in sorted(active):
+            d = disturbances[i]
+            if d.body == body:
+                f += d.force
+                m += d.moment
+        plant.set_wrench(body, f, m)
 
 
 def substeps(control_dt: float, sim_dt: float) -> int:
