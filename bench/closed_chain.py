@@ -13,29 +13,36 @@ alike); each ratio is that of the medians of a law's steps and of the reference 
 ``pin.computeAllTerms`` alone on the same states is reported beside them, and the 1-minute load average.
 Writes bench/results/closed_chain.json.
 
-Measured (busy 2-core machine shared with other test suites, 300 states x 3 at load 6, before at load 8),
-step / reference:
+Measured (busy 2-core machine shared with other sessions, 300 states x 3; step / reference, µs):
 
-    mechanism  law   before (SVD, NumPy)     after                    computeAllTerms
-    five-bar   PIDC  162 / 5.3 us = 30x       16 / 3.4 us = 4.7x       2.1 us
-    five-bar   UK    216 / 5.8 us = 37x       85 / 4.1 us = 21x
-    four-bar   PIDC  121 / 3.6 us = 34x       11 / 2.2 us = 4.8x       1.4 us
-    four-bar   UK    190 / 4.1 us = 47x       69 / 2.9 us = 24x
-    Delta      PIDC  228 / 12.8 us = 18x      33 / 9.1 us = 3.7x       6.2 us
-    Delta      UK    201 / 13.5 us = 15x      137 / 11.3 us = 12x
+    mechanism  law   before (SVD, NumPy)    compiled PIDC, generic UK   UK compiled (2026-11-27)   computeAllTerms
+                     load 8                 load 6                      load 6.0-6.5
+    five-bar   PIDC  162 / 5.3 = 30x        16 / 3.4 = 4.7x             9.1 / 2.5 = 3.6x           1.6
+    five-bar   UK    216 / 5.8 = 37x        85 / 4.1 = 21x              4.1 / 2.5 = 1.65x
+    four-bar   PIDC  121 / 3.6 = 34x        11 / 2.2 = 4.8x             6.0 / 1.6 = 3.8x           1.1
+    four-bar   UK    190 / 4.1 = 47x        69 / 2.9 = 24x              3.1 / 1.6 = 1.96x
+    Delta      PIDC  228 / 12.8 = 18x       33 / 9.1 = 3.7x             18.1 / 6.8 = 2.7x          4.9
+    Delta      UK    201 / 13.5 = 15x       137 / 11.3 = 12x            10.6 / 6.7 = 1.58x
 
-The target (<= 2x) is MISSED.  PIDC: the robot's lean pass (crba + nle) and one compiled call of seven
+UK meets the target (<= 2x) on all three, the four-bar with little margin; PIDC MISSES it.  UK: the robot's lean
+pass (``pin.crba``) and one compiled call (``controllers/uk_plan.py``, ``_uk_kernels.uk_step``: h, the frames, the
+loops' rows of ``models/_loop_kernels.py`` as level 1, the task rows, the passive joints' zero-torque rows and
+the vanishing-row test (``passive_level``), the KKT solve, τ = T y (``kernels.passive_torque``)).  On one state
+repeated (load 6): five-bar step 4.0 µs = lean pass 0.9 + kernel call 2.1 (1.6 of it compute, the rest numba's
+dispatch of seven arguments) + Python 0.9 (the plan's checks, the step's buffer and record); four-bar 3.0 = 0.8 +
+1.4 (0.9) + 0.8; Delta 10.5 = 2.0 + 7.8 (7.3) + 0.7, where the compute is mostly the KKT solve (15 joints, 15 rows)
+and the COD of the 12×12 G = S_p J_cᵀ.  What took the compiled UK step from 2.5x to 1.7x on the five-bar: arrays
+inside the kernel made from addresses (``carray``) instead of slices of the tables (a slice carries numba's
+reference count, and each call of a sub-kernel with a dozen such arrays paid the atomic increments: 0.6 µs), the
+sub-kernels inlined into the step (``inline="always"``: 0.4 µs of argument passing), and G⁺ and T never formed
+(one pseudo-inverse solve instead of one per passive joint: 4.5 µs on the Delta; T is formed when a fallback or
+the limits need it).  PIDC: the robot's lean pass (crba + nle) and one compiled call of seven
 arguments (``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: frames, loop and task rows, the law
 with complete orthogonal decompositions instead of SVDs).  On one state repeated (caches warm, nothing
 interleaved) a five-bar step is 10.2 us against constraintDynamics' 3.0 us (3.4x): the lean pass 1.7 us, the
 kernel 3.7 us (0.4 us of it the call itself), Python 4.8 us (the state's checks and copies, the targets of the
 circle, the info record); the four-bar 6.8 / 2.0 us (3.4x), the Delta 20.8 / 7.7 us (2.7x: lean pass 3.9 us, kernel
-11.7 us).  A Python step pays at least the pass and one compiled call, 2.1 us on the five-bar (0.7x of
-constraintDynamics), so 2x would leave it 4 us for the rows, the factorizations and the bookkeeping together,
-where the kernel's compute alone takes 3.3 us and the interpreter's share 4.8 us.  UK: the SVD of G and the null-space path are gone (``kernels.passive_map``, the
-planar mechanisms' vanishing rows left out so the KKT solve applies); what is left is its generic Python path
-(the loops' and the task's rows from ``Kinematics.frame``, three frames at about 5 us each, and the level
-solve), as UK has no compiled closed-chain step (its fused plan knows no loop closure).
+11.7 us).
 """
 from __future__ import annotations
 

@@ -53,10 +53,14 @@ def _warm_rest() -> None:
     build_pidc(default_config("series_parallel"), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
     from cmstack.scenarios.closed_chain import build_law, build_reference, load_robot   # PIDC, several loop rows
 
-    for law in ("pidc", "uk"):                  # PIDC's rows kernel, UK's passive map (controllers/kernels.py)
-        cc = dict(default_config("closed_chain"), model="mjcf/four_bar.xml", law=law)
-        four = load_robot(cc)
-        build_law(cc, four, build_reference(cc, four)[1])(0.0, four.q_initial, np.zeros(four.nv))
+    for law in ("pidc", "uk"):                  # PIDC's rows kernel; UK's compiled closed-chain step (the loops'
+        cc = dict(default_config("closed_chain"), model="mjcf/four_bar.xml", law=law)   # rows and passive map in
+        four = load_robot(cc)                                                           # _uk_kernels.uk_step)
+        ctl = build_law(cc, four, build_reference(cc, four)[1])
+        ctl(0.0, four.q_initial, np.zeros(four.nv))
+        if law == "uk":
+            ctl.binding_limits(ctl.kin, ctl.kin.h, ctl.info.vdot)    # its torque map formed (kernels.passive_map)
+    sin(0.0)                                    # Sinusoid.sample (models/_trajectory_kernels.sinusoid_sample)
     from cmstack.scenarios.balloon import Params, titop_system    # the TITOP sweeps (models/_titop_kernels.py)
     P = Params(default_config("balloon"))
     tsys = titop_system(P)

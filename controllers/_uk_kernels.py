@@ -61,14 +61,17 @@ import numpy as np
 from numba import carray, farray, njit, types
 from numba.extending import intrinsic
 
-from cmstack.models import _task_kernels, _trajectory_kernels
+from cmstack.controllers import kernels
+from cmstack.controllers.kernels import passive_factor, passive_null, passive_torque, vanishing_rows
+from cmstack.models import _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._kernel_cache import depends_on
+from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
-from cmstack.models._trajectory_kernels import circle_sample
+from cmstack.models._trajectory_kernels import circle_sample, sinusoid_sample
 
-depends_on(__file__, _task_kernels, _trajectory_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, kernels, _loop_kernels, _task_kernels, _trajectory_kernels)   # numba's cache does not see a change of a callee in another file
 
-COUPLING, FRAME, POSTURE = 0, 1, 2
+COUPLING, FRAME, POSTURE, LOOP = 0, 1, 2, 3
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
@@ -94,7 +97,7 @@ def _i64_at(typingctx, address):
     return sig, codegen
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
     docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)], the world's last;
@@ -159,23 +162,55 @@ def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
         fvec[k, 21], fvec[k, 22], fvec[k, 23] = al0, al1, al2
 
 
+@njit(cache=True, inline="always")
+def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed):
+    """A loop closure as a task (``models/loops.py``: W = J, drift = J̇v, w = J v, e = φ, P = I): its rows J and
+    J̇v from ``models/_loop_kernels.closure_rows`` (the kernel PIDC's compiled step uses) into Ab[row0:row0 + nsel]
+    (J̇v in the b column, until ``task_law`` writes b there), φ from ``closure_phi``; ed (4, ≥ nsel) ←
+    [J̇v; J v; φ; φ]; then the rows of A scaled by sc (w is that of the unscaled J, as ``Task.compute`` before the
+    level's √ω)."""
+    n = v.shape[0]
+    closure_rows(code, xa, Ja, xb, Jb, Ab, Ab[:, n], row0)
+    closure_phi(code, xa, xb, ed[2], 0)
+    for i in range(nsel):
+        r = row0 + i
+        w = 0.0
+        for c in range(n):
+            w += Ab[r, c] * v[c]
+        ed[0, i] = Ab[r, n]
+        ed[1, i] = w
+        ed[3, i] = ed[2, i]
+        if sc != 1.0:
+            for c in range(n):
+                Ab[r, c] *= sc
+
+
 @njit(cache=True)
 def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
     """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
     ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
     tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
-    selected row count, offset in pidx/qref, 1 if in the last level]; tflt (nt, 4) = [K_p, K_d, scale
+    selected row count, offset in pidx/qref (a loop: its kind's code in ``models/_loop_kernels.py``), 1 if in
+    the last level]; a joint task (posture, joint trajectory) has in place of its frame slot a 1 when its
+    reference is a sinusoid sampled here, else 0.  pidx (np,) the joint tasks' joints; qref (7 np,) =
+    [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
+    sample, written here from the sinusoid's c, a, ω, φ, or by the caller); tflt (nt, 4) = [K_p, K_d, scale
     (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
     [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a
     ``Circle`` (its sample at time t written here into the position and tgtVA, the orientation R given in
     tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
     action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
     in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
-    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q)."""
+    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``."""
+    task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab,
+                   np.empty((4, terr.shape[1])), np.empty((3, 3)))
+
+
+@njit(cache=True, inline="always")
+def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R):
+    """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
     n = v.shape[0]
-    ed = np.empty((4, terr.shape[1]))
-    R = np.empty((3, 3))
-    zero = np.zeros(terr.shape[1])          # a posture's v_d = a_d
+    np_ = pidx.shape[0]                     # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
         a, b, sc = tint[k, 1], tint[k, 2], tflt[k, 2]
@@ -187,16 +222,24 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
                 circle_sample(t, tcirc[k], tgtH[k], tgtVA[k])
             frame_error(fvec[a], fJ[a], tgtH[k], tgtVA[k], sel0, nsel, sc, Ab, row0, ed, R)
             m = 6
+        elif kind == LOOP:
+            loop_error(tint[k, 6], fvec[a], fJ[a], fvec[b], fJ[b], v, nsel, sc, Ab, row0, ed)
+            m = nsel
         else:
             off = tint[k, 6]
             m = nsel
-            joint_error(q, v, pidx[off:off + m], qref[off:off + m], zero, zero, sc, Ab, row0, ed)
+            o1, o2 = np_ + off, 2 * np_ + off
+            if a != 0:                      # a joint sinusoid, sampled here (``Sinusoid.sample``'s kernel)
+                sinusoid_sample(t, qref[3 * np_ + off:3 * np_ + off + m], qref[4 * np_ + off:4 * np_ + off + m],
+                                qref[5 * np_ + off:5 * np_ + off + m], qref[6 * np_ + off:6 * np_ + off + m],
+                                qref[off:off + m], qref[o1:o1 + m], qref[o2:o2 + m])
+            joint_error(q, v, pidx[off:off + m], qref[off:off + m], qref[o1:o1 + m], qref[o2:o2 + m], sc, Ab, row0, ed)
         for i in range(m):
             terr[k, i] = ed[3, i]
-        task_law(ed, R, kind != POSTURE, tflt[k, 0], tflt[k, 1], sc, sel0, nsel, tbias[k], Ab[:, n], row0)
+        task_law(ed, R, kind == COUPLING or kind == FRAME, tflt[k, 0], tflt[k, 1], sc, sel0, nsel, tbias[k], Ab[:, n], row0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def bias_forces(Jw, v, jpose, parent, inert, g, work, h):
     """h = nle(q, v) = C(q, v) v + g(q) (Pinocchio's ``nonLinearEffects``) by the recursive Newton–Euler
     algorithm in world axes, from data.J, v and every joint's pose (module docstring, "bias_forces").
@@ -323,7 +366,7 @@ def kkt_work_size(n: int, m: int) -> int:
     return 2 * n * n + n + n * (m + 1) + 2 * m * m + m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     """The equality-constrained last level by the Schur complement (module docstring).  gauss: 1.0 (H
     and r start from Gauss' M and −(h + D v)) or 0.0 (the last level without Gauss: H = Σ ω AᵀA,
@@ -431,7 +474,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def effort_violated(tau, eidx, tmax):
     """|τ_i| > τ_max,i (1 + 1e-9) for some selected joint i (``EffortLimit.violated``)."""
     for k in range(eidx.shape[0]):
@@ -440,13 +483,80 @@ def effort_violated(tau, eidx, tmax):
     return False
 
 
-#: header of the plan's integer table (``uk_plan._FusedPlan``): sizes, then offsets into the two tables
+@njit(cache=True, inline="always")
+def passive_level(M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z, piv, tq, tz, e, counts, keep, sizes):
+    """Level 1 with the passive joints' zero-torque condition, then every upper level without its vanishing rows,
+    as ``UdwadiaKalabaController._passive_rows`` and ``_without_empty_rows`` (derived there), on the rows
+    ``task_rows`` wrote into Ab: level 1's lvl[0] rows first, then a gap of p = len(pas) rows, then the other
+    upper levels (lvl[1:] rows), m_max = Σ lvl + p rows in all.
+
+        J_c = level 1's loop rows lrows / their √ω,  G = S_p J_cᵀ and its COD (``kernels.passive_factor``: rank r),
+        rows U_⊥ᵀ S_p M v̇ = −U_⊥ᵀ S_p (h + D v) (U_⊥: ``kernels.passive_null``) into the gap (p − r of its p
+        rows), the other levels moved up by the r rows left; ``kernels.vanishing_rows`` per level, the kept
+        rows moved up in order.
+
+    J_c (a table), X, Z, piv, tq, tz: the COD, kept for ``kernels.passive_torque`` after the solve; e, keep (int,
+    ≥ m_max), sizes (int, the levels' count): scratch; counts (float) ← the kept rows of each upper level.  Returns (the kept rows, E = Ab[:that]; the rank r)."""
+    n = v.shape[0]
+    nl = lrows.shape[0]
+    npas = pas.shape[0]
+    for i in range(nl):
+        r = lrows[i]
+        s = lscale[i]
+        for c in range(n):
+            Jc[i, c] = Ab[r, c] / s
+    rank = passive_factor(Jc, pas, tol, X, Z, piv, tq, tz)
+    k = npas - rank
+    d0 = lvl[0]
+    for j in range(k):
+        passive_null(X, npas, rank, tq, rank + j, e)
+        row = d0 + j
+        x = 0.0
+        for i in range(npas):
+            pi = pas[i]
+            x += e[i] * (h[pi] + D[pi] * v[pi])
+        Ab[row, n] = -x
+        for c in range(n):
+            x = 0.0
+            for i in range(npas):
+                x += e[i] * M[pas[i], c]
+            Ab[row, c] = x
+    if rank > 0:                             # the gap's r unused rows: the levels below move up
+        for row in range(d0 + npas, m_max):
+            for c in range(n + 1):
+                Ab[row - rank, c] = Ab[row, c]
+    mu = m_max - rank
+    nlv = lvl.shape[0]
+    sizes[0] = d0 + k
+    for L in range(1, nlv):
+        sizes[L] = lvl[L]
+    dropped = vanishing_rows(Ab[:mu, :n], Ab[:mu, n], sizes, tol, keep)
+    i0 = 0
+    out = 0
+    for L in range(nlv):
+        kept = 0
+        for row in range(i0, i0 + sizes[L]):
+            if keep[row]:
+                if out != row:
+                    for c in range(n + 1):
+                        Ab[out, c] = Ab[row, c]
+                out += 1
+                kept += 1
+        counts[L] = kept
+        i0 += sizes[L]
+    return mu - dropped, rank
+
+
+#: header of the plan's integer table (``uk_plan._FusedPlan``): sizes, then offsets into the two tables; the
+#: closed-chain part (N_PAS > 0, ``passive_level``): the passive joints, the loops' rows in level 1 and their √ω,
+#: the upper levels' sizes, the table J_c, the rank tolerance, the COD's work arrays (``kernels.passive_work``);
+#: O_SCR: the step's float scratch (4 width + 9 + n), O_KEEP: its integer scratch (m + levels, closed plans)
 N, NT, NF, NJ, M_UP, NROWS, WIDTH, O_TINT, O_FINT, O_PIDX, N_PIDX, O_EIDX, N_EIDX, O_FPLACE, O_FJ, O_FVEC, \
     O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE, O_PARENT, O_INERT, O_GRAV, \
-    O_RNEA = range(30)
+    O_RNEA, O_PAS, N_PAS, O_LROWS, N_LROWS, O_LVL, N_LVL, O_LSCALE, O_JC, O_CTOL, O_PWORK, O_PPIV, O_SCR, O_KEEP = range(43)
 #: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi
 P_JOINTS = 4
-HEADER = 32
+HEADER = 48
 NONFINITE = 4
 
 
@@ -478,16 +588,16 @@ def uk_step(t, q, v, ptr, I, F, buf):
     nt, nf, nj, m, nrows, width = I[NT], I[NF], I[NJ], I[M_UP], I[NROWS], I[WIDTH]
     Jw = farray(_f64_at(ptr[0]), (6, n))
     Md = farray(_f64_at(ptr[1]), (n, n))
-    if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1):
+    if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1) + I[N_LROWS] + I[N_LVL]:
         raise ValueError("uk_step: the step buffer's length does not match the plan")
     b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data      # views without reshape's checks
-    bq = buf[:n]
-    bv = buf[n:2 * n]
+    bq = carray(_f64_at(b0), (n,))
+    bv = carray(_f64_at(b0 + 8 * n), (n,))
     M = carray(_f64_at(b0 + 16 * n), (n, n))
     o = 2 * n + n * n
-    h = buf[o:o + n]
+    h = carray(_f64_at(b0 + 8 * o), (n,))
     o += n
-    out = buf[o:o + 3 * n + m]
+    out = carray(_f64_at(b0 + 8 * o), (3 * n + m,))
     o += 3 * n + m
     Ab = carray(_f64_at(b0 + 8 * o), (nrows, n + 1))
     for i in range(n):
@@ -505,8 +615,8 @@ def uk_step(t, q, v, ptr, I, F, buf):
             jpose[k, 9 + i] = p[i]
     tint = carray(_i64_at(i0 + 8 * I[O_TINT]), (nt, 8))
     fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
-    pidx = I[I[O_PIDX]:I[O_PIDX] + I[N_PIDX]]
-    eidx = I[I[O_EIDX]:I[O_EIDX] + I[N_EIDX]]
+    pidx = carray(_i64_at(i0 + 8 * I[O_PIDX]), (I[N_PIDX],))
+    eidx = carray(_i64_at(i0 + 8 * I[O_EIDX]), (I[N_EIDX],))
     D = carray(_f64_at(ptr[2]), (n,))
     fplace = carray(_f64_at(f0 + 8 * I[O_FPLACE]), (nf, 4, 4))
     fJ = carray(_f64_at(f0 + 8 * I[O_FJ]), (nf, 6, n))
@@ -515,19 +625,57 @@ def uk_step(t, q, v, ptr, I, F, buf):
     tgtH = carray(_f64_at(f0 + 8 * I[O_TGTH]), (nt, 4, 4))
     tgtVA = carray(_f64_at(f0 + 8 * I[O_TGTVA]), (nt, 12))
     tcirc = carray(_f64_at(f0 + 8 * I[O_TCIRC]), (nt, 7))
-    qref = F[I[O_QREF]:I[O_QREF] + I[N_PIDX]]
+    qref = carray(_f64_at(f0 + 8 * I[O_QREF]), (7 * I[N_PIDX],))
     tbias = carray(_f64_at(f0 + 8 * I[O_TBIAS]), (nt, width))
     terr = carray(_f64_at(f0 + 8 * I[O_TERR]), (nt, width))
     tmax = carray(_f64_at(ptr[3]), (I[N_EIDX],))
-    wk = F[I[O_WK]:I[O_WK] + I[N_WK]]
+    wk = carray(_f64_at(f0 + 8 * I[O_WK]), (I[N_WK],))
     parent = carray(_i64_at(i0 + 8 * I[O_PARENT]), (nj,))
     inert = carray(_f64_at(f0 + 8 * I[O_INERT]), (nj, 13))
     grav = carray(_f64_at(f0 + 8 * I[O_GRAV]), (3,))
     rnea = carray(_f64_at(f0 + 8 * I[O_RNEA]), (nj, 18))
     bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
-    task_rows(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
-    st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)
-    if st == OK and effort_violated(out[n:2 * n], eidx, tmax):
+    osc = I[O_SCR]                         # scratch: ed (4, width), R (3×3), y (n)
+    ed = carray(_f64_at(f0 + 8 * osc), (4, width))
+    Rs = carray(_f64_at(f0 + 8 * (osc + 4 * width)), (3, 3))
+    task_rows_into(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs)
+    npas = I[N_PAS]
+    if npas == 0:
+        st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)
+        if st == OK and effort_violated(out[n:2 * n], eidx, tmax):
+            return LIMIT
+        return st
+    # closed chain with passive joints: level 1 gets the zero-torque rows, the vanishing rows are left out
+    nl, nlv = I[N_LROWS], I[N_LVL]
+    pas = carray(_i64_at(i0 + 8 * I[O_PAS]), (npas,))
+    lrows = carray(_i64_at(i0 + 8 * I[O_LROWS]), (nl,))
+    lvl = carray(_i64_at(i0 + 8 * I[O_LVL]), (nlv,))
+    lscale = carray(_f64_at(f0 + 8 * I[O_LSCALE]), (nl,))
+    Jc = carray(_f64_at(f0 + 8 * I[O_JC]), (nl, n))
+    L = max(nl, npas) + 1                  # ``kernels.passive_work``'s layout: X, Z (L×L), tq, tz, e, yp, w (L)
+    o = I[O_PWORK]
+    X = carray(_f64_at(f0 + 8 * o), (L, L))
+    Z = carray(_f64_at(f0 + 8 * (o + L * L)), (L, L))
+    o += 2 * L * L
+    tq, tz, e = carray(_f64_at(f0 + 8 * o), (L,)), carray(_f64_at(f0 + 8 * (o + L)), (L,)), carray(_f64_at(f0 + 8 * (o + 2 * L)), (L,))
+    yp, w = carray(_f64_at(f0 + 8 * (o + 3 * L)), (L,)), carray(_f64_at(f0 + 8 * (o + 4 * L)), (L,))
+    piv = carray(_i64_at(i0 + 8 * I[O_PPIV]), (2 * L,))
+    nb = buf.shape[0]
+    counts = carray(_f64_at(b0 + 8 * (nb - nlv)), (nlv,))
+    lam = carray(_f64_at(b0 + 8 * (nb - nlv - nl)), (nl,))
+    keep = carray(_i64_at(i0 + 8 * I[O_KEEP]), (m,))
+    sizes = carray(_i64_at(i0 + 8 * (I[O_KEEP] + m)), (nlv,))
+    mk, rank = passive_level(M, h, D, bv, Ab, m, pas, lrows, lscale, lvl, F[I[O_CTOL]], Jc, X, Z, piv, tq, tz, e,
+                             counts, keep, sizes)
+    st = kkt_solve(M, h, D, bv, Ab, tint, tflt, mk, F[0], F[1], wk, out)
+    if mk > n and st == OK:
+        st = NULLSPACE                     # more rows than degrees of freedom: the null-space path (``_equality``)
+    tau = out[n:2 * n]                     # y = M v̇ + h + D v, then the torque sent T y and the loop reaction λ
+    y = carray(_f64_at(f0 + 8 * (osc + 4 * width + 9)), (n,))
+    for i in range(n):
+        y[i] = tau[i]
+    passive_torque(Jc, pas, X, Z, rank, piv, tq, tz, y, yp, w, lam, tau)
+    if st == OK and effort_violated(tau, eidx, tmax):
         return LIMIT
     return st

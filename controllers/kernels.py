@@ -221,16 +221,66 @@ def cod_pinv_apply(X: np.ndarray, p: int, s: int, r: int, piv: np.ndarray, tau: 
         out[piv[i]] = w[i]
 
 
+def passive_work(m: int, q: int) -> tuple[int, int]:
+    """Sizes (floats, ints) of ``passive_factor``'s work arrays for m loop rows and q passive joints."""
+    L = max(m, q) + 1
+    return 2 * L * L + 5 * L, 2 * L
+
+
+@njit(cache=True, inline="always")
+def passive_factor(Jc: np.ndarray, p: np.ndarray, tol: float, X: np.ndarray, Z: np.ndarray, piv: np.ndarray, tq: np.ndarray,
+                   tz: np.ndarray) -> int:
+    """G = S_p J_cᵀ (q×m; J_c the loops' rows, m×n; p the q passive joints' indices) into X and its complete
+    orthogonal decomposition (``cod_factor``, rank test σ > tol·max(1, σ₁) read on the pivoted column norms, mode
+    ``REL1``): X, Z (≥ (max(m, q) + 1) square), piv (≥ 2 (max(m, q) + 1)), tq, tz (≥ max(m, q) + 1).  Returns the
+    rank r.  ``passive_map`` and the compiled UK step (``controllers/_uk_kernels.py: passive_level``) start here."""
+    m = Jc.shape[0]
+    q = p.shape[0]
+    for i in range(q):
+        for j in range(m):
+            X[i, j] = Jc[j, p[i]]
+    return cod_factor(X, q, m, tol, REL1, piv, tq, Z, tz)
+
+
+@njit(cache=True, inline="always")
+def passive_null(X: np.ndarray, q: int, r: int, tq: np.ndarray, c: int, e: np.ndarray) -> None:
+    """e[:q] ← column c ≥ r of Q of ``passive_factor``'s G: a basis vector of U_⊥, the left null space of G."""
+    for i in range(q):
+        e[i] = 0.0
+    e[c] = 1.0
+    apply_q(X, q, r, tq, e)
+
+
+@njit(cache=True, inline="always")
+def passive_torque(Jc: np.ndarray, p: np.ndarray, X: np.ndarray, Z: np.ndarray, r: int, piv: np.ndarray, tq: np.ndarray,
+                   tz: np.ndarray, y: np.ndarray, yp: np.ndarray, w: np.ndarray, lam: np.ndarray, tau: np.ndarray) -> None:
+    """τ = T y = y − J_cᵀ λ with λ = G⁺ S_p y (the loop reaction; ``passive_map``'s T applied to one vector, without
+    forming G⁺ or T), then τ_p = 0 exactly (it is (I − G G⁺) S_p y, zero to round-off when S_p y ∈ range(G)).
+    From ``passive_factor``'s result; yp, w: scratch (≥ max(m, q) + 1); lam (m) out."""
+    m, n = Jc.shape
+    q = p.shape[0]
+    for i in range(q):
+        yp[i] = y[p[i]]
+    cod_pinv_apply(X, q, m, r, piv, tq, Z, tz, yp, w, lam)
+    for i in range(n):
+        x = y[i]
+        for a in range(m):
+            x -= Jc[a, i] * lam[a]
+        tau[i] = x
+    for i in range(q):
+        tau[p[i]] = 0.0
+
+
 @njit(cache=True)
 def passive_map(Jc: np.ndarray, p: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The torque map of UK with passive joints (``UdwadiaKalabaController._passive_rows``) from the COD of
-    G = S_p J_cᵀ (np×m; J_c the loops' rows, m×n; p the passive joints' indices), rank test σ > tol·max(1, σ₁)
-    read on its pivoted column norms (mode ``REL1``):
+    G = S_p J_cᵀ (np×m; J_c the loops' rows, m×n; p the passive joints' indices; ``passive_factor``):
 
         G⁺ = Π Z_r U⁻ᵀ Q_rᵀ,   T = I − J_cᵀ G⁺ S_p,   U_⊥ = Q[:, r:]  (the left null space of G)
 
     Returns (T (n×n), G⁺ (m×np), U_⊥ (np×(np−r))).  U_⊥ is another orthonormal basis of the space the SVD's
-    last left singular vectors span: its rows U_⊥ᵀ S_p M v̇ = −U_⊥ᵀ S_p (h + D v) are the same constraint."""
+    last left singular vectors span: its rows U_⊥ᵀ S_p M v̇ = −U_⊥ᵀ S_p (h + D v) are the same constraint.
+    (``passive_torque`` applies T to one vector without forming it.)"""
     m, n = Jc.shape
     q = p.shape[0]
     L = max(m, q) + 1
@@ -238,10 +288,7 @@ def passive_map(Jc: np.ndarray, p: np.ndarray, tol: float) -> tuple[np.ndarray, 
     Z = np.zeros((L, L))
     piv = np.empty(2 * L, np.int64)
     tq, tz, w, e, col = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
-    for i in range(q):
-        for j in range(m):
-            X[i, j] = Jc[j, p[i]]
-    r = cod_factor(X, q, m, tol, REL1, piv, tq, Z, tz)
+    r = passive_factor(Jc, p, tol, X, Z, piv, tq, tz)
     Gp = np.empty((m, q))
     for j in range(q):
         for i in range(q):
@@ -252,10 +299,7 @@ def passive_map(Jc: np.ndarray, p: np.ndarray, tol: float) -> tuple[np.ndarray, 
             Gp[i, j] = col[i]
     Up = np.empty((q, q - r))
     for c in range(r, q):
-        for i in range(q):
-            e[i] = 0.0
-        e[c] = 1.0
-        apply_q(X, q, r, tq, e)
+        passive_null(X, q, r, tq, c, e)
         for i in range(q):
             Up[i, c - r] = e[i]
     T = np.zeros((n, n))
@@ -271,7 +315,7 @@ def passive_map(Jc: np.ndarray, p: np.ndarray, tol: float) -> tuple[np.ndarray, 
     return T, Gp, Up
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def vanishing_rows(E: np.ndarray, f: np.ndarray, sizes: np.ndarray, tol: float, keep: np.ndarray) -> int:
     """keep[i] ← False for the rows of E v̇ = f that vanish within their level (consecutive blocks of ``sizes``
     rows): ‖E_i‖ ≤ tol·max(1, max_j ‖E_j‖) and |f_i| ≤ tol·max(1, max_j |f_j|), j over the same level; else True.

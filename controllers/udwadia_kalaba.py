@@ -41,7 +41,8 @@ Solution, cheapest first:
 The torque is τ = M v̇* + h + D v = RNEA(q, v, v̇*) + D v.
 
 Fused path: when every task has a compiled row builder (``Task.kernel_kind()``: ``RigidCoupling``,
-``FrameTask``, ``PostureTask`` and their subclasses that keep the row maths; a task with integral action
+``FrameTask``, ``PostureTask``, ``JointTrajectoryTask`` (a ``Sinusoid`` sampled in the kernel, any other
+trajectory in Python), ``LoopClosure`` and their subclasses that keep the row maths; a task with integral action
 around one of them; and
 ``fused=True``, the default), the rows, H, r, the KKT solve of 1. and the effort check run in one
 compiled call (``controllers/_uk_kernels.py``, numba, cached on disk) on the Pinocchio data of the
@@ -60,7 +61,13 @@ in that level: with y = M v̇ + h + D v, the mechanism supplies any loop reactio
 join level 1, λ = G⁺ S_p y, and τ = (I − J_cᵀ G⁺ S_p) y, on which the effort limits act
 (``_passive_rows``; U_⊥ and G⁺ from a complete orthogonal decomposition of G, ``kernels.passive_map``).  The
 levels' rows that vanish (a planar mechanism's out-of-plane loop and task rows) are left out, so that the
-KKT path of 1. applies to the rows left (``_without_empty_rows``: the same solution).  Such steps take the
+KKT path of 1. applies to the rows left (``_without_empty_rows``: the same solution).  The fused path knows
+them too when every loop has compiled rows and residual (``LoopClosure.kernel_kind()``: the kinds of
+``models/_loop_kernels.py``, whose ``closure_rows`` PIDC's compiled step uses as well): the loops are task rows of
+kind LOOP in the kernel's level 1, the zero-torque rows, the vanishing-row test and the torque map run in the
+same compiled call (``_uk_kernels.passive_level`` on ``kernels.passive_factor``/``passive_null``, τ = T y by
+``kernels.passive_torque`` without forming T); T itself is formed (``kernels.passive_map``) only when a fallback,
+the limits' rows or ``binding_limits`` read it.  Passive joints without loops, or a loop of another kind, take the
 generic path.
 
 Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ + Cᵀ z = 0):
@@ -89,6 +96,8 @@ from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
+
+_PENDING = object()      # ``_T`` of a compiled closed-chain step, not formed yet
 
 __all__ = ["GAUSS", "UKStepInfo", "UdwadiaKalabaController", "udwadia_kalaba_closed_form"]
 
@@ -231,9 +240,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
         self.warn_free_dof = warn_free_dof
         self._warned = False
-        # passive joints take the generic path (their zero-torque rows and torque map are built per step)
-        self._plan = _FusedPlan.build(self) if fused and not self._passive.size else None
-        self._T: np.ndarray | None = None          # the step's torque map (passive joints), else None
+        # passive joints with the robot's loops: the plan's closed-chain step (``_uk_kernels.passive_level``)
+        self._plan = _FusedPlan.build(self) if fused else None
+        self._Tmap: object = None                   # the step's torque map (passive joints), else None (``_T``)
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -337,7 +346,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if P.version != _params.version:
             P.version = _params.version
             P.copy_parameters()
-        if P.traj_tasks:
+        if P.sampled:
             P.sample(t)
         fresh = None
         if P.integrals:
@@ -350,6 +359,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
         if st == 4:                           # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
             robot.refuse_state(q, v)
+        if P.closed:                          # the step's torque map: made when first asked for (``_T``)
+            self._Tmap = _PENDING
         if fresh:
             for k, task in fresh:
                 task.record(t, P.terr[k, task.rows])
@@ -498,6 +509,23 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             i += size
         return out, E[keep], f[keep]
 
+    @property
+    def _T(self) -> np.ndarray | None:
+        """The step's torque map T (passive joints, ``_passive_rows``), or None.  After a compiled closed-chain step
+        (which applies it without forming it, ``kernels.passive_torque``) it is made on first use from the loops'
+        rows that step wrote (``_FusedPlan.torque_map``: ``kernels.passive_map``, the step's COD)."""
+        T = self._Tmap
+        if T is _PENDING:
+            P = self._plan
+            assert P is not None
+            T, self._loop_reaction = P.torque_map()
+            self._Tmap = T
+        return T  # type: ignore[return-value]
+
+    @_T.setter
+    def _T(self, value: np.ndarray | None) -> None:
+        self._Tmap = value
+
     def _torque(self, y: np.ndarray) -> np.ndarray:
         """τ from y = M v̇ + h + D v: y itself, or T y with passive joints (``_passive_rows``)."""
         if self._T is None:
@@ -509,7 +537,13 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
     def loop_reaction(self) -> np.ndarray | None:
         """λ of the last step: the loops' reaction (in the units of their rows: N for point rows, N·m
         for rotation rows) that the torque leaves to the mechanism, or None without passive joints."""
-        if self._T is None or self.info.vdot is None:
+        if self.info.vdot is None:
+            return None
+        if self._Tmap is _PENDING and self._kin_buf is not None:     # a compiled step's λ (its buffer)
+            P = self._plan
+            assert P is not None
+            return P.loop_reaction(self._kin_buf[0]).copy()
+        if self._T is None:
             return None
         Jc, Gp = self._loop_reaction
         kin = self.kin
@@ -526,6 +560,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._info_kkt = None
         kin = self.kin
         assert kin is not None
+        if P.closed:            # the fallbacks and the limits' rows read the torque map: made now
+            self._T, self._loop_reaction = P.torque_map()
         x, tau, hD, lam, Ab = P.results(buf)
         if st == 0 and P.other_limits:
             for other in P.other_limits:
@@ -546,7 +582,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info._lazy = (self._buffer_forces, buf)
             return tau
         self.info.cold_retries = 0
-        E, f, rows, final_rows = P.views(Ab)
+        E, f, rows, final_rows = P.views(Ab, buf)
         if warn:
             self._warn_free(E, final_rows, stacklevel=4)
         H, r = P.H, P.r
@@ -558,7 +594,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             x, lam, path = self._nullspace(H, -r, rows, t)
         else:
             x, lam, path = np.asarray(np.linalg.solve(H, r), dtype=np.float64), None, "kkt"
-        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, kin.M @ x + hD)
+        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(kin.M @ x + hD))
 
     def _buffer_forces(self, buf: np.ndarray):
         """(Q_c, Q_u, Q_lim) of a compiled KKT step from its buffer (``UKStepInfo``'s lazy forces)."""
@@ -567,7 +603,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         x, tau, hD, lam, Ab = P.results(buf)
         if P.absorbed:
             return self._absorbed_forces(hD, x, tau, Ab)
-        E, f, rows, final_rows = P.views(Ab)
+        E, f, rows, final_rows = P.views(Ab, buf)
         return self._forces_closure(None, hD, x, lam, None, rows, final_rows, E)()
 
     def _absorbed_forces(self, hD, x, tau, Ab):

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class _FusedPlan:
                 inner = cls._inner(task)
                 if inner is None or not callable(getattr(inner, "kernel_kind", None)) or inner.kernel_kind() is None:
                     return None
+        if ctl._passive.size and not ctl.loops:
+            return None          # passive joints without loops: the generic path (their rows are M_p v̇ = −h_p)
         model = ctl.robot.model
         if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
             return None          # the kernel's h takes joint j's velocity as column j − 1
@@ -54,10 +57,16 @@ class _FusedPlan:
         # over the levels above is unique, so Gauss, strictly after it, has nothing left to decide and
         # the solution is the strict one; otherwise (and whenever a limit is hit) the step takes the
         # generic path (``_call_generic``), whose null-space solve such layouts needed every step.
-        self.absorbed = not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n
+        # "closed": passive joints (with the robot's loops in level 1), ``_uk_kernels.passive_level``: level 1 gets
+        # the zero-torque rows in a gap of p rows after its own, every upper level loses its vanishing rows, and
+        # the torque sent is T (M v̇ + h + D v); never absorbed (the generic path's layout, row for row)
+        self.closed = bool(ctl._passive.size)
+        npas = int(ctl._passive.size)
+        self.absorbed = (not self.closed and not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n)
         upper = ctl._upper[:-1] if self.absorbed else ctl._upper
         last = ctl._upper[-1] if self.absorbed else ctl._final
         entries = [(task, float(sw), 0.0, 0) for L in upper for task, sw in zip(L.tasks, L.sqrt_w)]
+        gap_after = len(upper[0].tasks) if self.closed else -1       # the entry before which the gap opens
         entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
         self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
         frames: dict = {}
@@ -81,9 +90,14 @@ class _FusedPlan:
         tflt = np.zeros((nt, 4))
         pidx: list = []
         self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
+        self.joint_trajs: list = []        # (entry, first, stop in pidx, task) of the joint trajectory tasks
         row = 0
         bounds = []
+        from cmstack.models._loop_kernels import KIND_CODES
+
         for k, (outer, sc, w, final) in enumerate(entries):
+            if k == gap_after:
+                row += npas
             task = self._inner(outer)
             if task is not outer:
                 self.integrals.append((k, outer))
@@ -95,17 +109,33 @@ class _FusedPlan:
             elif kind == 1:
                 a = slot(task.fid)
                 self.frame_tasks.append((k, task))
+            elif kind == 3:                   # a loop closure: its frames, its kind's code
+                a, b, off, sel0 = slot(task.fa), slot(task.fb), KIND_CODES[task.kind], 0
             else:
                 off, sel0 = len(pidx), 0
                 pidx.extend(int(i) for i in task.idx)
-                self.postures.append((off, off + nsel, task))
+                if isinstance(task, JointTrajectoryTask):      # its rows are JointTrajectoryTask's (kernel_kind)
+                    self.joint_trajs.append((k, off, off + nsel, task))
+                else:
+                    self.postures.append((off, off + nsel, task))
             tint[k] = (kind, a, b, row, sel0, nsel, off, final)
             tflt[k] = (task.kp, task.kd, sc, w)
             self.task_items.append((k, task))
             bounds.append((row, row + nsel))
             row += nsel
+        if self.closed and gap_after == len(entries):
+            row += npas                       # level 1 is the only upper level and Gauss has no task
         width = max([6] + [int(r[5]) for r in tint])
-        m = self.m_up = sum(L.dim for L in upper)
+        m = self.m_up = sum(L.dim for L in upper) + (npas if self.closed else 0)
+        # the closed-chain tables: passive joints, the loops' rows in level 1 and their √ω, the upper levels' sizes
+        pas = np.ascontiguousarray(ctl._passive, dtype=np.int64) if self.closed else np.zeros(0, np.int64)
+        lrows = ctl._loop_rows.astype(np.int64) if self.closed else np.zeros(0, np.int64)
+        lscale = ctl._loop_scale.astype(float) if self.closed else np.zeros(0)
+        lvl = np.array([L.dim for L in upper], dtype=np.int64) if self.closed else np.zeros(0, np.int64)
+        nl = lrows.size
+        from cmstack.controllers.kernels import passive_work
+
+        pw_f, pw_i = passive_work(nl, pas.size) if self.closed else (0, 0)
         nf, nj = len(fint), model.njoints - 1
         # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
         efforts = [lim for lim in ctl.limits if isinstance(lim, EffortLimit)
@@ -115,12 +145,15 @@ class _FusedPlan:
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
         # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
         # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
-        I_len = K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size + nj
+        n_keep = m + lvl.size if self.closed else 0
+        I_len = (K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size + nj + pas.size + nl + lvl.size + pw_i
+                 + n_keep)
         F_sizes = [("fplace", 16 * nf), ("fJ", 6 * n * nf), ("fvec", 24 * nf), ("tflt", 4 * nt),
-                   ("tgtH", 16 * nt), ("tgtVA", 12 * nt), ("tcirc", 7 * nt), ("qref", len(pidx)),
+                   ("tgtH", 16 * nt), ("tgtVA", 12 * nt), ("tcirc", 7 * nt), ("qref", 7 * len(pidx)),
                    ("tbias", width * nt), ("terr", width * nt),
                    ("wk", K.kkt_work_size(n, m)), ("jpose", 12 * (nj + 1)), ("inert", 13 * nj), ("grav", 3),
-                   ("rnea", 18 * nj)]
+                   ("rnea", 18 * nj), ("lscale", nl), ("Jc", nl * n), ("ctol", 1), ("pwork", pw_f),
+                   ("scr", 4 * width + 9 + n)]
         self.I = np.zeros(I_len, dtype=np.int64)
         self.F = np.zeros(2 + sum(k for _, k in F_sizes))
         I, F = self.I, self.F
@@ -136,7 +169,8 @@ class _FusedPlan:
         o = K.HEADER
         off_i = {}
         for name, size in (("tint", tint.size), ("fint", nf * (n + 1)), ("pidx", len(pidx)), ("eidx", eidx.size),
-                           ("parent", nj)):
+                           ("parent", nj), ("pas", pas.size), ("lrows", nl), ("lvl", lvl.size), ("ppiv", pw_i),
+                           ("keep", n_keep)):
             off_i[name] = o
             o += size
         I[[K.N, K.NT, K.NF, K.NJ, K.M_UP, K.NROWS, K.WIDTH]] = n, nt, nf, nj, m, row, width
@@ -148,6 +182,10 @@ class _FusedPlan:
             off_f["tcirc"], off_f["qref"], off_f["tbias"], off_f["terr"], off_f["wk"], K.kkt_work_size(n, m),
             off_f["jpose"])
         I[[K.O_PARENT, K.O_INERT, K.O_GRAV, K.O_RNEA]] = off_i["parent"], off_f["inert"], off_f["grav"], off_f["rnea"]
+        I[[K.O_PAS, K.N_PAS, K.O_LROWS, K.N_LROWS, K.O_LVL, K.N_LVL]] = (off_i["pas"], pas.size, off_i["lrows"], nl,
+                                                                      off_i["lvl"], lvl.size)
+        I[[K.O_LSCALE, K.O_JC, K.O_CTOL, K.O_PWORK, K.O_PPIV, K.O_SCR, K.O_KEEP]] = (
+            off_f["lscale"], off_f["Jc"], off_f["ctol"], off_f["pwork"], off_i["ppiv"], off_f["scr"], off_i["keep"])
 
         def iview(name, shape):
             o = off_i[name]
@@ -162,6 +200,17 @@ class _FusedPlan:
         self.pidx[:] = pidx
         self.eidx = iview("eidx", (eidx.size,))
         self.eidx[:] = eidx
+        iview("pas", (pas.size,))[:] = pas
+        iview("lrows", (nl,))[:] = lrows
+        iview("lvl", (lvl.size,))[:] = lvl
+        fview("lscale", (nl,))[:] = lscale
+        fview("ctol", (1,))[0] = ctl.rank_tol
+        # the last step's loops' rows J_c (``passive_level`` writes them): its torque map T, on demand (``torque_map``)
+        self._jc = (off_f["Jc"], nl, n)    # read from F itself (``torque_map``): a pickled plan's views are copies
+        self.passive = pas
+        self.rank_tol = float(ctl.rank_tol)
+        self.n_levels = lvl.size
+        self.n_loop_rows = nl
         self.tflt = fview("tflt", (nt, 4))
         self.tflt[:] = tflt
         self.fplace = fview("fplace", (nf, 4, 4))
@@ -169,7 +218,8 @@ class _FusedPlan:
             self.fplace[:] = np.array(fplace, dtype=float)
         self.tbias = fview("tbias", (nt, width))          # β = K_i z of the tasks with integral action
         self.terr = fview("terr", (nt, width))            # every task's pose error, written by the kernel
-        self.qref = fview("qref", (len(pidx),))
+        self.qref = fview("qref", (7 * len(pidx),))    # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
+        self.jref = self.qref.reshape(7, len(pidx))
         self.fJ = fview("fJ", (nf, 6, n))
         self.fvec = fview("fvec", (nf, 24))
         self.tgtH = fview("tgtH", (nt, 4, 4))
@@ -196,7 +246,8 @@ class _FusedPlan:
         self.ab_shape = (row, n + 1)
         self.o_out = 3 * n + n * n
         self.o_ab = self.o_out + 3 * n + m
-        self.buf_len = self.o_ab + row * (n + 1)
+        # closed: the loop reaction λ, then the kept rows of each upper level, last
+        self.buf_len = self.o_ab + row * (n + 1) + nl + lvl.size
         self.sl_x, self.sl_tau = slice(self.o_out, self.o_out + n), slice(self.o_out + n, self.o_out + 2 * n)
         self.plain = not self.other_limits           # no limit beside the kernel's effort limit
         self.n = n
@@ -206,6 +257,8 @@ class _FusedPlan:
         self.tmax: np.ndarray | None = None
         self.version = -1                  # models._params.version when the gains and targets were copied
         self.traj_tasks: list = []         # frame tasks whose target is sampled in Python every step
+        self.traj_joints: list = []        # joint trajectory tasks sampled in Python every step (not a Sinusoid)
+        self.sampled = False               # traj_tasks or traj_joints (``sample`` runs each step)
         # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
         self._levels, i = [], 0
         for L in upper:
@@ -213,6 +266,27 @@ class _FusedPlan:
             self._levels.append((i, j))
             i = j
         self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
+        self._table_views = self._find_views()
+
+    def _find_views(self) -> dict:
+        """{attribute: (table, byte offset, shape, strides)} of every attribute that is a view into I or F (what
+        Python writes there is what the kernel reads), so that an unpickled plan makes them views again."""
+        out = {}
+        for name, a in self.__dict__.items():
+            if not isinstance(a, np.ndarray) or name in ("I", "F"):
+                continue
+            for tab in ("I", "F"):
+                T = getattr(self, tab)
+                if np.shares_memory(a, T):
+                    off = a.__array_interface__["data"][0] - T.__array_interface__["data"][0]
+                    out[name] = (tab, off, a.shape, a.strides)
+        return out
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        for name, (tab, off, shape, strides) in self._table_views.items():
+            T = getattr(self, tab)
+            setattr(self, name, np.ndarray(shape, dtype=T.dtype, buffer=T, offset=off, strides=strides))
 
     def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
         """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
@@ -251,7 +325,18 @@ class _FusedPlan:
             tflt[k, 0] = task.kp
             tflt[k, 1] = task.kd
         for off, stop, task in self.postures:
-            self.qref[off:stop] = task.q_ref
+            self.jref[0, off:stop] = task.q_ref
+        joints = []
+        for k, off, stop, task in self.joint_trajs:
+            tr = task.trajectory
+            sin = tr.kernel_sinusoid() if callable(getattr(tr, "kernel_sinusoid", None)) else None
+            if sin is not None and all(np.shape(x) in ((stop - off,), (1,)) for x in sin):
+                self.jref[3:, off:stop] = sin               # sampled in the kernel (``sinusoid_sample``)
+                self.tint[k, 1] = 1
+            else:
+                self.tint[k, 1] = 0
+                joints.append((off, stop, task))
+        self.traj_joints = joints
         tgtH, tgtVA, tcirc = self.tgtH, self.tgtVA, self.tcirc
         traj = []
         for k, task in self.frame_tasks:
@@ -272,9 +357,13 @@ class _FusedPlan:
             tgtVA[k, :6] = vel
             tgtVA[k, 6:] = accD
         self.traj_tasks = traj
+        self.sampled = bool(traj or self.traj_joints)
 
     def sample(self, t: float) -> None:
-        """The targets of ``traj_tasks`` at t, into the tables."""
+        """The targets of ``traj_tasks`` and ``traj_joints`` at t, into the tables."""
+        for off, stop, task in self.traj_joints:
+            for i, x in enumerate(task.trajectory(t)):     # (q_d, v_d, a_d), each broadcast to the joints
+                self.jref[i, off:stop] = x
         tgtH, tgtVA = self.tgtH, self.tgtVA
         for k, task in self.traj_tasks:
             T, vel, accD = task.desired(t)
@@ -292,18 +381,48 @@ class _FusedPlan:
         state.update(data=None, ptr=None, _keep=None, version=-1, D=None, tmax=None)   # rebound on first use
         return state
 
+    def torque_map(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """(T, (J_c, G⁺)) of the last step of a closed plan: ``kernels.passive_map`` on the loops' rows that step
+        wrote (the same COD as the step's; what the generic path keeps as ``_T`` and ``_loop_reaction``)."""
+        from cmstack.controllers.kernels import passive_map
+
+        o, nl, n = self._jc
+        Jc = self.F[o:o + nl * n].reshape(nl, n).copy()
+        T, Gp, _ = passive_map(Jc, self.passive, self.rank_tol)
+        return T, (Jc, Gp)
+
+    def loop_reaction(self, buf: np.ndarray) -> np.ndarray:
+        """λ = G⁺ S_p (M v̇ + h + D v) of a closed plan's step (``kernels.passive_torque`` wrote it), a view."""
+        nb = len(buf)
+        return buf[nb - self.n_levels - self.n_loop_rows:nb - self.n_levels]
+
+    def _kept(self, buf: np.ndarray) -> list[int]:
+        """The kept rows of each upper level of a closed plan's step (``passive_level``'s counts)."""
+        return [int(x) for x in buf[len(buf) - self.n_levels:]]
+
     def results(self, buf: np.ndarray):
         """(v̇, τ, h + D v, λ or None, Ab) of one step's buffer (views)."""
         n = self.n
         o = self.o_out
         lam = buf[o + 3 * n:self.o_ab] if self.m_up else None
-        return buf[o:o + n], buf[o + n:o + 2 * n], buf[o + 2 * n:o + 3 * n], lam, buf[self.o_ab:].reshape(self.ab_shape)
+        if self.closed and lam is not None:
+            lam = lam[:sum(self._kept(buf))]
+        Ab = buf[self.o_ab:self.o_ab + self.ab_shape[0] * self.ab_shape[1]].reshape(self.ab_shape)
+        return buf[o:o + n], buf[o + n:o + 2 * n], buf[o + 2 * n:o + 3 * n], lam, Ab
 
-    def views(self, Ab: np.ndarray):
-        """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's)."""
+    def views(self, Ab: np.ndarray, buf: np.ndarray | None = None):
+        """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's); a closed
+        plan's rows are those its step kept (``buf``: that step's buffer)."""
         n = Ab.shape[1] - 1
-        m = self.m_up
+        levels = self._levels
+        if self.closed:
+            assert buf is not None
+            levels, i = [], 0
+            for k in self._kept(buf):
+                levels.append((i, i + k))
+                i += k
+        m = levels[-1][1] if levels else 0
         E, f = Ab[:m, :n].copy(), Ab[:m, n].copy()
-        rows = [(Ab[i:j, :n].copy(), Ab[i:j, n].copy()) for i, j in self._levels]
+        rows = [(Ab[i:j, :n].copy(), Ab[i:j, n].copy()) for i, j in levels]
         final_rows = [(Ab[i:j, :n].copy(), Ab[i:j, n].copy(), w) for i, j, w in self._final]
         return E, f, rows, final_rows

@@ -1,6 +1,6 @@
 """The loop closures' rows compiled (numba), for a compiled control step that reads its frames from a frame table
 (``controllers/_uk_kernels.py: frame_states``): the rows (J, J̇v) of ``models/loops.py: closure_rows`` (derived in
-that module's docstring; φ is not needed by a control step and not computed here).
+that module's docstring), and the residual φ for a control step that drives it (``closure_phi``, below).
 
 A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; α] (6)] with its Jacobian (6×n)
 (LOCAL_WORLD_ALIGNED, world axes).  With J_d = J_b − J_a, c_d = acc_b − acc_a:
@@ -14,6 +14,13 @@ A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; �
   parts, (J_b,v − J_a,v) v), Δc = c_d,v, ṅ = ω_A × n,
       J = nᵀ J_d,v + (n × d)ᵀ J_a,ω,   J̇v = ṅ·Δv + n·Δc + (ṅ × d + n × Δv)·ω_A + (n × d)·c_a,ω
 
+The residual φ (``closure_phi``; a control step that drives it, UK's loop task ``b = −J̇v − K_d J v − K_p φ``,
+needs it) with d = p_b − p_a, R_a, R_b the two frames' rotations:
+
+* point:     φ = d
+* weld:      φ = [d; Log(R_b R_aᵀ)]              (the one SO(3) log, ``models._lie_kernels._log3``)
+* revolute:  φ = [d; x_A·(z_A × z_b); y_A·(z_A × z_b)]
+
 tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.  The plane
 rows have no second copy: ``models/loops.py: plane_rows`` (the Python path) calls this kernel for J and J̇v
 (tests/test_loops_plane.py: finite differences on moving frames, and the slider-crank's closed form (67)-(69)).
@@ -23,9 +30,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from cmstack.models import _lie_kernels
+from cmstack.models._kernel_cache import depends_on
+from cmstack.models._lie_kernels import _log3
+
+depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+
 POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
 KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
 """The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled."""
+PHI_KINDS = ("point", "weld", "revolute")
+"""The kinds whose residual ``closure_phi`` computes (a control step that needs φ compiles only these)."""
 
 
 @njit(cache=True)
@@ -103,3 +118,33 @@ def loop_rows(lint, fJ, fvec, J, jdv):
     for k in range(lint.shape[0]):
         a, b = lint[k, 1], lint[k, 2]
         closure_rows(lint[k, 0], fvec[a], fJ[a], fvec[b], fJ[b], J, jdv, lint[k, 3])
+
+
+@njit(cache=True)
+def _dot3(x, i, y, j):
+    return x[i] * y[j] + x[i + 1] * y[j + 1] + x[i + 2] * y[j + 2]
+
+
+@njit(cache=True)
+def closure_phi(kind, xa, xb, phi, row0):
+    """The residual φ of one closure (module docstring) into phi[row0:row0 + m] from the two frame rows; returns
+    m (0 for a kind it does not know)."""
+    for i in range(3):
+        phi[row0 + i] = xb[9 + i] - xa[9 + i]
+    if kind == POINT:
+        return 3
+    if kind == WELD:
+        # (R_b R_aᵀ)_ij = Σ_k R_b[i, k] R_a[j, k] = row i of R_b · row j of R_a (rows stored row-major in x[0:9])
+        phi[row0 + 3], phi[row0 + 4], phi[row0 + 5] = _log3(
+            _dot3(xb, 0, xa, 0), _dot3(xb, 0, xa, 3), _dot3(xb, 0, xa, 6),
+            _dot3(xb, 3, xa, 0), _dot3(xb, 3, xa, 3), _dot3(xb, 3, xa, 6),
+            _dot3(xb, 6, xa, 0), _dot3(xb, 6, xa, 3), _dot3(xb, 6, xa, 6))
+        return 6
+    if kind == REVOLUTE:
+        za0, za1, za2 = xa[2], xa[5], xa[8]
+        zb0, zb1, zb2 = xb[2], xb[5], xb[8]
+        c0, c1, c2 = za1 * zb2 - za2 * zb1, za2 * zb0 - za0 * zb2, za0 * zb1 - za1 * zb0
+        phi[row0 + 3] = xa[0] * c0 + xa[3] * c1 + xa[6] * c2
+        phi[row0 + 4] = xa[1] * c0 + xa[4] * c1 + xa[7] * c2
+        return 5
+    return 0

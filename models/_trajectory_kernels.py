@@ -1,5 +1,6 @@
-"""Trajectory maths compiled by numba, written once: ``Circle.sample`` (models/trajectory.py) calls it, and so
-does the compiled UK step (controllers/_uk_kernels.py) when it samples a circle itself."""
+"""Trajectory maths compiled by numba, written once: ``Circle.sample`` and ``Sinusoid.sample``
+(models/trajectory.py) call it, and so does the compiled UK step (controllers/_uk_kernels.py) when it samples a
+circle or a joint sinusoid itself."""
 from __future__ import annotations
 
 import math
@@ -24,3 +25,15 @@ def circle_sample(t, c, T, va):
     va[2] = r * w * ca
     va[6] = -r * w * w * ca
     va[8] = -r * w * w * sa
+
+
+@njit(cache=True)
+def sinusoid_sample(t, c, a, w, p, x, xd, xdd):
+    """The sinusoid x_i = c_i + a_i sin(ω_i t + φ_i) per coordinate at t: x, ẋ = a ω cos(ω t + φ),
+    ẍ = −a ω² sin(ω t + φ) into x, xd, xdd (each of the coordinates' count; c, a, ω, φ as many)."""
+    for i in range(c.shape[0]):
+        ph = w[i] * t + p[i]
+        s, co = math.sin(ph), math.cos(ph)
+        x[i] = c[i] + a[i] * s
+        xd[i] = a[i] * w[i] * co
+        xdd[i] = -a[i] * w[i] * w[i] * s

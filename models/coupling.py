@@ -428,7 +428,9 @@ class JointTrajectoryTask(PostureTask):
     trajectory it is a ``PostureTask``.  Args: robot; trajectory; joints: names (None: all); kp (1/s²),
     kd (1/s); name."""
 
-    _KERNEL = None          # the compiled step does not sample joint trajectories: its rows run in Python
+    #: the compiled UK step's joint rows (``joint_error``), its reference a ``Sinusoid`` sampled in the kernel, any
+    #: other trajectory sampled in Python each step (``controllers/uk_plan.py``)
+    _KERNEL = 2
 
     def __init__(self, robot: Robot, trajectory: Callable[[float], tuple], joints: Sequence[str] | None = None,
                  kp: float = 100.0, kd: float = 20.0, name: str | None = None):

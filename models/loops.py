@@ -208,6 +208,21 @@ class LoopClosure(Task):
 
     # compute / qp_rows: Task's, (A, b) = (J, −J̇v − K_d J v − K_p φ) (the rows are in world axes, P = I)
 
+    #: the compiled UK step's row builder (``controllers/_uk_kernels.py: task_rows``, kind LOOP: the rows of
+    #: ``models/_loop_kernels.py``, the kernels PIDC's compiled step uses)
+    _KERNEL = 3
+
+    def kernel_kind(self) -> int | None:
+        """3 (the loop rows of the compiled UK step) when the closure's kind has compiled rows and residual
+        (``models/_loop_kernels.py``: ``KIND_CODES``, ``PHI_KINDS``) and the class keeps this one's row maths
+        (``Task.kernel_kind``); else None (the rows are computed in Python)."""
+        k = super().kernel_kind()
+        if k is None:
+            return None
+        from cmstack.models._loop_kernels import KIND_CODES, PHI_KINDS   # numba: imported on first use
+
+        return k if (self.kind in KIND_CODES and self.kind in PHI_KINDS) else None
+
     # ------------------------------------------------------------------ constraint functions (one pass)
     def _evaluator(self) -> "ClosureSet":
         if self._set is None:

@@ -117,11 +117,16 @@ class Sinusoid(Trajectory):
         c, a, f, p = (_vector(x, k) for x, k in ((center, "center"), (amplitude, "amplitude"),
                                                   (frequency_hz, "frequency_hz"), (phase, "phase")))
         try:
-            self.c, self.a, f, self.p = np.broadcast_arrays(c, a, f, p)
+            c, a, f, p = (np.array(x, dtype=float) for x in np.broadcast_arrays(c, a, f, p))
         except ValueError:
             raise ConfigError(f"Sinusoid: center, amplitude, frequency and phase do not have matching sizes "
                               f"({c.size}, {a.size}, {f.size}, {p.size})") from None
+        self.c, self.a, self.p = c, a, p
         self.w = 2 * np.pi * f
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        _params.changed()               # a compiled step that samples this sinusoid copies its parameters again
 
     def kernel_sinusoid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """(c, a, ω = 2π f, φ) for a compiled step that samples this sinusoid itself, or None when a
@@ -132,10 +137,14 @@ class Sinusoid(Trajectory):
         return self.c, self.a, self.w, self.p
 
     def sample(self, t: float) -> Sample:
-        ph = self.w * t + self.p
-        s, co = np.sin(ph), np.cos(ph)
-        a, w = self.a, self.w
-        return Sample(self.c + a * s, a * w * co, -a * w * w * s)
+        """(x, ẋ, ẍ) at t [s]: the compiled ``sinusoid_sample`` (models/_trajectory_kernels.py), the one definition
+        the compiled UK step samples as well."""
+        from cmstack.models._trajectory_kernels import sinusoid_sample   # numba: imported on first use
+
+        k = self.c.shape[0]
+        x, xd, xdd = np.empty(k), np.empty(k), np.empty(k)
+        sinusoid_sample(float(t), self.c, self.a, self.w, self.p, x, xd, xdd)
+        return Sample(x, xd, xdd)
 
 
 class Circle(SE3Trajectory):

@@ -59,8 +59,8 @@ def test_passive_map_equals_the_svd_formulation(shape, passive, rank):
 @pytest.mark.parametrize("model,path", [("mjcf/five_bar.xml", "kkt"), ("mjcf/four_bar.xml", "kkt"),
                                         ("mjcf/delta.xml", "kkt")])
 def test_uk_closed_chain_step_equals_the_svd_formulation(model, path):
-    """The closed_chain scenario's UK law on assembled states with admissible velocities: τ, v̇, the loop
-    reaction and the generalized forces equal the former formulation's; the planar loops' vanishing rows no
+    """The closed_chain scenario's UK law (its compiled step) on assembled states with admissible velocities: τ, v̇,
+    the loop reaction and the generalized forces equal the former formulation's (the SVD, generic path); the planar loops' vanishing rows no
     longer send the step to the null-space path (the former took it on the five-bar and four-bar)."""
     cfg = dict(default_config("closed_chain"), model=model, law="uk")
     robot = load_robot(cfg)
@@ -70,7 +70,8 @@ def test_uk_closed_chain_step_equals_the_svd_formulation(model, path):
     _, coords_ref, _ = build_reference(cfg, robot_ref)
     ref = build_law(cfg, robot_ref, coords_ref)
     ref.__class__ = _SVDReference                      # the same controller with the former _passive_rows
-    assert ctl._plan is None and ctl._passive.size
+    ref._plan = None                                   # (on the generic path, where _passive_rows runs)
+    assert ctl._plan is not None and ctl._plan.closed and ctl._passive.size    # the compiled closed-chain step
     cs = ClosureSet(robot.loops)
     rng = np.random.default_rng(1)
     ref_paths = set()
