@@ -66,10 +66,11 @@ from numpy.typing import ArrayLike
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
-from cmstack.controllers.kernels import _ee_task, dac_law3_step, dac_work_size
+from cmstack.controllers.kernels import (_ee_task, attitude_error_batch, attitude_error_rate_batch, dac_law3_step,
+                                         dac_work_size)
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.lie import kkt_solve
-from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_conj, quat_mul, quat_to_matrix, skew
+from cmstack.models.tensor_chain import ChainState, TensorChain, cross, skew
 from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
 
 _EPS = np.zeros((3, 3, 3))                     # Levi-Civita ε_ijk
@@ -107,18 +108,25 @@ def _rotations(q):
 
 # ------------------------------------------------------------------------------------------ helpers
 def attitude_error(q: np.ndarray, q_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(44) in inertial coordinates: returns (e_att (…,3), η_e (…)) with q_e = q_d⁻¹ ⊗ q, η_e ≥ 0."""
-    qe = quat_mul(quat_conj(q_d), q)
-    sgn = np.where(qe[..., :1] < 0, -1.0, 1.0)
-    qe = qe * sgn
-    Rd = quat_to_matrix(q_d)
-    return np.einsum("...ab,...b->...a", Rd, qe[..., 1:]), qe[..., 0]
+    """(44) in inertial coordinates: returns (e_att (…,3), η_e (…)) with q_e = q_d⁻¹ ⊗ q, η_e ≥ 0 (quaternions
+    (…, 4), scalar first, broadcast): the compiled ``kernels._attitude_error``, law (III)'s step's own."""
+    q, q_d = np.broadcast_arrays(np.asarray(q, dtype=float), np.asarray(q_d, dtype=float))
+    shape = q.shape[:-1]
+    e, eta = np.empty(shape + (3,)), np.empty(shape)
+    attitude_error_batch(np.ascontiguousarray(q).reshape(-1, 4), np.ascontiguousarray(q_d).reshape(-1, 4),
+                         e.reshape(-1, 3), eta.reshape(-1))
+    return e, (eta[()] if eta.ndim == 0 else eta)
 
 
 def attitude_error_rate(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.ndarray) -> np.ndarray:
-    """D^I e_att = ω_d × e + ½ (η I − [e]×)(ω − ω_d)."""
-    dw = w - w_d
-    return cross(w_d, e) + 0.5 * (eta[..., None] * dw - cross(e, dw))
+    """D^I e_att = ω_d × e + ½ (η I − [e]×)(ω − ω_d) (…, 3): the compiled ``kernels._attitude_error_rate``."""
+    e, w, w_d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (e, w, w_d)))
+    eta = np.broadcast_to(np.asarray(eta, dtype=float), e.shape[:-1])
+    out = np.empty(e.shape)
+    attitude_error_rate_batch(np.ascontiguousarray(e).reshape(-1, 3), np.ascontiguousarray(eta).reshape(-1),
+                              np.ascontiguousarray(w).reshape(-1, 3), np.ascontiguousarray(w_d).reshape(-1, 3),
+                              out.reshape(-1, 3))
+    return out
 
 
 def _kkt(M, A, r1, r2):

@@ -449,14 +449,12 @@ def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot)
     return U, dmin
 
 
-@njit(cache=True)
-def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_er_dot, e_ep):
-    """ν_{e,r} = ν_{e,d} − Λ_e e_{e,p} and its rate (52) for the end effector (body N), e_{e,p} = [p − p_d; e_att]:
-    q_e = q_d⁻¹ ⊗ q (scalar part η made ≥ 0, vector part ε), e_att = R_d ε (44) in world axes, with rate
-        D e_att = ω_d × e_att + ½ (η (ω − ω_d) − e_att × (ω − ω_d)).
-    R_d ε is evaluated as ε + 2a₀ (u × ε) + 2 u × (u × ε), u = (a₁, a₂, a₃) the vector part of q_d."""
-    a0, a1, a2, a3 = q_d[0], q_d[1], q_d[2], q_d[3]
-    b0, b1, b2, b3 = quat_e[0], quat_e[1], quat_e[2], quat_e[3]
+@njit(cache=True, inline="always")
+def _attitude_error(a0, a1, a2, a3, b0, b1, b2, b3):
+    """[Eslami] (44) in world axes, the one definition (laws (II) and (III), compiled and Python alike):
+    q_e = q_d⁻¹ ⊗ q for q_d = (a₀, u), q = (b₀, b) (unit, scalar first), its sign chosen so that its scalar
+    part η ≥ 0, vector part ε; e_att = R_d ε, evaluated as ε + 2a₀ (u × ε) + 2 u × (u × ε).
+    Returns (η, e_x, e_y, e_z)."""
     e0 = a0 * b0 + a1 * b1 + a2 * b2 + a3 * b3
     e1 = a0 * b1 - a1 * b0 - a2 * b3 + a3 * b2
     e2 = a0 * b2 + a1 * b3 - a2 * b0 - a3 * b1
@@ -467,17 +465,49 @@ def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_e
     x = e1 + 2.0 * (a0 * c1 + a2 * c3 - a3 * c2)
     y = e2 + 2.0 * (a0 * c2 + a3 * c1 - a1 * c3)
     z = e3 + 2.0 * (a0 * c3 + a1 * c2 - a2 * c1)
-    wd0, wd1, wd2 = nu_ed[3], nu_ed[4], nu_ed[5]
+    return e0, x, y, z
+
+
+@njit(cache=True, inline="always")
+def _attitude_error_rate(x, y, z, eta, w0, w1, w2, wd0, wd1, wd2):
+    """D e_att = ω_d × e_att + ½ (η (ω − ω_d) − e_att × (ω − ω_d)) for e_att = (x, y, z), η of (44) and the
+    angular velocities ω, ω_d (world axes).  Returns its three components."""
+    d0 = w0 - wd0
+    d1 = w1 - wd1
+    d2 = w2 - wd2
+    de3 = wd1 * z - wd2 * y + 0.5 * (eta * d0 - (y * d2 - z * d1))
+    de4 = wd2 * x - wd0 * z + 0.5 * (eta * d1 - (z * d0 - x * d2))
+    de5 = wd0 * y - wd1 * x + 0.5 * (eta * d2 - (x * d1 - y * d0))
+    return de3, de4, de5
+
+
+@njit(cache=True)
+def attitude_error_batch(q: np.ndarray, q_d: np.ndarray, e: np.ndarray, eta: np.ndarray) -> None:
+    """``_attitude_error`` row by row: q, q_d (k, 4) → e (k, 3), η (k)."""
+    for i in range(q.shape[0]):
+        eta[i], e[i, 0], e[i, 1], e[i, 2] = _attitude_error(q_d[i, 0], q_d[i, 1], q_d[i, 2], q_d[i, 3],
+                                                            q[i, 0], q[i, 1], q[i, 2], q[i, 3])
+
+
+@njit(cache=True)
+def attitude_error_rate_batch(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.ndarray, out: np.ndarray) -> None:
+    """``_attitude_error_rate`` row by row: e, w, w_d (k, 3), η (k) → out (k, 3)."""
+    for i in range(e.shape[0]):
+        out[i, 0], out[i, 1], out[i, 2] = _attitude_error_rate(e[i, 0], e[i, 1], e[i, 2], eta[i], w[i, 0], w[i, 1],
+                                                               w[i, 2], w_d[i, 0], w_d[i, 1], w_d[i, 2])
+
+
+@njit(cache=True)
+def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_er_dot, e_ep):
+    """ν_{e,r} = ν_{e,d} − Λ_e e_{e,p} and its rate (52) for the end effector (body N), e_{e,p} = [p − p_d; e_att],
+    e_att = R_d ε of (44) (``_attitude_error``) with its rate (``_attitude_error_rate``)."""
+    e0, x, y, z = _attitude_error(q_d[0], q_d[1], q_d[2], q_d[3], quat_e[0], quat_e[1], quat_e[2], quat_e[3])
     n3 = 3 * n
-    d0 = nu[6 * n - 3] - wd0
-    d1 = nu[6 * n - 2] - wd1
-    d2 = nu[6 * n - 1] - wd2
     for a in range(3):
         e_ep[a] = pos_e[a] - p_d[a]
     e_ep[3], e_ep[4], e_ep[5] = x, y, z
-    de3 = wd1 * z - wd2 * y + 0.5 * (e0 * d0 - (y * d2 - z * d1))
-    de4 = wd2 * x - wd0 * z + 0.5 * (e0 * d1 - (z * d0 - x * d2))
-    de5 = wd0 * y - wd1 * x + 0.5 * (e0 * d2 - (x * d1 - y * d0))
+    de3, de4, de5 = _attitude_error_rate(x, y, z, e0, nu[6 * n - 3], nu[6 * n - 2], nu[6 * n - 1],
+                                         nu_ed[3], nu_ed[4], nu_ed[5])
     for a in range(6):
         nu_er[a] = nu_ed[a] - lam6[a] * e_ep[a]
     for a in range(3):

@@ -434,10 +434,40 @@ def test_lyapunov_rate_nonpositive_with_points_inside_a_sphere():
     assert n_inside == 12 and worst <= 0
 
 
+def _attitude_error_oracle(q, q_d):
+    """(44) by quaternion algebra and a rotation matrix (an independent formulation of the kernel's):
+    q_e = q_d⁻¹ ⊗ q with η ≥ 0, e_att = R(q_d) ε."""
+    qe = quat_mul(np.array([q_d[0], -q_d[1], -q_d[2], -q_d[3]]), q)
+    qe = -qe if qe[0] < 0 else qe
+    return quat_to_matrix(q_d) @ qe[1:], qe[0]
+
+
+def test_attitude_error_equals_its_quaternion_definition():
+    """``attitude_error`` (the compiled (44), row by row) equals q_d⁻¹ ⊗ q rotated by R(q_d) on single and
+    stacked quaternions, broadcast against one target, with the sign flip past 180°; the rate equals
+    ω_d × e + ½(η(ω − ω_d) − e × (ω − ω_d))."""
+    rng = np.random.default_rng(8)
+    qs = np.array([quat_exp(rng.normal(size=3) * 2.0) for _ in range(12)])
+    qd = quat_exp(np.array([0.3, -2.9, 0.4]))
+    conj = np.array([qd[0], -qd[1], -qd[2], -qd[3]])
+    assert any(quat_mul(conj, q)[0] < 0 for q in qs) and any(quat_mul(conj, q)[0] > 0 for q in qs)  # both signs
+    e, eta = attitude_error(qs, qd)
+    assert e.shape == (12, 3) and eta.shape == (12,) and np.all(eta >= 0)
+    for k in range(12):
+        e_k, eta_k = _attitude_error_oracle(qs[k], qd)
+        np.testing.assert_allclose(e[k], e_k, rtol=0, atol=1e-15)
+        assert abs(eta[k] - eta_k) <= 1e-15
+        w, wd = rng.normal(size=3), rng.normal(size=3)
+        rate = np.cross(wd, e_k) + 0.5 * (eta_k * (w - wd) - np.cross(e_k, w - wd))
+        np.testing.assert_allclose(attitude_error_rate(e[k], eta[k], w, wd), rate, rtol=0, atol=1e-14)
+    e1, eta1 = attitude_error(qs[3], qd)
+    assert e1.shape == (3,) and np.ndim(eta1) == 0 and np.array_equal(e1, e[3])
+
+
 def test_end_effector_task_is_the_attitude_error_of_law_two():
     """Law (III)'s end-effector task (52), the compiled ``_ee_task`` that both of its paths call, equals
-    ν_{e,d} − Λ_e e and its rate written with law (II)'s ``attitude_error``/``attitude_error_rate`` (44) on
-    the last body, for random bent states and trajectory times, including a target rotated past 180°."""
+    ν_{e,d} − Λ_e e and its rate written with the quaternion definition of (44) on the last body, for random
+    bent states and trajectory times, including a target rotated past 180°."""
     rng = np.random.default_rng(5)
     ch = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]))
     for k in range(20):
@@ -448,8 +478,9 @@ def test_end_effector_task_is_the_attitude_error_of_law_two():
         t = rng.uniform(0, 3)
         nu_er, nu_er_dot, e_ep = law._task(t, s)
         p_d, q_d, nu_ed, nu_ed_dot = law.traj.world(t)
-        e_att, eta = attitude_error(s.quat[-1], q_d)
-        de_att = attitude_error_rate(e_att, eta, s.w[-1], nu_ed[3:])
+        e_att, eta = _attitude_error_oracle(s.quat[-1], q_d)
+        dw = s.w[-1] - nu_ed[3:]
+        de_att = np.cross(nu_ed[3:], e_att) + 0.5 * (eta * dw - np.cross(e_att, dw))
         lam = np.r_[np.full(3, 4.0), np.full(3, 7.0)]
         e = np.r_[s.pos[-1] - p_d, e_att]
         np.testing.assert_allclose(e_ep, e, rtol=0, atol=1e-14)
