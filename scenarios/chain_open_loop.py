@@ -147,7 +147,7 @@ def run(ctx) -> Outcome:
     # violation) is turned into the metrics and the logged diagnostics after it (summarize_raw)
     st = dict(k=0, s=s0, s_rv=s0.copy())
     raw = Logger()
-    rows = plant._rows
+    rows = plant.body_rows
     log_every = cfg["log_every"]
 
     def record(_t, q, v, tau):

@@ -146,6 +146,12 @@ class ChainMujocoPlant(MujocoClock):
         if bad:
             raise ModelFileError(f"{self.path.name} does not match the tensor model: " + "; ".join(bad))
 
+    @property
+    def body_rows(self) -> slice | np.ndarray:
+        """The chain bodies' rows of MuJoCo's per-body arrays (``data.xpos``, ``xquat``, ``xfrc_applied``), in
+        chain order: a slice when the body ids are consecutive, else their index array."""
+        return self._rows
+
     def chain_state(self) -> ChainState:
         m, d = self.model, self.data
         pos = d.xpos[self._rows].copy()
