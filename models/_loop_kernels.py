@@ -20,6 +20,7 @@ needs it) with d = p_b − p_a, R_a, R_b the two frames' rotations:
 * point:     φ = d
 * weld:      φ = [d; Log(R_b R_aᵀ)]              (the one SO(3) log, ``models._lie_kernels._log3``)
 * revolute:  φ = [d; x_A·(z_A × z_b); y_A·(z_A × z_b)]
+* plane:     φ = n·d,  n = z_A
 
 tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.  The plane
 rows have no second copy: ``models/loops.py: plane_rows`` (the Python path) calls this kernel for J and J̇v
@@ -39,7 +40,7 @@ depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a 
 POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
 KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
 """The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled."""
-PHI_KINDS = ("point", "weld", "revolute")
+PHI_KINDS = ("point", "weld", "revolute", "plane")
 """The kinds whose residual ``closure_phi`` computes (a control step that needs φ compiles only these)."""
 
 
@@ -129,6 +130,9 @@ def _dot3(x, i, y, j):
 def closure_phi(kind, xa, xb, phi, row0):
     """The residual φ of one closure (module docstring) into phi[row0:row0 + m] from the two frame rows; returns
     m (0 for a kind it does not know)."""
+    if kind == PLANE:
+        phi[row0] = (xa[2] * (xb[9] - xa[9]) + xa[5] * (xb[10] - xa[10])) + xa[8] * (xb[11] - xa[11])
+        return 1
     for i in range(3):
         phi[row0 + i] = xb[9 + i] - xa[9 + i]
     if kind == POINT:

@@ -11,7 +11,7 @@ import pytest
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.models.coupling import JointTrajectoryTask, PostureTask
 from cmstack.models.limits import EffortLimit
-from cmstack.models.loops import ClosureSet, LoopClosure
+from cmstack.models.loops import ClosureSet, LoopClosure, assemble
 from cmstack.models.projection import project
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import FromFunction
@@ -141,13 +141,36 @@ def test_joint_trajectory_not_a_sinusoid_is_sampled_in_python():
     assert fast._plan.traj_joints and not fast._plan.tint[0, 1]
 
 
+def test_plane_loop_slider_crank_compiled_equals_generic():
+    """The slider-crank cut at C with its rail as a one-row ``plane`` closure (urdf/slider_crank.urdf + sidecar): the
+    crank on a sinusoid, the rod passive; the compiled step equals the generic path."""
+    from cmstack.models.trajectory import Sinusoid
+
+    ctls = []
+    for fused in (True, False):
+        robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
+        crank = JointTrajectoryTask(robot, Sinusoid(0.3, 0.5, 0.7), ["crank"], kp=100, kd=20)
+        ctls.append(UdwadiaKalabaController(robot, levels=[[crank]], limits=[], warn_free_dof=False, fused=fused))
+    fast, slow = ctls
+    assert fast.robot.loops[0].kind == "plane" and fast._plan is not None and fast._plan.closed
+    rng = np.random.default_rng(2)
+    for k in range(20):
+        q0 = np.array([rng.uniform(-3, 3), 0.0])
+        q = assemble(fast.robot, q0, fixed=["crank"])
+        v = project(ClosureSet(fast.robot.loops).jacobian(q)).P @ rng.normal(size=2)
+        tau = fast(0.05 * k, q, v)
+        _close(tau, slow(0.05 * k, q, v))
+        assert tau[1] == 0.0
+        _same_step(fast, slow)
+
+
 def test_what_the_plan_cannot_compile_keeps_the_generic_path():
-    # a closure kind without a compiled residual (the slider-crank's rail, a plane closure)
-    robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
-    assert robot.loops[0].kind == "plane" and robot.loops[0].kernel_kind() is None
+    # passive joints without loops (their rows are M_p v̇ = −h_p, no torque map)
+    robot = Robot.from_mjcf("mjcf/five_bar.xml")
+    robot.loops.clear()
     ctl = UdwadiaKalabaController(robot, levels=[[PostureTask(robot, robot.q_initial)]], limits=[],
                                   warn_free_dof=False)
-    assert ctl._plan is None
+    assert ctl._passive.size and ctl._plan is None
 
     # a closure whose class redefines its row maths (dispatch by what it does, not by its type)
     class Shifted(LoopClosure):
