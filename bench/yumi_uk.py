@@ -12,10 +12,15 @@ measured as ratios, interleaved in one process, on the states of real closed-loo
 * Panda circle: ``examples/panda_circle.py``'s controller (the hand follows a circle, a posture on every
   joint as the last strict level) on the states of its closed loop (MuJoCo, 1 kHz), against its own
   floor ``computeAllTerms`` + the hand's ``getFrameJacobian`` on the Panda (target ≤ 1.5×, the issue's
-  target when TSID cannot be built: ``tsid`` has no wheel of ``libtsid`` for this Pinocchio, its source
-  build was not attempted);
-* TSID on the YuMi states if the ``tsid`` package is installed (``tsid_step_factory``: the E₁ task
-  weighted and actuation bounds; the coupling is not expressed there); skipped otherwise, as here.
+  target when TSID cannot be built) and against TSID on the same states (target ≤ 0.6× TSID's step);
+* TSID (``tsid`` 1.10, built from its sdist for this Pinocchio: docs/speed.md, "TSID"), when the package
+  is installed, interleaved with the rest: ``tsid_panda`` is the same problem as the Panda circle's
+  (``tsid_panda_factory``: the hand an SE(3) equality, the posture weighted below it, the effort bounds;
+  the same v̇ and τ − D v to 1e-14 relative on these states, printed by the run), ``tsid_panda_sampled``
+  the same with the circle sampled in Python inside the step as a user's loop must, ``tsid_yumi`` the
+  YuMi states with the coupling an equality, E₁ weighted by ω and a posture in place of Gauss' principle,
+  which TSID's Python API cannot express (``tsid_step_factory``: a different problem of the same size,
+  torques 17 % apart).  Without ``tsid`` (CI, ``make bench``) these rows are skipped with one line.
 
 For every state the calls run back to back in a rotating order, so that machine load hits all of
 them alike; medians over all states and repeats (the Panda's states cycled to the YuMi's count).
@@ -71,6 +76,20 @@ Where the time goes now (``--profile``, the clocks add ≈ 0.1 µs each; load 7.
     | kernel dispatch (7 arguments)     | 1.0           | 0.7          |
     | rest of the step in Python        | 1.9           | 1.7          |
 
+Against TSID (2026-11-27 16:50 UTC, ``--repeat 5``, 400 states, load average 3.3–3.5, the 1-min load of
+a machine shared with three other builds; three ``--fused-only`` runs and one with the generic path):
+
+    | step                                   | median        | UK / TSID              | target          |
+    | Panda circle, UK fused                 | 4.5–5.2 µs    |                        |                 |
+    | Panda circle, TSID (reference ready)   | 7.7–8.9 µs    | 0.576–0.589×           | ≤ 0.6× met      |
+    | Panda circle, TSID sampling the circle | 17.1–19.6 µs  | 0.26×                  |                 |
+    | YuMi UK weighted, fused                | 7.2–9.2 µs    |                        |                 |
+    | YuMi, TSID (coupling, E₁ ω, posture)   | 15.6–19.3 µs  | 0.46–0.48×             |                 |
+
+TSID's Panda step (7.4 µs alone, load 2.9): ``computeProblemData`` 4.9 µs (of which its
+``computeAllTerms`` 2.4 µs), eiquadprog 2.1 µs, ``setReference`` 0.5 µs, ``getActuatorForces`` 0.5 µs.
+(Before the effort bounds were added to TSID's Panda problem, as UK has them: 0.60–0.61×.)
+
 What changed (``controllers/udwadia_kalaba.py``, ``uk_plan.py``, ``_uk_kernels.py``, ``models/robot.py``):
 one Pinocchio call instead of computeAllTerms (``Robot.update_for_kernel``: ``pin.crba`` in the WORLD
 convention leaves the joints' poses, data.J and M; the kernel computes h by its own Newton–Euler pass and
@@ -106,7 +125,11 @@ from cmstack.sim.plant import MujocoPlant
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 TARGETS = {"uk_weighted": 0.6, "uk_3_levels": 0.6, "panda_circle": 1.5}
-FLOOR_OF = {"panda_circle": "panda_floor"}       # every other step is measured against "floor"
+FLOOR_OF = {"panda_circle": "panda_floor", "tsid_panda": "panda_floor",
+            "tsid_panda_sampled": "panda_floor"}  # every other step is measured against "floor"
+TSID_TARGETS = {"panda_circle": ("tsid_panda", 0.6)}   # the issue's target when TSID is built
+AGAINST_TSID = {"panda_circle": "tsid_panda", "uk_weighted": "tsid_yumi"}
+PANDA_POSTURE_GAINS = (100.0, 20.0)             # examples/panda_circle.py's PostureTask(kp=100, kd=20)
 
 
 def setup():
@@ -151,7 +174,7 @@ def panda_circle(fused=True):
     T0 = robot.update(q0, 0 * q0).frame("panda_hand_tcp").T
     circle = Circle(T0.translation - [0.1, 0, 0], 0.1, 2.0, R=T0.rotation)
     hand = FrameTask(robot, "panda_hand_tcp", circle, kp=400, kd=40, name="hand")
-    posture = PostureTask(robot, q0, kp=100, kd=20)
+    posture = PostureTask(robot, q0, kp=PANDA_POSTURE_GAINS[0], kd=PANDA_POSTURE_GAINS[1])
     return robot, hand, UdwadiaKalabaController(robot, levels=[[hand], [posture]], fused=fused), q0
 
 
@@ -217,39 +240,208 @@ class PandaFloor:
         return pin.getFrameJacobian(self.m, self.d, self.fid, LWA)
 
 
-def tsid_step_factory(cfg, robot, coupling, task):
-    """TSID on the same problem, or None when the package is absent."""
+def _tsid():
+    """The ``tsid`` module, or None when it is not installed (as on CI: ``make bench`` does not install it)."""
     try:
-        import tsid  # noqa: F401
+        with warnings.catch_warnings():      # its bindings re-register a Boost.Python converter on import
+            warnings.simplefilter("ignore", RuntimeWarning)
+            import tsid
     except ImportError:
         return None
-    import tsid
+    return tsid
 
-    robw = tsid.RobotWrapper(robot.model, False, False)
-    form = tsid.InverseDynamicsFormulationAccForce("uk", robw, False)
-    form.computeProblemData(0.0, np.zeros(robot.nq), np.zeros(robot.nv))
-    # E1 task (weighted) and the coupling as an equality (priority 0) on the relative motion
-    task_e1 = tsid.TaskSE3Equality("E1", robw, robot.model.frames[task.fid].name)
-    task_e1.setKp(cfg["task_kp"] * np.ones(6))
-    task_e1.setKd(cfg["task_kd"] * np.ones(6))
-    form.addMotionTask(task_e1, cfg["omega"], 1, 0.0)
+
+def _tsid_sample(tsid, T_D: pin.SE3, vel, acc, s=None):
+    """A TSID SE(3) reference from one of our samples (written into ``s`` when given).  TSID's
+    ``TaskSE3Equality`` reads the pose as [p; vec(R)] (R column by column), and the velocity and
+    acceleration as LOCAL_WORLD_ALIGNED motions (linear part of the frame's origin, angular part, both in
+    world axes); our trajectories give the angular parts in D's axes, so they are turned by R_D."""
+    R = T_D.rotation
+    s = tsid.TrajectorySample(12, 6) if s is None else s
+    s.value(np.concatenate([T_D.translation, R.reshape(-1, order="F")]))
+    s.derivative(np.concatenate([vel[:3], R @ vel[3:]]))
+    s.second_derivative(np.concatenate([acc[:3], R @ acc[3:]]))
+    return s
+
+
+def tsid_panda_factory(robot, hand, q0, states):
+    """TSID on the Panda circle problem, or None when ``tsid`` is absent.
+
+    The same problem as ``panda_circle()``'s UK controller, ``levels=[[hand], [posture]]`` (Gauss after the
+    posture has nothing left: 6 + 7 rows on 7 joints, no limits):
+
+    * the hand: ``TaskSE3Equality`` at priority 0 (an equality, as UK's first level), K_p = 400, K_d = 40
+      on all six rows, ``useLocalFrame(False)``: TSID's error is [p_D − p; R log₃(Rᵀ R_D)] and its velocity
+      error [v_D − v; ω_D − ω] in world axes, its drift the frame's classical acceleration; ours (FrameTask)
+      is the same in D's axes, which is the same law because R_D log₃(Rᵀ R_D) = R log₃(Rᵀ R_D), up to the
+      term ω_D × ω that our D-axes angular law has and TSID's has not: zero here (the orientation is held,
+      ω_D = 0);
+    * the posture: ``TaskJointPosture`` at priority 1, weight 1, K_p = 100, K_d = 20, q_ref = q0: TSID's
+      cost ‖v̇ − a_post‖² with a_post = K_p(q_ref − q) − K_d v over the hand's equality is exactly the
+      posture level that UK solves on the KKT path (H = AᵀA = I, the same a_post);
+    * the URDF effort limits, which the UK controller applies by default (``EffortLimit``): TSID's
+      ``TaskActuationBounds`` at priority 0.  TSID's torque is M v̇ + h, ours adds the model's joint
+      damping D v (0.003 N·m·s/rad on the Panda): so τ_UK − D v is what compares to τ_TSID, and the
+      bounds act on torques that differ by D v (≤ 0.003·|v| N·m) when one binds (none does on these
+      states).
+
+    Returns ``(step, step_sampled, solve)``: ``step(k)`` is TSID's own cost on state k (its reference
+    prepared outside the timing: ``setReference``, ``computeProblemData``, ``solve``,
+    ``getActuatorForces``); ``step_sampled(k)`` builds the reference from the circle in Python inside the
+    step, as a user's loop would; ``solve(k)`` returns (v̇, τ, status) for the comparison."""
+    tsid = _tsid()
+    if tsid is None:
+        return None
+    robw = tsid.RobotWrapper(robot.model, tsid.RootJointType.FIXED_BASE_SYSTEM, False)
+    form = tsid.InverseDynamicsFormulationAccForce("panda_circle", robw, False)
+    t0, qs, vs = states[0]
+    form.computeProblemData(t0, qs, vs)
+    task = tsid.TaskSE3Equality("hand", robw, robot.model.frames[hand.fid].name)
+    task.setKp(hand.kp * np.ones(6))
+    task.setKd(hand.kd * np.ones(6))
+    task.useLocalFrame(False)
+    form.addMotionTask(task, 1.0, 0, 0.0)
+    posture = tsid.TaskJointPosture("posture", robw)
+    posture.setKp(PANDA_POSTURE_GAINS[0] * np.ones(robot.nv))
+    posture.setKd(PANDA_POSTURE_GAINS[1] * np.ones(robot.nv))
+    ref = tsid.TrajectorySample(robot.nq, robot.nv)
+    ref.value(np.asarray(q0, dtype=float))
+    ref.derivative(np.zeros(robot.nv))
+    ref.second_derivative(np.zeros(robot.nv))
+    posture.setReference(ref)
+    form.addMotionTask(posture, 1.0, 1, 0.0)
     bounds = tsid.TaskActuationBounds("tau", robw)
     bounds.setBounds(-robot.effort_limit, robot.effort_limit)
     form.addActuationTask(bounds, 1.0, 0, 0.0)
     solver = tsid.SolverHQuadProgFast("qp")
     solver.resize(form.nVar, form.nEq, form.nIn)
-    sample = tsid.TrajectorySample(12, 6)
+    samples = [_tsid_sample(tsid, *hand.desired(t)) for t, _, _ in states]
+    live = tsid.TrajectorySample(12, 6)      # the sampled step's reference, rewritten in place
+    keep = (robw, posture, ref, bounds, live)   # TSID holds its robot and tasks by reference: keep them alive
 
-    def step(k, t, q, v):
-        T_D, vel, acc = task.desired(t)
-        sample.value(np.r_[T_D.translation, T_D.rotation.reshape(-1, order="F")])
-        sample.derivative(vel)
-        sample.second_derivative(acc)
-        task_e1.setReference(sample)
-        hqp = form.computeProblemData(t, q, v)
-        return solver.solve(hqp)
+    def step(k, _keep=keep):
+        t, q, v = states[k]
+        task.setReference(samples[k])
+        sol = solver.solve(form.computeProblemData(t, q, v))
+        return form.getActuatorForces(sol)
+
+    def step_sampled(k, _keep=keep):
+        t, q, v = states[k]
+        task.setReference(_tsid_sample(tsid, *hand.desired(t), live))
+        sol = solver.solve(form.computeProblemData(t, q, v))
+        return form.getActuatorForces(sol)
+
+    def solve(k, _keep=keep):
+        t, q, v = states[k]
+        task.setReference(samples[k])
+        sol = solver.solve(form.computeProblemData(t, q, v))
+        return form.getAccelerations(sol).copy(), form.getActuatorForces(sol).copy(), sol.status
+
+    return step, step_sampled, solve
+
+
+def tsid_step_factory(cfg, robot, coupling, task, q0):
+    """TSID on the YuMi states, as close to the weighted UK step as TSID's formulation allows, or None when
+    ``tsid`` is absent.
+
+    * the coupling: ``TaskTwoFramesEquality(B, E₂)`` at priority 0 (an equality, as ours), K_p = 1000,
+      K_d = 33: B = E₁·T_A^B is the operational frame our ``RigidCoupling`` registered in the model.  Its
+      law, in world axes, is ours (in E₂'s axes) up to the term ω_E₂ × (ω_E₂ − ω_B), second order in the
+      coupling's velocity error;
+    * E₁: ``TaskSE3Equality`` at priority 1, weight ω = 50, K_p = 500, K_d = 17, on the same circle;
+    * Gauss' principle, ½(v̇ − a)ᵀM(v̇ − a) (which weights the torque by M⁻¹), cannot be written in TSID's
+      Python API (no weighted task on the torque is exposed to its formulation): a posture on every joint
+      at weight 1 (K_p = 10, K_d = 2√10, q₀, the 3-level set-up's posture) takes the 2 degrees of freedom
+      that the coupling and E₁ leave, as pink and mink do.  So the two steps solve different problems
+      (same size: 14 variables, 6 equalities, the effort bounds) and their torques differ by formulation;
+    * the effort limits: ``TaskActuationBounds`` at priority 0 on TSID's τ = M v̇ + h (ours bound
+      M v̇ + h + D v).
+
+    ``step(k, t, q, v)`` sets E₁'s reference (prepared outside the timing), computes the problem data,
+    solves, returns the torque."""
+    tsid = _tsid()
+    if tsid is None:
+        return None
+    robw = tsid.RobotWrapper(robot.model, tsid.RootJointType.FIXED_BASE_SYSTEM, False)
+    form = tsid.InverseDynamicsFormulationAccForce("yumi", robw, False)
+    form.computeProblemData(0.0, np.asarray(q0, dtype=float), np.zeros(robot.nv))
+    names = robot.model.frames
+    pair = tsid.TaskTwoFramesEquality("coupling", robw, names[coupling.fB].name, names[coupling.f2].name)
+    pair.setKp(coupling.kp * np.ones(6))
+    pair.setKd(coupling.kd * np.ones(6))
+    form.addMotionTask(pair, 1.0, 0, 0.0)
+    e1 = tsid.TaskSE3Equality("E1", robw, names[task.fid].name)
+    e1.setKp(task.kp * np.ones(6))
+    e1.setKd(task.kd * np.ones(6))
+    e1.useLocalFrame(False)
+    form.addMotionTask(e1, cfg["omega"], 1, 0.0)
+    posture = tsid.TaskJointPosture("posture", robw)
+    posture.setKp(10.0 * np.ones(robot.nv))
+    posture.setKd(2 * np.sqrt(10.0) * np.ones(robot.nv))
+    ref = tsid.TrajectorySample(robot.nq, robot.nv)
+    ref.value(np.asarray(q0, dtype=float))
+    ref.derivative(np.zeros(robot.nv))
+    ref.second_derivative(np.zeros(robot.nv))
+    posture.setReference(ref)
+    form.addMotionTask(posture, 1.0, 1, 0.0)
+    bounds = tsid.TaskActuationBounds("tau", robw)
+    bounds.setBounds(-robot.effort_limit, robot.effort_limit)
+    form.addActuationTask(bounds, 1.0, 0, 0.0)
+    solver = tsid.SolverHQuadProgFast("qp")
+    solver.resize(form.nVar, form.nEq, form.nIn)
+    samples = {}
+    keep = (robw, pair, posture, ref, bounds)     # TSID holds its robot and tasks by reference
+
+    def step(k, t, q, v, _keep=keep):
+        s = samples.get(k)
+        if s is None:                      # the first (warm-up) pass prepares the reference of each state
+            s = samples[k] = _tsid_sample(tsid, *task.desired(t))
+        e1.setReference(s)
+        sol = solver.solve(form.computeProblemData(t, q, v))
+        return form.getActuatorForces(sol)
 
     return step
+
+
+def compare_panda(ctl, robot, states, solve) -> dict:
+    """UK's and TSID's answers on the Panda states (outside the timing): the largest differences of v̇
+    and of the torque (τ_UK − D v against TSID's M v̇ + h), absolute and relative to the largest |v̇|,
+    |τ|; TSID's solver status (0 = solved) on every state; on how many states an effort limit bound UK."""
+    dv, dtau, vmax, tmax, bad, bound = 0.0, 0.0, 0.0, 0.0, 0, 0
+    for k, (t, q, v) in enumerate(states):
+        tau_uk = np.array(ctl(t, q, v)) - robot.damping * v
+        vdot_uk = np.array(ctl.info.vdot)
+        bound += int(ctl.info.limits_active)
+        vdot_ts, tau_ts, status = solve(k)
+        bad += int(status != 0)
+        dv = max(dv, float(np.max(np.abs(vdot_uk - vdot_ts))))
+        dtau = max(dtau, float(np.max(np.abs(tau_uk - tau_ts))))
+        vmax = max(vmax, float(np.max(np.abs(vdot_uk))))
+        tmax = max(tmax, float(np.max(np.abs(tau_uk))))
+    return dict(states=len(states), vdot_max_abs_diff=dv, vdot_max_abs=vmax, vdot_rel=dv / vmax,
+                tau_max_abs_diff=dtau, tau_max_abs=tmax, tau_rel=dtau / tmax, tsid_unsolved=bad,
+                uk_limits_bound=bound)
+
+
+def compare_yumi(ctl, robot, states, step) -> dict:
+    """UK weighted against TSID's step on the YuMi states: the largest torque difference (different
+    problems: ``tsid_step_factory``), for the record."""
+    d, tmax = 0.0, 0.0
+    for k, (t, q, v) in enumerate(states):
+        tau_uk = np.array(ctl(t, q, v)) - robot.damping * v
+        d = max(d, float(np.max(np.abs(tau_uk - step(k, t, q, v)))))
+        tmax = max(tmax, float(np.max(np.abs(tau_uk))))
+    return dict(tau_max_abs_diff=d, tau_max_abs=tmax, tau_rel=d / tmax)
+
+
+def _tsid_version() -> str:
+    if _tsid() is None:
+        return "absent (not installed)"
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"tsid {version('tsid')}"
+    except PackageNotFoundError:
+        return "tsid (version unknown)"
 
 
 def measure(repeat: int = 5, python_path: bool = True) -> dict:
@@ -258,7 +450,7 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     floor = Floor(cfg, robot, coupling, task, states)
     ctl_w = weighted(cfg, robot, coupling, task)
     ctl_3 = three_levels(robot, coupling, task, q0)
-    p_robot, hand, ctl_p, _ = panda_circle()
+    p_robot, hand, ctl_p, p_q0 = panda_circle()
     p_states = record_panda_states(len(states))
     p_floor = PandaFloor(p_robot, hand)
     calls = {"floor": floor,
@@ -271,9 +463,19 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
         ctl_3p = three_levels(robot, coupling, task, q0, fused=False)
         calls["uk_weighted_python"] = lambda k, t, q, v: ctl_wp(t, q, v)
         calls["uk_3_levels_python"] = lambda k, t, q, v: ctl_3p(t, q, v)
-    ts = tsid_step_factory(cfg, robot, coupling, task)
+    ts = tsid_step_factory(cfg, robot, coupling, task, q0)
+    tp = tsid_panda_factory(p_robot, hand, p_q0, p_states)
+    checks = {}
     if ts is not None:
-        calls["tsid"] = ts
+        calls["tsid_yumi"] = ts
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            checks["yumi_weighted_vs_tsid"] = compare_yumi(weighted(cfg, robot, coupling, task), robot, states, ts)
+    if tp is not None:
+        step_p, step_ps, solve_p = tp
+        calls["tsid_panda"] = lambda k, t, q, v: step_p(k)
+        calls["tsid_panda_sampled"] = lambda k, t, q, v: step_ps(k)
+        checks["panda_vs_tsid"] = compare_panda(panda_circle()[2], p_robot, p_states, solve_p)
     names = list(calls)
     times = {n: [] for n in names}
     with warnings.catch_warnings():
@@ -294,13 +496,17 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     ratios = {n: med[n] / med[f] for n, f in floors.items()}
     # per-state ratios, then their median (robust to load that varies along the run)
     per_state = {n: float(np.median(np.array(times[n]) / np.array(times[f]))) for n, f in floors.items()}
+    vs_tsid = {n: dict(tsid=m, ratio_of_medians=med[n] / med[m],
+                       median_of_ratios=float(np.median(np.array(times[n]) / np.array(times[m]))))
+               for n, m in AGAINST_TSID.items() if m in med}
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
     return dict(states=len(states), repeat=repeat, median_us=med, ratio_of_medians=ratios, floor_of=floors,
                 median_of_ratios=per_state, targets=TARGETS, load_average=load, kkt_size=floor.size,
-                tsid="measured" if ts else "absent (not installed)",
+                tsid=_tsid_version() if ts else "absent (not installed)", against_tsid=vs_tsid, tsid_checks=checks,
+                tsid_targets={n: t for n, (_, t) in TSID_TARGETS.items()},
                 paths=dict(uk_weighted=ctl_w.info.path, uk_3_levels=ctl_3.info.path, panda_circle=ctl_p.info.path),
                 cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries))
 
@@ -455,8 +661,18 @@ def main(argv=None) -> None:
         verdict = "" if tgt is None else (" OK" if r <= tgt else " MISSED")
         print(f"  {n:<18} median {med[n]:7.1f} µs   ratio {r:5.2f}× {f} (per-state median {res['median_of_ratios'][n]:.2f}×)"
               + (f"   target ≤ {tgt}×{verdict}" if tgt else ""))
-    if res["tsid"] != "measured":
-        print(f"  tsid: {res['tsid']}")
+    if not res["against_tsid"]:
+        print(f"  tsid: {res['tsid']}: the TSID rows are skipped (docs/speed.md says how to build it)")
+    else:
+        print(f"  against TSID {res['tsid']} (same states, interleaved):")
+        for n, r in res["against_tsid"].items():
+            tgt = TSID_TARGETS.get(n, (None, None))[1]
+            verdict = "" if tgt is None else (f"   target ≤ {tgt}× " + ("OK" if r["ratio_of_medians"] <= tgt else "MISSED"))
+            print(f"    {n:<18} / {r['tsid']:<12} {r['ratio_of_medians']:5.3f}× (per-state median "
+                  f"{r['median_of_ratios']:.3f}×){verdict}")
+        for name, c in res["tsid_checks"].items():
+            print(f"    {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                           for k, v in c.items()))
     (results_dir() / "yumi_uk.json").write_text(json.dumps(res, indent=2))
 
 
