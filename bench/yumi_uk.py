@@ -76,19 +76,20 @@ Where the time goes now (``--profile``, the clocks add ≈ 0.1 µs each; load 7.
     | kernel dispatch (7 arguments)     | 1.0           | 0.7          |
     | rest of the step in Python        | 1.9           | 1.7          |
 
-Against TSID (2026-11-27 16:50 UTC, ``--repeat 5``, 400 states, load average 3.3–3.5, the 1-min load of
-a machine shared with three other builds; three ``--fused-only`` runs and one with the generic path):
+Against TSID (2026-11-27 16:58–17:01 UTC, main at a61eeb5, ``--repeat 5``, 400 states, load average
+5.0–5.1 on a machine shared with other sessions; three ``--fused-only`` runs and one with the generic path):
 
     | step                                   | median        | UK / TSID              | target          |
-    | Panda circle, UK fused                 | 4.5–5.2 µs    |                        |                 |
-    | Panda circle, TSID (reference ready)   | 7.7–8.9 µs    | 0.576–0.589×           | ≤ 0.6× met      |
-    | Panda circle, TSID sampling the circle | 17.1–19.6 µs  | 0.26×                  |                 |
-    | YuMi UK weighted, fused                | 7.2–9.2 µs    |                        |                 |
-    | YuMi, TSID (coupling, E₁ ω, posture)   | 15.6–19.3 µs  | 0.46–0.48×             |                 |
+    | Panda circle, UK fused                 | 4.2–4.9 µs    |                        |                 |
+    | Panda circle, TSID (reference ready)   | 7.8–9.2 µs    | 0.530–0.546×           | ≤ 0.6× met      |
+    | Panda circle, TSID sampling the circle | 17.1–19.8 µs  | 0.25×                  |                 |
+    | YuMi UK weighted, fused                | 6.8–8.9 µs    |                        |                 |
+    | YuMi, TSID (coupling, E₁ ω, posture)   | 15.5–19.2 µs  | 0.430–0.464×           |                 |
 
-TSID's Panda step (7.4 µs alone, load 2.9): ``computeProblemData`` 4.9 µs (of which its
-``computeAllTerms`` 2.4 µs), eiquadprog 2.1 µs, ``setReference`` 0.5 µs, ``getActuatorForces`` 0.5 µs.
-(Before the effort bounds were added to TSID's Panda problem, as UK has them: 0.60–0.61×.)
+TSID's Panda step (7.7 µs alone, load 5): ``computeProblemData`` 5.1 µs (of which its
+``computeAllTerms`` 2.4 µs), eiquadprog 2.2 µs, ``setReference`` 0.4 µs, ``getActuatorForces`` 0.5 µs;
+ours 4.1 µs.  (Earlier the same day, on main at 4c16f5f, before the last UK-step changes, load 3.3–3.5:
+0.576–0.589×; and 0.60–0.61× before the effort bounds were added to TSID's Panda problem, as UK has them.)
 
 What changed (``controllers/udwadia_kalaba.py``, ``uk_plan.py``, ``_uk_kernels.py``, ``models/robot.py``):
 one Pinocchio call instead of computeAllTerms (``Robot.update_for_kernel``: ``pin.crba`` in the WORLD
