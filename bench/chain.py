@@ -34,7 +34,8 @@ import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.bench import results_dir
-from cmstack.controllers.dac import JointActuationMap, PortLaw, TaskSpaceLaw, _rotations
+from cmstack.controllers.dac import JointActuationMap, PortLaw, TaskSpaceLaw
+from cmstack.models.lie import quat_to_matrix
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.chain_task_space import build_model, ee_trajectory, initial_state, parse_obstacles
 from cmstack.sim.chain_plant import ChainMujocoPlant
@@ -58,7 +59,7 @@ _MI: dict[int, np.ndarray] = {}
 def _law3_floor(law, s):
     """The kernels of one law (III) step: R(q), S = A ℳ⁻¹Aᵀ, Cholesky, two solves (shapes of the chain;
     ℳ⁻¹ a dense 6N×6N matrix, the chain's at the first state, inverted once)."""
-    _rotations(s.quat)
+    quat_to_matrix(s.quat)
     A = law._A
     Mi = _MI.get(id(law))
     if Mi is None:

@@ -70,40 +70,8 @@ from cmstack.controllers.kernels import (_ee_task, attitude_error_batch, attitud
                                          dac_work_size)
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.lie import kkt_solve
-from cmstack.models.tensor_chain import ChainState, TensorChain, cross, skew
+from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_to_matrix, skew
 from cmstack.models.trajectory import FromWorldFunction, SE3Trajectory
-
-_EPS = np.zeros((3, 3, 3))                     # Levi-Civita ε_ijk
-_EPS[0, 1, 2] = _EPS[1, 2, 0] = _EPS[2, 0, 1] = 1.0
-_EPS[0, 2, 1] = _EPS[2, 1, 0] = _EPS[1, 0, 2] = -1.0
-
-
-def _cross(a, b):
-    """(a × b)_i = ε_ijk a_j b_k along the last axis, broadcasting: one einsum call (the per-step path)."""
-    return np.einsum("ijk,...j,...k->...i", _EPS, a, b)
-
-
-def _quadratic_rotation_map():
-    """Q (16, 9) with vec(R(q)) = vec(q qᵀ) Q: the entries of ``quat_to_matrix`` are quadratic forms of q."""
-    Q = np.zeros((4, 4, 9))
-    diag = {0: (1, 1, -1, -1), 4: (1, -1, 1, -1), 8: (1, -1, -1, 1)}
-    for k, c in diag.items():
-        for a in range(4):
-            Q[a, a, k] = c[a]
-    off = {1: ((1, 2, 1), (0, 3, -1)), 2: ((1, 3, 1), (0, 2, 1)), 3: ((1, 2, 1), (0, 3, 1)),
-           5: ((2, 3, 1), (0, 1, -1)), 6: ((1, 3, 1), (0, 2, -1)), 7: ((2, 3, 1), (0, 1, 1))}
-    for k, terms in off.items():                      # 2 c q_a q_b split over (a, b) and (b, a)
-        for a, b, c in terms:
-            Q[a, b, k] = Q[b, a, k] = c
-    return Q.reshape(16, 9)
-
-
-_QROT = _quadratic_rotation_map()
-
-
-def _rotations(q):
-    """``quat_to_matrix`` of (n, 4) quaternions as one product: vec(R_i) = vec(q_i q_iᵀ) Q."""
-    return ((q[:, :, None] * q[:, None, :]).reshape(-1, 16) @ _QROT).reshape(-1, 3, 3)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -392,16 +360,16 @@ def null_space_wish(state: ChainState, obstacles: Sequence[Obstacle], gain: floa
     rw, dx, phi, alpha, beta, dmin = _pairs(state.pos, R, centers, radii, gain, d0, dc, points)
     if phi is None:
         return np.zeros(6 * n), np.zeros(6 * n), 0.0, dmin
-    wr = _cross(w[:-1, None, :], rw)                                             # ω_i × R_i r_k
+    wr = cross(w[:-1, None, :], rw)                                             # ω_i × R_i r_k
     xd = v[:-1, None, :] + wr                                                   # ẋ (N−1,K,3)
     f = np.einsum("iko,ikoa->ika", alpha, dx)                                   # ∂U/∂x
     fd = alpha.sum(axis=2)[..., None] * xd + np.einsum("iko,ikoa->ika", beta * np.einsum("ikoa,ika->iko", dx, xd), dx)
     g = np.zeros(6 * n)
     gdot = np.zeros(6 * n)
     g[:3 * (n - 1)] = -f.sum(axis=1).ravel()
-    g[3 * n:6 * n - 3] = -_cross(rw, f).sum(axis=1).ravel()
+    g[3 * n:6 * n - 3] = -cross(rw, f).sum(axis=1).ravel()
     gdot[:3 * (n - 1)] = -fd.sum(axis=1).ravel()
-    gdot[3 * n:6 * n - 3] = -(_cross(wr, f) + _cross(rw, fd)).sum(axis=1).ravel()
+    gdot[3 * n:6 * n - 3] = -(cross(wr, f) + cross(rw, fd)).sum(axis=1).ravel()
     return g, gdot, float(phi.sum()), dmin
 
 
@@ -479,7 +447,7 @@ class TaskSpaceLaw(PortLaw):
         n6 = 6 * state.n
         quat = state.quat
         if not self._kconst[-1]:
-            self._kF = self.chain.known_force(_rotations(quat))
+            self._kF = self.chain.known_force(quat_to_matrix(quat))
         tau, s, nu_r, e_ep = np.empty(n6), np.empty(n6), np.empty(n6), np.empty(6)
         sc = self._kscal
         f = np.asarray

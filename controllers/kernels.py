@@ -20,6 +20,12 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.models import _lie_kernels
+from cmstack.models._kernel_cache import depends_on
+from cmstack.models._lie_kernels import _quat_to_R
+
+depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+
 
 # ------------------------------------------------------------------------------------------ small helpers
 @njit(cache=True)
@@ -572,17 +578,8 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
     MiAt = work[o3:o3 + m6 * nr].reshape((m6, nr))
     S = work[o3 + m6 * nr:o3 + m6 * nr + nr * nr].reshape((nr, nr))
     # rotations and world inertias
+    _quat_to_R(quat, R)                             # R_i = R(q_i): models/_lie_kernels.py, the one formula
     for i in range(n):
-        q0, q1, q2, q3 = quat[i, 0], quat[i, 1], quat[i, 2], quat[i, 3]
-        R[i, 0, 0] = q0 * q0 + q1 * q1 - q2 * q2 - q3 * q3
-        R[i, 1, 1] = q0 * q0 - q1 * q1 + q2 * q2 - q3 * q3
-        R[i, 2, 2] = q0 * q0 - q1 * q1 - q2 * q2 + q3 * q3
-        R[i, 0, 1] = 2.0 * (q1 * q2 - q0 * q3)
-        R[i, 1, 0] = 2.0 * (q1 * q2 + q0 * q3)
-        R[i, 0, 2] = 2.0 * (q1 * q3 + q0 * q2)
-        R[i, 2, 0] = 2.0 * (q1 * q3 - q0 * q2)
-        R[i, 1, 2] = 2.0 * (q2 * q3 - q0 * q1)
-        R[i, 2, 1] = 2.0 * (q2 * q3 + q0 * q1)
         for a in range(3):
             for b in range(3):
                 sI = 0.0
