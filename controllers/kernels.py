@@ -355,10 +355,14 @@ def vanishing_rows(E: np.ndarray, f: np.ndarray, sizes: np.ndarray, tol: float, 
 # ------------------------------------------------------------------------------------------ DAC law (III)
 @njit(cache=True)
 def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot):
-    """g = −∇U_o and ġ (``controllers.dac.null_space_wish``) into g, gdot (zeroed here); returns (U_o, d_min).
+    """g = −∇U_o and ġ into g, gdot (zeroed here); returns (U_o, d_min): law (III)'s obstacle wish, written once
+    (``controllers.dac.null_space_wish`` calls it; its NumPy oracle is tests/_dac_reference.py).
 
     For body i < N, body-fixed point r_k and sphere (c_o, r_o): x = p_i + R_i r_k, δ = x − c_o, ρ = ‖δ‖,
-    d = ρ − r_o.  The potential φ(ρ) of ``controllers.dac._point_potential`` has ∇φ = α δ and
+    d = ρ − r_o.  The potential φ(ρ) — Khatib's FIRAS form ½η(1/d − 1/d₀)² for d_c ≤ d < d₀, continued inside
+    the core ρ < ρ_c = r_o + d_c by a + bρ² + cρ⁴ with φ, φ', φ'' continuous at ρ_c (p = φ'(ρ_c) < 0,
+    k = φ''(ρ_c) > 0: c = (kρ_c − p)/(8ρ_c³) > 0, b = (3p/ρ_c − k)/4 < 0, a = φ(ρ_c) − bρ_c² − cρ_c⁴, so
+    φ' = 2ρ(b + 2cρ²) < 0 inside and φ'(0) = 0: one C² function, repulsive everywhere) — has ∇φ = α δ and
     ∇²φ = α I + β δδᵀ with
         d₀ ≤ d:        φ = α = β = 0
         d_c ≤ d < d₀:  a = 1/d − 1/d₀,  φ = ½ η a²,  α = φ'/ρ = −η a/(d² ρ),

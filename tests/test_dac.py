@@ -3,9 +3,9 @@ closed-loop runs with the tensor model as the plant, frame invariance, QP = clos
 import numpy as np
 import pytest
 
+from _dac_reference import null_space_wish_numpy, obstacle_potential
 from cmstack.controllers.dac import (JointActuationMap, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
-                             attitude_error, attitude_error_rate, constrained_reference, null_space_wish,
-                             obstacle_potential)
+                                     attitude_error, attitude_error_rate, constrained_reference, null_space_wish)
 from cmstack.models.errors import ConfigError
 from cmstack.models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
 
@@ -374,9 +374,30 @@ def test_obstacle_term_is_a_gradient_system_at_every_distance(case, pts):
     assert rel <= 1e-6, f"{case}: rate {np.abs(gd).max():.3g} vs finite difference {np.abs(fd).max():.3g}"
 
 
+@pytest.mark.parametrize("case", ["outside", "on", "inside_shallow", "inside_deep", "near_centre"])
+@pytest.mark.parametrize("pts", [[[0.0, 0.0, 0.0]], [[-0.2, 0, 0], [0, 0, 0], [0.2, 0, 0]]])
+def test_obstacle_wish_is_its_numpy_formulation(case, pts):
+    """``null_space_wish`` (the compiled ``kernels._obstacle_wish``, which law (III)'s step calls) equals the
+    NumPy array formulation of tests/_dac_reference.py (FIRAS outside, the C² quartic in the core): g, ġ, U_o
+    and d_min to 1e-12 relative, with points outside, on and inside a sphere, and out of range (zero wish)."""
+    rng = np.random.default_rng(23)
+    ch = chain()
+    s = bent_state(ch, rng, speed=0.7)
+    obs = _sphere_cases(s, pts)[case]
+    d0s = (0.15, 0.05) if case == "outside" else (0.15,)     # 0.05: the point 8 cm off the sphere is out of range
+    for d0 in d0s:
+        got = null_space_wish(s, obs, 1e-3, d0, np.array(pts), clip=0.1 * d0)
+        ref = null_space_wish_numpy(s, obs, 1e-3, d0, np.array(pts), clip=0.1 * d0)
+        for a, b in zip(got[:2], ref[:2]):
+            assert np.abs(a - b).max() <= 1e-12 * max(1.0, np.abs(b).max())
+        assert got[2] == pytest.approx(ref[2], rel=1e-12, abs=1e-300) and got[3] == pytest.approx(ref[3], rel=1e-12)
+        assert (np.abs(got[0]).max() > 0) == (d0 == 0.15)
+    assert null_space_wish(s, [], 1e-3, 0.15, np.array(pts))[3] == np.inf
+
+
 def test_obstacle_potential_is_c2_across_the_core_radius():
     """The inner quartic meets the FIRAS branch with the same value, gradient and Hessian (C²): evaluate a
-    single point just outside and just inside d = d_c."""
+    single point just outside and just inside d = d_c (the NumPy formulation, which the kernel equals)."""
     d0, eta, dc = 0.15, 1e-3, 0.01
     ob = [Obstacle(np.zeros(3), 0.05)]
     u = np.array([0.6, 0.0, 0.8])
