@@ -16,15 +16,16 @@ Writes bench/results/closed_chain.json.
 Measured (busy 2-core machine shared with other sessions, 300 states x 3; step / reference, µs):
 
     mechanism  law   before (SVD, NumPy)    compiled PIDC, generic UK   UK compiled (2026-11-27)   computeAllTerms
-                     load 8                 load 6                      load 6.0-6.5
-    five-bar   PIDC  162 / 5.3 = 30x        16 / 3.4 = 4.7x             9.1 / 2.5 = 3.6x           1.6
-    five-bar   UK    216 / 5.8 = 37x        85 / 4.1 = 21x              4.1 / 2.5 = 1.65x
-    four-bar   PIDC  121 / 3.6 = 34x        11 / 2.2 = 4.8x             6.0 / 1.6 = 3.8x           1.1
-    four-bar   UK    190 / 4.1 = 47x        69 / 2.9 = 24x              3.1 / 1.6 = 1.96x
-    Delta      PIDC  228 / 12.8 = 18x       33 / 9.1 = 3.7x             18.1 / 6.8 = 2.7x          4.9
-    Delta      UK    201 / 13.5 = 15x       137 / 11.3 = 12x            10.6 / 6.7 = 1.58x
+                     load 8                 load 6                      load 3.6 (two runs)
+    five-bar   PIDC  162 / 5.3 = 30x        16 / 3.4 = 4.7x             9.6 / 2.6 = 3.6-3.8x       1.8
+    five-bar   UK    216 / 5.8 = 37x        85 / 4.1 = 21x              4.2 / 2.6 = 1.58-1.64x
+    four-bar   PIDC  121 / 3.6 = 34x        11 / 2.2 = 4.8x             6.6 / 1.65 = 4.0x          1.1
+    four-bar   UK    190 / 4.1 = 47x        69 / 2.9 = 24x              3.2 / 1.64 = 1.93x
+    Delta      PIDC  228 / 12.8 = 18x       33 / 9.1 = 3.7x             19.5 / 7.1 = 2.7-2.8x      5.2
+    Delta      UK    201 / 13.5 = 15x       137 / 11.3 = 12x            11.2 / 7.0 = 1.59x
 
-UK meets the target (<= 2x) on all three, the four-bar with little margin; PIDC MISSES it.  UK: the robot's lean
+UK meets the target (<= 2x) on all three, the four-bar with a small margin (1.93-2.03x over six runs at loads
+2-6); PIDC MISSES it.  UK: the robot's lean
 pass (``pin.crba``) and one compiled call (``controllers/uk_plan.py``, ``_uk_kernels.uk_step``: h, the frames, the
 loops' rows of ``models/_loop_kernels.py`` as level 1, the task rows, the passive joints' zero-torque rows and
 the vanishing-row test (``passive_level``), the KKT solve, τ = T y (``kernels.passive_torque``)).  On one state

@@ -139,31 +139,33 @@ def qr_pivot(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarr
 
 
 @njit(cache=True, inline="always")
-def _reflect(X: np.ndarray, p: int, j: int, tau: np.ndarray, y: np.ndarray) -> None:
-    """y ← H_j y = y − τ_j u_j (u_jᵀ y), u_j = [0…0, 1, X[j+1:p, j]] (reflector j of ``qr_pivot``); H_j = H_jᵀ."""
-    if tau[j] == 0.0:
-        return
-    w = y[j]
-    for i in range(j + 1, p):
-        w += X[i, j] * y[i]
-    w *= tau[j]
-    y[j] -= w
-    for i in range(j + 1, p):
-        y[i] -= w * X[i, j]
+def _reflect_all(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray, step: int) -> None:
+    """y ← H_j y for the first k reflectors of ``qr_pivot`` in X, j = 0 … k−1 (step 1) or k−1 … 0 (step −1):
+    H_j y = y − τ_j u_j (u_jᵀ y), u_j = [0…0, 1, X[j+1:p, j]]; H_j = H_jᵀ.  (Inlined whole into apply_q and
+    apply_qt: a reflector step inlined inside their loops made PIDC's Delta step 19.8 → 26.7 µs.)"""
+    j = 0 if step > 0 else k - 1
+    for _ in range(k):
+        if tau[j] != 0.0:
+            w = y[j]
+            for i in range(j + 1, p):
+                w += X[i, j] * y[i]
+            w *= tau[j]
+            y[j] -= w
+            for i in range(j + 1, p):
+                y[i] -= w * X[i, j]
+        j += step
 
 
 @njit(cache=True)
 def apply_qt(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray) -> None:
     """y ← Qᵀ y = H_{k−1} ⋯ H₀ y for the first k reflectors stored in X (``qr_pivot``), y of length p."""
-    for j in range(k):
-        _reflect(X, p, j, tau, y)
+    _reflect_all(X, p, k, tau, y, 1)
 
 
 @njit(cache=True)
 def apply_q(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray) -> None:
     """y ← Q y = H₀ ⋯ H_{k−1} y (the reflectors of ``qr_pivot``), y of length p."""
-    for j in range(k - 1, -1, -1):
-        _reflect(X, p, j, tau, y)
+    _reflect_all(X, p, k, tau, y, -1)
 
 
 @njit(cache=True)

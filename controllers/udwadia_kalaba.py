@@ -377,9 +377,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 info.saturated, info.gave_way = False, ""
                 info.status, info.qp_iter, info.path = "solved", 0, "kkt"
                 self._info_kkt = info
+                self._forces_of = self._buffer_forces      # (bound once: the step pays no method object)
             tau = buf[P.sl_tau]
-            info.vdot, info.tau = buf[P.sl_x], tau
-            info._lazy = (self._buffer_forces, buf)
+            info._vdot, info._vsrc, info.tau = None, (buf, P.sl_x), tau     # v̇: sliced when read
+            info._lazy = (self._forces_of, buf)
             return tau
         return self._fused_rest(t, st, buf)
 

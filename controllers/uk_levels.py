@@ -42,7 +42,7 @@ class UKStepInfo:
     (one QP with the limits) or "sequential" (one QP per level)."""
 
     status: str = "not run"
-    vdot: np.ndarray | None = None
+    _vdot: np.ndarray | None = None
     tau: np.ndarray | None = None
     qp_iter: int = 0
     limits_active: bool = False
@@ -54,6 +54,22 @@ class UKStepInfo:
     _Qu: np.ndarray | None = None
     _Qlim: np.ndarray | None = None
     _lazy: object = None
+    _vsrc: tuple[np.ndarray, slice] | None = None   # a compiled step's (buffer, slice) of v̇, read when first asked for
+
+    @property
+    def vdot(self) -> np.ndarray | None:
+        """The step's acceleration v̇ (rad/s², m/s²)."""
+        v = self._vdot
+        if v is None and self._vsrc is not None:
+            buf, sl = self._vsrc
+            v = self._vdot = buf[sl]
+            self._vsrc = None
+        return v
+
+    @vdot.setter
+    def vdot(self, value: np.ndarray | None) -> None:
+        self._vdot = value
+        self._vsrc = None
 
     def _fill(self):
         lazy = self._lazy

@@ -191,7 +191,7 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
 
 
 def test_householder_q_and_qt_rebuild_the_pivoted_qr():
-    """``apply_q`` and ``apply_qt`` (one reflector step, ``_reflect``, in both orders) on ``qr_pivot``'s
+    """``apply_q`` and ``apply_qt`` (the reflector steps, ``_reflect_all``, in both orders) on ``qr_pivot``'s
     factors: Q R = X Π to 1e-13, Qᵀ Q y = y, and Q is orthogonal, for tall, wide and rank-deficient X."""
     from cmstack.controllers.kernels import ABS, apply_q, apply_qt, qr_pivot
     rng = np.random.default_rng(11)

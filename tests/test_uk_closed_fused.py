@@ -213,3 +213,13 @@ def test_pickled_plan_keeps_reading_what_python_writes():
     for c in (twin, slow):
         c.levels[1].tasks[0].kp = 10.0
     _close(twin(*states[1]), slow(*states[1]))
+
+
+def test_given_snapshot_steps_as_the_generic_path():
+    """A step on a snapshot the caller made (``Robot.update``): the kernel reads the data that snapshot left."""
+    fast, slow = _pair("mjcf/delta.xml")
+    for t, q, v in _states(fast.robot, 5, seed=9):
+        tau = fast(t, q, v, kin=fast.robot.update(q, v))
+        _close(tau, slow(t, q, v))
+        assert np.all(tau[fast._passive] == 0.0)
+        _same_step(fast, slow)
