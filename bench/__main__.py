@@ -1,6 +1,6 @@
 """python -m bench [--quick] [NAME ...] (or ``cmstack bench``) — run the benchmarks in bench/, print
 their numbers, and end with one summary table: every ratio and real-time factor of issue 12 beside its
-target, the long-run figures of issue 21 when bench.long_runs has run, and the fixed-rate loop's figures
+target, the peer (TSID) and closed-chain ratios of issues 22 and 23, the long-run figures of issue 21 when bench.long_runs has run, and the fixed-rate loop's figures
 of issue 25 (one group of rows per set-up bench.rt has measured) (bench/results/summary.json).  Never asserted in tests.
 
 ``--quick`` runs only the issue-12 benchmarks, with fewer repeats and short scenario runs (a few
@@ -50,6 +50,20 @@ def summary(quick: bool) -> list[dict]:
                            ("panda_circle", "Panda circle UK step / (computeAllTerms + frame Jacobian)", 1.5)):
         r = uk["ratio_of_medians"].get(key) if uk else None
         add(what, r, "×", f"≤ {tgt}", r is not None and r <= tgt)
+    for key, e in ((uk or {}).get("against_tsid") or {}).items():   # issue 22: the peer, when TSID is built
+        tgt = (uk.get("tsid_targets") or {}).get(key)
+        r = e["ratio_of_medians"]
+        add(f"{key} UK step / TSID's ({e['tsid']}, same states)", r, "×", "—" if tgt is None else f"≤ {tgt:g}",
+            None if tgt is None else r <= tgt, f"per-state median {e['median_of_ratios']:.3g}×")
+    cc = _load("closed_chain") or {}               # issue 23: a control step against pin.constraintDynamics
+    for model, e in sorted(cc.items()):
+        if not isinstance(e, dict):
+            continue
+        for law in ("pidc", "uk"):
+            if law in e:
+                r = e[law]["ratio"]
+                add(f"{Path(model).stem} {law.upper()} step / constraintDynamics", r, "×", "≤ 2", r <= 2.0,
+                    f"{e[law]['control_step_us']:.1f} / {e[law]['constraint_dynamics_us']:.1f} µs")
     pr = (_load("projection") or {}).get("pidc_ratio", {})
     for key, what in (("slider_crank_pidc", "PIDC step (slider-crank) / floor"),
                       ("series_parallel_pidc", "PIDC step (series-parallel) / floor")):
