@@ -88,3 +88,25 @@ def test_python_floor_makes_the_call_and_returns_its_result():
     assert np.allclose(step(0.0, q, v), ref, rtol=0, atol=1e-12)
     step_a = python_floor(pin.rnea, model, model.createData(), model.nv, accel_from_v=True)
     assert np.allclose(step_a(0.0, q, v), pin.rnea(model, model.createData(), q, v, v), rtol=0, atol=1e-12)
+
+
+def test_summary_has_the_peer_and_closed_chain_rows(tmp_path, monkeypatch):
+    """The UK step against TSID's (issue 22, when bench.yumi_uk found TSID) and each mechanism's control step
+    against pin.constraintDynamics (issue 23, bench.closed_chain) are judged against their targets."""
+    monkeypatch.chdir(tmp_path)
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    (res / "yumi_uk.json").write_text(json.dumps({
+        "ratio_of_medians": {"panda_circle": 1.2},
+        "against_tsid": {"panda_circle": {"tsid": "tsid_panda", "ratio_of_medians": 0.55, "median_of_ratios": 0.56},
+                         "uk_weighted": {"tsid": "tsid_yumi", "ratio_of_medians": 0.45, "median_of_ratios": 0.46}},
+        "tsid_targets": {"panda_circle": 0.6}}))
+    step = {"control_step_us": 4.0, "constraint_dynamics_us": 2.5, "ratio": 1.6}
+    (res / "closed_chain.json").write_text(json.dumps({
+        "mjcf/five_bar.xml": {"compute_all_terms_us": 1.9, "uk": step, "pidc": {**step, "ratio": 3.7}}}))
+    rows = {r["what"]: r for r in summary(quick=False)}
+    assert rows["panda_circle UK step / TSID's (tsid_panda, same states)"]["met"] is True
+    assert rows["uk_weighted UK step / TSID's (tsid_yumi, same states)"]["met"] is None     # no target: reported
+    assert rows["five_bar UK step / constraintDynamics"]["met"] is True
+    assert rows["five_bar PIDC step / constraintDynamics"]["met"] is False
+    assert rows["five_bar PIDC step / constraintDynamics"]["value"] == 3.7
