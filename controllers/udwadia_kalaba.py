@@ -338,7 +338,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         else:
             kin._check_current()       # the data must hold this snapshot's state: the kernel reads it
             q, v = kin.q, kin.v
-        gen = robot._gen
+        gen = robot.generation
         d = robot.data
         lim = P.effort
         if d is not P.data or self.D is not P.D or (lim is not None and lim.tau_max is not P.tmax):
@@ -394,8 +394,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             buf, gen = self._kin_buf
             n = self.n
             k = Kinematics(self.robot, buf[:n], buf[n:2 * n], buf[2 * n:2 * n + n * n].reshape(n, n),
-                           buf[2 * n + n * n:3 * n + n * n])
-            k._gen = gen
+                           buf[2 * n + n * n:3 * n + n * n], generation=gen)
             self._kin = k
         return k
 

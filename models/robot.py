@@ -381,11 +381,16 @@ class Kinematics:
 
     __slots__ = ("robot", "q", "v", "M", "h", "_frames", "_tv", "_gen")
 
-    def __init__(self, robot: "Robot", q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray):
+    def __init__(self, robot: "Robot", q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray,
+                 generation: int | None = None):
+        """generation: the ``Robot.generation`` whose Pinocchio data holds this state (default: the current
+        one); a snapshot made after the pass that computed it (a compiled step's lazily built snapshot)
+        gives that pass's generation, so that it refuses to read frames once the data has moved on."""
         self.robot, self.q, self.v, self.M, self.h = robot, q, v, M, h
         self._frames: dict = {}
         self._tv = False
-        self._gen = robot._gen          # the robot's Pinocchio data holds this snapshot's state until it changes
+        # the robot's Pinocchio data holds this snapshot's state until it changes
+        self._gen = robot._gen if generation is None else generation
 
     def _check_current(self) -> None:
         """A frame not read yet comes from the robot's Pinocchio data, which must still hold this snapshot:
@@ -688,6 +693,12 @@ class Robot:
         self._gen += 1
         self._lean_gen = self._gen
         return q, v
+
+    @property
+    def generation(self) -> int:
+        """A counter of the states this robot's Pinocchio data has held: every pass that changes the data
+        (``update``, ``update_for_kernel``, ``update_in_place``, ``add_frame``) increments it."""
+        return self._gen
 
     def update_in_place(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``update``'s one pass (``pin.computeAllTerms``) without its copies, for a compiled step that reads M
