@@ -33,7 +33,7 @@ relative to the parent's at zero joint configuration.
   m_r = [q̈, q̇, q]); ``titop_inverse`` is the inverse-dynamics block (joint acceleration in,
   driving torque out).
 * :class:`FloatingBase` G^B_{P,C...}(s) and :class:`FixedBase` (the inertial frame) are roots.
-* :class:`LoopClosure` L^A_C (Fig. 14): spring–damper on the relative motion of two ports.
+* :class:`CompliantLoop` L^A_C (Fig. 14): spring–damper on the relative motion of two ports.
 
 **Causal evaluation** (:class:`System`).  The inverse dynamics is a pure causal sweep: motions
 root → leaves, wrenches leaves → root.  The forward dynamics has an algebraic loop at every joint
@@ -65,7 +65,7 @@ from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 from cmstack.models.lie import cross, skew  # skew(v) is the paper's (*v)
 
 __all__ = ["skew", "tau", "dynamic_model", "Motion", "transport", "change_frame", "RigidBody", "Weld",
-           "Revolute", "Prismatic", "FloatingBase", "FixedBase", "LoopClosure", "System", "rodrigues",
+           "Revolute", "Prismatic", "FloatingBase", "FixedBase", "CompliantLoop", "System", "rodrigues",
            "quat_to_R", "rpy", "from_pinocchio"]
 
 _I3 = np.eye(3)
@@ -466,8 +466,9 @@ class FixedBase:
 
 
 # ----------------------------------------------------------------------------------- loop closure
-class LoopClosure:
-    """L^A_C (Fig. 14): the loop is cut in body A at point C into A_l (port ``port_l`` of block
+class CompliantLoop:
+    """L^A_C (Fig. 14), the paper's loop-closure block: a compliant loop (a spring–damper, not the hard
+    constraint ``cmstack.models.loops.LoopClosure`` of the control laws).  The loop is cut in body A at point C into A_l (port ``port_l`` of block
     ``left``) and A_r (port ``port_r`` of ``right``); the mechanical impedance of A at C feeds back the
     relative motion δm = m_C^{A_r} − m_C^{A_l} to the interaction wrench through 6×6 K and D:
 
@@ -601,7 +602,7 @@ class _Layout:
 
 
 class System:
-    """A tree of TITOP blocks (Fig. 16), optionally closed by :class:`LoopClosure` blocks.
+    """A tree of TITOP blocks (Fig. 16), optionally closed by :class:`CompliantLoop` blocks.
 
     Coordinates follow Pinocchio's layout for the same tree built in the same order: a floating root
     contributes q = [IP in R_i; quaternion (x, y, z, w)], v = [v_P; ω] in its body frame; each joint
@@ -617,7 +618,7 @@ class System:
         self.g = np.asarray(gravity, dtype=float).reshape(3)
         self.nodes = [_Node(root, -1, None, 0)]
         self.index = {root.name: 0}
-        self.loops: list[LoopClosure] = []
+        self.loops: list[CompliantLoop] = []
         self.floating = isinstance(root, FloatingBase)
         self.nj = 0
         self.fast = True           # sweeps through the compiled kernels (models/_titop_kernels.py)
@@ -648,7 +649,7 @@ class System:
         self._layout = None
         return block
 
-    def add_loop(self, loop: LoopClosure) -> LoopClosure:
+    def add_loop(self, loop: CompliantLoop) -> CompliantLoop:
         for b, p in ((loop.left, loop.port_l), (loop.right, loop.port_r)):
             if b not in self.index:
                 raise FrameNotFoundError(f"loop '{loop.name}': block '{b}' is not in the system")

@@ -7,7 +7,7 @@ import pinocchio as pin
 import pytest
 
 from cmstack.models.errors import FrameNotFoundError, StateError
-from cmstack.models.titop import (FixedBase, FloatingBase, LoopClosure, Prismatic, Revolute, RigidBody, System, Weld,
+from cmstack.models.titop import (FixedBase, FloatingBase, CompliantLoop, Prismatic, Revolute, RigidBody, System, Weld,
                                   from_pinocchio)
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.balloon import Params, buoyancy_body, titop_system
@@ -54,7 +54,7 @@ def random_system(rng, n, floating, loops=0):
     for j in range(loops):
         (bl, pl), (br, pr) = [free.pop(int(rng.integers(len(free)))) for _ in range(2)]
         A = rng.normal(size=(6, 6))
-        sysm.add_loop(LoopClosure(bl, pl, br, pr, A @ A.T * 10, np.diag(rng.uniform(0, 2, 6)), name=f"L{j}"))
+        sysm.add_loop(CompliantLoop(bl, pl, br, pr, A @ A.T * 10, np.diag(rng.uniform(0, 2, 6)), name=f"L{j}"))
     return sysm
 
 
@@ -221,16 +221,16 @@ class NamedBody(RigidBody):
         return f"body {self.name}"
 
 
-class NamedLoop(LoopClosure):
+class NamedLoop(CompliantLoop):
     def label(self):
         return f"loop {self.name}"
 
 
-class StiffLoop(LoopClosure):
-    """Redefines the loop's wrenches (twice the impedance's): must not be computed as a LoopClosure."""
+class StiffLoop(CompliantLoop):
+    """Redefines the loop's wrenches (twice the impedance's): must not be computed as a CompliantLoop."""
 
     def wrenches(self, m_l, m_r):
-        W_l, W_r = LoopClosure.wrenches(self, m_l, m_r)
+        W_l, W_r = CompliantLoop.wrenches(self, m_l, m_r)
         return 2.0 * W_l, 2.0 * W_r
 
 
@@ -242,7 +242,7 @@ class WeightlessBody(RigidBody):
 
 
 _SUBCLASS = {Revolute: NamedRevolute, Prismatic: NamedPrismatic, Weld: NamedWeld, RigidBody: NamedBody,
-             LoopClosure: NamedLoop}
+             CompliantLoop: NamedLoop}
 
 
 @pytest.mark.parametrize("floating", [False, True])

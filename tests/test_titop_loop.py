@@ -4,7 +4,7 @@ constraint, computed independently with Pinocchio (KKT on M, h, the tip Jacobian
 import numpy as np
 import pinocchio as pin
 
-from cmstack.models.titop import FixedBase, LoopClosure, Revolute, RigidBody, System
+from cmstack.models.titop import FixedBase, CompliantLoop, Revolute, RigidBody, System
 
 G = np.array([0.0, -9.81, 0.0])
 D_GROUND, A, B, C = 1.0, 0.5, 1.2, 0.8            # ground link, crank, coupler, rocker lengths (m)
@@ -26,7 +26,7 @@ def titop_fourbar(k, d):
               parent, port)
     K = np.diag([k, k, k, 0, 0, 0])
     Dm = np.diag([d, d, d, 0, 0, 0])
-    s.add_loop(LoopClosure("coupler", "tip", "rocker", "tip", K, Dm))
+    s.add_loop(CompliantLoop("coupler", "tip", "rocker", "tip", K, Dm))
     return s
 
 
