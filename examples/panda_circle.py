@@ -52,7 +52,10 @@ def run(ctx):
 
 
 if __name__ == "__main__":
-    cfg = tomllib.loads(Path(__file__).with_suffix(".toml").read_text())
+    settings = Path(__file__).with_suffix(".toml")
+    if not settings.is_file():
+        raise SystemExit(f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)")
+    cfg = tomllib.loads(settings.read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
     parser.add_argument("--out", default="runs/panda_circle_script", help="where to save the log (cmstack view DIR)")

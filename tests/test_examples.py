@@ -108,3 +108,15 @@ def test_example_runs_as_a_plain_script(name, tmp_path):
     rec = Recorder()                                  # the saved log replays (cmstack view DIR)
     replay(out, visualizer=rec, realtime=False, progress=False)
     assert any(k.startswith("plant/") for k in rec.objects)
+
+
+@pytest.mark.parametrize("name", ["panda_circle", "dual_panda_carry"])
+def test_plain_script_without_its_settings_file_says_so(tmp_path, name):
+    """A user who copies the script without its TOML gets one line naming the missing file (exit 1), not a
+    traceback."""
+    script = tmp_path / f"{name}.py"
+    script.write_text((EXAMPLES / f"{name}.py").read_text())
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"{name}.py: its settings file {tmp_path / (name + '.toml')} is missing "
+                                "(copy it beside the script)")
