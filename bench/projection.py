@@ -40,8 +40,11 @@ states × 3, medians, load 5.5: the hand-written loop's one-row step 9.9 µs = 1
 rows in Python (PIDC's ``_rows_step``) 24.5 µs = 25.8×, the generic loop's compiled closed-chain step 7.3 µs = 7.7×.
 The projection simulator's step on the generic loop (a ``ClosureSet`` Pinocchio pass per evaluation, 5-6 a step)
 is slower: 152 µs against 89 µs with the closed form (interleaved, unforced, load 5.7); 137 µs against 92 µs (load
-7.1) with the plane rows in one compiled call (``_loop_kernels.plane_rows``, 2.5 µs; 11 µs as NumPy): what is left
-is the pass's Pinocchio calls and their accessors (~9 µs a pass).
+7.1) with the plane rows in one compiled call (2.5 µs; 11 µs as NumPy): what is left was the pass's Pinocchio calls
+and their accessors (~9 µs a pass).  With the pass lean (one ``computeJointJacobians``, then the frames from data.J
+and every closure's φ, J, J̇v in one kernel, ``_loop_kernels.closure_pass``): 133-136 → 95-97 µs (0.72×), the
+closed form 87-89 µs, interleaved old/new/closed form, 2000 steps from (0, 0) at q̇ = (6, −3) rad/s, load 3.3; the
+five-bar's projection step 207-211 → 160-163 µs (0.77×); one five-bar ``ClosureSet`` pass 10.5 → 3.3 µs.
 
 The compiled step costs 3-4× fewer floors than the NumPy one; the 1.5× target is still MISSED: 1.5× a 1.6-4 µs
 computeAllTerms leaves < 1-2 µs for everything that is not Pinocchio, about the cost of the Python calls

@@ -1,6 +1,7 @@
-"""The loop closures' rows compiled (numba), for a compiled control step that reads its frames from a frame table
-(``controllers/_uk_kernels.py: frame_states``): the rows (J, J̇v) of ``models/loops.py: closure_rows`` (derived in
-that module's docstring), and the residual φ for a control step that drives it (``closure_phi``, below).
+"""The loop closures' rows compiled (numba): the one copy of their algebra (derived in ``models/loops.py``'s
+docstring), for the compiled control steps that read their frames from a frame table (``_frame_kernels.frame_states``;
+PIDC's and UK's) and for the Python path (``models/loops.py``: ``closure_rows`` calls ``frame_rows``, ``ClosureSet``'s
+pass ``closure_pass``): the rows (J, J̇v) (``closure_rows``) and the residual φ (``closure_phi``, below).
 
 A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; α] (6)] with its Jacobian (6×n)
 (LOCAL_WORLD_ALIGNED, world axes).  With J_d = J_b − J_a, c_d = acc_b − acc_a:
@@ -22,20 +23,22 @@ needs it) with d = p_b − p_a, R_a, R_b the two frames' rotations:
 * revolute:  φ = [d; x_A·(z_A × z_b); y_A·(z_A × z_b)]
 * plane:     φ = n·d,  n = z_A
 
-tests/test_loop_kernels.py compares them with ``closure_rows`` on random states of the shipped mechanisms.  The plane
-rows have no second copy: ``models/loops.py: plane_rows`` (the Python path) calls this kernel for J and J̇v
-(tests/test_loops_plane.py: finite differences on moving frames, and the slider-crank's closed form (67)-(69)).
+Checked independently of this code: tests/test_loop_kernels.py (J against finite differences of φ, J̇v against
+finite differences of J v along q + t v, φ against Pinocchio's placements and ``pin.log3``, every kind),
+tests/test_loops.py (the same on ``LoopClosure``'s constraint functions), tests/test_loops_plane.py (the plane rows on
+moving frames and the slider-crank's closed form (67)-(69)).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, farray, njit
 
-from cmstack.models import _lie_kernels
+from cmstack.models import _frame_kernels, _lie_kernels
+from cmstack.models._frame_kernels import _f64_at, frame_states
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3
 
-depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, _frame_kernels, _lie_kernels)   # numba's cache does not see a change of a callee in another file
 
 POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
 KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
@@ -92,14 +95,15 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
 
 
 @njit(cache=True)
-def plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v, J, jdv):
-    """A ``plane`` closure from the two frames as Pinocchio gives them (rotation R (3×3), position p (3), LWA
-    Jacobian J (6×n), classical acceleration c (6); ``models/loops.py: plane_rows``): its rows J (1×n), J̇v (1)
-    by ``closure_rows`` on the frames' rows [R, p, J v, c]; returns φ = n·(p_b − p_A)."""
-    xa, xb = np.empty(24), np.zeros(24)
+def frame_rows(kind, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v, phi, J, jdv, row0):
+    """One closure from its two frames as Pinocchio gives them (rotation R (3×3), position p (3), LWA Jacobian J
+    (6×n), classical acceleration c (6); ``models/loops.py: closure_rows``): the frames' rows x = [R, p, J v, c],
+    then ``closure_rows`` (J, J̇v) and ``closure_phi`` (φ) into rows row0:row0 + m; returns m."""
+    xa, xb = np.empty(24), np.empty(24)
     for i in range(3):
         for j in range(3):
             xa[3 * i + j] = Ra[i, j]
+            xb[3 * i + j] = Rb[i, j]
         xa[9 + i], xb[9 + i] = pa[i], pb[i]
     for i in range(6):
         ta, tb = 0.0, 0.0
@@ -108,8 +112,30 @@ def plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v, J, jdv):
             tb += Jb[i, c] * v[c]
         xa[12 + i], xb[12 + i] = ta, tb
         xa[18 + i], xb[18 + i] = ca[i], cb[i]
-    closure_rows(PLANE, xa, Ja, xb, Jb, J, jdv, 0)
-    return Ra[0, 2] * (pb[0] - pa[0]) + Ra[1, 2] * (pb[1] - pa[1]) + Ra[2, 2] * (pb[2] - pa[2])
+    closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0)
+    return closure_phi(kind, xa, xb, phi, row0)
+
+
+@njit(cache=True)
+def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv):
+    """Every closure's φ, J and J̇v after one ``pin.computeJointJacobians`` (``models/loops.py: ClosureSet``): the
+    joints' poses and data.J read in place at the addresses ptr = [data.J, (R_j, p_j) of each joint slot in
+    data.oMi] (Eigen's column-major storage), the frames by ``_frame_kernels.frame_states``, the rows by
+    ``closure_rows`` and ``closure_phi``; lint (nl, 4) = [kind code, frame slot a, frame slot b, first row]."""
+    n = v.shape[0]
+    Jw = farray(_f64_at(ptr[0]), (6, n))
+    for j in range(jpose.shape[0]):
+        R = farray(_f64_at(ptr[1 + 2 * j]), (3, 3))
+        p = carray(_f64_at(ptr[2 + 2 * j]), (3,))
+        for i in range(3):
+            for c in range(3):
+                jpose[j, 3 * i + c] = R[i, c]
+            jpose[j, 9 + i] = p[i]
+    frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
+    for k in range(lint.shape[0]):
+        a, b = lint[k, 1], lint[k, 2]
+        closure_rows(lint[k, 0], fvec[a], fJ[a], fvec[b], fJ[b], J, jdv, lint[k, 3])
+        closure_phi(lint[k, 0], fvec[a], fvec[b], phi, lint[k, 3])
 
 
 @njit(cache=True)

@@ -41,8 +41,9 @@ velocity; ė = w on the point rows everywhere and on the rotation rows at closur
 ``compute`` gives A = J, b = −J̇v − K_d J v − K_p φ: the acceleration-level closure A v̇ + J̇v = 0 plus a
 Baumgarte term that removes drift.  As a constraint function (PIDC, ProjectionPlant): ``phi(q)``,
 ``jacobian(q)``, ``jdot_v(q, v)`` and ``jacobian_and_jdot_v(q, v)``, from one pass of the closure's own
-Pinocchio data (``forwardKinematics`` to second order with v̇ = 0, ``computeJointJacobians``), cached on
-(q, v): the three calls of a step cost one pass.  ``ClosureSet`` stacks several closures (``robot.loops``) on
+Pinocchio data (``computeJointJacobians``: the joints' poses and Jacobians; the frames, their accelerations at
+v̇ = 0 and the rows in one compiled call, ``models/_loop_kernels.py: closure_pass``), cached on (q, v): the three
+calls of a step cost one pass.  ``ClosureSet`` stacks several closures (``robot.loops``) on
 one pass.
 
 ``assemble(robot, q_guess)`` closes every loop near a guess: Newton's iteration on the stacked residual
@@ -77,7 +78,7 @@ from numpy.typing import ArrayLike
 from cmstack.models import _loop_kernels
 from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
-from cmstack.models.lie import cross, svd_rank
+from cmstack.models.lie import svd_rank
 
 if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
     from cmstack.models.robot import Kinematics, Robot
@@ -126,41 +127,16 @@ def _vec3(x, where: str) -> np.ndarray:
 def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, Rb: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray,
                  v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
-    and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring)."""
-    if kind == "plane":
-        return plane_rows(Ra, pa, Ja, ca, pb, Jb, cb, v)
-    Jd = Jb - Ja
-    cd = cb - ca
-    if kind == "point":
-        return pb - pa, Jd[:3], cd[:3]
-    phi = np.empty(KINDS[kind])
-    phi[:3] = pb - pa
-    if kind == "weld":
-        phi[3:] = pin.log3(Rb @ Ra.T)
-        return phi, Jd, cd
-    X = Ra[:, :2].T                                    # [x_A; y_A], world axes
-    phi[3:] = X @ cross(Ra[:, 2], Rb[:, 2])
-    J = np.empty((5, Jd.shape[1]))
-    J[:3] = Jd[:3]
-    J[3:] = X @ Jd[3:]
-    wa = Ja[3:] @ v
-    wd = Jd[3:] @ v
-    jdv = np.empty(5)
-    jdv[:3] = cd[:3]
-    jdv[3] = X[0] @ cd[3:] + cross(wa, X[0]) @ wd
-    jdv[4] = X[1] @ cd[3:] + cross(wa, X[1]) @ wd
-    return phi, J, jdv
-
-
-def plane_rows(Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(φ, J, J̇v) of a ``plane`` closure (1 row): point b on the plane through A normal to n = R_A ẑ
-    (derivation in the module docstring), by the compiled rows (``models/_loop_kernels.py``, which PIDC's compiled
-    closed-chain step calls too: the one copy of that algebra)."""
-    J, jdv = np.empty((1, Ja.shape[1])), np.empty(1)
+    and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring), by the compiled rows
+    (``models/_loop_kernels.py: frame_rows``, the kernels PIDC's and UK's compiled steps call too: the one copy of
+    that algebra)."""
+    m = KINDS[kind]
+    phi, J, jdv = np.empty(m), np.empty((m, Ja.shape[1])), np.empty(m)
     c = np.ascontiguousarray
-    phi = _loop_kernels.plane_rows(c(Ra, dtype=float), c(pa, dtype=float), c(Ja, dtype=float), c(ca, dtype=float),
-                                   c(pb, dtype=float), c(Jb, dtype=float), c(cb, dtype=float), c(v, dtype=float), J, jdv)
-    return np.array([phi]), J, jdv
+    _loop_kernels.frame_rows(_loop_kernels.KIND_CODES[kind], c(Ra, dtype=float), c(pa, dtype=float), c(Ja, dtype=float),
+                             c(ca, dtype=float), c(Rb, dtype=float), c(pb, dtype=float), c(Jb, dtype=float),
+                             c(cb, dtype=float), c(v, dtype=float), phi, J, jdv, 0)
+    return phi, J, jdv
 
 
 class LoopClosure(Task):
@@ -278,7 +254,51 @@ class ClosureSet:
         self._key: tuple | None = None
         self._out: tuple | None = None
 
+    def _tables(self, model) -> None:
+        """The compiled pass's tables (``_loop_kernels.closure_pass``): each frame's joint slot, support mask and
+        placement, each closure's [kind, frame a, frame b, first row], and the addresses of data.J and of the
+        slots' joint poses in a fresh ``Data`` (held, so its storage stays)."""
+        n = model.nv
+        frames: dict[int, int] = {}
+        joints: dict[int, int] = {}
+        fint, fplace = [], []
+
+        def slot(fid: int) -> int:
+            if fid not in frames:
+                fr = model.frames[fid]
+                j = int(fr.parentJoint)
+                joints.setdefault(j, len(joints))
+                mask = np.zeros(n, dtype=np.int64)
+                for ji in model.supports[j]:
+                    if ji > 0:
+                        mask[model.joints[ji].idx_v] = 1
+                fint.append(np.r_[joints[j], mask])
+                fplace.append(fr.placement.homogeneous)
+                frames[fid] = len(frames)
+            return frames[fid]
+
+        lint = [(_loop_kernels.KIND_CODES[c.kind], slot(c.fa), slot(c.fb), s.start)
+                for c, s in zip(self.closures, self.slices)]
+        self._lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
+        self._fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
+        self._fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
+        self._fJ = np.zeros((len(fint), 6, n))
+        self._fvec = np.zeros((len(fint), 24))
+        self._jpose = np.zeros((len(joints), 12))
+        d = model.createData()
+        poses = [d.oMi[j] for j in joints]         # slot order (a dict keeps its insertion order)
+        arrays = [d.J] + [a for T in poses for a in (T.rotation, T.translation)]
+        for a in arrays:
+            if a.dtype != np.float64 or not a.flags.f_contiguous:
+                raise TypeError(f"{self.name}: Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not "
+                                "column-major float64")
+        self._ptr = np.array([int(a.__array_interface__["data"][0]) for a in arrays], dtype=np.int64)
+        self._keep = (poses, arrays)
+        self._data = d
+
     def _pass(self, q, v):
+        """φ, J, J̇v at (q, v) (v = 0 when None): one ``pin.computeJointJacobians`` (data.oMi, data.J), then every
+        frame and every closure's rows in one compiled call (``_loop_kernels.closure_pass``)."""
         q = np.asarray(q, dtype=float)
         with_v = v is not None
         v = np.zeros(self.robot.nv) if v is None else np.asarray(v, dtype=float)
@@ -288,28 +308,23 @@ class ClosureSet:
         model = self.robot.model
         d = self._data
         if d is None or len(d.oMf) != model.nframes:
-            d = self._data = model.createData()
+            self._tables(model)
+            d = self._data
         if q.shape != (model.nq,) or v.shape != (model.nv,):
             raise StateError(f"{self.name}: expected q of size {model.nq} and v of size {model.nv}, got "
                              f"{q.shape} and {v.shape}")
-        pin.forwardKinematics(model, d, q, v, np.zeros(model.nv))
-        pin.computeJointJacobians(model, d)
-        phi = np.empty(self.m)
-        J = np.empty((self.m, model.nv))
-        jdv = np.empty(self.m)
-        frames = {}
-        for c, s in zip(self.closures, self.slices):
-            for fid in (c.fa, c.fb):
-                if fid not in frames:
-                    Jf = pin.getFrameJacobian(model, d, fid, LWA).reshape(6, -1)
-                    H = d.oMf[fid].homogeneous
-                    acc = pin.getFrameClassicalAcceleration(model, d, fid, LWA).vector.copy()
-                    frames[fid] = (H[:3, :3], H[:3, 3], Jf, acc)
-            a, b = frames[c.fa], frames[c.fb]
-            phi[s], J[s], jdv[s] = closure_rows(c.kind, *a, *b, v)
+        pin.computeJointJacobians(model, d, q)
+        phi, J, jdv = np.empty(self.m), np.empty((self.m, model.nv)), np.empty(self.m)
+        _loop_kernels.closure_pass(self._ptr, np.ascontiguousarray(v), self._jpose, self._fint, self._fplace,
+                                   self._fJ, self._fvec, self._lint, phi, J, jdv)
         self._key = key
         self._out = (phi, J, jdv)
         return self._out
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.update(_data=None, _ptr=None, _keep=None, _key=None, _out=None)    # rebuilt on first use
+        return state
 
     def phi(self, q: np.ndarray) -> np.ndarray:
         return self._pass(q, None)[0].copy()

@@ -1,0 +1,98 @@
+"""Frames from one Pinocchio pass, compiled (numba): every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and
+classical acceleration at v̇ = 0 from the joints' poses (``data.oMi``) and the joint Jacobians (``data.J``, world
+axes, the linear part the velocity of the point at the world origin: column c = [v_O,c; ω_c]) and v alone, which
+``pin.computeJointJacobians`` (or ``pin.crba`` in the WORLD convention) leaves.  The models layer's loop closures
+(``models/loops.py: ClosureSet``) and the controllers' compiled steps (``controllers/_uk_kernels.py``,
+``_pidc_kernels.py``) share it; the derivation is in ``frame_states``' docstring, and
+tests/test_uk_kernels.py checks it against Pinocchio's frame Jacobian and classical acceleration.
+
+A frame f rigidly attached to joint j at the placement ʲM_f = (R_f, t_f), the joint's pose ⁰M_j = (R_j, p_j):
+
+    R = R_j R_f,   p = p_j + R_j t_f
+    J[:, c] = [J_O,v[:, c] + J_ω[:, c] × p;  J_ω[:, c]]   for c in the support of j, 0 elsewhere
+    [v_p; ω] = J v,   acc = [a_O + α × p + ω × v_p;  α],   [a_O; α] = Σ_c (V_c × J_c) v_c
+
+``_f64_at``: a float64 pointer at an integer address, so that a kernel reads Pinocchio's Eigen storage in place
+(addresses taken in Python once per ``Data`` object, whose storage stays put while it lives).
+"""
+from __future__ import annotations
+
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _f64_at(typingctx, address):
+    """The float64 pointer at an integer address (an array's data pointer, taken in Python)."""
+    sig = types.CPointer(types.float64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
+
+    return sig, codegen
+
+
+
+@njit(cache=True, inline="always")
+def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
+    """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
+    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)], the world's last;
+    fint (nf, 1+nv): [the frame's joint's row in jpose, support mask of the nv columns]; fplace (nf, 4, 4):
+    ʲM_f.  Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)].
+
+    The acceleration at v̇ = 0 comes from data.J and v alone: the support columns c of the frame's
+    joint, in index order, are its ancestors in order, so the body of column c moves with the spatial
+    velocity V_c = Σ_{c' ≤ c} J_c' v_c' (world axes, at the origin), and its joint axis J_c (fixed in that
+    body) changes at dJ_c/dt = V_c × J_c (the motion cross product [ω × l + u × w; ω × w] of V = [u; ω] and
+    J_c = [l; w]); so the spatial acceleration is a_O = Σ_c (V_c × J_c) v_c = [a_O; α], and at p
+    a_sp(p) = a_O + α × p, the classical a_cl = a_sp(p) + ω × v_p."""
+    n = v.shape[0]
+    for k in range(fint.shape[0]):
+        s = fint[k, 0]
+        for i in range(3):
+            r0, r1, r2 = jpose[s, 3 * i], jpose[s, 3 * i + 1], jpose[s, 3 * i + 2]
+            for j in range(3):
+                fvec[k, 3 * i + j] = r0 * fplace[k, 0, j] + r1 * fplace[k, 1, j] + r2 * fplace[k, 2, j]
+            fvec[k, 9 + i] = jpose[s, 9 + i] + r0 * fplace[k, 0, 3] + r1 * fplace[k, 1, 3] + r2 * fplace[k, 2, 3]
+        p0, p1, p2 = fvec[k, 9], fvec[k, 10], fvec[k, 11]
+        t0 = t1 = t2 = t3 = t4 = t5 = 0.0
+        u0 = u1 = u2 = 0.0                       # V = [u; ω] at the origin (ω = t3, t4, t5)
+        a0 = a1 = a2 = al0 = al1 = al2 = 0.0
+        for c in range(n):
+            if fint[k, 1 + c] != 0:
+                l0, l1, l2 = Jw[0, c], Jw[1, c], Jw[2, c]
+                wx, wy, wz = Jw[3, c], Jw[4, c], Jw[5, c]
+                vc = v[c]
+                u0 += l0 * vc
+                u1 += l1 * vc
+                u2 += l2 * vc
+                t3 += wx * vc
+                t4 += wy * vc
+                t5 += wz * vc
+                a0 += (t4 * l2 - t5 * l1 + u1 * wz - u2 * wy) * vc
+                a1 += (t5 * l0 - t3 * l2 + u2 * wx - u0 * wz) * vc
+                a2 += (t3 * l1 - t4 * l0 + u0 * wy - u1 * wx) * vc
+                al0 += (t4 * wz - t5 * wy) * vc
+                al1 += (t5 * wx - t3 * wz) * vc
+                al2 += (t3 * wy - t4 * wx) * vc
+                j0 = l0 + wy * p2 - wz * p1
+                j1 = l1 + wz * p0 - wx * p2
+                j2 = l2 + wx * p1 - wy * p0
+                fJ[k, 0, c] = j0
+                fJ[k, 1, c] = j1
+                fJ[k, 2, c] = j2
+                fJ[k, 3, c] = wx
+                fJ[k, 4, c] = wy
+                fJ[k, 5, c] = wz
+                t0 += j0 * vc
+                t1 += j1 * vc
+                t2 += j2 * vc
+            else:
+                for i in range(6):
+                    fJ[k, i, c] = 0.0
+        fvec[k, 12], fvec[k, 13], fvec[k, 14] = t0, t1, t2
+        fvec[k, 15], fvec[k, 16], fvec[k, 17] = t3, t4, t5
+        fvec[k, 18] = a0 + al1 * p2 - al2 * p1 + t4 * t2 - t5 * t1
+        fvec[k, 19] = a1 + al2 * p0 - al0 * p2 + t5 * t0 - t3 * t2
+        fvec[k, 20] = a2 + al0 * p1 - al1 * p0 + t3 * t1 - t4 * t0
+        fvec[k, 21], fvec[k, 22], fvec[k, 23] = al0, al1, al2
