@@ -15,17 +15,18 @@ Writes bench/results/closed_chain.json.
 
 Measured (busy 2-core machine shared with other sessions, 300 states x 3; step / reference, µs):
 
-    mechanism  law   before (SVD, NumPy)    compiled PIDC, generic UK   UK compiled (2026-11-27)   computeAllTerms
-                     load 8                 load 6                      load 3.6 (two runs)
-    five-bar   PIDC  162 / 5.3 = 30x        16 / 3.4 = 4.7x             9.6 / 2.6 = 3.6-3.8x       1.8
-    five-bar   UK    216 / 5.8 = 37x        85 / 4.1 = 21x              4.2 / 2.6 = 1.58-1.64x
-    four-bar   PIDC  121 / 3.6 = 34x        11 / 2.2 = 4.8x             6.6 / 1.65 = 4.0x          1.1
-    four-bar   UK    190 / 4.1 = 47x        69 / 2.9 = 24x              3.2 / 1.64 = 1.93x
-    Delta      PIDC  228 / 12.8 = 18x       33 / 9.1 = 3.7x             19.5 / 7.1 = 2.7-2.8x      5.2
-    Delta      UK    201 / 13.5 = 15x       137 / 11.3 = 12x            11.2 / 7.0 = 1.59x
+    mechanism  law   before (SVD, NumPy)   compiled PIDC,        both compiled (2026-11-27)    computeAllTerms
+                                           generic UK            (UK 92426e5; PIDC pidcfast)
+                     load 8                load 6                load 1.6-2.7 (three runs)
+    five-bar   PIDC  162 / 5.3 = 30x       16 / 3.4 = 4.7x       4.2-4.3 / 2.6-2.7 = 1.56-1.6x    1.7-1.8
+    five-bar   UK    216 / 5.8 = 37x       85 / 4.1 = 21x        4.1 / 2.6-2.7 = 1.54-1.6x
+    four-bar   PIDC  121 / 3.6 = 34x       11 / 2.2 = 4.8x       3.1-3.3 / 1.7 = 1.80-1.95x       1.1
+    four-bar   UK    190 / 4.1 = 47x       69 / 2.9 = 24x        3.1 / 1.7 = 1.8x
+    Delta      PIDC  228 / 12.8 = 18x      33 / 9.1 = 3.7x       12.5-12.8 / 7.1-7.2 = 1.78-1.8x  5.0-5.2
+    Delta      UK    201 / 13.5 = 15x      137 / 11.3 = 12x      10.8-11.0 / 7.0-7.2 = 1.53x
 
-UK meets the target (<= 2x) on all three, the four-bar with a small margin (1.93-2.03x over six runs at loads
-2-6); PIDC MISSES it.  UK: the robot's lean
+Both laws meet the target (<= 2x) on all three; the four-bar with a small margin (UK 1.93-2.03x over six runs
+at loads 2-6 before, PIDC 1.80-1.95x).  UK: the robot's lean
 pass (``pin.crba``) and one compiled call (``controllers/uk_plan.py``, ``_uk_kernels.uk_step``: h, the frames, the
 loops' rows of ``models/_loop_kernels.py`` as level 1, the task rows, the passive joints' zero-torque rows and
 the vanishing-row test (``passive_level``), the KKT solve, τ = T y (``kernels.passive_torque``)).  On one state
@@ -37,13 +38,17 @@ inside the kernel made from addresses (``carray``) instead of slices of the tabl
 reference count, and each call of a sub-kernel with a dozen such arrays paid the atomic increments: 0.6 µs), the
 sub-kernels inlined into the step (``inline="always"``: 0.4 µs of argument passing), and G⁺ and T never formed
 (one pseudo-inverse solve instead of one per passive joint: 4.5 µs on the Delta; T is formed when a fallback or
-the limits need it).  PIDC: the robot's lean pass (crba + nle) and one compiled call of seven
-arguments (``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: frames, loop and task rows, the law
-with complete orthogonal decompositions instead of SVDs).  On one state repeated (caches warm, nothing
-interleaved) a five-bar step is 10.2 us against constraintDynamics' 3.0 us (3.4x): the lean pass 1.7 us, the
-kernel 3.7 us (0.4 us of it the call itself), Python 4.8 us (the state's checks and copies, the targets of the
-circle, the info record); the four-bar 6.8 / 2.0 us (3.4x), the Delta 20.8 / 7.7 us (2.7x: lean pass 3.9 us, kernel
-11.7 us).
+the limits need it).  PIDC: the same recipe since pidcfast: the robot's lean pass (crba only) and one compiled call
+of seven arguments (``controllers/pidc_plan.py``, ``_pidc_kernels.pidc_closed_step``: h by ``bias_forces``,
+frames, loop and task rows, the law with complete orthogonal decompositions instead of SVDs, every table and
+scratch a ``carray`` view, the law inlined).  On one state repeated (load 1.5): five-bar step 3.6 µs against
+constraintDynamics' 2.4 µs = crba 0.9 + kernel call 2.0 (1.6 compute) + Python 0.7; four-bar 2.6 / 1.5 µs = 0.75 +
+1.2 (0.8) + 0.7; Delta 12.1 / 6.8 µs = 1.9 + 9.3 (8.9) + 0.9.  Before (same conditions) the five-bar was 10.2 µs:
+lean pass 1.7 (crba and ``pin.nonLinearEffects``), kernel 3.7 (1.8 of it the views made by slicing and reshaping
+the tables and scratch, each with its reference count, and two pivot arrays allocated), Python 4.8 (the state's
+copies, the circle's targets and gains copied every step, a new PIDCInfo with four slices): now h comes from the
+kernel, the targets and gains are copied only when one was set (``models/_params.py``), and the step's record is
+one, refilled, its arrays sliced from the step's buffer when read (``pidc._BufferedInfo``).
 """
 from __future__ import annotations
 

@@ -52,15 +52,15 @@ import numpy as np
 from numba import carray, farray, njit
 
 from cmstack.controllers import _uk_kernels, kernels
-from cmstack.controllers._uk_kernels import _f64_at, frame_states, task_rows
+from cmstack.controllers._uk_kernels import _f64_at, _i64_at, bias_forces, frame_states, task_rows_into
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
-from cmstack.models import _loop_kernels, _task_kernels, _trajectory_kernels
+from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._kernel_cache import depends_on
-from cmstack.models._loop_kernels import loop_rows
+from cmstack.models._loop_kernels import closure_rows
 
 # numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows calls
 # the task and trajectory kernels)
-depends_on(__file__, kernels, _uk_kernels, _loop_kernels, _task_kernels, _trajectory_kernels)
+depends_on(__file__, kernels, _uk_kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels)
 
 OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
 
@@ -78,21 +78,35 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
     unsolvable): status 0 ok, 2 a non-finite A or Ȧq̇, 3 a non-finite q or q̇; unsolvable: the passive
     residual exceeds solve_tol·max(1, ‖b‖) (58), τ is then zeroed on the passive joints (as the NumPy path)."""
     n = q.shape[0]
-    m, task, k, np_ = ints[0], ints[1], ints[2], ints[3]
-    ci = ints[4:4 + k]
-    pj = ints[4 + k:4 + k + np_]
-    rank_tol, rtol, solve_tol = prm[0], prm[1], prm[2]
-    D = prm[3:3 + n]
-    qdd = out[0:n]
-    tau_par = out[n:2 * n]
-    tau = out[2 * n:3 * n]
-    fc = out[3 * n:4 * n]
-    lam = out[4 * n:4 * n + m]
     chk = 0.0
     for i in range(n):
         chk += q[i] + v[i]
     if not math.isfinite(chk):
         return NONFINITE_STATE, 0, 0.0, 0.0, False
+    m, k, np_ = ints[0], ints[2], ints[3]
+    L = max(n, m, k, np_) + 1
+    piv = np.empty(4 * L, np.int64)
+    st, r, res, bn, unsolvable = _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out)
+    return st, r, res, bn, unsolvable
+
+
+@njit(cache=True, inline="always")
+def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
+    """``pidc_rows`` after the state's test, with the caller's pivot scratch piv (4 L ints, L = max(n, m, k, p) + 1);
+    its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below)."""
+    n = q.shape[0]
+    m, task, k, np_ = ints[0], ints[1], ints[2], ints[3]
+    i0 = ints.ctypes.data
+    ci = carray(_i64_at(i0 + 8 * 4), (k,))
+    pj = carray(_i64_at(i0 + 8 * (4 + k)), (np_,))
+    rank_tol, rtol, solve_tol = prm[0], prm[1], prm[2]
+    D = carray(_f64_at(prm.ctypes.data + 8 * 3), (n,))
+    o0 = out.ctypes.data
+    qdd = carray(_f64_at(o0), (n,))
+    tau_par = carray(_f64_at(o0 + 8 * n), (n,))
+    tau = carray(_f64_at(o0 + 16 * n), (n,))
+    fc = carray(_f64_at(o0 + 24 * n), (n,))
+    lam = carray(_f64_at(o0 + 32 * n), (m,))
     chk = 0.0
     for i in range(m):
         chk += jdv[i]
@@ -102,23 +116,24 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
         return NONFINITE_ROWS, 0, 0.0, 0.0, False
     # scratch layout
     L = max(n, m, k, np_) + 1
+    w0 = work.ctypes.data
     o = 0
-    Xa = work[o:o + n * L].reshape((n, L)); o += n * L             # Aᵀ, then its QR
-    Za = work[o:o + L * L].reshape((L, L)); o += L * L             # Tᵀ of A's COD
-    Qf = work[o:o + n * n].reshape((n, n)); o += n * n             # Q of Aᵀ = [Y N]
-    Xb = work[o:o + L * L].reshape((L, L)); o += L * L             # B₀N or C = S_p Y
-    Zb = work[o:o + L * L].reshape((L, L)); o += L * L
-    ta = work[o:o + L]; o += L
-    za = work[o:o + L]; o += L
-    tb = work[o:o + L]; o += L
-    zb = work[o:o + L]; o += L
-    w1 = work[o:o + L]; o += L
-    w2 = work[o:o + L]; o += L
-    cv = work[o:o + n]; o += n
-    yv = work[o:o + L]; o += L
-    bv = work[o:o + n]; o += n
-    pa = np.empty(2 * L, np.int64)
-    pb = np.empty(2 * L, np.int64)
+    Xa = carray(_f64_at(w0 + 8 * o), (n, L)); o += n * L             # Aᵀ, then its QR
+    Za = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L             # Tᵀ of A's COD
+    Qf = carray(_f64_at(w0 + 8 * o), (n, n)); o += n * n             # Q of Aᵀ = [Y N]
+    Xb = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L             # B₀N or C = S_p Y
+    Zb = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L
+    ta = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    za = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    tb = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    zb = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    w1 = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    w2 = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    cv = carray(_f64_at(w0 + 8 * o), (n,)); o += n
+    yv = carray(_f64_at(w0 + 8 * o), (L,)); o += L
+    bv = carray(_f64_at(w0 + 8 * o), (n,)); o += n
+    pa = carray(_i64_at(piv.ctypes.data), (2 * L,))
+    pb = carray(_i64_at(piv.ctypes.data + 16 * L), (2 * L,))
     # A's COD on Aᵀ (n×m): rank r, Q = [Y N]
     for i in range(n):
         for c in range(m):
@@ -254,70 +269,101 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
 #: header of the plan's integer table I (``ClosedChainPlan``): sizes, then offsets into I and into the float table F
 (H_N, H_M, H_K, H_NF, H_NJ, H_NT, H_NROWS, H_SINUS, H_O_INTS, H_N_INTS, H_O_FINT, H_O_LINT, H_NL, H_O_TINT, H_O_PIDX,
  H_N_PIDX, H_O_PRM, H_N_PRM, H_O_FPLACE, H_O_FJ, H_O_FVEC, H_O_JPOSE, H_O_A, H_O_JDV, H_O_TFLT, H_O_TGTH, H_O_TGTVA,
- H_O_TCIRC, H_O_TBIAS, H_O_TERR, H_O_AB, H_O_REF, H_O_WORK, H_N_WORK, H_O_QREF) = range(35)
-HEADER = 40
+ H_O_TCIRC, H_O_TBIAS, H_O_TERR, H_O_AB, H_O_REF, H_O_WORK, H_N_WORK, H_O_QREF, H_O_PARENT, H_O_INERT, H_O_GRAV,
+ H_O_RNEA, H_O_H, H_O_PIV, H_O_SCR) = range(42)
+HEADER = 48
+#: what ``pidc_closed_step`` returns besides ``pidc_rows``' statuses: solved, but the passive residual fails (58)
+UNSOLVABLE = 4
 
 
 @njit(cache=True)
 def pidc_closed_step(t, q, v, ptr, I, F, out):
     """The whole closed-chain step after the robot's lean pass (``Robot.update_for_kernel``: ``pin.crba`` in the
-    WORLD convention and ``pin.nonLinearEffects``; ``controllers/pidc_plan.py``): Pinocchio's data read at the
-    addresses ``ptr`` = [data.J, data.M, data.nle, (R_j, p_j) of each joint slot in data.oMi] (Eigen's column-major
-    storage, refreshed in place), the frames (``_uk_kernels.frame_states``: their classical accelerations at v̇ = 0
-    from data.J and v), the loops' rows (``models/_loop_kernels.py``), the task coordinates' rows
-    (``_uk_kernels.task_rows``, their right-hand sides into ref[0]) and ``pidc_rows``.  I, F: the plan's integer
-    and float tables (a header of sizes and offsets, ``HEADER`` ints, then every table), so that a call passes
-    seven arguments; out and the result as ``pidc_rows``."""
+    WORLD convention; ``controllers/pidc_plan.py``): Pinocchio's data read at the addresses ``ptr`` = [data.J,
+    data.M, (R_j, p_j) of every joint in data.oMi] (Eigen's column-major storage, refreshed in place); h by the
+    recursive Newton–Euler pass of ``_uk_kernels.bias_forces`` (no ``pin.nonLinearEffects``), the frames
+    (``_uk_kernels.frame_states``: their classical accelerations at v̇ = 0 from data.J and v), the loops' rows
+    (``models/_loop_kernels.closure_rows``), the task coordinates' rows (``_uk_kernels.task_rows_into``, their
+    right-hand sides into ref[0]) and the law of ``pidc_rows``.  I, F: the plan's integer and float tables (a
+    header of sizes and offsets, ``HEADER`` ints, then every table), so that a call passes seven arguments; every
+    table's view is made from its address (``carray``: no size checks, no reference counts).
+    out (6n + m + 2) = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v (the step's copies), rank, passive residual].
+    Returns a status: OK, UNSOLVABLE (solved, but the passive residual exceeds solve_tol·max(1, ‖b‖), (58): τ
+    zeroed on the passive joints), NONFINITE_ROWS (a non-finite A or Ȧq̇) or NONFINITE_STATE (|q|² + |v|² is not
+    finite; nothing else is computed)."""
     n = I[H_N]
     chk = 0.0
     for i in range(n):
         chk += q[i] * q[i] + v[i] * v[i]
     if not math.isfinite(chk):
-        return NONFINITE_STATE, 0, 0.0, 0.0, False
+        return NONFINITE_STATE
     m, k, nf, nj, nt, nrows, nl = I[H_M], I[H_K], I[H_NF], I[H_NJ], I[H_NT], I[H_NROWS], I[H_NL]
-    ints = I[I[H_O_INTS]:I[H_O_INTS] + I[H_N_INTS]]
-    fint = I[I[H_O_FINT]:I[H_O_FINT] + nf * (n + 1)].reshape((nf, n + 1))
-    lint = I[I[H_O_LINT]:I[H_O_LINT] + 4 * nl].reshape((nl, 4))
-    tint = I[I[H_O_TINT]:I[H_O_TINT] + 8 * nt].reshape((nt, 8))
-    pidx = I[I[H_O_PIDX]:I[H_O_PIDX] + I[H_N_PIDX]]
-    prm = F[I[H_O_PRM]:I[H_O_PRM] + I[H_N_PRM]]
-    fplace = F[I[H_O_FPLACE]:I[H_O_FPLACE] + 16 * nf].reshape((nf, 4, 4))
-    fJ = F[I[H_O_FJ]:I[H_O_FJ] + 6 * n * nf].reshape((nf, 6, n))
-    fvec = F[I[H_O_FVEC]:I[H_O_FVEC] + 24 * nf].reshape((nf, 24))
-    jpose = F[I[H_O_JPOSE]:I[H_O_JPOSE] + 12 * nj].reshape((nj, 12))
-    A = F[I[H_O_A]:I[H_O_A] + m * n].reshape((m, n))
-    jdv = F[I[H_O_JDV]:I[H_O_JDV] + m]
-    tflt = F[I[H_O_TFLT]:I[H_O_TFLT] + 4 * nt].reshape((nt, 4))
-    tgtH = F[I[H_O_TGTH]:I[H_O_TGTH] + 16 * nt].reshape((nt, 4, 4))
-    tgtVA = F[I[H_O_TGTVA]:I[H_O_TGTVA] + 12 * nt].reshape((nt, 12))
-    tcirc = F[I[H_O_TCIRC]:I[H_O_TCIRC] + 7 * nt].reshape((nt, 7))
-    tbias = F[I[H_O_TBIAS]:I[H_O_TBIAS] + 6 * nt].reshape((nt, 6))
-    terr = F[I[H_O_TERR]:I[H_O_TERR] + 6 * nt].reshape((nt, 6))
-    Ab = F[I[H_O_AB]:I[H_O_AB] + nrows * (n + 1)].reshape((nrows, n + 1))
-    ref = F[I[H_O_REF]:I[H_O_REF] + 3 * k].reshape((3, k))
-    work = F[I[H_O_WORK]:I[H_O_WORK] + I[H_N_WORK]]
-    qref = F[I[H_O_QREF]:I[H_O_QREF] + I[H_N_PIDX]]
+    i0, f0, o0 = I.ctypes.data, F.ctypes.data, out.ctypes.data
+    ints = carray(_i64_at(i0 + 8 * I[H_O_INTS]), (I[H_N_INTS],))
+    fint = carray(_i64_at(i0 + 8 * I[H_O_FINT]), (nf, n + 1))
+    lint = carray(_i64_at(i0 + 8 * I[H_O_LINT]), (nl, 4))
+    tint = carray(_i64_at(i0 + 8 * I[H_O_TINT]), (nt, 8))
+    pidx = carray(_i64_at(i0 + 8 * I[H_O_PIDX]), (I[H_N_PIDX],))
+    parent = carray(_i64_at(i0 + 8 * I[H_O_PARENT]), (nj,))
+    piv = carray(_i64_at(i0 + 8 * I[H_O_PIV]), (4 * (max(n, m, k, ints[3]) + 1),))
+    prm = carray(_f64_at(f0 + 8 * I[H_O_PRM]), (I[H_N_PRM],))
+    fplace = carray(_f64_at(f0 + 8 * I[H_O_FPLACE]), (nf, 4, 4))
+    fJ = carray(_f64_at(f0 + 8 * I[H_O_FJ]), (nf, 6, n))
+    fvec = carray(_f64_at(f0 + 8 * I[H_O_FVEC]), (nf, 24))
+    jpose = carray(_f64_at(f0 + 8 * I[H_O_JPOSE]), (nj + 1, 12))      # every joint's pose, the world's last
+    A = carray(_f64_at(f0 + 8 * I[H_O_A]), (m, n))
+    jdv = carray(_f64_at(f0 + 8 * I[H_O_JDV]), (m,))
+    tflt = carray(_f64_at(f0 + 8 * I[H_O_TFLT]), (nt, 4))
+    tgtH = carray(_f64_at(f0 + 8 * I[H_O_TGTH]), (nt, 4, 4))
+    tgtVA = carray(_f64_at(f0 + 8 * I[H_O_TGTVA]), (nt, 12))
+    tcirc = carray(_f64_at(f0 + 8 * I[H_O_TCIRC]), (nt, 7))
+    tbias = carray(_f64_at(f0 + 8 * I[H_O_TBIAS]), (nt, 6))
+    terr = carray(_f64_at(f0 + 8 * I[H_O_TERR]), (nt, 6))
+    Ab = carray(_f64_at(f0 + 8 * I[H_O_AB]), (nrows, n + 1))
+    ref = carray(_f64_at(f0 + 8 * I[H_O_REF]), (3, k))
+    work = carray(_f64_at(f0 + 8 * I[H_O_WORK]), (I[H_N_WORK],))
+    qref = carray(_f64_at(f0 + 8 * I[H_O_QREF]), (I[H_N_PIDX],))
+    inert = carray(_f64_at(f0 + 8 * I[H_O_INERT]), (nj, 13))
+    grav = carray(_f64_at(f0 + 8 * I[H_O_GRAV]), (3,))
+    rnea = carray(_f64_at(f0 + 8 * I[H_O_RNEA]), (nj, 18))
+    h = carray(_f64_at(f0 + 8 * I[H_O_H]), (n,))
+    osc = I[H_O_SCR]
+    ed = carray(_f64_at(f0 + 8 * osc), (4, 6))
+    Rs = carray(_f64_at(f0 + 8 * (osc + 24)), (3, 3))
     Jw = farray(_f64_at(ptr[0]), (6, n))
     M = farray(_f64_at(ptr[1]), (n, n))
-    h = carray(_f64_at(ptr[2]), (n,))
+    bq = carray(_f64_at(o0 + 8 * (4 * n + m)), (n,))
+    bv = carray(_f64_at(o0 + 8 * (5 * n + m)), (n,))
+    for i in range(n):
+        bq[i] = q[i]
+        bv[i] = v[i]
     for j in range(nj):
-        R = farray(_f64_at(ptr[3 + 2 * j]), (3, 3))
-        p = carray(_f64_at(ptr[4 + 2 * j]), (3,))
+        R = farray(_f64_at(ptr[2 + 2 * j]), (3, 3))
+        p = carray(_f64_at(ptr[3 + 2 * j]), (3,))
         for i in range(3):
             for c in range(3):
                 jpose[j, 3 * i + c] = R[i, c]
             jpose[j, 9 + i] = p[i]
-    frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
-    loop_rows(lint, fJ, fvec, A, jdv)
+    bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
+    frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
+    for c in range(nl):
+        a, b = lint[c, 1], lint[c, 2]
+        closure_rows(lint[c, 0], fvec[a], fJ[a], fvec[b], fJ[b], A, jdv, lint[c, 3])
     if ints[1] == 1:
-        task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
+        task_rows_into(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs)
         for i in range(nrows):
             ref[0, i] = Ab[i, n]
-    return pidc_rows(M, h, q, v, A, jdv, Ab[:, :n], t, ref, I[H_SINUS] != 0, prm, ints, work, out)
+    st, r, res, bn, unsolvable = _law(M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out)
+    out[6 * n + m] = r
+    out[6 * n + m + 1] = res
+    if st == OK and unsolvable:
+        return UNSOLVABLE
+    return st
 
 
 def pidc_rows_work(n: int, m: int, k: int, p: int) -> np.ndarray:
-    """A scratch buffer for ``pidc_rows`` (n joints, m constraint rows, k coordinates, p passive joints)."""
+    """A scratch buffer for ``pidc_rows`` (n joints, m constraint rows, k coordinates, p passive joints); its pivots
+    take 4 (max(n, m, k, p) + 1) ints more (``pidc_closed_step``: in the plan's integer table)."""
     L = max(n, m, k, p) + 1
     return np.zeros(n * L + 4 * L * L + n * n + 7 * L + 2 * n)
 

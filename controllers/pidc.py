@@ -48,13 +48,13 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from pinocchio import nonLinearEffects as pin_nle
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
-from cmstack.controllers._pidc_kernels import pidc_closed_step, pidc_rows, pidc_rows_work
+from cmstack.controllers._pidc_kernels import NONFINITE_STATE, UNSOLVABLE, pidc_closed_step, pidc_rows, pidc_rows_work
 from cmstack.controllers.pidc_plan import ClosedChainPlan
+from cmstack.models import _params
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
 from cmstack.models.coupling import Task
@@ -88,6 +88,46 @@ class PIDCInfo(StepInfo):
     qdd_des: np.ndarray | None = None
     tau_par: np.ndarray | None = None
     tau_perp: np.ndarray | None = None
+
+
+def _buffered(name: str, index: Any) -> property:
+    """A field of ``_BufferedInfo``: read from the step's buffer (``index(buffer, n, m)``) when first asked for
+    after a step, kept until the next one; a value set by hand is kept likewise."""
+    key = "_c_" + name
+
+    def get(self):
+        c = self.__dict__.get(key)
+        buf = self._buf
+        if c is not None and c[0] is buf:
+            return c[1]
+        val = None if buf is None else index(buf, self._n, self._m)
+        self.__dict__[key] = (buf, val)
+        return val
+
+    def put(self, value):
+        self.__dict__[key] = (self._buf, value)
+
+    return property(get, put, doc=f"{name} of the last step (sliced from its buffer when read)")
+
+
+class _BufferedInfo(PIDCInfo):
+    """The record of the compiled closed-chain step (``PIDC._closed_step``): one per controller, refilled each
+    step with that step's buffer ``_buf`` = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v, rank, passive residual]
+    (``_pidc_kernels.pidc_closed_step``); the arrays and numbers are read from it when asked for, not at every
+    step.  Same fields and values as the ``PIDCInfo`` the other steps make."""
+
+    _buf: np.ndarray | None = None
+
+    def __init__(self, n: int, m: int) -> None:
+        self._n, self._m = n, m
+        super().__init__(status="solved")
+
+    rank = _buffered("rank", lambda b, n, m: int(b[6 * n + m]))
+    passive_residual = _buffered("passive_residual", lambda b, n, m: float(b[6 * n + m + 1]))
+    qdd_des = _buffered("qdd_des", lambda b, n, m: b[:n])
+    tau_par = _buffered("tau_par", lambda b, n, m: b[n:2 * n])
+    f_c = _buffered("f_c", lambda b, n, m: b[3 * n:4 * n])
+    lam = _buffered("lam", lambda b, n, m: b[4 * n:4 * n + m])
 
 
 class ForceLaw:
@@ -195,7 +235,7 @@ class PIDC:
         self._qp = BoundedQP(eps_abs=1e-10)   # every QP of this law: conditioned and bounded (controllers/qp.py)
         self.failures = 0
         self._kin: Kinematics | None = None
-        self._kin_qv: tuple[np.ndarray, np.ndarray] | None = None
+        self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None    # (q, v), or a buffer holding them
         self._prev = None   # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
@@ -333,6 +373,7 @@ class PIDC:
             sin = None
         self._sin = sin
         self._sinus = sin is not None
+        self._ref_sampled = not self.tasks and not self._sinus     # the reference called in Python each step
         self._kprm = None if self.tasks else pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D,
                                                          bool(self.passive), self.rank_tol, _SM_MIN, sin)
 
@@ -371,33 +412,41 @@ class PIDC:
             self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
 
     def _closed_step(self, t, q, v):
-        """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) with
-        ``pin.nonLinearEffects`` and one compiled call
-        (``_pidc_kernels.pidc_closed_step``: frames, loop rows, task rows and ``pidc_rows`` on the pass's arrays,
-        read in place; ``controllers/pidc_plan.py``); ``kin`` is built from (q, v) on first access.  None: take
-        the NumPy path (non-finite rows, which it names)."""
+        """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) and one compiled call
+        (``_pidc_kernels.pidc_closed_step``: h, frames, loop rows, task rows and the law of ``pidc_rows`` on the
+        pass's arrays, read in place; ``controllers/pidc_plan.py``).  The tasks' gains and targets are copied into
+        the plan's tables only when one was set since (``models/_params.py``); the info record is one
+        (``_BufferedInfo``), refilled, its arrays sliced from the step's buffer when read; ``kin`` is built from
+        the buffer's copies of (q, v) on first access.  None: take the NumPy path (non-finite rows, which it
+        names)."""
         robot = self.robot
         P = self._plan
-        assert P is not None
         q, v = robot.update_for_kernel(q, v)     # crba (data.J, data.oMi, M); sizes checked, finiteness in the kernel
-        d = robot.data
-        pin_nle(robot.model, d, q, v)            # h = data.nle (the lean pass leaves it at an older state's)
-        if d is not P.data:
-            P.bind(d)
-        q, v = q.copy(), v.copy()
-        self._kin, self._kin_qv = None, (q, v)
-        if self.tasks:
-            P.targets(t)
-        elif not self._sinus:
+        if robot.data is not P.data:
+            P.bind(robot.data)
+        if P.version != _params.version:
+            P.copy_parameters()
+        if P.traj_tasks:
+            P.sample(t)
+        if self._ref_sampled:
             self._sample_reference(t, self._rk_ref)
-        n, m = v.size, self._rk_m
-        out = np.empty(4 * n + m)
-        st, rank, res, bn, unsolvable = pidc_closed_step(float(t), q, v, P.ptr, P.I, P.F, out)
-        if st:
-            if st == 3:
+        out = np.empty(P.out_len)
+        st = pidc_closed_step(float(t), q, v, P.ptr, P.I, P.F, out)
+        if st and st != UNSOLVABLE:
+            if st == NONFINITE_STATE:
                 robot.refuse_state(q, v)                # raises with the non-finite entries named
             return None
-        return self._rows_finish(t, q, v, out, rank, res, unsolvable)
+        self._kin, self._kin_qv = None, out        # (q, v) of the step: out's copies (``kin``)
+        info = self._kinfo
+        if info is not self.info:                  # one record, refilled with this step's buffer
+            info = self._kinfo = _BufferedInfo(v.size, self._rk_m)
+        elif not info.solvable:
+            info.status, info.solvable = "solved", True
+        info._buf = out
+        self.info = info
+        if st:
+            self._unsolvable(info, t, q, info.rank, f"‖(I−B)τ‖ = {info.passive_residual:.3g}")
+        return out[P.sl_tau]
 
     def _sample_reference(self, t, ref) -> None:
         """(x_d, ẋ_d, ẍ_d) at t into the rows of ``ref`` (3 × k: the compiled steps' reference buffer)."""
@@ -463,8 +512,14 @@ class PIDC:
     def kin(self) -> Kinematics | None:
         """The robot's kinematics at the last step's state (``Robot.update``; built on first access after a
         compiled step, which reads M and h from Pinocchio directly)."""
-        if self._kin is None and self._kin_qv is not None:
-            self._kin = self.robot.update(*self._kin_qv)
+        qv = self._kin_qv
+        if self._kin is None and qv is not None:
+            if isinstance(qv, tuple):
+                q, v = qv
+            else:                               # a closed-chain step's buffer (``_closed_step``): its copies of q, v
+                n, m = self.robot.nv, self._rk_m
+                q, v = qv[4 * n + m:5 * n + m], qv[5 * n + m:6 * n + m]
+            self._kin = self.robot.update(q, v)
             self._kin_qv = None
         return self._kin
 

@@ -1,12 +1,14 @@
 """The compiled closed-chain step of PIDC: tables and buffers for ``controllers/_pidc_kernels.py: pidc_closed_step``,
-built once per controller, bound to the Pinocchio data the robot's lean pass (``Robot.update_for_kernel``: crba
-and nle) refreshes in place.
+built once per controller, bound to the Pinocchio data the robot's lean pass (``Robot.update_for_kernel``: one
+``pin.crba``) refreshes in place.
 
-One compiled call then does the whole step after that pass: the frames the loops and the tasks need
-(``_uk_kernels.frame_states``, from data.J, data.oMi and v), the loops' rows (``models/_loop_kernels.py``), the
-task coordinates' rows (``_uk_kernels.task_rows``: the kernels the tasks' own ``error_dynamics`` call, in world axes),
-and the law (``pidc_rows``).  Python keeps what is not an array: the targets of frame tasks that follow neither a
-constant pose nor a ``Circle`` (sampled with ``task.desired(t)``), and the step's bookkeeping."""
+One compiled call then does the whole step after that pass: h (``_uk_kernels.bias_forces``, Newton–Euler from
+data.J and every joint's pose), the frames the loops and the tasks need (``_uk_kernels.frame_states``, from data.J,
+data.oMi and v), the loops' rows (``models/_loop_kernels.py``), the task coordinates' rows
+(``_uk_kernels.task_rows_into``: the kernels the tasks' own ``error_dynamics`` call, in world axes), and the law
+(``pidc_rows``).  Python keeps what is not an array: the tasks' gains and targets, copied into the tables when one
+was set (``copy_parameters``, ``models/_params.py``), the targets of frame tasks that follow neither a constant
+pose nor a ``Circle`` (sampled with ``task.desired(t)`` each step, ``sample``), and the step's bookkeeping."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -58,20 +60,18 @@ class ClosedChainPlan:
         robot, n = ctl.robot, ctl.robot.nv
         model = robot.model
         frames: dict = {}
-        joints: dict = {}
         fint, fplace = [], []
+        nj = model.njoints - 1
 
         def slot(fid: int) -> int:
             if fid not in frames:
                 fr = model.frames[fid]
                 j = int(fr.parentJoint)
-                if j not in joints:
-                    joints[j] = len(joints)
                 mask = np.zeros(n, dtype=np.int64)
                 for ji in model.supports[j]:
                     if ji > 0:
                         mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[joints[j], mask])
+                fint.append(np.r_[j - 1 if j else nj, mask])      # its row in the pose table (last: the world)
                 fplace.append(fr.placement.homogeneous)
                 frames[fid] = len(frames)
             return frames[fid]
@@ -106,7 +106,8 @@ class ClosedChainPlan:
         self.tgtH = np.zeros((nt, 4, 4))
         self.tgtVA = np.zeros((nt, 12))
         self.tcirc = np.zeros((nt, 7))
-        self.seen: list = [None] * nt
+        self.version = -1          # ``models/_params.version`` at the last copy of the tasks' gains and targets
+        self.traj_tasks: list[tuple[int, Any]] = []     # frame tasks sampled in Python (``sample``)
         self.pidx = np.zeros(0, dtype=np.int64)
         self.qref = np.zeros(0)
         self.Ab = np.zeros((row, n + 1))
@@ -116,10 +117,26 @@ class ClosedChainPlan:
         self.fvec = np.zeros((len(fint), 24))
         self.A = np.zeros((self.m, n))
         self.jdv = np.zeros(self.m)
-        self.joint_ids = [j for j, _ in sorted(joints.items(), key=lambda js: js[1])]
-        self.jpose = np.zeros((len(self.joint_ids), 12))
+        self.joint_ids = list(range(1, nj + 1))
+        self.jpose = np.zeros((nj + 1, 12))      # every joint's [R row-major, p], then the world's (constant)
+        self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
+        # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's mass,
+        # centre of mass and rotational inertia in its own frame, gravity
+        self.parent = np.array([model.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
+        self.inert = np.array([np.r_[model.inertias[j].mass, model.inertias[j].lever,
+                                     np.asarray(model.inertias[j].inertia).ravel()] for j in range(1, nj + 1)],
+                              dtype=float).reshape(nj, 13)
+        self.grav = np.array(model.gravity.linear, dtype=float)
+        self.rnea = np.zeros((nj, 18))
+        self.h = np.zeros(n)
+        self.scr = np.zeros(4 * 6 + 9)
+        L = max(n, self.m, int(ctl._rk_ref.shape[1]), int(ctl._rk_ints[3])) + 1
+        self.piv = np.zeros(4 * L, dtype=np.int64)
         self.data = None
-        self.ptr = np.zeros(3 + 2 * len(self.joint_ids), dtype=np.int64)
+        self.ptr = np.zeros(2 + 2 * nj, dtype=np.int64)
+        #: the step's buffer: [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v, rank, passive residual]
+        self.out_len = 6 * n + self.m + 2
+        self.sl_tau = slice(2 * n, 3 * n)
         self._pack(ctl)
 
     def _pack(self, ctl: "PIDC") -> None:
@@ -130,11 +147,12 @@ class ClosedChainPlan:
 
         n = ctl.robot.nv
         ints = [("ints", ctl._rk_ints), ("fint", self.fint), ("lint", self.lint), ("tint", self.tint),
-                ("pidx", self.pidx)]
+                ("pidx", self.pidx), ("parent", self.parent), ("piv", self.piv)]
         flts = [("prm", ctl._rk_prm), ("fplace", self.fplace), ("fJ", self.fJ), ("fvec", self.fvec),
                 ("jpose", self.jpose), ("A", self.A), ("jdv", self.jdv), ("tflt", self.tflt), ("tgtH", self.tgtH),
                 ("tgtVA", self.tgtVA), ("tcirc", self.tcirc), ("tbias", self.tbias), ("terr", self.terr),
-                ("Ab", self.Ab), ("ref", ctl._rk_ref), ("work", ctl._rk_work), ("qref", self.qref)]
+                ("Ab", self.Ab), ("ref", ctl._rk_ref), ("work", ctl._rk_work), ("qref", self.qref),
+                ("inert", self.inert), ("grav", self.grav), ("rnea", self.rnea), ("h", self.h), ("scr", self.scr)]
         I = np.zeros(K.HEADER + sum(a.size for _, a in ints), dtype=np.int64)
         F = np.zeros(sum(a.size for _, a in flts))
         off: dict[str, int] = {}
@@ -160,17 +178,19 @@ class ClosedChainPlan:
                 K.H_O_A: off["A"], K.H_O_JDV: off["jdv"], K.H_O_TFLT: off["tflt"], K.H_O_TGTH: off["tgtH"],
                 K.H_O_TGTVA: off["tgtVA"], K.H_O_TCIRC: off["tcirc"], K.H_O_TBIAS: off["tbias"],
                 K.H_O_TERR: off["terr"], K.H_O_AB: off["Ab"], K.H_O_REF: off["ref"], K.H_O_WORK: off["work"],
-                K.H_N_WORK: ctl._rk_work.size, K.H_O_QREF: off["qref"]}
+                K.H_N_WORK: ctl._rk_work.size, K.H_O_QREF: off["qref"], K.H_O_PARENT: off["parent"],
+                K.H_O_INERT: off["inert"], K.H_O_GRAV: off["grav"], K.H_O_RNEA: off["rnea"], K.H_O_H: off["h"],
+                K.H_O_PIV: off["piv"], K.H_O_SCR: off["scr"]}
         for key, val in head.items():
             I[key] = val
         self.I, self.F = I, F
 
     def bind(self, d: Any) -> None:
-        """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J, data.M,
-        data.nle and each needed joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken again
-        when the robot's data object changes (``Robot.add_frame`` creates a new one)."""
+        """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J, data.M
+        and every joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken
+        again when the robot's data object changes (``Robot.add_frame`` creates a new one)."""
         poses = [d.oMi[j] for j in self.joint_ids]
-        arrays = [d.J, d.M, d.nle] + [a for T in poses for a in (T.rotation, T.translation)]
+        arrays = [d.J, d.M] + [a for T in poses for a in (T.rotation, T.translation)]
         for a in arrays:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
                 raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
@@ -178,31 +198,44 @@ class ClosedChainPlan:
         self._keep = (d, poses)
         self.data = d
 
-    def targets(self, t: float) -> None:
-        """The frame tasks' targets at t: a constant pose (set once), a ``Circle`` (sampled in the kernel), else
-        ``task.desired(t)`` (as the UK fused step)."""
-        tgtH, tgtVA, tcirc, seen = self.tgtH, self.tgtVA, self.tcirc, self.seen
+    def copy_parameters(self) -> None:
+        """Copy the tasks' gains and the frame tasks' targets into the tables (the kernel reads them there): run
+        when ``models._params.version`` moved, i.e. a task's ``kp``, ``kd``, target or trajectory or a
+        ``Circle``'s parameters were set since the last copy (as the fused UK step, ``uk_plan``).  A constant pose
+        is copied here, a ``Circle`` sampled in the kernel; a frame task following another trajectory is listed in
+        ``traj_tasks``: sampled every step (``sample``)."""
+        from cmstack.models import _params
+
+        self.version = _params.version
+        tgtH, tgtVA, tcirc = self.tgtH, self.tgtVA, self.tcirc
+        traj = []
         for k, task in self.frame_tasks:
             c = task.constant_target
+            tcirc[k, 6] = 0.0
             if c is None:
-                seen[k] = None
                 tr = task.trajectory
                 circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
                 if circ is not None:
                     tcirc[k, :6] = circ
                     tcirc[k, 6] = 1.0
                     tgtH[k, :3, :3] = tr.R
-                    continue
-                T, vel, accD = task.desired(t)
-            elif c is not seen[k]:
-                T, vel, accD = c
-                seen[k] = c
-            else:
+                else:
+                    traj.append((k, task))
                 continue
-            tcirc[k, 6] = 0.0
+            T, vel, accD = c
             tgtH[k] = T.homogeneous
             tgtVA[k, :6] = vel
             tgtVA[k, 6:] = accD
+        self.traj_tasks = traj
         for k, task in enumerate(self.tasks):
             self.tflt[k, 0] = task.kp
             self.tflt[k, 1] = task.kd
+
+    def sample(self, t: float) -> None:
+        """The targets of ``traj_tasks`` at t (``task.desired(t)``), into the tables."""
+        tgtH, tgtVA = self.tgtH, self.tgtVA
+        for k, task in self.traj_tasks:
+            T, vel, accD = task.desired(t)
+            tgtH[k] = T.homogeneous
+            tgtVA[k, :6] = vel
+            tgtVA[k, 6:] = accD

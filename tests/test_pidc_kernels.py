@@ -214,3 +214,74 @@ def test_joint_reference_chosen_by_what_it_does():
     assert not switched._sinus
     q, v = plant.state()
     assert np.array_equal(switched(0.05, q, v), late_fn(0.05, q, v))
+
+
+@pytest.mark.parametrize("model,law", [("mjcf/five_bar.xml", _ee_law), ("mjcf/four_bar.xml", _joint_law),
+                                       ("mjcf/delta.xml", _ee_law)])
+def test_closed_step_equals_the_rows_step_on_pinocchios_dynamics(model, law):
+    """The compiled closed-chain step (h by the kernel's Newton–Euler pass, the record read from the step's buffer)
+    against the same law's rows step on ``Robot.update``'s M, h (``pin.computeAllTerms``) and the loops' rows read
+    in Python (``_rows_step`` without the plan): τ to 1e-12, every info field, the kernel's h equal to Pinocchio's
+    nonLinearEffects, the snapshot at the step's state; a record kept from one step and read after the next holds
+    the later step's values (one record, refilled)."""
+    import pinocchio as pin
+
+    robot, robot_ref = Robot.from_mjcf(model), Robot.from_mjcf(model)
+    ctl, ref = law(robot), law(robot_ref)
+    ref._plan = None
+    assert ctl._plan is not None
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    plant.reset(robot.q_initial)
+    d = robot.model.createData()
+    for k in range(150):
+        t = k * 1e-3
+        q, v = plant.state()
+        tau = ctl(t, q, v)
+        tau_ref = ref._rows_step(t, q, v)
+        assert np.abs(tau - tau_ref).max() <= 1e-12 * max(1.0, np.abs(tau_ref).max())
+        a, b = ctl.info, ref.info
+        assert (a.rank, a.status, a.solvable, a.f_d, a.tau_perp) == (b.rank, b.status, b.solvable, b.f_d, b.tau_perp)
+        for x, y in ((a.qdd_des, b.qdd_des), (a.tau_par, b.tau_par), (a.f_c, b.f_c), (a.lam, b.lam)):
+            assert x.shape == y.shape and np.abs(x - y).max() <= 1e-12 * max(1.0, np.abs(y).max())
+        assert abs(a.passive_residual - b.passive_residual) <= 1e-12 * max(1.0, np.abs(tau_ref).max())
+        h = pin.nonLinearEffects(robot.model, d, q, v)
+        assert np.abs(ctl._plan.h - h).max() <= 1e-13 * max(1.0, np.abs(h).max())
+        if k % 50 == 0:
+            np.testing.assert_array_equal(ctl.kin.q, q)
+            np.testing.assert_array_equal(ctl.kin.v, v)
+            kept = a
+        plant.set_torque(tau)
+        plant.step()
+    assert kept is ctl.info and np.array_equal(kept.qdd_des, ctl.info.qdd_des)
+
+
+def test_gains_and_targets_set_after_construction_reach_the_compiled_step():
+    """The frame task's gains, its circle's parameters and a constant target are copied into the kernel's tables only
+    when one was set (``models/_params.py``): each change is seen, with the torques of a controller built with it."""
+    import pinocchio as pin
+
+    def fresh():
+        return _ee_law(Robot.from_mjcf("mjcf/five_bar.xml"))
+
+    ctl = fresh()
+    robot = ctl.robot
+    q = robot.assemble(robot.q_initial + 0.02)
+    v = np.zeros(robot.nv)
+    tau0 = ctl(0.1, q, v).copy()
+    task = ctl.tasks[0]
+    task.kp = 100.0
+    other = fresh()
+    other.tasks[0].kp = 100.0
+    tau1 = ctl(0.1, q, v)
+    assert np.abs(tau1 - tau0).max() > 1e-6 and np.array_equal(tau1, other(0.1, q, v))
+    task.trajectory.r = 0.05                            # a Circle's parameter, set in place
+    other = fresh()
+    other.tasks[0].kp = 100.0
+    other.tasks[0].trajectory.r = 0.05
+    tau2 = ctl(0.1, q, v)
+    assert np.abs(tau2 - tau1).max() > 1e-6 and np.array_equal(tau2, other(0.1, q, v))
+    T = pin.SE3(np.eye(3), robot.update(q, v).frame("ee").p + [0.01, 0.0, 0.0])
+    task.set_target(T)
+    other.tasks[0].set_target(T)
+    tau3 = ctl(0.2, q, v)
+    assert np.abs(tau3 - tau2).max() > 1e-6 and np.array_equal(tau3, other(0.2, q, v))
