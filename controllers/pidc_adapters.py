@@ -8,15 +8,12 @@ motion/force PIDC of the YuMi holding a bar is the scenario's own: scenarios/_yu
 from __future__ import annotations
 
 import numpy as np
-import pinocchio as pin
 
 from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, layout, passive_step, prepare
 from cmstack.controllers.pidc import PIDC, PIDCInfo
 from cmstack.models.errors import StateError
 from cmstack.models.lie import svd_rank
-from cmstack.models.loops import ClosureSet, assemble, closure_rows
-
-LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+from cmstack.models.loops import ClosureSet, assemble
 
 
 class ActuatedJointsPIDC:
@@ -50,7 +47,7 @@ class ActuatedJointsPIDC:
             raise StateError(f"ActuatedJointsPIDC: {robot.label} has no loops (robot.loops) to close")
         self.pidc = pidc
         self.robot = robot
-        self.loops = ClosureSet(robot.loops)
+        self.loops = ClosureSet(robot.loops)          # the lean pass, on a Data of its own (not the PIDC's snapshot)
         self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
         self.pas = np.array([robot.joint_index(n) for n in robot.passive_joints], dtype=np.int64)
         self.q = np.array(robot.q_initial if q_guess is None else q_guess, dtype=float)
@@ -59,12 +56,6 @@ class ActuatedJointsPIDC:
         self.failures = 0
         #: Newton iterations (lean passes) of the last ``complete``, the convergence test included
         self.passes = 0
-        # the lean pass: the loops' frames on a Data of this adapter's own (the robot's is the PIDC's snapshot)
-        self._model = robot.model
-        self._data = robot.model.createData()
-        self._fids = sorted({int(f) for c in self.loops.closures for f in (c.fa, c.fb)})
-        self._zero6 = np.zeros(6)
-        self._zerov = np.zeros(robot.nv)
         m, p, a = self.loops.m, self.pas.size, self.act.size
         self._G = np.zeros((p, a))                    # −J_p⁺ J_a at the last solution (the predictor)
         self._qa_prev = np.zeros(a)                   # q_a of the last solution
@@ -85,25 +76,9 @@ class ActuatedJointsPIDC:
         return self.pidc.unsolvable_steps
 
     def _phi_jacobian(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(φ, J) of the loops at q from one lean pass (``computeJointJacobians``, then each frame's placement and
-        LWA Jacobian): the rows of ``ClosureSet.phi/jacobian`` (``closure_rows`` at zero rates)."""
-        model, d = self._model, self._data
-        pin.computeJointJacobians(model, d, q)
-        fr = {}
-        for fid in self._fids:
-            Jf = pin.getFrameJacobian(model, d, fid, LWA).reshape(6, -1)     # also sets d.oMf[fid]
-            H = d.oMf[fid].homogeneous
-            fr[fid] = (H[:3, :3], H[:3, 3], Jf, self._zero6)
-        cs = self.loops
-        if len(cs.closures) == 1:
-            c = cs.closures[0]
-            phi, J, _ = closure_rows(c.kind, *fr[c.fa], *fr[c.fb], self._zerov)
-            return phi, J
-        phi = np.empty(cs.m)
-        J = np.empty((cs.m, model.nv))
-        for c, s in zip(cs.closures, cs.slices):
-            phi[s], J[s], _ = closure_rows(c.kind, *fr[c.fa], *fr[c.fb], self._zerov)
-        return phi, J
+        """(φ, J) of the loops at q from one lean pass of the adapter's own ``ClosureSet`` (``computeJointJacobians``,
+        then the frames and the rows in one compiled call, ``models/_loop_kernels.py: closure_pass``)."""
+        return self.loops.phi_and_jacobian(q)
 
     def _svd_iteration(self, q: np.ndarray, v: np.ndarray, va: np.ndarray, phi: np.ndarray,
                        J: np.ndarray) -> bool:

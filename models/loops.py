@@ -339,6 +339,11 @@ class ClosureSet:
         _, J, jdv = self._pass(q, v)
         return J.copy(), jdv.copy()
 
+    def phi_and_jacobian(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(φ, A) at q from one pass (a Newton iteration's pair)."""
+        phi, J, _ = self._pass(q, None)
+        return phi.copy(), J.copy()
+
     def rows_from(self, kin: Kinematics) -> tuple[np.ndarray, np.ndarray]:
         """(A, Ȧq̇) at the snapshot's (q, v), from its frames (a law that has run ``Robot.update`` already
         needs no second pass): the same rows as ``jacobian_and_jdot_v``."""

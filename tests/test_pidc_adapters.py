@@ -185,7 +185,11 @@ def test_completion_equals_the_svd_newton_and_converges_in_one_step_after_the_pr
             assert ctl.passes <= 2, (k, ctl.passes)      # predicted, one Newton step, the test that it converged
 
 
-def test_lean_pass_rows_equal_the_closure_set():
+def test_lean_pass_rows_equal_the_rows_from_pinocchios_frames():
+    """The adapter's lean pass (its ClosureSet: frames from data.J in the kernel) against the rows from Pinocchio's
+    frame placements and Jacobians (``closure_rows`` on a ``Robot.update``'s frames), off the manifold."""
+    from cmstack.models.loops import closure_rows
+
     for robot in (_series_parallel_robot(), Robot.from_mjcf("mjcf/delta.xml"), Robot.from_mjcf("mjcf/slider_crank.xml")):
         ctl = _adapter(robot)
         cs = ClosureSet(robot.loops)
@@ -193,8 +197,12 @@ def test_lean_pass_rows_equal_the_closure_set():
         for _ in range(5):
             q = robot.q_initial + 0.1 * rng.normal(size=robot.nq)
             phi, J = ctl._phi_jacobian(q)
-            assert np.allclose(phi, cs.phi(q), rtol=0, atol=1e-14)
-            assert np.allclose(J, cs.jacobian(q), rtol=0, atol=1e-14)
+            kin = robot.update(q, np.zeros(robot.nv))
+            ref = [closure_rows(c.kind, *(x for f in (kin.frame(c.fa), kin.frame(c.fb)) for x in (f.R, f.p, f.J, f.acc)),
+                                kin.v) for c in cs.closures]
+            assert np.allclose(phi, np.concatenate([r[0] for r in ref]), rtol=0, atol=1e-14)
+            assert np.allclose(J, np.vstack([r[1] for r in ref]), rtol=0, atol=1e-14)
+            assert np.abs(phi).max() > 1e-4
 
 
 def test_svd_fallback_gives_the_same_state(monkeypatch):
