@@ -17,16 +17,17 @@ Measured (busy 2-core machine shared with other sessions, 300 states x 3; step /
 
     mechanism  law   before (SVD, NumPy)   compiled PIDC,        both compiled (2026-11-27)    computeAllTerms
                                            generic UK            (UK 92426e5; PIDC pidcfast)
-                     load 8                load 6                load 1.6-2.7 (three runs)
-    five-bar   PIDC  162 / 5.3 = 30x       16 / 3.4 = 4.7x       4.2-4.3 / 2.6-2.7 = 1.56-1.6x    1.7-1.8
-    five-bar   UK    216 / 5.8 = 37x       85 / 4.1 = 21x        4.1 / 2.6-2.7 = 1.54-1.6x
-    four-bar   PIDC  121 / 3.6 = 34x       11 / 2.2 = 4.8x       3.1-3.3 / 1.7 = 1.80-1.95x       1.1
-    four-bar   UK    190 / 4.1 = 47x       69 / 2.9 = 24x        3.1 / 1.7 = 1.8x
-    Delta      PIDC  228 / 12.8 = 18x      33 / 9.1 = 3.7x       12.5-12.8 / 7.1-7.2 = 1.78-1.8x  5.0-5.2
-    Delta      UK    201 / 13.5 = 15x      137 / 11.3 = 12x      10.8-11.0 / 7.0-7.2 = 1.53x
+                     load 8                load 6                load 2.1 (three runs)
+    five-bar   PIDC  162 / 5.3 = 30x       16 / 3.4 = 4.7x       4.05-4.15 / 2.5-2.6 = 1.57-1.6x  1.7-1.8
+    five-bar   UK    216 / 5.8 = 37x       85 / 4.1 = 21x        4.1 / 2.6 = 1.56-1.59x
+    four-bar   PIDC  121 / 3.6 = 34x       11 / 2.2 = 4.8x       2.9-3.0 / 1.6-1.7 = 1.75-1.79x   1.1
+    four-bar   UK    190 / 4.1 = 47x       69 / 2.9 = 24x        3.1 / 1.7 = 1.86-1.88x
+    Delta      PIDC  228 / 12.8 = 18x      33 / 9.1 = 3.7x       12.4-12.6 / 7.0-7.1 = 1.77-1.78x 5.0-5.2
+    Delta      UK    201 / 13.5 = 15x      137 / 11.3 = 12x      10.8-11.0 / 7.0-7.1 = 1.53x
 
-Both laws meet the target (<= 2x) on all three; the four-bar with a small margin (UK 1.93-2.03x over six runs
-at loads 2-6 before, PIDC 1.80-1.95x).  UK: the robot's lean
+Both laws meet the target (<= 2x) on all three; the four-bar with the smallest margin (UK 1.93-2.03x over six
+runs at loads 2-6 before; PIDC 1.80-1.95x at loads 1.6-2.7 before its call went straight to the closed-chain
+step, 1.75-1.79x after).  UK: the robot's lean
 pass (``pin.crba``) and one compiled call (``controllers/uk_plan.py``, ``_uk_kernels.uk_step``: h, the frames, the
 loops' rows of ``models/_loop_kernels.py`` as level 1, the task rows, the passive joints' zero-torque rows and
 the vanishing-row test (``passive_level``), the KKT solve, τ = T y (``kernels.passive_torque``)).  On one state

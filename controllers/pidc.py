@@ -378,7 +378,11 @@ class PIDC:
                                                          bool(self.passive), self.rank_tol, _SM_MIN, sin)
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if self._compiled:
+        if self._plan is not None:                 # the compiled closed-chain step (``_rows_step``'s fast case)
+            tau = self._closed_step(t, q, v)
+            if tau is not None:
+                return tau
+        elif self._compiled:
             tau = self._compiled_step(t, q, v)
             if tau is not None:
                 return tau
