@@ -43,8 +43,9 @@ class ClosedChainPlan:
         if (not loops or ctl._rows_kin is None or not ctl._direct
                 or type(ctl.robot).update_for_kernel is not Robot.update_for_kernel):
             return None
-        for c in loops:
-            if (type(c) is not LoopClosure or c.kind not in KIND_CODES):
+        for c in loops:                       # by capability (as the UK plan): a loop whose rows the kernel computes
+            kk = getattr(c, "kernel_kind", None)
+            if not callable(kk) or kk() != LoopClosure._KERNEL or c.kind not in KIND_CODES:
                 return None
         for task in ctl.tasks:
             kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None

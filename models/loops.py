@@ -242,6 +242,12 @@ class ClosureSet:
         robots = {id(c.robot) for c in self.closures}
         if len(robots) != 1:
             raise ConfigError("ClosureSet: the closures belong to different robots")
+        for c in self.closures:           # the rows below are the kind's (compiled): a closure's own maths is not called
+            if c.kernel_kind() is None:
+                raise ConfigError(f"ClosureSet: loop {c.name!r} ({type(c).__name__}) redefines its row maths "
+                                  f"({', '.join(m for m in c._ROW_MATHS if getattr(type(c), m) is not getattr(LoopClosure, m))}),"
+                                  f" which a closure set (PIDC, ProjectionPlant, assemble) does not call: it computes a "
+                                  f"loop's rows from its kind {c.kind!r}; give UK such a loop as a task instead")
         self.robot = self.closures[0].robot
         self.m = sum(c.m for c in self.closures)
         self.slices = []

@@ -138,31 +138,40 @@ def test_rows_kernel_non_finite_rows_take_the_numpy_path():
         ctl(0.0, q, np.zeros(robot.nv))
 
 
-def test_rows_read_in_python_when_a_loop_has_no_compiled_rows():
-    """A loop of a LoopClosure subclass (its row maths could differ) keeps the compiled law but reads the rows in
-    Python (no plan); the same step as the NumPy path."""
+def test_a_loop_subclass_is_dispatched_by_what_it_does():
+    """Dispatch by capability (issue 22): a LoopClosure subclass that adds no maths takes the compiled
+    closed-chain step with the built-in's torques; one that redefines its row maths is refused by name (PIDC
+    reads a loop's rows from its kind, so its own maths would be silently ignored)."""
+    from cmstack.models.errors import ConfigError
     from cmstack.models.loops import LoopClosure
 
     class MyLoop(LoopClosure):
-        pass
+        def describe(self):                    # a convenience, not maths
+            return f"my {self.kind} loop"
 
-    def law(robot):
+    class OwnRows(LoopClosure):
+        def error_dynamics(self, kin, t):      # its own rows: not what the loop's kind gives
+            return LoopClosure.error_dynamics(self, kin, t)
+
+    def law(robot, cls):
         c = robot.loops[0]
-        robot.loops[0] = MyLoop(robot, c.frame_a, c.frame_b, kind=c.kind, offset=c.offset, offset_b=c.offset_b,
-                                kp=c.kp, kd=c.kd, name=c.name)
+        robot.loops[0] = cls(robot, c.frame_a, c.frame_b, kind=c.kind, offset=c.offset, offset_b=c.offset_b,
+                             kp=c.kp, kd=c.kd, name=c.name)
         return _ee_law(robot)
 
     robot, robot_ref = Robot.from_mjcf("mjcf/five_bar.xml"), Robot.from_mjcf("mjcf/five_bar.xml")
-    ctl, ref = law(robot), law(robot_ref)
-    assert ctl._rows_compiled and ctl._plan is None
-    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    ctl, ref = law(robot, MyLoop), _ee_law(robot_ref)
+    assert ctl._plan is not None and ref._plan is not None
+    plant = ProjectionPlant(robot_ref, None, sim_dt=1e-3)
     plant.reset(robot.q_initial)
     for k in range(50):
         q, v = plant.state()
         tau = ctl(k * 1e-3, q, v)
-        _same_step(ctl, ref, k * 1e-3, q, v, tau)
+        assert np.array_equal(tau, ref(k * 1e-3, q, v))
         plant.set_torque(tau)
         plant.step()
+    with pytest.raises(ConfigError, match=r"loop 'tip_loop' \(OwnRows\) redefines its row maths \(error_dynamics\)"):
+        law(Robot.from_mjcf("mjcf/five_bar.xml"), OwnRows)
 
 
 class _NamedSinusoid(Sinusoid):
