@@ -59,13 +59,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import carray, farray, njit, types
-from numba.extending import intrinsic
+from numba import carray, farray, njit
 
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import passive_factor, passive_null, passive_torque, vanishing_rows
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
-from cmstack.models._frame_kernels import _f64_at, frame_states  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
+from cmstack.models._frame_kernels import _f64_at, _i64_at, frame_states  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
@@ -75,17 +74,6 @@ depends_on(__file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _tra
 
 COUPLING, FRAME, POSTURE, LOOP = 0, 1, 2, 3
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
-
-
-@intrinsic
-def _i64_at(typingctx, address):
-    """The int64 pointer at an integer address."""
-    sig = types.CPointer(types.int64)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
-
-    return sig, codegen
 
 
 @njit(cache=True, inline="always")

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cmstack.controllers.uk_plan import sample_frame_targets
+
 if TYPE_CHECKING:
     from cmstack.controllers.pidc import PIDC
 
@@ -234,9 +236,4 @@ class ClosedChainPlan:
 
     def sample(self, t: float) -> None:
         """The targets of ``traj_tasks`` at t (``task.desired(t)``), into the tables."""
-        tgtH, tgtVA = self.tgtH, self.tgtVA
-        for k, task in self.traj_tasks:
-            T, vel, accD = task.desired(t)
-            tgtH[k] = T.homogeneous
-            tgtVA[k, :6] = vel
-            tgtVA[k, 6:] = accD
+        sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)

@@ -13,6 +13,17 @@ if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 
 
+def sample_frame_targets(traj_tasks: list, tgtH: np.ndarray, tgtVA: np.ndarray, t: float) -> None:
+    """The frame targets of the tasks whose trajectory is sampled in Python (``task.desired(t)``: pose T, velocity,
+    acceleration) into a compiled plan's tables: tgtH[k] = T (4×4), tgtVA[k] = [velocity (6), acceleration (6)],
+    for each (k, task) of ``traj_tasks``.  The fused UK plan and PIDC's closed-chain plan share these tables."""
+    for k, task in traj_tasks:
+        T, vel, accD = task.desired(t)
+        tgtH[k] = T.homogeneous
+        tgtVA[k, :6] = vel
+        tgtVA[k, 6:] = accD
+
+
 class _FusedPlan:
     """Tables and buffers of the compiled step (``controllers/_uk_kernels.py``), built once per
     controller: the frames the tasks need (each with its joint, placement and support columns), the
@@ -364,12 +375,7 @@ class _FusedPlan:
         for off, stop, task in self.traj_joints:
             for i, x in enumerate(task.trajectory(t)):     # (q_d, v_d, a_d), each broadcast to the joints
                 self.jref[i, off:stop] = x
-        tgtH, tgtVA = self.tgtH, self.tgtVA
-        for k, task in self.traj_tasks:
-            T, vel, accD = task.desired(t)
-            tgtH[k] = T.homogeneous
-            tgtVA[k, :6] = vel
-            tgtVA[k, 6:] = accD
+        sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)
 
     def pose_table(self, d) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""

@@ -21,15 +21,25 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 
-@intrinsic
-def _f64_at(typingctx, address):
-    """The float64 pointer at an integer address (an array's data pointer, taken in Python)."""
-    sig = types.CPointer(types.float64)(types.int64)
+def _pointer_at(dtype):
+    """An intrinsic: the ``dtype`` pointer at an integer address (an array's data pointer, taken in Python)."""
+    ptr = types.CPointer(dtype)
 
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
+    def at(typingctx, address):
+        sig = ptr(types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+        return sig, codegen
+
+    return intrinsic(at)
+
+
+_f64_at = _pointer_at(types.float64)
+"""The float64 pointer at an integer address."""
+_i64_at = _pointer_at(types.int64)
+"""The int64 pointer at an integer address."""
 
 
 
