@@ -53,6 +53,7 @@ from numba import carray, farray, njit
 
 from cmstack.controllers import _uk_kernels, kernels
 from cmstack.controllers._uk_kernels import _f64_at, _i64_at, bias_forces, frame_states, task_rows_into
+from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._kernel_cache import depends_on
@@ -337,13 +338,7 @@ def pidc_closed_step(t, q, v, ptr, I, F, out):
     for i in range(n):
         bq[i] = q[i]
         bv[i] = v[i]
-    for j in range(nj):
-        R = farray(_f64_at(ptr[2 + 2 * j]), (3, 3))
-        p = carray(_f64_at(ptr[3 + 2 * j]), (3,))
-        for i in range(3):
-            for c in range(3):
-                jpose[j, 3 * i + c] = R[i, c]
-            jpose[j, 9 + i] = p[i]
+    read_joint_poses(ptr, 2, nj, jpose)
     bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
     for c in range(nl):

@@ -64,7 +64,7 @@ from numba import carray, farray, njit
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import passive_factor, passive_null, passive_torque, vanishing_rows
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
-from cmstack.models._frame_kernels import _f64_at, _i64_at, frame_states  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
+from cmstack.models._frame_kernels import _f64_at, _i64_at, frame_states, read_joint_poses  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
@@ -520,13 +520,7 @@ def uk_step(t, q, v, ptr, I, F, buf):
         for j in range(n):
             M[i, j] = Md[i, j]
     jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj + 1, 12))      # the world's pose last (constant)
-    for k in range(nj):
-        R = farray(_f64_at(ptr[P_JOINTS + 2 * k]), (3, 3))
-        p = carray(_f64_at(ptr[P_JOINTS + 1 + 2 * k]), (3,))
-        for i in range(3):
-            for j in range(3):
-                jpose[k, 3 * i + j] = R[i, j]
-            jpose[k, 9 + i] = p[i]
+    read_joint_poses(ptr, P_JOINTS, nj, jpose)
     tint = carray(_i64_at(i0 + 8 * I[O_TINT]), (nt, 8))
     fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
     pidx = carray(_i64_at(i0 + 8 * I[O_PIDX]), (I[N_PIDX],))

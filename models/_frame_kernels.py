@@ -17,7 +17,7 @@ A frame f rigidly attached to joint j at the placement ʲM_f = (R_f, t_f), the j
 """
 from __future__ import annotations
 
-from numba import njit, types
+from numba import carray, farray, njit, types
 from numba.extending import intrinsic
 
 
@@ -41,6 +41,19 @@ _f64_at = _pointer_at(types.float64)
 _i64_at = _pointer_at(types.int64)
 """The int64 pointer at an integer address."""
 
+
+
+@njit(cache=True, inline="always")
+def read_joint_poses(ptr, first, nj, jpose):
+    """jpose[k] = [R row-major (9), p (3)] of joint k's pose ⁰M_k, k < nj, read in place from Pinocchio's data.oMi:
+    the addresses of its rotation (Eigen's column-major 3×3) and translation at ptr[first + 2k], ptr[first + 2k + 1]."""
+    for k in range(nj):
+        R = farray(_f64_at(ptr[first + 2 * k]), (3, 3))
+        p = carray(_f64_at(ptr[first + 1 + 2 * k]), (3,))
+        for i in range(3):
+            for c in range(3):
+                jpose[k, 3 * i + c] = R[i, c]
+            jpose[k, 9 + i] = p[i]
 
 
 @njit(cache=True, inline="always")

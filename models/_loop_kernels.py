@@ -34,7 +34,7 @@ import numpy as np
 from numba import carray, farray, njit
 
 from cmstack.models import _frame_kernels, _lie_kernels
-from cmstack.models._frame_kernels import _f64_at, frame_states
+from cmstack.models._frame_kernels import _f64_at, frame_states, read_joint_poses
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3
 
@@ -124,13 +124,7 @@ def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv):
     ``closure_rows`` and ``closure_phi``; lint (nl, 4) = [kind code, frame slot a, frame slot b, first row]."""
     n = v.shape[0]
     Jw = farray(_f64_at(ptr[0]), (6, n))
-    for j in range(jpose.shape[0]):
-        R = farray(_f64_at(ptr[1 + 2 * j]), (3, 3))
-        p = carray(_f64_at(ptr[2 + 2 * j]), (3,))
-        for i in range(3):
-            for c in range(3):
-                jpose[j, 3 * i + c] = R[i, c]
-            jpose[j, 9 + i] = p[i]
+    read_joint_poses(ptr, 1, jpose.shape[0], jpose)
     frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
     for k in range(lint.shape[0]):
         a, b = lint[k, 1], lint[k, 2]
