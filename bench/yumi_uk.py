@@ -302,20 +302,7 @@ def tsid_panda_factory(robot, hand, q0, states):
     task.setKd(hand.kd * np.ones(6))
     task.useLocalFrame(False)
     form.addMotionTask(task, 1.0, 0, 0.0)
-    posture = tsid.TaskJointPosture("posture", robw)
-    posture.setKp(PANDA_POSTURE_GAINS[0] * np.ones(robot.nv))
-    posture.setKd(PANDA_POSTURE_GAINS[1] * np.ones(robot.nv))
-    ref = tsid.TrajectorySample(robot.nq, robot.nv)
-    ref.value(np.asarray(q0, dtype=float))
-    ref.derivative(np.zeros(robot.nv))
-    ref.second_derivative(np.zeros(robot.nv))
-    posture.setReference(ref)
-    form.addMotionTask(posture, 1.0, 1, 0.0)
-    bounds = tsid.TaskActuationBounds("tau", robw)
-    bounds.setBounds(-robot.effort_limit, robot.effort_limit)
-    form.addActuationTask(bounds, 1.0, 0, 0.0)
-    solver = tsid.SolverHQuadProgFast("qp")
-    solver.resize(form.nVar, form.nEq, form.nIn)
+    posture, ref, bounds, solver = _tsid_posture_bounds_solver(tsid, robw, form, robot, q0, *PANDA_POSTURE_GAINS)
     samples = [_tsid_sample(tsid, *hand.desired(t)) for t, _, _ in states]
     live = tsid.TrajectorySample(12, 6)      # the sampled step's reference, rewritten in place
     keep = (robw, posture, ref, bounds, live)   # TSID holds its robot and tasks by reference: keep them alive
@@ -339,6 +326,27 @@ def tsid_panda_factory(robot, hand, q0, states):
         return form.getAccelerations(sol).copy(), form.getActuatorForces(sol).copy(), sol.status
 
     return step, step_sampled, solve
+
+
+def _tsid_posture_bounds_solver(tsid, robw, form, robot, q0, kp: float, kd: float):
+    """The part of both TSID set-ups that is the same: a posture task on q0 (gains kp, kd) at priority 1, the
+    URDF effort bounds as an actuation task, and the eiquadprog solver sized for the formulation.  Returns
+    (posture, its reference, bounds, solver): TSID holds them by reference, so the caller keeps them alive."""
+    posture = tsid.TaskJointPosture("posture", robw)
+    posture.setKp(kp * np.ones(robot.nv))
+    posture.setKd(kd * np.ones(robot.nv))
+    ref = tsid.TrajectorySample(robot.nq, robot.nv)
+    ref.value(np.asarray(q0, dtype=float))
+    ref.derivative(np.zeros(robot.nv))
+    ref.second_derivative(np.zeros(robot.nv))
+    posture.setReference(ref)
+    form.addMotionTask(posture, 1.0, 1, 0.0)
+    bounds = tsid.TaskActuationBounds("tau", robw)
+    bounds.setBounds(-robot.effort_limit, robot.effort_limit)
+    form.addActuationTask(bounds, 1.0, 0, 0.0)
+    solver = tsid.SolverHQuadProgFast("qp")
+    solver.resize(form.nVar, form.nEq, form.nIn)
+    return posture, ref, bounds, solver
 
 
 def tsid_step_factory(cfg, robot, coupling, task, q0):
@@ -376,20 +384,7 @@ def tsid_step_factory(cfg, robot, coupling, task, q0):
     e1.setKd(task.kd * np.ones(6))
     e1.useLocalFrame(False)
     form.addMotionTask(e1, cfg["omega"], 1, 0.0)
-    posture = tsid.TaskJointPosture("posture", robw)
-    posture.setKp(10.0 * np.ones(robot.nv))
-    posture.setKd(2 * np.sqrt(10.0) * np.ones(robot.nv))
-    ref = tsid.TrajectorySample(robot.nq, robot.nv)
-    ref.value(np.asarray(q0, dtype=float))
-    ref.derivative(np.zeros(robot.nv))
-    ref.second_derivative(np.zeros(robot.nv))
-    posture.setReference(ref)
-    form.addMotionTask(posture, 1.0, 1, 0.0)
-    bounds = tsid.TaskActuationBounds("tau", robw)
-    bounds.setBounds(-robot.effort_limit, robot.effort_limit)
-    form.addActuationTask(bounds, 1.0, 0, 0.0)
-    solver = tsid.SolverHQuadProgFast("qp")
-    solver.resize(form.nVar, form.nEq, form.nIn)
+    posture, ref, bounds, solver = _tsid_posture_bounds_solver(tsid, robw, form, robot, q0, 10.0, 2 * np.sqrt(10.0))
     samples = {}
     keep = (robw, pair, posture, ref, bounds)     # TSID holds its robot and tasks by reference
 
