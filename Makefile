@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean install
+.PHONY: demo test lint format bench clean install
 
 install: $(STAMP)
 
@@ -18,7 +18,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	MPLBACKEND=Agg $(VENV)/bin/cmstack run yumi_dual_arm
 
-test: $(STAMP)
+# ruff's linter and formatter, configured in pyproject.toml ([tool.ruff]); `make format` applies them
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: $(STAMP) lint
 	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
 
 bench: $(STAMP)

@@ -1,4 +1,5 @@
 """Speed benchmarks (``cmstack bench``); their numbers are written to ``./bench/results/*.json``."""
+
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ def python_floor(call, model, data, nv: int, accel_from_v: bool = False):
     Python controller avoids.  Returns ``step(t, q, v) -> out``."""
     out = np.empty(nv)
     kernel = _floor_probe
-    M, h, tau = data.M, data.nle, data.tau     # views, refreshed in place by the call: taken once
+    M, h, tau = data.M, data.nle, data.tau  # views, refreshed in place by the call: taken once
 
     def step(t, q, v):
         call(model, data, q, v)

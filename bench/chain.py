@@ -14,15 +14,18 @@ Measured (busy 2-core machine, load 4–6, interleaved medians over 400 states �
     before (NumPy closed form)  476 µs    (quiet machine: 488 µs, 11.9× the floor)
     after  (compiled kernel)     60 µs    = 1.24× the floor (48 µs); NumPy closed form / step = 8.0×
     (the NumPy closed form, ``_closed_form_step``, was removed since: the kernel is the law's one closed form)
-Where the 60 µs go (same states, medians): the kernel call itself 19 µs (35 array arguments), the trajectory sample ``traj.world(t)`` 12 µs, the Python wrapper (four output arrays,
+Where the 60 µs go (same states, medians): the kernel call itself 19 µs (35 array arguments), the trajectory
+sample ``traj.world(t)`` 12 µs, the Python wrapper (four output arrays,
 argument conversion, the info record) the rest.  The floor as defined above is itself NumPy call overhead
-(the compiled kernel does all of it, and the rest of the law, in 19 µs).  Before (profile of the NumPy closed form on one
+(the compiled kernel does all of it, and the rest of the law, in 19 µs).  Before (profile of the NumPy closed
+form on one
 state of the run, busy, 676 µs in all): the obstacle wish ``null_space_wish`` 198 µs, the spring moments 64,
 the task error 27, rotations 9, and ~380 µs of ~40 NumPy calls on 3- to 30-vectors building ℳ, ℳ⁻¹, D^Iℳ,
 𝒞, A, Ȧ and running the Schur solves and the law.
 
     python -m bench.chain [--repeat 3] [--duration 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,24 +33,38 @@ import json
 import time
 
 import numpy as np
-
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from cmstack.bench import results_dir
 from cmstack.controllers.dac import JointActuationMap, PortLaw, TaskSpaceLaw
 from cmstack.models.lie import quat_to_matrix
 from cmstack.scenarios._common import default_config
+from cmstack.scenarios.chain_open_loop import body_names
 from cmstack.scenarios.chain_task_space import build_model, ee_trajectory, initial_state, parse_obstacles
 from cmstack.sim.chain_plant import ChainMujocoPlant
-from cmstack.scenarios.chain_open_loop import body_names
 
 
 def _law(cfg, chain, traj, qp=False):
     k = cfg["obstacle_points_per_body"]
-    pts = [[0.0, 0.0, 0.0]] if k == 1 else [[x, 0.0, 0.0] for x in np.linspace(-cfg["length"] / 2, cfg["length"] / 2, k)]
-    return TaskSpaceLaw(chain, traj, 0.0, 0.0, cfg["lam_p"], cfg["lam_a"], obstacles=parse_obstacles(cfg),
-                        obstacle_gain=cfg["obstacle_gain"], obstacle_range=cfg["obstacle_range"], qp=qp,
-                        kd_mass=cfg["kd_mass"], obstacle_points=pts)
+    pts = (
+        [[0.0, 0.0, 0.0]]
+        if k == 1
+        else [[x, 0.0, 0.0] for x in np.linspace(-cfg["length"] / 2, cfg["length"] / 2, k)]
+    )
+    return TaskSpaceLaw(
+        chain,
+        traj,
+        0.0,
+        0.0,
+        cfg["lam_p"],
+        cfg["lam_a"],
+        obstacles=parse_obstacles(cfg),
+        obstacle_gain=cfg["obstacle_gain"],
+        obstacle_range=cfg["obstacle_range"],
+        qp=qp,
+        kd_mass=cfg["kd_mass"],
+        obstacle_points=pts,
+    )
 
 
 LAW3_TARGET_US = 250.0
@@ -115,12 +132,20 @@ def measure(duration: float, repeat: int) -> dict:
     res = {"states": len(sub)}
     law_cf, law_qp = _law(cfg, chain, traj), _law(cfg, chain, traj, qp=True)
     law_cf(*sub[0])
-    tl = _time_interleaved({"law3_closed_form_us": lambda t, s: law_cf(t, s),
-                            "law3_generic_kkt_us": lambda t, s: PortLaw.__call__(law_cf, t, s),
-                            "law3_floor_us": lambda t, s: _law3_floor(law_cf, s)}, sub, repeat)
+    tl = _time_interleaved(
+        {
+            "law3_closed_form_us": lambda t, s: law_cf(t, s),
+            "law3_generic_kkt_us": lambda t, s: PortLaw.__call__(law_cf, t, s),
+            "law3_floor_us": lambda t, s: _law3_floor(law_cf, s),
+        },
+        sub,
+        repeat,
+    )
     res.update(tl)
     res["law3_step_over_floor"] = float(np.median(tl["law3_closed_form_us"]) / np.median(tl["law3_floor_us"]))
-    res["law3_generic_over_step"] = float(np.median(tl["law3_generic_kkt_us"]) / np.median(tl["law3_closed_form_us"]))
+    res["law3_generic_over_step"] = float(
+        np.median(tl["law3_generic_kkt_us"]) / np.median(tl["law3_closed_form_us"])
+    )
     res["law3_target_us"] = LAW3_TARGET_US
     res["law3_reference_qp_us"] = _time(lambda t, s: law_qp(t, s), sub, repeat)
     fixed = build_model(cfg, True, (s0.pos[0].copy(), s0.quat[0].copy()))
@@ -132,7 +157,8 @@ def measure(duration: float, repeat: int) -> dict:
     for method in ("kkt", "schur"):
         for proj in (True, False):
             res[f"tensor_rk4_step_{method}{'_projected' if proj else ''}_us"] = _time(
-                lambda s, p: chain.step(s, 1e-3, p, method=method, project=proj), port, repeat)
+                lambda s, p: chain.step(s, 1e-3, p, method=method, project=proj), port, repeat
+            )
     res["tensor_dynamics_kkt_us"] = _time(lambda s, p: chain.dynamics(s, p, "kkt"), port, repeat)
     res["tensor_dynamics_schur_us"] = _time(lambda s, p: chain.dynamics(s, p, "schur"), port, repeat)
     out = {"control_dt_us": cfg["control_dt"] * 1e6, "mujoco_step_us_median": float(np.median(mj_us))}
@@ -148,16 +174,20 @@ def measure(duration: float, repeat: int) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=2.0, help="closed-loop seconds whose states are replayed")
+    ap.add_argument(
+        "--duration", type=float, default=2.0, help="closed-loop seconds whose states are replayed"
+    )
     args = ap.parse_args(argv if argv is not None else [])
     r = measure(args.duration, args.repeat)
     width = max(len(k) for k in r)
     for k, v in r.items():
         print(f"  {k:<{width}}  {v:10.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     med = r["law3_closed_form_us_median"]
-    print(f"  law III step {med:.0f} µs median, {r['law3_step_over_floor']:.2f}× its floor "
-          f"({r['law3_floor_us_median']:.0f} µs); target ≤ {LAW3_TARGET_US:.0f} µs: "
-          f"{'OK' if med <= LAW3_TARGET_US else 'MISSED'} (the generic KKT path: {r['law3_generic_over_step']:.2f}× the step)")
+    print(
+        f"  law III step {med:.0f} µs median, {r['law3_step_over_floor']:.2f}× its floor "
+        f"({r['law3_floor_us_median']:.0f} µs); target ≤ {LAW3_TARGET_US:.0f} µs: "
+        f"{'OK' if med <= LAW3_TARGET_US else 'MISSED'} (the generic KKT path: {r['law3_generic_over_step']:.2f}× the step)"  # noqa: E501
+    )
     (results_dir() / "chain.json").write_text(json.dumps(r, indent=2))
 
 

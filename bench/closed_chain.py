@@ -51,6 +51,7 @@ copies, the circle's targets and gains copied every step, a new PIDCInfo with fo
 kernel, the targets and gains are copied only when one was set (``models/_params.py``), and the step's record is
 one, refilled, its arrays sliced from the step's buffer when read (``pidc._BufferedInfo``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,8 +116,13 @@ def measure(model: str, n_states: int, repeat: int) -> dict:
     out: dict = {"compute_all_terms_us": float(np.median(cat_us))}
     for law in LAWS:
         s, r = float(np.median(step_us[law])), float(np.median(ref_us[law]))
-        out[law] = {"control_step_us": s, "constraint_dynamics_us": r, "ratio": s / r, "target": "<= 2",
-                    "met": s / r <= 2}
+        out[law] = {
+            "control_step_us": s,
+            "constraint_dynamics_us": r,
+            "ratio": s / r,
+            "target": "<= 2",
+            "met": s / r <= 2,
+        }
     return out
 
 
@@ -131,9 +137,11 @@ def main(argv=None) -> int:
     for m in MECHANISMS:
         for law in LAWS:
             r = out[m][law]
-            print(f"{m:22s} {law:4s} step {r['control_step_us']:8.1f} us   constraintDynamics "
-                  f"{r['constraint_dynamics_us']:6.1f} us   ratio {r['ratio']:6.1f} "
-                  f"(target <= 2: {'met' if r['met'] else 'MISSED'})")
+            print(
+                f"{m:22s} {law:4s} step {r['control_step_us']:8.1f} us   constraintDynamics "
+                f"{r['constraint_dynamics_us']:6.1f} us   ratio {r['ratio']:6.1f} "
+                f"(target <= 2: {'met' if r['met'] else 'MISSED'})"
+            )
         print(f"{'':27s}computeAllTerms alone {out[m]['compute_all_terms_us']:6.1f} us")
     print(f"load average (1 min) before/after: {load0:.2f} / {out['load_average'][1]:.2f}")
     (results_dir() / "closed_chain.json").write_text(json.dumps(out, indent=1))

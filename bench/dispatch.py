@@ -13,6 +13,7 @@ Printed: the median step of each (µs) and its ratio to ``builtin`` (medians ove
 for ``user_traj`` the user's own sampling cost (timed alone) and what the step adds around it.
 Results: bench/results/dispatch.json.  Never asserted in tests (tests/test_dispatch_by_capability.py
 checks that all three take the compiled step with the same torques)."""
+
 from __future__ import annotations
 
 import argparse
@@ -47,18 +48,24 @@ def _controllers():
             a = self.w * t
             p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
             v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
-            acc = -self.r * self.w ** 2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
+            acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
             return pin.SE3(np.eye(3), p), v, acc
 
     T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
     out = {}
-    for name, make in (("builtin", lambda r: FrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
-                       ("subclass", lambda r: MyFrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
-                       ("user_traj", lambda r: FrameTask(r, "yumi_link_7_l", UserCircle(CENTER, 0.1, 1.5), 400, 40))):
+    for name, make in (
+        ("builtin", lambda r: FrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
+        ("subclass", lambda r: MyFrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
+        ("user_traj", lambda r: FrameTask(r, "yumi_link_7_l", UserCircle(CENTER, 0.1, 1.5), 400, 40)),
+    ):
         robot = Robot("urdf/yumi.urdf")
         c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 1000, 33)
-        ctl = UdwadiaKalabaController(robot, levels=[[c], [(make(robot), 50.0), (PostureTask(robot, np.zeros(14), kp=4, kd=4), 1.0)]],
-                                      limits=[], warn_free_dof=False)
+        ctl = UdwadiaKalabaController(
+            robot,
+            levels=[[c], [(make(robot), 50.0), (PostureTask(robot, np.zeros(14), kp=4, kd=4), 1.0)]],
+            limits=[],
+            warn_free_dof=False,
+        )
         assert ctl._plan is not None, name
         out[name] = ctl
     return out
@@ -73,7 +80,7 @@ def main(argv=None) -> dict:
     rng = np.random.default_rng(0)
     states = [(1e-3 * k, 0.3 * rng.normal(size=14), 0.3 * rng.normal(size=14)) for k in range(a.steps)]
     names = list(ctls)
-    for ctl in ctls.values():                       # compile / warm up
+    for ctl in ctls.values():  # compile / warm up
         for t, q, v in states[:20]:
             ctl(t, q, v)
     rounds = []
@@ -87,7 +94,7 @@ def main(argv=None) -> dict:
                 times[n].append(perf() - t0)
         rounds.append({n: float(np.median(times[n])) * 1e6 for n in names})
     med = {n: float(np.median([r[n] for r in rounds])) for n in names}
-    traj = ctls["user_traj"].levels[1].tasks[0].trajectory     # the user's own code, timed alone
+    traj = ctls["user_traj"].levels[1].tasks[0].trajectory  # the user's own code, timed alone
     tt = []
     for _ in range(a.repeat):
         t0 = perf()
@@ -96,14 +103,24 @@ def main(argv=None) -> dict:
         tt.append((perf() - t0) / len(states) * 1e6)
     user_own = float(np.median(tt))
     overhead = med["user_traj"] - med["builtin"] - user_own
-    res = {"step_us_median": med, "ratio_to_builtin": {n: med[n] / med["builtin"] for n in names},
-           "user_trajectory_own_us": user_own, "user_trajectory_overhead_us": overhead,
-           "load_avg": os.getloadavg()[0], "steps": a.steps, "repeat": a.repeat}
-    print(f"UK step on the YuMi, interleaved (load {res['load_avg']:.1f}): median µs and ratio to the built-ins")
+    res = {
+        "step_us_median": med,
+        "ratio_to_builtin": {n: med[n] / med["builtin"] for n in names},
+        "user_trajectory_own_us": user_own,
+        "user_trajectory_overhead_us": overhead,
+        "load_avg": os.getloadavg()[0],
+        "steps": a.steps,
+        "repeat": a.repeat,
+    }
+    print(
+        f"UK step on the YuMi, interleaved (load {res['load_avg']:.1f}): median µs and ratio to the built-ins"
+    )
     for n in names:
         print(f"  {n:<10} {med[n]:8.1f} µs   {res['ratio_to_builtin'][n]:.2f}×")
-    print(f"  the user's trajectory alone: {user_own:.1f} µs a call; what the step adds around it: "
-          f"{overhead:.1f} µs (taking its (T, v, a) into the compiled step's buffers)")
+    print(
+        f"  the user's trajectory alone: {user_own:.1f} µs a call; what the step adds around it: "
+        f"{overhead:.1f} µs (taking its (T, v, a) into the compiled step's buffers)"
+    )
     (results_dir() / "dispatch.json").write_text(json.dumps(res, indent=1))
     return res
 

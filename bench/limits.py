@@ -25,6 +25,7 @@ cases run one after another, ``--repeat`` times in turn; the table gives the wor
 the median of the medians.  Targets: worst step ≤ 2 ms; overrun ≤ 1e-4 rad with the coupling ≤ 1e-4 m.
 Results: bench/results/limits.json.  Never asserted in tests (tests/test_limits_bind.py checks the
 behaviour)."""
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,17 @@ def build(case: str, dt: float = 1e-3):
     """(robot, plant, controller, coupling task or None) of one case (module docstring)."""
     import pinocchio as pin
 
-    from cmstack import (GAUSS, Circle, FrameTask, PostureTask, RigidCoupling, Robot, UdwadiaKalabaController,
-                         example_robot_data_path, plant_from_urdf)
+    from cmstack import (
+        GAUSS,
+        Circle,
+        FrameTask,
+        PostureTask,
+        RigidCoupling,
+        Robot,
+        UdwadiaKalabaController,
+        example_robot_data_path,
+        plant_from_urdf,
+    )
     from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
     from cmstack.models.trajectory import MinimumJerkSE3
 
@@ -65,8 +75,9 @@ def build(case: str, dt: float = 1e-3):
         robot = Robot.compose([(arm, "left_", [0, 0.4, 0], fingers), (arm, "right_", [0, -0.4, 0], fingers)])
         q0 = np.tile(qs, 2).astype(float)
         hand = "left_panda_hand_tcp"
-        box = RigidCoupling.from_configuration(robot, "left_panda_hand_tcp", "right_panda_hand_tcp", q0,
-                                               kp=1000, kd=60, name="box")
+        box = RigidCoupling.from_configuration(
+            robot, "left_panda_hand_tcp", "right_panda_hand_tcp", q0, kp=1000, kd=60, name="box"
+        )
     T0 = robot.update(q0, 0 * q0).frame(hand).T
     if case.startswith("lift"):
         T1 = pin.SE3(T0.rotation, T0.translation + np.array([0.0, 0.0, 0.6]))
@@ -79,8 +90,10 @@ def build(case: str, dt: float = 1e-3):
     elif case == "velocity":
         limits = [JointVelocityLimit(robot, dt=dt, v_max=0.3)]
     elif case == "effort":
-        limits = [EffortLimit(robot, tau_max=np.minimum(20.0, robot.effort_limit)),
-                  JointPositionLimit(robot, dt=dt, a_max=5.0)]
+        limits = [
+            EffortLimit(robot, tau_max=np.minimum(20.0, robot.effort_limit)),
+            JointPositionLimit(robot, dt=dt, a_max=5.0),
+        ]
     else:
         pos = JointPositionLimit(robot, dt=dt, a_max=10.0)
         for k, j in enumerate(pos.idx):
@@ -88,8 +101,8 @@ def build(case: str, dt: float = 1e-3):
                 pos.q_max[k] = ELBOW_BOUND
         limits = [EffortLimit(robot), pos]
     posture = PostureTask(robot, q0, kp=50, kd=14)
-    if box is None:     # one arm: the hand weighted against the posture (a hard hand would be level 1, and
-        levels = [[(task, 100.0), (posture, 1.0), GAUSS]]    # a bound that stops it an InfeasibleError)
+    if box is None:  # one arm: the hand weighted against the posture (a hard hand would be level 1, and
+        levels = [[(task, 100.0), (posture, 1.0), GAUSS]]  # a bound that stops it an InfeasibleError)
     else:
         levels = [[box], [task], [posture]]
     ctrl = UdwadiaKalabaController(robot, levels=levels, limits=limits)
@@ -106,14 +119,14 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
     robot, plant, ctrl, box = build(case, dt)
     lo = np.asarray(robot.model.lowerPositionLimit, dtype=float).copy()
     hi = np.asarray(robot.model.upperPositionLimit, dtype=float).copy()
-    for lim in ctrl.limits:                    # the controller's own position bounds where it has them
+    for lim in ctrl.limits:  # the controller's own position bounds where it has them
         if hasattr(lim, "q_max"):
             lo[lim.idx], hi[lim.idx] = lim.q_min, lim.q_max
     over = [0.0]
-    near = [np.inf]                # the closest any joint came to a bound (rad): was the bound reached?
+    near = [np.inf]  # the closest any joint came to a bound (rad): was the bound reached?
     set_torque = plant.set_torque
 
-    def watch(tau):              # the plant's state before each torque: the worst overrun of a bound
+    def watch(tau):  # the plant's state before each torque: the worst overrun of a bound
         q = plant.state()[0]
         over[0] = max(over[0], float(np.max(q - hi)), float(np.max(lo - q)))
         near[0] = min(near[0], float(np.min(hi - q)), float(np.min(q - lo)))
@@ -123,7 +136,7 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
     cpu: list[float] = []
     call = ctrl.__call__
 
-    class Timed:            # the controller's own CPU time per step (thread time: preemption excluded)
+    class Timed:  # the controller's own CPU time per step (thread time: preemption excluded)
         kin = property(lambda self: ctrl.kin)
 
         def errors(self, kin, t):
@@ -137,18 +150,19 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
 
     out: dict = {"case": case, "error": ""}
     gc_was = gc.isenabled()
-    if not gc_on:               # as the fixed-rate loop runs (cmstack rt): no collection inside a step
+    if not gc_on:  # as the fixed-rate loop runs (cmstack rt): no collection inside a step
         gc.collect()
         gc.freeze()
         gc.disable()
     try:
         run = simulate(plant, Timed(), duration=duration, control_dt=dt, progress=False)
-        steps = np.asarray(run.step_us[1:], dtype=float)          # the first call compiles/creates solvers
+        steps = np.asarray(run.step_us[1:], dtype=float)  # the first call compiles/creates solvers
         c = np.asarray(cpu[1:])
         out.update(cpu_us_median=float(np.median(c)), cpu_us_max=float(c.max()))
         E = run.error_arrays()
-        out["coupling_max_m"] = (float(np.linalg.norm(E["box"][:, :3], axis=1).max())
-                                 if box is not None else None)
+        out["coupling_max_m"] = (
+            float(np.linalg.norm(E["box"][:, :3], axis=1).max()) if box is not None else None
+        )
     except InfeasibleError as e:
         steps = np.zeros(1)
         out.update(error=str(e), cpu_us_median=0.0, cpu_us_max=0.0)
@@ -156,9 +170,15 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
         if gc_was and not gc_on:
             gc.enable()
             gc.unfreeze()
-    out.update(step_us_median=float(np.median(steps)), step_us_p999=float(np.quantile(steps, 0.999)),
-               step_us_max=float(steps.max()), saturated_steps=ctrl.saturated_steps,
-               overrun_rad=over[0], closest_to_bound_rad=near[0], steps=int(steps.size))
+    out.update(
+        step_us_median=float(np.median(steps)),
+        step_us_p999=float(np.quantile(steps, 0.999)),
+        step_us_max=float(steps.max()),
+        saturated_steps=ctrl.saturated_steps,
+        overrun_rad=over[0],
+        closest_to_bound_rad=near[0],
+        steps=int(steps.size),
+    )
     return out
 
 
@@ -166,41 +186,62 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=2.0, help="simulated seconds per case (default 2)")
     ap.add_argument("--repeat", type=int, default=2, help="rounds over the cases (default 2)")
-    ap.add_argument("--gc", choices=("on", "off"), default="off",
-                    help="Python's garbage collector during the loop: off (default) as the fixed-rate loop "
-                         "(cmstack rt) runs it, on as simulate() does; a collection inside a step adds ~1 ms")
+    ap.add_argument(
+        "--gc",
+        choices=("on", "off"),
+        default="off",
+        help="Python's garbage collector during the loop: off (default) as the fixed-rate loop "
+        "(cmstack rt) runs it, on as simulate() does; a collection inside a step adds ~1 ms",
+    )
     a = ap.parse_args(argv)
     rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]
     table = {}
     for i, c in enumerate(CASES):
         rs = [r[i] for r in rounds]
-        table[c] = {"step_us_median": float(np.median([r["step_us_median"] for r in rs])),
-                    "step_us_p999": max(r["step_us_p999"] for r in rs),
-                    "step_us_max": max(r["step_us_max"] for r in rs),
-                    "cpu_us_median": float(np.median([r["cpu_us_median"] for r in rs])),
-                    "cpu_us_max": max(r["cpu_us_max"] for r in rs),
-                    "saturated_steps": max(r["saturated_steps"] for r in rs),
-                    "overrun_rad": max(r["overrun_rad"] for r in rs),
-                    "coupling_max_m": max((r["coupling_max_m"] or 0.0) for r in rs) if rs[0].get("coupling_max_m")
-                    is not None else None,
-                    "error": rs[0]["error"]}
+        table[c] = {
+            "step_us_median": float(np.median([r["step_us_median"] for r in rs])),
+            "step_us_p999": max(r["step_us_p999"] for r in rs),
+            "step_us_max": max(r["step_us_max"] for r in rs),
+            "cpu_us_median": float(np.median([r["cpu_us_median"] for r in rs])),
+            "cpu_us_max": max(r["cpu_us_max"] for r in rs),
+            "saturated_steps": max(r["saturated_steps"] for r in rs),
+            "overrun_rad": max(r["overrun_rad"] for r in rs),
+            "coupling_max_m": max((r["coupling_max_m"] or 0.0) for r in rs)
+            if rs[0].get("coupling_max_m") is not None
+            else None,
+            "error": rs[0]["error"],
+        }
     normal = table["free"]["step_us_median"]
     for c in CASES:
         table[c]["worst_over_normal"] = table[c]["step_us_max"] / normal
-    res = {"cases": table, "normal_step_us": normal, "load_avg": os.getloadavg()[0],
-           "duration_s": a.duration, "repeat": a.repeat, "gc": a.gc, "target_worst_step_us": 2000.0,
-           "target_overrun_rad": 1e-4, "target_coupling_m": 1e-4}
-    print(f"UK steps with binding limits (µs; load {res['load_avg']:.1f}; normal step {normal:.1f} µs; "
-          f"garbage collector {a.gc} in the loop)")
+    res = {
+        "cases": table,
+        "normal_step_us": normal,
+        "load_avg": os.getloadavg()[0],
+        "duration_s": a.duration,
+        "repeat": a.repeat,
+        "gc": a.gc,
+        "target_worst_step_us": 2000.0,
+        "target_overrun_rad": 1e-4,
+        "target_coupling_m": 1e-4,
+    }
+    print(
+        f"UK steps with binding limits (µs; load {res['load_avg']:.1f}; normal step {normal:.1f} µs; "
+        f"garbage collector {a.gc} in the loop)"
+    )
     print("wall: the step's wall time (preemption on a shared machine included); cpu: its thread CPU time")
-    print(f"{'case':<15}{'median':>9}{'p99.9':>9}{'worst':>9}{'cpu med':>9}{'cpu worst':>10}{'worst/normal':>14}"
-          f"{'saturated':>11}{'overrun rad':>13}{'coupling m':>12}")
+    print(
+        f"{'case':<15}{'median':>9}{'p99.9':>9}{'worst':>9}{'cpu med':>9}{'cpu worst':>10}{'worst/normal':>14}"
+        f"{'saturated':>11}{'overrun rad':>13}{'coupling m':>12}"
+    )
     for c in CASES:
         e = table[c]
         cp = "-" if e["coupling_max_m"] is None else f"{e['coupling_max_m']:.1e}"
-        print(f"{c:<15}{e['step_us_median']:>9.1f}{e['step_us_p999']:>9.1f}{e['step_us_max']:>9.1f}"
-              f"{e['cpu_us_median']:>9.1f}{e['cpu_us_max']:>10.1f}{e['worst_over_normal']:>14.1f}{e['saturated_steps']:>11}{e['overrun_rad']:>13.1e}{cp:>12}"
-              + (f"  [{e['error'][:80]}]" if e["error"] else ""))
+        print(
+            f"{c:<15}{e['step_us_median']:>9.1f}{e['step_us_p999']:>9.1f}{e['step_us_max']:>9.1f}"
+            f"{e['cpu_us_median']:>9.1f}{e['cpu_us_max']:>10.1f}{e['worst_over_normal']:>14.1f}{e['saturated_steps']:>11}{e['overrun_rad']:>13.1e}{cp:>12}"
+            + (f"  [{e['error'][:80]}]" if e["error"] else "")
+        )
     (results_dir() / "limits.json").write_text(json.dumps(res, indent=1))
     return res
 

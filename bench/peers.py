@@ -53,6 +53,7 @@ the circle by ≈ 20 mm; at α = 1 they track it better than cmstack, at the 7 r
 first steps.  pink with the coupling as a cost on proxqp: an ill-conditioned QP (cond ≈ 6·10¹⁰), reported
 primal infeasible once at 1 kHz (counted in "no QP solution"; the step then commands v = 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,15 +71,19 @@ import pinocchio as pin
 
 from cmstack.bench import results_dir
 
-COUPLING_COST = 100.0        # pink's coupling as a cost: weight COUPLING_COST² against E₁'s 1
-POSTURE_COST = 1e-3          # posture cost of both IKs (pink's examples use 1e-3)
-TRACK_AFTER = 0.5            # s; E₁ tracking error statistics over t > this
-POSTURE_KP = 10.0            # cmstack posture level (bench.yumi_uk.three_levels): K_p, K_d = 2√K_p
+COUPLING_COST = 100.0  # pink's coupling as a cost: weight COUPLING_COST² against E₁'s 1
+POSTURE_COST = 1e-3  # posture cost of both IKs (pink's examples use 1e-3)
+TRACK_AFTER = 0.5  # s; E₁ tracking error statistics over t > this
+POSTURE_KP = 10.0  # cmstack posture level (bench.yumi_uk.three_levels): K_p, K_d = 2√K_p
 
 
 def peers_missing() -> list[str]:
     """The peers' distributions that are not importable here ([] when both are)."""
-    return [dist for dist, mod in (("pin-pink", "pink"), ("mink", "mink")) if importlib.util.find_spec(mod) is None]
+    return [
+        dist
+        for dist, mod in (("pin-pink", "pink"), ("mink", "mink"))
+        if importlib.util.find_spec(mod) is None
+    ]
 
 
 def ik_gain(rate: float, dt: float) -> float:
@@ -121,8 +126,20 @@ def setup(control_dt: float = 0.005, duration: float | None = None) -> Problem:
     q0 = close_loop(robot, coupling, initial_state(cfg, robot))
     dur = cfg["duration"] if duration is None else duration
     rates = dict(e1=cfg["task_kd"] / 2, coupling=cfg["constraint_kd"] / 2, posture=math.sqrt(POSTURE_KP))
-    return Problem(cfg, robot, coupling, task, traj, T_AB, q0, control_dt, int(round(dur / control_dt)),
-                   robot.frame_id(cfg["frame1"]), robot.frame_id(cfg["frame2"]), rates)
+    return Problem(
+        cfg,
+        robot,
+        coupling,
+        task,
+        traj,
+        T_AB,
+        q0,
+        control_dt,
+        int(round(dur / control_dt)),
+        robot.frame_id(cfg["frame1"]),
+        robot.frame_id(cfg["frame2"]),
+        rates,
+    )
 
 
 # ------------------------------------------------------------------------------------- the solvers
@@ -160,9 +177,10 @@ class PinkIK:
         self.model.upperPositionLimit = np.full(self.model.nq, np.inf)
         self.conf = pink.Configuration(self.model, self.model.createData(), P.q0)
         self.e1 = FrameTask(cfg["frame1"], position_cost=1.0, orientation_cost=1.0, gain=gains["e1"])
-        cost = 1.0 if constraint else COUPLING_COST          # a constraint's cost is not used
-        self.coupling = RelativeFrameTask(cfg["frame2"], cfg["frame1"], position_cost=cost, orientation_cost=cost,
-                                          gain=gains["coupling"])
+        cost = 1.0 if constraint else COUPLING_COST  # a constraint's cost is not used
+        self.coupling = RelativeFrameTask(
+            cfg["frame2"], cfg["frame1"], position_cost=cost, orientation_cost=cost, gain=gains["coupling"]
+        )
         self.coupling.set_target(P.T_AB)
         self.posture = PostureTask(cost=POSTURE_COST, gain=gains["posture"])
         self.posture.set_target(P.q0)
@@ -177,9 +195,16 @@ class PinkIK:
         self.e1.set_target(self.traj(t + self.dt)[0])
         self.conf.update(q)
         try:
-            return self.solve_ik(self.conf, self.tasks, self.dt, solver=self.solver, limits=self.limits,
-                                 constraints=self.constraints, safety_break=False)
-        except self.NoSolutionFound as e:               # what a user's loop must do: count it, hold still
+            return self.solve_ik(
+                self.conf,
+                self.tasks,
+                self.dt,
+                solver=self.solver,
+                limits=self.limits,
+                constraints=self.constraints,
+                safety_break=False,
+            )
+        except self.NoSolutionFound as e:  # what a user's loop must do: count it, hold still
             self.failures += 1
             self.last_failure = (t, e)
             return self.zero
@@ -200,14 +225,24 @@ class MinkIK:
         self.model = mujoco.MjModel.from_xml_path(str(resolve_asset(cfg["mjcf_virtual"])))
         names = P.robot.joint_names
         # pinocchio index of each MuJoCo dof, and back (both arms are hinges: nq = nv)
-        self.to_mj = np.array([names.index(self.model.joint(self.model.dof_jntid[i]).name)
-                               for i in range(self.model.nv)])
+        self.to_mj = np.array(
+            [names.index(self.model.joint(self.model.dof_jntid[i]).name) for i in range(self.model.nv)]
+        )
         self.to_pin = np.argsort(self.to_mj)
         self.conf = mink.Configuration(self.model, P.q0[self.to_mj])
-        self.e1 = mink.FrameTask(cfg["frame1"], "body", position_cost=1.0, orientation_cost=1.0, gain=gains["e1"])
+        self.e1 = mink.FrameTask(
+            cfg["frame1"], "body", position_cost=1.0, orientation_cost=1.0, gain=gains["e1"]
+        )
         cost = 1.0 if constraint else COUPLING_COST
-        self.coupling = mink.RelativeFrameTask(cfg["frame2"], "body", cfg["frame1"], "body", position_cost=cost,
-                                               orientation_cost=cost, gain=gains["coupling"])
+        self.coupling = mink.RelativeFrameTask(
+            cfg["frame2"],
+            "body",
+            cfg["frame1"],
+            "body",
+            position_cost=cost,
+            orientation_cost=cost,
+            gain=gains["coupling"],
+        )
         self.coupling.set_target(mink.SE3.from_matrix(P.T_AB.homogeneous))
         self.posture = mink.PostureTask(self.model, cost=POSTURE_COST, gain=gains["posture"])
         self.posture.set_target(P.q0[self.to_mj])
@@ -215,7 +250,13 @@ class MinkIK:
         self.constraints = [self.coupling] if constraint else None
         vmax = P.robot.model.velocityLimit
         self.limits = [mink.VelocityLimit(self.model, {n: vmax[i] for i, n in enumerate(names)})]
-        self.SE3, self.solve_ik, self.traj, self.dt, self.solver = mink.SE3, mink.solve_ik, P.traj, P.dt, solver
+        self.SE3, self.solve_ik, self.traj, self.dt, self.solver = (
+            mink.SE3,
+            mink.solve_ik,
+            P.traj,
+            P.dt,
+            solver,
+        )
         self.NoSolutionFound, self.failures, self.last_failure = mink.NoSolutionFound, 0, None
         self.zero = np.zeros(self.model.nv)
 
@@ -223,8 +264,9 @@ class MinkIK:
         self.e1.set_target(self.SE3.from_matrix(self.traj(t + self.dt)[0].homogeneous))
         self.conf.update(qpos)
         try:
-            return self.solve_ik(self.conf, self.tasks, self.dt, self.solver, limits=self.limits,
-                                 constraints=self.constraints)
+            return self.solve_ik(
+                self.conf, self.tasks, self.dt, self.solver, limits=self.limits, constraints=self.constraints
+            )
         except self.NoSolutionFound as e:
             self.failures += 1
             self.last_failure = (t, e)
@@ -233,19 +275,29 @@ class MinkIK:
 
 def solver_table(P: Problem, qp_solver: str = "proxqp") -> dict:
     """name → (factory, description) of every solver run on P (the peers only when importable)."""
-    out = {"cmstack": (lambda: CmstackKinematic(P),
-                       "UK law, strict levels coupling / E1 / posture+Gauss, effort limits; acceleration level")}
+    out = {
+        "cmstack": (
+            lambda: CmstackKinematic(P),
+            "UK law, strict levels coupling / E1 / posture+Gauss, effort limits; acceleration level",
+        )
+    }
     if peers_missing():
         return out
     for setting in ("matched", "alpha1"):
         g = P.gains(setting)
         tag = "" if setting == "matched" else ", α=1"
-        out[f"pink{tag}"] = (lambda g=g: PinkIK(P, g, False, qp_solver),
-                             f"pink, coupling as a cost ({COUPLING_COST:g}), gains {setting}; velocity level")
-        out[f"pink constraint{tag}"] = (lambda g=g: PinkIK(P, g, True, qp_solver),
-                                        f"pink, coupling as an equality constraint, gains {setting}; velocity level")
-        out[f"mink constraint{tag}"] = (lambda g=g: MinkIK(P, g, True, qp_solver),
-                                        f"mink, coupling as an equality constraint, gains {setting}; velocity level")
+        out[f"pink{tag}"] = (
+            lambda g=g: PinkIK(P, g, False, qp_solver),
+            f"pink, coupling as a cost ({COUPLING_COST:g}), gains {setting}; velocity level",
+        )
+        out[f"pink constraint{tag}"] = (
+            lambda g=g: PinkIK(P, g, True, qp_solver),
+            f"pink, coupling as an equality constraint, gains {setting}; velocity level",
+        )
+        out[f"mink constraint{tag}"] = (
+            lambda g=g: MinkIK(P, g, True, qp_solver),
+            f"mink, coupling as an equality constraint, gains {setting}; velocity level",
+        )
     return out
 
 
@@ -267,7 +319,7 @@ class _Runner:
             c0 = clock()
             out = self.s.step(t, self.q, self.v)
             c1 = clock()
-        else:                                   # MuJoCo's joint order in and out, outside the timing
+        else:  # MuJoCo's joint order in and out, outside the timing
             qm = self.q[self.mj]
             c0 = clock()
             out = self.s.step(t, qm)
@@ -298,15 +350,24 @@ def errors(P: Problem, Q: np.ndarray) -> dict:
     late, conv = t > TRACK_AFTER, t > P.cfg["converge_after"]
     cm, cr = np.linalg.norm(ec[:, :3], axis=1), np.linalg.norm(ec[:, 3:], axis=1)
     um, ur = np.linalg.norm(eu[:, :3], axis=1), np.linalg.norm(eu[:, 3:], axis=1)
-    def stat(f, x, window):              # None when the run is shorter than the window's start
+
+    def stat(f, x, window):  # None when the run is shorter than the window's start
         return float(f(x[window])) if window.any() else None
 
-    return dict(coupling_m_max=float(cm.max()), coupling_m_mean=float(cm.mean()),
-                coupling_rad_max=float(cr.max()), coupling_rad_mean=float(cr.mean()),
-                e1_m_max_after=stat(np.max, um, late), e1_m_mean_after=stat(np.mean, um, late),
-                e1_rad_max_after=stat(np.max, ur, late), e1_rad_mean_after=stat(np.mean, ur, late),
-                e1_m_initial=float(um[0]), e1_rad_initial=float(ur[0]),
-                e1_m_mean_converged=stat(np.mean, um, conv), e1_rad_mean_converged=stat(np.mean, ur, conv))
+    return dict(
+        coupling_m_max=float(cm.max()),
+        coupling_m_mean=float(cm.mean()),
+        coupling_rad_max=float(cr.max()),
+        coupling_rad_mean=float(cr.mean()),
+        e1_m_max_after=stat(np.max, um, late),
+        e1_m_mean_after=stat(np.mean, um, late),
+        e1_rad_max_after=stat(np.max, ur, late),
+        e1_rad_mean_after=stat(np.mean, ur, late),
+        e1_m_initial=float(um[0]),
+        e1_rad_initial=float(ur[0]),
+        e1_m_mean_converged=stat(np.mean, um, conv),
+        e1_rad_mean_converged=stat(np.mean, ur, conv),
+    )
 
 
 def run(P: Problem, names=None, repeat: int = 3, qp_solver: str = "proxqp") -> dict:
@@ -316,7 +377,7 @@ def run(P: Problem, names=None, repeat: int = 3, qp_solver: str = "proxqp") -> d
     names = [n for n in (names or list(table)) if n in table]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for n in names:                              # warm-up: kernels, imports, first QP (thrown away)
+        for n in names:  # warm-up: kernels, imports, first QP (thrown away)
             w = _Runner(P, table[n][0]())
             w.timed_step(0, time.perf_counter_ns)
         clock = time.perf_counter_ns
@@ -331,7 +392,9 @@ def run(P: Problem, names=None, repeat: int = 3, qp_solver: str = "proxqp") -> d
                     try:
                         tr[n][k] = runners[n].timed_step(k, clock)
                     except Exception as e:
-                        raise RuntimeError(f"{n} failed at step {k} of repeat {r}: {type(e).__name__}: {e}") from e
+                        raise RuntimeError(
+                            f"{n} failed at step {k} of repeat {r}: {type(e).__name__}: {e}"
+                        ) from e
             for n in names:
                 times[n].append(tr[n] / 1e3)
             runs.append(runners)
@@ -340,14 +403,17 @@ def run(P: Problem, names=None, repeat: int = 3, qp_solver: str = "proxqp") -> d
         ts = times[n]
         allt = np.concatenate(ts)
         ru = runs[-1][n]
-        out[n] = dict(description=table[n][1],
-                      step_us_median=float(np.median(allt)), step_us_p90=float(np.percentile(allt, 90)),
-                      step_us_median_per_repeat=[float(np.median(x)) for x in ts],
-                      step_us_p90_per_repeat=[float(np.percentile(x, 90)) for x in ts],
-                      peak_joint_speed=float(np.abs(ru.V).max()),
-                      finite=bool(np.all(np.isfinite(ru.Q))),
-                      ik_failures_per_repeat=[int(getattr(x[n].s, "failures", 0)) for x in runs],
-                      **(errors(P, ru.Q) if np.all(np.isfinite(ru.Q)) else {}))
+        out[n] = dict(
+            description=table[n][1],
+            step_us_median=float(np.median(allt)),
+            step_us_p90=float(np.percentile(allt, 90)),
+            step_us_median_per_repeat=[float(np.median(x)) for x in ts],
+            step_us_p90_per_repeat=[float(np.percentile(x, 90)) for x in ts],
+            peak_joint_speed=float(np.abs(ru.V).max()),
+            finite=bool(np.all(np.isfinite(ru.Q))),
+            ik_failures_per_repeat=[int(getattr(x[n].s, "failures", 0)) for x in runs],
+            **(errors(P, ru.Q) if np.all(np.isfinite(ru.Q)) else {}),
+        )
         if n == "cmstack":
             out[n]["path"] = ru.s.ctl.info.path
     return out
@@ -356,18 +422,24 @@ def run(P: Problem, names=None, repeat: int = 3, qp_solver: str = "proxqp") -> d
 def _fmt(r: dict) -> str:
     if not r.get("finite", True) or "coupling_m_max" not in r:
         return "diverged"
-    return (f"{r['coupling_m_max'] * 1e3:8.3g} {r['coupling_m_mean'] * 1e3:8.3g} {r['coupling_rad_max'] * 1e3:8.3g} "
-            f"{r['coupling_rad_mean'] * 1e3:8.3g} | {r['e1_m_max_after'] * 1e3:7.3g} {r['e1_m_mean_after'] * 1e3:7.3g} "
-            f"{r['e1_rad_max_after'] * 1e3:7.3g} {r['e1_rad_mean_after'] * 1e3:7.3g} | {r['peak_joint_speed']:5.2f} | "
-            f"{r['step_us_median']:7.0f} {r['step_us_p90']:7.0f} | {sum(r['ik_failures_per_repeat'])}")
+    return (
+        f"{r['coupling_m_max'] * 1e3:8.3g} {r['coupling_m_mean'] * 1e3:8.3g} {r['coupling_rad_max'] * 1e3:8.3g} "
+        f"{r['coupling_rad_mean'] * 1e3:8.3g} | {r['e1_m_max_after'] * 1e3:7.3g} {r['e1_m_mean_after'] * 1e3:7.3g} "
+        f"{r['e1_rad_max_after'] * 1e3:7.3g} {r['e1_rad_mean_after'] * 1e3:7.3g} | {r['peak_joint_speed']:5.2f} | "
+        f"{r['step_us_median']:7.0f} {r['step_us_p90']:7.0f} | {sum(r['ik_failures_per_repeat'])}"
+    )
 
 
 def print_table(rate_hz: float, res: dict, load0, load1, repeat: int) -> None:
-    print(f"\nYuMi dual arm, closed chain, 2 s at {rate_hz:g} Hz, {repeat} interleaved runs; load average "
-          f"{load0:.1f} → {load1:.1f} (2 shared cores)")
+    print(
+        f"\nYuMi dual arm, closed chain, 2 s at {rate_hz:g} Hz, {repeat} interleaved runs; load average "
+        f"{load0:.1f} → {load1:.1f} (2 shared cores)"
+    )
     w = max(len(n) for n in res)
-    print(f"  {'solver':<{w}} | coupling: max mean [mm]  max mean [mrad] | E1 after {TRACK_AFTER:g} s: max mean [mm]"
-          f"  max mean [mrad] | peak |v| rad/s | step median p90 [µs] | no QP solution")
+    print(
+        f"  {'solver':<{w}} | coupling: max mean [mm]  max mean [mrad] | E1 after {TRACK_AFTER:g} s: max mean [mm]"
+        f"  max mean [mrad] | peak |v| rad/s | step median p90 [µs] | no QP solution"
+    )
     for n, r in res.items():
         print(f"  {n:<{w}} | {_fmt(r)}")
 
@@ -389,17 +461,30 @@ def main(argv=None) -> None:
             versions[dist] = version(dist)
         except PackageNotFoundError:
             versions[dist] = None
-    result = dict(versions=versions, qp_solver=args.solver, repeat=args.repeat, coupling_cost=COUPLING_COST,
-                  posture_cost=POSTURE_COST, track_after_s=TRACK_AFTER, rates={})
+    result = dict(
+        versions=versions,
+        qp_solver=args.solver,
+        repeat=args.repeat,
+        coupling_cost=COUPLING_COST,
+        posture_cost=POSTURE_COST,
+        track_after_s=TRACK_AFTER,
+        rates={},
+    )
     for hz in args.rates:
         P = setup(1.0 / hz, args.duration)
         load0 = os.getloadavg()
         res = run(P, repeat=args.repeat, qp_solver=args.solver)
         load1 = os.getloadavg()
         print_table(hz, res, load0[0], load1[0], args.repeat)
-        result["rates"][f"{hz:g}"] = dict(control_dt=P.dt, steps=P.steps, loadavg_start=load0, loadavg_end=load1,
-                                          ik_gains_matched=P.gains("matched"), uk_rates_per_s=P.rates,
-                                          solvers=res)
+        result["rates"][f"{hz:g}"] = dict(
+            control_dt=P.dt,
+            steps=P.steps,
+            loadavg_start=load0,
+            loadavg_end=load1,
+            ik_gains_matched=P.gains("matched"),
+            uk_rates_per_s=P.rates,
+            solvers=res,
+        )
     (results_dir() / "peers.json").write_text(json.dumps(result, indent=2))
 
 

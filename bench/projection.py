@@ -19,8 +19,10 @@ removed), and the whole law in one numba kernel ``controllers/kernels.py: pidc_o
 sinusoid reference evaluated inside it), busy machine (load 8-11), interleaved with the floor, medians over
 2000 states × 3; the NumPy step in a second pass the same way:
 
-    slider-crank      23.4 µs / computeAllTerms 3.0 µs = 7.9×    (NumPy step 80.5 µs = 25.3×; another run 11.6 / 1.6 = 7.2×)
-    series-parallel   16.9 µs / computeAllTerms 2.8 µs = 6.1×    (NumPy step 201 µs = 24.7×; another run 16.5 / 2.7 = 6.2×)
+    slider-crank      23.4 µs / computeAllTerms 3.0 µs = 7.9×    (NumPy step 80.5 µs = 25.3×; another run
+    11.6 / 1.6 = 7.2×)
+    series-parallel   16.9 µs / computeAllTerms 2.8 µs = 6.1×    (NumPy step 201 µs = 24.7×; another run 16.5
+    / 2.7 = 6.2×)
 
 Since issue 23 the series-parallel PIDC is the generic one on the arm's closed chain read from its MJCF
 (``ActuatedJointsPIDC``: the passive ζ, α closed by Newton on the loop at every step, then PIDC on the 3 loop
@@ -68,6 +70,7 @@ slider-crank reference, a user function, is called directly by the compiled step
 Sample, no 1-element arrays), and the Pinocchio views are kept (``Robot.dynamics_views``).  What is left:
 the constraint row (1.0 µs), the kernel dispatch of 11 arguments and the step's bookkeeping.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,7 +81,6 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.bench import python_floor, results_dir
-
 from cmstack.models.robot import Robot
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.slider_crank import build_controller, load_robot
@@ -127,10 +129,19 @@ def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v), 
         return med
 
     ms, mf, mp = one(fn, True)
-    out = {"step_us_median": ms, "floor_us_median": mf, "ratio": ms / mf, "target": PIDC_TARGET,
-           "met": ms / mf <= PIDC_TARGET, "states": len(items), "repeat": repeat,
-           # the least a Python controller costs around the same computeAllTerms (bench.python_floor)
-           "python_floor_us_median": mp, "python_floor_ratio": mp / mf, "step_over_python_floor": ms / mp}
+    out = {
+        "step_us_median": ms,
+        "floor_us_median": mf,
+        "ratio": ms / mf,
+        "target": PIDC_TARGET,
+        "met": ms / mf <= PIDC_TARGET,
+        "states": len(items),
+        "repeat": repeat,
+        # the least a Python controller costs around the same computeAllTerms (bench.python_floor)
+        "python_floor_us_median": mp,
+        "python_floor_ratio": mp / mf,
+        "step_over_python_floor": ms / mp,
+    }
     if before is not None:
         bs, bf, _ = one(before)
         out.update(numpy_step_us_median=bs, numpy_ratio=bs / bf)
@@ -139,7 +150,7 @@ def _ratio_to_floor(fn, model, data, items, repeat, arg=lambda t, q, v: (q, v), 
 
 def slider_crank(repeat: int):
     cfg = default_config("slider_crank")
-    robot = load_robot(cfg)                       # the URDF and its sidecar: robot.loops = [the rail]
+    robot = load_robot(cfg)  # the URDF and its sidecar: robot.loops = [the rail]
     plant = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], rank_tol=cfg["rank_tol_sim"])
     plant.reset(np.zeros(2))
     ctl = build_controller(cfg, robot)
@@ -160,7 +171,9 @@ def slider_crank(repeat: int):
     c = build_controller(cfg, robot)
     d = pin.Data(robot.model)
     cn = build_controller(cfg, load_robot(cfg))
-    out["ratio"] = {"slider_crank_pidc": _ratio_to_floor(c, robot.model, d, states, repeat, before=cn._numpy_step)}
+    out["ratio"] = {
+        "slider_crank_pidc": _ratio_to_floor(c, robot.model, d, states, repeat, before=cn._numpy_step)
+    }
     return out
 
 
@@ -186,10 +199,14 @@ def series_parallel(repeat: int):
     lifter = build_pidc(cfg, traj)
 
     def arg(t, q, v):
-        return lifter.complete(q, v)          # the floor: computeAllTerms at the chain's completed state
+        return lifter.complete(q, v)  # the floor: computeAllTerms at the chain's completed state
 
-    return {"series_parallel pidc control_step_us (median, p95)": _median_us(build_pidc(cfg, traj), states, repeat),
-            "ratio": {"series_parallel_pidc": _ratio_to_floor(c, model, d, states, repeat, arg)}}
+    return {
+        "series_parallel pidc control_step_us (median, p95)": _median_us(
+            build_pidc(cfg, traj), states, repeat
+        ),
+        "ratio": {"series_parallel_pidc": _ratio_to_floor(c, model, d, states, repeat, arg)},
+    }
 
 
 def yumi_force(repeat: int):
@@ -200,7 +217,9 @@ def yumi_force(repeat: int):
     cfg.update(plant="bar", controller="pidc_force")
     robot = Robot(cfg["urdf"])
     coupling, task, _, _ = build_problem(cfg, robot)
-    plant = MujocoPlant(cfg["mjcf_bar"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"])
+    plant = MujocoPlant(
+        cfg["mjcf_bar"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"]
+    )
     plant.reset(close_loop(robot, coupling, initial_state(cfg, robot)))
     ctl = build_pidc_force(cfg, robot, coupling, task)
     ctl.attach_plant(plant)
@@ -223,15 +242,20 @@ def main(argv=None) -> None:
     ratios = {**sc.pop("ratio"), **sp.pop("ratio")}
     res = {**sc, **sp, **({} if args.quick else yumi_force(args.repeat))}
     for name, r in ratios.items():
-        print(f"{name} step {r['step_us_median']:.1f} µs / floor computeAllTerms {r['floor_us_median']:.1f} µs "
-              f"= {r['ratio']:.1f}× (target ≤ {PIDC_TARGET}×: {'met' if r['met'] else 'MISSED'}; interleaved, "
-              f"{r['states']} states × {r['repeat']}; the least Python controller around the same call "
-              f"{r['python_floor_us_median']:.1f} µs = {r['python_floor_ratio']:.1f}× the floor, the step "
-              f"{r['step_over_python_floor']:.1f}× it; the NumPy step before: {r.get('numpy_step_us_median', float('nan')):.1f} µs = {r.get('numpy_ratio', float('nan')):.1f}×)")
+        print(
+            f"{name} step {r['step_us_median']:.1f} µs / floor computeAllTerms {r['floor_us_median']:.1f} µs "
+            f"= {r['ratio']:.1f}× (target ≤ {PIDC_TARGET}×: {'met' if r['met'] else 'MISSED'}; interleaved, "
+            f"{r['states']} states × {r['repeat']}; the least Python controller around the same call "
+            f"{r['python_floor_us_median']:.1f} µs = {r['python_floor_ratio']:.1f}× the floor, the step "
+            f"{r['step_over_python_floor']:.1f}× it; the NumPy step before: {r.get('numpy_step_us_median', float('nan')):.1f} µs = {r.get('numpy_ratio', float('nan')):.1f}×)"  # noqa: E501
+        )
     (results_dir() / "projection.json").write_text(json.dumps({"pidc_ratio": ratios, "other": res}, indent=2))
     for k, v in res.items():
-        print(f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
-              if not isinstance(v, float) else f"{k:<72} {v:.1f}")
+        print(
+            f"{k:<72} {v if isinstance(v, float) else '  '.join(f'{x:.1f}' for x in v)}"
+            if not isinstance(v, float)
+            else f"{k:<72} {v:.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ excluded), headless, default configs; for the balloon, the wall time of the whol
 ``--quick`` shortens every run (durations in QUICK_DURATION_S; the factor of a short run is that of its
 first seconds) and skips the balloon's whole-run wall time, which only the default run measures.
 Writes bench/results/realtime.json."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,23 @@ import time
 from cmstack.bench import results_dir
 
 #: scenario -> realtime_factor target (issue 12)
-RTF_TARGETS = {"yumi_dual_arm": 10.0, "series_parallel": 5.0, "slider_crank": 5.0,
-               "chain_open_loop": 2.0, "chain_task_space": 2.0}
+RTF_TARGETS = {
+    "yumi_dual_arm": 10.0,
+    "series_parallel": 5.0,
+    "slider_crank": 5.0,
+    "chain_open_loop": 2.0,
+    "chain_task_space": 2.0,
+}
 #: balloon: the whole run (default config) within this wall time [s]
 BALLOON_WALL_TARGET_S = 60.0
 #: simulated seconds of the --quick runs
-QUICK_DURATION_S = {"yumi_dual_arm": 0.5, "series_parallel": 1.0, "slider_crank": 1.5,
-                    "chain_open_loop": 0.2, "chain_task_space": 0.2}
+QUICK_DURATION_S = {
+    "yumi_dual_arm": 0.5,
+    "series_parallel": 1.0,
+    "slider_crank": 1.5,
+    "chain_open_loop": 0.2,
+    "chain_task_space": 0.2,
+}
 
 
 def run_one(name: str, duration: float | None) -> dict:
@@ -40,16 +51,22 @@ def run_one(name: str, duration: float | None) -> dict:
         w0 = time.perf_counter()
         try:
             m, _ = run_scenario(name, mod.run, duration=duration, out=out, html=False, progress=False)
-        except Exception as exc:       # reported in the table, the other scenarios still run
+        except Exception as exc:  # reported in the table, the other scenarios still run
             return {"scenario": name, "duration_s": duration, "error": f"{type(exc).__name__}: {exc}"}
         wall = time.perf_counter() - w0
     tot = runner.LOOP_TOTALS
-    return {"scenario": name, "duration_s": duration if duration is not None else "default",
-            "realtime_factor": m.get("realtime_factor"), "whole_run_wall_s": wall,
-            # the same ratio over the loops' own CPU time (all the scenario's loops): what the factor
-            # would be on an idle core; on a loaded machine the wall-clock factor is lower by the waits
-            "realtime_factor_cpu": tot["simulated_s"] / tot["cpu_s"] if tot["cpu_s"] > 0 else float("nan"),
-            "loop_cpu_s": tot["cpu_s"], "loop_wall_s": tot["wall_s"], "loadavg_1min": os.getloadavg()[0]}
+    return {
+        "scenario": name,
+        "duration_s": duration if duration is not None else "default",
+        "realtime_factor": m.get("realtime_factor"),
+        "whole_run_wall_s": wall,
+        # the same ratio over the loops' own CPU time (all the scenario's loops): what the factor
+        # would be on an idle core; on a loaded machine the wall-clock factor is lower by the waits
+        "realtime_factor_cpu": tot["simulated_s"] / tot["cpu_s"] if tot["cpu_s"] > 0 else float("nan"),
+        "loop_cpu_s": tot["cpu_s"],
+        "loop_wall_s": tot["wall_s"],
+        "loadavg_1min": os.getloadavg()[0],
+    }
 
 
 def measure(quick: bool, names=None) -> dict:
@@ -71,10 +88,13 @@ def main(argv=None) -> None:
     for name, r in res.items():
         if "realtime_factor" in r:
             tgt = RTF_TARGETS.get(name)
-            print(f"  {name:<18} realtime_factor {r['realtime_factor']:8.3f}"
-                  + (f" (target ≥ {tgt})" if tgt else "") + f", over loop CPU time {r['realtime_factor_cpu']:.3f}"
-                  + f"; whole run {r['whole_run_wall_s']:.1f} s wall, {r['duration_s']} s simulated, "
-                    f"load {r['loadavg_1min']:.1f}")
+            print(
+                f"  {name:<18} realtime_factor {r['realtime_factor']:8.3f}"
+                + (f" (target ≥ {tgt})" if tgt else "")
+                + f", over loop CPU time {r['realtime_factor_cpu']:.3f}"
+                + f"; whole run {r['whole_run_wall_s']:.1f} s wall, {r['duration_s']} s simulated, "
+                f"load {r['loadavg_1min']:.1f}"
+            )
         else:
             print(f"  {name:<18} {r.get('error') or r.get('skipped')}")
     (results_dir() / "realtime.json").write_text(json.dumps(res, indent=2))

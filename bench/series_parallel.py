@@ -22,19 +22,25 @@ RNEA (its call, the RNEA, one six-argument numba kernel reading the result throu
 steps, the return) is 1.6 µs = 1.47× (3 bodies) and 1.9 µs = 1.39× (5 bodies) the floor (load 1.5), so
 1.5× leaves 0.05-0.2 µs for the law itself; the law (18) step is 2.8× and 2.4× that bound.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
 
 from cmstack.bench import python_floor, results_dir
 from cmstack.scenarios._common import default_config
-from cmstack.scenarios.series_parallel import build_plant, build_robust, make_trajectory, plant_state, reset_plant
+from cmstack.scenarios.series_parallel import (
+    build_plant,
+    build_robust,
+    make_trajectory,
+    plant_state,
+    reset_plant,
+)
 
 
 def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -> dict:
@@ -63,7 +69,7 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
     m, d = pm.model, pm.data
     qh = [pm.map.xi(q) for _, q, _ in states]
     vh = [pm.map.E(q) @ v for _, q, v in states]
-    ref = build_robust({**cfg, "model_terms": "rnea"}, traj)       # its NumPy formulation (before issue 12)
+    ref = build_robust({**cfg, "model_terms": "rnea"}, traj)  # its NumPy formulation (before issue 12)
     pyf = python_floor(pin.rnea, m, m.createData(), m.nv, accel_from_v=True)
     calls, calls_part, floor, calls_np, pfl = [], [], [], [], []
     for _ in range(repeat):
@@ -84,17 +90,23 @@ def measure(duration: float, repeat: int, model_actuator_bodies: bool = False) -
             calls_part.append((c2 - c1) * 1e6)
             floor.append((c3 - c2) * 1e6)
     calls = np.array(calls)
-    return dict(model_actuator_bodies=model_actuator_bodies, control_dt=cfg["control_dt"], calls=int(calls.size),
-                control_step_us_median=float(np.median(calls)), control_step_us_p90=float(np.percentile(calls, 90)),
-                control_step_us_min=float(calls.min()), partition_step_us_median=float(np.median(calls_part)),
-                numpy_step_us_median=float(np.median(calls_np)),
-                floor_rnea_us_median=float(np.median(floor)),
-                ratio_to_floor=float(np.median(calls) / np.median(floor)),
-                # the least a Python controller costs around the same RNEA (bench.python_floor)
-                python_floor_us_median=float(np.median(pfl)),
-                python_floor_ratio=float(np.median(pfl) / np.median(floor)),
-                step_over_python_floor=float(np.median(calls) / np.median(pfl)),
-                mujoco_step_us_median=float(np.median(step_us)))
+    return dict(
+        model_actuator_bodies=model_actuator_bodies,
+        control_dt=cfg["control_dt"],
+        calls=int(calls.size),
+        control_step_us_median=float(np.median(calls)),
+        control_step_us_p90=float(np.percentile(calls, 90)),
+        control_step_us_min=float(calls.min()),
+        partition_step_us_median=float(np.median(calls_part)),
+        numpy_step_us_median=float(np.median(calls_np)),
+        floor_rnea_us_median=float(np.median(floor)),
+        ratio_to_floor=float(np.median(calls) / np.median(floor)),
+        # the least a Python controller costs around the same RNEA (bench.python_floor)
+        python_floor_us_median=float(np.median(pfl)),
+        python_floor_ratio=float(np.median(pfl) / np.median(floor)),
+        step_over_python_floor=float(np.median(calls) / np.median(pfl)),
+        mujoco_step_us_median=float(np.median(step_us)),
+    )
 
 
 def main(argv=None) -> None:
@@ -104,14 +116,18 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rows = [measure(args.duration, args.repeat, False), measure(args.duration, args.repeat, True)]
     for r in rows:
-        bodies = "3 bodies (paper's model)" if not r["model_actuator_bodies"] else "5 bodies (+cylinder, piston)"
-        print(f"{bodies}: law (18) step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
-              f"{r['calls']} calls) with the RNEA model term; {r['partition_step_us_median']:.1f} µs with the paper's "
-              f"body-wise sums; {r['numpy_step_us_median']:.1f} µs as NumPy calls (before); floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "
-              f"{r['ratio_to_floor']:.2f} (target <= 1.5); the least Python controller around the same RNEA "
-              f"{r['python_floor_us_median']:.1f} µs = {r['python_floor_ratio']:.2f}× the floor, the step "
-              f"{r['step_over_python_floor']:.2f}× it; MuJoCo plant step (per control period) "
-              f"median {r['mujoco_step_us_median']:.1f} µs")
+        bodies = (
+            "3 bodies (paper's model)" if not r["model_actuator_bodies"] else "5 bodies (+cylinder, piston)"
+        )
+        print(
+            f"{bodies}: law (18) step median {r['control_step_us_median']:.1f} µs (p90 {r['control_step_us_p90']:.1f}, "
+            f"{r['calls']} calls) with the RNEA model term; {r['partition_step_us_median']:.1f} µs with the paper's "
+            f"body-wise sums; {r['numpy_step_us_median']:.1f} µs as NumPy calls (before); floor (one RNEA) {r['floor_rnea_us_median']:.1f} µs -> ratio "  # noqa: E501
+            f"{r['ratio_to_floor']:.2f} (target <= 1.5); the least Python controller around the same RNEA "
+            f"{r['python_floor_us_median']:.1f} µs = {r['python_floor_ratio']:.2f}× the floor, the step "
+            f"{r['step_over_python_floor']:.2f}× it; MuJoCo plant step (per control period) "
+            f"median {r['mujoco_step_us_median']:.1f} µs"
+        )
     out = results_dir()
     out.mkdir(exist_ok=True)
     (out / "series_parallel.json").write_text(json.dumps(rows, indent=2))

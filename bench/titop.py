@@ -22,6 +22,7 @@ Never asserted in tests (shared, noisy machines).
 About 2 µs of the compiled balloon call is numba's dispatch of its ~20 array arguments and ~4 µs the
 Python wrapper (argument checks, the external-load arrays); the sweeps themselves take ~2.5 µs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,8 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.bench import results_dir
-from cmstack.scenarios._common import default_config
 from cmstack.models.titop import from_pinocchio
+from cmstack.scenarios._common import default_config
 from cmstack.scenarios.balloon import Params, pinocchio_model, titop_system
 
 
@@ -65,12 +66,26 @@ def measure_pair(sysm, model, states, repeat):
     ``_inverse_reference``: the code before the compiled sweeps) and the compiled one (``forward``,
     ``inverse``), beside Pinocchio's ABA and RNEA, interleaved; medians in µs."""
     data = model.createData()
-    sysm.forward(*states[0])                      # load the compiled kernels before timing
+    sysm.forward(*states[0])  # load the compiled kernels before timing
     sysm.inverse(*states[0])
-    fd = _interleaved_us(dict(titop_fd_ref_us=sysm._forward_reference, titop_fd_us=sysm.forward,
-                              aba_us=lambda q, v, u: pin.aba(model, data, q, v, u)), states, repeat)
-    id_ = _interleaved_us(dict(titop_id_ref_us=sysm._inverse_reference, titop_id_us=sysm.inverse,
-                               rnea_us=lambda q, v, a: pin.rnea(model, data, q, v, a)), states, repeat)
+    fd = _interleaved_us(
+        dict(
+            titop_fd_ref_us=sysm._forward_reference,
+            titop_fd_us=sysm.forward,
+            aba_us=lambda q, v, u: pin.aba(model, data, q, v, u),
+        ),
+        states,
+        repeat,
+    )
+    id_ = _interleaved_us(
+        dict(
+            titop_id_ref_us=sysm._inverse_reference,
+            titop_id_us=sysm.inverse,
+            rnea_us=lambda q, v, a: pin.rnea(model, data, q, v, a),
+        ),
+        states,
+        repeat,
+    )
     return {**fd, **id_}
 
 
@@ -113,20 +128,29 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min); medians of interleaved calls, µs")
     b = balloon(args.states, args.repeat)
-    print(f"balloon (4 bodies, 9 DoF): TITOP FD {b['titop_fd_ref_us']:.0f} (NumPy reference) -> "
-          f"{b['titop_fd_us']:.1f} (compiled), x{b['titop_fd_ref_us'] / b['titop_fd_us']:.0f}; ABA {b['aba_us']:.1f}")
-    print(f"                           TITOP ID {b['titop_id_ref_us']:.0f} (NumPy reference) -> "
-          f"{b['titop_id_us']:.1f} (compiled), x{b['titop_id_ref_us'] / b['titop_id_us']:.0f}; RNEA {b['rnea_us']:.1f}")
+    print(
+        f"balloon (4 bodies, 9 DoF): TITOP FD {b['titop_fd_ref_us']:.0f} (NumPy reference) -> "
+        f"{b['titop_fd_us']:.1f} (compiled), x{b['titop_fd_ref_us'] / b['titop_fd_us']:.0f}; ABA {b['aba_us']:.1f}"
+    )
+    print(
+        f"                           TITOP ID {b['titop_id_ref_us']:.0f} (NumPy reference) -> "
+        f"{b['titop_id_us']:.1f} (compiled), x{b['titop_id_ref_us'] / b['titop_id_us']:.0f}; RNEA {b['rnea_us']:.1f}"
+    )
     print("floating models turned into TITOP blocks by from_pinocchio (median µs; ref = NumPy reference):")
-    print(f"  {'model':<26} {'bodies':>6} {'FD ref':>7} {'FD':>6} {'x':>4} {'ABA':>6} "
-          f"{'ID ref':>7} {'ID':>6} {'x':>4} {'RNEA':>6}")
+    print(
+        f"  {'model':<26} {'bodies':>6} {'FD ref':>7} {'FD':>6} {'x':>4} {'ABA':>6} "
+        f"{'ID ref':>7} {'ID':>6} {'x':>4} {'RNEA':>6}"
+    )
     rows = floating_models(args.states // 2, args.repeat)
     for r in rows:
-        print(f"  {r['model']:<26} {r['bodies']:>6} {r['titop_fd_ref_us']:>7.0f} {r['titop_fd_us']:>6.1f} "
-              f"{r['titop_fd_ref_us'] / r['titop_fd_us']:>4.0f} {r['aba_us']:>6.1f} {r['titop_id_ref_us']:>7.0f} "
-              f"{r['titop_id_us']:>6.1f} {r['titop_id_ref_us'] / r['titop_id_us']:>4.0f} {r['rnea_us']:>6.1f}")
-    (results_dir() / "titop.json").write_text(json.dumps(dict(loadavg_1min=os.getloadavg()[0], balloon=b,
-                                                              floating_models=rows), indent=2))
+        print(
+            f"  {r['model']:<26} {r['bodies']:>6} {r['titop_fd_ref_us']:>7.0f} {r['titop_fd_us']:>6.1f} "
+            f"{r['titop_fd_ref_us'] / r['titop_fd_us']:>4.0f} {r['aba_us']:>6.1f} {r['titop_id_ref_us']:>7.0f} "
+            f"{r['titop_id_us']:>6.1f} {r['titop_id_ref_us'] / r['titop_id_us']:>4.0f} {r['rnea_us']:>6.1f}"
+        )
+    (results_dir() / "titop.json").write_text(
+        json.dumps(dict(loadavg_1min=os.getloadavg()[0], balloon=b, floating_models=rows), indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ file's size. Never asserted in tests.
 
     python -m bench.viewer [--frames 300]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,15 +42,19 @@ def main(argv=None) -> dict:
         v = MeshcatViewer("mjcf/yumi_bar.xml", visualizer=vis, realtime=False, fps=1e-9)
         qs = rng.uniform(-1, 1, (args.frames, v.model.nq))
         try:
-            v.maybe_update(0.0, qs[0])                      # the first call always sends
+            v.maybe_update(0.0, qs[0])  # the first call always sends
             out[f"{label}_skipped_call_us"] = _median_us(
-                lambda k: v.maybe_update(1e-3 * (k + 1), qs[k], frames=frames, trails={"E1": qs[k, :3]}), args.frames)
+                lambda k: v.maybe_update(1e-3 * (k + 1), qs[k], frames=frames, trails={"E1": qs[k, :3]}),
+                args.frames,
+            )
             out[f"{label}_frame_us"] = _median_us(
-                lambda k: v.show(qs[k], frames=frames, trails={"E1": qs[k, :3]}, t=1.0 + k * 0.01), args.frames)
+                lambda k: v.show(qs[k], frames=frames, trails={"E1": qs[k, :3]}, t=1.0 + k * 0.01),
+                args.frames,
+            )
         finally:
             v.close()
         out["drawn_geoms"] = v.model.ngeom - len(v.skipped)
-    for k in range(3):                                      # server start-up (process, URLs, zmq), then stop
+    for _ in range(3):  # server start-up (process, URLs, zmq), then stop
         c0 = time.perf_counter()
         v = MeshcatViewer("mjcf/yumi_bar.xml", realtime=False)
         out.setdefault("_start", []).append(time.perf_counter() - c0)
@@ -63,10 +68,15 @@ def main(argv=None) -> dict:
         for k in range(2001):
             T = np.eye(4)
             T[:3, 3] = [0.4, 0.1 * np.cos(k / 100), 0.3]
-            log.append(t=0.005 * k, plant_qpos=q + 0.001 * k, frame__E1=T, trail__E1=T[:3, 3],
-                       segment__rod=np.array([T[:3, 3], [0.4, -0.2, 0.3]]))
+            log.append(
+                t=0.005 * k,
+                plant_qpos=q + 0.001 * k,
+                frame__E1=T,
+                trail__E1=T[:3, 3],
+                segment__rod=np.array([T[:3, 3], [0.4, -0.2, 0.3]]),
+            )
         log.save(Path(tmp) / "log.npz")
-        write_html(tmp, Path(tmp) / "warm.html")             # imports and caches out of the timing
+        write_html(tmp, Path(tmp) / "warm.html")  # imports and caches out of the timing
         ts = []
         for _ in range(3):
             c0 = time.perf_counter()

@@ -101,6 +101,7 @@ finiteness is tested in the kernel (the same ``StateError``); gains and targets 
 was set (``models/_params.py``); the step's ``Kinematics`` is made on first read from the kernel's copies;
 the info's constant fields are written once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -126,11 +127,14 @@ from cmstack.sim.plant import MujocoPlant
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 TARGETS = {"uk_weighted": 0.6, "uk_3_levels": 0.6, "panda_circle": 1.5}
-FLOOR_OF = {"panda_circle": "panda_floor", "tsid_panda": "panda_floor",
-            "tsid_panda_sampled": "panda_floor"}  # every other step is measured against "floor"
-TSID_TARGETS = {"panda_circle": ("tsid_panda", 0.6)}   # the issue's target when TSID is built
+FLOOR_OF = {
+    "panda_circle": "panda_floor",
+    "tsid_panda": "panda_floor",
+    "tsid_panda_sampled": "panda_floor",
+}  # every other step is measured against "floor"
+TSID_TARGETS = {"panda_circle": ("tsid_panda", 0.6)}  # the issue's target when TSID is built
 AGAINST_TSID = {"panda_circle": "tsid_panda", "uk_weighted": "tsid_yumi"}
-PANDA_POSTURE_GAINS = (100.0, 20.0)             # examples/panda_circle.py's PostureTask(kp=100, kd=20)
+PANDA_POSTURE_GAINS = (100.0, 20.0)  # examples/panda_circle.py's PostureTask(kp=100, kd=20)
 
 
 def setup():
@@ -142,14 +146,23 @@ def setup():
 
 
 def weighted(cfg, robot, coupling, task, fused=True):
-    return UdwadiaKalabaController(robot, [coupling], [task], omega=cfg["omega"], priority="weighted",
-                                   torque_limits=True, warn_free_dof=False, fused=fused)
+    return UdwadiaKalabaController(
+        robot,
+        [coupling],
+        [task],
+        omega=cfg["omega"],
+        priority="weighted",
+        torque_limits=True,
+        warn_free_dof=False,
+        fused=fused,
+    )
 
 
 def three_levels(robot, coupling, task, q0, fused=True):
     posture = PostureTask(robot, q0, kp=10.0, kd=2 * np.sqrt(10.0))
-    return UdwadiaKalabaController(robot, levels=[[coupling], [task], [posture, GAUSS]], limits=[EffortLimit(robot)],
-                                   fused=fused)
+    return UdwadiaKalabaController(
+        robot, levels=[[coupling], [task], [posture, GAUSS]], limits=[EffortLimit(robot)], fused=fused
+    )
 
 
 def record_states(cfg, robot, coupling, task, q0):
@@ -169,8 +182,10 @@ def record_states(cfg, robot, coupling, task, q0):
 
 def panda_circle(fused=True):
     """``examples/panda_circle.py``'s robot and controller (the hand's circle, then the posture)."""
-    robot = Robot.from_urdf(example_robot_data_path("panda_description/urdf/panda.urdf"),
-                            locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0})
+    robot = Robot.from_urdf(
+        example_robot_data_path("panda_description/urdf/panda.urdf"),
+        locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0},
+    )
     q0 = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])
     T0 = robot.update(q0, 0 * q0).frame("panda_hand_tcp").T
     circle = Circle(T0.translation - [0.1, 0, 0], 0.1, 2.0, R=T0.rotation)
@@ -244,7 +259,7 @@ class PandaFloor:
 def _tsid():
     """The ``tsid`` module, or None when it is not installed (as on CI: ``make bench`` does not install it)."""
     try:
-        with warnings.catch_warnings():      # its bindings re-register a Boost.Python converter on import
+        with warnings.catch_warnings():  # its bindings re-register a Boost.Python converter on import
             warnings.simplefilter("ignore", RuntimeWarning)
             import tsid
     except ImportError:
@@ -302,10 +317,12 @@ def tsid_panda_factory(robot, hand, q0, states):
     task.setKd(hand.kd * np.ones(6))
     task.useLocalFrame(False)
     form.addMotionTask(task, 1.0, 0, 0.0)
-    posture, ref, bounds, solver = _tsid_posture_bounds_solver(tsid, robw, form, robot, q0, *PANDA_POSTURE_GAINS)
+    posture, ref, bounds, solver = _tsid_posture_bounds_solver(
+        tsid, robw, form, robot, q0, *PANDA_POSTURE_GAINS
+    )
     samples = [_tsid_sample(tsid, *hand.desired(t)) for t, _, _ in states]
-    live = tsid.TrajectorySample(12, 6)      # the sampled step's reference, rewritten in place
-    keep = (robw, posture, ref, bounds, live)   # TSID holds its robot and tasks by reference: keep them alive
+    live = tsid.TrajectorySample(12, 6)  # the sampled step's reference, rewritten in place
+    keep = (robw, posture, ref, bounds, live)  # TSID holds its robot and tasks by reference: keep them alive
 
     def step(k, _keep=keep):
         t, q, v = states[k]
@@ -384,13 +401,15 @@ def tsid_step_factory(cfg, robot, coupling, task, q0):
     e1.setKd(task.kd * np.ones(6))
     e1.useLocalFrame(False)
     form.addMotionTask(e1, cfg["omega"], 1, 0.0)
-    posture, ref, bounds, solver = _tsid_posture_bounds_solver(tsid, robw, form, robot, q0, 10.0, 2 * np.sqrt(10.0))
+    posture, ref, bounds, solver = _tsid_posture_bounds_solver(
+        tsid, robw, form, robot, q0, 10.0, 2 * np.sqrt(10.0)
+    )
     samples = {}
-    keep = (robw, pair, posture, ref, bounds)     # TSID holds its robot and tasks by reference
+    keep = (robw, pair, posture, ref, bounds)  # TSID holds its robot and tasks by reference
 
     def step(k, t, q, v, _keep=keep):
         s = samples.get(k)
-        if s is None:                      # the first (warm-up) pass prepares the reference of each state
+        if s is None:  # the first (warm-up) pass prepares the reference of each state
             s = samples[k] = _tsid_sample(tsid, *task.desired(t))
         e1.setReference(s)
         sol = solver.solve(form.computeProblemData(t, q, v))
@@ -414,9 +433,17 @@ def compare_panda(ctl, robot, states, solve) -> dict:
         dtau = max(dtau, float(np.max(np.abs(tau_uk - tau_ts))))
         vmax = max(vmax, float(np.max(np.abs(vdot_uk))))
         tmax = max(tmax, float(np.max(np.abs(tau_uk))))
-    return dict(states=len(states), vdot_max_abs_diff=dv, vdot_max_abs=vmax, vdot_rel=dv / vmax,
-                tau_max_abs_diff=dtau, tau_max_abs=tmax, tau_rel=dtau / tmax, tsid_unsolved=bad,
-                uk_limits_bound=bound)
+    return dict(
+        states=len(states),
+        vdot_max_abs_diff=dv,
+        vdot_max_abs=vmax,
+        vdot_rel=dv / vmax,
+        tau_max_abs_diff=dtau,
+        tau_max_abs=tmax,
+        tau_rel=dtau / tmax,
+        tsid_unsolved=bad,
+        uk_limits_bound=bound,
+    )
 
 
 def compare_yumi(ctl, robot, states, step) -> dict:
@@ -434,6 +461,7 @@ def _tsid_version() -> str:
     if _tsid() is None:
         return "absent (not installed)"
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return f"tsid {version('tsid')}"
     except PackageNotFoundError:
@@ -449,12 +477,14 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     p_robot, hand, ctl_p, p_q0 = panda_circle()
     p_states = record_panda_states(len(states))
     p_floor = PandaFloor(p_robot, hand)
-    calls = {"floor": floor,
-             "uk_weighted": lambda k, t, q, v: ctl_w(t, q, v),
-             "uk_3_levels": lambda k, t, q, v: ctl_3(t, q, v),
-             "panda_floor": lambda k, t, q, v: p_floor(*p_states[k]),
-             "panda_circle": lambda k, t, q, v: ctl_p(*p_states[k])}
-    if python_path:      # the same controllers on the generic Python path (fused=False): before/after
+    calls = {
+        "floor": floor,
+        "uk_weighted": lambda k, t, q, v: ctl_w(t, q, v),
+        "uk_3_levels": lambda k, t, q, v: ctl_3(t, q, v),
+        "panda_floor": lambda k, t, q, v: p_floor(*p_states[k]),
+        "panda_circle": lambda k, t, q, v: ctl_p(*p_states[k]),
+    }
+    if python_path:  # the same controllers on the generic Python path (fused=False): before/after
         ctl_wp = weighted(cfg, robot, coupling, task, fused=False)
         ctl_3p = three_levels(robot, coupling, task, q0, fused=False)
         calls["uk_weighted_python"] = lambda k, t, q, v: ctl_wp(t, q, v)
@@ -466,7 +496,9 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
         calls["tsid_yumi"] = ts
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            checks["yumi_weighted_vs_tsid"] = compare_yumi(weighted(cfg, robot, coupling, task), robot, states, ts)
+            checks["yumi_weighted_vs_tsid"] = compare_yumi(
+                weighted(cfg, robot, coupling, task), robot, states, ts
+            )
     if tp is not None:
         step_p, step_ps, solve_p = tp
         calls["tsid_panda"] = lambda k, t, q, v: step_p(k)
@@ -476,7 +508,7 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     times = {n: [] for n in names}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for k, (t, q, v) in enumerate(states):           # warm-up (caches, first calls)
+        for k, (t, q, v) in enumerate(states):  # warm-up (caches, first calls)
             for n in names:
                 calls[n](k, t, q, v)
         clock = time.perf_counter_ns
@@ -492,19 +524,36 @@ def measure(repeat: int = 5, python_path: bool = True) -> dict:
     ratios = {n: med[n] / med[f] for n, f in floors.items()}
     # per-state ratios, then their median (robust to load that varies along the run)
     per_state = {n: float(np.median(np.array(times[n]) / np.array(times[f]))) for n, f in floors.items()}
-    vs_tsid = {n: dict(tsid=m, ratio_of_medians=med[n] / med[m],
-                       median_of_ratios=float(np.median(np.array(times[n]) / np.array(times[m]))))
-               for n, m in AGAINST_TSID.items() if m in med}
+    vs_tsid = {
+        n: dict(
+            tsid=m,
+            ratio_of_medians=med[n] / med[m],
+            median_of_ratios=float(np.median(np.array(times[n]) / np.array(times[m]))),
+        )
+        for n, m in AGAINST_TSID.items()
+        if m in med
+    }
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
-    return dict(states=len(states), repeat=repeat, median_us=med, ratio_of_medians=ratios, floor_of=floors,
-                median_of_ratios=per_state, targets=TARGETS, load_average=load, kkt_size=floor.size,
-                tsid=_tsid_version() if ts else "absent (not installed)", against_tsid=vs_tsid, tsid_checks=checks,
-                tsid_targets={n: t for n, (_, t) in TSID_TARGETS.items()},
-                paths=dict(uk_weighted=ctl_w.info.path, uk_3_levels=ctl_3.info.path, panda_circle=ctl_p.info.path),
-                cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries))
+    return dict(
+        states=len(states),
+        repeat=repeat,
+        median_us=med,
+        ratio_of_medians=ratios,
+        floor_of=floors,
+        median_of_ratios=per_state,
+        targets=TARGETS,
+        load_average=load,
+        kkt_size=floor.size,
+        tsid=_tsid_version() if ts else "absent (not installed)",
+        against_tsid=vs_tsid,
+        tsid_checks=checks,
+        tsid_targets={n: t for n, (_, t) in TSID_TARGETS.items()},
+        paths=dict(uk_weighted=ctl_w.info.path, uk_3_levels=ctl_3.info.path, panda_circle=ctl_p.info.path),
+        cold_retries=dict(uk_weighted=ctl_w.cold_retries, uk_3_levels=ctl_3.cold_retries),
+    )
 
 
 def profile(repeat: int = 3, panda: bool = False) -> dict:
@@ -523,7 +572,7 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
         robot, hand, ctl, _ = panda_circle()
         states = record_panda_states(400)
         pf = PandaFloor(robot, hand)
-        floor = lambda k, t, q, v: pf(t, q, v)              # noqa: E731
+        floor = lambda k, t, q, v: pf(t, q, v)  # noqa: E731
     else:
         cfg, robot, coupling, task, q0 = setup()
         states = record_states(cfg, robot, coupling, task, q0)
@@ -540,13 +589,17 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
             out = f(*a)
             parts[name] += clock() - c0
             return out
+
         return g
 
     calls = {"floor": floor, "step": lambda k, t, q, v: ctl(t, q, v)}
     names = list(calls)
     times: dict = {n: [] for n in names + list(parts)}
-    robot.update_for_kernel, P.step, robot_module._crba = timed("lean pass", update), timed("kernel call", kernel), \
-        timed("pin.crba", crba)
+    robot.update_for_kernel, P.step, robot_module._crba = (
+        timed("lean pass", update),
+        timed("kernel call", kernel),
+        timed("pin.crba", crba),
+    )
     try:
         for r in range(repeat + 1):
             for k, (t, q, v) in enumerate(states):
@@ -556,7 +609,7 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
                         parts[x] = 0
                     c0 = clock()
                     calls[n](k, t, q, v)
-                    if r:                                   # r = 0: warm-up
+                    if r:  # r = 0: warm-up
                         times[n].append(clock() - c0)
                         if n == "step":
                             for x in parts:
@@ -573,29 +626,29 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
 
     @njit
     def h_only(N, J, v, jpose, parent, inert, g, work, h):
-        for i in range(N):
+        for _i in range(N):
             K.bias_forces(J, v, jpose, parent, inert, g, work, h)
 
     @njit
     def frames_only(N, J, v, jpose, fint, fplace, fJ, fvec):
-        for i in range(N):
+        for _i in range(N):
             K.frame_states(J, v, jpose, fint, fplace, fJ, fvec)
 
     @njit
     def rows_only(N, t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
-        for i in range(N):
+        for _i in range(N):
             K.task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
 
     @njit
     def kkt_only(N, M, h, D, v, Ab, tint, tflt, m, gauss, tol, wk, out):
-        for i in range(N):
+        for _i in range(N):
             K.kkt_solve(M, h, D, v, Ab, tint, tflt, m, gauss, tol, wk, out)
 
     ts = np.array([s[0] for s in states], dtype=float)
     Q, V = np.array([s[1] for s in states]), np.array([s[2] for s in states])
     N = len(states)
     t, q, v = states[-1]
-    ctl(t, q, v)                                   # binds, copies the parameters; the data holds this state
+    ctl(t, q, v)  # binds, copies the parameters; the data holds this state
     buf = ctl._kin_buf[0]
     n = robot.nv
     x, tau, hD, lam, Ab = P.results(buf)
@@ -604,16 +657,36 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
     jpose = P.jpose.copy()
     grav = np.array(robot.model.gravity.linear)
     res = np.empty(3 * n + P.m_up)
-    jobs = {"kernel compute": lambda: whole(ts, Q, V, P.ptr, P.I, P.F, np.empty(P.buf_len)),
-            "  h (Newton-Euler)": lambda: h_only(N, d.J, v, jpose, P.parent, P.inert, grav, np.empty((len(P.parent), 18)),
-                                                 np.empty(n)),
-            "  frames": lambda: frames_only(N, d.J, v, jpose, P.fint, P.fplace, P.fJ.copy(), P.fvec.copy()),
-            "  task rows": lambda: rows_only(N, t, q, v, P.fJ, P.fvec, P.tint, P.tflt, P.tgtH, P.tgtVA, P.tcirc,
-                                             P.pidx, P.qref, P.tbias, P.terr.copy(), Ab.copy()),
-            "  KKT solve": lambda: kkt_only(N, M, h, ctl.D, v, Ab, P.tint, P.tflt, P.m_up, P.gauss,
-                                            ctl._sqrt_rank_tol, P.wk.copy(), res)}
+    jobs = {
+        "kernel compute": lambda: whole(ts, Q, V, P.ptr, P.I, P.F, np.empty(P.buf_len)),
+        "  h (Newton-Euler)": lambda: h_only(
+            N, d.J, v, jpose, P.parent, P.inert, grav, np.empty((len(P.parent), 18)), np.empty(n)
+        ),
+        "  frames": lambda: frames_only(N, d.J, v, jpose, P.fint, P.fplace, P.fJ.copy(), P.fvec.copy()),
+        "  task rows": lambda: rows_only(
+            N,
+            t,
+            q,
+            v,
+            P.fJ,
+            P.fvec,
+            P.tint,
+            P.tflt,
+            P.tgtH,
+            P.tgtVA,
+            P.tcirc,
+            P.pidx,
+            P.qref,
+            P.tbias,
+            P.terr.copy(),
+            Ab.copy(),
+        ),
+        "  KKT solve": lambda: kkt_only(
+            N, M, h, ctl.D, v, Ab, P.tint, P.tflt, P.m_up, P.gauss, ctl._sqrt_rank_tol, P.wk.copy(), res
+        ),
+    }
     for name, job in jobs.items():
-        job()                                      # compiles
+        job()  # compiles
         best = np.inf
         for _ in range(repeat + 2):
             c0 = clock()
@@ -626,49 +699,77 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--fused-only", action="store_true", help="skip the generic Python path (fused=False) columns")
+    ap.add_argument(
+        "--fused-only", action="store_true", help="skip the generic Python path (fused=False) columns"
+    )
     ap.add_argument("--profile", action="store_true", help="where the fused steps' time goes (medians)")
     args = ap.parse_args(argv)
     if args.profile:
         for panda in (False, True):
             med = profile(args.repeat, panda)
             step = med["step"]
-            rows = [("floor", med["floor"]), ("step", step), ("pin.crba", med["pin.crba"]),
-                    ("lean pass beyond it (checks)", med["lean pass"] - med["pin.crba"]),
-                    ("kernel compute", med["kernel compute"])]
+            rows = [
+                ("floor", med["floor"]),
+                ("step", step),
+                ("pin.crba", med["pin.crba"]),
+                ("lean pass beyond it (checks)", med["lean pass"] - med["pin.crba"]),
+                ("kernel compute", med["kernel compute"]),
+            ]
             rows += [(k, med[k]) for k in med if k.startswith("  ")]
-            rows += [("kernel dispatch (call − compute)", med["kernel call"] - med["kernel compute"]),
-                     ("rest of the step (Python)", step - med["lean pass"] - med["kernel call"])]
-            print(f"{'Panda circle' if panda else 'YuMi UK weighted'} step, fused path: medians (interleaved with its floor; "
-                  f"load average {os.getloadavg()[0]:.1f})")
+            rows += [
+                ("kernel dispatch (call − compute)", med["kernel call"] - med["kernel compute"]),
+                ("rest of the step (Python)", step - med["lean pass"] - med["kernel call"]),
+            ]
+            print(
+                f"{'Panda circle' if panda else 'YuMi UK weighted'} step, fused path: medians (interleaved with its floor; "  # noqa: E501
+                f"load average {os.getloadavg()[0]:.1f})"
+            )
             for n, x in rows:
-                print(f"  {n:<34} {x:7.2f} µs   {x / med['floor']:5.2f}× floor   {100 * x / step:5.1f} % of the step")
+                print(
+                    f"  {n:<34} {x:7.2f} µs   {x / med['floor']:5.2f}× floor   {100 * x / step:5.1f} % of the step"
+                )
         return
     res = measure(args.repeat, not args.fused_only)
     med = res["median_us"]
-    print(f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved; "
-          f"load average {res['load_average']})")
-    print(f"  floor (computeAllTerms + 3 frame Jacobians + 3 classical accelerations + LAPACK solve "
-          f"{res['kkt_size']}×{res['kkt_size']}): median {med['floor']:.1f} µs")
-    print(f"  panda_floor (computeAllTerms + the hand's frame Jacobian, Panda): median {med['panda_floor']:.1f} µs")
+    print(
+        f"YuMi UK step vs its kernel floor ({res['states']} closed-loop states × {res['repeat']}, interleaved; "
+        f"load average {res['load_average']})"
+    )
+    print(
+        f"  floor (computeAllTerms + 3 frame Jacobians + 3 classical accelerations + LAPACK solve "
+        f"{res['kkt_size']}×{res['kkt_size']}): median {med['floor']:.1f} µs"
+    )
+    print(
+        f"  panda_floor (computeAllTerms + the hand's frame Jacobian, Panda): median {med['panda_floor']:.1f} µs"
+    )
     for n, f in res["floor_of"].items():
         tgt = TARGETS.get(n)
         r = res["ratio_of_medians"][n]
         verdict = "" if tgt is None else (" OK" if r <= tgt else " MISSED")
-        print(f"  {n:<18} median {med[n]:7.1f} µs   ratio {r:5.2f}× {f} (per-state median {res['median_of_ratios'][n]:.2f}×)"
-              + (f"   target ≤ {tgt}×{verdict}" if tgt else ""))
+        print(
+            f"  {n:<18} median {med[n]:7.1f} µs   ratio {r:5.2f}× {f} (per-state median {res['median_of_ratios'][n]:.2f}×)"  # noqa: E501
+            + (f"   target ≤ {tgt}×{verdict}" if tgt else "")
+        )
     if not res["against_tsid"]:
         print(f"  tsid: {res['tsid']}: the TSID rows are skipped (docs/speed.md says how to build it)")
     else:
         print(f"  against TSID {res['tsid']} (same states, interleaved):")
         for n, r in res["against_tsid"].items():
             tgt = TSID_TARGETS.get(n, (None, None))[1]
-            verdict = "" if tgt is None else (f"   target ≤ {tgt}× " + ("OK" if r["ratio_of_medians"] <= tgt else "MISSED"))
-            print(f"    {n:<18} / {r['tsid']:<12} {r['ratio_of_medians']:5.3f}× (per-state median "
-                  f"{r['median_of_ratios']:.3f}×){verdict}")
+            verdict = (
+                ""
+                if tgt is None
+                else (f"   target ≤ {tgt}× " + ("OK" if r["ratio_of_medians"] <= tgt else "MISSED"))
+            )
+            print(
+                f"    {n:<18} / {r['tsid']:<12} {r['ratio_of_medians']:5.3f}× (per-state median "
+                f"{r['median_of_ratios']:.3f}×){verdict}"
+            )
         for name, c in res["tsid_checks"].items():
-            print(f"    {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                           for k, v in c.items()))
+            print(
+                f"    {name}: "
+                + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items())
+            )
     (results_dir() / "yumi_uk.json").write_text(json.dumps(res, indent=2))
 
 

@@ -14,6 +14,7 @@ Sub-packages: ``cmstack.models`` (robot models and dynamics formulations), ``cms
 ``cmstack.scenarios`` (the papers' experiments), ``cmstack.bench`` (speed benchmarks).
 The command line is ``cmstack`` (``cmstack --help``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -65,22 +66,38 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
-if TYPE_CHECKING:   # the same names for type checkers (at run time __getattr__ imports each on first use)
+if TYPE_CHECKING:  # the same names for type checkers (at run time __getattr__ imports each on first use)
     from cmstack.controllers.base import Controller, StepInfo
     from cmstack.controllers.pidc import PIDC
     from cmstack.controllers.robust_partition import RobustPartitionController
     from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
-    from cmstack.models.coupling import ErrorDynamics, FrameTask, PostureTask, RelativeFrameTask, RigidCoupling, Task
-    from cmstack.models.errors import (ConfigError, FrameNotFoundError, InfeasibleError, JointMapError,
-                                       ModelFileError, SolverError, StackError, StateError)
+    from cmstack.models.coupling import (
+        ErrorDynamics,
+        FrameTask,
+        PostureTask,
+        RelativeFrameTask,
+        RigidCoupling,
+        Task,
+    )
+    from cmstack.models.errors import (
+        ConfigError,
+        FrameNotFoundError,
+        InfeasibleError,
+        JointMapError,
+        ModelFileError,
+        SolverError,
+        StackError,
+        StateError,
+    )
     from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
-    from cmstack.models.robot import example_robot_data_path, Kinematics, Robot
+    from cmstack.models.robot import Kinematics, Robot, example_robot_data_path
     from cmstack.models.trajectory import Circle, Constant, MinimumJerk, MinimumJerkSE3, Sinusoid, Trajectory
     from cmstack.sim.base import Plant
     from cmstack.sim.plant import MujocoPlant
     from cmstack.sim.runner import Disturbance, Run, simulate
     from cmstack.sim.urdf_plant import plant_from_urdf
-else:   # hidden from type checkers, which then know exactly the names above
+else:  # hidden from type checkers, which then know exactly the names above
+
     def __getattr__(name: str):
         mod = _EXPORTS.get(name)
         if mod is None:

@@ -54,6 +54,7 @@ band and the time, or the first metric outside); 2 the baseline does not match t
 scenario, a signal or metric the run lacks, a shorter run, another signal shape) or cannot be read
 (one line naming the file and key).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,11 +64,11 @@ import math
 import re
 import shutil
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 from cmstack.models.errors import StackError
 
@@ -174,23 +175,24 @@ def _toml_value(v) -> str:
     return json.dumps(v)
 
 
-def _baseline_toml(scenario: str, signals: list[str], stride: int, dt: float, dtype: str, source: Path,
-                   keep: dict | None) -> str:
+def _baseline_toml(
+    scenario: str, signals: list[str], stride: int, dt: float, dtype: str, source: Path, keep: dict | None
+) -> str:
     """The text of baseline.toml: the defaults spelt out (with comments), and the per-key entries of
     ``keep`` (an earlier baseline.toml's, preserved when a baseline is rewritten)."""
     tol = DEFAULT_TOLERANCES
     keep = keep or {}
-    mk = (keep.get("metrics") or {})
-    sk = (keep.get("signals") or {})
+    mk = keep.get("metrics") or {}
+    sk = keep.get("signals") or {}
     lines = [
         "# cmstack baseline: what `cmstack baseline check` compares and how closely (edit freely).",
-        f"# scenario {scenario}; from run {source.name}; signals every {stride} control step(s) (dt = {dt:.6g} s), {dtype}.",
-        "# metrics: per kind {rtol, atol}: |run - base| <= atol + rtol*|base|; \"skip\" skips the kind.",
+        f"# scenario {scenario}; from run {source.name}; signals every {stride} control step(s) (dt = {dt:.6g} s), {dtype}.",  # noqa: E501
+        '# metrics: per kind {rtol, atol}: |run - base| <= atol + rtol*|base|; "skip" skips the kind.',
         "# kinds: error (floats), count (integers, *_steps, *failures, ...), timing (wall clock: not reproducible).",
         "[metrics]",
         *(f"{k} = {_toml_value(mk.get(k, v))}" for k, v in tol["metrics"].items()),
         "",
-        "# per metric key: {rtol, atol}, \"exact\" or \"skip\"; e.g. settling_time_s = {rtol = 0.0, atol = 0.01}",
+        '# per metric key: {rtol, atol}, "exact" or "skip"; e.g. settling_time_s = {rtol = 0.0, atol = 0.01}',
         "[metrics.keys]",
         *(f"{k} = {_toml_value(v)}" for k, v in (mk.get("keys") or {}).items()),
         "",
@@ -199,7 +201,7 @@ def _baseline_toml(scenario: str, signals: list[str], stride: int, dt: float, dt
         f"compare = {_toml_value(signals)}",
         f"default = {_toml_value(sk.get('default', tol['signals']['default']))}",
         "",
-        "# per signal: {rtol, atol} or \"skip\"; e.g. tau = {rtol = 1e-3, atol = 0.0}",
+        '# per signal: {rtol, atol} or "skip"; e.g. tau = {rtol = 1e-3, atol = 0.0}',
         "[signals.keys]",
         *(f"{k} = {_toml_value(v)}" for k, v in (sk.get("keys") or {}).items()),
         "",
@@ -218,11 +220,20 @@ def save(run_dir, to=None, signals=None, max_samples: int = MAX_SAMPLES, dtype: 
     run = _run_dir(run_dir)
     to = Path(to).expanduser() if to is not None else run / "baseline"
     metrics = _read_json(run / "metrics.json")
-    bad = ("error" if metrics.get("error") else "interrupted" if metrics.get("interrupted") else
-           "did not finish" if "did not finish" in str(metrics.get("reason", "")) else None)
+    bad = (
+        "error"
+        if metrics.get("error")
+        else "interrupted"
+        if metrics.get("interrupted")
+        else "did not finish"
+        if "did not finish" in str(metrics.get("reason", ""))
+        else None
+    )
     if bad:
-        raise BaselineError(f"{run / 'metrics.json'}: the run {bad} ({str(metrics.get('reason', ''))[:120]}); "
-                            "a baseline needs a finished run")
+        raise BaselineError(
+            f"{run / 'metrics.json'}: the run {bad} ({str(metrics.get('reason', ''))[:120]}); "
+            "a baseline needs a finished run"
+        )
     if not (run / "config.toml").is_file():
         raise BaselineError(f"{run / 'config.toml'}: file not found")
     keys = _log_keys(run)
@@ -236,11 +247,15 @@ def save(run_dir, to=None, signals=None, max_samples: int = MAX_SAMPLES, dtype: 
     if signals:
         missing = [p for p in patterns if not any(fnmatch.fnmatchcase(k, p) for k in series)]
         if missing:
-            raise BaselineError(f"{run / 'log.npz'}: no time series matches {missing}; series: "
-                                f"{sorted(k for k in keys if k != 't')}")
+            raise BaselineError(
+                f"{run / 'log.npz'}: no time series matches {missing}; series: "
+                f"{sorted(k for k in keys if k != 't')}"
+            )
     if not series:
-        raise BaselineError(f"{run / 'log.npz'}: none of the default signals {list(DEFAULT_SIGNALS)} is logged; "
-                            "name some with signals=[...] (--signal KEY)")
+        raise BaselineError(
+            f"{run / 'log.npz'}: none of the default signals {list(DEFAULT_SIGNALS)} is logged; "
+            "name some with signals=[...] (--signal KEY)"
+        )
     if len(t) < 2 or not np.all(np.diff(t) > 0):
         raise BaselineError(f"{run / 'log.npz'}: 't' must increase and have at least 2 rows")
     stride = max(1, math.ceil(len(t) / max_samples))
@@ -262,8 +277,10 @@ def save(run_dir, to=None, signals=None, max_samples: int = MAX_SAMPLES, dtype: 
     atomic_write(to / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     keep = _read_toml(to / "baseline.toml") if (to / "baseline.toml").is_file() else None
     dt = float(np.median(np.diff(arrays["t"]))) if len(idx) > 1 else 0.0
-    atomic_write(to / "baseline.toml", _baseline_toml(str(metrics.get("scenario", "?")), sorted(series), stride,
-                                                      dt, dtype, run, keep))
+    atomic_write(
+        to / "baseline.toml",
+        _baseline_toml(str(metrics.get("scenario", "?")), sorted(series), stride, dt, dtype, run, keep),
+    )
     return to
 
 
@@ -279,7 +296,7 @@ def _tol(spec, where: str) -> Tol | str:
     if spec in ("skip", "exact"):
         return spec
     if not isinstance(spec, dict):
-        raise BaselineError(f"{where}: expected {{rtol = …, atol = …}}, \"skip\" or \"exact\", got {spec!r}")
+        raise BaselineError(f'{where}: expected {{rtol = …, atol = …}}, "skip" or "exact", got {spec!r}')
     unknown = set(spec) - {"rtol", "atol"}
     if unknown:
         raise BaselineError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: rtol, atol")
@@ -307,8 +324,10 @@ def _settings(path: Path, metrics: dict) -> Settings:
     if unknown:
         raise BaselineError(f"{path}: unknown table(s) {sorted(unknown)}; allowed: metrics, signals")
     m, s = raw.get("metrics", {}), raw.get("signals", {})
-    for name, tab, allowed in (("metrics", m, {"error", "count", "timing", "keys"}),
-                               ("signals", s, {"compare", "default", "keys"})):
+    for name, tab, allowed in (
+        ("metrics", m, {"error", "count", "timing", "keys"}),
+        ("signals", s, {"compare", "default", "keys"}),
+    ):
         if not isinstance(tab, dict):
             raise BaselineError(f"{path}: [{name}] must be a table")
         bad = set(tab) - allowed
@@ -320,11 +339,17 @@ def _settings(path: Path, metrics: dict) -> Settings:
         if k not in metrics:
             raise BaselineError(f"{path}: metrics.keys.{k}: no metric '{k}' in the baseline's metrics.json")
     compare = s.get("compare")
-    if compare is not None and (not isinstance(compare, list) or not all(isinstance(x, str) for x in compare)):
+    if compare is not None and (
+        not isinstance(compare, list) or not all(isinstance(x, str) for x in compare)
+    ):
         raise BaselineError(f"{path}: signals.compare must be a list of signal names")
-    return Settings(kinds, mkeys, compare, _tol(s.get("default", DEFAULT_TOLERANCES["signals"]["default"]),
-                                                f"{path}: signals.default"),
-                    {k: _tol(v, f"{path}: signals.keys.{k}") for k, v in (s.get("keys") or {}).items()})
+    return Settings(
+        kinds,
+        mkeys,
+        compare,
+        _tol(s.get("default", DEFAULT_TOLERANCES["signals"]["default"]), f"{path}: signals.default"),
+        {k: _tol(v, f"{path}: signals.keys.{k}") for k, v in (s.get("keys") or {}).items()},
+    )
 
 
 def metric_kind(key: str, value) -> str:
@@ -357,8 +382,8 @@ class SignalResult:
     ok: bool
     max_diff: float
     band: float
-    t_first: float | None = None       # first time outside the band
-    column: int | None = None          # the column that left first
+    t_first: float | None = None  # first time outside the band
+    column: int | None = None  # the column that left first
     column_name: str = ""
     plot: Path | None = None
 
@@ -392,7 +417,9 @@ def _compare_metric(key, kind, tol, b, r) -> MetricResult:
         return MetricResult(key, kind, b, r, b == r)
     fb, fr = _num(b), _num(r)
     if fb is None or fr is None:
-        return MetricResult(key, kind, b, r, fb is None and fr is None, "null (NaN) on one side" if fb != fr else "")
+        return MetricResult(
+            key, kind, b, r, fb is None and fr is None, "null (NaN) on one side" if fb != fr else ""
+        )
     lim = tol.atol + tol.rtol * abs(fb)
     d = abs(fr - fb)
     return MetricResult(key, kind, b, r, d <= lim, f"|Δ| = {d:.3g}, allowed {lim:.3g}")
@@ -413,8 +440,11 @@ def _config_changes(base: Path, run: Path) -> list[str]:
         a, b = _flat(_read_toml(base)), _flat(_read_toml(run))
     except BaselineError:
         return []
-    return [f"{k}: {a.get(k, '(absent)')!r} → {b.get(k, '(absent)')!r}" for k in sorted({*a, *b})
-            if a.get(k) != b.get(k) and k != "duration"]
+    return [
+        f"{k}: {a.get(k, '(absent)')!r} → {b.get(k, '(absent)')!r}"
+        for k in sorted({*a, *b})
+        if a.get(k) != b.get(k) and k != "duration"
+    ]
 
 
 def _column_name(key: str, j: int, width: int, names) -> str:
@@ -439,12 +469,16 @@ def _check(run_dir, against, out, plots) -> CheckResult:
         raise BaselineError(f"{base}: no such baseline directory")
     for f in ("metrics.json", "signals.npz"):
         if not (base / f).is_file():
-            raise BaselineError(f"{base / f}: file not found (not a baseline: cmstack baseline save RUN_DIR --to DIR)")
+            raise BaselineError(
+                f"{base / f}: file not found (not a baseline: cmstack baseline save RUN_DIR --to DIR)"
+            )
     run = _run_dir(run_dir)
     bm, rm = _read_json(base / "metrics.json"), _read_json(run / "metrics.json")
     if bm.get("scenario") != rm.get("scenario"):
-        raise BaselineError(f"{run / 'metrics.json'}: scenario {rm.get('scenario')!r} does not match the baseline's "
-                            f"{bm.get('scenario')!r} ({base / 'metrics.json'})")
+        raise BaselineError(
+            f"{run / 'metrics.json'}: scenario {rm.get('scenario')!r} does not match the baseline's "
+            f"{bm.get('scenario')!r} ({base / 'metrics.json'})"
+        )
     st = _settings(base / "baseline.toml", bm)
     try:
         with np.load(base / "signals.npz") as z:
@@ -458,7 +492,9 @@ def _check(run_dir, against, out, plots) -> CheckResult:
     compare = st.compare if st.compare is not None else sorted(bs)
     for k in compare:
         if k not in bs:
-            raise BaselineError(f"{base / 'baseline.toml'}: signals.compare names '{k}', which is not in signals.npz")
+            raise BaselineError(
+                f"{base / 'baseline.toml'}: signals.compare names '{k}', which is not in signals.npz"
+            )
     compare = [k for k in compare if st.signal_keys.get(k) != "skip"]
     for k in st.signal_keys:
         if k not in bs:
@@ -472,7 +508,9 @@ def _check(run_dir, against, out, plots) -> CheckResult:
         if kind == "skip" or tol == "skip":
             continue
         if k not in rm:
-            raise BaselineError(f"{run / 'metrics.json'}: no metric '{k}' (the baseline has it: {base / 'metrics.json'})")
+            raise BaselineError(
+                f"{run / 'metrics.json'}: no metric '{k}' (the baseline has it: {base / 'metrics.json'})"
+            )
         mres.append(_compare_metric(k, kind, tol, bm[k], rm[k]))
 
     # signals on the baseline's grid
@@ -485,15 +523,19 @@ def _check(run_dir, against, out, plots) -> CheckResult:
     data = _read_series(run, ["t", *compare])
     tr = np.asarray(data["t"], dtype=float)
     if len(tr) < 2 or tr[0] > tb[0] + 1e-9 or tr[-1] < tb[-1] - 1e-9:
-        raise BaselineError(f"{run / 'log.npz'}: the run covers t = {tr[0]:.4g}…{tr[-1]:.4g} s, the baseline "
-                            f"{tb[0]:.4g}…{tb[-1]:.4g} s ({base / 'signals.npz'}); run at least as long")
+        raise BaselineError(
+            f"{run / 'log.npz'}: the run covers t = {tr[0]:.4g}…{tr[-1]:.4g} s, the baseline "
+            f"{tb[0]:.4g}…{tb[-1]:.4g} s ({base / 'signals.npz'}); run at least as long"
+        )
     sres = []
     for k in compare:
         b = _columns(bs[k])
         x = data[k]
         if not _is_series(x, len(tr)) or x.shape[1:] != bs[k].shape[1:]:
-            raise BaselineError(f"{run / 'log.npz'}: signal '{k}' has rows of shape {tuple(np.shape(x)[1:])}, the "
-                                f"baseline {tuple(bs[k].shape[1:])}")
+            raise BaselineError(
+                f"{run / 'log.npz'}: signal '{k}' has rows of shape {tuple(np.shape(x)[1:])}, the "
+                f"baseline {tuple(bs[k].shape[1:])}"
+            )
         r = _columns(x)
         ri = np.column_stack([np.interp(tb, tr, r[:, j]) for j in range(r.shape[1])])
         tol = st.signal_keys.get(k, st.signal_default)
@@ -510,7 +552,7 @@ def _check(run_dir, against, out, plots) -> CheckResult:
             j = int(np.argmax(d[i] > band))
             res.t_first, res.column = float(tb[i]), j
             res.column_name = _column_name(k, j, b.shape[1], names)
-            res._arrays = (tb, b[:, j], ri[:, j], i)       # for the plot
+            res._arrays = (tb, b[:, j], ri[:, j], i)  # for the plot
         else:
             res.column_name = k
         sres.append(res)
@@ -530,17 +572,22 @@ def _check(run_dir, against, out, plots) -> CheckResult:
         shutil.rmtree(out / "check_plots")
     if bad_s:
         s = bad_s[0]
-        msg = (f"outside tolerance: signal {s.column_name} left its band first, at t = {s.t_first:.4f} s "
-               f"(|run − baseline| up to {s.max_diff:.3g}, band {s.band:.3g}); {len(bad_s)} of {len(sres)} signals "
-               f"and {len(bad_m)} of {len(mres)} metrics outside")
+        msg = (
+            f"outside tolerance: signal {s.column_name} left its band first, at t = {s.t_first:.4f} s "
+            f"(|run − baseline| up to {s.max_diff:.3g}, band {s.band:.3g}); {len(bad_s)} of {len(sres)} signals "
+            f"and {len(bad_m)} of {len(mres)} metrics outside"
+        )
         if bad_m:
             msg += f" (first metric: {bad_m[0].key}: {bad_m[0].base!r} → {bad_m[0].run!r})"
         code = EXIT_OUTSIDE
     elif bad_m:
         m = bad_m[0]
-        msg = (f"outside tolerance: metric {m.key} ({m.kind}): baseline {m.base!r}, run {m.run!r}"
-               + (f" ({m.note})" if m.note else "") + f"; {len(bad_m)} of {len(mres)} metrics outside, "
-               f"every signal within its band")
+        msg = (
+            f"outside tolerance: metric {m.key} ({m.kind}): baseline {m.base!r}, run {m.run!r}"
+            + (f" ({m.note})" if m.note else "")
+            + f"; {len(bad_m)} of {len(mres)} metrics outside, "
+            f"every signal within its band"
+        )
         code = EXIT_OUTSIDE
     else:
         msg = f"within tolerance: {len(mres)} metrics and {len(sres)} signals on {len(tb)} samples"
@@ -574,9 +621,9 @@ def _plot(s: SignalResult, path: Path) -> Path:
     a2.set_ylabel("run − baseline")
     a2.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    from cmstack.sim.logger import atomic_write
-
     import io
+
+    from cmstack.sim.logger import atomic_write
 
     buf = io.BytesIO()
     fig.savefig(buf, dpi=100)
@@ -595,20 +642,43 @@ def _write_report(path: Path, res: CheckResult, run: Path, base: Path, tb: np.nd
     from cmstack.sim.logger import atomic_write
 
     verdict = {0: "PASS", 1: "FAIL"}[res.code]
-    lines = [f"# Baseline check: {verdict}", "", f"- run: `{run}`", f"- baseline: `{base}`",
-             f"- grid: {len(tb)} samples, t = {tb[0]:.4g} … {tb[-1]:.4g} s", f"- result: {res.message}", ""]
+    lines = [
+        f"# Baseline check: {verdict}",
+        "",
+        f"- run: `{run}`",
+        f"- baseline: `{base}`",
+        f"- grid: {len(tb)} samples, t = {tb[0]:.4g} … {tb[-1]:.4g} s",
+        f"- result: {res.message}",
+        "",
+    ]
     if res.config_changes:
-        lines += ["## Config differences (baseline → run)", ""] + [f"- `{c}`" for c in res.config_changes] + [""]
-    lines += ["## Signals", "", "| signal | within band | max abs(run − baseline) | band | first crossing |",
-              "| --- | --- | --- | --- | --- |"]
+        lines += (
+            ["## Config differences (baseline → run)", ""] + [f"- `{c}`" for c in res.config_changes] + [""]
+        )
+    lines += [
+        "## Signals",
+        "",
+        "| signal | within band | max abs(run − baseline) | band | first crossing |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in sorted(res.signals, key=lambda s: (s.ok, s.t_first or 0, s.key)):
         first = f"{s.column_name} at t = {s.t_first:.4f} s" if s.t_first is not None else ""
         if s.plot is not None:
             first += f" ([plot]({s.plot.relative_to(path.parent)}))"
-        lines.append(f"| `{s.key}` | {'yes' if s.ok else '**no**'} | {s.max_diff:.3g} | {s.band:.3g} | {first} |")
-    lines += ["", "## Metrics", "", "| metric | kind | baseline | run | within | note |", "| --- | --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| `{s.key}` | {'yes' if s.ok else '**no**'} | {s.max_diff:.3g} | {s.band:.3g} | {first} |"
+        )
+    lines += [
+        "",
+        "## Metrics",
+        "",
+        "| metric | kind | baseline | run | within | note |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for m in sorted(res.metrics, key=lambda m: (m.ok, m.key)):
-        lines.append(f"| `{m.key}` | {m.kind} | {_fmt(m.base)} | {_fmt(m.run)} | {'yes' if m.ok else '**no**'} | {m.note} |")
+        lines.append(
+            f"| `{m.key}` | {m.kind} | {_fmt(m.base)} | {_fmt(m.run)} | {'yes' if m.ok else '**no**'} | {m.note} |"
+        )
     lines.append("")
     atomic_write(path, "\n".join(lines), fsync=False)
     return path
@@ -617,15 +687,22 @@ def _write_report(path: Path, res: CheckResult, run: Path, base: Path, tb: np.nd
 # ------------------------------------------------------------------------------------------ command line
 def add_arguments(sub) -> None:
     """The ``cmstack baseline {save,check}`` sub-commands (``sub``: the subparsers of ``cmstack``)."""
-    p = sub.add_parser("baseline", help="store a run as a regression baseline, or check a run against one",
-                       description="Closed-loop regression baselines (docs/regression_testing.md). Exit codes of "
-                                   "check: 0 within tolerance, 1 outside, 2 the baseline does not match the run.")
+    p = sub.add_parser(
+        "baseline",
+        help="store a run as a regression baseline, or check a run against one",
+        description="Closed-loop regression baselines (docs/regression_testing.md). Exit codes of "
+        "check: 0 within tolerance, 1 outside, 2 the baseline does not match the run.",
+    )
     bsub = p.add_subparsers(dest="baseline_cmd", required=True, metavar="{save,check}")
     s = bsub.add_parser("save", help="write a compact baseline of a finished run")
     s.add_argument("run", help="run directory")
     s.add_argument("--to", help="baseline directory (default RUN_DIR/baseline)")
-    s.add_argument("--signal", action="append", metavar="KEY", help="log key or pattern to keep (repeatable; "
-                   f"default: {' '.join(DEFAULT_SIGNALS)})")
+    s.add_argument(
+        "--signal",
+        action="append",
+        metavar="KEY",
+        help=f"log key or pattern to keep (repeatable; default: {' '.join(DEFAULT_SIGNALS)})",
+    )
     s.add_argument("--float64", action="store_true", help="store the signals as float64 (default float32)")
     s.set_defaults(func=cmd_baseline)
     c = bsub.add_parser("check", help="compare a run with a baseline; writes check.md and plots into RUN_DIR")
@@ -643,7 +720,9 @@ def cmd_baseline(args) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_MISMATCH
         size = sum(f.stat().st_size for f in to.iterdir() if f.is_file())
-        print(f"baseline written: {to} ({size / 1e3:.0f} kB); check a run: cmstack baseline check RUN_DIR --against {to}")
+        print(
+            f"baseline written: {to} ({size / 1e3:.0f} kB); check a run: cmstack baseline check RUN_DIR --against {to}"
+        )
         return EXIT_OK
     res = check(args.run, args.against, plots=not args.no_plots)
     if res.code == EXIT_MISMATCH:

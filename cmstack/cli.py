@@ -16,6 +16,7 @@ file, or the ``--config`` file itself.
 Exit codes (every scenario run): 0 every target met, 1 a target missed or not evaluated
 (``"ok": false``), 2 usage or configuration error, 3 the run failed, 130 interrupted (Ctrl-C / SIGTERM).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,10 +41,12 @@ def cmd_run(args) -> int:
 
     try:
         name, mod, defaults = load_scenario(args.scenario)
-        if is_user_file(mod) and defaults is None:     # (a shipped scenario reads scenarios/configs/<name>.toml)
+        if is_user_file(mod) and defaults is None:  # (a shipped scenario reads scenarios/configs/<name>.toml)
             if not args.config:
-                raise ConfigError(f"scenario file {args.scenario} has no default config: give --config FILE.toml, "
-                                  f"put {Path(args.scenario).with_suffix('.toml').name} beside it, or set CONFIG")
+                raise ConfigError(
+                    f"scenario file {args.scenario} has no default config: give --config FILE.toml, "
+                    f"put {Path(args.scenario).with_suffix('.toml').name} beside it, or set CONFIG"
+                )
             defaults = Path(args.config).expanduser().resolve()
     except ConfigError as exc:
         print(f"error: ConfigError: {exc}", file=sys.stderr)
@@ -75,15 +78,22 @@ def cmd_campaign(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from cmstack.scenarios._common import EXIT_CODES_HELP, add_run_arguments
 
-    ap = argparse.ArgumentParser(prog="cmstack", description="Constrained-multibody control stack: run, watch "
-                                 "and benchmark closed-chain robot scenarios.")
+    ap = argparse.ArgumentParser(
+        prog="cmstack",
+        description="Constrained-multibody control stack: run, watch "
+        "and benchmark closed-chain robot scenarios.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench,campaign,baseline,rt}")
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("run", help="run a scenario (a shipped name or your own PATH.py)",
-                       description="Run a scenario: writes its run directory (config.toml, metrics.json, "
-                                   "log.npz, plots/, replay.html) and prints its metrics beside the paper's.",
-                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "run",
+        help="run a scenario (a shipped name or your own PATH.py)",
+        description="Run a scenario: writes its run directory (config.toml, metrics.json, "
+        "log.npz, plots/, replay.html) and prints its metrics beside the paper's.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
@@ -93,25 +103,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="replay until interrupted")
     p.add_argument("--no-wait", action="store_true", help="exit when the replay ends")
     p.add_argument("--qpos-key", default="plant_qpos", help="log key of the MuJoCo qpos series")
-    p.add_argument("--html", metavar="OUT.html", help="write the run as one standalone HTML file (time slider, "
-                   "opens offline, no server) instead of serving it")
+    p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write the run as one standalone HTML file (time slider, "
+        "opens offline, no server) instead of serving it",
+    )
     p.set_defaults(func=cmd_view)
     p = sub.add_parser("bench", help="run the speed benchmarks (bench/)")
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
-    p.add_argument("--quick", action="store_true", help="issue-12 benchmarks only, short runs (a few minutes)")
+    p.add_argument(
+        "--quick", action="store_true", help="issue-12 benchmarks only, short runs (a few minutes)"
+    )
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("campaign", help="run many variants of a scenario (grid/random × seeds), resumable",
-                       description="Run a campaign spec on a local process pool or a Dask cluster; writes "
-                                   "campaign.csv, summary.json, table.md and plots/. Exit codes: 0 every variant "
-                                   "succeeded, 1 some missed or failed, 2 spec error, 3 could not run.")
+    p = sub.add_parser(
+        "campaign",
+        help="run many variants of a scenario (grid/random × seeds), resumable",
+        description="Run a campaign spec on a local process pool or a Dask cluster; writes "
+        "campaign.csv, summary.json, table.md and plots/. Exit codes: 0 every variant "
+        "succeeded, 1 some missed or failed, 2 spec error, 3 could not run.",
+    )
     from cmstack.sim.campaign import add_arguments as campaign_arguments
 
     campaign_arguments(p)
     p.set_defaults(func=cmd_campaign)
-    from cmstack.baseline import add_arguments as baseline_arguments   # cmstack baseline {save,check}
+    from cmstack.baseline import add_arguments as baseline_arguments  # cmstack baseline {save,check}
 
     baseline_arguments(sub)
-    from cmstack.rt import add_arguments as rt_arguments   # cmstack rt: real time, driver + controller
+    from cmstack.rt import add_arguments as rt_arguments  # cmstack rt: real time, driver + controller
 
     rt_arguments(sub)
     return ap
@@ -122,8 +141,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:          # the reader went away (`cmstack list | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+    except BrokenPipeError:  # the reader went away (`cmstack list | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
 
 

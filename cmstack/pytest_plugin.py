@@ -22,6 +22,7 @@ Registered through the ``pytest11`` entry point, so installing cmstack is enough
 * ``pytest --cmstack-update-baselines`` (re)writes the baselines of the tests that run instead of
   comparing (tolerance edits in an existing ``baseline.toml`` are kept).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -40,9 +41,13 @@ UPDATE_OPTION = "--cmstack-update-baselines"
 
 def pytest_addoption(parser):
     group = parser.getgroup("cmstack", "cmstack closed-loop regression baselines")
-    group.addoption(UPDATE_OPTION, action="store_true", default=False,
-                    help="write the cmstack baselines (baselines/<test>/ beside each test file) instead of "
-                         "comparing runs with them")
+    group.addoption(
+        UPDATE_OPTION,
+        action="store_true",
+        default=False,
+        help="write the cmstack baselines (baselines/<test>/ beside each test file) instead of "
+        "comparing runs with them",
+    )
 
 
 def pytest_configure(config):
@@ -52,7 +57,9 @@ def pytest_configure(config):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     written = getattr(config, "_cmstack_written", [])
     if written:
-        terminalreporter.write_line(f"cmstack: {len(written)} baseline(s) written: " + ", ".join(map(str, written)))
+        terminalreporter.write_line(
+            f"cmstack: {len(written)} baseline(s) written: " + ", ".join(map(str, written))
+        )
 
 
 @dataclass
@@ -114,7 +121,7 @@ def _resolve(scenario, base: Path) -> str:
     s = str(scenario)
     if s.endswith(".py") or os.sep in s:
         p = Path(s).expanduser()
-        if not p.is_absolute():                  # beside the test file first, else from the current directory
+        if not p.is_absolute():  # beside the test file first, else from the current directory
             p = base / p if (base / p).exists() else p.resolve()
         return str(p)
     return s
@@ -126,9 +133,19 @@ class _Runner:
         self._tmp = tmp_path
         self._n = itertools.count()
 
-    def __call__(self, scenario, overrides: dict | None = None, duration: float | None = None,
-                 config=None, *, timeout: float = 600.0, plots: bool = False, in_process: bool = False,
-                 expect_failure: bool = False, out=None) -> ScenarioRun:
+    def __call__(
+        self,
+        scenario,
+        overrides: dict | None = None,
+        duration: float | None = None,
+        config=None,
+        *,
+        timeout: float = 600.0,
+        plots: bool = False,
+        in_process: bool = False,
+        expect_failure: bool = False,
+        out=None,
+    ) -> ScenarioRun:
         target = _resolve(scenario, self._base)
         i = next(self._n)
         out = Path(out) if out is not None else self._tmp / f"{_safe(Path(target).stem)}-{i}"
@@ -137,8 +154,17 @@ class _Runner:
         if in_process:
             code, so, se = self._in_process(target, sets, duration, cfg, out, plots)
         else:
-            argv = [sys.executable, "-m", "cmstack.cli", "run", target, "--out", str(out), "--no-html",
-                    "--no-progress"] + ([] if plots else ["--no-plots"])
+            argv = [
+                sys.executable,
+                "-m",
+                "cmstack.cli",
+                "run",
+                target,
+                "--out",
+                str(out),
+                "--no-html",
+                "--no-progress",
+            ] + ([] if plots else ["--no-plots"])
             for s in sets:
                 argv += ["--set", s]
             if duration is not None:
@@ -146,13 +172,22 @@ class _Runner:
             if cfg is not None:
                 argv += ["--config", cfg]
             try:
-                r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                   env=dict(os.environ, MPLBACKEND="Agg"), cwd=str(self._tmp))
+                r = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    env=dict(os.environ, MPLBACKEND="Agg"),
+                    cwd=str(self._tmp),
+                )
             except subprocess.TimeoutExpired:
-                r = None                      # (failed below, outside the handler: no chained traceback)
+                r = None  # (failed below, outside the handler: no chained traceback)
             if r is None:
-                pytest.fail(f"cmstack run {scenario} did not finish within {timeout:g} s of wall-clock time "
-                            f"(killed; the run so far is in {out})", pytrace=False)
+                pytest.fail(
+                    f"cmstack run {scenario} did not finish within {timeout:g} s of wall-clock time "
+                    f"(killed; the run so far is in {out})",
+                    pytrace=False,
+                )
             code, so, se = r.returncode, r.stdout, r.stderr
         metrics = {}
         if (out / "metrics.json").is_file():
@@ -165,18 +200,28 @@ class _Runner:
 
     @staticmethod
     def _in_process(target, sets, duration, cfg, out, plots):
-        from cmstack.scenarios._common import execute
-        from cmstack.scenarios.loader import is_user_file, load_scenario
-
         import argparse
         import contextlib
         import io
 
+        from cmstack.scenarios._common import execute
+        from cmstack.scenarios.loader import is_user_file, load_scenario
+
         name, mod, defaults = load_scenario(target)
         if is_user_file(mod) and defaults is None:
             defaults = cfg
-        args = argparse.Namespace(out=str(out), config=cfg, set=sets, duration=duration, viewer=None,
-                                  no_progress=True, no_wait=True, no_html=True, no_plots=not plots, debug=False)
+        args = argparse.Namespace(
+            out=str(out),
+            config=cfg,
+            set=sets,
+            duration=duration,
+            viewer=None,
+            no_progress=True,
+            no_wait=True,
+            no_html=True,
+            no_plots=not plots,
+            debug=False,
+        )
         so, se = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
             code = execute(name, mod.run, args, defaults=defaults)

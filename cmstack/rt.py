@@ -21,6 +21,7 @@ log.npz, plots/, replay.html) plus
 Exit codes: those of ``cmstack run`` (0 every target met, 1 a target missed, 2 usage or configuration
 error, 3 the run failed, 130 interrupted); a run the driver stopped (misses) exits 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,16 @@ import numpy as np
 from cmstack.models.errors import ConfigError
 
 #: metric-name fragments that are not closed-loop behaviour (speed, bookkeeping): left out of the comparison
-NOT_CLOSED_LOOP = ("realtime_factor", "wall_s", "_us", "duration", "control_dt", "rt_", "saturations", "simulated_s")
+NOT_CLOSED_LOOP = (
+    "realtime_factor",
+    "wall_s",
+    "_us",
+    "duration",
+    "control_dt",
+    "rt_",
+    "saturations",
+    "simulated_s",
+)
 #: closed-loop metrics judged against the in-process run ("within 2×" of it, issue 25)
 JUDGED = ("error", "settling_time")
 
@@ -45,26 +55,43 @@ def add_arguments(sub) -> None:
     """The ``cmstack rt`` sub-command (``sub``: the subparsers of ``cmstack``)."""
     from cmstack.scenarios._common import EXIT_CODES_HELP
 
-    p = sub.add_parser("rt", help="run a scenario in real time across a process boundary (driver + controller)",
-                       description="Run a scenario's controller against its plant in a driver process at a fixed "
-                                   "rate in wall-clock time, as on a real robot; writes the run directory plus "
-                                   "timing.json and plots/rt_timing.png, and compares the closed-loop metrics "
-                                   "with the in-process run's (docs/realtime.md).",
-                       epilog=EXIT_CODES_HELP + "\n  (a run stopped by the driver after consecutive misses exits 1)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "rt",
+        help="run a scenario in real time across a process boundary (driver + controller)",
+        description="Run a scenario's controller against its plant in a driver process at a fixed "
+        "rate in wall-clock time, as on a real robot; writes the run directory plus "
+        "timing.json and plots/rt_timing.png, and compares the closed-loop metrics "
+        "with the in-process run's (docs/realtime.md).",
+        epilog=EXIT_CODES_HELP + "\n  (a run stopped by the driver after consecutive misses exits 1)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
-    p.add_argument("--rate", type=float, default=1000.0, help="control rate [Hz] (default 1000); sets control_dt")
+    p.add_argument(
+        "--rate", type=float, default=1000.0, help="control rate [Hz] (default 1000); sets control_dt"
+    )
     p.add_argument("--duration", type=float, help="seconds of wall-clock time = simulated time")
-    p.add_argument("--transport", choices=["shm", "udp"], default="shm",
-                   help="shm: shared memory with sequence locks (default); udp: datagrams on the loopback")
+    p.add_argument(
+        "--transport",
+        choices=["shm", "udp"],
+        default="shm",
+        help="shm: shared memory with sequence locks (default); udp: datagrams on the loopback",
+    )
     p.add_argument("--config", help="TOML file overriding keys of the default config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
-    p.add_argument("--max-misses", type=int, default=20,
-                   help="consecutive misses after which the driver stops the robot (default 20)")
-    p.add_argument("--brake-damping", type=float, default=5.0, help="D of the stop's brake τ = -D v [N·m·s/rad]")
+    p.add_argument(
+        "--max-misses",
+        type=int,
+        default=20,
+        help="consecutive misses after which the driver stops the robot (default 20)",
+    )
+    p.add_argument(
+        "--brake-damping", type=float, default=5.0, help="D of the stop's brake τ = -D v [N·m·s/rad]"
+    )
     p.add_argument("--fifo", action="store_true", help="SCHED_FIFO for both processes when the OS allows it")
-    p.add_argument("--pin", metavar="CTRL,DRIVER", help="pin the controller and the driver to these CPUs, e.g. 1,0")
+    p.add_argument(
+        "--pin", metavar="CTRL,DRIVER", help="pin the controller and the driver to these CPUs, e.g. 1,0"
+    )
     p.add_argument("--no-compare", action="store_true", help="do not run the in-process reference")
     p.add_argument("--no-plots", action="store_true", help="write no plots")
     p.add_argument("--no-html", action="store_true", help="do not write replay.html")
@@ -88,8 +115,13 @@ def _settings(args):
             cpus = ()
         if len(cpus) != 2 or min(cpus) < 0:
             raise ConfigError(f"--pin must be two CPU numbers CTRL,DRIVER (e.g. 1,0), got '{args.pin}'")
-    drv = DriverSettings(rate_hz=args.rate, max_misses=args.max_misses, brake_damping=args.brake_damping,
-                         fifo=args.fifo, cpu=cpus[1]).check()
+    drv = DriverSettings(
+        rate_hz=args.rate,
+        max_misses=args.max_misses,
+        brake_damping=args.brake_damping,
+        fifo=args.fifo,
+        cpu=cpus[1],
+    ).check()
     return drv, LoopSettings(fifo=args.fifo, cpu=cpus[0])
 
 
@@ -99,14 +131,29 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
 
     dt = kw.pop("control_dt")
     if abs(dt * rate - 1.0) > 1e-9:
-        raise ConfigError(f"the scenario runs its loop at control_dt = {dt:g} s, not 1/--rate = {1 / rate:g} s "
-                          "(it has no config key control_dt that cmstack rt could set)")
-    def start():
-        print(f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
-              "(Ctrl-C stops the robot)", flush=True)
+        raise ConfigError(
+            f"the scenario runs its loop at control_dt = {dt:g} s, not 1/--rate = {1 / rate:g} s "
+            "(it has no config key control_dt that cmstack rt could set)"
+        )
 
-    return run_rt(plant, controller, control_dt=dt, driver=drv, loop=loop, transport=transport, on_start=start,
-                  on_loop_end=runs.append, **kw)   # kept before the replay, which a Ctrl-C may cut short
+    def start():
+        print(
+            f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
+            "(Ctrl-C stops the robot)",
+            flush=True,
+        )
+
+    return run_rt(
+        plant,
+        controller,
+        control_dt=dt,
+        driver=drv,
+        loop=loop,
+        transport=transport,
+        on_start=start,
+        on_loop_end=runs.append,
+        **kw,
+    )  # kept before the replay, which a Ctrl-C may cut short
 
 
 def compare(rt_metrics: dict, ref: dict) -> dict:
@@ -121,7 +168,9 @@ def compare(rt_metrics: dict, ref: dict) -> dict:
             continue
         ratio = a / b if b not in (0, 0.0) and math.isfinite(b) else float("nan")
         judged = any(f in key for f in JUDGED)
-        within = (abs(a) <= 2.0 * abs(b) + 1e-12) if judged and math.isfinite(a) and math.isfinite(b) else None
+        within = (
+            (abs(a) <= 2.0 * abs(b) + 1e-12) if judged and math.isfinite(a) and math.isfinite(b) else None
+        )
         out[key] = {"rt": a, "inprocess": b, "ratio": ratio, "within_2x": within}
     return out
 
@@ -153,8 +202,17 @@ def save_timing(out: Path, run, timing: dict, plots: bool) -> list[Path]:
     atomic_write(paths[0], json.dumps(timing, indent=1, default=float))
     d, L = run.rt.driver.log, run.rt.loop
     n = run.rt.driver.cycles
-    arrays = dict(wall=d["wall"], late=d["late"], age=d["age"], miss=d["miss"], answers=d["answers"],
-                  t=d["t"], latency_us=L.latency_us[:n], compute_us=L.compute_us[:n], wake_us=L.wake_us[:n])
+    arrays = dict(
+        wall=d["wall"],
+        late=d["late"],
+        age=d["age"],
+        miss=d["miss"],
+        answers=d["answers"],
+        t=d["t"],
+        latency_us=L.latency_us[:n],
+        compute_us=L.compute_us[:n],
+        wake_us=L.wake_us[:n],
+    )
     tmp = out / ".rt_timing.partial.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, out / "rt_timing.npz")
@@ -177,9 +235,11 @@ def plot_timing(out: Path, a: dict, timing: dict) -> Path:
     period = np.diff(a["wall"][1:]) * 1e6
     fig, ax = plt.subplots(2, 2, figsize=(12, 8))
     target = timing["period_target_us"]
-    for axis, data, key, title in ((ax[0, 0], period, "period_us", "cycle period (driver ticks)"),
-                                   (ax[0, 1], a["latency_us"], "latency_us", "controller latency (state → τ sent)"),
-                                   (ax[1, 0], a["age"][1:] * 1e6, "torque_age_us", "torque age when applied")):
+    for axis, data, key, title in (
+        (ax[0, 0], period, "period_us", "cycle period (driver ticks)"),
+        (ax[0, 1], a["latency_us"], "latency_us", "controller latency (state → τ sent)"),
+        (ax[1, 0], a["age"][1:] * 1e6, "torque_age_us", "torque age when applied"),
+    ):
         x = data[np.isfinite(data)]
         if x.size:
             axis.hist(x, bins=np.geomspace(max(x.min(), 0.5), max(x.max(), 1.0) * 1.01, 120), log=True)
@@ -191,18 +251,28 @@ def plot_timing(out: Path, a: dict, timing: dict) -> Path:
         axis.legend(fontsize=8)
     c = a["compute_us"][np.isfinite(a["compute_us"])]
     if c.size:
-        ax[0, 1].hist(c, bins=np.geomspace(max(c.min(), 0.5), max(c.max(), 1.0) * 1.01, 120), log=True, alpha=0.5,
-                      label="compute (the controller call)")
+        ax[0, 1].hist(
+            c,
+            bins=np.geomspace(max(c.min(), 0.5), max(c.max(), 1.0) * 1.01, 120),
+            log=True,
+            alpha=0.5,
+            label="compute (the controller call)",
+        )
         ax[0, 1].legend(fontsize=8)
     miss = a["miss"]
     ax[1, 1].plot(a["t"], np.cumsum(miss), label="misses (cumulative)")
     ax[1, 1].set_xlabel("t [s]")
     ax[1, 1].set_ylabel("misses")
     load = timing.get("load_average_1_5_15")
-    ax[1, 1].set_title(f"misses: {timing['misses']} ({timing['misses_per_million']:.0f} per million cycles), "
-                       f"stops {timing['stops']}\nload average {load}, {timing['cpus']} CPUs", fontsize=9)
+    ax[1, 1].set_title(
+        f"misses: {timing['misses']} ({timing['misses_per_million']:.0f} per million cycles), "
+        f"stops {timing['stops']}\nload average {load}, {timing['cpus']} CPUs",
+        fontsize=9,
+    )
     ax[1, 1].legend(fontsize=8)
-    fig.suptitle(f"cmstack rt at {timing['rate_hz']:g} Hz: {timing['cycles']} cycles, status {timing['status']}")
+    fig.suptitle(
+        f"cmstack rt at {timing['rate_hz']:g} Hz: {timing['cycles']} cycles, status {timing['status']}"
+    )
     fig.tight_layout()
     p = out / "plots"
     p.mkdir(exist_ok=True)
@@ -215,20 +285,32 @@ def plot_timing(out: Path, a: dict, timing: dict) -> Path:
 
 def summary_lines(timing: dict) -> list[str]:
     t = timing
-    lines = [f"rt: {t['cycles']} cycles at {t['rate_hz']:g} Hz over {t['transport']}, status {t['status']}"
-             + (f" ({t['reason']})" if t["reason"] else ""),
-             f"  misses {t['misses']} ({t['misses_per_million']:.0f} per million cycles, longest run "
-             f"{t['max_consecutive_misses']}), stops {t['stops']}, driver overruns {t['driver_overruns']} "
-             f"(clock slipped {t['driver_slip_s'] * 1e3:.1f} ms), states skipped {t['states_skipped']}"]
-    for key, what in (("period_us", "cycle period"), ("latency_us", "latency"), ("compute_us", "compute"),
-                      ("torque_age_us", "torque age")):
+    lines = [
+        f"rt: {t['cycles']} cycles at {t['rate_hz']:g} Hz over {t['transport']}, status {t['status']}"
+        + (f" ({t['reason']})" if t["reason"] else ""),
+        f"  misses {t['misses']} ({t['misses_per_million']:.0f} per million cycles, longest run "
+        f"{t['max_consecutive_misses']}), stops {t['stops']}, driver overruns {t['driver_overruns']} "
+        f"(clock slipped {t['driver_slip_s'] * 1e3:.1f} ms), states skipped {t['states_skipped']}",
+    ]
+    for key, what in (
+        ("period_us", "cycle period"),
+        ("latency_us", "latency"),
+        ("compute_us", "compute"),
+        ("torque_age_us", "torque age"),
+    ):
         s = t[key]
-        lines.append(f"  {what + ' [µs]':<20} p50 {s['p50']:9.1f}  p99 {s['p99']:9.1f}  p99.9 {s['p99.9']:9.1f}  "
-                     f"max {s['max']:9.1f}")
-    lines.append(f"  GC collections in the loop: {t['gc_collections']} (gen-0 growth after warm-up: "
-                 f"{t['gc_gen0_growth']}); load average {t['load_average_1_5_15']} on {t['cpus']} CPUs")
+        lines.append(
+            f"  {what + ' [µs]':<20} p50 {s['p50']:9.1f}  p99 {s['p99']:9.1f}  p99.9 {s['p99.9']:9.1f}  "
+            f"max {s['max']:9.1f}"
+        )
+    lines.append(
+        f"  GC collections in the loop: {t['gc_collections']} (gen-0 growth after warm-up: "
+        f"{t['gc_gen0_growth']}); load average {t['load_average_1_5_15']} on {t['cpus']} CPUs"
+    )
     b = t["log_bytes_per_cycle"]
-    lines.append(f"  log: {b['driver'] + b['controller']} bytes per cycle (driver {b['driver']}, controller {b['controller']})")
+    lines.append(
+        f"  log: {b['driver'] + b['controller']} bytes per cycle (driver {b['driver']}, controller {b['controller']})"
+    )
     lines += [f"  {s}" for s in t["setup"]]
     if "closed_loop" in t:
         lines.append("  closed loop, rt vs in-process (ratio; error metrics judged within 2×):")
@@ -239,8 +321,15 @@ def summary_lines(timing: dict) -> list[str]:
 
 
 def cmd_rt(args) -> int:
-    from cmstack.scenarios._common import (EXIT_INTERRUPTED, EXIT_TARGET_MISSED, EXIT_USAGE, _default_out,
-                                           default_config, execute, run_scenario)
+    from cmstack.scenarios._common import (
+        EXIT_INTERRUPTED,
+        EXIT_TARGET_MISSED,
+        EXIT_USAGE,
+        _default_out,
+        default_config,
+        execute,
+        run_scenario,
+    )
     from cmstack.scenarios.loader import is_user_file, load_scenario
     from cmstack.sim.runner import LOOP_OVERRIDE
 
@@ -249,7 +338,9 @@ def cmd_rt(args) -> int:
         name, mod, defaults = load_scenario(args.scenario)
         if is_user_file(mod) and defaults is None:
             if not args.config:
-                raise ConfigError(f"scenario file {args.scenario} has no default config: give --config FILE.toml")
+                raise ConfigError(
+                    f"scenario file {args.scenario} has no default config: give --config FILE.toml"
+                )
             defaults = Path(args.config).expanduser().resolve()
         cfg = default_config(name, defaults)
     except ConfigError as exc:
@@ -259,9 +350,18 @@ def cmd_rt(args) -> int:
     if "control_dt" in cfg:
         sets.append(f"control_dt={1.0 / args.rate!r}")
     out = Path(args.out).expanduser() if args.out else Path(f"{_default_out(name)}-rt")
-    ns = argparse.Namespace(out=str(out), config=args.config, set=sets, duration=args.duration, viewer=None,
-                            no_progress=True, debug=args.debug, no_wait=True, no_html=args.no_html,
-                            no_plots=args.no_plots)
+    ns = argparse.Namespace(
+        out=str(out),
+        config=args.config,
+        set=sets,
+        duration=args.duration,
+        viewer=None,
+        no_progress=True,
+        debug=args.debug,
+        no_wait=True,
+        no_html=args.no_html,
+        no_plots=args.no_plots,
+    )
     runs: list = []
     token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop, args.transport))
     try:
@@ -272,17 +372,29 @@ def cmd_rt(args) -> int:
         return code
     run = runs[-1]
     closed = None
-    interrupted = code == EXIT_INTERRUPTED        # timing.json still written, no reference run, no plot
+    interrupted = code == EXIT_INTERRUPTED  # timing.json still written, no reference run, no plot
     if not args.no_compare and not interrupted and (out / "metrics.json").is_file():
         print("in-process reference run (same config and duration) ...", flush=True)
         try:
-            ref, _ = run_scenario(name, mod.run, out=out / "inprocess", config_file=args.config, sets=sets,
-                                  duration=args.duration, progress=False, echo=False, defaults=defaults,
-                                  html=False, plots=False,
-                                  schema=getattr(sys.modules.get(mod.run.__module__), "CONFIG_SCHEMA", None))
+            ref, _ = run_scenario(
+                name,
+                mod.run,
+                out=out / "inprocess",
+                config_file=args.config,
+                sets=sets,
+                duration=args.duration,
+                progress=False,
+                echo=False,
+                defaults=defaults,
+                html=False,
+                plots=False,
+                schema=getattr(sys.modules.get(mod.run.__module__), "CONFIG_SCHEMA", None),
+            )
             closed = compare(json.loads((out / "metrics.json").read_text()), ref)
-        except Exception as exc:            # the rt run stands on its own; say why there is no comparison
-            print(f"in-process reference failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        except Exception as exc:  # the rt run stands on its own; say why there is no comparison
+            print(
+                f"in-process reference failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
     timing = timing_report(run, closed)
     paths = save_timing(out, run, timing, plots=not (args.no_plots or interrupted))
     print("\n".join(summary_lines(timing)))

@@ -12,9 +12,25 @@ library's typed ``cmstack.sim.perturb.Perturbation``, applied by ``perturb_plant
 
 This module is the application tier (it re-exports cmstack.scenarios._common): the library never imports it.
 """
+
 from __future__ import annotations
 
-from cmstack.scenarios._common import (Context, Outcome, Row, apply_perturbation, default_config, run_scenario,
-                                       scenario_main)
+from cmstack.scenarios._common import (
+    Context,
+    Outcome,
+    Row,
+    apply_perturbation,
+    default_config,
+    run_scenario,
+    scenario_main,
+)
 
-__all__ = ["Context", "Outcome", "Row", "run_scenario", "scenario_main", "default_config", "apply_perturbation"]
+__all__ = [
+    "Context",
+    "Outcome",
+    "Row",
+    "run_scenario",
+    "scenario_main",
+    "default_config",
+    "apply_perturbation",
+]

@@ -6,17 +6,52 @@ controller takes them in priority levels, e.g.
 
     from cmstack.tasks import RigidCoupling, FrameTask, PostureTask, Circle
 """
+
 from __future__ import annotations
 
 from cmstack.controllers.udwadia_kalaba import GAUSS
 from cmstack.controllers.uk_robust import IntegralTask
-from cmstack.models.coupling import ErrorDynamics, FrameTask, PostureTask, RelativeFrameTask, RigidCoupling, Task
+from cmstack.models.coupling import (
+    ErrorDynamics,
+    FrameTask,
+    PostureTask,
+    RelativeFrameTask,
+    RigidCoupling,
+    Task,
+)
 from cmstack.models.loops import ClosureSet, LoopClosure
-from cmstack.models.trajectory import (Circle, Constant, FromFunction, MinimumJerk, MinimumJerkSE3, Sample,
-                                       SE3Trajectory, Sinusoid, Trajectory, as_trajectory)
+from cmstack.models.trajectory import (
+    Circle,
+    Constant,
+    FromFunction,
+    MinimumJerk,
+    MinimumJerkSE3,
+    Sample,
+    SE3Trajectory,
+    Sinusoid,
+    Trajectory,
+    as_trajectory,
+)
 
-__all__ = ["Task", "ErrorDynamics", "RigidCoupling", "FrameTask", "RelativeFrameTask", "PostureTask",
-           "LoopClosure", "ClosureSet",
-           "IntegralTask", "GAUSS",
-           "Trajectory", "SE3Trajectory", "Sample", "Constant", "Sinusoid", "Circle", "MinimumJerk",
-           "MinimumJerkSE3", "FromFunction", "as_trajectory"]
+__all__ = [
+    "Task",
+    "ErrorDynamics",
+    "RigidCoupling",
+    "FrameTask",
+    "RelativeFrameTask",
+    "PostureTask",
+    "LoopClosure",
+    "ClosureSet",
+    "IntegralTask",
+    "GAUSS",
+    "Trajectory",
+    "SE3Trajectory",
+    "Sample",
+    "Constant",
+    "Sinusoid",
+    "Circle",
+    "MinimumJerk",
+    "MinimumJerkSE3",
+    "FromFunction",
+    "as_trajectory",
+]

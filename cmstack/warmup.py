@@ -5,6 +5,7 @@ instead of compiling it each.  It builds each controller as the scenarios build 
 builders), so it belongs to the application tier: the kernels themselves (controllers/kernels.py,
 controllers/_uk_kernels.py, models/_*_kernels.py) never import a scenario.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ def _warm_chain() -> None:
     from cmstack.models import lie
     from cmstack.models.trajectory import Circle
 
-    Circle([0.0, 0.0, 0.0], 0.1, 1.0).sample(0.0)     # models/_trajectory_kernels.py
+    Circle([0.0, 0.0, 0.0], 0.1, 1.0).sample(0.0)  # models/_trajectory_kernels.py
     q = lie.quat_exp(np.array([[0.1, 0.2, 0.3]]))
     lie.quat_log(lie.quat_mul(q, q))
     lie.rotation_vector(lie.quat_to_matrix(q))
@@ -29,8 +30,17 @@ def _warm_chain() -> None:
     ch = TensorChain.rods(3, 0.4, 0.04, 1.0, [1.0, 1.0, 1.0], spring_law="rotvec")
     s = ch.straight_state()
     ee = (s.pos[-1], s.quat[-1], np.zeros(6), np.zeros(6))
-    law = TaskSpaceLaw(ch, lambda t: ee, 1.0, 1.0, 1.0, 1.0, obstacles=[Obstacle(np.array([0.0, 0.3, 0.0]), 0.1)],
-                       obstacle_gain=1e-5, kd_mass=1.0)
+    law = TaskSpaceLaw(
+        ch,
+        lambda t: ee,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        obstacles=[Obstacle(np.array([0.0, 0.3, 0.0]), 0.1)],
+        obstacle_gain=1e-5,
+        kd_mass=1.0,
+    )
     law(0.0, s)
 
 
@@ -46,22 +56,36 @@ def _warm_rest() -> None:
     sin = Sinusoid([0.0, 0.0, 0.1], [0.1, 0.1, 0.05], 0.5)
     RobustPartitionController(PartitionModel(), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
     robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
-    for loop in (robot.loops[0], None):       # one loop row (kernels.pidc_one_row); robot.loops (the closed-chain step)
-        PIDC(robot, loop, ["crank"], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0)(0.0, np.array([0.1, -0.2]), np.zeros(2))
+    for loop in (
+        robot.loops[0],
+        None,
+    ):  # one loop row (kernels.pidc_one_row); robot.loops (the closed-chain step)
+        PIDC(robot, loop, ["crank"], Sinusoid(0.0, 0.1, 0.5), 1.0, 1.0)(
+            0.0, np.array([0.1, -0.2]), np.zeros(2)
+        )
     from cmstack.scenarios.series_parallel import build_pidc
 
     build_pidc(default_config("series_parallel"), sin)(0.0, np.array([0.0, 0.0, 0.1]), np.zeros(3))
-    from cmstack.scenarios.closed_chain import build_law, build_reference, load_robot   # PIDC, several loop rows
+    from cmstack.scenarios.closed_chain import (
+        build_law,
+        build_reference,
+        load_robot,
+    )  # PIDC, several loop rows
 
-    for law in ("pidc", "uk"):                  # PIDC's rows kernel; UK's compiled closed-chain step (the loops'
-        cc = dict(default_config("closed_chain"), model="mjcf/four_bar.xml", law=law)   # rows and passive map in
-        four = load_robot(cc)                                                           # _uk_kernels.uk_step)
+    for law in ("pidc", "uk"):  # PIDC's rows kernel; UK's compiled closed-chain step (the loops'
+        cc = dict(
+            default_config("closed_chain"), model="mjcf/four_bar.xml", law=law
+        )  # rows and passive map in
+        four = load_robot(cc)  # _uk_kernels.uk_step)
         ctl = build_law(cc, four, build_reference(cc, four)[1])
         ctl(0.0, four.q_initial, np.zeros(four.nv))
         if law == "uk":
-            ctl.binding_limits(ctl.kin, ctl.kin.h, ctl.info.vdot)    # its torque map formed (kernels.passive_map)
-    sin(0.0)                                    # Sinusoid.sample (models/_trajectory_kernels.sinusoid_sample)
-    from cmstack.scenarios.balloon import Params, titop_system    # the TITOP sweeps (models/_titop_kernels.py)
+            ctl.binding_limits(
+                ctl.kin, ctl.kin.h, ctl.info.vdot
+            )  # its torque map formed (kernels.passive_map)
+    sin(0.0)  # Sinusoid.sample (models/_trajectory_kernels.sinusoid_sample)
+    from cmstack.scenarios.balloon import Params, titop_system  # the TITOP sweeps (models/_titop_kernels.py)
+
     P = Params(default_config("balloon"))
     tsys = titop_system(P)
     tsys.forward(P.q0, np.zeros(9), np.zeros(9), ext={("balloon", "B"): np.zeros(6)})

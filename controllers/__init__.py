@@ -12,6 +12,7 @@ The public names:
 
 Each name is imported on first use, so that ``import cmstack.controllers.base`` stays cheap.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -42,14 +43,15 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:   # the same names for type checkers (mypy reads these; at run time __getattr__ serves them)
+if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run time __getattr__ serves them)
     from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
-    from cmstack.controllers.dac import LawInfo, Obstacle, PoseLaw, PortLaw, TaskSpaceLaw, VelocityLaw
+    from cmstack.controllers.dac import LawInfo, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, VelocityLaw
     from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo
     from cmstack.controllers.robust_partition import RobustInfo, RobustPartitionController
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, UKStepInfo
     from cmstack.controllers.uk_robust import RobustUKController
-else:   # hidden from type checkers, which then know exactly the names above
+else:  # hidden from type checkers, which then know exactly the names above
+
     def __getattr__(name: str):
         mod = _EXPORTS.get(name)
         if mod is None:

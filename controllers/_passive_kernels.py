@@ -27,18 +27,18 @@ Outputs.  Not converged (some |φ_i| > tol, or not finite): q[pas] −= J_p⁺ �
 manifold, dq_p = G dq_a, from J_a dq_a + J_p dq_p = 0) and v[pas] = G v_a, returns ``CONVERGED``.
 tests/test_pidc_adapters.py compares both with the SVD path, and the fallback on rank-deficient J_p.
 """
+
 from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import ABS, apply_qt, qr_pivot
 from cmstack.models._kernel_cache import depends_on
 
-depends_on(__file__, kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, kernels)  # numba's cache does not see a change of a callee in another file
 
 CONVERGED, STEPPED, FALLBACK = 0, 1, 2
 
@@ -55,8 +55,8 @@ def _lsq_apply(X, m, p, piv, tau, y, z, out):
     """out[:p] = J_p⁺ y from the factors of ``_qr_full`` (y is not modified; z is m scratch)."""
     for i in range(m):
         z[i] = y[i]
-    apply_qt(X, m, p, tau, z)                        # z = Qᵀ y = H_{p−1} … H₀ y
-    for j in range(p - 1, -1, -1):                   # R x = z[:p], then out[piv] = x
+    apply_qt(X, m, p, tau, z)  # z = Qᵀ y = H_{p−1} … H₀ y
+    for j in range(p - 1, -1, -1):  # R x = z[:p], then out[piv] = x
         s = z[j]
         for c in range(j + 1, p):
             s -= X[j, c] * z[c]
@@ -105,17 +105,17 @@ def passive_step(phi, J, q, v, va, G, X, ints, prm, work):
     p, na = G.shape[0], G.shape[1]
     tol, rtol = prm[0], prm[1]
     pas = ints[:p]
-    act = ints[p:p + na]
-    piv = ints[p + na:2 * p + na]
+    act = ints[p : p + na]
+    piv = ints[p + na : 2 * p + na]
     tau = work[:p]
-    z = work[p:p + m]
-    x = work[p + m:2 * p + m]
-    col = work[2 * p + m:2 * p + 2 * m]
+    z = work[p : p + m]
+    x = work[p + m : 2 * p + m]
+    col = work[2 * p + m : 2 * p + 2 * m]
     if p == 0 or m < p:
         return FALLBACK
     conv = True
     for i in range(m):
-        if not (abs(phi[i]) <= tol):                 # a NaN is not converged (max|φ| ≤ tol of the NumPy path)
+        if not (abs(phi[i]) <= tol):  # a NaN is not converged (max|φ| ≤ tol of the NumPy path)
             conv = False
     for i in range(m):
         for j in range(p):
@@ -125,7 +125,7 @@ def passive_step(phi, J, q, v, va, G, X, ints, prm, work):
     _qr_full(X, m, p, piv, tau)
     r0 = abs(X[0, 0])
     rp = abs(X[p - 1, p - 1])
-    bound = 3.0 / (math.sqrt(4.0 ** p + 6.0 * p - 1.0) * math.sqrt(p))
+    bound = 3.0 / (math.sqrt(4.0**p + 6.0 * p - 1.0) * math.sqrt(p))
     if not (rp * bound > rtol * r0):
         return FALLBACK
     if not conv:

@@ -44,6 +44,7 @@ multipliers λ = A⁺ᵀ f_c = Π Z_r U⁻ᵀ Q_rᵀ f_c (the COD of Aᵀ applie
 tests/test_pidc_kernels.py compares every output with ``PIDC._numpy_step`` on closed-loop states of the
 shipped mechanisms and on random rank-deficient matrices (the COD against NumPy's pinv).
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,9 @@ from numba import carray, farray, njit
 
 from cmstack.controllers import _uk_kernels, kernels
 from cmstack.controllers._uk_kernels import _f64_at, _i64_at, bias_forces, frame_states, task_rows_into
-from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
+from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_rows
 
@@ -119,20 +120,34 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
     L = max(n, m, k, np_) + 1
     w0 = work.ctypes.data
     o = 0
-    Xa = carray(_f64_at(w0 + 8 * o), (n, L)); o += n * L             # Aᵀ, then its QR
-    Za = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L             # Tᵀ of A's COD
-    Qf = carray(_f64_at(w0 + 8 * o), (n, n)); o += n * n             # Q of Aᵀ = [Y N]
-    Xb = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L             # B₀N or C = S_p Y
-    Zb = carray(_f64_at(w0 + 8 * o), (L, L)); o += L * L
-    ta = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    za = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    tb = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    zb = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    w1 = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    w2 = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    cv = carray(_f64_at(w0 + 8 * o), (n,)); o += n
-    yv = carray(_f64_at(w0 + 8 * o), (L,)); o += L
-    bv = carray(_f64_at(w0 + 8 * o), (n,)); o += n
+    Xa = carray(_f64_at(w0 + 8 * o), (n, L))
+    o += n * L  # Aᵀ, then its QR
+    Za = carray(_f64_at(w0 + 8 * o), (L, L))
+    o += L * L  # Tᵀ of A's COD
+    Qf = carray(_f64_at(w0 + 8 * o), (n, n))
+    o += n * n  # Q of Aᵀ = [Y N]
+    Xb = carray(_f64_at(w0 + 8 * o), (L, L))
+    o += L * L  # B₀N or C = S_p Y
+    Zb = carray(_f64_at(w0 + 8 * o), (L, L))
+    o += L * L
+    ta = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    za = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    tb = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    zb = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    w1 = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    w2 = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    cv = carray(_f64_at(w0 + 8 * o), (n,))
+    o += n
+    yv = carray(_f64_at(w0 + 8 * o), (L,))
+    o += L
+    bv = carray(_f64_at(w0 + 8 * o), (n,))
+    o += n
     pa = carray(_i64_at(piv.ctypes.data), (2 * L,))
     pb = carray(_i64_at(piv.ctypes.data + 16 * L), (2 * L,))
     # A's COD on Aᵀ (n×m): rank r, Q = [Y N]
@@ -140,7 +155,7 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
         for c in range(m):
             Xa[i, c] = A[c, i]
     r = cod_factor(Xa, n, m, rank_tol, ABS, pa, ta, Za, za)
-    for c in range(n):                        # column c of Q = Q e_c
+    for c in range(n):  # column c of Q = Q e_c
         for i in range(n):
             w1[i] = 1.0 if i == c else 0.0
         apply_q(Xa, n, r, ta, w1)
@@ -151,7 +166,7 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
     for i in range(m):
         w1[i] = jdv[pa[i]]
     apply_qt(Za, m, r, za, w1)
-    for i in range(r - 1, -1, -1):            # U x = w1[:r]: back substitution
+    for i in range(r - 1, -1, -1):  # U x = w1[:r]: back substitution
         x = w1[i]
         for c in range(i + 1, r):
             x -= Za[i, c] * w1[c]
@@ -194,7 +209,7 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
         qdd[i] = cv[i]
     if d > 0 and k > 0:
         rb = cod_factor(Xb, k, d, rtol, REL, pb, tb, Zb, zb)
-        cod_pinv_apply(Xb, k, d, rb, pb, tb, Zb, zb, yv, w1, w2)      # w2 = (B₀N)⁺ y
+        cod_pinv_apply(Xb, k, d, rb, pb, tb, Zb, zb, yv, w1, w2)  # w2 = (B₀N)⁺ y
         for i in range(n):
             x = 0.0
             for j in range(d):
@@ -254,7 +269,7 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
         for j in range(r):
             x += Qf[i, j] * w1[j]
         fc[i] = x
-    for i in range(r):                        # Uᵀ s = Q_rᵀ f_c = w1[:r] (Q_rᵀ Y Yᵀ = Yᵀ)
+    for i in range(r):  # Uᵀ s = Q_rᵀ f_c = w1[:r] (Q_rᵀ Y Yᵀ = Yᵀ)
         x = w1[i]
         for c in range(i):
             x -= Za[c, i] * w1[c]
@@ -268,10 +283,50 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
 
 
 #: header of the plan's integer table I (``ClosedChainPlan``): sizes, then offsets into I and into the float table F
-(H_N, H_M, H_K, H_NF, H_NJ, H_NT, H_NROWS, H_SINUS, H_O_INTS, H_N_INTS, H_O_FINT, H_O_LINT, H_NL, H_O_TINT, H_O_PIDX,
- H_N_PIDX, H_O_PRM, H_N_PRM, H_O_FPLACE, H_O_FJ, H_O_FVEC, H_O_JPOSE, H_O_A, H_O_JDV, H_O_TFLT, H_O_TGTH, H_O_TGTVA,
- H_O_TCIRC, H_O_TBIAS, H_O_TERR, H_O_AB, H_O_REF, H_O_WORK, H_N_WORK, H_O_QREF, H_O_PARENT, H_O_INERT, H_O_GRAV,
- H_O_RNEA, H_O_H, H_O_PIV, H_O_SCR) = range(42)
+(
+    H_N,
+    H_M,
+    H_K,
+    H_NF,
+    H_NJ,
+    H_NT,
+    H_NROWS,
+    H_SINUS,
+    H_O_INTS,
+    H_N_INTS,
+    H_O_FINT,
+    H_O_LINT,
+    H_NL,
+    H_O_TINT,
+    H_O_PIDX,
+    H_N_PIDX,
+    H_O_PRM,
+    H_N_PRM,
+    H_O_FPLACE,
+    H_O_FJ,
+    H_O_FVEC,
+    H_O_JPOSE,
+    H_O_A,
+    H_O_JDV,
+    H_O_TFLT,
+    H_O_TGTH,
+    H_O_TGTVA,
+    H_O_TCIRC,
+    H_O_TBIAS,
+    H_O_TERR,
+    H_O_AB,
+    H_O_REF,
+    H_O_WORK,
+    H_N_WORK,
+    H_O_QREF,
+    H_O_PARENT,
+    H_O_INERT,
+    H_O_GRAV,
+    H_O_RNEA,
+    H_O_H,
+    H_O_PIV,
+    H_O_SCR,
+) = range(42)
 HEADER = 48
 #: what ``pidc_closed_step`` returns besides ``pidc_rows``' statuses: solved, but the passive residual fails (58)
 UNSOLVABLE = 4
@@ -311,7 +366,7 @@ def pidc_closed_step(t, q, v, ptr, I, F, out):
     fplace = carray(_f64_at(f0 + 8 * I[H_O_FPLACE]), (nf, 4, 4))
     fJ = carray(_f64_at(f0 + 8 * I[H_O_FJ]), (nf, 6, n))
     fvec = carray(_f64_at(f0 + 8 * I[H_O_FVEC]), (nf, 24))
-    jpose = carray(_f64_at(f0 + 8 * I[H_O_JPOSE]), (nj + 1, 12))      # every joint's pose, the world's last
+    jpose = carray(_f64_at(f0 + 8 * I[H_O_JPOSE]), (nj + 1, 12))  # every joint's pose, the world's last
     A = carray(_f64_at(f0 + 8 * I[H_O_A]), (m, n))
     jdv = carray(_f64_at(f0 + 8 * I[H_O_JDV]), (m,))
     tflt = carray(_f64_at(f0 + 8 * I[H_O_TFLT]), (nt, 4))
@@ -345,10 +400,14 @@ def pidc_closed_step(t, q, v, ptr, I, F, out):
         a, b = lint[c, 1], lint[c, 2]
         closure_rows(lint[c, 0], fvec[a], fJ[a], fvec[b], fJ[b], A, jdv, lint[c, 3])
     if ints[1] == 1:
-        task_rows_into(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs)
+        task_rows_into(
+            t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs
+        )
         for i in range(nrows):
             ref[0, i] = Ab[i, n]
-    st, r, res, bn, unsolvable = _law(M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out)
+    st, r, res, bn, unsolvable = _law(
+        M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out
+    )
     out[6 * n + m] = r
     out[6 * n + m + 1] = res
     if st == OK and unsolvable:

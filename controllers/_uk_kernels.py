@@ -54,6 +54,7 @@ A = W,  b = −drift − K_d w − K_p e − P β (``task_law``), β = K_i z for
 
 ``effort_violated`` — |τ_i| > τ_max,i (1 + 1e-9) on the selected joints (``EffortLimit.violated``).
 """
+
 from __future__ import annotations
 
 import math
@@ -70,7 +71,9 @@ from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample, sinusoid_sample
 
-depends_on(__file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(
+    __file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
+)  # numba's cache does not see a change of a callee in another file
 
 COUPLING, FRAME, POSTURE, LOOP = 0, 1, 2, 3
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
@@ -116,15 +119,32 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
     in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
     [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``."""
-    task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab,
-                   np.empty((4, terr.shape[1])), np.empty((3, 3)))
+    task_rows_into(
+        t,
+        q,
+        v,
+        fJ,
+        fvec,
+        tint,
+        tflt,
+        tgtH,
+        tgtVA,
+        tcirc,
+        pidx,
+        qref,
+        tbias,
+        terr,
+        Ab,
+        np.empty((4, terr.shape[1])),
+        np.empty((3, 3)),
+    )
 
 
 @njit(cache=True, inline="always")
 def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R):
     """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
     n = v.shape[0]
-    np_ = pidx.shape[0]                     # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
+    np_ = pidx.shape[0]  # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
         a, b, sc = tint[k, 1], tint[k, 2], tflt[k, 2]
@@ -143,14 +163,44 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
             off = tint[k, 6]
             m = nsel
             o1, o2 = np_ + off, 2 * np_ + off
-            if a != 0:                      # a joint sinusoid, sampled here (``Sinusoid.sample``'s kernel)
-                sinusoid_sample(t, qref[3 * np_ + off:3 * np_ + off + m], qref[4 * np_ + off:4 * np_ + off + m],
-                                qref[5 * np_ + off:5 * np_ + off + m], qref[6 * np_ + off:6 * np_ + off + m],
-                                qref[off:off + m], qref[o1:o1 + m], qref[o2:o2 + m])
-            joint_error(q, v, pidx[off:off + m], qref[off:off + m], qref[o1:o1 + m], qref[o2:o2 + m], sc, Ab, row0, ed)
+            if a != 0:  # a joint sinusoid, sampled here (``Sinusoid.sample``'s kernel)
+                sinusoid_sample(
+                    t,
+                    qref[3 * np_ + off : 3 * np_ + off + m],
+                    qref[4 * np_ + off : 4 * np_ + off + m],
+                    qref[5 * np_ + off : 5 * np_ + off + m],
+                    qref[6 * np_ + off : 6 * np_ + off + m],
+                    qref[off : off + m],
+                    qref[o1 : o1 + m],
+                    qref[o2 : o2 + m],
+                )
+            joint_error(
+                q,
+                v,
+                pidx[off : off + m],
+                qref[off : off + m],
+                qref[o1 : o1 + m],
+                qref[o2 : o2 + m],
+                sc,
+                Ab,
+                row0,
+                ed,
+            )
         for i in range(m):
             terr[k, i] = ed[3, i]
-        task_law(ed, R, kind == COUPLING or kind == FRAME, tflt[k, 0], tflt[k, 1], sc, sel0, nsel, tbias[k], Ab[:, n], row0)
+        task_law(
+            ed,
+            R,
+            kind == COUPLING or kind == FRAME,
+            tflt[k, 0],
+            tflt[k, 1],
+            sc,
+            sel0,
+            nsel,
+            tbias[k],
+            Ab[:, n],
+            row0,
+        )
 
 
 @njit(cache=True, inline="always")
@@ -222,9 +272,15 @@ def bias_forces(Jw, v, jpose, parent, inert, g, work, h):
         work[k, 15] = n0 + o1 * L2 - o2 * L1 + u1 * p2 - u2 * p1
         work[k, 16] = n1 + o2 * L0 - o0 * L2 + u2 * p0 - u0 * p2
         work[k, 17] = n2 + o0 * L1 - o1 * L0 + u0 * p1 - u1 * p0
-    for k in range(nj - 1, -1, -1):             # F_k = f_k + Σ children's F;  h_k = J_kᵀ F_k
-        h[k] = (Jw[0, k] * work[k, 12] + Jw[1, k] * work[k, 13] + Jw[2, k] * work[k, 14]
-                + Jw[3, k] * work[k, 15] + Jw[4, k] * work[k, 16] + Jw[5, k] * work[k, 17])
+    for k in range(nj - 1, -1, -1):  # F_k = f_k + Σ children's F;  h_k = J_kᵀ F_k
+        h[k] = (
+            Jw[0, k] * work[k, 12]
+            + Jw[1, k] * work[k, 13]
+            + Jw[2, k] * work[k, 14]
+            + Jw[3, k] * work[k, 15]
+            + Jw[4, k] * work[k, 16]
+            + Jw[5, k] * work[k, 17]
+        )
         pk = parent[k]
         if pk >= 0:
             for i in range(12, 18):
@@ -293,9 +349,9 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     m = m_up
     if wk.shape[0] < 2 * n * n + n + n * (m + 1) + 2 * m * m + m:
         raise ValueError("kkt_solve: the work array is shorter than kkt_work_size(n, m)")
-    w0 = wk.ctypes.data                         # views without reshape's checks (wk is contiguous, long enough)
+    w0 = wk.ctypes.data  # views without reshape's checks (wk is contiguous, long enough)
     H = carray(_f64_at(w0), (n, n))
-    r = wk[n * n:n * n + n]
+    r = wk[n * n : n * n + n]
     o = n * n + n
     L = carray(_f64_at(w0 + 8 * o), (n, n))
     o += n * n
@@ -307,9 +363,9 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
     o += m * m
     lm = carray(_f64_at(w0 + 8 * o), (m, 1))
     x = out[:n]
-    tau = out[n:2 * n]
-    hD = out[2 * n:3 * n]
-    lam = out[3 * n:3 * n + m]
+    tau = out[n : 2 * n]
+    hD = out[2 * n : 3 * n]
+    lam = out[3 * n : 3 * n + m]
     for i in range(n):
         hD[i] = h[i] + D[i] * v[i]
         r[i] = -gauss * hD[i]
@@ -324,7 +380,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
             b = Ab[rr, n]
             for i in range(n):
                 ai = Ab[rr, i] * w
-                if ai == 0.0:                   # (a posture's row has one entry: skip the others' zero terms)
+                if ai == 0.0:  # (a posture's row has one entry: skip the others' zero terms)
                     continue
                 r[i] += ai * b
                 for j in range(i, n):
@@ -334,7 +390,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
             H[j, i] = H[i, j]
     if not _cholesky(H, L, n):
         return NULLSPACE if m > 0 else SINGULAR
-    for i in range(n):                          # Y = L⁻¹ [Eᵀ r], a row at a time
+    for i in range(n):  # Y = L⁻¹ [Eᵀ r], a row at a time
         for c in range(m):
             Y[i, c] = Ab[c, i]
         Y[i, m] = r[i]
@@ -346,7 +402,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
         for c in range(m + 1):
             Y[i, c] /= d
     if m > 0:
-        for i in range(m):                      # S = Y_Eᵀ Y_E (upper triangle), E H⁻¹ r − f
+        for i in range(m):  # S = Y_Eᵀ Y_E (upper triangle), E H⁻¹ r − f
             for j in range(i, m + 1):
                 acc = 0.0
                 for c in range(n):
@@ -369,12 +425,12 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
         _chol_solve(LS, m, lm, 1)
         for i in range(m):
             lam[i] = lm[i, 0]
-    for i in range(n):                          # z = Y_r − Y_E λ
+    for i in range(n):  # z = Y_r − Y_E λ
         acc = Y[i, m]
         for c in range(m):
             acc -= Y[i, c] * lam[c]
         x[i] = acc
-    for i in range(n - 1, -1, -1):              # v̇ = L⁻ᵀ z
+    for i in range(n - 1, -1, -1):  # v̇ = L⁻ᵀ z
         acc = x[i]
         for p in range(i + 1, n):
             acc -= L[p, i] * x[p]
@@ -398,7 +454,9 @@ def effort_violated(tau, eidx, tmax):
 
 
 @njit(cache=True, inline="always")
-def passive_level(M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z, piv, tq, tz, e, counts, keep, sizes):
+def passive_level(
+    M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z, piv, tq, tz, e, counts, keep, sizes
+):
     """Level 1 with the passive joints' zero-torque condition, then every upper level without its vanishing rows,
     as ``UdwadiaKalabaController._passive_rows`` and ``_without_empty_rows`` (derived there), on the rows
     ``task_rows`` wrote into Ab: level 1's lvl[0] rows first, then a gap of p = len(pas) rows, then the other
@@ -410,7 +468,8 @@ def passive_level(M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z,
         rows moved up in order.
 
     J_c (a table), X, Z, piv, tq, tz: the COD, kept for ``kernels.passive_torque`` after the solve; e, keep (int,
-    ≥ m_max), sizes (int, the levels' count): scratch; counts (float) ← the kept rows of each upper level.  Returns (the kept rows, E = Ab[:that]; the rank r)."""
+    ≥ m_max), sizes (int, the levels' count): scratch; counts (float) ← the kept rows of each upper level.
+    Returns (the kept rows, E = Ab[:that]; the rank r)."""
     n = v.shape[0]
     nl = lrows.shape[0]
     npas = pas.shape[0]
@@ -435,7 +494,7 @@ def passive_level(M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z,
             for i in range(npas):
                 x += e[i] * M[pas[i], c]
             Ab[row, c] = x
-    if rank > 0:                             # the gap's r unused rows: the levels below move up
+    if rank > 0:  # the gap's r unused rows: the levels below move up
         for row in range(d0 + npas, m_max):
             for c in range(n + 1):
                 Ab[row - rank, c] = Ab[row, c]
@@ -465,9 +524,51 @@ def passive_level(M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z,
 #: closed-chain part (N_PAS > 0, ``passive_level``): the passive joints, the loops' rows in level 1 and their √ω,
 #: the upper levels' sizes, the table J_c, the rank tolerance, the COD's work arrays (``kernels.passive_work``);
 #: O_SCR: the step's float scratch (4 width + 9 + n), O_KEEP: its integer scratch (m + levels, closed plans)
-N, NT, NF, NJ, M_UP, NROWS, WIDTH, O_TINT, O_FINT, O_PIDX, N_PIDX, O_EIDX, N_EIDX, O_FPLACE, O_FJ, O_FVEC, \
-    O_TFLT, O_TGTH, O_TGTVA, O_TCIRC, O_QREF, O_TBIAS, O_TERR, O_WK, N_WK, O_JPOSE, O_PARENT, O_INERT, O_GRAV, \
-    O_RNEA, O_PAS, N_PAS, O_LROWS, N_LROWS, O_LVL, N_LVL, O_LSCALE, O_JC, O_CTOL, O_PWORK, O_PPIV, O_SCR, O_KEEP = range(43)
+(
+    N,
+    NT,
+    NF,
+    NJ,
+    M_UP,
+    NROWS,
+    WIDTH,
+    O_TINT,
+    O_FINT,
+    O_PIDX,
+    N_PIDX,
+    O_EIDX,
+    N_EIDX,
+    O_FPLACE,
+    O_FJ,
+    O_FVEC,
+    O_TFLT,
+    O_TGTH,
+    O_TGTVA,
+    O_TCIRC,
+    O_QREF,
+    O_TBIAS,
+    O_TERR,
+    O_WK,
+    N_WK,
+    O_JPOSE,
+    O_PARENT,
+    O_INERT,
+    O_GRAV,
+    O_RNEA,
+    O_PAS,
+    N_PAS,
+    O_LROWS,
+    N_LROWS,
+    O_LVL,
+    N_LVL,
+    O_LSCALE,
+    O_JC,
+    O_CTOL,
+    O_PWORK,
+    O_PPIV,
+    O_SCR,
+    O_KEEP,
+) = range(43)
 #: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi
 P_JOINTS = 4
 HEADER = 48
@@ -504,7 +605,7 @@ def uk_step(t, q, v, ptr, I, F, buf):
     Md = farray(_f64_at(ptr[1]), (n, n))
     if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1) + I[N_LROWS] + I[N_LVL]:
         raise ValueError("uk_step: the step buffer's length does not match the plan")
-    b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data      # views without reshape's checks
+    b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data  # views without reshape's checks
     bq = carray(_f64_at(b0), (n,))
     bv = carray(_f64_at(b0 + 8 * n), (n,))
     M = carray(_f64_at(b0 + 16 * n), (n, n))
@@ -519,7 +620,7 @@ def uk_step(t, q, v, ptr, I, F, buf):
         bv[i] = v[i]
         for j in range(n):
             M[i, j] = Md[i, j]
-    jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj + 1, 12))      # the world's pose last (constant)
+    jpose = carray(_f64_at(f0 + 8 * I[O_JPOSE]), (nj + 1, 12))  # the world's pose last (constant)
     read_joint_poses(ptr, P_JOINTS, nj, jpose)
     tint = carray(_i64_at(i0 + 8 * I[O_TINT]), (nt, 8))
     fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
@@ -544,14 +645,14 @@ def uk_step(t, q, v, ptr, I, F, buf):
     rnea = carray(_f64_at(f0 + 8 * I[O_RNEA]), (nj, 18))
     bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
-    osc = I[O_SCR]                         # scratch: ed (4, width), R (3×3), y (n)
+    osc = I[O_SCR]  # scratch: ed (4, width), R (3×3), y (n)
     ed = carray(_f64_at(f0 + 8 * osc), (4, width))
     Rs = carray(_f64_at(f0 + 8 * (osc + 4 * width)), (3, 3))
     task_rows_into(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs)
     npas = I[N_PAS]
     if npas == 0:
         st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)
-        if st == OK and effort_violated(out[n:2 * n], eidx, tmax):
+        if st == OK and effort_violated(out[n : 2 * n], eidx, tmax):
             return LIMIT
         return st
     # closed chain with passive joints: level 1 gets the zero-torque rows, the vanishing rows are left out
@@ -561,12 +662,16 @@ def uk_step(t, q, v, ptr, I, F, buf):
     lvl = carray(_i64_at(i0 + 8 * I[O_LVL]), (nlv,))
     lscale = carray(_f64_at(f0 + 8 * I[O_LSCALE]), (nl,))
     Jc = carray(_f64_at(f0 + 8 * I[O_JC]), (nl, n))
-    L = max(nl, npas) + 1                  # ``kernels.passive_work``'s layout: X, Z (L×L), tq, tz, e, yp, w (L)
+    L = max(nl, npas) + 1  # ``kernels.passive_work``'s layout: X, Z (L×L), tq, tz, e, yp, w (L)
     o = I[O_PWORK]
     X = carray(_f64_at(f0 + 8 * o), (L, L))
     Z = carray(_f64_at(f0 + 8 * (o + L * L)), (L, L))
     o += 2 * L * L
-    tq, tz, e = carray(_f64_at(f0 + 8 * o), (L,)), carray(_f64_at(f0 + 8 * (o + L)), (L,)), carray(_f64_at(f0 + 8 * (o + 2 * L)), (L,))
+    tq, tz, e = (
+        carray(_f64_at(f0 + 8 * o), (L,)),
+        carray(_f64_at(f0 + 8 * (o + L)), (L,)),
+        carray(_f64_at(f0 + 8 * (o + 2 * L)), (L,)),
+    )
     yp, w = carray(_f64_at(f0 + 8 * (o + 3 * L)), (L,)), carray(_f64_at(f0 + 8 * (o + 4 * L)), (L,))
     piv = carray(_i64_at(i0 + 8 * I[O_PPIV]), (2 * L,))
     nb = buf.shape[0]
@@ -574,12 +679,33 @@ def uk_step(t, q, v, ptr, I, F, buf):
     lam = carray(_f64_at(b0 + 8 * (nb - nlv - nl)), (nl,))
     keep = carray(_i64_at(i0 + 8 * I[O_KEEP]), (m,))
     sizes = carray(_i64_at(i0 + 8 * (I[O_KEEP] + m)), (nlv,))
-    mk, rank = passive_level(M, h, D, bv, Ab, m, pas, lrows, lscale, lvl, F[I[O_CTOL]], Jc, X, Z, piv, tq, tz, e,
-                             counts, keep, sizes)
+    mk, rank = passive_level(
+        M,
+        h,
+        D,
+        bv,
+        Ab,
+        m,
+        pas,
+        lrows,
+        lscale,
+        lvl,
+        F[I[O_CTOL]],
+        Jc,
+        X,
+        Z,
+        piv,
+        tq,
+        tz,
+        e,
+        counts,
+        keep,
+        sizes,
+    )
     st = kkt_solve(M, h, D, bv, Ab, tint, tflt, mk, F[0], F[1], wk, out)
     if mk > n and st == OK:
-        st = NULLSPACE                     # more rows than degrees of freedom: the null-space path (``_equality``)
-    tau = out[n:2 * n]                     # y = M v̇ + h + D v, then the torque sent T y and the loop reaction λ
+        st = NULLSPACE  # more rows than degrees of freedom: the null-space path (``_equality``)
+    tau = out[n : 2 * n]  # y = M v̇ + h + D v, then the torque sent T y and the loop reaction λ
     y = carray(_f64_at(f0 + 8 * (osc + 4 * width + 9)), (n,))
     for i in range(n):
         y[i] = tau[i]

@@ -14,6 +14,7 @@ scenarios test for them with ``isinstance`` rather than by probing attribute nam
 * :class:`ReportsErrors`: the law names the errors of its constraints and tasks at the last step,
   ``errors(kin, t) -> ({constraint: e}, {task: e})`` with the kinematics ``kin`` it computed then.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

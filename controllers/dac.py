@@ -55,19 +55,26 @@ RHS (the paper leaves it as future work):
     motor-moment limits (allocation) or joint-rate limits (reference) enter as inequalities; with no
     limit active they return the closed forms (tests/test_dac.py).
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.base import StepInfo
-from cmstack.controllers.kernels import (_ee_task, _obstacle_wish, attitude_error_batch, attitude_error_rate_batch,
-                                         dac_law3_step, dac_work_size)
+from cmstack.controllers.kernels import (
+    _ee_task,
+    _obstacle_wish,
+    attitude_error_batch,
+    attitude_error_rate_batch,
+    dac_law3_step,
+    dac_work_size,
+)
+from cmstack.controllers.qp import BoundedQP
 from cmstack.models.errors import ConfigError, SolverError, StateError
 from cmstack.models.lie import kkt_solve
 from cmstack.models.tensor_chain import ChainState, TensorChain, cross, quat_to_matrix, skew
@@ -81,8 +88,12 @@ def attitude_error(q: np.ndarray, q_d: np.ndarray) -> tuple[np.ndarray, np.ndarr
     q, q_d = np.broadcast_arrays(np.asarray(q, dtype=float), np.asarray(q_d, dtype=float))
     shape = q.shape[:-1]
     e, eta = np.empty(shape + (3,)), np.empty(shape)
-    attitude_error_batch(np.ascontiguousarray(q).reshape(-1, 4), np.ascontiguousarray(q_d).reshape(-1, 4),
-                         e.reshape(-1, 3), eta.reshape(-1))
+    attitude_error_batch(
+        np.ascontiguousarray(q).reshape(-1, 4),
+        np.ascontiguousarray(q_d).reshape(-1, 4),
+        e.reshape(-1, 3),
+        eta.reshape(-1),
+    )
     return e, (eta[()] if eta.ndim == 0 else eta)
 
 
@@ -91,9 +102,13 @@ def attitude_error_rate(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.n
     e, w, w_d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (e, w, w_d)))
     eta = np.broadcast_to(np.asarray(eta, dtype=float), e.shape[:-1])
     out = np.empty(e.shape)
-    attitude_error_rate_batch(np.ascontiguousarray(e).reshape(-1, 3), np.ascontiguousarray(eta).reshape(-1),
-                              np.ascontiguousarray(w).reshape(-1, 3), np.ascontiguousarray(w_d).reshape(-1, 3),
-                              out.reshape(-1, 3))
+    attitude_error_rate_batch(
+        np.ascontiguousarray(e).reshape(-1, 3),
+        np.ascontiguousarray(eta).reshape(-1),
+        np.ascontiguousarray(w).reshape(-1, 3),
+        np.ascontiguousarray(w_d).reshape(-1, 3),
+        out.reshape(-1, 3),
+    )
     return out
 
 
@@ -101,13 +116,23 @@ def _kkt(M, A, r1, r2):
     try:
         x, y = kkt_solve(M, A, r1, r2)
     except np.linalg.LinAlgError:
-        raise StateError("DAC reference: [ℳ Aᵀ; A 0] is singular — the task rows are dependent on the "
-                         "constraints (a singular configuration of the chain)") from None
+        raise StateError(
+            "DAC reference: [ℳ Aᵀ; A 0] is singular — the task rows are dependent on the "
+            "constraints (a singular configuration of the chain)"
+        ) from None
     return x, -y
 
 
-def constrained_reference(M: np.ndarray, Mdot: np.ndarray, A: np.ndarray, Adot: np.ndarray, w: np.ndarray, wdot: np.ndarray, g: np.ndarray,
-                          gdot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def constrained_reference(
+    M: np.ndarray,
+    Mdot: np.ndarray,
+    A: np.ndarray,
+    Adot: np.ndarray,
+    w: np.ndarray,
+    wdot: np.ndarray,
+    g: np.ndarray,
+    gdot: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """(*) of the module docstring: ν_r = argmin ½(ν−g)ᵀℳ(ν−g) s.t. Aν = w, and its exact time derivative."""
     y = w - A @ g
     u, lam = _kkt(M, A, np.zeros(M.shape[0]), y)
@@ -118,11 +143,11 @@ def constrained_reference(M: np.ndarray, Mdot: np.ndarray, A: np.ndarray, Adot: 
 
 @dataclass
 class LawInfo(StepInfo):
-    V: float = 0.0             # ½ sᵀℳs
-    Vdot_cl: float = 0.0       # −sᵀK_d s (the closed-loop rate if τ = τ_c exactly)
+    V: float = 0.0  # ½ sᵀℳs
+    Vdot_cl: float = 0.0  # −sᵀK_d s (the closed-loop rate if τ = τ_c exactly)
     s: np.ndarray | None = None
     nu_r: np.ndarray | None = None
-    e_task: np.ndarray | None = None     # law II: e_p; law III: e_{e,p}
+    e_task: np.ndarray | None = None  # law II: e_p; law III: e_{e,p}
     qp_active: int = 0
 
 
@@ -143,7 +168,9 @@ class PortLaw:
         self.kd_mass = kd_mass
         self.info = LawInfo()
 
-    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference(
+        self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def __call__(self, t: float, state: ChainState) -> np.ndarray:
@@ -154,14 +181,14 @@ class PortLaw:
         nu_r, nu_r_dot = self.reference(t, state, R, M)
         s = nu - nu_r
         n = ch.n
-        w = nu[3 * n:].reshape(n, 3)
-        wr = nu_r[3 * n:].reshape(n, 3)
+        w = nu[3 * n :].reshape(n, 3)
+        wr = nu_r[3 * n :].reshape(n, 3)
         Iw = ch.inertia_world(R)
         C_nu_r = np.zeros(6 * n)
-        C_nu_r[3 * n:] = cross(w, np.einsum("iab,ib->ia", Iw, wr)).ravel()      # 𝒞(ν)ν_r = Ω_i I_i ω_{r,i}
+        C_nu_r[3 * n :] = cross(w, np.einsum("iab,ib->ia", Iw, wr)).ravel()  # 𝒞(ν)ν_r = Ω_i I_i ω_{r,i}
         Kds = self.kd_mass * (M @ s) if self.kd_mass is not None else self.kd * s
-        tau = M @ nu_r_dot + C_nu_r - ch.known_force(R) - Kds                       # (37), (46)
-        self.info.V = float(0.5 * s @ M @ s)                                        # (38), (48)
+        tau = M @ nu_r_dot + C_nu_r - ch.known_force(R) - Kds  # (37), (46)
+        self.info.V = float(0.5 * s @ M @ s)  # (38), (48)
         self.info.Vdot_cl = float(-s @ Kds)
         self.info.s = s
         self.info.nu_r = nu_r
@@ -171,13 +198,22 @@ class PortLaw:
 class VelocityLaw(PortLaw):
     """(I) (37): track ν_d(t) (``traj(t) -> (ν_d, D^Iν_d)``, 6N each)."""
 
-    def __init__(self, chain: TensorChain, traj: Callable[[float], tuple[np.ndarray, np.ndarray]], kd_v: float, kd_w: float,
-                 project: bool = True, kd_mass: float | None = None):
+    def __init__(
+        self,
+        chain: TensorChain,
+        traj: Callable[[float], tuple[np.ndarray, np.ndarray]],
+        kd_v: float,
+        kd_w: float,
+        project: bool = True,
+        kd_mass: float | None = None,
+    ):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         self.traj = traj
         self.project = project
 
-    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference(
+        self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         nu_d, nu_d_dot = self.traj(t)
         if not self.project:
             return np.asarray(nu_d, float), np.asarray(nu_d_dot, float)
@@ -191,29 +227,39 @@ class PoseLaw(PortLaw):
     """(II) (42)–(47): track every body's position and attitude.  ``traj(t) -> (p_d (N,3), q_d (N,4),
     ν_d (6N), D^Iν_d (6N))``; Λ = blockdiag(λ_p I, λ_a I)."""
 
-    def __init__(self, chain: TensorChain, traj: Any, kd_v: float, kd_w: float, lam_p: float, lam_a: float,
-                 kd_mass: float | None = None):
+    def __init__(
+        self,
+        chain: TensorChain,
+        traj: Any,
+        kd_v: float,
+        kd_w: float,
+        lam_p: float,
+        lam_a: float,
+        kd_mass: float | None = None,
+    ):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
         self.traj = traj
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
 
-    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference(
+        self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         ch = self.chain
         n = ch.n
         p_d, q_d, nu_d, nu_d_dot = self.traj(t)
         nu_d, nu_d_dot = np.asarray(nu_d, float), np.asarray(nu_d_dot, float)
         e_pos = state.pos - p_d
         e_att, eta = attitude_error(state.quat, q_d)
-        v_d, w_d = nu_d[:3 * n].reshape(n, 3), nu_d[3 * n:].reshape(n, 3)
+        v_d, w_d = nu_d[: 3 * n].reshape(n, 3), nu_d[3 * n :].reshape(n, 3)
         de_pos = state.v - v_d
         de_att = attitude_error_rate(e_att, eta, state.w, w_d)
         e_p = np.concatenate([e_pos.ravel(), e_att.ravel()])
         de_p = np.concatenate([de_pos.ravel(), de_att.ravel()])
         lam = np.concatenate([np.full(3 * n, self.lam_p), np.full(3 * n, self.lam_a)])
-        g = nu_d - lam * e_p                      # ν_d − Λ e_p (45)
-        gdot = nu_d_dot - lam * de_p              # (47)
+        g = nu_d - lam * e_p  # ν_d − Λ e_p (45)
+        gdot = nu_d_dot - lam * de_p  # (47)
         J, Jd = ch.jacobian(R), ch.jacobian_dot(R, state.nu)
         z = np.zeros(J.shape[0])
         self.info.e_task = e_p
@@ -227,7 +273,7 @@ class Obstacle:
     center: np.ndarray
     radius: float
 
-    def transformed(self, Q: np.ndarray, t: np.ndarray) -> "Obstacle":
+    def transformed(self, Q: np.ndarray, t: np.ndarray) -> Obstacle:
         return Obstacle(Q @ np.asarray(self.center, float) + t, self.radius)
 
 
@@ -236,8 +282,10 @@ def _spheres(obstacles):
     obstacles = list(obstacles)
     if not obstacles:
         return np.zeros((0, 3)), np.zeros(0)
-    return (np.array([np.asarray(o.center, float) for o in obstacles]).reshape(-1, 3),
-            np.array([float(o.radius) for o in obstacles]))
+    return (
+        np.array([np.asarray(o.center, float) for o in obstacles]).reshape(-1, 3),
+        np.array([float(o.radius) for o in obstacles]),
+    )
 
 
 def _clip(d0, clip):
@@ -247,9 +295,16 @@ def _clip(d0, clip):
     return dc
 
 
-def null_space_wish(state: ChainState, obstacles: Sequence[Obstacle], gain: float, d0: float, points: np.ndarray,
-                    clip: float | None = None, R: np.ndarray | None = None,
-                    spheres: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
+def null_space_wish(
+    state: ChainState,
+    obstacles: Sequence[Obstacle],
+    gain: float,
+    d0: float,
+    points: np.ndarray,
+    clip: float | None = None,
+    R: np.ndarray | None = None,
+    spheres: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
     """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero), its exact rate
     along the motion, U_o and the smallest distance d of a point to a sphere: the compiled step's own
     ``kernels._obstacle_wish`` (its docstring derives the potential: Khatib's FIRAS form outside a core shell
@@ -263,9 +318,20 @@ def null_space_wish(state: ChainState, obstacles: Sequence[Obstacle], gain: floa
     R = state.R if R is None else R
     g, gdot = np.zeros(6 * n), np.zeros(6 * n)
     f = np.ascontiguousarray
-    U, dmin = _obstacle_wish(f(R, dtype=float), f(state.pos, dtype=float), f(state.nu, dtype=float), n,
-                             f(np.asarray(points, dtype=float).reshape(-1, 3)), f(centers, dtype=float),
-                             f(radii, dtype=float), float(gain), float(d0), dc, g, gdot)
+    U, dmin = _obstacle_wish(
+        f(R, dtype=float),
+        f(state.pos, dtype=float),
+        f(state.nu, dtype=float),
+        n,
+        f(np.asarray(points, dtype=float).reshape(-1, 3)),
+        f(centers, dtype=float),
+        f(radii, dtype=float),
+        float(gain),
+        float(d0),
+        dc,
+        g,
+        gdot,
+    )
     return g, gdot, float(U), float(dmin)
 
 
@@ -283,49 +349,85 @@ class TaskSpaceLaw(PortLaw):
     ``qp=True`` solves (*) with ProxSuite, optionally with joint-rate limits |R_{j+1}ᵀ(ω_{j+1} − ω_j)| ≤
     ``joint_rate_limit`` (component-wise, rad/s); D^Iν_r then treats the active limits as equalities."""
 
-    def __init__(self, chain: TensorChain, traj: Any, kd_v: float, kd_w: float, lam_p: float, lam_a: float,
-                 obstacles: Sequence[Obstacle] = (), obstacle_gain: float = 0.0, obstacle_range: float = 0.2,
-                 qp: bool = False, joint_rate_limit: float | None = None, kd_mass: float | None = None,
-                 obstacle_points: ArrayLike | None = None, obstacle_clip: float | None = None):
+    def __init__(
+        self,
+        chain: TensorChain,
+        traj: Any,
+        kd_v: float,
+        kd_w: float,
+        lam_p: float,
+        lam_a: float,
+        obstacles: Sequence[Obstacle] = (),
+        obstacle_gain: float = 0.0,
+        obstacle_range: float = 0.2,
+        qp: bool = False,
+        joint_rate_limit: float | None = None,
+        kd_mass: float | None = None,
+        obstacle_points: ArrayLike | None = None,
+        obstacle_clip: float | None = None,
+    ):
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
         if obstacle_gain < 0 or not obstacle_range > 0:
             raise ConfigError("obstacle_gain must be >= 0 and obstacle_range > 0")
         # None: the caller sets ``traj`` before the first step
-        self.traj: SE3Trajectory | Any = traj if isinstance(traj, SE3Trajectory) or traj is None else FromWorldFunction(traj)
+        self.traj: SE3Trajectory | Any = (
+            traj if isinstance(traj, SE3Trajectory) or traj is None else FromWorldFunction(traj)
+        )
         self.lam_p, self.lam_a = float(lam_p), float(lam_a)
         self.obstacles = list(obstacles)
         self.gain, self.d0 = float(obstacle_gain), float(obstacle_range)
         self.clip = 0.1 * self.d0 if obstacle_clip is None else float(obstacle_clip)
         if not 0.0 < self.clip < self.d0:
-            raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {self.d0:g}) m, got {self.clip:g}")
-        pts = np.zeros((1, 3)) if obstacle_points is None else np.asarray(obstacle_points, float).reshape(-1, 3)
-        self.points = pts                              # body-fixed points U_o acts on (default: the CoM, (54))
+            raise ConfigError(
+                f"obstacle_clip must be in (0, obstacle_range = {self.d0:g}) m, got {self.clip:g}"
+            )
+        pts = (
+            np.zeros((1, 3)) if obstacle_points is None else np.asarray(obstacle_points, float).reshape(-1, 3)
+        )
+        self.points = pts  # body-fixed points U_o acts on (default: the CoM, (54))
         self.qp = qp
         self.rate_limit = joint_rate_limit
         n = chain.n
-        self.Jt = np.zeros((6, 6 * n))                       # (51)
-        self.Jt[:3, 3 * (n - 1):3 * n] = np.eye(3)
-        self.Jt[3:, 3 * n + 3 * (n - 1):] = np.eye(3)
+        self.Jt = np.zeros((6, 6 * n))  # (51)
+        self.Jt[:3, 3 * (n - 1) : 3 * n] = np.eye(3)
+        self.Jt[3:, 3 * n + 3 * (n - 1) :] = np.eye(3)
         self.clearance = np.inf
         self.potential = 0.0
-        self._spheres = _spheres(self.obstacles)       # the obstacles are fixed at construction
+        self._spheres = _spheres(self.obstacles)  # the obstacles are fixed at construction
         # compiled step: A = [J; J_t] preallocated with its constant blocks; only the angular blocks of the joint
         # rows, −S(s_{B_jJ_j}) and S(s_{B_{j+1}J_j}), change with the state (the kernel writes them, and Ȧ's)
         nj, nc = n - 1, chain.n_constraints
         A = np.zeros((nc + 6, 6 * n))
         A[:nc] = chain.jacobian(np.broadcast_to(np.eye(3), (n, 3, 3)))
         A[nc:] = self.Jt
-        A[:3 * nj, 3 * n:] = 0.0
+        A[: 3 * nj, 3 * n :] = 0.0
         self._A, self._Ad = A, np.zeros_like(A)
         self._lam6 = np.r_[np.full(3, self.lam_p), np.full(3, self.lam_a)]
         # compiled step (``kernels.dac_law3_step``): contiguous constants and one scratch buffer
         f64 = lambda x: np.ascontiguousarray(x, dtype=float)
-        self._kconst: tuple[Any, ...] = (f64(chain.masses), f64(chain.inertias), f64(chain.inertias_inv), f64(chain.joint_parent),
-                        f64(chain.joint_child), f64(chain.stiffness), f64(chain.gravity), chain.spring_law == "rotvec")
-        self._kgains: tuple[Any, ...] = (f64(self._lam6), float(kd_mass) if kd_mass is not None else 0.0, f64(self.kd), f64(self.points),
-                        f64(self._spheres[0]), f64(self._spheres[1]), self.gain, self.d0, self.clip)
+        self._kconst: tuple[Any, ...] = (
+            f64(chain.masses),
+            f64(chain.inertias),
+            f64(chain.inertias_inv),
+            f64(chain.joint_parent),
+            f64(chain.joint_child),
+            f64(chain.stiffness),
+            f64(chain.gravity),
+            chain.spring_law == "rotvec",
+        )
+        self._kgains: tuple[Any, ...] = (
+            f64(self._lam6),
+            float(kd_mass) if kd_mass is not None else 0.0,
+            f64(self.kd),
+            f64(self.points),
+            f64(self._spheres[0]),
+            f64(self._spheres[1]),
+            self.gain,
+            self.d0,
+            self.clip,
+        )
         self._kwork = np.zeros(dac_work_size(n, nc + 6))
         self._kscal = np.zeros(4)
         self._kF = np.zeros(6 * n)
@@ -347,11 +449,30 @@ class TaskSpaceLaw(PortLaw):
         tau, s, nu_r, e_ep = np.empty(n6), np.empty(n6), np.empty(n6), np.empty(6)
         sc = self._kscal
         f = np.asarray
-        if not dac_law3_step(quat, state.pos, state.nu, f(p_d, float), f(q_d, float), f(nu_ed, float),
-                             f(nu_ed_dot, float), *self._kconst, self._kF, *self._kgains, self._A, self._Ad,
-                             self._kwork, tau, s, nu_r, e_ep, sc):   # type: ignore[call-arg]  # mypy cannot count *tuple[Any, ...]
-            raise StateError("DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
-                             "constraints (a singular configuration of the chain)")
+        if not dac_law3_step(
+            quat,
+            state.pos,
+            state.nu,
+            f(p_d, float),
+            f(q_d, float),
+            f(nu_ed, float),
+            f(nu_ed_dot, float),
+            *self._kconst,
+            self._kF,
+            *self._kgains,
+            self._A,
+            self._Ad,
+            self._kwork,
+            tau,
+            s,
+            nu_r,
+            e_ep,
+            sc,
+        ):  # type: ignore[call-arg]  # mypy cannot count *tuple[Any, ...]
+            raise StateError(
+                "DAC reference: A ℳ⁻¹ Aᵀ is singular — the task rows are dependent on the "
+                "constraints (a singular configuration of the chain)"
+            )
         V, Vd, self.potential, self.clearance = sc.tolist()
         info_ = self.info
         info_.V, info_.Vdot_cl = V, Vd
@@ -364,17 +485,30 @@ class TaskSpaceLaw(PortLaw):
         p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
         n = state.n
         nu_er, nu_er_dot, e_ep = np.empty(6), np.empty(6), np.empty(6)
-        _ee_task(np.ascontiguousarray(state.quat[-1], dtype=float), np.ascontiguousarray(state.pos[-1], dtype=float),
-                 np.ascontiguousarray(state.nu, dtype=float), n, np.asarray(p_d, dtype=float),
-                 np.asarray(q_d, dtype=float), np.asarray(nu_ed, dtype=float), np.asarray(nu_ed_dot, dtype=float),
-                 np.ascontiguousarray(self._lam6, dtype=float), nu_er, nu_er_dot, e_ep)
+        _ee_task(
+            np.ascontiguousarray(state.quat[-1], dtype=float),
+            np.ascontiguousarray(state.pos[-1], dtype=float),
+            np.ascontiguousarray(state.nu, dtype=float),
+            n,
+            np.asarray(p_d, dtype=float),
+            np.asarray(q_d, dtype=float),
+            np.asarray(nu_ed, dtype=float),
+            np.asarray(nu_ed_dot, dtype=float),
+            np.ascontiguousarray(self._lam6, dtype=float),
+            nu_er,
+            nu_er_dot,
+            e_ep,
+        )
         return nu_er, nu_er_dot, e_ep
 
-    def reference(self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference(
+        self, t: float, state: ChainState, R: np.ndarray, M: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         ch = self.chain
-        nu_er, nu_er_dot, e_ep = self._task(t, state)                # ν_{e,r} (52), its rate, e_{e,p}
-        g, gdot, self.potential, self.clearance = null_space_wish(state, self.obstacles, self.gain, self.d0,
-                                                                  self.points, self.clip)   # −∇U_o, its rate
+        nu_er, nu_er_dot, e_ep = self._task(t, state)  # ν_{e,r} (52), its rate, e_{e,p}
+        g, gdot, self.potential, self.clearance = null_space_wish(
+            state, self.obstacles, self.gain, self.d0, self.points, self.clip
+        )  # −∇U_o, its rate
         J, Jd = ch.jacobian(R), ch.jacobian_dot(R, state.nu)
         A = np.vstack([J, self.Jt])
         Ad = np.vstack([Jd, np.zeros_like(self.Jt)])
@@ -386,7 +520,7 @@ class TaskSpaceLaw(PortLaw):
             return constrained_reference(M, Mdot, A, Ad, w, wdot, g, gdot)
         nu_r, act = self.reference_qp(M, A, w, g, R)
         self.info.qp_active = int(act.size)
-        if act.size:                                  # active limits: equalities with ẇ = 0 (constant bounds)
+        if act.size:  # active limits: equalities with ẇ = 0 (constant bounds)
             C, Cd = self._rate_rows(R, state.nu)
             bound = np.sign(C[act] @ nu_r) * self.rate_limit
             A = np.vstack([A, C[act]])
@@ -399,20 +533,21 @@ class TaskSpaceLaw(PortLaw):
     def _rate_rows(self, R, nu):
         """C ν = R_{j+1}ᵀ(ω_{j+1} − ω_j) (3(N−1) rows) and Ċ = −R_{j+1}ᵀ[ω_{j+1}]× (…)."""
         n = self.chain.n
-        w = nu[3 * n:].reshape(n, 3)
+        w = nu[3 * n :].reshape(n, 3)
         C = np.zeros((3 * (n - 1), 6 * n))
         Cd = np.zeros_like(C)
         for j in range(n - 1):
             Rt = R[j + 1].T
             D = -Rt @ skew(w[j + 1])
-            C[3 * j:3 * j + 3, 3 * n + 3 * j:3 * n + 3 * j + 3] = -Rt
-            C[3 * j:3 * j + 3, 3 * n + 3 * j + 3:3 * n + 3 * j + 6] = Rt
-            Cd[3 * j:3 * j + 3, 3 * n + 3 * j:3 * n + 3 * j + 3] = -D
-            Cd[3 * j:3 * j + 3, 3 * n + 3 * j + 3:3 * n + 3 * j + 6] = D
+            C[3 * j : 3 * j + 3, 3 * n + 3 * j : 3 * n + 3 * j + 3] = -Rt
+            C[3 * j : 3 * j + 3, 3 * n + 3 * j + 3 : 3 * n + 3 * j + 6] = Rt
+            Cd[3 * j : 3 * j + 3, 3 * n + 3 * j : 3 * n + 3 * j + 3] = -D
+            Cd[3 * j : 3 * j + 3, 3 * n + 3 * j + 3 : 3 * n + 3 * j + 6] = D
         return C, Cd
 
-    def reference_qp(self, M: np.ndarray, A: np.ndarray, w: np.ndarray, g: np.ndarray,
-                     R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference_qp(
+        self, M: np.ndarray, A: np.ndarray, w: np.ndarray, g: np.ndarray, R: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(*) as a ProxSuite QP: min ½νᵀℳν − (ℳg)ᵀν s.t. Aν = w [, −ω̄ ≤ Cν ≤ ω̄].  Returns (ν_r, active rows)."""
         m = M.shape[0]
         C: np.ndarray | None = None
@@ -421,11 +556,13 @@ class TaskSpaceLaw(PortLaw):
             C, _ = self._rate_rows(R, np.zeros(m))
             lim = np.full(C.shape[0], float(self.rate_limit))
             lo = -lim
-        nin = 0 if C is None else C.shape[0]
+        0 if C is None else C.shape[0]
         res = BoundedQP(eps_abs=1e-12).solve("ref", M, -M @ g, A, w, C, lo, lim, warm=False)
         if not res.solved:
-            raise SolverError(f"law III reference QP: status {res.raw_status} (|w| = {np.linalg.norm(w):.3g}, "
-                              f"joint_rate_limit = {self.rate_limit})")
+            raise SolverError(
+                f"law III reference QP: status {res.raw_status} (|w| = {np.linalg.norm(w):.3g}, "
+                f"joint_rate_limit = {self.rate_limit})"
+            )
         x = res.x
         if C is None or lim is None:
             return x, np.zeros(0, dtype=int)
@@ -436,11 +573,11 @@ class TaskSpaceLaw(PortLaw):
 # ------------------------------------------------------------------------------------------ RHS maps
 @dataclass
 class Allocation:
-    tau: np.ndarray               # the port wrench actually produced (6N)
-    u: np.ndarray | None          # motor moments, world axes (N−1,3), or None for thrusters
-    residual: np.ndarray          # τ_c − τ (6N)
-    residual_g: float             # √(rᵀ G r): kinetic norm of the acceleration the motors cannot produce
-    residual_accel: np.ndarray    # G r (6N)
+    tau: np.ndarray  # the port wrench actually produced (6N)
+    u: np.ndarray | None  # motor moments, world axes (N−1,3), or None for thrusters
+    residual: np.ndarray  # τ_c − τ (6N)
+    residual_g: float  # √(rᵀ G r): kinetic norm of the acceleration the motors cannot produce
+    residual_accel: np.ndarray  # G r (6N)
     saturated: bool = False
 
 
@@ -466,8 +603,8 @@ class JointActuationMap:
         n = chain.n
         B = np.zeros((6 * n, 3 * (n - 1)))
         for j in range(n - 1):
-            B[3 * n + 3 * j:3 * n + 3 * j + 3, 3 * j:3 * j + 3] = -np.eye(3)
-            B[3 * n + 3 * j + 3:3 * n + 3 * j + 6, 3 * j:3 * j + 3] = np.eye(3)
+            B[3 * n + 3 * j : 3 * n + 3 * j + 3, 3 * j : 3 * j + 3] = -np.eye(3)
+            B[3 * n + 3 * j + 3 : 3 * n + 3 * j + 6, 3 * j : 3 * j + 3] = np.eye(3)
         self.B = B
 
     def response(self, R: np.ndarray) -> np.ndarray:
@@ -487,8 +624,8 @@ class JointActuationMap:
         G = self.response(R)
         Rb = np.zeros((3 * (n - 1), 3 * (n - 1)))
         for j in range(n - 1):
-            Rb[3 * j:3 * j + 3, 3 * j:3 * j + 3] = R[j + 1]
-        Bb = self.B @ Rb                                 # port of the motor moments ū (child axes)
+            Rb[3 * j : 3 * j + 3, 3 * j : 3 * j + 3] = R[j + 1]
+        Bb = self.B @ Rb  # port of the motor moments ū (child axes)
         H = Bb.T @ G @ Bb
         f = Bb.T @ G @ tau_c
         sat = False
@@ -498,13 +635,16 @@ class JointActuationMap:
             m = H.shape[0]
             if self.limit is not None:
                 lim = np.full(m, float(self.limit))
-                res = BoundedQP(eps_abs=1e-10).solve("alloc", H, -f, None, None, np.eye(m), -lim, lim, warm=False,
-                                                     feasible_start=True)
+                res = BoundedQP(eps_abs=1e-10).solve(
+                    "alloc", H, -f, None, None, np.eye(m), -lim, lim, warm=False, feasible_start=True
+                )
             else:
                 res = BoundedQP(eps_abs=1e-10).solve("alloc", H, -f, warm=False)
             if not res.solved:
-                raise SolverError(f"joint allocation QP: status {res.raw_status} "
-                                  f"(|τ_c| = {np.linalg.norm(tau_c):.3g}, limit = {self.limit})")
+                raise SolverError(
+                    f"joint allocation QP: status {res.raw_status} "
+                    f"(|τ_c| = {np.linalg.norm(tau_c):.3g}, limit = {self.limit})"
+                )
             ub = res.x
             sat = self.limit is not None and bool(np.any(np.abs(ub) >= self.limit * (1 - 1e-7)))
         tau = Bb @ ub

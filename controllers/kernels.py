@@ -13,6 +13,7 @@ compiles (a few seconds); later processes load the machine code.  Compiling them
 each controller as the scenarios build it) is the application tier's job: ``python -m cmstack.warmup``
 (cmstack/warmup.py; this library module never imports a scenario).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ from cmstack.models import _lie_kernels
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _quat_to_R
 
-depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a callee in another file
 
 
 # ------------------------------------------------------------------------------------------ small helpers
@@ -114,7 +115,7 @@ def qr_pivot(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarr
         tail = 0.0
         for i in range(j + 1, p):
             tail += X[i, j] * X[i, j]
-        if tail == 0.0:                      # nothing below the diagonal: H_j = I
+        if tail == 0.0:  # nothing below the diagonal: H_j = I
             tau[j] = 0.0
             if j == 0:
                 r00 = abs(x0)
@@ -197,8 +198,17 @@ def _unpivoted(Zt, s, r, ztau):
 
 
 @njit(cache=True)
-def cod_factor(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarray, tau: np.ndarray, Zt: np.ndarray,
-               ztau: np.ndarray) -> int:
+def cod_factor(
+    X: np.ndarray,
+    p: int,
+    s: int,
+    tol: float,
+    mode: int,
+    piv: np.ndarray,
+    tau: np.ndarray,
+    Zt: np.ndarray,
+    ztau: np.ndarray,
+) -> int:
     """The complete orthogonal decomposition of X[:p, :s]: pivoted QR in X (rank r), then the unpivoted QR of
     Tᵀ = [R₁₁ R₁₂]ᵀ (s×r) in Zt (U on and above its diagonal), so X ≈ Q_r Uᵀ Z_rᵀ Πᵀ.  Returns r."""
     r = qr_pivot(X, p, s, tol, mode, piv, tau)
@@ -210,14 +220,25 @@ def cod_factor(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.nda
 
 
 @njit(cache=True)
-def cod_pinv_apply(X: np.ndarray, p: int, s: int, r: int, piv: np.ndarray, tau: np.ndarray, Zt: np.ndarray, ztau: np.ndarray, y: np.ndarray,
-                   w: np.ndarray, out: np.ndarray) -> None:
+def cod_pinv_apply(
+    X: np.ndarray,
+    p: int,
+    s: int,
+    r: int,
+    piv: np.ndarray,
+    tau: np.ndarray,
+    Zt: np.ndarray,
+    ztau: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """out ← X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y from ``cod_factor``'s result (y of length p, out of length s; w scratch
     of length max(p, s); y is left unchanged)."""
     for i in range(p):
         w[i] = y[i]
     apply_qt(X, p, r, tau, w)
-    for i in range(r):                      # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
+    for i in range(r):  # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
         x = w[i]
         for k in range(i):
             x -= Zt[k, i] * w[k]
@@ -236,8 +257,16 @@ def passive_work(m: int, q: int) -> tuple[int, int]:
 
 
 @njit(cache=True, inline="always")
-def passive_factor(Jc: np.ndarray, p: np.ndarray, tol: float, X: np.ndarray, Z: np.ndarray, piv: np.ndarray, tq: np.ndarray,
-                   tz: np.ndarray) -> int:
+def passive_factor(
+    Jc: np.ndarray,
+    p: np.ndarray,
+    tol: float,
+    X: np.ndarray,
+    Z: np.ndarray,
+    piv: np.ndarray,
+    tq: np.ndarray,
+    tz: np.ndarray,
+) -> int:
     """G = S_p J_cᵀ (q×m; J_c the loops' rows, m×n; p the q passive joints' indices) into X and its complete
     orthogonal decomposition (``cod_factor``, rank test σ > tol·max(1, σ₁) read on the pivoted column norms, mode
     ``REL1``): X, Z (≥ (max(m, q) + 1) square), piv (≥ 2 (max(m, q) + 1)), tq, tz (≥ max(m, q) + 1).  Returns the
@@ -260,8 +289,21 @@ def passive_null(X: np.ndarray, q: int, r: int, tq: np.ndarray, c: int, e: np.nd
 
 
 @njit(cache=True, inline="always")
-def passive_torque(Jc: np.ndarray, p: np.ndarray, X: np.ndarray, Z: np.ndarray, r: int, piv: np.ndarray, tq: np.ndarray,
-                   tz: np.ndarray, y: np.ndarray, yp: np.ndarray, w: np.ndarray, lam: np.ndarray, tau: np.ndarray) -> None:
+def passive_torque(
+    Jc: np.ndarray,
+    p: np.ndarray,
+    X: np.ndarray,
+    Z: np.ndarray,
+    r: int,
+    piv: np.ndarray,
+    tq: np.ndarray,
+    tz: np.ndarray,
+    y: np.ndarray,
+    yp: np.ndarray,
+    w: np.ndarray,
+    lam: np.ndarray,
+    tau: np.ndarray,
+) -> None:
     """τ = T y = y − J_cᵀ λ with λ = G⁺ S_p y (the loop reaction; ``passive_map``'s T applied to one vector, without
     forming G⁺ or T), then τ_p = 0 exactly (it is (I − G G⁺) S_p y, zero to round-off when S_p y ∈ range(G)).
     From ``passive_factor``'s result; yp, w: scratch (≥ max(m, q) + 1); lam (m) out."""
@@ -405,8 +447,8 @@ def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot)
             rx = R[i, 0, 0] * points[k, 0] + R[i, 0, 1] * points[k, 1] + R[i, 0, 2] * points[k, 2]
             ry = R[i, 1, 0] * points[k, 0] + R[i, 1, 1] * points[k, 1] + R[i, 1, 2] * points[k, 2]
             rz = R[i, 2, 0] * points[k, 0] + R[i, 2, 1] * points[k, 1] + R[i, 2, 2] * points[k, 2]
-            qx, qy, qz = _cross3(wx, wy, wz, rx, ry, rz)           # ω_i × R_i r_k
-            xdx, xdy, xdz = vx + qx, vy + qy, vz + qz              # ẋ
+            qx, qy, qz = _cross3(wx, wy, wz, rx, ry, rz)  # ω_i × R_i r_k
+            xdx, xdy, xdz = vx + qx, vy + qy, vz + qz  # ẋ
             fx = fy = fz = 0.0
             fdx = fdy = fdz = 0.0
             for o in range(no):
@@ -497,16 +539,20 @@ def _attitude_error_rate(x, y, z, eta, w0, w1, w2, wd0, wd1, wd2):
 def attitude_error_batch(q: np.ndarray, q_d: np.ndarray, e: np.ndarray, eta: np.ndarray) -> None:
     """``_attitude_error`` row by row: q, q_d (k, 4) → e (k, 3), η (k)."""
     for i in range(q.shape[0]):
-        eta[i], e[i, 0], e[i, 1], e[i, 2] = _attitude_error(q_d[i, 0], q_d[i, 1], q_d[i, 2], q_d[i, 3],
-                                                            q[i, 0], q[i, 1], q[i, 2], q[i, 3])
+        eta[i], e[i, 0], e[i, 1], e[i, 2] = _attitude_error(
+            q_d[i, 0], q_d[i, 1], q_d[i, 2], q_d[i, 3], q[i, 0], q[i, 1], q[i, 2], q[i, 3]
+        )
 
 
 @njit(cache=True)
-def attitude_error_rate_batch(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.ndarray, out: np.ndarray) -> None:
+def attitude_error_rate_batch(
+    e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.ndarray, out: np.ndarray
+) -> None:
     """``_attitude_error_rate`` row by row: e, w, w_d (k, 3), η (k) → out (k, 3)."""
     for i in range(e.shape[0]):
-        out[i, 0], out[i, 1], out[i, 2] = _attitude_error_rate(e[i, 0], e[i, 1], e[i, 2], eta[i], w[i, 0], w[i, 1],
-                                                               w[i, 2], w_d[i, 0], w_d[i, 1], w_d[i, 2])
+        out[i, 0], out[i, 1], out[i, 2] = _attitude_error_rate(
+            e[i, 0], e[i, 1], e[i, 2], eta[i], w[i, 0], w[i, 1], w[i, 2], w_d[i, 0], w_d[i, 1], w_d[i, 2]
+        )
 
 
 @njit(cache=True)
@@ -518,8 +564,9 @@ def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_e
     for a in range(3):
         e_ep[a] = pos_e[a] - p_d[a]
     e_ep[3], e_ep[4], e_ep[5] = x, y, z
-    de3, de4, de5 = _attitude_error_rate(x, y, z, e0, nu[6 * n - 3], nu[6 * n - 2], nu[6 * n - 1],
-                                         nu_ed[3], nu_ed[4], nu_ed[5])
+    de3, de4, de5 = _attitude_error_rate(
+        x, y, z, e0, nu[6 * n - 3], nu[6 * n - 2], nu[6 * n - 1], nu_ed[3], nu_ed[4], nu_ed[5]
+    )
     for a in range(6):
         nu_er[a] = nu_ed[a] - lam6[a] * e_ep[a]
     for a in range(3):
@@ -530,13 +577,41 @@ def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_e
 
 
 @njit(cache=True)
-def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.ndarray, q_d: np.ndarray,
-                  nu_ed: np.ndarray, nu_ed_dot: np.ndarray, masses: np.ndarray, inertias: np.ndarray,
-                  inertias_inv: np.ndarray, joint_parent: np.ndarray, joint_child: np.ndarray, stiffness: np.ndarray,
-                  gravity: np.ndarray, rotvec: bool, F_known: np.ndarray, lam6: np.ndarray, kd_mass: float, kd: np.ndarray,
-                  points: np.ndarray, centers: np.ndarray, radii: np.ndarray, gain: float, d0: float, dc: float,
-                  A: np.ndarray, Ad: np.ndarray, work: np.ndarray, tau: np.ndarray, s_out: np.ndarray,
-                  nu_r_out: np.ndarray, e_ep: np.ndarray, scalars: np.ndarray) -> bool:
+def dac_law3_step(
+    quat: np.ndarray,
+    pos: np.ndarray,
+    nu: np.ndarray,
+    p_d: np.ndarray,
+    q_d: np.ndarray,
+    nu_ed: np.ndarray,
+    nu_ed_dot: np.ndarray,
+    masses: np.ndarray,
+    inertias: np.ndarray,
+    inertias_inv: np.ndarray,
+    joint_parent: np.ndarray,
+    joint_child: np.ndarray,
+    stiffness: np.ndarray,
+    gravity: np.ndarray,
+    rotvec: bool,
+    F_known: np.ndarray,
+    lam6: np.ndarray,
+    kd_mass: float,
+    kd: np.ndarray,
+    points: np.ndarray,
+    centers: np.ndarray,
+    radii: np.ndarray,
+    gain: float,
+    d0: float,
+    dc: float,
+    A: np.ndarray,
+    Ad: np.ndarray,
+    work: np.ndarray,
+    tau: np.ndarray,
+    s_out: np.ndarray,
+    nu_r_out: np.ndarray,
+    e_ep: np.ndarray,
+    scalars: np.ndarray,
+) -> bool:
     """One step of [Eslami] law (III) in closed form (``TaskSpaceLaw``'s step; the generic path
     ``PortLaw.__call__`` with ``TaskSpaceLaw.reference`` solves the same (*) by dense KKT solves).
 
@@ -564,27 +639,27 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
     nr = A.shape[0]
     nc = nr - 6
     # work layout (rows): R (n·9) | I (n·9) | I⁻¹ (n·9) | WI (n·9) | vectors
-    R = work[0:9 * n].reshape((n, 3, 3))
-    Iw = work[9 * n:18 * n].reshape((n, 3, 3))
-    Ii = work[18 * n:27 * n].reshape((n, 3, 3))
-    WI = work[27 * n:36 * n].reshape((n, 3, 3))
+    R = work[0 : 9 * n].reshape((n, 3, 3))
+    Iw = work[9 * n : 18 * n].reshape((n, 3, 3))
+    Ii = work[18 * n : 27 * n].reshape((n, 3, 3))
+    WI = work[27 * n : 36 * n].reshape((n, 3, 3))
     o = 36 * n
-    g = work[o:o + m6]
-    gdot = work[o + m6:o + 2 * m6]
-    u = work[o + 2 * m6:o + 3 * m6]
-    r1 = work[o + 3 * m6:o + 4 * m6]
-    Mir1 = work[o + 4 * m6:o + 5 * m6]
-    nrd = work[o + 5 * m6:o + 6 * m6]
+    g = work[o : o + m6]
+    gdot = work[o + m6 : o + 2 * m6]
+    u = work[o + 2 * m6 : o + 3 * m6]
+    r1 = work[o + 3 * m6 : o + 4 * m6]
+    Mir1 = work[o + 4 * m6 : o + 5 * m6]
+    nrd = work[o + 5 * m6 : o + 6 * m6]
     o2 = o + 6 * m6
-    lam = work[o2:o2 + nr]
-    x = work[o2 + nr:o2 + 2 * nr]
-    wtask = work[o2 + 2 * nr:o2 + 2 * nr + 6]
-    wtask_dot = work[o2 + 2 * nr + 6:o2 + 2 * nr + 12]
+    lam = work[o2 : o2 + nr]
+    x = work[o2 + nr : o2 + 2 * nr]
+    wtask = work[o2 + 2 * nr : o2 + 2 * nr + 6]
+    wtask_dot = work[o2 + 2 * nr + 6 : o2 + 2 * nr + 12]
     o3 = o2 + 2 * nr + 12
-    MiAt = work[o3:o3 + m6 * nr].reshape((m6, nr))
-    S = work[o3 + m6 * nr:o3 + m6 * nr + nr * nr].reshape((nr, nr))
+    MiAt = work[o3 : o3 + m6 * nr].reshape((m6, nr))
+    S = work[o3 + m6 * nr : o3 + m6 * nr + nr * nr].reshape((nr, nr))
     # rotations and world inertias
-    _quat_to_R(quat, R)                             # R_i = R(q_i): models/_lie_kernels.py, the one formula
+    _quat_to_R(quat, R)  # R_i = R(q_i): models/_lie_kernels.py, the one formula
     for i in range(n):
         for a in range(3):
             for b in range(3):
@@ -606,18 +681,36 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
                 Iw[i, a, b] = h
                 Iw[i, b, a] = h
         wx, wy, wz = nu[n3 + 3 * i], nu[n3 + 3 * i + 1], nu[n3 + 3 * i + 2]
-        for b in range(3):                          # Ω I column by column: ω × I[:, b]
+        for b in range(3):  # Ω I column by column: ω × I[:, b]
             cx, cy, cz = _cross3(wx, wy, wz, Iw[i, 0, b], Iw[i, 1, b], Iw[i, 2, b])
             WI[i, 0, b], WI[i, 1, b], WI[i, 2, b] = cx, cy, cz
     # constraint rows: angular blocks of A and Ȧ
     for j in range(n - 1):
-        spx = -(R[j, 0, 0] * joint_parent[j, 0] + R[j, 0, 1] * joint_parent[j, 1] + R[j, 0, 2] * joint_parent[j, 2])
-        spy = -(R[j, 1, 0] * joint_parent[j, 0] + R[j, 1, 1] * joint_parent[j, 1] + R[j, 1, 2] * joint_parent[j, 2])
-        spz = -(R[j, 2, 0] * joint_parent[j, 0] + R[j, 2, 1] * joint_parent[j, 1] + R[j, 2, 2] * joint_parent[j, 2])
+        spx = -(
+            R[j, 0, 0] * joint_parent[j, 0]
+            + R[j, 0, 1] * joint_parent[j, 1]
+            + R[j, 0, 2] * joint_parent[j, 2]
+        )
+        spy = -(
+            R[j, 1, 0] * joint_parent[j, 0]
+            + R[j, 1, 1] * joint_parent[j, 1]
+            + R[j, 1, 2] * joint_parent[j, 2]
+        )
+        spz = -(
+            R[j, 2, 0] * joint_parent[j, 0]
+            + R[j, 2, 1] * joint_parent[j, 1]
+            + R[j, 2, 2] * joint_parent[j, 2]
+        )
         k = j + 1
-        scx = -(R[k, 0, 0] * joint_child[j, 0] + R[k, 0, 1] * joint_child[j, 1] + R[k, 0, 2] * joint_child[j, 2])
-        scy = -(R[k, 1, 0] * joint_child[j, 0] + R[k, 1, 1] * joint_child[j, 1] + R[k, 1, 2] * joint_child[j, 2])
-        scz = -(R[k, 2, 0] * joint_child[j, 0] + R[k, 2, 1] * joint_child[j, 1] + R[k, 2, 2] * joint_child[j, 2])
+        scx = -(
+            R[k, 0, 0] * joint_child[j, 0] + R[k, 0, 1] * joint_child[j, 1] + R[k, 0, 2] * joint_child[j, 2]
+        )
+        scy = -(
+            R[k, 1, 0] * joint_child[j, 0] + R[k, 1, 1] * joint_child[j, 1] + R[k, 1, 2] * joint_child[j, 2]
+        )
+        scz = -(
+            R[k, 2, 0] * joint_child[j, 0] + R[k, 2, 1] * joint_child[j, 1] + R[k, 2, 2] * joint_child[j, 2]
+        )
         wjx, wjy, wjz = nu[n3 + 3 * j], nu[n3 + 3 * j + 1], nu[n3 + 3 * j + 2]
         wkx, wky, wkz = nu[n3 + 3 * k], nu[n3 + 3 * k + 1], nu[n3 + 3 * k + 2]
         dpx, dpy, dpz = _cross3(wjx, wjy, wjz, spx, spy, spz)
@@ -649,8 +742,11 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
             for a in range(3):
                 MiAt[3 * i + a, c] = A[c, 3 * i + a] / masses[i]
             for a in range(3):
-                MiAt[n3 + 3 * i + a, c] = (Ii[i, a, 0] * A[c, n3 + 3 * i] + Ii[i, a, 1] * A[c, n3 + 3 * i + 1]
-                                           + Ii[i, a, 2] * A[c, n3 + 3 * i + 2])
+                MiAt[n3 + 3 * i + a, c] = (
+                    Ii[i, a, 0] * A[c, n3 + 3 * i]
+                    + Ii[i, a, 1] * A[c, n3 + 3 * i + 1]
+                    + Ii[i, a, 2] * A[c, n3 + 3 * i + 2]
+                )
     for a in range(nr):
         for b in range(a + 1):
             sab = 0.0
@@ -695,8 +791,11 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
     for i in range(n):
         for a in range(3):
             Mir1[3 * i + a] = r1[3 * i + a] / masses[i]
-            Mir1[n3 + 3 * i + a] = (Ii[i, a, 0] * r1[n3 + 3 * i] + Ii[i, a, 1] * r1[n3 + 3 * i + 1]
-                                    + Ii[i, a, 2] * r1[n3 + 3 * i + 2])
+            Mir1[n3 + 3 * i + a] = (
+                Ii[i, a, 0] * r1[n3 + 3 * i]
+                + Ii[i, a, 1] * r1[n3 + 3 * i + 1]
+                + Ii[i, a, 2] * r1[n3 + 3 * i + 2]
+            )
     # x = S⁻¹(A ℳ⁻¹r₁ − r₂), r₂ = ẇ − Ȧ ν_r − A ġ
     for a in range(nr):
         sa = 0.0
@@ -761,7 +860,7 @@ def dac_law3_step(quat: np.ndarray, pos: np.ndarray, nu: np.ndarray, p_d: np.nda
         tx, ty, tz = stiffness[j, 0] * kk * vx, stiffness[j, 1] * kk * vy, stiffness[j, 2] * kk * vz
         for a in range(3):
             mJ = R[j, a, 0] * tx + R[j, a, 1] * ty + R[j, a, 2] * tz
-            tau[n3 + 3 * j + a] -= mJ             # −ℱ: C_F M_J is + M_J on body j, − M_J on body j+1
+            tau[n3 + 3 * j + a] -= mJ  # −ℱ: C_F M_J is + M_J on body j, − M_J on body j+1
             tau[n3 + 3 * j + 3 + a] += mJ
     return True
 
@@ -785,8 +884,17 @@ def triangle(delta: float, L0: float, l0: float) -> tuple[float, float, float]:
 
 # ------------------------------------------------------------------------------------------ robust law (18)
 @njit(cache=True)
-def robust18_pre(t: float, q: np.ndarray, v: np.ndarray, sinus: bool, with_actuator: bool, prm: np.ndarray, ref: np.ndarray, H: np.ndarray,
-                 out: np.ndarray) -> tuple[int, float]:
+def robust18_pre(
+    t: float,
+    q: np.ndarray,
+    v: np.ndarray,
+    sinus: bool,
+    with_actuator: bool,
+    prm: np.ndarray,
+    ref: np.ndarray,
+    H: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, float]:
     """The law (18) of [Dastranj] up to its one RNEA: errors, reference acceleration and the lifted state.
 
     ``prm`` = [c (3), a (3), w (3), p (3), Λ (3), L₀, l₀, δ_lo, δ_hi] (the last two: the stroke with its slack).
@@ -839,7 +947,9 @@ def robust18_pre(t: float, q: np.ndarray, v: np.ndarray, sinus: bool, with_actua
 
 
 @njit(cache=True)
-def robust18_post(tau: np.ndarray, dz: float, with_actuator: bool, gains: np.ndarray, out: np.ndarray) -> None:
+def robust18_post(
+    tau: np.ndarray, dz: float, with_actuator: bool, gains: np.ndarray, out: np.ndarray
+) -> None:
     """Γ q̈_r + h − Q_e = Eᵀ τ̂ (τ̂ the open tree's RNEA at the lifted state; E = identity but for the ζ row,
     and the α = ζ/2, δ rows with the actuator bodies), then (18) with ``gains`` = [K; −κ; 1/ε]:
         Q_a = (Γ q̈_r + h − Q_e) − K s − κ sat(s/ε),   sat(x) = min(1, max(−1, x))
@@ -856,8 +966,19 @@ def robust18_post(tau: np.ndarray, dz: float, with_actuator: bool, gains: np.nda
 
 # ------------------------------------------------------------------------------------------ PIDC, one row
 @njit(cache=True)
-def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: np.ndarray, jdv: float, t: float, ref: np.ndarray, sinus: bool, prm: np.ndarray,
-                 out: np.ndarray) -> tuple[int, int, float, float]:
+def pidc_one_row(
+    M: np.ndarray,
+    h: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    a: np.ndarray,
+    jdv: float,
+    t: float,
+    ref: np.ndarray,
+    sinus: bool,
+    prm: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, int, float, float]:
     """The closed-form PIDC step of [Aghili] §7.1/§7.4 for one constraint row a (A = aᵀ, 1×n), as
     ``controllers.pidc.PIDC`` with ``project`` and the rank-1 closed forms:
 
@@ -873,7 +994,8 @@ def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: 
     Reference ``ref`` = [θ_d; θ̇_d; θ̈_d] (3, k); if ``sinus`` it is written here from the sinusoid
     θ_d = c + α sin(ω t + φ) (``models.trajectory.Sinusoid``: θ̇_d = α ω cos(·), θ̈_d = −α ω² sin(·)), whose
     (c, α, ω, φ) follow the constants in ``prm`` =
-    [K_p (k) | K_v (k) | ci (k) | mask (n) | D (n) | passive (0/1), tol, sm_min | c, α, ω, φ (k each)] (``pidc_params``).
+    [K_p (k) | K_v (k) | ci (k) | mask (n) | D (n) | passive (0/1), tol, sm_min | c, α, ω, φ (k each)]
+    (``pidc_params``).
     Writes ``out`` (n+3, n) = [P; q̈_des; τ_∥; τ]; returns (status, rank, residual, ‖b‖): status 0 ok, 1 the
     closed form of (S P)⁺ is ill-conditioned (caller takes the SVD path), 2 a non-finite a, 3 a non-finite q
     or q̇."""
@@ -892,12 +1014,12 @@ def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: 
     thd_d = ref[1]
     thdd_d = ref[2]
     kp = prm[0:k]
-    kv = prm[k:2 * k]
+    kv = prm[k : 2 * k]
     ci = np.empty(k, np.int64)
     for j in range(k):
         ci[j] = int(prm[2 * k + j])
-    mask = prm[3 * k:3 * k + n]
-    D = prm[3 * k + n:3 * k + 2 * n]
+    mask = prm[3 * k : 3 * k + n]
+    D = prm[3 * k + n : 3 * k + 2 * n]
     passive = prm[3 * k + 2 * n] != 0.0
     tol = prm[3 * k + 2 * n + 1]
     sm_min = prm[3 * k + 2 * n + 2]
@@ -955,7 +1077,7 @@ def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: 
         for i in range(n):
             zi = 0.0
             for j in range(k):
-                zi += P[i, ci[j]] * (r[j] + w[j] * (wr / d))          # P Sᵀ (I + w wᵀ/d) r
+                zi += P[i, ci[j]] * (r[j] + w[j] * (wr / d))  # P Sᵀ (I + w wᵀ/d) r
             z[i] = zi
     for i in range(n):
         x = cv[i]
@@ -997,12 +1119,27 @@ def pidc_one_row(M: np.ndarray, h: np.ndarray, q: np.ndarray, v: np.ndarray, a: 
     return 0, rank, res, math.sqrt(bb)
 
 
-def pidc_params(kp: np.ndarray, kv: np.ndarray, ci: np.ndarray, mask: np.ndarray, D: np.ndarray, passive: bool, tol: float, sm_min: float,
-                sinus: tuple | None = None) -> np.ndarray:
+def pidc_params(
+    kp: np.ndarray,
+    kv: np.ndarray,
+    ci: np.ndarray,
+    mask: np.ndarray,
+    D: np.ndarray,
+    passive: bool,
+    tol: float,
+    sm_min: float,
+    sinus: tuple | None = None,
+) -> np.ndarray:
     """The constant ``prm`` vector of ``pidc_one_row``; ``sinus`` = (c, α, ω, φ) of a sinusoid reference."""
     k = len(ci)
-    sin = np.zeros(4 * k) if sinus is None else np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in sinus])
-    return np.concatenate([kp, kv, np.asarray(ci, float), mask, D, [1.0 if passive else 0.0, tol, sm_min], sin])
+    sin = (
+        np.zeros(4 * k)
+        if sinus is None
+        else np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in sinus])
+    )
+    return np.concatenate(
+        [kp, kv, np.asarray(ci, float), mask, D, [1.0 if passive else 0.0, tol, sm_min], sin]
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ construction), minimize ½‖W Sₐᵀ τ_a‖², s.t. V₀ᵀ Sₐᵀ τ_a = V�
 infeasible, a second QP minimizes ‖V₀ᵀ(Sₐᵀ τ_a − b)‖² + ε‖W Sₐᵀ τ_a‖² within the limits (the
 closest potent torque the actuators can give), and the step is reported as saturated.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,21 +50,25 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cmstack.controllers.qp import BoundedQP
+from cmstack.controllers._pidc_kernels import (
+    NONFINITE_STATE,
+    UNSOLVABLE,
+    pidc_closed_step,
+    pidc_rows,
+    pidc_rows_work,
+)
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.kernels import pidc_one_row, pidc_params
-from cmstack.controllers._pidc_kernels import NONFINITE_STATE, UNSOLVABLE, pidc_closed_step, pidc_rows, pidc_rows_work
 from cmstack.controllers.pidc_plan import ClosedChainPlan
+from cmstack.controllers.qp import BoundedQP
 from cmstack.models import _params
+from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError, StateError
 from cmstack.models.lie import pinv
-from cmstack.models.coupling import Task
 from cmstack.models.loops import as_constraint
 from cmstack.models.projection import DEFAULT_TOL, Projection, c_times_v, project
 from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.trajectory import Trajectory, as_trajectory
-
-
 
 #: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
 _RTOL = 1e-10
@@ -78,12 +83,14 @@ class PIDCInfo(StepInfo):
     "unsolvable"), ``rank`` of A, the constraint forces f_c/f_d [N·m], desired q̈, τ_∥ and τ_⊥."""
 
     solvable: bool = True
-    passive_residual: float = 0.0     # ‖(I − B) τ‖ before zeroing (58)
+    passive_residual: float = 0.0  # ‖(I − B) τ‖ before zeroing (58)
     rank: int = 0
     limit_active: bool = False
     qp_status: str = ""
-    f_c: np.ndarray | None = None     # constraint force (joint space): measured/estimated by the force loop, else (32)
-    lam: np.ndarray | None = None     # its multipliers λ = (A⁺)ᵀ f_c, one per constraint row
+    f_c: np.ndarray | None = (
+        None  # constraint force (joint space): measured/estimated by the force loop, else (32)
+    )
+    lam: np.ndarray | None = None  # its multipliers λ = (A⁺)ᵀ f_c, one per constraint row
     f_d: np.ndarray | None = None
     qdd_des: np.ndarray | None = None
     tau_par: np.ndarray | None = None
@@ -125,20 +132,29 @@ class _BufferedInfo(PIDCInfo):
     rank = _buffered("rank", lambda b, n, m: int(b[6 * n + m]))
     passive_residual = _buffered("passive_residual", lambda b, n, m: float(b[6 * n + m + 1]))
     qdd_des = _buffered("qdd_des", lambda b, n, m: b[:n])
-    tau_par = _buffered("tau_par", lambda b, n, m: b[n:2 * n])
-    f_c = _buffered("f_c", lambda b, n, m: b[3 * n:4 * n])
-    lam = _buffered("lam", lambda b, n, m: b[4 * n:4 * n + m])
+    tau_par = _buffered("tau_par", lambda b, n, m: b[n : 2 * n])
+    f_c = _buffered("f_c", lambda b, n, m: b[3 * n : 4 * n])
+    lam = _buffered("lam", lambda b, n, m: b[4 * n : 4 * n + m])
 
 
 class ForceLaw:
     """Constraint-force regulation (7.3): λ_d(t) (or a constant), PI gains on e_f = f_d − f_c.
     ``measure(t, q, v) -> f_c`` (n,) if a sensor is available; else f_c is estimated from (32)."""
 
-    def __init__(self, lambda_d: ArrayLike | Callable[[float], np.ndarray], kp: float = 0.0, ki: float = 0.0,
-                 measure: Callable[[float, np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        lambda_d: ArrayLike | Callable[[float], np.ndarray],
+        kp: float = 0.0,
+        ki: float = 0.0,
+        measure: Callable[[float, np.ndarray, np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         if not (np.isfinite(kp) and kp >= 0 and np.isfinite(ki) and ki >= 0):
             raise ConfigError(f"ForceLaw: gains must be >= 0, got kp={kp}, ki={ki}")
-        self.lambda_d = lambda_d if callable(lambda_d) else (lambda t, _l=np.atleast_1d(np.asarray(lambda_d, float)): _l)
+        if callable(lambda_d):
+            self.lambda_d = lambda_d
+        else:
+            constant = np.atleast_1d(np.asarray(lambda_d, float))
+            self.lambda_d = lambda t: constant
         self.kp, self.ki, self.measure = float(kp), float(ki), measure
         self.integral = None
 
@@ -161,12 +177,26 @@ class PIDC:
     several rows through complete orthogonal decompositions instead of SVDs (``_pidc_kernels.pidc_rows``,
     derived there); ``_numpy_step`` is the reference both are tested against."""
 
-    def __init__(self, robot: Robot, constraint: Any, coords: Task | Sequence[Task] | Sequence[str],
-                 reference: Any = None, kp: ArrayLike | None = None, kv: ArrayLike | None = None, *,
-                 passive: Sequence[str] | None = None, weights: ArrayLike | None = None,
-                 force: ForceLaw | None = None, qp: bool = False, torque_limits: ArrayLike | None = None,
-                 rank_tol: float = DEFAULT_TOL,
-                 solve_tol: float = 1e-8, on_unsolvable: str = "report", model_damping: bool = True, eps_reg: float = 1e-6) -> None:
+    def __init__(
+        self,
+        robot: Robot,
+        constraint: Any,
+        coords: Task | Sequence[Task] | Sequence[str],
+        reference: Any = None,
+        kp: ArrayLike | None = None,
+        kv: ArrayLike | None = None,
+        *,
+        passive: Sequence[str] | None = None,
+        weights: ArrayLike | None = None,
+        force: ForceLaw | None = None,
+        qp: bool = False,
+        torque_limits: ArrayLike | None = None,
+        rank_tol: float = DEFAULT_TOL,
+        solve_tol: float = 1e-8,
+        on_unsolvable: str = "report",
+        model_damping: bool = True,
+        eps_reg: float = 1e-6,
+    ) -> None:
         if constraint is None:
             if not getattr(robot, "loops", None):
                 raise ConfigError(f"PIDC: no constraint given and {robot.label} has no loops (robot.loops)")
@@ -176,14 +206,18 @@ class PIDC:
         self.robot, self.c = robot, as_constraint(constraint)
         self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
         # loops of this robot: their rows are read from the step's own kinematics snapshot (no second pass)
-        self._rows_kin = getattr(self.c, "rows_from", None) if getattr(self.c, "robot", None) is robot else None
+        self._rows_kin = (
+            getattr(self.c, "rows_from", None) if getattr(self.c, "robot", None) is robot else None
+        )
         n = robot.nv
-        if isinstance(coords, Task) or (isinstance(coords, (list, tuple)) and coords
-                                        and all(isinstance(c, Task) for c in coords)):
+        if isinstance(coords, Task) or (
+            isinstance(coords, (list, tuple)) and coords and all(isinstance(c, Task) for c in coords)
+        ):
             self.tasks = [coords] if isinstance(coords, Task) else list(coords)
             if reference is not None:
-                raise ConfigError("PIDC: task coordinates follow their own trajectories (the task's); pass "
-                                  "reference=None")
+                raise ConfigError(
+                    "PIDC: task coordinates follow their own trajectories (the task's); pass reference=None"
+                )
             coords, reference = [], 0.0
             kp = 0.0 if kp is None else kp
             kv = 0.0 if kv is None else kv
@@ -191,12 +225,12 @@ class PIDC:
             self.tasks = []
             if reference is None or kp is None or kv is None:
                 raise ConfigError("PIDC: joint coordinates need a reference and the gains kp, kv")
-        names = [str(c) for c in coords] if not self.tasks else []      # joint coordinates (names)
+        names = [str(c) for c in coords] if not self.tasks else []  # joint coordinates (names)
         self.S = np.zeros((len(names), n))
         for i, name in enumerate(names):
             self.S[i, robot.joint_index(name)] = 1.0
         self.coords = names
-        self._ci = np.array([robot.joint_index(name) for name in names], dtype=np.intp)   # S x = x[_ci]
+        self._ci = np.array([robot.joint_index(name) for name in names], dtype=np.intp)  # S x = x[_ci]
         self.ref = reference
         self.kp = np.broadcast_to(np.asarray(kp, dtype=float), (len(names),)).copy()
         self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(names),)).copy()
@@ -206,7 +240,7 @@ class PIDC:
         for name in passive:
             self.actuated[robot.joint_index(name)] = False
         self.passive = list(passive)
-        self.IB = np.diag((~self.actuated).astype(float))   # I − B
+        self.IB = np.diag((~self.actuated).astype(float))  # I − B
         self._passive_mask = (~self.actuated).astype(float)  # diagonal of I − B
         if weights is None:
             self.w = None
@@ -216,8 +250,10 @@ class PIDC:
                 raise ConfigError(f"PIDC weights must be finite and > 0, got {weights}")
             self.w = w
         if force is not None and passive:
-            raise ConfigError("PIDC: constraint-force control needs the impotent input (I−P)τ on every joint; "
-                              f"it cannot be combined with passive joints {list(passive)}")
+            raise ConfigError(
+                "PIDC: constraint-force control needs the impotent input (I−P)τ on every joint; "
+                f"it cannot be combined with passive joints {list(passive)}"
+            )
         self.force = force
         self.qp = bool(qp)
         if on_unsolvable not in ("report", "raise"):
@@ -226,41 +262,62 @@ class PIDC:
         self.tau_max = np.asarray(robot.effort_limit if torque_limits is None else torque_limits, dtype=float)
         self.tau_max = np.broadcast_to(self.tau_max, (n,)).copy()
         if self.qp and np.any(~(self.tau_max[self.actuated] > 0)):
-            raise ConfigError(f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}")
+            raise ConfigError(
+                f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}"
+            )
         self.rank_tol, self.solve_tol, self.eps_reg = float(rank_tol), float(solve_tol), float(eps_reg)
         self.D = robot.damping.copy() if model_damping else np.zeros(n)
         self.info = PIDCInfo()
         self.unsolvable_steps = 0
         self.saturated_steps = 0
-        self._qp = BoundedQP(eps_abs=1e-10)   # every QP of this law: conditioned and bounded (controllers/qp.py)
+        self._qp = BoundedQP(
+            eps_abs=1e-10
+        )  # every QP of this law: conditioned and bounded (controllers/qp.py)
         self.failures = 0
         self._kin: Kinematics | None = None
-        self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None    # (q, v), or a buffer holding them
-        self._prev = None   # (t, v, τ) of the previous step, for the force estimate
-        self._fc = self._fd = None    # the force loop's measured and desired forces (set by _force_term)
+        self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = (
+            None  # (q, v), or a buffer holding them
+        )
+        self._prev = None  # (t, v, τ) of the previous step, for the force estimate
+        self._fc = self._fd = None  # the force loop's measured and desired forces (set by _force_term)
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
-        self._compiled = (not self.qp and self.w is None and self.force is None and not self.tasks
-                          and getattr(constraint, "m", None) == 1)
+        self._compiled = (
+            not self.qp
+            and self.w is None
+            and self.force is None
+            and not self.tasks
+            and getattr(constraint, "m", None) == 1
+        )
         k = len(coords)
         self._reference_tables()
         self._kref = np.zeros((3, k))
         # the dynamics read in place (Robot.update_in_place): for a Robot whose update is its own
-        self._direct = (isinstance(robot, Robot) and type(robot).update is Robot.update
-                        and type(robot).update_in_place is Robot.update_in_place)
+        self._direct = (
+            isinstance(robot, Robot)
+            and type(robot).update is Robot.update
+            and type(robot).update_in_place is Robot.update_in_place
+        )
         self._kinfo = None
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
         # compiled step with several constraint rows (``_pidc_kernels.pidc_rows``): no QP, weights or force loop
         m = getattr(self.c, "m", None)
-        self._rows_compiled = (not self._compiled and not self.qp and self.w is None and self.force is None
-                               and isinstance(m, int) and m >= 1)
+        self._rows_compiled = (
+            not self._compiled
+            and not self.qp
+            and self.w is None
+            and self.force is None
+            and isinstance(m, int)
+            and m >= 1
+        )
         self._plan: ClosedChainPlan | None = None
         if self._rows_compiled and isinstance(m, int):
             self._rows_setup(m)
 
     # ------------------------------------------------------------------ pieces (pure given inputs)
-    def desired_acceleration(self, t: float, q: np.ndarray, v: np.ndarray, pr: Projection,
-                             Cv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def desired_acceleration(
+        self, t: float, q: np.ndarray, v: np.ndarray, pr: Projection, Cv: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         if self.tasks:
             return self._task_acceleration(t, pr, Cv)
         ci = self._ci
@@ -287,7 +344,7 @@ class PIDC:
     def _task_rows(self, kin, t):
         """(A_t, b_t, e) of the task coordinates at (kin, t), stacked (``_task_acceleration``)."""
         As, bs, es = [], [], []
-        for task in self.tasks:                       # one error_dynamics per task: its rows, b and e at once
+        for task in self.tasks:  # one error_dynamics per task: its rows, b and e at once
             W, drift, w, e = task.error_dynamics(kin, t)
             r = task.rows
             As.append(W[r])
@@ -313,11 +370,13 @@ class PIDC:
             d = 1.0 - float(u @ u)
             if d > _SM_MIN:
                 K = np.outer(u, u / d)
-                K.flat[::len(ci) + 1] += 1.0
+                K.flat[:: len(ci) + 1] += 1.0
                 return pr.P[:, ci] @ K
         return pinv(self.S @ pr.P, rtol=_RTOL)
 
-    def passive_closed_form(self, tau_par: np.ndarray, P: np.ndarray, pr: Projection | None = None) -> np.ndarray:
+    def passive_closed_form(
+        self, tau_par: np.ndarray, P: np.ndarray, pr: Projection | None = None
+    ) -> np.ndarray:
         """(60–62): τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥.
 
         With one constraint row of rank 1 (``pr`` given), I − P = y yᵀ and (I−B)(I−P) = x yᵀ with
@@ -356,7 +415,7 @@ class PIDC:
         # a user function is called directly by the compiled step (no Sample built around its result)
         direct = getattr(self._ref, "kernel_function", None)
         self._ref_call = (direct() if callable(direct) else None) or self._ref
-        if "_kprm" in vars(self):            # set after construction: the compiled steps' copies follow it
+        if "_kprm" in vars(self):  # set after construction: the compiled steps' copies follow it
             self._reference_tables()
             if self._rows_compiled:
                 self._rows_setup(self._rk_m)
@@ -373,12 +432,25 @@ class PIDC:
             sin = None
         self._sin = sin
         self._sinus = sin is not None
-        self._ref_sampled = not self.tasks and not self._sinus     # the reference called in Python each step
-        self._kprm = None if self.tasks else pidc_params(self.kp, self.kv, self._ci, self._passive_mask, self.D,
-                                                         bool(self.passive), self.rank_tol, _SM_MIN, sin)
+        self._ref_sampled = not self.tasks and not self._sinus  # the reference called in Python each step
+        self._kprm = (
+            None
+            if self.tasks
+            else pidc_params(
+                self.kp,
+                self.kv,
+                self._ci,
+                self._passive_mask,
+                self.D,
+                bool(self.passive),
+                self.rank_tol,
+                _SM_MIN,
+                sin,
+            )
+        )
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if self._plan is not None:                 # the compiled closed-chain step (``_rows_step``'s fast case)
+        if self._plan is not None:  # the compiled closed-chain step (``_rows_step``'s fast case)
             tau = self._closed_step(t, q, v)
             if tau is not None:
                 return tau
@@ -398,7 +470,7 @@ class PIDC:
         n = self.robot.nv
         k = sum(t.dim for t in self.tasks) if self.tasks else len(self._ci)
         pj = np.flatnonzero(~self.actuated)
-        ci = np.zeros(k, dtype=np.int64) if self.tasks else self._ci      # (not read with task rows)
+        ci = np.zeros(k, dtype=np.int64) if self.tasks else self._ci  # (not read with task rows)
         self._rk_ints = np.concatenate([[m, 1 if self.tasks else 0, k, pj.size], ci, pj]).astype(np.int64)
         if self._sin is not None:
             sin = np.concatenate([np.broadcast_to(np.asarray(x, float), (k,)) for x in self._sin])
@@ -409,11 +481,11 @@ class PIDC:
         self._rk_prm = np.concatenate([[self.rank_tol, _RTOL, self.solve_tol], self.D, kp, kv, sin])
         self._rk_work = pidc_rows_work(n, m, k, pj.size)
         self._rk_ref = np.zeros((3, k))
-        self._rk_S = np.zeros((k, n))             # B₀ of the joint case is not read (the kernel selects the joints)
+        self._rk_S = np.zeros((k, n))  # B₀ of the joint case is not read (the kernel selects the joints)
         self._rk_m = m
-        self._plan = ClosedChainPlan.build(self)      # the frames and rows compiled too (robot.loops)
+        self._plan = ClosedChainPlan.build(self)  # the frames and rows compiled too (robot.loops)
         if self._plan is not None:
-            self._rk_ref = self._plan.ref              # the reference buffer the kernel reads (a view of its table)
+            self._rk_ref = self._plan.ref  # the reference buffer the kernel reads (a view of its table)
 
     def _closed_step(self, t, q, v):
         """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) and one compiled call
@@ -425,7 +497,9 @@ class PIDC:
         names)."""
         robot = self.robot
         P = self._plan
-        q, v = robot.update_for_kernel(q, v)     # crba (data.J, data.oMi, M); sizes checked, finiteness in the kernel
+        q, v = robot.update_for_kernel(
+            q, v
+        )  # crba (data.J, data.oMi, M); sizes checked, finiteness in the kernel
         if robot.data is not P.data:
             P.bind(robot.data)
         if P.version != _params.version:
@@ -438,11 +512,11 @@ class PIDC:
         st = pidc_closed_step(float(t), q, v, P.ptr, P.I, P.F, out)
         if st and st != UNSOLVABLE:
             if st == NONFINITE_STATE:
-                robot.refuse_state(q, v)                # raises with the non-finite entries named
+                robot.refuse_state(q, v)  # raises with the non-finite entries named
             return None
-        self._kin, self._kin_qv = None, out        # (q, v) of the step: out's copies (``kin``)
+        self._kin, self._kin_qv = None, out  # (q, v) of the step: out's copies (``kin``)
         info = self._kinfo
-        if info is not self.info:                  # one record, refilled with this step's buffer
+        if info is not self.info:  # one record, refilled with this step's buffer
             info = self._kinfo = _BufferedInfo(v.size, self._rk_m)
         elif not info.solvable:
             info.status, info.solvable = "solved", True
@@ -458,8 +532,9 @@ class PIDC:
         try:
             ref[0], ref[1], ref[2] = r0, r1, r2
         except ValueError:
-            raise ConfigError(f"PIDC: the reference at t={t} does not have one entry per coordinate "
-                              f"{self.coords}") from None
+            raise ConfigError(
+                f"PIDC: the reference at t={t} does not have one entry per coordinate {self.coords}"
+            ) from None
 
     def _rows_step(self, t, q, v):
         """The law of ``_numpy_step`` for several constraint rows as one compiled kernel
@@ -471,7 +546,7 @@ class PIDC:
         self.kin = kin
         q, v = kin.q, kin.v
         if self._rows_kin is not None:
-            A, jdv = self._rows_kin(kin)            # from Robot.update's pass
+            A, jdv = self._rows_kin(kin)  # from Robot.update's pass
         elif self._rows_fn is not None:
             A, jdv = self._rows_fn(q, v)
         else:
@@ -490,9 +565,22 @@ class PIDC:
             if not self._sinus:
                 self._sample_reference(t, self._rk_ref)
         out = np.empty(4 * n + m)
-        st, rank, res, bn, unsolvable = pidc_rows(kin.M, kin.h, q, v, A, jdv, B0, float(t), ref,
-                                                  self._sinus and not self.tasks, self._rk_prm, self._rk_ints,
-                                                  self._rk_work, out)
+        st, rank, res, bn, unsolvable = pidc_rows(
+            kin.M,
+            kin.h,
+            q,
+            v,
+            A,
+            jdv,
+            B0,
+            float(t),
+            ref,
+            self._sinus and not self.tasks,
+            self._rk_prm,
+            self._rk_ints,
+            self._rk_work,
+            out,
+        )
         if st:
             return None
         return self._rows_finish(t, q, v, out, rank, res, unsolvable)
@@ -501,15 +589,21 @@ class PIDC:
         """The info record and the unsolvable-step bookkeeping of a compiled several-rows step (as ``_numpy_step``);
         q, v: the step's own copies of the state."""
         n = v.size
-        tau = out[2 * n:3 * n]
-        info = PIDCInfo(status="solved", rank=rank, qdd_des=out[:n], tau_par=out[n:2 * n], f_c=out[3 * n:4 * n],
-                        lam=out[4 * n:])
+        tau = out[2 * n : 3 * n]
+        info = PIDCInfo(
+            status="solved",
+            rank=rank,
+            qdd_des=out[:n],
+            tau_par=out[n : 2 * n],
+            f_c=out[3 * n : 4 * n],
+            lam=out[4 * n :],
+        )
         if self._has_passive:
             info.passive_residual = res
         if unsolvable:
             self._unsolvable(info, t, q, rank, f"‖(I−B)τ‖ = {res:.3g}")
         self.info = info
-        self._prev = (t, v, tau)        # the step's own copy of v, and τ (a view of this step's buffer)
+        self._prev = (t, v, tau)  # the step's own copy of v, and τ (a view of this step's buffer)
         return tau
 
     @property
@@ -520,9 +614,9 @@ class PIDC:
         if self._kin is None and qv is not None:
             if isinstance(qv, tuple):
                 q, v = qv
-            else:                               # a closed-chain step's buffer (``_closed_step``): its copies of q, v
+            else:  # a closed-chain step's buffer (``_closed_step``): its copies of q, v
                 n, m = self.robot.nv, self._rk_m
-                q, v = qv[4 * n + m:5 * n + m], qv[5 * n + m:6 * n + m]
+                q, v = qv[4 * n + m : 5 * n + m], qv[5 * n + m : 6 * n + m]
             self._kin = self.robot.update(q, v)
             self._kin_qv = None
         return self._kin
@@ -536,8 +630,9 @@ class PIDC:
         """Whether a step can take the compiled one-row kernel (one constraint row, no QP, no force law)."""
         return self._compiled
 
-    def step_given_dynamics(self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray,
-                            a: np.ndarray, jdv: float) -> np.ndarray | None:
+    def step_given_dynamics(
+        self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray, a: np.ndarray, jdv: float
+    ) -> np.ndarray | None:
         """The compiled step on dynamics the caller computed: M, h (n×n, n) at (q, v), the constraint row
         a (n) and Ȧq̇ = jdv (for an adapter that builds them itself: a lifted state, a bordered mass
         matrix).  ``kin`` is built from (q, v) on first access.  None when the step needs the SVD path
@@ -560,9 +655,11 @@ class PIDC:
             if type(v) is not np.ndarray or v.dtype != np.float64:
                 v = np.asarray(v, dtype=float)
             if q.shape != (robot.nq,) or v.shape != (robot.nv,):
-                return None                                  # Robot.update names the sizes
-            M, h = robot.update_in_place(q, v)     # the robot's data now holds this state (older snapshots: stale)
-            M = M.T                       # M is symmetric; its transpose is the C-ordered view (one kernel type)
+                return None  # Robot.update names the sizes
+            M, h = robot.update_in_place(
+                q, v
+            )  # the robot's data now holds this state (older snapshots: stale)
+            M = M.T  # M is symmetric; its transpose is the C-ordered view (one kernel type)
             self._kin, self._kin_qv = None, (q.copy(), v.copy())
         else:
             kin = robot.update(q, v)
@@ -587,27 +684,28 @@ class PIDC:
         qdd, tau_par, tau = out[n], out[n + 1], out[n + 2]
         if st:
             if st == 3:
-                self.robot.update(q, v)                      # raises with the non-finite entries named
+                self.robot.update(q, v)  # raises with the non-finite entries named
             return None
         info = self._kinfo
-        if info is not self.info:                  # one record, refilled with this step's values and arrays
+        if info is not self.info:  # one record, refilled with this step's values and arrays
             info = self._kinfo = PIDCInfo()
         info.status, info.solvable, info.rank, info.passive_residual = "solved", True, rank, res
         info.qdd_des, info.tau_par = qdd, tau_par
         if self._has_passive and res > self.solve_tol * max(1.0, bn):
             self._unsolvable(info, t, q, rank, f"‖(I−B)τ‖ = {res:.3g}")
-            tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
+            tau = tau * self.actuated  # the plant cannot apply them; reported in info / unsolvable_steps
         # (32) on the one row a: f_c = a (a·r)/‖a‖², r = M q̈_des + h + D v − τ; λ = a·r/‖a‖²
         r = M @ qdd + h + self.D * v - tau
         aa = float(a @ a)
         lam = float(a @ r) / aa if rank else 0.0
         info.f_c, info.lam, info.f_d = a * lam, np.array([lam]), None
         self.info = info
-        self._prev = (t, v, tau)        # read by the force loop only, which this path does not have
+        self._prev = (t, v, tau)  # read by the force loop only, which this path does not have
         return tau
 
-    def _unsolvable(self, info: PIDCInfo, t: float, q: np.ndarray, rank: int, residual: str,
-                    law: str = "PIDC") -> None:
+    def _unsolvable(
+        self, info: PIDCInfo, t: float, q: np.ndarray, rank: int, residual: str, law: str = "PIDC"
+    ) -> None:
         """Condition (58) failed: the actuated joints cannot produce q̈_des with the passive joints at zero
         torque.  Marks the step's info, counts it, and raises when ``on_unsolvable`` is "raise"."""
         info.solvable, info.status = False, "unsolvable"
@@ -616,7 +714,8 @@ class PIDC:
             raise InfeasibleError(
                 f"{law} at t={t:.4f} s: the actuated joints cannot produce the desired motion with passive "
                 f"joints {self.passive} at q={np.round(q, 6).tolist()} (rank A = {rank}; residual "
-                f"{residual}, condition (58))")
+                f"{residual}, condition (58))"
+            )
 
     def _numpy_step(self, t, q, v):
         """The law as NumPy calls: every case (QP, weights, passive joints, force loop, any number of rows);
@@ -625,9 +724,9 @@ class PIDC:
         self.kin = kin
         M, h = kin.M, kin.h + self.D * v
         if self._rows_kin is not None:
-            A, jdv = self._rows_kin(kin)            # from Robot.update's pass
+            A, jdv = self._rows_kin(kin)  # from Robot.update's pass
         elif self._rows_fn is not None:
-            A, jdv = self._rows_fn(q, v)            # one kinematics pass for both
+            A, jdv = self._rows_fn(q, v)  # one kinematics pass for both
         else:
             A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
         pr = project(A, self.rank_tol)
@@ -650,7 +749,7 @@ class PIDC:
             tau = tau_par
         if not self.qp and self.passive and info.passive_residual > self.solve_tol * scale:
             self._unsolvable(info, t, q, pr.rank, f"‖(I−B)τ‖ = {info.passive_residual:.3g}")
-            tau = tau * self.actuated   # the plant cannot apply them; reported in info / unsolvable_steps
+            tau = tau * self.actuated  # the plant cannot apply them; reported in info / unsolvable_steps
         if self.force is not None:
             tau_perp = self._force_term(t, q, v, M, h, qdd, pr, A)
             tau = tau + tau_perp
@@ -681,9 +780,9 @@ class PIDC:
             f_c = np.asarray(fl.measure(t, q, v), dtype=float)
         elif self._prev is not None and t > self._prev[0]:
             t0, v0, tau0 = self._prev
-            f_c = Q @ (M @ ((v - v0) / (t - t0)) + h - tau0)      # (32) with a finite-difference q̈
+            f_c = Q @ (M @ ((v - v0) / (t - t0)) + h - tau0)  # (32) with a finite-difference q̈
         else:
-            f_c = f_d.copy()                                        # no measurement yet: assume on target
+            f_c = f_d.copy()  # no measurement yet: assume on target
         e_f = f_d - f_c
         if full and self._prev is not None:
             fl.integral = Q @ (fl.integral + e_f * (t - self._prev[0]))
@@ -693,12 +792,12 @@ class PIDC:
     # ------------------------------------------------------------------ QP version
     def _solve_qp(self, t, q, b, pr, info):
         n = len(b)
-        Sa = np.eye(n)[self.actuated]                 # τ = Saᵀ τ_a
+        Sa = np.eye(n)[self.actuated]  # τ = Saᵀ τ_a
         na = Sa.shape[0]
         w = np.ones(n) if self.w is None else self.w
-        H = Sa @ np.diag(w ** 2) @ Sa.T
+        H = Sa @ np.diag(w**2) @ Sa.T
         U, s, Vt = np.linalg.svd(pr.P)
-        V0 = U[:, s > 0.5]                             # P = V₀V₀ᵀ (eigenvalues 0/1)
+        V0 = U[:, s > 0.5]  # P = V₀V₀ᵀ (eigenvalues 0/1)
         Aeq = V0.T @ Sa.T
         beq = V0.T @ b
         lim = self.tau_max[self.actuated]
@@ -720,11 +819,13 @@ class PIDC:
             r2 = self._qp.solve("relaxed", H2, g2, None, None, C, lo, hi, warm=False, feasible_start=True)
             if not (r2.solved or r2.feasible):
                 self.failures += 1
-                raise SolverError(f"PIDC QP failed at t={t:.4f} s, q={np.round(q, 6).tolist()}: status "
-                                  f"{r2.raw_status} (relaxed) after {info.qp_status} (exact)")
+                raise SolverError(
+                    f"PIDC QP failed at t={t:.4f} s, q={np.round(q, 6).tolist()}: status "
+                    f"{r2.raw_status} (relaxed) after {info.qp_status} (exact)"
+                )
             x = r2.x
             info.qp_status += " -> relaxed"
-            if info.solvable:            # solvable without limits: the limits are what binds
+            if info.solvable:  # solvable without limits: the limits are what binds
                 info.limit_active = True
                 self.saturated_steps += 1
         if self.passive:

@@ -5,6 +5,7 @@ only, e.g. the series-parallel arm measured in (φ, θ, δ) (scenarios/series_pa
 joints are closed by the loops at every step and the torque is returned on the actuated joints.  (The hybrid
 motion/force PIDC of the YuMi holding a bar is the scenario's own: scenarios/_yumi_force.py.)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,7 +48,7 @@ class ActuatedJointsPIDC:
             raise StateError(f"ActuatedJointsPIDC: {robot.label} has no loops (robot.loops) to close")
         self.pidc = pidc
         self.robot = robot
-        self.loops = ClosureSet(robot.loops)          # the lean pass, on a Data of its own (not the PIDC's snapshot)
+        self.loops = ClosureSet(robot.loops)  # the lean pass, on a Data of its own (not the PIDC's snapshot)
         self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
         self.pas = np.array([robot.joint_index(n) for n in robot.passive_joints], dtype=np.int64)
         self.q = np.array(robot.q_initial if q_guess is None else q_guess, dtype=float)
@@ -57,12 +58,12 @@ class ActuatedJointsPIDC:
         #: Newton iterations (lean passes) of the last ``complete``, the convergence test included
         self.passes = 0
         m, p, a = self.loops.m, self.pas.size, self.act.size
-        self._G = np.zeros((p, a))                    # −J_p⁺ J_a at the last solution (the predictor)
-        self._qa_prev = np.zeros(a)                   # q_a of the last solution
-        self._predict = False                         # no solution yet: start from q_guess
+        self._G = np.zeros((p, a))  # −J_p⁺ J_a at the last solution (the predictor)
+        self._qa_prev = np.zeros(a)  # q_a of the last solution
+        self._predict = False  # no solution yet: start from q_guess
         ni, nw = layout(m, p, a)
         self._ints = np.zeros(ni, dtype=np.int64)
-        self._ints[:p], self._ints[p:p + a] = self.pas, self.act
+        self._ints[:p], self._ints[p : p + a] = self.pas, self.act
         self._prm = np.array([self.tol, 1e-10])
         self._X = np.zeros((m, max(p, 1)))
         self._work = np.zeros(nw)
@@ -80,8 +81,9 @@ class ActuatedJointsPIDC:
         then the frames and the rows in one compiled call, ``models/_loop_kernels.py: closure_pass``)."""
         return self.loops.phi_and_jacobian(q)
 
-    def _svd_iteration(self, q: np.ndarray, v: np.ndarray, va: np.ndarray, phi: np.ndarray,
-                       J: np.ndarray) -> bool:
+    def _svd_iteration(
+        self, q: np.ndarray, v: np.ndarray, va: np.ndarray, phi: np.ndarray, J: np.ndarray
+    ) -> bool:
         """One iteration by the truncated SVD of J_p (rtol 1e-10): True (converged: v[pas] and G written) or
         False (q[pas] stepped)."""
         pas = self.pas
@@ -98,13 +100,18 @@ class ActuatedJointsPIDC:
         qa, va = np.asarray(qa, dtype=float), np.asarray(va, dtype=float)
         act = self.act
         q, v = np.empty(self.robot.nq), np.empty(self.robot.nv)
-        if qa.shape != act.shape or va.shape != act.shape \
-                or not prepare(qa, va, self.q, self._qa_prev, self._G, self._ints, self._predict, q, v):
-            raise StateError(f"ActuatedJointsPIDC: expected {act.size} finite positions and rates of "
-                             f"{self.robot.actuated_joints}, got {qa!r}, {va!r}")
+        if (
+            qa.shape != act.shape
+            or va.shape != act.shape
+            or not prepare(qa, va, self.q, self._qa_prev, self._G, self._ints, self._predict, q, v)
+        ):
+            raise StateError(
+                f"ActuatedJointsPIDC: expected {act.size} finite positions and rates of "
+                f"{self.robot.actuated_joints}, got {qa!r}, {va!r}"
+            )
         G, X, ints, prm, work = self._G, self._X, self._ints, self._prm, self._work
         st = STEPPED
-        for k in range(self.max_iter):                # Newton on q_p, q_a held (as many tests as ``assemble``)
+        for k in range(self.max_iter):  # Newton on q_p, q_a held (as many tests as ``assemble``)
             phi, J = self._phi_jacobian(q)
             st = passive_step(phi, J, q, v, va, G, X, ints, prm, work)
             if st == FALLBACK:
@@ -114,8 +121,8 @@ class ActuatedJointsPIDC:
             if st == CONVERGED:
                 self.passes = k + 1
                 break
-        if st != CONVERGED:                           # retry from the last solution, unpredicted: raises, naming
-            q = self.q.copy()                         # the loop, when the loops cannot be closed there either
+        if st != CONVERGED:  # retry from the last solution, unpredicted: raises, naming
+            q = self.q.copy()  # the loop, when the loops cannot be closed there either
             q[act] = qa
             q = assemble(self.robot, q, tol=self.tol, fixed=self.robot.actuated_joints)
             phi, J = self._phi_jacobian(q)

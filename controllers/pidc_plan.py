@@ -9,6 +9,7 @@ data.oMi and v), the loops' rows (``models/_loop_kernels.py``), the task coordin
 (``pidc_rows``).  Python keeps what is not an array: the tasks' gains and targets, copied into the tables when one
 was set (``copy_parameters``, ``models/_params.py``), the targets of frame tasks that follow neither a constant
 pose nor a ``Circle`` (sampled with ``task.desired(t)`` each step, ``sample``), and the step's bookkeeping."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -33,19 +34,22 @@ class ClosedChainPlan:
     ints: np.ndarray
 
     @classmethod
-    def build(cls, ctl: "PIDC") -> "ClosedChainPlan | None":
+    def build(cls, ctl: PIDC) -> ClosedChainPlan | None:
         """The plan, or None when a loop or a task has no compiled row builder (then the step reads its rows in
         Python, ``PIDC._rows_step``)."""
         from cmstack.models._loop_kernels import KIND_CODES
         from cmstack.models.loops import LoopClosure
-
         from cmstack.models.robot import Robot
 
         loops = getattr(ctl.c, "closures", None)
-        if (not loops or ctl._rows_kin is None or not ctl._direct
-                or type(ctl.robot).update_for_kernel is not Robot.update_for_kernel):
+        if (
+            not loops
+            or ctl._rows_kin is None
+            or not ctl._direct
+            or type(ctl.robot).update_for_kernel is not Robot.update_for_kernel
+        ):
             return None
-        for c in loops:                       # by capability (as the UK plan): a loop whose rows the kernel computes
+        for c in loops:  # by capability (as the UK plan): a loop whose rows the kernel computes
             kk = getattr(c, "kernel_kind", None)
             if not callable(kk) or kk() != LoopClosure._KERNEL or c.kind not in KIND_CODES:
                 return None
@@ -55,7 +59,7 @@ class ClosedChainPlan:
                 return None
         return cls(ctl, loops)
 
-    def __init__(self, ctl: "PIDC", loops: list[Any]):
+    def __init__(self, ctl: PIDC, loops: list[Any]):
         from cmstack.controllers import _uk_kernels
         from cmstack.models._loop_kernels import KIND_CODES
 
@@ -74,7 +78,7 @@ class ClosedChainPlan:
                 for ji in model.supports[j]:
                     if ji > 0:
                         mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[j - 1 if j else nj, mask])      # its row in the pose table (last: the world)
+                fint.append(np.r_[j - 1 if j else nj, mask])  # its row in the pose table (last: the world)
                 fplace.append(fr.placement.homogeneous)
                 frames[fid] = len(frames)
             return frames[fid]
@@ -90,7 +94,7 @@ class ClosedChainPlan:
         tflt = np.zeros((nt, 4))
         self.frame_tasks: list[tuple[int, Any]] = []
         row = 0
-        tasks: list[Any] = list(ctl.tasks)      # frame tasks and couplings (``build`` checked their kinds)
+        tasks: list[Any] = list(ctl.tasks)  # frame tasks and couplings (``build`` checked their kinds)
         for k, task in enumerate(tasks):
             kind = task.kernel_kind()
             if kind == 0:
@@ -109,8 +113,8 @@ class ClosedChainPlan:
         self.tgtH = np.zeros((nt, 4, 4))
         self.tgtVA = np.zeros((nt, 12))
         self.tcirc = np.zeros((nt, 7))
-        self.version = -1          # ``models/_params.version`` at the last copy of the tasks' gains and targets
-        self.traj_tasks: list[tuple[int, Any]] = []     # frame tasks sampled in Python (``sample``)
+        self.version = -1  # ``models/_params.version`` at the last copy of the tasks' gains and targets
+        self.traj_tasks: list[tuple[int, Any]] = []  # frame tasks sampled in Python (``sample``)
         self.pidx = np.zeros(0, dtype=np.int64)
         self.qref = np.zeros(0)
         self.Ab = np.zeros((row, n + 1))
@@ -121,14 +125,22 @@ class ClosedChainPlan:
         self.A = np.zeros((self.m, n))
         self.jdv = np.zeros(self.m)
         self.joint_ids = list(range(1, nj + 1))
-        self.jpose = np.zeros((nj + 1, 12))      # every joint's [R row-major, p], then the world's (constant)
+        self.jpose = np.zeros((nj + 1, 12))  # every joint's [R row-major, p], then the world's (constant)
         self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
         # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's mass,
         # centre of mass and rotational inertia in its own frame, gravity
         self.parent = np.array([model.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
-        self.inert = np.array([np.r_[model.inertias[j].mass, model.inertias[j].lever,
-                                     np.asarray(model.inertias[j].inertia).ravel()] for j in range(1, nj + 1)],
-                              dtype=float).reshape(nj, 13)
+        self.inert = np.array(
+            [
+                np.r_[
+                    model.inertias[j].mass,
+                    model.inertias[j].lever,
+                    np.asarray(model.inertias[j].inertia).ravel(),
+                ]
+                for j in range(1, nj + 1)
+            ],
+            dtype=float,
+        ).reshape(nj, 13)
         self.grav = np.array(model.gravity.linear, dtype=float)
         self.rnea = np.zeros((nj, 18))
         self.h = np.zeros(n)
@@ -142,48 +154,105 @@ class ClosedChainPlan:
         self.sl_tau = slice(2 * n, 3 * n)
         self._pack(ctl)
 
-    def _pack(self, ctl: "PIDC") -> None:
+    def _pack(self, ctl: PIDC) -> None:
         """Every table into one integer array I and one float array F (``_pidc_kernels.HEADER``: sizes and
         offsets first); the plan's attributes, and the controller's reference buffer, become views into them,
         so what Python writes (targets, gains, the joint reference) is what the kernel reads."""
         from cmstack.controllers import _pidc_kernels as K
 
         n = ctl.robot.nv
-        ints = [("ints", ctl._rk_ints), ("fint", self.fint), ("lint", self.lint), ("tint", self.tint),
-                ("pidx", self.pidx), ("parent", self.parent), ("piv", self.piv)]
-        flts = [("prm", ctl._rk_prm), ("fplace", self.fplace), ("fJ", self.fJ), ("fvec", self.fvec),
-                ("jpose", self.jpose), ("A", self.A), ("jdv", self.jdv), ("tflt", self.tflt), ("tgtH", self.tgtH),
-                ("tgtVA", self.tgtVA), ("tcirc", self.tcirc), ("tbias", self.tbias), ("terr", self.terr),
-                ("Ab", self.Ab), ("ref", ctl._rk_ref), ("work", ctl._rk_work), ("qref", self.qref),
-                ("inert", self.inert), ("grav", self.grav), ("rnea", self.rnea), ("h", self.h), ("scr", self.scr)]
+        ints = [
+            ("ints", ctl._rk_ints),
+            ("fint", self.fint),
+            ("lint", self.lint),
+            ("tint", self.tint),
+            ("pidx", self.pidx),
+            ("parent", self.parent),
+            ("piv", self.piv),
+        ]
+        flts = [
+            ("prm", ctl._rk_prm),
+            ("fplace", self.fplace),
+            ("fJ", self.fJ),
+            ("fvec", self.fvec),
+            ("jpose", self.jpose),
+            ("A", self.A),
+            ("jdv", self.jdv),
+            ("tflt", self.tflt),
+            ("tgtH", self.tgtH),
+            ("tgtVA", self.tgtVA),
+            ("tcirc", self.tcirc),
+            ("tbias", self.tbias),
+            ("terr", self.terr),
+            ("Ab", self.Ab),
+            ("ref", ctl._rk_ref),
+            ("work", ctl._rk_work),
+            ("qref", self.qref),
+            ("inert", self.inert),
+            ("grav", self.grav),
+            ("rnea", self.rnea),
+            ("h", self.h),
+            ("scr", self.scr),
+        ]
         I = np.zeros(K.HEADER + sum(a.size for _, a in ints), dtype=np.int64)
         F = np.zeros(sum(a.size for _, a in flts))
         off: dict[str, int] = {}
         o = K.HEADER
         for name, a in ints:
             off[name] = o
-            I[o:o + a.size] = a.ravel()
-            setattr(self, name, I[o:o + a.size].reshape(a.shape))
+            I[o : o + a.size] = a.ravel()
+            setattr(self, name, I[o : o + a.size].reshape(a.shape))
             o += a.size
         o = 0
         for name, a in flts:
             off[name] = o
-            F[o:o + a.size] = a.ravel()
-            setattr(self, name, F[o:o + a.size].reshape(a.shape))
+            F[o : o + a.size] = a.ravel()
+            setattr(self, name, F[o : o + a.size].reshape(a.shape))
             o += a.size
-        head = {K.H_N: n, K.H_M: self.m, K.H_K: ctl._rk_ref.shape[1], K.H_NF: self.fint.shape[0],
-                K.H_NJ: len(self.joint_ids), K.H_NT: self.tint.shape[0], K.H_NROWS: self.Ab.shape[0],
-                K.H_SINUS: int(bool(ctl._sinus and not ctl.tasks)), K.H_O_INTS: off["ints"],
-                K.H_N_INTS: ctl._rk_ints.size, K.H_O_FINT: off["fint"], K.H_O_LINT: off["lint"],
-                K.H_NL: self.lint.shape[0], K.H_O_TINT: off["tint"], K.H_O_PIDX: off["pidx"],
-                K.H_N_PIDX: self.pidx.size, K.H_O_PRM: off["prm"], K.H_N_PRM: ctl._rk_prm.size,
-                K.H_O_FPLACE: off["fplace"], K.H_O_FJ: off["fJ"], K.H_O_FVEC: off["fvec"], K.H_O_JPOSE: off["jpose"],
-                K.H_O_A: off["A"], K.H_O_JDV: off["jdv"], K.H_O_TFLT: off["tflt"], K.H_O_TGTH: off["tgtH"],
-                K.H_O_TGTVA: off["tgtVA"], K.H_O_TCIRC: off["tcirc"], K.H_O_TBIAS: off["tbias"],
-                K.H_O_TERR: off["terr"], K.H_O_AB: off["Ab"], K.H_O_REF: off["ref"], K.H_O_WORK: off["work"],
-                K.H_N_WORK: ctl._rk_work.size, K.H_O_QREF: off["qref"], K.H_O_PARENT: off["parent"],
-                K.H_O_INERT: off["inert"], K.H_O_GRAV: off["grav"], K.H_O_RNEA: off["rnea"], K.H_O_H: off["h"],
-                K.H_O_PIV: off["piv"], K.H_O_SCR: off["scr"]}
+        head = {
+            K.H_N: n,
+            K.H_M: self.m,
+            K.H_K: ctl._rk_ref.shape[1],
+            K.H_NF: self.fint.shape[0],
+            K.H_NJ: len(self.joint_ids),
+            K.H_NT: self.tint.shape[0],
+            K.H_NROWS: self.Ab.shape[0],
+            K.H_SINUS: int(bool(ctl._sinus and not ctl.tasks)),
+            K.H_O_INTS: off["ints"],
+            K.H_N_INTS: ctl._rk_ints.size,
+            K.H_O_FINT: off["fint"],
+            K.H_O_LINT: off["lint"],
+            K.H_NL: self.lint.shape[0],
+            K.H_O_TINT: off["tint"],
+            K.H_O_PIDX: off["pidx"],
+            K.H_N_PIDX: self.pidx.size,
+            K.H_O_PRM: off["prm"],
+            K.H_N_PRM: ctl._rk_prm.size,
+            K.H_O_FPLACE: off["fplace"],
+            K.H_O_FJ: off["fJ"],
+            K.H_O_FVEC: off["fvec"],
+            K.H_O_JPOSE: off["jpose"],
+            K.H_O_A: off["A"],
+            K.H_O_JDV: off["jdv"],
+            K.H_O_TFLT: off["tflt"],
+            K.H_O_TGTH: off["tgtH"],
+            K.H_O_TGTVA: off["tgtVA"],
+            K.H_O_TCIRC: off["tcirc"],
+            K.H_O_TBIAS: off["tbias"],
+            K.H_O_TERR: off["terr"],
+            K.H_O_AB: off["Ab"],
+            K.H_O_REF: off["ref"],
+            K.H_O_WORK: off["work"],
+            K.H_N_WORK: ctl._rk_work.size,
+            K.H_O_QREF: off["qref"],
+            K.H_O_PARENT: off["parent"],
+            K.H_O_INERT: off["inert"],
+            K.H_O_GRAV: off["grav"],
+            K.H_O_RNEA: off["rnea"],
+            K.H_O_H: off["h"],
+            K.H_O_PIV: off["piv"],
+            K.H_O_SCR: off["scr"],
+        }
         for key, val in head.items():
             I[key] = val
         self.I, self.F = I, F
@@ -196,7 +265,9 @@ class ClosedChainPlan:
         arrays = [d.J, d.M] + [a for T in poses for a in (T.rotation, T.translation)]
         for a in arrays:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
+                raise TypeError(
+                    f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64"
+                )
         self.ptr[:] = [int(a.__array_interface__["data"][0]) for a in arrays]
         self._keep = (d, poses)
         self.data = d

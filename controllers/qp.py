@@ -37,7 +37,8 @@ iterations (``max_iter`` bounds only the outer ones).  This module is the one pl
    one solve costs at most max_iter · max_iter_in inner iterations (defaults 20 × 15 = 300: 0.6–2 ms at the
    sizes of these laws on this project's shared 2-core machine, where a degenerate vertex (a 2-variable
    final level with 28 effort and position rows, many active at one point) can use all of them;
-   ``bench/limits.py`` measures the worst step); a caller that solves several QPs in one step shares one budget between them (``budget``:
+   ``bench/limits.py`` measures the worst step); a caller that solves several QPs in one step shares one
+   budget between them (``budget``:
    ``UdwadiaKalabaController.max_step_iters``), so the whole step is bounded, not only each solve.
 4. **A status the caller can act on**: ``"solved"``; ``"infeasible"`` (proven by ProxSuite or by a
    constant row); ``"max_iter"`` (stopped by the caps: ``x`` is the last iterate, finite but not
@@ -47,6 +48,7 @@ iterations (``max_iter`` bounds only the outer ones).  This module is the one pl
 A warm start from the previous solve of the same problem shape (``key``) is used when ``warm=True``; a
 warm start that does not reach SOLVED is retried once from a cold start.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable
@@ -98,8 +100,15 @@ class BoundedQP:
         mu_in: ProxSuite's initial penalty of the inequality rows (module docstring, 2).
     """
 
-    def __init__(self, eps_abs: float = 1e-9, max_iter: int = 20, max_iter_in: int = 15,
-                 row_tol: float = 1e-10, check_tol: float = 1e-7, mu_in: float = 1e-3):
+    def __init__(
+        self,
+        eps_abs: float = 1e-9,
+        max_iter: int = 20,
+        max_iter_in: int = 15,
+        row_tol: float = 1e-10,
+        check_tol: float = 1e-7,
+        mu_in: float = 1e-3,
+    ):
         self.eps_abs = float(eps_abs)
         self.max_iter = int(max_iter)
         self.max_iter_in = int(max_iter_in)
@@ -107,7 +116,7 @@ class BoundedQP:
         self.check_tol = float(check_tol)
         self.mu_in = float(mu_in)
         self._qps: dict = {}
-        self._cold: dict = {}       # solver objects reused for cold starts, by shape
+        self._cold: dict = {}  # solver objects reused for cold starts, by shape
         self.cold_retries = 0
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
@@ -144,7 +153,15 @@ class BoundedQP:
         idx = np.flatnonzero(keep)
         return idx, r[idx], bad
 
-    def feasible(self, x: np.ndarray, A: np.ndarray | None, b: np.ndarray | None, C: np.ndarray | None, l: np.ndarray | None, u: np.ndarray | None) -> bool:
+    def feasible(
+        self,
+        x: np.ndarray,
+        A: np.ndarray | None,
+        b: np.ndarray | None,
+        C: np.ndarray | None,
+        l: np.ndarray | None,
+        u: np.ndarray | None,
+    ) -> bool:
         """x meets A x = b and l ≤ C x ≤ u to ``check_tol`` relative to each row's norm and bound."""
         if A is not None and A.shape[0]:
             assert b is not None, "BoundedQP: A without b"
@@ -162,15 +179,28 @@ class BoundedQP:
                 return False
         return bool(np.all(np.isfinite(x)))
 
-    def solve(self, key: Hashable, H: np.ndarray, g: np.ndarray, A: np.ndarray | None = None, b: np.ndarray | None = None, C: np.ndarray | None = None,
-              l: np.ndarray | None = None, u: np.ndarray | None = None, warm: bool = True,
-              feasible_start: bool = False, budget: int | None = None) -> QPResult:
+    def solve(
+        self,
+        key: Hashable,
+        H: np.ndarray,
+        g: np.ndarray,
+        A: np.ndarray | None = None,
+        b: np.ndarray | None = None,
+        C: np.ndarray | None = None,
+        l: np.ndarray | None = None,
+        u: np.ndarray | None = None,
+        warm: bool = True,
+        feasible_start: bool = False,
+        budget: int | None = None,
+    ) -> QPResult:
         """Solve the QP of the module docstring; never raises on a solver outcome (see ``QPResult``).
         ``feasible_start``: the caller guarantees that x = 0 is feasible (the levels of a hierarchy, each in
         the null space of the levels above): no infeasibility certificate is trusted, the caps bound it.
         ``budget``: at most this many inner iterations for this call (the outer cap becomes
         max(1, budget // max_iter_in)), for a caller that shares one budget between several solves."""
-        max_outer = self.max_iter if budget is None else max(1, min(self.max_iter, int(budget) // self.max_iter_in))
+        max_outer = (
+            self.max_iter if budget is None else max(1, min(self.max_iter, int(budget) // self.max_iter_in))
+        )
         n = H.shape[0]
         ie, ne, bad_e = self._clean(A, b, None, eq=True)
         ii, ni, bad_i = self._clean(C, l, u, eq=False)
@@ -186,7 +216,7 @@ class BoundedQP:
         rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
         As = bs = Cs = ls = us = None
         if n_eq:
-            assert A is not None and b is not None      # (rows kept: A given, and _clean read b)
+            assert A is not None and b is not None  # (rows kept: A given, and _clean read b)
             As, bs = A[ie] / ne[:, None], b[ie] / ne
         if n_in:
             assert C is not None and l is not None and u is not None
@@ -195,7 +225,10 @@ class BoundedQP:
             ls = (l if full else l[ii]) / ni
             us = (u if full else u[ii]) / ni
             if not (np.isfinite(ls).all() and np.isfinite(us).all()):
-                ls, us = np.nan_to_num(ls, neginf=-1e20, posinf=1e20), np.nan_to_num(us, neginf=-1e20, posinf=1e20)
+                ls, us = (
+                    np.nan_to_num(ls, neginf=-1e20, posinf=1e20),
+                    np.nan_to_num(us, neginf=-1e20, posinf=1e20),
+                )
         k = (key, n, n_eq, n_in, feasible_start)
         qp = self._qps.get(k) if warm else None
         iters = 0
@@ -240,6 +273,7 @@ class BoundedQP:
         else:
             status = "max_iter"
         # a solved x meets the constraints to eps_abs (unit rows); only a capped or refused one is checked
-        feas = status == "solved" or (self.feasible(x, A, b, C, l, u) if feasible_start or status == "max_iter"
-                                      else False)
+        feas = status == "solved" or (
+            self.feasible(x, A, b, C, l, u) if feasible_start or status == "max_iter" else False
+        )
         return QPResult(x, y, z, status, iters, feas, [], str(st).rsplit(".", 1)[-1])

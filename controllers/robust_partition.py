@@ -16,6 +16,7 @@ recursive Newton–Euler pass on the open tree projected by Eᵀ (:meth:`Partiti
 (:meth:`PartitionModel.compute`).  Both give the same torques to round-off (tested); the body-wise
 terms stay available for reconfiguration studies and diagnostics.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-
 from pinocchio import rnea as pin_rnea
 
 from cmstack.controllers.base import StepInfo
@@ -48,17 +48,25 @@ class RobustInfo(StepInfo):
 
     e: np.ndarray
     s: np.ndarray
-    Q_model: np.ndarray     # Γ q̈_r + h − Q_e
-    Q_robust: np.ndarray    # −κ sat(s/ε)
+    Q_model: np.ndarray  # Γ q̈_r + h − Q_e
+    Q_robust: np.ndarray  # −κ sat(s/ε)
 
 
 class RobustPartitionController:
     """Q_a = __call__(t, q, v) with q = (φ, θ, δ), v = (φ̇, θ̇, δ̇); trajectory: a Trajectory on R³
     (models/trajectory.py: t → (q_d, q̇_d, q̈_d))."""
 
-    def __init__(self, model: PartitionModel, trajectory: Trajectory | Callable[[float], tuple], *,
-                 Lambda: ArrayLike = 1.0, K: ArrayLike = 30.0, kappa: ArrayLike = 50.0, eps: ArrayLike = 1e-4,
-                 terms: str = "rnea"):
+    def __init__(
+        self,
+        model: PartitionModel,
+        trajectory: Trajectory | Callable[[float], tuple],
+        *,
+        Lambda: ArrayLike = 1.0,
+        K: ArrayLike = 30.0,
+        kappa: ArrayLike = 50.0,
+        eps: ArrayLike = 1e-4,
+        terms: str = "rnea",
+    ):
         """model: the inertia-partitioning model; trajectory: t [s] -> (q_d, q̇_d, q̈_d) in (φ, θ, δ)
         (rad, rad, m); Lambda [1/s], K [N·m·s/rad | N·s/m], kappa [N·m | N] and eps (units of s) are
         scalars or 3 values; terms: "rnea" or "partition" (see the module docstring)."""
@@ -72,7 +80,9 @@ class RobustPartitionController:
         self.kappa = _diag3("kappa", kappa)
         self.eps = _diag3("eps", eps)
         if np.any(self.Lambda <= 0) or np.any(self.K <= 0):
-            raise ConfigError(f"Λ and K must be positive definite (diagonal > 0), got Λ={self.Lambda}, K={self.K}")
+            raise ConfigError(
+                f"Λ and K must be positive definite (diagonal > 0), got Λ={self.Lambda}, K={self.K}"
+            )
         if np.any(self.kappa < 0) or np.any(self.eps <= 0):
             raise ConfigError(f"κ must be ≥ 0 and ε > 0 componentwise, got κ={self.kappa}, ε={self.eps}")
         self._neg_kappa = -self.kappa
@@ -81,7 +91,9 @@ class RobustPartitionController:
         self.terms: PartitionTerms | None = None
         # compiled step (``kernels.robust18_pre``/``robust18_post`` around the one RNEA): constants and buffers
         mp = model.map
-        self._kprm = np.concatenate([np.zeros(12), self.Lambda, [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]])
+        self._kprm = np.concatenate(
+            [np.zeros(12), self.Lambda, [mp.L0, mp.l0, mp.lo - mp.slack, mp.hi + mp.slack]]
+        )
         self._sinus = False
         self._copy_reference()
         self._kgain = np.array([self.K, self._neg_kappa, self._inv_eps])
@@ -89,7 +101,7 @@ class RobustPartitionController:
         self._kact = bool(mp.with_actuator)
         self._kH = np.zeros((3, mp.nqhat))
         self._kHrows = tuple(self._kH)
-        self._kinfo: RobustInfo | None = None   # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
+        self._kinfo: RobustInfo | None = None  # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
 
     @property
     def trajectory(self) -> Trajectory:
@@ -111,7 +123,9 @@ class RobustPartitionController:
         if sin is not None and any(np.shape(x) != (3,) for x in sin):
             sin = None
         self._sinus = sin is not None
-        self._kprm[:12] = np.concatenate([np.asarray(x, float).ravel() for x in sin]) if sin is not None else 0.0
+        self._kprm[:12] = (
+            np.concatenate([np.asarray(x, float).ravel() for x in sin]) if sin is not None else 0.0
+        )
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if not self.use_rnea:
@@ -123,18 +137,20 @@ class RobustPartitionController:
         r = self._kref
         if not self._sinus:
             r[0], r[1], r[2] = self.trajectory(t)
-        out = np.empty((5, 3))                        # e, s, model part, robust part, Q_a
+        out = np.empty((5, 3))  # e, s, model part, robust part, Q_a
         st, dz = robust18_pre(float(t), q, v, self._sinus, self._kact, self._kprm, r, self._kH, out)
         if st:
             if st == 1:
-                self.model.map.check_delta(float(q[2]))          # raises with the stroke named
-            raise StateError(f"partition model: non-finite state q={q}, q̇={v} or reference {r.tolist()} at t={t}")
+                self.model.map.check_delta(float(q[2]))  # raises with the stroke named
+            raise StateError(
+                f"partition model: non-finite state q={q}, q̇={v} or reference {r.tolist()} at t={t}"
+            )
         pm = self.model
         qh, vh, ah = self._kHrows
         robust18_post(pin_rnea(pm.model, pm.data, qh, vh, ah), dz, self._kact, self._kgain, out)
         e, s, Q_model, Q_rob, Q = out
         info = self._kinfo
-        if info is None or info is not self.info:          # one record, refilled with this step's arrays
+        if info is None or info is not self.info:  # one record, refilled with this step's arrays
             info = self._kinfo = RobustInfo(e, s, Q_model, Q_rob, status="solved")
         else:
             info.e, info.s, info.Q_model, info.Q_robust = e, s, Q_model, Q_rob
@@ -154,9 +170,9 @@ class RobustPartitionController:
         s = ed + L * e
         a_r = ad - L * ed
         if self.use_rnea:
-            Q_model = self.model.model_force(q, v, a_r)   # validates the state (finite, δ in its stroke)
+            Q_model = self.model.model_force(q, v, a_r)  # validates the state (finite, δ in its stroke)
         else:
-            tm = self.model.compute(q, v)       # validates the state (finite, δ in its stroke)
+            tm = self.model.compute(q, v)  # validates the state (finite, δ in its stroke)
             self.terms = tm
             Q_model = tm.Gamma @ a_r + tm.h - tm.Qe
         # −κ sat(s/ε); np.minimum/np.maximum: np.clip costs several µs on 3-vectors

@@ -76,11 +76,12 @@ Forces reported each step (stationarity of the final level, H v̇ + g + Eᵀ λ 
     Q_u   = −Σ_{1<k<K} A_kᵀ λ_k + Σ_{i∈L_K} ω_i A_iᵀ (b_i − A_i v̇*)   the other tasks' force
     Q_lim = −Cᵀ z                 the limits' force;     M v̇* = Q + Q_c + Q_u + Q_lim.
 """
+
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -97,7 +98,7 @@ from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit, Limit
 from cmstack.models.robot import Kinematics, Robot
 
-_PENDING = object()      # ``_T`` of a compiled closed-chain step, not formed yet
+_PENDING = object()  # ``_T`` of a compiled closed-chain step, not formed yet
 
 __all__ = ["GAUSS", "UKStepInfo", "UdwadiaKalabaController", "udwadia_kalaba_closed_form"]
 
@@ -125,12 +126,25 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             any other task, or ``fused=False``, takes the generic Python path).
     """
 
-    def __init__(self, robot: Robot, constraints: Sequence[Task] | None = None, tasks: Sequence[Task] | None = None,
-                 omega: float | Sequence[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
-                 model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9, *,
-                 levels: Sequence | None = None, limits: Sequence[Limit] | None = None,
-                 warn_free_dof: bool = True, fused: bool = True, max_step_iters: int = 150,
-                 passive: Sequence[str] | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        constraints: Sequence[Task] | None = None,
+        tasks: Sequence[Task] | None = None,
+        omega: float | Sequence[float] = 50.0,
+        priority: str = "weighted",
+        torque_limits: bool = True,
+        model_damping: bool = True,
+        eps_abs: float = 1e-9,
+        rank_tol: float = 1e-9,
+        *,
+        levels: Sequence | None = None,
+        limits: Sequence[Limit] | None = None,
+        warn_free_dof: bool = True,
+        fused: bool = True,
+        max_step_iters: int = 150,
+        passive: Sequence[str] | None = None,
+    ):
         self.robot = robot
         self.n = robot.nv
         if levels is None:
@@ -155,8 +169,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if not lv or not lv[-1].gauss:
             if any(L.gauss for L in lv):
                 k = next(i for i, L in enumerate(lv) if L.gauss)
-                raise ConfigError(f"GAUSS is in level {k + 1} of {len(lv)}; it must be in the last level "
-                                  "(it decides every remaining degree of freedom)")
+                raise ConfigError(
+                    f"GAUSS is in level {k + 1} of {len(lv)}; it must be in the last level "
+                    "(it decides every remaining degree of freedom)"
+                )
             lv.append(_Level([], np.zeros(0), np.zeros(0), True, 0))
         if any(L.gauss for L in lv[:-1]):
             raise ConfigError("GAUSS must be in the last level only")
@@ -166,10 +182,20 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         placed = {id(task) for L in lv for task in L.tasks}
         if self.loops and not all(id(c) in placed for c in self.loops):
             if any(id(c) in placed for c in self.loops):
-                raise ConfigError("levels: give all of robot.loops in the first level, or none of them (they are "
-                                  "then the top level)")
-            lv.insert(0, _Level(list(self.loops), np.ones(len(self.loops)), np.ones(len(self.loops)), False,
-                                sum(c.dim for c in self.loops)))
+                raise ConfigError(
+                    "levels: give all of robot.loops in the first level, or none of them (they are "
+                    "then the top level)"
+                )
+            lv.insert(
+                0,
+                _Level(
+                    list(self.loops),
+                    np.ones(len(self.loops)),
+                    np.ones(len(self.loops)),
+                    False,
+                    sum(c.dim for c in self.loops),
+                ),
+            )
         elif self.loops and not all(id(c) in {id(t) for t in lv[0].tasks} for c in self.loops):
             raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
         # where the loops' rows sit in level 1's rows (and their √ω), so a step reads them instead of recomputing
@@ -194,25 +220,34 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._final = lv[-1]
         self._final_pairs = [(task, float(w)) for task, w in zip(self._final.tasks, self._final.weights)]
         up = self._upper
-        self._single_upper = up[0].tasks[0] if (len(up) == 1 and len(up[0].tasks) == 1
-                                                and up[0].weights[0] == 1.0) else None
+        self._single_upper = (
+            up[0].tasks[0] if (len(up) == 1 and len(up[0].tasks) == 1 and up[0].weights[0] == 1.0) else None
+        )
         self.n_eq = sum(L.dim for L in self._upper)
         # the former attributes: the hard constraints (level 1 when there are several) and the tasks
         self.constraints = list(lv[0].tasks) if len(lv) > 1 else []
-        self.tasks = [t for L in lv[(1 if len(lv) > 1 else 0):] for t in L.tasks]
-        self.omega = np.concatenate([L.weights for L in lv[(1 if len(lv) > 1 else 0):]]) if self.tasks else np.zeros(0)
+        self.tasks = [t for L in lv[(1 if len(lv) > 1 else 0) :] for t in L.tasks]
+        self.omega = (
+            np.concatenate([L.weights for L in lv[(1 if len(lv) > 1 else 0) :]])
+            if self.tasks
+            else np.zeros(0)
+        )
 
         if limits is None:
             if torque_limits:
                 tm = np.asarray(robot.effort_limit, dtype=float)
                 bad = [n for n, x in zip(robot.joint_names, tm) if not (np.isfinite(x) and x > 0)]
                 if bad:
-                    raise ConfigError(f"torque_limits=true but joints {bad} have no positive finite effort limit in "
-                                      f"{robot.path.name}; give limits=[EffortLimit(robot, tau_max=...)] or limits=[]")
+                    raise ConfigError(
+                        f"torque_limits=true but joints {bad} have no positive finite effort limit in "
+                        f"{robot.path.name}; give limits=[EffortLimit(robot, tau_max=...)] or limits=[]"
+                    )
             limits = [EffortLimit(robot)] if torque_limits else []
         for lim in limits:
             if not isinstance(lim, Limit):
-                raise ConfigError(f"limits: {lim!r} is not a Limit (EffortLimit, JointPositionLimit, JointVelocityLimit)")
+                raise ConfigError(
+                    f"limits: {lim!r} is not a Limit (EffortLimit, JointPositionLimit, JointVelocityLimit)"
+                )
         self.limits = list(limits)
         self.n_in = sum(lim.dim for lim in self.limits)
         self.torque_limits = any(isinstance(lim, EffortLimit) for lim in self.limits)
@@ -229,20 +264,20 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         # controllers fed the same states differ where a level met its cap)
         self.warm_start = False
         self._seq_active = False
-        self._last_sequential = False   # the previous limited step needed the levels one by one
-        self._levels_exact = False      # in the last sequential step every level above the last held exactly
+        self._last_sequential = False  # the previous limited step needed the levels one by one
+        self._levels_exact = False  # in the last sequential step every level above the last held exactly
         self.saturated_steps = 0  # steps in which a level gave way to the limits (info.gave_way)
         self.info = UKStepInfo()
-        self._info_kkt: UKStepInfo | None = None   # the info whose constant fields hold a compiled KKT step's
+        self._info_kkt: UKStepInfo | None = None  # the info whose constant fields hold a compiled KKT step's
         self._kin: Kinematics | None = None
-        self._kin_buf: tuple | None = None         # (buffer, generation) of the last compiled step
-        self.failures = 0        # steps whose QP stopped short of its tolerance (solution still used)
-        self.cold_retries = 0    # warm-started QPs that failed and were solved again from a cold start
+        self._kin_buf: tuple | None = None  # (buffer, generation) of the last compiled step
+        self.failures = 0  # steps whose QP stopped short of its tolerance (solution still used)
+        self.cold_retries = 0  # warm-started QPs that failed and were solved again from a cold start
         self.warn_free_dof = warn_free_dof
         self._warned = False
         # passive joints with the robot's loops: the plan's closed-chain step (``_uk_kernels.passive_level``)
         self._plan = _FusedPlan.build(self) if fused else None
-        self._Tmap: object = None                   # the step's torque map (passive joints), else None (``_T``)
+        self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -323,7 +358,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         """τ at (t, q, v), or at the given snapshot ``kin`` (``Robot.update``'s) with its q, v."""
         P = self._plan
         if P is None:
-            kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
+            kin = self.robot.update(q, v) if kin is None else kin  # refuses NaN/inf with a clear StateError
             self.kin = kin
             return self._call_generic(t, kin)
         # the compiled step (``_FusedPlan``): the robot's lean Pinocchio pass (``Robot.update_for_kernel``;
@@ -336,7 +371,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if kin is None:
             q, v = robot.update_for_kernel(q, v)
         else:
-            kin._check_current()       # the data must hold this snapshot's state: the kernel reads it
+            kin._check_current()  # the data must hold this snapshot's state: the kernel reads it
             q, v = kin.q, kin.v
         gen = robot.generation
         d = robot.data
@@ -351,15 +386,15 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         fresh = None
         if P.integrals:
             fresh = []
-            for k, task in P.integrals:       # z advanced once per new t, as IntegralTask.compute does
+            for k, task in P.integrals:  # z advanced once per new t, as IntegralTask.compute does
                 if task.advance(t):
                     fresh.append((k, task))
                 P.tbias[k, task.rows] = task.ki * task.z
         buf = np.empty(P.buf_len)
         st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
-        if st == 4:                           # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
+        if st == 4:  # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
             robot.refuse_state(q, v)
-        if P.closed:                          # the step's torque map: made when first asked for (``_T``)
+        if P.closed:  # the step's torque map: made when first asked for (``_T``)
             self._Tmap = _PENDING
         if fresh:
             for k, task in fresh:
@@ -377,9 +412,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 info.saturated, info.gave_way = False, ""
                 info.status, info.qp_iter, info.path = "solved", 0, "kkt"
                 self._info_kkt = info
-                self._forces_of = self._buffer_forces      # (bound once: the step pays no method object)
+                self._forces_of = self._buffer_forces  # (bound once: the step pays no method object)
             tau = buf[P.sl_tau]
-            info._vdot, info._vsrc, info.tau = None, (buf, P.sl_x), tau     # v̇: sliced when read
+            info._vdot, info._vsrc, info.tau = None, (buf, P.sl_x), tau  # v̇: sliced when read
             info._lazy = (self._forces_of, buf)
             return tau
         return self._fused_rest(t, st, buf)
@@ -393,8 +428,14 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if k is None and self._kin_buf is not None:
             buf, gen = self._kin_buf
             n = self.n
-            k = Kinematics(self.robot, buf[:n], buf[n:2 * n], buf[2 * n:2 * n + n * n].reshape(n, n),
-                           buf[2 * n + n * n:3 * n + n * n], generation=gen)
+            k = Kinematics(
+                self.robot,
+                buf[:n],
+                buf[n : 2 * n],
+                buf[2 * n : 2 * n + n * n].reshape(n, n),
+                buf[2 * n + n * n : 3 * n + n * n],
+                generation=gen,
+            )
             self._kin = k
         return k
 
@@ -473,11 +514,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         (the least-norm reaction) and τ = T y with T = I − J_cᵀ G⁺ S_p: τ_p = (I − G G⁺) S_p y = 0, and the
         effort limits bound T y, the torque actually sent.  Without loops, G is empty: M_p v̇ = −(h + D v)_p."""
         p = self._passive
-        n = self.n
         A1, b1 = rows[0]
         if self.loops:
-            Jc = A1[self._loop_rows] / self._loop_scale[:, None]     # the loops' rows of this step's level 1
-            T, Gp, Up = passive_map(Jc, p, self.rank_tol)          # COD of G = S_p J_cᵀ (kernels.passive_map)
+            Jc = A1[self._loop_rows] / self._loop_scale[:, None]  # the loops' rows of this step's level 1
+            T, Gp, Up = passive_map(Jc, p, self.rank_tol)  # COD of G = S_p J_cᵀ (kernels.passive_map)
         else:
             Up, T, Jc, Gp = np.eye(p.size), None, None, None
         self._T = T
@@ -504,8 +544,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             return rows, E, f
         out, i = [], 0
         for size in sizes.tolist():
-            k = keep[i:i + size]
-            out.append((E[i:i + size][k], f[i:i + size][k]))
+            k = keep[i : i + size]
+            out.append((E[i : i + size][k], f[i : i + size][k]))
             i += size
         return out, E[keep], f[keep]
 
@@ -531,7 +571,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if self._T is None:
             return y
         tau = self._T @ y
-        tau[self._passive] = 0.0            # exactly: it is zero to round-off by construction
+        tau[self._passive] = 0.0  # exactly: it is zero to round-off by construction
         return tau
 
     def loop_reaction(self) -> np.ndarray | None:
@@ -539,7 +579,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         for rotation rows) that the torque leaves to the mechanism, or None without passive joints."""
         if self.info.vdot is None:
             return None
-        if self._Tmap is _PENDING and self._kin_buf is not None:     # a compiled step's λ (its buffer)
+        if self._Tmap is _PENDING and self._kin_buf is not None:  # a compiled step's λ (its buffer)
             P = self._plan
             assert P is not None
             return P.loop_reaction(self._kin_buf[0]).copy()
@@ -560,7 +600,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._info_kkt = None
         kin = self.kin
         assert kin is not None
-        if P.closed:            # the fallbacks and the limits' rows read the torque map: made now
+        if P.closed:  # the fallbacks and the limits' rows read the torque map: made now
             self._T, self._loop_reaction = P.torque_map()
         x, tau, hD, lam, Ab = P.results(buf)
         if st == 0 and P.other_limits:
@@ -594,7 +634,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             x, lam, path = self._nullspace(H, -r, rows, t)
         else:
             x, lam, path = np.asarray(np.linalg.solve(H, r), dtype=np.float64), None, "kkt"
-        return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(kin.M @ x + hD))
+        return self._finish(
+            kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(kin.M @ x + hD)
+        )
 
     def _buffer_forces(self, buf: np.ndarray):
         """(Q_c, Q_u, Q_lim) of a compiled KKT step from its buffer (``UKStepInfo``'s lazy forces)."""
@@ -636,7 +678,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             if lam_v is not None and E.shape[0]:
                 i = 0
                 for k, (A, _) in enumerate(rows):
-                    force = -A.T @ lam_v[i:i + A.shape[0]]
+                    force = -A.T @ lam_v[i : i + A.shape[0]]
                     i += A.shape[0]
                     if k == 0:
                         Qc = force
@@ -656,9 +698,13 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 f"UdwadiaKalabaController: the tasks constrain {r} of the {self.n} degrees of freedom of "
                 f"{self.robot.path.name}; {free} degree(s) of freedom have no task and drift under Gauss' "
                 f"principle (gravity, damping). Add a PostureTask in the last level to hold them.",
-                UserWarning, stacklevel=stacklevel)
+                UserWarning,
+                stacklevel=stacklevel,
+            )
 
     def errors(self, kin: Kinematics, t: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Pose errors of every constraint and task at (kin, t), by name."""
-        return ({c.name: c.error(kin, t) for c in self.constraints},
-                {c.name: c.error(kin, t) for c in self.tasks})
+        return (
+            {c.name: c.error(kin, t) for c in self.constraints},
+            {c.name: c.error(kin, t) for c in self.tasks},
+        )

@@ -1,5 +1,6 @@
 """Why a UK step could not hold its first level: incompatible hard rows, a target out of reach, a
 near-singular Jacobian or limits too low; and the closed form (3.8) of Udwadia–Kalaba used to explain it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,11 +25,14 @@ class Diagnostics:
         res = A @ x - b
         parts, i = [], 0
         for task in self.levels[0].tasks:
-            parts.append(f"{task.name}: residual {np.linalg.norm(res[i:i + task.dim]):.3g}")
+            parts.append(f"{task.name}: residual {np.linalg.norm(res[i : i + task.dim]):.3g}")
             i += task.dim
-        return InfeasibleError(f"hard constraints are incompatible at t={t:.4f} s; the least-squares residual is "
-                               f"{np.linalg.norm(res):.3g} — " + "; ".join(parts)
-                               + ". Remove one of them or make it a soft task.")
+        return InfeasibleError(
+            f"hard constraints are incompatible at t={t:.4f} s; the least-squares residual is "
+            f"{np.linalg.norm(res):.3g} — "
+            + "; ".join(parts)
+            + ". Remove one of them or make it a soft task."
+        )
 
     def _limits_infeasible(self, kin, hD, Q, rows, t, status, closest=None, resid=float("nan")):
         """Level 1 and the limits cannot hold together: the level, the limits and joints that bind at the
@@ -37,13 +41,24 @@ class Diagnostics:
         head = ""
         if rows:
             bind = self.binding_limits(kin, hD, closest) if closest is not None else []
-            head = (f"{self._level_name(0)} cannot hold within the limits at t={t:.4f} s"
-                    + (f": at the closest step (residual {resid:.3g}) {', '.join(bind[:6])} bind" if bind else "")
-                    + ". ")
-        return InfeasibleError(head + self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status))
+            head = (
+                f"{self._level_name(0)} cannot hold within the limits at t={t:.4f} s"
+                + (f": at the closest step (residual {resid:.3g}) {', '.join(bind[:6])} bind" if bind else "")
+                + ". "
+            )
+        return InfeasibleError(
+            head + self.diagnose_infeasible(kin, hD, Q, rows[0] if rows else None, t, status)
+        )
 
-    def diagnose_infeasible(self, kin: Kinematics, hD: np.ndarray, Q: np.ndarray,
-                            level1: tuple[np.ndarray, np.ndarray] | None, t: float, status: str) -> str:
+    def diagnose_infeasible(
+        self,
+        kin: Kinematics,
+        hD: np.ndarray,
+        Q: np.ndarray,
+        level1: tuple[np.ndarray, np.ndarray] | None,
+        t: float,
+        status: str,
+    ) -> str:
         """Why level 1 cannot hold within the limits.  The torque the hard level alone needs
         (Gauss' solution (3.8) of level 1, no task) names the joint; then the cause: a target out of
         reach (distance of a frame target from its chain's workspace ball), a near-singular
@@ -56,8 +71,10 @@ class Diagnostics:
         tau_free = M @ x + hD
         tm = self.tau_max
         worst = int(np.argmax(np.abs(tau_free) / tm))
-        need = (f"joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, "
-                f"limit {tm[worst]:.1f}")
+        need = (
+            f"joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, "
+            f"limit {tm[worst]:.1f}"
+        )
         head = f"at t={t:.4f} s the hard constraints {names} cannot be met within the effort limits ({need}"
         causes = []
         for L in self.levels:
@@ -72,14 +89,22 @@ class Diagnostics:
                     sv = np.linalg.svd(W, compute_uv=False)
                     if sv[-1] < 1e-3 * sv[0]:
                         r = int(np.sum(sv > 1e-3 * sv[0]))
-                        causes.append(f"near-singular configuration: the Jacobian of '{task.name}' has rank {r} "
-                                      f"of {W.shape[0]} (σ_min/σ_max = {sv[-1] / sv[0]:.1e})")
+                        causes.append(
+                            f"near-singular configuration: the Jacobian of '{task.name}' has rank {r} "
+                            f"of {W.shape[0]} (σ_min/σ_max = {sv[-1] / sv[0]:.1e})"
+                        )
         if causes:
-            return (head + f"; QP status {status}). Cause: " + "; ".join(causes)
-                    + ". The tasks drove the robot into a state the limits cannot recover from: "
-                      "bring the target into the workspace or away from the singularity.")
-        return (head + f"; QP status {status}): the effort limits are too low for this motion (no target out "
-                       "of reach, no singular task Jacobian); slow the motion or raise the limits")
+            return (
+                head
+                + f"; QP status {status}). Cause: "
+                + "; ".join(causes)
+                + ". The tasks drove the robot into a state the limits cannot recover from: "
+                "bring the target into the workspace or away from the singularity."
+            )
+        return (
+            head + f"; QP status {status}): the effort limits are too low for this motion (no target out "
+            "of reach, no singular task Jacobian); slow the motion or raise the limits"
+        )
 
 
 def _chain_reach(robot: Robot, fid: int) -> tuple[int, float]:
@@ -91,7 +116,11 @@ def _chain_reach(robot: Robot, fid: int) -> tuple[int, float]:
     reach = float(np.linalg.norm(m.frames[fid].placement.translation))
     while j > 0 and m.parents[j] > 0:
         if "P" in m.joints[j].shortname().replace("JointModel", ""):
-            reach += float(max(abs(m.lowerPositionLimit[m.joints[j].idx_q]), abs(m.upperPositionLimit[m.joints[j].idx_q])))
+            reach += float(
+                max(
+                    abs(m.lowerPositionLimit[m.joints[j].idx_q]), abs(m.upperPositionLimit[m.joints[j].idx_q])
+                )
+            )
         reach += float(np.linalg.norm(m.jointPlacements[j].translation))
         j = m.parents[j]
     return j, reach
@@ -107,9 +136,11 @@ def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
         p = task.desired(t)[0].translation
         dist = float(np.linalg.norm(p - d.oMi[root].translation))
         if dist > reach:
-            return (f"the target of '{task.name}' is out of reach: {dist:.3f} m from joint "
-                    f"'{robot.model.names[root]}', whose chain reaches {reach:.3f} m ({dist - reach:.3f} m outside "
-                    f"the workspace)")
+            return (
+                f"the target of '{task.name}' is out of reach: {dist:.3f} m from joint "
+                f"'{robot.model.names[root]}', whose chain reaches {reach:.3f} m ({dist - reach:.3f} m outside "
+                f"the workspace)"
+            )
     elif isinstance(task, RigidCoupling):
         ra, reach_a = _chain_reach(robot, task.f1)
         rb, reach_b = _chain_reach(robot, task.f2)
@@ -118,13 +149,16 @@ def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
         gap = float(np.linalg.norm(d.oMi[ra].translation - d.oMi[rb].translation))
         need = float(np.linalg.norm(task.T_AB.translation))
         if need > reach_a + reach_b + gap:
-            return (f"'{task.name}' asks for frames {need:.3f} m apart, more than the chains can span "
-                    f"({reach_a + reach_b + gap:.3f} m)")
+            return (
+                f"'{task.name}' asks for frames {need:.3f} m apart, more than the chains can span "
+                f"({reach_a + reach_b + gap:.3f} m)"
+            )
     return None
 
 
-def udwadia_kalaba_closed_form(M: np.ndarray, Q: np.ndarray, A: np.ndarray,
-                               b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def udwadia_kalaba_closed_form(
+    M: np.ndarray, Q: np.ndarray, A: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Thesis (3.8) and (3.10): v̇ = a + M^{-1/2}(A M^{-1/2})⁺(b − A a),  a = M⁻¹ Q,
     Q_c = M^{1/2}(A M^{-1/2})⁺(b − A a): the torque-free motion the effort-limit diagnosis compares with the
     limits, and an independent reference for the tests (written once: tests/_uk_reference.py imports it)."""

@@ -1,6 +1,7 @@
 """The levels of the prioritized Udwadia–Kalaba controller (``controllers/udwadia_kalaba.py``): Gauss'
 principle as a member of a level, a level's tasks and weights, the step's info record, and the
 null-space basis the hierarchy works in."""
+
 from __future__ import annotations
 
 import math
@@ -48,13 +49,15 @@ class UKStepInfo:
     limits_active: bool = False
     path: str = ""
     cold_retries: int = 0
-    saturated: bool = False       # a level below the first gave way to the limits (``gave_way`` says which)
+    saturated: bool = False  # a level below the first gave way to the limits (``gave_way`` says which)
     gave_way: str = ""
     _Qc: np.ndarray | None = None
     _Qu: np.ndarray | None = None
     _Qlim: np.ndarray | None = None
     _lazy: object = None
-    _vsrc: tuple[np.ndarray, slice] | None = None   # a compiled step's (buffer, slice) of v̇, read when first asked for
+    _vsrc: tuple[np.ndarray, slice] | None = (
+        None  # a compiled step's (buffer, slice) of v̇, read when first asked for
+    )
 
     @property
     def vdot(self) -> np.ndarray | None:
@@ -73,7 +76,7 @@ class UKStepInfo:
 
     def _fill(self):
         lazy = self._lazy
-        if lazy is not None:      # a closure, or (function, argument): a compiled step's (f, its buffer)
+        if lazy is not None:  # a closure, or (function, argument): a compiled step's (f, its buffer)
             self._Qc, self._Qu, self._Qlim = lazy() if callable(lazy) else lazy[0](lazy[1])
             self._lazy = None
 
@@ -124,14 +127,20 @@ def _parse_level(level, k: int) -> _Level:
         w = 1.0
         if isinstance(item, tuple):
             if len(item) != 2:
-                raise ConfigError(f"level {k + 1}: a member must be a task, (task, weight) or GAUSS; got {item!r}")
+                raise ConfigError(
+                    f"level {k + 1}: a member must be a task, (task, weight) or GAUSS; got {item!r}"
+                )
             item, w = item
         if not isinstance(item, Task):
-            raise ConfigError(f"level {k + 1}: {item!r} is not a Task (FrameTask, RigidCoupling, PostureTask, …)")
+            raise ConfigError(
+                f"level {k + 1}: {item!r} is not a Task (FrameTask, RigidCoupling, PostureTask, …)"
+            )
         try:
             w = float(w)
         except (TypeError, ValueError):
-            raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w!r}") from None
+            raise ConfigError(
+                f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w!r}"
+            ) from None
         if not (math.isfinite(w) and w > 0):
             raise ConfigError(f"level {k + 1}: weight of '{item.name}' must be a finite number > 0, got {w}")
         tasks.append(item)

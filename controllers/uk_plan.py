@@ -1,5 +1,6 @@
 """The compiled plan of the UK step: tables and buffers for ``controllers/_uk_kernels.py``, built once per
 controller from what its tasks can do (``Task.kernel_kind()``), bound to the Pinocchio data it reads."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -38,26 +39,30 @@ class _FusedPlan:
         return biased() if biased is not None else task
 
     @classmethod
-    def build(cls, ctl: "UdwadiaKalabaController") -> "_FusedPlan | None":
+    def build(cls, ctl: UdwadiaKalabaController) -> _FusedPlan | None:
         """The plan, or None when some task has no compiled row builder (``Task.kernel_kind()`` is
         None: a task of another kind, or a subclass that redefines its row maths), or numba is missing."""
         for L in ctl.levels:
             for task in L.tasks:
                 inner = cls._inner(task)
-                if inner is None or not callable(getattr(inner, "kernel_kind", None)) or inner.kernel_kind() is None:
+                if (
+                    inner is None
+                    or not callable(getattr(inner, "kernel_kind", None))
+                    or inner.kernel_kind() is None
+                ):
                     return None
         if ctl._passive.size and not ctl.loops:
-            return None          # passive joints without loops: the generic path (their rows are M_p v̇ = −h_p)
+            return None  # passive joints without loops: the generic path (their rows are M_p v̇ = −h_p)
         model = ctl.robot.model
         if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
-            return None          # the kernel's h takes joint j's velocity as column j − 1
+            return None  # the kernel's h takes joint j's velocity as column j − 1
         try:
             from cmstack.controllers import _uk_kernels
-        except ImportError:      # numba absent: the generic path
+        except ImportError:  # numba absent: the generic path
             return None
         return cls(ctl, _uk_kernels)
 
-    def __init__(self, ctl: "UdwadiaKalabaController", K):
+    def __init__(self, ctl: UdwadiaKalabaController, K):
         self.step = K.uk_step
         robot, n = ctl.robot, ctl.n
         model = robot.model
@@ -73,11 +78,11 @@ class _FusedPlan:
         # the torque sent is T (M v̇ + h + D v); never absorbed (the generic path's layout, row for row)
         self.closed = bool(ctl._passive.size)
         npas = int(ctl._passive.size)
-        self.absorbed = (not self.closed and not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n)
+        self.absorbed = not self.closed and not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n
         upper = ctl._upper[:-1] if self.absorbed else ctl._upper
         last = ctl._upper[-1] if self.absorbed else ctl._final
         entries = [(task, float(sw), 0.0, 0) for L in upper for task, sw in zip(L.tasks, L.sqrt_w)]
-        gap_after = len(upper[0].tasks) if self.closed else -1       # the entry before which the gap opens
+        gap_after = len(upper[0].tasks) if self.closed else -1  # the entry before which the gap opens
         entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
         self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
         frames: dict = {}
@@ -91,7 +96,9 @@ class _FusedPlan:
                 for ji in model.supports[j]:
                     if ji > 0:
                         mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[j - 1 if j else model.njoints - 1, mask])   # its row in the pose table (last: the world)
+                fint.append(
+                    np.r_[j - 1 if j else model.njoints - 1, mask]
+                )  # its row in the pose table (last: the world)
                 fplace.append(fr.placement.homogeneous)
                 frames[fid] = len(frames)
             return frames[fid]
@@ -101,7 +108,7 @@ class _FusedPlan:
         tflt = np.zeros((nt, 4))
         pidx: list = []
         self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
-        self.joint_trajs: list = []        # (entry, first, stop in pidx, task) of the joint trajectory tasks
+        self.joint_trajs: list = []  # (entry, first, stop in pidx, task) of the joint trajectory tasks
         row = 0
         bounds = []
         from cmstack.models._loop_kernels import KIND_CODES
@@ -120,12 +127,12 @@ class _FusedPlan:
             elif kind == 1:
                 a = slot(task.fid)
                 self.frame_tasks.append((k, task))
-            elif kind == 3:                   # a loop closure: its frames, its kind's code
+            elif kind == 3:  # a loop closure: its frames, its kind's code
                 a, b, off, sel0 = slot(task.fa), slot(task.fb), KIND_CODES[task.kind], 0
             else:
                 off, sel0 = len(pidx), 0
                 pidx.extend(int(i) for i in task.idx)
-                if isinstance(task, JointTrajectoryTask):      # its rows are JointTrajectoryTask's (kernel_kind)
+                if isinstance(task, JointTrajectoryTask):  # its rows are JointTrajectoryTask's (kernel_kind)
                     self.joint_trajs.append((k, off, off + nsel, task))
                 else:
                     self.postures.append((off, off + nsel, task))
@@ -135,7 +142,7 @@ class _FusedPlan:
             bounds.append((row, row + nsel))
             row += nsel
         if self.closed and gap_after == len(entries):
-            row += npas                       # level 1 is the only upper level and Gauss has no task
+            row += npas  # level 1 is the only upper level and Gauss has no task
         width = max([6] + [int(r[5]) for r in tint])
         m = self.m_up = sum(L.dim for L in upper) + (npas if self.closed else 0)
         # the closed-chain tables: passive joints, the loops' rows in level 1 and their √ω, the upper levels' sizes
@@ -149,22 +156,54 @@ class _FusedPlan:
         pw_f, pw_i = passive_work(nl, pas.size) if self.closed else (0, 0)
         nf, nj = len(fint), model.njoints - 1
         # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
-        efforts = [lim for lim in ctl.limits if isinstance(lim, EffortLimit)
-                   and type(lim).bounds is EffortLimit.bounds and type(lim).violated is EffortLimit.violated]
+        efforts = [
+            lim
+            for lim in ctl.limits
+            if isinstance(lim, EffortLimit)
+            and type(lim).bounds is EffortLimit.bounds
+            and type(lim).violated is EffortLimit.violated
+        ]
         self.effort = efforts[0] if efforts else None
         eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
         # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
         # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
         n_keep = m + lvl.size if self.closed else 0
-        I_len = (K.HEADER + tint.size + nf * (n + 1) + len(pidx) + eidx.size + nj + pas.size + nl + lvl.size + pw_i
-                 + n_keep)
-        F_sizes = [("fplace", 16 * nf), ("fJ", 6 * n * nf), ("fvec", 24 * nf), ("tflt", 4 * nt),
-                   ("tgtH", 16 * nt), ("tgtVA", 12 * nt), ("tcirc", 7 * nt), ("qref", 7 * len(pidx)),
-                   ("tbias", width * nt), ("terr", width * nt),
-                   ("wk", K.kkt_work_size(n, m)), ("jpose", 12 * (nj + 1)), ("inert", 13 * nj), ("grav", 3),
-                   ("rnea", 18 * nj), ("lscale", nl), ("Jc", nl * n), ("ctol", 1), ("pwork", pw_f),
-                   ("scr", 4 * width + 9 + n)]
+        I_len = (
+            K.HEADER
+            + tint.size
+            + nf * (n + 1)
+            + len(pidx)
+            + eidx.size
+            + nj
+            + pas.size
+            + nl
+            + lvl.size
+            + pw_i
+            + n_keep
+        )
+        F_sizes = [
+            ("fplace", 16 * nf),
+            ("fJ", 6 * n * nf),
+            ("fvec", 24 * nf),
+            ("tflt", 4 * nt),
+            ("tgtH", 16 * nt),
+            ("tgtVA", 12 * nt),
+            ("tcirc", 7 * nt),
+            ("qref", 7 * len(pidx)),
+            ("tbias", width * nt),
+            ("terr", width * nt),
+            ("wk", K.kkt_work_size(n, m)),
+            ("jpose", 12 * (nj + 1)),
+            ("inert", 13 * nj),
+            ("grav", 3),
+            ("rnea", 18 * nj),
+            ("lscale", nl),
+            ("Jc", nl * n),
+            ("ctol", 1),
+            ("pwork", pw_f),
+            ("scr", 4 * width + 9 + n),
+        ]
         self.I = np.zeros(I_len, dtype=np.int64)
         self.F = np.zeros(2 + sum(k for _, k in F_sizes))
         I, F = self.I, self.F
@@ -175,32 +214,91 @@ class _FusedPlan:
 
         def fview(name, shape):
             o = off_f[name]
-            return F[o:o + int(np.prod(shape))].reshape(shape)
+            return F[o : o + int(np.prod(shape))].reshape(shape)
 
         o = K.HEADER
         off_i = {}
-        for name, size in (("tint", tint.size), ("fint", nf * (n + 1)), ("pidx", len(pidx)), ("eidx", eidx.size),
-                           ("parent", nj), ("pas", pas.size), ("lrows", nl), ("lvl", lvl.size), ("ppiv", pw_i),
-                           ("keep", n_keep)):
+        for name, size in (
+            ("tint", tint.size),
+            ("fint", nf * (n + 1)),
+            ("pidx", len(pidx)),
+            ("eidx", eidx.size),
+            ("parent", nj),
+            ("pas", pas.size),
+            ("lrows", nl),
+            ("lvl", lvl.size),
+            ("ppiv", pw_i),
+            ("keep", n_keep),
+        ):
             off_i[name] = o
             o += size
         I[[K.N, K.NT, K.NF, K.NJ, K.M_UP, K.NROWS, K.WIDTH]] = n, nt, nf, nj, m, row, width
-        I[[K.O_TINT, K.O_FINT, K.O_PIDX, K.N_PIDX, K.O_EIDX, K.N_EIDX]] = (off_i["tint"], off_i["fint"], off_i["pidx"],
-                                                                          len(pidx), off_i["eidx"], eidx.size)
-        I[[K.O_FPLACE, K.O_FJ, K.O_FVEC, K.O_TFLT, K.O_TGTH, K.O_TGTVA, K.O_TCIRC, K.O_QREF, K.O_TBIAS,
-           K.O_TERR, K.O_WK, K.N_WK, K.O_JPOSE]] = (
-            off_f["fplace"], off_f["fJ"], off_f["fvec"], off_f["tflt"], off_f["tgtH"], off_f["tgtVA"],
-            off_f["tcirc"], off_f["qref"], off_f["tbias"], off_f["terr"], off_f["wk"], K.kkt_work_size(n, m),
-            off_f["jpose"])
-        I[[K.O_PARENT, K.O_INERT, K.O_GRAV, K.O_RNEA]] = off_i["parent"], off_f["inert"], off_f["grav"], off_f["rnea"]
-        I[[K.O_PAS, K.N_PAS, K.O_LROWS, K.N_LROWS, K.O_LVL, K.N_LVL]] = (off_i["pas"], pas.size, off_i["lrows"], nl,
-                                                                      off_i["lvl"], lvl.size)
+        I[[K.O_TINT, K.O_FINT, K.O_PIDX, K.N_PIDX, K.O_EIDX, K.N_EIDX]] = (
+            off_i["tint"],
+            off_i["fint"],
+            off_i["pidx"],
+            len(pidx),
+            off_i["eidx"],
+            eidx.size,
+        )
+        I[
+            [
+                K.O_FPLACE,
+                K.O_FJ,
+                K.O_FVEC,
+                K.O_TFLT,
+                K.O_TGTH,
+                K.O_TGTVA,
+                K.O_TCIRC,
+                K.O_QREF,
+                K.O_TBIAS,
+                K.O_TERR,
+                K.O_WK,
+                K.N_WK,
+                K.O_JPOSE,
+            ]
+        ] = (
+            off_f["fplace"],
+            off_f["fJ"],
+            off_f["fvec"],
+            off_f["tflt"],
+            off_f["tgtH"],
+            off_f["tgtVA"],
+            off_f["tcirc"],
+            off_f["qref"],
+            off_f["tbias"],
+            off_f["terr"],
+            off_f["wk"],
+            K.kkt_work_size(n, m),
+            off_f["jpose"],
+        )
+        I[[K.O_PARENT, K.O_INERT, K.O_GRAV, K.O_RNEA]] = (
+            off_i["parent"],
+            off_f["inert"],
+            off_f["grav"],
+            off_f["rnea"],
+        )
+        I[[K.O_PAS, K.N_PAS, K.O_LROWS, K.N_LROWS, K.O_LVL, K.N_LVL]] = (
+            off_i["pas"],
+            pas.size,
+            off_i["lrows"],
+            nl,
+            off_i["lvl"],
+            lvl.size,
+        )
         I[[K.O_LSCALE, K.O_JC, K.O_CTOL, K.O_PWORK, K.O_PPIV, K.O_SCR, K.O_KEEP]] = (
-            off_f["lscale"], off_f["Jc"], off_f["ctol"], off_f["pwork"], off_i["ppiv"], off_f["scr"], off_i["keep"])
+            off_f["lscale"],
+            off_f["Jc"],
+            off_f["ctol"],
+            off_f["pwork"],
+            off_i["ppiv"],
+            off_f["scr"],
+            off_i["keep"],
+        )
 
         def iview(name, shape):
             o = off_i[name]
-            return I[o:o + int(np.prod(shape))].reshape(shape)
+            return I[o : o + int(np.prod(shape))].reshape(shape)
 
         self.tint = iview("tint", (nt, 8))
         self.tint[:] = tint
@@ -217,7 +315,11 @@ class _FusedPlan:
         fview("lscale", (nl,))[:] = lscale
         fview("ctol", (1,))[0] = ctl.rank_tol
         # the last step's loops' rows J_c (``passive_level`` writes them): its torque map T, on demand (``torque_map``)
-        self._jc = (off_f["Jc"], nl, n)    # read from F itself (``torque_map``): a pickled plan's views are copies
+        self._jc = (
+            off_f["Jc"],
+            nl,
+            n,
+        )  # read from F itself (``torque_map``): a pickled plan's views are copies
         self.passive = pas
         self.rank_tol = float(ctl.rank_tol)
         self.n_levels = lvl.size
@@ -227,16 +329,18 @@ class _FusedPlan:
         self.fplace = fview("fplace", (nf, 4, 4))
         if nf:
             self.fplace[:] = np.array(fplace, dtype=float)
-        self.tbias = fview("tbias", (nt, width))          # β = K_i z of the tasks with integral action
-        self.terr = fview("terr", (nt, width))            # every task's pose error, written by the kernel
-        self.qref = fview("qref", (7 * len(pidx),))    # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
+        self.tbias = fview("tbias", (nt, width))  # β = K_i z of the tasks with integral action
+        self.terr = fview("terr", (nt, width))  # every task's pose error, written by the kernel
+        self.qref = fview(
+            "qref", (7 * len(pidx),)
+        )  # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
         self.jref = self.qref.reshape(7, len(pidx))
         self.fJ = fview("fJ", (nf, 6, n))
         self.fvec = fview("fvec", (nf, 24))
         self.tgtH = fview("tgtH", (nt, 4, 4))
         self.tgtVA = fview("tgtVA", (nt, 12))
         self.tcirc = fview("tcirc", (nt, 7))
-        self.jpose = fview("jpose", (nj + 1, 12))      # every joint's [R row-major, p], then the world's
+        self.jpose = fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
         self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
         # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's
         # mass, centre of mass and rotational inertia in its own frame, gravity
@@ -248,8 +352,8 @@ class _FusedPlan:
             self.inert[j - 1] = np.r_[Y.mass, Y.lever, np.asarray(Y.inertia).ravel()]
         fview("grav", (3,))[:] = model.gravity.linear
         self.wk = fview("wk", (K.kkt_work_size(n, m),))
-        self.H = self.wk[:n * n].reshape(n, n)
-        self.r = self.wk[n * n:n * n + n]
+        self.H = self.wk[: n * n].reshape(n, n)
+        self.r = self.wk[n * n : n * n + n]
         self.gauss = 0.0 if self.absorbed else 1.0
         F[0] = self.gauss
         self.joint_ids = list(range(1, nj + 1))
@@ -260,16 +364,16 @@ class _FusedPlan:
         # closed: the loop reaction λ, then the kept rows of each upper level, last
         self.buf_len = self.o_ab + row * (n + 1) + nl + lvl.size
         self.sl_x, self.sl_tau = slice(self.o_out, self.o_out + n), slice(self.o_out + n, self.o_out + 2 * n)
-        self.plain = not self.other_limits           # no limit beside the kernel's effort limit
+        self.plain = not self.other_limits  # no limit beside the kernel's effort limit
         self.n = n
         self.data = None
         self.ptr: np.ndarray | None = None
         self.D: np.ndarray | None = None
         self.tmax: np.ndarray | None = None
-        self.version = -1                  # models._params.version when the gains and targets were copied
-        self.traj_tasks: list = []         # frame tasks whose target is sampled in Python every step
-        self.traj_joints: list = []        # joint trajectory tasks sampled in Python every step (not a Sinusoid)
-        self.sampled = False               # traj_tasks or traj_joints (``sample`` runs each step)
+        self.version = -1  # models._params.version when the gains and targets were copied
+        self.traj_tasks: list = []  # frame tasks whose target is sampled in Python every step
+        self.traj_joints: list = []  # joint trajectory tasks sampled in Python every step (not a Sinusoid)
+        self.sampled = False  # traj_tasks or traj_joints (``sample`` runs each step)
         # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
         self._levels, i = [], 0
         for L in upper:
@@ -305,19 +409,24 @@ class _FusedPlan:
         joint's rotation and translation in data.oMi; the damping D and the effort limit's
         τ_max (held too), so that a change in place is read.  Taken again when the robot's data object
         changes (``Robot.add_frame`` creates a new one), or D or τ_max is replaced by another array."""
+
         def address(a) -> int:
             return int(a.__array_interface__["data"][0])
 
         poses = [d.oMi[j] for j in self.joint_ids]
         for a in [d.J, d.M] + [T.rotation for T in poses] + [T.translation for T in poses]:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64")
+                raise TypeError(
+                    f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64"
+                )
         Dk = np.ascontiguousarray(D, dtype=np.float64)
         tmax = None if self.effort is None else self.effort.tau_max
         tk = np.ascontiguousarray(np.zeros(0) if tmax is None else tmax, dtype=np.float64)
         if Dk.shape != (self.n,) or tk.shape != self.eidx.shape:
-            raise ValueError(f"damping of shape {Dk.shape} or tau_max of shape {tk.shape}: expected ({self.n},) and "
-                             f"{self.eidx.shape}")
+            raise ValueError(
+                f"damping of shape {Dk.shape} or tau_max of shape {tk.shape}: expected ({self.n},) and "
+                f"{self.eidx.shape}"
+            )
         ptr = [address(d.J), address(d.M), address(Dk), address(tk)]
         for T in poses:
             ptr += [address(T.rotation), address(T.translation)]
@@ -342,7 +451,7 @@ class _FusedPlan:
             tr = task.trajectory
             sin = tr.kernel_sinusoid() if callable(getattr(tr, "kernel_sinusoid", None)) else None
             if sin is not None and all(np.shape(x) in ((stop - off,), (1,)) for x in sin):
-                self.jref[3:, off:stop] = sin               # sampled in the kernel (``sinusoid_sample``)
+                self.jref[3:, off:stop] = sin  # sampled in the kernel (``sinusoid_sample``)
                 self.tint[k, 1] = 1
             else:
                 self.tint[k, 1] = 0
@@ -356,7 +465,7 @@ class _FusedPlan:
             if c is None:
                 tr = task.trajectory
                 circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
-                if circ is not None:            # sampled in the kernel (_uk_kernels.circle_sample)
+                if circ is not None:  # sampled in the kernel (_uk_kernels.circle_sample)
                     tcirc[k, :6] = circ
                     tcirc[k, 6] = 1.0
                     tgtH[k, :3, :3] = tr.R
@@ -373,18 +482,19 @@ class _FusedPlan:
     def sample(self, t: float) -> None:
         """The targets of ``traj_tasks`` and ``traj_joints`` at t, into the tables."""
         for off, stop, task in self.traj_joints:
-            for i, x in enumerate(task.trajectory(t)):     # (q_d, v_d, a_d), each broadcast to the joints
+            for i, x in enumerate(task.trajectory(t)):  # (q_d, v_d, a_d), each broadcast to the joints
                 self.jref[i, off:stop] = x
         sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)
 
     def pose_table(self, d) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""
-        return np.array([np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids + [0]]
-                        ).reshape(len(self.joint_ids) + 1, 12)
+        return np.array(
+            [np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids + [0]]
+        ).reshape(len(self.joint_ids) + 1, 12)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(data=None, ptr=None, _keep=None, version=-1, D=None, tmax=None)   # rebound on first use
+        state.update(data=None, ptr=None, _keep=None, version=-1, D=None, tmax=None)  # rebound on first use
         return state
 
     def torque_map(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
@@ -393,28 +503,28 @@ class _FusedPlan:
         from cmstack.controllers.kernels import passive_map
 
         o, nl, n = self._jc
-        Jc = self.F[o:o + nl * n].reshape(nl, n).copy()
+        Jc = self.F[o : o + nl * n].reshape(nl, n).copy()
         T, Gp, _ = passive_map(Jc, self.passive, self.rank_tol)
         return T, (Jc, Gp)
 
     def loop_reaction(self, buf: np.ndarray) -> np.ndarray:
         """λ = G⁺ S_p (M v̇ + h + D v) of a closed plan's step (``kernels.passive_torque`` wrote it), a view."""
         nb = len(buf)
-        return buf[nb - self.n_levels - self.n_loop_rows:nb - self.n_levels]
+        return buf[nb - self.n_levels - self.n_loop_rows : nb - self.n_levels]
 
     def _kept(self, buf: np.ndarray) -> list[int]:
         """The kept rows of each upper level of a closed plan's step (``passive_level``'s counts)."""
-        return [int(x) for x in buf[len(buf) - self.n_levels:]]
+        return [int(x) for x in buf[len(buf) - self.n_levels :]]
 
     def results(self, buf: np.ndarray):
         """(v̇, τ, h + D v, λ or None, Ab) of one step's buffer (views)."""
         n = self.n
         o = self.o_out
-        lam = buf[o + 3 * n:self.o_ab] if self.m_up else None
+        lam = buf[o + 3 * n : self.o_ab] if self.m_up else None
         if self.closed and lam is not None:
-            lam = lam[:sum(self._kept(buf))]
-        Ab = buf[self.o_ab:self.o_ab + self.ab_shape[0] * self.ab_shape[1]].reshape(self.ab_shape)
-        return buf[o:o + n], buf[o + n:o + 2 * n], buf[o + 2 * n:o + 3 * n], lam, Ab
+            lam = lam[: sum(self._kept(buf))]
+        Ab = buf[self.o_ab : self.o_ab + self.ab_shape[0] * self.ab_shape[1]].reshape(self.ab_shape)
+        return buf[o : o + n], buf[o + n : o + 2 * n], buf[o + 2 * n : o + 3 * n], lam, Ab
 
     def views(self, Ab: np.ndarray, buf: np.ndarray | None = None):
         """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's); a closed

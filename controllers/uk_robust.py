@@ -62,6 +62,7 @@ torques equal the generic path's to 1e-9 (tests/test_uk_kernels.py).
 3. An optional first-order **velocity filter** v̂ ← v̂ + α (v − v̂), α = 1 − exp(−2π f_v Δt) (off by
    default: it adds phase lag to the damping term and measured worse than none).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -88,8 +89,10 @@ class IntegralTask(Task):
         if not (np.isfinite(z_max) and z_max > 0):
             raise ConfigError(f"{inner.name}: z_max must be finite and > 0, got {z_max}")
         if ki >= inner.kd * inner.kp:
-            raise ConfigError(f"{inner.name}: ki = {ki:g} makes s³ + kd s² + kp s + ki unstable "
-                              f"(needs ki < kd·kp = {inner.kd * inner.kp:g})")
+            raise ConfigError(
+                f"{inner.name}: ki = {ki:g} makes s³ + kd s² + kp s + ki unstable "
+                f"(needs ki < kd·kp = {inner.kd * inner.kp:g})"
+            )
         self.inner = inner
         self.name, self.kp, self.kd, self.rows = inner.name, inner.kp, inner.kd, inner.rows
         self.ki, self.z_max = float(ki), float(z_max)
@@ -107,8 +110,10 @@ class IntegralTask(Task):
         """The task whose compiled rows, less the bias K_i z, are this task's rows (for the compiled UK
         step), or None when a subclass redefines the row maths (its own ``compute`` then runs)."""
         cls = type(self)
-        if any(getattr(cls, m) is not getattr(IntegralTask, m)
-               for m in ("compute", "error_dynamics", "qp_rows", "axes", "error")):
+        if any(
+            getattr(cls, m) is not getattr(IntegralTask, m)
+            for m in ("compute", "error_dynamics", "qp_rows", "axes", "error")
+        ):
             return None
         return self.inner
 
@@ -132,7 +137,7 @@ class IntegralTask(Task):
         step), and True (the caller then ``record``s e(t)); False when t is not new (z unchanged).  The
         generic controller path calls it through ``compute``; the compiled path (``_FusedPlan``) calls it
         itself and records the error its kernel wrote."""
-        t_prev, e_prev = self._t, self._e           # set together by ``record``
+        t_prev, e_prev = self._t, self._e  # set together by ``record``
         if t_prev is not None and not t > t_prev:
             return False
         if t_prev is not None and e_prev is not None:
@@ -148,7 +153,9 @@ class IntegralTask(Task):
         self._t = self._e = None
 
 
-def loop_spectral_radius(kp: float, kd: float, ki: float, dt: float, delay_steps: int = 0, r: float = 1.0) -> float:
+def loop_spectral_radius(
+    kp: float, kd: float, ki: float, dt: float, delay_steps: int = 0, r: float = 1.0
+) -> float:
     """Spectral radius of one row of the sampled error loop (stable iff < 1): the command
     u_k = −K_d w_k − K_p e_k − K_i z_k is computed every ``dt`` [s] (z_k = z_{k−1} + Δt e_{k−1}, as
     ``IntegralTask``), applied ``delay_steps`` steps later scaled by the realised fraction ``r``, and the
@@ -157,7 +164,7 @@ def loop_spectral_radius(kp: float, kd: float, ki: float, dt: float, delay_steps
     d = int(delay_steps)
     n = 3 + d
     K = np.zeros(n)
-    K[:3] = (-kp, -kd, -ki)                       # the command, on the state [e, w, z, u_{k−1}, …, u_{k−d}]
+    K[:3] = (-kp, -kd, -ki)  # the command, on the state [e, w, z, u_{k−1}, …, u_{k−d}]
     acc = r * K if d == 0 else r * np.eye(n)[n - 1]
     I = np.eye(n)
     A = np.zeros((n, n))
@@ -207,9 +214,21 @@ class RobustUKController:
     v_filter_hz: cut-off of the velocity filter [Hz] (0 = off); control_dt: the control period [s];
     **uk: the thesis controller's options."""
 
-    def __init__(self, robot: Robot, coupling: Task, task: Task, *, ki: float, z_max: float = 1e-3,
-                 task_ki: float = 0.0, task_z_max: float = 1e-2, q_filter_hz: float = 0.0,
-                 v_filter_hz: float = 0.0, control_dt: float = 0.005, **uk: Any):
+    def __init__(
+        self,
+        robot: Robot,
+        coupling: Task,
+        task: Task,
+        *,
+        ki: float,
+        z_max: float = 1e-3,
+        task_ki: float = 0.0,
+        task_z_max: float = 1e-2,
+        q_filter_hz: float = 0.0,
+        v_filter_hz: float = 0.0,
+        control_dt: float = 0.005,
+        **uk: Any,
+    ):
         if not (np.isfinite(v_filter_hz) and v_filter_hz >= 0):
             raise ConfigError(f"v_filter_hz must be finite and >= 0, got {v_filter_hz}")
         self.coupling = IntegralTask(coupling, ki, z_max)
@@ -220,7 +239,7 @@ class RobustUKController:
         self.alpha = 1.0 - np.exp(-2 * np.pi * v_filter_hz * control_dt) if v_filter_hz > 0 else 1.0
         self._vf: np.ndarray | None = None
 
-    def __getattr__(self, name):          # kin, info, failures, … of the thesis controller
+    def __getattr__(self, name):  # kin, info, failures, … of the thesis controller
         if name == "uk":
             raise AttributeError(name)
         return getattr(self.uk, name)
@@ -231,4 +250,3 @@ class RobustUKController:
         else:
             self._vf = self._vf + self.alpha * (v - self._vf)
         return self.uk(t, self.qfilter(q, v), self._vf)
-

@@ -1,12 +1,13 @@
 """How the UK controller solves its levels (``controllers/udwadia_kalaba.py``, module docstring 1.–3.):
 the equality levels (KKT by Cholesky, else null-space projections) and the levels within the limits
 (one bounded QP, else the levels one by one, a level that cannot be solved giving way)."""
+
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
-
-from typing import Callable
 
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
@@ -42,7 +43,9 @@ class LevelSolver:
         """One bounded QP (``controllers/qp.py``: empty rows dropped, rows scaled, iterations capped,
         warm-started per ``key``, one cold retry); counts cold retries in ``info``."""
         before = self._qp.cold_retries
-        res = self._qp.solve(key, H, g, A, b, C, l, u, warm=self.warm_start, feasible_start=feasible_start, budget=budget)
+        res = self._qp.solve(
+            key, H, g, A, b, C, l, u, warm=self.warm_start, feasible_start=feasible_start, budget=budget
+        )
         if self._qp.cold_retries != before:
             self.cold_retries += 1
             self.info.cold_retries += 1
@@ -67,7 +70,7 @@ class LevelSolver:
             B[:, m] = r
             X, info = _dposv(H, B)[1:]
             if info == 0:
-                EX = E @ X                                  # [S, E H⁻¹ r]
+                EX = E @ X  # [S, E H⁻¹ r]
                 c, lam, info = _dposv(EX[:, :m], EX[:, m] - f)
                 if info == 0:
                     dg = c.diagonal().tolist()
@@ -91,7 +94,7 @@ class LevelSolver:
         if N.shape[1]:
             x = x + N @ np.linalg.solve(N.T @ H @ N, N.T @ (-g - H @ x))
         E = np.vstack([r[0] for r in rows])
-        lam = np.linalg.lstsq(E.T, -(H @ x + g), rcond=None)[0]     # Eᵀλ = −(H v̇ + g), minimum norm
+        lam = np.linalg.lstsq(E.T, -(H @ x + g), rcond=None)[0]  # Eᵀλ = −(H v̇ + g), minimum norm
         return x, lam, "nullspace"
 
     # ------------------------------------------------------------------ limits
@@ -145,12 +148,15 @@ class LevelSolver:
                 x, z = r0.x, r0.z
             else:
                 mu = 1e-6 * max(float(np.trace(A1.T @ A1)), 1e-12) / float(np.trace(M))
-                r1 = self._solve(("seq", "ls"), A1.T @ A1 + mu * M, -(A1.T @ b1) - mu * Q, None, None, C, l, u)
+                r1 = self._solve(
+                    ("seq", "ls"), A1.T @ A1 + mu * M, -(A1.T @ b1) - mu * Q, None, None, C, l, u
+                )
                 iters += r1.iters
                 resid = float(np.linalg.norm(A1 @ r1.x - b1)) if r1.feasible else np.inf
                 if not resid <= 1e-6 * (1.0 + float(np.linalg.norm(b1))):
-                    raise self._limits_infeasible(kin, hD, Q, rows, t, r0.raw_status or r0.status,
-                                                  r1.x if r1.feasible else None, resid)
+                    raise self._limits_infeasible(
+                        kin, hD, Q, rows, t, r0.raw_status or r0.status, r1.x if r1.feasible else None, resid
+                    )
                 x, z = r1.x, r1.z
             N = _null_basis(A1, n, self.rank_tol)[1]
             first = 1
@@ -167,7 +173,9 @@ class LevelSolver:
                 break
             spent = iters - iters_upper
             if spent >= self.max_step_iters:
-                self._give_way(k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent")
+                self._give_way(
+                    k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent"
+                )
                 break
             CN = C @ N
             Cx = C @ x
@@ -183,8 +191,18 @@ class LevelSolver:
             else:
                 Hr = N.T @ H @ N
                 gr = N.T @ (H @ x + g)
-            r = self._solve(("seq", k, nz), Hr, gr, None, None, CN, lo, hi, feasible_start=True,
-                            budget=self.max_step_iters - spent)
+            r = self._solve(
+                ("seq", k, nz),
+                Hr,
+                gr,
+                None,
+                None,
+                CN,
+                lo,
+                hi,
+                feasible_start=True,
+                budget=self.max_step_iters - spent,
+            )
             iters += r.iters
             active = active or bool(np.any(r.z != 0))
             if not r.solved:
@@ -192,8 +210,14 @@ class LevelSolver:
                 better = r.feasible and float(0.5 * r.x @ Hr @ r.x + gr @ r.x) < 0.0
                 if better:
                     x = x + N @ r.x
-                self._give_way(k, kin, hD, x, f"its QP ended '{r.raw_status}' after {r.iters} iterations"
-                               + (" (its last feasible iterate is used)" if better else ""))
+                self._give_way(
+                    k,
+                    kin,
+                    hD,
+                    x,
+                    f"its QP ended '{r.raw_status}' after {r.iters} iterations"
+                    + (" (its last feasible iterate is used)" if better else ""),
+                )
                 break
             x = x + N @ r.x
             if k == len(rows):
@@ -213,7 +237,8 @@ class LevelSolver:
             lam = None  # type: ignore[assignment]
         self._seq_active = active
         self._levels_exact = bool(rows) and all(
-            np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows)
+            np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows
+        )
         return x, lam, z, iters, "sequential"
 
     def _level_name(self, k: int) -> str:
@@ -221,13 +246,15 @@ class LevelSolver:
         names = [task.name for task in L.tasks] + (["Gauss"] if L.gauss else [])
         return f"level {k + 1} {names}"
 
-    def binding_limits(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, rtol: float = 1e-6) -> list[str]:
+    def binding_limits(
+        self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, rtol: float = 1e-6
+    ) -> list[str]:
         """The limits that bind at v̇: "<limit> on '<joint>' (lower|upper)" for every row within ``rtol``
         (relative to its bound) of a bound or beyond it."""
         out = []
-        tau = self._torque(kin.M @ vdot + hD)      # the torque actually sent (passive joints: mapped)
+        tau = self._torque(kin.M @ vdot + hD)  # the torque actually sent (passive joints: mapped)
         for lim in self.limits:
-            if isinstance(lim, EffortLimit):        # bounds on that torque, whatever maps it
+            if isinstance(lim, EffortLimit):  # bounds on that torque, whatever maps it
                 y, ll, ul = tau[lim.idx], -lim.tau_max, lim.tau_max
             else:
                 Cl, ll, ul = lim.bounds(kin, hD)
@@ -243,5 +270,6 @@ class LevelSolver:
         info.saturated = True
         self.saturated_steps += 1
         bind = self.binding_limits(kin, hD, x)
-        info.gave_way = (f"{self._level_name(k)} gave way: {why}; binding: "
-                         + (", ".join(bind[:6]) + (" …" if len(bind) > 6 else "") if bind else "none"))
+        info.gave_way = f"{self._level_name(k)} gave way: {why}; binding: " + (
+            ", ".join(bind[:6]) + (" …" if len(bind) > 6 else "") if bind else "none"
+        )

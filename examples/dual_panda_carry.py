@@ -5,11 +5,12 @@
 
 The settings (duration, control period) are in dual_panda_carry.toml beside this file.
 """
+
 import argparse
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 from cmstack import Robot, example_robot_data_path, simulate
 from cmstack.controllers import UdwadiaKalabaController
@@ -17,20 +18,25 @@ from cmstack.plants import plant_from_urdf
 from cmstack.scenario import Outcome, Row
 from cmstack.tasks import Circle, FrameTask, PostureTask, RigidCoupling
 
-TARGET = 1e-4                    # the coupling's largest error after t = 1 s (the box stays rigid)
+TARGET = 1e-4  # the coupling's largest error after t = 1 s (the box stays rigid)
 
 
 def build(control_dt, xml_path):
     """The two arms' controller (the box's coupling, then its path, then the posture) and their MuJoCo plant."""
     panda = example_robot_data_path("panda_description/urdf/panda.urdf")
-    fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}          # locked: removed from the model
-    robot = Robot.compose([(panda, "l_", [0, 0.3, 0], fingers),                  # URDF, prefix, base, locked joints
-                           (panda, "r_", [0, -0.3, 0], fingers)])
-    q0 = np.tile([0, -0.785, 0, -2.356, 0, 1.571, 0.785], 2)                      # both arms in the "ready" pose
-    box = RigidCoupling.from_configuration(robot, "l_panda_hand_tcp", "r_panda_hand_tcp", q0, kp=400, kd=40,
-                                           name="box")                          # the hands keep their offset
-    T0 = robot.update(q0, 0 * q0).frame("l_panda_hand_tcp").T                     # the box as the left hand holds it
-    path = Circle(T0.translation + [0, 0, 0.05], 0.05, 1.0, -np.pi / 2, R=T0.rotation)   # goes up and round
+    fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}  # locked: removed from the model
+    robot = Robot.compose(
+        [
+            (panda, "l_", [0, 0.3, 0], fingers),  # URDF, prefix, base, locked joints
+            (panda, "r_", [0, -0.3, 0], fingers),
+        ]
+    )
+    q0 = np.tile([0, -0.785, 0, -2.356, 0, 1.571, 0.785], 2)  # both arms in the "ready" pose
+    box = RigidCoupling.from_configuration(
+        robot, "l_panda_hand_tcp", "r_panda_hand_tcp", q0, kp=400, kd=40, name="box"
+    )  # the hands keep their offset
+    T0 = robot.update(q0, 0 * q0).frame("l_panda_hand_tcp").T  # the box as the left hand holds it
+    path = Circle(T0.translation + [0, 0, 0.05], 0.05, 1.0, -np.pi / 2, R=T0.rotation)  # goes up and round
     carry = FrameTask(robot, "l_panda_hand_tcp", path, kp=400, kd=40, name="carry")
     posture = PostureTask(robot, q0, kp=100, kd=20)
     controller = UdwadiaKalabaController(robot, levels=[[box], [carry], [posture]])
@@ -50,23 +56,37 @@ def errors_max(result):
 
 
 def run(ctx):
-    """The scenario (``cmstack run``): ctx.cfg is dual_panda_carry.toml (with --duration, --set), ctx.out the run directory."""
+    """The scenario (``cmstack run``): ctx.cfg is dual_panda_carry.toml (with --duration, --set), ctx.out the
+    run directory."""
     controller, plant = build(ctx.cfg["control_dt"], ctx.out / "plant.xml")
-    result = simulate(plant, controller, duration=ctx.cfg["duration"], control_dt=ctx.cfg["control_dt"],
-                      log=ctx.logger, progress=ctx.progress, viewer=ctx.make_viewer(plant.model))
+    result = simulate(
+        plant,
+        controller,
+        duration=ctx.cfg["duration"],
+        control_dt=ctx.cfg["control_dt"],
+        log=ctx.logger,
+        progress=ctx.progress,
+        viewer=ctx.make_viewer(plant.model),
+    )
     ec, ep = errors_max(result)
-    return Outcome({"constraint_error_max": ec, "carry_error_max": ep, **result.timing()},
-                   [Row("constraint_error_max", ec, target="<= 1e-4", ok=ec <= TARGET), Row("carry_error_max", ep)])
+    return Outcome(
+        {"constraint_error_max": ec, "carry_error_max": ep, **result.timing()},
+        [Row("constraint_error_max", ec, target="<= 1e-4", ok=ec <= TARGET), Row("carry_error_max", ep)],
+    )
 
 
 if __name__ == "__main__":
     settings = Path(__file__).with_suffix(".toml")
     if not settings.is_file():
-        raise SystemExit(f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)")
+        raise SystemExit(
+            f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)"
+        )
     cfg = tomllib.loads(settings.read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
-    parser.add_argument("--out", default="runs/dual_panda_carry_script", help="where to save the log (cmstack view DIR)")
+    parser.add_argument(
+        "--out", default="runs/dual_panda_carry_script", help="where to save the log (cmstack view DIR)"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,6 +94,8 @@ if __name__ == "__main__":
     result = simulate(plant, controller, duration=args.duration, control_dt=cfg["control_dt"])
     result.save(out)
     ec, ep = errors_max(result)
-    print(f"constraint_error_max = {ec:.3g} (target <= 1e-4 after t = 1 s), carry_error_max = {ep:.3g}; "
-          f"{result.steps} steps, median control step {result.step_us_median:.0f} us; log in {out}")
+    print(
+        f"constraint_error_max = {ec:.3g} (target <= 1e-4 after t = 1 s), carry_error_max = {ep:.3g}; "
+        f"{result.steps} steps, median control step {result.step_us_median:.0f} us; log in {out}"
+    )
     raise SystemExit(0 if ec <= TARGET else 1)

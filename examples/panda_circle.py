@@ -5,11 +5,12 @@
 
 The settings (duration, control period) are in panda_circle.toml beside this file.
 """
+
 import argparse
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 from cmstack import Robot, example_robot_data_path, simulate
 from cmstack.controllers import UdwadiaKalabaController
@@ -17,16 +18,18 @@ from cmstack.plants import plant_from_urdf
 from cmstack.scenario import Outcome, Row
 from cmstack.tasks import Circle, FrameTask, PostureTask
 
-TARGET_M = 1e-3                  # the hand's largest position error after t = 1 s
+TARGET_M = 1e-3  # the hand's largest position error after t = 1 s
 
 
 def build(control_dt, xml_path):
     """The Panda's controller (the hand's circle first, the posture last) and its MuJoCo plant."""
-    robot = Robot.from_urdf(example_robot_data_path("panda_description/urdf/panda.urdf"),
-                            locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0})
-    q0 = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])                    # the Panda's "ready" pose
+    robot = Robot.from_urdf(
+        example_robot_data_path("panda_description/urdf/panda.urdf"),
+        locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0},
+    )
+    q0 = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])  # the Panda's "ready" pose
     T0 = robot.update(q0, 0 * q0).frame("panda_hand_tcp").T
-    circle = Circle(T0.translation - [0.1, 0, 0], 0.1, 2.0, R=T0.rotation)     # x–z plane, through T0, R held
+    circle = Circle(T0.translation - [0.1, 0, 0], 0.1, 2.0, R=T0.rotation)  # x–z plane, through T0, R held
     hand = FrameTask(robot, "panda_hand_tcp", circle, kp=400, kd=40, name="hand")
     posture = PostureTask(robot, q0, kp=100, kd=20)
     controller = UdwadiaKalabaController(robot, levels=[[hand], [posture]])
@@ -42,23 +45,37 @@ def hand_error_max(result):
 
 
 def run(ctx):
-    """The scenario (``cmstack run``): ctx.cfg is panda_circle.toml (with --duration, --set), ctx.out the run directory."""
+    """The scenario (``cmstack run``): ctx.cfg is panda_circle.toml (with --duration, --set), ctx.out the run
+    directory."""
     controller, plant = build(ctx.cfg["control_dt"], ctx.out / "plant.xml")
-    result = simulate(plant, controller, duration=ctx.cfg["duration"], control_dt=ctx.cfg["control_dt"],
-                      log=ctx.logger, progress=ctx.progress, viewer=ctx.make_viewer(plant.model))
+    result = simulate(
+        plant,
+        controller,
+        duration=ctx.cfg["duration"],
+        control_dt=ctx.cfg["control_dt"],
+        log=ctx.logger,
+        progress=ctx.progress,
+        viewer=ctx.make_viewer(plant.model),
+    )
     err = hand_error_max(result)
-    return Outcome({"ee_error_max_m": err, **result.timing()},
-                   [Row("ee_error_max_m", err, target="<= 1e-3", ok=err <= TARGET_M)])
+    return Outcome(
+        {"ee_error_max_m": err, **result.timing()},
+        [Row("ee_error_max_m", err, target="<= 1e-3", ok=err <= TARGET_M)],
+    )
 
 
 if __name__ == "__main__":
     settings = Path(__file__).with_suffix(".toml")
     if not settings.is_file():
-        raise SystemExit(f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)")
+        raise SystemExit(
+            f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)"
+        )
     cfg = tomllib.loads(settings.read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
-    parser.add_argument("--out", default="runs/panda_circle_script", help="where to save the log (cmstack view DIR)")
+    parser.add_argument(
+        "--out", default="runs/panda_circle_script", help="where to save the log (cmstack view DIR)"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,6 +83,8 @@ if __name__ == "__main__":
     result = simulate(plant, controller, duration=args.duration, control_dt=cfg["control_dt"])
     result.save(out)
     err = hand_error_max(result)
-    print(f"ee_error_max_m = {err:.3g} (target <= 1e-3 after t = 1 s); "
-          f"{result.steps} steps, median control step {result.step_us_median:.0f} us; log in {out}")
+    print(
+        f"ee_error_max_m = {err:.3g} (target <= 1e-3 after t = 1 s); "
+        f"{result.steps} steps, median control step {result.step_us_median:.0f} us; log in {out}"
+    )
     raise SystemExit(0 if err <= TARGET_M else 1)

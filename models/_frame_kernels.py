@@ -15,6 +15,7 @@ A frame f rigidly attached to joint j at the placement ʲM_f = (R_f, t_f), the j
 ``_f64_at``: a float64 pointer at an integer address, so that a kernel reads Pinocchio's Eigen storage in place
 (addresses taken in Python once per ``Data`` object, whose storage stays put while it lives).
 """
+
 from __future__ import annotations
 
 from numba import carray, farray, njit, types
@@ -42,7 +43,6 @@ _i64_at = _pointer_at(types.int64)
 """The int64 pointer at an integer address."""
 
 
-
 @njit(cache=True, inline="always")
 def read_joint_poses(ptr, first, nj, jpose):
     """jpose[k] = [R row-major (9), p (3)] of joint k's pose ⁰M_k, k < nj, read in place from Pinocchio's data.oMi:
@@ -59,7 +59,8 @@ def read_joint_poses(ptr, first, nj, jpose):
 @njit(cache=True, inline="always")
 def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
-    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)], the world's last;
+    docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)],
+    the world's last;
     fint (nf, 1+nv): [the frame's joint's row in jpose, support mask of the nv columns]; fplace (nf, 4, 4):
     ʲM_f.  Out: fJ (nf, 6, nv); fvec (nf, 24) = [R row-major (9), p (3), twist (6), acc (6)].
 
@@ -76,10 +77,12 @@ def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
             r0, r1, r2 = jpose[s, 3 * i], jpose[s, 3 * i + 1], jpose[s, 3 * i + 2]
             for j in range(3):
                 fvec[k, 3 * i + j] = r0 * fplace[k, 0, j] + r1 * fplace[k, 1, j] + r2 * fplace[k, 2, j]
-            fvec[k, 9 + i] = jpose[s, 9 + i] + r0 * fplace[k, 0, 3] + r1 * fplace[k, 1, 3] + r2 * fplace[k, 2, 3]
+            fvec[k, 9 + i] = (
+                jpose[s, 9 + i] + r0 * fplace[k, 0, 3] + r1 * fplace[k, 1, 3] + r2 * fplace[k, 2, 3]
+            )
         p0, p1, p2 = fvec[k, 9], fvec[k, 10], fvec[k, 11]
         t0 = t1 = t2 = t3 = t4 = t5 = 0.0
-        u0 = u1 = u2 = 0.0                       # V = [u; ω] at the origin (ω = t3, t4, t5)
+        u0 = u1 = u2 = 0.0  # V = [u; ω] at the origin (ω = t3, t4, t5)
         a0 = a1 = a2 = al0 = al1 = al2 = 0.0
         for c in range(n):
             if fint[k, 1 + c] != 0:

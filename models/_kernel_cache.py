@@ -12,6 +12,7 @@ afresh on first use.  Cache files live in ``__pycache__`` beside the source (num
 folder is writable); with ``NUMBA_CACHE_DIR`` set or a read-only install, nothing is found and nothing is
 dropped (a fresh install writes every source anew, so its caches are rebuilt anyway).
 """
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 Python API (``lie.quat_mul``, ``quat_log``, ``quat_to_matrix``, ``quat_from_matrix``,
 ``rotation_vector``) calls these kernels, and so do the compiled chain kernels
 (``models/_tensor_kernels.py``).  Quaternions are scalar first, (w, x, y, z)."""
+
 from __future__ import annotations
 
 import math

@@ -28,17 +28,20 @@ finite differences of J v along q + t v, φ against Pinocchio's placements and `
 tests/test_loops.py (the same on ``LoopClosure``'s constraint functions), tests/test_loops_plane.py (the plane rows on
 moving frames and the slider-crank's closed form (67)-(69)).
 """
+
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, farray, njit
+from numba import farray, njit
 
 from cmstack.models import _frame_kernels, _lie_kernels
 from cmstack.models._frame_kernels import _f64_at, frame_states, read_joint_poses
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3
 
-depends_on(__file__, _frame_kernels, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(
+    __file__, _frame_kernels, _lie_kernels
+)  # numba's cache does not see a change of a callee in another file
 
 POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
 KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
@@ -52,21 +55,38 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
     """The rows of one closure (module docstring) into J[row0:row0 + m], jdv[row0:row0 + m]; returns m."""
     n = Ja.shape[1]
     if kind == PLANE:
-        n0, n1, n2 = xa[2], xa[5], xa[8]              # n = R_A[:, 2] (x row-major)
+        n0, n1, n2 = xa[2], xa[5], xa[8]  # n = R_A[:, 2] (x row-major)
         d0, d1, d2 = xb[9] - xa[9], xb[10] - xa[10], xb[11] - xa[11]
-        m0, m1, m2 = n1 * d2 - n2 * d1, n2 * d0 - n0 * d2, n0 * d1 - n1 * d0          # n × d
+        m0, m1, m2 = n1 * d2 - n2 * d1, n2 * d0 - n0 * d2, n0 * d1 - n1 * d0  # n × d
         for c in range(n):
-            J[row0, c] = (n0 * (Jb[0, c] - Ja[0, c]) + n1 * (Jb[1, c] - Ja[1, c]) + n2 * (Jb[2, c] - Ja[2, c])
-                          + m0 * Ja[3, c] + m1 * Ja[4, c] + m2 * Ja[5, c])
+            J[row0, c] = (
+                n0 * (Jb[0, c] - Ja[0, c])
+                + n1 * (Jb[1, c] - Ja[1, c])
+                + n2 * (Jb[2, c] - Ja[2, c])
+                + m0 * Ja[3, c]
+                + m1 * Ja[4, c]
+                + m2 * Ja[5, c]
+            )
         wa0, wa1, wa2 = xa[15], xa[16], xa[17]
-        u0, u1, u2 = xb[12] - xa[12], xb[13] - xa[13], xb[14] - xa[14]                # Δv
-        k0, k1, k2 = wa1 * n2 - wa2 * n1, wa2 * n0 - wa0 * n2, wa0 * n1 - wa1 * n0    # ṅ = ω_A × n
-        g0 = k1 * d2 - k2 * d1 + n1 * u2 - n2 * u1                                   # ṅ × d + n × Δv
+        u0, u1, u2 = xb[12] - xa[12], xb[13] - xa[13], xb[14] - xa[14]  # Δv
+        k0, k1, k2 = wa1 * n2 - wa2 * n1, wa2 * n0 - wa0 * n2, wa0 * n1 - wa1 * n0  # ṅ = ω_A × n
+        g0 = k1 * d2 - k2 * d1 + n1 * u2 - n2 * u1  # ṅ × d + n × Δv
         g1 = k2 * d0 - k0 * d2 + n2 * u0 - n0 * u2
         g2 = k0 * d1 - k1 * d0 + n0 * u1 - n1 * u0
-        jdv[row0] = (k0 * u0 + k1 * u1 + k2 * u2
-                     + n0 * (xb[18] - xa[18]) + n1 * (xb[19] - xa[19]) + n2 * (xb[20] - xa[20])
-                     + g0 * wa0 + g1 * wa1 + g2 * wa2 + m0 * xa[21] + m1 * xa[22] + m2 * xa[23])
+        jdv[row0] = (
+            k0 * u0
+            + k1 * u1
+            + k2 * u2
+            + n0 * (xb[18] - xa[18])
+            + n1 * (xb[19] - xa[19])
+            + n2 * (xb[20] - xa[20])
+            + g0 * wa0
+            + g1 * wa1
+            + g2 * wa2
+            + m0 * xa[21]
+            + m1 * xa[22]
+            + m2 * xa[23]
+        )
         return 1
     if kind == REVOLUTE:
         for i in range(3):
@@ -75,16 +95,23 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
             jdv[row0 + i] = xb[18 + i] - xa[18 + i]
         wa0, wa1, wa2 = xa[15], xa[16], xa[17]
         wd0, wd1, wd2 = xb[15] - wa0, xb[16] - wa1, xb[17] - wa2
-        for r in range(2):                          # x_A = R_A[:, 0], y_A = R_A[:, 1] (x row-major)
+        for r in range(2):  # x_A = R_A[:, 0], y_A = R_A[:, 1] (x row-major)
             e0, e1, e2 = xa[r], xa[3 + r], xa[6 + r]
             for c in range(n):
-                J[row0 + 3 + r, c] = (e0 * (Jb[3, c] - Ja[3, c]) + e1 * (Jb[4, c] - Ja[4, c])
-                                      + e2 * (Jb[5, c] - Ja[5, c]))
-            g0 = wa1 * e2 - wa2 * e1                 # ω_A × e
+                J[row0 + 3 + r, c] = (
+                    e0 * (Jb[3, c] - Ja[3, c]) + e1 * (Jb[4, c] - Ja[4, c]) + e2 * (Jb[5, c] - Ja[5, c])
+                )
+            g0 = wa1 * e2 - wa2 * e1  # ω_A × e
             g1 = wa2 * e0 - wa0 * e2
             g2 = wa0 * e1 - wa1 * e0
-            jdv[row0 + 3 + r] = (e0 * (xb[21] - xa[21]) + e1 * (xb[22] - xa[22]) + e2 * (xb[23] - xa[23])
-                                 + g0 * wd0 + g1 * wd1 + g2 * wd2)
+            jdv[row0 + 3 + r] = (
+                e0 * (xb[21] - xa[21])
+                + e1 * (xb[22] - xa[22])
+                + e2 * (xb[23] - xa[23])
+                + g0 * wd0
+                + g1 * wd1
+                + g2 * wd2
+            )
         return 5
     m = 3 if kind == POINT else 6
     for i in range(m):
@@ -160,9 +187,16 @@ def closure_phi(kind, xa, xb, phi, row0):
     if kind == WELD:
         # (R_b R_aᵀ)_ij = Σ_k R_b[i, k] R_a[j, k] = row i of R_b · row j of R_a (rows stored row-major in x[0:9])
         phi[row0 + 3], phi[row0 + 4], phi[row0 + 5] = _log3(
-            _dot3(xb, 0, xa, 0), _dot3(xb, 0, xa, 3), _dot3(xb, 0, xa, 6),
-            _dot3(xb, 3, xa, 0), _dot3(xb, 3, xa, 3), _dot3(xb, 3, xa, 6),
-            _dot3(xb, 6, xa, 0), _dot3(xb, 6, xa, 3), _dot3(xb, 6, xa, 6))
+            _dot3(xb, 0, xa, 0),
+            _dot3(xb, 0, xa, 3),
+            _dot3(xb, 0, xa, 6),
+            _dot3(xb, 3, xa, 0),
+            _dot3(xb, 3, xa, 3),
+            _dot3(xb, 3, xa, 6),
+            _dot3(xb, 6, xa, 0),
+            _dot3(xb, 6, xa, 3),
+            _dot3(xb, 6, xa, 6),
+        )
         return 6
     if kind == REVOLUTE:
         za0, za1, za2 = xa[2], xa[5], xa[8]

@@ -6,6 +6,7 @@ kernel reads, and copies them again only when ``version`` has moved since: every
 any attribute of a ``Circle`` (``models/trajectory.py``) calls ``changed``.  The arrays behind them
 (``PostureTask.q_ref``, ``Circle.R``) are read-only copies, so that a change in place, which no
 assignment would announce, is refused instead of missed."""
+
 from __future__ import annotations
 
 version = 0

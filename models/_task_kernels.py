@@ -39,6 +39,7 @@ Derivations (J_d = J_b − J_a, tw_d = tw_b − tw_a, acc_d = acc_b − acc_a):
 * joints S (indices idx) following (q_d, v_d, a_d), P = I: e = q_d − q_S, w = v_d − v_S, ẇ = a_d − S v̇:
       W = −S,   drift = a_d   (a posture: v_d = a_d = 0)
 """
+
 from __future__ import annotations
 
 from numba import njit
@@ -47,29 +48,33 @@ from cmstack.models import _lie_kernels
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3
 
-depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a callee in another file
 
 
 @njit(cache=True)
 def log3(R, out):
     """out ← Log(R) ∈ R³, R a 3×3 rotation matrix (``models._lie_kernels._log3``, the one SO(3) log)."""
-    out[0], out[1], out[2] = _log3(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
+    out[0], out[1], out[2] = _log3(
+        R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2]
+    )
 
 
 @njit(cache=True)
 def _pose_error(xa, Rb, pb, ed, R):
     """ed[3] ← e_own = [p_b − p_a; Log(R_aᵀ R_b)] of frame a (row x) against the pose (R_b, p_b), and
     ed[2] ← e = [e_own,lin; R e_own,ang] (R: the rotation of P)."""
-    a = xa          # R_a[i, j] = a[3 i + j], so (R_aᵀ R_b)_ij = a[i] R_b[0, j] + a[3 + i] R_b[1, j] + a[6 + i] R_b[2, j]
-    l0, l1, l2 = _log3(a[0] * Rb[0, 0] + a[3] * Rb[1, 0] + a[6] * Rb[2, 0],
-                       a[0] * Rb[0, 1] + a[3] * Rb[1, 1] + a[6] * Rb[2, 1],
-                       a[0] * Rb[0, 2] + a[3] * Rb[1, 2] + a[6] * Rb[2, 2],
-                       a[1] * Rb[0, 0] + a[4] * Rb[1, 0] + a[7] * Rb[2, 0],
-                       a[1] * Rb[0, 1] + a[4] * Rb[1, 1] + a[7] * Rb[2, 1],
-                       a[1] * Rb[0, 2] + a[4] * Rb[1, 2] + a[7] * Rb[2, 2],
-                       a[2] * Rb[0, 0] + a[5] * Rb[1, 0] + a[8] * Rb[2, 0],
-                       a[2] * Rb[0, 1] + a[5] * Rb[1, 1] + a[8] * Rb[2, 1],
-                       a[2] * Rb[0, 2] + a[5] * Rb[1, 2] + a[8] * Rb[2, 2])
+    a = xa  # R_a[i, j] = a[3 i + j], so (R_aᵀ R_b)_ij = a[i] R_b[0, j] + a[3 + i] R_b[1, j] + a[6 + i] R_b[2, j]
+    l0, l1, l2 = _log3(
+        a[0] * Rb[0, 0] + a[3] * Rb[1, 0] + a[6] * Rb[2, 0],
+        a[0] * Rb[0, 1] + a[3] * Rb[1, 1] + a[6] * Rb[2, 1],
+        a[0] * Rb[0, 2] + a[3] * Rb[1, 2] + a[6] * Rb[2, 2],
+        a[1] * Rb[0, 0] + a[4] * Rb[1, 0] + a[7] * Rb[2, 0],
+        a[1] * Rb[0, 1] + a[4] * Rb[1, 1] + a[7] * Rb[2, 1],
+        a[1] * Rb[0, 2] + a[4] * Rb[1, 2] + a[7] * Rb[2, 2],
+        a[2] * Rb[0, 0] + a[5] * Rb[1, 0] + a[8] * Rb[2, 0],
+        a[2] * Rb[0, 1] + a[5] * Rb[1, 1] + a[8] * Rb[2, 1],
+        a[2] * Rb[0, 2] + a[5] * Rb[1, 2] + a[8] * Rb[2, 2],
+    )
     ed[3, 3], ed[3, 4], ed[3, 5] = l0, l1, l2
     for i in range(3):
         ed[3, i] = pb[i] - xa[9 + i]
@@ -112,7 +117,7 @@ def frame_error(x, J, H, va, sel0, nsel, sc, A, row0, ed, R):
         for j in range(3):
             R[i, j] = H[i, j]
     _pose_error(x, R, H[:3, 3], ed, R)
-    d0 = R[0, 0] * va[3] + R[0, 1] * va[4] + R[0, 2] * va[5]         # ω_D = R_D ω_D^D
+    d0 = R[0, 0] * va[3] + R[0, 1] * va[4] + R[0, 2] * va[5]  # ω_D = R_D ω_D^D
     d1 = R[1, 0] * va[3] + R[1, 1] * va[4] + R[1, 2] * va[5]
     d2 = R[2, 0] * va[3] + R[2, 1] * va[4] + R[2, 2] * va[5]
     c0, c1, c2 = x[15], x[16], x[17]
@@ -145,19 +150,19 @@ def moving_frame(xa, Ja, H, va, xB, JB):
         for j in range(3):
             xB[3 * i + j] = xa[3 * i] * H[0, j] + xa[3 * i + 1] * H[1, j] + xa[3 * i + 2] * H[2, j]
     xB[9], xB[10], xB[11] = xa[9] + r0, xa[10] + r1, xa[11] + r2
-    pd0 = xa[0] * va[0] + xa[1] * va[1] + xa[2] * va[2]               # R_a ṗ_D
+    pd0 = xa[0] * va[0] + xa[1] * va[1] + xa[2] * va[2]  # R_a ṗ_D
     pd1 = xa[3] * va[0] + xa[4] * va[1] + xa[5] * va[2]
     pd2 = xa[6] * va[0] + xa[7] * va[1] + xa[8] * va[2]
-    od0 = xB[0] * va[3] + xB[1] * va[4] + xB[2] * va[5]               # R_B ω^D
+    od0 = xB[0] * va[3] + xB[1] * va[4] + xB[2] * va[5]  # R_B ω^D
     od1 = xB[3] * va[3] + xB[4] * va[4] + xB[5] * va[5]
     od2 = xB[6] * va[3] + xB[7] * va[4] + xB[8] * va[5]
-    w0, w1, w2 = xa[15], xa[16], xa[17]                               # ω_a
-    al0, al1, al2 = xa[21], xa[22], xa[23]                            # α_a
-    c0, c1, c2 = w1 * r2 - w2 * r1, w2 * r0 - w0 * r2, w0 * r1 - w1 * r0          # ω_a × r
+    w0, w1, w2 = xa[15], xa[16], xa[17]  # ω_a
+    al0, al1, al2 = xa[21], xa[22], xa[23]  # α_a
+    c0, c1, c2 = w1 * r2 - w2 * r1, w2 * r0 - w0 * r2, w0 * r1 - w1 * r0  # ω_a × r
     xB[12], xB[13], xB[14] = xa[12] + c0 + pd0, xa[13] + c1 + pd1, xa[14] + c2 + pd2
     xB[15], xB[16], xB[17] = w0 + od0, w1 + od1, w2 + od2
-    u0, u1, u2 = c0 + 2.0 * pd0, c1 + 2.0 * pd1, c2 + 2.0 * pd2                    # ω_a × r + 2 R_a ṗ_D
-    pa0 = xa[0] * va[6] + xa[1] * va[7] + xa[2] * va[8]               # R_a p̈_D
+    u0, u1, u2 = c0 + 2.0 * pd0, c1 + 2.0 * pd1, c2 + 2.0 * pd2  # ω_a × r + 2 R_a ṗ_D
+    pa0 = xa[0] * va[6] + xa[1] * va[7] + xa[2] * va[8]  # R_a p̈_D
     pa1 = xa[3] * va[6] + xa[4] * va[7] + xa[5] * va[8]
     pa2 = xa[6] * va[6] + xa[7] * va[7] + xa[8] * va[8]
     xB[18] = xa[18] + (al1 * r2 - al2 * r1) + (w1 * u2 - w2 * u1) + pa0

@@ -5,7 +5,8 @@ The same equations as the NumPy methods of :class:`~cmstack.models.tensor_chain.
 as loops over the N bodies so that one call does a whole step without Python overhead:
 
     ℳ = blockdiag(m_i I₃, sym(R_i I_i R_iᵀ)),  J = [J_v, J_ω] (30)–(31),  γ (28),  ℱ (33),
-    [ℳ Jᵀ; J 0] [ν̇; F_J] = [ℱ; γ]  (32, solved through its Schur complement (35): ℳ is block diagonal),  q̇ = ½ [0; ω] ⊗ q,  classical RK4,
+    [ℳ Jᵀ; J 0] [ν̇; F_J] = [ℱ; γ]  (32, solved through its Schur complement (35): ℳ is block diagonal),  q̇
+    = ½ [0; ω] ⊗ q,  classical RK4,
     quaternion renormalisation, then the mass-weighted projection onto φ = 0 and J ν = 0.
 
 The NumPy methods stay the reference: tests/test_tensor_chain.py compares both to round-off.
@@ -14,6 +15,7 @@ Spring laws by code: 0 "euler123" (19), 1 "rotvec", 2 "euler123_conservative".
 The rotation maths (quaternions, the SO(3) log) comes from ``models/_lie_kernels.py``.  numba's disk
 cache is keyed by this file's own stamp only; ``_kernel_cache.depends_on`` drops it when that module is newer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +25,7 @@ from cmstack.models import _lie_kernels
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _cross, _quat_log, _quat_mul, _quat_to_R, _rotation_vector
 
-depends_on(__file__, _lie_kernels)   # numba's cache does not see a change of a callee in another file
+depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a callee in another file
 
 LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
 
@@ -108,7 +110,7 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
     for i in range(n):
         Iw = R[i] @ inertias[i] @ R[i].T
         Iw = 0.5 * (Iw + Iw.T)
-        w = nu[3 * n + 3 * i:3 * n + 3 * i + 3]
+        w = nu[3 * n + 3 * i : 3 * n + 3 * i + 3]
         gyro = _cross(w, Iw @ w)
         for a in range(3):
             M[3 * i + a, 3 * i + a] = masses[i]
@@ -127,10 +129,10 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
     gam = np.zeros(nc)
     sp, sc = _arms(R, jp, jc)
     for j in range(n - 1):
-        w0 = nu[3 * n + 3 * j:3 * n + 3 * j + 3]
-        w1 = nu[3 * n + 3 * j + 3:3 * n + 3 * j + 6]
+        w0 = nu[3 * n + 3 * j : 3 * n + 3 * j + 3]
+        w1 = nu[3 * n + 3 * j + 3 : 3 * n + 3 * j + 6]
         g = _cross(w1, _cross(w1, sc[j])) - _cross(w0, _cross(w0, sp[j]))
-        gam[3 * j:3 * j + 3] = g
+        gam[3 * j : 3 * j + 3] = g
     # (32) through its Schur complement (35), ℳ being block diagonal: ℳ⁻¹ is 1/m_i and the 3×3 inverses
     # of the world inertias; S = J ℳ⁻¹ Jᵀ, F_J = S⁻¹(J ℳ⁻¹ ℱ − γ), ν̇ = ℳ⁻¹(ℱ − Jᵀ F_J) — the solution of
     # the augmented system (the NumPy "kkt" path) to round-off, with a 3(N−1)×3(N−1) solve instead of
@@ -141,12 +143,12 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
     for i in range(n):
         inv_m = 1.0 / masses[i]
         k = 3 * n + 3 * i
-        Iwi = np.linalg.inv(M[k:k + 3, k:k + 3])
+        Iwi = np.linalg.inv(M[k : k + 3, k : k + 3])
         for a in range(3):
             MiF[3 * i + a] = inv_m * F[3 * i + a]
             MiJt[3 * i + a] = inv_m * Jt[3 * i + a]
-        MiJt[k:k + 3] = Iwi @ Jt[k:k + 3]
-        MiF[k:k + 3] = Iwi @ F[k:k + 3]
+        MiJt[k : k + 3] = Iwi @ Jt[k : k + 3]
+        MiF[k : k + 3] = Iwi @ F[k : k + 3]
     S = J @ MiJt
     FJ = np.linalg.solve(S, J @ MiF - gam)
     nd = MiF - MiJt @ FJ
@@ -156,11 +158,11 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
 @njit(cache=True)
 def _derivative(quat, nu, nd):
     n = quat.shape[0]
-    dp = nu[:3 * n].copy().reshape(n, 3)
+    dp = nu[: 3 * n].copy().reshape(n, 3)
     dq = np.empty((n, 4))
     w4 = np.zeros(4)
     for i in range(n):
-        w4[1:] = nu[3 * n + 3 * i:3 * n + 3 * i + 3]
+        w4[1:] = nu[3 * n + 3 * i : 3 * n + 3 * i + 3]
         dq[i] = 0.5 * _quat_mul(w4, quat[i])
     return dp, dq, nd
 
@@ -169,17 +171,33 @@ def _derivative(quat, nu, nd):
 def rk4(pos, quat, nu, dt, port, masses, inertias, jp, jc, K, gravity, law, fixed_base):
     """One classical RK4 step with the port held, quaternions renormalised (no projection): the new
     (pos, quat, ν) and the dynamics at the start of the step (TensorChain.step)."""
-    nd1, FJ, M, J, gam, F, MJ = dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base)
+    nd1, FJ, M, J, gam, F, MJ = dynamics(
+        pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
+    )
     p1, q1, v1 = _derivative(quat, nu, nd1)
     h = dt / 2
-    nd2 = dynamics(pos + h * p1, quat + h * q1, nu + h * v1, port, masses, inertias, jp, jc, K, gravity, law,
-                   fixed_base)[0]
+    nd2 = dynamics(
+        pos + h * p1, quat + h * q1, nu + h * v1, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
+    )[0]
     p2, q2, v2 = _derivative(quat + h * q1, nu + h * v1, nd2)
-    nd3 = dynamics(pos + h * p2, quat + h * q2, nu + h * v2, port, masses, inertias, jp, jc, K, gravity, law,
-                   fixed_base)[0]
+    nd3 = dynamics(
+        pos + h * p2, quat + h * q2, nu + h * v2, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
+    )[0]
     p3, q3, v3 = _derivative(quat + h * q2, nu + h * v2, nd3)
-    nd4 = dynamics(pos + dt * p3, quat + dt * q3, nu + dt * v3, port, masses, inertias, jp, jc, K, gravity, law,
-                   fixed_base)[0]
+    nd4 = dynamics(
+        pos + dt * p3,
+        quat + dt * q3,
+        nu + dt * v3,
+        port,
+        masses,
+        inertias,
+        jp,
+        jc,
+        K,
+        gravity,
+        law,
+        fixed_base,
+    )[0]
     p4, q4, v4 = _derivative(quat + dt * q3, nu + dt * v3, nd4)
     pn = pos + dt / 6 * (p1 + 2 * p2 + 2 * p3 + p4)
     qn = quat + dt / 6 * (q1 + 2 * q2 + 2 * q3 + q4)
@@ -196,13 +214,13 @@ def _violation(pos, R, quat, jp, jc, fixed_base, p0, q0, R0):
     nc = 3 * (n - 1) + (6 if fixed_base else 0)
     phi = np.empty(nc)
     for j in range(n - 1):
-        phi[3 * j:3 * j + 3] = (pos[j + 1] - sc[j]) - (pos[j] - sp[j])
+        phi[3 * j : 3 * j + 3] = (pos[j + 1] - sc[j]) - (pos[j] - sp[j])
     if fixed_base:
         r = 3 * (n - 1)
         qc = q0 * np.array([1.0, -1.0, -1.0, -1.0])
         dq = _quat_mul(qc, quat[0])
-        phi[r:r + 3] = pos[0] - p0
-        phi[r + 3:r + 6] = R0 @ _quat_log(dq)
+        phi[r : r + 3] = pos[0] - p0
+        phi[r + 3 : r + 6] = R0 @ _quat_log(dq)
     return phi
 
 
@@ -239,9 +257,9 @@ def project(pos, quat, nu, masses, inertias_inv, jp, jc, fixed_base, p0, q0, R0,
         J = _jacobian(R, jp, jc, fixed_base)
         MiJt = _mass_inv_jt(R, masses, inertias_inv, J)
         dx = -(MiJt @ np.linalg.solve(J @ MiJt, phi))
-        pos = pos + dx[:3 * n].copy().reshape(n, 3)
+        pos = pos + dx[: 3 * n].copy().reshape(n, 3)
         for i in range(n):
-            ph = dx[3 * n + 3 * i:3 * n + 3 * i + 3]
+            ph = dx[3 * n + 3 * i : 3 * n + 3 * i + 3]
             a = np.sqrt(ph[0] * ph[0] + ph[1] * ph[1] + ph[2] * ph[2])
             half = 0.5 * a
             k = np.sin(half) / a if a > 1e-4 else 0.5 - a * a / 48.0

@@ -32,6 +32,7 @@ Where each quantity of the paper is computed:
 * ``inverse_dynamics``: accelerations root → leaves ((17)/(24)), wrenches leaves → root ((18)/(25),
   (29)), joint forces u = −Sᵀ W_{A/B,P} (19)/(26).
 """
+
 from __future__ import annotations
 
 import math
@@ -156,12 +157,12 @@ def kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r):
             Pab[0, a, b] = 1.0 if a == b else 0.0
     c[0, :] = 0.0
     r[0, :] = 0.0
-    if kind[0] == KIND_FLOATING:           # pose [IP in R_i; quaternion], twist ν = [v_P; ω] in R_b
+    if kind[0] == KIND_FLOATING:  # pose [IP in R_i; quaternion], twist ν = [v_P; ω] in R_b
         _quat_to_R(q[3], q[4], q[5], q[6], R[0])
         _matTvec3(R[0], q, 0, pos[0], 0)
         for k in range(6):
             tw[0, k] = v[k]
-    else:                                  # the inertial frame
+    else:  # the inertial frame
         pos[0, :] = 0.0
         tw[0, :] = 0.0
     for i in range(1, n):
@@ -186,14 +187,14 @@ def kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r):
                     kk = K[a, 0] * K[0, b] + K[a, 1] * K[1, b] + K[a, 2] * K[2, b]
                     Rr[a, b] = (1.0 if a == b else 0.0) + s * K[a, b] + cc * kk
             _matmul3(P0[i], Rr, Pab[i])
-            _rotT6(Pab[i], tw_in, tmp)                 # [x'^B]_a
+            _rotT6(Pab[i], tw_in, tmp)  # [x'^B]_a
             _cross_into(ax[0], ax[1], ax[2], tmp[0], tmp[1], tmp[2], c[i], 0)
             _cross_into(ax[0], ax[1], ax[2], tmp[3], tmp[4], tmp[5], c[i], 3)
             for k in range(6):
-                c[i, k] = -thd * c[i, k]               # c = −θ̇ [r̃ × v^B; r̃ × ω^B]
+                c[i, k] = -thd * c[i, k]  # c = −θ̇ [r̃ × v^B; r̃ × ω^B]
             for k in range(3):
                 tw[i, k] = tmp[k]
-                tw[i, 3 + k] = tmp[3 + k] + thd * ax[k]      # x'^A = x'^B + θ̇ [0; r̃]
+                tw[i, 3 + k] = tmp[3 + k] + thd * ax[k]  # x'^A = x'^B + θ̇ [0; r̃]
             _matTvec3(Pab[i], pos_in, 0, pos[i], 0)
             _matmul3(R[p], Pab[i], R[i])
             r[i, :] = 0.0
@@ -205,17 +206,17 @@ def kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r):
                     Pab[i, a, b] = P0[i, a, b]
             _rotT6(Pab[i], tw_in, tmp)
             for k in range(3):
-                r[i, k] = -x * ax[k]                   # PP0
+                r[i, k] = -x * ax[k]  # PP0
             _tau_mv(r[i], tmp, tw[i])
             for k in range(3):
                 tw[i, k] += xd * ax[k]
             _cross_into(ax[0], ax[1], ax[2], tmp[3], tmp[4], tmp[5], c[i], 0)
             for k in range(3):
-                c[i, k] = -xd * c[i, k]                # c = −ẋ [t̃ × ω; 0]
+                c[i, k] = -xd * c[i, k]  # c = −ẋ [t̃ × ω; 0]
                 c[i, 3 + k] = 0.0
             _matTvec3(Pab[i], pos_in, 0, pos[i], 0)
             for k in range(3):
-                pos[i, k] += x * ax[k]                 # IP = IP0 + x t̃
+                pos[i, k] += x * ax[k]  # IP = IP0 + x t̃
             _matmul3(R[p], Pab[i], R[i])
         else:
             # (15), Fig. 6: the constant frame change P_{a0/b}
@@ -278,7 +279,7 @@ def _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_
     W = np.empty(6)
     Wr = np.empty(6)
     for L in range(loop_node.shape[0]):
-        for s in range(2):                     # both ports' motions (14), then world quantities
+        for s in range(2):  # both ports' motions (14), then world quantities
             i = loop_node[L, s]
             for a in range(3):
                 mp[a] = -loop_port[L, s, a]
@@ -294,12 +295,21 @@ def _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_
         il, ir = loop_node[L, 0], loop_node[L, 1]
         Rl, Rr = R[il], R[ir]
         for a in range(3):
-            dx[a] = Rl[0, a] * (posw[1, 0] - posw[0, 0]) + Rl[1, a] * (posw[1, 1] - posw[0, 1]) \
+            dx[a] = (
+                Rl[0, a] * (posw[1, 0] - posw[0, 0])
+                + Rl[1, a] * (posw[1, 1] - posw[0, 1])
                 + Rl[2, a] * (posw[1, 2] - posw[0, 2])
-            dxd[a] = Rl[0, a] * (vw[1, 0] - vw[0, 0]) + Rl[1, a] * (vw[1, 1] - vw[0, 1]) \
+            )
+            dxd[a] = (
+                Rl[0, a] * (vw[1, 0] - vw[0, 0])
+                + Rl[1, a] * (vw[1, 1] - vw[0, 1])
                 + Rl[2, a] * (vw[1, 2] - vw[0, 2])
-            dxd[3 + a] = Rl[0, a] * (vw[1, 3] - vw[0, 3]) + Rl[1, a] * (vw[1, 4] - vw[0, 4]) \
+            )
+            dxd[3 + a] = (
+                Rl[0, a] * (vw[1, 3] - vw[0, 3])
+                + Rl[1, a] * (vw[1, 4] - vw[0, 4])
                 + Rl[2, a] * (vw[1, 5] - vw[0, 5])
+            )
             for b in range(3):
                 Rrel[a, b] = Rl[0, a] * Rr[0, b] + Rl[1, a] * Rr[1, b] + Rl[2, a] * Rr[2, b]
         cth = (Rrel[0, 0] + Rrel[1, 1] + Rrel[2, 2] - 1.0) / 2.0
@@ -355,8 +365,23 @@ def _solve6(A, b, x):
 
 
 @njit(cache=True)
-def _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node, load_port, load_W, loop_node,
-                          loop_port, loop_K, loop_D):
+def _kinematics_and_loads(
+    kind,
+    parent,
+    iq,
+    P0,
+    axis,
+    pport,
+    q,
+    v,
+    load_node,
+    load_port,
+    load_W,
+    loop_node,
+    loop_port,
+    loop_K,
+    loop_D,
+):
     """The sweeps' common start: every block's kinematics (``kinematics``) and the port wrenches of the
     external loads and loop closures on each (``_loads``); (R, pos, tw, Pab, c, r, W)."""
     n = kind.shape[0]
@@ -373,8 +398,28 @@ def _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node, lo
 
 
 @njit(cache=True)
-def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
-                     load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, out):
+def forward_dynamics(
+    kind,
+    parent,
+    iq,
+    P0,
+    axis,
+    S,
+    pport,
+    D,
+    g,
+    q,
+    v,
+    tau,
+    load_node,
+    load_port,
+    load_W,
+    loop_node,
+    loop_port,
+    loop_K,
+    loop_D,
+    out,
+):
     """v̇ for the generalized forces ``tau`` into ``out`` (``System._forward_reference``); returns False
     when a joint's Sᵀ I S or the root's articulated inertia is singular (the caller then runs the
     reference, which raises).
@@ -390,8 +435,23 @@ def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R, pos, tw, Pab, c, r, Wload = _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node,
-                                                         load_port, load_W, loop_node, loop_port, loop_K, loop_D)
+    R, pos, tw, Pab, c, r, Wload = _kinematics_and_loads(
+        kind,
+        parent,
+        iq,
+        P0,
+        axis,
+        pport,
+        q,
+        v,
+        load_node,
+        load_port,
+        load_W,
+        loop_node,
+        loop_port,
+        loop_K,
+        loop_D,
+    )
     IA = np.empty((n, 6, 6))
     pA = np.empty((n, 6))
     IS = np.zeros((n, 6))
@@ -443,7 +503,7 @@ def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
                 for b in range(6):
                     s_ += Ia[a, b] * c[i, b]
                 zz[a] = s_ + p_i[a] + ISi[a] * f
-        if kind[i] == KIND_PRISMATIC:          # (29): from P to P0
+        if kind[i] == KIND_PRISMATIC:  # (29): from P to P0
             T[:, :] = 0.0
             _tauT_M_tau_add(r[i], Ia, T)
             Ia[:, :] = T
@@ -487,7 +547,7 @@ def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
         ap = acc[parent[i]]
         for a in range(3):
             mp[a] = -pt[a]
-        _tau_mv(mp, ap, a_in)                  # the parent's acceleration at the port (14)
+        _tau_mv(mp, ap, a_in)  # the parent's acceleration at the port (14)
         _rotT6(Pab[i], a_in, base)
         if kind[i] == KIND_PRISMATIC:
             _tau_mv(r[i], base, a_in)
@@ -511,8 +571,28 @@ def forward_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, tau,
 
 
 @njit(cache=True)
-def inverse_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, acc_in,
-                     load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, out):
+def inverse_dynamics(
+    kind,
+    parent,
+    iq,
+    P0,
+    axis,
+    S,
+    pport,
+    D,
+    g,
+    q,
+    v,
+    acc_in,
+    load_node,
+    load_port,
+    load_W,
+    loop_node,
+    loop_port,
+    loop_K,
+    loop_D,
+    out,
+):
     """The generalized forces that produce v̇ = ``acc_in`` into ``out`` (``System._inverse_reference``).
 
     Root → leaves: ẋ'^A = X ẋ'^B + c + S q̈ ((17)/(24), X: the transport (14) to the port, the frame
@@ -523,8 +603,23 @@ def inverse_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, acc_in,
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R, pos, tw, Pab, c, r, Wsum = _kinematics_and_loads(kind, parent, iq, P0, axis, pport, q, v, load_node,
-                                                        load_port, load_W, loop_node, loop_port, loop_K, loop_D)
+    R, pos, tw, Pab, c, r, Wsum = _kinematics_and_loads(
+        kind,
+        parent,
+        iq,
+        P0,
+        axis,
+        pport,
+        q,
+        v,
+        load_node,
+        load_port,
+        load_W,
+        loop_node,
+        loop_port,
+        loop_K,
+        loop_D,
+    )
     acc = np.empty((n, 6))
     if floating:
         for a in range(6):
@@ -555,13 +650,13 @@ def inverse_dynamics(kind, parent, iq, P0, axis, S, pport, D, g, q, v, acc_in,
             s_ = 0.0
             for b in range(6):
                 s_ += D[i, a, b] * acc[i, b]
-            W[a] += s_ - Wsum[i, a]            # W_{./A,P}
+            W[a] += s_ - Wsum[i, a]  # W_{./A,P}
         if i == 0:
             for a in range(6):
                 out[a] = W[a]
             break
         for a in range(6):
-            WP[a] = -W[a]                      # W_{A/B,P}
+            WP[a] = -W[a]  # W_{A/B,P}
         if kind[i] != KIND_WELD:
             s_ = 0.0
             for a in range(6):

@@ -1,6 +1,7 @@
 """Trajectory maths compiled by numba, written once: ``Circle.sample`` and ``Sinusoid.sample``
 (models/trajectory.py) call it, and so does the compiled UK step (controllers/_uk_kernels.py) when it samples a
 circle or a joint sinusoid itself."""
+
 from __future__ import annotations
 
 import math

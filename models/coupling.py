@@ -46,11 +46,13 @@ eᵀ J_r⁻¹(e) = eᵀ.  ``rows`` selects a variant of the frame tasks: "full" 
 Trajectories: a frame task calls ``trajectory(t)`` and unpacks three values
 (pose SE3, 6-vector velocity, 6-vector acceleration); a constant target is set with ``set_target``.
 """
+
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pinocchio as pin
@@ -92,7 +94,7 @@ def _frame_or_offset(robot: Robot, frame: str, offset: pin.SE3 | None, tag: str)
     if offset is None or offset.isIdentity(1e-15):
         return robot.frame_id(frame)
     name, k = f"{frame}*{tag}", 1
-    while robot.model.existFrame(name):          # same name, another offset: a new operational frame
+    while robot.model.existFrame(name):  # same name, another offset: a new operational frame
         f = robot.model.frames[robot.model.getFrameId(name)]
         parent = robot.model.frames[robot.frame_id(frame)]
         if f.parentJoint == parent.parentJoint and f.placement.isApprox(parent.placement * offset, 1e-12):
@@ -198,7 +200,8 @@ class Task(ABC):
 
 
 def _kernels():
-    from cmstack.models import _task_kernels      # numba: imported on first use, compiled once (cache)
+    from cmstack.models import _task_kernels  # numba: imported on first use, compiled once (cache)
+
     return _task_kernels
 
 
@@ -224,8 +227,17 @@ class RigidCoupling(Task):
 
     _KERNEL = 0
 
-    def __init__(self, robot: Robot, frame1: str, frame2: str, T_AB: pin.SE3 | ArrayLike, kp: float, kd: float,
-                 rows: str = "full", name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        frame1: str,
+        frame2: str,
+        T_AB: pin.SE3 | ArrayLike,
+        kp: float,
+        kd: float,
+        rows: str = "full",
+        name: str | None = None,
+    ):
         self.name = name or f"coupling({frame1}->{frame2})"
         self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
         self.T_AB = _as_se3(T_AB, self.name)
@@ -234,14 +246,25 @@ class RigidCoupling(Task):
         self.rows = _rows(rows, self.name)
 
     @classmethod
-    def from_configuration(cls, robot: Robot, frame_a: str, frame_b: str, q0: ArrayLike, kp: float, kd: float,
-                           rows: str = "full", name: str | None = None) -> "RigidCoupling":
+    def from_configuration(
+        cls,
+        robot: Robot,
+        frame_a: str,
+        frame_b: str,
+        q0: ArrayLike,
+        kp: float,
+        kd: float,
+        rows: str = "full",
+        name: str | None = None,
+    ) -> RigidCoupling:
         """The coupling that holds frame_b where it is relative to frame_a at configuration q0:
         T_AB = T_a(q0)⁻¹ T_b(q0)."""
         q0 = np.asarray(q0, dtype=float)
         if q0.shape != (robot.nq,):
-            raise ConfigError(f"RigidCoupling.from_configuration: q0 has shape {q0.shape}, "
-                              f"the model {robot.path.name} needs ({robot.nq},)")
+            raise ConfigError(
+                f"RigidCoupling.from_configuration: q0 has shape {q0.shape}, "
+                f"the model {robot.path.name} needs ({robot.nq},)"
+            )
         fa, fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
         data = robot.model.createData()
         pin.framesForwardKinematics(robot.model, data, q0)
@@ -251,7 +274,9 @@ class RigidCoupling(Task):
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         B, E2 = kin.frame(self.fB), kin.frame(self.f2)
         W, ed = np.empty(B.J.shape), np.empty((4, 6))
-        _kernels().coupling_error(_frame_vec(B), B.J, _frame_vec(E2), E2.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3)))
+        _kernels().coupling_error(
+            _frame_vec(B), B.J, _frame_vec(E2), E2.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3))
+        )
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
@@ -263,7 +288,7 @@ class _PoseTarget:
     [a; ε]) or a constant pose set by :meth:`set_target` (zero velocity and acceleration)."""
 
     name: str
-    trajectory: Callable[[float], tuple] | None    # a Trajectory, or any t ↦ (T_D, velocity, acceleration)
+    trajectory: Callable[[float], tuple] | None  # a Trajectory, or any t ↦ (T_D, velocity, acceleration)
     _const: tuple | None
 
     def set_target(self, T: pin.SE3 | ArrayLike) -> None:
@@ -298,9 +323,17 @@ class FrameTask(_PoseTarget, Task):
 
     _KERNEL = 1
 
-    def __init__(self, robot: Robot, frame: str, trajectory: Trajectory | None = None, kp: float = 100.0,
-                 kd: float = 20.0, offset: pin.SE3 | ArrayLike | None = None, rows: str = "full",
-                 name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        frame: str,
+        trajectory: Trajectory | None = None,
+        kp: float = 100.0,
+        kd: float = 20.0,
+        offset: pin.SE3 | ArrayLike | None = None,
+        rows: str = "full",
+        name: str | None = None,
+    ):
         self.name = name or f"task({frame})"
         self.offset = None if offset is None else _as_se3(offset, self.name)
         self.trajectory = trajectory
@@ -343,8 +376,17 @@ class RelativeFrameTask(_PoseTarget, Task):
     Args: robot; frame_a, frame_b: frame names; trajectory (or None and ``set_target``);
     kp (1/s²), kd (1/s); rows; name."""
 
-    def __init__(self, robot: Robot, frame_a: str, frame_b: str, trajectory: Trajectory | None = None,
-                 kp: float = 100.0, kd: float = 20.0, rows: str = "full", name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        frame_a: str,
+        frame_b: str,
+        trajectory: Trajectory | None = None,
+        kp: float = 100.0,
+        kd: float = 20.0,
+        rows: str = "full",
+        name: str | None = None,
+    ):
         self.name = name or f"relative({frame_a}->{frame_b})"
         self.fa, self.fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
         self.trajectory = trajectory
@@ -379,15 +421,24 @@ class PostureTask(Task):
 
     _KERNEL: int | None = 2
 
-    def __init__(self, robot: Robot, q_ref: ArrayLike | None = None, joints: Sequence[str] | None = None, kp: float = 10.0,
-                 kd: float = 2 * math.sqrt(10.0), name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        q_ref: ArrayLike | None = None,
+        joints: Sequence[str] | None = None,
+        kp: float = 10.0,
+        kd: float = 2 * math.sqrt(10.0),
+        name: str | None = None,
+    ):
         self.name = name or "posture"
         self.robot = robot
         if joints is None:
             self.idx = np.arange(robot.nv)
         else:
             if isinstance(joints, str):
-                raise ConfigError(f"{self.name}: joints must be a list of joint names, got the string {joints!r}")
+                raise ConfigError(
+                    f"{self.name}: joints must be a list of joint names, got the string {joints!r}"
+                )
             self.idx = np.array([robot.joint_index(j) for j in joints], dtype=np.int64)
             if len(set(self.idx.tolist())) != len(self.idx):
                 raise ConfigError(f"{self.name}: joints {list(joints)} name a joint twice")
@@ -403,11 +454,13 @@ class PostureTask(Task):
         if q_ref.shape == (self.robot.nq,):
             q_ref = q_ref[self.idx]
         elif q_ref.shape != (len(self.idx),):
-            raise ConfigError(f"{self.name}: q_ref has {q_ref.size} values; expected {self.robot.nq} (all joints) "
-                              f"or {len(self.idx)} (the selected joints)")
+            raise ConfigError(
+                f"{self.name}: q_ref has {q_ref.size} values; expected {self.robot.nq} (all joints) "
+                f"or {len(self.idx)} (the selected joints)"
+            )
         if not np.all(np.isfinite(q_ref)):
             raise ConfigError(f"{self.name}: q_ref must be finite, got {q_ref.tolist()}")
-        q_ref = q_ref.copy()             # the task's own, read-only: set a new one with set_target (models/_params.py)
+        q_ref = q_ref.copy()  # the task's own, read-only: set a new one with set_target (models/_params.py)
         q_ref.flags.writeable = False
         self.q_ref = q_ref
 
@@ -432,11 +485,20 @@ class JointTrajectoryTask(PostureTask):
     #: other trajectory sampled in Python each step (``controllers/uk_plan.py``)
     _KERNEL = 2
 
-    def __init__(self, robot: Robot, trajectory: Callable[[float], tuple], joints: Sequence[str] | None = None,
-                 kp: float = 100.0, kd: float = 20.0, name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        trajectory: Callable[[float], tuple],
+        joints: Sequence[str] | None = None,
+        kp: float = 100.0,
+        kd: float = 20.0,
+        name: str | None = None,
+    ):
         super().__init__(robot, None, joints, kp, kd, name or "joint trajectory")
         if not callable(trajectory):
-            raise ConfigError(f"{self.name}: trajectory must be callable t -> (q_d, v_d, a_d), got {trajectory!r}")
+            raise ConfigError(
+                f"{self.name}: trajectory must be callable t -> (q_d, v_d, a_d), got {trajectory!r}"
+            )
         self.trajectory = trajectory
 
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
@@ -445,7 +507,9 @@ class JointTrajectoryTask(PostureTask):
         return self._joint_rows(kin, qd, vd, ad)
 
 
-def stack(constraints: Sequence[Task], kin: Kinematics, t: float, nv: int) -> tuple[np.ndarray, np.ndarray, list[slice]]:
+def stack(
+    constraints: Sequence[Task], kin: Kinematics, t: float, nv: int
+) -> tuple[np.ndarray, np.ndarray, list[slice]]:
     """Stack several constraints: (A, b, slices) with each constraint's rows in A."""
     if len(constraints) == 1:
         A, b = constraints[0].compute(kin, t)

@@ -21,14 +21,15 @@ Conventions (docs/design.md, [Milioshin]):
   * A = U diag(s) Vᵀ, rank r = #{s_i > max(atol, rtol·s_1)}, A⁺ = V_r diag(1/s_r) U_rᵀ and the
     null space of A is spanned by the last n − r rows of Vᵀ (full SVD).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 
 # ------------------------------------------------------------------------------------ skew, cross
@@ -54,7 +55,7 @@ def cross(a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float]) -> n
         a0, a1, a2 = a.tolist() if isinstance(a, np.ndarray) else a
         b0, b1, b2 = b.tolist() if isinstance(b, np.ndarray) else b
         return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
-    A, B = np.asarray(a), np.asarray(b)          # (arrays already: the same objects)
+    A, B = np.asarray(a), np.asarray(b)  # (arrays already: the same objects)
     a0, a1, a2 = A[..., 0], A[..., 1], A[..., 2]
     b0, b1, b2 = B[..., 0], B[..., 1], B[..., 2]
     return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
@@ -76,10 +77,12 @@ class TruncatedSVD(NamedTuple):
 
     def null_basis(self) -> np.ndarray:
         """Orthonormal basis of N(A), shape (n, n − rank); needs ``full_matrices=True``."""
-        return self.Vt[self.rank:].T
+        return self.Vt[self.rank :].T
 
 
-def svd_rank(A: ArrayLike, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = False) -> TruncatedSVD:
+def svd_rank(
+    A: ArrayLike, *, rtol: float = 0.0, atol: float = 0.0, full_matrices: bool = False
+) -> TruncatedSVD:
     """SVD of the (m, n) matrix A and its rank r = #{s_i > max(atol, rtol·s_1)} (``atol`` in A's
     units, ``rtol`` relative to the largest singular value).  An empty A has rank 0."""
     A = np.asarray(A, dtype=float)
@@ -150,7 +153,7 @@ def jr_inv(theta: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ quaternions
 def _kernels():
-    from cmstack.models import _lie_kernels      # numba: imported on first use, compiled once (cache)
+    from cmstack.models import _lie_kernels  # numba: imported on first use, compiled once (cache)
 
     return _lie_kernels
 

@@ -41,16 +41,16 @@ rows l ≤ C v̇ ≤ u at the current state.
 
 A limit knows its robot's joint order (Pinocchio's); ``joints=None`` means every joint.
 """
+
 from __future__ import annotations
 
 import math
 import warnings
 from abc import ABC, abstractmethod
-from typing import Sequence
-
-from numpy.typing import ArrayLike
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Kinematics, Robot
@@ -64,23 +64,37 @@ def _select(robot: Robot, joints: Sequence[str] | None, owner: str) -> np.ndarra
     return np.array([robot.joint_index(j) for j in joints], dtype=int)
 
 
-def _values(x: ArrayLike | None, default: np.ndarray, idx: np.ndarray, key: str, owner: str, robot: Robot,
-            allow_negative: bool = False) -> np.ndarray:
+def _values(
+    x: ArrayLike | None,
+    default: np.ndarray,
+    idx: np.ndarray,
+    key: str,
+    owner: str,
+    robot: Robot,
+    allow_negative: bool = False,
+) -> np.ndarray:
     """A per-joint value: None (the URDF's), a scalar, or one value per selected joint."""
     if x is None:
         val = default[idx].astype(float)
         src = f"the URDF {robot.path.name}"
     else:
-        val = np.broadcast_to(np.asarray(x, dtype=float), idx.shape).astype(float) if np.ndim(x) == 0 \
+        val = (
+            np.broadcast_to(np.asarray(x, dtype=float), idx.shape).astype(float)
+            if np.ndim(x) == 0
             else np.asarray(x, dtype=float)
+        )
         src = "the argument"
         if val.shape != idx.shape:
             raise ConfigError(f"{owner}: {key} has {val.size} values for {idx.size} joints")
     names = [robot.joint_names[i] for i in idx]
-    bad = [(n, float(v)) for n, v in zip(names, val) if not math.isfinite(v) or (not allow_negative and v <= 0)]
+    bad = [
+        (n, float(v)) for n, v in zip(names, val) if not math.isfinite(v) or (not allow_negative and v <= 0)
+    ]
     if bad:
-        raise ConfigError(f"{owner}: {key} must be finite{'' if allow_negative else ' and > 0'} for every joint "
-                          f"(from {src}); got {bad[:4]}")
+        raise ConfigError(
+            f"{owner}: {key} must be finite{'' if allow_negative else ' and > 0'} for every joint "
+            f"(from {src}); got {bad[:4]}"
+        )
     return val
 
 
@@ -94,8 +108,9 @@ class Limit(ABC):
     def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(C, l, u) at ``kin``; hD = h + D v is the model's bias torque (N·m)."""
 
-    def violation(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray,
-                  rtol: float = 1e-9) -> float:
+    def violation(
+        self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray, rtol: float = 1e-9
+    ) -> float:
         """Largest violation of the bounds by v̇ (in the rows' units; ≤ 0 when within)."""
         C, l, u = self.bounds(kin, hD)
         y = C @ vdot
@@ -115,20 +130,33 @@ class EffortLimit(Limit):
     """|τ_i| ≤ τ_max,i (N·m or N).  Args: robot; tau_max: None (URDF effort limits), a scalar or one
     value per joint; joints: None (all) or names."""
 
-    def __init__(self, robot: Robot, tau_max: ArrayLike | None = None, joints: Sequence[str] | None = None, name: str = "effort"):
+    def __init__(
+        self,
+        robot: Robot,
+        tau_max: ArrayLike | None = None,
+        joints: Sequence[str] | None = None,
+        name: str = "effort",
+    ):
         self.name = name
         self.idx = _select(robot, joints, name)
         self.tau_max = _values(tau_max, robot.effort_limit, self.idx, "tau_max", name, robot)
         self._all = joints is None
         urdf = np.asarray(robot.effort_limit, dtype=float)[self.idx]
-        over = [(robot.joint_names[j], float(a), float(b)) for j, a, b in zip(self.idx, self.tau_max, urdf)
-                if np.isfinite(b) and b > 0 and a > b * (1 + 1e-12)]
+        over = [
+            (robot.joint_names[j], float(a), float(b))
+            for j, a, b in zip(self.idx, self.tau_max, urdf)
+            if np.isfinite(b) and b > 0 and a > b * (1 + 1e-12)
+        ]
         if over:
-            warnings.warn(f"{name}: tau_max exceeds the effort limit of {robot.path.name} on joints "
-                          + ", ".join(f"'{j}' ({a:g} > {b:g} N·m)" for j, a, b in over[:4])
-                          + (" …" if len(over) > 4 else "")
-                          + "; a plant built from that file (plant_from_urdf) clamps its motors there, so the "
-                            "controller would count on torque the plant does not give", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"{name}: tau_max exceeds the effort limit of {robot.path.name} on joints "
+                + ", ".join(f"'{j}' ({a:g} > {b:g} N·m)" for j, a, b in over[:4])
+                + (" …" if len(over) > 4 else "")
+                + "; a plant built from that file (plant_from_urdf) clamps its motors there, so the "
+                "controller would count on torque the plant does not give",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._all:
@@ -136,8 +164,9 @@ class EffortLimit(Limit):
         i = self.idx
         return kin.M[i], -self.tau_max - hD[i], self.tau_max - hD[i]
 
-    def violation(self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray,
-                  rtol: float = 1e-9) -> float:
+    def violation(
+        self, kin: Kinematics, hD: np.ndarray, vdot: np.ndarray, tau: np.ndarray, rtol: float = 1e-9
+    ) -> float:
         t = tau if self._all else tau[self.idx]
         return float(np.max(np.abs(t) - self.tau_max * (1.0 + rtol)))
 
@@ -149,14 +178,22 @@ class JointVelocityLimit(Limit):
     """|v_i + Δt v̇_i| ≤ v_max,i.  Args: robot; dt: the horizon Δt (s), e.g. the control period;
     v_max: None (URDF velocity limits), scalar or per joint (rad/s or m/s); joints."""
 
-    def __init__(self, robot: Robot, dt: float, v_max: ArrayLike | None = None, joints: Sequence[str] | None = None,
-                 name: str = "velocity"):
+    def __init__(
+        self,
+        robot: Robot,
+        dt: float,
+        v_max: ArrayLike | None = None,
+        joints: Sequence[str] | None = None,
+        name: str = "velocity",
+    ):
         self.name = name
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise ConfigError(f"{name}: dt must be a finite number > 0 (s), got {dt!r}")
         self.dt = float(dt)
         self.idx = _select(robot, joints, name)
-        self.v_max = _values(v_max, np.asarray(robot.model.velocityLimit, dtype=float), self.idx, "v_max", name, robot)
+        self.v_max = _values(
+            v_max, np.asarray(robot.model.velocityLimit, dtype=float), self.idx, "v_max", name, robot
+        )
         self._C = np.eye(robot.nv)[self.idx]
 
     def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,10 +209,19 @@ class JointPositionLimit(Limit):
     brake_fraction: κ ∈ (0, 1], the braking curve is planned at κ a_max (robust to a plant that realises
     only κ of the commanded deceleration); margin: distance kept from each bound (rad or m, ≥ 0)."""
 
-    def __init__(self, robot: Robot, dt: float, a_max: ArrayLike, q_min: ArrayLike | None = None,
-                 q_max: ArrayLike | None = None,
-                 joints: Sequence[str] | None = None, name: str = "position", *, brake_fraction: float = 0.5,
-                 margin: float = 0.0):
+    def __init__(
+        self,
+        robot: Robot,
+        dt: float,
+        a_max: ArrayLike,
+        q_min: ArrayLike | None = None,
+        q_max: ArrayLike | None = None,
+        joints: Sequence[str] | None = None,
+        name: str = "position",
+        *,
+        brake_fraction: float = 0.5,
+        margin: float = 0.0,
+    ):
         self.name = name
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise ConfigError(f"{name}: dt must be a finite number > 0 (s), got {dt!r}")
@@ -194,15 +240,32 @@ class JointPositionLimit(Limit):
             if np.ndim(a_max) == 1 and np.size(a_max) == robot.nv:
                 a_max = np.asarray(a_max, dtype=float)[self.idx]
         self.a_max = _values(a_max, np.zeros(robot.nv), self.idx, "a_max", name, robot)
-        self.q_min = _values(q_min, np.asarray(robot.model.lowerPositionLimit, dtype=float), self.idx, "q_min",
-                             name, robot, allow_negative=True)
-        self.q_max = _values(q_max, np.asarray(robot.model.upperPositionLimit, dtype=float), self.idx, "q_max",
-                             name, robot, allow_negative=True)
+        self.q_min = _values(
+            q_min,
+            np.asarray(robot.model.lowerPositionLimit, dtype=float),
+            self.idx,
+            "q_min",
+            name,
+            robot,
+            allow_negative=True,
+        )
+        self.q_max = _values(
+            q_max,
+            np.asarray(robot.model.upperPositionLimit, dtype=float),
+            self.idx,
+            "q_max",
+            name,
+            robot,
+            allow_negative=True,
+        )
         bad = [robot.joint_names[i] for i, lo, hi in zip(self.idx, self.q_min, self.q_max) if not lo < hi]
         if bad:
             raise ConfigError(f"{name}: q_min < q_max is false for joints {bad}")
-        narrow = [robot.joint_names[i] for i, lo, hi in zip(self.idx, self.q_min, self.q_max)
-                  if not hi - lo > 2 * self.margin]
+        narrow = [
+            robot.joint_names[i]
+            for i, lo, hi in zip(self.idx, self.q_min, self.q_max)
+            if not hi - lo > 2 * self.margin
+        ]
         if narrow:
             raise ConfigError(f"{name}: margin {self.margin} leaves no range on joints {narrow}")
         self._C = np.eye(robot.nv)[self.idx]
@@ -215,7 +278,9 @@ class JointPositionLimit(Limit):
         def upper(qq, vv, qmax):
             d = qmax - self.margin - qq - bb * dt * dt
             y_i = -1.5 * bb * dt + np.sqrt(np.maximum(2.25 * bb * bb * dt * dt + 2.0 * bb * d, 0.0))
-            y_ii = -0.5 * bb * dt + np.sqrt(np.maximum(0.25 * bb * bb * dt * dt + 2.0 * bb * (d - dt * vv), 0.0))
+            y_ii = -0.5 * bb * dt + np.sqrt(
+                np.maximum(0.25 * bb * bb * dt * dt + 2.0 * bb * (d - dt * vv), 0.0)
+            )
             y = np.where(y_i >= vv, y_i, y_ii)
             dy = y - vv
             # braking (dy < 0) is commanded for a plant that realises only κ of it

@@ -63,16 +63,18 @@ The sidecar of a URDF (``Robot.from_urdf(path, loops=PATH)``), TOML::
     kp = 400.0                                   # optional gains of the closure's error ODE (1/s², 1/s)
     kd = 40.0
 """
+
 from __future__ import annotations
 
 import difflib
 import math
-import tomllib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pinocchio as pin
+import tomllib
 from numpy.typing import ArrayLike
 
 from cmstack.models import _loop_kernels
@@ -80,7 +82,7 @@ from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
 from cmstack.models.lie import svd_rank
 
-if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
+if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
     from cmstack.models.robot import Kinematics, Robot
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
@@ -98,7 +100,9 @@ def as_offset(x: object, where: str) -> pin.SE3 | None:
     if isinstance(x, dict):
         unknown = set(x) - {"xyz", "rpy"}
         if unknown:
-            raise ConfigError(f"{where}: unknown offset key(s) {sorted(unknown)}; use xyz = [x, y, z], rpy = [r, p, y]")
+            raise ConfigError(
+                f"{where}: unknown offset key(s) {sorted(unknown)}; use xyz = [x, y, z], rpy = [r, p, y]"
+            )
         xyz = _vec3(x.get("xyz", [0.0, 0.0, 0.0]), f"{where}.xyz")
         rpy = _vec3(x.get("rpy", [0.0, 0.0, 0.0]), f"{where}.rpy")
         return pin.SE3(pin.rpy.rpyToMatrix(*rpy), xyz)
@@ -110,8 +114,10 @@ def as_offset(x: object, where: str) -> pin.SE3 | None:
         if not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
             raise ConfigError(f"{where}: the offset's 3×3 block is not a rotation matrix")
         return pin.SE3(R, A[:3, 3])
-    raise ConfigError(f"{where}: an offset is [x, y, z], {{xyz = [...], rpy = [...]}}, a 4×4 matrix or a "
-                      f"pinocchio.SE3, got {x!r}")
+    raise ConfigError(
+        f"{where}: an offset is [x, y, z], {{xyz = [...], rpy = [...]}}, a 4×4 matrix or a "
+        f"pinocchio.SE3, got {x!r}"
+    )
 
 
 def _vec3(x, where: str) -> np.ndarray:
@@ -124,8 +130,18 @@ def _vec3(x, where: str) -> np.ndarray:
     return a
 
 
-def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: np.ndarray, Rb: np.ndarray, pb: np.ndarray, Jb: np.ndarray, cb: np.ndarray,
-                 v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def closure_rows(
+    kind: str,
+    Ra: np.ndarray,
+    pa: np.ndarray,
+    Ja: np.ndarray,
+    ca: np.ndarray,
+    Rb: np.ndarray,
+    pb: np.ndarray,
+    Jb: np.ndarray,
+    cb: np.ndarray,
+    v: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
     and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring), by the compiled rows
     (``models/_loop_kernels.py: frame_rows``, the kernels PIDC's and UK's compiled steps call too: the one copy of
@@ -133,9 +149,22 @@ def closure_rows(kind: str, Ra: np.ndarray, pa: np.ndarray, Ja: np.ndarray, ca: 
     m = KINDS[kind]
     phi, J, jdv = np.empty(m), np.empty((m, Ja.shape[1])), np.empty(m)
     c = np.ascontiguousarray
-    _loop_kernels.frame_rows(_loop_kernels.KIND_CODES[kind], c(Ra, dtype=float), c(pa, dtype=float), c(Ja, dtype=float),
-                             c(ca, dtype=float), c(Rb, dtype=float), c(pb, dtype=float), c(Jb, dtype=float),
-                             c(cb, dtype=float), c(v, dtype=float), phi, J, jdv, 0)
+    _loop_kernels.frame_rows(
+        _loop_kernels.KIND_CODES[kind],
+        c(Ra, dtype=float),
+        c(pa, dtype=float),
+        c(Ja, dtype=float),
+        c(ca, dtype=float),
+        c(Rb, dtype=float),
+        c(pb, dtype=float),
+        c(Jb, dtype=float),
+        c(cb, dtype=float),
+        c(v, dtype=float),
+        phi,
+        J,
+        jdv,
+        0,
+    )
     return phi, J, jdv
 
 
@@ -154,11 +183,23 @@ class LoopClosure(Task):
 
     Rows and their derivation: the module docstring.  ``dim`` = ``m`` = the number of rows."""
 
-    def __init__(self, robot: Robot, frame_a: str, frame_b: str, kind: str = "point", offset: object = None, *,
-                 offset_b: object = None,
-                 kp: float = 400.0, kd: float = 40.0, name: str | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        frame_a: str,
+        frame_b: str,
+        kind: str = "point",
+        offset: object = None,
+        *,
+        offset_b: object = None,
+        kp: float = 400.0,
+        kd: float = 40.0,
+        name: str | None = None,
+    ):
         if kind not in KINDS:
-            raise ConfigError(f"LoopClosure({frame_a!r}, {frame_b!r}): kind={kind!r} is not one of {list(KINDS)}")
+            raise ConfigError(
+                f"LoopClosure({frame_a!r}, {frame_b!r}): kind={kind!r} is not one of {list(KINDS)}"
+            )
         self.name = name or f"loop({frame_a}~{frame_b})"
         self.robot = robot
         self.kind = kind
@@ -195,12 +236,12 @@ class LoopClosure(Task):
         k = super().kernel_kind()
         if k is None:
             return None
-        from cmstack.models._loop_kernels import KIND_CODES, PHI_KINDS   # numba: imported on first use
+        from cmstack.models._loop_kernels import KIND_CODES, PHI_KINDS  # numba: imported on first use
 
         return k if (self.kind in KIND_CODES and self.kind in PHI_KINDS) else None
 
     # ------------------------------------------------------------------ constraint functions (one pass)
-    def _evaluator(self) -> "ClosureSet":
+    def _evaluator(self) -> ClosureSet:
         if self._set is None:
             self._set = ClosureSet([self])
         return self._set
@@ -242,12 +283,16 @@ class ClosureSet:
         robots = {id(c.robot) for c in self.closures}
         if len(robots) != 1:
             raise ConfigError("ClosureSet: the closures belong to different robots")
-        for c in self.closures:           # the rows below are the kind's (compiled): a closure's own maths is not called
+        for (
+            c
+        ) in self.closures:  # the rows below are the kind's (compiled): a closure's own maths is not called
             if c.kernel_kind() is None:
-                raise ConfigError(f"ClosureSet: loop {c.name!r} ({type(c).__name__}) redefines its row maths "
-                                  f"({', '.join(m for m in c._ROW_MATHS if getattr(type(c), m) is not getattr(LoopClosure, m))}),"
-                                  f" which a closure set (PIDC, ProjectionPlant, assemble) does not call: it computes a "
-                                  f"loop's rows from its kind {c.kind!r}; give UK such a loop as a task instead")
+                raise ConfigError(
+                    f"ClosureSet: loop {c.name!r} ({type(c).__name__}) redefines its row maths "
+                    f"({', '.join(m for m in c._ROW_MATHS if getattr(type(c), m) is not getattr(LoopClosure, m))}),"
+                    f" which a closure set (PIDC, ProjectionPlant, assemble) does not call: it computes a "
+                    f"loop's rows from its kind {c.kind!r}; give UK such a loop as a task instead"
+                )
         self.robot = self.closures[0].robot
         self.m = sum(c.m for c in self.closures)
         self.slices = []
@@ -283,8 +328,10 @@ class ClosureSet:
                 frames[fid] = len(frames)
             return frames[fid]
 
-        lint = [(_loop_kernels.KIND_CODES[c.kind], slot(c.fa), slot(c.fb), s.start)
-                for c, s in zip(self.closures, self.slices)]
+        lint = [
+            (_loop_kernels.KIND_CODES[c.kind], slot(c.fa), slot(c.fb), s.start)
+            for c, s in zip(self.closures, self.slices)
+        ]
         self._lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
         self._fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
         self._fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
@@ -292,12 +339,14 @@ class ClosureSet:
         self._fvec = np.zeros((len(fint), 24))
         self._jpose = np.zeros((len(joints), 12))
         d = model.createData()
-        poses = [d.oMi[j] for j in joints]         # slot order (a dict keeps its insertion order)
+        poses = [d.oMi[j] for j in joints]  # slot order (a dict keeps its insertion order)
         arrays = [d.J] + [a for T in poses for a in (T.rotation, T.translation)]
         for a in arrays:
             if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(f"{self.name}: Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not "
-                                "column-major float64")
+                raise TypeError(
+                    f"{self.name}: Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not "
+                    "column-major float64"
+                )
         self._ptr = np.array([int(a.__array_interface__["data"][0]) for a in arrays], dtype=np.int64)
         self._keep = (poses, arrays)
         self._data = d
@@ -317,19 +366,32 @@ class ClosureSet:
             self._tables(model)
             d = self._data
         if q.shape != (model.nq,) or v.shape != (model.nv,):
-            raise StateError(f"{self.name}: expected q of size {model.nq} and v of size {model.nv}, got "
-                             f"{q.shape} and {v.shape}")
+            raise StateError(
+                f"{self.name}: expected q of size {model.nq} and v of size {model.nv}, got "
+                f"{q.shape} and {v.shape}"
+            )
         pin.computeJointJacobians(model, d, q)
         phi, J, jdv = np.empty(self.m), np.empty((self.m, model.nv)), np.empty(self.m)
-        _loop_kernels.closure_pass(self._ptr, np.ascontiguousarray(v), self._jpose, self._fint, self._fplace,
-                                   self._fJ, self._fvec, self._lint, phi, J, jdv)
+        _loop_kernels.closure_pass(
+            self._ptr,
+            np.ascontiguousarray(v),
+            self._jpose,
+            self._fint,
+            self._fplace,
+            self._fJ,
+            self._fvec,
+            self._lint,
+            phi,
+            J,
+            jdv,
+        )
         self._key = key
         self._out = (phi, J, jdv)
         return self._out
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(_data=None, _ptr=None, _keep=None, _key=None, _out=None)    # rebuilt on first use
+        state.update(_data=None, _ptr=None, _keep=None, _key=None, _out=None)  # rebuilt on first use
         return state
 
     def phi(self, q: np.ndarray) -> np.ndarray:
@@ -373,15 +435,24 @@ def as_constraint(c: object) -> Any:
     if isinstance(c, (list, tuple)):
         if all(isinstance(x, LoopClosure) for x in c):
             return ClosureSet(c)
-        raise ConfigError(f"a constraint list must hold LoopClosure objects, got {[type(x).__name__ for x in c]}")
+        raise ConfigError(
+            f"a constraint list must hold LoopClosure objects, got {[type(x).__name__ for x in c]}"
+        )
     missing = [a for a in ("phi", "jacobian", "jdot_v") if not hasattr(c, a)]
     if missing:
         raise ConfigError(f"{type(c).__name__} is not a constraint: it lacks {missing} (give a LoopClosure)")
     return c
 
 
-def assemble(robot: Robot, q_guess: ArrayLike, loops: Iterable[LoopClosure] | None = None, *, tol: float = 1e-12,
-             max_iter: int = 50, fixed: Sequence[str] = ()) -> np.ndarray:
+def assemble(
+    robot: Robot,
+    q_guess: ArrayLike,
+    loops: Iterable[LoopClosure] | None = None,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 50,
+    fixed: Sequence[str] = (),
+) -> np.ndarray:
     """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given): Newton's
     iteration q ← q − J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad).  J⁺ drops singular values
     below 1e-10·σ₁ (a planar point closure's empty row).  Raises ``InfeasibleError`` naming the loop with
@@ -412,9 +483,11 @@ def assemble(robot: Robot, q_guess: ArrayLike, loops: Iterable[LoopClosure] | No
     res = cs.residuals(best[1])
     k = int(np.argmax(res))
     c = cs.closures[k]
-    raise InfeasibleError(f"loop '{c.name}' ({c.kind}, {c.frame_a} ~ {c.frame_b}) of {robot.label} cannot be "
-                          f"closed near the given configuration: residual {res[k]:.3g} (m or rad) after "
-                          f"{max_iter} Newton steps; start closer to an assembled pose")
+    raise InfeasibleError(
+        f"loop '{c.name}' ({c.kind}, {c.frame_a} ~ {c.frame_b}) of {robot.label} cannot be "
+        f"closed near the given configuration: residual {res[k]:.3g} (m or rad) after "
+        f"{max_iter} Newton steps; start closer to an assembled pose"
+    )
 
 
 # ---------------------------------------------------------------------------------------- sidecar
@@ -434,7 +507,9 @@ def read_sidecar(path: str | Path) -> dict:
         raise ConfigError(f"loops file {p} is not valid TOML: {exc}") from None
     unknown = set(data) - {"passive", "loop"}
     if unknown:
-        raise ConfigError(f"loops file {p}: unknown key(s) {sorted(unknown)}; expected 'passive' and [[loop]]")
+        raise ConfigError(
+            f"loops file {p}: unknown key(s) {sorted(unknown)}; expected 'passive' and [[loop]]"
+        )
     passive = data.get("passive", [])
     if not isinstance(passive, list) or not all(isinstance(x, str) for x in passive):
         raise ConfigError(f"loops file {p}: 'passive' must be a list of joint names, got {passive!r}")
@@ -447,8 +522,10 @@ def read_sidecar(path: str | Path) -> dict:
         bad = set(lp) - _LOOP_KEYS
         if bad:
             close = difflib.get_close_matches(sorted(bad)[0], sorted(_LOOP_KEYS), n=1)
-            raise ConfigError(f"loops file {p}: loop {k}: unknown key '{sorted(bad)[0]}'"
-                              + (f"; did you mean '{close[0]}'?" if close else f"; keys: {sorted(_LOOP_KEYS)}"))
+            raise ConfigError(
+                f"loops file {p}: loop {k}: unknown key '{sorted(bad)[0]}'"
+                + (f"; did you mean '{close[0]}'?" if close else f"; keys: {sorted(_LOOP_KEYS)}")
+            )
         for key in ("frame_a", "frame_b"):
             if not isinstance(lp.get(key), str):
                 raise ConfigError(f"loops file {p}: loop {k}: '{key}' (a frame name) is missing")
@@ -471,8 +548,16 @@ def apply_sidecar(robot: Robot, side: dict, prefix: str = "") -> None:
         name = prefix + str(lp.get("name", f"loop{k}"))
         kw = {x: lp[x] for x in ("kp", "kd") if x in lp}
         try:
-            c = LoopClosure(robot, prefix + lp["frame_a"], prefix + lp["frame_b"], kind=lp.get("kind", "point"),
-                            offset=lp.get("offset"), offset_b=lp.get("offset_b"), name=name, **kw)
+            c = LoopClosure(
+                robot,
+                prefix + lp["frame_a"],
+                prefix + lp["frame_b"],
+                kind=lp.get("kind", "point"),
+                offset=lp.get("offset"),
+                offset_b=lp.get("offset_b"),
+                name=name,
+                **kw,
+            )
         except (FrameNotFoundError, ConfigError) as exc:
             raise ConfigError(f"loops file {p}: loop '{name}': {exc}") from None
         robot.loops.append(c)
@@ -485,19 +570,30 @@ def pinocchio_constraint_models(robot: Robot, loops: Iterable[LoopClosure] | Non
     (models, datas) as Pinocchio's vectors, ``initConstraintDynamics`` not yet called."""
     model = robot.model
     cms = pin.StdVec_RigidConstraintModel()
-    for c in (robot.loops if loops is None else loops):
+    for c in robot.loops if loops is None else loops:
         if c.kind == "plane":
-            raise ConfigError(f"loop '{c.name}' is a plane closure (1 row): Pinocchio has no rigid constraint model "
-                              "for a point on a plane; cross-validate it on a mechanism with the slider as a body "
-                              "(e.g. mjcf/slider_crank.xml)")
+            raise ConfigError(
+                f"loop '{c.name}' is a plane closure (1 row): Pinocchio has no rigid constraint model "
+                "for a point on a plane; cross-validate it on a mechanism with the slider as a body "
+                "(e.g. mjcf/slider_crank.xml)"
+            )
         fa, fb = model.frames[c.fa], model.frames[c.fb]
         offs = [pin.SE3.Identity()]
         if c.kind == "revolute":
             offs.append(pin.SE3(np.eye(3), np.array([0.0, 0.0, 0.05])))
         for off in offs:
             typ = pin.ContactType.CONTACT_6D if c.kind == "weld" else pin.ContactType.CONTACT_3D
-            cms.append(pin.RigidConstraintModel(typ, model, fa.parentJoint, fa.placement * off, fb.parentJoint,
-                                                fb.placement * off, pin.ReferenceFrame.LOCAL))
+            cms.append(
+                pin.RigidConstraintModel(
+                    typ,
+                    model,
+                    fa.parentJoint,
+                    fa.placement * off,
+                    fb.parentJoint,
+                    fb.placement * off,
+                    pin.ReferenceFrame.LOCAL,
+                )
+            )
     cds = pin.StdVec_RigidConstraintData()
     for cm in cms:
         cds.append(cm.createData())

@@ -30,6 +30,7 @@ The initial pose is the first ``<key qpos>`` if any, else qpos0 (zero: a joint `
 refused); it is assembled (``Robot.assemble``); a loop that cannot close from it → ``ModelFileError`` naming
 the file and the loop.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -42,7 +43,7 @@ import pinocchio as pin
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 
-if TYPE_CHECKING:                  # (models/robot.py imports this module: no import cycle at run time)
+if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
     from cmstack.models.robot import Robot
 
 WRAPPER = "cmstack_world"
@@ -98,14 +99,20 @@ def _joints_in_order(root: ET.Element, path: Path) -> list[ET.Element]:
         raise ModelFileError(f"MJCF {path} has no <worldbody>")
     for j in wb.iter():
         if j.tag == "freejoint":
-            raise ModelFileError(f"MJCF {path}: a <freejoint> is not supported (cmstack's models have 1-DoF joints)")
+            raise ModelFileError(
+                f"MJCF {path}: a <freejoint> is not supported (cmstack's models have 1-DoF joints)"
+            )
         if j.tag == "joint":
             if not j.get("name"):
-                raise ModelFileError(f"MJCF {path}: a <joint> has no name; name it (plants map joints by name)")
+                raise ModelFileError(
+                    f"MJCF {path}: a <joint> has no name; name it (plants map joints by name)"
+                )
             ref = j.get("ref")
             if ref is not None and float(ref) != 0.0:
-                raise ModelFileError(f"MJCF {path}: joint '{j.get('name')}' has ref={ref}; only ref=0 is supported "
-                                     "(qpos0 is then the model's zero)")
+                raise ModelFileError(
+                    f"MJCF {path}: joint '{j.get('name')}' has ref={ref}; only ref=0 is supported "
+                    "(qpos0 is then the model's zero)"
+                )
             out.append(j)
     return out
 
@@ -119,11 +126,15 @@ def _actuated(root: ET.Element, path: Path, joint_names: list[str]) -> dict[str,
                 continue
             j = a.get("joint") or a.get("jointinparent")
             if j is None:
-                raise ModelFileError(f"MJCF {path}: actuator '{a.get('name', a.tag)}' does not drive a joint "
-                                     "(tendon/site/body transmission); cmstack maps motors to joints")
+                raise ModelFileError(
+                    f"MJCF {path}: actuator '{a.get('name', a.tag)}' does not drive a joint "
+                    "(tendon/site/body transmission); cmstack maps motors to joints"
+                )
             if j not in joint_names:
-                raise ModelFileError(f"MJCF {path}: actuator '{a.get('name', a.tag)}' drives joint '{j}', which "
-                                     f"is not in the model (joints: {joint_names})")
+                raise ModelFileError(
+                    f"MJCF {path}: actuator '{a.get('name', a.tag)}' drives joint '{j}', which "
+                    f"is not in the model (joints: {joint_names})"
+                )
             lim = np.inf
             cr = a.get("ctrlrange")
             if cr is not None and a.get("ctrllimited", "auto") != "false":
@@ -140,8 +151,10 @@ def _frame(robot, name: str | None, kind: str, path: Path, eq: str) -> str:
     try:
         robot.frame_id(name)
     except FrameNotFoundError as exc:
-        raise ModelFileError(f"MJCF {path}: equality '{eq}': {kind} '{name}' is not a frame of the model "
-                             f"({str(exc).split(';')[0]})") from None
+        raise ModelFileError(
+            f"MJCF {path}: equality '{eq}': {kind} '{name}' is not a frame of the model "
+            f"({str(exc).split(';')[0]})"
+        ) from None
     return name
 
 
@@ -163,8 +176,10 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             name = e.get("name") or f"{e.tag}{k}"
             k += 1
             if e.tag not in ("connect", "weld"):
-                raise ModelFileError(f"MJCF {path}: equality '{name}' is a <{e.tag}>; only <connect> and <weld> "
-                                     "close loops in cmstack")
+                raise ModelFileError(
+                    f"MJCF {path}: equality '{name}' is a <{e.tag}>; only <connect> and <weld> "
+                    "close loops in cmstack"
+                )
             if e.get("active", "true") == "false":
                 continue
             where = f"MJCF {path}: equality '{name}'"
@@ -192,7 +207,9 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
                         else:
                             quat = pin.Quaternion(rp[3], rp[4], rp[5], rp[6]).normalized()
                             rel = pin.SE3(quat.matrix(), rp[:3])
-                        c = LoopClosure(robot, fa, fb, "weld", offset=rel * anchor, offset_b=anchor, name=name)
+                        c = LoopClosure(
+                            robot, fa, fb, "weld", offset=rel * anchor, offset_b=anchor, name=name
+                        )
             except ConfigError as exc:
                 raise ModelFileError(f"{where}: {exc}") from None
             robot.loops.append(c)
@@ -218,7 +235,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     if root.find(".//include") is not None:
         raise ModelFileError(f"MJCF {path}: <include> is not supported by the MJCF loader; inline the file")
     joints = _joints_in_order(root, path)
-    names = [j.attrib["name"] for j in joints]          # (every joint has one: _joints_in_order)
+    names = [j.attrib["name"] for j in joints]  # (every joint has one: _joints_in_order)
     text = _wrapped_copy(ET.fromstring(ET.tostring(root)), path)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / path.name
@@ -227,18 +244,22 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
             try:
                 model = pin.buildModelFromMJCF(str(f))
                 failure = None
-            except Exception as exc:   # Pinocchio raises ValueError/RuntimeError with a C++ message
+            except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
                 failure = " ".join(str(exc).split())
     if failure is not None:
         said = " ".join(noise[0].split())
-        raise ModelFileError(f"MJCF {path} could not be loaded by Pinocchio: {failure}" + (f" ({said})" if said else ""))
+        raise ModelFileError(
+            f"MJCF {path} could not be loaded by Pinocchio: {failure}" + (f" ({said})" if said else "")
+        )
     got = [model.names[i] for i in range(1, model.njoints)]
     if got != names:
         raise ModelFileError(f"MJCF {path}: Pinocchio's parser gave joints {got}, the file has {names}")
     for i in range(1, model.njoints):
         if not model.inertias[i].mass > 0:
-            raise ModelFileError(f"MJCF {path}: the body moved by joint '{model.names[i]}' has mass "
-                                 f"{model.inertias[i].mass:g} kg; a moving body needs a mass > 0")
+            raise ModelFileError(
+                f"MJCF {path}: the body moved by joint '{model.names[i]}' has mass "
+                f"{model.inertias[i].mass:g} kg; a moving body needs a mass > 0"
+            )
     opt = root.find("option")
     g = _floats(opt.get("gravity") if opt is not None else None, 3, f"MJCF {path}: option gravity")
     model.gravity = pin.Motion(np.array([0.0, 0.0, -9.81]) if g is None else g, np.zeros(3))

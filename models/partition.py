@@ -32,6 +32,7 @@ more bodies of the open tree: q̂ = (φ, θ, ζ, α, δ) with the cylinder angle
 triangle), so the same machinery models the full closed chain — used to check the formulation against
 the MuJoCo plant.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,12 +45,12 @@ from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 from cmstack.models.lie import cross, skew
-from cmstack.models.robot import Robot, resolve_asset
+from cmstack.models.robot import Robot
 
 LOCAL = pin.ReferenceFrame.LOCAL
 
 # Table II (paper) and the chosen geometry of urdf/series_parallel.urdf
-L0 = 0.35        # m, elbow-to-pin distance on both links
+L0 = 0.35  # m, elbow-to-pin distance on both links
 SMALL_L0 = 0.425  # m, pin-to-pin length at δ = 0 (the paper's l₀)
 DELTA_RANGE = (0.0, 0.2)  # m, stroke (Fig. 2)
 BODIES = ("base", "link1", "link2")
@@ -82,15 +83,25 @@ def spatial_inertia(mass: float, com: ArrayLike, inertia_c: ArrayLike) -> np.nda
 class TriangleMap:
     """Ξ: q = (φ, θ, δ) ↦ q̂ = (φ, θ, ζ(δ)) [, α = ζ/2, δ] and its Jacobian E and Ė q̇ (26), (28)."""
 
-    def __init__(self, L0: float = L0, l0: float = SMALL_L0, delta_range: tuple[float, float] = DELTA_RANGE,
-                 with_actuator: bool = False, slack: float = 0.0):
+    def __init__(
+        self,
+        L0: float = L0,
+        l0: float = SMALL_L0,
+        delta_range: tuple[float, float] = DELTA_RANGE,
+        with_actuator: bool = False,
+        slack: float = 0.0,
+    ):
         lo, hi = (float(x) for x in delta_range)
         if not (L0 > 0 and l0 > 0 and hi > lo):
-            raise ConfigError(f"triangle: need L0 > 0, l0 > 0 and a stroke lo < hi; got L0={L0}, l0={l0}, "
-                              f"delta_range={delta_range}")
+            raise ConfigError(
+                f"triangle: need L0 > 0, l0 > 0 and a stroke lo < hi; got L0={L0}, l0={l0}, "
+                f"delta_range={delta_range}"
+            )
         if l0 + lo <= 0 or l0 + hi >= 2 * L0:
-            raise ConfigError(f"triangle cannot close over the stroke: l0 + δ must lie in (0, 2·L0) = (0, {2 * L0:g}) m "
-                              f"but l0 + δ spans [{l0 + lo:g}, {l0 + hi:g}] m (L0={L0}, l0={l0}, δ ∈ [{lo}, {hi}])")
+            raise ConfigError(
+                f"triangle cannot close over the stroke: l0 + δ must lie in (0, 2·L0) = (0, {2 * L0:g}) m "
+                f"but l0 + δ spans [{l0 + lo:g}, {l0 + hi:g}] m (L0={L0}, l0={l0}, δ ∈ [{lo}, {hi}])"
+            )
         if not (0.0 <= slack < 0.5 * (hi - lo)) or l0 + lo - slack <= 0 or l0 + hi + slack >= 2 * L0:
             raise ConfigError(f"stroke slack must be >= 0 and keep the triangle closable, got {slack}")
         self.L0, self.l0, self.lo, self.hi = float(L0), float(l0), lo, hi
@@ -102,13 +113,15 @@ class TriangleMap:
 
     def check_delta(self, delta: float) -> None:
         if not (self.lo - self.slack <= delta <= self.hi + self.slack):
-            raise StateError(f"piston stroke δ = {delta:.6g} m is outside [{self.lo:g}, {self.hi:g}] m"
-                             + (f" (± slack {self.slack:g} m)" if self.slack else "")
-                             + f" (l0 + δ must close the elbow triangle with L0 = {self.L0:g} m)")
+            raise StateError(
+                f"piston stroke δ = {delta:.6g} m is outside [{self.lo:g}, {self.hi:g}] m"
+                + (f" (± slack {self.slack:g} m)" if self.slack else "")
+                + f" (l0 + δ must close the elbow triangle with L0 = {self.L0:g} m)"
+            )
 
     def _c(self, delta):
         u = delta + self.l0
-        c = u * u / (2 * self.L0 ** 2) - 1.0
+        c = u * u / (2 * self.L0**2) - 1.0
         return u, c
 
     def zeta(self, delta: float) -> float:
@@ -120,14 +133,14 @@ class TriangleMap:
         """∂ζ/∂δ = (δ + l₀) / (L₀² √(1 − c²))  (28)."""
         self.check_delta(delta)
         u, c = self._c(delta)
-        return u / (self.L0 ** 2 * np.sqrt(1.0 - c * c))
+        return u / (self.L0**2 * np.sqrt(1.0 - c * c))
 
     def d2zeta(self, delta: float) -> float:
         """∂²ζ/∂δ² = 1/(L₀² s) + u² c / (L₀⁴ s³),  u = δ + l₀, s = √(1 − c²)."""
         self.check_delta(delta)
         u, c = self._c(delta)
         s = np.sqrt(1.0 - c * c)
-        return 1.0 / (self.L0 ** 2 * s) + u * u * c / (self.L0 ** 4 * s ** 3)
+        return 1.0 / (self.L0**2 * s) + u * u * c / (self.L0**4 * s**3)
 
     def xi(self, q: np.ndarray) -> np.ndarray:
         z = self.zeta(q[2])
@@ -170,39 +183,54 @@ class PartitionTerms:
     qd: np.ndarray
     qhat: np.ndarray
     E: np.ndarray
-    Gamma: np.ndarray          # Γ = Σ Γᵢ
-    h: np.ndarray              # h(q, q̇) (13)
-    Qe: np.ndarray             # Q_e: weights (11)
-    Gamma_i: dict              # body name -> Γᵢ
+    Gamma: np.ndarray  # Γ = Σ Γᵢ
+    h: np.ndarray  # h(q, q̇) (13)
+    Qe: np.ndarray  # Q_e: weights (11)
+    Gamma_i: dict  # body name -> Γᵢ
     h_i: dict
     Qe_i: dict
-    J: dict                    # body name -> Jᵢ = Ĵᵢ E (6×3, [v; ω], LOCAL)
+    J: dict  # body name -> Jᵢ = Ĵᵢ E (6×3, [v; ω], LOCAL)
 
 
 class PartitionModel:
     """The modular model of the series-parallel manipulator (see the module docstring for the maths).
 
-        model = PartitionModel()                   # urdf/series_parallel.urdf, bodies base/link1/link2
-        tm = model.compute(q, qd)                  # Γ, h, Q_e and the per-body terms
-        model.set_body("link2", mass=80, length=2.5)   # reconfigure body 3 only
+    model = PartitionModel()                   # urdf/series_parallel.urdf, bodies base/link1/link2
+    tm = model.compute(q, qd)                  # Γ, h, Q_e and the per-body terms
+    model.set_body("link2", mass=80, length=2.5)   # reconfigure body 3 only
     """
 
-    def __init__(self, urdf: str | Path = "urdf/series_parallel.urdf", *, L0: float = L0, l0: float = SMALL_L0,
-                 delta_range: tuple[float, float] = DELTA_RANGE, with_actuator: bool = False, gravity: float = 9.81,
-                 cylinder: dict | None = None, piston: dict | None = None, stroke_slack: float = 0.0):
+    def __init__(
+        self,
+        urdf: str | Path = "urdf/series_parallel.urdf",
+        *,
+        L0: float = L0,
+        l0: float = SMALL_L0,
+        delta_range: tuple[float, float] = DELTA_RANGE,
+        with_actuator: bool = False,
+        gravity: float = 9.81,
+        cylinder: dict | None = None,
+        piston: dict | None = None,
+        stroke_slack: float = 0.0,
+    ):
         robot = Robot(urdf)  # clear errors on a bad file
         self.path = robot.path
         self.model = robot.model.copy()
         expected = ["phi", "theta", "zeta"]
         if robot.joint_names != expected:
-            raise FrameNotFoundError(f"{self.path.name}: expected the joints {expected} (open tree in q̂ = (φ, θ, ζ)), "
-                                     f"found {robot.joint_names}")
+            raise FrameNotFoundError(
+                f"{self.path.name}: expected the joints {expected} (open tree in q̂ = (φ, θ, ζ)), "
+                f"found {robot.joint_names}"
+            )
         self.map = TriangleMap(L0, l0, delta_range, with_actuator=with_actuator, slack=stroke_slack)
         self.g = np.array([0.0, 0.0, -float(gravity)])
-        self.model.gravity = pin.Motion(self.g, np.zeros(3))   # the RNEA path uses the same field
+        self.model.gravity = pin.Motion(self.g, np.zeros(3))  # the RNEA path uses the same field
         self.bodies = list(BODIES)
-        self.joint_of = {"base": self.model.getJointId("phi"), "link1": self.model.getJointId("theta"),
-                         "link2": self.model.getJointId("zeta")}
+        self.joint_of = {
+            "base": self.model.getJointId("phi"),
+            "link1": self.model.getJointId("theta"),
+            "link2": self.model.getJointId("zeta"),
+        }
         if with_actuator:
             self._add_actuator(L0, l0, cylinder or CYLINDER, piston or PISTON)
         # per-body spatial inertias (the body's own term); the Pinocchio model carries the same values so
@@ -219,19 +247,34 @@ class PartitionModel:
     def _add_actuator(self, L0_, l0_, cyl, pis):
         m = self.model
         j1 = self.joint_of["link1"]
-        jc = m.addJoint(j1, pin.JointModelRZ(), pin.SE3(np.eye(3), np.array([2.0 - L0_, 0.0, 0.0])), "cylinder_hinge")
-        m.appendBodyToJoint(jc, pin.Inertia(cyl["mass"], np.asarray(cyl["com"], float), np.asarray(cyl["inertia"], float)),
-                            pin.SE3.Identity())
+        jc = m.addJoint(
+            j1, pin.JointModelRZ(), pin.SE3(np.eye(3), np.array([2.0 - L0_, 0.0, 0.0])), "cylinder_hinge"
+        )
+        m.appendBodyToJoint(
+            jc,
+            pin.Inertia(cyl["mass"], np.asarray(cyl["com"], float), np.asarray(cyl["inertia"], float)),
+            pin.SE3.Identity(),
+        )
         jp = m.addJoint(jc, pin.JointModelPX(), pin.SE3(np.eye(3), np.array([l0_, 0.0, 0.0])), "delta")
-        m.appendBodyToJoint(jp, pin.Inertia(pis["mass"], np.asarray(pis["com"], float), np.asarray(pis["inertia"], float)),
-                            pin.SE3.Identity())
+        m.appendBodyToJoint(
+            jp,
+            pin.Inertia(pis["mass"], np.asarray(pis["com"], float), np.asarray(pis["inertia"], float)),
+            pin.SE3.Identity(),
+        )
         self.bodies += ["cylinder", "piston"]
         self.joint_of["cylinder"] = jc
         self.joint_of["piston"] = jp
 
     # ------------------------------------------------------------------ reconfiguration
-    def set_body(self, name: str, *, mass: float | None = None, com: ArrayLike | None = None,
-                 inertia: ArrayLike | None = None, length: float | None = None) -> None:
+    def set_body(
+        self,
+        name: str,
+        *,
+        mass: float | None = None,
+        com: ArrayLike | None = None,
+        inertia: ArrayLike | None = None,
+        length: float | None = None,
+    ) -> None:
         """Replace one body's mass / CoM / CoM inertia, and/or its length (the x offset, in its own frame,
         of what hangs at its distal end: the next joint or the tip frame F3).  Only that body's Mᵢ and
         that one placement change; Γ, h and Q_e are reassembled from the per-body terms."""
@@ -248,22 +291,39 @@ class PartitionModel:
         if length is not None:
             if not (np.isfinite(length) and length > 0):
                 raise ConfigError(f"length of body '{name}' must be > 0 m, got {length}")
-            children = [k for k in range(1, self.model.njoints) if self.model.parents[k] == j
-                        and self.model.names[k] not in ("cylinder_hinge",)]
+            children = [
+                k
+                for k in range(1, self.model.njoints)
+                if self.model.parents[k] == j and self.model.names[k] not in ("cylinder_hinge",)
+            ]
             for k in children:
                 P = self.model.jointPlacements[k]
-                self.model.jointPlacements[k] = pin.SE3(P.rotation, np.array([length, P.translation[1], P.translation[2]]))
-            tips = [f for f in range(self.model.nframes) if self.model.frames[f].parentJoint == j
-                    and self.model.frames[f].type == pin.FrameType.BODY and self.model.frames[f].name == "F3"]
-            tips += [f for f in range(self.model.nframes) if self.model.frames[f].parentJoint == j
-                     and self.model.frames[f].type == pin.FrameType.FIXED_JOINT and self.model.frames[f].name == "tip"]
+                self.model.jointPlacements[k] = pin.SE3(
+                    P.rotation, np.array([length, P.translation[1], P.translation[2]])
+                )
+            tips = [
+                f
+                for f in range(self.model.nframes)
+                if self.model.frames[f].parentJoint == j
+                and self.model.frames[f].type == pin.FrameType.BODY
+                and self.model.frames[f].name == "F3"
+            ]
+            tips += [
+                f
+                for f in range(self.model.nframes)
+                if self.model.frames[f].parentJoint == j
+                and self.model.frames[f].type == pin.FrameType.FIXED_JOINT
+                and self.model.frames[f].name == "tip"
+            ]
             for f in tips:
                 fr = self.model.frames[f]
                 P = fr.placement
                 fr.placement = pin.SE3(P.rotation, np.array([length, P.translation[1], P.translation[2]]))
                 self.model.frames[f] = fr
             if not children and not tips:
-                raise ConfigError(f"body '{name}' has nothing at its distal end whose placement a length could set")
+                raise ConfigError(
+                    f"body '{name}' has nothing at its distal end whose placement a length could set"
+                )
         self.data = self.model.createData()
 
     # ------------------------------------------------------------------ the model
@@ -272,7 +332,9 @@ class PartitionModel:
         q = np.asarray(q, dtype=float)
         qd = np.asarray(qd, dtype=float)
         if q.shape != (3,) or qd.shape != (3,):
-            raise StateError(f"partition model: q and q̇ must have 3 entries (φ, θ, δ), got {q.shape} and {qd.shape}")
+            raise StateError(
+                f"partition model: q and q̇ must have 3 entries (φ, θ, δ), got {q.shape} and {qd.shape}"
+            )
         if not np.isfinite(q @ q + qd @ qd):
             raise StateError(f"partition model: non-finite state q={q}, q̇={qd}")
         mp = self.map
@@ -292,8 +354,8 @@ class PartitionModel:
             dJh = pin.getJointJacobianTimeVariation(m, d, j, LOCAL)
             Mb = self.M[b]
             J = Jh @ E
-            V = Jh @ qhd                       # body twist [v; ω]
-            acc = dJh @ qhd + Jh @ Edqd        # J̇ q̇
+            V = Jh @ qhd  # body twist [v; ω]
+            acc = dJh @ qhd + Jh @ Edqd  # J̇ q̇
             f = Mb @ V
             v, w = V[:3], V[3:]
             fl, fa = f[:3], f[3:]
@@ -341,7 +403,7 @@ class PartitionModel:
         mp = self.map
         q0, q1, dl = float(q[0]), float(q[1]), float(q[2])
         if not (mp.lo - mp.slack <= dl <= mp.hi + mp.slack):
-            mp.check_delta(dl)                      # raises with the stroke named
+            mp.check_delta(dl)  # raises with the stroke named
         u = dl + mp.l0
         L2 = mp.L0 * mp.L0
         c = u * u / (2.0 * L2) - 1.0
@@ -351,7 +413,9 @@ class PartitionModel:
         d2z = 1.0 / (L2 * s) + u * u * c / (L2 * L2 * s * s * s)
         v2, a2 = float(qd[2]), float(qdd[2])
         if not math.isfinite(q0 + q1 + qd[0] + qd[1] + v2 + qdd[0] + qdd[1] + a2):
-            raise StateError(f"partition model: non-finite state q={np.asarray(q)}, q̇={np.asarray(qd)} or q̈={np.asarray(qdd)}")
+            raise StateError(
+                f"partition model: non-finite state q={np.asarray(q)}, q̇={np.asarray(qd)} or q̈={np.asarray(qdd)}"
+            )
         qh, vh, ah = self._qh, self._vh, self._ah
         qh[0], qh[1], qh[2] = q0, q1, z
         vh[0], vh[1], vh[2] = qd[0], qd[1], dz * v2

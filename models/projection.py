@@ -30,6 +30,7 @@ Constraint force: f_c ∈ range(Aᵀ) = range(I − P), so f_c = (I − P)(M q̈
 Potent/impotent split: τ_∥ = P τ, τ_⊥ = (I − P) τ (25).  λ = (A⁺)ᵀ f_c when A has full row rank.
 Decoupling (Prop. 3): if P M = M P, f_c does not depend on τ_∥ (the defect ‖PM − MP‖/‖M‖ is reported).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,11 +49,11 @@ DEFAULT_TOL = 1e-9
 class Projection:
     """SVD-based projector data at one configuration."""
 
-    P: np.ndarray        # n×n, projector onto N(A)
-    A_pinv: np.ndarray   # n×m, truncated pseudo-inverse
+    P: np.ndarray  # n×n, projector onto N(A)
+    A_pinv: np.ndarray  # n×m, truncated pseudo-inverse
     rank: int
-    sigma: np.ndarray    # all singular values of A (descending)
-    m: int               # number of constraint rows
+    sigma: np.ndarray  # all singular values of A (descending)
+    m: int  # number of constraint rows
 
     @property
     def Q(self) -> np.ndarray:
@@ -86,14 +87,14 @@ def project(A: ArrayLike, tol: float = DEFAULT_TOL) -> Projection:
                 return Projection(np.eye(n), np.zeros((n, 1)), 0, np.array([sigma]), 1)
             a_pinv = a / s2
             P = a_pinv[:, None] * -a
-            P.flat[::n + 1] += 1.0
+            P.flat[:: n + 1] += 1.0
             return Projection(P, a_pinv.reshape(n, 1), 1, np.array([sigma]), 1)
     if not np.all(np.isfinite(A)):
         raise StateError("project: the constraint Jacobian A contains NaN/inf")
     if m == 0:
         return Projection(np.eye(n), np.zeros((n, 0)), 0, np.zeros(0), 0)
     svd = svd_rank(A, atol=tol)
-    Vr = svd.Vt[:svd.rank].T
+    Vr = svd.Vt[: svd.rank].T
     return Projection(np.eye(n) - Vr @ Vr.T, svd.pinv(), svd.rank, svd.s, m)
 
 
@@ -116,7 +117,7 @@ def constraint_inertia(M: np.ndarray, P: np.ndarray, kind: str = "23", mu: float
     n = M.shape[0]
     if kind == "23":
         PM = P @ M
-        return M + PM - PM.T          # M P = (P M)ᵀ for symmetric M, P
+        return M + PM - PM.T  # M P = (P M)ᵀ for symmetric M, P
     if kind == "28":
         Q = np.eye(n) - P
         return P @ M @ P + Q @ M @ Q
@@ -128,8 +129,15 @@ def constraint_inertia(M: np.ndarray, P: np.ndarray, kind: str = "23", mu: float
     raise ConfigError(f"constraint_inertia: kind='{kind}' is not one of {KINDS}")
 
 
-def direct_dynamics(M: np.ndarray, h: np.ndarray, tau: np.ndarray, proj: Projection, Cv: np.ndarray,
-                    kind: str = "23", mu: float | None = None) -> np.ndarray:
+def direct_dynamics(
+    M: np.ndarray,
+    h: np.ndarray,
+    tau: np.ndarray,
+    proj: Projection,
+    Cv: np.ndarray,
+    kind: str = "23",
+    mu: float | None = None,
+) -> np.ndarray:
     """q̈ from (22) / (27-28) / (29): M_c q̈ = P(τ − h) + R C q̇ with R = M, (I − 2P) M, μ I."""
     M = np.asarray(M, dtype=float)
     P = proj.P
@@ -148,7 +156,9 @@ def direct_dynamics(M: np.ndarray, h: np.ndarray, tau: np.ndarray, proj: Project
     try:
         return np.linalg.solve(Mc, rhs)
     except np.linalg.LinAlgError:
-        raise StateError(f"direct_dynamics: constraint inertia ({kind}) is singular; is M positive definite?") from None
+        raise StateError(
+            f"direct_dynamics: constraint inertia ({kind}) is singular; is M positive definite?"
+        ) from None
 
 
 def split_input(tau: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +168,9 @@ def split_input(tau: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return tp, tau - tp
 
 
-def constraint_force(M: np.ndarray, h: np.ndarray, tau: np.ndarray, qdd: np.ndarray, P: np.ndarray) -> np.ndarray:
+def constraint_force(
+    M: np.ndarray, h: np.ndarray, tau: np.ndarray, qdd: np.ndarray, P: np.ndarray
+) -> np.ndarray:
     """f_c = (I − P)(M q̈ + h − τ)  (32)."""
     r = np.asarray(M) @ qdd + h - tau
     return r - P @ r
@@ -167,8 +179,10 @@ def constraint_force(M: np.ndarray, h: np.ndarray, tau: np.ndarray, qdd: np.ndar
 def multipliers(proj: Projection, f_c: ArrayLike) -> np.ndarray:
     """λ with Aᵀλ = f_c, λ = (A⁺)ᵀ f_c; unique only when A has full row rank (Remark 4)."""
     if not proj.full_row_rank:
-        raise InfeasibleError(f"Lagrange multipliers are not unique: A has rank {proj.rank} < {proj.m} rows "
-                              "(redundant constraints or a singular configuration); use the force f_c instead")
+        raise InfeasibleError(
+            f"Lagrange multipliers are not unique: A has rank {proj.rank} < {proj.m} rows "
+            "(redundant constraints or a singular configuration); use the force f_c instead"
+        )
     return proj.A_pinv.T @ np.asarray(f_c, dtype=float)
 
 

@@ -12,6 +12,7 @@ appends several URDFs into one model, each with a name prefix and a base pose.
 
 The joint order used everywhere in models/ and controllers/ is the Pinocchio model's order.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,8 @@ import os
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +38,14 @@ _frame_acc = pin.getFrameClassicalAcceleration
 _crba, _WORLD = pin.crba, pin.Convention.WORLD
 _fk = pin.forwardKinematics
 _F64 = np.dtype(np.float64)
-_dot = np.dot                 # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
+_dot = np.dot  # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
 
 
 def _check_xml(path: Path, kind: str) -> None:
     if not path.is_file():
-        raise ModelFileError(f"{kind} file not found: {path}. Check the path (a relative path is taken from the current directory, else from the cmstack package).")
+        raise ModelFileError(
+            f"{kind} file not found: {path}. Check the path (a relative path is taken from the current directory, else from the cmstack package)."  # noqa: E501
+        )
     try:
         ET.parse(path)
     except ET.ParseError as exc:
@@ -131,17 +134,22 @@ def _xml_inertials(root: ET.Element, path: Path) -> dict[str, tuple[float, np.nd
             except ValueError:
                 x = math.nan
             if not math.isfinite(x):
-                raise ModelFileError(f"URDF {path}: link '{name}': {what} is {raw!r}, not a finite number; "
-                                     "fix its <inertial>")
+                raise ModelFileError(
+                    f"URDF {path}: link '{name}': {what} is {raw!r}, not a finite number; fix its <inertial>"  # noqa: B023 (called in this iteration)
+                )
             return x
 
         m = number(inertial.find("mass"), "value", "<mass value>")
         if m < 0:
-            raise ModelFileError(f"URDF {path}: link '{name}' has mass {m:g} kg; a mass must be >= 0 "
-                                 "(fix its <inertial><mass value>)")
+            raise ModelFileError(
+                f"URDF {path}: link '{name}' has mass {m:g} kg; a mass must be >= 0 "
+                "(fix its <inertial><mass value>)"
+            )
         el = inertial.find("inertia")
         c = {k: number(el, k, f"<inertia {k}>") for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")}
-        I = np.array([[c["ixx"], c["ixy"], c["ixz"]], [c["ixy"], c["iyy"], c["iyz"]], [c["ixz"], c["iyz"], c["izz"]]])
+        I = np.array(
+            [[c["ixx"], c["ixy"], c["ixz"]], [c["ixy"], c["iyy"], c["iyz"]], [c["ixz"], c["iyz"], c["izz"]]]
+        )
         out[name] = (m, I)
     return out
 
@@ -157,11 +165,14 @@ def _inertia_fault(I: np.ndarray) -> str:
     ev = np.linalg.eigvalsh(0.5 * (I + I.T))
     tol = 1e-9 * float(np.abs(ev).sum()) + 1e-15
     if ev[0] < -tol:
-        return (f"an inertia that is not positive definite (principal moments {_fmt(ev)} kg·m², one is "
-                "negative)")
+        return (
+            f"an inertia that is not positive definite (principal moments {_fmt(ev)} kg·m², one is negative)"
+        )
     if ev[0] + ev[1] < ev[2] - tol:
-        return (f"principal moments {_fmt(ev)} kg·m² that violate the triangle inequality "
-                f"({ev[0]:.6g} + {ev[1]:.6g} < {ev[2]:.6g}; no rigid body has them)")
+        return (
+            f"principal moments {_fmt(ev)} kg·m² that violate the triangle inequality "
+            f"({ev[0]:.6g} + {ev[1]:.6g} < {ev[2]:.6g}; no rigid body has them)"
+        )
     return ""
 
 
@@ -181,17 +192,23 @@ def _check_bodies(model: pin.Model, path: Path, links: dict[str, tuple[float, np
         joint = model.names[j]
         if not (math.isfinite(Y.mass) and Y.mass > 0):
             what = f"link '{names[0]}'" if len(names) == 1 else f"links {names} (welded together)"
-            raise ModelFileError(f"URDF {path}: {what}, moved by joint '{joint}', has mass {Y.mass:g} kg; a moving "
-                                 "body needs a mass > 0 (fix its <inertial><mass value>)")
+            raise ModelFileError(
+                f"URDF {path}: {what}, moved by joint '{joint}', has mass {Y.mass:g} kg; a moving "
+                "body needs a mass > 0 (fix its <inertial><mass value>)"
+            )
         fault = _inertia_fault(np.array(Y.inertia))
         if fault:
             own = [n for n in names if n in links and _inertia_fault(links[n][1])]
-            what = f"link '{own[0]}'" if own else (f"link '{names[0]}'" if len(names) == 1 else
-                                                    f"links {names} (welded together)")
+            what = (
+                f"link '{own[0]}'"
+                if own
+                else (f"link '{names[0]}'" if len(names) == 1 else f"links {names} (welded together)")
+            )
             if own:
                 fault = _inertia_fault(links[own[0]][1])
-            raise ModelFileError(f"URDF {path}: {what}, moved by joint '{joint}', has {fault}; fix its "
-                                 "<inertial><inertia>")
+            raise ModelFileError(
+                f"URDF {path}: {what}, moved by joint '{joint}', has {fault}; fix its <inertial><inertia>"
+            )
 
 
 def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
@@ -212,17 +229,19 @@ def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
     with _captured_fd2() as noise:
         try:
             model = pin.buildModelFromUrdf(str(path)) if xml is None else pin.buildModelFromXML(xml)
-            orig = pin.buildModelFromUrdf(str(path)) if continuous else None   # limits, friction as read
+            orig = pin.buildModelFromUrdf(str(path)) if continuous else None  # limits, friction as read
             failure = None
         except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
             failure = " ".join(str(exc).split())
     said = _urdfdom_lines(noise[0])
     if failure is not None:
-        raise ModelFileError(f"URDF {path} could not be loaded by Pinocchio: {failure}"
-                             + (f" (urdfdom: {said})" if said else "")) from None
+        raise ModelFileError(
+            f"URDF {path} could not be loaded by Pinocchio: {failure}"
+            + (f" (urdfdom: {said})" if said else "")
+        ) from None
     if "Error" in said:
         raise ModelFileError(f"URDF {path}: urdfdom dropped part of the file: {said}")
-    if continuous and orig is not None:      # orig: the model as read, made exactly when there are some
+    if continuous and orig is not None:  # orig: the model as read, made exactly when there are some
         for name in continuous:
             jm, jo = model.joints[model.getJointId(name)], orig.joints[orig.getJointId(name)]
             model.lowerPositionLimit[jm.idx_q], model.upperPositionLimit[jm.idx_q] = -np.inf, np.inf
@@ -244,8 +263,10 @@ def _as_pose(T, where: str) -> pin.SE3:
     if A.shape == (3,) and np.all(np.isfinite(A)):
         return pin.SE3(np.eye(3), A)
     if A.shape != (4, 4) or not np.all(np.isfinite(A)):
-        raise ConfigError(f"{where}: a base pose must be a pinocchio.SE3, a finite 4×4 matrix or a position (3,), "
-                          f"got shape {A.shape}")
+        raise ConfigError(
+            f"{where}: a base pose must be a pinocchio.SE3, a finite 4×4 matrix or a position (3,), "
+            f"got shape {A.shape}"
+        )
     R = A[:3, :3]
     if not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
         raise ConfigError(f"{where}: the base pose's 3×3 block is not a rotation matrix (RᵀR ≠ I or det < 0)")
@@ -278,8 +299,10 @@ def _part_model(part: URDFPart) -> pin.Model:
         for name, value in part.locked.items():
             if name not in names:
                 close = difflib.get_close_matches(str(name), names, n=4)
-                raise FrameNotFoundError(f"locked joint '{name}' is not in {part.path}"
-                                         + (f"; did you mean {close}?" if close else f"; joints: {names}"))
+                raise FrameNotFoundError(
+                    f"locked joint '{name}' is not in {part.path}"
+                    + (f"; did you mean {close}?" if close else f"; joints: {names}")
+                )
             jid = model.getJointId(name)
             jm = model.joints[jid]
             x = float(value)
@@ -289,14 +312,18 @@ def _part_model(part: URDFPart) -> pin.Model:
             if jm.nq == 1:
                 lo, hi = model.lowerPositionLimit[i], model.upperPositionLimit[i]
                 if not (lo - 1e-12 <= x <= hi + 1e-12):
-                    raise ConfigError(f"locked joint '{name}' of {part.path.name}: value {x} is outside its "
-                                      f"limits [{lo}, {hi}]")
+                    raise ConfigError(
+                        f"locked joint '{name}' of {part.path.name}: value {x} is outside its "
+                        f"limits [{lo}, {hi}]"
+                    )
                 q_ref[i] = x
-            elif jm.nq == 2 and jm.nv == 1:     # continuous joint: q = (cos θ, sin θ)
-                q_ref[i:i + 2] = np.cos(x), np.sin(x)
+            elif jm.nq == 2 and jm.nv == 1:  # continuous joint: q = (cos θ, sin θ)
+                q_ref[i : i + 2] = np.cos(x), np.sin(x)
             else:
-                raise ConfigError(f"locked joint '{name}' of {part.path.name} has nq={jm.nq}; only 1-DoF joints "
-                                  "(revolute, continuous, prismatic) can be locked at a scalar value")
+                raise ConfigError(
+                    f"locked joint '{name}' of {part.path.name} has nq={jm.nq}; only 1-DoF joints "
+                    "(revolute, continuous, prismatic) can be locked at a scalar value"
+                )
             ids.append(jid)
         model = pin.buildReducedModel(model, sorted(ids), q_ref)
     _check_bodies(model, part.path, _xml_inertials(ET.parse(part.path).getroot(), part.path))
@@ -311,15 +338,24 @@ def _part_model(part: URDFPart) -> pin.Model:
 
 def _as_part(item, k: int) -> URDFPart:
     if isinstance(item, URDFPart):
-        return URDFPart(resolve_asset(item.path), item.prefix, item.base, dict(item.locked),
-                        None if item.loops is None else resolve_asset(item.loops))
+        return URDFPart(
+            resolve_asset(item.path),
+            item.prefix,
+            item.base,
+            dict(item.locked),
+            None if item.loops is None else resolve_asset(item.loops),
+        )
     if not isinstance(item, (tuple, list)) or not 1 <= len(item) <= 5:
-        raise ConfigError(f"Robot.compose: part {k} must be (urdf, prefix, base_pose[, locked_joints[, loops]]), "
-                          f"got {item!r}")
+        raise ConfigError(
+            f"Robot.compose: part {k} must be (urdf, prefix, base_pose[, locked_joints[, loops]]), "
+            f"got {item!r}"
+        )
     path = resolve_asset(item[0])
     prefix = item[1] if len(item) > 1 else ""
     if not isinstance(prefix, str):
-        raise ConfigError(f"Robot.compose: part {k} ({path.name}): the prefix must be a string, got {prefix!r}")
+        raise ConfigError(
+            f"Robot.compose: part {k} ({path.name}): the prefix must be a string, got {prefix!r}"
+        )
     base = _as_pose(item[2] if len(item) > 2 else None, f"Robot.compose: part {k} ({path.name})")
     locked = dict(item[3]) if len(item) > 3 and item[3] else {}
     loops = resolve_asset(item[4]) if len(item) > 4 and item[4] is not None else None
@@ -335,8 +371,10 @@ def example_robot_data_path(relative: str) -> Path:
     try:
         dist = metadata.distribution("example-robot-data")
     except metadata.PackageNotFoundError:
-        raise ModelFileError(f"'{relative}' comes from the example-robot-data package, which is not installed: "
-                             "pip install example-robot-data (or pip install 'cmstack[dev]')") from None
+        raise ModelFileError(
+            f"'{relative}' comes from the example-robot-data package, which is not installed: "
+            "pip install example-robot-data (or pip install 'cmstack[dev]')"
+        ) from None
     p = Path(str(dist.locate_file(f"cmeel.prefix/share/example-robot-data/robots/{relative}")))
     if not p.is_file():
         raise ModelFileError(f"example-robot-data has no file robots/{relative} (looked at {p})")
@@ -353,8 +391,16 @@ class FrameState:
 
     __slots__ = ("J", "twist", "acc", "R", "p", "_kin", "_fid", "_T", "_dJ")
 
-    def __init__(self, J: np.ndarray, twist: np.ndarray, acc: np.ndarray, R: np.ndarray, p: np.ndarray,
-                 kin: Kinematics | None = None, fid: int = -1) -> None:
+    def __init__(
+        self,
+        J: np.ndarray,
+        twist: np.ndarray,
+        acc: np.ndarray,
+        R: np.ndarray,
+        p: np.ndarray,
+        kin: Kinematics | None = None,
+        fid: int = -1,
+    ) -> None:
         self.J, self.twist, self.acc, self.R, self.p = J, twist, acc, R, p
         self._kin, self._fid = kin, fid
         self._T: pin.SE3 | None = None
@@ -381,8 +427,15 @@ class Kinematics:
 
     __slots__ = ("robot", "q", "v", "M", "h", "_frames", "_tv", "_gen")
 
-    def __init__(self, robot: "Robot", q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray,
-                 generation: int | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        q: np.ndarray,
+        v: np.ndarray,
+        M: np.ndarray,
+        h: np.ndarray,
+        generation: int | None = None,
+    ):
         """generation: the ``Robot.generation`` whose Pinocchio data holds this state (default: the current
         one); a snapshot made after the pass that computed it (a compiled step's lazily built snapshot)
         gives that pass's generation, so that it refuses to read frames once the data has moved on."""
@@ -397,9 +450,11 @@ class Kinematics:
         a later ``robot.update`` (another controller, a viewer) or ``add_frame`` would make it another
         state's, silently.  So that is an error naming what to do."""
         if self.robot._gen != self._gen:
-            raise StateError(f"{self.robot.label}: this Kinematics snapshot (q, v of an earlier step) is stale: "
-                             "robot.update or add_frame ran since; read its frames before the next update, or give "
-                             "each consumer its own Robot")
+            raise StateError(
+                f"{self.robot.label}: this Kinematics snapshot (q, v of an earlier step) is stale: "
+                "robot.update or add_frame ran since; read its frames before the next update, or give "
+                "each consumer its own Robot"
+            )
 
     def frame(self, name_or_id: str | int) -> FrameState:
         fs = self._frames.get(name_or_id)
@@ -409,13 +464,13 @@ class Kinematics:
             robot = self.robot
             fid = robot.frame_id(name_or_id) if isinstance(name_or_id, str) else int(name_or_id)
             m, d = robot.model, robot.data
-            if robot._lean_gen == self._gen:            # a lean pass (Robot.update_for_kernel): the joints'
+            if robot._lean_gen == self._gen:  # a lean pass (Robot.update_for_kernel): the joints'
                 _fk(m, d, self.q, self.v, np.zeros(robot.nv))  # accelerations at v̇ = 0, same (q, v)
                 robot._lean_gen = -1
-            J = _frame_jacobian(m, d, fid, LWA)             # also sets d.oMf[fid]
-            if J.ndim == 1:                                 # Pinocchio returns (6,) for a 1-DoF model
+            J = _frame_jacobian(m, d, fid, LWA)  # also sets d.oMf[fid]
+            if J.ndim == 1:  # Pinocchio returns (6,) for a 1-DoF model
                 J = J.reshape(6, 1)
-            H = d.oMf[fid].homogeneous                      # an owned 4×4 copy
+            H = d.oMf[fid].homogeneous  # an owned 4×4 copy
             acc = _frame_acc(m, d, fid, LWA).vector.copy()
             fs = FrameState(J, J @ self.v, acc, H[:3, :3], H[:3, 3], self, fid)
             self._frames[name_or_id] = fs
@@ -437,7 +492,7 @@ class Robot:
         path = resolve_asset(urdf_path)
         self._setup(_load_urdf(path), path, path.name, [URDFPart(path)])
 
-    def _setup(self, model: pin.Model, path: Path, label: str, sources: list["URDFPart"]) -> None:
+    def _setup(self, model: pin.Model, path: Path, label: str, sources: list[URDFPart]) -> None:
         self.model = model
         if self.model.nv == 0:
             raise ModelFileError(f"URDF {label} has no movable joint.")
@@ -448,21 +503,25 @@ class Robot:
         """The URDF parts this robot was built from (file, prefix, base pose, locked joints); a plant
         built from URDF (``cmstack.sim.urdf_plant``) rebuilds the same robot from them."""
         self.data = self.model.createData()
-        self._gen = 0      # bumped whenever self.data changes state (update, add_frame, a law's direct pass)
-        self._lean_gen = -1   # the _gen of the last update_for_kernel: data.a not computed at that state
+        self._gen = 0  # bumped whenever self.data changes state (update, add_frame, a law's direct pass)
+        self._lean_gen = -1  # the _gen of the last update_for_kernel: data.a not computed at that state
         self.joint_names = [self.model.names[i] for i in range(1, self.model.njoints)]
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
             if jm.nq != 1 or jm.nv != 1:
-                raise ModelFileError(f"URDF {label}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
-                                     "name-based plant map expects 1-DoF joints (revolute, continuous, "
-                                     "prismatic).")
+                raise ModelFileError(
+                    f"URDF {label}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
+                    "name-based plant map expects 1-DoF joints (revolute, continuous, "
+                    "prismatic)."
+                )
         self.nq, self.nv = self.model.nq, self.model.nv
         self._qshape, self._vshape = (self.nq,), (self.nv,)
         self.damping = np.array(self.model.damping, dtype=float).copy()
         self.effort_limit = np.array(self.model.effortLimit, dtype=float).copy()
         self._frame_ids: dict[str, int] = {}
-        self._views: tuple | None = None       # (data, data.M, data.nle): views refreshed in place by computeAllTerms
+        self._views: tuple | None = (
+            None  # (data, data.M, data.nle): views refreshed in place by computeAllTerms
+        )
         self.loops: list = []
         """The robot's loop closures (``cmstack.models.loops.LoopClosure``): from an MJCF's ``<equality
         connect|weld>`` or a URDF's loops sidecar; every law and plant takes them."""
@@ -476,13 +535,20 @@ class Robot:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_views"] = None   # views into this process's data: taken again after a copy or pickle
+        state["_views"] = None  # views into this process's data: taken again after a copy or pickle
         return state
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_urdf(cls, path: str | Path, locked_joints: dict[str, float] | None = None, *, prefix: str = "",
-                  base: pin.SE3 | np.ndarray | None = None, loops: str | Path | None = None) -> "Robot":
+    def from_urdf(
+        cls,
+        path: str | Path,
+        locked_joints: dict[str, float] | None = None,
+        *,
+        prefix: str = "",
+        base: pin.SE3 | np.ndarray | None = None,
+        loops: str | Path | None = None,
+    ) -> Robot:
         """A robot from one URDF file.
 
         Args:
@@ -500,7 +566,7 @@ class Robot:
         return cls.compose([(path, prefix, base, locked_joints or {}, loops)])
 
     @classmethod
-    def compose(cls, parts: Sequence[URDFPart | tuple], loops: str | Path | None = None) -> "Robot":
+    def compose(cls, parts: Sequence[URDFPart | tuple], loops: str | Path | None = None) -> Robot:
         """One robot from several URDFs, each with a name prefix and a base pose, e.g. two arms from
         one single-arm URDF::
 
@@ -527,12 +593,16 @@ class Robot:
         models = [_part_model(p) for p in plist]
         seen: dict[str, int] = {}
         for k, m in enumerate(models):
-            for name in [m.names[i] for i in range(1, m.njoints)] + [f.name for f in m.frames if f.name != "universe"]:
+            for name in [m.names[i] for i in range(1, m.njoints)] + [
+                f.name for f in m.frames if f.name != "universe"
+            ]:
                 if name in seen and seen[name] != k:
                     a, b = plist[seen[name]], plist[k]
-                    raise ConfigError(f"Robot.compose: name '{name}' is in part {seen[name]} ({a.path.name}, "
-                                      f"prefix '{a.prefix}') and part {k} ({b.path.name}, prefix '{b.prefix}'); "
-                                      "give the parts different prefixes")
+                    raise ConfigError(
+                        f"Robot.compose: name '{name}' is in part {seen[name]} ({a.path.name}, "
+                        f"prefix '{a.prefix}') and part {k} ({b.path.name}, prefix '{b.prefix}'); "
+                        "give the parts different prefixes"
+                    )
                 seen.setdefault(name, k)
         if len(plist) == 1 and plist[0].base.isIdentity(0.0):
             model = models[0]
@@ -540,8 +610,11 @@ class Robot:
             model = pin.Model()
             for m, p in zip(models, plist):
                 model = pin.appendModel(model, m, 0, p.base)
-        label = plist[0].path.name if len(plist) == 1 else \
-            "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in plist) + "]"
+        label = (
+            plist[0].path.name
+            if len(plist) == 1
+            else "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in plist) + "]"
+        )
         robot = cls.__new__(cls)
         robot._setup(model, plist[0].path, label, plist)
         from cmstack.models.loops import apply_sidecar, read_sidecar
@@ -556,7 +629,7 @@ class Robot:
         return robot
 
     @classmethod
-    def from_mjcf(cls, path: str | Path) -> "Robot":
+    def from_mjcf(cls, path: str | Path) -> Robot:
         """A robot from an MJCF file: bodies, hinge/slide joints, inertias, damping and limits through
         Pinocchio's MJCF parser; every ``<equality connect|weld>`` becomes a ``LoopClosure`` in
         ``robot.loops``, every joint no ``<actuator>`` drives is in ``robot.passive_joints``, and
@@ -576,7 +649,9 @@ class Robot:
         except InfeasibleError as exc:
             raise ModelFileError(f"{source}: {exc} (from the file's initial pose)") from None
 
-    def assemble(self, q_guess: ArrayLike | None = None, *, tol: float = 1e-12, max_iter: int = 50) -> np.ndarray:
+    def assemble(
+        self, q_guess: ArrayLike | None = None, *, tol: float = 1e-12, max_iter: int = 50
+    ) -> np.ndarray:
         """A configuration near ``q_guess`` (default ``q_initial``) that closes every loop of ``robot.loops``:
         Newton on the loop residual, q ← q − J⁺φ ([Aghili] (39); ``cmstack.models.loops.assemble``).  When it
         cannot close, ``InfeasibleError`` names the loop and its residual."""
@@ -598,13 +673,21 @@ class Robot:
                 close = difflib.get_close_matches(name, names, n=4)
                 raise FrameNotFoundError(
                     f"frame '{name}' is not in {self.label}"
-                    + (f"; did you mean {close}?" if close else f"; frames are e.g. {names[:8]}"))
+                    + (f"; did you mean {close}?" if close else f"; frames are e.g. {names[:8]}")
+                )
             try:
                 fid = self.model.getFrameId(name)
-            except ValueError:        # a name shared by frames of several types (an MJCF body and its joint)
-                fid = next(self.model.getFrameId(name, t) for t in (pin.FrameType.BODY, pin.FrameType.OP_FRAME,
-                                                                     pin.FrameType.JOINT, pin.FrameType.FIXED_JOINT)
-                           if self.model.existFrame(name, t))
+            except ValueError:  # a name shared by frames of several types (an MJCF body and its joint)
+                fid = next(
+                    self.model.getFrameId(name, t)
+                    for t in (
+                        pin.FrameType.BODY,
+                        pin.FrameType.OP_FRAME,
+                        pin.FrameType.JOINT,
+                        pin.FrameType.FIXED_JOINT,
+                    )
+                    if self.model.existFrame(name, t)
+                )
             self._frame_ids[name] = fid
         return fid
 
@@ -632,8 +715,10 @@ class Robot:
         """Index of a 1-DoF joint in q and v."""
         if name not in self.joint_names:
             close = difflib.get_close_matches(name, self.joint_names, n=4)
-            raise FrameNotFoundError(f"joint '{name}' is not in {self.label}"
-                                     + (f"; did you mean {close}?" if close else f"; joints: {self.joint_names}"))
+            raise FrameNotFoundError(
+                f"joint '{name}' is not in {self.label}"
+                + (f"; did you mean {close}?" if close else f"; joints: {self.joint_names}")
+            )
         return self.model.joints[self.model.getJointId(name)].idx_q
 
     def q_from_names(self, values: dict[str, float], default: np.ndarray | None = None) -> np.ndarray:
@@ -666,8 +751,10 @@ class Robot:
         if type(v) is not np.ndarray or v.dtype != np.float64:
             v = np.asarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
-            raise StateError(f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
-                             f"got {q.shape} and {v.shape}")
+            raise StateError(
+                f"{self.path.name}: expected q of size {self.nq} and v of size {self.nv}, "
+                f"got {q.shape} and {v.shape}"
+            )
         return q, v
 
     def refuse_state(self, q: np.ndarray, v: np.ndarray) -> None:
@@ -686,8 +773,14 @@ class Robot:
         this state computes them on its first frame, ``Kinematics.frame``), the rest of computeAllTerms
         (dJ, centroidal terms, energies); data.nle keeps an older state's.  The caller tests |q|² + |v|²
         for finiteness (``refuse_state`` when it is not).  Returns (q, v)."""
-        if type(q) is not np.ndarray or q.dtype is not _F64 or q.shape != self._qshape or \
-                type(v) is not np.ndarray or v.dtype is not _F64 or v.shape != self._vshape:
+        if (
+            type(q) is not np.ndarray
+            or q.dtype is not _F64
+            or q.shape != self._qshape
+            or type(v) is not np.ndarray
+            or v.dtype is not _F64
+            or v.shape != self._vshape
+        ):
             q, v = self.state_arrays(q, v)
         _crba(self.model, self.data, q, _WORLD)
         self._gen += 1

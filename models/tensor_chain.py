@@ -64,17 +64,29 @@ second order in the violation (see tests/test_tensor_chain.py and the open-loop 
 
 A model function takes a state and returns arrays; nothing here keeps hidden state.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, StateError, check_finite
-from cmstack.models.lie import (cross, kkt_solve, quat_conj, quat_exp, quat_from_matrix,  # noqa: F401 (re-exported)
-                                quat_log, quat_mul, quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew)
+from cmstack.models.lie import (
+    cross,
+    kkt_solve,
+    quat_conj,
+    quat_exp,
+    quat_from_matrix,  # noqa: F401 (re-exported)
+    quat_log,
+    quat_mul,
+    quat_to_matrix,
+    rotation_vector,
+    skew,
+)
 
 SPRING_LAWS = ("euler123", "rotvec", "euler123_conservative")
 
@@ -85,10 +97,13 @@ _I3 = np.eye(3)
 def transformation_BI(q: np.ndarray) -> np.ndarray:
     """[T]^{BI} exactly as printed in (58) (inertial → body coordinates)."""
     q0, q1, q2, q3 = (float(x) for x in q)
-    return np.array([
-        [q0**2 + q1**2 - q2**2 - q3**2, 2 * (q1 * q2 + q0 * q3), 2 * (q1 * q3 - q0 * q2)],
-        [2 * (q1 * q2 - q0 * q3), q0**2 - q1**2 + q2**2 - q3**2, 2 * (q2 * q3 + q0 * q1)],
-        [2 * (q1 * q3 + q0 * q2), 2 * (q2 * q3 - q0 * q1), q0**2 - q1**2 - q2**2 + q3**2]])
+    return np.array(
+        [
+            [q0**2 + q1**2 - q2**2 - q3**2, 2 * (q1 * q2 + q0 * q3), 2 * (q1 * q3 - q0 * q2)],
+            [2 * (q1 * q2 - q0 * q3), q0**2 - q1**2 + q2**2 - q3**2, 2 * (q2 * q3 + q0 * q1)],
+            [2 * (q1 * q3 + q0 * q2), 2 * (q2 * q3 - q0 * q1), q0**2 - q1**2 - q2**2 + q3**2],
+        ]
+    )
 
 
 def quat_from_euler_zyx(phi: float, theta: float, psi: float) -> np.ndarray:
@@ -96,10 +111,14 @@ def quat_from_euler_zyx(phi: float, theta: float, psi: float) -> np.ndarray:
     cf, sf = np.cos(phi / 2), np.sin(phi / 2)
     ct, st = np.cos(theta / 2), np.sin(theta / 2)
     cp, sp = np.cos(psi / 2), np.sin(psi / 2)
-    return np.array([cp * ct * cf + sp * st * sf,
-                     cp * ct * sf - sp * st * cf,
-                     cp * st * cf + sp * ct * sf,
-                     sp * ct * cf - cp * st * sf])
+    return np.array(
+        [
+            cp * ct * cf + sp * st * sf,
+            cp * ct * sf - sp * st * cf,
+            cp * st * cf + sp * ct * sf,
+            sp * ct * cf - cp * st * sf,
+        ]
+    )
 
 
 def euler_zyx_from_quat(q: np.ndarray) -> tuple[float, float, float]:
@@ -137,7 +156,7 @@ class ChainState:
     quat: np.ndarray
     nu: np.ndarray
 
-    def copy(self) -> "ChainState":
+    def copy(self) -> ChainState:
         return ChainState(self.pos.copy(), self.quat.copy(), self.nu.copy())
 
     @property
@@ -150,13 +169,13 @@ class ChainState:
 
     @property
     def w(self) -> np.ndarray:
-        return self.nu[3 * self.n:].reshape(self.n, 3)
+        return self.nu[3 * self.n :].reshape(self.n, 3)
 
     @property
     def R(self) -> np.ndarray:
         return quat_to_matrix(self.quat)
 
-    def transformed(self, Q: np.ndarray, t: np.ndarray) -> "ChainState":
+    def transformed(self, Q: np.ndarray, t: np.ndarray) -> ChainState:
         """The same state seen after the rigid motion x ↦ Q x + t of the whole scene."""
         qQ = quat_from_matrix(Q)
         n = self.n
@@ -168,31 +187,31 @@ class ChainState:
 class Dynamics:
     """Everything one evaluation of (32) produces."""
 
-    nu_dot: np.ndarray        # D^I ν (6N)
-    F_J: np.ndarray           # joint forces (3(N−1) [+6 base rows]), sign of (6)–(7)
+    nu_dot: np.ndarray  # D^I ν (6N)
+    F_J: np.ndarray  # joint forces (3(N−1) [+6 base rows]), sign of (6)–(7)
     M: np.ndarray
     J: np.ndarray
     gamma: np.ndarray
-    F: np.ndarray             # ℱ (33), port included
-    M_J: np.ndarray           # joint moments (N−1, 3)
+    F: np.ndarray  # ℱ (33), port included
+    M_J: np.ndarray  # joint moments (N−1, 3)
 
 
 @dataclass
 class TensorChain:
     """N rigid bodies joined by N−1 spherical joints with torsional springs ([Eslami] §2)."""
 
-    masses: np.ndarray                 # (N,)
-    inertias: np.ndarray               # (N,3,3) about each CoM, body coordinates
-    joint_parent: np.ndarray           # (N−1,3) joint j relative to CoM of body j, body-j coordinates
-    joint_child: np.ndarray            # (N−1,3) joint j relative to CoM of body j+1, body-(j+1) coordinates
-    stiffness: np.ndarray              # (N−1,3) K_φ, K_θ, K_ψ [N·m/rad]
+    masses: np.ndarray  # (N,)
+    inertias: np.ndarray  # (N,3,3) about each CoM, body coordinates
+    joint_parent: np.ndarray  # (N−1,3) joint j relative to CoM of body j, body-j coordinates
+    joint_child: np.ndarray  # (N−1,3) joint j relative to CoM of body j+1, body-(j+1) coordinates
+    stiffness: np.ndarray  # (N−1,3) K_φ, K_θ, K_ψ [N·m/rad]
     gravity: np.ndarray = field(default_factory=lambda: np.array([0.0, 0.0, -9.81]))
-    spring_law: str = "euler123"       # "euler123" (19)–(24), not conservative | "rotvec" (MuJoCo ball-joint
-                                       # stiffness) | "euler123_conservative" (ours: the gradient of ½ΣK·angle²)
+    spring_law: str = "euler123"  # "euler123" (19)–(24), not conservative | "rotvec" (MuJoCo ball-joint
+    # stiffness) | "euler123_conservative" (ours: the gradient of ½ΣK·angle²)
     fixed_base: bool = False
-    base_pose: tuple | None = None     # (p_1, q_1) when fixed_base
-    fast: bool = True                  # step/project through the compiled kernels (models/_tensor_kernels.py);
-                                       # False: the NumPy formulation below (the reference)
+    base_pose: tuple | None = None  # (p_1, q_1) when fixed_base
+    fast: bool = True  # step/project through the compiled kernels (models/_tensor_kernels.py);
+    # False: the NumPy formulation below (the reference)
 
     def __post_init__(self):
         self.masses = np.asarray(self.masses, dtype=float)
@@ -220,19 +239,28 @@ class TensorChain:
         if self.fixed_base:
             p0, q0 = (np.asarray(x, dtype=float).copy() for x in self.base_pose)
             self._base = (p0, q0, quat_to_matrix(q0))
-        if self.fast:          # load (or compile) the kernels now, not inside a timed loop's first step
+        if self.fast:  # load (or compile) the kernels now, not inside a timed loop's first step
             self.step(self.straight_state(), 1e-3)
 
     def _kernel_args(self):
         from cmstack.models._tensor_kernels import LAW_CODES
 
-        return (self.masses, self.inertias, np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
-                self.stiffness, self.gravity, LAW_CODES[self.spring_law], bool(self.fixed_base))
+        return (
+            self.masses,
+            self.inertias,
+            np.ascontiguousarray(self.joint_parent),
+            np.ascontiguousarray(self.joint_child),
+            self.stiffness,
+            self.gravity,
+            LAW_CODES[self.spring_law],
+            bool(self.fixed_base),
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def rods(cls, n: int, length: float, radius: float, mass: float, stiffness: ArrayLike,
-             **kw: Any) -> "TensorChain":
+    def rods(
+        cls, n: int, length: float, radius: float, mass: float, stiffness: ArrayLike, **kw: Any
+    ) -> TensorChain:
         """N equal solid cylinders along their body x axis, joints at the rod ends (±length/2)."""
         if not (length > 0 and radius > 0 and mass > 0):
             raise ConfigError(f"rods: length, radius and mass must be > 0, got {length}, {radius}, {mass}")
@@ -240,9 +268,14 @@ class TensorChain:
         iyy = mass * (3 * radius**2 + length**2) / 12.0
         I = np.diag([ixx, iyy, iyy])
         a = np.array([length / 2, 0.0, 0.0])
-        return cls(np.full(n, float(mass)), np.broadcast_to(I, (n, 3, 3)).copy(),
-                   np.broadcast_to(a, (n - 1, 3)).copy(), np.broadcast_to(-a, (n - 1, 3)).copy(),
-                   np.asarray(stiffness, dtype=float), **kw)
+        return cls(
+            np.full(n, float(mass)),
+            np.broadcast_to(I, (n, 3, 3)).copy(),
+            np.broadcast_to(a, (n - 1, 3)).copy(),
+            np.broadcast_to(-a, (n - 1, 3)).copy(),
+            np.asarray(stiffness, dtype=float),
+            **kw,
+        )
 
     @property
     def n(self) -> int:
@@ -252,7 +285,9 @@ class TensorChain:
     def n_constraints(self) -> int:
         return 3 * (self.n - 1) + (6 if self.fixed_base else 0)
 
-    def straight_state(self, origin: ArrayLike = (0.0, 0.0, 0.0), quat: ArrayLike = (1.0, 0.0, 0.0, 0.0)) -> ChainState:
+    def straight_state(
+        self, origin: ArrayLike = (0.0, 0.0, 0.0), quat: ArrayLike = (1.0, 0.0, 0.0, 0.0)
+    ) -> ChainState:
         """All bodies with the same attitude, joints coincident (φ = 0), at rest."""
         q = np.asarray(quat, dtype=float)
         q = q / np.linalg.norm(q)
@@ -284,7 +319,7 @@ class TensorChain:
         Iw = self.inertia_world(R)
         for i in range(n):
             k = 3 * n + 3 * i
-            M[k:k + 3, k:k + 3] = Iw[i]
+            M[k : k + 3, k : k + 3] = Iw[i]
         return M
 
     def mass_matrix_inv(self, R: np.ndarray) -> np.ndarray:
@@ -295,29 +330,29 @@ class TensorChain:
         Iwi = np.einsum("iab,ibc,idc->iad", R, self.inertias_inv, R)
         for i in range(n):
             k = 3 * n + 3 * i
-            Mi[k:k + 3, k:k + 3] = Iwi[i]
+            Mi[k : k + 3, k : k + 3] = Iwi[i]
         return Mi
 
     def mass_matrix_dot(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """D^I ℳ = blockdiag(0, Ω_i I_i − I_i Ω_i) (70), (76)."""
         n = self.n
-        W = skew(nu[3 * n:].reshape(n, 3))
+        W = skew(nu[3 * n :].reshape(n, 3))
         Iw = self.inertia_world(R)
         D = np.zeros((6 * n, 6 * n))
         for i in range(n):
             k = 3 * n + 3 * i
-            D[k:k + 3, k:k + 3] = W[i] @ Iw[i] - Iw[i] @ W[i]
+            D[k : k + 3, k : k + 3] = W[i] @ Iw[i] - Iw[i] @ W[i]
         return D
 
     def coriolis(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """𝒞(ν) = blockdiag(0, Ω_i I_i^I) (16), (77)."""
         n = self.n
-        W = skew(nu[3 * n:].reshape(n, 3))
+        W = skew(nu[3 * n :].reshape(n, 3))
         Iw = self.inertia_world(R)
         C = np.zeros((6 * n, 6 * n))
         for i in range(n):
             k = 3 * n + 3 * i
-            C[k:k + 3, k:k + 3] = W[i] @ Iw[i]
+            C[k : k + 3, k : k + 3] = W[i] @ Iw[i]
         return C
 
     def jacobian(self, R: np.ndarray) -> np.ndarray:
@@ -328,35 +363,35 @@ class TensorChain:
         Sp, Sc = skew(s_par), skew(s_chi)
         for j in range(n - 1):
             r = 3 * j
-            J[r:r + 3, 3 * j:3 * j + 3] = -_I3
-            J[r:r + 3, 3 * j + 3:3 * j + 6] = _I3
-            J[r:r + 3, 3 * n + 3 * j:3 * n + 3 * j + 3] = -Sp[j]
-            J[r:r + 3, 3 * n + 3 * j + 3:3 * n + 3 * j + 6] = Sc[j]
+            J[r : r + 3, 3 * j : 3 * j + 3] = -_I3
+            J[r : r + 3, 3 * j + 3 : 3 * j + 6] = _I3
+            J[r : r + 3, 3 * n + 3 * j : 3 * n + 3 * j + 3] = -Sp[j]
+            J[r : r + 3, 3 * n + 3 * j + 3 : 3 * n + 3 * j + 6] = Sc[j]
         if self.fixed_base:
             r = 3 * (n - 1)
-            J[r:r + 3, 0:3] = np.eye(3)
-            J[r + 3:r + 6, 3 * n:3 * n + 3] = np.eye(3)
+            J[r : r + 3, 0:3] = np.eye(3)
+            J[r + 3 : r + 6, 3 * n : 3 * n + 3] = np.eye(3)
         return J
 
     def jacobian_dot(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """D^I J: the arms rotate with their bodies, D^I s = Ω s, so D^I S(s) = S(ω × s)."""
         n = self.n
         s_par, s_chi = self.arms(R)
-        w = nu[3 * n:].reshape(n, 3)
+        w = nu[3 * n :].reshape(n, 3)
         Jd = np.zeros((self.n_constraints, 6 * n))
         Sp = skew(cross(w[:-1], s_par))
         Sc = skew(cross(w[1:], s_chi))
         for j in range(n - 1):
             r = 3 * j
-            Jd[r:r + 3, 3 * n + 3 * j:3 * n + 3 * j + 3] = -Sp[j]
-            Jd[r:r + 3, 3 * n + 3 * j + 3:3 * n + 3 * j + 6] = Sc[j]
+            Jd[r : r + 3, 3 * n + 3 * j : 3 * n + 3 * j + 3] = -Sp[j]
+            Jd[r : r + 3, 3 * n + 3 * j + 3 : 3 * n + 3 * j + 6] = Sc[j]
         return Jd
 
     def gamma(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """γ_j = Ω_{j+1}Ω_{j+1} s_{B_{j+1}J_j} − Ω_jΩ_j s_{B_jJ_j} (28); zeros for the base rows."""
         n = self.n
         s_par, s_chi = self.arms(R)
-        w = nu[3 * n:].reshape(n, 3)
+        w = nu[3 * n :].reshape(n, 3)
         g = cross(w[1:], cross(w[1:], s_chi)) - cross(w[:-1], cross(w[:-1], s_par))
         out = np.zeros(self.n_constraints)
         out[: 3 * (n - 1)] = g.ravel()
@@ -369,10 +404,10 @@ class TensorChain:
         CF = np.zeros((3 * n, 3 * (n - 1)))
         CM = np.zeros((3 * n, 3 * (n - 1)))
         for j in range(n - 1):
-            CF[3 * j:3 * j + 3, 3 * j:3 * j + 3] = np.eye(3)
-            CF[3 * j + 3:3 * j + 6, 3 * j:3 * j + 3] = -np.eye(3)
-            CM[3 * j:3 * j + 3, 3 * j:3 * j + 3] = -skew(s_par[j])
-            CM[3 * j + 3:3 * j + 6, 3 * j:3 * j + 3] = skew(s_chi[j])
+            CF[3 * j : 3 * j + 3, 3 * j : 3 * j + 3] = np.eye(3)
+            CF[3 * j + 3 : 3 * j + 6, 3 * j : 3 * j + 3] = -np.eye(3)
+            CM[3 * j : 3 * j + 3, 3 * j : 3 * j + 3] = -skew(s_par[j])
+            CM[3 * j + 3 : 3 * j + 6, 3 * j : 3 * j + 3] = skew(s_chi[j])
         return CF, CM
 
     def relative_euler(self, R: np.ndarray) -> np.ndarray:
@@ -392,11 +427,13 @@ class TensorChain:
     def joint_moments(self, R: np.ndarray) -> np.ndarray:
         """m_{J_j} (19) (or the rotation-vector law), inertial coordinates, shape (N−1, 3)."""
         if self.spring_law == "rotvec":
-            th = rotation_vector(np.einsum("jba,jbc->jac", R[:-1], R[1:]))   # in B_j (= in B_{j+1}) coordinates
+            th = rotation_vector(
+                np.einsum("jba,jbc->jac", R[:-1], R[1:])
+            )  # in B_j (= in B_{j+1}) coordinates
             return np.einsum("jab,jb->ja", R[:-1], self.stiffness * th)
         ang = self.relative_euler(R)
         ax = self.joint_axes(R, ang)
-        if self.spring_law == "euler123_conservative":           # A⁻ᵀ(K∘angles), ax[j] = Aᵀ (rows = axes)
+        if self.spring_law == "euler123_conservative":  # A⁻ᵀ(K∘angles), ax[j] = Aᵀ (rows = axes)
             return np.linalg.solve(ax, (self.stiffness * ang)[..., None])[..., 0]
         return np.einsum("jk,jkx->jx", self.stiffness * ang, ax)
 
@@ -410,20 +447,21 @@ class TensorChain:
             th = self.relative_euler(R)
         return float(0.5 * np.sum(self.stiffness * th * th))
 
-    def applied_force(self, R: np.ndarray, nu: np.ndarray, port: ArrayLike | None,
-                      M_J: np.ndarray | None = None) -> np.ndarray:
+    def applied_force(
+        self, R: np.ndarray, nu: np.ndarray, port: ArrayLike | None, M_J: np.ndarray | None = None
+    ) -> np.ndarray:
         """ℱ (33) with the port τ = [F_B; M_B] (6N, inertial coordinates, moments about the CoMs)."""
         n = self.n
         if M_J is None:
             M_J = self.joint_moments(R)
         F = np.zeros(6 * n)
         F[: 3 * n] = np.tile(self.gravity, n) * np.repeat(self.masses, 3)
-        CFMJ = np.zeros((n, 3))                      # C_F M_J: + on body j, − on body j+1
+        CFMJ = np.zeros((n, 3))  # C_F M_J: + on body j, − on body j+1
         CFMJ[:-1] += M_J
         CFMJ[1:] -= M_J
-        w = nu[3 * n:].reshape(n, 3)
-        gyro = cross(w, np.einsum("iab,ib->ia", self.inertia_world(R), w))   # 𝒞(ν)ν = Ω_i I_i ω_i
-        F[3 * n:] = CFMJ.ravel() - gyro.ravel()
+        w = nu[3 * n :].reshape(n, 3)
+        gyro = cross(w, np.einsum("iab,ib->ia", self.inertia_world(R), w))  # 𝒞(ν)ν = Ω_i I_i ω_i
+        F[3 * n :] = CFMJ.ravel() - gyro.ravel()
         if port is not None:
             F += np.asarray(port, dtype=float)
         return F
@@ -437,18 +475,21 @@ class TensorChain:
         CFMJ = np.zeros((n, 3))
         CFMJ[:-1] += M_J
         CFMJ[1:] -= M_J
-        F[3 * n:] = CFMJ.ravel()
+        F[3 * n :] = CFMJ.ravel()
         return F
 
     # ------------------------------------------------------------------ solving (32)
     @staticmethod
-    def solve_kkt(M: np.ndarray, J: np.ndarray, F: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def solve_kkt(
+        M: np.ndarray, J: np.ndarray, F: np.ndarray, gamma: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """[ℳ Jᵀ; J 0][ν̇; F_J] = [ℱ; γ] (32) by one dense LU solve."""
         return kkt_solve(M, J, F, gamma)
 
     @staticmethod
-    def solve_schur(Minv: np.ndarray, J: np.ndarray, F: np.ndarray,
-                    gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def solve_schur(
+        Minv: np.ndarray, J: np.ndarray, F: np.ndarray, gamma: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(35): S = J ℳ⁻¹ Jᵀ, F_J = S⁻¹(J ℳ⁻¹ ℱ − γ), ν̇ = ℳ⁻¹(ℱ − Jᵀ F_J)."""
         MiJt = Minv @ J.T
         S = J @ MiJt
@@ -478,7 +519,7 @@ class TensorChain:
         R = state.R
         s_par, s_chi = self.arms(R)
         phi = ((state.pos[1:] - s_chi) - (state.pos[:-1] - s_par)).ravel()
-        if self.fixed_base and self.base_pose is not None:     # set whenever fixed_base (__post_init__)
+        if self.fixed_base and self.base_pose is not None:  # set whenever fixed_base (__post_init__)
             p0, q0 = self.base_pose
             dq = quat_mul(quat_conj(np.asarray(q0, dtype=float)), state.quat[0])
             rot = quat_to_matrix(np.asarray(q0, dtype=float)) @ quat_log(dq)
@@ -509,9 +550,17 @@ class TensorChain:
     def _advance(state: ChainState, d, h: float) -> ChainState:
         return ChainState(state.pos + h * d[0], state.quat + h * d[1], state.nu + h * d[2])
 
-    def step(self, state: ChainState, dt: float, port: ArrayLike | None = None, *, method: str = "kkt",
-             project: bool = True, port_fn: Callable[[float, ChainState], ArrayLike] | None = None,
-             t: float = 0.0) -> tuple[ChainState, Dynamics]:
+    def step(
+        self,
+        state: ChainState,
+        dt: float,
+        port: ArrayLike | None = None,
+        *,
+        method: str = "kkt",
+        project: bool = True,
+        port_fn: Callable[[float, ChainState], ArrayLike] | None = None,
+        t: float = 0.0,
+    ) -> tuple[ChainState, Dynamics]:
         """One classical RK4 step of (32) + (55).  ``port`` is held over the step (zero-order hold, a
         sampled-data controller); ``port_fn(t, state)`` instead is evaluated at every stage (continuous
         feedback).  Quaternions are renormalized, then (optionally) ``project`` is applied.  Returns the
@@ -524,19 +573,31 @@ class TensorChain:
             n = self.n
             tau = np.zeros(6 * n) if port is None else np.asarray(port, dtype=float)
             if tau.shape != (6 * n,):
-                raise StateError(f"TensorChain.step: the port must have 6N = {6 * n} entries, got {tau.shape}")
+                raise StateError(
+                    f"TensorChain.step: the port must have 6N = {6 * n} entries, got {tau.shape}"
+                )
             try:
-                pn, qn, vn, *dyn = _k.rk4(np.ascontiguousarray(state.pos, dtype=float),
-                                          np.ascontiguousarray(state.quat, dtype=float),
-                                          np.ascontiguousarray(state.nu, dtype=float), float(dt), tau, *self._kernel_args())
-            except np.linalg.LinAlgError as exc:      # NaN/inf in the state or port, or a singular (32)
-                raise StateError(f"tensor-chain step from t={t:.6f} s failed: {exc} (state or port not finite, or "
-                                 f"[ℳ Jᵀ; J 0] singular)") from None
+                pn, qn, vn, *dyn = _k.rk4(
+                    np.ascontiguousarray(state.pos, dtype=float),
+                    np.ascontiguousarray(state.quat, dtype=float),
+                    np.ascontiguousarray(state.nu, dtype=float),
+                    float(dt),
+                    tau,
+                    *self._kernel_args(),
+                )
+            except np.linalg.LinAlgError as exc:  # NaN/inf in the state or port, or a singular (32)
+                raise StateError(
+                    f"tensor-chain step from t={t:.6f} s failed: {exc} (state or port not finite, or "
+                    f"[ℳ Jᵀ; J 0] singular)"
+                ) from None
             new = ChainState(pn, qn, vn)
             if project:
                 new = self.project(new)
-            check_finite("tensor-chain state", np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
-                         f"after the step from t={t:.6f} s")
+            check_finite(
+                "tensor-chain state",
+                np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
+                f"after the step from t={t:.6f} s",
+            )
             return new, Dynamics(*dyn)
 
         def f(tt, s):
@@ -548,26 +609,39 @@ class TensorChain:
         k2, _ = f(t + dt / 2, self._advance(state, k1, dt / 2))
         k3, _ = f(t + dt / 2, self._advance(state, k2, dt / 2))
         k4, _ = f(t + dt, self._advance(state, k3, dt))
-        new = ChainState(state.pos + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
-                         state.quat + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]),
-                         state.nu + dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2]))
+        new = ChainState(
+            state.pos + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
+            state.quat + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]),
+            state.nu + dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2]),
+        )
         new.quat /= np.linalg.norm(new.quat, axis=1, keepdims=True)
         if project:
             new = self.project(new)
-        check_finite("tensor-chain state", np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
-                     f"after the step from t={t:.6f} s")
+        check_finite(
+            "tensor-chain state",
+            np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
+            f"after the step from t={t:.6f} s",
+        )
         return new, dyn0
 
     @overload
-    def project(self, state: ChainState, tol: float = ..., max_iter: int = ..., *,
-                violation_before: Literal[False] = ...) -> ChainState: ...
+    def project(
+        self,
+        state: ChainState,
+        tol: float = ...,
+        max_iter: int = ...,
+        *,
+        violation_before: Literal[False] = ...,
+    ) -> ChainState: ...
 
     @overload
-    def project(self, state: ChainState, tol: float = ..., max_iter: int = ..., *,
-                violation_before: Literal[True]) -> tuple[ChainState, float]: ...
+    def project(
+        self, state: ChainState, tol: float = ..., max_iter: int = ..., *, violation_before: Literal[True]
+    ) -> tuple[ChainState, float]: ...
 
-    def project(self, state: ChainState, tol: float = 1e-13, max_iter: int = 3, *,
-                violation_before: bool = False) -> ChainState | tuple[ChainState, float]:
+    def project(
+        self, state: ChainState, tol: float = 1e-13, max_iter: int = 3, *, violation_before: bool = False
+    ) -> ChainState | tuple[ChainState, float]:
         """Constraint stabilization (module docstring): mass-weighted Newton projection of the pose onto
         φ = 0, then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  With ``fast``: one compiled call, the same steps.  With
         ``violation_before``: returns (the projected state, max|φ| of ``state``)."""
@@ -584,13 +658,23 @@ class TensorChain:
         from cmstack.models import _tensor_kernels as _k
 
         try:
-            p, q, v, phi0 = _k.project(np.ascontiguousarray(state.pos, dtype=float),  # type: ignore[call-arg]
-                                    np.ascontiguousarray(state.quat, dtype=float),
-                                    np.ascontiguousarray(state.nu, dtype=float), self.masses, self.inertias_inv,
-                                    np.ascontiguousarray(self.joint_parent), np.ascontiguousarray(self.joint_child),
-                                    bool(self.fixed_base), *self._base, float(tol), int(max_iter))
+            p, q, v, phi0 = _k.project(
+                np.ascontiguousarray(state.pos, dtype=float),  # type: ignore[call-arg]
+                np.ascontiguousarray(state.quat, dtype=float),
+                np.ascontiguousarray(state.nu, dtype=float),
+                self.masses,
+                self.inertias_inv,
+                np.ascontiguousarray(self.joint_parent),
+                np.ascontiguousarray(self.joint_child),
+                bool(self.fixed_base),
+                *self._base,
+                float(tol),
+                int(max_iter),
+            )
         except np.linalg.LinAlgError as exc:
-            raise StateError(f"tensor-chain projection failed: {exc} (state not finite, or J ℳ⁻¹ Jᵀ singular)") from None
+            raise StateError(
+                f"tensor-chain projection failed: {exc} (state not finite, or J ℳ⁻¹ Jᵀ singular)"
+            ) from None
         return ChainState(p, q, v), float(phi0)
 
     def _project_numpy(self, state: ChainState, tol: float, max_iter: int) -> ChainState:
@@ -606,7 +690,7 @@ class TensorChain:
             MiJt = Minv @ J.T
             dx = -MiJt @ np.linalg.solve(J @ MiJt, phi)
             s.pos = s.pos + dx[: 3 * n].reshape(n, 3)
-            s.quat = quat_mul(quat_exp(dx[3 * n:].reshape(n, 3)), s.quat)
+            s.quat = quat_mul(quat_exp(dx[3 * n :].reshape(n, 3)), s.quat)
             s.quat /= np.linalg.norm(s.quat, axis=1, keepdims=True)
         R = s.R
         Minv = self.mass_matrix_inv(R)
@@ -618,6 +702,8 @@ class TensorChain:
     def check_state(self, state: ChainState) -> None:
         n = self.n
         if state.pos.shape != (n, 3) or state.quat.shape != (n, 4) or state.nu.shape != (6 * n,):
-            raise StateError(f"ChainState shapes {state.pos.shape}, {state.quat.shape}, {state.nu.shape} do not "
-                             f"match a chain of N={n} bodies ((N,3), (N,4), (6N,))")
+            raise StateError(
+                f"ChainState shapes {state.pos.shape}, {state.quat.shape}, {state.nu.shape} do not "
+                f"match a chain of N={n} bodies ((N,3), (N,4), (6N,))"
+            )
         check_finite("tensor-chain state", np.concatenate([state.pos.ravel(), state.quat.ravel(), state.nu]))

@@ -52,6 +52,7 @@ arrays (:class:`_Layout`).  The NumPy sweeps, block by block through the blocks'
 (tests/test_titop_kernels.py: equal to 1e-12 relative) and are taken for block, body or loop types the
 kernels do not know, or with ``System.fast = False``.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,9 +65,26 @@ from numpy.typing import ArrayLike
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
 from cmstack.models.lie import cross, skew  # skew(v) is the paper's (*v)
 
-__all__ = ["skew", "tau", "dynamic_model", "Motion", "transport", "change_frame", "RigidBody", "Weld",
-           "Revolute", "Prismatic", "FloatingBase", "FixedBase", "CompliantLoop", "System", "rodrigues",
-           "quat_to_R", "rpy", "from_pinocchio"]
+__all__ = [
+    "skew",
+    "tau",
+    "dynamic_model",
+    "Motion",
+    "transport",
+    "change_frame",
+    "RigidBody",
+    "Weld",
+    "Revolute",
+    "Prismatic",
+    "FloatingBase",
+    "FixedBase",
+    "CompliantLoop",
+    "System",
+    "rodrigues",
+    "quat_to_R",
+    "rpy",
+    "from_pinocchio",
+]
 
 _I3 = np.eye(3)
 
@@ -116,9 +134,11 @@ def quat_rows(x: float, y: float, z: float, w: float) -> tuple:
     Python floats (for per-evaluation helpers that avoid small NumPy calls)."""
     n = math.sqrt(x * x + y * y + z * z + w * w)
     x, y, z, w = x / n, y / n, z / n, w / n
-    return ((1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
-            (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
-            (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)))
+    return (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
+        (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
+        (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)),
+    )
 
 
 def quat_to_R(quat: ArrayLike) -> np.ndarray:
@@ -128,8 +148,9 @@ def quat_to_R(quat: ArrayLike) -> np.ndarray:
 
 def rpy(R: np.ndarray) -> np.ndarray:
     """Euler angles Θ = (φ, θ, ψ) with R = Rz(ψ) Ry(θ) Rx(φ) (the paper's Θ(P_{b/i}); sequence chosen here)."""
-    return np.array([np.arctan2(R[2, 1], R[2, 2]), np.arcsin(np.clip(-R[2, 0], -1.0, 1.0)),
-                     np.arctan2(R[1, 0], R[0, 0])])
+    return np.array(
+        [np.arctan2(R[2, 1], R[2, 2]), np.arcsin(np.clip(-R[2, 0], -1.0, 1.0)), np.arctan2(R[1, 0], R[0, 0])]
+    )
 
 
 def dynamic_model(mass: float, com: ArrayLike, inertia_com: ArrayLike) -> np.ndarray:
@@ -232,8 +253,14 @@ class RigidBody:
 
     kind = "rigid"
 
-    def __init__(self, name: str, mass: float, com: ArrayLike = (0.0, 0.0, 0.0), inertia: ArrayLike | None = None,
-                 ports: dict[str, ArrayLike] | None = None):
+    def __init__(
+        self,
+        name: str,
+        mass: float,
+        com: ArrayLike = (0.0, 0.0, 0.0),
+        inertia: ArrayLike | None = None,
+        ports: dict[str, ArrayLike] | None = None,
+    ):
         if not (np.isfinite(mass) and mass >= 0.0):
             raise ConfigError(f"body '{name}': mass must be a finite number >= 0, got {mass}")
         I = np.zeros((3, 3)) if inertia is None else np.asarray(inertia, dtype=float)
@@ -249,7 +276,7 @@ class RigidBody:
         self.ports = {k: np.asarray(v, dtype=float).reshape(3) for k, v in (ports or {}).items()}
 
     def kernel_kind(self) -> str | None:
-        """"rigid" when the compiled sweeps compute this body's model (11) from its ``D`` and ``ports``; None
+        """ "rigid" when the compiled sweeps compute this body's model (11) from its ``D`` and ``ports``; None
         when a subclass redefines the model (``bias``, ``inverse``, ``forward``, ``kinetic_energy``, ``port``)."""
         return _kept_kind(self, ("bias", "inverse", "forward", "kinetic_energy", "port"))
 
@@ -257,7 +284,9 @@ class RigidBody:
         try:
             return self.ports[name]
         except KeyError:
-            raise FrameNotFoundError(f"body '{self.name}' has no port '{name}'; ports: {sorted(self.ports)}") from None
+            raise FrameNotFoundError(
+                f"body '{self.name}' has no port '{name}'; ports: {sorted(self.ports)}"
+            ) from None
 
     def bias(self, tw: np.ndarray, g_b: np.ndarray) -> np.ndarray:
         """−D_P [g; 0] + C(x') D_P x': the part of (11) that does not depend on the acceleration."""
@@ -272,8 +301,9 @@ class RigidBody:
         try:
             return np.linalg.solve(self.D, W_ext - self.bias(tw, g_b))
         except np.linalg.LinAlgError:
-            raise StateError(f"body '{self.name}': D_P is singular (point mass?); its forward channel needs a "
-                             "full inertia") from None
+            raise StateError(
+                f"body '{self.name}': D_P is singular (point mass?); its forward channel needs a full inertia"
+            ) from None
 
     def kinetic_energy(self, tw: np.ndarray) -> float:
         """½ x'ᵀ D_P x' (10)."""
@@ -292,18 +322,25 @@ class _Block:
         self.body = body
         self.name = body.name
         self.P0 = _I3.copy() if P_a0b is None else np.asarray(P_a0b, dtype=float)
-        if self.P0.shape != (3, 3) or not np.allclose(self.P0.T @ self.P0, _I3, atol=1e-9) \
-                or np.linalg.det(self.P0) < 0:
+        if (
+            self.P0.shape != (3, 3)
+            or not np.allclose(self.P0.T @ self.P0, _I3, atol=1e-9)
+            or np.linalg.det(self.P0) < 0
+        ):
             raise ConfigError(f"block '{self.name}': P_a0/b must be a rotation matrix")
 
     def kernel_kind(self) -> str | None:
         """The compiled sweeps' joint kind of this block ("weld", "revolute", "prismatic"), or None when its
         class redefines the joint maths (``joint``, ``_accel``, ``_to_parent``, ``_port_sum``,
         ``titop_forward``, ``titop_inverse``) or is not one the kernels know."""
-        return _kept_kind(self, ("joint", "_accel", "_to_parent", "_port_sum", "titop_forward", "titop_inverse"))
+        return _kept_kind(
+            self, ("joint", "_accel", "_to_parent", "_port_sum", "titop_forward", "titop_inverse")
+        )
 
     # -- joint geometry (overridden) --
-    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    def joint(
+        self, m_in: Motion, q: np.ndarray, qd: np.ndarray
+    ) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         """From the parent's motion at the joint (in R_b, velocity level) and the joint state: the
         DCM P_{a/b}, A's motion at P in R_a (no acc), the joint's S (6×ndof), c (6), and the
         offset r = PP0 of the prismatic transport (zero otherwise)."""
@@ -374,7 +411,9 @@ class Weld(_Block):
 
     kind = "weld"
 
-    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    def joint(
+        self, m_in: Motion, q: np.ndarray, qd: np.ndarray
+    ) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         m_A = change_frame(Motion(m_in.tw, m_in.pos, m_in.R), self.P0.T)
         return self.P0, m_A, None, np.zeros(6), None
 
@@ -397,7 +436,9 @@ class Revolute(_Block):
         self.axis = a / np.linalg.norm(a)
         self.S = np.concatenate((np.zeros(3), self.axis)).reshape(6, 1)
 
-    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    def joint(
+        self, m_in: Motion, q: np.ndarray, qd: np.ndarray
+    ) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         th, thd = float(q[0]), float(qd[0])
         P_ab = self.P0 @ rodrigues(self.axis, th)
         v = P_ab.T @ m_in.tw[:3]
@@ -427,12 +468,14 @@ class Prismatic(_Block):
         self.axis = a / np.linalg.norm(a)
         self.S = np.concatenate((self.axis, np.zeros(3))).reshape(6, 1)
 
-    def joint(self, m_in: Motion, q: np.ndarray, qd: np.ndarray) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    def joint(
+        self, m_in: Motion, q: np.ndarray, qd: np.ndarray
+    ) -> tuple[np.ndarray, Motion, np.ndarray | None, np.ndarray, np.ndarray | None]:
         x, xd = float(q[0]), float(qd[0])
         P_ab = self.P0
         t = self.axis
-        m0 = change_frame(Motion(m_in.tw, m_in.pos, m_in.R), P_ab.T)   # parent's motion at P0, in R_a
-        r = -x * t                                                   # PP0
+        m0 = change_frame(Motion(m_in.tw, m_in.pos, m_in.R), P_ab.T)  # parent's motion at P0, in R_a
+        r = -x * t  # PP0
         tw = _tau_mv(r, m0.tw)
         tw[:3] += xd * t
         c = np.concatenate((-xd * cross(t, m0.tw[3:]), np.zeros(3)))
@@ -468,7 +511,8 @@ class FixedBase:
 # ----------------------------------------------------------------------------------- loop closure
 class CompliantLoop:
     """L^A_C (Fig. 14), the paper's loop-closure block: a compliant loop (a spring–damper, not the hard
-    constraint ``cmstack.models.loops.LoopClosure`` of the control laws).  The loop is cut in body A at point C into A_l (port ``port_l`` of block
+    constraint ``cmstack.models.loops.LoopClosure`` of the control laws).  The loop is cut in body A at point
+    C into A_l (port ``port_l`` of block
     ``left``) and A_r (port ``port_r`` of ``right``); the mechanical impedance of A at C feeds back the
     relative motion δm = m_C^{A_r} − m_C^{A_l} to the interaction wrench through 6×6 K and D:
 
@@ -480,8 +524,9 @@ class CompliantLoop:
 
     kind = "impedance"
 
-    def __init__(self, left: str, port_l: str, right: str, port_r: str, K: ArrayLike, D: ArrayLike,
-                 name: str = "loop"):
+    def __init__(
+        self, left: str, port_l: str, right: str, port_r: str, K: ArrayLike, D: ArrayLike, name: str = "loop"
+    ):
         self.left, self.port_l, self.right, self.port_r = left, port_l, right, port_r
         self.K = np.asarray(K, dtype=float) * (np.eye(6) if np.ndim(K) == 0 else 1.0)
         self.D = np.asarray(D, dtype=float) * (np.eye(6) if np.ndim(D) == 0 else 1.0)
@@ -490,7 +535,7 @@ class CompliantLoop:
         self.name = name
 
     def kernel_kind(self) -> str | None:
-        """"impedance" when the compiled sweeps compute this loop's wrenches from its ``K`` and ``D``; None
+        """ "impedance" when the compiled sweeps compute this loop's wrenches from its ``K`` and ``D``; None
         when a subclass redefines them (``relative``, ``wrenches``, ``energy``)."""
         return _kept_kind(self, ("relative", "wrenches", "energy"))
 
@@ -522,9 +567,9 @@ class CompliantLoop:
 @dataclass
 class _Node:
     block: _Block | FloatingBase | FixedBase
-    parent: int            # index of the parent node, -1 for the root
-    port: str | None       # parent's port the joint sits on
-    iq: int                # first joint coordinate
+    parent: int  # index of the parent node, -1 for the root
+    port: str | None  # parent's port the joint sits on
+    iq: int  # first joint coordinate
     children: list = field(default_factory=list)
 
 
@@ -536,6 +581,7 @@ def _kernels():
     global _KERNELS
     if _KERNELS is None:
         from cmstack.models import _titop_kernels
+
         _KERNELS = _titop_kernels
     return _KERNELS
 
@@ -552,7 +598,11 @@ class _Layout:
         k = _kernels()
         n = len(sysm.nodes)
         kinds = {"weld": k.KIND_WELD, "revolute": k.KIND_REVOLUTE, "prismatic": k.KIND_PRISMATIC}
-        kind, parent, iq = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        kind, parent, iq = (
+            np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64),
+        )
         P0, axis, S = np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 6))
         pport, D = np.zeros((n, 3)), np.zeros((n, 6, 6))
         port_keys, port_node, port_vec, port_of = [], [], [], {}
@@ -590,8 +640,8 @@ class _Layout:
             loop_K[j], loop_D[j] = L.K, L.D
         lay = cls()
         lay.kind = kind
-        lay.joints = (kind, parent, iq, P0, axis, pport)                   # kinematics' arguments
-        lay.tree = (kind, parent, iq, P0, axis, S, pport, D)               # the dynamics kernels' first ones
+        lay.joints = (kind, parent, iq, P0, axis, pport)  # kinematics' arguments
+        lay.tree = (kind, parent, iq, P0, axis, S, pport, D)  # the dynamics kernels' first ones
         lay.loops = (loop_node, loop_port, loop_K, loop_D)
         lay.no_loads = (np.empty(0, dtype=np.int64), np.empty((0, 3)), np.empty((0, 6)))
         lay.port_keys = port_keys
@@ -621,8 +671,8 @@ class System:
         self.loops: list[CompliantLoop] = []
         self.floating = isinstance(root, FloatingBase)
         self.nj = 0
-        self.fast = True           # sweeps through the compiled kernels (models/_titop_kernels.py)
-        self._layout = None        # the flattened tree, built at the first sweep after the last add
+        self.fast = True  # sweeps through the compiled kernels (models/_titop_kernels.py)
+        self._layout = None  # the flattened tree, built at the first sweep after the last add
         self._last_call: tuple[np.ndarray, np.ndarray, np.ndarray, dict | None] | None = None
 
     @property
@@ -637,10 +687,11 @@ class System:
         if block.name in self.index:
             raise ConfigError(f"a block named '{block.name}' is already in the system")
         if parent not in self.index:
-            raise FrameNotFoundError(f"block '{block.name}': parent '{parent}' is not in the system; "
-                                     f"blocks: {list(self.index)}")
+            raise FrameNotFoundError(
+                f"block '{block.name}': parent '{parent}' is not in the system; blocks: {list(self.index)}"
+            )
         ip = self.index[parent]
-        self.nodes[ip].block.body.port(port)          # raises if the port does not exist
+        self.nodes[ip].block.body.port(port)  # raises if the port does not exist
         node = _Node(block, ip, port, self.nj)
         self.nj += block.ndof
         self.index[block.name] = len(self.nodes)
@@ -669,7 +720,9 @@ class System:
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
-            raise StateError(f"TITOP system: q must have {self.nq} and v {self.nv} entries, got {q.shape}, {v.shape}")
+            raise StateError(
+                f"TITOP system: q must have {self.nq} and v {self.nv} entries, got {q.shape}, {v.shape}"
+            )
         if self.floating:
             return q[:3], quat_to_R(q[3:7]), v[:6], q[7:], v[6:]
         return None, None, None, q, v
@@ -746,7 +799,7 @@ class System:
             g_a = mA.R.T @ self.g
             p_i = body.bias(mA.tw, g_a)
             for ch in nd.children:
-                r = -body.ports[self.nodes[ch].port]       # CP
+                r = -body.ports[self.nodes[ch].port]  # CP
                 I_i += _tauT_M_tau(r, Z[ch])
                 p_i += _tauT_mv(r, z[ch])
             for pname, W in loads[i].items():
@@ -755,7 +808,7 @@ class System:
             if i == 0:
                 break
             P_ab, _, S, c, r = kin[i]
-            u = tau[off + nd.iq: off + nd.iq + b.ndof]
+            u = tau[off + nd.iq : off + nd.iq + b.ndof]
             if S is not None:
                 IS = I_i @ S
                 d = S.T @ IS
@@ -765,7 +818,7 @@ class System:
                 dstore[i] = (IS, dinv)
             else:
                 Ia, zz = I_i, p_i
-            if r is not None:                    # (29): move from P to P0
+            if r is not None:  # (29): move from P to P0
                 T = _taumat(r)
                 Ia, zz = T.T @ Ia @ T, T.T @ zz
             Q = _rot6(P_ab)
@@ -787,9 +840,9 @@ class System:
             base = b._accel(a_in, P_ab, r, None, c, None)
             if S is not None:
                 IS, dinv = dstore[i]
-                u = tau[off + nd.iq: off + nd.iq + b.ndof]
+                u = tau[off + nd.iq : off + nd.iq + b.ndof]
                 qq = dinv @ (u - S.T @ pA[i] - IS.T @ base)
-                qdd[nd.iq: nd.iq + b.ndof] = qq
+                qdd[nd.iq : nd.iq + b.ndof] = qq
                 a = base + S @ qq
             else:
                 a = base
@@ -816,9 +869,9 @@ class System:
         for i in range(1, n):
             nd = self.nodes[i]
             b = nd.block
-            assert isinstance(b, _Block)                 # (only the root, node 0, is a base)
+            assert isinstance(b, _Block)  # (only the root, node 0, is a base)
             P_ab, mA, S, c, r = kin[i]
-            acc[i] = b._accel(pacc[nd.parent][nd.port], P_ab, r, S, c, aj[nd.iq: nd.iq + b.ndof])
+            acc[i] = b._accel(pacc[nd.parent][nd.port], P_ab, r, S, c, aj[nd.iq : nd.iq + b.ndof])
             pacc[i] = {k: _tau_mv(-pt, acc[i]) for k, pt in b.body.ports.items()}
         out = np.zeros(self.nv)
         Wp: list = [None] * n
@@ -833,17 +886,22 @@ class System:
             for ch in nd.children:
                 pn = self.nodes[ch].port
                 W_ports[pn] = W_ports.get(pn, np.zeros(6)) + Wp[ch]
-            Wsum = b._port_sum(W_ports) if isinstance(b, _Block) else sum(    # (a block; else the root)
-                (_tauT_mv(-body.port(k), W) for k, W in W_ports.items()), np.zeros(6))
-            W_ext_needed = body.inverse(acc[i], mA.tw, mA.R.T @ self.g) - Wsum   # = W_{./A,P}
+            Wsum = (
+                b._port_sum(W_ports)
+                if isinstance(b, _Block)
+                else sum(  # (a block; else the root)
+                    (_tauT_mv(-body.port(k), W) for k, W in W_ports.items()), np.zeros(6)
+                )
+            )
+            W_ext_needed = body.inverse(acc[i], mA.tw, mA.R.T @ self.g) - Wsum  # = W_{./A,P}
             if i == 0:
                 out[:6] = W_ext_needed
                 break
-            W_P = -W_ext_needed                                    # W_{A/B,P}
-            assert isinstance(b, _Block)                 # (i > 0: not the root)
+            W_P = -W_ext_needed  # W_{A/B,P}
+            assert isinstance(b, _Block)  # (i > 0: not the root)
             P_ab, _, S, c, r = kin[i]
             if S is not None:
-                out[off + nd.iq: off + nd.iq + b.ndof] = -S.T @ W_P        # (19), (26)
+                out[off + nd.iq : off + nd.iq + b.ndof] = -S.T @ W_P  # (19), (26)
             Wp[i] = b._to_parent(W_P, P_ab, r)
         return out
 
@@ -861,7 +919,9 @@ class System:
         q = np.ascontiguousarray(q, dtype=float)
         v = np.ascontiguousarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
-            raise StateError(f"TITOP system: q must have {self.nq} and v {self.nv} entries, got {q.shape}, {v.shape}")
+            raise StateError(
+                f"TITOP system: q must have {self.nq} and v {self.nv} entries, got {q.shape}, {v.shape}"
+            )
         return q, v
 
     def _load_arrays(self, lay, ext):
@@ -873,7 +933,7 @@ class System:
         for j, (key, Wj) in enumerate(ext.items()):
             hit = lay.port_of.get(key)
             if hit is None:
-                self._load_node(*key)                  # raises: unknown block or port
+                self._load_node(*key)  # raises: unknown block or port
             node[j], port[j] = hit
             W[j] = Wj
         return node, port, W
@@ -910,8 +970,13 @@ class System:
                 ports[i][name] = Motion(twp[k], posp[k], R[i])
         return kin, ports
 
-    def forward(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray,
-                ext: dict[tuple[str, str], np.ndarray] | None = None) -> np.ndarray:
+    def forward(
+        self,
+        q: np.ndarray,
+        v: np.ndarray,
+        tau: np.ndarray,
+        ext: dict[tuple[str, str], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """Forward dynamics (wrenches → motions): v̇ for the generalized forces ``tau`` (external loads
         ``ext``).  The causal evaluation of the module docstring — each block's (22)/(28) solved with its
         children's affine channels substituted, (18)/(25), (29) — compiled in
@@ -928,8 +993,8 @@ class System:
             out = np.zeros(self.nv)
             loads = self._load_arrays(lay, ext)
             if not _kernels().forward_dynamics(*lay.tree, self.g, q, v, tau, *loads, *lay.loops, out):
-                out = self._forward_reference(q, v, tau, ext)     # a singular joint or root: the NumPy error
-        self._last_call = (q, v, tau, ext)           # the arguments as passed (not copied)
+                out = self._forward_reference(q, v, tau, ext)  # a singular joint or root: the NumPy error
+        self._last_call = (q, v, tau, ext)  # the arguments as passed (not copied)
         return out
 
     @property
@@ -940,8 +1005,13 @@ class System:
             raise StateError("TITOP system: no forward call yet")
         return self._forward_reference(*self._last_call, detail=True)[1]
 
-    def inverse(self, q: np.ndarray, v: np.ndarray, a: np.ndarray,
-                ext: dict[tuple[str, str], np.ndarray] | None = None) -> np.ndarray:
+    def inverse(
+        self,
+        q: np.ndarray,
+        v: np.ndarray,
+        a: np.ndarray,
+        ext: dict[tuple[str, str], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """Inverse dynamics (motions → wrenches): the generalized forces that produce v̇ = ``a`` —
         accelerations root → leaves ((17)/(24)), wrenches leaves → root ((11), (18)/(25), (29)),
         u = −Sᵀ W_{A/B,P} (19)/(26).  Compiled in ``_titop_kernels.inverse_dynamics``;
@@ -984,8 +1054,11 @@ class System:
 
 
 # ------------------------------------------------------------------------------ from a Pinocchio model
-_AXES: dict[str, tuple[float, float, float] | np.ndarray] = {"X": (1.0, 0.0, 0.0), "Y": (0.0, 1.0, 0.0),
-                                                               "Z": (0.0, 0.0, 1.0)}
+_AXES: dict[str, tuple[float, float, float] | np.ndarray] = {
+    "X": (1.0, 0.0, 0.0),
+    "Y": (0.0, 1.0, 0.0),
+    "Z": (0.0, 0.0, 1.0),
+}
 
 
 def from_pinocchio(model: Any, gravity: ArrayLike | None = None) -> System:
@@ -1006,22 +1079,26 @@ def from_pinocchio(model: Any, gravity: ArrayLike | None = None) -> System:
     first = 1
     if model.njoints > 1 and shortnames[1] == "JointModelFreeFlyer":
         if model.parents[1] != 0 or not model.jointPlacements[1].isIdentity():
-            raise ConfigError(f"from_pinocchio: the free-flyer '{model.names[1]}' must hang from the universe "
-                              "with an identity placement")
+            raise ConfigError(
+                f"from_pinocchio: the free-flyer '{model.names[1]}' must hang from the universe "
+                "with an identity placement"
+            )
         sysm = System(FloatingBase(body(1)), g)
         first = 2
     else:
         sysm = System(FixedBase(model.names[0], ports[0]), g)
     for i in range(first, model.njoints):
         sn = shortnames[i]
-        kind = sn[len("JointModel"):]
+        kind = sn[len("JointModel") :]
         if kind in ("RX", "RY", "RZ", "PX", "PY", "PZ"):
             axis, cls = _AXES[kind[1]], (Revolute if kind[0] == "R" else Prismatic)
         elif kind in ("RevoluteUnaligned", "PrismaticUnaligned"):
             axis, cls = np.array(model.joints[i].extract().axis), (Revolute if kind[0] == "R" else Prismatic)
         else:
-            raise ConfigError(f"from_pinocchio: joint '{model.names[i]}' is a {sn}; TITOP blocks exist for a "
-                              "free-flyer root and revolute/prismatic joints ([Alazard] §3)")
+            raise ConfigError(
+                f"from_pinocchio: joint '{model.names[i]}' is a {sn}; TITOP blocks exist for a "
+                "free-flyer root and revolute/prismatic joints ([Alazard] §3)"
+            )
         parent = model.names[model.parents[i]]
         blk = cls(body(i), axis, np.array(model.jointPlacements[i].rotation))
         sysm.add(blk, parent, f"to_{model.names[i]}")

@@ -19,11 +19,13 @@ Kinds: :class:`Constant` (R^n or SE(3)), :class:`Sinusoid` (R^n, per coordinate)
 s(τ) = 10τ³ − 15τ⁴ + 6τ⁵, zero velocity and acceleration at both ends), and :class:`FromFunction`
 (any function t → (x, ẋ, ẍ)).
 """
+
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, NamedTuple, cast
+from collections.abc import Callable
+from typing import NamedTuple, cast
 
 import numpy as np
 import pinocchio as pin
@@ -74,10 +76,14 @@ class SE3Trajectory(Trajectory):
     def world(self, t: float) -> WorldSample:
         """The sample at t with every part in world axes and the orientation as a quaternion."""
         pose, vel, acc = self.sample(t)
-        T = cast(pin.SE3, pose)                  # an SE(3) trajectory's samples are poses
+        T = cast(pin.SE3, pose)  # an SE(3) trajectory's samples are poses
         R = T.rotation
-        return WorldSample(T.translation.copy(), quat_from_matrix(R), np.concatenate((vel[:3], R @ vel[3:])),
-                           np.concatenate((acc[:3], R @ acc[3:])))
+        return WorldSample(
+            T.translation.copy(),
+            quat_from_matrix(R),
+            np.concatenate((vel[:3], R @ vel[3:])),
+            np.concatenate((acc[:3], R @ acc[3:])),
+        )
 
 
 def _vector(x, what: str) -> np.ndarray:
@@ -103,7 +109,7 @@ class Constant(Trajectory):
     def sample(self, t: float) -> Sample:
         return self._s
 
-    def world(self, t: float) -> WorldSample:   # SE(3) constants only
+    def world(self, t: float) -> WorldSample:  # SE(3) constants only
         if self.space != "SE3":
             raise ConfigError("Constant.world: this constant is a vector, not a pose")
         return SE3Trajectory.world(self, t)  # type: ignore[arg-type]  # a pose constant samples as an SE(3) trajectory
@@ -113,20 +119,31 @@ class Sinusoid(Trajectory):
     """x_i(t) = c_i + a_i sin(2π f_i t + φ_i) per coordinate: center c, amplitude a (units of x),
     frequency f [Hz], phase φ [rad] (scalars broadcast)."""
 
-    def __init__(self, center: ArrayLike, amplitude: ArrayLike, frequency_hz: ArrayLike, phase: ArrayLike = 0.0):
-        c, a, f, p = (_vector(x, k) for x, k in ((center, "center"), (amplitude, "amplitude"),
-                                                  (frequency_hz, "frequency_hz"), (phase, "phase")))
+    def __init__(
+        self, center: ArrayLike, amplitude: ArrayLike, frequency_hz: ArrayLike, phase: ArrayLike = 0.0
+    ):
+        c, a, f, p = (
+            _vector(x, k)
+            for x, k in (
+                (center, "center"),
+                (amplitude, "amplitude"),
+                (frequency_hz, "frequency_hz"),
+                (phase, "phase"),
+            )
+        )
         try:
             c, a, f, p = (np.array(x, dtype=float) for x in np.broadcast_arrays(c, a, f, p))
         except ValueError:
-            raise ConfigError(f"Sinusoid: center, amplitude, frequency and phase do not have matching sizes "
-                              f"({c.size}, {a.size}, {f.size}, {p.size})") from None
+            raise ConfigError(
+                f"Sinusoid: center, amplitude, frequency and phase do not have matching sizes "
+                f"({c.size}, {a.size}, {f.size}, {p.size})"
+            ) from None
         self.c, self.a, self.p = c, a, p
         self.w = 2 * np.pi * f
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
-        _params.changed()               # a compiled step that samples this sinusoid copies its parameters again
+        _params.changed()  # a compiled step that samples this sinusoid copies its parameters again
 
     def kernel_sinusoid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """(c, a, ω = 2π f, φ) for a compiled step that samples this sinusoid itself, or None when a
@@ -139,7 +156,7 @@ class Sinusoid(Trajectory):
     def sample(self, t: float) -> Sample:
         """(x, ẋ, ẍ) at t [s]: the compiled ``sinusoid_sample`` (models/_trajectory_kernels.py), the one definition
         the compiled UK step samples as well."""
-        from cmstack.models._trajectory_kernels import sinusoid_sample   # numba: imported on first use
+        from cmstack.models._trajectory_kernels import sinusoid_sample  # numba: imported on first use
 
         k = self.c.shape[0]
         x, xd, xdd = np.empty(k), np.empty(k), np.empty(k)
@@ -152,20 +169,21 @@ class Circle(SE3Trajectory):
     fixed orientation R: center c [m], radius r [m], ω [rad/s], phase φ [rad], R (3×3, default I).
     Velocity and acceleration are the exact derivatives (zero angular parts)."""
 
-    def __init__(self, center: ArrayLike, radius: float, omega: float, phase: float = 0.0,
-                 R: ArrayLike | None = None):
+    def __init__(
+        self, center: ArrayLike, radius: float, omega: float, phase: float = 0.0, R: ArrayLike | None = None
+    ):
         c = _vector(center, "Circle: center")
         if c.shape != (3,):
             raise ConfigError(f"Circle: center must be a 3-vector, got {list(c)}")
         self.cx, self.cy, self.cz = (float(x) for x in c)
         R = np.eye(3) if R is None else np.array(R, dtype=float)
-        R.flags.writeable = False      # the circle's own, read-only: assign a new R (models/_params.py)
+        R.flags.writeable = False  # the circle's own, read-only: assign a new R (models/_params.py)
         self.R = R
         self.r, self.w, self.phase = float(radius), float(omega), float(phase)
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
-        _params.changed()               # a compiled step that samples this circle copies its parameters again
+        _params.changed()  # a compiled step that samples this circle copies its parameters again
 
     def kernel_params(self) -> tuple | None:
         """(c_x, c_y, c_z, r, ω, φ) for a compiled step that samples this circle itself, or None when a
@@ -177,7 +195,7 @@ class Circle(SE3Trajectory):
     def sample(self, t: float) -> Sample:
         """(T_D, [v; 0], [a_D; 0]) at t [s]: the compiled ``circle_sample`` (models/_trajectory_kernels.py),
         the one definition the compiled UK step samples as well."""
-        from cmstack.models._trajectory_kernels import circle_sample   # numba: imported on first use
+        from cmstack.models._trajectory_kernels import circle_sample  # numba: imported on first use
 
         H = np.empty((4, 4))
         va = np.empty(12)
@@ -192,9 +210,9 @@ def _quintic(t: float, t0: float, duration: float) -> tuple[float, float, float]
         return 0.0, 0.0, 0.0
     if tau >= 1.0:
         return 1.0, 0.0, 0.0
-    s = tau ** 3 * (10 - 15 * tau + 6 * tau * tau)
+    s = tau**3 * (10 - 15 * tau + 6 * tau * tau)
     ds = 30 * tau * tau * (1 - tau) ** 2 / duration
-    dds = 60 * tau * (1 - tau) * (1 - 2 * tau) / duration ** 2
+    dds = 60 * tau * (1 - tau) * (1 - 2 * tau) / duration**2
     return s, ds, dds
 
 
@@ -236,8 +254,11 @@ class MinimumJerkSE3(SE3Trajectory):
     def sample(self, t: float) -> Sample:
         s, ds, dds = _quintic(t, self.t0, self.T)
         T = pin.SE3(self.R0 @ pin.exp3(s * self.theta), self.p0 + s * self.dp)
-        return Sample(T, np.concatenate((ds * self.dp, ds * self.theta)),
-                      np.concatenate((dds * self.dp, dds * self.theta)))
+        return Sample(
+            T,
+            np.concatenate((ds * self.dp, ds * self.theta)),
+            np.concatenate((dds * self.dp, dds * self.theta)),
+        )
 
 
 class FromFunction(Trajectory):
@@ -261,8 +282,9 @@ class FromFunction(Trajectory):
         return Sample(*self.f(t))
 
 
-def as_trajectory(x: Trajectory | ArrayLike | pin.SE3 | Callable[[float], tuple],
-                  space: str | None = None) -> Trajectory:
+def as_trajectory(
+    x: Trajectory | ArrayLike | pin.SE3 | Callable[[float], tuple], space: str | None = None
+) -> Trajectory:
     """A Trajectory from a Trajectory (returned as is), a constant (vector or pin.SE3) or a function
     t → (x, ẋ, ẍ)."""
     if isinstance(x, Trajectory):
@@ -286,5 +308,8 @@ class FromWorldFunction(SE3Trajectory):
         p, q, tw, twd = self.world(t)
         R = quat_to_matrix(np.asarray(q, dtype=float))
         tw, twd = np.asarray(tw, dtype=float), np.asarray(twd, dtype=float)
-        return Sample(pin.SE3(R, np.asarray(p, dtype=float)), np.concatenate((tw[:3], R.T @ tw[3:])),
-                      np.concatenate((twd[:3], R.T @ twd[3:])))
+        return Sample(
+            pin.SE3(R, np.asarray(p, dtype=float)),
+            np.concatenate((tw[:3], R.T @ tw[3:])),
+            np.concatenate((twd[:3], R.T @ twd[3:])),
+        )

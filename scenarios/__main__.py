@@ -1,4 +1,5 @@
 """python -m scenarios — list the runnable scenarios, one line each (same as ``cmstack list``)."""
+
 import sys
 
 from cmstack.scenarios.loader import listing

@@ -16,6 +16,7 @@
 A scenario module defines ``NAME``, a docstring whose first line describes it, and
 ``run(ctx) -> Outcome``; its ``main`` is ``scenario_main(NAME, run)``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,13 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tomli_w
+import tomllib
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
 from cmstack.sim import interrupt
@@ -101,8 +102,8 @@ class Context:
     logger: Logger
     viewer: str | None = None
     progress: bool = True
-    viewers: list = field(default_factory=list)      # the Meshcat viewers this run started (closed at its end)
-    plots: bool = True                               # False: save_figure draws nothing (campaign variants)
+    viewers: list = field(default_factory=list)  # the Meshcat viewers this run started (closed at its end)
+    plots: bool = True  # False: save_figure draws nothing (campaign variants)
 
     @property
     def drawing(self) -> bool:
@@ -138,7 +139,7 @@ class Context:
             self.pyplot().close(fig)
             return None
         path = self.plot_path(stem)
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")   # nothing clipped (outside legends, long labels)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")  # nothing clipped (outside legends, long labels)
         self.pyplot().close(fig)
         return path
 
@@ -150,7 +151,7 @@ class Context:
             raise ConfigError(f"--viewer {self.viewer}: only 'meshcat' is supported")
         from cmstack.sim.viewer import MeshcatViewer
 
-        v = MeshcatViewer(mj_model, log=self.out / "meshcat.log")       # the server's output: never a pipe
+        v = MeshcatViewer(mj_model, log=self.out / "meshcat.log")  # the server's output: never a pipe
         self.viewers.append(v)
         print(f"Meshcat: open {v.url()} in a browser to watch the run", flush=True)
         return v
@@ -219,8 +220,10 @@ def set_key(cfg: dict, dotted: str, value, source: str = "--set", check_types: b
             keys = list(node) if isinstance(node, dict) else []
             close = difflib.get_close_matches(p, keys, n=3)
             where = ".".join(parts[:i]) or "top level"
-            raise ConfigError(f"{source}: unknown config key '{dotted}' ('{p}' is not in {where})"
-                              + (f"; did you mean {close}?" if close else f"; keys there: {keys}"))
+            raise ConfigError(
+                f"{source}: unknown config key '{dotted}' ('{p}' is not in {where})"
+                + (f"; did you mean {close}?" if close else f"; keys there: {keys}")
+            )
         if i == len(parts) - 1:
             if isinstance(node[p], dict) and isinstance(value, dict):
                 for sub, val in value.items():
@@ -239,9 +242,15 @@ def parse_value(text: str):
         return text
 
 
-def resolve_config(name: str, config_file: str | None = None, sets: list[str] = (),
-                   overrides: dict | None = None, duration: float | None = None,
-                   defaults: str | Path | None = None, schema=None) -> dict:
+def resolve_config(
+    name: str,
+    config_file: str | None = None,
+    sets: list[str] = (),
+    overrides: dict | None = None,
+    duration: float | None = None,
+    defaults: str | Path | None = None,
+    schema=None,
+) -> dict:
     """The default config of ``name`` with the config file, ``--set``s, overrides and ``--duration``
     applied, checked against ``schema`` (a pydantic model, scenarios/schemas.py; None: the shipped
     scenario's schema if ``name`` is one).  Raises ConfigError naming the key, range and value."""
@@ -249,7 +258,7 @@ def resolve_config(name: str, config_file: str | None = None, sets: list[str] = 
 
     schema = schema if schema is not None else (SCHEMAS.get(name) if defaults is None else None)
     typed = schema is None
-    cfg = add_perturbation_defaults(default_config(name, defaults))   # [perturbation], all off
+    cfg = add_perturbation_defaults(default_config(name, defaults))  # [perturbation], all off
     if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
         for k, v in _read_toml(Path(config_file)).items():
             set_key(cfg, k, v, source=f"config file {config_file}", check_types=typed)
@@ -311,16 +320,24 @@ def _one_line(exc: BaseException) -> str:
 
 def _failure(out: Path, name: str, exc: BaseException, logger: Logger | None, kind: str) -> None:
     """Write what a failed run has: log.npz (if anything was logged), error.txt, metrics.json."""
-    if logger is not None:                   # what was logged (maybe nothing), as the contract says
+    if logger is not None:  # what was logged (maybe nothing), as the contract says
         logger.save(out / "log.npz")
     _publish_plots(out, [], complete_only=True)
     atomic_write(out / "error.txt", "".join(traceback.format_exception(exc)))
     try:
-        exc.run_dir = out                    # execute() points the user at error.txt
+        exc.run_dir = out  # execute() points the user at error.txt
     except AttributeError:
         pass
-    write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": _one_line(exc),
-                                         "error": f"{type(exc).__name__}: {exc}", "error_kind": kind})
+    write_metrics(
+        out / "metrics.json",
+        {
+            "scenario": name,
+            "ok": False,
+            "reason": _one_line(exc),
+            "error": f"{type(exc).__name__}: {exc}",
+            "error_kind": kind,
+        },
+    )
 
 
 #: the last 12 bytes of every complete PNG file (the IEND chunk and its CRC)
@@ -346,8 +363,11 @@ def _publish_plots(out: Path, plots: list[Path], complete_only: bool = False) ->
 
 
 def _interrupted_reason(signame: str, t: float | None) -> str:
-    return (f"interrupted at t = {t:.3f} s ({signame})" if t is not None
-            else f"interrupted ({signame}) before the first logged step")
+    return (
+        f"interrupted at t = {t:.3f} s ({signame})"
+        if t is not None
+        else f"interrupted ({signame}) before the first logged step"
+    )
 
 
 #: appended to the reason of an interrupted run (what it skipped to return within ~2 s)
@@ -361,8 +381,10 @@ def _save_interrupted(logger: Logger, out: Path) -> str:
     """Save an interrupted run's log within the Ctrl-C bound; returns what to add to its reason."""
     logger.flush()
     if len(logger.parts) > INTERRUPT_ASSEMBLE_MAX_PARTS:
-        return (f"log.npz not assembled ({len(logger.parts)} checkpoint parts): the log is "
-                f".log.npz.parts/ (cmstack view and read_log read it; cmstack.sim.logger.assemble writes log.npz)")
+        return (
+            f"log.npz not assembled ({len(logger.parts)} checkpoint parts): the log is "
+            f".log.npz.parts/ (cmstack view and read_log read it; cmstack.sim.logger.assemble writes log.npz)"
+        )
     logger.save(out / "log.npz", compress=False)
     return "log.npz stored uncompressed"
 
@@ -372,7 +394,7 @@ def process_age_s() -> float | None:
     resolution), or None where that cannot be read."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")          # field 22: starttime, clock ticks after boot
+        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, clock ticks after boot
         return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start)
     except (OSError, ValueError, IndexError, AttributeError):
         return None
@@ -404,8 +426,10 @@ def perturbation_of(cfg: dict) -> Perturbation:
     table = cfg.get(PERTURBATION_TABLE, {})
     unknown = set(table) - set(PERTURBATION_DEFAULTS)
     if unknown:
-        raise ConfigError(f"unknown key(s) {sorted(unknown)} in [{PERTURBATION_TABLE}]; "
-                          f"known: {sorted(PERTURBATION_DEFAULTS)}")
+        raise ConfigError(
+            f"unknown key(s) {sorted(unknown)} in [{PERTURBATION_TABLE}]; "
+            f"known: {sorted(PERTURBATION_DEFAULTS)}"
+        )
     return Perturbation(**{**PERTURBATION_DEFAULTS, **table})
 
 
@@ -430,14 +454,31 @@ def check_perturbation_applied(name: str, run, cfg: dict) -> None:
     mod = sys.modules.get(getattr(run, "__module__", ""), None)
     if perturbation_of(cfg).active and not getattr(mod, "APPLIES_PERTURBATION", False):
         on = {k: v for k, v in cfg[PERTURBATION_TABLE].items() if PERTURBATION_DEFAULTS.get(k) != v}
-        raise ConfigError(f"scenario '{name}' does not apply the [{PERTURBATION_TABLE}] table yet (set: {on}); "
-                          f"perturbations are wired into yumi_dual_arm and series_parallel")
+        raise ConfigError(
+            f"scenario '{name}' does not apply the [{PERTURBATION_TABLE}] table yet (set: {on}); "
+            f"perturbations are wired into yumi_dual_arm and series_parallel"
+        )
 
-def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Path | None = None,
-                 config_file: str | None = None, sets: list[str] = (), duration: float | None = None,
-                 viewer: str | None = None, progress: bool = False, echo: bool = False,
-                 defaults: str | Path | None = None, wait: bool = False, html: bool = True, schema=None,
-                 plots: bool = True, t0: float | None = None):
+
+def run_scenario(
+    name: str,
+    run,
+    *,
+    overrides: dict | None = None,
+    out: str | Path | None = None,
+    config_file: str | None = None,
+    sets: list[str] = (),
+    duration: float | None = None,
+    viewer: str | None = None,
+    progress: bool = False,
+    echo: bool = False,
+    defaults: str | Path | None = None,
+    wait: bool = False,
+    html: bool = True,
+    schema=None,
+    plots: bool = True,
+    t0: float | None = None,
+):
     """Programmatic entry (tests, notebooks): returns (metrics, out_dir).  ``schema``: the pydantic
     model of the configuration (default: the shipped scenario's, scenarios/schemas.py).  With ``html``,
     the run directory also gets ``replay.html`` (the run as one standalone page); with ``wait`` and a
@@ -465,44 +506,65 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
         atomic_write(out / "config.toml", tomli_w.dumps(cfg))
         write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": UNFINISHED})
         logger = Logger(checkpoint=out / "log.npz", checkpoint_every_s=CHECKPOINT_EVERY_S)
-        ctx = Context(name=name, cfg=copy.deepcopy(cfg), out=out, logger=logger, viewer=viewer, progress=progress,
-                      plots=plots)
+        ctx = Context(
+            name=name,
+            cfg=copy.deepcopy(cfg),
+            out=out,
+            logger=logger,
+            viewer=viewer,
+            progress=progress,
+            plots=plots,
+        )
         try:
             try:
                 outcome: Outcome = run(ctx)
             except BaseException as exc:
                 with interrupt.deferred():
-                    signame = sig.signame or (exc.signame if isinstance(exc, interrupt.Interrupted) else
-                                              "SIGINT" if isinstance(exc, KeyboardInterrupt) else None)
+                    signame = sig.signame or (
+                        exc.signame
+                        if isinstance(exc, interrupt.Interrupted)
+                        else "SIGINT"
+                        if isinstance(exc, KeyboardInterrupt)
+                        else None
+                    )
                     if signame is None:
                         _failure(out, name, exc, logger, "config" if isinstance(exc, USAGE_ERRORS) else "run")
                         raise
                     # stopped by a signal (or failed while stopping): keep what was logged, no traceback
                     reason = _interrupted_reason(signame, logger.last_t)
                     if getattr(exc, "post_loop_cut", False):
-                        reason += (f"; the scenario's work after the loop was cut {interrupt.POST_LOOP_S:g} s after "
-                                   f"the signal: no metrics; {SKIPPED_AFTER_INTERRUPT}")
+                        reason += (
+                            f"; the scenario's work after the loop was cut {interrupt.POST_LOOP_S:g} s after "
+                            f"the signal: no metrics; {SKIPPED_AFTER_INTERRUPT}"
+                        )
                     if len(logger):
                         reason += f"; {_save_interrupted(logger, out)}"
                     _publish_plots(out, [], complete_only=True)
-                    write_metrics(out / "metrics.json", {"scenario": name, "ok": False, "reason": reason,
-                                                         "interrupted": True})
+                    write_metrics(
+                        out / "metrics.json",
+                        {"scenario": name, "ok": False, "reason": reason, "interrupted": True},
+                    )
                 raise interrupt.Interrupted(signame, reason.split("; ")[0], out) from None
             stopped = sig.signame
             with interrupt.deferred():
                 metrics = _finish(name, out, logger, outcome, stopped, t0, loops0)
             if stopped is not None:
                 raise interrupt.Interrupted(stopped, metrics["reason"].split("; ")[0], out)
-            if sig.signame is not None:        # arrived during the final save, which was completed
-                raise interrupt.Interrupted(sig.signame, f"interrupted ({sig.signame}) during the final save, "
-                                            "which was completed", out)
+            if sig.signame is not None:  # arrived during the final save, which was completed
+                raise interrupt.Interrupted(
+                    sig.signame,
+                    f"interrupted ({sig.signame}) during the final save, which was completed",
+                    out,
+                )
         except BaseException:
-            ctx.close_viewers()                # any exit: no Meshcat server left behind
+            ctx.close_viewers()  # any exit: no Meshcat server left behind
             raise
     if echo:
         print(format_table([(r.key, r.ours, r.paper, r.target, r.ok) for r in outcome.rows]))
         if metrics["not_evaluated"]:
-            print(f"\nnot evaluated (n/a): {', '.join(metrics['not_evaluated'])} — the run has no data in their window")
+            print(
+                f"\nnot evaluated (n/a): {', '.join(metrics['not_evaluated'])} — the run has no data in their window"
+            )
         if not metrics["ok"]:
             print(f"\nnot ok: {metrics['reason']}")
         print(f"\nrun directory: {out}")
@@ -511,14 +573,15 @@ def run_scenario(name: str, run, *, overrides: dict | None = None, out: str | Pa
         if outcome.plots:
             print("plots:\n" + "\n".join(f"  {p}" for p in outcome.plots))
     if html and _write_replay_html(out, echo):
-        metrics = _end_to_end(metrics, t0, loops0)                               # its wall time included
+        metrics = _end_to_end(metrics, t0, loops0)  # its wall time included
         write_metrics(out / "metrics.json", metrics)
     ctx.close_viewers(wait=wait)
     return metrics, out
 
 
-def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str | None, t0: float,
-            loops0: dict) -> dict:
+def _finish(
+    name: str, out: Path, logger: Logger, outcome: Outcome, signame: str | None, t0: float, loops0: dict
+) -> dict:
     """Save the log (uncompressed after an interrupt: fast), publish the plots and write metrics.json
     with the contract keys and the end-to-end real-time factor."""
     saved = _save_interrupted(logger, out) if signame is not None else logger.save(out / "log.npz")
@@ -527,8 +590,11 @@ def _finish(name: str, out: Path, logger: Logger, outcome: Outcome, signame: str
     failed = [r.key for r in outcome.rows if r.ok is False]
     # a target that could not be evaluated (nan: e.g. the run ended before the window it is taken over)
     # is not met: "ok" must never be true by omission
-    unevaluated = [r.key for r in outcome.rows if r.ok is None and _is_target(r.target)
-                   and isinstance(r.ours, float) and np.isnan(r.ours)]
+    unevaluated = [
+        r.key
+        for r in outcome.rows
+        if r.ok is None and _is_target(r.target) and isinstance(r.ours, float) and np.isnan(r.ours)
+    ]
     metrics["failed_targets"] = failed + [k for k in metrics.get("failed_targets") or [] if k not in failed]
     metrics["not_evaluated"] = unevaluated
     reasons = []
@@ -562,8 +628,8 @@ def _write_replay_html(out: Path, echo: bool) -> bool:
     try:
         write_html(out, tmp)
         p = out / "replay.html"
-        os.replace(tmp, p)                   # atomic, like every file of the run directory
-    except Exception as exc:                 # the run itself is done: a page it cannot make is only noted
+        os.replace(tmp, p)  # atomic, like every file of the run directory
+    except Exception as exc:  # the run itself is done: a page it cannot make is only noted
         print(f"replay.html not written: {type(exc).__name__}: {exc}")
         return False
     if echo:
@@ -589,16 +655,26 @@ USAGE_ERRORS = (ConfigError, ModelFileError, FrameNotFoundError, JointMapError)
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     """The scenario contract's options, shared by ``python -m scenarios.NAME`` and ``cmstack run``."""
     ap.add_argument("--config", help="TOML file overriding keys of the default config")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one config key (repeatable), e.g. --set controller=uk")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key (repeatable), e.g. --set controller=uk",
+    )
     ap.add_argument("--duration", type=float, help="simulated seconds (overrides the config's 'duration')")
     ap.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>/)")
     ap.add_argument("--viewer", choices=["meshcat"], help="stream the run live to Meshcat")
-    ap.add_argument("--no-wait", action="store_true",
-                    help="with --viewer: exit at the end instead of keeping the scene up until Ctrl-C")
+    ap.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="with --viewer: exit at the end instead of keeping the scene up until Ctrl-C",
+    )
     ap.add_argument("--no-html", action="store_true", help="do not write replay.html into the run directory")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--no-plots", action="store_true", help="write no plots (the log, metrics and replay as usual)")
+    ap.add_argument(
+        "--no-plots", action="store_true", help="write no plots (the log, metrics and replay as usual)"
+    )
     ap.add_argument("--debug", action="store_true", help="show the full traceback on failure")
 
 
@@ -606,16 +682,27 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
     """Run one scenario from parsed arguments; print its table (or one line on error); return the exit
     code: 0 every target met, 1 a target missed, 2 usage or configuration error, 3 the run failed,
     130 interrupted (SIGINT/SIGTERM)."""
-    age = process_age_s()                      # the run's wall time counts from the process's start
+    age = process_age_s()  # the run's wall time counts from the process's start
     t0 = time.perf_counter() - age if age is not None else None
     try:
-        metrics, _ = run_scenario(name, run, t0=t0, out=args.out, config_file=args.config, sets=args.set,
-                                  duration=args.duration, viewer=args.viewer, progress=not args.no_progress,
-                                  echo=True, defaults=defaults, wait=not getattr(args, "no_wait", False),
-                                  html=not getattr(args, "no_html", False),
-                                  plots=not getattr(args, "no_plots", False),
-                                  schema=getattr(sys.modules.get(run.__module__), "CONFIG_SCHEMA", None))
-    except KeyboardInterrupt as exc:           # interrupt.Interrupted, or a Ctrl-C outside the handlers
+        metrics, _ = run_scenario(
+            name,
+            run,
+            t0=t0,
+            out=args.out,
+            config_file=args.config,
+            sets=args.set,
+            duration=args.duration,
+            viewer=args.viewer,
+            progress=not args.no_progress,
+            echo=True,
+            defaults=defaults,
+            wait=not getattr(args, "no_wait", False),
+            html=not getattr(args, "no_html", False),
+            plots=not getattr(args, "no_plots", False),
+            schema=getattr(sys.modules.get(run.__module__), "CONFIG_SCHEMA", None),
+        )
+    except KeyboardInterrupt as exc:  # interrupt.Interrupted, or a Ctrl-C outside the handlers
         reason = getattr(exc, "reason", "interrupted (SIGINT)")
         where = getattr(exc, "out", None)
         print(f"{reason}; the run so far is in {where}" if where else reason, file=sys.stderr)
@@ -637,8 +724,11 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
 
 
 def scenario_main(name: str, run, argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=f"python -m scenarios.{name}",
-                                 description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0],
-                                 epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=f"python -m scenarios.{name}",
+        description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_run_arguments(ap)
     return execute(name, run, ap.parse_args(argv))

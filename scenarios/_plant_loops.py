@@ -14,6 +14,7 @@ as MuJoCo found them, so only the loop is made rigid), and J̇q̇ = d/dt(J(q)) q
 loop's softness (MuJoCo's regularised equality, whose reference acceleration has no J̇q̇ term), not a model error.
 The metric is the median over ``QACC_CHECK_STATES`` logged states, spread evenly over the run, of
 ‖q̈_MuJoCo − q̈_rigid‖ / ‖q̈_rigid‖ over the controller's coordinates (``plant.map.dadr``)."""
+
 from __future__ import annotations
 
 import mujoco
@@ -33,16 +34,18 @@ def check_rows(n_rows: int, n_states: int = QACC_CHECK_STATES) -> np.ndarray:
 
 
 def _equality_rows(m, d) -> np.ndarray:
-    return np.flatnonzero(d.efc_type[:d.nefc] == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY))
+    return np.flatnonzero(d.efc_type[: d.nefc] == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY))
 
 
 def _efc_jacobian(m, d) -> np.ndarray:
     """efc_J as a dense nefc × nv matrix (MuJoCo stores it sparse on large models)."""
     if mujoco.mj_isSparse(m):
         J = np.zeros((d.nefc, m.nv))
-        mujoco.mju_sparse2dense(J, d.efc_J, d.efc_J_rownnz[:d.nefc], d.efc_J_rowadr[:d.nefc], d.efc_J_colind)
+        mujoco.mju_sparse2dense(
+            J, d.efc_J, d.efc_J_rownnz[: d.nefc], d.efc_J_rowadr[: d.nefc], d.efc_J_colind
+        )
         return J
-    return d.efc_J[:d.nefc * m.nv].reshape(d.nefc, m.nv).copy()
+    return d.efc_J[: d.nefc * m.nv].reshape(d.nefc, m.nv).copy()
 
 
 def _loop_jacobian(m, d, qpos) -> np.ndarray:
@@ -71,7 +74,7 @@ def rigid_accelerations(plant, qpos, qvel, tau) -> tuple[np.ndarray, np.ndarray]
         return qacc, qacc.copy()
     Jall = _efc_jacobian(m, d)
     J = Jall[rows]
-    f = d.qfrc_smooth + d.qfrc_constraint - J.T @ d.efc_force[rows]     # every force but the loop's
+    f = d.qfrc_smooth + d.qfrc_constraint - J.T @ d.efc_force[rows]  # every force but the loop's
     M = np.zeros((m.nv, m.nv))
     mujoco.mj_fullM(m, d, M)
     v = np.asarray(qvel, dtype=float)

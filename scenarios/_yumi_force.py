@@ -2,6 +2,7 @@
 the dual-arm YuMi squeezing a rigid bar, built from typed arguments by ``yumi_dual_arm.build_pidc_force``
 (moved here from the library's controllers/pidc_adapters.py: it is this scenario's law, its force loop reads the
 bar's weld and squeezes along the bar's axis)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,9 +42,21 @@ class YumiForcePIDC:
     force loop; null_damping: k_null [1/s]; model_damping: use the URDF's joint damping D (else D = 0);
     converge_after: the squeeze metrics of ``extra_metrics`` count t > converge_after [s]."""
 
-    def __init__(self, robot, coupling, task, *, frame1: str, frame2: str, squeeze_force: float,
-                 force_kp: float, force_ki: float, null_damping: float, model_damping: bool,
-                 converge_after: float):
+    def __init__(
+        self,
+        robot,
+        coupling,
+        task,
+        *,
+        frame1: str,
+        frame2: str,
+        squeeze_force: float,
+        force_kp: float,
+        force_ki: float,
+        null_damping: float,
+        model_damping: bool,
+        converge_after: float,
+    ):
         from cmstack.models.projection import project  # noqa: F401 (documented dependency)
 
         self.robot, self.coupling, self.task = robot, coupling, task
@@ -124,7 +137,9 @@ class YumiForcePIDC:
         if not late.any():
             return {"squeeze_force_n_mean": float("nan"), "squeeze_force_error_rel": float("nan")}
         s_mean = float(s[late].mean())
-        return {"squeeze_force_set_n": self.s_d, "squeeze_force_n_mean": s_mean,
-                "squeeze_force_error_rel": float(np.mean(np.abs(s[late] - self.s_d)) / abs(self.s_d)),
-                "squeeze_force_error_rel_max": float(np.max(np.abs(s[late] - self.s_d)) / abs(self.s_d))}
-
+        return {
+            "squeeze_force_set_n": self.s_d,
+            "squeeze_force_n_mean": s_mean,
+            "squeeze_force_error_rel": float(np.mean(np.abs(s[late] - self.s_d)) / abs(self.s_d)),
+            "squeeze_force_error_rel_max": float(np.max(np.abs(s[late] - self.s_d)) / abs(self.s_d)),
+        }

@@ -17,6 +17,7 @@ Meshcat replay.  Metrics: FD/ID agreement on random states, trajectory agreement
 2 s with MuJoCo), growth of the differences over the whole run (fitted exponent), energy drift with
 the dampers off.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,16 @@ import pinocchio as pin
 from cmstack.controllers.base import StepInfo
 from cmstack.models.errors import ConfigError, ModelFileError, StateError, check_finite
 from cmstack.models.robot import resolve_asset
-from cmstack.models.titop import (FloatingBase, Prismatic, Revolute, RigidBody, System, quat_rows, quat_to_R,
-                                  rpy)
+from cmstack.models.titop import (
+    FloatingBase,
+    Prismatic,
+    Revolute,
+    RigidBody,
+    System,
+    quat_rows,
+    quat_to_R,
+    rpy,
+)
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import load_mjcf
@@ -39,8 +48,8 @@ NAME = "balloon"
 ENGINES = ("titop", "pinocchio", "mujoco")
 DOF_NAMES = ["x [m]", "y [m]", "z [m]", "φ [rad]", "θ [rad]", "ψ [rad]", "p [m]", "θ₁ [rad]", "θ₂ [rad]"]
 JOINTS = ("slider", "pendulum1", "pendulum2")
-LENGTH_DOFS = [0, 1, 2, 6]     # x, y, z, p [m]
-ANGLE_DOFS = [3, 4, 5, 7, 8]   # φ, θ, ψ, θ₁, θ₂ [rad]
+LENGTH_DOFS = [0, 1, 2, 6]  # x, y, z, p [m]
+ANGLE_DOFS = [3, 4, 5, 7, 8]  # φ, θ, ψ, θ₁, θ₂ [rad]
 
 
 # ------------------------------------------------------------------------------------- parameters
@@ -59,12 +68,22 @@ class Params:
         self.dp1, self.dp2 = float(p1["damping"]), float(p2["damping"])
         self.mG = self.mB + self.mS + self.m1 + self.m2
         self.buoyancy = bool(cfg["buoyancy"])
-        for key, val in (("gravity", self.g), ("balloon.inertia", self.IB), ("balloon.CB", self.CB),
-                         ("slider.axis", self.t), ("pendulum1.SP", self.SP1), ("pendulum2.SP", self.P1P2)):
+        for key, val in (
+            ("gravity", self.g),
+            ("balloon.inertia", self.IB),
+            ("balloon.CB", self.CB),
+            ("slider.axis", self.t),
+            ("pendulum1.SP", self.SP1),
+            ("pendulum2.SP", self.P1P2),
+        ):
             if val.shape != ((3, 3) if key == "balloon.inertia" else (3,)):
                 raise ConfigError(f"config key '{key}' has the wrong shape {val.shape}")
-        for key, val in (("slider.stiffness", self.k), ("slider.damping", self.ds), ("pendulum1.damping", self.dp1),
-                         ("pendulum2.damping", self.dp2)):
+        for key, val in (
+            ("slider.stiffness", self.k),
+            ("slider.damping", self.ds),
+            ("pendulum1.damping", self.dp1),
+            ("pendulum2.damping", self.dp2),
+        ):
             if not (np.isfinite(val) and val >= 0):
                 raise ConfigError(f"config key '{key}' must be >= 0, got {val}")
         self.q0 = initial_state(cfg)
@@ -79,7 +98,7 @@ class Params:
 def initial_state(cfg):
     """Table 1: balloon at rest at the origin with R_b = R_i, p = ṗ = 0, θ₁(0), θ₂(0), rates 0."""
     q = np.zeros(10)
-    q[6] = 1.0                                       # quaternion (x, y, z, w) = identity
+    q[6] = 1.0  # quaternion (x, y, z, w) = identity
     q[7] = cfg["slider"]["p0"]
     q[8] = np.deg2rad(cfg["pendulum1"]["theta0_deg"])
     q[9] = np.deg2rad(cfg["pendulum2"]["theta0_deg"])
@@ -111,11 +130,17 @@ def pinocchio_model(cfg, P: Params):
     if tuple(names) != JOINTS or model.nq != 10:
         raise ModelFileError(f"{path}: expected joints {JOINTS} under a free-flyer, got {names}")
     # the URDF must describe the config's system (Table 1): compare the spatial inertias
-    want = [pin.Inertia(P.mB, np.zeros(3), P.IB), pin.Inertia(P.mS, np.zeros(3), np.zeros((3, 3))),
-            pin.Inertia(P.m1, P.SP1, np.zeros((3, 3))), pin.Inertia(P.m2, P.P1P2, np.zeros((3, 3)))]
+    want = [
+        pin.Inertia(P.mB, np.zeros(3), P.IB),
+        pin.Inertia(P.mS, np.zeros(3), np.zeros((3, 3))),
+        pin.Inertia(P.m1, P.SP1, np.zeros((3, 3))),
+        pin.Inertia(P.m2, P.P1P2, np.zeros((3, 3))),
+    ]
     for j, I in zip(range(1, 5), want):
         if not np.allclose(model.inertias[j].matrix(), I.matrix(), atol=1e-9):
-            raise ConfigError(f"{path}: the inertia of joint '{model.names[j]}' differs from the config's Table 1 values")
+            raise ConfigError(
+                f"{path}: the inertia of joint '{model.names[j]}' differs from the config's Table 1 values"
+            )
     return model, model.createData()
 
 
@@ -126,7 +151,9 @@ def mujoco_model(cfg, P: Params) -> mujoco.MjModel:
     bid = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, n) for n in ("balloon",) + JOINTS}
     jid = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in JOINTS}
     if min(bid.values()) < 0 or min(jid.values()) < 0 or m.nq != 10:
-        raise ModelFileError(f"{cfg['mjcf']}: expected bodies/joints {('balloon',) + JOINTS} and a free joint")
+        raise ModelFileError(
+            f"{cfg['mjcf']}: expected bodies/joints {('balloon',) + JOINTS} and a free joint"
+        )
     lam, V = np.linalg.eigh(P.IB)
     if np.linalg.det(V) < 0:
         V[:, 0] *= -1
@@ -136,8 +163,12 @@ def mujoco_model(cfg, P: Params) -> mujoco.MjModel:
     m.body_iquat[bid["balloon"]] = qw
     m.body_ipos[bid["balloon"]] = 0.0
     m.body_mass[bid["balloon"]] = P.mB
-    for n, mass, com in (("slider", P.mS, np.zeros(3)), ("pendulum1", P.m1, P.SP1), ("pendulum2", P.m2, P.P1P2)):
-        m.body_inertia[bid[n]] = 0.0                     # point masses (Table 1)
+    for n, mass, com in (
+        ("slider", P.mS, np.zeros(3)),
+        ("pendulum1", P.m1, P.SP1),
+        ("pendulum2", P.m2, P.P1P2),
+    ):
+        m.body_inertia[bid[n]] = 0.0  # point masses (Table 1)
         m.body_mass[bid[n]] = mass
         m.body_ipos[bid[n]] = com
     m.body_gravcomp[bid["balloon"]] = (P.mG / P.mB) if P.buoyancy else 0.0
@@ -186,22 +217,26 @@ def joint_forces(P: Params, q, v) -> np.ndarray:
 def titop_fd(sys_: System, P: Params):
     """v̇ = TITOP forward dynamics with the spring/dampers as the joints' inputs and buoyancy as an
     external load at port B of the balloon."""
+
     def fd(q, v, extra=None):
         tau = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *_joint_forces(P, q, v)])
         if extra is not None:
             tau = tau + extra
         return sys_.forward(q, v, tau, ext={("balloon", "B"): buoyancy_body(P, q)})
+
     return fd
 
 
 def pinocchio_fd(model, data, P: Params):
     """v̇ = Pinocchio's ABA with buoyancy and the spring/dampers as generalized forces."""
+
     def fd(q, v, extra=None):
         F = _buoyancy_force(P, q) if P.buoyancy else (0.0, 0.0, 0.0)
         tau = np.array([*F, 0.0, 0.0, 0.0, *_joint_forces(P, q, v)])
         if extra is not None:
             tau = tau + extra
         return pin.aba(model, data, q, v, tau)
+
     return fd
 
 
@@ -211,9 +246,18 @@ def qdot(q, v) -> np.ndarray:
     x, y, z, w = q[3:7].tolist()
     vx, vy, vz, wx, wy, wz = v[:6].tolist()
     (a, b, c), (d, e, f), (g, h, k) = quat_rows(x, y, z, w)
-    return np.array([a * vx + b * vy + c * vz, d * vx + e * vy + f * vz, g * vx + h * vy + k * vz,
-                     0.5 * (w * wx + y * wz - z * wy), 0.5 * (w * wy + z * wx - x * wz),
-                     0.5 * (w * wz + x * wy - y * wx), 0.5 * -(x * wx + y * wy + z * wz), *v[6:].tolist()])
+    return np.array(
+        [
+            a * vx + b * vy + c * vz,
+            d * vx + e * vy + f * vz,
+            g * vx + h * vy + k * vz,
+            0.5 * (w * wx + y * wz - z * wy),
+            0.5 * (w * wy + z * wx - x * wz),
+            0.5 * (w * wz + x * wy - y * wx),
+            0.5 * -(x * wx + y * wy + z * wz),
+            *v[6:].tolist(),
+        ]
+    )
 
 
 def _unit(q):
@@ -259,7 +303,7 @@ class RK4Plant:
         return _Qpos(pin_to_mujoco_qpos(self.q))
 
     def state(self):
-        return self.q, self.v            # replaced, never modified in place, by step()
+        return self.q, self.v  # replaced, never modified in place, by step()
 
     def set_torque(self, tau) -> None:
         tau = np.asarray(tau, dtype=float)
@@ -329,8 +373,15 @@ def integrate(plant, n: int, progress: bool, desc: str):
         Q.append(q)
         V.append(v)
 
-    run = simulate(plant, Unforced(), duration=n * plant.dt, control_dt=plant.dt, record=record,
-                   progress=progress, desc=desc)
+    run = simulate(
+        plant,
+        Unforced(),
+        duration=n * plant.dt,
+        control_dt=plant.dt,
+        record=record,
+        progress=progress,
+        desc=desc,
+    )
     record(plant.time, *plant.state(), None)
     return np.array(Q), np.array(V), run
 
@@ -400,8 +451,14 @@ def random_state_checks(sys_, fd_t, model, data, fd_p, n, seed):
     e_fd = e_id = 0.0
     for _ in range(n):
         quat = rng.normal(size=4)
-        q = np.concatenate((rng.normal(size=3) * 2, quat / np.linalg.norm(quat), [rng.uniform(-1, 1)],
-                            rng.uniform(-np.pi, np.pi, 2)))
+        q = np.concatenate(
+            (
+                rng.normal(size=3) * 2,
+                quat / np.linalg.norm(quat),
+                [rng.uniform(-1, 1)],
+                rng.uniform(-np.pi, np.pi, 2),
+            )
+        )
         v = rng.normal(size=9) * 2
         extra = rng.normal(size=9) * 5
         e_fd = max(e_fd, float(np.abs(fd_t(q, v, extra) - fd_p(q, v, extra)).max()))
@@ -429,7 +486,9 @@ def run(ctx) -> Outcome:
     fd_t, fd_p = titop_fd(sys_, P), pinocchio_fd(model, data, P)
     q0, v0 = P.q0, np.zeros(9)
 
-    e_fd, e_id = random_state_checks(sys_, fd_t, model, data, fd_p, int(cfg["random_states"]), int(cfg["seed"]))
+    e_fd, e_id = random_state_checks(
+        sys_, fd_t, model, data, fd_p, int(cfg["random_states"]), int(cfg["seed"])
+    )
 
     n_en = int(round(float(cfg["energy_duration"]) / h))
     if n_en < 1:
@@ -444,20 +503,24 @@ def run(ctx) -> Outcome:
     # dampers off: energy (TITOP), and the growth of the differences where the motion stays chaotic
     P0 = P.with_dampers_off()
     Qe, Ve, run_e = integrate(RK4Plant(titop_fd(sys_, P0), q0, v0, h), n_en, pg, f"{NAME} (TITOP, undamped)")
-    Qep, _, run_ep = integrate(RK4Plant(pinocchio_fd(model, data, P0), q0, v0, h), n_en, pg,
-                               f"{NAME} (Pinocchio, undamped)")
-    Qem, _, run_em = integrate(MujocoRK4Plant(mujoco_model(cfg, P0), q0, v0), n_en, pg, f"{NAME} (MuJoCo, undamped)")
+    Qep, _, run_ep = integrate(
+        RK4Plant(pinocchio_fd(model, data, P0), q0, v0, h), n_en, pg, f"{NAME} (Pinocchio, undamped)"
+    )
+    Qem, _, run_em = integrate(
+        MujocoRK4Plant(mujoco_model(cfg, P0), q0, v0), n_en, pg, f"{NAME} (MuJoCo, undamped)"
+    )
     qpert = q0.copy()
-    qpert[9] += cfg["perturbation_rad"]                  # the system's own sensitivity (Pinocchio, same RK4)
-    Qeq, _, run_eq = integrate(RK4Plant(pinocchio_fd(model, data, P0), qpert, v0, h), n_en, pg,
-                               f"{NAME} (Pinocchio, perturbed)")
+    qpert[9] += cfg["perturbation_rad"]  # the system's own sensitivity (Pinocchio, same RK4)
+    Qeq, _, run_eq = integrate(
+        RK4Plant(pinocchio_fd(model, data, P0), qpert, v0, h), n_en, pg, f"{NAME} (Pinocchio, perturbed)"
+    )
     runs = (run_t, run_p, run_m, run_e, run_ep, run_em, run_eq)
     # all seven loops: simulated time over their wall time
     realtime_factor = sum(r.simulated_s for r in runs) / sum(r.wall_s for r in runs)
     stride_e = max(1, n_en // 4000)
     E = np.array([energy(sys_, P0, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
     K = np.array([kinetic(sys_, Qe[k], Ve[k]) for k in range(0, n_en + 1, stride_e)])
-    drift = float(np.abs(E - E[0]).max() / K.max())    # scale: the largest kinetic energy (E₀ depends on
+    drift = float(np.abs(E - E[0]).max() / K.max())  # scale: the largest kinetic energy (E₀ depends on
     #                                                     the potential's reference; both are reported)
     te = np.arange(n_en + 1) * h
     De = dofs(Qe)
@@ -483,55 +546,112 @@ def run(ctx) -> Outcome:
     stride = max(1, int(round(cfg["log_dt"] / h)))
     log = ctx.logger
     for k in range(0, n + 1, stride):
-        log.append(t=t[k], q=shown[0][k], v=shown[1][k], dof=shown[2][k], plant_qpos=pin_to_mujoco_qpos(shown[0][k]),
-                   diff_titop_pinocchio=d_tp[k], diff_titop_mujoco=d_tm[k], diff_pinocchio_mujoco=d_pm[k])
-    log.meta.update(mjcf_path=str(resolve_asset(cfg["mjcf"])), urdf_path=str(resolve_asset(cfg["urdf"])),
-                    engine=cfg["engine"], dof_names=np.array(DOF_NAMES), joint_names=np.array(JOINTS),
-                    energy_t=np.arange(0, n_en + 1, stride_e) * h, energy=E, kinetic=K,
-                    undamped_t=te[::stride], undamped_diff_titop_pinocchio=u_tp[::stride],
-                    undamped_diff_titop_mujoco=u_tm[::stride], undamped_diff_perturbed=u_pert[::stride],
-                    **{f"undamped_{name}_{unit}": U[::stride][:, idx].max(axis=1)
-                       for name, U in (("diff_titop_pinocchio", U_tp), ("diff_titop_mujoco", U_tm),
-                                       ("diff_perturbed", U_pert))
-                       for unit, idx in (("m", LENGTH_DOFS), ("rad", ANGLE_DOFS))})
+        log.append(
+            t=t[k],
+            q=shown[0][k],
+            v=shown[1][k],
+            dof=shown[2][k],
+            plant_qpos=pin_to_mujoco_qpos(shown[0][k]),
+            diff_titop_pinocchio=d_tp[k],
+            diff_titop_mujoco=d_tm[k],
+            diff_pinocchio_mujoco=d_pm[k],
+        )
+    log.meta.update(
+        mjcf_path=str(resolve_asset(cfg["mjcf"])),
+        urdf_path=str(resolve_asset(cfg["urdf"])),
+        engine=cfg["engine"],
+        dof_names=np.array(DOF_NAMES),
+        joint_names=np.array(JOINTS),
+        energy_t=np.arange(0, n_en + 1, stride_e) * h,
+        energy=E,
+        kinetic=K,
+        undamped_t=te[::stride],
+        undamped_diff_titop_pinocchio=u_tp[::stride],
+        undamped_diff_titop_mujoco=u_tm[::stride],
+        undamped_diff_perturbed=u_pert[::stride],
+        **{
+            f"undamped_{name}_{unit}": U[::stride][:, idx].max(axis=1)
+            for name, U in (
+                ("diff_titop_pinocchio", U_tp),
+                ("diff_titop_mujoco", U_tm),
+                ("diff_perturbed", U_pert),
+            )
+            for unit, idx in (("m", LENGTH_DOFS), ("rad", ANGLE_DOFS))
+        },
+    )
 
-    m = dict(engine=cfg["engine"], duration_s=T, dt_s=h,
-             fd_vs_pinocchio_max=e_fd, id_vs_pinocchio_max=e_id,
-             traj_vs_pinocchio_max=float(dmax_tp[: n5 + 1].max()),
-             traj_vs_mujoco_max=float(dmax_tm[: n2 + 1].max()),
-             traj_pinocchio_vs_mujoco_max=float(dmax_pm[: n2 + 1].max()),
-             energy_drift_rel=drift, energy_duration_s=float(cfg["energy_duration"]),
-             energy_drift_rel_to_e0=float(np.abs(E - E[0]).max() / abs(E[0])), energy_initial_j=float(E[0]),
-             kinetic_energy_max_j=float(K.max()),
-             diff_titop_pinocchio_end=float(dmax_tp[-1]), diff_titop_mujoco_end=float(dmax_tm[-1]),
-             growth_rate_titop_pinocchio_per_s=lam_tp, growth_rate_titop_mujoco_per_s=lam_tm,
-             undamped_growth_rate_titop_pinocchio_per_s=lam_u_tp, undamped_growth_rate_titop_mujoco_per_s=lam_u_tm,
-             undamped_lyapunov_estimate_per_s=lam_sys,
-             undamped_diff_titop_pinocchio_end=float(u_tp[-1]), undamped_diff_titop_mujoco_end=float(u_tm[-1]),
-             undamped_diff_titop_pinocchio_5s=float(u_tp[: int(round(5.0 / h)) + 1].max()),
-             time_diff_pinocchio_above_1em3_s=first_above(dmax_tp, 1e-3),
-             time_diff_mujoco_above_1em3_s=first_above(dmax_tm, 1e-3),
-             sim_wall_titop_s=wall_titop, sim_wall_pinocchio_s=wall_pin, realtime_factor=realtime_factor)
+    m = dict(
+        engine=cfg["engine"],
+        duration_s=T,
+        dt_s=h,
+        fd_vs_pinocchio_max=e_fd,
+        id_vs_pinocchio_max=e_id,
+        traj_vs_pinocchio_max=float(dmax_tp[: n5 + 1].max()),
+        traj_vs_mujoco_max=float(dmax_tm[: n2 + 1].max()),
+        traj_pinocchio_vs_mujoco_max=float(dmax_pm[: n2 + 1].max()),
+        energy_drift_rel=drift,
+        energy_duration_s=float(cfg["energy_duration"]),
+        energy_drift_rel_to_e0=float(np.abs(E - E[0]).max() / abs(E[0])),
+        energy_initial_j=float(E[0]),
+        kinetic_energy_max_j=float(K.max()),
+        diff_titop_pinocchio_end=float(dmax_tp[-1]),
+        diff_titop_mujoco_end=float(dmax_tm[-1]),
+        growth_rate_titop_pinocchio_per_s=lam_tp,
+        growth_rate_titop_mujoco_per_s=lam_tm,
+        undamped_growth_rate_titop_pinocchio_per_s=lam_u_tp,
+        undamped_growth_rate_titop_mujoco_per_s=lam_u_tm,
+        undamped_lyapunov_estimate_per_s=lam_sys,
+        undamped_diff_titop_pinocchio_end=float(u_tp[-1]),
+        undamped_diff_titop_mujoco_end=float(u_tm[-1]),
+        undamped_diff_titop_pinocchio_5s=float(u_tp[: int(round(5.0 / h)) + 1].max()),
+        time_diff_pinocchio_above_1em3_s=first_above(dmax_tp, 1e-3),
+        time_diff_mujoco_above_1em3_s=first_above(dmax_tm, 1e-3),
+        sim_wall_titop_s=wall_titop,
+        sim_wall_pinocchio_s=wall_pin,
+        realtime_factor=realtime_factor,
+    )
     w5, w2 = n5 * h, n2 * h
-    rows = [Row("fd_vs_pinocchio_max", e_fd, "negligible", "<= 1e-9", e_fd <= 1e-9),
-            Row("id_vs_pinocchio_max", e_id, None, "<= 1e-9", e_id <= 1e-9),
-            Row(f"traj_vs_pinocchio_max (first {w5:g} s)", m["traj_vs_pinocchio_max"], "negligible (Simscape)",
-                "<= 1e-6", m["traj_vs_pinocchio_max"] <= 1e-6),
-            Row(f"traj_vs_mujoco_max (first {w2:g} s)", m["traj_vs_mujoco_max"], None, "<= 1e-3",
-                m["traj_vs_mujoco_max"] <= 1e-3),
-            Row("energy_drift_rel (dampers 0)", drift, None, "<= 1e-6", drift <= 1e-6),
-            Row("diff growth TITOP-Pinocchio [1/s]", _or(lam_tp, "none (Δ stays at round-off)"), None, "report"),
-            Row("diff growth TITOP-MuJoCo [1/s]", _or(lam_tm, "none (Δ stays at round-off)"), None, "report"),
-            Row("undamped: diff growth TITOP-Pinocchio [1/s]", lam_u_tp, None, "report"),
-            Row("undamped: diff growth TITOP-MuJoCo [1/s]", lam_u_tm, None, "report"),
-            Row("undamped: Lyapunov-like exponent [1/s]", lam_sys, None, "report"),
-            Row("undamped: |TITOP−Pinocchio| at the end", m["undamped_diff_titop_pinocchio_end"], None, "report"),
-            Row("undamped: |TITOP−MuJoCo| at the end", m["undamped_diff_titop_mujoco_end"], None, "report"),
-            Row("t(|Δ| > 1e-3) vs Pinocchio [s]", _or(m["time_diff_pinocchio_above_1em3_s"], f"never in {T:g} s"), None, "report"),
-            Row("t(|Δ| > 1e-3) vs MuJoCo [s]", _or(m["time_diff_mujoco_above_1em3_s"], f"never in {T:g} s"), None, "report"),
-            Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}"),
-            Row("realtime_factor (all seven runs)", realtime_factor, None, "report")]
-    if ctx.viewer is not None:                      # replay the shown engine's motion in Meshcat
+    rows = [
+        Row("fd_vs_pinocchio_max", e_fd, "negligible", "<= 1e-9", e_fd <= 1e-9),
+        Row("id_vs_pinocchio_max", e_id, None, "<= 1e-9", e_id <= 1e-9),
+        Row(
+            f"traj_vs_pinocchio_max (first {w5:g} s)",
+            m["traj_vs_pinocchio_max"],
+            "negligible (Simscape)",
+            "<= 1e-6",
+            m["traj_vs_pinocchio_max"] <= 1e-6,
+        ),
+        Row(
+            f"traj_vs_mujoco_max (first {w2:g} s)",
+            m["traj_vs_mujoco_max"],
+            None,
+            "<= 1e-3",
+            m["traj_vs_mujoco_max"] <= 1e-3,
+        ),
+        Row("energy_drift_rel (dampers 0)", drift, None, "<= 1e-6", drift <= 1e-6),
+        Row("diff growth TITOP-Pinocchio [1/s]", _or(lam_tp, "none (Δ stays at round-off)"), None, "report"),
+        Row("diff growth TITOP-MuJoCo [1/s]", _or(lam_tm, "none (Δ stays at round-off)"), None, "report"),
+        Row("undamped: diff growth TITOP-Pinocchio [1/s]", lam_u_tp, None, "report"),
+        Row("undamped: diff growth TITOP-MuJoCo [1/s]", lam_u_tm, None, "report"),
+        Row("undamped: Lyapunov-like exponent [1/s]", lam_sys, None, "report"),
+        Row("undamped: |TITOP−Pinocchio| at the end", m["undamped_diff_titop_pinocchio_end"], None, "report"),
+        Row("undamped: |TITOP−MuJoCo| at the end", m["undamped_diff_titop_mujoco_end"], None, "report"),
+        Row(
+            "t(|Δ| > 1e-3) vs Pinocchio [s]",
+            _or(m["time_diff_pinocchio_above_1em3_s"], f"never in {T:g} s"),
+            None,
+            "report",
+        ),
+        Row(
+            "t(|Δ| > 1e-3) vs MuJoCo [s]",
+            _or(m["time_diff_mujoco_above_1em3_s"], f"never in {T:g} s"),
+            None,
+            "report",
+        ),
+        Row("sim wall time TITOP / Pinocchio [s]", f"{wall_titop:.1f} / {wall_pin:.1f}"),
+        Row("realtime_factor (all seven runs)", realtime_factor, None, "report"),
+    ]
+    if ctx.viewer is not None:  # replay the shown engine's motion in Meshcat
         viewer = ctx.make_viewer(mjm)
         L = log.arrays()
         for tk, qk in zip(L["t"], L["plant_qpos"]):
@@ -558,8 +678,10 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
         b.tick_params(axis="y", colors="r")
     for a in ax[-1]:
         a.set_xlabel("t [s]")
-    fig.suptitle(f"Balloon, slider, double pendulum ([Alazard] Fig. 17): {cfg['engine']} (black, left axis), "
-                 f"|{cfg['engine']} − {other}| (red, right axis, log, same unit)")
+    fig.suptitle(
+        f"Balloon, slider, double pendulum ([Alazard] Fig. 17): {cfg['engine']} (black, left axis), "
+        f"|{cfg['engine']} − {other}| (red, right axis, log, same unit)"
+    )
     fig.tight_layout()
     paths.append(ctx.save_figure(fig, "dofs", dpi=100))
 
@@ -567,25 +689,50 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
     fig, ax = plt.subplots(5, 1, figsize=(9, 17))
     for row, (unit, idx) in enumerate((("m", LENGTH_DOFS), ("rad", ANGLE_DOFS))):
         a = ax[row]
-        for d, lab, ls in ((d_tp, "TITOP − Pinocchio (same RK4)", "-"), (d_tm, "TITOP − MuJoCo (RK4)", "--"),
-                           (d_pm, "Pinocchio − MuJoCo", ":")):
+        for d, lab, ls in (
+            (d_tp, "TITOP − Pinocchio (same RK4)", "-"),
+            (d_tm, "TITOP − MuJoCo (RK4)", "--"),
+            (d_pm, "Pinocchio − MuJoCo", ":"),
+        ):
             a.semilogy(t, d[:, idx].max(axis=1) + 1e-17, ls, label=lab, lw=1)
-        a.axvline(cfg["compare_pinocchio_duration"], color="grey", ls=":",
-                  label=f"Pinocchio window ({cfg['compare_pinocchio_duration']:g} s)")
-        a.axvline(cfg["compare_mujoco_duration"], color="grey", ls="--",
-                  label=f"MuJoCo window ({cfg['compare_mujoco_duration']:g} s)")
+        a.axvline(
+            cfg["compare_pinocchio_duration"],
+            color="grey",
+            ls=":",
+            label=f"Pinocchio window ({cfg['compare_pinocchio_duration']:g} s)",
+        )
+        a.axvline(
+            cfg["compare_mujoco_duration"],
+            color="grey",
+            ls="--",
+            label=f"MuJoCo window ({cfg['compare_mujoco_duration']:g} s)",
+        )
         what = "x, y, z, p" if unit == "m" else "φ, θ, ψ, θ₁, θ₂"
         a.set_ylabel(f"max |Δ| over {what} [{unit}]")
         a.set_xlabel("t [s]")
         a.legend(fontsize=8)
-        a.set_title(f"differences between engines, dampers as configured ({'lengths' if unit == 'm' else 'angles'})")
+        a.set_title(
+            f"differences between engines, dampers as configured ({'lengths' if unit == 'm' else 'angles'})"
+        )
     tu = meta["undamped_t"]
     for row, unit in ((2, "m"), (3, "rad")):
         a = ax[row]
-        a.semilogy(tu, meta[f"undamped_diff_titop_pinocchio_{unit}"] + 1e-17, label="TITOP − Pinocchio (same RK4)", lw=1)
-        a.semilogy(tu, meta[f"undamped_diff_titop_mujoco_{unit}"] + 1e-17, "--", label="TITOP − MuJoCo (RK4)", lw=1)
-        a.semilogy(tu, meta[f"undamped_diff_perturbed_{unit}"] + 1e-17, ":",
-                   label=f"Pinocchio, θ₂(0) + {cfg['perturbation_rad']:g} rad", lw=1)
+        a.semilogy(
+            tu,
+            meta[f"undamped_diff_titop_pinocchio_{unit}"] + 1e-17,
+            label="TITOP − Pinocchio (same RK4)",
+            lw=1,
+        )
+        a.semilogy(
+            tu, meta[f"undamped_diff_titop_mujoco_{unit}"] + 1e-17, "--", label="TITOP − MuJoCo (RK4)", lw=1
+        )
+        a.semilogy(
+            tu,
+            meta[f"undamped_diff_perturbed_{unit}"] + 1e-17,
+            ":",
+            label=f"Pinocchio, θ₂(0) + {cfg['perturbation_rad']:g} rad",
+            lw=1,
+        )
         what = "x, y, z, p" if unit == "m" else "φ, θ, ψ, θ₁, θ₂"
         a.set_ylabel(f"max |Δ| over {what} [{unit}]")
         a.set_xlabel("t [s]")

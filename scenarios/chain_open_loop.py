@@ -15,6 +15,7 @@ realizes (rotation vector), and against the paper-law run for information.
    relative to the largest |E| of the run.  The paper's law (19) is not conservative (its moments are not
    the gradient of ½ΣK·angle², models/tensor_chain.py), so its E drifts; "rotvec" conserves E up to RK4.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,12 @@ from cmstack.sim.logger import Logger
 from cmstack.sim.runner import simulate
 
 NAME = "chain_open_loop"
-TARGETS = dict(momentum_drift_rel=1e-8, constraint_violation_max_m=1e-6, internal_force_during_moment_max_n=1e-9,
-               mujoco_pose_diff_max=1e-3)
+TARGETS = dict(
+    momentum_drift_rel=1e-8,
+    constraint_violation_max_m=1e-6,
+    internal_force_during_moment_max_n=1e-9,
+    mujoco_pose_diff_max=1e-3,
+)
 
 
 def build_chain(cfg, spring_law=None, **kw) -> TensorChain:
@@ -42,8 +47,16 @@ def build_chain(cfg, spring_law=None, **kw) -> TensorChain:
     g = np.asarray(cfg["gravity"], dtype=float)
     if g.shape != (3,):
         raise ConfigError(f"gravity must be a 3-vector, got {cfg['gravity']}")
-    return TensorChain.rods(n, cfg["length"], cfg["radius"], cfg["mass"], k, gravity=g,
-                            spring_law=spring_law or cfg["spring_law"], **kw)
+    return TensorChain.rods(
+        n,
+        cfg["length"],
+        cfg["radius"],
+        cfg["mass"],
+        k,
+        gravity=g,
+        spring_law=spring_law or cfg["spring_law"],
+        **kw,
+    )
 
 
 def body_names(n: int) -> list[str]:
@@ -63,18 +76,18 @@ def pulse_port(cfg, chain: TensorChain):
             raise ConfigError(f"{key}_pulse.{key} must be a 3-vector")
     comp = np.zeros(6 * n)
     if cfg["gravity_compensated"]:
-        comp[:3 * n] = -np.repeat(chain.masses, 3) * np.tile(chain.gravity, n)
+        comp[: 3 * n] = -np.repeat(chain.masses, 3) * np.tile(chain.gravity, n)
 
     def port(t):
         tau = comp.copy()
         on = False
         if mp["t0"] <= t < mp["t1"]:
             b = mp["body"] - 1
-            tau[3 * n + 3 * b:3 * n + 3 * b + 3] += mp["moment"]
+            tau[3 * n + 3 * b : 3 * n + 3 * b + 3] += mp["moment"]
             on = True
         if fp["t0"] <= t < fp["t1"]:
             b = fp["body"] - 1
-            tau[3 * b:3 * b + 3] += fp["force"]
+            tau[3 * b : 3 * b + 3] += fp["force"]
             on = True
         return tau, on
 
@@ -89,7 +102,7 @@ class PortSchedule:
     def __init__(self, port, dt: float):
         self.port, self.dt = port, float(dt)
         self.info = StepInfo(status="open loop")
-        self.on = False          # is a pulse on at the last call
+        self.on = False  # is a pulse on at the last call
 
     def __call__(self, t, q, v):
         tau, self.on = self.port(round(t / self.dt) * self.dt)
@@ -140,6 +153,7 @@ def run(ctx) -> Outcome:
     def energy(ch, st):
         E = ch.kinetic_energy(st) + ch.spring_energy(st.R)
         return E if g_pot is None else E + float(np.sum(g_pot * st.pos))
+
     mp, fp = cfg["moment_pulse"], cfg["force_pulse"]
     ctl = PortSchedule(port, dt)
     # the tensor models run beside the plant, one step per control step, inside record(); what the loop
@@ -152,12 +166,21 @@ def run(ctx) -> Outcome:
 
     def record(_t, q, v, tau):
         k, s, s_rv = st["k"], st["s"], st["s_rv"]
-        t = k * dt                                       # the schedule's time (PortSchedule snaps to it)
+        t = k * dt  # the schedule's time (PortSchedule snaps to it)
         d = plant.data
-        quat_g = d.xquat[rows].copy()                    # the plant's chain state (pose part of chain_state())
+        quat_g = d.xquat[rows].copy()  # the plant's chain state (pose part of chain_state())
         quat_g[quat_g[:, 0] < 0] *= -1.0
-        raw.append(on=float(ctl.on), pos=s.pos, quat=s.quat, nu=s.nu, pos_rv=s_rv.pos, quat_rv=s_rv.quat, nu_rv=s_rv.nu,
-                   pos_g=d.xpos[rows], quat_g=quat_g)
+        raw.append(
+            on=float(ctl.on),
+            pos=s.pos,
+            quat=s.quat,
+            nu=s.nu,
+            pos_rv=s_rv.pos,
+            quat_rv=s_rv.quat,
+            nu_rv=s_rv.nu,
+            pos_g=d.xpos[rows],
+            quat_g=quat_g,
+        )
         if k % log_every == 0:
             log.append(t=t, pos=s.pos, quat=s.quat, port=tau, plant_qpos=d.qpos)
         if k == steps:
@@ -173,10 +196,19 @@ def run(ctx) -> Outcome:
         st["s_rv"], _ = chain_rv.step(s_rv, dt, tau, method=cfg["method"], project=cfg["project"])
         st["k"] = k + 1
 
-    viewer = ctx.make_viewer(plant.model)         # --viewer meshcat: the MuJoCo chain, live
-    res = simulate(plant, ctl, duration=steps * dt, control_dt=dt, record=record, viewer=viewer,
-                   progress=ctx.progress, desc=NAME, log=log)
-    q, v = plant.state()                             # the final state closes the last interval
+    viewer = ctx.make_viewer(plant.model)  # --viewer meshcat: the MuJoCo chain, live
+    res = simulate(
+        plant,
+        ctl,
+        duration=steps * dt,
+        control_dt=dt,
+        record=record,
+        viewer=viewer,
+        progress=ctx.progress,
+        desc=NAME,
+        log=log,
+    )
+    q, v = plant.state()  # the final state closes the last interval
     record(plant.time, q, v, ctl(plant.time, q, v))
     R = raw.arrays()
     T = len(R["on"])
@@ -184,16 +216,18 @@ def run(ctx) -> Outcome:
     viol_, diff_rv, diff_paper = np.zeros(T), np.full((T, 2), np.nan), np.zeros((T, 2))
     model_qpos = np.zeros((T, plant.model.nq))
     ref = e_ref = None
-    drift_P = drift_L = scale_P = scale_L = viol_max = fj_moment = fj_force = fj_jump = cmp_rv = cmp_paper = 0.0
+    drift_P = drift_L = scale_P = scale_L = viol_max = fj_moment = fj_force = fj_jump = cmp_rv = cmp_paper = (
+        0.0
+    )
     drift_E, scale_E, fj_prev = np.zeros(2), np.zeros(2), None
-    for k in range(T):                               # the per-step bookkeeping, in the order of the steps
+    for k in range(T):  # the per-step bookkeeping, in the order of the steps
         t = k * dt
         s = ChainState(R["pos"][k], R["quat"][k], R["nu"][k])
         s_rv = ChainState(R["pos_rv"][k], R["quat_rv"][k], R["nu_rv"][k])
         g = ChainState(R["pos_g"][k], R["quat_g"][k], None)
         P, L = chain.momentum(s)
         scale_P, scale_L = max(scale_P, np.linalg.norm(P)), max(scale_L, np.linalg.norm(L))
-        if ref is not None:                          # the state at t closes the previous zero-port step
+        if ref is not None:  # the state at t closes the previous zero-port step
             drift_P = max(drift_P, float(np.linalg.norm(P - ref[0])))
             drift_L = max(drift_L, float(np.linalg.norm(L - ref[1])))
         E = np.array([energy(chain, s), energy(chain_rv, s_rv)])
@@ -224,41 +258,80 @@ def run(ctx) -> Outcome:
         model_qpos[k] = plant.qpos_of(s)
     pre_viol_max = float(np.max(R["pre_viol"], initial=0.0))
     FJ = np.linalg.norm(R["F_J"].reshape(T, -1, 3), axis=2)
-    for key, x in (("P", P_), ("L", L_), ("viol", viol_), ("FJ", FJ), ("model_qpos", model_qpos),
-                   ("plant_pos", R["pos_g"]), ("pose_diff_rotvec", diff_rv), ("pose_diff_paper", diff_paper),
-                   ("energy", E_)):
+    for key, x in (
+        ("P", P_),
+        ("L", L_),
+        ("viol", viol_),
+        ("FJ", FJ),
+        ("model_qpos", model_qpos),
+        ("plant_pos", R["pos_g"]),
+        ("pose_diff_rotvec", diff_rv),
+        ("pose_diff_paper", diff_paper),
+        ("energy", E_),
+    ):
         log.put(key, x[::log_every])
 
     mom_rel = max(drift_P / max(scale_P, 1e-300), drift_L / max(scale_L, 1e-300))
-    metrics = dict(momentum_drift_rel=mom_rel, linear_momentum_drift_rel=drift_P / max(scale_P, 1e-300),
-                   angular_momentum_drift_rel=drift_L / max(scale_L, 1e-300),
-                   constraint_violation_max_m=viol_max, constraint_drift_per_step_max_m=pre_viol_max,
-                   internal_force_during_moment_max_n=fj_moment, internal_force_during_force_max_n=fj_force,
-                   internal_force_step_jump_max_n=fj_jump,
-                   mujoco_pose_diff_max=cmp_rv, mujoco_pose_diff_paper_law=cmp_paper,
-                   linear_momentum_final=scale_P, angular_momentum_max=scale_L,
-                   realtime_factor=res.realtime_factor, control_step_us_median=res.step_us_median)
+    metrics = dict(
+        momentum_drift_rel=mom_rel,
+        linear_momentum_drift_rel=drift_P / max(scale_P, 1e-300),
+        angular_momentum_drift_rel=drift_L / max(scale_L, 1e-300),
+        constraint_violation_max_m=viol_max,
+        constraint_drift_per_step_max_m=pre_viol_max,
+        internal_force_during_moment_max_n=fj_moment,
+        internal_force_during_force_max_n=fj_force,
+        internal_force_step_jump_max_n=fj_jump,
+        mujoco_pose_diff_max=cmp_rv,
+        mujoco_pose_diff_paper_law=cmp_paper,
+        linear_momentum_final=scale_P,
+        angular_momentum_max=scale_L,
+        realtime_factor=res.realtime_factor,
+        control_step_us_median=res.step_us_median,
+    )
     law = cfg["spring_law"]
     e_rel = drift_E / np.maximum(scale_E, 1e-300)
     metrics[f"energy_drift_rel_{law}"] = float(e_rel[0])
     metrics["energy_drift_rel_rotvec"] = float(e_rel[1])
-    e_note = {"euler123": "(19): not conservative", "rotvec": "conservative (RK4 error)",
-              "euler123_conservative": "ours: conservative (RK4 error)"}
+    e_note = {
+        "euler123": "(19): not conservative",
+        "rotvec": "conservative (RK4 error)",
+        "euler123_conservative": "ours: conservative (RK4 error)",
+    }
     rows = [
-        Row("momentum_drift_rel", mom_rel, "const. (Fig. 2)", "<= 1e-8", bool(mom_rel <= TARGETS["momentum_drift_rel"])),
-        Row("constraint_violation_max_m", viol_max, "negligible", "<= 1e-6",
-            viol_max <= TARGETS["constraint_violation_max_m"]),
+        Row(
+            "momentum_drift_rel",
+            mom_rel,
+            "const. (Fig. 2)",
+            "<= 1e-8",
+            bool(mom_rel <= TARGETS["momentum_drift_rel"]),
+        ),
+        Row(
+            "constraint_violation_max_m",
+            viol_max,
+            "negligible",
+            "<= 1e-6",
+            viol_max <= TARGETS["constraint_violation_max_m"],
+        ),
         Row("constraint_drift_per_step_max_m", pre_viol_max, None, "(before projection)"),
-        Row("internal_force_during_moment_max_n", fj_moment, "≈ 0", "<= 1e-9",
-            fj_moment <= TARGETS["internal_force_during_moment_max_n"]),
+        Row(
+            "internal_force_during_moment_max_n",
+            fj_moment,
+            "≈ 0",
+            "<= 1e-9",
+            fj_moment <= TARGETS["internal_force_during_moment_max_n"],
+        ),
         Row("internal_force_during_force_max_n", fj_force, "non-zero, bounded", "> 0", fj_force > 0),
         Row("internal_force_step_jump_max_n", fj_jump, "continuous", None),
         Row("mujoco_pose_diff_max", cmp_rv, None, "<= 1e-3", cmp_rv <= TARGETS["mujoco_pose_diff_max"]),
         Row("mujoco_pose_diff_paper_law", cmp_paper, None, "(Euler-angle springs vs MuJoCo's)"),
     ]
-    rows += [Row(f"energy_drift_rel_{x}", metrics[f"energy_drift_rel_{x}"], None, f"report, {e_note[x]}")
-             for x in dict.fromkeys((law, "rotvec"))]
-    rows.append(Row("realtime_factor", res.realtime_factor, None, "report (MuJoCo chain + both tensor models)"))
+    rows += [
+        Row(f"energy_drift_rel_{x}", metrics[f"energy_drift_rel_{x}"], None, f"report, {e_note[x]}")
+        for x in dict.fromkeys((law, "rotvec"))
+    ]
+    rows.append(
+        Row("realtime_factor", res.realtime_factor, None, "report (MuJoCo chain + both tensor models)")
+    )
     plots = make_plots(ctx, cfg) if ctx.drawing else []
     return Outcome(metrics, rows, plots)
 
@@ -318,13 +391,33 @@ def make_plots(ctx, cfg):
 
     # positions (m) and attitudes (rad) on separate axes
     fig, axs = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for col, (ax, what) in enumerate(zip(axs, ("max |Δp| over bodies [m]", "max attitude angle difference [rad]"))):
-        ax.semilogy(t, np.maximum(a["pose_diff_rotvec"][:, col], 1e-16), label="tensor (rotation-vector springs) vs MuJoCo")
-        ax.semilogy(t, np.maximum(a["pose_diff_paper"][:, col], 1e-16), label="tensor (Euler-angle springs (19)) vs MuJoCo")
-        ax.axvline(cfg["compare_duration"], color="k", ls="--", lw=0.8,
-                   label=f"end of the compared window ({cfg['compare_duration']:g} s)")
-        ax.axhline(TARGETS["mujoco_pose_diff_max"], color="grey", ls=":", lw=0.8,
-                   label=f"target ≤ {TARGETS['mujoco_pose_diff_max']:g} (rotation-vector law, in the window)")
+    for col, (ax, what) in enumerate(
+        zip(axs, ("max |Δp| over bodies [m]", "max attitude angle difference [rad]"))
+    ):
+        ax.semilogy(
+            t,
+            np.maximum(a["pose_diff_rotvec"][:, col], 1e-16),
+            label="tensor (rotation-vector springs) vs MuJoCo",
+        )
+        ax.semilogy(
+            t,
+            np.maximum(a["pose_diff_paper"][:, col], 1e-16),
+            label="tensor (Euler-angle springs (19)) vs MuJoCo",
+        )
+        ax.axvline(
+            cfg["compare_duration"],
+            color="k",
+            ls="--",
+            lw=0.8,
+            label=f"end of the compared window ({cfg['compare_duration']:g} s)",
+        )
+        ax.axhline(
+            TARGETS["mujoco_pose_diff_max"],
+            color="grey",
+            ls=":",
+            lw=0.8,
+            label=f"target ≤ {TARGETS['mujoco_pose_diff_max']:g} (rotation-vector law, in the window)",
+        )
         _shade(ax, cfg)
         ax.set_ylabel(what)
         ax.grid(alpha=0.3)

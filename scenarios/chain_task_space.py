@@ -1,4 +1,6 @@
-"""DAC law (III) on the MuJoCo 5-body chain: end-effector tracking, null-space obstacle avoidance, disturbances ([Eslami] §4.2).
+"""DAC law (III) on the MuJoCo 5-body chain: tracking, null-space obstacle avoidance ([Eslami] §4.2).
+
+End-effector tracking with disturbances.
 
 The controller sees body poses and twists (q = [p_i; quat_i], v = ν), computes the port τ_c of law (III)
 (51)–(54) with the tensor model, and a RHS map turns it into actuation: thrusters on every body of the
@@ -8,6 +10,7 @@ bodies 3 and 5.  Metrics: EE position/attitude error averaged over the last half
 V = ½ sᵀℳs between control samples outside the disturbance windows, and the smallest distance of any
 rod axis (all bodies) to a keep-out sphere's surface (the CoM distance, what the paper's U_o sees, as info).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,14 +36,24 @@ def build_model(cfg, fixed_base: bool, base_pose=None) -> TensorChain:
     if k.shape != (3,) or g.shape != (3,):
         raise ConfigError("stiffness and gravity must be 3-vectors")
     kw = dict(fixed_base=True, base_pose=base_pose) if fixed_base else {}
-    return TensorChain.rods(cfg["n_bodies"], cfg["length"], cfg["radius"], cfg["mass"], k, gravity=g,
-                            spring_law=cfg["model_spring_law"], **kw)
+    return TensorChain.rods(
+        cfg["n_bodies"],
+        cfg["length"],
+        cfg["radius"],
+        cfg["mass"],
+        k,
+        gravity=g,
+        spring_law=cfg["model_spring_law"],
+        **kw,
+    )
 
 
 def initial_state(cfg, chain: TensorChain) -> ChainState:
     bends = np.asarray(cfg["initial_bend_rad"], dtype=float)
     if bends.shape != (chain.n - 1,):
-        raise ConfigError(f"initial_bend_rad needs one angle per joint ({chain.n - 1}), got {cfg['initial_bend_rad']}")
+        raise ConfigError(
+            f"initial_bend_rad needs one angle per joint ({chain.n - 1}), got {cfg['initial_bend_rad']}"
+        )
     n = chain.n
     R = np.empty((n, 3, 3))
     R[0] = np.eye(3)
@@ -66,17 +79,27 @@ def ee_trajectory(cfg, p0, q0):
     ux, uy, uz = ax.tolist()
     b0, b1, b2, b3 = np.asarray(q0, dtype=float).tolist()
 
-    def traj(t):             # on Python floats: called once per control step
+    def traj(t):  # on Python floats: called once per control step
         s, c = math.sin(om * t), math.cos(om * t)
         p = p0 + np.array([0.0, ay * s, az * (1 - c)])
-        h = 0.5 * al * s                                     # exp(α sin(ωt) a) = (cos h, sin h · a)
+        h = 0.5 * al * s  # exp(α sin(ωt) a) = (cos h, sin h · a)
         ch, sh = math.cos(h), math.sin(h)
         a1, a2, a3 = sh * ux, sh * uy, sh * uz
-        q = np.array([ch * b0 - a1 * b1 - a2 * b2 - a3 * b3, ch * b1 + a1 * b0 + a2 * b3 - a3 * b2,
-                      ch * b2 - a1 * b3 + a2 * b0 + a3 * b1, ch * b3 + a1 * b2 - a2 * b1 + a3 * b0])
+        q = np.array(
+            [
+                ch * b0 - a1 * b1 - a2 * b2 - a3 * b3,
+                ch * b1 + a1 * b0 + a2 * b3 - a3 * b2,
+                ch * b2 - a1 * b3 + a2 * b0 + a3 * b1,
+                ch * b3 + a1 * b2 - a2 * b1 + a3 * b0,
+            ]
+        )
         kw, kd = al * om * c, -al * om * om * s
-        return (p, q, np.array([0.0, ay * om * c, az * om * s, kw * ux, kw * uy, kw * uz]),
-                np.array([0.0, -ay * om * om * s, az * om * om * c, kd * ux, kd * uy, kd * uz]))
+        return (
+            p,
+            q,
+            np.array([0.0, ay * om * c, az * om * s, kw * ux, kw * uy, kw * uz]),
+            np.array([0.0, -ay * om * om * s, az * om * om * c, kd * ux, kd * uy, kd * uz]),
+        )
 
     return FromWorldFunction(traj)
 
@@ -95,7 +118,7 @@ class ChainController:
 
     def state(self, q, v) -> ChainState:
         n = self.n
-        return ChainState(q[:3 * n].reshape(n, 3), q[3 * n:].reshape(n, 4), np.asarray(v, float))
+        return ChainState(q[: 3 * n].reshape(n, 3), q[3 * n :].reshape(n, 4), np.asarray(v, float))
 
     def __call__(self, t, q, v):
         s = self.state(q, v)
@@ -133,13 +156,21 @@ def segment_clearance(pos, quat, half, obstacles):
     r = np.array([float(ob.radius) for ob in obstacles])
     x = quat_to_matrix(quat)[..., :, 0]
     a = pos - half * x
-    d = (2.0 * half) * x                                                      # b − a
+    d = (2.0 * half) * x  # b − a
     L2 = np.einsum("...na,...na->...n", d, d)
-    ca = c - a[..., :, None, :]                                               # (…, N, O, 3)
+    ca = c - a[..., :, None, :]  # (…, N, O, 3)
     u = np.clip(np.einsum("...noa,...na->...no", ca, d) / np.where(L2 > 0, L2, 1.0)[..., None], 0.0, 1.0)
     u[L2 <= 0] = 0.0
-    gap = np.sqrt(np.einsum("...noa,...noa->...no", ca - u[..., None] * d[..., None, :],
-                            ca - u[..., None] * d[..., None, :])) - r
+    gap = (
+        np.sqrt(
+            np.einsum(
+                "...noa,...noa->...no",
+                ca - u[..., None] * d[..., None, :],
+                ca - u[..., None] * d[..., None, :],
+            )
+        )
+        - r
+    )
     return float(gap.min()) if pos.ndim == 2 else gap.min(axis=(-2, -1))
 
 
@@ -150,21 +181,31 @@ def diagnostics(log, traj, n: int, half: float, obstacles) -> None:
     L = log.arrays()
     t, Q = L["t"], L["q"]
     T = len(t)
-    pos, quat = Q[:, :3 * n].reshape(T, n, 3), Q[:, 3 * n:].reshape(T, n, 4)
+    pos, quat = Q[:, : 3 * n].reshape(T, n, 3), Q[:, 3 * n :].reshape(T, n, 4)
     p_d, q_d = np.empty((T, 3)), np.empty((T, 4))
     for i in range(T):
         p_d[i], q_d[i] = traj.world(t[i])[:2]
     e_att = attitude_error(quat[:, -1], q_d)[0]
-    if "u" in L:                                                              # motor moments (N−1, 3), world axes
+    if "u" in L:  # motor moments (N−1, 3), world axes
         R = quat_to_matrix(quat[:, 1:])
         motor = np.abs(np.einsum("tjba,tjb->tja", R, L["u"])).max(axis=(1, 2))
     else:
         motor = np.zeros(T)
-    for k, x in (("pos", pos), ("quat", quat), ("ee_pos", pos[:, -1]), ("ee_pos_d", p_d), ("ee_quat", quat[:, -1]),
-                 ("ee_quat_d", q_d), ("e_pos", pos[:, -1] - p_d), ("e_att", e_att),
-                 ("clearance", segment_clearance(pos, quat, 0.0, obstacles)),
-                 ("seg_clearance", segment_clearance(pos, quat, half, obstacles)), ("motor_max_nm", motor),
-                 ("trail__EE", pos[:, -1]), ("trail__EE_desired", p_d)):
+    for k, x in (
+        ("pos", pos),
+        ("quat", quat),
+        ("ee_pos", pos[:, -1]),
+        ("ee_pos_d", p_d),
+        ("ee_quat", quat[:, -1]),
+        ("ee_quat_d", q_d),
+        ("e_pos", pos[:, -1] - p_d),
+        ("e_att", e_att),
+        ("clearance", segment_clearance(pos, quat, 0.0, obstacles)),
+        ("seg_clearance", segment_clearance(pos, quat, half, obstacles)),
+        ("motor_max_nm", motor),
+        ("trail__EE", pos[:, -1]),
+        ("trail__EE_desired", p_d),
+    ):
         log.put(k, x)
 
 
@@ -173,7 +214,9 @@ def run(ctx) -> Outcome:
     if cfg["rhs"] not in ("thrusters", "joint"):
         raise ConfigError(f"rhs='{cfg['rhs']}' is not one of ['thrusters', 'joint']")
     if cfg["model_spring_law"] not in ("rotvec", "euler123"):
-        raise ConfigError(f"model_spring_law='{cfg['model_spring_law']}' is not one of ['rotvec', 'euler123']")
+        raise ConfigError(
+            f"model_spring_law='{cfg['model_spring_law']}' is not one of ['rotvec', 'euler123']"
+        )
     if not 0 <= cfg["metrics_from"] < 1:
         raise ConfigError("metrics_from must be in [0, 1)")
     joint = cfg["rhs"] == "joint"
@@ -183,8 +226,9 @@ def run(ctx) -> Outcome:
     s0 = initial_state(cfg, free_chain)
     chain = build_model(cfg, True, (s0.pos[0].copy(), s0.quat[0].copy())) if joint else free_chain
 
-    plant = ChainMujocoPlant(cfg["mjcf_fixed"] if joint else cfg["mjcf"], names, sim_dt=cfg["sim_dt"],
-                             gravity=chain.gravity)
+    plant = ChainMujocoPlant(
+        cfg["mjcf_fixed"] if joint else cfg["mjcf"], names, sim_dt=cfg["sim_dt"], gravity=chain.gravity
+    )
     plant.check_matches(build_model({**cfg, "model_spring_law": "rotvec"}, False))
     plant.reset(s0)
 
@@ -194,14 +238,31 @@ def run(ctx) -> Outcome:
     k = cfg["obstacle_points_per_body"]
     if k < 1:
         raise ConfigError("obstacle_points_per_body must be >= 1")
-    pts = [[0.0, 0.0, 0.0]] if k == 1 else [[x, 0.0, 0.0] for x in np.linspace(-cfg["length"] / 2, cfg["length"] / 2, k)]
+    pts = (
+        [[0.0, 0.0, 0.0]]
+        if k == 1
+        else [[x, 0.0, 0.0] for x in np.linspace(-cfg["length"] / 2, cfg["length"] / 2, k)]
+    )
     if cfg["kd_mass"] < 0 or (cfg["kd_mass"] == 0 and not (cfg["kd_v"] > 0 and cfg["kd_w"] > 0)):
         raise ConfigError("set kd_mass > 0, or kd_mass = 0 with kd_v > 0 and kd_w > 0")
+
     def make_controller():
-        law = TaskSpaceLaw(chain, traj, cfg["kd_v"], cfg["kd_w"], cfg["lam_p"], cfg["lam_a"], obstacles=obstacles,
-                           obstacle_gain=cfg["obstacle_gain"], obstacle_range=cfg["obstacle_range"],
-                           qp=cfg["reference_qp"], joint_rate_limit=cfg["joint_rate_limit"] or None,
-                           kd_mass=cfg["kd_mass"] or None, obstacle_points=pts, obstacle_clip=cfg["obstacle_clip"])
+        law = TaskSpaceLaw(
+            chain,
+            traj,
+            cfg["kd_v"],
+            cfg["kd_w"],
+            cfg["lam_p"],
+            cfg["lam_a"],
+            obstacles=obstacles,
+            obstacle_gain=cfg["obstacle_gain"],
+            obstacle_range=cfg["obstacle_range"],
+            qp=cfg["reference_qp"],
+            joint_rate_limit=cfg["joint_rate_limit"] or None,
+            kd_mass=cfg["kd_mass"] or None,
+            obstacle_points=pts,
+            obstacle_clip=cfg["obstacle_clip"],
+        )
         if joint:
             rhs = JointActuationMap(chain, qp=cfg["motor_limit"] > 0, limit=cfg["motor_limit"] or None)
         else:
@@ -221,59 +282,109 @@ def run(ctx) -> Outcome:
         # clearances and motor maxima are functions of them, computed after the loop (diagnostics)
         tau_c, alloc = ctl.last
         info = law.info
-        log.append(t=t, V=info.V, Vdot_cl=info.Vdot_cl, q=q, tau_c=tau_c, tau=alloc.tau, residual_g=alloc.residual_g,
-                   saturated=float(alloc.saturated), plant_qpos=plant.data.qpos, qp_active=info.qp_active)
+        log.append(
+            t=t,
+            V=info.V,
+            Vdot_cl=info.Vdot_cl,
+            q=q,
+            tau_c=tau_c,
+            tau=alloc.tau,
+            residual_g=alloc.residual_g,
+            saturated=float(alloc.saturated),
+            plant_qpos=plant.data.qpos,
+            qp_active=info.qp_active,
+        )
         if alloc.u is not None:
             log.append(u=alloc.u)
-        if viewer is not None:                        # drawn at the viewer's next frame
+        if viewer is not None:  # drawn at the viewer's next frame
             p_d = traj.world(t)[0]
-            viewer.append_trail("EE", q[3 * (n - 1):3 * n], t)
+            viewer.append_trail("EE", q[3 * (n - 1) : 3 * n], t)
             viewer.append_trail("EE_desired", p_d, t)
 
     viewer = ctx.make_viewer(plant.model)
-    for i, (c, r) in enumerate(zip(cfg["obstacle_centers"], cfg["obstacle_radii"])):   # keep-out zones: log + view
+    for i, (c, r) in enumerate(
+        zip(cfg["obstacle_centers"], cfg["obstacle_radii"])
+    ):  # keep-out zones: log + view
         log.meta[f"sphere__obstacle{i}"] = np.r_[np.asarray(c, dtype=float), float(r)]
         if viewer is not None:
             viewer.set_sphere(f"obstacle{i}", c, r)
     # the compiled kernels are loaded before the timed loop, by a throwaway controller of the same config
     load_kernels(make_controller, 0.0, *plant.state())
-    res = simulate(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
-                   disturbances=dist, viewer=viewer, progress=ctx.progress, desc=NAME, log=log)
+    res = simulate(
+        plant,
+        ctl,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=record,
+        disturbances=dist,
+        viewer=viewer,
+        progress=ctx.progress,
+        desc=NAME,
+        log=log,
+    )
     diagnostics(log, traj, n, half, obstacles)
     a = log.arrays()
     t = a["t"]
     late = t >= cfg["metrics_from"] * cfg["duration"]
     e_m = np.linalg.norm(a["e_pos"], axis=1)
-    e_r = 2 * np.arcsin(np.clip(np.linalg.norm(a["e_att"], axis=1), 0, 1))      # rotation angle of q_e
+    e_r = 2 * np.arcsin(np.clip(np.linalg.norm(a["e_att"], axis=1), 0, 1))  # rotation angle of q_e
     V = a["V"]
-    free = np.ones(len(t) - 1, dtype=bool)                # control intervals without a disturbance
+    free = np.ones(len(t) - 1, dtype=bool)  # control intervals without a disturbance
     dtc = cfg["control_dt"]
     for d in dist:
         free &= ~((t[:-1] < d.t1) & (t[:-1] + dtc > d.t0))
     dV = np.diff(V)
     metrics = dict(
-        ee_error_mean_m=float(np.mean(e_m[late])), ee_error_mean_rad=float(np.mean(e_r[late])),
-        ee_error_max_late_m=float(np.max(e_m[late])), ee_error_max_late_rad=float(np.max(e_r[late])),
+        ee_error_mean_m=float(np.mean(e_m[late])),
+        ee_error_mean_rad=float(np.mean(e_r[late])),
+        ee_error_max_late_m=float(np.max(e_m[late])),
+        ee_error_max_late_rad=float(np.max(e_r[late])),
         lyapunov_increase_max=float(np.max(dV[free])) if np.any(free) else 0.0,
         lyapunov_increase_max_rel=float(np.max(dV[free]) / max(np.max(V), 1e-300)) if np.any(free) else 0.0,
-        lyapunov_max=float(np.max(V)), min_obstacle_clearance_m=float(np.min(a["seg_clearance"])),
+        lyapunov_max=float(np.max(V)),
+        min_obstacle_clearance_m=float(np.min(a["seg_clearance"])),
         min_com_clearance_m=float(np.min(a["clearance"])),
         allocation_residual_max=float(np.max(a["residual_g"])),
         allocation_saturated_steps=int(np.sum(a["saturated"])),
         motor_moment_max_nm=float(np.max(a["motor_max_nm"])),
-        control_step_us_median=res.step_us_median, realtime_factor=res.realtime_factor, rhs=cfg["rhs"])
+        control_step_us_median=res.step_us_median,
+        realtime_factor=res.realtime_factor,
+        rhs=cfg["rhs"],
+    )
     rows = [
-        Row("ee_error_mean_m", metrics["ee_error_mean_m"], "Fig. 4 (→ 0)", "<= 1e-3",
-            bool(metrics["ee_error_mean_m"] <= TARGETS["ee_error_mean_m"])),
-        Row("ee_error_mean_rad", metrics["ee_error_mean_rad"], "Fig. 4 (→ 0)", "<= 1e-3",
-            bool(metrics["ee_error_mean_rad"] <= TARGETS["ee_error_mean_rad"])),
+        Row(
+            "ee_error_mean_m",
+            metrics["ee_error_mean_m"],
+            "Fig. 4 (→ 0)",
+            "<= 1e-3",
+            bool(metrics["ee_error_mean_m"] <= TARGETS["ee_error_mean_m"]),
+        ),
+        Row(
+            "ee_error_mean_rad",
+            metrics["ee_error_mean_rad"],
+            "Fig. 4 (→ 0)",
+            "<= 1e-3",
+            bool(metrics["ee_error_mean_rad"] <= TARGETS["ee_error_mean_rad"]),
+        ),
         Row("lyapunov_increase_max", metrics["lyapunov_increase_max"], "V̇ ≤ 0 (continuous)", "report"),
         Row("lyapunov_increase_max_rel", metrics["lyapunov_increase_max_rel"], None, "report (÷ max V)"),
-        Row("min_obstacle_clearance_m", metrics["min_obstacle_clearance_m"], None, "> 0 (rod axes)",
-            bool(metrics["min_obstacle_clearance_m"] > 0)),
+        Row(
+            "min_obstacle_clearance_m",
+            metrics["min_obstacle_clearance_m"],
+            None,
+            "> 0 (rod axes)",
+            bool(metrics["min_obstacle_clearance_m"] > 0),
+        ),
         Row("min_com_clearance_m", metrics["min_com_clearance_m"], None, "(CoMs, info)"),
-        Row("allocation_residual_max", metrics["allocation_residual_max"], None, f"(rhs={cfg['rhs']}, √(rᵀGr))"),
-        Row("allocation_saturated_steps", metrics["allocation_saturated_steps"], None, "(motor limit active)"),
+        Row(
+            "allocation_residual_max",
+            metrics["allocation_residual_max"],
+            None,
+            f"(rhs={cfg['rhs']}, √(rᵀGr))",
+        ),
+        Row(
+            "allocation_saturated_steps", metrics["allocation_saturated_steps"], None, "(motor limit active)"
+        ),
         Row("control_step_us_median", metrics["control_step_us_median"], None, None),
         Row("realtime_factor", metrics["realtime_factor"], None, "report"),
     ]
@@ -288,12 +399,12 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
     paths = []
     fig, ax = plt.subplots(6, 1, figsize=(8, 14), sharex=True)
     for i, c in enumerate("xyz"):
-        l, = ax[0].plot(t, a["ee_pos"][:, i], label=c)
+        (l,) = ax[0].plot(t, a["ee_pos"][:, i], label=c)
         ax[0].plot(t, a["ee_pos_d"][:, i], "--", color=l.get_color())
     ax[0].set_ylabel("EE position [m]")
     ax[0].legend(ncol=3, fontsize=8)
-    for i, c in enumerate("wxyz"):
-        l, = ax[1].plot(t, a["ee_quat"][:, i], label=f"q{i}")
+    for i in range(4):
+        (l,) = ax[1].plot(t, a["ee_quat"][:, i], label=f"q{i}")
         ax[1].plot(t, a["ee_quat_d"][:, i], "--", color=l.get_color())
     ax[1].set_ylabel("EE quaternion [–]")
     ax[1].legend(ncol=4, fontsize=8)
@@ -331,10 +442,15 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
         pts = np.concatenate([a["pos"][i][:1] - R[:1, :, 0] * half, a["pos"][i] + R[:, :, 0] * half])
         ax3.plot(pts[:, 0], pts[:, 1], pts[:, 2], "-o", ms=2, lw=1, color=cmap(m / len(idx)))
     ax3.plot(a["ee_pos_d"][:, 0], a["ee_pos_d"][:, 1], a["ee_pos_d"][:, 2], "k--", lw=1, label="EE desired")
-    u, v = np.mgrid[0:2 * np.pi:20j, 0:np.pi:10j]
+    u, v = np.mgrid[0 : 2 * np.pi : 20j, 0 : np.pi : 10j]
     for ob in obstacles:
-        ax3.plot_surface(ob.center[0] + ob.radius * np.cos(u) * np.sin(v), ob.center[1] + ob.radius * np.sin(u) * np.sin(v),
-                         ob.center[2] + ob.radius * np.cos(v), color="tab:red", alpha=0.3)
+        ax3.plot_surface(
+            ob.center[0] + ob.radius * np.cos(u) * np.sin(v),
+            ob.center[1] + ob.radius * np.sin(u) * np.sin(v),
+            ob.center[2] + ob.radius * np.cos(v),
+            color="tab:red",
+            alpha=0.3,
+        )
     drawn = [a["pos"].reshape(-1, 3) - half, a["pos"].reshape(-1, 3) + half, a["ee_pos_d"]]
     drawn += [np.asarray(ob.center, dtype=float) + ob.radius * s for ob in obstacles for s in (-1.0, 1.0)]
     equal_aspect_3d(ax3, np.concatenate([np.reshape(x, (-1, 3)) for x in drawn]))

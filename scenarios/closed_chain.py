@@ -33,6 +33,7 @@ while the loop is closed, a rod when it opens; the end effector's trail ``ee`` a
 (``frame__<loop>_a``, ``frame__<loop>_b``, ``segment__<loop>``, ``trail__ee``, ``trail__ee_ref``: computed after
 the loop from the logged plant states) and their look (``style__…``) for the replay.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,11 +56,12 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.runner import simulate
-from cmstack.sim.urdf_plant import plant_from_urdf, save_xml
+from cmstack.sim.urdf_plant import plant_from_urdf
 
 NAME = "closed_chain"
-TARGETS = dict(ee_error_max_m=1e-4, loop_residual_max_m=1e-6, passive_torque_max_nm=1e-9,
-               dynamics_vs_pinocchio_rel=1e-9)
+TARGETS = dict(
+    ee_error_max_m=1e-4, loop_residual_max_m=1e-6, passive_torque_max_nm=1e-9, dynamics_vs_pinocchio_rel=1e-9
+)
 
 
 def load_robot(cfg) -> Robot:
@@ -67,7 +69,9 @@ def load_robot(cfg) -> Robot:
     if path.suffix.lower() == ".urdf":
         return Robot.from_urdf(path, loops=cfg["loops"] or None)
     if cfg["loops"]:
-        raise ConfigError(f"loops='{cfg['loops']}' is for a URDF; the MJCF {path.name} declares its loops itself")
+        raise ConfigError(
+            f"loops='{cfg['loops']}' is for a URDF; the MJCF {path.name} declares its loops itself"
+        )
     return Robot.from_mjcf(path)
 
 
@@ -100,9 +104,10 @@ def build_reference(cfg, robot: Robot):
     if mode == "ee":
         p0 = robot.update(q0, np.zeros(robot.nv)).frame(ee).p.copy()
         r, om = cfg["radius"], 2 * math.pi * cfg["frequency"]
-        circle = Circle(p0 - np.array([r, 0.0, 0.0]), r, om)          # starts at the end effector, x-z plane
-        task = FrameTask(robot, cfg["ee_frame"], circle, kp=cfg["kp"], kd=cfg["kd"], rows="position",
-                         name="ee_circle")
+        circle = Circle(p0 - np.array([r, 0.0, 0.0]), r, om)  # starts at the end effector, x-z plane
+        task = FrameTask(
+            robot, cfg["ee_frame"], circle, kp=cfg["kp"], kd=cfg["kd"], rows="position", name="ee_circle"
+        )
         return mode, task, lambda t: circle(t)[0].translation
     act = robot.actuated_joints
     idx = [robot.joint_index(n) for n in act]
@@ -116,7 +121,9 @@ def build_law(cfg, robot: Robot, coords):
         # (controllers/udwadia_kalaba.py, "Closed chains"); the coordinates are the level below, Gauss last
         if isinstance(coords, tuple):
             names, ref = coords
-            coords = JointTrajectoryTask(robot, ref, names, kp=cfg["kp"], kd=cfg["kd"], name="actuated_joints")
+            coords = JointTrajectoryTask(
+                robot, ref, names, kp=cfg["kp"], kd=cfg["kd"], name="actuated_joints"
+            )
         return UdwadiaKalabaController(robot, levels=[[coords]], limits=[], warn_free_dof=False)
     if isinstance(coords, tuple):
         names, ref = coords
@@ -232,8 +239,10 @@ def run(ctx) -> Outcome:
         raise ConfigError(f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s")
     robot = load_robot(cfg)
     if not robot.loops:
-        raise ConfigError(f"model {cfg['model']}: no loop closure (an MJCF <equality connect|weld>, or a URDF's "
-                          "loops sidecar: loops=PATH); closed_chain needs a closed chain")
+        raise ConfigError(
+            f"model {cfg['model']}: no loop closure (an MJCF <equality connect|weld>, or a URDF's "
+            "loops sidecar: loops=PATH); closed_chain needs a closed chain"
+        )
     plant = build_plant(cfg, robot, ctx.out)
     mode, coords, ee_ref = build_reference(cfg, robot)
     ctl = build_law(cfg, robot, coords)
@@ -241,8 +250,13 @@ def run(ctx) -> Outcome:
     cs = ClosureSet(robot.loops)
     passive = ~plant.map.actuated
     log = ctx.logger
-    log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])),
-                    joint_names=np.array(robot.joint_names), coords=mode, law=cfg["law"])
+    log.meta.update(
+        mjcf_path=str(plant.path),
+        model_path=str(resolve_asset(cfg["model"])),
+        joint_names=np.array(robot.joint_names),
+        coords=mode,
+        law=cfg["law"],
+    )
     viewer = ctx.make_viewer(plant.model)
     keys = loop_keys(robot)
     log.meta.update(view_styles(keys))
@@ -255,23 +269,45 @@ def run(ctx) -> Outcome:
             if ee_ref is not None:
                 return ee_ref(t)
             return ee_reference_joints(robot, coords[1], [q], [t], ee)[0]
+
     nlam = cs.m
 
     def record(t, q, v, tau):
         info = ctl.info
-        react = getattr(ctl, "loop_reaction", None)           # UK: the loops' reaction its torque leaves
+        react = getattr(ctl, "loop_reaction", None)  # UK: the loops' reaction its torque leaves
         lam = react() if react is not None else getattr(info, "lam", None)
         lam = lam if lam is not None and len(lam) == nlam else np.full(nlam, np.nan)
-        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos, plant_qvel=plant.data.qvel, lam=lam,
-                   solvable=float(getattr(info, "solvable", True)))
+        log.append(
+            t=t,
+            q=q,
+            v=v,
+            tau=tau,
+            plant_qpos=plant.data.qpos,
+            plant_qvel=plant.data.qvel,
+            lam=lam,
+            solvable=float(getattr(info, "solvable", True)),
+        )
         if viewer is not None:
-            qp = plant.data.qpos[qadr]                      # the plant's own state, model order
+            qp = plant.data.qpos[qadr]  # the plant's own state, model order
             frames, segments = loop_overlays(robot, keys, view_data, qp)
-            viewer.maybe_update(t, plant.data.qpos, frames=frames, segments=segments,
-                                trails={"ee": view_data.oMf[ee].translation.copy(), "ee_ref": ref_point(t, qp)})
+            viewer.maybe_update(
+                t,
+                plant.data.qpos,
+                frames=frames,
+                segments=segments,
+                trails={"ee": view_data.oMf[ee].translation.copy(), "ee_ref": ref_point(t, qp)},
+            )
 
-    run_ = simulate(plant, ctl, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
-                    progress=ctx.progress, desc=NAME, log=log)
+    run_ = simulate(
+        plant,
+        ctl,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=record,
+        progress=ctx.progress,
+        desc=NAME,
+        log=log,
+    )
     L = log.arrays()
     # after the loop, from the logged states: the end effector and its reference, the loops' residual
     d = robot.model.createData()
@@ -296,27 +332,51 @@ def run(ctx) -> Outcome:
     late = L["t"] > cfg["track_after"]
     dyn_rel, mj_rel = dynamics_checks(robot, plant, L, cfg["check_states"])
     lam = L["lam"]
-    m = dict(model=str(cfg["model"]), law=cfg["law"], coords=mode, dof=mobility(robot, robot.q_initial),
-             loops=[f"{c.name}:{c.kind}" for c in robot.loops], passive_joints=list(robot.passive_joints),
-             ee_error_max_m=float(err[late].max()), ee_error_rms_m=float(np.sqrt(np.mean(err[late] ** 2))),
-             loop_residual_max_m=float(res.max()),
-             plant_equality_violation_max=float(np.max(plant.equality_violations(L["plant_qpos"]))),
-             passive_torque_max_nm=float(np.abs(L["tau"][:, passive]).max()) if passive.any() else 0.0,
-             dynamics_vs_pinocchio_rel=dyn_rel, plant_vs_rigid_qacc_rel=mj_rel,
-             constraint_force_max_n=float(np.nanmax(np.abs(lam))) if np.isfinite(lam).any() else float("nan"),
-             unsolvable_steps=int(getattr(ctl, "unsolvable_steps", 0)), motor_saturations=plant.saturated,
-             max_torque_nm=float(np.abs(L["tau"]).max()),
-             control_step_us_median=run_.step_us_median, realtime_factor=run_.realtime_factor)
-    rows = [Row("ee_error_max_m", m["ee_error_max_m"], None, f"<= 1e-4 (t > {cfg['track_after']:g} s)",
-                m["ee_error_max_m"] <= 1e-4),
-            Row("loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6),
-            Row("passive_torque_max_nm", m["passive_torque_max_nm"], None, "<= 1e-9",
-                m["passive_torque_max_nm"] <= 1e-9),
-            Row("dynamics_vs_pinocchio_rel", dyn_rel, None, "<= 1e-9", dyn_rel <= 1e-9),
-            Row("plant_vs_rigid_qacc_rel", mj_rel),
-            Row("constraint_force_max_n", m["constraint_force_max_n"]),
-            Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
-            Row("control_step_us_median", m["control_step_us_median"])]
+    m = dict(
+        model=str(cfg["model"]),
+        law=cfg["law"],
+        coords=mode,
+        dof=mobility(robot, robot.q_initial),
+        loops=[f"{c.name}:{c.kind}" for c in robot.loops],
+        passive_joints=list(robot.passive_joints),
+        ee_error_max_m=float(err[late].max()),
+        ee_error_rms_m=float(np.sqrt(np.mean(err[late] ** 2))),
+        loop_residual_max_m=float(res.max()),
+        plant_equality_violation_max=float(np.max(plant.equality_violations(L["plant_qpos"]))),
+        passive_torque_max_nm=float(np.abs(L["tau"][:, passive]).max()) if passive.any() else 0.0,
+        dynamics_vs_pinocchio_rel=dyn_rel,
+        plant_vs_rigid_qacc_rel=mj_rel,
+        constraint_force_max_n=float(np.nanmax(np.abs(lam))) if np.isfinite(lam).any() else float("nan"),
+        unsolvable_steps=int(getattr(ctl, "unsolvable_steps", 0)),
+        motor_saturations=plant.saturated,
+        max_torque_nm=float(np.abs(L["tau"]).max()),
+        control_step_us_median=run_.step_us_median,
+        realtime_factor=run_.realtime_factor,
+    )
+    rows = [
+        Row(
+            "ee_error_max_m",
+            m["ee_error_max_m"],
+            None,
+            f"<= 1e-4 (t > {cfg['track_after']:g} s)",
+            m["ee_error_max_m"] <= 1e-4,
+        ),
+        Row(
+            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
+        ),
+        Row(
+            "passive_torque_max_nm",
+            m["passive_torque_max_nm"],
+            None,
+            "<= 1e-9",
+            m["passive_torque_max_nm"] <= 1e-9,
+        ),
+        Row("dynamics_vs_pinocchio_rel", dyn_rel, None, "<= 1e-9", dyn_rel <= 1e-9),
+        Row("plant_vs_rigid_qacc_rel", mj_rel),
+        Row("constraint_force_max_n", m["constraint_force_max_n"]),
+        Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
+        Row("control_step_us_median", m["control_step_us_median"]),
+    ]
     plots = make_plots(ctx, L, robot, passive, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 

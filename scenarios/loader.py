@@ -12,6 +12,7 @@ A file of the user's defines ``NAME`` (optional; default its stem) and ``run(ctx
 config is ``CONFIG`` in the module (a path relative to the file), else ``<stem>.toml`` beside the file,
 else none (the caller then asks for ``--config``).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,8 +35,11 @@ def shipped_scenarios() -> list[str]:
     import cmstack.scenarios as pkg
     from cmstack.scenarios._common import CONFIG_DIR
 
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
-                  if not m.name.startswith("_") and (CONFIG_DIR / f"{m.name}.toml").is_file())
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(pkg.__path__)
+        if not m.name.startswith("_") and (CONFIG_DIR / f"{m.name}.toml").is_file()
+    )
 
 
 def is_user_file(mod: ModuleType) -> bool:
@@ -71,11 +75,17 @@ def load_scenario(target: str) -> tuple[str, ModuleType, Path | None]:
     names = shipped_scenarios()
     if target not in names:
         close = difflib.get_close_matches(target, names, n=3)
-        raise ConfigError(f"no scenario named '{target}'" + (f"; did you mean {close}?" if close else
-                                                               f"; scenarios: {names}"))
+        raise ConfigError(
+            f"no scenario named '{target}'"
+            + (f"; did you mean {close}?" if close else f"; scenarios: {names}")
+        )
     mod = importlib.import_module(f"cmstack.scenarios.{target}")
-    if not callable(getattr(mod, "run", None)):   # a config without a scenario module: refuse, do not crash later
-        raise ConfigError(f"cmstack.scenarios.{target} defines no run(ctx) function: not a scenario; scenarios: {names}")
+    if not callable(
+        getattr(mod, "run", None)
+    ):  # a config without a scenario module: refuse, do not crash later
+        raise ConfigError(
+            f"cmstack.scenarios.{target} defines no run(ctx) function: not a scenario; scenarios: {names}"
+        )
     return target, mod, None
 
 

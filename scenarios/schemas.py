@@ -10,6 +10,7 @@ allowed range and the value, e.g. ``task_kp must be a finite number > 0, got nan
 Durations are finite, > 0 and at most ``MAX_DURATION_S``; time steps are > 0 and at most 1 s.
 Gains that multiply an error (kp, λ, K) are > 0; damping-like gains, noise and limits are >= 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,13 +64,20 @@ def _file_exists(kind: str):
         if not resolve_asset(p).is_file():
             raise ValueError(f"no such {kind} file")
         return p
+
     return check
 
 
 def asset(kind: str):
     """A path to a model file that exists (relative to the current directory or the package)."""
-    return Annotated[str, Field(min_length=1, description=f"an existing {kind} file (path relative to the "
-                                "current directory or the package)"), AfterValidator(_file_exists(kind))]
+    return Annotated[
+        str,
+        Field(
+            min_length=1,
+            description=f"an existing {kind} file (path relative to the current directory or the package)",
+        ),
+        AfterValidator(_file_exists(kind)),
+    ]
 
 
 Name = Annotated[str, Field(min_length=1, description="a non-empty name")]
@@ -83,9 +91,15 @@ Pos = num(gt=0)
 NonNeg = num(ge=0)
 Finite = num()
 Vec3 = vec(3)
-Mat3 = Annotated[list[vec(3)], Field(min_length=3, max_length=3, description="a 3×3 matrix of finite numbers "
-                                     "(3 rows of 3)", json_schema_extra={"item": "a row of 3 finite numbers",
-                                                                        "elem": "a finite number"})]
+Mat3 = Annotated[
+    list[vec(3)],
+    Field(
+        min_length=3,
+        max_length=3,
+        description="a 3×3 matrix of finite numbers (3 rows of 3)",
+        json_schema_extra={"item": "a row of 3 finite numbers", "elem": "a finite number"},
+    ),
+]
 Seed = integer(ge=0)
 MujocoIntegrator = Literal["euler", "rk4", "implicit", "implicitfast"]
 
@@ -100,7 +114,9 @@ class Perturbation(_Table):
     mass_rel: num(ge=0, lt=1)
     inertia_rel: num(ge=0, lt=1)
     com_shift_m: num(ge=0, unit="m")
-    bodies: Annotated[list[Name], Field(description="a list of body names", json_schema_extra={"item": "a body name"})]
+    bodies: Annotated[
+        list[Name], Field(description="a list of body names", json_schema_extra={"item": "a body name"})
+    ]
     noise_q: NonNeg
     noise_v: NonNeg
     delay_steps: integer(ge=0)
@@ -125,7 +141,7 @@ class Schema(BaseModel):
     @model_validator(mode="after")
     def _untyped_keys_finite(self):
         for k, v in (self.model_extra or {}).items():
-            for x in (v if isinstance(v, list) else [v]):
+            for x in v if isinstance(v, list) else [v]:
                 if isinstance(x, float) and not math.isfinite(x):
                     raise ValueError(f"{k} must be finite, got {_show(x)}")
         return self
@@ -169,8 +185,14 @@ class YumiDualArm(Schema):
     traj_radius: NonNeg
     traj_omega: Finite
     traj_phase: Finite
-    q0_joints: Annotated[list[Name], Field(min_length=1, description="a non-empty list of joint names",
-                                           json_schema_extra={"item": "a non-empty joint name"})]
+    q0_joints: Annotated[
+        list[Name],
+        Field(
+            min_length=1,
+            description="a non-empty list of joint names",
+            json_schema_extra={"item": "a non-empty joint name"},
+        ),
+    ]
     q0: vec(None, min_len=1)
     converge_after: Window
     settle_threshold: Pos
@@ -194,8 +216,10 @@ class YumiDualArm(Schema):
                 if abs(dot - (i == j)) > 1e-9:
                     raise ValueError(f"T_AB_rotation must be a rotation matrix (RᵀR = I), got {R}")
         if self.disturbance_t1 < self.disturbance_t0:
-            raise ValueError(f"disturbance_t1 must be >= disturbance_t0 = {self.disturbance_t0:g} s, "
-                             f"got {self.disturbance_t1:g}")
+            raise ValueError(
+                f"disturbance_t1 must be >= disturbance_t0 = {self.disturbance_t0:g} s, "
+                f"got {self.disturbance_t1:g}"
+            )
         return self
 
 
@@ -242,10 +266,14 @@ class SeriesParallel(Schema):
         if not lo < hi:
             raise ValueError(f"delta_range must be [min, max] with min < max, got {self.delta_range}")
         if self.disturbance_t1 < self.disturbance_t0:
-            raise ValueError(f"disturbance_t1 must be >= disturbance_t0 = {self.disturbance_t0:g} s, "
-                             f"got {self.disturbance_t1:g}")
+            raise ValueError(
+                f"disturbance_t1 must be >= disturbance_t0 = {self.disturbance_t0:g} s, "
+                f"got {self.disturbance_t1:g}"
+            )
         if self.disturbance_window[1] < self.disturbance_window[0]:
-            raise ValueError(f"disturbance_window must be [t0, t1] with t0 <= t1, got {self.disturbance_window}")
+            raise ValueError(
+                f"disturbance_window must be [t0, t1] with t0 <= t1, got {self.disturbance_window}"
+            )
         return self
 
 
@@ -277,10 +305,16 @@ class SliderCrank(Schema):
 # ------------------------------------------------------------------------------------- closed_chain
 class ClosedChain(Schema):
     model: asset("model")
-    loops: Annotated[str, Field(description="'' or an existing loops TOML file"),
-                     AfterValidator(lambda p: _file_exists("loops TOML")(p) if p else p)]
-    plant_mjcf: Annotated[str, Field(description="'' or an existing MJCF file"),
-                          AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p)]
+    loops: Annotated[
+        str,
+        Field(description="'' or an existing loops TOML file"),
+        AfterValidator(lambda p: _file_exists("loops TOML")(p) if p else p),
+    ]
+    plant_mjcf: Annotated[
+        str,
+        Field(description="'' or an existing MJCF file"),
+        AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p),
+    ]
     law: Literal["pidc", "uk"]
     duration: Duration
     control_dt: Step
@@ -404,32 +438,48 @@ class ChainTaskSpace(Schema):
     att_amp: Finite
     att_axis: Vec3
     obstacle_points_per_body: integer(ge=1)
-    obstacle_centers: Annotated[list[Vec3], Field(description="a list of 3-vectors of finite numbers",
-                                                  json_schema_extra={"item": "a list of 3 finite numbers",
-                                                                     "elem": "a finite number"})]
+    obstacle_centers: Annotated[
+        list[Vec3],
+        Field(
+            description="a list of 3-vectors of finite numbers",
+            json_schema_extra={"item": "a list of 3 finite numbers", "elem": "a finite number"},
+        ),
+    ]
     obstacle_radii: vec(None, gt=0)
     obstacle_gain: NonNeg
     obstacle_range: Pos
     obstacle_clip: num(gt=0, unit="m")
-    disturbances: Annotated[list[vec(9)], Field(description="a list of [body, t0, t1, fx, fy, fz, mx, my, mz] "
-                                                "rows of finite numbers", json_schema_extra={
-                                                    "item": "a row [body, t0, t1, fx, fy, fz, mx, my, mz] of 9 "
-                                                            "finite numbers", "elem": "a finite number"})]
+    disturbances: Annotated[
+        list[vec(9)],
+        Field(
+            description="a list of [body, t0, t1, fx, fy, fz, mx, my, mz] rows of finite numbers",
+            json_schema_extra={
+                "item": "a row [body, t0, t1, fx, fy, fz, mx, my, mz] of 9 finite numbers",
+                "elem": "a finite number",
+            },
+        ),
+    ]
     metrics_from: num(ge=0, lt=1)
 
     @model_validator(mode="after")
     def _clip_inside_range(self):
         if not self.obstacle_clip < self.obstacle_range:
-            raise ValueError(f"obstacle_clip must be < obstacle_range = {self.obstacle_range:g} m, "
-                             f"got {self.obstacle_clip:g}")
+            raise ValueError(
+                f"obstacle_clip must be < obstacle_range = {self.obstacle_range:g} m, "
+                f"got {self.obstacle_clip:g}"
+            )
         return self
 
 
 #: the schema of each shipped scenario
 SCHEMAS: dict[str, type[Schema]] = {
-    "yumi_dual_arm": YumiDualArm, "series_parallel": SeriesParallel, "slider_crank": SliderCrank,
+    "yumi_dual_arm": YumiDualArm,
+    "series_parallel": SeriesParallel,
+    "slider_crank": SliderCrank,
     "closed_chain": ClosedChain,
-    "balloon": Balloon, "chain_open_loop": ChainOpenLoop, "chain_task_space": ChainTaskSpace,
+    "balloon": Balloon,
+    "chain_open_loop": ChainOpenLoop,
+    "chain_task_space": ChainTaskSpace,
 }
 
 
@@ -460,7 +510,7 @@ def _field(model: type[BaseModel], loc: tuple):
         f = cur.model_fields[part]
         keys.append(part)
         desc, used = f, i + 1
-        cands = (f.annotation,) + typing.get_args(f.annotation)       # X or Optional[X]
+        cands = (f.annotation,) + typing.get_args(f.annotation)  # X or Optional[X]
         cur = next((a for a in cands if isinstance(a, type) and issubclass(a, BaseModel)), None)
     return ".".join(keys), desc, used
 
@@ -470,13 +520,13 @@ def _message(model: type[BaseModel], err: dict) -> str:
     if typ == "extra_forbidden":
         return f"unknown config key '{'.'.join(str(p) for p in loc)}'"
     key, info, used = _field(model, loc)
-    if not key:                                       # a check across keys (model validator)
+    if not key:  # a check across keys (model validator)
         return err["msg"].removeprefix("Value error, ")
     if typ == "missing":
         return f"config key '{'.'.join(str(p) for p in loc)}' is missing"
     desc = info.description
     idx = [p for p in loc[used:] if isinstance(p, int)]
-    if idx:                                           # an entry of a list (or of a row of a matrix)
+    if idx:  # an entry of a list (or of a row of a matrix)
         extra = info.json_schema_extra or {}
         item = extra.get("item", "a valid entry")
         desc = extra.get("elem", item) if len(idx) > 1 else item
@@ -484,7 +534,7 @@ def _message(model: type[BaseModel], err: dict) -> str:
         desc = f"one of {err['ctx']['expected'].replace(' or ', ', ')}"
     where = "".join(f"[{p}]" for p in idx)
     got = _show(err["input"])
-    if typ == "value_error":                          # e.g. a model file that does not exist
+    if typ == "value_error":  # e.g. a model file that does not exist
         return f"{key}{where} must be {desc}, got {got} ({err['msg'].removeprefix('Value error, ')})"
     return f"{key}{where} must be {desc}, got {got}"
 
@@ -503,9 +553,15 @@ def _check_untyped(cfg: dict, prefix: str = "") -> None:
         for x in flat:
             if isinstance(x, float) and not math.isfinite(x):
                 raise ConfigError(f"{key} must be finite, got {_show(v)}")
-        if key == "duration" and isinstance(v, (int, float)) and not isinstance(v, bool) \
-                and not 0 < v <= MAX_DURATION_S:
-            raise ConfigError(f"duration must be a finite duration in (0, {MAX_DURATION_S:g}] s, got {_show(v)}")
+        if (
+            key == "duration"
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and not 0 < v <= MAX_DURATION_S
+        ):
+            raise ConfigError(
+                f"duration must be a finite duration in (0, {MAX_DURATION_S:g}] s, got {_show(v)}"
+            )
 
 
 def validate(name: str, cfg: dict, schema: type[Schema] | None = None) -> dict:

@@ -21,6 +21,7 @@ Reusable pieces for other controllers on the same plant (e.g. PIDC, issue 4):
     traj = make_trajectory(cfg)              # t -> (q_d, q̇_d, q̈_d)
     CONTROLLERS["pidc"] = builder            # builder(cfg, traj) -> controller(t, q, v) -> Q_a
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -38,10 +39,10 @@ from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import simulate
 
 NAME = "series_parallel"
-APPLIES_PERTURBATION = True      # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
-Q_NAMES = ("phi", "theta", "delta")          # the controller's q, plant joints of the same names
-PASSIVE = ("zeta", "cylinder_hinge")         # plant-only joints of the closed chain
-PAPER = dict(rmse_phi_rad=0.124, rmse_theta_rad=0.074, rmse_delta_m=0.018)   # Table III
+APPLIES_PERTURBATION = True  # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
+Q_NAMES = ("phi", "theta", "delta")  # the controller's q, plant joints of the same names
+PASSIVE = ("zeta", "cylinder_hinge")  # plant-only joints of the closed chain
+PAPER = dict(rmse_phi_rad=0.124, rmse_theta_rad=0.074, rmse_delta_m=0.018)  # Table III
 #: Table II's robust gains κ (φ, θ, δ).  With them the 25 N tip force puts ~180 N along the piston, more than
 #: κ_δ: the paper's bound (25) is not met on δ, so the force is not rejected on δ (docs/scenarios.md).  The δ
 #: rows that only κ meeting (25) can meet are then reported beside the paper's figure, not failed; what the
@@ -64,7 +65,7 @@ class SeriesParallelPlant(MujocoPlant):
         if self.tip_site < 0:
             raise ConfigError(f"{self.path.name} has no site 'F3' (the tip where the disturbance acts)")
         self.tip_body = int(self.model.site_bodyid[self.tip_site])
-        self._pushing = True                        # whether step() last set the wrench (first step: clear it)
+        self._pushing = True  # whether step() last set the wrench (first step: clear it)
 
     def tip_force_world(self) -> np.ndarray:
         t = self.time
@@ -83,12 +84,16 @@ class SeriesParallelPlant(MujocoPlant):
         for _ in range(n):
             t = d.time
             if F != 0.0 and self.dist_t0 <= t < self.dist_t1:
-                f = -F * d.site_xmat[sid].reshape(3, 3)[:, 1]          # = tip_force_world()
+                f = -F * d.site_xmat[sid].reshape(3, 3)[:, 1]  # = tip_force_world()
                 r = d.site_xpos[sid] - d.xipos[b]
                 d.xfrc_applied[b, :3] = f
-                d.xfrc_applied[b, 3:] = (r[1] * f[2] - r[2] * f[1], r[2] * f[0] - r[0] * f[2], r[0] * f[1] - r[1] * f[0])
+                d.xfrc_applied[b, 3:] = (
+                    r[1] * f[2] - r[2] * f[1],
+                    r[2] * f[0] - r[0] * f[2],
+                    r[0] * f[1] - r[1] * f[0],
+                )
                 self._pushing = True
-            elif self._pushing:                     # the force is off: no wrench on the body
+            elif self._pushing:  # the force is off: no wrench on the body
                 d.xfrc_applied[b] = 0.0
                 self._pushing = False
             mujoco.mj_step(m, d)
@@ -119,7 +124,9 @@ class RigidLoopCheck:
         self.data = mujoco.MjData(m)
         e = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_EQUALITY, eq_name)
         if e < 0 or m.eq_type[e] != mujoco.mjtEq.mjEQ_CONNECT or m.eq_objtype[e] != mujoco.mjtObj.mjOBJ_SITE:
-            raise ConfigError(f"{plant.path.name}: no site-based <connect> named '{eq_name}' (the loop closure)")
+            raise ConfigError(
+                f"{plant.path.name}: no site-based <connect> named '{eq_name}' (the loop closure)"
+            )
         self.sites = (int(m.eq_obj1id[e]), int(m.eq_obj2id[e]))
         self.dofs = np.array([m.jnt_dofadr[plant.joint_id(n)] for n in Q_NAMES])
         nv = m.nv
@@ -142,8 +149,8 @@ class RigidLoopCheck:
         d.ctrl[:], d.qfrc_applied[:], d.xfrc_applied[:] = src.ctrl, src.qfrc_applied, src.xfrc_applied
         mujoco.mj_forward(m, d)
         mujoco.mj_fullM(m, d, self.M)
-        rows = d.efc_type[:d.nefc] == mujoco.mjtConstraint.mjCNSTR_EQUALITY
-        J = d.efc_J[:d.nefc * m.nv].reshape(d.nefc, m.nv)[rows]
+        rows = d.efc_type[: d.nefc] == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+        J = d.efc_J[: d.nefc * m.nv].reshape(d.nefc, m.nv)[rows]
         jdq = self.jacobian_dot_qdot()
         f = d.qfrc_smooth
         MiJt = np.linalg.solve(self.M, J.T)
@@ -165,9 +172,15 @@ def triangle(cfg) -> TriangleMap:
 def build_plant(cfg) -> SeriesParallelPlant:
     """The plant of the config: state and torques in q = (φ, θ, δ) (φ, θ: hinges; δ: the piston slide)."""
     sim_dt = cfg["sim_dt"] if cfg["sim_dt"] > 0 else cfg["control_dt"]
-    return SeriesParallelPlant(cfg["mjcf"], sim_dt=sim_dt, integrator=cfg["integrator"],
-                               disturbance=(cfg["disturbance_force_n"], cfg["disturbance_t0"], cfg["disturbance_t1"]),
-                               noise_q=cfg["noise_q"], noise_v=cfg["noise_v"], seed=cfg["seed"])
+    return SeriesParallelPlant(
+        cfg["mjcf"],
+        sim_dt=sim_dt,
+        integrator=cfg["integrator"],
+        disturbance=(cfg["disturbance_force_n"], cfg["disturbance_t0"], cfg["disturbance_t1"]),
+        noise_q=cfg["noise_q"],
+        noise_v=cfg["noise_v"],
+        seed=cfg["seed"],
+    )
 
 
 def reset_plant(plant: MujocoPlant, cfg, q0, v0=None) -> None:
@@ -190,15 +203,19 @@ def plant_state(plant: MujocoPlant, noisy: bool = True):
 
 def make_trajectory(cfg):
     """q_d = c + a sin(2π f t + p) per coordinate, as a Sinusoid trajectory (models/trajectory.py)."""
-    c, a, f, p = (np.asarray(cfg[k], dtype=float) for k in ("traj_center", "traj_amplitude", "traj_frequency_hz",
-                                                             "traj_phase"))
+    c, a, f, p = (
+        np.asarray(cfg[k], dtype=float)
+        for k in ("traj_center", "traj_amplitude", "traj_frequency_hz", "traj_phase")
+    )
     for k, x in (("traj_center", c), ("traj_amplitude", a), ("traj_frequency_hz", f), ("traj_phase", p)):
         if x.shape != (3,):
             raise ConfigError(f"{k} must have 3 entries (φ, θ, δ), got {x.tolist()}")
     lo, hi = cfg["delta_range"]
     if c[2] - abs(a[2]) < lo or c[2] + abs(a[2]) > hi:
-        raise ConfigError(f"the desired stroke δ_d spans [{c[2] - abs(a[2]):g}, {c[2] + abs(a[2]):g}] m, outside the "
-                          f"piston's [{lo:g}, {hi:g}] m")
+        raise ConfigError(
+            f"the desired stroke δ_d spans [{c[2] - abs(a[2]):g}, {c[2] + abs(a[2]):g}] m, outside the "
+            f"piston's [{lo:g}, {hi:g}] m"
+        )
     return Sinusoid(c, a, f, p)
 
 
@@ -206,10 +223,23 @@ def make_trajectory(cfg):
 def build_robust(cfg, traj):
     from cmstack.controllers.robust_partition import RobustPartitionController
 
-    model = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"],
-                           with_actuator=cfg["model_actuator_bodies"], stroke_slack=cfg["stroke_slack_m"])
-    return RobustPartitionController(model, traj, Lambda=cfg["Lambda"], K=cfg["K"], kappa=cfg["kappa"], eps=cfg["eps"],
-                                     terms=cfg["model_terms"])
+    model = PartitionModel(
+        cfg["urdf"],
+        L0=cfg["L0"],
+        l0=cfg["l0"],
+        delta_range=cfg["delta_range"],
+        with_actuator=cfg["model_actuator_bodies"],
+        stroke_slack=cfg["stroke_slack_m"],
+    )
+    return RobustPartitionController(
+        model,
+        traj,
+        Lambda=cfg["Lambda"],
+        K=cfg["K"],
+        kappa=cfg["kappa"],
+        eps=cfg["eps"],
+        terms=cfg["model_terms"],
+    )
 
 
 #: the plant's bodies that close the triangle (mjcf/series_parallel.xml), absent from the paper's model
@@ -225,8 +255,10 @@ def closed_chain_robot(cfg) -> Robot:
     robot = Robot.from_mjcf(cfg["mjcf"])
     want = list(Q_NAMES)
     if [n for n in robot.actuated_joints] != want or len(robot.loops) != 1:
-        raise ConfigError(f"{cfg['mjcf']}: expected the actuated joints {want} and one loop (the triangle), got "
-                          f"{robot.actuated_joints} and {[c.name for c in robot.loops]}")
+        raise ConfigError(
+            f"{cfg['mjcf']}: expected the actuated joints {want} and one loop (the triangle), got "
+            f"{robot.actuated_joints} and {[c.name for c in robot.loops]}"
+        )
     if not cfg["model_actuator_bodies"]:
         for body in ACTUATOR_BODIES:
             fid = robot.frame_id(body)
@@ -242,7 +274,7 @@ def build_pidc(cfg, traj):
 
     robot = closed_chain_robot(cfg)
     pidc = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"], on_unsolvable="raise")
-    return ActuatedJointsPIDC(pidc)            # its first guess: the MJCF's keyframe (closed, δ = 0.1 m)
+    return ActuatedJointsPIDC(pidc)  # its first guess: the MJCF's keyframe (closed, δ = 0.1 m)
 
 
 # name → builder(cfg, trajectory) -> controller(t, q, v) -> Q_a in (φ, θ, δ).  Other laws register here.
@@ -256,7 +288,7 @@ def run(ctx) -> Outcome:
         raise ConfigError(f"controller='{cfg['controller']}' is not one of {sorted(CONTROLLERS)}")
     traj = make_trajectory(cfg)
     controller = CONTROLLERS[cfg["controller"]](cfg, traj)
-    plant = apply_perturbation(build_plant(cfg), cfg)     # identity when [perturbation] is all off
+    plant = apply_perturbation(build_plant(cfg), cfg)  # identity when [perturbation] is all off
     e0 = np.asarray(cfg["initial_error"], dtype=float)
     if e0.shape != (3,):
         raise ConfigError(f"initial_error must have 3 entries (φ, θ, δ), got {cfg['initial_error']}")
@@ -279,22 +311,45 @@ def run(ctx) -> Outcome:
         # output); the errors, tip pose, loop violation and q̈ checks are functions of the logged states,
         # computed after the loop (diagnostics), off the real-time path
         d = plant.data
-        if n_rec[0] % every == 0:                   # the state the q̈ check is evaluated on, after the loop
-            snaps.append((d.time, d.qpos.copy(), d.qvel.copy(), d.act.copy(), d.ctrl.copy(), d.qfrc_applied.copy(),
-                          d.xfrc_applied.copy()))
+        if n_rec[0] % every == 0:  # the state the q̈ check is evaluated on, after the loop
+            snaps.append(
+                (
+                    d.time,
+                    d.qpos.copy(),
+                    d.qvel.copy(),
+                    d.act.copy(),
+                    d.ctrl.copy(),
+                    d.qfrc_applied.copy(),
+                    d.xfrc_applied.copy(),
+                )
+            )
         n_rec[0] += 1
-        info = controller.info                # the robust law logs s and Q_robust; PIDC has neither
+        info = controller.info  # the robust law logs s and Q_robust; PIDC has neither
         robust = isinstance(info, RobustInfo)
-        log.append(t=t, Q_a=tau, s=info.s if robust else nan3, Q_robust=info.Q_robust if robust else nan3,
-                   plant_qpos=d.qpos, plant_qvel=d.qvel)
+        log.append(
+            t=t,
+            Q_a=tau,
+            s=info.s if robust else nan3,
+            Q_robust=info.Q_robust if robust else nan3,
+            plant_qpos=d.qpos,
+            plant_qvel=d.qvel,
+        )
         if viewer is not None:
             mujoco.mj_kinematics(plant.model, d)
             viewer.maybe_update(t, d.qpos, trails={"F3": d.site_xpos[plant.tip_site].copy()})
 
     # the compiled kernels are loaded before the timed loop, by a throwaway controller of the same config
     load_kernels(lambda: CONTROLLERS[cfg["controller"]](cfg, traj), 0.0, *plant.state(noisy=False))
-    res = simulate(plant, controller, duration=cfg["duration"], control_dt=cfg["control_dt"], record=record,
-                   progress=ctx.progress, desc=f"{NAME} ({cfg['controller']})", log=log)
+    res = simulate(
+        plant,
+        controller,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=record,
+        progress=ctx.progress,
+        desc=f"{NAME} ({cfg['controller']})",
+        log=log,
+    )
     qacc_rel = diagnostics(log, plant, traj, check, snaps)
     return summarize(ctx, cfg, log.arrays(), res, plant, np.asarray(qacc_rel))
 
@@ -328,21 +383,30 @@ def diagnostics(log, plant: SeriesParallelPlant, traj, check: RigidLoopCheck, sn
     sid = plant.tip_site
     for i in range(n):
         d.qpos[:] = P[i]
-        mujoco.mj_fwdPosition(m, d)                 # kinematics and constraint rows at the logged qpos
+        mujoco.mj_fwdPosition(m, d)  # kinematics and constraint rows at the logged qpos
         rows = d.efc_type == eq
         viol[i] = float(np.max(np.abs(d.efc_pos[rows]))) if np.any(rows) else 0.0
         frames[i, :3, :3] = d.site_xmat[sid].reshape(3, 3)
         frames[i, :3, 3] = d.site_xpos[sid]
     on = (plant.dist_force != 0.0) & (plant.dist_t0 <= t) & (t < plant.dist_t1)
     tip_force = np.where(on[:, None], -plant.dist_force * frames[:, :3, 1], 0.0)
-    for k, x in (("q", q), ("v", v), ("q_d", qd), ("v_d", vd), ("e", q - qd), ("tip_force", tip_force),
-                 ("loop_violation", viol), ("frame__F3", frames), ("trail__F3", frames[:, :3, 3])):
+    for k, x in (
+        ("q", q),
+        ("v", v),
+        ("q_d", qd),
+        ("v_d", vd),
+        ("e", q - qd),
+        ("tip_force", tip_force),
+        ("loop_violation", viol),
+        ("frame__F3", frames),
+        ("trail__F3", frames[:, :3, 3]),
+    ):
         log.put(k, x)
     return np.asarray([check(_Snapshot(*s)) for s in snaps])
 
 
 def _rmse(x):
-    return np.sqrt(np.mean(x ** 2, axis=0)) if len(x) else np.full(x.shape[1], np.nan)
+    return np.sqrt(np.mean(x**2, axis=0)) if len(x) else np.full(x.shape[1], np.nan)
 
 
 def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
@@ -366,8 +430,12 @@ def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
         recovery = float(t[out[-1] + 1] - t_end_dist)
     else:
         recovery = float("inf")
-    m = dict(controller=cfg["controller"], duration_s=float(T), control_dt_s=cfg["control_dt"],
-             model_actuator_bodies=cfg["model_actuator_bodies"])
+    m = dict(
+        controller=cfg["controller"],
+        duration_s=float(T),
+        control_dt_s=cfg["control_dt"],
+        model_actuator_bodies=cfg["model_actuator_bodies"],
+    )
     for n, k in zip(Q_NAMES, cfg["kappa"]):
         m[f"kappa_{n}"] = float(k)
     for i, (n, u) in enumerate(zip(Q_NAMES, UNITS)):
@@ -378,17 +446,21 @@ def summarize(ctx, cfg, L, res, plant, qacc_rel=None) -> Outcome:
     pre = steady & (t < cfg["disturbance_t0"])
     m["rmse_predisturbance_delta_m"] = float(_rmse(e[pre])[2]) if pre.any() else float("nan")
     m["loop_closure_error_max_m"] = float(L["loop_violation"].max())
-    m["loop_residual_max_m"] = m["loop_closure_error_max_m"]          # the common name (issue 23)
+    m["loop_residual_max_m"] = m["loop_closure_error_max_m"]  # the common name (issue 23)
     lo, hi = cfg["delta_range"]
-    m["stroke_end_stop_time_s"] = float(np.sum((L["q"][:, 2] <= lo + 1e-4) | (L["q"][:, 2] >= hi - 1e-4)) * cfg["control_dt"])
-    m["max_abs_Qa_phi_nm"], m["max_abs_Qa_theta_nm"], m["max_abs_Qa_delta_n"] = (float(x) for x in np.abs(L["Q_a"]).max(axis=0))
+    m["stroke_end_stop_time_s"] = float(
+        np.sum((L["q"][:, 2] <= lo + 1e-4) | (L["q"][:, 2] >= hi - 1e-4)) * cfg["control_dt"]
+    )
+    m["max_abs_Qa_phi_nm"], m["max_abs_Qa_theta_nm"], m["max_abs_Qa_delta_n"] = (
+        float(x) for x in np.abs(L["Q_a"]).max(axis=0)
+    )
     m["control_step_us_median"] = res.step_us_median
     if qacc_rel is not None and qacc_rel.size:
         m["plant_vs_rigid_qacc_rel"] = float(np.median(qacc_rel))
         m["plant_vs_rigid_qacc_rel_p90"] = float(np.percentile(qacc_rel, 90))
         m["plant_vs_rigid_qacc_rel_max"] = float(qacc_rel.max())
     if isinstance(plant, ReportsPlantMetrics):
-        m.update(plant.metrics())                              # what a [perturbation] did, if any
+        m.update(plant.metrics())  # what a [perturbation] did, if any
     m["realtime_factor"] = res.realtime_factor
 
     return Outcome(m, table_rows(cfg, m), make_plots(ctx, cfg, L) if ctx.drawing else [])
@@ -404,8 +476,10 @@ def table_rows(cfg, m) -> list[Row]:
     rows = []
     for n, u in zip(Q_NAMES, UNITS):
         k = f"rmse_{n}_{u}"
-        if table2 and n == "delta":      # the paper's own gains: a reported comparison, not a failure
-            rows.append(Row(k, m[k], PAPER[k], f"report: paper {PAPER[k]} m, ours {m[k]:.3g} m ({TABLE_II_WHY})"))
+        if table2 and n == "delta":  # the paper's own gains: a reported comparison, not a failure
+            rows.append(
+                Row(k, m[k], PAPER[k], f"report: paper {PAPER[k]} m, ours {m[k]:.3g} m ({TABLE_II_WHY})")
+            )
         else:
             rows.append(Row(k, m[k], PAPER[k], f"< {PAPER[k]}", m[k] < PAPER[k] if full else None))
     for n, u, lim in zip(Q_NAMES, UNITS, (0.01, 0.01, 0.002)):
@@ -414,21 +488,42 @@ def table_rows(cfg, m) -> list[Row]:
             rows.append(Row(k, m[k], None, f"report: <= {lim} needs κ meeting (25) ({TABLE_II_WHY})"))
         else:
             rows.append(Row(k, m[k], None, f"<= {lim}", m[k] <= lim if full else None))
-    rows.append(Row("rmse_predisturbance_delta_m", m["rmse_predisturbance_delta_m"], None,
-                    f"<= 0.002 (t in [{cfg['steady_after']:g}, {cfg['disturbance_t0']:g}) s, before the force)",
-                    m["rmse_predisturbance_delta_m"] <= 0.002 if T >= cfg["disturbance_t0"] > cfg["steady_after"] else None))
+    rows.append(
+        Row(
+            "rmse_predisturbance_delta_m",
+            m["rmse_predisturbance_delta_m"],
+            None,
+            f"<= 0.002 (t in [{cfg['steady_after']:g}, {cfg['disturbance_t0']:g}) s, before the force)",
+            m["rmse_predisturbance_delta_m"] <= 0.002
+            if T >= cfg["disturbance_t0"] > cfg["steady_after"]
+            else None,
+        )
+    )
     for n, u in zip(Q_NAMES, UNITS):
         k = f"peak_error_disturbance_{n}_{u}"
         rows.append(Row(k, m[k]))
-    rows += [Row("recovery_time_s", recovery, None, f"report: <= 2 needs κ meeting (25) ({TABLE_II_WHY})")
-             if table2 else Row("recovery_time_s", recovery, None, "<= 2", recovery <= 2.0 if full else None),
-             Row("loop_closure_error_max_m", m["loop_closure_error_max_m"], None, "<= 1e-3",
-                 m["loop_closure_error_max_m"] <= 1e-3),
-             Row("stroke_end_stop_time_s", m["stroke_end_stop_time_s"]),
-             Row("plant_vs_rigid_qacc_rel", m.get("plant_vs_rigid_qacc_rel", float("nan")), None, "<= 1e-2 (median)",
-                 m.get("plant_vs_rigid_qacc_rel", float("nan")) <= 1e-2),
-             Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)"),
-             Row("realtime_factor", m["realtime_factor"], None, "report (simulated / wall time of the loop)")]
+    rows += [
+        Row("recovery_time_s", recovery, None, f"report: <= 2 needs κ meeting (25) ({TABLE_II_WHY})")
+        if table2
+        else Row("recovery_time_s", recovery, None, "<= 2", recovery <= 2.0 if full else None),
+        Row(
+            "loop_closure_error_max_m",
+            m["loop_closure_error_max_m"],
+            None,
+            "<= 1e-3",
+            m["loop_closure_error_max_m"] <= 1e-3,
+        ),
+        Row("stroke_end_stop_time_s", m["stroke_end_stop_time_s"]),
+        Row(
+            "plant_vs_rigid_qacc_rel",
+            m.get("plant_vs_rigid_qacc_rel", float("nan")),
+            None,
+            "<= 1e-2 (median)",
+            m.get("plant_vs_rigid_qacc_rel", float("nan")) <= 1e-2,
+        ),
+        Row("control_step_us_median", m["control_step_us_median"], None, "report (bench/)"),
+        Row("realtime_factor", m["realtime_factor"], None, "report (simulated / wall time of the loop)"),
+    ]
     return rows
 
 
@@ -440,9 +535,19 @@ def make_plots(ctx, cfg, L):
     paths = []
 
     def shade(ax, label=False):
-        ax.axvspan(cfg["disturbance_t0"], cfg["disturbance_t1"], color="red", alpha=0.1, lw=0,
-                   label=(f"{cfg['disturbance_force_n']:g} N tip force, t ∈ [{cfg['disturbance_t0']:g}, "
-                          f"{cfg['disturbance_t1']:g}) s") if label else None)
+        ax.axvspan(
+            cfg["disturbance_t0"],
+            cfg["disturbance_t1"],
+            color="red",
+            alpha=0.1,
+            lw=0,
+            label=(
+                f"{cfg['disturbance_force_n']:g} N tip force, t ∈ [{cfg['disturbance_t0']:g}, "
+                f"{cfg['disturbance_t1']:g}) s"
+            )
+            if label
+            else None,
+        )
 
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for i in range(3):
@@ -493,10 +598,14 @@ def make_plots(ctx, cfg, L):
     for i, (k, lab) in enumerate(zip(keys, labels)):
         bars = ax[i].bar([0, 1], [PAPER[k], ours[i]], color=["0.6", "C0"], width=0.6)
         ax[i].bar_label(bars, fmt="%.3g", fontsize=8)
-        ax[i].set_xticks([0, 1], ["paper\nTable III", f"ours\n({t[-1] - t[0] + cfg['control_dt']:.0f} s run)"])
+        ax[i].set_xticks(
+            [0, 1], ["paper\nTable III", f"ours\n({t[-1] - t[0] + cfg['control_dt']:.0f} s run)"]
+        )
         ax[i].set_ylabel(f"RMSE {lab}")
         ax[i].set_ylim(0, 1.25 * max(PAPER[k], ours[i]))
-    fig.suptitle(f"Tracking RMSE over the run — [Dastranj] Table III beside ours ({cfg['controller']}, κ = {cfg['kappa']})")
+    fig.suptitle(
+        f"Tracking RMSE over the run — [Dastranj] Table III beside ours ({cfg['controller']}, κ = {cfg['kappa']})"
+    )
     paths.append(ctx.save_figure(fig, "rmse_table3"))
     return paths
 

@@ -19,6 +19,7 @@ max |φ(q)| of the controller's loop (the rod's end on the rail, m) on the plant
 ``plant_vs_rigid_qacc_rel``, the median of ‖q̈_MuJoCo − q̈_rigid‖/‖q̈_rigid‖ over (crank, rod) on 20 logged
 states, the rigid q̈ that of the same plant with its connect made rigid (scenarios/_plant_loops.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,13 @@ from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.runner import simulate
 
 NAME = "slider_crank"
-TARGETS = dict(singular_crossings=10, constraint_error_max=1e-9, energy_drift_rel=1e-4,
-               mujoco_vs_projection_max_rad=1e-3, tracking_rmse_rad=1e-3)
+TARGETS = dict(
+    singular_crossings=10,
+    constraint_error_max=1e-9,
+    energy_drift_rel=1e-4,
+    mujoco_vs_projection_max_rad=1e-3,
+    tracking_rmse_rad=1e-3,
+)
 
 
 def crank_reference(omega: float, T: float):
@@ -49,7 +55,7 @@ def crank_reference(omega: float, T: float):
         raise ConfigError(f"spinup_time must be > 0, got {T}")
 
     def ref(t):
-        e = math.exp(-t / T)                 # floats (one coordinate): a control step calls it once
+        e = math.exp(-t / T)  # floats (one coordinate): a control step calls it once
         return omega * (t - T * (1 - e)), omega * (1 - e), omega / T * e
 
     return FromFunction(ref)
@@ -61,9 +67,11 @@ def load_robot(cfg) -> Robot:
     robot = Robot.from_urdf(cfg["urdf"], loops=cfg["loops"])
     kinds = [c.kind for c in robot.loops]
     if robot.joint_names != ["crank", "rod"] or robot.passive_joints != ["rod"] or kinds != ["plane"]:
-        raise ConfigError(f"{cfg['urdf']} with {cfg['loops']}: expected the joints ['crank', 'rod'] (rod passive) and "
-                          f"one plane closure (the rail), got {robot.joint_names} (passive {robot.passive_joints}) "
-                          f"and {kinds}")
+        raise ConfigError(
+            f"{cfg['urdf']} with {cfg['loops']}: expected the joints ['crank', 'rod'] (rod passive) and "
+            f"one plane closure (the rail), got {robot.joint_names} (passive {robot.passive_joints}) "
+            f"and {kinds}"
+        )
     return robot
 
 
@@ -71,9 +79,17 @@ def build_controller(cfg, robot):
     """PIDC on the crank angle with the robot's loop (the rail) and passive rod."""
     if cfg["controller"] not in ("pidc", "pidc_qp"):
         raise ConfigError(f"controller='{cfg['controller']}' is not one of ['pidc', 'pidc_qp']")
-    return PIDC(robot, None, ["crank"], crank_reference(cfg["crank_speed"], cfg["spinup_time"]), cfg["kp"], cfg["kv"],
-                qp=cfg["controller"] == "pidc_qp", rank_tol=cfg["rank_tol_controller"],
-                torque_limits=[cfg["crank_torque_limit"], 0.0] if cfg["controller"] == "pidc_qp" else None)
+    return PIDC(
+        robot,
+        None,
+        ["crank"],
+        crank_reference(cfg["crank_speed"], cfg["spinup_time"]),
+        cfg["kp"],
+        cfg["kv"],
+        qp=cfg["controller"] == "pidc_qp",
+        rank_tol=cfg["rank_tol_controller"],
+        torque_limits=[cfg["crank_torque_limit"], 0.0] if cfg["controller"] == "pidc_qp" else None,
+    )
 
 
 def count_crossings(theta1: np.ndarray) -> int:
@@ -89,7 +105,7 @@ def mujoco_plant(cfg, robot):
 
 def slider_x(robot, q) -> float:
     """x of the rod's tip C (the frame ``slider_point``) at q (m)."""
-    d = robot.model.createData()                  # not the robot's data (the controllers' snapshot)
+    d = robot.model.createData()  # not the robot's data (the controllers' snapshot)
     pin.framesForwardKinematics(robot.model, d, np.asarray(q, dtype=float))
     return float(d.oMf[robot.frame_id("slider_point")].translation[0])
 
@@ -104,17 +120,25 @@ def run(ctx) -> Outcome:
     if cfg["formulation"] not in KINDS:
         raise ConfigError(f"formulation='{cfg['formulation']}' is not one of {list(KINDS)}")
     if not cfg["duration"] > cfg["track_after"]:
-        raise ConfigError(f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s "
-                          "(the tracking metrics are taken after it); lengthen the run or lower track_after")
+        raise ConfigError(
+            f"duration={cfg['duration']} s must exceed track_after={cfg['track_after']} s "
+            "(the tracking metrics are taken after it); lengthen the run or lower track_after"
+        )
     robot = load_robot(cfg)
-    loop = ClosureSet(robot.loops)            # φ and A of the logged states (its own Pinocchio data)
-    mj = mujoco_plant(cfg, robot)             # built first: a bad MJCF is refused before any simulation
+    loop = ClosureSet(robot.loops)  # φ and A of the logged states (its own Pinocchio data)
+    mj = mujoco_plant(cfg, robot)  # built first: a bad MJCF is refused before any simulation
     q0 = np.zeros(2)
     log = ctx.logger
 
     # 1. projection simulator, closed loop --------------------------------------------------------
-    proj = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
-                           rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"])
+    proj = ProjectionPlant(
+        robot,
+        None,
+        sim_dt=cfg["sim_dt_projection"],
+        kind=cfg["formulation"],
+        rank_tol=cfg["rank_tol_sim"],
+        nr_tol=cfg["nr_tol"],
+    )
     proj.reset(q0)
     ctl_p = build_controller(cfg, robot)
     ref = ctl_p.ref
@@ -127,8 +151,15 @@ def run(ctx) -> Outcome:
 
     # the compiled kernels are loaded before the timed loops, by a throwaway controller of the same config
     load_kernels(lambda: build_controller(cfg, robot), 0.0, *proj.state())
-    res_p = simulate(proj, ctl_p, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_p,
-                     progress=ctx.progress, desc=f"{NAME} (projection plant)")
+    res_p = simulate(
+        proj,
+        ctl_p,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=rec_p,
+        progress=ctx.progress,
+        desc=f"{NAME} (projection plant)",
+    )
     Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
     # after the loop, from the logged states: max |φ(q)| and the smallest singular value of the loop
     # Jacobian at every step (proj.equality_violation() is max |φ| at the plant's q)
@@ -139,27 +170,48 @@ def run(ctx) -> Outcome:
     # 2. MuJoCo plant, closed loop -----------------------------------------------------------------
     mujoco_reset(mj, q0, robot)
     ctl_m = build_controller(cfg, robot)
-    log.meta.update(mjcf_path=str(mj.path), urdf_path=str(robot.path), joint_names=np.array(robot.joint_names))
+    log.meta.update(
+        mjcf_path=str(mj.path), urdf_path=str(robot.path), joint_names=np.array(robot.joint_names)
+    )
     viewer = ctx.make_viewer(mj.model)
 
     def rec_m(t, q, v, tau):
-        log.append(t=t, q=q, v=v, tau=tau, plant_qpos=mj.data.qpos, plant_qvel=mj.data.qvel,
-                   solvable=float(ctl_m.info.solvable))
+        log.append(
+            t=t,
+            q=q,
+            v=v,
+            tau=tau,
+            plant_qpos=mj.data.qpos,
+            plant_qvel=mj.data.qvel,
+            solvable=float(ctl_m.info.solvable),
+        )
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 
-    res_m = simulate(mj, ctl_m, duration=cfg["duration"], control_dt=cfg["control_dt"], record=rec_m,
-                     progress=ctx.progress, desc=f"{NAME} (MuJoCo plant)", log=log)
+    res_m = simulate(
+        mj,
+        ctl_m,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=rec_m,
+        progress=ctx.progress,
+        desc=f"{NAME} (MuJoCo plant)",
+        log=log,
+    )
     # after the loop, from the logged states: the reference, the tracking error, the loop's violation
     L = log.arrays()
     th_d = np.array([ref(t)[0] for t in L["t"]], dtype=float)
     trail = np.zeros((len(th_d), 3))
     trail[:, 0] = L["plant_qpos"][:, 2] + slider_x(robot, np.zeros(robot.nq))
-    for k, x in (("theta_d", th_d), ("e_theta", th_d - L["q"][:, 0]),
-                 ("loop_violation", mj.equality_violations(L["plant_qpos"])), ("trail__C", trail)):
+    for k, x in (
+        ("theta_d", th_d),
+        ("e_theta", th_d - L["q"][:, 0]),
+        ("loop_violation", mj.equality_violations(L["plant_qpos"])),
+        ("trail__C", trail),
+    ):
         log.put(k, x)
     L = log.arrays()
-    plant_q = L["plant_qpos"][:, mj.map.qadr]                  # the plant's (crank, rod), model order
+    plant_q = L["plant_qpos"][:, mj.map.qadr]  # the plant's (crank, rod), model order
     loop_residual = float(max(np.max(np.abs(loop.phi(q))) for q in plant_q))
     picks = check_rows(len(L["t"]))
     qacc_rel = plant_vs_rigid_qacc_rel(mj, L["plant_qpos"][picks], L["plant_qvel"][picks], L["tau"][picks])
@@ -177,8 +229,15 @@ def run(ctx) -> Outcome:
     log.meta.update(compare_t=Pt[:n_cmp], compare_dev_rad=dev)
 
     # 4. energy ------------------------------------------------------------------------------------
-    en = ProjectionPlant(robot, None, sim_dt=cfg["sim_dt_projection"], kind=cfg["formulation"],
-                         rank_tol=cfg["rank_tol_sim"], nr_tol=cfg["nr_tol"], damping=False)
+    en = ProjectionPlant(
+        robot,
+        None,
+        sim_dt=cfg["sim_dt_projection"],
+        kind=cfg["formulation"],
+        rank_tol=cfg["rank_tol_sim"],
+        nr_tol=cfg["nr_tol"],
+        damping=False,
+    )
     en.reset(q0, np.array([1.0, -2.0]) * cfg["energy_crank_speed"])
     E0 = en.energy()
     n_en = int(round(cfg["energy_duration"] / en.dt))
@@ -191,43 +250,81 @@ def run(ctx) -> Outcome:
 
     late_p, late_m = Pt > cfg["track_after"], L["t"] > cfg["track_after"]
     e_p = np.array([ref(t)[0] for t in Pt], dtype=float) - Pq[:, 0]
-    m = dict(controller=cfg["controller"], duration_s=float(cfg["duration"]),
-             singular_crossings=count_crossings(Pq[:, 0]),
-             singular_crossings_mujoco=count_crossings(L["q"][:, 0]),
-             constraint_error_max=phi_max,
-             min_singular_value=float(np.min(P_rows["sigma"])),
-             rank_drop_steps=proj.rank_drops,
-             energy_drift_rel=drift, energy_run_crossings=count_crossings(th_en),
-             mujoco_vs_projection_max_rad=float(dev.max()),
-             tracking_rmse_rad=float(np.sqrt(np.mean(L["e_theta"][late_m] ** 2))),
-             tracking_max_rad=float(np.abs(L["e_theta"][late_m]).max()),
-             tracking_rmse_projection_rad=float(np.sqrt(np.mean(e_p[late_p] ** 2))),
-             unsolvable_steps_projection=ctl_p.unsolvable_steps, unsolvable_steps_mujoco=ctl_m.unsolvable_steps,
-             saturated_steps_qp=ctl_m.saturated_steps, motor_saturations_mujoco=mj.saturated,
-             loop_violation_max_mujoco_m=float(L["loop_violation"].max()),
-             loop_residual_max_m=loop_residual, plant_vs_rigid_qacc_rel=qacc_rel,
-             max_torque_nm=float(np.abs(L["tau"]).max()),
-             control_step_us_median=res_m.step_us_median, control_step_us_median_projection=res_p.step_us_median,
-             # both closed loops (projection plant, MuJoCo plant): simulated time / their wall time
-             realtime_factor=(res_p.simulated_s + res_m.simulated_s) / (res_p.wall_s + res_m.wall_s),
-             realtime_factor_projection=res_p.realtime_factor, realtime_factor_mujoco=res_m.realtime_factor)
+    m = dict(
+        controller=cfg["controller"],
+        duration_s=float(cfg["duration"]),
+        singular_crossings=count_crossings(Pq[:, 0]),
+        singular_crossings_mujoco=count_crossings(L["q"][:, 0]),
+        constraint_error_max=phi_max,
+        min_singular_value=float(np.min(P_rows["sigma"])),
+        rank_drop_steps=proj.rank_drops,
+        energy_drift_rel=drift,
+        energy_run_crossings=count_crossings(th_en),
+        mujoco_vs_projection_max_rad=float(dev.max()),
+        tracking_rmse_rad=float(np.sqrt(np.mean(L["e_theta"][late_m] ** 2))),
+        tracking_max_rad=float(np.abs(L["e_theta"][late_m]).max()),
+        tracking_rmse_projection_rad=float(np.sqrt(np.mean(e_p[late_p] ** 2))),
+        unsolvable_steps_projection=ctl_p.unsolvable_steps,
+        unsolvable_steps_mujoco=ctl_m.unsolvable_steps,
+        saturated_steps_qp=ctl_m.saturated_steps,
+        motor_saturations_mujoco=mj.saturated,
+        loop_violation_max_mujoco_m=float(L["loop_violation"].max()),
+        loop_residual_max_m=loop_residual,
+        plant_vs_rigid_qacc_rel=qacc_rel,
+        max_torque_nm=float(np.abs(L["tau"]).max()),
+        control_step_us_median=res_m.step_us_median,
+        control_step_us_median_projection=res_p.step_us_median,
+        # both closed loops (projection plant, MuJoCo plant): simulated time / their wall time
+        realtime_factor=(res_p.simulated_s + res_m.simulated_s) / (res_p.wall_s + res_m.wall_s),
+        realtime_factor_projection=res_p.realtime_factor,
+        realtime_factor_mujoco=res_m.realtime_factor,
+    )
     full = cfg["duration"] >= 5.5
-    rows = [Row("singular_crossings", m["singular_crossings"], None, ">= 10", m["singular_crossings"] >= 10 if full else None),
-            Row("constraint_error_max", m["constraint_error_max"], None, "<= 1e-9", m["constraint_error_max"] <= 1e-9),
-            Row("energy_drift_rel", drift, None, "<= 1e-4",
-                drift <= 1e-4 if cfg["energy_duration"] >= 10 else None),
-            Row("mujoco_vs_projection_max_rad", m["mujoco_vs_projection_max_rad"], None, "<= 1e-3 (first 2 s)",
-                m["mujoco_vs_projection_max_rad"] <= 1e-3),
-            Row("tracking_rmse_rad", m["tracking_rmse_rad"], None, "<= 1e-3 (MuJoCo, t > 1 s)",
-                m["tracking_rmse_rad"] <= 1e-3),
-            Row("tracking_rmse_projection_rad", m["tracking_rmse_projection_rad"]),
-            Row("singular_crossings_mujoco", m["singular_crossings_mujoco"]),
-            Row("unsolvable_steps (proj / MuJoCo)", f"{ctl_p.unsolvable_steps} / {ctl_m.unsolvable_steps}"),
-            Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
-            Row("loop_residual_max_m", loop_residual, None, "report (MuJoCo plant)"),
-            Row("plant_vs_rigid_qacc_rel", qacc_rel, None, "report (MuJoCo plant, median of 20 states)"),
-            Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)"),
-            Row("realtime_factor (projection + MuJoCo loops)", m["realtime_factor"], None, "report")]
+    rows = [
+        Row(
+            "singular_crossings",
+            m["singular_crossings"],
+            None,
+            ">= 10",
+            m["singular_crossings"] >= 10 if full else None,
+        ),
+        Row(
+            "constraint_error_max",
+            m["constraint_error_max"],
+            None,
+            "<= 1e-9",
+            m["constraint_error_max"] <= 1e-9,
+        ),
+        Row(
+            "energy_drift_rel",
+            drift,
+            None,
+            "<= 1e-4",
+            drift <= 1e-4 if cfg["energy_duration"] >= 10 else None,
+        ),
+        Row(
+            "mujoco_vs_projection_max_rad",
+            m["mujoco_vs_projection_max_rad"],
+            None,
+            "<= 1e-3 (first 2 s)",
+            m["mujoco_vs_projection_max_rad"] <= 1e-3,
+        ),
+        Row(
+            "tracking_rmse_rad",
+            m["tracking_rmse_rad"],
+            None,
+            "<= 1e-3 (MuJoCo, t > 1 s)",
+            m["tracking_rmse_rad"] <= 1e-3,
+        ),
+        Row("tracking_rmse_projection_rad", m["tracking_rmse_projection_rad"]),
+        Row("singular_crossings_mujoco", m["singular_crossings_mujoco"]),
+        Row("unsolvable_steps (proj / MuJoCo)", f"{ctl_p.unsolvable_steps} / {ctl_m.unsolvable_steps}"),
+        Row("loop_violation_max_mujoco_m", m["loop_violation_max_mujoco_m"]),
+        Row("loop_residual_max_m", loop_residual, None, "report (MuJoCo plant)"),
+        Row("plant_vs_rigid_qacc_rel", qacc_rel, None, "report (MuJoCo plant, median of 20 states)"),
+        Row("control_step_us_median", m["control_step_us_median"], None, "(bench/projection.py)"),
+        Row("realtime_factor (projection + MuJoCo loops)", m["realtime_factor"], None, "report"),
+    ]
     plots = make_plots(ctx, Pt, Pq, e_p, L, dev, log.meta, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 

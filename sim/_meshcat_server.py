@@ -17,6 +17,7 @@ What differs from ``python -m meshcat.servers.zmqserver`` (meshcat 0.3):
   the parent exits for any reason (normal exit, exception, SIGINT, SIGTERM, even SIGKILL) the pipe
   reaches end-of-file and the server exits at once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,22 +69,28 @@ def main(argv=None) -> None:
     ap.add_argument("--log-cap", type=int, default=1_000_000, help="bytes kept in the log")
     args = ap.parse_args(argv)
 
-    import tornado.websocket
     import meshcat.servers.zmqserver as zs
+    import tornado.websocket
 
     class Handler(zs.WebSocketHandler):
         def on_close(self):
             self.bridge.websocket_pool.discard(self)
 
-        def check_origin(self, origin):          # the page may come from a file:// or another port
+        def check_origin(self, origin):  # the page may come from a file:// or another port
             return True
 
     class Bridge(zs.ZMQWebSocketBridge):
         def make_app(self):
-            return tornado.web.Application([
-                (r"/static/(.*)", zs.StaticFileHandlerNoCache,
-                 {"path": zs.VIEWER_ROOT, "default_filename": zs.VIEWER_HTML}),
-                (r"/", Handler, {"bridge": self})])
+            return tornado.web.Application(
+                [
+                    (
+                        r"/static/(.*)",
+                        zs.StaticFileHandlerNoCache,
+                        {"path": zs.VIEWER_ROOT, "default_filename": zs.VIEWER_HTML},
+                    ),
+                    (r"/", Handler, {"bridge": self}),
+                ]
+            )
 
         def _write(self, ws, data) -> None:
             try:
@@ -91,7 +98,7 @@ def main(argv=None) -> None:
             except tornado.websocket.WebSocketClosedError:
                 self.websocket_pool.discard(ws)
                 return
-            fut.add_done_callback(lambda f: f.exception())      # a failed write is not an error here
+            fut.add_done_callback(lambda f: f.exception())  # a failed write is not an error here
 
         def forward_to_websockets(self, frames):
             _, _, data = frames
@@ -100,14 +107,17 @@ def main(argv=None) -> None:
 
         def send_scene(self, websocket):
             for node in zs.walk(self.tree):
-                for blob in ([node.object] if node.object is not None else []) + list(node.properties) + \
-                        [b for b in (node.transform, node.animation) if b is not None]:
+                for blob in (
+                    ([node.object] if node.object is not None else [])
+                    + list(node.properties)
+                    + [b for b in (node.transform, node.animation) if b is not None]
+                ):
                     self._write(websocket, blob)
 
         def handle_zmq(self, frames):
             try:
                 super().handle_zmq(frames)
-            except Exception as e:                   # never leave the run's request unanswered
+            except Exception as e:  # never leave the run's request unanswered
                 print(f"meshcat server: {type(e).__name__}: {e}", file=sys.stderr)
                 try:
                     self.zmq_socket.send(b"ok")
@@ -120,7 +130,7 @@ def main(argv=None) -> None:
     sys.stdout.flush()
     log = _CappedLog(args.log, args.log_cap)
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)                              # nothing of ours reaches the parent's pipe again
+    os.dup2(devnull, 1)  # nothing of ours reaches the parent's pipe again
     os.dup2(devnull, 2)
     sys.stdout = sys.stderr = log
     try:

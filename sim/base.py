@@ -10,6 +10,7 @@ Implemented by sim.plant.MujocoPlant (MuJoCo, joint-space), sim.chain_plant.Chai
 body poses and twists of a chain) and sim.projection_sim.ProjectionPlant (the projection-method
 integrator); a plant a user writes needs only these members.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable

@@ -15,6 +15,7 @@ The structure expected in the MJCF: the named bodies, each with its frame at its
 ``state()`` reads xpos/xquat and mj_objectVelocity (world-aligned, at the CoM) — what a motion-capture
 system would measure; the controller never sees MuJoCo's generalized coordinates.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,15 +26,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ModelFileError, StateError
-from cmstack.models.tensor_chain import ChainState, TensorChain, quat_conj, quat_mul, quat_to_matrix
+from cmstack.models.robot import resolve_asset
+from cmstack.models.tensor_chain import ChainState, TensorChain, quat_conj, quat_mul
 from cmstack.sim.base import MujocoClock
 from cmstack.sim.plant import _as_slice, load_mjcf
-from cmstack.models.robot import resolve_asset
 
 
 class ChainMujocoPlant(MujocoClock):
-    def __init__(self, mjcf_path: str | Path, body_names: list[str], *, sim_dt: float | None = None,
-                 gravity: ArrayLike | None = None):
+    def __init__(
+        self,
+        mjcf_path: str | Path,
+        body_names: list[str],
+        *,
+        sim_dt: float | None = None,
+        gravity: ArrayLike | None = None,
+    ):
         self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path)
         if sim_dt is not None:
@@ -54,8 +61,10 @@ class ChainMujocoPlant(MujocoClock):
         n = len(ids)
         for k, b in enumerate(ids):
             if np.linalg.norm(m.body_ipos[b]) > 1e-12 or abs(abs(m.body_iquat[b][0]) - 1) > 1e-12:
-                raise ModelFileError(f"{self.path.name}: body '{self.names[k]}' must have its frame at its centre "
-                                     f"of mass without rotation (<inertial pos=\"0 0 0\">)")
+                raise ModelFileError(
+                    f"{self.path.name}: body '{self.names[k]}' must have its frame at its centre "
+                    f'of mass without rotation (<inertial pos="0 0 0">)'
+                )
         # base joint
         j0 = [j for j in range(m.njnt) if m.jnt_bodyid[j] == ids[0]]
         if len(j0) == 1 and m.jnt_type[j0[0]] == mujoco.mjtJoint.mjJNT_FREE:
@@ -64,20 +73,28 @@ class ChainMujocoPlant(MujocoClock):
         elif len(j0) == 0:
             self.free = False
         else:
-            raise ModelFileError(f"{self.path.name}: body '{self.names[0]}' must have a freejoint or no joint")
+            raise ModelFileError(
+                f"{self.path.name}: body '{self.names[0]}' must have a freejoint or no joint"
+            )
         self.ball_q, self.ball_d = [], []
         for k in range(1, n):
             if m.body_parentid[ids[k]] != ids[k - 1]:
-                raise ModelFileError(f"{self.path.name}: '{self.names[k]}' must be the child of '{self.names[k - 1]}'")
+                raise ModelFileError(
+                    f"{self.path.name}: '{self.names[k]}' must be the child of '{self.names[k - 1]}'"
+                )
             js = [j for j in range(m.njnt) if m.jnt_bodyid[j] == ids[k]]
             if len(js) != 1 or m.jnt_type[js[0]] != mujoco.mjtJoint.mjJNT_BALL:
-                raise ModelFileError(f"{self.path.name}: '{self.names[k]}' must hang on exactly one ball joint")
+                raise ModelFileError(
+                    f"{self.path.name}: '{self.names[k]}' must hang on exactly one ball joint"
+                )
             if abs(abs(m.body_quat[ids[k]][0]) - 1) > 1e-12:
-                raise ModelFileError(f"{self.path.name}: '{self.names[k]}' must not be rotated in its parent at qpos0")
+                raise ModelFileError(
+                    f"{self.path.name}: '{self.names[k]}' must not be rotated in its parent at qpos0"
+                )
             self.ball_q.append(m.jnt_qposadr[js[0]])
             self.ball_d.append(m.jnt_dofadr[js[0]])
         self.n = n
-        self.offsets = np.array([m.body_pos[ids[k]] for k in range(1, n)])   # child CoM in parent frame
+        self.offsets = np.array([m.body_pos[ids[k]] for k in range(1, n)])  # child CoM in parent frame
         self.port = np.zeros(6 * n)
         self.dist = np.zeros((n, 6))
         self.joint_u = np.zeros((n - 1, 3))
@@ -97,19 +114,23 @@ class ChainMujocoPlant(MujocoClock):
         R = s.R
         w = s.w
         if self.free:
-            d.qpos[self.base_qadr:self.base_qadr + 3] = s.pos[0]
-            d.qpos[self.base_qadr + 3:self.base_qadr + 7] = s.quat[0]
-            d.qvel[self.base_dadr:self.base_dadr + 3] = s.v[0]
-            d.qvel[self.base_dadr + 3:self.base_dadr + 6] = R[0].T @ w[0]
+            d.qpos[self.base_qadr : self.base_qadr + 3] = s.pos[0]
+            d.qpos[self.base_qadr + 3 : self.base_qadr + 7] = s.quat[0]
+            d.qvel[self.base_dadr : self.base_dadr + 3] = s.v[0]
+            d.qvel[self.base_dadr + 3 : self.base_dadr + 6] = R[0].T @ w[0]
         for k in range(1, n):
-            d.qpos[self.ball_q[k - 1]:self.ball_q[k - 1] + 4] = quat_mul(quat_conj(s.quat[k - 1]), s.quat[k])
-            d.qvel[self.ball_d[k - 1]:self.ball_d[k - 1] + 3] = R[k].T @ (w[k] - w[k - 1])
+            d.qpos[self.ball_q[k - 1] : self.ball_q[k - 1] + 4] = quat_mul(
+                quat_conj(s.quat[k - 1]), s.quat[k]
+            )
+            d.qvel[self.ball_d[k - 1] : self.ball_d[k - 1] + 3] = R[k].T @ (w[k] - w[k - 1])
         mujoco.mj_forward(m, d)
         got = self.chain_state()
         err = max(np.max(np.abs(got.pos - s.pos)), np.max(np.abs(got.nu - s.nu)))
         if err > 1e-9:
-            raise StateError(f"{self.path.name}: the chain state could not be set (mismatch {err:.3g}); is it "
-                             f"consistent with the joints and, for a welded base, with the base pose?")
+            raise StateError(
+                f"{self.path.name}: the chain state could not be set (mismatch {err:.3g}); is it "
+                f"consistent with the joints and, for a welded base, with the base pose?"
+            )
         self.port[:] = 0.0
         self.dist[:] = 0.0
         self.joint_u[:] = 0.0
@@ -118,10 +139,10 @@ class ChainMujocoPlant(MujocoClock):
         """MuJoCo qpos of a chain state (for replaying a tensor-model trajectory in the viewer)."""
         q = self.model.qpos0.copy()
         if self.free:
-            q[self.base_qadr:self.base_qadr + 3] = s.pos[0]
-            q[self.base_qadr + 3:self.base_qadr + 7] = s.quat[0]
+            q[self.base_qadr : self.base_qadr + 3] = s.pos[0]
+            q[self.base_qadr + 3 : self.base_qadr + 7] = s.quat[0]
         for k in range(1, self.n):
-            q[self.ball_q[k - 1]:self.ball_q[k - 1] + 4] = quat_mul(quat_conj(s.quat[k - 1]), s.quat[k])
+            q[self.ball_q[k - 1] : self.ball_q[k - 1] + 4] = quat_mul(quat_conj(s.quat[k - 1]), s.quat[k])
         return q
 
     def check_matches(self, chain: TensorChain) -> None:
@@ -135,13 +156,18 @@ class ChainMujocoPlant(MujocoClock):
                 if abs(m.body_mass[b] - chain.masses[k]) > 1e-9:
                     bad.append(f"mass of {self.names[k]} {m.body_mass[b]} vs {chain.masses[k]}")
                 if np.max(np.abs(np.diag(m.body_inertia[b]) - chain.inertias[k])) > 1e-9:
-                    bad.append(f"inertia of {self.names[k]} {m.body_inertia[b]} vs {np.diag(chain.inertias[k])}")
+                    bad.append(
+                        f"inertia of {self.names[k]} {m.body_inertia[b]} vs {np.diag(chain.inertias[k])}"
+                    )
             for k in range(1, self.n):
                 off = chain.joint_parent[k - 1] - chain.joint_child[k - 1]
                 if np.max(np.abs(off - self.offsets[k - 1])) > 1e-9:
                     bad.append(f"joint {k}: CoM offset {self.offsets[k - 1]} vs {off}")
                 j = [i for i in range(m.njnt) if m.jnt_bodyid[i] == self.ids[k]][0]
-                if chain.spring_law == "rotvec" and np.max(np.abs(chain.stiffness[k - 1] - m.jnt_stiffness[j])) > 1e-9:
+                if (
+                    chain.spring_law == "rotvec"
+                    and np.max(np.abs(chain.stiffness[k - 1] - m.jnt_stiffness[j])) > 1e-9
+                ):
                     bad.append(f"joint {k}: stiffness {m.jnt_stiffness[j]} vs {chain.stiffness[k - 1]}")
         if bad:
             raise ModelFileError(f"{self.path.name} does not match the tensor model: " + "; ".join(bad))
@@ -158,7 +184,7 @@ class ChainMujocoPlant(MujocoClock):
         quat = d.xquat[self._rows].copy()
         quat[quat[:, 0] < 0] *= -1.0
         vel, body = self._vel, mujoco.mjtObj.mjOBJ_BODY
-        for k, b in enumerate(self._ids_int):     # [ω; v] of each body, world axes
+        for k, b in enumerate(self._ids_int):  # [ω; v] of each body, world axes
             mujoco.mj_objectVelocity(m, d, body, b, vel[k], 0)
         return ChainState(pos, quat, np.concatenate([vel[:, 3:].ravel(), vel[:, :3].ravel()]))
 
@@ -175,8 +201,10 @@ class ChainMujocoPlant(MujocoClock):
             self.set_joint_moments(tau)
             return
         if tau.shape != (6 * self.n,) or not np.all(np.isfinite(tau)):
-            raise StateError(f"set_torque: expected the port (6N = {6 * self.n}) or motor moments "
-                             f"(3(N−1) = {3 * (self.n - 1)}) as finite numbers, got shape {tau.shape}")
+            raise StateError(
+                f"set_torque: expected the port (6N = {6 * self.n}) or motor moments "
+                f"(3(N−1) = {3 * (self.n - 1)}) as finite numbers, got shape {tau.shape}"
+            )
         self.port[:] = tau
 
     def set_joint_moments(self, u: ArrayLike) -> None:
@@ -193,15 +221,19 @@ class ChainMujocoPlant(MujocoClock):
         self.dist[k, :3] = f
         self.dist[k, 3:] = m
 
-    _BAD = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+    _BAD = (
+        mujoco.mjtWarning.mjWARN_BADQACC,
+        mujoco.mjtWarning.mjWARN_BADQPOS,
+        mujoco.mjtWarning.mjWARN_BADQVEL,
+    )
 
     def step(self, n_steps: int = 1) -> None:
         m, d = self.model, self.data
         n = self.n
         t0 = self.time
         w = self._wrench
-        w[:, :3] = self.port[:3 * n].reshape(n, 3)
-        w[:, 3:] = self.port[3 * n:].reshape(n, 3)
+        w[:, :3] = self.port[: 3 * n].reshape(n, 3)
+        w[:, 3:] = self.port[3 * n :].reshape(n, 3)
         w += self.dist
         d.xfrc_applied[:] = 0.0
         d.xfrc_applied[self._rows] = w
@@ -211,11 +243,13 @@ class ChainMujocoPlant(MujocoClock):
             if motors:
                 R = d.xmat[self.ids].reshape(n, 3, 3)
                 for k in range(1, n):
-                    d.qfrc_applied[self.ball_d[k - 1]:self.ball_d[k - 1] + 3] = R[k].T @ self.joint_u[k - 1]
+                    d.qfrc_applied[self.ball_d[k - 1] : self.ball_d[k - 1] + 3] = R[k].T @ self.joint_u[k - 1]
             mujoco.mj_step(m, d)
         counts = d.warning.number.tolist()
         qp, qv = d.qpos, d.qvel
         if any([counts[i] for i in self._bad_idx]) or not math.isfinite(qp.dot(qp) + qv.dot(qv)):
             bad = [k.name for k in self._BAD if counts[int(k)] > 0]
-            raise StateError(f"the MuJoCo chain {self.path.name} diverged between t={t0:.4f} s and t={t0 + n_steps * self.dt:.4f} s "
-                             f"({', '.join(bad) or 'non-finite state'})")
+            raise StateError(
+                f"the MuJoCo chain {self.path.name} diverged between t={t0:.4f} s and t={t0 + n_steps * self.dt:.4f} s "
+                f"({', '.join(bad) or 'non-finite state'})"
+            )

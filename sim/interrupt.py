@@ -15,6 +15,7 @@ While :func:`handle_signals` is active:
 
 :class:`Interrupted` derives from ``KeyboardInterrupt``: ``except Exception`` does not swallow it.
 """
+
 from __future__ import annotations
 
 import signal
@@ -34,7 +35,13 @@ class Interrupted(KeyboardInterrupt):
         out: the run directory, once written.
     """
 
-    def __init__(self, signame: str = "SIGINT", reason: str | None = None, out: str | Path | None = None, post_loop_cut: bool = False):
+    def __init__(
+        self,
+        signame: str = "SIGINT",
+        reason: str | None = None,
+        out: str | Path | None = None,
+        post_loop_cut: bool = False,
+    ):
         super().__init__(reason or signame)
         self.signame, self.reason, self.out = signame, reason or f"interrupted ({signame})", out
         #: True when raised because the work after a stopped loop passed POST_LOOP_S
@@ -47,11 +54,11 @@ POST_LOOP_S = 1.2
 
 
 class _State:
-    signame: str | None = None     # the first signal received while handling, or None
-    count: int = 0                 # signals received
+    signame: str | None = None  # the first signal received while handling, or None
+    count: int = 0  # signals received
     t_signal: float | None = None  # time.monotonic() of the first signal
-    seen: bool = False             # a loop has asked requested() since the first signal
-    deferring: int = 0             # > 0 inside deferred()
+    seen: bool = False  # a loop has asked requested() since the first signal
+    deferring: int = 0  # > 0 inside deferred()
     grace_s: float = 1.0
     active: bool = False
 

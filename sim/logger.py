@@ -21,6 +21,7 @@ A run killed before its final save (``kill -9``) leaves no ``log.npz``, only the
 ``replay.html`` and the tests read) returns ``log.npz`` when it exists, else the parts concatenated.
 A series that is missing from a later part (a post-loop pass killed half-way) is left out there.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,9 +31,9 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from collections.abc import Iterable, Iterator
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -45,7 +46,9 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], Any], fsync: bool = True) -> Path:
+def atomic_write(
+    path: str | Path, data: bytes | str | Callable[[IO[bytes]], Any], fsync: bool = True
+) -> Path:
     """Write ``data`` to ``path`` atomically: into a temporary file in the same directory, fsync
     (unless ``fsync=False``: a killed process still leaves no torn file, only a power cut could),
     then rename over ``path``.  ``data``: bytes, text (UTF-8), or a callable ``writer(fh)`` that
@@ -55,7 +58,7 @@ def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], Any
         data = data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())     # mkstemp makes 0600: honour the umask like open() (0644 under 022)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600: honour the umask like open() (0644 under 022)
         with os.fdopen(fd, "wb") as fh:
             if callable(data):
                 data(fh)
@@ -97,21 +100,26 @@ def _npy(buf: bytes, allow_pickle: bool) -> np.ndarray:
     if buf[:6] != b"\x93NUMPY":
         raise ValueError("not a .npy member")
     major = buf[6]
-    hlen, start = (int.from_bytes(buf[8:10], "little"), 10) if major == 1 else (int.from_bytes(buf[8:12], "little"), 12)
-    shape, fortran, dtype = _npy_header(buf[start:start + hlen])
+    hlen, start = (
+        (int.from_bytes(buf[8:10], "little"), 10) if major == 1 else (int.from_bytes(buf[8:12], "little"), 12)
+    )
+    shape, fortran, dtype = _npy_header(buf[start : start + hlen])
     if dtype.hasobject:
         return np.lib.format.read_array(io.BytesIO(buf), allow_pickle=allow_pickle)
     x = np.frombuffer(buf, dtype=dtype, offset=start + hlen, count=int(np.prod(shape, dtype=np.int64)))
     return x.reshape(shape, order="F" if fortran else "C").copy()
 
 
-def _read_part(p: Path, allow_pickle: bool = False, keys=None, meta: bool = True
-               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _read_part(
+    p: Path, allow_pickle: bool = False, keys=None, meta: bool = True
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(series, meta) of one checkpoint part; ``keys``: only these series; ``meta=False``: no meta."""
     series, out_meta = {}, {}
     with zipfile.ZipFile(p) as zf:
         members = {n[:-4]: n for n in zf.namelist() if n.endswith(".npy")}
-        names = set(_npy(zf.read(members["__series__"]), False).tolist()) if "__series__" in members else set()
+        names = (
+            set(_npy(zf.read(members["__series__"]), False).tolist()) if "__series__" in members else set()
+        )
         for k, n in members.items():
             if k in names:
                 if keys is None or k in keys:
@@ -124,7 +132,7 @@ def _read_part(p: Path, allow_pickle: bool = False, keys=None, meta: bool = True
 def _concat(chunks: list) -> np.ndarray:
     try:
         return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-    except ValueError:                 # a series whose rows changed shape between parts: one row per entry
+    except ValueError:  # a series whose rows changed shape between parts: one row per entry
         flat = [r for c in chunks for r in c]
         out = np.empty(len(flat), dtype=object)
         out[:] = flat
@@ -175,8 +183,11 @@ def _npz_member_rows(path: Path, key: str, idx: np.ndarray | None, block_rows: i
     from its (compressed or stored) member block by block: only the rows asked for are kept."""
     with zipfile.ZipFile(path) as zf, zf.open(f"{key}.npy") as f:
         version = np.lib.format.read_magic(f)
-        shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                                 else np.lib.format.read_array_header_2_0(f))
+        shape, fortran, dtype = (
+            np.lib.format.read_array_header_1_0(f)
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0(f)
+        )
         if dtype.hasobject or fortran or len(shape) == 0 or idx is None:
             f.close()
             with np.load(path, allow_pickle=dtype.hasobject) as z:
@@ -184,11 +195,14 @@ def _npz_member_rows(path: Path, key: str, idx: np.ndarray | None, block_rows: i
             return x if idx is None else x[idx]
         row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         out = np.empty((len(idx), *shape[1:]), dtype=dtype)
-        i = j = 0                                    # rows read so far; entries of idx filled
+        i = j = 0  # rows read so far; entries of idx filled
         while j < len(idx) and i < shape[0]:
             n = min(block_rows, shape[0] - i)
-            blk = np.frombuffer(f.read(n * row), dtype=dtype).reshape(n, *shape[1:]) if row else \
-                np.empty((n, *shape[1:]), dtype=dtype)
+            blk = (
+                np.frombuffer(f.read(n * row), dtype=dtype).reshape(n, *shape[1:])
+                if row
+                else np.empty((n, *shape[1:]), dtype=dtype)
+            )
             k = j + int(np.searchsorted(idx[j:], i + n))
             out[j:k] = blk[idx[j:k] - i]
             i, j = i + n, k
@@ -210,7 +224,9 @@ def log_keys(path: str | Path) -> list[str]:
         return [k for k in z.files if k != "__series__"]
 
 
-def read_log_rows(path: str | Path, keys: Iterable[str], idx: Iterable[int] | np.ndarray | None = None) -> dict[str, np.ndarray]:
+def read_log_rows(
+    path: str | Path, keys: Iterable[str], idx: Iterable[int] | np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Entries ``keys`` of a run log (as :func:`read_log` reads it: ``log.npz``, else the checkpoint
     parts), series restricted to rows ``idx`` (sorted row indices; None: all); missing keys are left
     out.  Memory: the rows asked for (plus one block or one part), not the whole log."""
@@ -257,12 +273,15 @@ def write_npz_streamed(fh: IO[bytes], arrays: dict, streams: dict, compress: boo
             with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.asanyarray(x), allow_pickle=True)
         for name, (shape, dtype, n, chunks) in streams.items():
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-                      "shape": (int(n), *shape)}
+            header = {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                "fortran_order": False,
+                "shape": (int(n), *shape),
+            }
             with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                 try:
                     np.lib.format.write_array_header_1_0(f, header)
-                except ValueError:                       # a header longer than version 1.0 allows
+                except ValueError:  # a header longer than version 1.0 allows
                     np.lib.format.write_array_header_2_0(f, header)
                 written = 0
                 for c in chunks:
@@ -299,16 +318,16 @@ class Logger:
         self.meta: dict[str, object] = {}
         self.checkpoint_path = Path(checkpoint) if checkpoint is not None else None
         self.checkpoint_every_s = float(checkpoint_every_s)
-        self.checkpoints = 0                      # checkpoint parts written
-        self._cols: dict[str, np.ndarray] = {}    # key -> column (capacity × row shape); rows [0, n) in memory
-        self._n: dict[str, int] = {}              # key -> rows in memory
-        self._ragged: dict[str, list] = {}        # key -> rows in memory, for a key whose row shape changed
-        self._on_disk: dict[str, int] = {}        # key -> rows already in checkpoint parts (gone from memory)
-        self._whole: dict[str, np.ndarray] = {}   # key -> a whole series set by put()
-        self._dropped: set[str] = set()           # series left out of arrays() and the saved log
+        self.checkpoints = 0  # checkpoint parts written
+        self._cols: dict[str, np.ndarray] = {}  # key -> column (capacity × row shape); rows [0, n) in memory
+        self._n: dict[str, int] = {}  # key -> rows in memory
+        self._ragged: dict[str, list] = {}  # key -> rows in memory, for a key whose row shape changed
+        self._on_disk: dict[str, int] = {}  # key -> rows already in checkpoint parts (gone from memory)
+        self._whole: dict[str, np.ndarray] = {}  # key -> a whole series set by put()
+        self._dropped: set[str] = set()  # series left out of arrays() and the saved log
         self._next_checkpoint_t: float | None = None
         self._last_t: float | None = None
-        self._disk_cache: tuple[int, dict] | None = None    # (parts, series concatenated) for arrays()
+        self._disk_cache: tuple[int, dict] | None = None  # (parts, series concatenated) for arrays()
 
     # ---------------------------------------------------------------------------------- appending
     def append(self, **kw: Any) -> None:
@@ -325,7 +344,7 @@ class Logger:
                 self._append_slow(k, x)
                 continue
             n = counts[k]
-            if type(x) is np.ndarray:                     # fast paths: an array, or a Python number
+            if type(x) is np.ndarray:  # fast paths: an array, or a Python number
                 if x.shape != col.shape[1:]:
                     self._append_slow(k, x)
                     continue
@@ -356,7 +375,7 @@ class Logger:
             col[0] = row
             self._n[k] = 1
             return
-        n = self._n.pop(k)                    # the shape changed: keep this key as a list of rows
+        n = self._n.pop(k)  # the shape changed: keep this key as a list of rows
         self._ragged[k] = [c.copy() for c in col[:n]] + [row]
         del self._cols[k]
 
@@ -402,7 +421,7 @@ class Logger:
         return p
 
     def _memory_series(self) -> dict[str, np.ndarray]:
-        out = {k: col[:self._n[k]] for k, col in self._cols.items() if self._n[k]}
+        out = {k: col[: self._n[k]] for k, col in self._cols.items() if self._n[k]}
         for k, xs in self._ragged.items():
             if xs:
                 arr = np.empty(len(xs), dtype=object)
@@ -413,7 +432,7 @@ class Logger:
     def _write_part(self) -> Path:
         """Checkpoint part ``checkpoints + 1``: per series the rows in memory, the names of the series
         (``__series__``) and the meta; written atomically, uncompressed."""
-        assert self.checkpoint_path is not None          # parts exist only for a log with a checkpoint path
+        assert self.checkpoint_path is not None  # parts exist only for a log with a checkpoint path
         d = parts_dir(self.checkpoint_path)
         d.mkdir(exist_ok=True)
         arrays = self._memory_series()
@@ -446,8 +465,11 @@ class Logger:
         for p in self.parts:
             series, _ = _read_part(p, allow_pickle=True, keys=keys, meta=False)
             yield {k: v for k, v in series.items() if k not in self._dropped and k not in self._whole}
-        mem = {k: v for k, v in self._memory_series().items()
-               if (keys is None or k in keys) and k not in self._whole}
+        mem = {
+            k: v
+            for k, v in self._memory_series().items()
+            if (keys is None or k in keys) and k not in self._whole
+        }
         if mem:
             yield mem
 
@@ -462,7 +484,9 @@ class Logger:
         out.update({k: v for k, v in self._whole.items() if k in keys})
         return out
 
-    def extend_chunks(self, fn: Callable[[dict[str, np.ndarray]], dict[str, Any]], deadline: float | None = None) -> tuple[int, int]:
+    def extend_chunks(
+        self, fn: Callable[[dict[str, np.ndarray]], dict[str, Any]], deadline: float | None = None
+    ) -> tuple[int, int]:
         """Add to every chunk the series ``fn(chunk)`` returns (a dict of arrays with the chunk's rows):
         each checkpoint part is rewritten (atomically) with them; the rows still in memory are first
         written as a part (:meth:`flush`).  Without a checkpoint path, the whole log is one chunk and
@@ -520,7 +544,7 @@ class Logger:
         disk = self._disk_series() if self.checkpoints else {}
         for k in {*disk, *self._cols, *self._ragged}:
             pieces = [x for x in (disk.get(k), mem.get(k)) if x is not None]
-            if not pieces:                           # a key with no rows left in memory nor on disk
+            if not pieces:  # a key with no rows left in memory nor on disk
                 col = self._cols.get(k)
                 pieces = [col[:0]] if col is not None else [np.empty(0, dtype=object)]
             out[k] = _concat(pieces) if len(pieces) > 1 else pieces[0]
@@ -588,8 +612,11 @@ class Logger:
         keep = _complete(present)
         whole = {k: _concat(v) for k, v in irregular.items() if k in keep}
         whole.update(self._whole)
-        streams = {k: (shape, dtype, n, _raw_chunks(Path(files[k].name), shape, dtype, n))
-                   for k, (shape, dtype, n) in info.items() if k in keep and k not in whole}
+        streams = {
+            k: (shape, dtype, n, _raw_chunks(Path(files[k].name), shape, dtype, n))
+            for k, (shape, dtype, n) in info.items()
+            if k in keep and k not in whole
+        }
         for k, v in self.meta.items():
             if k not in streams:
                 whole.setdefault(k, np.asarray(v))

@@ -5,6 +5,7 @@ whose target was missed), ``not_evaluated`` (list of metric keys whose target co
 evaluated) and ``reason`` (a string, ``""`` when ``ok``).  NaN and inf become ``null``; lists and
 tuples stay JSON lists.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def _clean(x):
         return [_clean(v) for v in x]
     if isinstance(x, dict):
         return {str(k): _clean(v) for k, v in x.items()}
-    if hasattr(x, "tolist") and getattr(x, "ndim", 0) > 0:      # numpy arrays
+    if hasattr(x, "tolist") and getattr(x, "ndim", 0) > 0:  # numpy arrays
         return _clean(x.tolist())
     try:
         f = float(x)
@@ -59,6 +60,7 @@ def write_metrics(path: Path, metrics: dict) -> None:
 
 def format_table(rows: list[tuple]) -> str:
     """rows: (key, ours, paper, target, ok) — paper/target/ok may be None."""
+
     def fmt(x):
         if x is None:
             return "—"

@@ -10,6 +10,7 @@ motors by joint name (``MujocoPlant``); joints without a motor are the robot's p
 torque.  ``plant.spec`` is kept: ``save_xml(plant, run_dir / "plant.xml")`` writes the closed mechanism for a
 replay.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,9 +25,18 @@ from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.urdf_plant import loop_solref, save_xml
 
 
-def plant_from_mjcf(model: str | Path | Robot, *, q0: ArrayLike | None = None, sim_dt: float | None = None,
-                    stiff_loops: bool = True, xml_path: str | Path | None = None, integrator: str | None = None,
-                    noise_q: float = 0.0, noise_v: float = 0.0, seed: int = 0) -> MujocoPlant:
+def plant_from_mjcf(
+    model: str | Path | Robot,
+    *,
+    q0: ArrayLike | None = None,
+    sim_dt: float | None = None,
+    stiff_loops: bool = True,
+    xml_path: str | Path | None = None,
+    integrator: str | None = None,
+    noise_q: float = 0.0,
+    noise_v: float = 0.0,
+    seed: int = 0,
+) -> MujocoPlant:
     """A ``MujocoPlant`` of an MJCF file (a path, or a ``Robot.from_mjcf`` robot, whose file is used and whose
     joint order the plant maps to).
 
@@ -42,7 +52,9 @@ def plant_from_mjcf(model: str | Path | Robot, *, q0: ArrayLike | None = None, s
     robot = model if isinstance(model, Robot) else None
     if isinstance(model, Robot):
         if model.mjcf_path is None:
-            raise ConfigError(f"plant_from_mjcf: robot {model.label} was not read from an MJCF (use plant_from_urdf)")
+            raise ConfigError(
+                f"plant_from_mjcf: robot {model.label} was not read from an MJCF (use plant_from_urdf)"
+            )
         path = model.mjcf_path
     else:
         path = resolve_asset(model)
@@ -52,7 +64,9 @@ def plant_from_mjcf(model: str | Path | Robot, *, q0: ArrayLike | None = None, s
     try:
         spec = mujoco.MjSpec.from_file(str(path))
     except Exception as exc:
-        raise ModelFileError(f"MJCF {path} could not be read by MuJoCo: {' '.join(str(exc).split())}") from None
+        raise ModelFileError(
+            f"MJCF {path} could not be read by MuJoCo: {' '.join(str(exc).split())}"
+        ) from None
     if sim_dt is not None:
         spec.option.timestep = float(sim_dt)
     if stiff_loops:
@@ -63,10 +77,13 @@ def plant_from_mjcf(model: str | Path | Robot, *, q0: ArrayLike | None = None, s
     try:
         mj = spec.compile()
     except Exception as exc:
-        raise ModelFileError(f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}") from None
+        raise ModelFileError(
+            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
+        ) from None
     names = robot.joint_names if robot is not None else [mj.joint(j).name for j in range(mj.njnt)]
-    plant = MujocoPlant.from_model(mj, names, name=path.name, integrator=integrator, noise_q=noise_q,
-                                   noise_v=noise_v, seed=seed)
+    plant = MujocoPlant.from_model(
+        mj, names, name=path.name, integrator=integrator, noise_q=noise_q, noise_v=noise_v, seed=seed
+    )
     plant.path = path
     plant.spec = spec
     if xml_path is not None:

@@ -32,6 +32,7 @@ exactly those factors.  Random draws use ``seed``: the model is drawn from the s
 two seeds perturb differently.  The drawn factors are in ``PerturbedPlant.drawn`` (and the run's
 metrics under ``perturbation_*``).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -99,8 +100,9 @@ class Perturbation:
         return self.mass_rel > 0 or self.inertia_rel > 0 or self.com_shift_m > 0
 
 
-def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generator,
-                  names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+def perturb_model(
+    model: mujoco.MjModel, p: Perturbation, rng: np.random.Generator, names: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Scale/shift the bodies' mass, inertia and CoM of ``model`` in place (see the module docstring);
     returns the drawn factors by body name.  Draws happen for every candidate body in id order, so
     which body gets which factor does not depend on ``bodies``."""
@@ -111,8 +113,10 @@ def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generat
         if missing:
             import difflib
 
-            raise ConfigError(f"{NAME}.bodies: {missing} not in the plant; close: "
-                              f"{difflib.get_close_matches(missing[0], list(by_name), n=4)}")
+            raise ConfigError(
+                f"{NAME}.bodies: {missing} not in the plant; close: "
+                f"{difflib.get_close_matches(missing[0], list(by_name), n=4)}"
+            )
         chosen = {by_name[n] for n in names}
     else:
         chosen = set(cand)
@@ -126,8 +130,9 @@ def perturb_model(model: mujoco.MjModel, p: Perturbation, rng: np.random.Generat
         model.body_mass[b] *= 1.0 + u
         model.body_inertia[b] *= (1.0 + u) * (1.0 + w)
         model.body_ipos[b] += c
-        drawn[mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b)] = dict(mass=1.0 + u, inertia=(1 + u) * (1 + w),
-                                                                            com_shift=c.tolist())
+        drawn[mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b)] = dict(
+            mass=1.0 + u, inertia=(1 + u) * (1 + w), com_shift=c.tolist()
+        )
     return drawn
 
 
@@ -142,13 +147,15 @@ class PerturbedPlant:
         self.drawn: dict[str, dict[str, Any]] = {}
         if p.changes_model:
             self.drawn = perturb_model(plant.model, p, np.random.default_rng([int(seed), 1]), p.bodies)
-            mujoco.mj_setConst(plant.model, plant.data)     # subtree masses, inverse weights of the constraints
+            mujoco.mj_setConst(plant.model, plant.data)  # subtree masses, inverse weights of the constraints
         self.noise = MeasurementNoise(p.noise_q, p.noise_v, np.random.default_rng([int(seed), 2]))
         own = getattr(plant, "noise", None)
         if self.noise.active and isinstance(own, MeasurementNoise) and own.active:
-            raise ConfigError(f"measurement noise given twice: the plant's own (noise_q={own.std_q:g}, "
-                              f"noise_v={own.std_v:g}) and {NAME}.noise_q/noise_v ({p.noise_q:g}, {p.noise_v:g}); "
-                              "they would add up: set one of them")
+            raise ConfigError(
+                f"measurement noise given twice: the plant's own (noise_q={own.std_q:g}, "
+                f"noise_v={own.std_v:g}) and {NAME}.noise_q/noise_v ({p.noise_q:g}, {p.noise_v:g}); "
+                "they would add up: set one of them"
+            )
         self.queue: deque[np.ndarray] = deque()
         self.limit: tuple[np.ndarray, np.ndarray] | None = None
         if p.torque_limit_fraction > 0:
@@ -160,11 +167,13 @@ class PerturbedPlant:
                     continue
                 a = m.act[j]
                 if not plant.model.actuator_ctrllimited[a]:
-                    raise JointMapError(f"{NAME}.torque_limit_fraction: the motor of joint '{name}' in "
-                                        f"{plant.path.name} has no ctrlrange (no effort limit to take a fraction of)")
+                    raise JointMapError(
+                        f"{NAME}.torque_limit_fraction: the motor of joint '{name}' in "
+                        f"{plant.path.name} has no ctrlrange (no effort limit to take a fraction of)"
+                    )
                 lo[j], hi[j] = plant.model.actuator_ctrlrange[a] * m.gear[j]
             self.limit = (p.torque_limit_fraction * lo, p.torque_limit_fraction * hi)
-        self.clipped = 0          # control steps where the perturbation's saturation clipped a torque
+        self.clipped = 0  # control steps where the perturbation's saturation clipped a torque
         self.body = plant.body_id(p.wrench_body) if p.wrench_body else -1
         self._qfrc = np.zeros(plant.model.nv)
 
@@ -196,7 +205,9 @@ class PerturbedPlant:
             tau = sat
         self.inner.set_torque(tau)
 
-    def reset(self, q: np.ndarray, v: np.ndarray | None = None, qpos_extra: dict[str, float] | None = None) -> None:
+    def reset(
+        self, q: np.ndarray, v: np.ndarray | None = None, qpos_extra: dict[str, float] | None = None
+    ) -> None:
         """The wrapped plant's reset; the torque queue of the delay is emptied."""
         self.queue.clear()
         self.inner.reset(q, v, qpos_extra)
@@ -214,8 +225,15 @@ class PerturbedPlant:
             if self.p.wrench_t0 <= t < self.p.wrench_t1:
                 mujoco.mj_kinematics(m, d)
                 mujoco.mj_comPos(m, d)
-                mujoco.mj_applyFT(m, d, np.asarray(self.p.wrench_force, float), np.asarray(self.p.wrench_moment, float),
-                                  d.xipos[self.body].copy(), self.body, self._qfrc)
+                mujoco.mj_applyFT(
+                    m,
+                    d,
+                    np.asarray(self.p.wrench_force, float),
+                    np.asarray(self.p.wrench_moment, float),
+                    d.xipos[self.body].copy(),
+                    self.body,
+                    self._qfrc,
+                )
             d.qfrc_applied[:] = self._qfrc
             self.inner.step(1)
 

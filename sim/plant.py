@@ -11,6 +11,7 @@ Pinocchio model's order), external wrenches on bodies, optional measurement nois
 The plant owns everything physical: MJCF, integrator, disturbances, actuator limits (a motor's
 ctrlrange clips the torque, as a real drive would), unmodelled bodies.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -79,8 +80,14 @@ class JointMap:
     message listing the names missing on either side.  Plant joints that the model deliberately does
     not have (a passive hinge of a closed chain, say) must be named in ``plant_only``."""
 
-    def __init__(self, model_joint_names: list[str], mj_model: mujoco.MjModel, *, plant_only: tuple[str, ...] = (),
-                 source: str = "plant"):
+    def __init__(
+        self,
+        model_joint_names: list[str],
+        mj_model: mujoco.MjModel,
+        *,
+        plant_only: tuple[str, ...] = (),
+        source: str = "plant",
+    ):
         mj_names = [mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt)]
         missing = [n for n in model_joint_names if n not in mj_names]
         extra = [n for n in mj_names if n not in model_joint_names and n not in plant_only]
@@ -89,11 +96,16 @@ class JointMap:
                 f"{source} joints do not match the model: "
                 + (f"missing in the plant: {missing}; " if missing else "")
                 + (f"in the plant but not in the model: {extra}; " if extra else "")
-                + "rename them, or declare plant-only joints explicitly.")
+                + "rename them, or declare plant-only joints explicitly."
+            )
         self.names = list(model_joint_names)
         self.jid = np.array([mj_names.index(n) for n in self.names])
-        bad = [n for n, j in zip(self.names, self.jid)
-               if int(mj_model.jnt_type[j]) not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))]
+        bad = [
+            n
+            for n, j in zip(self.names, self.jid)
+            if int(mj_model.jnt_type[j])
+            not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+        ]
         if bad:
             raise JointMapError(f"{source}: joints {bad} are not hinge/slide joints; the model's are 1-DoF")
         self.qadr = mj_model.jnt_qposadr[self.jid].copy()
@@ -115,9 +127,19 @@ class MujocoPlant(MujocoClock):
     #: the MjSpec the plant was compiled from, when ``plant_from_urdf`` built it (``save_xml`` writes it)
     spec: mujoco.MjSpec | None = None
 
-    def __init__(self, mjcf_path: str | Path, model_joint_names: list[str], *, sim_dt: float | None = None,
-                 plant_only: tuple[str, ...] = (), noise_q: float = 0.0, noise_v: float = 0.0,
-                 seed: int = 0, integrator: str | None = None, mj_model: mujoco.MjModel | None = None):
+    def __init__(
+        self,
+        mjcf_path: str | Path,
+        model_joint_names: list[str],
+        *,
+        sim_dt: float | None = None,
+        plant_only: tuple[str, ...] = (),
+        noise_q: float = 0.0,
+        noise_v: float = 0.0,
+        seed: int = 0,
+        integrator: str | None = None,
+        mj_model: mujoco.MjModel | None = None,
+    ):
         self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path) if mj_model is None else mj_model
         if sim_dt is not None:
@@ -125,16 +147,23 @@ class MujocoPlant(MujocoClock):
                 raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
             self.model.opt.timestep = float(sim_dt)
         if integrator is not None:
-            names = {"euler": mujoco.mjtIntegrator.mjINT_EULER, "rk4": mujoco.mjtIntegrator.mjINT_RK4,
-                     "implicit": mujoco.mjtIntegrator.mjINT_IMPLICIT,
-                     "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}
+            names = {
+                "euler": mujoco.mjtIntegrator.mjINT_EULER,
+                "rk4": mujoco.mjtIntegrator.mjINT_RK4,
+                "implicit": mujoco.mjtIntegrator.mjINT_IMPLICIT,
+                "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,
+            }
             if integrator.lower() not in names:
                 raise ConfigError(f"integrator='{integrator}' is not one of {list(names)}")
             self.model.opt.integrator = names[integrator.lower()]
         self.data = mujoco.MjData(self.model)
-        self.map = JointMap(model_joint_names, self.model, plant_only=plant_only, source=f"MJCF {self.path.name}")
+        self.map = JointMap(
+            model_joint_names, self.model, plant_only=plant_only, source=f"MJCF {self.path.name}"
+        )
         self.noise = MeasurementNoise(noise_q, noise_v, np.random.default_rng(seed))
-        self._ctrl_lo = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf)
+        self._ctrl_lo = np.where(
+            self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 0], -np.inf
+        )
         self._ctrl_hi = np.where(self.model.actuator_ctrllimited, self.model.actuator_ctrlrange[:, 1], np.inf)
         self.saturated = 0  # number of set_torque calls where a motor clipped
         # precomputed for the per-step path (set_torque, step): index arrays and limits of the motors
@@ -150,14 +179,17 @@ class MujocoPlant(MujocoClock):
         self._act_ix = _as_slice(self._act_idx)
 
     @classmethod
-    def from_model(cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model",
-                   **kwargs: Any) -> "MujocoPlant":
+    def from_model(
+        cls, mj_model: mujoco.MjModel, model_joint_names: list[str], *, name: str = "model", **kwargs: Any
+    ) -> MujocoPlant:
         """A plant of an already compiled ``mujoco.MjModel`` (e.g. ``cmstack.sim.urdf_plant``);
         ``name`` stands for the file name in messages; ``kwargs`` as ``__init__``."""
         return cls(name, model_joint_names, mj_model=mj_model, **kwargs)
 
     # ------------------------------------------------------------------ state
-    def reset(self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None) -> None:
+    def reset(
+        self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None
+    ) -> None:
         mujoco.mj_resetData(self.model, self.data)
         q = np.asarray(q, dtype=float)
         if q.shape != (len(self.map.names),):
@@ -171,7 +203,7 @@ class MujocoPlant(MujocoClock):
         mujoco.mj_forward(self.model, self.data)
 
     def state(self, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        q = self.data.qpos[self._q_ix].copy()     # (a fancy index already copies; a slice needs the copy)
+        q = self.data.qpos[self._q_ix].copy()  # (a fancy index already copies; a slice needs the copy)
         v = self.data.qvel[self._v_ix].copy()
         return self.noise.apply(q, v) if noisy else (q, v)
 
@@ -183,17 +215,25 @@ class MujocoPlant(MujocoClock):
     def joint_id(self, name: str) -> int:
         j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
         if j < 0:
-            names = [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(self.model.njnt)]
-            raise FrameNotFoundError(f"joint '{name}' is not in {self.path.name}; "
-                                     f"close: {difflib.get_close_matches(name, names, n=4)}")
+            names = [
+                mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(self.model.njnt)
+            ]
+            raise FrameNotFoundError(
+                f"joint '{name}' is not in {self.path.name}; "
+                f"close: {difflib.get_close_matches(name, names, n=4)}"
+            )
         return j
 
     def body_id(self, name: str) -> int:
         b = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
         if b < 0:
-            names = [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(self.model.nbody)]
-            raise FrameNotFoundError(f"body '{name}' is not in {self.path.name}; "
-                                     f"close: {difflib.get_close_matches(name, names, n=4)}")
+            names = [
+                mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(self.model.nbody)
+            ]
+            raise FrameNotFoundError(
+                f"body '{name}' is not in {self.path.name}; "
+                f"close: {difflib.get_close_matches(name, names, n=4)}"
+            )
         return b
 
     # ------------------------------------------------------------------ inputs
@@ -204,9 +244,13 @@ class MujocoPlant(MujocoClock):
         m = self.map
         if tau.shape != (len(m.names),):
             raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {len(m.names)} joints")
-        if not math.isfinite(tau.dot(tau)):   # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
-            raise StateError(f"set_torque: τ contains NaN/inf at joints "
-                             f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)] or '(overflow)'}")
+        if not math.isfinite(
+            tau.dot(tau)
+        ):  # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
+            raise StateError(
+                f"set_torque: τ contains NaN/inf at joints "
+                f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)] or '(overflow)'}"
+            )
         if not self._all_actuated:
             if np.any(np.abs(tau[~m.actuated]) > 1e-9):
                 bad = [n for n, a, x in zip(m.names, m.actuated, tau) if not a and abs(x) > 1e-9]
@@ -227,8 +271,12 @@ class MujocoPlant(MujocoClock):
     def clear_wrenches(self) -> None:
         self.data.xfrc_applied[:] = 0.0
 
-    _BAD = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-            mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADCTRL)
+    _BAD = (
+        mujoco.mjtWarning.mjWARN_BADQACC,
+        mujoco.mjtWarning.mjWARN_BADQPOS,
+        mujoco.mjtWarning.mjWARN_BADQVEL,
+        mujoco.mjtWarning.mjWARN_BADCTRL,
+    )
 
     def step(self, n: int = 1) -> None:
         """Advance n sim steps.  MuJoCo silently *resets* the state when an acceleration, position,
@@ -245,13 +293,15 @@ class MujocoPlant(MujocoClock):
         warning counters are cumulative: one check after n steps from ``t0`` [s] covers them all) or
         the state is not finite."""
         d = self.data
-        counts = d.warning.number.tolist()     # one read of every warning counter
+        counts = d.warning.number.tolist()  # one read of every warning counter
         qp, qv = d.qpos, d.qvel
         if any([counts[i] for i in self._bad_idx]) or not math.isfinite(qp.dot(qp) + qv.dot(qv)):
             bad = [name for i, name in self._bad_warnings if counts[i] > 0]
-            raise StateError(f"the MuJoCo plant {self.path.name} diverged between t={t0:.4f} s and "
-                             f"t={t0 + n * self.dt:.4f} s ({', '.join(bad) or 'non-finite state'}); check the applied "
-                             f"torques and wrenches for NaN, reduce sim_dt, or lower the gains")
+            raise StateError(
+                f"the MuJoCo plant {self.path.name} diverged between t={t0:.4f} s and "
+                f"t={t0 + n * self.dt:.4f} s ({', '.join(bad) or 'non-finite state'}); check the applied "
+                f"torques and wrenches for NaN, reduce sim_dt, or lower the gains"
+            )
 
     # ------------------------------------------------------------------ diagnostics
     def equality_violation(self) -> float:

@@ -20,6 +20,7 @@ singular configurations (A → 0) where the KKT matrix would be singular.
 joints default to ``robot.passive_joints``), or any object with phi(q) (m,), jacobian(q) (m×n),
 jdot_v(q, v) = Ȧ q̇ (m,).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,8 @@ from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, JointMapError, StateError
 from cmstack.models.loops import as_constraint
-from cmstack.models.robot import Robot
 from cmstack.models.projection import DEFAULT_TOL, KINDS, c_times_v, direct_dynamics, project
+from cmstack.models.robot import Robot
 
 
 class _Data:
@@ -41,24 +42,42 @@ class _Data:
 
 
 class ProjectionPlant:
-    def __init__(self, robot: Robot, constraint: object, *, sim_dt: float = 1e-3, kind: str = "23", rank_tol: float = DEFAULT_TOL,
-                 nr_tol: float = 1e-12, nr_iters: int = 50, passive: tuple[str, ...] | None = None, damping: bool = True,
-                 torque_limits: ArrayLike | None = None):
+    def __init__(
+        self,
+        robot: Robot,
+        constraint: object,
+        *,
+        sim_dt: float = 1e-3,
+        kind: str = "23",
+        rank_tol: float = DEFAULT_TOL,
+        nr_tol: float = 1e-12,
+        nr_iters: int = 50,
+        passive: tuple[str, ...] | None = None,
+        damping: bool = True,
+        torque_limits: ArrayLike | None = None,
+    ):
         if not sim_dt > 0:
             raise ConfigError(f"ProjectionPlant: sim_dt must be > 0, got {sim_dt}")
         if kind not in KINDS:
             raise ConfigError(f"ProjectionPlant: kind='{kind}' is not one of {KINDS}")
         if not nr_tol > 0 or nr_iters < 1:
-            raise ConfigError(f"ProjectionPlant: nr_tol must be > 0 and nr_iters >= 1 (got {nr_tol}, {nr_iters})")
+            raise ConfigError(
+                f"ProjectionPlant: nr_tol must be > 0 and nr_iters >= 1 (got {nr_tol}, {nr_iters})"
+            )
         self.robot = robot
         self.model = robot.model
-        self._data = robot.model.createData()   # own cache: the controller's Robot.data is not touched
+        self._data = robot.model.createData()  # own cache: the controller's Robot.data is not touched
         self.c = as_constraint(robot.loops if constraint is None else constraint)
         self._rows_fn = getattr(self.c, "jacobian_and_jdot_v", None)
         if passive is None:
             passive = tuple(getattr(robot, "passive_joints", ()))
         self._dt = float(sim_dt)
-        self.kind, self.rank_tol, self.nr_tol, self.nr_iters = kind, float(rank_tol), float(nr_tol), int(nr_iters)
+        self.kind, self.rank_tol, self.nr_tol, self.nr_iters = (
+            kind,
+            float(rank_tol),
+            float(nr_tol),
+            int(nr_iters),
+        )
         self.path = robot.path
         n = robot.nv
         self.actuated = np.ones(n, dtype=bool)
@@ -72,8 +91,8 @@ class ProjectionPlant:
         self.tau = np.zeros(n)
         self.t = 0.0
         self.saturated = 0
-        self.nr_iterations_max = 0     # worst NR iteration count over the run (diagnostic)
-        self.rank_drops = 0            # steps that ended in a rank-deficient A
+        self.nr_iterations_max = 0  # worst NR iteration count over the run (diagnostic)
+        self.rank_drops = 0  # steps that ended in a rank-deficient A
 
     # ------------------------------------------------------------------ MujocoPlant interface
     @property
@@ -84,7 +103,9 @@ class ProjectionPlant:
     def time(self) -> float:
         return self.t
 
-    def reset(self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None) -> None:
+    def reset(
+        self, q: ArrayLike, v: ArrayLike | None = None, qpos_extra: dict[str, float] | None = None
+    ) -> None:
         q = np.asarray(q, dtype=float)
         if q.shape != (self.robot.nq,):
             raise StateError(f"reset: q has shape {q.shape}, the model has {self.robot.nq} joints")
@@ -115,7 +136,9 @@ class ProjectionPlant:
         self.tau = t.copy()
 
     def set_wrench(self, body: str, f: ArrayLike = (0.0, 0.0, 0.0), m: ArrayLike = (0.0, 0.0, 0.0)) -> None:
-        raise ConfigError("the projection plant has no external wrenches; use the MuJoCo plant for disturbances")
+        raise ConfigError(
+            "the projection plant has no external wrenches; use the MuJoCo plant for disturbances"
+        )
 
     def clear_wrenches(self) -> None:
         pass
@@ -144,7 +167,7 @@ class ProjectionPlant:
         M = pin.crba(m, d, q)
         h = pin.nonLinearEffects(m, d, q, v) + self.D * v
         if self._rows_fn is not None:
-            A, jdv = self._rows_fn(q, v)            # one kinematics pass for both
+            A, jdv = self._rows_fn(q, v)  # one kinematics pass for both
         else:
             A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
         pr = project(A, self.rank_tol)
@@ -176,8 +199,10 @@ class ProjectionPlant:
             # vanish together (φ = O(δ²), σ = O(δ)), so Δq = −A⁺φ stays O(δ) and Newton still converges
             # (linearly there), whereas the dynamics' rank tolerance would stall it.
             q = q - project(self.c.jacobian(q), 1e-14).A_pinv @ phi
-        raise StateError(f"projection plant: Newton–Raphson did not restore φ(q)=0 within {self.nr_iters} "
-                         f"iterations at t={self.t:.4f} s (‖φ‖ = {np.max(np.abs(phi)):.3g}); reduce sim_dt")
+        raise StateError(
+            f"projection plant: Newton–Raphson did not restore φ(q)=0 within {self.nr_iters} "
+            f"iterations at t={self.t:.4f} s (‖φ‖ = {np.max(np.abs(phi)):.3g}); reduce sim_dt"
+        )
 
     def constraint_force(self) -> np.ndarray:
         """A force sensor: f_c = (I − P)(M q̈ + h − τ) (32) at the current state under the torque last
@@ -193,7 +218,9 @@ class ProjectionPlant:
     def energy(self) -> float:
         """Kinetic + potential energy of the model at the current state (for conservation checks)."""
         m, d = self.model, self._data
-        return float(pin.computeKineticEnergy(m, d, self.q, self.v) + pin.computePotentialEnergy(m, d, self.q))
+        return float(
+            pin.computeKineticEnergy(m, d, self.q, self.v) + pin.computePotentialEnergy(m, d, self.q)
+        )
 
     def _sync(self) -> None:
         self.data.qpos = self.q.copy()

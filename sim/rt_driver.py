@@ -32,6 +32,7 @@ the published q, v (``DriverLog``: a shared anonymous mapping the parent reads a
 types: 365 bytes per cycle on the YuMi flagship, 608 when every column was float64 and q, v were
 always stored).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,9 +43,9 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class DriverSettings:
     fifo: bool = False
     fifo_priority: int = 80
 
-    def check(self) -> "DriverSettings":
+    def check(self) -> DriverSettings:
         if not (math.isfinite(self.rate_hz) and 1.0 <= self.rate_hz <= 20_000.0):
             raise ConfigError(f"rate must be a finite number in [1, 20000] Hz, got {self.rate_hz}")
         if not (isinstance(self.max_misses, int) and self.max_misses >= 1):
@@ -89,8 +90,12 @@ class DriverSettings:
         return 1.0 / self.rate_hz
 
 
-def wait_until(target: float, spin_s: float, perf: Callable[[], float] = time.perf_counter,
-               sleep: Callable[[float], None] = time.sleep) -> None:
+def wait_until(
+    target: float,
+    spin_s: float,
+    perf: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Hybrid wait: sleep until ``spin_s`` before ``target`` (a ``perf_counter`` instant), then spin."""
     rest = target - perf() - spin_s
     if rest > 0:
@@ -108,14 +113,18 @@ def realtime_setup(cpu: int | None, fifo: bool, priority: int, who: str) -> list
             os.sched_setaffinity(0, {int(cpu)})
             lines.append(f"{who}: pinned to CPU {cpu}")
         except (OSError, ValueError, AttributeError) as exc:
-            lines.append(f"{who}: CPU pinning to {cpu} not allowed ({type(exc).__name__}: {exc}); running unpinned")
+            lines.append(
+                f"{who}: CPU pinning to {cpu} not allowed ({type(exc).__name__}: {exc}); running unpinned"
+            )
     if fifo:
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(priority)))
             lines.append(f"{who}: SCHED_FIFO priority {priority}")
         except (OSError, AttributeError) as exc:
-            lines.append(f"{who}: SCHED_FIFO not allowed ({type(exc).__name__}: {exc}); running under the "
-                         "default scheduler (docs/realtime.md: CAP_SYS_NICE or rtprio in limits.conf)")
+            lines.append(
+                f"{who}: SCHED_FIFO not allowed ({type(exc).__name__}: {exc}); running under the "
+                "default scheduler (docs/realtime.md: CAP_SYS_NICE or rtprio in limits.conf)"
+            )
     return lines
 
 
@@ -138,27 +147,44 @@ class DriverLog:
     ``log["q"]`` reads ``qpos[:, qadr]`` when q is not stored.  ``header``: cycles done, start wall time."""
 
     FIXED = ("wall", "late", "t", "answers", "age", "miss")
-    TYPES = {"wall": np.float64, "t": np.float64, "late": np.float32, "age": np.float32, "answers": np.int32,
-             "miss": np.uint8}
+    TYPES = {
+        "wall": np.float64,
+        "t": np.float64,
+        "late": np.float32,
+        "age": np.float32,
+        "answers": np.int32,
+        "miss": np.uint8,
+    }
 
-    def __init__(self, n_cycles: int, nqpos: int, nqvel: int, nq: int, nv: int,
-                 index: tuple[np.ndarray, np.ndarray] | None = None):
+    def __init__(
+        self,
+        n_cycles: int,
+        nqpos: int,
+        nqvel: int,
+        nq: int,
+        nv: int,
+        index: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
         self.n = n_cycles
-        self.index = None if index is None else (np.asarray(index[0], dtype=int), np.asarray(index[1], dtype=int))
+        self.index = (
+            None if index is None else (np.asarray(index[0], dtype=int), np.asarray(index[1], dtype=int))
+        )
         shapes: dict[str, tuple[tuple[int, ...], type]] = {k: ((), t) for k, t in self.TYPES.items()}
         shapes.update(qpos=((nqpos,), np.float64), qvel=((nqvel,), np.float64), tau=((nv,), np.float64))
         if self.index is None:
             shapes.update(q=((nq,), np.float64), v=((nv,), np.float64))
         sizes = {k: int(np.prod(s, dtype=int)) * np.dtype(t).itemsize for k, (s, t) in shapes.items()}
         self.bytes_per_cycle = sum(sizes.values())
-        offsets, off = {}, 32                                   # (the header: 4 float64)
+        offsets, off = {}, 32  # (the header: 4 float64)
         for k in shapes:
             offsets[k] = off
-            off += -(-sizes[k] * n_cycles // 8) * 8              # each block 8-byte aligned
-        self._map = mmap.mmap(-1, off)                           # MAP_SHARED | MAP_ANONYMOUS
+            off += -(-sizes[k] * n_cycles // 8) * 8  # each block 8-byte aligned
+        self._map = mmap.mmap(-1, off)  # MAP_SHARED | MAP_ANONYMOUS
         self.header = np.ndarray((4,), dtype=np.float64, buffer=self._map)
-        self.col = {k: np.ndarray((n_cycles, *s), dtype=t, buffer=self._map, offset=offsets[k])
-                    for k, (s, t) in shapes.items()}
+        self.col = {
+            k: np.ndarray((n_cycles, *s), dtype=t, buffer=self._map, offset=offsets[k])
+            for k, (s, t) in shapes.items()
+        }
 
     def touch(self) -> None:
         """Write every page of the mapping (zeros) before the clock starts: no page fault in the loop."""
@@ -205,14 +231,23 @@ def sensor_views(data: Any, sensed: Sequence[str]) -> list[np.ndarray]:
     for name in sensed:
         a = getattr(data, name, None)
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "fiu" or not a.flags.c_contiguous:
-            raise ConfigError(f"sensed_data: '{name}' is not a contiguous numeric array of the plant's data "
-                              f"({type(data).__name__})")
-        out.append(a.reshape(-1))                  # (a view: contiguous)
+            raise ConfigError(
+                f"sensed_data: '{name}' is not a contiguous numeric array of the plant's data "
+                f"({type(data).__name__})"
+            )
+        out.append(a.reshape(-1))  # (a view: contiguous)
     return out
 
 
-def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
-          disturbances: Sequence[Disturbance] = (), sensed: Sequence[str] = ()) -> dict[str, Any]:
+def drive(
+    plant: Plant,
+    link: Link,
+    log: DriverLog,
+    n_cycles: int,
+    settings: DriverSettings,
+    disturbances: Sequence[Disturbance] = (),
+    sensed: Sequence[str] = (),
+) -> dict[str, Any]:
     """The driver's loop (run in the driver process; returns the report's fields).  ``sensed``: arrays of
     ``plant.data`` published with each state (read with it, after the step that produced it)."""
     dt = settings.dt
@@ -221,7 +256,7 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     perf, read = time.perf_counter, cmd.read
     wall_c, late_c, t_c, ans_c, age_c, miss_c = (log.col[k] for k in DriverLog.FIXED)
     qpos_c, qvel_c, tau_c = (log.col[k] for k in ("qpos", "qvel", "tau"))
-    measured = "q" in log.col                      # the published state is logged apart (not qpos/qvel)
+    measured = "q" in log.col  # the published state is logged apart (not qpos/qvel)
     q_c, v_c = (log.col["q"], log.col["v"]) if measured else (tau_c, tau_c)
     data = plant.data
     tau = np.zeros(link.nv)
@@ -233,15 +268,16 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     if sensors is not None:
         i = 0
         for a in sources:
-            parts.append((sensors[i:i + a.size], a))
+            parts.append((sensors[i : i + a.size], a))
             i += a.size
 
     def sense() -> None:
         for dst, src in parts:
             np.copyto(dst, src)
 
-    out: dict[str, Any] = dict(status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0,
-                               slip_s=0.0, stop_cycle=-1)
+    out: dict[str, Any] = dict(
+        status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1
+    )
 
     def apply(t: float, k: int) -> None:
         plant.set_torque(tau)
@@ -251,9 +287,9 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     def stop(k: int, code: int, why: str) -> int:
         out.update(status="stopped", reason=why, stop_cycle=k)
         link.set_driver_status(rt.STOPPED, code)
-        return k + max(1, int(round(settings.brake_s / dt)))       # the last cycle of the brake
+        return k + max(1, int(round(settings.brake_s / dt)))  # the last cycle of the brake
 
-    log.touch()                                    # touch every page of the log before the clock starts
+    log.touch()  # touch every page of the log before the clock starts
     # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
     q, v = plant.state()
     sense()
@@ -291,7 +327,7 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     held_answer = 0
     k = 0
     for k in range(1, n_cycles):
-        q, v = plant.state()                       # s_k, ready before its tick
+        q, v = plant.state()  # s_k, ready before its tick
         sense()
         t = plant.time
         qpos_c[k], qvel_c[k], t_c[k] = data.qpos, data.qvel, t
@@ -300,15 +336,15 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
         target = start + k * dt
         wait_until(target, settings.spin_s, perf)
         now = perf()
-        if now - target > dt:                      # the driver itself stalled (preempted): its clock slips
-            out["overruns"] += 1                   # by the stall instead of rushing through the missed ticks
+        if now - target > dt:  # the driver itself stalled (preempted): its clock slips
+            out["overruns"] += 1  # by the stall instead of rushing through the missed ticks
             out["slip_s"] += now - target
             start += now - target
             target = now
         fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
         st.publish(k, t, now, q, v, sensors)
         wall_c[k], late_c[k] = now, now - target
-        if out["stop_cycle"] >= 0:                 # braking: τ = -D v
+        if out["stop_cycle"] >= 0:  # braking: τ = -D v
             np.multiply(v, -settings.brake_damping, out=brake)
             tau[:] = brake
             ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
@@ -323,13 +359,27 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
             out["max_consecutive_misses"] = max(out["max_consecutive_misses"], consecutive)
             ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 1
             if consecutive >= settings.max_misses:
-                end = min(end, stop(k, rt.MISSES, f"{consecutive} consecutive cycles without a torque in time "
-                                                  f"(max_misses = {settings.max_misses}) at cycle {k} "
-                                                  f"(t = {t:.4f} s): robot stopped with a damping brake "
-                                                  f"(communication constraints violated)"))
+                end = min(
+                    end,
+                    stop(
+                        k,
+                        rt.MISSES,
+                        f"{consecutive} consecutive cycles without a torque in time "
+                        f"(max_misses = {settings.max_misses}) at cycle {k} "
+                        f"(t = {t:.4f} s): robot stopped with a damping brake "
+                        f"(communication constraints violated)",
+                    ),
+                )
         if link.stop_requested and out["stop_cycle"] < 0:
-            end = min(end, stop(k, rt.CONTROLLER_REQUEST, f"the controller side asked to stop at cycle {k} "
-                                                          f"(t = {t:.4f} s): robot stopped with a damping brake"))
+            end = min(
+                end,
+                stop(
+                    k,
+                    rt.CONTROLLER_REQUEST,
+                    f"the controller side asked to stop at cycle {k} "
+                    f"(t = {t:.4f} s): robot stopped with a damping brake",
+                ),
+            )
         log.header[0] = k + 1
         apply(t, k)
         if k >= end:
@@ -341,9 +391,17 @@ def drive(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dri
     return out
 
 
-def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: DriverSettings,
-           disturbances: Sequence[Disturbance], sensed: Sequence[str], conn: Connection) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)         # the parent decides when to stop (stop request)
+def _child(
+    plant: Plant,
+    link: Link,
+    log: DriverLog,
+    n_cycles: int,
+    settings: DriverSettings,
+    disturbances: Sequence[Disturbance],
+    sensed: Sequence[str],
+    conn: Connection,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (stop request)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     setup = realtime_setup(settings.cpu, settings.fifo, settings.fifo_priority, "driver")
     import gc
@@ -355,9 +413,16 @@ def _child(plant: Plant, link: Link, log: DriverLog, n_cycles: int, settings: Dr
         out = drive(plant, link, log, n_cycles, settings, disturbances, sensed)
     except BaseException as exc:
         link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
-        out = dict(status="failed", reason=f"driver: {type(exc).__name__}: {exc}", misses=0,
-                   max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1,
-                   traceback=traceback.format_exc())
+        out = dict(
+            status="failed",
+            reason=f"driver: {type(exc).__name__}: {exc}",
+            misses=0,
+            max_consecutive_misses=0,
+            overruns=0,
+            slip_s=0.0,
+            stop_cycle=-1,
+            traceback=traceback.format_exc(),
+        )
     out["saturated"] = int(getattr(plant, "saturated", 0))
     out["setup"] = setup
     try:
@@ -375,7 +440,7 @@ def state_index(plant: Plant) -> tuple[np.ndarray, np.ndarray] | None:
     if index is None:
         return None
     qadr, dadr = (np.asarray(i, dtype=int) for i in index)
-    q, v = plant.state()                  # (no noise: no random draw is taken from the plant's stream)
+    q, v = plant.state()  # (no noise: no random draw is taken from the plant's stream)
     data = plant.data
     if not (np.array_equal(q, data.qpos[qadr]) and np.array_equal(v, data.qvel[dadr])):
         return None
@@ -389,25 +454,37 @@ class DriverProcess:
         self.proc, self.conn, self.log = proc, conn, log
 
     @classmethod
-    def start(cls, plant: Plant, link: Link, n_cycles: int, settings: DriverSettings,
-              disturbances: Sequence[Disturbance] = (), sensed: Sequence[str] = ()) -> "DriverProcess":
+    def start(
+        cls,
+        plant: Plant,
+        link: Link,
+        n_cycles: int,
+        settings: DriverSettings,
+        disturbances: Sequence[Disturbance] = (),
+        sensed: Sequence[str] = (),
+    ) -> DriverProcess:
         """Fork the driver for ``plant`` on ``link``; ``sensed``: arrays of ``plant.data`` it publishes with
         each state (the transport must have room for them: its ``ns``)."""
         settings.check()
         ns = sum(a.size for a in sensor_views(plant.data, sensed))
         if ns != getattr(link.state, "ns", 0):
-            raise ConfigError(f"the transport carries {getattr(link.state, 'ns', 0)} sensor values, the sensed "
-                              f"arrays {list(sensed)} have {ns}")
+            raise ConfigError(
+                f"the transport carries {getattr(link.state, 'ns', 0)} sensor values, the sensed "
+                f"arrays {list(sensed)} have {ns}"
+            )
         if n_cycles < 2:
             raise ConfigError(f"an rt run needs at least 2 cycles, got {n_cycles} (duration × rate)")
-        substeps(settings.dt, plant.dt)                   # the period must be a whole number of plant steps
+        substeps(settings.dt, plant.dt)  # the period must be a whole number of plant steps
         data = plant.data
         log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv, index=state_index(plant))
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(plant, link, log, n_cycles, settings, tuple(disturbances),
-                                                         tuple(sensed), child),
-                           name="cmstack-rt-driver", daemon=True)
+        proc = ctx.Process(
+            target=_child,
+            args=(plant, link, log, n_cycles, settings, tuple(disturbances), tuple(sensed), child),
+            name="cmstack-rt-driver",
+            daemon=True,
+        )
         proc.start()
         child.close()
         return cls(proc, parent, log)
@@ -425,8 +502,16 @@ class DriverProcess:
             self.proc.kill()
             self.proc.join()
         if out is None:
-            out = dict(status="failed", reason=f"the driver process ended without a report (exit code "
-                                               f"{self.proc.exitcode})", misses=0, max_consecutive_misses=0,
-                       overruns=0, slip_s=0.0, stop_cycle=-1, saturated=0, setup=[])
+            out = dict(
+                status="failed",
+                reason=f"the driver process ended without a report (exit code {self.proc.exitcode})",
+                misses=0,
+                max_consecutive_misses=0,
+                overruns=0,
+                slip_s=0.0,
+                stop_cycle=-1,
+                saturated=0,
+                setup=[],
+            )
         out.pop("traceback", None)
         return DriverReport(cycles=self.log.cycles, log=self.log, **out)

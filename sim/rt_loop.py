@@ -27,6 +27,7 @@ asserts zero collections and no growth).
 
 Optional ``SCHED_FIFO`` and CPU pinning (``realtime_setup``), with one line saying what the OS allowed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -148,9 +149,16 @@ def _captured(buf: np.ndarray, row: int) -> Any:
     return x != 0 if buf.dtype == np.uint8 else x.astype(np.float64) if buf.dtype == np.float32 else x
 
 
-def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
-                 settings: LoopSettings | None = None, is_alive: Callable[[], bool] | None = None,
-                 errors: bool = False, sense_into: Sequence[np.ndarray] = ()) -> LoopReport:
+def control_loop(
+    link: Link,
+    controller: Controller,
+    n_cycles: int,
+    dt: float,
+    settings: LoopSettings | None = None,
+    is_alive: Callable[[], bool] | None = None,
+    errors: bool = False,
+    sense_into: Sequence[np.ndarray] = (),
+) -> LoopReport:
     """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
     run is interrupted (SIGINT/SIGTERM: the driver is asked to stop).  ``is_alive``: whether the driver
     process still runs (checked while waiting).  ``errors``: record ``controller.errors(controller.kin,
@@ -160,16 +168,18 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
     controller exception asks the driver to stop and propagates."""
     s = settings or LoopSettings()
     sensed, i0 = [], 0
-    for dst in sense_into:                          # (views of the local copy, made once)
-        sensed.append((dst, link.state.sensors[i0:i0 + dst.size]))
+    for dst in sense_into:  # (views of the local copy, made once)
+        sensed.append((dst, link.state.sensors[i0 : i0 + dst.size]))
         i0 += dst.size
     if i0 != link.state.sensors.size:
-        raise ConfigError(f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}")
+        raise ConfigError(
+            f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}"
+        )
     reporter = controller if errors and isinstance(controller, ReportsErrors) else None
     rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
     st, cmd = link.state, link.command
     perf, sleep, yield_cpu = time.perf_counter, time.sleep, os.sched_yield
-    lat = np.full(n_cycles, np.nan, dtype=np.float32)     # µs: float32 keeps 0.01 µs below 100 ms
+    lat = np.full(n_cycles, np.nan, dtype=np.float32)  # µs: float32 keeps 0.01 µs below 100 ms
     comp = np.full(n_cycles, np.nan, dtype=np.float32)
     wake = np.full(n_cycles, np.nan, dtype=np.float32)
     rep.latency_us, rep.compute_us, rep.wake_us = lat, comp, wake
@@ -184,7 +194,7 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
     tracing = tracemalloc.is_tracing()
     mem0 = gen0 = 0
     if s.gc_off:
-        gc.collect()                 # (before the count starts: this one is ours, outside the loop)
+        gc.collect()  # (before the count starts: this one is ours, outside the loop)
         gc.freeze()
         gc.disable()
     gc.callbacks.append(on_gc)
@@ -202,7 +212,7 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
             while st.seq == last_seq:
                 spins += 1
                 if spins & 63 == 0 and perf() > late:
-                    yield_cpu()                             # late state (driver preempted): let others run
+                    yield_cpu()  # late state (driver preempted): let others run
                 if spins & 1023 == 0:
                     if link.driver_status not in running:
                         break
@@ -212,9 +222,12 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
                         raise RtError(f"no new state from the driver for {due_timeout:g} s")
                     if interrupt.requested() is not None:
                         break
-            if st.seq == last_seq:                          # ended while waiting
-                rep.ended_by = ("interrupted" if interrupt.requested() is not None
-                                else rt.STATUS_NAMES.get(link.driver_status, "?"))
+            if st.seq == last_seq:  # ended while waiting
+                rep.ended_by = (
+                    "interrupted"
+                    if interrupt.requested() is not None
+                    else rt.STATUS_NAMES.get(link.driver_status, "?")
+                )
                 break
             seq = st.read()
             if seq < 0:
@@ -240,7 +253,7 @@ def control_loop(link: Link, controller: Controller, n_cycles: int, dt: float,
                     for name, e in group.items():
                         rep.errors[name] = np.full((n_cycles, np.size(e)), np.nan)
             if i == 0:
-                c1 = perf()                                 # (the torque's age counts from its send)
+                c1 = perf()  # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
             # ---- bookkeeping (after the send: not on the latency path)
             if k < n_cycles:
@@ -301,8 +314,14 @@ def percentiles(values: ArrayLike) -> dict[str, float]:
     if not x.size:
         return {k: float("nan") for k in ("p50", "p99", "p99.9", "max", "mean")} | {"n": 0}
     p = np.percentile(x, [50, 99, 99.9])
-    return {"p50": float(p[0]), "p99": float(p[1]), "p99.9": float(p[2]), "max": float(x.max()),
-            "mean": float(x.mean()), "n": int(x.size)}
+    return {
+        "p50": float(p[0]),
+        "p99": float(p[1]),
+        "p99.9": float(p[2]),
+        "max": float(x.max()),
+        "mean": float(x.mean()),
+        "n": int(x.size),
+    }
 
 
 @dataclass
@@ -326,23 +345,39 @@ class RtResult:
         n = max(d.cycles, 1)
         log = d.log
         wall = log["wall"]
-        period = np.diff(wall[1:]) * 1e6 if wall.size > 2 else np.zeros(0)   # from tick 1 on (tick 0: start)
+        period = np.diff(wall[1:]) * 1e6 if wall.size > 2 else np.zeros(0)  # from tick 1 on (tick 0: start)
         age = log["age"][1:] * 1e6
         late = log["late"][1:] * 1e6
         return {
-            "rate_hz": self.rate_hz, "period_target_us": 1e6 / self.rate_hz, "transport": self.transport,
-            "cycles": d.cycles, "status": d.status, "reason": d.reason, "stops": int(d.status == "stopped"),
-            "misses": d.misses, "misses_per_million": d.misses / n * 1e6,
-            "max_consecutive_misses": d.max_consecutive_misses, "driver_overruns": d.overruns,
-            "driver_overruns_per_million": d.overruns / n * 1e6, "driver_slip_s": d.slip_s,
-            "period_us": percentiles(period), "tick_lateness_us": percentiles(late),
-            "latency_us": percentiles(L.latency_us[1:]), "compute_us": percentiles(L.compute_us[1:]),
-            "wake_us": percentiles(L.wake_us[1:]), "torque_age_us": percentiles(age),
-            "controller_cycles": L.cycles, "states_skipped": max(0, d.cycles - L.cycles),
-            "read_failures": L.read_failures, "gc_collections": L.gc_collections,
-            "gc_gen0_growth": L.gc_gen0_growth, "traced_growth_bytes": L.traced_growth_bytes,
-            "steady_cycles": L.steady_cycles, "loop_ended_by": L.ended_by,
-            "torque_saturations": d.saturated, "setup": self.setup + d.setup + L.setup,
+            "rate_hz": self.rate_hz,
+            "period_target_us": 1e6 / self.rate_hz,
+            "transport": self.transport,
+            "cycles": d.cycles,
+            "status": d.status,
+            "reason": d.reason,
+            "stops": int(d.status == "stopped"),
+            "misses": d.misses,
+            "misses_per_million": d.misses / n * 1e6,
+            "max_consecutive_misses": d.max_consecutive_misses,
+            "driver_overruns": d.overruns,
+            "driver_overruns_per_million": d.overruns / n * 1e6,
+            "driver_slip_s": d.slip_s,
+            "period_us": percentiles(period),
+            "tick_lateness_us": percentiles(late),
+            "latency_us": percentiles(L.latency_us[1:]),
+            "compute_us": percentiles(L.compute_us[1:]),
+            "wake_us": percentiles(L.wake_us[1:]),
+            "torque_age_us": percentiles(age),
+            "controller_cycles": L.cycles,
+            "states_skipped": max(0, d.cycles - L.cycles),
+            "read_failures": L.read_failures,
+            "gc_collections": L.gc_collections,
+            "gc_gen0_growth": L.gc_gen0_growth,
+            "traced_growth_bytes": L.traced_growth_bytes,
+            "steady_cycles": L.steady_cycles,
+            "loop_ended_by": L.ended_by,
+            "torque_saturations": d.saturated,
+            "setup": self.setup + d.setup + L.setup,
             "log_bytes_per_cycle": {"driver": d.log.bytes_per_cycle, "controller": L.bytes_per_cycle},
         }
 
@@ -357,8 +392,12 @@ class RtRun(Run):
         out = super().timing()
         if self.rt is not None:
             t = self.rt.timing()
-            out.update(rt_misses=t["misses"], rt_stops=t["stops"], rt_latency_us_p999=t["latency_us"]["p99.9"],
-                       rt_gc_collections=t["gc_collections"])
+            out.update(
+                rt_misses=t["misses"],
+                rt_stops=t["stops"],
+                rt_latency_us_p999=t["latency_us"]["p99.9"],
+                rt_gc_collections=t["gc_collections"],
+            )
         return out
 
     def save(self, out: str | Path) -> Path:
@@ -370,13 +409,25 @@ class RtRun(Run):
         return path
 
 
-def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
-           record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
-           disturbances: Sequence[Disturbance] = (), viewer: object = None,
-           progress: bool = False, desc: str = "rt", log: Logger | None = None, task_errors: bool = True,
-           driver: DriverSettings | None = None, loop: LoopSettings | None = None,
-           transport: str = "shm", on_loop_end: Callable[[RtRun], None] | None = None,
-           on_start: Callable[[], None] | None = None) -> RtRun:
+def run_rt(
+    plant: Plant,
+    controller: Controller,
+    *,
+    duration: float,
+    control_dt: float,
+    record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    disturbances: Sequence[Disturbance] = (),
+    viewer: object = None,
+    progress: bool = False,
+    desc: str = "rt",
+    log: Logger | None = None,
+    task_errors: bool = True,
+    driver: DriverSettings | None = None,
+    loop: LoopSettings | None = None,
+    transport: str = "shm",
+    on_loop_end: Callable[[RtRun], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
     plant as built), this process runs ``controller`` against it (:func:`control_loop`).  After the
@@ -402,11 +453,13 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     if isinstance(controller, SensesPlant):
         sensed = tuple(getattr(controller, "sensed_data", None) or ())
         if not sensed:
-            raise ConfigError(f"{type(controller).__name__} reads a sensor of the plant in its own process "
-                              "(SensesPlant) and does not name it: it cannot run across a process boundary "
-                              "(cmstack rt) until it names the plant.data arrays it reads (sensed_data, e.g. "
-                              "('qfrc_constraint',)), which the driver then publishes with each state")
-    sense_into = sensor_views(plant.data, sensed)    # the parent's copy of the arrays, refreshed every cycle
+            raise ConfigError(
+                f"{type(controller).__name__} reads a sensor of the plant in its own process "
+                "(SensesPlant) and does not name it: it cannot run across a process boundary "
+                "(cmstack rt) until it names the plant.data arrays it reads (sensed_data, e.g. "
+                "('qfrc_constraint',)), which the driver then publishes with each state"
+            )
+    sense_into = sensor_views(plant.data, sensed)  # the parent's copy of the arrays, refreshed every cycle
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
     ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
@@ -417,15 +470,17 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
     nq, nv = len(q0), len(v0)
     log = Logger() if log is None else log
     if record is None:
+
         def record(t, q, v, tau):
             log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
-        path = getattr(plant, "path", None)      # a MuJoCo plant's MJCF: what the viewer replays
+
+        path = getattr(plant, "path", None)  # a MuJoCo plant's MJCF: what the viewer replays
         if path is not None:
             log.meta.setdefault("mjcf_path", str(path))
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
     reports = task_errors and isinstance(controller, ReportsErrors)
     model = getattr(controller, "robot", None)
-    posthoc = reports and callable(getattr(model, "update", None))     # errors from the model, after the loop
+    posthoc = reports and callable(getattr(model, "update", None))  # errors from the model, after the loop
     link = TRANSPORTS[transport](nq, nv, ns=sum(a.size for a in sense_into))
     proc = None
     w0 = time.perf_counter()
@@ -433,11 +488,19 @@ def run_rt(plant: Plant, controller: Controller, *, duration: float, control_dt:
         if on_start is not None:
             on_start()
         if isinstance(controller, SensesPlant):
-            controller.attach_plant(plant)      # this process's plant, its sensed arrays kept current
+            controller.attach_plant(plant)  # this process's plant, its sensed arrays kept current
         proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances, sensed)
         try:
-            rep = control_loop(link, controller, n_cycles, control_dt, ls, is_alive=proc.proc.is_alive,
-                               errors=reports and not posthoc, sense_into=sense_into)
+            rep = control_loop(
+                link,
+                controller,
+                n_cycles,
+                control_dt,
+                ls,
+                is_alive=proc.proc.is_alive,
+                errors=reports and not posthoc,
+                sense_into=sense_into,
+            )
         finally:
             report = proc.finish(timeout_s=max(10.0, ds.brake_s + 5.0))
         res.wall_s = time.perf_counter() - w0
@@ -462,13 +525,13 @@ def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller
     res.steps = n
     res.step_us = [float(x) for x in rep.compute_us[np.isfinite(rep.compute_us)]]
     res.cpu_s = float("nan")
-    if rep.errors:                              # row k: the errors at the last state answered up to k
+    if rep.errors:  # row k: the errors at the last state answered up to k
         valid = np.isfinite(rep.latency_us[:n])
         valid[0] = True
         last = np.maximum.accumulate(np.where(valid, np.arange(n), 0))
         res.errors = {name: list(buf[last]) for name, buf in rep.errors.items()}
     try:
-        plant.saturated = report.saturated      # counted where the torques were applied: the driver
+        plant.saturated = report.saturated  # counted where the torques were applied: the driver
     except AttributeError:
         pass
     data = plant.data
@@ -476,9 +539,11 @@ def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller
     qpos, qvel, ts, qs, vs, taus = (L[k] for k in ("qpos", "qvel", "t", "q", "v", "tau"))
     proxy, original = None, getattr(controller, "info", None)
     if rep.info:
-        class CapturedInfo:                     # the captured fields; anything else from the last report
+
+        class CapturedInfo:  # the captured fields; anything else from the last report
             def __getattr__(self, name):
                 return getattr(original, name)
+
         proxy = CapturedInfo()
         try:
             controller.info = proxy

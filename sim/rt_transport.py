@@ -24,11 +24,12 @@ which Python does not expose; use this transport on x86-64 or replace it.
 **No allocation per cycle.** Every array is a NumPy view made once over the shared block or over a
 preallocated local buffer; the counters are read and written through a ``memoryview`` cast to int64.
 """
+
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from multiprocessing import shared_memory
-from typing import Callable, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -38,7 +39,7 @@ from cmstack.models.errors import ConfigError
 #: bytes per slot (int64 counters and float64 values)
 WORD = 8
 #: the layout's first word (a transport of another layout refuses to attach)
-MAGIC = 0x636D5354524E5431          # "cmSTRNT1"
+MAGIC = 0x636D5354524E5431  # "cmSTRNT1"
 
 # control words (int64, one writer each; single aligned stores, no seqlock needed)
 C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES, C_NS = range(8)
@@ -64,11 +65,11 @@ class SeqRecord:
 
     def __init__(self, buf: memoryview, offset: int, size: int):
         self.size = size
-        self._seq = memoryview(buf)[offset:offset + WORD].cast("q")
+        self._seq = memoryview(buf)[offset : offset + WORD].cast("q")
         self.shared = np.ndarray((size,), dtype=np.float64, buffer=buf, offset=offset + WORD)
         self.local = np.zeros(size)
-        self.retries = 0             # reads that had to retry (a writer was in the middle of a write)
-        self.failed = 0              # reads that gave up (-1)
+        self.retries = 0  # reads that had to retry (a writer was in the middle of a write)
+        self.failed = 0  # reads that gave up (-1)
 
     @staticmethod
     def nbytes(size: int) -> int:
@@ -80,10 +81,10 @@ class SeqRecord:
         return self._seq[0]
 
     def begin(self) -> None:
-        self._seq[0] = self._seq[0] + 1          # odd: a write is in progress
+        self._seq[0] = self._seq[0] + 1  # odd: a write is in progress
 
     def end(self) -> None:
-        self._seq[0] = self._seq[0] + 1          # even: the record is consistent again
+        self._seq[0] = self._seq[0] + 1  # even: the record is consistent again
 
     def write(self, values: ArrayLike) -> None:
         """Write every slot at once (``values``: ``size`` floats)."""
@@ -150,11 +151,12 @@ class StateRecord(_StateFields, SeqRecord):
         super().__init__(buf, offset, 3 + nq + nv + ns)
         self.nq, self.nv, self.ns = nq, nv, ns
         sh, lo = self.shared, self.local
-        self._sh_q, self._sh_v, self._sh_s = sh[3:3 + nq], sh[3 + nq:3 + nq + nv], sh[3 + nq + nv:]
-        self.q, self.v, self.sensors = lo[3:3 + nq], lo[3 + nq:3 + nq + nv], lo[3 + nq + nv:]
+        self._sh_q, self._sh_v, self._sh_s = sh[3 : 3 + nq], sh[3 + nq : 3 + nq + nv], sh[3 + nq + nv :]
+        self.q, self.v, self.sensors = lo[3 : 3 + nq], lo[3 + nq : 3 + nq + nv], lo[3 + nq + nv :]
 
-    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike,
-                sensors: ArrayLike | None = None) -> None:
+    def publish(
+        self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike, sensors: ArrayLike | None = None
+    ) -> None:
         sh = self.shared
         self.begin()
         sh[0] = cycle
@@ -200,7 +202,7 @@ class ShmTransport:
     def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool, ns: int = 0):
         self.shm, self.nq, self.nv, self.ns, self.owner = shm, nq, nv, ns, owner
         buf = _block(shm)
-        self.control = memoryview(buf)[:N_CONTROL * WORD].cast("q")
+        self.control = memoryview(buf)[: N_CONTROL * WORD].cast("q")
         off = N_CONTROL * WORD
         self.state = StateRecord(buf, off, nq, nv, ns)
         off += SeqRecord.nbytes(self.state.size)
@@ -211,7 +213,7 @@ class ShmTransport:
         return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv + ns) + SeqRecord.nbytes(2 + nv)
 
     @classmethod
-    def create(cls, nq: int, nv: int, ns: int = 0) -> "ShmTransport":
+    def create(cls, nq: int, nv: int, ns: int = 0) -> ShmTransport:
         """A new zeroed block for a robot of ``nq`` positions and ``nv`` velocities (and torques), and ``ns``
         sensor values published with each state."""
         for key, n in (("nq", nq), ("nv", nv)):
@@ -228,7 +230,7 @@ class ShmTransport:
         return link
 
     @classmethod
-    def attach(cls, name: str) -> "ShmTransport":
+    def attach(cls, name: str) -> ShmTransport:
         """Attach to the block ``name`` made by :meth:`create` (another process)."""
         try:
             shm = shared_memory.SharedMemory(name=name)
@@ -244,12 +246,14 @@ class ShmTransport:
                 resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
             except Exception:
                 pass
-        words = memoryview(_block(shm))[:N_CONTROL * WORD].cast("q")
+        words = memoryview(_block(shm))[: N_CONTROL * WORD].cast("q")
         magic, nq, nv, ns = words[C_MAGIC], words[C_NQ], words[C_NV], words[C_NS]
         words.release()
         if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1), max(ns, 0)):
             shm.close()
-            raise ConfigError(f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)")
+            raise ConfigError(
+                f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)"
+            )
         return cls(shm, nq, nv, owner=False, ns=ns)
 
     @property
@@ -282,12 +286,12 @@ class ShmTransport:
         """Release the views and unmap the block; the owner also removes it."""
         for rec in (self.state, self.command):
             rec._seq.release()
-            rec.shared = _RELEASED              # (drops the views of the block, which close() needs)
+            rec.shared = _RELEASED  # (drops the views of the block, which close() needs)
         self.state._sh_q = self.state._sh_v = self.state._sh_s = self.command._sh_tau = _RELEASED
         self.control.release()
         try:
             self.shm.close()
-        except BufferError:          # a view still exported elsewhere: leave the mapping to the process' end
+        except BufferError:  # a view still exported elsewhere: leave the mapping to the process' end
             pass
         if self.owner:
             try:
@@ -302,7 +306,6 @@ class ShmTransport:
         self.close()
 
 
-
 # ------------------------------------------------------------------------------------------ UDP
 #: datagram kinds (first float64 of every datagram)
 _STATE, _STATUS, _COMMAND, _STOP = 1.0, 2.0, 3.0, 4.0
@@ -313,7 +316,7 @@ class _UdpEnd:
     layout as the shared-memory records), and a counter that grows by 2 per record, like a sequence
     lock's.  Polling drains the socket (non-blocking) and keeps the newest record."""
 
-    def __init__(self, link: "UdpTransport", size: int, own_kind: float):
+    def __init__(self, link: UdpTransport, size: int, own_kind: float):
         self.link, self.size, self.kind = link, size, own_kind
         self.local = np.zeros(size)
         self.tx = np.zeros(1 + size)
@@ -337,11 +340,12 @@ class _UdpState(_StateFields, _UdpEnd):
         super().__init__(link, 3 + nq + nv + ns, _STATE)
         self.nq, self.nv, self.ns = nq, nv, ns
         lo, tx = self.local, self.tx
-        self.q, self.v, self.sensors = lo[3:3 + nq], lo[3 + nq:3 + nq + nv], lo[3 + nq + nv:]
-        self._tx_q, self._tx_v, self._tx_s = tx[4:4 + nq], tx[4 + nq:4 + nq + nv], tx[4 + nq + nv:]
+        self.q, self.v, self.sensors = lo[3 : 3 + nq], lo[3 + nq : 3 + nq + nv], lo[3 + nq + nv :]
+        self._tx_q, self._tx_v, self._tx_s = tx[4 : 4 + nq], tx[4 + nq : 4 + nq + nv], tx[4 + nq + nv :]
 
-    def publish(self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike,
-                sensors: ArrayLike | None = None) -> None:
+    def publish(
+        self, cycle: int, t: float, wall: float, q: ArrayLike, v: ArrayLike, sensors: ArrayLike | None = None
+    ) -> None:
         tx = self.tx
         tx[1] = cycle
         tx[2] = t
@@ -381,10 +385,14 @@ class UdpTransport:
     def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0):
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
-                raise ConfigError(f"UdpTransport: {key} must be an integer in [1, 3999] (one datagram), got {n!r}")
+                raise ConfigError(
+                    f"UdpTransport: {key} must be an integer in [1, 3999] (one datagram), got {n!r}"
+                )
         if not (isinstance(ns, (int, np.integer)) and 0 <= ns and nq + nv + ns < 8000):
-            raise ConfigError(f"UdpTransport: ns must be an integer >= 0 with nq + nv + ns < 8000 (one datagram), "
-                              f"got {ns!r}")
+            raise ConfigError(
+                f"UdpTransport: ns must be an integer >= 0 with nq + nv + ns < 8000 (one datagram), "
+                f"got {ns!r}"
+            )
         self.nq, self.nv, self.ns = int(nq), int(nv), int(ns)
         self._drv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -406,7 +414,7 @@ class UdpTransport:
             sock.send(buf)  # type: ignore[arg-type]  # (an ndarray is a buffer; numpy's stubs do not say so)
             self.sent += 1
         except (BlockingIOError, ConnectionRefusedError):
-            self.send_failures += 1           # a full buffer or no reader yet: the datagram is lost, as on a network
+            self.send_failures += 1  # a full buffer or no reader yet: the datagram is lost, as on a network
 
     def _poll(self, end: _UdpEnd) -> None:
         """Drain the socket that receives ``end``'s records (the driver's for commands, the
@@ -422,7 +430,7 @@ class UdpTransport:
             if kind == _STATE or kind == _COMMAND:
                 rec = self.state if kind == _STATE else self.command
                 if n == 8 * (1 + rec.size):
-                    rec.local[:] = rx[1:1 + rec.size]
+                    rec.local[:] = rx[1 : 1 + rec.size]
                     rec._seq += 2
             elif kind == _STATUS:
                 self._status, self._reason = int(rx[1]), int(rx[2]) or self._reason
@@ -464,6 +472,6 @@ class UdpTransport:
 
 
 #: either transport (the same members: ``state``, ``command``, the control words)
-Link = Union[ShmTransport, UdpTransport]
+Link = ShmTransport | UdpTransport
 #: the transports ``run_rt`` and ``cmstack rt --transport`` know: name -> maker(nq, nv, ns=sensor values)
 TRANSPORTS: dict[str, Callable[..., Link]] = {"shm": ShmTransport.create, "udp": UdpTransport}

@@ -14,6 +14,7 @@ per step in ``run.errors``.  Without ``record`` the loop logs t, q, v, τ and pl
 that ``run.save(dir)`` writes a directory the viewer replays.  Any exception propagates after the
 steps done so far have been logged (the scenario framework then writes log.npz and the reason).
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -68,7 +69,7 @@ LOOP_TOTALS = {"simulated_s": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
 LOOP_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("cmstack_loop_override", default=None)
 
 
-def apply_disturbances(plant: Plant, disturbances: Sequence["Disturbance"], active: set[int], t: float) -> None:
+def apply_disturbances(plant: Plant, disturbances: Sequence[Disturbance], active: set[int], t: float) -> None:
     """Switch each disturbance's wrench on at its t0 and off at its t1 (``active``: the indices now on,
     updated in place); the one rule for ``simulate`` and the fixed-rate driver (sim/rt_driver.py).  A body's
     wrench is the sum of its disturbances that are on, set again whenever one of them switches (the plant
@@ -97,10 +98,20 @@ def substeps(control_dt: float, sim_dt: float) -> int:
     return n
 
 
-def simulate(plant: Plant, controller: Controller, *, duration: float, control_dt: float,
-             record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
-             disturbances: Sequence[Disturbance] = (), viewer: MeshcatViewer | None = None, progress: bool = True, desc: str = "sim",
-             log: Logger | None = None, task_errors: bool = True) -> Run:
+def simulate(
+    plant: Plant,
+    controller: Controller,
+    *,
+    duration: float,
+    control_dt: float,
+    record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    disturbances: Sequence[Disturbance] = (),
+    viewer: MeshcatViewer | None = None,
+    progress: bool = True,
+    desc: str = "sim",
+    log: Logger | None = None,
+    task_errors: bool = True,
+) -> Run:
     """Run ``controller`` on ``plant`` for ``duration`` s of simulated time at one call per
     ``control_dt`` s (a whole multiple of plant.dt).  ``record(t, q, v, tau)`` is called once per
     control step after τ is applied; ``log`` is the Logger the run saves (a new one if omitted; filled
@@ -108,10 +119,20 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     ``task_errors``: keep a ReportsErrors controller's errors per step.  Returns the :class:`Run`."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
-    if (override := LOOP_OVERRIDE.get()) is not None:      # cmstack rt: across a process boundary
-        run = override(plant, controller, duration=duration, control_dt=control_dt, record=record,
-                       disturbances=disturbances, viewer=viewer, progress=progress, desc=desc, log=log,
-                       task_errors=task_errors)
+    if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
+        run = override(
+            plant,
+            controller,
+            duration=duration,
+            control_dt=control_dt,
+            record=record,
+            disturbances=disturbances,
+            viewer=viewer,
+            progress=progress,
+            desc=desc,
+            log=log,
+            task_errors=task_errors,
+        )
         LOOP_TOTALS["simulated_s"] += run.simulated_s
         LOOP_TOTALS["wall_s"] += run.wall_s
         return run
@@ -120,9 +141,11 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     log = Logger() if log is None else log
     res = Run(duration=n_steps * control_dt, control_dt=control_dt, log=log)
     if record is None:
+
         def record(t, q, v, tau):
             log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
-        path = getattr(plant, "path", None)      # a MuJoCo plant's MJCF: what the viewer replays
+
+        path = getattr(plant, "path", None)  # a MuJoCo plant's MJCF: what the viewer replays
         if path is not None:
             log.meta.setdefault("mjcf_path", str(path))
     if isinstance(controller, SensesPlant):
@@ -139,7 +162,7 @@ def simulate(plant: Plant, controller: Controller, *, duration: float, control_d
     try:
         active: set[int] = set()
         for _ in range(n_steps):
-            if interrupt.requested() is not None:    # SIGINT/SIGTERM (sim/interrupt.py): end here, keep the log
+            if interrupt.requested() is not None:  # SIGINT/SIGTERM (sim/interrupt.py): end here, keep the log
                 break
             t = plant.time
             q, v = plant.state()
@@ -203,8 +226,12 @@ class Run(RunResult):
 
     def timing(self) -> dict[str, float]:
         """The run's speed figures (for metrics.json)."""
-        return {"realtime_factor": self.realtime_factor, "control_step_us_median": self.step_us_median,
-                "loop_wall_s": self.wall_s, "simulated_s": self.simulated_s}
+        return {
+            "realtime_factor": self.realtime_factor,
+            "control_step_us_median": self.step_us_median,
+            "loop_wall_s": self.wall_s,
+            "simulated_s": self.simulated_s,
+        }
 
     def save(self, out: str | Path) -> Path:
         """Write ``out/log.npz`` (the log, with ``error__<name>`` per reported error: what

@@ -57,6 +57,7 @@ from v = 1 rad/s, a* = 20 rad/s²: 18.8 rad/s² over a 5 ms step, against 17.8 w
 A URDF <mimic> joint (MuJoCo imports it as a joint equality) is refused unless it is locked: the
 controller's Pinocchio model treats it as an independent joint, so the two models would differ.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -81,9 +82,9 @@ def _resolve_mesh(file: str, urdf: Path, mesh_dir: Path | None) -> Path:
     if mesh_dir is not None:
         tried.append(mesh_dir / Path(name).name)
     if name.startswith("file://"):
-        name = name[len("file://"):]
+        name = name[len("file://") :]
     if name.startswith("package://"):
-        pkg, _, sub = name[len("package://"):].partition("/")
+        pkg, _, sub = name[len("package://") :].partition("/")
         ancestors = [urdf.parent, *urdf.parent.parents]
         tried += [a / sub for a in ancestors if a.name == pkg]
         tried += [a / pkg / sub for a in ancestors] + [a / sub for a in ancestors]
@@ -93,8 +94,10 @@ def _resolve_mesh(file: str, urdf: Path, mesh_dir: Path | None) -> Path:
     for c in tried:
         if c.is_file():
             return c.resolve()
-    raise ModelFileError(f"URDF {urdf}: mesh file '{file}' not found (looked at e.g. {[str(c) for c in tried[:3]]}); "
-                         "give mesh_dir=FOLDER holding the mesh files")
+    raise ModelFileError(
+        f"URDF {urdf}: mesh file '{file}' not found (looked at e.g. {[str(c) for c in tried[:3]]}); "
+        "give mesh_dir=FOLDER holding the mesh files"
+    )
 
 
 def _lock_joint(spec: mujoco.MjSpec, name: str, value: float, urdf: Path) -> None:
@@ -122,7 +125,9 @@ def _lock_joint(spec: mujoco.MjSpec, name: str, value: float, urdf: Path) -> Non
     elif j.type == mujoco.mjtJoint.mjJNT_SLIDE:
         body.pos = np.asarray(body.pos, dtype=float) + Rb @ (a * x)
     else:
-        raise ConfigError(f"locked joint '{name}' of {urdf.name} is not a hinge or slide joint in MuJoCo's import")
+        raise ConfigError(
+            f"locked joint '{name}' of {urdf.name} is not a hinge or slide joint in MuJoCo's import"
+        )
     spec.delete(j)
 
 
@@ -132,10 +137,10 @@ def _part_spec(part: URDFPart, mesh_dir: Path | None, meshes: bool = True) -> mu
     _check_xml(part.path, "URDF")
     try:
         spec = mujoco.MjSpec.from_file(str(part.path))
-    except Exception as exc:   # mujoco raises ValueError with the parser's message
+    except Exception as exc:  # mujoco raises ValueError with the parser's message
         raise ModelFileError(f"URDF {part.path} could not be parsed by MuJoCo: {exc}") from None
-    spec.compiler.fusestatic = False         # keep every link as a body (the viewer, wrenches by link name)
-    if not meshes:        # the bodies keep their URDF <inertial>: the dynamics do not change
+    spec.compiler.fusestatic = False  # keep every link as a body (the viewer, wrenches by link name)
+    if not meshes:  # the bodies keep their URDF <inertial>: the dynamics do not change
         for g in [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_MESH]:
             spec.delete(g)
         for m in list(spec.meshes):
@@ -151,10 +156,11 @@ def _part_spec(part: URDFPart, mesh_dir: Path | None, meshes: bool = True) -> mu
         if j1 in part.locked or j2 in part.locked:
             spec.delete(e)
         else:
-            raise ModelFileError(f"URDF {part.path}: joint '{j1}' mimics '{j2}'; the controller's model treats "
-                                 f"them as independent joints: lock '{j1}' (locked_joints) or remove the <mimic>")
+            raise ModelFileError(
+                f"URDF {part.path}: joint '{j1}' mimics '{j2}'; the controller's model treats "
+                f"them as independent joints: lock '{j1}' (locked_joints) or remove the <mimic>"
+            )
     return spec
-
 
 
 #: a contact deeper than this (m) in the initial state makes ``plant_from_urdf`` warn
@@ -163,10 +169,17 @@ PENETRATION_WARN = 1e-4
 ALWAYS_TOUCHING_SAMPLES = 32
 
 
-def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | None = None,
-               passive_joints: tuple[str, ...] = (), friction: bool = True, meshes: bool = True,
-               srdf: str | Path | Sequence[str | Path | None] | None = None,
-               sim_dt: float | None = None) -> mujoco.MjSpec:
+def build_spec(
+    robot: Robot,
+    *,
+    contacts: bool = True,
+    mesh_dir: str | Path | None = None,
+    passive_joints: tuple[str, ...] = (),
+    friction: bool = True,
+    meshes: bool = True,
+    srdf: str | Path | Sequence[str | Path | None] | None = None,
+    sim_dt: float | None = None,
+) -> mujoco.MjSpec:
     """The MuJoCo model specification of ``robot`` (every URDF part attached at its base pose with
     its prefix, motors added); compile it with ``spec.compile()`` or use ``plant_from_urdf``.
 
@@ -188,13 +201,14 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
     """
     sources = getattr(robot, "sources", None)
     if not sources:
-        raise ConfigError("plant_from_urdf: the robot has no URDF sources (build it with Robot.from_urdf or "
-                          "Robot.compose)")
+        raise ConfigError(
+            "plant_from_urdf: the robot has no URDF sources (build it with Robot.from_urdf or Robot.compose)"
+        )
     md = None if mesh_dir is None else resolve_asset(mesh_dir)
     if md is not None and not md.is_dir():
         raise ModelFileError(f"mesh_dir {md} is not a folder")
     for n in passive_joints:
-        robot.joint_index(n)                 # names the joint if it does not exist
+        robot.joint_index(n)  # names the joint if it does not exist
     srdfs = _srdf_per_part(srdf, sources)
     spec = None
     for k, part in enumerate(sources):
@@ -216,7 +230,7 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
             spec.compiler.fusestatic = False
         frame = spec.worldbody.add_frame(pos=part.base.translation, quat=_mat2quat(part.base.rotation))
         spec.attach(child, prefix=part.prefix, frame=frame)
-    assert spec is not None                  # a Robot has one URDF part at least
+    assert spec is not None  # a Robot has one URDF part at least
     excluded = _exclude_rigid_neighbours(spec)
     for part, path in zip(sources, srdfs):
         if path is not None:
@@ -234,9 +248,14 @@ def build_spec(robot: Robot, *, contacts: bool = True, mesh_dir: str | Path | No
             continue
         e = float(robot.effort_limit[i])
         limited = bool(np.isfinite(e) and e > 0)
-        spec.add_actuator(name=f"{name}_motor", trntype=mujoco.mjtTrn.mjTRN_JOINT, target=name,
-                          gear=[1, 0, 0, 0, 0, 0], ctrllimited=int(limited),
-                          ctrlrange=[-e, e] if limited else [0.0, 0.0])
+        spec.add_actuator(
+            name=f"{name}_motor",
+            trntype=mujoco.mjtTrn.mjTRN_JOINT,
+            target=name,
+            gear=[1, 0, 0, 0, 0, 0],
+            ctrllimited=int(limited),
+            ctrlrange=[-e, e] if limited else [0.0, 0.0],
+        )
     if contacts:
         _exclude_always_touching(spec, excluded)
     if sim_dt is not None:
@@ -270,8 +289,10 @@ def _body_of_frame(spec: mujoco.MjSpec, robot, fid: int):
         return spec.worldbody, f.placement
     j = spec.joint(robot.model.names[f.parentJoint])
     if j is None:
-        raise ModelFileError(f"plant of {robot.label}: joint '{robot.model.names[f.parentJoint]}' (frame "
-                             f"'{f.name}') is not in the MuJoCo model")
+        raise ModelFileError(
+            f"plant of {robot.label}: joint '{robot.model.names[f.parentJoint]}' (frame "
+            f"'{f.name}') is not in the MuJoCo model"
+        )
     return j.parent, f.placement
 
 
@@ -285,9 +306,11 @@ def add_loops(spec: mujoco.MjSpec, robot: Robot, timestep: float | None = None) 
     out = []
     for c in getattr(robot, "loops", ()):
         if c.kind == "plane":
-            raise ModelFileError(f"plant of {robot.label}: loop '{c.name}' is a plane closure, which MuJoCo has no "
-                                 "equality for; give the plant the slider as a body on a slide joint closed by a "
-                                 "connect (an MJCF, e.g. mjcf/slider_crank.xml)")
+            raise ModelFileError(
+                f"plant of {robot.label}: loop '{c.name}' is a plane closure, which MuJoCo has no "
+                "equality for; give the plant the slider as a body on a slide joint closed by a "
+                "connect (an MJCF, e.g. mjcf/slider_crank.xml)"
+            )
         pairs = [(pin.SE3.Identity(), "")]
         if c.kind == "revolute":
             pairs.append((pin.SE3(np.eye(3), np.array([0.0, 0.0, HINGE_ARM])), "_axis"))
@@ -297,11 +320,18 @@ def add_loops(spec: mujoco.MjSpec, robot: Robot, timestep: float | None = None) 
                 body, X = _body_of_frame(spec, robot, fid)
                 X = X * off
                 name = f"{c.name}_{side}{tag}"
-                body.add_site(name=name, pos=X.translation, quat=_mat2quat(X.rotation), size=[0.004, 0, 0],
-                              group=4)
+                body.add_site(
+                    name=name, pos=X.translation, quat=_mat2quat(X.rotation), size=[0.004, 0, 0], group=4
+                )
                 names.append(name)
-            eq = spec.add_equality(name=f"{c.name}{tag}", objtype=mujoco.mjtObj.mjOBJ_SITE, name1=names[0],
-                                   name2=names[1], solref=ref, solimp=imp)
+            eq = spec.add_equality(
+                name=f"{c.name}{tag}",
+                objtype=mujoco.mjtObj.mjOBJ_SITE,
+                name1=names[0],
+                name2=names[1],
+                solref=ref,
+                solimp=imp,
+            )
             eq.type = mujoco.mjtEq.mjEQ_WELD if c.kind == "weld" else mujoco.mjtEq.mjEQ_CONNECT
             out.append(eq)
     return out
@@ -315,8 +345,10 @@ def _srdf_per_part(srdf, sources) -> list[Path | None]:
         return [resolve_asset(srdf)] * len(sources)
     items = list(srdf)
     if len(items) != len(sources):
-        raise ConfigError(f"srdf: give one SRDF for every part or a list of {len(sources)} (one per URDF part, "
-                          f"None for none), got a list of {len(items)}")
+        raise ConfigError(
+            f"srdf: give one SRDF for every part or a list of {len(sources)} (one per URDF part, "
+            f"None for none), got a list of {len(items)}"
+        )
     return [None if x is None else resolve_asset(x) for x in items]
 
 
@@ -342,14 +374,17 @@ def _exclude_srdf(spec: mujoco.MjSpec, path: Path, part: URDFPart, done: set) ->
             spec.add_exclude(bodyname1=key[0], bodyname2=key[1])
             added.add(key)
     if pairs and not known:
-        raise ModelFileError(f"SRDF {path}: none of its {len(pairs)} <disable_collisions> pairs names two links of "
-                             f"URDF {part.path.name} (e.g. '{pairs[0][0]}', '{pairs[0][1]}'); is it the SRDF of "
-                             "another robot?")
+        raise ModelFileError(
+            f"SRDF {path}: none of its {len(pairs)} <disable_collisions> pairs names two links of "
+            f"URDF {part.path.name} (e.g. '{pairs[0][0]}', '{pairs[0][1]}'); is it the SRDF of "
+            "another robot?"
+        )
     return added
 
 
 def _joints_between(m: mujoco.MjModel, b1: int, b2: int) -> int:
     """Number of moving joints on the kinematic tree's path between bodies b1 and b2."""
+
     def chain(b):
         out = [b]
         while b != 0:
@@ -385,8 +420,11 @@ def _exclude_always_touching(spec: mujoco.MjSpec, done: set) -> set[tuple[str, s
             d.qpos[m.jnt_qposadr[hinge_or_slide]] = x[hinge_or_slide]
         mujoco.mj_kinematics(m, d)
         mujoco.mj_collision(m, d)
-        touching = {tuple(sorted((int(m.geom_bodyid[c.geom[0]]), int(m.geom_bodyid[c.geom[1]]))))
-                    for c in d.contact[:d.ncon] if c.dist < 0}
+        touching = {
+            tuple(sorted((int(m.geom_bodyid[c.geom[0]]), int(m.geom_bodyid[c.geom[1]]))))
+            for c in d.contact[: d.ncon]
+            if c.dist < 0
+        }
         always = touching if always is None else always & touching
         if not always:
             return set()
@@ -420,13 +458,14 @@ def penetrations(plant: MujocoPlant, depth: float = PENETRATION_WARN) -> list[tu
     mujoco.mj_kinematics(m, d)
     mujoco.mj_collision(m, d)
     deepest: dict[tuple[int, int], float] = {}
-    for c in d.contact[:d.ncon]:
+    for c in d.contact[: d.ncon]:
         if -c.dist > depth:
             g0, g1 = sorted((int(c.geom[0]), int(c.geom[1])))
             key = (g0, g1)
             deepest[key] = max(deepest.get(key, 0.0), -float(c.dist))
-    return sorted(((_geom_label(m, a), _geom_label(m, b), x) for (a, b), x in deepest.items()),
-                  key=lambda t: -t[2])
+    return sorted(
+        ((_geom_label(m, a), _geom_label(m, b), x) for (a, b), x in deepest.items()), key=lambda t: -t[2]
+    )
 
 
 def _exclude_rigid_neighbours(spec: mujoco.MjSpec) -> set[tuple[str, str]]:
@@ -456,8 +495,8 @@ def _exclude_rigid_neighbours(spec: mujoco.MjSpec) -> set[tuple[str, str]]:
     for b, g in group.items():
         members.setdefault(g, []).append(b)
     pairs = set()
-    for g, ms in members.items():
-        pairs |= {(a, b) for i, a in enumerate(ms) for b in ms[i + 1:]}
+    for ms in members.values():
+        pairs |= {(a, b) for i, a in enumerate(ms) for b in ms[i + 1 :]}
     for g1, g2 in adjacent:
         pairs |= {(a, b) for a in members[g1] for b in members[g2]}
     done = {(min(a, b), max(a, b)) for a, b in pairs}
@@ -472,11 +511,23 @@ def _mat2quat(R: np.ndarray) -> np.ndarray:
     return q
 
 
-def plant_from_urdf(robot: Robot, *, q0: ArrayLike | None = None, sim_dt: float | None = None, contacts: bool = True,
-                    mesh_dir: str | Path | None = None, passive_joints: tuple[str, ...] = (),
-                    xml_path: str | Path | None = None, integrator: str | None = None, noise_q: float = 0.0,
-                    noise_v: float = 0.0, seed: int = 0, friction: bool = True, meshes: bool = True,
-                    srdf: str | Path | Sequence[str | Path | None] | None = None) -> MujocoPlant:
+def plant_from_urdf(
+    robot: Robot,
+    *,
+    q0: ArrayLike | None = None,
+    sim_dt: float | None = None,
+    contacts: bool = True,
+    mesh_dir: str | Path | None = None,
+    passive_joints: tuple[str, ...] = (),
+    xml_path: str | Path | None = None,
+    integrator: str | None = None,
+    noise_q: float = 0.0,
+    noise_v: float = 0.0,
+    seed: int = 0,
+    friction: bool = True,
+    meshes: bool = True,
+    srdf: str | Path | Sequence[str | Path | None] | None = None,
+) -> MujocoPlant:
     """A ``MujocoPlant`` of ``robot`` built from its URDF part(s); torques and states map by joint name.
 
     Args:
@@ -510,18 +561,42 @@ def plant_from_urdf(robot: Robot, *, q0: ArrayLike | None = None, sim_dt: float 
     equivalent MJCF (e.g. into a run directory, for replay)."""
     if sim_dt is not None and not sim_dt > 0:
         raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
-    spec = build_spec(robot, contacts=contacts, mesh_dir=mesh_dir, passive_joints=passive_joints, friction=friction,
-                      meshes=meshes, srdf=srdf, sim_dt=sim_dt)
+    spec = build_spec(
+        robot,
+        contacts=contacts,
+        mesh_dir=mesh_dir,
+        passive_joints=passive_joints,
+        friction=friction,
+        meshes=meshes,
+        srdf=srdf,
+        sim_dt=sim_dt,
+    )
     try:
         mj_model = spec.compile()
     except Exception as exc:
         msg = " ".join(str(exc).split())
-        hint = ("; MuJoCo reads STL, OBJ and MSH meshes: convert them, or pass meshes=False (the URDF inertials "
-                "keep the dynamics)") if "no decoder found for mesh" in msg else ""
-        raise ModelFileError(f"MuJoCo could not compile the plant built from {robot.label}: {msg}{hint}") from None
-    plant = MujocoPlant.from_model(mj_model, robot.joint_names, name=robot.label, sim_dt=sim_dt,
-                                   plant_only=(), noise_q=noise_q, noise_v=noise_v, seed=seed,
-                                   integrator=integrator)
+        hint = (
+            (
+                "; MuJoCo reads STL, OBJ and MSH meshes: convert them, or pass meshes=False (the URDF inertials "
+                "keep the dynamics)"
+            )
+            if "no decoder found for mesh" in msg
+            else ""
+        )
+        raise ModelFileError(
+            f"MuJoCo could not compile the plant built from {robot.label}: {msg}{hint}"
+        ) from None
+    plant = MujocoPlant.from_model(
+        mj_model,
+        robot.joint_names,
+        name=robot.label,
+        sim_dt=sim_dt,
+        plant_only=(),
+        noise_q=noise_q,
+        noise_v=noise_v,
+        seed=seed,
+        integrator=integrator,
+    )
     plant.spec = spec
     if xml_path is not None:
         save_xml(plant, xml_path)
@@ -531,9 +606,13 @@ def plant_from_urdf(robot: Robot, *, q0: ArrayLike | None = None, sim_dt: float 
     if deep:
         listed = "; ".join(f"'{a}' and '{b}' by {x * 1e3:.3g} mm" for a, b, x in deep[:8])
         more = f" and {len(deep) - 8} more pairs" if len(deep) > 8 else ""
-        warnings.warn(f"plant_from_urdf({robot.label}): the initial state penetrates: {listed}{more}; the contact "
-                      "solver will push them apart in the first steps: start elsewhere (q0), exclude the pairs "
-                      "(srdf= with <disable_collisions>), or pass contacts=False", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"plant_from_urdf({robot.label}): the initial state penetrates: {listed}{more}; the contact "
+            "solver will push them apart in the first steps: start elsewhere (q0), exclude the pairs "
+            "(srdf= with <disable_collisions>), or pass contacts=False",
+            UserWarning,
+            stacklevel=2,
+        )
     return plant
 
 

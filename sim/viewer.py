@@ -14,7 +14,8 @@ R_x(+π/2) (it maps y to z), and the geom ends where MuJoCo puts it:
     T_world_geom = [geom_xmat  geom_xpos; 0 1]   (after mj_kinematics on the given qpos).
 
 Each geom sits at its fixed pose under its body's node; per frame only the bodies that move are sent
-(T_world_body from ``xpos``/``xmat``), so a geom's world pose is T_world_body · T_body_geom. Frames are throttled to ``fps``
+(T_world_body from ``xpos``/``xmat``), so a geom's world pose is T_world_body · T_body_geom. Frames are
+throttled to ``fps``
 and, with ``realtime``, paced so that simulated time does not run ahead of the wall clock (a run
 faster than real time is slowed down for watching; a slower one is shown as it comes).
 
@@ -36,6 +37,7 @@ log file (the run directory's ``meshcat.log``), a browser that vanishes costs th
 with the process that started it however that ends, and a request that takes longer than
 ``REQUEST_TIMEOUT_S`` turns the viewer off instead of blocking the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +57,7 @@ _TRAIL_COLORS = (0xE6194B, 0x3CB44B, 0x4363D8, 0xF58231, 0x911EB4, 0x42D4F4)
 
 def _rx90() -> np.ndarray:
     T = np.eye(4)
-    T[1:3, 1:3] = [[0.0, -1.0], [1.0, 0.0]]          # R_x(+π/2): y ↦ z
+    T[1:3, 1:3] = [[0.0, -1.0], [1.0, 0.0]]  # R_x(+π/2): y ↦ z
     return T
 
 
@@ -76,7 +78,7 @@ class Recorder:
     ``commands`` keeps every lowered command in order (what ``write_html`` embeds). Used by the tests.
     """
 
-    def __init__(self, path: str = "", root: "Recorder | None" = None, keep: bool = False):
+    def __init__(self, path: str = "", root: Recorder | None = None, keep: bool = False):
         self._path = path
         self._root = root or self
         if root is None:
@@ -87,7 +89,7 @@ class Recorder:
             self.keep = bool(keep)
             self.commands: list[dict] = []
 
-    def __getitem__(self, name: str) -> "Recorder":
+    def __getitem__(self, name: str) -> Recorder:
         if name.startswith("/"):
             return Recorder("/" + name.strip("/"), self._root)
         return Recorder(f"{self._path}/{name}" if self._path else name, self._root)
@@ -95,10 +97,14 @@ class Recorder:
     def _mc_path(self):
         from meshcat.path import Path as McPath
 
-        return McPath(()).append(self._path) if self._path.startswith("/") else McPath(("meshcat",)).append(self._path)
+        return (
+            McPath(()).append(self._path)
+            if self._path.startswith("/")
+            else McPath(("meshcat",)).append(self._path)
+        )
 
     def _log(self, cmd) -> None:
-        low = cmd.lower()                                 # serialise as Meshcat would: bad objects fail here
+        low = cmd.lower()  # serialise as Meshcat would: bad objects fail here
         if self._root.keep:
             self._root.commands.append(low)
 
@@ -153,10 +159,22 @@ class MeshcatViewer:
     trail_len : points kept per trail (older halves are decimated, never dropped).
     """
 
-    def __init__(self, model: Any, *, visualizer: Any = None, fps: float = 30.0, realtime: bool = True,
-                 speed: float = 1.0, groups: tuple[int, ...] = _GROUPS, trail_len: int = 4000, trail_dt: float = 0.005,
-                 frame_scale: float = 0.08, prefix: str = "plant", log: str | Path | None = None,
-                 frame_camera: bool = True):
+    def __init__(
+        self,
+        model: Any,
+        *,
+        visualizer: Any = None,
+        fps: float = 30.0,
+        realtime: bool = True,
+        speed: float = 1.0,
+        groups: tuple[int, ...] = _GROUPS,
+        trail_len: int = 4000,
+        trail_dt: float = 0.005,
+        frame_scale: float = 0.08,
+        prefix: str = "plant",
+        log: str | Path | None = None,
+        frame_camera: bool = True,
+    ):
         import mujoco
 
         if isinstance(model, (str, Path)):
@@ -164,7 +182,9 @@ class MeshcatViewer:
 
             model = load_mjcf(model)
         if not isinstance(model, mujoco.MjModel):
-            raise ConfigError(f"MeshcatViewer needs a mujoco.MjModel or an MJCF path, got {type(model).__name__}")
+            raise ConfigError(
+                f"MeshcatViewer needs a mujoco.MjModel or an MJCF path, got {type(model).__name__}"
+            )
         if not fps > 0 or not speed > 0:
             raise ConfigError(f"MeshcatViewer: fps and speed must be > 0 (got fps={fps}, speed={speed})")
         self.model = model
@@ -177,11 +197,11 @@ class MeshcatViewer:
         self.trail_len, self.trail_dt, self.frame_scale = int(trail_len), float(trail_dt), float(frame_scale)
         self.prefix = prefix
         self.groups = tuple(int(x) for x in groups)
-        self.skipped: dict[int, str] = {}            # geom id -> why it is not drawn
-        self._moving: list[tuple[int, str]] = []      # (body id, meshcat path) sent every frame
+        self.skipped: dict[int, str] = {}  # geom id -> why it is not drawn
+        self._moving: list[tuple[int, str]] = []  # (body id, meshcat path) sent every frame
         self._frames: set[str] = set()
         self._segments: set[str] = set()
-        self._styles: dict[tuple[str, str], np.ndarray] = {}   # (kind, name) -> [size, r, g, b, a]
+        self._styles: dict[tuple[str, str], np.ndarray] = {}  # (kind, name) -> [size, r, g, b, a]
         self._trails: dict[str, list] = {}
         self._trail_t: dict[str, float] = {}
         self._trail_dirty: set[str] = set()
@@ -191,7 +211,7 @@ class MeshcatViewer:
         self._last_t = -np.inf
         self.frames_sent = 0
         self.frame_camera = bool(frame_camera)
-        self.camera: dict | None = None              # the last framing (centre, radius, eye), for tests
+        self.camera: dict | None = None  # the last framing (centre, radius, eye), for tests
         self._build()
         if self.frame_camera:
             self.frame_plant()
@@ -214,8 +234,8 @@ class MeshcatViewer:
 
     def _shapes(self, gid: int):
         """[(sub-path, meshcat geometry, fixed 4×4 transform in the geom frame)] or a reason string."""
-        import mujoco
         import meshcat.geometry as g
+        import mujoco
 
         m, T = self.model, mujoco.mjtGeom
         typ, s = int(m.geom_type[gid]), m.geom_size[gid]
@@ -243,15 +263,17 @@ class MeshcatViewer:
             mesh = int(m.geom_dataid[gid])
             va, vn = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
             fa, fn = int(m.mesh_faceadr[mesh]), int(m.mesh_facenum[mesh])
-            verts = np.array(m.mesh_vert[va:va + vn], dtype=float)
-            faces = np.array(m.mesh_face[fa:fa + fn], dtype=np.int64)
+            verts = np.array(m.mesh_vert[va : va + vn], dtype=float)
+            faces = np.array(m.mesh_face[fa : fa + fn], dtype=np.int64)
             return [("shape", g.TriangularMeshGeometry(verts, faces), np.eye(4))]
         return f"geom type {mujoco.mjtGeom(typ).name} is not drawn"
 
     def _body_path(self, bid: int) -> str:
         import mujoco
 
-        return f"{self.prefix}/" + (mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, bid) or f"body{bid}")
+        return f"{self.prefix}/" + (
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, bid) or f"body{bid}"
+        )
 
     def _geom_path(self, gid: int) -> str:
         import mujoco
@@ -291,7 +313,7 @@ class MeshcatViewer:
             bodies.add(bid)
         for bid in sorted(bodies):
             self.vis[self._body_path(bid)].set_transform(self._body_pose(bid))
-            if int(m.body_weldid[bid]) != 0:                     # moves with the joints
+            if int(m.body_weldid[bid]) != 0:  # moves with the joints
                 self._moving.append((bid, self._body_path(bid)))
 
     def _body_pose(self, bid: int) -> np.ndarray:
@@ -327,7 +349,11 @@ class MeshcatViewer:
         import mujoco
 
         m = self.model
-        return [g for g in range(m.ngeom) if g not in self.skipped and m.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE]
+        return [
+            g
+            for g in range(m.ngeom)
+            if g not in self.skipped and m.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE
+        ]
 
     def plant_corners(self) -> np.ndarray:
         """World corners (8 per geom, m) of the oriented bounding boxes of the drawn geoms at the current
@@ -338,7 +364,7 @@ class MeshcatViewer:
             return np.zeros((1, 3))
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
         box = self.model.geom_aabb[ids].reshape(-1, 2, 3)
-        local = box[:, None, 0, :] + signs[None] * box[:, None, 1, :]                 # (g, 8, 3)
+        local = box[:, None, 0, :] + signs[None] * box[:, None, 1, :]  # (g, 8, 3)
         R = self.data.geom_xmat[ids].reshape(-1, 3, 3)
         return (np.einsum("gij,gkj->gki", R, local) + self.data.geom_xpos[ids][:, None, :]).reshape(-1, 3)
 
@@ -385,15 +411,21 @@ class MeshcatViewer:
         w = np.cross(r, -u)
         h = np.tan(np.radians(self.CAMERA_FOV_DEG) / 2)
         x = P - c
-        D = float(max(np.max(x @ u + np.abs(x @ w) / (self.CAMERA_FILL * h)),
-                      np.max(x @ u + np.abs(x @ r) / (self.CAMERA_FILL * self.CAMERA_ASPECT * h)),
-                      np.max(x @ u) + 0.05))
+        D = float(
+            max(
+                np.max(x @ u + np.abs(x @ w) / (self.CAMERA_FILL * h)),
+                np.max(x @ u + np.abs(x @ r) / (self.CAMERA_FILL * self.CAMERA_ASPECT * h)),
+                np.max(x @ u) + 0.05,
+            )
+        )
         e = D * u
         T = np.eye(4)
         T[:3, 3] = -c
         for root in ("/meshcat", "/Grid", "/Axes"):
             self.vis[root].set_transform(T)
-        self.vis["/Cameras/default/rotated/<object>"].set_property("position", [float(e[0]), float(e[2]), float(-e[1])])
+        self.vis["/Cameras/default/rotated/<object>"].set_property(
+            "position", [float(e[0]), float(e[2]), float(-e[1])]
+        )
         self.camera = {"centre": c, "radius": R, "eye": e, "distance": D, "direction": u}
 
     # ------------------------------------------------------------------------------------ drawing
@@ -401,7 +433,9 @@ class MeshcatViewer:
         """Pose every moving body from ``qpos`` (MuJoCo order, length nq)."""
         qpos = np.asarray(qpos, dtype=float).ravel()
         if qpos.shape[0] != self.model.nq:
-            raise ConfigError(f"viewer: qpos has {qpos.shape[0]} entries, the plant model has nq={self.model.nq}")
+            raise ConfigError(
+                f"viewer: qpos has {qpos.shape[0]} entries, the plant model has nq={self.model.nq}"
+            )
         self.data.qpos[:] = qpos
         self._kin(self.model, self.data)
         for bid, path in self._moving:
@@ -415,7 +449,9 @@ class MeshcatViewer:
         for key, val in styles.items():
             parts = key.split("__", 2)
             if len(parts) != 3 or parts[0] != "style" or parts[1] not in ("frame", "segment") or not parts[2]:
-                raise ConfigError(f"viewer: style key '{key}' is not style__frame__<name> or style__segment__<name>")
+                raise ConfigError(
+                    f"viewer: style key '{key}' is not style__frame__<name> or style__segment__<name>"
+                )
             val = np.asarray(val, dtype=float).ravel()
             if val.shape != (5,) or not val[0] > 0:
                 raise ConfigError(f"viewer: style '{key}' must be [size > 0, r, g, b, a], got {val.tolist()}")
@@ -440,7 +476,7 @@ class MeshcatViewer:
         """Add a point to trail ``name`` (drawn at the next frame). With ``t``, points closer than
         ``trail_dt`` in time are skipped; a full trail keeps every other point of its older half."""
         if t is not None:
-            if t < self._trail_t.get(name, -np.inf):          # time went back: a new run
+            if t < self._trail_t.get(name, -np.inf):  # time went back: a new run
                 self._trails[name] = []
             elif t - self._trail_t.get(name, -np.inf) < self.trail_dt:
                 return
@@ -460,23 +496,41 @@ class MeshcatViewer:
             if len(pts) >= 2:
                 color = _TRAIL_COLORS[sorted(self._trails).index(name) % len(_TRAIL_COLORS)]
                 self.vis[f"trails/{name}"].set_object(
-                    g.Line(g.PointsGeometry(np.array(pts).T), g.LineBasicMaterial(color=color)))
+                    g.Line(g.PointsGeometry(np.array(pts).T), g.LineBasicMaterial(color=color))
+                )
         self._trail_dirty.clear()
 
-    def set_sphere(self, name: str, center: ArrayLike, radius: float,
-                   rgba: tuple[float, float, float, float] = (0.9, 0.2, 0.2, 0.3)) -> None:
+    def set_sphere(
+        self,
+        name: str,
+        center: ArrayLike,
+        radius: float,
+        rgba: tuple[float, float, float, float] = (0.9, 0.2, 0.2, 0.3),
+    ) -> None:
         """A (by default translucent red) sphere, e.g. a keep-out zone."""
         import meshcat.geometry as g
 
         path = f"spheres/{name}"
-        self.vis[path].set_object(g.Mesh(g.Sphere(float(radius)), g.MeshLambertMaterial(
-            color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))))
+        self.vis[path].set_object(
+            g.Mesh(
+                g.Sphere(float(radius)),
+                g.MeshLambertMaterial(
+                    color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1)
+                ),
+            )
+        )
         T = np.eye(4)
         T[:3, 3] = np.asarray(center, dtype=float).ravel()[:3]
         self.vis[path].set_transform(T)
 
-    def set_segment(self, name: str, p0: ArrayLike, p1: ArrayLike, radius: float = 0.012,
-                    rgba: ArrayLike = (0.95, 0.75, 0.1, 0.8)) -> None:
+    def set_segment(
+        self,
+        name: str,
+        p0: ArrayLike,
+        p1: ArrayLike,
+        radius: float = 0.012,
+        rgba: ArrayLike = (0.95, 0.75, 0.1, 0.8),
+    ) -> None:
         """A rod from ``p0`` to ``p1`` (e.g. a coupling body the plant does not have). A unit-height
         Meshcat cylinder (axis y) is mapped by T = [R·diag(1, ‖p1 − p0‖, 1)  (p0 + p1)/2], R taking y
         onto the rod's direction.  A style (``apply_styles``) overrides ``radius`` and ``rgba``."""
@@ -489,18 +543,30 @@ class MeshcatViewer:
         if style is not None:
             radius = float(style[0])
         if name not in self._segments:
-            self.vis[path].set_object(g.Mesh(g.Cylinder(1.0, float(radius)), g.MeshLambertMaterial(
-                color=_hex(color), opacity=float(color[3]), transparent=bool(color[3] < 1))))
+            self.vis[path].set_object(
+                g.Mesh(
+                    g.Cylinder(1.0, float(radius)),
+                    g.MeshLambertMaterial(
+                        color=_hex(color), opacity=float(color[3]), transparent=bool(color[3] < 1)
+                    ),
+                )
+            )
             self._segments.add(name)
         T = segment_pose(p0, p1)
         self.vis[path].set_transform(T)
 
-    def show(self, qpos: ArrayLike, frames: dict | None = None, trails: dict | None = None, t: float | None = None,
-             segments: dict | None = None) -> None:
+    def show(
+        self,
+        qpos: ArrayLike,
+        frames: dict | None = None,
+        trails: dict | None = None,
+        t: float | None = None,
+        segments: dict | None = None,
+    ) -> None:
         """Send one frame now: plant pose, frames, segments, trails (points appended), no pacing."""
         self.set_qpos(qpos)
         if self.frame_camera and self.frames_sent == 0:
-            self.frame_plant()                       # the run's first pose, not the model's qpos0
+            self.frame_plant()  # the run's first pose, not the model's qpos0
         for k, T in (frames or {}).items():
             self.set_frame(k, T)
         for k, (p0, p1) in (segments or {}).items():
@@ -510,23 +576,29 @@ class MeshcatViewer:
         self._flush_trails()
         self.frames_sent += 1
 
-    def maybe_update(self, t: float, qpos: ArrayLike, frames: dict | None = None, trails: dict | None = None,
-                     segments: dict | None = None) -> bool:
+    def maybe_update(
+        self,
+        t: float,
+        qpos: ArrayLike,
+        frames: dict | None = None,
+        trails: dict | None = None,
+        segments: dict | None = None,
+    ) -> bool:
         """Call every control step. Trails collect points every ``trail_dt`` of simulated time; a
         frame is sent at most ``fps`` times per wall-clock second and, with ``realtime``, not before
         the wall clock has caught up with simulated time. Returns True when a frame was sent."""
         if getattr(getattr(self.vis, "window", None), "failed", None) is not None:
-            return False                                # the server is gone: nothing to pace for
+            return False  # the server is gone: nothing to pace for
         wall = time.perf_counter()
-        if self._t0 is None or t < self._last_t:        # first call, or time went back (a new run)
+        if self._t0 is None or t < self._last_t:  # first call, or time went back (a new run)
             self._t0, self._wall0, self._last_send = t, wall, -np.inf
         self._last_t = t
         for k, p in (trails or {}).items():
             self.append_trail(k, p, t)
         period = 1.0 / self.fps
-        lead = (t - self._t0) / self.speed - (wall - self._wall0)      # > 0: simulation ahead of the clock
+        lead = (t - self._t0) / self.speed - (wall - self._wall0)  # > 0: simulation ahead of the clock
         if self.realtime and lead >= period:
-            time.sleep(min(lead, 1.0))                # wait for the clock, then show this state
+            time.sleep(min(lead, 1.0))  # wait for the clock, then show this state
         elif wall - self._last_send < period:
             return False
         self._last_send = time.perf_counter()
@@ -539,7 +611,9 @@ class MeshcatViewer:
         if isinstance(window, _window_class()):
             window.shutdown()
             return
-        proc = getattr(window, "server_proc", None)          # a plain meshcat.Visualizer (meshcat's close() is broken)
+        proc = getattr(
+            window, "server_proc", None
+        )  # a plain meshcat.Visualizer (meshcat's close() is broken)
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -553,7 +627,10 @@ class MeshcatViewer:
         import signal
         import threading
 
-        print(message or f"the scene stays up at {self.url()} until Ctrl-C (--no-wait to exit at the end)", flush=True)
+        print(
+            message or f"the scene stays up at {self.url()} until Ctrl-C (--no-wait to exit at the end)",
+            flush=True,
+        )
         window = getattr(self.vis, "window", None)
         proc = getattr(window, "server_proc", None)
         stop = threading.Event()
@@ -561,7 +638,7 @@ class MeshcatViewer:
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 old[sig] = signal.signal(sig, lambda *_: stop.set())
-        except ValueError:                      # not the main thread: Ctrl-C arrives as KeyboardInterrupt
+        except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
             pass
         try:
             while not stop.wait(0.2):
@@ -628,8 +705,12 @@ def _window_class():
                 super().send(command)
             except zmq.ZMQError as e:
                 self.failed = f"{type(e).__name__}: {e}"
-                print(f"viewer: the Meshcat server did not answer within {self.timeout_ms / 1000:g} s "
-                      f"({self.failed}); the run goes on without the viewer", file=sys.stderr, flush=True)
+                print(
+                    f"viewer: the Meshcat server did not answer within {self.timeout_ms / 1000:g} s "
+                    f"({self.failed}); the run goes on without the viewer",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.zmq_socket.close(0)
 
         def shutdown(self):
@@ -670,33 +751,38 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0) -> Any:
         cmd = [sys.executable, "-u", "-m", "cmstack.sim._meshcat_server"]
         if log is not None:
             cmd += ["--log", str(log)]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         urls: dict[str, str] = {}
         deadline = time.monotonic() + timeout
         out, err_pipe = proc.stdout, proc.stderr
-        assert out is not None and err_pipe is not None      # both are pipes (Popen above)
+        assert out is not None and err_pipe is not None  # both are pipes (Popen above)
         while len(urls) < 2:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([out], [], [], left)[0]:
                 proc.kill()
                 raise TimeoutError(f"no URL from the server within {timeout:g} s")
             line = out.readline().decode("utf-8", "replace").strip()
-            if not line:                                        # end of file: it died
+            if not line:  # end of file: it died
                 err = err_pipe.read().decode("utf-8", "replace").strip().splitlines()
-                raise RuntimeError(f"the server exited with code {proc.wait()}: {err[-1] if err else 'no output'}")
+                raise RuntimeError(
+                    f"the server exited with code {proc.wait()}: {err[-1] if err else 'no output'}"
+                )
             k, _, v = line.partition("=")
             if k in ("zmq_url", "web_url"):
                 urls[k] = v
-        out.close()                         # it writes to its log from now on
+        out.close()  # it writes to its log from now on
         err_pipe.close()
         window = _window_class()(proc, urls["zmq_url"], urls["web_url"])
         atexit.register(window.shutdown)
         return meshcat.Visualizer(window=window)
-    except Exception as e:                          # zmq/port/subprocess trouble: say what to do
-        raise StackError(f"could not start a Meshcat server ({type(e).__name__}: {e}); "
-                         "check that the 'meshcat' package is installed in .venv and that a local "
-                         "port (7000+) is free, or run without --viewer") from e
+    except Exception as e:  # zmq/port/subprocess trouble: say what to do
+        raise StackError(
+            f"could not start a Meshcat server ({type(e).__name__}: {e}); "
+            "check that the 'meshcat' package is installed in .venv and that a local "
+            "port (7000+) is free, or run without --viewer"
+        ) from e
 
 
 # ---------------------------------------------------------------------------------------- replay
@@ -723,29 +809,42 @@ def _qpos_series(L: dict, qpos_key: str) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError(f"{L['_file']} has no '{qpos_key}' series; it has {keys or 'no qpos series'}")
     t, Q = np.asarray(L["t"], dtype=float).ravel(), np.asarray(L[qpos_key], dtype=float)
     if Q.ndim != 2 or Q.shape[0] != t.shape[0] or t.shape[0] == 0:
-        raise ConfigError(f"{L['_file']}: '{qpos_key}' has shape {Q.shape}, expected ({t.shape[0]}, nq) with at least one row")
+        raise ConfigError(
+            f"{L['_file']}: '{qpos_key}' has shape {Q.shape}, expected ({t.shape[0]}, nq) with at least one row"
+        )
     return t, Q
 
 
 def _overlays(L: dict, prefix: str) -> dict:
-    return {k[len(prefix):]: L[k] for k in L if k.startswith(prefix)}
+    return {k[len(prefix) :]: L[k] for k in L if k.startswith(prefix)}
 
 
-def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> "MeshcatViewer":
+def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> MeshcatViewer:
     mjcf = str(L["mjcf_path"])
     viewer = MeshcatViewer(mjcf, **kw)
     if Q.shape[1] != viewer.model.nq:
         viewer.close()
-        raise ConfigError(f"{L['_file']}: '{qpos_key}' has {Q.shape[1]} columns but {mjcf} has nq={viewer.model.nq}")
+        raise ConfigError(
+            f"{L['_file']}: '{qpos_key}' has {Q.shape[1]} columns but {mjcf} has nq={viewer.model.nq}"
+        )
     viewer.apply_styles({k: L[k] for k in L if k.startswith("style__")})
-    for name, c in _overlays(L, "sphere__").items():            # [x, y, z, radius], e.g. keep-out zones
+    for name, c in _overlays(L, "sphere__").items():  # [x, y, z, radius], e.g. keep-out zones
         c = np.asarray(c, dtype=float).ravel()
         viewer.set_sphere(name, c[:3], c[3])
     return viewer
 
 
-def replay(run: str | Path | dict[str, Any], *, visualizer: Any = None, speed: float = 1.0, loop: bool = False, qpos_key: str = "plant_qpos",
-           realtime: bool = True, fps: float = 30.0, progress: bool = True) -> MeshcatViewer:
+def replay(
+    run: str | Path | dict[str, Any],
+    *,
+    visualizer: Any = None,
+    speed: float = 1.0,
+    loop: bool = False,
+    qpos_key: str = "plant_qpos",
+    realtime: bool = True,
+    fps: float = 30.0,
+    progress: bool = True,
+) -> MeshcatViewer:
     """Play a saved run in Meshcat (see the module docstring for the log keys it reads); ``run``: a run
     directory, its log.npz, or what :func:`load_run` returned."""
     L = run if isinstance(run, dict) else load_run(run)
@@ -759,11 +858,20 @@ def replay(run: str | Path | dict[str, Any], *, visualizer: Any = None, speed: f
 
             it = tqdm(it, desc=f"replay {Path(L['_file']).parent.name}", unit="step", leave=False)
         for i in it:
-            viewer.maybe_update(float(t[i]), Q[i], frames={k: v[i] for k, v in frames.items()},
-                                trails={k: v[i] for k, v in trails.items()},
-                                segments={k: v[i] for k, v in segs.items()})
-        viewer.show(Q[-1], {k: v[-1] for k, v in frames.items()}, {k: v[-1] for k, v in trails.items()},
-                    t=float(t[-1]), segments={k: v[-1] for k, v in segs.items()})
+            viewer.maybe_update(
+                float(t[i]),
+                Q[i],
+                frames={k: v[i] for k, v in frames.items()},
+                trails={k: v[i] for k, v in trails.items()},
+                segments={k: v[i] for k, v in segs.items()},
+            )
+        viewer.show(
+            Q[-1],
+            {k: v[-1] for k, v in frames.items()},
+            {k: v[-1] for k, v in trails.items()},
+            t=float(t[-1]),
+            segments={k: v[-1] for k, v in segs.items()},
+        )
         if not loop:
             return viewer
 
@@ -791,11 +899,14 @@ class _Clips:
     def add(self, path: str, prop: str, jstype: str, frames, values) -> None:
         vals = [bool(x) for x in values] if jstype == "boolean" else self._f32(values)
         self.tracks.setdefault(path, []).append(
-            {"name": "." + prop, "type": jstype, "times": self._f32(frames), "values": vals})
+            {"name": "." + prop, "type": jstype, "times": self._f32(frames), "values": vals}
+        )
 
     def lower(self) -> list[dict]:
-        return [{"path": path, "clip": {"fps": self.fps, "name": "default", "tracks": tracks}}
-                for path, tracks in self.tracks.items()]
+        return [
+            {"path": path, "clip": {"fps": self.fps, "name": "default", "tracks": tracks}}
+            for path, tracks in self.tracks.items()
+        ]
 
 
 def _quat_xyzw(R: np.ndarray) -> np.ndarray:
@@ -811,7 +922,6 @@ def _quat_xyzw(R: np.ndarray) -> np.ndarray:
 MAX_HTML_FRAMES = 3000
 
 
-
 def _run_log_path(run) -> Path:
     """The log of a saved run (a run directory or its log.npz; a run killed before its final save has only
     its checkpoint parts beside it), or a one-line ModelFileError."""
@@ -820,9 +930,11 @@ def _run_log_path(run) -> Path:
     p = Path(run)
     f = p / "log.npz" if p.is_dir() else p
     if not f.is_file() and not parts_dir(f).is_dir():
-        raise ModelFileError(f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) "
-                             "or its log.npz")
+        raise ModelFileError(
+            f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) or its log.npz"
+        )
     return f
+
 
 def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
     """What write_html needs of a saved run, read row-sampled (sim/logger.py: read_log_rows): the log
@@ -844,20 +956,27 @@ def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
     span = float(t[-1] - t[0])
     if span * fps + 1 > max_frames:
         fps = (max_frames - 1) / span
-    n = int(np.floor(span * fps + 1e-9)) + 1                           # frames k = 0 … n−1
+    n = int(np.floor(span * fps + 1e-9)) + 1  # frames k = 0 … n−1
     idx = np.clip(np.searchsorted(t, t[0] + np.arange(n) / fps), 0, t.shape[0] - 1)
-    whole = ("sphere__", "style__")                                    # entries, not series: read as they are
+    whole = ("sphere__", "style__")  # entries, not series: read as they are
     want = [qpos_key] + [k for k in log_keys(f) if k.startswith(("frame__", "trail__", "segment__") + whole)]
     series = read_log_rows(f, [k for k in want if not k.startswith(whole)], np.unique(idx))
-    pos = np.searchsorted(np.unique(idx), idx)                         # frame k -> its row in the sampled series
+    pos = np.searchsorted(np.unique(idx), idx)  # frame k -> its row in the sampled series
     L = {k: v[pos] for k, v in series.items()}
     L.update(read_log_rows(f, [k for k in want if k.startswith(whole)]))
     L["t"], L["mjcf_path"], L["_file"] = t[idx], head["mjcf_path"], str(f)
     return L, t, n, fps
 
 
-def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos", fps: float = 30.0, max_chunks: int = 100,
-               max_frames: int = MAX_HTML_FRAMES) -> Path:
+def write_html(
+    run: str | Path,
+    out: str | Path,
+    *,
+    qpos_key: str = "plant_qpos",
+    fps: float = 30.0,
+    max_chunks: int = 100,
+    max_frames: int = MAX_HTML_FRAMES,
+) -> Path:
     """Write one self-contained HTML file that plays a saved run, with Meshcat's time slider.
 
     The scene is built as a live replay builds it (plant, camera, frames, segments, spheres), but
@@ -874,8 +993,8 @@ def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos"
     import base64
     import importlib.util
 
-    import umsgpack
     import meshcat.geometry as g
+    import umsgpack
 
     if not fps > 0:
         raise ConfigError(f"write_html: fps must be > 0, got {fps}")
@@ -884,7 +1003,7 @@ def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos"
     rec = Recorder(keep=True)
     viewer = _viewer_for(L, Q, qpos_key, visualizer=rec, realtime=False)
     frames, trails, segs = (_overlays(L, p) for p in ("frame__", "trail__", "segment__"))
-    idx = np.arange(n)                                                 # the series are sampled already
+    idx = np.arange(n)  # the series are sampled already
     i0 = 0
     viewer.show(Q[i0], {k: v[i0] for k, v in frames.items()}, segments={k: v[i0] for k, v in segs.items()})
 
@@ -908,11 +1027,12 @@ def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos"
     for name, v in segs.items():
         T = np.array([segment_pose(*v[i]) for i in idx])
         Lk = np.linalg.norm(T[:, :3, 1], axis=1)
-        T[:, :3, 1] = np.cross(T[:, :3, 2], T[:, :3, 0])              # the unit y = z × x, also of a rod of length 0
+        T[:, :3, 1] = np.cross(T[:, :3, 2], T[:, :3, 0])  # the unit y = z × x, also of a rod of length 0
         clips.add(f"/meshcat/segments/{name}", "position", "vector3", k, T[:, :3, 3])
         clips.add(f"/meshcat/segments/{name}", "quaternion", "quaternion", k, _quat_xyzw(T[:, :3, :3]))
-        clips.add(f"/meshcat/segments/{name}", "scale", "vector3", k,
-                  np.column_stack([np.ones(n), Lk, np.ones(n)]))
+        clips.add(
+            f"/meshcat/segments/{name}", "scale", "vector3", k, np.column_stack([np.ones(n), Lk, np.ones(n)])
+        )
     step = max(8, int(np.ceil(n / max_chunks)))
     for ci, (name, v) in enumerate(sorted(trails.items())):
         pts = np.asarray(v, dtype=float)[idx]
@@ -922,11 +1042,13 @@ def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos"
             if e <= s0:
                 continue
             path = f"trails/{name}/part{j:03d}"
-            rec[path].set_object(g.Line(g.PointsGeometry(pts[s0:e + 1].T), g.LineBasicMaterial(color=color)))
+            rec[path].set_object(
+                g.Line(g.PointsGeometry(pts[s0 : e + 1].T), g.LineBasicMaterial(color=color))
+            )
             clips.add("/meshcat/" + path, "visible", "boolean", [0, e], [False, True])
     rec.set_animation(clips, play=True, repetitions=1)
 
-    meshcat_spec = importlib.util.find_spec("meshcat")             # a dependency of cmstack
+    meshcat_spec = importlib.util.find_spec("meshcat")  # a dependency of cmstack
     assert meshcat_spec is not None and meshcat_spec.origin is not None
     dist = Path(meshcat_spec.origin).parent / "viewer" / "dist"
     js = (dist / "main.min.js").read_text(encoding="utf-8")
@@ -935,12 +1057,14 @@ def write_html(run: str | Path, out: str | Path, *, qpos_key: str = "plant_qpos"
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:       # one command at a time: never the whole page in memory
+    with open(tmp, "w", encoding="utf-8") as fh:  # one command at a time: never the whole page in memory
         fh.write(head.format(title=title.replace("<", "&lt;"), mainjs=js))
         for i, c in enumerate(rec.commands):
-            fh.write(("" if i == 0 else ",\n") + '"' + base64.b64encode(umsgpack.packb(c)).decode("ascii") + '"')
+            fh.write(
+                ("" if i == 0 else ",\n") + '"' + base64.b64encode(umsgpack.packb(c)).decode("ascii") + '"'
+            )
         fh.write(tail.format())
-    tmp.replace(out)                                   # atomic: a reader never sees half a file
+    tmp.replace(out)  # atomic: a reader never sees half a file
     return out
 
 
@@ -975,16 +1099,25 @@ window.cmstack_ready = true;
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.viewer", description="Replay a saved run in Meshcat, "
-                                 "or write it as one standalone HTML file (--html).")
+    ap = argparse.ArgumentParser(
+        prog="python -m sim.viewer",
+        description="Replay a saved run in Meshcat, or write it as one standalone HTML file (--html).",
+    )
     ap.add_argument("run", help="run directory (runs/<scenario>/<timestamp>) or its log.npz")
     ap.add_argument("--speed", type=float, default=1.0, help="playback speed (1 = real time)")
     ap.add_argument("--loop", action="store_true", help="replay until interrupted")
-    ap.add_argument("--qpos-key", default="plant_qpos",
-                    help="which logged qpos series to show (e.g. model_qpos for the tensor model)")
+    ap.add_argument(
+        "--qpos-key",
+        default="plant_qpos",
+        help="which logged qpos series to show (e.g. model_qpos for the tensor model)",
+    )
     ap.add_argument("--no-wait", action="store_true", help="exit when the replay ends (closes the server)")
-    ap.add_argument("--html", metavar="OUT.html", help="write a standalone HTML file that plays the run "
-                    "(Meshcat animation with a time slider; opens offline) instead of serving it")
+    ap.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write a standalone HTML file that plays the run "
+        "(Meshcat animation with a time slider; opens offline) instead of serving it",
+    )
     args = ap.parse_args(argv)
     if args.html:
         try:
@@ -998,9 +1131,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no server needed")
         return 0
     viewer = None
-    try:                  # validate the run (log, qpos series, MJCF) before a server starts or a URL is printed
+    try:  # validate the run (log, qpos series, MJCF) before a server starts or a URL is printed
         L = load_run(args.run)
-        _viewer_for(L, _qpos_series(L, args.qpos_key)[1], args.qpos_key, visualizer=Recorder(), realtime=False)
+        _viewer_for(
+            L, _qpos_series(L, args.qpos_key)[1], args.qpos_key, visualizer=Recorder(), realtime=False
+        )
     except StackError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

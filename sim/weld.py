@@ -17,6 +17,7 @@ same pose:
 A file whose bar is not attached to ``frame1`` or whose weld does not hold ``frame2`` is refused with
 both names (a ConfigError); when the configured pose equals the file's (to 1e-9) the file is used as is.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,8 +42,12 @@ def _rot(q: np.ndarray) -> np.ndarray:
 
 
 def _pose_text(R: np.ndarray, p: np.ndarray) -> str:
-    return (f"translation {np.array2string(np.asarray(p), precision=4, suppress_small=True)} m, rotation "
-            f"{np.array2string(np.asarray(R), precision=4, suppress_small=True, separator=', ')}".replace("\n", ""))
+    return (
+        f"translation {np.array2string(np.asarray(p), precision=4, suppress_small=True)} m, rotation "
+        f"{np.array2string(np.asarray(R), precision=4, suppress_small=True, separator=', ')}".replace(
+            "\n", ""
+        )
+    )
 
 
 def weld_pose(model: mujoco.MjModel, weld: str = "bar_weld") -> tuple[np.ndarray, np.ndarray]:
@@ -54,8 +59,17 @@ def weld_pose(model: mujoco.MjModel, weld: str = "bar_weld") -> tuple[np.ndarray
     return _rot(d[6:10]), d[3:6].copy()
 
 
-def welded_bar_model(mjcf_path: str | Path, R: np.ndarray, p: np.ndarray, frame1: str, frame2: str, *,
-                     weld: str = "bar_weld", body: str = "bar", site: str = "bar_end") -> mujoco.MjModel:
+def welded_bar_model(
+    mjcf_path: str | Path,
+    R: np.ndarray,
+    p: np.ndarray,
+    frame1: str,
+    frame2: str,
+    *,
+    weld: str = "bar_weld",
+    body: str = "bar",
+    site: str = "bar_end",
+) -> mujoco.MjModel:
     """The compiled bar plant of ``mjcf_path`` with its weld and bar built from T_A^B = (R, p)
     (R: 3×3 rotation, p: translation in m, both in E1 = ``frame1``); see the module docstring."""
     path = resolve_asset(mjcf_path)
@@ -65,21 +79,27 @@ def welded_bar_model(mjcf_path: str | Path, R: np.ndarray, p: np.ndarray, frame1
         raise ModelFileError(f"MJCF {path} could not be read by MuJoCo: {exc}") from None
     eq = next((e for e in spec.equalities if e.name == weld), None)
     if eq is None or eq.type != mujoco.mjtEq.mjEQ_WELD:
-        raise ModelFileError(f"{path.name}: no weld equality named '{weld}' (the bar plant closes the chain with it)")
+        raise ModelFileError(
+            f"{path.name}: no weld equality named '{weld}' (the bar plant closes the chain with it)"
+        )
     bar = spec.body(body)
     if bar is None:
         raise ModelFileError(f"{path.name}: no body '{body}' (the bar the weld '{weld}' holds)")
     if eq.name1 != body or eq.name2 != frame2 or bar.parent.name != frame1:
-        raise ConfigError(f"{path.name}: the bar '{body}' hangs from '{bar.parent.name}' and the weld '{weld}' holds "
-                          f"'{eq.name2}', but the coupling is frame1 = '{frame1}' to frame2 = '{frame2}'")
+        raise ConfigError(
+            f"{path.name}: the bar '{body}' hangs from '{bar.parent.name}' and the weld '{weld}' holds "
+            f"'{eq.name2}', but the coupling is frame1 = '{frame1}' to frame2 = '{frame2}'"
+        )
     R, p = np.asarray(R, dtype=float), np.asarray(p, dtype=float)
     q = _quat(R)
     d = np.array(eq.data, dtype=float)
     if np.allclose(d[3:6], p, atol=1e-9, rtol=0) and np.allclose(_rot(d[6:10]), R, atol=1e-9, rtol=0):
-        return spec.compile()                       # the file's own pose: nothing to rebuild
+        return spec.compile()  # the file's own pose: nothing to rebuild
     L = float(np.linalg.norm(p))
     if not L > 1e-6:
-        raise ConfigError(f"T_AB_translation {p.tolist()} puts E2 on E1's origin: the bar would have no length")
+        raise ConfigError(
+            f"T_AB_translation {p.tolist()} puts E2 on E1's origin: the bar would have no length"
+        )
     d[3:6], d[6:10] = p, q
     eq.data = d
     m = float(bar.mass)
@@ -98,5 +118,6 @@ def welded_bar_model(mjcf_path: str | Path, R: np.ndarray, p: np.ndarray, frame1
     try:
         return spec.compile()
     except Exception as exc:
-        raise ModelFileError(f"{path.name} with the bar rebuilt for T_A^B ({_pose_text(R, p)}) does not compile: "
-                             f"{exc}") from None
+        raise ModelFileError(
+            f"{path.name} with the bar rebuilt for T_A^B ({_pose_text(R, p)}) does not compile: {exc}"
+        ) from None

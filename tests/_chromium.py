@@ -9,6 +9,7 @@
 
 Chromium runs with software WebGL (SwiftShader), a new empty profile and no background traffic.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,12 +26,26 @@ from pathlib import Path
 
 import numpy as np
 
-INSTALL_HINT = ("headless Chromium is not installed: `sudo apt-get install -y chromium` (Debian/Ubuntu), "
-                "or put a chromium/google-chrome binary on PATH; .ci/run installs it")
-FLAGS = ["--headless", "--no-sandbox", "--use-gl=swiftshader", "--enable-unsafe-swiftshader",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--no-default-browser-check", "--disable-gpu-sandbox", "--hide-scrollbars", "--mute-audio",
-         "--disable-crash-reporter", "--disable-breakpad"]
+INSTALL_HINT = (
+    "headless Chromium is not installed: `sudo apt-get install -y chromium` (Debian/Ubuntu), "
+    "or put a chromium/google-chrome binary on PATH; .ci/run installs it"
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--use-gl=swiftshader",
+    "--enable-unsafe-swiftshader",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-gpu-sandbox",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--disable-crash-reporter",
+    "--disable-breakpad",
+]
 
 
 def find_chromium() -> str | None:
@@ -69,14 +84,19 @@ class Page:
             if msg.get("method") == "Runtime.exceptionThrown":
                 self.console.append(json.dumps(msg["params"]["exceptionDetails"])[:3000])
             elif msg.get("method") == "Runtime.consoleAPICalled":
-                self.console.append(" ".join(str(a.get("value", a.get("description", "")))
-                                             for a in msg["params"].get("args", []))[:500])
+                self.console.append(
+                    " ".join(
+                        str(a.get("value", a.get("description", ""))) for a in msg["params"].get("args", [])
+                    )[:500]
+                )
 
     def evaluate(self, expr: str):
         r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in r:
-            raise RuntimeError(f"JavaScript error in {expr[:80]!r}: {r['exceptionDetails'].get('text')} "
-                               f"{r['exceptionDetails'].get('exception', {}).get('description', '')[:300]}")
+            raise RuntimeError(
+                f"JavaScript error in {expr[:80]!r}: {r['exceptionDetails'].get('text')} "
+                f"{r['exceptionDetails'].get('exception', {}).get('description', '')[:300]}"
+            )
         return r["result"].get("value")
 
     def navigate(self, url: str) -> None:
@@ -96,7 +116,9 @@ class Page:
                 if val:
                     return val
             time.sleep(poll)
-        raise TimeoutError(f"waited {timeout:g} s for {expr[:80]!r}; last value {val!r}; console: {self.console[-5:]}")
+        raise TimeoutError(
+            f"waited {timeout:g} s for {expr[:80]!r}; last value {val!r}; console: {self.console[-5:]}"
+        )
 
     def screenshot(self) -> np.ndarray:
         from PIL import Image
@@ -114,19 +136,32 @@ class Page:
 class Chromium:
     """A headless Chromium process with a fresh profile, reachable through the DevTools protocol."""
 
-    def __init__(self, binary: str | None = None, width: int = 1280, height: int = 720, timeout: float = 60.0):
+    def __init__(
+        self, binary: str | None = None, width: int = 1280, height: int = 720, timeout: float = 60.0
+    ):
         self.binary = binary or find_chromium()
         if self.binary is None:
             raise FileNotFoundError(INSTALL_HINT)
         self.size, self.timeout = (width, height), timeout
         self.proc = None
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         self._profile = tempfile.mkdtemp(prefix="cmstack-chromium-")
-        args = [self.binary, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-port=0",
-                f"--window-size={self.size[0]},{self.size[1]}", "about:blank"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        args = [
+            self.binary,
+            *FLAGS,
+            f"--user-data-dir={self._profile}",
+            "--remote-debugging-port=0",
+            f"--window-size={self.size[0]},{self.size[1]}",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         port_file = Path(self._profile) / "DevToolsActivePort"
         deadline = time.monotonic() + self.timeout
         while not (port_file.is_file() and port_file.read_text().strip()):
@@ -145,14 +180,19 @@ class Chromium:
         if not pages:
             raise RuntimeError("Chromium has no page target")
         page = Page(pages[0]["webSocketDebuggerUrl"], timeout=self.timeout)
-        page.call("Emulation.setDeviceMetricsOverride", width=self.size[0], height=self.size[1],
-                  deviceScaleFactor=1, mobile=False)
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.size[0],
+            height=self.size[1],
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         return page
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
-            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):   # its whole process group:
-                try:                                                        # renderer, GPU, zygotes
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):  # its whole process group:
+                try:  # renderer, GPU, zygotes
                     os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     break

@@ -2,6 +2,7 @@
 ``controllers.dac.null_space_wish`` and the compiled step call): the same U_o, g = −∇U_o and ġ by array
 algebra over every (body, point, sphere) at once, plus the position Hessian the controller does not need.
 Moved here from controllers/dac.py (issue 22: a formulation only tests use lives in tests/)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,8 +14,9 @@ from cmstack.models.lie import cross
 from cmstack.models.tensor_chain import ChainState
 
 
-def obstacle_potential(pos: np.ndarray, obstacles: Sequence[Obstacle], gain: float, d0: float,
-                       clip: float | None = None) -> tuple[float, np.ndarray, np.ndarray, float]:
+def obstacle_potential(
+    pos: np.ndarray, obstacles: Sequence[Obstacle], gain: float, d0: float, clip: float | None = None
+) -> tuple[float, np.ndarray, np.ndarray, float]:
     """U_o on the CoMs, as in the paper (54): Σ_{i<N} Σ_o φ(‖p_i − c_o‖) with Khatib's FIRAS form outside the
     core and its C² quartic continuation inside (``_point_potential``).  Returns (U, ∇U (N,3) with zero rows
     for body N, Hessian blocks (N,3,3), min d)."""
@@ -41,13 +43,13 @@ def _point_potential(rho: np.ndarray, radius: float, gain: float, d0: float, dc:
     d = rho - radius
     rc = radius + dc
     ac = 1.0 / dc - 1.0 / d0
-    pc = -gain * ac / dc**2                                  # φ'(ρ_c)
-    kc = gain * (1.0 / dc**4 + 2.0 * ac / dc**3)            # φ''(ρ_c)
+    pc = -gain * ac / dc**2  # φ'(ρ_c)
+    kc = gain * (1.0 / dc**4 + 2.0 * ac / dc**3)  # φ''(ρ_c)
     cq = (kc * rc - pc) / (8.0 * rc**3)
     bq = (3.0 * pc / rc - kc) / 4.0
     aq = 0.5 * gain * ac * ac - bq * rc**2 - cq * rc**4
     outer = d >= dc
-    do = np.where(outer, d, dc)                              # only used where outer
+    do = np.where(outer, d, dc)  # only used where outer
     ro = np.where(outer, rho, rc)
     a = 1.0 / do - 1.0 / d0
     du = -gain * a / do**2
@@ -71,7 +73,7 @@ def _pairs(pos, R, centers, radii, gain, d0, dc, points):
     if dmin >= d0:
         return rw, dx, None, None, None, dmin
     act = d < d0
-    if dmin >= dc:                  # no point in a core: the FIRAS branch only (d₀ where out of range: φ = φ' = 0)
+    if dmin >= dc:  # no point in a core: the FIRAS branch only (d₀ where out of range: φ = φ' = 0)
         dd = np.where(act, d, d0)
         a = 1.0 / dd - 1.0 / d0
         du = (-gain) * a / (dd * dd)
@@ -99,18 +101,28 @@ def _body_potential(pos, R, obstacles, gain, d0, points, clip=None):
     rw, dx, phi, alpha, beta, dmin = _pairs(pos, R, centers, radii, gain, d0, dc, points)
     if phi is None:
         return 0.0, gp, gw, hp, dmin
-    f = (alpha[..., None] * dx).sum(axis=2)                                     # ∂U/∂x per point (N−1,K,3)
+    f = (alpha[..., None] * dx).sum(axis=2)  # ∂U/∂x per point (N−1,K,3)
     gp[:-1] = f.sum(axis=1)
     gw[:-1] = cross(rw, f).sum(axis=1)
-    hp[:-1] = alpha.sum(axis=(1, 2))[:, None, None] * np.eye(3) + np.einsum("iko,ikoa,ikob->iab", beta, dx, dx)
+    hp[:-1] = alpha.sum(axis=(1, 2))[:, None, None] * np.eye(3) + np.einsum(
+        "iko,ikoa,ikob->iab", beta, dx, dx
+    )
     return float(phi.sum()), gp, gw, hp, dmin
 
 
-def null_space_wish_numpy(state: ChainState, obstacles: Sequence[Obstacle], gain: float, d0: float, points: np.ndarray,
-                    clip: float | None = None, R: np.ndarray | None = None,
-                    spheres: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
+def null_space_wish_numpy(
+    state: ChainState,
+    obstacles: Sequence[Obstacle],
+    gain: float,
+    d0: float,
+    points: np.ndarray,
+    clip: float | None = None,
+    R: np.ndarray | None = None,
+    spheres: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
     """g = −∇U_o as a 6N twist (linear parts −∂U/∂p_i, angular parts −∂U/∂θ_i; body N zero) and its exact
-    rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f + R_i r_k × H ẋ,
+    rate along the motion: ẋ = v_i + ω_i × R_i r_k, D(∂U/∂x) = H ẋ, D(R_i r_k × f) = (ω_i × R_i r_k) × f +
+    R_i r_k × H ẋ,
     with H ẋ = α ẋ + β (x − c)((x − c)·ẋ) (``_point_potential``), all points and spheres at once.
     With ``points = [[0, 0, 0]]`` this is the paper's U_o(s_{B_1 I}, …, s_{B_{N−1} I}) (54).  U_o is C² at
     every distance, inside a sphere too (``_point_potential``), so ġ is the exact derivative of g.
@@ -122,20 +134,20 @@ def null_space_wish_numpy(state: ChainState, obstacles: Sequence[Obstacle], gain
         return np.zeros(6 * n), np.zeros(6 * n), 0.0, np.inf
     R = state.R if R is None else R
     nu = state.nu
-    v, w = nu[:3 * n].reshape(n, 3), nu[3 * n:].reshape(n, 3)
+    v, w = nu[: 3 * n].reshape(n, 3), nu[3 * n :].reshape(n, 3)
     rw, dx, phi, alpha, beta, dmin = _pairs(state.pos, R, centers, radii, gain, d0, dc, points)
     if phi is None:
         return np.zeros(6 * n), np.zeros(6 * n), 0.0, dmin
-    wr = cross(w[:-1, None, :], rw)                                             # ω_i × R_i r_k
-    xd = v[:-1, None, :] + wr                                                   # ẋ (N−1,K,3)
-    f = np.einsum("iko,ikoa->ika", alpha, dx)                                   # ∂U/∂x
-    fd = alpha.sum(axis=2)[..., None] * xd + np.einsum("iko,ikoa->ika", beta * np.einsum("ikoa,ika->iko", dx, xd), dx)
+    wr = cross(w[:-1, None, :], rw)  # ω_i × R_i r_k
+    xd = v[:-1, None, :] + wr  # ẋ (N−1,K,3)
+    f = np.einsum("iko,ikoa->ika", alpha, dx)  # ∂U/∂x
+    fd = alpha.sum(axis=2)[..., None] * xd + np.einsum(
+        "iko,ikoa->ika", beta * np.einsum("ikoa,ika->iko", dx, xd), dx
+    )
     g = np.zeros(6 * n)
     gdot = np.zeros(6 * n)
-    g[:3 * (n - 1)] = -f.sum(axis=1).ravel()
-    g[3 * n:6 * n - 3] = -cross(rw, f).sum(axis=1).ravel()
-    gdot[:3 * (n - 1)] = -fd.sum(axis=1).ravel()
-    gdot[3 * n:6 * n - 3] = -(cross(wr, f) + cross(rw, fd)).sum(axis=1).ravel()
+    g[: 3 * (n - 1)] = -f.sum(axis=1).ravel()
+    g[3 * n : 6 * n - 3] = -cross(rw, f).sum(axis=1).ravel()
+    gdot[: 3 * (n - 1)] = -fd.sum(axis=1).ravel()
+    gdot[3 * n : 6 * n - 3] = -(cross(wr, f) + cross(rw, fd)).sum(axis=1).ravel()
     return g, gdot, float(phi.sum()), dmin
-
-

@@ -4,6 +4,7 @@ The library and the scenario read the slider-crank's loop from its model file (u
 urdf/slider_crank.loops.toml: one ``plane`` LoopClosure, the rail); this independent formulation checks it
 (tests/test_loops_plane.py: φ, A and Ȧq̇, Python and compiled, equal to round-off on random states) and serves
 the tests of the paper's projection formulas, where the closed form is the thing under test."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ class SliderCrankLoop:
 
     def jdot_v(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         w1, w12 = v[self.i1], v[self.i1] + v[self.i2]
-        return np.array([-self.l * (np.sin(q[self.i1]) * w1 ** 2 + np.sin(q[self.i1] + q[self.i2]) * w12 ** 2)])
+        return np.array([-self.l * (np.sin(q[self.i1]) * w1**2 + np.sin(q[self.i1] + q[self.i2]) * w12**2)])
 
     def row_and_jdot_v(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, float]:
         """(the row a of A (n,), the scalar Ȧ q̇): ``jacobian`` and ``jdot_v`` at once, on Python floats

@@ -29,15 +29,15 @@ Forces reported each step (from the KKT conditions of (4.2), H v̇ + g + A_cᵀ 
     Q_c = −A_cᵀ y            the hard constraints' generalized force, equal to (3.10) without tasks
     Q_u = Σ ωᵢ A_uiᵀ (b_ui − A_ui v̇*)   the soft tasks' force;   M v̇* = Q + Q_c + Q_u + Q_lim.
 """
+
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
 
-from cmstack.controllers.uk_diagnostics import udwadia_kalaba_closed_form   # (3.8), (3.10): written once
+from cmstack.controllers.uk_diagnostics import udwadia_kalaba_closed_form  # (3.8), (3.10): written once
 from cmstack.models.coupling import Task, stack
 from cmstack.models.errors import ConfigError, InfeasibleError, SolverError
 from cmstack.models.robot import Kinematics, Robot
@@ -88,9 +88,18 @@ class UKStepInfo:
 class UdwadiaKalabaController:
     """τ = UK(t, q, v): hard constraints, weighted soft tasks, effort limits; ProxSuite QP."""
 
-    def __init__(self, robot: Robot, constraints: list[Task], tasks: list[Task],
-                 omega: float | list[float] = 50.0, priority: str = "weighted", torque_limits: bool = True,
-                 model_damping: bool = True, eps_abs: float = 1e-9, rank_tol: float = 1e-9):
+    def __init__(
+        self,
+        robot: Robot,
+        constraints: list[Task],
+        tasks: list[Task],
+        omega: float | list[float] = 50.0,
+        priority: str = "weighted",
+        torque_limits: bool = True,
+        model_damping: bool = True,
+        eps_abs: float = 1e-9,
+        rank_tol: float = 1e-9,
+    ):
         if priority not in ("weighted", "strict"):
             raise ConfigError(f"priority='{priority}' is not one of ['weighted', 'strict']")
         self.robot = robot
@@ -107,8 +116,9 @@ class UdwadiaKalabaController:
         self.tau_max = robot.effort_limit.copy()
         if self.torque_limits and not np.all(self.tau_max > 0):
             bad = [n for n, x in zip(robot.joint_names, self.tau_max) if not x > 0]
-            raise ConfigError(f"torque_limits=true but joints {bad} have no positive effort limit in "
-                              f"{robot.path.name}")
+            raise ConfigError(
+                f"torque_limits=true but joints {bad} have no positive effort limit in {robot.path.name}"
+            )
         self.eps_abs = eps_abs
         self.rank_tol = rank_tol
         self.n = robot.nv
@@ -117,7 +127,7 @@ class UdwadiaKalabaController:
         self._qp_strict = None
         self.info = UKStepInfo()
         self.kin: Kinematics | None = None
-        self.failures = 0   # steps whose QP stopped short of its tolerance (solution still used if finite)
+        self.failures = 0  # steps whose QP stopped short of its tolerance (solution still used if finite)
 
     # ------------------------------------------------------------------ helpers
     def _new_qp(self, n_eq: int, n_in: int):
@@ -162,19 +172,22 @@ class UdwadiaKalabaController:
         x = np.linalg.lstsq(A_c, b_c, rcond=None)[0]
         res = A_c @ x - b_c
         parts = [f"{c.name}: residual {np.linalg.norm(res[s]):.3g}" for c, s in zip(self.constraints, slices)]
-        return InfeasibleError(f"hard constraints are incompatible at t={t:.4f} s ({where}); the least-squares "
-                               f"residual is {np.linalg.norm(res):.3g} — " + "; ".join(parts)
-                               + ". Remove one of them or make it a soft task.")
+        return InfeasibleError(
+            f"hard constraints are incompatible at t={t:.4f} s ({where}); the least-squares "
+            f"residual is {np.linalg.norm(res):.3g} — "
+            + "; ".join(parts)
+            + ". Remove one of them or make it a soft task."
+        )
 
     # ------------------------------------------------------------------ control
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> np.ndarray:
-        kin = self.robot.update(q, v) if kin is None else kin   # refuses NaN/inf with a clear StateError
+        kin = self.robot.update(q, v) if kin is None else kin  # refuses NaN/inf with a clear StateError
         self.kin = kin
         M, h = kin.M, kin.h
         Dv = self.D * v
         Q = -h - Dv
         A_c, b_c, slices = stack(self.constraints, kin, t, self.n)
-        A_u, b_u = self._weighted_tasks(kin, t)   # rows scaled by √ωᵢ
+        A_u, b_u = self._weighted_tasks(kin, t)  # rows scaled by √ωᵢ
         if self.priority == "weighted":
             vdot, y, iters = self._weighted(M, Q, h + Dv, A_c, b_c, A_u, b_u, t, q, v, slices)
             limits_active = False
@@ -189,8 +202,10 @@ class UdwadiaKalabaController:
 
     def errors(self, kin: Kinematics, t: float):
         """Pose errors of every constraint and task at (kin, t), by name."""
-        return ({c.name: c.error(kin, t) for c in self.constraints},
-                {c.name: c.error(kin, t) for c in self.tasks})
+        return (
+            {c.name: c.error(kin, t) for c in self.constraints},
+            {c.name: c.error(kin, t) for c in self.tasks},
+        )
 
     def _limits(self, M, hD):
         if not self.torque_limits:
@@ -206,7 +221,8 @@ class UdwadiaKalabaController:
         return InfeasibleError(
             f"at t={t:.4f} s the hard constraints {[c.name for c in self.constraints]} cannot be met "
             f"within the effort limits (joint '{self.robot.joint_names[worst]}' would need "
-            f"{tau_free[worst]:.1f} N·m, limit {self.tau_max[worst]:.1f}); slow the motion or raise the limits")
+            f"{tau_free[worst]:.1f} N·m, limit {self.tau_max[worst]:.1f}); slow the motion or raise the limits"
+        )
 
     def _weighted(self, M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices):
         H = M + A_u.T @ A_u
@@ -223,11 +239,15 @@ class UdwadiaKalabaController:
             if res.info.status == proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE:
                 raise self._limits_infeasible(M, Q, hD, A_c, b_c, t)
             self.failures += 1
-            if np.all(np.isfinite(res.x)) and np.linalg.norm(A_c @ res.x - b_c) < 1e-6 * (1 + np.linalg.norm(b_c)):
+            if np.all(np.isfinite(res.x)) and np.linalg.norm(A_c @ res.x - b_c) < 1e-6 * (
+                1 + np.linalg.norm(b_c)
+            ):
                 return res.x.copy(), res.y.copy(), res.info.iter
-            raise SolverError(f"UK QP failed at t={t:.4f} s with status {res.info.status} after "
-                              f"{res.info.iter} iterations; q={np.array2string(q, precision=4)}, "
-                              f"v={np.array2string(v, precision=4)}")
+            raise SolverError(
+                f"UK QP failed at t={t:.4f} s with status {res.info.status} after "
+                f"{res.info.iter} iterations; q={np.array2string(q, precision=4)}, "
+                f"v={np.array2string(v, precision=4)}"
+            )
         return res.x.copy(), res.y.copy(), res.info.iter
 
     def _strict(self, M, Q, hD, A_c, b_c, A_u, b_u, t, q, v, slices):
@@ -267,13 +287,18 @@ class UdwadiaKalabaController:
         C, l, u = self._limits(M, hD)
         mu = 1e-6 * max(np.trace(A_u.T @ A_u), 1e-12) / np.trace(M)
         if self._qp_strict is None:
-            self._qp_strict = (self._new_qp(A_c.shape[0], self.n), self._new_qp(A_c.shape[0] + A_u.shape[0], self.n))
+            self._qp_strict = (
+                self._new_qp(A_c.shape[0], self.n),
+                self._new_qp(A_c.shape[0] + A_u.shape[0], self.n),
+            )
             for qp in self._qp_strict:
                 qp.settings.max_iter = 10000
             first = True
         else:
             first = False
-        r1 = self._solve(self._qp_strict[0], first, A_u.T @ A_u + mu * M, -A_u.T @ b_u - mu * Q, A_c, b_c, C, l, u)
+        r1 = self._solve(
+            self._qp_strict[0], first, A_u.T @ A_u + mu * M, -A_u.T @ b_u - mu * Q, A_c, b_c, C, l, u
+        )
         if r1.info.status == proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE:
             raise self._limits_infeasible(M, Q, hD, A_c, b_c, t)
         if r1.info.status != _SOLVED:
@@ -289,4 +314,4 @@ class UdwadiaKalabaController:
         if r2.info.status != _SOLVED:
             self.failures += 1
             return x1, r1.y.copy(), r1.info.iter + r2.info.iter
-        return r2.x.copy(), r2.y[:A_c.shape[0]].copy(), r1.info.iter + r2.info.iter
+        return r2.x.copy(), r2.y[: A_c.shape[0]].copy(), r1.info.iter + r2.info.iter

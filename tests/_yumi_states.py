@@ -1,10 +1,9 @@
 """Recorded states of a real YuMi closed-loop run (thesis set-up), for comparisons on realistic
 states.  The loop is driven by the frozen pre-rewrite controller (tests/_uk_reference.py)."""
+
 from __future__ import annotations
 
 import functools
-
-import numpy as np
 
 from cmstack.models.robot import Robot
 from cmstack.scenarios._common import default_config
@@ -25,8 +24,15 @@ def recorded_states(priority: str = "weighted", duration: float = 2.0, every: in
     import _uk_reference as ref
 
     cfg, robot, coupling, task = thesis_setup(priority=priority)
-    ctl = ref.UdwadiaKalabaController(robot, [coupling], [task], omega=cfg["omega"], priority=priority,
-                                      torque_limits=True, model_damping=True)
+    ctl = ref.UdwadiaKalabaController(
+        robot,
+        [coupling],
+        [task],
+        omega=cfg["omega"],
+        priority=priority,
+        torque_limits=True,
+        model_damping=True,
+    )
     plant = MujocoPlant(cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"])
     plant.reset(initial_state(cfg, robot))
     out = []

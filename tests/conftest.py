@@ -12,6 +12,7 @@ def pytest_addoption(parser, pluginmanager):
 
         pluginmanager.register(plugin, "cmstack")
 
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Longest test modules first, each module's tests kept together and in their order: with
@@ -23,12 +24,27 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # durations in the previous run of this checkout (pytest's cache, written at the end of every run); on a
 # clean clone, the seconds below (`--durations`, quiet 2-core machine: only the order matters).
 # Nothing here asserts a time.
-MODULE_HINT_S = {   # seconds per module, quiet machine, 2026-11-24 (the cache of a previous run wins)
-    "test_pytest_plugin.py": 45, "test_baseline.py": 25, "test_campaign.py": 23, "test_viewer.py": 21, "test_browser.py": 13, "test_browser_series_parallel.py": 13,
-    "test_browser_chain.py": 12, "test_interrupt.py": 11, "test_chain_closed_loop.py": 11,
-    "test_yumi_closed_loop.py": 8, "test_dac.py": 7, "test_series_parallel_closed_loop.py": 6, "test_balloon.py": 4,
-    "test_pidc_yumi.py": 4, "test_slider_crank.py": 4, "test_protocols_static.py": 4, "test_run_contract.py": 3,
-    "test_campaign_uk_robust.py": 3, "test_chain_open_loop.py": 3, "test_bad_inputs.py": 2,
+MODULE_HINT_S = {  # seconds per module, quiet machine, 2026-11-24 (the cache of a previous run wins)
+    "test_pytest_plugin.py": 45,
+    "test_baseline.py": 25,
+    "test_campaign.py": 23,
+    "test_viewer.py": 21,
+    "test_browser.py": 13,
+    "test_browser_series_parallel.py": 13,
+    "test_browser_chain.py": 12,
+    "test_interrupt.py": 11,
+    "test_chain_closed_loop.py": 11,
+    "test_yumi_closed_loop.py": 8,
+    "test_dac.py": 7,
+    "test_series_parallel_closed_loop.py": 6,
+    "test_balloon.py": 4,
+    "test_pidc_yumi.py": 4,
+    "test_slider_crank.py": 4,
+    "test_protocols_static.py": 4,
+    "test_run_contract.py": 3,
+    "test_campaign_uk_robust.py": 3,
+    "test_chain_open_loop.py": 3,
+    "test_bad_inputs.py": 2,
 }
 _CACHE_KEY = "cmstack/durations"
 
@@ -38,7 +54,7 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    cache = getattr(config, "cache", None)                     # None with -p no:cacheprovider
+    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
     cached = cache.get(_CACHE_KEY, {}) if cache is not None else {}
     cost: dict[str, float] = {}
     for it in items:

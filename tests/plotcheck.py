@@ -1,6 +1,7 @@
 """Checks that a run directory's plots are real pictures (issue: every plot file exists and is
 non-trivial): each expected PNG exists, is larger than a blank figure, decodes, and is not a single
 colour (at least a few percent of its pixels differ from the most common one, the background)."""
+
 from pathlib import Path
 
 import numpy as np

@@ -6,6 +6,7 @@ can exist, ``error.txt`` and ``metrics.json`` (ok false, the same one-line reaso
 and no ``log.npz`` (the error came before any simulation).  A few end-to-end checks go through the
 ``cmstack`` command in a subprocess.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,18 +27,44 @@ from cmstack.scenarios.schemas import SCHEMAS
 
 SCENARIOS = sorted(SCHEMAS)
 #: per scenario: a gain (key, list index or None), its model-file keys, and a plant file of another robot
-GAIN = {"yumi_dual_arm": ("task_kp", None), "series_parallel": ("K", 1), "slider_crank": ("kp", None),
-        "balloon": ("slider.stiffness", None), "chain_open_loop": ("stiffness", 0), "chain_task_space": ("lam_p", None),
-        "closed_chain": ("kp", None)}
-GAIN_RANGE = {"yumi_dual_arm": "> 0", "series_parallel": "> 0", "slider_crank": "> 0", "balloon": ">= 0",
-              "chain_open_loop": ">= 0", "chain_task_space": "> 0", "closed_chain": "> 0"}
-MODEL_KEY = {"yumi_dual_arm": ("urdf", "URDF"), "series_parallel": ("urdf", "URDF"), "slider_crank": ("urdf", "URDF"),
-             "balloon": ("urdf", "URDF"), "chain_open_loop": ("mjcf", "MJCF"), "chain_task_space": ("mjcf", "MJCF"),
-             "closed_chain": ("model", "model")}
+GAIN = {
+    "yumi_dual_arm": ("task_kp", None),
+    "series_parallel": ("K", 1),
+    "slider_crank": ("kp", None),
+    "balloon": ("slider.stiffness", None),
+    "chain_open_loop": ("stiffness", 0),
+    "chain_task_space": ("lam_p", None),
+    "closed_chain": ("kp", None),
+}
+GAIN_RANGE = {
+    "yumi_dual_arm": "> 0",
+    "series_parallel": "> 0",
+    "slider_crank": "> 0",
+    "balloon": ">= 0",
+    "chain_open_loop": ">= 0",
+    "chain_task_space": "> 0",
+    "closed_chain": "> 0",
+}
+MODEL_KEY = {
+    "yumi_dual_arm": ("urdf", "URDF"),
+    "series_parallel": ("urdf", "URDF"),
+    "slider_crank": ("urdf", "URDF"),
+    "balloon": ("urdf", "URDF"),
+    "chain_open_loop": ("mjcf", "MJCF"),
+    "chain_task_space": ("mjcf", "MJCF"),
+    "closed_chain": ("model", "model"),
+}
 PLANT_KEY = {"yumi_dual_arm": "mjcf_virtual", "closed_chain": "plant_mjcf"}
 #: a name the foreign plant lacks, which the error must name
-MISSING_NAME = {"yumi_dual_arm": "yumi_joint_1_l", "series_parallel": "phi", "slider_crank": "crank",
-                "balloon": "balloon", "chain_open_loop": "body1", "chain_task_space": "body1", "closed_chain": "base_l"}
+MISSING_NAME = {
+    "yumi_dual_arm": "yumi_joint_1_l",
+    "series_parallel": "phi",
+    "slider_crank": "crank",
+    "balloon": "balloon",
+    "chain_open_loop": "body1",
+    "chain_task_space": "body1",
+    "closed_chain": "base_l",
+}
 
 
 def _gain_set(name: str, value: str) -> tuple[str, str]:
@@ -76,16 +103,37 @@ def _cases(name: str, tmp: Path):
         ("zero-duration", ["--duration", "0"], 2, [f"{dur} 0"]),
         ("negative-duration", ["--duration", "-1"], 2, [f"{dur} -1"]),
         ("infinite-duration", ["--duration", "inf"], 2, [f"{dur} inf"]),
-        ("missing-model-file", ["--set", f"{mkey}='models/none.{kind.lower()}'"], 2,
-         [f"{mkey} must be an existing {kind} file", "'models/none.", f"no such {kind} file"]),
+        (
+            "missing-model-file",
+            ["--set", f"{mkey}='models/none.{kind.lower()}'"],
+            2,
+            [f"{mkey} must be an existing {kind} file", "'models/none.", f"no such {kind} file"],
+        ),
         ("mismatched-joints", ["--set", f"{pkey}='{foreign}'"], 2, [Path(foreign).name, MISSING_NAME[name]]),
-        ("unwritable-out", ["--out", str(afile / "run")], 2, ["--out", "a_file is a regular file, not a directory"]),
+        (
+            "unwritable-out",
+            ["--out", str(afile / "run")],
+            2,
+            ["--out", "a_file is a regular file, not a directory"],
+        ),
     ]
 
 
-CASE_IDS = ["missing-config", "malformed-config", "unknown-key", "wrong-type", "nan", "inf", "negative-gain",
-            "zero-duration", "negative-duration", "infinite-duration", "missing-model-file", "mismatched-joints",
-            "unwritable-out"]
+CASE_IDS = [
+    "missing-config",
+    "malformed-config",
+    "unknown-key",
+    "wrong-type",
+    "nan",
+    "inf",
+    "negative-gain",
+    "zero-duration",
+    "negative-duration",
+    "infinite-duration",
+    "missing-model-file",
+    "mismatched-joints",
+    "unwritable-out",
+]
 
 
 def _execute(name: str, argv: list[str], capsys) -> tuple[int, str]:
@@ -100,24 +148,24 @@ def _execute(name: str, argv: list[str], capsys) -> tuple[int, str]:
 @pytest.mark.parametrize("case", CASE_IDS)
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_bad_input_matrix(name, case, tmp_path, capsys):
-    (cid, argv, code, needles), = [c for c in _cases(name, tmp_path) if c[0] == case]
+    ((cid, argv, code, needles),) = [c for c in _cases(name, tmp_path) if c[0] == case]
     out = tmp_path / "run"
     if "--out" not in argv:
         argv = argv + ["--out", str(out)]
     rc, err = _execute(name, argv + ["--no-progress"], capsys)
     lines = err.strip().splitlines()
     assert rc == code, err
-    assert len(lines) == 1, err                                  # one line, no traceback
+    assert len(lines) == 1, err  # one line, no traceback
     for n in needles:
         assert n in lines[0], (n, lines[0])
-    if case == "unwritable-out":                                 # no run directory can exist
+    if case == "unwritable-out":  # no run directory can exist
         assert not (tmp_path / "a_file").is_dir()
         return
     m = json.loads((out / "metrics.json").read_text())
     assert m["ok"] is False and m["failed_targets"] == [] and m["not_evaluated"] == []
     assert m["reason"] and m["reason"] in lines[0]
     assert (out / "error.txt").is_file()
-    if (out / "log.npz").exists():                               # refused before anything ran: nothing logged
+    if (out / "log.npz").exists():  # refused before anything ran: nothing logged
         with np.load(out / "log.npz") as z:
             assert "t" not in z.files or len(z["t"]) == 0
 
@@ -150,23 +198,43 @@ def test_several_problems_one_line_each_named():
         resolve_config("yumi_dual_arm", sets=["task_kp=nan", "omega=-1"])
     msg = str(ei.value)
     assert "\n" not in msg
-    assert "task_kp must be a finite number > 0, got nan" in msg and "omega must be a finite number > 0, got -1" in msg
+    assert (
+        "task_kp must be a finite number > 0, got nan" in msg
+        and "omega must be a finite number > 0, got -1" in msg
+    )
 
 
 # ------------------------------------------------------------------------------------- end to end (CLI)
 def _cli(*argv, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_cli_nan_gain_is_named_exit_2(tmp_path):
     """Row 6: task_kp=nan used to reach ProxSuite (1.5 M iterations, 7.6 s) without naming the key."""
-    r = _cli("run", "yumi_dual_arm", "--set", "task_kp=nan", "--out", str(tmp_path / "r"), "--no-progress", cwd=tmp_path)
+    r = _cli(
+        "run",
+        "yumi_dual_arm",
+        "--set",
+        "task_kp=nan",
+        "--out",
+        str(tmp_path / "r"),
+        "--no-progress",
+        cwd=tmp_path,
+    )
     assert r.returncode == EXIT_USAGE
     assert r.stderr.strip() == "error: ConfigError: task_kp must be a finite number > 0, got nan"
-    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["reason"] == \
-        "ConfigError: task_kp must be a finite number > 0, got nan"
+    assert (
+        json.loads((tmp_path / "r" / "metrics.json").read_text())["reason"]
+        == "ConfigError: task_kp must be a finite number > 0, got nan"
+    )
 
 
 def test_cli_out_under_a_file_exit_2(tmp_path):
@@ -175,8 +243,11 @@ def test_cli_out_under_a_file_exit_2(tmp_path):
     (tmp_path / "f").write_text("x")
     r = _cli("run", "slider_crank", "--out", str(tmp_path / "f" / "run"), cwd=tmp_path)
     assert r.returncode == EXIT_USAGE
-    assert r.stderr.strip() == f"error: ConfigError: --out {tmp_path / 'f' / 'run'}: {tmp_path / 'f'} is a regular " \
-                               "file, not a directory; choose another --out"
+    assert (
+        r.stderr.strip()
+        == f"error: ConfigError: --out {tmp_path / 'f' / 'run'}: {tmp_path / 'f'} is a regular "
+        "file, not a directory; choose another --out"
+    )
     assert "unexpected" not in r.stderr and "error.txt" not in r.stderr
 
 
@@ -184,7 +255,9 @@ def test_cli_infinite_duration_exit_2(tmp_path):
     """Row 8: --duration inf was an 'unexpected OverflowError'."""
     r = _cli("run", "series_parallel", "--duration", "inf", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert r.returncode == EXIT_USAGE
-    assert r.stderr.strip() == "error: ConfigError: duration must be a finite duration in (0, 1e+06] s, got inf"
+    assert (
+        r.stderr.strip() == "error: ConfigError: duration must be a finite duration in (0, 1e+06] s, got inf"
+    )
 
 
 def test_negative_gain_refused_before_the_solver():
@@ -200,11 +273,23 @@ def test_yumi_gains_validated_like_the_others():
     scenario is now refused when NaN, infinite or negative."""
     from cmstack.models.errors import ConfigError
 
-    gains = {"yumi_dual_arm": ["constraint_kp", "constraint_kd", "task_kp", "task_kd", "omega", "force_kp", "force_ki",
-                               "pidc_null_damping"]}
+    gains = {
+        "yumi_dual_arm": [
+            "constraint_kp",
+            "constraint_kd",
+            "task_kp",
+            "task_kd",
+            "omega",
+            "force_kp",
+            "force_ki",
+            "pidc_null_damping",
+        ]
+    }
     for key in gains["yumi_dual_arm"]:
         for bad in ("nan", "inf", "-1.0"):
-            with pytest.raises(ConfigError, match=rf"^{key} must be a finite number [>=]+ 0, got {bad.rstrip('.0')}"):
+            with pytest.raises(
+                ConfigError, match=rf"^{key} must be a finite number [>=]+ 0, got {bad.rstrip('.0')}"
+            ):
                 resolve_config("yumi_dual_arm", sets=[f"{key}={bad}"])
     assert not math.isnan(resolve_config("yumi_dual_arm")["omega"])
 
@@ -215,9 +300,12 @@ def test_a_scenario_of_your_own_gets_the_finiteness_floor(tmp_path):
 
     d = tmp_path / "mine.toml"
     d.write_text("duration = 1.0\ngain = 2.0\n[table]\nv = [1.0, 2.0]\n")
-    for sets, msg in ((["gain=nan"], "gain must be finite, got nan"), (["table.v=[1.0, inf]"], "table.v must be finite"),
-                      (["duration=0.0"], "duration must be a finite duration in (0, 1e+06] s, got 0"),
-                      (["duration=inf"], "duration must be finite, got inf")):
+    for sets, msg in (
+        (["gain=nan"], "gain must be finite, got nan"),
+        (["table.v=[1.0, inf]"], "table.v must be finite"),
+        (["duration=0.0"], "duration must be a finite duration in (0, 1e+06] s, got 0"),
+        (["duration=inf"], "duration must be finite, got inf"),
+    ):
         with pytest.raises(ConfigError, match=re.escape(msg)):
             resolve_config("mine", sets=sets, defaults=d)
     assert resolve_config("mine", sets=["gain=3.0"], defaults=d)["gain"] == 3.0
@@ -228,8 +316,9 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     import subprocess
     import sys
 
-    p = subprocess.run(f"{sys.executable} -m cmstack.cli list | head -1", shell=True, capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        f"{sys.executable} -m cmstack.cli list | head -1", shell=True, capture_output=True, text=True
+    )
     assert p.stdout.strip() and "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 
 

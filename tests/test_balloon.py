@@ -3,21 +3,33 @@ meets the agreement targets (FD/ID to 1e-9, trajectory vs Pinocchio to 1e-6, 2 s
 energy drift with the dampers off to 1e-6).
 
 The run is shortened to 2.5 s (the scenario's seven 20 s runs take ~20 s with the compiled TITOP sweeps,
-and the suite's budget is minutes for everything).  Both windows hold the part of the motion that the targets test: the pendulums fall
+and the suite's budget is minutes for everything).  Both windows hold the part of the motion that the targets
+test: the pendulums fall
 from ±170° and the largest energy error of the undamped run is reached at t = 0.82 s (over 4 s it is the
 same error, and the ratio to the kinetic energy peak is 8.4e-9 at 2 s, 8.1e-9 at 4 s); the TITOP–Pinocchio
 difference stays at round-off (1.5e-14 at 2.5 s, 5.4e-14 at 5 s), eight decades under its bound."""
+
 import mujoco
 import numpy as np
 import pinocchio as pin
 import pytest
+from plotcheck import assert_plots_ok
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.titop import quat_to_R
 from cmstack.scenarios._common import default_config, run_scenario
-from cmstack.scenarios.balloon import (NAME, Params, mujoco_model, pin_to_mujoco_qpos, pinocchio_fd, pinocchio_model, qdot,
-                               run, titop_fd, titop_system)
-from plotcheck import assert_plots_ok
+from cmstack.scenarios.balloon import (
+    NAME,
+    Params,
+    mujoco_model,
+    pin_to_mujoco_qpos,
+    pinocchio_fd,
+    pinocchio_model,
+    qdot,
+    run,
+    titop_fd,
+    titop_system,
+)
 
 
 def _random_state(rng):
@@ -60,13 +72,14 @@ def test_qdot_matches_pinocchio_integrate():
 
 @pytest.mark.slow
 def test_balloon_targets_shortened(tmp_path, cmstack_baseline):
-    m, out = run_scenario(NAME, run, out=tmp_path,
-                          overrides={"duration": 2.5, "energy_duration": 2.0, "random_states": 50})
+    m, out = run_scenario(
+        NAME, run, out=tmp_path, overrides={"duration": 2.5, "energy_duration": 2.0, "random_states": 50}
+    )
     assert m["fd_vs_pinocchio_max"] <= 1e-9
     assert m["id_vs_pinocchio_max"] <= 1e-9
-    assert m["traj_vs_pinocchio_max"] <= 1e-6        # first 2.5 s, same RK4 and step
-    assert m["traj_vs_mujoco_max"] <= 1e-3           # first 2 s, MuJoCo RK4, same step
-    assert m["energy_drift_rel"] <= 1e-6             # dampers off
+    assert m["traj_vs_pinocchio_max"] <= 1e-6  # first 2.5 s, same RK4 and step
+    assert m["traj_vs_mujoco_max"] <= 1e-3  # first 2 s, MuJoCo RK4, same step
+    assert m["energy_drift_rel"] <= 1e-6  # dampers off
     assert m["ok"] is True
     log = np.load(out / "log.npz")
     assert log["plant_qpos"].shape == (len(log["t"]), 10)
@@ -74,13 +87,15 @@ def test_balloon_targets_shortened(tmp_path, cmstack_baseline):
     # the logged replay is the shown engine's motion: the initial pendulum angles of Table 1
     assert np.allclose(log["plant_qpos"][0, 8:], np.deg2rad([170.0, -170.0]))
     assert_plots_ok(out, ["dofs", "differences_energy"])
-    cmstack_baseline.check(out, signals=["q", "diff_*"])   # the motion and the engines' differences: tests/baselines/
+    cmstack_baseline.check(
+        out, signals=["q", "diff_*"]
+    )  # the motion and the engines' differences: tests/baselines/
 
 
 def test_bad_config_is_refused(tmp_path):
     with pytest.raises(ConfigError):
         run_scenario(NAME, run, out=tmp_path / "a", overrides={"engine": "simscape"})
-    with pytest.raises(ConfigError):                 # the URDF would no longer describe the config's system
+    with pytest.raises(ConfigError):  # the URDF would no longer describe the config's system
         run_scenario(NAME, run, out=tmp_path / "b", overrides={"pendulum1.mass": 2.5})
     with pytest.raises(ConfigError):
         run_scenario(NAME, run, out=tmp_path / "c", sets=["slider.stiffnes=1"])

@@ -1,6 +1,7 @@
 """cmstack baseline save / check (cmstack/baseline.py): what a baseline holds, its size, the exit codes
 0 / 1 / 2 and their one-line messages, tolerances from baseline.toml, check.md and the plots.  Every
 run and every command runs in a child process with a wall-clock limit."""
+
 import json
 import os
 import shutil
@@ -10,22 +11,39 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plotcheck import assert_plots_ok
 
 from cmstack.baseline import BaselineError, check, save
-from plotcheck import assert_plots_ok
 
 pytestmark = pytest.mark.slow
 
 
 def cli(*argv, cwd, timeout=180) -> subprocess.CompletedProcess:
     env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def run(out: Path, *argv, scenario="yumi_dual_arm", duration=2.0) -> Path:
-    r = cli("run", scenario, "--duration", str(duration), "--no-plots", "--no-html", "--no-progress",
-            "--out", str(out), *argv, cwd=out.parent)
+    r = cli(
+        "run",
+        scenario,
+        "--duration",
+        str(duration),
+        "--no-plots",
+        "--no-html",
+        "--no-progress",
+        "--out",
+        str(out),
+        *argv,
+        cwd=out.parent,
+    )
     assert r.returncode in (0, 1), r.stderr
     return out
 
@@ -42,13 +60,18 @@ def runs(tmp_path_factory):
 
 def test_baseline_files_and_contents(runs):
     d, a, _, base = runs
-    assert sorted(p.name for p in base.iterdir()) == ["baseline.toml", "config.toml", "metrics.json", "signals.npz"]
+    assert sorted(p.name for p in base.iterdir()) == [
+        "baseline.toml",
+        "config.toml",
+        "metrics.json",
+        "signals.npz",
+    ]
     assert json.loads((base / "metrics.json").read_text()) == json.loads((a / "metrics.json").read_text())
     with np.load(base / "signals.npz") as z:
         assert sorted(z.files) == ["e_c", "e_u", "joint_names", "q", "t", "tau", "weld_violation"]
         assert z["q"].dtype == np.float32 and z["q"].shape == (400, 14)
         with np.load(a / "log.npz") as log:
-            np.testing.assert_allclose(z["q"], log["q"], rtol=1e-7, atol=0)   # float32 of every step
+            np.testing.assert_allclose(z["q"], log["q"], rtol=1e-7, atol=0)  # float32 of every step
 
 
 def test_identical_rerun_passes_and_writes_check_md(runs):
@@ -80,21 +103,25 @@ def test_done_when_one_gain_changed_by_one_percent_fails_naming_signal_and_time(
     assert c.returncode == 1, c.stdout + c.stderr
     first = c.stdout.splitlines()[0]
     # the torque of the first step already differs (the gain multiplies the initial task error)
-    assert first.startswith("outside tolerance: signal tau[yumi_joint_1_l] left its band first, at t = 0.0000 s"), first
+    assert first.startswith(
+        "outside tolerance: signal tau[yumi_joint_1_l] left its band first, at t = 0.0000 s"
+    ), first
     md = (r.dir / "check.md").read_text()
     assert "# Baseline check: FAIL" in md and "`task_kp: 500.0 → 505.0`" in md
     pngs = sorted(p.stem for p in (r.dir / "check_plots").glob("*.png"))
     assert pngs == ["e_c", "e_u", "q", "tau"], pngs
-    shutil.copytree(r.dir / "check_plots", tmp_path / "pics" / "plots")      # plotcheck reads RUN/plots/
-    assert_plots_ok(tmp_path / "pics", pngs)                                 # real pictures, not blank
+    shutil.copytree(r.dir / "check_plots", tmp_path / "pics" / "plots")  # plotcheck reads RUN/plots/
+    assert_plots_ok(tmp_path / "pics", pngs)  # real pictures, not blank
 
 
 def test_done_when_another_scenario_exits_2(cmstack_run, tmp_path):
     other = cmstack_run("series_parallel", duration=0.2)
     c = cli("baseline", "check", str(other.dir), "--against", str(FLAGSHIP), cwd=tmp_path)
     assert c.returncode == 2
-    assert c.stderr == (f"error: {other.dir / 'metrics.json'}: scenario 'series_parallel' does not match the "
-                        f"baseline's 'yumi_dual_arm' ({FLAGSHIP / 'metrics.json'})\n"), c.stderr
+    assert c.stderr == (
+        f"error: {other.dir / 'metrics.json'}: scenario 'series_parallel' does not match the "
+        f"baseline's 'yumi_dual_arm' ({FLAGSHIP / 'metrics.json'})\n"
+    ), c.stderr
     assert not (other.dir / "check.md").exists()
 
 
@@ -118,7 +145,9 @@ def test_missing_signal_shorter_run_and_missing_files_exit_2(runs, tmp_path):
     assert res.code == 2 and "log.npz: no signal 'tau'" in res.message, res.message
     short = run(tmp_path / "short", duration=0.5)
     res = check(short, base)
-    assert res.code == 2 and "the run covers t = 0…0.495 s, the baseline 0…1.995 s" in res.message, res.message
+    assert res.code == 2 and "the run covers t = 0…0.495 s, the baseline 0…1.995 s" in res.message, (
+        res.message
+    )
     res = check(a, tmp_path / "nowhere")
     assert res.code == 2 and res.message == f"{tmp_path / 'nowhere'}: no such baseline directory"
     res = check(tmp_path / "nothing", base)
@@ -135,14 +164,22 @@ def test_metric_tolerances_per_kind_and_overrides(runs, tmp_path):
     d, a, _, base0 = runs
     base = Path(shutil.copytree(base0, tmp_path / "base"))
     m0 = json.loads((a / "metrics.json").read_text())
-    moved = _copy_run(a, tmp_path / "moved", metrics={"task_error_converged": m0["task_error_converged"] * 1.01,
-                                                      "realtime_factor": 1.0, "control_step_us_median": 1e6})
+    moved = _copy_run(
+        a,
+        tmp_path / "moved",
+        metrics={
+            "task_error_converged": m0["task_error_converged"] * 1.01,
+            "realtime_factor": 1.0,
+            "control_step_us_median": 1e6,
+        },
+    )
     res = check(moved, base)
     assert res.code == 1 and res.message.startswith("outside tolerance: metric task_error_converged (error)")
     assert {m.key for m in res.metrics}.isdisjoint({"realtime_factor", "control_step_us_median", "reason"})
     toml = (base / "baseline.toml").read_text()
-    (base / "baseline.toml").write_text(toml.replace("[metrics.keys]\n", "[metrics.keys]\ntask_error_converged = "
-                                                     "{rtol = 0.02, atol = 0.0}\n"))
+    (base / "baseline.toml").write_text(
+        toml.replace("[metrics.keys]\n", "[metrics.keys]\ntask_error_converged = {rtol = 0.02, atol = 0.0}\n")
+    )
     assert check(moved, base).code == 0
     counted = _copy_run(a, tmp_path / "counted", metrics={"qp_failures": 1})
     res = check(counted, base)
@@ -156,21 +193,36 @@ def test_signal_tolerance_override(runs, tmp_path):
     assert check(c, base).code == 1
     toml = (base / "baseline.toml").read_text()
     wide = "\n".join(f"{k} = {{rtol = 0.05, atol = 0.0}}" for k in ("e_c", "e_u", "q", "tau"))
-    (base / "baseline.toml").write_text(toml.replace("[signals.keys]\n", f"[signals.keys]\n{wide}\n")
-                                        .replace("[metrics]\nerror = {rtol = 0.0001", "[metrics]\nerror = {rtol = 0.05"))
+    (base / "baseline.toml").write_text(
+        toml.replace("[signals.keys]\n", f"[signals.keys]\n{wide}\n").replace(
+            "[metrics]\nerror = {rtol = 0.0001", "[metrics]\nerror = {rtol = 0.05"
+        )
+    )
     res = check(c, base)
     assert res.code == 0, res.message
 
 
-@pytest.mark.parametrize("old, new, key", [
-    ("[signals]\n", "[signals]\nbogus = 1\n", "signals.bogus"),
-    ("[signals.keys]\n", "[signals.keys]\nnope = {rtol = 1.0}\n", "signals.keys.nope"),
-    ("[metrics.keys]\n", "[metrics.keys]\nok = {rtol = -1.0}\n", "metrics.keys.ok.rtol"),
-    ("[metrics]\nerror = ", "[metrics]\nerror = 3\nx = ", "metrics.x"),
-    ("count = {rtol = 0.0, atol = 0.0}", "count = 3", "metrics.count: expected {rtol"),
-    ("[metrics]\n", "[x]\n[metrics]\n", "unknown table(s) ['x']"),
-    ("[metrics]\n", "[metrics]\n[[", "not valid TOML"),
-], ids=["unknown-key", "unknown-signal", "negative", "unknown-metric-key", "not-a-table", "unknown-table", "bad-toml"])
+@pytest.mark.parametrize(
+    "old, new, key",
+    [
+        ("[signals]\n", "[signals]\nbogus = 1\n", "signals.bogus"),
+        ("[signals.keys]\n", "[signals.keys]\nnope = {rtol = 1.0}\n", "signals.keys.nope"),
+        ("[metrics.keys]\n", "[metrics.keys]\nok = {rtol = -1.0}\n", "metrics.keys.ok.rtol"),
+        ("[metrics]\nerror = ", "[metrics]\nerror = 3\nx = ", "metrics.x"),
+        ("count = {rtol = 0.0, atol = 0.0}", "count = 3", "metrics.count: expected {rtol"),
+        ("[metrics]\n", "[x]\n[metrics]\n", "unknown table(s) ['x']"),
+        ("[metrics]\n", "[metrics]\n[[", "not valid TOML"),
+    ],
+    ids=[
+        "unknown-key",
+        "unknown-signal",
+        "negative",
+        "unknown-metric-key",
+        "not-a-table",
+        "unknown-table",
+        "bad-toml",
+    ],
+)
 def test_bad_baseline_toml_is_one_line_naming_file_and_key(runs, tmp_path, old, new, key):
     d, a, _, base0 = runs
     base = Path(shutil.copytree(base0, tmp_path / "base"))
@@ -185,10 +237,14 @@ def test_save_keeps_tolerance_edits_and_refuses_unfinished_runs(runs, tmp_path):
     d, a, _, base0 = runs
     base = Path(shutil.copytree(base0, tmp_path / "base"))
     toml = (base / "baseline.toml").read_text()
-    (base / "baseline.toml").write_text(toml.replace("[signals.keys]\n", "[signals.keys]\ntau = {rtol = 0.001, atol = 0.0}\n"))
+    (base / "baseline.toml").write_text(
+        toml.replace("[signals.keys]\n", "[signals.keys]\ntau = {rtol = 0.001, atol = 0.0}\n")
+    )
     save(a, base)
     assert "tau = {rtol = 0.001, atol = 0.0}" in (base / "baseline.toml").read_text()
-    unfinished = _copy_run(a, tmp_path / "unfinished", metrics={"ok": False, "reason": "the run did not finish: x"})
+    unfinished = _copy_run(
+        a, tmp_path / "unfinished", metrics={"ok": False, "reason": "the run did not finish: x"}
+    )
     with pytest.raises(BaselineError, match="metrics.json: the run did not finish"):
         save(unfinished, tmp_path / "b2")
     with pytest.raises(BaselineError, match=r"no time series matches \['nope'\]"):

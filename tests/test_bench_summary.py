@@ -1,5 +1,6 @@
 """bench/__main__.py summary: every issue-12 number beside its target, read from bench/results/*.json
 (fabricated results here: no timing is measured or asserted)."""
+
 import json
 
 import numpy as np
@@ -12,16 +13,25 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     res = tmp_path / "bench" / "results"
     res.mkdir(parents=True)
-    (res / "yumi_uk.json").write_text(json.dumps({"ratio_of_medians": {"uk_weighted": 0.55, "uk_3_levels": 0.7,
-                                                                           "panda_circle": 1.6}}))
+    (res / "yumi_uk.json").write_text(
+        json.dumps({"ratio_of_medians": {"uk_weighted": 0.55, "uk_3_levels": 0.7, "panda_circle": 1.6}})
+    )
     (res / "projection.json").write_text(json.dumps({"pidc_ratio": {"slider_crank_pidc": {"ratio": 1.4}}}))
-    (res / "series_parallel.json").write_text(json.dumps([{"ratio_to_floor": 3.0, "python_floor_ratio": 1.9,
-                                                            "step_over_python_floor": 1.6}]))
-    (res / "chain.json").write_text(json.dumps({"law3_closed_form_us_median": 200.0, "law3_step_over_floor": 4.0}))
-    (res / "realtime.json").write_text(json.dumps({
-        "yumi_dual_arm": {"realtime_factor": 12.0, "duration_s": 0.5},
-        "slider_crank": {"error": "ConfigError: bad"},
-        "balloon": {"whole_run_wall_s": 61.0}}))
+    (res / "series_parallel.json").write_text(
+        json.dumps([{"ratio_to_floor": 3.0, "python_floor_ratio": 1.9, "step_over_python_floor": 1.6}])
+    )
+    (res / "chain.json").write_text(
+        json.dumps({"law3_closed_form_us_median": 200.0, "law3_step_over_floor": 4.0})
+    )
+    (res / "realtime.json").write_text(
+        json.dumps(
+            {
+                "yumi_dual_arm": {"realtime_factor": 12.0, "duration_s": 0.5},
+                "slider_crank": {"error": "ConfigError: bad"},
+                "balloon": {"whole_run_wall_s": 61.0},
+            }
+        )
+    )
     rows = {r["what"]: r for r in summary(quick=True)}
     assert rows["YuMi UK step (weighted, limits) / floor"]["met"] is True
     assert rows["YuMi UK step (3 strict levels) / floor"]["met"] is False
@@ -30,11 +40,14 @@ def test_summary_reads_every_result_and_judges_it(tmp_path, monkeypatch, capsys)
     assert rows["PIDC step (series-parallel) / floor"]["value"] is None
     assert rows["PIDC step (series-parallel) / floor"]["met"] is None
     assert rows["robust law (18) step / floor (one RNEA)"]["met"] is False
-    assert "1.90×" in rows["robust law (18) step / floor (one RNEA)"]["note"]     # the Python bound, beside it
-    assert rows["PIDC step (slider-crank) / floor"]["note"] == ""                  # not measured: not claimed
+    assert "1.90×" in rows["robust law (18) step / floor (one RNEA)"]["note"]  # the Python bound, beside it
+    assert rows["PIDC step (slider-crank) / floor"]["note"] == ""  # not measured: not claimed
     assert rows["DAC law III step, median"]["met"] is True
     assert rows["yumi_dual_arm realtime_factor"]["met"] is True
-    assert rows["slider_crank realtime_factor"]["value"] is None and "ConfigError" in rows["slider_crank realtime_factor"]["note"]
+    assert (
+        rows["slider_crank realtime_factor"]["value"] is None
+        and "ConfigError" in rows["slider_crank realtime_factor"]["note"]
+    )
     assert rows["balloon whole run (default config), wall"]["met"] is False
     print_summary(list(rows.values()), True, (1.0, 1.0, 1.0))
     out = capsys.readouterr().out
@@ -49,17 +62,36 @@ def test_summary_has_the_fixed_rate_loop_rows_per_setup(tmp_path, monkeypatch, c
     res = tmp_path / "bench" / "results"
     res.mkdir(parents=True)
     assert {r["what"]: r for r in summary(quick=False)}["rt: misses per million cycles"]["met"] is None
-    timing = {"stops": 0, "misses_per_million": 767.0, "latency_us": {"p99.9": 150.0}, "gc_collections": 0,
-              "closed_loop_within_2x": True}
-    entry = {"duration_s": 600.0, "rate_hz": 1000.0, "load_1min_during": {"mean": 6.96, "max": 8.85}, "cpus": 2,
-             "timing": timing}
-    (res / "rt.json").write_text(json.dumps({"shm-fifo": entry, "udp-fifo": {**entry, "timing": {
-        **timing, "stops": 1, "closed_loop_within_2x": False}}}))
+    timing = {
+        "stops": 0,
+        "misses_per_million": 767.0,
+        "latency_us": {"p99.9": 150.0},
+        "gc_collections": 0,
+        "closed_loop_within_2x": True,
+    }
+    entry = {
+        "duration_s": 600.0,
+        "rate_hz": 1000.0,
+        "load_1min_during": {"mean": 6.96, "max": 8.85},
+        "cpus": 2,
+        "timing": timing,
+    }
+    (res / "rt.json").write_text(
+        json.dumps(
+            {
+                "shm-fifo": entry,
+                "udp-fifo": {**entry, "timing": {**timing, "stops": 1, "closed_loop_within_2x": False}},
+            }
+        )
+    )
     rows = {r["what"]: r for r in summary(quick=False)}
     assert "rt: misses per million cycles" not in rows
     fifo = {k.split(": ", 1)[1]: r for k, r in rows.items() if k.startswith("rt shm-fifo: ")}
     assert fifo["stops"]["met"] is True and fifo["misses per million cycles"]["met"] is False
-    assert fifo["controller latency p99.9 [µs]"]["value"] == 150.0 and fifo["controller latency p99.9 [µs]"]["met"]
+    assert (
+        fifo["controller latency p99.9 [µs]"]["value"] == 150.0
+        and fifo["controller latency p99.9 [µs]"]["met"]
+    )
     assert fifo["GC collections in the loop"]["met"] is True
     assert fifo["closed-loop errors within 2× of in-process"]["met"] is True
     assert "600 s at 1000 Hz; load 7.0 (max 8.8)" in fifo["stops"]["note"]
@@ -96,17 +128,31 @@ def test_summary_has_the_peer_and_closed_chain_rows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = tmp_path / "bench" / "results"
     res.mkdir(parents=True)
-    (res / "yumi_uk.json").write_text(json.dumps({
-        "ratio_of_medians": {"panda_circle": 1.2},
-        "against_tsid": {"panda_circle": {"tsid": "tsid_panda", "ratio_of_medians": 0.55, "median_of_ratios": 0.56},
-                         "uk_weighted": {"tsid": "tsid_yumi", "ratio_of_medians": 0.45, "median_of_ratios": 0.46}},
-        "tsid_targets": {"panda_circle": 0.6}}))
+    (res / "yumi_uk.json").write_text(
+        json.dumps(
+            {
+                "ratio_of_medians": {"panda_circle": 1.2},
+                "against_tsid": {
+                    "panda_circle": {
+                        "tsid": "tsid_panda",
+                        "ratio_of_medians": 0.55,
+                        "median_of_ratios": 0.56,
+                    },
+                    "uk_weighted": {"tsid": "tsid_yumi", "ratio_of_medians": 0.45, "median_of_ratios": 0.46},
+                },
+                "tsid_targets": {"panda_circle": 0.6},
+            }
+        )
+    )
     step = {"control_step_us": 4.0, "constraint_dynamics_us": 2.5, "ratio": 1.6}
-    (res / "closed_chain.json").write_text(json.dumps({
-        "mjcf/five_bar.xml": {"compute_all_terms_us": 1.9, "uk": step, "pidc": {**step, "ratio": 3.7}}}))
+    (res / "closed_chain.json").write_text(
+        json.dumps(
+            {"mjcf/five_bar.xml": {"compute_all_terms_us": 1.9, "uk": step, "pidc": {**step, "ratio": 3.7}}}
+        )
+    )
     rows = {r["what"]: r for r in summary(quick=False)}
     assert rows["panda_circle UK step / TSID's (tsid_panda, same states)"]["met"] is True
-    assert rows["uk_weighted UK step / TSID's (tsid_yumi, same states)"]["met"] is None     # no target: reported
+    assert rows["uk_weighted UK step / TSID's (tsid_yumi, same states)"]["met"] is None  # no target: reported
     assert rows["five_bar UK step / constraintDynamics"]["met"] is True
     assert rows["five_bar PIDC step / constraintDynamics"]["met"] is False
     assert rows["five_bar PIDC step / constraintDynamics"]["value"] == 3.7

@@ -13,33 +13,38 @@ robot itself, never the background, grid, floor or overlays.
 Without Chromium these tests skip and say how to install it (``.ci/run`` installs it).
 Set CMSTACK_SCREENSHOTS=DIR to keep the screenshots and a summary (fractions, robot extent).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
-
 from _chromium import INSTALL_HINT, Chromium, find_chromium
 from test_viewer import Run, gone
 
 pytestmark = [pytest.mark.slow]
 if find_chromium() is None:
     pytestmark.append(pytest.mark.skip(reason=INSTALL_HINT))
-pytest.importorskip("websockets", reason="the browser tests drive Chromium with `websockets` (pip install websockets)")
+pytest.importorskip(
+    "websockets", reason="the browser tests drive Chromium with `websockets` (pip install websockets)"
+)
 
 #: scenario -> (duration, overlays drawn live, least plant fraction); replay and replay.html draw every
 #: overlay in the log. The chain cannot reach 5 %: its five rods are 0.06 m thick and 2.5 m long in all,
 #: so with the whole chain in a 16:9 view they cover at most about 0.06/2.5 · 16/9 ≈ 4.3 % of it (its
 #: framed view measures 2.7 %, the chain spanning 83 % of the width); it is held to 2 %.
 SCENARIOS = {
-    "yumi_dual_arm": (1.0, ["frames/E1", "frames/E2", "frames/desired", "trails/E1", "segments/coupling"], 0.05),
+    "yumi_dual_arm": (
+        1.0,
+        ["frames/E1", "frames/E2", "frames/desired", "trails/E1", "segments/coupling"],
+        0.05,
+    ),
     "chain_task_space": (0.6, ["trails/EE", "trails/EE_desired", "spheres/obstacle0"], 0.02),
     "series_parallel": (1.0, ["trails/F3"], 0.05),
 }
@@ -104,7 +109,9 @@ def measure(page, colors, planes, overlays, name, out_dir, min_fraction) -> dict
     """Screenshots and checks of the page now shown (see the module docstring)."""
     page.evaluate(JS_HELPERS)
     A = page.screenshot()
-    missing = [o for o in overlays if not page.evaluate(f"cm_drawn({json.dumps(['meshcat', *o.split('/')])})")]
+    missing = [
+        o for o in overlays if not page.evaluate(f"cm_drawn({json.dumps(['meshcat', *o.split('/')])})")
+    ]
     assert not missing, f"{name}: overlays missing from the scene tree: {missing}"
     for pth in planes:
         page.evaluate(f"cm_node({json.dumps(pth)}).object.visible = false; viewer.set_dirty(); cm_frame()")
@@ -115,9 +122,18 @@ def measure(page, colors, planes, overlays, name, out_dir, min_fraction) -> dict
     mask = plant_mask(B, C, colors)
     frac = float(mask.mean())
     ys, xs = np.nonzero(mask)
-    extent = ((xs.max() - xs.min() + 1) / mask.shape[1], (ys.max() - ys.min() + 1) / mask.shape[0]) if xs.size else (0, 0)
-    res = {"name": name, "plant_fraction": frac, "robot_extent_wh": [float(extent[0]), float(extent[1])],
-           "image": list(A.shape[:2]), "overlays": overlays}
+    extent = (
+        ((xs.max() - xs.min() + 1) / mask.shape[1], (ys.max() - ys.min() + 1) / mask.shape[0])
+        if xs.size
+        else (0, 0)
+    )
+    res = {
+        "name": name,
+        "plant_fraction": frac,
+        "robot_extent_wh": [float(extent[0]), float(extent[1])],
+        "image": list(A.shape[:2]),
+        "overlays": overlays,
+    }
     from PIL import Image
 
     Image.fromarray(A).save(out_dir / f"{name}.png")
@@ -128,10 +144,13 @@ def measure(page, colors, planes, overlays, name, out_dir, min_fraction) -> dict
         Image.fromarray((mask * 255).astype(np.uint8)).save(Path(keep) / f"{name}_mask.png")
         with open(Path(keep) / "summary.jsonl", "a") as fh:
             fh.write(json.dumps(res) + "\n")
-    print(f"{name}: plant pixels {100 * frac:.1f} % of {A.shape[1]}×{A.shape[0]}, robot spans "
-          f"{100 * extent[0]:.0f} % × {100 * extent[1]:.0f} % of the view")
-    assert frac >= min_fraction, f"{name}: plant pixels cover {100 * frac:.2f} % < {100 * min_fraction:g} % " \
-                                 f"(see {out_dir}/{name}.png)"
+    print(
+        f"{name}: plant pixels {100 * frac:.1f} % of {A.shape[1]}×{A.shape[0]}, robot spans "
+        f"{100 * extent[0]:.0f} % × {100 * extent[1]:.0f} % of the view"
+    )
+    assert frac >= min_fraction, (
+        f"{name}: plant pixels cover {100 * frac:.2f} % < {100 * min_fraction:g} % (see {out_dir}/{name}.png)"
+    )
     assert max(extent) >= MIN_EXTENT, f"{name}: the plant spans only {extent} of the view (width, height)"
     return res
 
@@ -140,14 +159,16 @@ def logged_overlays(run_dir: Path) -> list[str]:
     with np.load(run_dir / "log.npz") as z:
         keys = list(z.files)
     kinds = {"frame__": "frames", "trail__": "trails", "segment__": "segments", "sphere__": "spheres"}
-    return sorted(f"{kinds[p]}/{k[len(p):]}" for k in keys for p in kinds if k.startswith(p))
+    return sorted(f"{kinds[p]}/{k[len(p) :]}" for k in keys for p in kinds if k.startswith(p))
 
 
 def wait_scene(page, overlays, timeout=90.0) -> None:
     page.wait_for("window.viewer !== undefined", timeout)
     page.evaluate(JS_HELPERS)
-    cond = " && ".join([f"cm_drawn({json.dumps(['meshcat', *o.split('/')])})" for o in overlays]
-                       + ["cm_drawn(['meshcat', 'plant'])"])
+    cond = " && ".join(
+        [f"cm_drawn({json.dumps(['meshcat', *o.split('/')])})" for o in overlays]
+        + ["cm_drawn(['meshcat', 'plant'])"]
+    )
     page.wait_for(cond, timeout)
     page.evaluate("cm_frame()")
 
@@ -173,8 +194,20 @@ def check_plant_shown(browser, tmp_path, scenario: str) -> None:
     page = browser.new_page()
     try:
         # 1. live run: the scene stays up at the end (until Ctrl-C)
-        run = Run(["run", scenario, "--viewer", "meshcat", "--duration", str(duration), "--no-progress",
-                   "--out", str(out)], cwd=tmp_path)
+        run = Run(
+            [
+                "run",
+                scenario,
+                "--viewer",
+                "meshcat",
+                "--duration",
+                str(duration),
+                "--no-progress",
+                "--out",
+                str(out),
+            ],
+            cwd=tmp_path,
+        )
         try:
             url = run.wait_for("Meshcat: open").split()[2]
             run.wait_for("stays up", timeout=300)
@@ -185,7 +218,7 @@ def check_plant_shown(browser, tmp_path, scenario: str) -> None:
             wait_scene(page, live_overlays)
             measure(page, colors, planes, live_overlays, f"{scenario}_live", tmp_path, min_fraction)
         finally:
-            stop(run)                                    # (checks that its server is gone)
+            stop(run)  # (checks that its server is gone)
         overlays = logged_overlays(out)
         assert set(live_overlays) <= set(overlays)
 
@@ -208,8 +241,10 @@ def check_plant_shown(browser, tmp_path, scenario: str) -> None:
         wait_scene(page, overlays)
         dur = page.evaluate("viewer.animator.duration")
         assert dur == pytest.approx(duration, abs=0.05)
-        page.evaluate("viewer.animator.pause(); viewer.animator.seek(viewer.animator.duration); "
-                      "viewer.animator.display_progress(viewer.animator.duration); cm_frame()")
+        page.evaluate(
+            "viewer.animator.pause(); viewer.animator.seek(viewer.animator.duration); "
+            "viewer.animator.display_progress(viewer.animator.duration); cm_frame()"
+        )
         measure(page, colors, planes, overlays, f"{scenario}_html", tmp_path, min_fraction)
     finally:
         page.close()

@@ -1,17 +1,24 @@
 """sim/perturb.py (model error, noise, delay, saturation, wrench), checked against independent computations
 on the YuMi plant, and the [perturbation] config table that scenarios/_common.py reads into its typed
 Perturbation."""
-from __future__ import annotations
 
-import tomllib
+from __future__ import annotations
 
 import mujoco
 import numpy as np
 import pytest
+import tomllib
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Robot
-from cmstack.scenarios._common import PERTURBATION_DEFAULTS as DEFAULTS, apply_perturbation, resolve_config, run_scenario
+from cmstack.scenarios._common import (
+    PERTURBATION_DEFAULTS as DEFAULTS,
+)
+from cmstack.scenarios._common import (
+    apply_perturbation,
+    resolve_config,
+    run_scenario,
+)
 from cmstack.sim.perturb import Perturbation, PerturbedPlant, perturb_plant
 from cmstack.sim.plant import MujocoPlant
 
@@ -24,7 +31,9 @@ def names():
 
 
 def plant_of(names, seed=0, **kw):
-    return apply_perturbation(MujocoPlant(MJCF, names, sim_dt=0.005), {"seed": seed, "perturbation": {**DEFAULTS, **kw}})
+    return apply_perturbation(
+        MujocoPlant(MJCF, names, sim_dt=0.005), {"seed": seed, "perturbation": {**DEFAULTS, **kw}}
+    )
 
 
 def q0(names):
@@ -43,7 +52,9 @@ def test_the_library_takes_a_typed_perturbation_and_the_config_table_maps_onto_i
     config's table: the same draws from the same seed; an unknown key of the table is refused by name."""
     p = MujocoPlant(MJCF, names, sim_dt=0.005)
     assert perturb_plant(p, Perturbation(), seed=3) is p
-    typed = perturb_plant(MujocoPlant(MJCF, names, sim_dt=0.005), Perturbation(mass_rel=0.2, noise_q=1e-3), seed=3)
+    typed = perturb_plant(
+        MujocoPlant(MJCF, names, sim_dt=0.005), Perturbation(mass_rel=0.2, noise_q=1e-3), seed=3
+    )
     from_cfg = plant_of(names, seed=3, mass_rel=0.2, noise_q=1e-3)
     assert isinstance(typed, PerturbedPlant) and typed.drawn == from_cfg.drawn
     for plant in (typed, from_cfg):
@@ -66,7 +77,7 @@ def test_measurement_noise_is_one_implementation_with_two_streams(names):
     q, v = plant.state()
     assert np.array_equal(q, qt + eq) and np.array_equal(v, vt + ev)
 
-    per = plant_of(names, seed=seed, noise_q=sq)                       # noise_v off: no draw for v
+    per = plant_of(names, seed=seed, noise_q=sq)  # noise_v off: no draw for v
     per.reset(q0(names))
     qt, vt = per.state(noisy=False)
     q, v = per.state()
@@ -75,8 +86,11 @@ def test_measurement_noise_is_one_implementation_with_two_streams(names):
     with pytest.raises(ConfigError, match="noise_v must be a finite standard deviation >= 0, got -1"):
         MujocoPlant(MJCF, names, sim_dt=0.005, noise_v=-1.0)
     # one route at a time: noise on a plant that has its own would add up silently; refused, naming both
-    with pytest.raises(ConfigError, match=r"measurement noise given twice: the plant's own \(noise_q=0.001, "
-                                          r"noise_v=0.02\) and perturbation.noise_q/noise_v \(0.0001, 0\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"measurement noise given twice: the plant's own \(noise_q=0.001, "
+        r"noise_v=0.02\) and perturbation.noise_q/noise_v \(0.0001, 0\)",
+    ):
         perturb_plant(plant, Perturbation(noise_q=1e-4), seed=1)
     assert perturb_plant(plant, Perturbation(mass_rel=0.1), seed=1).state()[0].shape == (len(names),)
 
@@ -98,7 +112,7 @@ def test_mass_scaling_changes_gravity_torques_body_by_body(names):
     nom = MujocoPlant(MJCF, names, sim_dt=0.005)
     nom.reset(q0(names))
     tau_b = per_body_gravity(nom.model, nom.data)
-    assert np.allclose(sum(tau_b.values()), nom.data.qfrc_bias, atol=1e-9)   # the decomposition holds
+    assert np.allclose(sum(tau_b.values()), nom.data.qfrc_bias, atol=1e-9)  # the decomposition holds
 
     per = plant_of(names, seed=3, mass_rel=0.2)
     assert isinstance(per, PerturbedPlant)
@@ -106,7 +120,7 @@ def test_mass_scaling_changes_gravity_torques_body_by_body(names):
     byname = {mujoco.mj_id2name(per.model, mujoco.mjtObj.mjOBJ_BODY, b): b for b in range(per.model.nbody)}
     f = {byname[n]: d["mass"] for n, d in per.drawn.items()}
     assert len(f) >= 14 and all(0.8 <= x <= 1.2 for x in f.values())
-    assert np.std(list(f.values())) > 0.05                         # independent draws, not one factor
+    assert np.std(list(f.values())) > 0.05  # independent draws, not one factor
     expect = sum(f.get(b, 1.0) * t for b, t in tau_b.items())
     assert np.allclose(per.data.qfrc_bias, expect, atol=1e-9)
     assert not np.allclose(per.data.qfrc_bias, nom.data.qfrc_bias, atol=1e-3)
@@ -139,7 +153,7 @@ def test_noise_statistics_and_seed(names):
         dq.append(q - q_true)
         dv.append(v - v_true)
     dq, dv = np.array(dq), np.array(dv)
-    assert abs(dq.std() / 1e-3 - 1) < 0.05 and abs(dv.std() / 1e-2 - 1) < 0.05     # 5600 samples: ~1 % sd
+    assert abs(dq.std() / 1e-3 - 1) < 0.05 and abs(dv.std() / 1e-2 - 1) < 0.05  # 5600 samples: ~1 % sd
     assert abs(dq.mean()) < 1e-4
     assert np.array_equal(per.state(noisy=False)[0], q_true)
     again = plant_of(names, seed=5, noise_q=1e-3, noise_v=1e-2)
@@ -155,11 +169,11 @@ def test_delay_applies_the_command_of_d_steps_before(names):
     for tau in taus:
         per.set_torque(tau)
         applied.append(per.data.ctrl[0])
-    assert applied == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]    # τ_{k−2} from k = 2 on, τ_0 held before
+    assert applied == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]  # τ_{k−2} from k = 2 on, τ_0 held before
 
 
 def test_saturation_at_a_fraction_of_the_motor_limits(names):
-    per = plant_of(names, torque_limit_fraction=0.5)      # yumi.xml: ctrlrange ±300 N·m, gear 1
+    per = plant_of(names, torque_limit_fraction=0.5)  # yumi.xml: ctrlrange ±300 N·m, gear 1
     per.reset(q0(names))
     tau = np.linspace(-400, 400, 14)
     per.set_torque(tau)
@@ -171,13 +185,19 @@ def test_saturation_at_a_fraction_of_the_motor_limits(names):
 
 def test_wrench_enters_as_jacobian_transpose_in_its_window(names):
     f, m = np.array([3.0, -2.0, 5.0]), np.array([0.1, 0.2, -0.3])
-    per = plant_of(names, wrench_body="yumi_link_5_l", wrench_force=f.tolist(), wrench_moment=m.tolist(),
-                   wrench_t0=0.01, wrench_t1=0.02)
+    per = plant_of(
+        names,
+        wrench_body="yumi_link_5_l",
+        wrench_force=f.tolist(),
+        wrench_moment=m.tolist(),
+        wrench_t0=0.01,
+        wrench_t1=0.02,
+    )
     per.reset(q0(names))
     b = per.body_id("yumi_link_5_l")
-    per.step(2)                                           # t = 0, 0.005: before the window
+    per.step(2)  # t = 0, 0.005: before the window
     assert np.allclose(per.data.qfrc_applied, 0.0)
-    per.step(1)                                           # t = 0.010: inside
+    per.step(1)  # t = 0.010: inside
     jp, jr = np.zeros((3, per.model.nv)), np.zeros((3, per.model.nv))
     # the wrench was applied at the state of t = 0.010; rebuild that Jacobian from the logged state
     d2 = mujoco.MjData(per.model)
@@ -188,12 +208,13 @@ def test_wrench_enters_as_jacobian_transpose_in_its_window(names):
     mujoco.mj_forward(per.model, d2)
     mujoco.mj_jacBodyCom(per.model, d2, jp, jr, b)
     assert np.allclose(per.data.qfrc_applied, jp.T @ f + jr.T @ m, atol=1e-10)
-    per.step(2)                                           # t = 0.015 inside, 0.020 outside
+    per.step(2)  # t = 0.015 inside, 0.020 outside
     assert np.allclose(per.data.qfrc_applied, 0.0)
 
 
-@pytest.mark.parametrize("key, value", [("mass_rel", 1.5), ("delay_steps", -1), ("noise_q", -1e-3),
-                                        ("wrench_force", [1.0, 2.0])])
+@pytest.mark.parametrize(
+    "key, value", [("mass_rel", 1.5), ("delay_steps", -1), ("noise_q", -1e-3), ("wrench_force", [1.0, 2.0])]
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(ConfigError, match=f"perturbation.{key}"):
         Perturbation(**{**DEFAULTS, key: value})
@@ -205,13 +226,22 @@ def test_unknown_body_and_scenario_without_support(names, tmp_path):
     from cmstack.scenarios import slider_crank
 
     with pytest.raises(ConfigError, match="slider_crank.*does not apply"):
-        run_scenario("slider_crank", slider_crank.run, overrides={"perturbation.noise_q": 1e-4}, out=tmp_path / "s")
-    assert (tmp_path / "s" / "error.txt").is_file() and not (tmp_path / "s" / "log.npz").exists()   # refused before it ran
+        run_scenario(
+            "slider_crank", slider_crank.run, overrides={"perturbation.noise_q": 1e-4}, out=tmp_path / "s"
+        )
+    assert (tmp_path / "s" / "error.txt").is_file() and not (
+        tmp_path / "s" / "log.npz"
+    ).exists()  # refused before it ran
 
 
 def test_yumi_run_records_the_perturbation(tmp_path):
-    over = {"duration": 0.1, "perturbation.mass_rel": 0.2, "perturbation.noise_q": 1e-4,
-            "perturbation.delay_steps": 1, "perturbation.torque_limit_fraction": 0.9}
+    over = {
+        "duration": 0.1,
+        "perturbation.mass_rel": 0.2,
+        "perturbation.noise_q": 1e-4,
+        "perturbation.delay_steps": 1,
+        "perturbation.torque_limit_fraction": 0.9,
+    }
     from cmstack.scenarios import yumi_dual_arm
 
     m, out = run_scenario("yumi_dual_arm", yumi_dual_arm.run, overrides=over, out=tmp_path)

@@ -1,11 +1,12 @@
 """Open-loop regression of the tensor chain against its targets and the MuJoCo chain ([Eslami] §4.1), 2.5 s."""
+
 import numpy as np
 import pytest
+from plotcheck import assert_plots_ok
 
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.chain_open_loop import NAME, run
-from plotcheck import assert_plots_ok
 
 
 def test_chain_open_loop_targets(tmp_path, cmstack_baseline):
@@ -13,7 +14,7 @@ def test_chain_open_loop_targets(tmp_path, cmstack_baseline):
     assert m["momentum_drift_rel"] <= 1e-8
     assert m["constraint_violation_max_m"] <= 1e-6
     assert m["internal_force_during_moment_max_n"] <= 1e-9
-    assert m["internal_force_during_force_max_n"] > 0.1             # the force pulse needs joint forces
+    assert m["internal_force_during_force_max_n"] > 0.1  # the force pulse needs joint forces
     assert m["mujoco_pose_diff_max"] <= 1e-3
     # the Euler-angle law and MuJoCo's rotation-vector law are different springs: visibly different motion
     assert m["mujoco_pose_diff_paper_law"] > 10 * m["mujoco_pose_diff_max"]
@@ -33,7 +34,7 @@ def test_chain_open_loop_targets(tmp_path, cmstack_baseline):
 def test_chain_open_loop_refuses_bad_config(tmp_path):
     with pytest.raises(ConfigError):
         run_scenario(NAME, run, out=tmp_path / "a", overrides={"spring_law": "hooke"})
-    with pytest.raises(ModelFileError):          # the MJCF chain has 1 kg bodies
+    with pytest.raises(ModelFileError):  # the MJCF chain has 1 kg bodies
         run_scenario(NAME, run, out=tmp_path / "b", overrides={"mass": 2.0})
     with pytest.raises(ConfigError):
         run_scenario(NAME, run, out=tmp_path / "c", sets=["no_such_key=1"])

@@ -1,28 +1,39 @@
 """closed_chain in Meshcat (issue 23 item 6): each loop closure's two frames (frame_a·offset, frame_b·offset_b of
 the plant's state) with the residual segment between them, and the end effector's trail beside its reference's,
 live (--viewer meshcat, the server swapped for a Recorder), in a replay of the run and in its replay.html."""
+
 from __future__ import annotations
 
 import numpy as np
 import pinocchio as pin
 import pytest
+from test_viewer import decode_html, f32
 
 import cmstack.sim.viewer
 from cmstack.models.loops import ClosureSet
 from cmstack.scenarios import closed_chain
 from cmstack.scenarios._common import run_scenario
 from cmstack.sim.viewer import MeshcatViewer, Recorder, replay, segment_pose
-from test_viewer import decode_html, f32
 
-LOOPS = {"mjcf/five_bar.xml": ["tip_loop"], "mjcf/four_bar.xml": ["c_joint"],
-         "mjcf/delta.xml": ["leg1_platform", "leg2_platform"]}
+LOOPS = {
+    "mjcf/five_bar.xml": ["tip_loop"],
+    "mjcf/four_bar.xml": ["c_joint"],
+    "mjcf/delta.xml": ["leg1_platform", "leg2_platform"],
+}
 
 
 def _live_run(tmp_path, monkeypatch, model, duration=0.3):
     rec = Recorder()
     monkeypatch.setattr(cmstack.sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda *a, **k: rec))
-    m, out = run_scenario(closed_chain.NAME, closed_chain.run, out=tmp_path / "r", viewer="meshcat", plots=False,
-                          sets=[f"model='{model}'", "track_after=0.1"], duration=duration)
+    m, out = run_scenario(
+        closed_chain.NAME,
+        closed_chain.run,
+        out=tmp_path / "r",
+        viewer="meshcat",
+        plots=False,
+        sets=[f"model='{model}'", "track_after=0.1"],
+        duration=duration,
+    )
     return rec, m, out
 
 
@@ -49,8 +60,11 @@ def test_live_run_draws_each_loop_its_residual_and_the_ee_trails(tmp_path, monke
         row = int(np.argmin(np.abs(L[f"frame__{k}_a"] - Ta).reshape(len(Q), -1).max(axis=1)))
         np.testing.assert_allclose(L[f"frame__{k}_a"][row], Ta, atol=1e-12)
         np.testing.assert_allclose(L[f"frame__{k}_b"][row], rec.transforms[f"frames/{k}_b"], atol=1e-12)
-        np.testing.assert_allclose(rec.transforms[f"segments/{k}"], segment_pose(Ta[:3, 3],
-                                   rec.transforms[f"frames/{k}_b"][:3, 3]), atol=1e-12)
+        np.testing.assert_allclose(
+            rec.transforms[f"segments/{k}"],
+            segment_pose(Ta[:3, 3], rec.transforms[f"frames/{k}_b"][:3, 3]),
+            atol=1e-12,
+        )
     # the live ee trail holds the plant's end-effector positions of the run, the reference's trail the reference
     pts = np.array(rec.objects["trails/ee"].geometry.position).T
     assert len(pts) >= 10
@@ -80,7 +94,7 @@ def test_logged_series_are_the_closures_of_the_plant_state(tmp_path, monkeypatch
         np.testing.assert_allclose(L["trail__ee"][i], d.oMf[robot.frame_id("ee")].translation, atol=1e-14)
     np.testing.assert_array_equal(L["trail__ee_ref"], L["ee_ref"])
     gap = np.linalg.norm(L["segment__tip_loop"][:, 1] - L["segment__tip_loop"][:, 0], axis=1)
-    assert gap.max() <= m["plant_equality_violation_max"] + 1e-6      # closed: the residual is a point
+    assert gap.max() <= m["plant_equality_violation_max"] + 1e-6  # closed: the residual is a point
     np.testing.assert_array_equal(L["style__segment__tip_loop"], closed_chain.LOOP_SEGMENT_STYLE)
     np.testing.assert_array_equal(L["style__frame__tip_loop_a"], closed_chain.LOOP_FRAME_STYLE)
 
@@ -119,7 +133,9 @@ def test_replay_and_replay_html_show_the_loops_and_trails(tmp_path, monkeypatch)
     for k in LOOPS[model]:
         np.testing.assert_allclose(rec.transforms[f"frames/{k}_a"], L[f"frame__{k}_a"][-1], atol=1e-12)
         np.testing.assert_allclose(rec.transforms[f"frames/{k}_b"], L[f"frame__{k}_b"][-1], atol=1e-12)
-        np.testing.assert_allclose(rec.transforms[f"segments/{k}"], segment_pose(*L[f"segment__{k}"][-1]), atol=1e-12)
+        np.testing.assert_allclose(
+            rec.transforms[f"segments/{k}"], segment_pose(*L[f"segment__{k}"][-1]), atol=1e-12
+        )
         assert rec.objects[f"segments/{k}"].geometry.radiusTop == closed_chain.LOOP_SEGMENT_STYLE[0]
     assert len(v := rec.objects["trails/ee"].geometry.position.T) >= 2 and v.shape[1] == 3
 
@@ -130,12 +146,16 @@ def test_replay_and_replay_html_show_the_loops_and_trails(tmp_path, monkeypatch)
     for k in LOOPS[model]:
         pos = f32(clips[f"/meshcat/frames/{k}_a"][".position"]["values"]).reshape(-1, 3)
         n = len(pos)
-        rows = np.clip(np.searchsorted(t, t[0] + np.arange(n) / 30.0), 0, len(t) - 1)   # frame j shows these rows
+        rows = np.clip(
+            np.searchsorted(t, t[0] + np.arange(n) / 30.0), 0, len(t) - 1
+        )  # frame j shows these rows
         np.testing.assert_allclose(pos, L[f"frame__{k}_a"][rows, :3, 3], atol=1e-6)
         seg = L[f"segment__{k}"][rows]
         length = f32(clips[f"/meshcat/segments/{k}"][".scale"]["values"]).reshape(n, 3)[:, 1]
         np.testing.assert_allclose(length, np.linalg.norm(seg[:, 1] - seg[:, 0], axis=1), atol=1e-7)
         (cyl,) = [c for c in cmds if c["type"] == "set_object" and c["path"] == f"/meshcat/segments/{k}"]
-        assert cyl["object"]["geometries"][0]["radiusTop"] == pytest.approx(closed_chain.LOOP_SEGMENT_STYLE[0])
+        assert cyl["object"]["geometries"][0]["radiusTop"] == pytest.approx(
+            closed_chain.LOOP_SEGMENT_STYLE[0]
+        )
     for name in ("ee", "ee_ref"):
         assert any(p.startswith(f"/meshcat/trails/{name}/part") for p in clips)

@@ -2,14 +2,15 @@
 task's own axes (the rows are in world axes, P = diag(I, R) with R = ``task.axes``, so w_own = Pᵀ w):
    P d/dt w_own = A v̇ + drift,   and   A v̇ − b = P(ẇ_own + K_d w_own + K_p e_own)   (the error ODE the law
 imposes); and against an independent NumPy formulation of the thesis' own-axes rows."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
 
 from cmstack.models.coupling import FrameTask, RigidCoupling
-from cmstack.models.trajectory import Circle
 from cmstack.models.lie import jr_inv, se3_error
 from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Circle
 
 rng = np.random.default_rng(7)
 Q0, AMP, FREQ = rng.normal(size=14), rng.normal(size=14), rng.uniform(0.5, 2.0, 14)
@@ -29,9 +30,11 @@ def constraints(robot):
     traj = Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3))
     out = []
     for rows in ("full", "position", "orientation"):
-        out += [RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 3.0, 2.0, rows=rows),
-                FrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5, rows=rows),
-                FrameTask(robot, "yumi_link_7_r", traj, 5.0, 1.5, offset=T_AB, rows=rows)]
+        out += [
+            RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 3.0, 2.0, rows=rows),
+            FrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5, rows=rows),
+            FrameTask(robot, "yumi_link_7_r", traj, 5.0, 1.5, offset=T_AB, rows=rows),
+        ]
     return out
 
 
@@ -95,8 +98,9 @@ def test_se3_error_and_jr_identities():
     np.testing.assert_allclose(e[:3], [-0.5, -2, -2])
     np.testing.assert_allclose(pin.exp3(e[3:]), R1.T @ R2, atol=1e-12)
     th = e[3:]
-    np.testing.assert_allclose(th @ jr_inv(th), th, atol=1e-12)   # eᵀ J_r⁻¹(e) = eᵀ (Lemma 3 of [16])
+    np.testing.assert_allclose(th @ jr_inv(th), th, atol=1e-12)  # eᵀ J_r⁻¹(e) = eᵀ (Lemma 3 of [16])
     from cmstack.models.lie import jr
+
     np.testing.assert_allclose(jr(th) @ jr_inv(th), np.eye(3), atol=1e-12)
 
 
@@ -137,7 +141,7 @@ def test_error_dynamics_is_a_named_tuple(robot):
     ed = c.error_dynamics(robot.update(qf(0.2), vf(0.2)), 0.2)
     assert isinstance(ed, ErrorDynamics) and isinstance(c, Task)
     assert ed.W.shape == (6, 14) and ed.drift.shape == ed.w.shape == ed.e.shape == (6,)
-    assert not hasattr(c, "terms")                     # the former alias is gone: one name, error_dynamics
+    assert not hasattr(c, "terms")  # the former alias is gone: one name, error_dynamics
 
 
 def test_relative_task_with_constant_target_is_the_coupling(robot):
@@ -169,11 +173,20 @@ def test_relative_task_from_the_coupling_body_with_identity_target_is_the_coupli
 @pytest.mark.parametrize("t", [0.1, 0.77])
 def test_relative_task_with_moving_target_matches_finite_differences(robot, rows, t):
     T0 = pin.SE3(pin.rpy.rpyToMatrix(0.3, -0.2, 0.5), np.array([0.1, -0.4, 0.12]))
-    c = RelativeFrameTask(robot, "yumi_link_7_l", "yumi_link_7_r", rotating_relative(T0, [0.3, -1.0, 0.5]),
-                          kp=5.0, kd=1.5, rows=rows)
+    c = RelativeFrameTask(
+        robot,
+        "yumi_link_7_l",
+        "yumi_link_7_r",
+        rotating_relative(T0, [0.3, -1.0, 0.5]),
+        kp=5.0,
+        kd=1.5,
+        rows=rows,
+    )
     kin, P, W, drift, w, e, wdot_own = own_axes(robot, c, t)
     np.testing.assert_allclose(P @ wdot_own, W @ af(t) + drift, atol=1e-6)
-    e_own = lambda s: P_of(c, robot.update(qf(s), vf(s)), s).T @ c.error_dynamics(robot.update(qf(s), vf(s)), s).e
+    e_own = lambda s: (
+        P_of(c, robot.update(qf(s), vf(s)), s).T @ c.error_dynamics(robot.update(qf(s), vf(s)), s).e
+    )
     edot = (e_own(t + H) - e_own(t - H)) / (2 * H)
     w, e = P.T @ w, P.T @ e
     np.testing.assert_allclose(edot[:3], w[:3], atol=1e-6)
@@ -239,7 +252,9 @@ def own_axes_rows(c, kin, t):
         T_D, vel, acc = c.desired(t)
         RDt = T_D.rotation.T
         A = -np.vstack([C.J[:3], RDt @ C.J[3:]])
-        drift = np.r_[acc[:3] - C.acc[:3], acc[3:] - RDt @ (C.acc[3:] - np.cross(T_D.rotation @ vel[3:], C.twist[3:]))]
+        drift = np.r_[
+            acc[:3] - C.acc[:3], acc[3:] - RDt @ (C.acc[3:] - np.cross(T_D.rotation @ vel[3:], C.twist[3:]))
+        ]
         w = np.r_[vel[:3] - C.twist[:3], vel[3:] - RDt @ C.twist[3:]]
         e = se3_error(C.T, T_D)
     return A, -drift - c.kd * w - c.kp * e, e
@@ -252,11 +267,13 @@ def test_rows_are_the_own_axes_rows_turned_by_P(robot, idx, const):
     thesis' own-axes rows written independently here; ``error`` is e_own."""
     c = constraints(robot)[idx]
     if const and isinstance(c, FrameTask):
-        c = FrameTask(robot, "yumi_link_7_l", kp=5.0, kd=1.5, rows=["full", "position", "orientation"][idx // 3])
+        c = FrameTask(
+            robot, "yumi_link_7_l", kp=5.0, kd=1.5, rows=["full", "position", "orientation"][idx // 3]
+        )
         c.set_target(pin.SE3(pin.rpy.rpyToMatrix(0.1, 0.2, 0.3), np.array([0.4, 0.2, 0.5])))
     kin = robot.update(qf(0.4), vf(0.4))
     A0, b0, e0 = own_axes_rows(c, kin, 0.4)
-    R = (kin.frame(c.f2).R if isinstance(c, RigidCoupling) else c.desired(0.4)[0].rotation)
+    R = kin.frame(c.f2).R if isinstance(c, RigidCoupling) else c.desired(0.4)[0].rotation
     np.testing.assert_array_equal(c.axes(kin, 0.4), R)
     P = np.eye(6)
     P[3:, 3:] = R
@@ -281,7 +298,10 @@ def test_a_subclass_with_its_own_error_dynamics_has_its_maths_everywhere(robot):
     """compute, qp_rows and error of a subclass that redefines error_dynamics are its maths, not the
     kernel's: the 1 cm shift shows in e and in b (K_p · 0.01 on the z row)."""
     traj = Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3))
-    base, sub = FrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5), ShiftedFrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5)
+    base, sub = (
+        FrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5),
+        ShiftedFrameTask(robot, "yumi_link_7_l", traj, 5.0, 1.5),
+    )
     assert base.kernel_kind() == 1 and sub.kernel_kind() is None
     kin = robot.update(qf(0.4), vf(0.4))
     shift = np.zeros(6)

@@ -1,13 +1,32 @@
 """DAC port laws ([Eslami] §3) on the tensor chain: exact reference derivatives, Lyapunov decrease on
 closed-loop runs with the tensor model as the plant, frame invariance, QP = closed form, RHS maps."""
+
 import numpy as np
 import pytest
-
 from _dac_reference import null_space_wish_numpy, obstacle_potential
-from cmstack.controllers.dac import (JointActuationMap, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, ThrusterMap, VelocityLaw,
-                                     attitude_error, attitude_error_rate, constrained_reference, null_space_wish)
+
+from cmstack.controllers.dac import (
+    JointActuationMap,
+    Obstacle,
+    PortLaw,
+    PoseLaw,
+    TaskSpaceLaw,
+    ThrusterMap,
+    VelocityLaw,
+    attitude_error,
+    attitude_error_rate,
+    constrained_reference,
+    null_space_wish,
+)
 from cmstack.models.errors import ConfigError
-from cmstack.models.tensor_chain import (ChainState, TensorChain, quat_exp, quat_from_matrix, quat_mul, quat_to_matrix)
+from cmstack.models.tensor_chain import (
+    ChainState,
+    TensorChain,
+    quat_exp,
+    quat_from_matrix,
+    quat_mul,
+    quat_to_matrix,
+)
 
 
 def chain(n=4, fixed=False, base=None):
@@ -47,6 +66,7 @@ def ee_traj(p0, q0, amp=0.1, om=2.0):
         w = ax * 0.3 * om * np.cos(om * t)
         wd = -ax * 0.3 * om**2 * np.sin(om * t)
         return p, q, np.r_[v, w], np.r_[a, wd]
+
     return traj
 
 
@@ -71,6 +91,7 @@ def pose_traj(ch, s0):
         nu = np.r_[v.ravel(), np.tile(wq, ch.n)]
         nud = np.r_[a.ravel(), np.tile(wqd, ch.n)]
         return p, q, nu, nud
+
     return traj
 
 
@@ -99,12 +120,12 @@ def test_reference_is_mass_weighted_pseudo_inverse_53_54():
     M = ch.mass_matrix(s.R)
     n = ch.n
     Jt = np.zeros((6, 6 * n))
-    Jt[:3, 3 * (n - 1):3 * n] = np.eye(3)
-    Jt[3:, 3 * n + 3 * (n - 1):] = np.eye(3)
+    Jt[:3, 3 * (n - 1) : 3 * n] = np.eye(3)
+    Jt[3:, 3 * n + 3 * (n - 1) :] = np.eye(3)
     Mi = np.linalg.inv(M)
-    Jp = Mi @ Jt.T @ np.linalg.inv(Jt @ Mi @ Jt.T)               # (53)
+    Jp = Mi @ Jt.T @ np.linalg.inv(Jt @ Mi @ Jt.T)  # (53)
     we, g = rng.normal(size=6), rng.normal(size=6 * n)
-    ref = Jp @ we + (np.eye(6 * n) - Jp @ Jt) @ g                # (54)
+    ref = Jp @ we + (np.eye(6 * n) - Jp @ Jt) @ g  # (54)
     z = np.zeros_like
     nu_r, _ = constrained_reference(M, z(M), Jt, z(Jt), we, z(we), g, z(g))
     np.testing.assert_allclose(nu_r, ref, atol=1e-12)
@@ -115,7 +136,10 @@ def test_obstacle_potential_gradient_and_rate():
     rng = np.random.default_rng(11)
     ch = chain()
     s = bent_state(ch, rng)
-    obs = [Obstacle(s.pos[1] + np.array([0.05, 0.1, 0.0]), 0.04), Obstacle(s.pos[2] + np.array([0.0, -0.1, 0.05]), 0.03)]
+    obs = [
+        Obstacle(s.pos[1] + np.array([0.05, 0.1, 0.0]), 0.04),
+        Obstacle(s.pos[2] + np.array([0.0, -0.1, 0.05]), 0.03),
+    ]
     for pts in ([[0.0, 0.0, 0.0]], [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]):
         g, gd, U, _ = null_space_wish(s, obs, 1e-3, 0.3, np.array(pts))
         assert U > 0
@@ -125,9 +149,9 @@ def test_obstacle_potential_gradient_and_rate():
         np.testing.assert_allclose((Up - Um) / (2 * h), -g @ s.nu, rtol=1e-6)
         np.testing.assert_allclose(gd, (gp - gm) / (2 * h), atol=1e-6 * max(1, np.abs(gd).max()))
         if len(pts) == 1:
-            assert np.abs(g[3 * ch.n:]).max() == 0          # the paper's U_o: positions only
+            assert np.abs(g[3 * ch.n :]).max() == 0  # the paper's U_o: positions only
         else:
-            assert np.abs(g[3 * ch.n:]).max() > 0           # points off the CoM: a moment part
+            assert np.abs(g[3 * ch.n :]).max() > 0  # points off the CoM: a moment part
 
 
 @pytest.mark.parametrize("law", ["II", "III", "III-points"])
@@ -140,8 +164,18 @@ def test_reference_derivative_by_finite_differences(law):
     else:
         obs = [Obstacle(s.pos[1] + np.array([0.1, 0.12, 0.0]), 0.05)]
         pts = None if law == "III" else [[-0.2, 0, 0], [0, 0, 0], [0.2, 0, 0]]
-        ctl = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + 0.05, quat_exp(np.array([0.2, 0.1, 0.0]))), 5.0, 1.0, 3.0, 4.0,
-                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3, obstacle_points=pts)
+        ctl = TaskSpaceLaw(
+            ch,
+            ee_traj(s.pos[-1] + 0.05, quat_exp(np.array([0.2, 0.1, 0.0]))),
+            5.0,
+            1.0,
+            3.0,
+            4.0,
+            obstacles=obs,
+            obstacle_gain=1e-3,
+            obstacle_range=0.3,
+            obstacle_points=pts,
+        )
     t, h = 0.3, 1e-6
     ref = lambda tt, st: ctl.reference(tt, st, st.R, ch.mass_matrix(st.R))
     nu_r, nu_r_dot = ref(t, s)
@@ -149,7 +183,7 @@ def test_reference_derivative_by_finite_differences(law):
     assert np.abs(nu_r_dot).max() > 0.1
     np.testing.assert_allclose(nu_r_dot, fd, atol=2e-6 * max(1, np.abs(fd).max()))
     J = ch.jacobian(s.R)
-    assert np.abs(J @ nu_r).max() <= 1e-12                            # J ν_r = 0: s stays on the manifold
+    assert np.abs(J @ nu_r).max() <= 1e-12  # J ν_r = 0: s stays on the manifold
 
 
 # ---------------------------------------------------------------------------- Lyapunov decrease
@@ -160,7 +194,7 @@ def closed_loop(ch, law, s, T, dt=1e-3, t0=0.0):
         law(t, s)
         Vs.append(law.info.V)
         Vd.append(law.info.Vdot_cl)
-        s, _ = ch.step(s, dt, port_fn=lambda tt, st: law(tt, st), t=t)     # continuous feedback τ = τ_c
+        s, _ = ch.step(s, dt, port_fn=lambda tt, st: law(tt, st), t=t)  # continuous feedback τ = τ_c
         t += dt
     law(t, s)
     Vs.append(law.info.V)
@@ -181,12 +215,21 @@ def test_lyapunov_decreases_along_closed_loop(which):
         law = PoseLaw(ch, pose_traj(ch, s0), 4.0, 0.3, 2.0, 2.0)
     else:
         obs = [Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.05]), 0.05)]
-        law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + np.array([0.05, -0.05, 0.02]), s.quat[-1]), 4.0, 0.3, 2.0, 2.0,
-                           obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3)
+        law = TaskSpaceLaw(
+            ch,
+            ee_traj(s.pos[-1] + np.array([0.05, -0.05, 0.02]), s.quat[-1]),
+            4.0,
+            0.3,
+            2.0,
+            2.0,
+            obstacles=obs,
+            obstacle_gain=1e-3,
+            obstacle_range=0.3,
+        )
     dt = 1e-3
     s, V, Vd = closed_loop(ch, law, s, 0.5, dt)
     assert V[0] > 0.05
-    assert np.all(np.diff(V) < 0)                                   # strictly decreasing sample to sample
+    assert np.all(np.diff(V) < 0)  # strictly decreasing sample to sample
     # V(T) − V(0) = −∫ sᵀK_d s dt (38)–(41), Simpson's rule on the 500 steps
     integral = dt / 3 * (Vd[0] + Vd[-1] + 4 * Vd[1:-1:2].sum() + 2 * Vd[2:-1:2].sum())
     assert abs((V[-1] - V[0]) - integral) <= 1e-6 * V[0]
@@ -202,8 +245,9 @@ def test_task_space_law_tracks_and_avoids():
     s = bent_state(ch, rng, speed=0.0)
     obs = [Obstacle(s.pos[1] + np.array([0.0, 0.12, 0.0]), 0.05)]
     tr = ee_traj(s.pos[-1] + np.array([0.05, 0.05, 0.0]), s.quat[-1])
-    law = TaskSpaceLaw(ch, tr, 0.0, 0.0, 8.0, 8.0, obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.15,
-                       kd_mass=20.0)
+    law = TaskSpaceLaw(
+        ch, tr, 0.0, 0.0, 8.0, 8.0, obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.15, kd_mass=20.0
+    )
     law(0.0, s)
     assert law.clearance < 0.15 and np.linalg.norm(law.info.e_task[:3]) > 0.05
     clear = []
@@ -226,19 +270,28 @@ def test_closed_loop_is_frame_invariant():
     tq = rng.normal(size=3)
     qQ = quat_from_matrix(Q)
     ch_a = chain()
-    ch_b = TensorChain(ch_a.masses, ch_a.inertias, ch_a.joint_parent, ch_a.joint_child, ch_a.stiffness,
-                       gravity=Q @ ch_a.gravity)
+    ch_b = TensorChain(
+        ch_a.masses,
+        ch_a.inertias,
+        ch_a.joint_parent,
+        ch_a.joint_child,
+        ch_a.stiffness,
+        gravity=Q @ ch_a.gravity,
+    )
     s_a = bent_state(ch_a, rng, speed=0.5)
     s_b = s_a.transformed(Q, tq)
     obs_a = [Obstacle(s_a.pos[1] + np.array([0.0, 0.12, 0.05]), 0.05)]
-    tr_a = ee_traj(s_a.pos[-1] + np.array([0.05, 0.0, 0.03]), quat_mul(quat_exp(np.array([0.0, 0.3, 0.0])), s_a.quat[-1]))
+    tr_a = ee_traj(
+        s_a.pos[-1] + np.array([0.05, 0.0, 0.03]), quat_mul(quat_exp(np.array([0.0, 0.3, 0.0])), s_a.quat[-1])
+    )
 
     def tr_b(t):
         p, q, nu, nud = tr_a(t)
         return Q @ p + tq, quat_mul(qQ, q), np.r_[Q @ nu[:3], Q @ nu[3:]], np.r_[Q @ nud[:3], Q @ nud[3:]]
 
-    mk = lambda ch, tr, obs: TaskSpaceLaw(ch, tr, 6.0, 0.5, 3.0, 3.0, obstacles=obs, obstacle_gain=1e-3,
-                                          obstacle_range=0.3)
+    mk = lambda ch, tr, obs: TaskSpaceLaw(
+        ch, tr, 6.0, 0.5, 3.0, 3.0, obstacles=obs, obstacle_gain=1e-3, obstacle_range=0.3
+    )
     law_a = mk(ch_a, tr_a, obs_a)
     law_b = mk(ch_b, tr_b, [o.transformed(Q, tq) for o in obs_a])
     rot = lambda x: (x.reshape(-1, 3) @ Q.T).ravel()
@@ -256,7 +309,7 @@ def test_closed_loop_is_frame_invariant():
     assert np.abs(st.pos - s_b.pos).max() <= 1e-9 and np.abs(st.nu - s_b.nu).max() <= 1e-9
     dq = np.minimum(np.abs(st.quat - s_b.quat).max(axis=1), np.abs(st.quat + s_b.quat).max(axis=1))
     assert dq.max() <= 1e-9
-    assert np.abs(ta).max() > 0.5                      # a non-trivial command
+    assert np.abs(ta).max() > 0.5  # a non-trivial command
 
 
 # ---------------------------------------------------------------------------- QP = closed form, RHS
@@ -279,7 +332,7 @@ def test_reference_qp_equals_closed_form_and_respects_rate_limit():
     assert tight.info.qp_active > 0
     assert np.abs(C @ tight.info.nu_r).max() <= lim * (1 + 1e-6)
     J = ch.jacobian(s.R)
-    assert np.abs(J @ tight.info.nu_r).max() <= 1e-8                  # still on the constraint manifold
+    assert np.abs(J @ tight.info.nu_r).max() <= 1e-8  # still on the constraint manifold
 
 
 def test_joint_actuation_fixed_base_realizes_any_port():
@@ -314,11 +367,11 @@ def test_joint_actuation_free_floating_cannot_change_momentum():
     internal = rhs.B @ rng.normal(size=3 * (ch.n - 1)) + ch.jacobian(s.R).T @ rng.normal(size=3 * (ch.n - 1))
     assert rhs(internal, s).residual_g <= 1e-9
     ext = np.zeros(6 * ch.n)
-    ext[0:3] = [1.0, 0.0, 0.0]                              # a net force: the motors cannot produce it
+    ext[0:3] = [1.0, 0.0, 0.0]  # a net force: the motors cannot produce it
     a = rhs(ext, s)
     assert a.residual_g > 0.1
     # the part they do produce carries no net force
-    assert np.abs(a.tau[:3 * ch.n].reshape(-1, 3).sum(axis=0)).max() <= 1e-12
+    assert np.abs(a.tau[: 3 * ch.n].reshape(-1, 3).sum(axis=0)).max() <= 1e-12
 
 
 def test_bad_gains_are_refused():
@@ -336,14 +389,16 @@ def _sphere_cases(s, pts):
     """Spheres that put a body point of body 2 outside (in range), exactly on, and inside a sphere
     (shallow, in the core, and next to the centre)."""
     R1 = s.R[1]
-    x = s.pos[1] + R1 @ np.asarray(pts[-1], float)          # the last point of body 2
+    x = s.pos[1] + R1 @ np.asarray(pts[-1], float)  # the last point of body 2
     u = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
     r = 0.06
-    return {"outside": [Obstacle(x + (r + 0.08) * u, r)],
-            "on": [Obstacle(x + r * u, r)],
-            "inside_shallow": [Obstacle(x + (r - 0.004) * u, r)],
-            "inside_deep": [Obstacle(x + 0.02 * u, r)],
-            "near_centre": [Obstacle(x + 1e-3 * u, r)]}
+    return {
+        "outside": [Obstacle(x + (r + 0.08) * u, r)],
+        "on": [Obstacle(x + r * u, r)],
+        "inside_shallow": [Obstacle(x + (r - 0.004) * u, r)],
+        "inside_deep": [Obstacle(x + 0.02 * u, r)],
+        "near_centre": [Obstacle(x + 1e-3 * u, r)],
+    }
 
 
 @pytest.mark.parametrize("case", ["outside", "on", "inside_shallow", "inside_deep", "near_centre"])
@@ -384,13 +439,17 @@ def test_obstacle_wish_is_its_numpy_formulation(case, pts):
     ch = chain()
     s = bent_state(ch, rng, speed=0.7)
     obs = _sphere_cases(s, pts)[case]
-    d0s = (0.15, 0.05) if case == "outside" else (0.15,)     # 0.05: the point 8 cm off the sphere is out of range
+    d0s = (
+        (0.15, 0.05) if case == "outside" else (0.15,)
+    )  # 0.05: the point 8 cm off the sphere is out of range
     for d0 in d0s:
         got = null_space_wish(s, obs, 1e-3, d0, np.array(pts), clip=0.1 * d0)
         ref = null_space_wish_numpy(s, obs, 1e-3, d0, np.array(pts), clip=0.1 * d0)
         for a, b in zip(got[:2], ref[:2]):
             assert np.abs(a - b).max() <= 1e-12 * max(1.0, np.abs(b).max())
-        assert got[2] == pytest.approx(ref[2], rel=1e-12, abs=1e-300) and got[3] == pytest.approx(ref[3], rel=1e-12)
+        assert got[2] == pytest.approx(ref[2], rel=1e-12, abs=1e-300) and got[3] == pytest.approx(
+            ref[3], rel=1e-12
+        )
         assert (np.abs(got[0]).max() > 0) == (d0 == 0.15)
     assert null_space_wish(s, [], 1e-3, 0.15, np.array(pts))[3] == np.inf
 
@@ -426,13 +485,22 @@ def test_lyapunov_rate_nonpositive_with_points_inside_a_sphere():
     worst, n_inside = -np.inf, 0
     for k in range(12):
         s = bent_state(ch, rng, speed=0.6)
-        b = 1 + k % (ch.n - 2)                                    # a middle body
+        b = 1 + k % (ch.n - 2)  # a middle body
         x = s.pos[b] + s.R[b] @ pts[rng.integers(len(pts))]
         r = 0.05
         c = x + rng.uniform(0.0, 0.9 * r) * quat_to_matrix(quat_exp(rng.normal(size=3)))[:, 0]
-        law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + 0.03, s.quat[-1]), 4.0, 0.3, 2.0, 2.0,
-                           obstacles=[Obstacle(c, r)], obstacle_gain=1e-4, obstacle_range=0.15,
-                           obstacle_points=pts)
+        law = TaskSpaceLaw(
+            ch,
+            ee_traj(s.pos[-1] + 0.03, s.quat[-1]),
+            4.0,
+            0.3,
+            2.0,
+            2.0,
+            obstacles=[Obstacle(c, r)],
+            obstacle_gain=1e-4,
+            obstacle_range=0.15,
+            obstacle_points=pts,
+        )
         t = 0.2
         tau = law(t, s)
         assert law.clearance < 0
@@ -471,7 +539,9 @@ def test_attitude_error_equals_its_quaternion_definition():
     qs = np.array([quat_exp(rng.normal(size=3) * 2.0) for _ in range(12)])
     qd = quat_exp(np.array([0.3, -2.9, 0.4]))
     conj = np.array([qd[0], -qd[1], -qd[2], -qd[3]])
-    assert any(quat_mul(conj, q)[0] < 0 for q in qs) and any(quat_mul(conj, q)[0] > 0 for q in qs)  # both signs
+    assert any(quat_mul(conj, q)[0] < 0 for q in qs) and any(
+        quat_mul(conj, q)[0] > 0 for q in qs
+    )  # both signs
     e, eta = attitude_error(qs, qd)
     assert e.shape == (12, 3) and eta.shape == (12,) and np.all(eta >= 0)
     for k in range(12):
@@ -506,7 +576,9 @@ def test_end_effector_task_is_the_attitude_error_of_law_two():
         e = np.r_[s.pos[-1] - p_d, e_att]
         np.testing.assert_allclose(e_ep, e, rtol=0, atol=1e-14)
         np.testing.assert_allclose(nu_er, nu_ed - lam * e, rtol=0, atol=1e-13)
-        np.testing.assert_allclose(nu_er_dot, nu_ed_dot - lam * np.r_[s.v[-1] - nu_ed[:3], de_att], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            nu_er_dot, nu_ed_dot - lam * np.r_[s.v[-1] - nu_ed[:3], de_att], rtol=0, atol=1e-12
+        )
 
 
 # ---------------------------------------------------------------------------- closed-form step (issue 12)
@@ -517,17 +589,44 @@ def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):
     ``TensorChain.known_force``) to 1e-9 relative, on the states of a closed-loop run that passes obstacles,
     with points entering a sphere's core."""
     rng = np.random.default_rng(41)
-    free = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name)
+    free = TensorChain.rods(
+        5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name
+    )
     s = bent_state(free, rng, speed=0.3)
-    ch = free if not fixed else TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]),
-                                                 spring_law=law_name, fixed_base=True,
-                                                 base_pose=(s.pos[0].copy(), s.quat[0].copy()))
+    ch = (
+        free
+        if not fixed
+        else TensorChain.rods(
+            5,
+            0.4,
+            0.04,
+            1.2,
+            [1.5, 2.0, 2.5],
+            gravity=np.array([0.0, 0.0, -9.81]),
+            spring_law=law_name,
+            fixed_base=True,
+            base_pose=(s.pos[0].copy(), s.quat[0].copy()),
+        )
+    )
     s = ch.project(s)
     pts = [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]
-    obs = [Obstacle(s.pos[2] + s.R[2] @ np.array([0.2, 0.0, 0.0]) + np.array([0.0, 0.0, 0.06]), 0.05),
-           Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.0]), 0.05)]
-    law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]), 0.0, 0.0, 6.0, 6.0,
-                       obstacles=obs, obstacle_gain=2e-5, obstacle_range=0.15, kd_mass=15.0, obstacle_points=pts)
+    obs = [
+        Obstacle(s.pos[2] + s.R[2] @ np.array([0.2, 0.0, 0.0]) + np.array([0.0, 0.0, 0.06]), 0.05),
+        Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.0]), 0.05),
+    ]
+    law = TaskSpaceLaw(
+        ch,
+        ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]),
+        0.0,
+        0.0,
+        6.0,
+        6.0,
+        obstacles=obs,
+        obstacle_gain=2e-5,
+        obstacle_range=0.15,
+        kd_mass=15.0,
+        obstacle_points=pts,
+    )
     t, dt, worst, dmin = 0.0, 1e-3, 0.0, np.inf
     for _ in range(60):
         tau = law(t, s)
@@ -540,5 +639,5 @@ def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):
         s, _ = ch.step(s, dt, tau, t=t)
         t += dt
     assert worst <= 1e-9
-    assert dmin < law.clip                      # the quartic core was exercised
-    assert np.isfinite(law.info.V) and np.abs(tau).max() < 1e4      # a bounded run, not a diverging one
+    assert dmin < law.clip  # the quartic core was exercised
+    assert np.isfinite(law.info.V) and np.abs(tau).max() < 1e4  # a bounded run, not a diverging one

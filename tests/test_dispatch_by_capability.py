@@ -2,6 +2,7 @@
 a subclass of a built-in task that keeps its row maths, and a user-written trajectory, take the compiled
 step; a subclass that redefines the row maths or a circle that redefines its sampling runs its own maths
 (and the torques show it)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +50,7 @@ class UserCircle:
         a = self.w * t
         p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
         v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
-        acc = -self.r * self.w ** 2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
+        acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
         return pin.SE3(np.eye(3), p), v, acc
 
 
@@ -63,8 +64,13 @@ class RaisedCircle(Circle):
 
 def _ctl(robot, task, **kw):
     c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 1000, 33)
-    return UdwadiaKalabaController(robot, levels=[[c], [(task, 50.0)], [PostureTask(robot, np.zeros(14), kp=4, kd=4)]],
-                                   limits=[], warn_free_dof=False, **kw)
+    return UdwadiaKalabaController(
+        robot,
+        levels=[[c], [(task, 50.0)], [PostureTask(robot, np.zeros(14), kp=4, kd=4)]],
+        limits=[],
+        warn_free_dof=False,
+        **kw,
+    )
 
 
 def _states(n=4):
@@ -75,8 +81,10 @@ def _states(n=4):
 def test_subclass_keeping_the_maths_takes_the_compiled_step(robot):
     task = MyFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
     assert task.kernel_kind() == 1
-    fast, slow = _ctl(robot, task), _ctl(robot, MyFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40),
-                                         fused=False)
+    fast, slow = (
+        _ctl(robot, task),
+        _ctl(robot, MyFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40), fused=False),
+    )
     assert fast._plan is not None
     for t, q, v in _states():
         np.testing.assert_allclose(fast(t, q, v), slow(t, q, v), rtol=1e-9, atol=1e-9)
@@ -86,10 +94,10 @@ def test_subclass_redefining_the_maths_runs_its_own(robot):
     task = ShiftedFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
     assert task.kernel_kind() is None
     ctl = _ctl(robot, task)
-    assert ctl._plan is None                                  # the generic path, with the subclass's maths
+    assert ctl._plan is None  # the generic path, with the subclass's maths
     base = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40))
     t, q, v = _states(1)[0]
-    assert not np.allclose(ctl(t, q, v), base(t, q, v))      # the shift is really applied
+    assert not np.allclose(ctl(t, q, v), base(t, q, v))  # the shift is really applied
 
 
 def test_user_trajectory_takes_the_compiled_step_with_the_same_torques(robot):
@@ -106,6 +114,6 @@ def test_circle_subclass_redefining_sample_is_not_sampled_as_a_circle(robot):
     assert fc.kernel_params() is None and Circle(CENTER, 0.1, 1.5).kernel_params() is not None
     a = _ctl(robot, FrameTask(robot, "yumi_link_7_l", fc, 400, 40))
     raised = np.array(CENTER) + [0.0, 0.0, 0.01]
-    b = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(raised, 0.1, 1.5), 400, 40))   # the same motion
+    b = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(raised, 0.1, 1.5), 400, 40))  # the same motion
     for t, q, v in _states():
         np.testing.assert_allclose(a(t, q, v), b(t, q, v), rtol=1e-9, atol=1e-9)

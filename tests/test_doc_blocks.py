@@ -6,6 +6,7 @@ commands, TOML and printed output use other fences.
 One change is made to the blocks as written, by the runner below and not in the text: ``simulate`` (imported
 from ``cmstack`` or ``cmstack.sim.runner``) runs at most ``DOC_DURATION_S`` simulated seconds, so that the
 README's 5 s carry is checked in 0.5 s (the README says so)."""
+
 from __future__ import annotations
 
 import os
@@ -44,9 +45,11 @@ def blocks() -> list[tuple[str, int, str, str | None]]:
         text = page.read_text(encoding="utf-8")
         for m in _FENCE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
             reason = _NO_RUN.search(before)
-            out.append((page.relative_to(ROOT).as_posix(), line, m.group(1), reason.group(1) if reason else None))
+            out.append(
+                (page.relative_to(ROOT).as_posix(), line, m.group(1), reason.group(1) if reason else None)
+            )
     return out
 
 
@@ -56,7 +59,9 @@ RUNNABLE = [b for b in BLOCKS if b[3] is None]
 
 def test_the_blocks_are_found():
     assert len(BLOCKS) >= 10
-    assert sum(p == "README.md" for p, *_ in RUNNABLE) == 3   # "Your own robot", "Your own closed chain", "the thesis by hand"
+    assert (
+        sum(p == "README.md" for p, *_ in RUNNABLE) == 3
+    )  # "Your own robot", "Your own closed chain", "the thesis by hand"
     assert any(p == "docs/add_a_scenario.md" for p, *_ in RUNNABLE)
 
 
@@ -68,7 +73,9 @@ def test_no_run_blocks_are_listed_with_their_reason(capsys):
     assert not any(p == "README.md" for p, *_ in skipped), "the README's snippets must run"
 
 
-@pytest.mark.parametrize("page, line, code", [b[:3] for b in RUNNABLE], ids=[f"{p}:{n}" for p, n, *_ in RUNNABLE])
+@pytest.mark.parametrize(
+    "page, line, code", [b[:3] for b in RUNNABLE], ids=[f"{p}:{n}" for p, n, *_ in RUNNABLE]
+)
 def test_python_block_runs(page, line, code, tmp_path):
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
@@ -76,6 +83,12 @@ def test_python_block_runs(page, line, code, tmp_path):
     runner.write_text(RUNNER, encoding="utf-8")
     work = tmp_path / "cwd"
     work.mkdir()
-    r = subprocess.run([sys.executable, str(runner), str(script)], cwd=work, capture_output=True, text=True,
-                       env=dict(os.environ, MPLBACKEND="Agg"), timeout=TIMEOUT_S)
+    r = subprocess.run(
+        [sys.executable, str(runner), str(script)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+        timeout=TIMEOUT_S,
+    )
     assert r.returncode == 0, f"{page}:{line} failed:\n{r.stderr[-3000:]}"

@@ -8,6 +8,7 @@
 
 Both import only the public namespaces (cmstack, cmstack.tasks, cmstack.limits, cmstack.controllers,
 cmstack.plants, cmstack.scenario)."""
+
 from __future__ import annotations
 
 import ast
@@ -37,7 +38,14 @@ except ModelFileError:
 
 # example → (metric, target): the issue's numbers
 TARGETS = {"panda_circle": ("ee_error_max_m", 1e-3), "dual_panda_carry": ("constraint_error_max", 1e-4)}
-PUBLIC = {"cmstack", "cmstack.tasks", "cmstack.limits", "cmstack.controllers", "cmstack.plants", "cmstack.scenario"}
+PUBLIC = {
+    "cmstack",
+    "cmstack.tasks",
+    "cmstack.limits",
+    "cmstack.controllers",
+    "cmstack.plants",
+    "cmstack.scenario",
+}
 
 
 def cmstack_imports(path: Path) -> set[str]:
@@ -59,7 +67,9 @@ def test_example_imports_only_public_namespaces(name):
 
 def test_public_namespace_check_can_fail(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("from cmstack.scenarios._common import Outcome\nimport cmstack.models.coupling\nimport numpy\n")
+    f.write_text(
+        "from cmstack.scenarios._common import Outcome\nimport cmstack.models.coupling\nimport numpy\n"
+    )
     assert cmstack_imports(f) - PUBLIC == {"cmstack.scenarios._common", "cmstack.models.coupling"}
 
 
@@ -67,9 +77,11 @@ def test_public_namespace_check_can_fail(tmp_path):
 @pytest.mark.skipif(not HAVE_PANDA, reason="example-robot-data (dev extra) is not installed")
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_example_runs_meets_its_target_and_replays(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)                      # runs from anywhere, not only the repository root
+    monkeypatch.chdir(tmp_path)  # runs from anywhere, not only the repository root
     out = tmp_path / "run"
-    rc = cli(["run", str(EXAMPLES / f"{name}.py"), "--duration", DURATION, "--out", str(out), "--no-progress"])
+    rc = cli(
+        ["run", str(EXAMPLES / f"{name}.py"), "--duration", DURATION, "--out", str(out), "--no-progress"]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     key, target = TARGETS[name]
     assert rc == 0, metrics
@@ -81,9 +93,9 @@ def test_example_runs_meets_its_target_and_replays(name, tmp_path, monkeypatch):
     assert Path(mjcf) == (out / "plant.xml").resolve()
     model = mujoco.MjModel.from_xml_path(mjcf)
     assert qpos.shape == (t.size, model.nq) and t.size == round(float(DURATION) / 0.001)
-    rec = Recorder()                                  # what `cmstack view RUN_DIR` does, without a browser
+    rec = Recorder()  # what `cmstack view RUN_DIR` does, without a browser
     replay(out, visualizer=rec, realtime=False, progress=False)
-    bodies = {k.split("/")[1] for k in rec.objects if k.startswith("plant/")}    # the links' collision meshes
+    bodies = {k.split("/")[1] for k in rec.objects if k.startswith("plant/")}  # the links' collision meshes
     assert all(any(b.endswith(link) for b in bodies) for link in ("panda_link0", "panda_link7", "panda_hand"))
 
 
@@ -93,9 +105,14 @@ def test_example_runs_meets_its_target_and_replays(name, tmp_path, monkeypatch):
 def test_example_runs_as_a_plain_script(name, tmp_path):
     """``python examples/X.py --duration S --out DIR`` in a fresh interpreter, from another directory."""
     out = tmp_path / "script_run"
-    res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), "--duration", DURATION, "--out", str(out)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "MPLBACKEND": "Agg"})
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--duration", DURATION, "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     key, target = TARGETS[name]
     m = re.search(rf"^{key} = (\S+) ", res.stdout, flags=re.MULTILINE)
@@ -105,7 +122,7 @@ def test_example_runs_as_a_plain_script(name, tmp_path):
         t, qpos, mjcf = z["t"], z["plant_qpos"], str(z["mjcf_path"])
     assert t.size == round(float(DURATION) / 0.001)
     assert Path(mjcf) == (out / "plant.xml").resolve() and qpos.shape[0] == t.size
-    rec = Recorder()                                  # the saved log replays (cmstack view DIR)
+    rec = Recorder()  # the saved log replays (cmstack view DIR)
     replay(out, visualizer=rec, realtime=False, progress=False)
     assert any(k.startswith("plant/") for k in rec.objects)
 
@@ -116,7 +133,10 @@ def test_plain_script_without_its_settings_file_says_so(tmp_path, name):
     traceback."""
     script = tmp_path / f"{name}.py"
     script.write_text((EXAMPLES / f"{name}.py").read_text())
-    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 1
-    assert r.stderr.strip() == (f"{name}.py: its settings file {tmp_path / (name + '.toml')} is missing "
-                                "(copy it beside the script)")
+    assert r.stderr.strip() == (
+        f"{name}.py: its settings file {tmp_path / (name + '.toml')} is missing (copy it beside the script)"
+    )

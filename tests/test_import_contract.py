@@ -7,6 +7,7 @@ into ``cmstack`` (pyproject.toml, ``[tool.setuptools.package-dir]``): each run h
 package's Python files as installed (``cmstack/models/...``) into a temporary folder.  The mutation tests
 add one upward import to such a copy and require ``lint-imports`` to fail naming it, so a contract that
 checks nothing (a module renamed, a path not found) cannot pass."""
+
 from __future__ import annotations
 
 import configparser
@@ -14,18 +15,34 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / ".importlinter"
 LINT = Path(sys.executable).with_name("lint-imports")
 
-LIBRARY = {"cmstack.models", "cmstack.controllers", "cmstack.sim", "cmstack.tasks", "cmstack.limits", "cmstack.plants"}
-APPLICATION = {"cmstack.scenarios", "cmstack.scenario", "cmstack.sim.campaign", "cmstack.bench", "cmstack.cli",
-               "cmstack.rt", "cmstack.warmup", "cmstack.baseline", "cmstack.pytest_plugin"}
+LIBRARY = {
+    "cmstack.models",
+    "cmstack.controllers",
+    "cmstack.sim",
+    "cmstack.tasks",
+    "cmstack.limits",
+    "cmstack.plants",
+}
+APPLICATION = {
+    "cmstack.scenarios",
+    "cmstack.scenario",
+    "cmstack.sim.campaign",
+    "cmstack.bench",
+    "cmstack.cli",
+    "cmstack.rt",
+    "cmstack.warmup",
+    "cmstack.baseline",
+    "cmstack.pytest_plugin",
+}
 
 
 def installed_tree(dest: Path) -> Path:
@@ -49,8 +66,14 @@ def lint(tree: Path) -> subprocess.CompletedProcess:
     if not LINT.exists():
         pytest.fail(f"{LINT} is missing: install the dev extra (pip install -e '.[dev]'; make install does)")
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([str(LINT), str(CONTRACT), "--no-cache"], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT), str(CONTRACT), "--no-cache"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture()
@@ -76,24 +99,47 @@ def test_contract_names_both_tiers():
     assert set(c["source_modules"].split()) >= LIBRARY | {"cmstack.sim.*"}
     assert set(c["forbidden_modules"].split()) >= APPLICATION
     # only campaign's own imports are exempt (the package and its modules live in sim/ but are application tier)
-    assert c["ignore_imports"].split() == ["cmstack.sim.campaign", "->", "cmstack.**",
-                                           "cmstack.sim.campaign.**", "->", "cmstack.**"]
+    assert c["ignore_imports"].split() == [
+        "cmstack.sim.campaign",
+        "->",
+        "cmstack.**",
+        "cmstack.sim.campaign.**",
+        "->",
+        "cmstack.**",
+    ]
 
 
-@pytest.mark.parametrize("module, line, expect", [
-    ("models/lie.py", "from cmstack.scenarios import _common", "cmstack.models.lie -> cmstack.scenarios._common"),
-    ("controllers/base.py", "import cmstack.warmup", "cmstack.controllers.base -> cmstack.warmup"),
-    ("sim/runner.py", "from cmstack.sim.campaign import execute", "cmstack.sim.runner -> cmstack.sim.campaign"),
-    ("sim/metrics.py", "from cmstack.sim.campaign.report import csv_text",
-     "cmstack.sim.metrics -> cmstack.sim.campaign.report"),
-    ("sim/rt_loop.py", "from cmstack import rt", "cmstack.sim.rt_loop -> cmstack.rt"),
-    ("sim/plant.py", "import cmstack.cli", "cmstack.sim.plant -> cmstack.cli"),
-    ("sim/logger.py", "from cmstack.baseline import check", "cmstack.sim.logger -> cmstack.baseline"),
-    ("sim/viewer.py", "from cmstack.bench import viewer", "cmstack.sim.viewer -> cmstack.bench.viewer"),
-    ("tasks.py", "from cmstack.scenario import Outcome", "cmstack.tasks -> cmstack.scenario"),
-    ("plants.py", "from cmstack.scenarios.yumi_dual_arm import build_problem",
-     "cmstack.plants -> cmstack.scenarios.yumi_dual_arm"),
-])
+@pytest.mark.parametrize(
+    "module, line, expect",
+    [
+        (
+            "models/lie.py",
+            "from cmstack.scenarios import _common",
+            "cmstack.models.lie -> cmstack.scenarios._common",
+        ),
+        ("controllers/base.py", "import cmstack.warmup", "cmstack.controllers.base -> cmstack.warmup"),
+        (
+            "sim/runner.py",
+            "from cmstack.sim.campaign import execute",
+            "cmstack.sim.runner -> cmstack.sim.campaign",
+        ),
+        (
+            "sim/metrics.py",
+            "from cmstack.sim.campaign.report import csv_text",
+            "cmstack.sim.metrics -> cmstack.sim.campaign.report",
+        ),
+        ("sim/rt_loop.py", "from cmstack import rt", "cmstack.sim.rt_loop -> cmstack.rt"),
+        ("sim/plant.py", "import cmstack.cli", "cmstack.sim.plant -> cmstack.cli"),
+        ("sim/logger.py", "from cmstack.baseline import check", "cmstack.sim.logger -> cmstack.baseline"),
+        ("sim/viewer.py", "from cmstack.bench import viewer", "cmstack.sim.viewer -> cmstack.bench.viewer"),
+        ("tasks.py", "from cmstack.scenario import Outcome", "cmstack.tasks -> cmstack.scenario"),
+        (
+            "plants.py",
+            "from cmstack.scenarios.yumi_dual_arm import build_problem",
+            "cmstack.plants -> cmstack.scenarios.yumi_dual_arm",
+        ),
+    ],
+)
 def test_contract_fails_on_an_upward_import(tree, module, line, expect):
     """One upward import added to a copy of the package breaks the contract, and the report names it."""
     path = tree / "cmstack" / module
@@ -106,18 +152,22 @@ def test_contract_fails_on_an_upward_import(tree, module, line, expect):
     assert expect in out, out
 
 
-@pytest.mark.parametrize("module, line, expect", [
-    ("sim/campaign/spec.py", "from cmstack.cli import main", "cmstack.sim.campaign.spec -> cmstack.cli"),
-    ("rt.py", "from cmstack.cli import build_parser", "cmstack.rt -> cmstack.cli"),
-    ("scenarios/loader.py", "import cmstack.cli", "cmstack.scenarios.loader -> cmstack.cli"),
-])
+@pytest.mark.parametrize(
+    "module, line, expect",
+    [
+        ("sim/campaign/spec.py", "from cmstack.cli import main", "cmstack.sim.campaign.spec -> cmstack.cli"),
+        ("rt.py", "from cmstack.cli import build_parser", "cmstack.rt -> cmstack.cli"),
+        ("scenarios/loader.py", "import cmstack.cli", "cmstack.scenarios.loader -> cmstack.cli"),
+    ],
+)
 def test_contract_fails_when_the_application_imports_the_command_line(tree, module, line, expect):
     """The command line imports the campaign and cmstack rt: either importing it back (the cycle that
     sim/campaign/spec.py had through cmstack.cli.load_scenario) breaks the second contract, named."""
     path = tree / "cmstack" / module
     assert path.is_file(), path
-    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}  # a cycle through the command line\n",
-                    encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8") + f"\n{line}  # a cycle through the command line\n", encoding="utf-8"
+    )
     res = lint(tree)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out
@@ -130,8 +180,9 @@ def test_contract_fails_on_an_indirect_upward_import(tree):
     mod = tree / "cmstack" / "models" / "_relay.py"
     mod.write_text("import cmstack.scenarios.yumi_dual_arm\n", encoding="utf-8")
     lie = tree / "cmstack" / "models" / "lie.py"
-    lie.write_text(lie.read_text(encoding="utf-8") + "\nfrom cmstack.models import _relay  # noqa\n",
-                   encoding="utf-8")
+    lie.write_text(
+        lie.read_text(encoding="utf-8") + "\nfrom cmstack.models import _relay  # noqa\n", encoding="utf-8"
+    )
     res = lint(tree)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out

@@ -8,6 +8,7 @@
   corrupt file: the log (``read_log``: log.npz, or the checkpoint parts of a run killed before its
   final save) loads completely, metrics.json parses.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,15 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 #: a scenario of our own that logs a large, incompressible log quickly, so that its final
 #: (compressed) save takes a noticeable time; it marks the end of its loop with a file
-BIG_SAVE = '''
+BIG_SAVE = """
 import numpy as np
 from cmstack.scenarios._common import Outcome, Row
 
@@ -38,13 +38,19 @@ def run(ctx):
         ctx.logger.append(t=k * 1e-3, x=rng.standard_normal(ctx.cfg["width"]))
     (ctx.out / "loop_done").write_text("1")
     return Outcome({"value": 1.0}, [Row("value", 1.0, None, "<= 2", True)])
-'''
+"""
 
 
 def _spawn(argv, cwd) -> subprocess.Popen:
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _first_checkpoint(out: Path) -> Path:
@@ -72,7 +78,7 @@ def _check_readable(out: Path) -> dict:
     from cmstack.sim.logger import parts_dir, read_log
 
     if (out / "log.npz").exists() or parts_dir(out / "log.npz").is_dir():
-        arrays = read_log(out, allow_pickle=True)          # zlib/zip errors would raise here
+        arrays = read_log(out, allow_pickle=True)  # zlib/zip errors would raise here
         assert "t" in arrays
     for p in (out / "plots").glob("*.png") if (out / "plots").is_dir() else []:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.read_bytes()[-8:-4] == b"IEND"
@@ -84,7 +90,7 @@ def _check_readable(out: Path) -> dict:
 def test_signal_mid_run_writes_what_it_has_and_exits_130(tmp_path, sig):
     out = tmp_path / "run"
     p = _spawn(["run", "yumi_dual_arm", "--duration", "600", "--out", str(out), "--no-progress"], tmp_path)
-    _wait_for(_first_checkpoint(out), p)            # the first checkpoint: the loop is running (t >= 1 s)
+    _wait_for(_first_checkpoint(out), p)  # the first checkpoint: the loop is running (t >= 1 s)
     p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 130, stderr
@@ -97,7 +103,7 @@ def test_signal_mid_run_writes_what_it_has_and_exits_130(tmp_path, sig):
     with np.load(out / "log.npz") as z:
         t = z["t"]
         assert z["q"].shape == (len(t), 14)
-    assert 1.0 <= t[-1] < 600 and abs(t[-1] - t_stop) < 1e-3     # everything logged up to the stop is kept
+    assert 1.0 <= t[-1] < 600 and abs(t[-1] - t_stop) < 1e-3  # everything logged up to the stop is kept
     assert np.all(np.diff(t) > 0)
     # the loop (sim/runner.simulate) stopped at a step boundary and the scenario summarized what it had,
     # without the figures or replay.html (skipped after an interrupt so that the run returns within ~2 s)
@@ -114,18 +120,18 @@ def test_sigint_during_the_final_save(tmp_path):
     out = tmp_path / "run"
     p = _spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
     _wait_for(out / "loop_done", p)
-    time.sleep(0.2)                                  # inside the compressed save of ~15 MB
+    time.sleep(0.2)  # inside the compressed save of ~15 MB
     p.send_signal(signal.SIGINT)
     _, stderr = p.communicate(timeout=240)
     assert p.returncode == 130, stderr
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
     m = _check_readable(out)
     with np.load(out / "log.npz") as z:
-        assert z["x"].shape == (30000, 64)          # the save completed
+        assert z["x"].shape == (30000, 64)  # the save completed
     assert "during the final save" in stderr or "interrupted at t = " in stderr
-    if "during the final save" in stderr:            # the run had finished: its metrics are the real ones
+    if "during the final save" in stderr:  # the run had finished: its metrics are the real ones
         assert m["ok"] is True and m["value"] == 1.0
-    else:                                            # the signal came just before the save
+    else:  # the signal came just before the save
         assert m["ok"] is False and m["reason"].startswith("interrupted at t = ")
 
 
@@ -139,7 +145,7 @@ def test_sigkill_around_the_save_leaves_no_corrupt_file(tmp_path, delay):
     out = tmp_path / "run"
     p = _spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
     if delay < 0:
-        _wait_for(_first_checkpoint(out), p)         # a checkpoint exists: the loop is half-way
+        _wait_for(_first_checkpoint(out), p)  # a checkpoint exists: the loop is half-way
         time.sleep(-delay)
     else:
         _wait_for(out / "loop_done", p)
@@ -147,7 +153,7 @@ def test_sigkill_around_the_save_leaves_no_corrupt_file(tmp_path, delay):
     p.send_signal(signal.SIGKILL)
     p.communicate(timeout=60)
     m = _check_readable(out)
-    if m["reason"].startswith("the run did not finish"):   # killed before the final metrics: the placeholder
+    if m["reason"].startswith("the run did not finish"):  # killed before the final metrics: the placeholder
         assert m["ok"] is False
     from cmstack.sim.logger import parts_dir, read_log
 
@@ -162,22 +168,22 @@ def test_logger_checkpoints_every_simulated_second(tmp_path):
 
     log = Logger(checkpoint=tmp_path / "log.npz", checkpoint_every_s=1.0)
     log.meta["name"] = "mine"
-    for k in range(2501):                             # t = 0 … 2.5 s
+    for k in range(2501):  # t = 0 … 2.5 s
         log.append(t=k * 1e-3, x=[k, 2 * k])
         if k == 999:
             assert not (tmp_path / "log.npz").exists() and not parts_dir(tmp_path / "log.npz").exists()
-        if k == 1000:                                 # the append at t = 1 s wrote rows 0 … 999
+        if k == 1000:  # the append at t = 1 s wrote rows 0 … 999
             z = read_log(tmp_path)
             assert z["t"].shape == (1000,) and z["t"][-1] == 0.999 and str(z["name"]) == "mine"
     assert log.checkpoints == 2
-    assert not (tmp_path / "log.npz").exists()        # a killed run: only the parts
+    assert not (tmp_path / "log.npz").exists()  # a killed run: only the parts
     z = read_log(tmp_path / "log.npz")
     assert z["t"][-1] == pytest.approx(1.999) and np.array_equal(z["x"][:, 1], 2 * np.arange(2000))
     assert np.array_equal(z["t"], np.arange(2000) * 1e-3)
     # the second part holds only the rows of the second interval (chunked, not the whole log again)
     with np.load(parts_dir(tmp_path / "log.npz") / "000002.npz") as p2:
         assert p2["t"].shape == (1000,) and p2["t"][0] == 1.0
-    log.save(tmp_path / "log.npz")                    # the final save: the whole log, the parts removed
+    log.save(tmp_path / "log.npz")  # the final save: the whole log, the parts removed
     assert not parts_dir(tmp_path / "log.npz").exists()
     z = read_log(tmp_path)
     assert z["x"].shape == (2501, 2) and z["t"][-1] == 2.5
@@ -195,17 +201,22 @@ def test_logger_columns_match_stacked_rows(tmp_path):
     for k in range(3 * Logger.INITIAL_ROWS + 7):
         a, M = rng.standard_normal(3), rng.standard_normal((2, 2))
         log.append(t=k * 1e-3, a=a, M=M.tolist(), n=k)
-        a[:] = 0.0                                    # the logged row is a copy
-        rows["t"].append(k * 1e-3), rows["a"].append(log.data["a"][-1].copy()), rows["M"].append(M), rows["n"].append(k)
+        a[:] = 0.0  # the logged row is a copy
+        (
+            rows["t"].append(k * 1e-3),
+            rows["a"].append(log.data["a"][-1].copy()),
+            rows["M"].append(M),
+            rows["n"].append(k),
+        )
     L = log.arrays()
     assert np.array_equal(L["t"], np.array(rows["t"])) and np.array_equal(L["M"], np.stack(rows["M"]))
     assert np.array_equal(L["n"], np.arange(len(rows["n"]), dtype=float)) and L["n"].dtype == float
     assert not np.any(L["a"] == 0.0) and len(log) == len(rows["t"]) and log.last_t == rows["t"][-1]
-    assert np.array_equal(read_log(tmp_path)["M"], L["M"][:len(read_log(tmp_path)["t"])])
-    log.append(t=10.0, a=np.zeros(5))                 # another shape: the key becomes ragged
+    assert np.array_equal(read_log(tmp_path)["M"], L["M"][: len(read_log(tmp_path)["t"])])
+    log.append(t=10.0, a=np.zeros(5))  # another shape: the key becomes ragged
     L = log.arrays()
     assert L["a"].dtype == object and len(L["a"]) == len(L["t"]) and L["a"][-1].shape == (5,)
-    log.append(t=11.0, a=np.ones(3))                  # a checkpoint part with the ragged rows
+    log.append(t=11.0, a=np.ones(3))  # a checkpoint part with the ragged rows
     z = read_log(tmp_path, allow_pickle=True)
     assert z["a"].dtype == object and len(z["a"]) == len(z["t"]) and z["a"][-1].shape == (5,)
 

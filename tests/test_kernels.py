@@ -1,12 +1,13 @@
 """Compiled control-step kernels (controllers/kernels.py) against the NumPy formulations they replaced,
 on the states of closed-loop runs: the same torques and reported quantities to 1e-9 relative."""
+
 import numpy as np
 import pytest
+from test_dac import bent_state, ee_traj
 
 from cmstack.controllers.dac import Obstacle, PortLaw, TaskSpaceLaw
 from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
 from cmstack.models.tensor_chain import TensorChain
-from test_dac import bent_state, ee_traj
 
 
 def _rel(a, b):
@@ -25,13 +26,20 @@ def test_cholesky_kernels_match_numpy():
         x = b.copy()
         cholesky_solve_inplace(L, m, x)
         assert _rel(S @ x, b) < 1e-10
-    S = np.array([[1.0, 2.0], [2.0, 1.0]])          # indefinite: refused, as dpotrf
+    S = np.array([[1.0, 2.0], [2.0, 1.0]])  # indefinite: refused, as dpotrf
     assert not cholesky_inplace(S.copy(), 2)
 
 
-@pytest.mark.parametrize("fixed,law_name,kd_mass,obstacles", [
-    (False, "rotvec", 15.0, True), (True, "rotvec", 15.0, True), (False, "euler123", 15.0, True),
-    (False, "rotvec", None, True), (True, "euler123_conservative", None, False)])
+@pytest.mark.parametrize(
+    "fixed,law_name,kd_mass,obstacles",
+    [
+        (False, "rotvec", 15.0, True),
+        (True, "rotvec", 15.0, True),
+        (False, "euler123", 15.0, True),
+        (False, "rotvec", None, True),
+        (True, "euler123_conservative", None, False),
+    ],
+)
 def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obstacles):
     """``TaskSpaceLaw._compiled_step`` (the default step) vs the generic path of the same law
     (``PortLaw.__call__`` with ``TaskSpaceLaw.reference``: dense ℳ, KKT solves of (*), ``TensorChain.known_force``)
@@ -41,30 +49,77 @@ def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obst
     kw = dict(gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name)
     free = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], **kw)
     s = bent_state(free, rng, speed=0.3)
-    ch = free if not fixed else TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], fixed_base=True,
-                                                 base_pose=(s.pos[0].copy(), s.quat[0].copy()), **kw)
+    ch = (
+        free
+        if not fixed
+        else TensorChain.rods(
+            5,
+            0.4,
+            0.04,
+            1.2,
+            [1.5, 2.0, 2.5],
+            fixed_base=True,
+            base_pose=(s.pos[0].copy(), s.quat[0].copy()),
+            **kw,
+        )
+    )
     s = ch.project(s)
     pts = [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]
-    obs = [Obstacle(s.pos[2] + s.R[2] @ np.array([0.2, 0.0, 0.0]) + np.array([0.0, 0.0, 0.06]), 0.05),
-           Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.0]), 0.05)] if obstacles else []
-    law = TaskSpaceLaw(ch, ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]), 3.0, 0.4, 6.0, 6.0,
-                       obstacles=obs, obstacle_gain=2e-5, obstacle_range=0.15, kd_mass=kd_mass, obstacle_points=pts)
+    obs = (
+        [
+            Obstacle(s.pos[2] + s.R[2] @ np.array([0.2, 0.0, 0.0]) + np.array([0.0, 0.0, 0.06]), 0.05),
+            Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.0]), 0.05),
+        ]
+        if obstacles
+        else []
+    )
+    law = TaskSpaceLaw(
+        ch,
+        ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]),
+        3.0,
+        0.4,
+        6.0,
+        6.0,
+        obstacles=obs,
+        obstacle_gain=2e-5,
+        obstacle_range=0.15,
+        kd_mass=kd_mass,
+        obstacle_points=pts,
+    )
     t, dt, dmin, worst = 0.0, 1e-3, np.inf, 0.0
     for _ in range(60):
         tau = law._compiled_step(t, s)
-        got = (law.info.nu_r, law.info.s, law.info.e_task, law.info.V, law.info.Vdot_cl, law.potential, law.clearance)
+        got = (
+            law.info.nu_r,
+            law.info.s,
+            law.info.e_task,
+            law.info.V,
+            law.info.Vdot_cl,
+            law.potential,
+            law.clearance,
+        )
         ref_tau = PortLaw.__call__(law, t, s)
-        ref = (law.info.nu_r, law.info.s, law.info.e_task, law.info.V, law.info.Vdot_cl, law.potential, law.clearance)
+        ref = (
+            law.info.nu_r,
+            law.info.s,
+            law.info.e_task,
+            law.info.V,
+            law.info.Vdot_cl,
+            law.potential,
+            law.clearance,
+        )
         worst = max(worst, _rel(tau, ref_tau))
         for a, b in zip(got[:5], ref[:5]):
             assert _rel(a, b) <= 1e-9
-        assert abs(got[5] - ref[5]) <= 1e-9 * max(abs(ref[5]), 1e-12) and got[6] == pytest.approx(ref[6], rel=1e-12)
+        assert abs(got[5] - ref[5]) <= 1e-9 * max(abs(ref[5]), 1e-12) and got[6] == pytest.approx(
+            ref[6], rel=1e-12
+        )
         dmin = min(dmin, law.clearance)
         s, _ = ch.step(s, dt, tau, t=t)
         t += dt
     assert worst <= 1e-9
     if obstacles:
-        assert dmin < law.clip                  # the quartic core was exercised
+        assert dmin < law.clip  # the quartic core was exercised
     assert np.isfinite(law.info.V) and np.abs(tau).max() < 1e4
 
 
@@ -108,7 +163,7 @@ def test_robust18_kernels_equal_numpy_law(actuator, sinus):
         for k in ("e", "s", "Q_model", "Q_robust"):
             a, b = getattr(fast.info, k), getattr(ref.info, k)
             assert np.abs(a - b).max() <= 1e-9 * max(np.abs(b).max(), 1e-12), k
-    assert np.abs(fast.info.Q_robust).max() > 0          # the robust term was active
+    assert np.abs(fast.info.Q_robust).max() > 0  # the robust term was active
     with pytest.raises(StateError, match="stroke"):
         fast(0.0, np.array([0.0, 0.0, 0.5]), np.zeros(3))
     with pytest.raises(StateError, match="non-finite"):
@@ -144,7 +199,9 @@ def test_pidc_kernel_equals_numpy_step_slider_crank():
 
     def one_row():
         r = load_robot(cfg)
-        return PIDC(r, r.loops[0], ["crank"], ctl.ref, cfg["kp"], cfg["kv"], rank_tol=cfg["rank_tol_controller"])
+        return PIDC(
+            r, r.loops[0], ["crank"], ctl.ref, cfg["kp"], cfg["kv"], rank_tol=cfg["rank_tol_controller"]
+        )
 
     one, one_ref = one_row(), one_row()
     assert one._compiled and one.passive == ["rod"]
@@ -185,7 +242,7 @@ def test_pidc_kernel_generic_reference_no_passive_and_svd_fallback():
     for i in range(40):
         q, v = rng.uniform(-2, 2, size=2), rng.normal(size=2)
         if i == 0:
-            q = np.array([0.4, np.pi / 2 - 0.4])        # cos(θ₁ + θ₂) = 0: a ∥ e_crank, 1 − ‖w‖² = 0
+            q = np.array([0.4, np.pi / 2 - 0.4])  # cos(θ₁ + θ₂) = 0: a ∥ e_crank, 1 − ‖w‖² = 0
         tau = ctl(0.01 * i, q, v)
         _same_pidc_step(ctl, ref, 0.01 * i, q, v, tau, ref._numpy_step(0.01 * i, q, v))
 
@@ -194,6 +251,7 @@ def test_householder_q_and_qt_rebuild_the_pivoted_qr():
     """``apply_q`` and ``apply_qt`` (the reflector steps, ``_reflect_all``, in both orders) on ``qr_pivot``'s
     factors: Q R = X Π to 1e-13, Qᵀ Q y = y, and Q is orthogonal, for tall, wide and rank-deficient X."""
     from cmstack.controllers.kernels import ABS, apply_q, apply_qt, qr_pivot
+
     rng = np.random.default_rng(11)
     for p, s, rank in ((7, 4, 4), (4, 7, 4), (6, 6, 3)):
         X0 = rng.normal(size=(p, rank)) @ rng.normal(size=(rank, s))

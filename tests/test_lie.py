@@ -1,10 +1,26 @@
 """models/lie.py, the one module of small spatial algebra: skew/cross against np.cross, the truncated
 pseudo-inverse against the Penrose conditions and NumPy, quaternions against rotation matrices."""
+
 import numpy as np
 import pytest
 
-from cmstack.models.lie import (cross, kkt_solve, pinv, quat_conj, quat_exp, quat_from_matrix, quat_log, quat_mul,
-                                quat_to_matrix, rot_x, rot_y, rot_z, rotation_vector, skew, svd_rank)
+from cmstack.models.lie import (
+    cross,
+    kkt_solve,
+    pinv,
+    quat_conj,
+    quat_exp,
+    quat_from_matrix,
+    quat_log,
+    quat_mul,
+    quat_to_matrix,
+    rot_x,
+    rot_y,
+    rot_z,
+    rotation_vector,
+    skew,
+    svd_rank,
+)
 
 rng = np.random.default_rng(7)
 
@@ -48,9 +64,9 @@ def test_pinv_penrose_conditions_and_rank(shape, rank):
 
 def test_pinv_absolute_and_relative_thresholds():
     A = np.diag([10.0, 1e-3, 1e-12])
-    assert svd_rank(A, atol=1e-2).rank == 1                      # absolute: drops 1e-3 and 1e-12
-    assert svd_rank(A, rtol=1e-5).rank == 2                      # relative to 10: drops only 1e-12
-    assert svd_rank(A, rtol=1e-5, atol=1e-2).rank == 1           # the larger threshold wins
+    assert svd_rank(A, atol=1e-2).rank == 1  # absolute: drops 1e-3 and 1e-12
+    assert svd_rank(A, rtol=1e-5).rank == 2  # relative to 10: drops only 1e-12
+    assert svd_rank(A, rtol=1e-5, atol=1e-2).rank == 1  # the larger threshold wins
     np.testing.assert_allclose(pinv(A, rtol=1e-5), np.diag([0.1, 1e3, 0.0]))
 
 
@@ -75,7 +91,7 @@ def test_quaternions_against_rotation_matrices():
 
 
 def test_kkt_solve_satisfies_both_rows_and_refuses_singular():
-    rng = np.random.default_rng(5)   # its own draw: the module's rng gave each worker another problem
+    rng = np.random.default_rng(5)  # its own draw: the module's rng gave each worker another problem
     H = rng.normal(size=(5, 5))
     H = H @ H.T + np.eye(5)
     A = rng.normal(size=(2, 5))
@@ -89,4 +105,4 @@ def test_kkt_solve_satisfies_both_rows_and_refuses_singular():
     z = np.linalg.solve(N.T @ H @ N, N.T @ (g - H @ xp))
     np.testing.assert_allclose(x, xp + N @ z, atol=1e-12)
     with pytest.raises(np.linalg.LinAlgError):
-        kkt_solve(H, np.vstack([A[0], A[0]]), g, b)      # dependent rows
+        kkt_solve(H, np.vstack([A[0], A[0]]), g, b)  # dependent rows

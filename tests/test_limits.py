@@ -1,6 +1,7 @@
 """Limits as bounds on v̇ (models/limits.py): the effort rows are τ = M v̇ + h + D v; the position
 bound brakes in time (a discrete double integrator driven at the bound never passes q_max and
 stops); the velocity bound keeps v + Δt v̇ within ±v_max."""
+
 import numpy as np
 import pytest
 
@@ -28,7 +29,7 @@ def test_effort_rows_are_the_torque(robot):
     assert (lim.violation(kin, hD, x, tau) > 0) == bool(np.any(np.abs(tau[idx]) > 300.0))
 
 
-@pytest.mark.parametrize("v0", [0.0, 1.0, 3.0, 6.3])   # all viable: v0² ≤ 2·20·1
+@pytest.mark.parametrize("v0", [0.0, 1.0, 3.0, 6.3])  # all viable: v0² ≤ 2·20·1
 @pytest.mark.parametrize("dt", [0.001, 0.005])
 def test_position_bound_stops_before_the_limit(robot, v0, dt):
     """Drive one joint at its upper acceleration bound (the most aggressive admissible motion)."""
@@ -41,10 +42,10 @@ def test_position_bound_stops_before_the_limit(robot, v0, dt):
         lo, hi = lim.acceleration_bounds(np.array([q]), np.array([v]))
         assert lo[0] <= hi[0]
         acc = hi[0]
-        q, v = q + dt * v + 0.5 * dt * dt * acc, v + dt * acc    # exact for constant acc over dt
+        q, v = q + dt * v + 0.5 * dt * dt * acc, v + dt * acc  # exact for constant acc over dt
         qs.append(q)
     assert max(qs) <= q_max + 1e-12
-    assert q_max - qs[-1] < 0.05 and abs(v) < 0.5          # it got close and (nearly) stopped
+    assert q_max - qs[-1] < 0.05 and abs(v) < 0.5  # it got close and (nearly) stopped
     assert q > q_min
 
 
@@ -62,7 +63,7 @@ def test_position_bound_brakes_at_most_a_max_from_a_viable_state(robot):
 
 
 @pytest.mark.parametrize("integrator", ["semi_implicit", "exact", "explicit"])
-@pytest.mark.parametrize("realised", [1.0, 0.875, 0.5])    # fraction of a commanded deceleration achieved
+@pytest.mark.parametrize("realised", [1.0, 0.875, 0.5])  # fraction of a commanded deceleration achieved
 @pytest.mark.parametrize("dt", [0.001, 0.005])
 def test_position_bound_holds_on_a_plant_that_differs(robot, integrator, realised, dt):
     """The bound holds whatever the plant's integrator, and when the plant achieves only a fraction
@@ -81,7 +82,7 @@ def test_position_bound_holds_on_a_plant_that_differs(robot, integrator, realise
             assert lo[0] <= hi[0]
             acc = hi[0] * (realised if hi[0] < 0 else 1.0)
             v_new = v + dt * acc
-            if integrator == "semi_implicit":      # MuJoCo's Euler
+            if integrator == "semi_implicit":  # MuJoCo's Euler
                 q = q + dt * v_new
             elif integrator == "exact":
                 q = q + dt * 0.5 * (v + v_new)
@@ -89,7 +90,7 @@ def test_position_bound_holds_on_a_plant_that_differs(robot, integrator, realise
                 q = q + dt * v
             v = v_new
             worst = max(worst, q - q_max)
-        assert q_max - q < 0.05 and abs(v) < 0.5          # it got close and (nearly) stopped
+        assert q_max - q < 0.05 and abs(v) < 0.5  # it got close and (nearly) stopped
     assert worst <= 1e-12, worst
 
 
@@ -97,7 +98,7 @@ def test_position_bound_margin_and_bad_arguments(robot):
     lim = JointPositionLimit(robot, dt=0.001, a_max=20.0, joints=["yumi_joint_1_l"], margin=0.01)
     q_max = lim.q_max[0]
     lo, hi = lim.acceleration_bounds(np.array([q_max - 0.01]), np.array([0.0]))
-    assert hi[0] <= 0.0                                     # at the margin: no further
+    assert hi[0] <= 0.0  # at the margin: no further
     with pytest.raises(ConfigError, match="brake_fraction"):
         JointPositionLimit(robot, dt=0.001, a_max=20.0, brake_fraction=0.0)
     with pytest.raises(ConfigError, match="margin"):

@@ -5,6 +5,7 @@ below what joint 4 needs against gravity: each closed loop runs in a child proce
 limit (a stall fails the test, not the CI run), finishes within its limits or stops with a named
 ``InfeasibleError``, and the hard coupling holds.  Before controllers/qp.py one QP of these loops took
 up to 2,649 ProxSuite iterations (24 ms) and the issue's machine saw it run for more than 20 s."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, sys, time
     import numpy as np
     from cmstack import (Robot, RigidCoupling, FrameTask, PostureTask, Circle, UdwadiaKalabaController,
@@ -69,7 +67,7 @@ SCRIPT = textwrap.dedent('''
     out["q_margin_min_rad"] = float(min(np.min(plant.state()[0] - robot.model.lowerPositionLimit),
                                         np.min(robot.model.upperPositionLimit - plant.state()[0])))
     print("RESULT " + json.dumps(out))
-''')
+""")
 
 
 # the documented bound of one UK step (controllers/udwadia_kalaba.py, _sequential): the one QP and level 1's
@@ -80,20 +78,25 @@ CAP = 3 * 300 + 150
 def _run(tmp_path, kind: str, omega: float, duration: float) -> dict:
     script = tmp_path / "carry.py"
     script.write_text(SCRIPT)
-    r = subprocess.run([sys.executable, str(script), kind, str(omega), str(duration)], capture_output=True,
-                       text=True, timeout=240, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, str(script), kind, str(omega), str(duration)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     line = [s for s in r.stdout.splitlines() if s.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
-    return json.loads(line[-1][len("RESULT "):])
+    return json.loads(line[-1][len("RESULT ") :])
 
 
 def test_velocity_limit_that_binds_finishes(tmp_path):
     """ω = 8 rad/s: the hand needs 0.4 m/s, more than joints at 0.3 rad/s can give."""
     out = _run(tmp_path, "velocity", 8.0, 1.5)
-    assert out["steps"]["sequential"] + out["steps"]["qp"] > 100, out      # the limit really binds
+    assert out["steps"]["sequential"] + out["steps"]["qp"] > 100, out  # the limit really binds
     assert out["finished"], out.get("error")
-    assert out["coupling_max_m"] <= 1e-4, out                               # the hard level held
-    assert out["steps"]["max_iters"] <= CAP, out                           # bounded: no crawl
+    assert out["coupling_max_m"] <= 1e-4, out  # the hard level held
+    assert out["steps"]["max_iters"] <= CAP, out  # bounded: no crawl
 
 
 def test_effort_limit_below_gravity_finishes_or_names_the_joint(tmp_path):
@@ -107,7 +110,7 @@ def test_effort_limit_below_gravity_finishes_or_names_the_joint(tmp_path):
         # (the coupling's J̇v changes within the 1 ms step) that the PD of the coupling corrects
         assert out["coupling_max_m"] <= 1e-3, out
         assert out["q_margin_min_rad"] > 0, out
-        assert out["tau_abs_max"] <= 20.0 * (1 + 1e-6), out   # (the wrists' URDF limit is 12 N·m: kept)
+        assert out["tau_abs_max"] <= 20.0 * (1 + 1e-6), out  # (the wrists' URDF limit is 12 N·m: kept)
         assert out["steps"]["max_iters"] <= CAP, out
     else:
         assert "effort" in out["error"] and "panda_joint" in out["error"] and "level 1" in out["error"], out
@@ -117,14 +120,18 @@ def test_lift_into_a_joint_bound_stays_inside_with_the_coupling_held(tmp_path):
     """Issue 21, item 2: two coupled Pandas lift the box 0.6 m in 1.5 s, which drives the elbows into their
     upper URDF bound; the plant (MuJoCo, semi-implicit Euler, joint damping) never passes the bound by more
     than 1e-4 rad and the coupling stays within 1e-4 m (bench/limits.py, case lift_two_arms)."""
-    code = ("import json; from cmstack.bench.limits import run_case; "
-            "print('RESULT ' + json.dumps(run_case('lift_two_arms', 2.0)))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    code = (
+        "import json; from cmstack.bench.limits import run_case; "
+        "print('RESULT ' + json.dumps(run_case('lift_two_arms', 2.0)))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
     line = [s for s in r.stdout.splitlines() if s.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
-    out = json.loads(line[-1][len("RESULT "):])
+    out = json.loads(line[-1][len("RESULT ") :])
     assert out["error"] == "", out["error"]
     assert out["closest_to_bound_rad"] <= 1e-3, out  # the elbows really reach their bound ...
-    assert out["overrun_rad"] <= 1e-4, out            # ... and do not pass it
+    assert out["overrun_rad"] <= 1e-4, out  # ... and do not pass it
     assert out["coupling_max_m"] <= 1e-4, out
-    assert out["saturated_steps"] < 50, out           # the levels below gave way in a few steps at most
+    assert out["saturated_steps"] < 50, out  # the levels below gave way in a few steps at most

@@ -9,6 +9,7 @@ measured by ``python -m bench.long_runs``, never asserted here.
 * ``--no-plots`` builds no matplotlib figure in any scenario;
 * a run killed before its final save (only ``.log.npz.parts/``) is read, replayed and written as HTML.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +33,7 @@ def _rows(k: int, rng) -> dict:
 def test_logger_keeps_one_interval_in_memory_and_saves_the_same_log(tmp_path):
     rng = np.random.default_rng(0)
     streamed = Logger(checkpoint=tmp_path / "log.npz", checkpoint_every_s=0.25)
-    whole = Logger()                                   # no checkpoint: everything in memory (the reference)
+    whole = Logger()  # no checkpoint: everything in memory (the reference)
     for log in (streamed, whole):
         log.meta.update(name="mine", joint_names=np.array(["a", "b"]))
     most = 0
@@ -42,7 +42,9 @@ def test_logger_keeps_one_interval_in_memory_and_saves_the_same_log(tmp_path):
         streamed.append(**row)
         whole.append(**row)
         most = max(most, streamed.rows_in_memory)
-    assert most <= 251 and streamed.checkpoints == 16     # one interval of 0.25 s at 1 ms (+ the row that closes it)
+    assert (
+        most <= 251 and streamed.checkpoints == 16
+    )  # one interval of 0.25 s at 1 ms (+ the row that closes it)
     assert whole.rows_in_memory == len(whole) == 4 * Logger.INITIAL_ROWS + 11
     S, W = streamed.arrays(), whole.arrays()
     assert set(S) == set(W) and all(np.array_equal(S[k], W[k]) for k in W)
@@ -50,7 +52,7 @@ def test_logger_keeps_one_interval_in_memory_and_saves_the_same_log(tmp_path):
     assert len(chunks) == 17 and all(set(c) == {"t", "a"} for c in chunks)
     assert np.array_equal(np.concatenate([c["a"] for c in chunks]), W["a"])
     assert np.array_equal(streamed.select(["M"])["M"], W["M"])
-    streamed.put("p", np.arange(len(W["t"])) * 2.0)     # a whole series set after the loop
+    streamed.put("p", np.arange(len(W["t"])) * 2.0)  # a whole series set after the loop
     whole.put("p", np.arange(len(W["t"])) * 2.0)
     streamed.save(tmp_path / "log.npz")
     whole.save(tmp_path / "ref.npz")
@@ -78,7 +80,7 @@ def test_extend_chunks_adds_series_per_chunk_and_stops_at_its_deadline(tmp_path)
     seen = []
     done, total = log.extend_chunks(lambda c: seen.append(len(c["t"])) or {"y": 2 * c["x"]})
     assert (done, total) == (4, 4) and seen == [1000, 1000, 1000, 500] and log.rows_in_memory == 0
-    assert np.array_equal(read_log(tmp_path)["y"], 2 * np.arange(3500.0))       # in the parts already
+    assert np.array_equal(read_log(tmp_path)["y"], 2 * np.arange(3500.0))  # in the parts already
     # a pass that stops part-way (its deadline passed): the series it added to some chunks only is not
     # read back from the parts (a later part lacks it), so nothing misaligned is ever replayed
     done, total = log.extend_chunks(lambda c: {"z": c["x"]}, deadline=time.monotonic() - 1.0)
@@ -90,7 +92,7 @@ def test_extend_chunks_adds_series_per_chunk_and_stops_at_its_deadline(tmp_path)
         part1 = {k: z[k] for k in z.files}
     part1["__series__"] = np.array([*part1["__series__"].tolist(), "v"])
     part1["v"] = np.zeros(1000)
-    np.savez(first_only, **part1)                      # "v" in the first part only: an unfinished pass
+    np.savez(first_only, **part1)  # "v" in the first part only: an unfinished pass
     got = read_log(tmp_path)
     assert "v" not in got and "w" in got and len(got["w"]) == 3500
 
@@ -103,12 +105,15 @@ def test_read_log_rows_reads_only_the_rows_asked_for(tmp_path):
         log.append(t=k * 1e-3, q=rng.standard_normal(4), F=rng.standard_normal((4, 4)))
     idx = np.array([0, 1, 299, 300, 301, 1234, 1999])
     ref = log.arrays()
-    parts = read_log_rows(tmp_path, ["t", "F", "mjcf_path", "absent"], idx)      # from the parts
+    parts = read_log_rows(tmp_path, ["t", "F", "mjcf_path", "absent"], idx)  # from the parts
     assert set(parts) == {"t", "F", "mjcf_path"} and str(parts["mjcf_path"]) == "m.xml"
-    on_disk = idx[idx < len(read_log(tmp_path)["t"])]      # the parts end at the last checkpoint (t = 1.8 s)
+    on_disk = idx[idx < len(read_log(tmp_path)["t"])]  # the parts end at the last checkpoint (t = 1.8 s)
     assert len(on_disk) == 6 and np.array_equal(parts["F"], ref["F"][on_disk])
     assert np.array_equal(parts["t"], ref["t"][on_disk])
-    for path, compress in ((tmp_path / "stored.npz", False), (tmp_path / "log.npz", True)):   # the last removes the parts
+    for path, compress in (
+        (tmp_path / "stored.npz", False),
+        (tmp_path / "log.npz", True),
+    ):  # the last removes the parts
         log.save(path, compress=compress)
         got = read_log_rows(path, ["q", "F"], idx)
         assert np.array_equal(got["q"], ref["q"][idx]) and np.array_equal(got["F"], ref["F"][idx])
@@ -123,23 +128,40 @@ def test_error_stats_chunk_by_chunk_equal_the_whole_arrays():
     n = 900
     t = np.arange(n) * 0.005
     decay = np.exp(-3 * t)[:, None]
-    d = dict(e_c=rng.standard_normal((n, 6)) * decay, e_u=rng.standard_normal((n, 6)) * decay,
-             p_D=rng.standard_normal((n, 3)), p_E1=rng.standard_normal((n, 3)), weld_violation=rng.random(n),
-             loop_residual=rng.random(n))
+    d = dict(
+        e_c=rng.standard_normal((n, 6)) * decay,
+        e_u=rng.standard_normal((n, 6)) * decay,
+        p_D=rng.standard_normal((n, 3)),
+        p_E1=rng.standard_normal((n, 3)),
+        weld_violation=rng.random(n),
+        loop_residual=rng.random(n),
+    )
     tau = rng.standard_normal((n, 14)) * 30
     for thr, cuts in ((0.05, [137, 400, 401, 777]), (1e-9, [300, 600]), (10.0, [450])):
         above = np.flatnonzero(np.linalg.norm(d["e_u"], axis=1) >= thr)
-        if thr == 0.05:                               # the last row above the threshold closes a chunk
+        if thr == 0.05:  # the last row above the threshold closes a chunk
             cuts = sorted({*cuts, int(above[-1]) + 1})
-        ref = error_metrics(t, d["e_c"], d["e_u"], d["p_D"], d["p_E1"], tau, d["weld_violation"], 1.5, thr,
-                            loop_residual=d["loop_residual"])
+        ref = error_metrics(
+            t,
+            d["e_c"],
+            d["e_u"],
+            d["p_D"],
+            d["p_E1"],
+            tau,
+            d["weld_violation"],
+            1.5,
+            thr,
+            loop_residual=d["loop_residual"],
+        )
         st = ErrorStats(1.5, thr)
         for a, b in zip([0, *cuts], [*cuts, n]):
             st.add(t[a:b], {k: v[a:b] for k, v in d.items()}, tau[a:b])
         got = st.metrics()
         for k, v in ref.items():
-            np.testing.assert_allclose(got[k], v, rtol=1e-9, atol=0, equal_nan=True, err_msg=f"{k} (thr {thr})")
-    assert ref["settling_time_s"] == 0.0                 # thr 10: never above: settled from the start
+            np.testing.assert_allclose(
+                got[k], v, rtol=1e-9, atol=0, equal_nan=True, err_msg=f"{k} (thr {thr})"
+            )
+    assert ref["settling_time_s"] == 0.0  # thr 10: never above: settled from the start
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +202,7 @@ def test_a_run_holds_one_checkpoint_interval_of_rows(yumi_run):
     with np.load(out / "log.npz") as z:
         n = len(z["t"])
         assert n == 660 and z["frame__E1"].shape == (n, 4, 4) and z["q"].shape == (n, 14)
-    assert 0 < most <= 201                  # 1 s of 5 ms steps (+ the row that closes it), not the 660 rows
+    assert 0 < most <= 201  # 1 s of 5 ms steps (+ the row that closes it), not the 660 rows
 
 
 def test_streamed_metrics_equal_the_in_memory_path(yumi_run):
@@ -191,10 +213,25 @@ def test_streamed_metrics_equal_the_in_memory_path(yumi_run):
     m, out, _, _ = yumi_run
     cfg = resolve_config("yumi_dual_arm", duration=3.3)
     L = read_log(out)
-    ref = error_metrics(L["t"], L["e_c"], L["e_u"], L["p_D"], L["p_E1"], L["tau"], L["weld_violation"],
-                        cfg["converge_after"], cfg["settle_threshold"])
-    for k in ("constraint_error_initial", "task_error_initial", "constraint_error_converged",
-              "task_error_converged", "settling_time_s", "max_torque_nm"):
+    ref = error_metrics(
+        L["t"],
+        L["e_c"],
+        L["e_u"],
+        L["p_D"],
+        L["p_E1"],
+        L["tau"],
+        L["weld_violation"],
+        cfg["converge_after"],
+        cfg["settle_threshold"],
+    )
+    for k in (
+        "constraint_error_initial",
+        "task_error_initial",
+        "constraint_error_converged",
+        "task_error_converged",
+        "settling_time_s",
+        "max_torque_nm",
+    ):
         assert m[k] == pytest.approx(ref[k], rel=1e-9, abs=0), k
     for i, c in enumerate("xyz"):
         assert m[f"position_offset_{c}_m"] == pytest.approx(ref["position_offset"][i], rel=1e-9, abs=0)
@@ -213,8 +250,15 @@ def test_no_plots_builds_no_figure_in_the_yumi_run(yumi_run):
     assert figures == 0 and not (out / "plots").exists() and (out / "replay.html").is_file()
 
 
-SHORT = {"yumi_dual_arm": 0.05, "series_parallel": 0.1, "slider_crank": 1.1, "chain_open_loop": 0.05,
-         "chain_task_space": 0.05, "balloon": 0.1, "closed_chain": 1.05}
+SHORT = {
+    "yumi_dual_arm": 0.05,
+    "series_parallel": 0.1,
+    "slider_crank": 1.1,
+    "chain_open_loop": 0.05,
+    "chain_task_space": 0.05,
+    "balloon": 0.1,
+    "closed_chain": 1.05,
+}
 
 
 class FigureBuilt(RuntimeError):
@@ -240,7 +284,7 @@ def test_no_plots_creates_no_matplotlib_figure(tmp_path, monkeypatch, name):
     mod = importlib.import_module(f"cmstack.scenarios.{name}")
     m, out = run_scenario(name, mod.run, duration=SHORT[name], out=tmp_path / "off", html=False, plots=False)
     assert "error" not in m and not (out / "plots").exists()
-    if name == "yumi_dual_arm":                        # the patch does catch a figure when plots are on
+    if name == "yumi_dual_arm":  # the patch does catch a figure when plots are on
         with pytest.raises(FigureBuilt):
             run_scenario(name, mod.run, duration=SHORT[name], out=tmp_path / "on", html=False, plots=True)
 
@@ -263,24 +307,32 @@ def test_diagnostics_stopped_by_the_deadline_say_what_they_cover(tmp_path, monke
 # ------------------------------------------------------------------------------------------- Ctrl-C
 def _spawn(argv, cwd):
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
 def test_sigint_to_a_long_run_writes_log_and_metrics_with_the_reason(tmp_path):
     out = tmp_path / "run"
-    p = _spawn(["run", "yumi_dual_arm", "--duration", "100000", "--no-plots", "--no-progress", "--out", str(out)],
-               tmp_path)
+    p = _spawn(
+        ["run", "yumi_dual_arm", "--duration", "100000", "--no-plots", "--no-progress", "--out", str(out)],
+        tmp_path,
+    )
     try:
         first = parts_dir(out / "log.npz") / "000003.npz"
         t0 = time.monotonic()
-        while not first.exists():                      # 3 s simulated: the loop is well under way
+        while not first.exists():  # 3 s simulated: the loop is well under way
             assert p.poll() is None, p.communicate()
             assert time.monotonic() - t0 < 240, "the loop never started"
             time.sleep(0.02)
         p.send_signal(signal.SIGINT)
-        _, stderr = p.communicate(timeout=120)         # the wall-clock limit of this test
+        _, stderr = p.communicate(timeout=120)  # the wall-clock limit of this test
     finally:
         if p.poll() is None:
             p.kill()
@@ -311,10 +363,10 @@ def test_a_killed_run_is_read_replayed_and_written_as_html_from_its_parts(tmp_pa
     log.meta["mjcf_path"] = str(L["mjcf_path"])
     for i in range(len(L["t"])):
         log.append(t=L["t"][i], plant_qpos=L["plant_qpos"][i], frame__E1=L["frame__E1"][i])
-    del log                                            # never saved: the parts are all there is
+    del log  # never saved: the parts are all there is
     assert not (killed / "log.npz").exists() and parts_dir(killed / "log.npz").is_dir()
     got = load_run(killed)
-    n = len(got["t"])                                  # everything up to the last checkpoint (t ≈ 3 s)
+    n = len(got["t"])  # everything up to the last checkpoint (t ≈ 3 s)
     assert 590 <= n < 660 and np.array_equal(got["plant_qpos"], L["plant_qpos"][:n])
     assert cli_main(["view", str(killed), "--html", str(tmp_path / "k.html")]) == 0
     html = (tmp_path / "k.html").read_text()
@@ -334,7 +386,7 @@ def test_an_interrupted_run_too_long_to_assemble_keeps_its_parts(tmp_path, monke
     monkeypatch.setattr(_common, "INTERRUPT_ASSEMBLE_MAX_PARTS", 3)
     note = _common._save_interrupted(log, tmp_path)
     assert "not assembled (4 checkpoint parts)" in note and not (tmp_path / "log.npz").exists()
-    assert np.array_equal(read_log(tmp_path)["x"], np.arange(3500.0))      # the tail was flushed too
+    assert np.array_equal(read_log(tmp_path)["x"], np.arange(3500.0))  # the tail was flushed too
     assemble(tmp_path)
     assert not parts_dir(tmp_path / "log.npz").exists()
     z = read_log(tmp_path)

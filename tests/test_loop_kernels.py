@@ -4,6 +4,7 @@ of φ, J̇v against finite differences of J v along q(t) = q ⊕ t v (v̇ = 0), 
 for the weld); and the ``ClosureSet`` pass (frames from data.J in the kernel, ``_frame_kernels.frame_states``)
 against the rows from Pinocchio's own frame Jacobians and classical accelerations.  Every kind, on the five-bar and
 the Delta, closed (all rows are ∂φ/∂q there) and open (the point and plane rows are ∂φ/∂q everywhere)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,15 @@ def _kernel(robot, c, q, v):
     kin = robot.update(q, v)
     A, B = kin.frame(c.fa), kin.frame(c.fb)
     phi, J, jdv = np.full(c.m + 2, np.nan), np.full((c.m + 2, robot.nv), np.nan), np.full(c.m + 2, np.nan)
-    assert frame_rows(KIND_CODES[c.kind], A.R, A.p, A.J, A.acc, B.R, B.p, B.J, B.acc, v, phi, J, jdv, 1) == c.m
-    assert np.isnan(J[0]).all() and np.isnan(J[-1]).all() and np.isnan(phi[[0, -1]]).all() and np.isnan(jdv[[0, -1]]).all()
+    assert (
+        frame_rows(KIND_CODES[c.kind], A.R, A.p, A.J, A.acc, B.R, B.p, B.J, B.acc, v, phi, J, jdv, 1) == c.m
+    )
+    assert (
+        np.isnan(J[0]).all()
+        and np.isnan(J[-1]).all()
+        and np.isnan(phi[[0, -1]]).all()
+        and np.isnan(jdv[[0, -1]]).all()
+    )
     return phi[1:-1], J[1:-1], jdv[1:-1]
 
 
@@ -71,8 +79,8 @@ def _assert_phi_close(phi, ref, kinds):
     atol, i = np.full(len(ref), 1e-14), 0
     for kind in kinds:
         if kind == "weld":
-            th = np.linalg.norm(ref[i + 3:i + 6])
-            atol[i + 3:i + 6] *= max(1.0, th / max(np.sin(th), 1e-300))
+            th = np.linalg.norm(ref[i + 3 : i + 6])
+            atol[i + 3 : i + 6] *= max(1.0, th / max(np.sin(th), 1e-300))
         i += KINDS[kind]
     err = np.abs(np.asarray(phi) - ref)
     assert np.all(err <= atol), f"phi differs from the reference by {err} (allowed {atol})"
@@ -83,8 +91,13 @@ def _fd_jacobian(robot, c, q, eps=1e-6):
     for i in range(robot.nv):
         dq = np.zeros(robot.nv)
         dq[i] = eps
-        cols.append((_phi_reference(robot, c, pin.integrate(robot.model, q, dq))
-                     - _phi_reference(robot, c, pin.integrate(robot.model, q, -dq))) / (2 * eps))
+        cols.append(
+            (
+                _phi_reference(robot, c, pin.integrate(robot.model, q, dq))
+                - _phi_reference(robot, c, pin.integrate(robot.model, q, -dq))
+            )
+            / (2 * eps)
+        )
     return np.array(cols).T
 
 
@@ -94,18 +107,18 @@ def test_compiled_rows_against_finite_differences(kind, model, fa, fb):
     robot = Robot.from_mjcf(model)
     rng = np.random.default_rng(4)
     m = KINDS[kind]
-    for k in range(4):
+    for _k in range(4):
         q0 = _random_q(robot, rng)
         c = _closed(robot, kind, fa, fb, q0)
         v = rng.normal(size=robot.nv)
-        q1 = pin.integrate(robot.model, q0, 0.3 * rng.normal(size=robot.nv))      # open: φ of order 0.1
+        q1 = pin.integrate(robot.model, q0, 0.3 * rng.normal(size=robot.nv))  # open: φ of order 0.1
         for q, closed in ((q0, True), (q1, False)):
             phi, J, jdv = _kernel(robot, c, q, v)
             ref = _phi_reference(robot, c, q)
             _assert_phi_close(phi, ref, [kind])
             assert (np.abs(ref).max() < 1e-12) == closed
             fd = _fd_jacobian(robot, c, q)
-            rows = slice(0, m) if (closed or kind == "plane") else slice(0, 3)    # J = ∂φ/∂q there
+            rows = slice(0, m) if (closed or kind == "plane") else slice(0, 3)  # J = ∂φ/∂q there
             np.testing.assert_allclose(J[rows], fd[rows], rtol=0, atol=1e-8)
             # J̇v = d/dt (J(q(t)) v) at t = 0, q(t) = q ⊕ t v: everywhere, every kind
             eps = 1e-6
@@ -118,7 +131,7 @@ def test_compiled_rows_against_finite_differences(kind, model, fa, fb):
 def test_the_checks_see_a_wrong_row():
     """A revolute row without its (ω_A × x_A)·ω_d term (ω_A zeroed in frame a's row; J is unchanged) moves J̇v far
     beyond the finite-difference check's tolerance: that check can fail on the term."""
-    robot = Robot.from_mjcf("mjcf/delta.xml")         # spatial (in the planar five-bar the term is zero)
+    robot = Robot.from_mjcf("mjcf/delta.xml")  # spatial (in the planar five-bar the term is zero)
     rng = np.random.default_rng(7)
     q = _random_q(robot, rng)
     c = _closed(robot, "revolute", "wp_1", "platform", q)
@@ -141,7 +154,9 @@ def test_closure_set_pass_equals_the_rows_from_pinocchios_frames(model, fa, fb):
     same rows from Pinocchio's getFrameJacobian and classical acceleration (``rows_from`` a ``Robot.update``), every
     kind stacked, open configurations; and its cache: a second (q, v) is a new pass."""
     robot = Robot.from_mjcf(model)
-    cs = ClosureSet([LoopClosure(robot, fa, fb, kind=k, offset=OFF_A, offset_b=[0.0, 0.01, 0.0]) for k in KIND_CODES])
+    cs = ClosureSet(
+        [LoopClosure(robot, fa, fb, kind=k, offset=OFF_A, offset_b=[0.0, 0.01, 0.0]) for k in KIND_CODES]
+    )
     rng = np.random.default_rng(9)
     for _ in range(5):
         q = _random_q(robot, rng)
@@ -151,10 +166,15 @@ def test_closure_set_pass_equals_the_rows_from_pinocchios_frames(model, fa, fb):
         Jr, jdvr = cs.rows_from(robot.update(q, v))
         np.testing.assert_allclose(J, Jr, rtol=0, atol=1e-13 * max(1.0, np.abs(Jr).max()))
         np.testing.assert_allclose(jdv, jdvr, rtol=0, atol=1e-12 * max(1.0, np.abs(jdvr).max()))
-        _assert_phi_close(phi, np.concatenate([_phi_reference(robot, c, q) for c in cs.closures]),
-                          [c.kind for c in cs.closures])
+        _assert_phi_close(
+            phi,
+            np.concatenate([_phi_reference(robot, c, q) for c in cs.closures]),
+            [c.kind for c in cs.closures],
+        )
         assert np.abs(phi).max() > 1e-3
-        np.testing.assert_allclose(cs.jdot_v(q, 2 * v), 4 * jdvr, rtol=0, atol=1e-11 * max(1.0, np.abs(jdvr).max()))
+        np.testing.assert_allclose(
+            cs.jdot_v(q, 2 * v), 4 * jdvr, rtol=0, atol=1e-11 * max(1.0, np.abs(jdvr).max())
+        )
 
 
 @pytest.mark.parametrize("kind", PHI_KINDS)
@@ -163,20 +183,27 @@ def test_compiled_residual_equals_pinocchios(kind, model, fa, fb):
     """``closure_phi`` against φ from Pinocchio's placements (pin.log3 for the weld), open configurations; zero to
     round-off on a closed weld."""
     robot = Robot.from_mjcf(model)
-    c = LoopClosure(robot, fa, fb, kind=kind, offset=[0.01, 0.02, -0.03], offset_b={"xyz": [0.0, 0.01, 0.0], "rpy": [0.1, 0.2, 0.3]})
+    c = LoopClosure(
+        robot,
+        fa,
+        fb,
+        kind=kind,
+        offset=[0.01, 0.02, -0.03],
+        offset_b={"xyz": [0.0, 0.01, 0.0], "rpy": [0.1, 0.2, 0.3]},
+    )
     rng = np.random.default_rng(5)
-    for k in range(10):
+    for _k in range(10):
         q, v = rng.normal(size=robot.nq), rng.normal(size=robot.nv)
         kin = robot.update(q, v)
         A, B = kin.frame(c.fa), kin.frame(c.fb)
         phi = np.full(c.m + 2, np.nan)
         assert closure_phi(KIND_CODES[kind], _row(A), _row(B), phi, 1) == c.m
-        np.testing.assert_allclose(phi[1:1 + c.m], _phi_reference(robot, c, q), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(phi[1 : 1 + c.m], _phi_reference(robot, c, q), rtol=0, atol=1e-13)
         assert np.isnan(phi[0]) and np.isnan(phi[-1])
     w = LoopClosure(robot, fa, fb, kind="weld")
     q = rng.normal(size=robot.nq)
     kin = robot.update(q, 0 * q)
     A = kin.frame(w.fa)
     phi = np.empty(6)
-    closure_phi(KIND_CODES["weld"], _row(A), _row(A), phi, 0)       # frame b put where A is
+    closure_phi(KIND_CODES["weld"], _row(A), _row(A), phi, 0)  # frame b put where A is
     assert np.abs(phi).max() < 1e-14

@@ -1,5 +1,6 @@
 """LoopClosure (models/loops.py): its rows against finite differences, the task contract against the
 constraint functions, one Pinocchio pass per step, assembly, PIDC and ProjectionPlant taking it directly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_rows_match_finite_differences(yumi, kind):
     # the snapshot's rows are the constraint functions' (one contract)
     assert np.allclose(W, c.jacobian(q0), atol=1e-13)
     assert np.allclose(drift, c.jdot_v(q0, v), atol=1e-12)
-    Ak, jk = c.rows_from(kin)                      # what PIDC reads from its own Robot.update pass
+    Ak, jk = c.rows_from(kin)  # what PIDC reads from its own Robot.update pass
     assert np.allclose(Ak, W, atol=1e-13) and np.allclose(jk, drift, atol=1e-12)
     A, b = c.compute(kin, 0.0)
     assert np.allclose(b, -drift - c.kd * w - c.kp * e, atol=1e-12)
@@ -114,7 +115,9 @@ def test_assemble_closes_and_names_the_loop_it_cannot(yumi):
     try:
         q = yumi.assemble(q0 + 0.05 * rng.normal(size=yumi.nq))
         assert yumi.loops[0].residual(q) <= 1e-12
-        far = LoopClosure(yumi, "yumi_link_7_l", "yumi_link_7_r", "point", offset=[5.0, 0, 0], name="too_long")
+        far = LoopClosure(
+            yumi, "yumi_link_7_l", "yumi_link_7_r", "point", offset=[5.0, 0, 0], name="too_long"
+        )
         with pytest.raises(InfeasibleError, match=r"loop 'too_long' .* residual \d"):
             assemble(yumi, q0, [far])
     finally:
@@ -131,7 +134,7 @@ def test_bad_kind_and_frame(yumi):
 # ------------------------------------------------------------------------------ from the model file
 def test_mjcf_reads_every_branch_the_loop_and_the_passive_joints():
     r = Robot.from_mjcf("mjcf/five_bar.xml")
-    assert r.joint_names == ["base_l", "elbow_l", "tip", "base_r", "elbow_r"]     # both top-level bodies
+    assert r.joint_names == ["base_l", "elbow_l", "tip", "base_r", "elbow_r"]  # both top-level bodies
     assert r.passive_joints == ["elbow_l", "tip", "elbow_r"] and r.actuated_joints == ["base_l", "base_r"]
     assert [(c.name, c.kind) for c in r.loops] == [("tip_loop", "weld")]
     assert r.effort_limit[r.joint_index("base_l")] == 5.0
@@ -188,11 +191,15 @@ def test_mjcf_loop_that_cannot_close_is_one_line(tmp_path):
     from cmstack.models.errors import ModelFileError
 
     # a site 2 m from base_r, which the left branch (0.43 m long, 0.2 m away) cannot reach
-    p = _mjcf_variant(tmp_path, '<weld name="tip_loop" body1="tool" body2="dist_r"/>',
-                      '<connect name="far" site1="ee" site2="far_site"/>')
-    text = p.read_text().replace('<geom fromto="0 0 0 0.1 0 -0.12" rgba="0.8 0.3 0.2 1"/>',
-                                 '<geom fromto="0 0 0 0.1 0 -0.12" rgba="0.8 0.3 0.2 1"/><site name="far_site" '
-                                 'pos="2 0 0"/>')
+    p = _mjcf_variant(
+        tmp_path,
+        '<weld name="tip_loop" body1="tool" body2="dist_r"/>',
+        '<connect name="far" site1="ee" site2="far_site"/>',
+    )
+    text = p.read_text().replace(
+        '<geom fromto="0 0 0 0.1 0 -0.12" rgba="0.8 0.3 0.2 1"/>',
+        '<geom fromto="0 0 0 0.1 0 -0.12" rgba="0.8 0.3 0.2 1"/><site name="far_site" pos="2 0 0"/>',
+    )
     p.write_text(text)
     with pytest.raises(ModelFileError) as err:
         Robot.from_mjcf(p)
@@ -209,12 +216,12 @@ def test_pidc_and_projection_plant_take_the_loop_directly():
     from cmstack.sim.projection_sim import ProjectionPlant
 
     r = Robot.from_mjcf("mjcf/five_bar.xml")
-    plant = ProjectionPlant(r, r.loops[0], sim_dt=1e-3)          # passive joints: robot.passive_joints
+    plant = ProjectionPlant(r, r.loops[0], sim_dt=1e-3)  # passive joints: robot.passive_joints
     q0 = r.assemble([0.1, 0.0, 0.0, -0.1, 0.0])
     plant.reset(q0)
     assert not plant.actuated[r.joint_index("tip")]
     q_goal = plant.q[[0, 3]]
-    ctl = PIDC(r, None, ["base_l", "base_r"], q_goal, 400.0, 40.0)   # the robot's loops and passive joints
+    ctl = PIDC(r, None, ["base_l", "base_r"], q_goal, 400.0, 40.0)  # the robot's loops and passive joints
     for _ in range(300):
         q, v = plant.state()
         tau = ctl(plant.time, q, v)

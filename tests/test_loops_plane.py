@@ -2,17 +2,17 @@
 its rows against finite differences on moving frames (A turning, so every term of J and J̇v counts), against the
 slider-crank's closed form (67)-(69) of [Aghili] (tests/_slider_crank_reference.py), the sidecar path, and the
 clear refusals where a plant or Pinocchio has no such constraint."""
+
 from __future__ import annotations
 
 import numpy as np
 import pinocchio as pin
 import pytest
+from _slider_crank_reference import SliderCrankLoop  # the paper's closed form (67)-(69), a test oracle
 
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.models.loops import ClosureSet, LoopClosure, pinocchio_constraint_models
 from cmstack.models.robot import Robot
-
-from _slider_crank_reference import SliderCrankLoop       # the paper's closed form (67)-(69), a test oracle
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,15 @@ def test_plane_rows_match_finite_differences_on_moving_frames(yumi):
     (on and off the plane), J̇v = d/dt (J v) at v̇ = 0, and the task's e, w, drift are the same rows."""
     rng = np.random.default_rng(11)
     off = {"xyz": [0.05, -0.02, 0.1], "rpy": [0.3, -0.4, 0.7]}
-    c = LoopClosure(yumi, "yumi_link_7_l", "yumi_link_7_r", "plane", offset=off, offset_b=[0.01, 0.02, 0.03],
-                    name="fd_plane")
+    c = LoopClosure(
+        yumi,
+        "yumi_link_7_l",
+        "yumi_link_7_r",
+        "plane",
+        offset=off,
+        offset_b=[0.01, 0.02, 0.03],
+        name="fd_plane",
+    )
     assert c.m == c.dim == 1
     for _ in range(3):
         q = rng.uniform(-1.0, 1.0, yumi.nq)
@@ -43,10 +50,12 @@ def test_plane_rows_match_finite_differences_on_moving_frames(yumi):
         phi = c.phi(q)
         d = yumi.model.createData()
         pin.framesForwardKinematics(yumi.model, d, q)
-        A = d.oMf[yumi.frame_id("yumi_link_7_l")] * pin.SE3(pin.rpy.rpyToMatrix(*off["rpy"]), np.array(off["xyz"]))
+        A = d.oMf[yumi.frame_id("yumi_link_7_l")] * pin.SE3(
+            pin.rpy.rpyToMatrix(*off["rpy"]), np.array(off["xyz"])
+        )
         pb = d.oMf[yumi.frame_id("yumi_link_7_r")].act(np.array([0.01, 0.02, 0.03]))
-        assert abs(phi[0] - A.rotation[:, 2] @ (pb - A.translation)) < 1e-14     # φ = n·(p_b − p_A)
-        assert abs(phi[0]) > 1e-3                                                # off the plane: all terms count
+        assert abs(phi[0] - A.rotation[:, 2] @ (pb - A.translation)) < 1e-14  # φ = n·(p_b − p_A)
+        assert abs(phi[0]) > 1e-3  # off the plane: all terms count
         J = c.jacobian(q)
         assert J.shape == (1, yumi.nv)
         assert np.allclose(J, _fd_jacobian(c, q), atol=1e-8)
@@ -54,7 +63,7 @@ def test_plane_rows_match_finite_differences_on_moving_frames(yumi):
         fd = (c.jacobian(q + eps * v) @ v - c.jacobian(q - eps * v) @ v) / (2 * eps)
         assert np.allclose(c.jdot_v(q, v), fd, atol=1e-7 * max(1.0, np.abs(fd).max()))
         # φ̈ along q(t) = q + t v (v̇ = 0) is J̇v: the second difference of φ
-        fd2 = (c.phi(q + eps * v) - 2 * phi + c.phi(q - eps * v)) / eps ** 2
+        fd2 = (c.phi(q + eps * v) - 2 * phi + c.phi(q - eps * v)) / eps**2
         assert np.allclose(c.jdot_v(q, v), fd2, atol=2e-3 * max(1.0, abs(fd2[0])))
         kin = yumi.update(q, v)
         W, drift, w, e = c.error_dynamics(kin, 0.0)
@@ -87,7 +96,9 @@ def test_slider_crank_sidecar_gives_the_papers_loop():
         Fa, Fb = kin.frame(c.fa), kin.frame(c.fb)
         row = [np.concatenate((F.R.ravel(), F.p, F.twist, F.acc)) for F in (Fa, Fb)]
         assert closure_rows(KIND_CODES["plane"], row[0], Fa.J, row[1], Fb.J, J2, jdv2, 0) == 1
-        assert np.allclose(J2[0], A, rtol=0, atol=1e-15 * 4) and abs(jdv2[0] - jdv) <= 1e-14 * max(1.0, abs(jdv))
+        assert np.allclose(J2[0], A, rtol=0, atol=1e-15 * 4) and abs(jdv2[0] - jdv) <= 1e-14 * max(
+            1.0, abs(jdv)
+        )
     # assembled near a guess off the rail: C back on z = 0
     q = robot.assemble(np.array([0.7, 0.3]))
     assert abs(oracle.phi(q)[0]) < 1e-12

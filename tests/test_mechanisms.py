@@ -12,6 +12,7 @@ The slider-crank scenario's model, the URDF cut at C with its rail as a ``plane`
 is checked against the MJCF mechanism with the slider as a body (Pinocchio's constraintDynamics on it); the
 series-parallel arm's controller model (the MJCF's closed chain, cylinder and piston massless) against the
 partition model of [Dastranj]: tests/test_pidc_series_parallel.py."""
+
 from __future__ import annotations
 
 import mujoco
@@ -28,19 +29,31 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.urdf_plant import plant_from_urdf
 
-MECHANISMS = {"five_bar": "mjcf/five_bar.xml", "four_bar": "mjcf/four_bar.xml", "delta": "mjcf/delta.xml",
-              "slider_crank": "mjcf/slider_crank.xml", "series_parallel": "mjcf/series_parallel.xml"}
+MECHANISMS = {
+    "five_bar": "mjcf/five_bar.xml",
+    "four_bar": "mjcf/four_bar.xml",
+    "delta": "mjcf/delta.xml",
+    "slider_crank": "mjcf/slider_crank.xml",
+    "series_parallel": "mjcf/series_parallel.xml",
+}
 #: measured medians of |q̈_MuJoCo − q̈_rigid| / |q̈_rigid| at random torques (the soft equalities' regularizer
 #: (1 − d)/d at MuJoCo's largest impedance d = 0.9999): five-bar 8.6e-3, four-bar 2.9e-5, Delta 2.3e-2,
 #: slider-crank 2.4e-5, series-parallel 2.0e-5 (max of the 10 states: 3.3e-5, 4.5e-5)
-MUJOCO_QACC_REL = {"five_bar": 2e-2, "four_bar": 1e-4, "delta": 5e-2, "slider_crank": 1e-4,
-                   "series_parallel": 1e-4}
+MUJOCO_QACC_REL = {
+    "five_bar": 2e-2,
+    "four_bar": 1e-4,
+    "delta": 5e-2,
+    "slider_crank": 1e-4,
+    "series_parallel": 1e-4,
+}
 #: spread of the random states about q_initial (rad, m): the series-parallel arm's stroke stays inside its
 #: 0.2 m range (MuJoCo's joint limits would add rows the rigid model does not have)
 SPREAD = {"series_parallel": 0.03}
 #: the scenarios' URDF models with their loops sidecars (the controllers' models)
-URDF_MODELS = {"five_bar": ("urdf/five_bar.urdf", "urdf/five_bar.loops.toml"),
-               "slider_crank": ("urdf/slider_crank.urdf", "urdf/slider_crank.loops.toml")}
+URDF_MODELS = {
+    "five_bar": ("urdf/five_bar.urdf", "urdf/five_bar.loops.toml"),
+    "slider_crank": ("urdf/slider_crank.urdf", "urdf/slider_crank.loops.toml"),
+}
 
 
 def _states(robot, n, seed, spread=0.15):
@@ -65,7 +78,7 @@ def test_forward_dynamics_match_pinocchio_constraint_dynamics(name, tmp_path):
     robot = Robot.from_mjcf(MECHANISMS[name])
     f = tmp_path / "wrapped.xml"
     f.write_text(wrapped_mjcf(robot.mjcf_path))
-    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))     # Pinocchio's own reading of the loops
+    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))  # Pinocchio's own reading of the loops
     assert len(cms) == len(robot.loops) and [pm.names[i] for i in range(1, pm.njoints)] == robot.joint_names
     pm.gravity = robot.model.gravity
     cds = pin.StdVec_RigidConstraintData()
@@ -94,7 +107,7 @@ def test_inverse_dynamics_with_passive_joints_match_a_kkt_solve(name):
     for q, v, rng in _states(robot, 8, 2, SPREAD.get(name, 0.15)):
         J, jdv = cs.jacobian_and_jdot_v(q, v)
         pr = project(J)
-        qdd = pr.P @ rng.normal(size=robot.nv) - pr.A_pinv @ jdv        # J q̈ + J̇v = 0
+        qdd = pr.P @ rng.normal(size=robot.nv) - pr.A_pinv @ jdv  # J q̈ + J̇v = 0
         assert np.allclose(J @ qdd + jdv, 0.0, atol=1e-10)
         kin = robot.update(q, v)
         b = kin.M @ qdd + kin.h + robot.damping * v
@@ -103,7 +116,7 @@ def test_inverse_dynamics_with_passive_joints_match_a_kkt_solve(name):
         B = np.eye(robot.nv)[:, act]
         x = np.linalg.lstsq(np.hstack([B, J.T]), b, rcond=1e-12)[0]
         assert np.linalg.norm(np.hstack([B, J.T]) @ x - b) <= 1e-10 * np.linalg.norm(b)
-        tau_kkt = B @ x[:act.sum()]
+        tau_kkt = B @ x[: act.sum()]
         assert np.abs(tau[~act]).max() <= 1e-10 * np.abs(b).max()
         assert np.linalg.norm(tau - tau_kkt) <= 1e-9 * np.linalg.norm(tau_kkt)
         assert np.linalg.norm(plant.accel(q, v, tau * act) - qdd) <= 1e-8 * np.linalg.norm(qdd)
@@ -154,7 +167,7 @@ def test_urdf_sidecar_plant_is_the_mjcf_plant(tmp_path):
     for p in (pm, pu):
         p.set_torque([0.2, 0, 0, -0.1, 0])
         p.step(300)
-    assert np.abs(pm.state()[0] - m.q_initial).max() > 0.1              # it moved
+    assert np.abs(pm.state()[0] - m.q_initial).max() > 0.1  # it moved
     assert np.allclose(pm.state()[0], pu.state()[0], atol=1e-9)
     assert np.isclose(pm.equality_violation(), pu.equality_violation(), rtol=1e-6)
     saved = mujoco.MjModel.from_xml_path(str(save_xml(pu, tmp_path / "plant.xml")))
@@ -191,15 +204,17 @@ def test_revolute_closure_in_the_urdf_plant(tmp_path):
     """A hinge closure (kind revolute, 5 rows) from a sidecar becomes two MuJoCo connects along the hinge axis:
     the plant keeps the hinge closed and moves as the rigid model does."""
     side = tmp_path / "hinge.toml"
-    side.write_text('passive = ["elbow_l", "tip", "elbow_r"]\n[[loop]]\nname = "hinge"\nframe_a = "tool"\n'
-                    'frame_b = "dist_r"\nkind = "revolute"\n'
-                    'offset = {xyz = [0.2, 0.0, 0.18], rpy = [1.5707963267948966, 0.0, 0.0]}\n'
-                    'offset_b = {rpy = [1.5707963267948966, 0.0, 0.0]}\n')
+    side.write_text(
+        'passive = ["elbow_l", "tip", "elbow_r"]\n[[loop]]\nname = "hinge"\nframe_a = "tool"\n'
+        'frame_b = "dist_r"\nkind = "revolute"\n'
+        "offset = {xyz = [0.2, 0.0, 0.18], rpy = [1.5707963267948966, 0.0, 0.0]}\n"
+        "offset_b = {rpy = [1.5707963267948966, 0.0, 0.0]}\n"
+    )
     robot = Robot.from_urdf("urdf/five_bar.urdf", loops=side)
     (c,) = robot.loops
     assert c.kind == "revolute" and c.residual(robot.q_initial) < 1e-12
     plant = plant_from_urdf(robot, sim_dt=2.5e-4, q0=robot.q_initial)
-    assert plant.model.neq == 2                                       # two connects on the hinge axis
+    assert plant.model.neq == 2  # two connects on the hinge axis
     rigid = ProjectionPlant(robot, None, sim_dt=1e-3)
     rel = []
     for q, v, rng in _states(robot, 8, 7):
@@ -239,7 +254,7 @@ def test_slider_crank_urdf_with_its_rail_is_the_mjcf_mechanism(tmp_path):
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     d = robot.model.createData()
     fid = robot.frame_id("slider_point")
-    x0 = 1.0                                         # the MJCF slider body's x at qpos = 0
+    x0 = 1.0  # the MJCF slider body's x at qpos = 0
     worst, n = 0.0, 0
     for q, v, rng in _states(robot, 12, 8, 1.0):
         pin.computeJointJacobians(robot.model, d, q)
@@ -248,8 +263,9 @@ def test_slider_crank_urdf_with_its_rail_is_the_mjcf_mechanism(tmp_path):
         xcd = (pin.getFrameJacobian(robot.model, d, fid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED) @ v)[0]
         tau = np.array([5.0 * rng.normal(), 0.0])
         a = plant.accel(q, v, tau)
-        a_pin = pin.constraintDynamics(pm, pd, np.r_[q, xc - x0], np.r_[v, xcd], np.r_[tau, 0.0], cms, cds, prox)
+        a_pin = pin.constraintDynamics(
+            pm, pd, np.r_[q, xc - x0], np.r_[v, xcd], np.r_[tau, 0.0], cms, cds, prox
+        )
         worst = max(worst, float(np.linalg.norm(a - a_pin[:2]) / np.linalg.norm(a_pin[:2])))
         n += 1
     assert n == 12 and worst <= 1e-9, worst
-

@@ -4,6 +4,7 @@ with one ModelFileError line naming the file and the link, through the Python AP
 keeps the thesis' targets of yumi_dual_arm.
 
 The bad URDFs are written here from the shipped urdf/yumi.urdf, never committed."""
+
 from __future__ import annotations
 
 import json
@@ -45,11 +46,21 @@ def _inertia(ixx, iyy, izz, ixy=0.0):
 BAD = {
     "negative_mass": ({"yumi_link_7_l": {"mass": -2}}, "yumi_link_7_l", ["mass -2 kg", ">= 0"]),
     "nan_mass": ({"yumi_link_7_l": {"mass": "nan"}}, "yumi_link_7_l", ["'nan'", "not a finite number"]),
-    "zero_mass_moving": ({"yumi_link_6_l": {"mass": 0}}, "yumi_link_6_l", ["mass 0 kg", "yumi_joint_5_l", "> 0"]),
-    "not_positive_definite": ({"yumi_link_4_r": {"inertia": _inertia(0.1, 0.1, 0.1, ixy=0.2)}}, "yumi_link_4_r",
-                              ["not positive definite", "-0.1"]),
-    "triangle": ({"yumi_link_4_r": {"inertia": _inertia(0.1, 0.1, 0.3)}}, "yumi_link_4_r",
-                 ["triangle inequality", "0.1 + 0.1 < 0.3"]),
+    "zero_mass_moving": (
+        {"yumi_link_6_l": {"mass": 0}},
+        "yumi_link_6_l",
+        ["mass 0 kg", "yumi_joint_5_l", "> 0"],
+    ),
+    "not_positive_definite": (
+        {"yumi_link_4_r": {"inertia": _inertia(0.1, 0.1, 0.1, ixy=0.2)}},
+        "yumi_link_4_r",
+        ["not positive definite", "-0.1"],
+    ),
+    "triangle": (
+        {"yumi_link_4_r": {"inertia": _inertia(0.1, 0.1, 0.3)}},
+        "yumi_link_4_r",
+        ["triangle inequality", "0.1 + 0.1 < 0.3"],
+    ),
 }
 
 
@@ -63,8 +74,11 @@ def _write(tmp_path: Path, name: str, links: dict) -> Path:
 def test_bad_inertials_are_refused_by_the_python_api(case, tmp_path, capfd):
     links, link, words = BAD[case]
     path = _write(tmp_path, case, links)
-    loaders = {"Robot": lambda: Robot(path), "from_urdf": lambda: Robot.from_urdf(path),
-               "compose": lambda: Robot.compose([(YUMI, "a_", [0, 0, 0]), (path, "b_", [0, 1, 0])])}
+    loaders = {
+        "Robot": lambda: Robot(path),
+        "from_urdf": lambda: Robot.from_urdf(path),
+        "compose": lambda: Robot.compose([(YUMI, "a_", [0, 0, 0]), (path, "b_", [0, 1, 0])]),
+    }
     for how, load in loaders.items():
         with pytest.raises(ModelFileError) as info:
             load()
@@ -82,11 +96,26 @@ def test_bad_inertials_exit_2_from_the_command_line(case, tmp_path):
     links, link, words = BAD[case]
     path = _write(tmp_path, case, links)
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "cmstack.cli", "run", "yumi_dual_arm", "--set", f"urdf={path}",
-                        "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cmstack.cli",
+            "run",
+            "yumi_dual_arm",
+            "--set",
+            f"urdf={path}",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr                         # one line, no urdfdom C++ output
+    assert len(lines) == 1, r.stderr  # one line, no urdfdom C++ output
     assert lines[0].startswith("error: ModelFileError:") and str(path) in lines[0] and f"'{link}'" in lines[0]
     for w in words:
         assert w in lines[0]
@@ -112,10 +141,16 @@ def test_a_massless_link_welded_to_a_body_with_mass_is_fine(tmp_path):
     ok = _write(tmp_path, "tip0", {"yumi_link_7_l": {"mass": 0}})
     robot = Robot(ok)
     assert robot.model.inertias[robot.model.getJointId("yumi_joint_6_l")].mass == pytest.approx(0.22)
-    massless = {n: {"mass": 0} for n in ("yumi_link_7_l", "gripper_l_base", "gripper_l_finger_r", "gripper_l_finger_l")}
+    massless = {
+        n: {"mass": 0}
+        for n in ("yumi_link_7_l", "gripper_l_base", "gripper_l_finger_r", "gripper_l_finger_l")
+    }
     bad = _write(tmp_path, "hand0", massless)
-    with pytest.raises(ModelFileError, match=r"links \['yumi_link_7_l', 'gripper_l_base'.*moved by joint "
-                                             r"'yumi_joint_6_l', has mass 0 kg"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"links \['yumi_link_7_l', 'gripper_l_base'.*moved by joint "
+        r"'yumi_joint_6_l', has mass 0 kg",
+    ):
         Robot(bad)
     locked = Robot.from_urdf(bad, locked_joints={"yumi_joint_6_l": 0.0})
     assert "yumi_joint_6_l" not in locked.joint_names
@@ -130,8 +165,12 @@ def test_shipped_and_example_urdfs_load():
         example_robot_data_path("panda_description/urdf/panda.urdf")
     except ModelFileError:
         pytest.skip("example-robot-data (dev extra) is not installed")
-    for rel in ("panda_description/urdf/panda.urdf", "xarm_description/urdf/xarm7.urdf",
-                "kinova_description/robots/kinova.urdf", "talos_data/robots/talos_reduced.urdf"):
+    for rel in (
+        "panda_description/urdf/panda.urdf",
+        "xarm_description/urdf/xarm7.urdf",
+        "kinova_description/robots/kinova.urdf",
+        "talos_data/robots/talos_reduced.urdf",
+    ):
         Robot(example_robot_data_path(rel))
 
 
@@ -141,18 +180,24 @@ def _rows(**sets):
     from cmstack.scenarios.yumi_dual_arm import _target_rows
 
     cfg = resolve_config("yumi_dual_arm", overrides=sets)
-    m = dict(constraint_error_initial=0.2839, task_error_initial=0.3447, constraint_error_converged=0.042,
-             task_error_converged=0.003)
+    m = dict(
+        constraint_error_initial=0.2839,
+        task_error_initial=0.3447,
+        constraint_error_converged=0.042,
+        task_error_converged=0.003,
+    )
     return {r.key: r for r in _target_rows(cfg, m)}
 
 
 def test_a_urdf_with_other_inertials_keeps_the_thesis_targets(tmp_path):
     heavier = _write(tmp_path, "heavier", {"yumi_link_7_l": {"mass": 0}, "yumi_link_3_r": {"mass": 2.5}})
     r = _rows(urdf=str(heavier))
-    assert r["constraint_error_converged"].target == "<= 0.0001" and r["constraint_error_converged"].ok is False
+    assert (
+        r["constraint_error_converged"].target == "<= 0.0001" and r["constraint_error_converged"].ok is False
+    )
     assert r["task_error_converged"].target == "<= 0.0062" and r["task_error_converged"].ok is True
     assert r["task_error_initial"].target == "within 1 %"
-    longer = tmp_path / "longer.urdf"                 # another forearm length: other kinematics, other errors
+    longer = tmp_path / "longer.urdf"  # another forearm length: other kinematics, other errors
     longer.write_text(YUMI.read_text().replace('xyz="0.0405 0.16461 0"', 'xyz="0.0405 0.18 0"'))
     r = _rows(urdf=str(longer))
     for k in ("constraint_error_initial", "constraint_error_converged", "task_error_converged"):
@@ -164,9 +209,25 @@ def test_zero_mass_on_the_coupled_tip_fails_its_targets(tmp_path):
     left a 4 mm coupling error and still said ok: true; the coupling target now applies: exit 1."""
     path = _write(tmp_path, "tip0", {"yumi_link_7_l": {"mass": 0}})
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "cmstack.cli", "run", "yumi_dual_arm", "--set", f"urdf={path}",
-                        "--out", str(out), "--no-progress", "--no-plots", "--no-html"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cmstack.cli",
+            "run",
+            "yumi_dual_arm",
+            "--set",
+            f"urdf={path}",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-plots",
+            "--no-html",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert r.returncode == 1, r.stderr
     assert "constraint_error_converged" in metrics["failed_targets"]

@@ -5,12 +5,14 @@ URDFs, the MJCF mechanisms and the loops sidecars beside the URDFs (``Robot.from
 pyproject.toml's ``[tool.setuptools.package-data]`` lists them by glob; a file that no glob matches would
 be missing from a non-editable install only, where no test of the source tree would notice.
 """
+
 from __future__ import annotations
 
 import fnmatch
 import subprocess
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIRS = {"urdf": "cmstack.urdf", "mjcf": "cmstack.mjcf"}
@@ -38,10 +40,11 @@ def test_every_model_file_is_package_data():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_data = cfg["tool"]["setuptools"]["package-data"]
     files = [f for d in DATA_DIRS for f in _tracked(d)]
-    assert any(f.endswith(".loops.toml") for f in files)          # the sidecars exist and are looked at
+    assert any(f.endswith(".loops.toml") for f in files)  # the sidecars exist and are looked at
     assert unshipped(files, package_data) == []
 
 
 def test_a_file_outside_the_globs_is_reported():
-    assert unshipped(["urdf/arm.urdf", "urdf/arm.loops.toml", "urdf/make.py"],
-                     {"cmstack.urdf": ["*.urdf"]}) == ["urdf/arm.loops.toml"]
+    assert unshipped(
+        ["urdf/arm.urdf", "urdf/arm.loops.toml", "urdf/make.py"], {"cmstack.urdf": ["*.urdf"]}
+    ) == ["urdf/arm.loops.toml"]

@@ -1,5 +1,6 @@
 """[Dastranj] inertia-partitioning model: ζ(δ), E, Γ, h, Q_e against finite differences, Pinocchio's
 CRBA/RNEA on the open tree, the MuJoCo plant's closed loop, reconfiguration and bad input."""
+
 from pathlib import Path
 
 import mujoco
@@ -96,7 +97,7 @@ def test_gamma_h_qe_match_crba_rnea_on_open_tree(models, with_actuator):
         Mh = pin.crba(m, d, qh)
         Mh = np.triu(Mh) + np.triu(Mh, 1).T
         assert np.allclose(tm.Gamma, E.T @ Mh @ E, atol=1e-9, rtol=0)
-        C = pin.rnea(m0, d0, qh, E @ qd, np.zeros(m.nv))            # Ĉ(q̂, E q̇) E q̇, no gravity
+        C = pin.rnea(m0, d0, qh, E @ qd, np.zeros(m.nv))  # Ĉ(q̂, E q̇) E q̇, no gravity
         h_ref = E.T @ (C + Mh @ pm.map.Edot_qd(q, qd))
         assert np.allclose(tm.h, h_ref, atol=1e-9, rtol=0)
         g = pin.computeGeneralizedGravity(m, d, qh)
@@ -109,8 +110,11 @@ def test_h_matches_lagrange_form_by_finite_differences(models):
     pm = models[False]
     e = 1e-6
     for q, qd in random_states(5):
-        dG = [(pm.compute(q + e * np.eye(3)[j], qd).Gamma - pm.compute(q - e * np.eye(3)[j], qd).Gamma) / (2 * e)
-              for j in range(3)]
+        dG = [
+            (pm.compute(q + e * np.eye(3)[j], qd).Gamma - pm.compute(q - e * np.eye(3)[j], qd).Gamma)
+            / (2 * e)
+            for j in range(3)
+        ]
         Gdot = sum(dG[j] * qd[j] for j in range(3))
         grad = np.array([qd @ dG[j] @ qd for j in range(3)])
         h_fd = Gdot @ qd - 0.5 * grad
@@ -126,7 +130,7 @@ def test_gamma_spd_over_workspace(models):
             G = pm.compute(np.array([0.7, th, dl]), np.zeros(3)).Gamma
             assert np.allclose(G, G.T, atol=1e-10)
             worst = min(worst, np.linalg.eigvalsh(G).min())
-    assert worst > 1.0   # kg·m² / kg: strictly positive with margin
+    assert worst > 1.0  # kg·m² / kg: strictly positive with margin
 
 
 # ------------------------------------------------------------------------------------------ reconfiguration
@@ -142,7 +146,9 @@ def test_reconfigure_body3_equals_rebuild(models, tmp_path):
     text = URDF.read_text()
     old_inertial = '<origin xyz="1.041 0.001 -0.077" rpy="0 0 0"/>\n      <mass value="60"/>'
     assert old_inertial in text
-    text = text.replace(old_inertial, '<origin xyz="1.3 0.001 -0.077" rpy="0 0 0"/>\n      <mass value="80"/>')
+    text = text.replace(
+        old_inertial, '<origin xyz="1.3 0.001 -0.077" rpy="0 0 0"/>\n      <mass value="80"/>'
+    )
     old_tip = '<child link="F3"/>\n    <origin xyz="2 0 0" rpy="0 0 0"/>'
     assert old_tip in text
     text = text.replace(old_tip, '<child link="F3"/>\n    <origin xyz="2.5 0 0" rpy="0 0 0"/>')
@@ -152,7 +158,7 @@ def test_reconfigure_body3_equals_rebuild(models, tmp_path):
 
     for k in ("Gamma", "h", "Qe"):
         assert np.allclose(getattr(after, k), getattr(ref, k), atol=1e-9), k
-    assert not np.allclose(after.Gamma, before.Gamma, atol=1e-3)        # the change took effect
+    assert not np.allclose(after.Gamma, before.Gamma, atol=1e-3)  # the change took effect
     for b in ("base", "link1"):
         assert np.allclose(after.Gamma_i[b], before.Gamma_i[b], atol=1e-12)  # local update
     assert np.allclose(pm.tip_jacobian(q), PartitionModel(p).tip_jacobian(q), atol=1e-12)
@@ -206,7 +212,7 @@ def test_bad_input_is_a_clear_error(models):
         with pytest.raises(StateError, match="outside"):
             pm.compute(np.array([0.0, 0.0, dl]), np.zeros(3))
     with pytest.raises(ConfigError, match="cannot close"):
-        TriangleMap(L0=0.35, l0=0.6)             # l0 + δ_max = 0.8 > 2 L0 = 0.7
+        TriangleMap(L0=0.35, l0=0.6)  # l0 + δ_max = 0.8 > 2 L0 = 0.7
     with pytest.raises(ConfigError, match="cannot close"):
         PartitionModel(l0=0.55)
     with pytest.raises(StateError):
@@ -227,4 +233,4 @@ def test_stroke_slack_accepts_end_stop_penetration_only():
     with pytest.raises(StateError, match="slack"):
         tm.zeta(-2e-3)
     with pytest.raises(ConfigError, match="slack"):
-        TriangleMap(slack=0.09)                  # l0 + δ_max + slack would exceed 2 L0
+        TriangleMap(slack=0.09)  # l0 + δ_max + slack would exceed 2 L0

@@ -1,5 +1,6 @@
 """bench/peers.py: the three solvers of the peers' benchmark behave on short runs of the YuMi closed chain
 (behaviour only: no timing is asserted)."""
+
 import time
 
 import numpy as np
@@ -36,7 +37,7 @@ def test_cmstack_kinematic_run_keeps_the_coupling_and_closes_on_e1(problem):
     P = problem
     r = _run(P, CmstackKinematic(P))
     e = errors(P, r.Q)
-    assert e["coupling_m_max"] < 1e-3 and e["coupling_rad_max"] < 3e-3        # the hard level holds the bar
+    assert e["coupling_m_max"] < 1e-3 and e["coupling_rad_max"] < 3e-3  # the hard level holds the bar
     assert _e1_error(P, r.Q[-1], P.steps * P.dt) < 0.5 * _e1_error(P, r.Q[0], 0.0)
     # the integrated q̈ is the law's, which the perfect model's forward dynamics reproduces from the torque
     ctl = r.s.ctl
@@ -46,7 +47,7 @@ def test_cmstack_kinematic_run_keeps_the_coupling_and_closes_on_e1(problem):
     assert np.allclose(a, ctl.info.vdot, atol=1e-6 * max(1.0, np.abs(a).max()))
 
 
-@pytest.mark.parametrize("peer, constraint", [("pink", False), ("mink", True)])   # the bench's main rows
+@pytest.mark.parametrize("peer, constraint", [("pink", False), ("mink", True)])  # the bench's main rows
 def test_each_peer_first_steps_reduce_the_e1_error(problem, peer, constraint):
     P = problem
     pytest.importorskip(peer)
@@ -54,7 +55,7 @@ def test_each_peer_first_steps_reduce_the_e1_error(problem, peer, constraint):
     r = _run(P, cls(P, P.gains("matched"), constraint=constraint, solver="proxqp"), steps=10)
     before, after = _e1_error(P, r.Q[0], 0.0), _e1_error(P, r.Q[10], 10 * P.dt)
     assert after < before
-    assert errors(P, r.Q[:11])["coupling_m_max"] < 1e-3                      # the coupling holds meanwhile
+    assert errors(P, r.Q[:11])["coupling_m_max"] < 1e-3  # the coupling holds meanwhile
     assert r.s.failures == 0
 
 

@@ -1,9 +1,9 @@
 """PIDC (controllers/pidc.py): minimum-norm torque, passive joints, QP version, force control."""
+
 import numpy as np
 import pytest
 
 from cmstack.controllers.pidc import PIDC, ForceLaw
-from cmstack.models.trajectory import Constant
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.projection import project
 from cmstack.models.robot import Robot
@@ -19,7 +19,11 @@ def robot():
 
 
 def sine_ref(t):
-    return (np.array([0.3 * np.sin(2 * t)]), np.array([0.6 * np.cos(2 * t)]), np.array([-1.2 * np.sin(2 * t)]))
+    return (
+        np.array([0.3 * np.sin(2 * t)]),
+        np.array([0.6 * np.cos(2 * t)]),
+        np.array([-1.2 * np.sin(2 * t)]),
+    )
 
 
 def admissible(th1, w):
@@ -53,7 +57,9 @@ def brute_force_min_norm(F, target, W, passive_mask):
     return sol[:n]
 
 
-@pytest.mark.parametrize("passive,weights", [((), None), ((), [1.0, 3.0]), (("rod",), None), (("rod",), [2.0, 0.5])])
+@pytest.mark.parametrize(
+    "passive,weights", [((), None), ((), [1.0, 3.0]), (("rod",), None), (("rod",), [2.0, 0.5])]
+)
 def test_torque_is_minimum_norm(robot, passive, weights):
     (c,) = robot.loops
     for th1 in (0.3, 1.0, 2.2, -2.0):
@@ -114,14 +120,26 @@ def test_unsolvable_case_is_reported(robot):
     assert ctl.info.solvable and ctl.unsolvable_steps == 1
 
 
-@pytest.mark.parametrize("passive,weights", [((), None), (("rod",), None), (("rod",), [1.0, 2.0]), ((), [3.0, 1.0])])
+@pytest.mark.parametrize(
+    "passive,weights", [((), None), (("rod",), None), (("rod",), [1.0, 2.0]), ((), [3.0, 1.0])]
+)
 def test_qp_equals_closed_form_without_active_limits(robot, passive, weights):
     (c,) = robot.loops
     for th1 in (0.3, 1.4, -2.1):
         q, v = admissible(th1, RNG.normal())
         cf = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=passive, weights=weights)
-        qp = PIDC(robot, c, ["crank"], sine_ref, 100.0, 20.0, passive=passive, weights=weights, qp=True,
-                  torque_limits=[1e4, 1e4])
+        qp = PIDC(
+            robot,
+            c,
+            ["crank"],
+            sine_ref,
+            100.0,
+            20.0,
+            passive=passive,
+            weights=weights,
+            qp=True,
+            torque_limits=[1e4, 1e4],
+        )
         t1, t2 = cf(0.7, q, v), qp(0.7, q, v)
         assert not qp.info.limit_active
         np.testing.assert_allclose(t2, t1, atol=1e-7)
@@ -130,7 +148,7 @@ def test_qp_equals_closed_form_without_active_limits(robot, passive, weights):
 def test_qp_keeps_working_with_limits_active(robot):
     (c,) = robot.loops
     q, v = admissible(0.6, 3.0)
-    big = lambda t: (np.array([2.0]), np.zeros(1), np.zeros(1))   # large step: large torque
+    big = lambda t: (np.array([2.0]), np.zeros(1), np.zeros(1))  # large step: large torque
     cf = PIDC(robot, c, ["crank"], big, 400.0, 40.0, passive=("rod",))
     tau_cf = cf(0.0, q, v)
     lim = 0.5 * abs(tau_cf[0])
@@ -140,7 +158,7 @@ def test_qp_keeps_working_with_limits_active(robot):
     assert qp.info.limit_active and qp.saturated_steps == 1
     assert abs(tau[0]) <= lim * (1 + 1e-8) and tau[1] == 0.0
     assert np.sign(tau[0]) == np.sign(tau_cf[0])
-    np.testing.assert_allclose(abs(tau[0]), lim, rtol=1e-6)   # the best it can do: push at the limit
+    np.testing.assert_allclose(abs(tau[0]), lim, rtol=1e-6)  # the best it can do: push at the limit
 
 
 def test_closed_loop_tracking_with_passive_rod(robot):
@@ -150,7 +168,7 @@ def test_closed_loop_tracking_with_passive_rod(robot):
     plant.reset(np.array([0.2, -0.4]))
     ctl = PIDC(robot, c, ["crank"], sine_ref, 400.0, 40.0, passive=("rod",))
     errs = []
-    for k in range(1500):
+    for _k in range(1500):
         t = plant.time
         q, v = plant.state()
         plant.set_torque(ctl(t, q, v))
@@ -165,9 +183,9 @@ def _force_run(robot, lam_d, steps=800, bias=8.0):
     """The plant receives τ + Aᵀ·bias: an unmodelled impotent actuator bias (it loads the slider but
     cannot move the mechanism), which the force loop must reject through its integral."""
     (c,) = robot.loops
-    plant = ProjectionPlant(robot, c, sim_dt=1e-3, passive=())       # every joint driven
+    plant = ProjectionPlant(robot, c, sim_dt=1e-3, passive=())  # every joint driven
     plant.reset(np.array([0.5, -1.0]))
-    sensor = lambda t, q, v: plant.constraint_force()   # an impotent bias is invisible in the motion
+    sensor = lambda t, q, v: plant.constraint_force()  # an impotent bias is invisible in the motion
     fl = ForceLaw(lam_d, kp=0.3, ki=60.0, measure=sensor) if lam_d is not None else None
     ctl = PIDC(robot, c, ["crank"], sine_ref, 200.0, 30.0, force=fl, passive=())
     motion, force_err = [], []
@@ -178,7 +196,9 @@ def _force_run(robot, lam_d, steps=800, bias=8.0):
         motion.append(sine_ref(t)[0][0] - q[0])
         if fl is not None:
             A = c.jacobian(q)
-            force_err.append(np.linalg.norm(ctl.info.f_d - ctl.info.f_c) / np.linalg.norm(A.T @ np.atleast_1d(lam_d)))
+            force_err.append(
+                np.linalg.norm(ctl.info.f_d - ctl.info.f_c) / np.linalg.norm(A.T @ np.atleast_1d(lam_d))
+            )
         plant.step(1)
     return np.array(motion), np.array(force_err)
 
@@ -189,5 +209,5 @@ def test_force_control_converges_and_is_independent_of_motion(robot):
     # the impotent input does not move the system: identical motion error with and without force control
     np.testing.assert_allclose(m1, m0, atol=1e-9)
     # constraint force converges to f_d = Aᵀλ_d
-    assert ef[1:20].max() > 0.1          # the bias is felt at first ...
-    assert ef[-200:].max() < 0.02        # ... and rejected by the PI law
+    assert ef[1:20].max() > 0.1  # the bias is felt at first ...
+    assert ef[-200:].max() < 0.02  # ... and rejected by the PI law

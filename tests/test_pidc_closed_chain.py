@@ -1,5 +1,6 @@
 """PIDC on closed chains from the model file (issue 23 item 4): task-space coordinates (any Task of the core
 contract) with the robot's loops and passive joints, and the constraint force it reports."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,9 @@ def test_five_bar_tip_tracks_a_circle_with_passive_joints():
     robot = Robot.from_mjcf("mjcf/five_bar.xml")
     q0 = robot.q_initial
     p0 = robot.update(q0, np.zeros(robot.nv)).frame("ee").p.copy()
-    circle = Circle(p0 - [0.03, 0.0, 0.0], 0.03, 2 * np.pi * 0.5)        # starts at the tip, in the x-z plane
+    circle = Circle(p0 - [0.03, 0.0, 0.0], 0.03, 2 * np.pi * 0.5)  # starts at the tip, in the x-z plane
     task = FrameTask(robot, "ee", circle, kp=400.0, kd=40.0, rows="position")
-    ctl = PIDC(robot, None, task)                     # robot.loops, robot.passive_joints
+    ctl = PIDC(robot, None, task)  # robot.loops, robot.passive_joints
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     plant.reset(q0)
     errs = []
@@ -28,7 +29,7 @@ def test_five_bar_tip_tracks_a_circle_with_passive_joints():
         q, v = plant.state()
         tau = ctl(t, q, v)
         assert ctl.info.solvable and np.abs(tau[~plant.actuated]).max() <= 1e-9
-        assert np.allclose(ctl.info.qdd_des, plant.accel(q, v, tau), atol=1e-8)      # τ realises q̈_des
+        assert np.allclose(ctl.info.qdd_des, plant.accel(q, v, tau), atol=1e-8)  # τ realises q̈_des
         # f_c (32) is what the loop exerts on the rigid plant under τ; λ its multipliers on the weld's rows
         plant.set_torque(tau)
         f_plant = plant.constraint_force()
@@ -39,7 +40,7 @@ def test_five_bar_tip_tracks_a_circle_with_passive_joints():
             errs.append(np.linalg.norm(ctl.kin.frame("ee").p - circle(t)[0].translation))
         plant.step()
     assert max(errs) <= 1e-4
-    assert np.abs(ctl.info.f_c).max() > 1e-3                    # the loop carries load (gravity)
+    assert np.abs(ctl.info.f_c).max() > 1e-3  # the loop carries load (gravity)
 
 
 def test_task_coordinates_take_no_reference():

@@ -2,6 +2,7 @@
 PIDC._sp_pinv, PIDC.passive_closed_form with ``pr``; the closed-chain step on ``robot.loops``) give the same
 torques as the SVD route, to 1e-9 relative, on the states of real closed-loop runs (slider-crank on the
 projection simulator, series-parallel on MuJoCo)."""
+
 import numpy as np
 
 from cmstack.controllers.pidc import PIDC
@@ -19,7 +20,7 @@ def svd_reference(pidc, t, q, v):
     A = pidc.c.jacobian(q)
     n = len(q)
     svd = svd_rank(A, atol=pidc.rank_tol)
-    Vr = svd.Vt[:svd.rank].T
+    Vr = svd.Vt[: svd.rank].T
     P = np.eye(n) - Vr @ Vr.T
     Cv = -svd.pinv() @ pidc.c.jdot_v(q, v)
     th_d, thd_d, thdd_d = (np.atleast_1d(np.asarray(x, float)) for x in pidc.ref(t))
@@ -30,7 +31,7 @@ def svd_reference(pidc, t, q, v):
     tau = tau_par - Q @ (pinv(pidc.IB @ Q, rtol=1e-10) @ (pidc.IB @ tau_par))
     b = M @ qdd + h
     if np.linalg.norm(pidc.IB @ tau) > pidc.solve_tol * max(1.0, np.linalg.norm(b)):
-        tau = tau * pidc.actuated        # condition (58) fails: the passive torque cannot be applied
+        tau = tau * pidc.actuated  # condition (58) fails: the passive torque cannot be applied
     return tau
 
 
@@ -64,12 +65,16 @@ def test_slider_crank_pidc_equals_svd_route_on_a_closed_loop_run():
     one = PIDC(r1, r1.loops[0], ["crank"], ctl.ref, cfg["kp"], cfg["kv"], rank_tol=cfg["rank_tol_controller"])
     assert ctl._plan is not None and one._compiled
     worst, ranks = 0.0, set()
-    for _ in range(1300):            # 1.3 s: spin-up and the first singular crossings (rank 0 steps)
+    for _ in range(1300):  # 1.3 s: spin-up and the first singular crossings (rank 0 steps)
         t = plant.time
         q, v = plant.state()
         tau = ctl(t, q, v)
         ranks.add(ctl.info.rank)
-        worst = max(worst, rel_err(tau, svd_reference(ctl, t, q, v)), rel_err(one(t, q, v), svd_reference(one, t, q, v)))
+        worst = max(
+            worst,
+            rel_err(tau, svd_reference(ctl, t, q, v)),
+            rel_err(one(t, q, v), svd_reference(one, t, q, v)),
+        )
         plant.set_torque(tau)
         plant.step(1)
     assert ranks == {0, 1}

@@ -1,6 +1,7 @@
 """PIDC's compiled step with several constraint rows (controllers/_pidc_kernels.py) against the NumPy law it
 replaces (``PIDC._numpy_step``, SVD pseudo-inverses) on closed-loop states of the shipped mechanisms, and the
 complete orthogonal decomposition it uses (controllers/kernels.py) against NumPy's pseudo-inverse."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,10 @@ def _cod_pinv(X, tol, mode):
     return r, Xp
 
 
-@pytest.mark.parametrize("shape,rank", [((6, 5), 3), ((3, 3), 2), ((13, 15), 12), ((2, 7), 0), ((5, 2), 2),
-                                        ((5, 4), 4), ((2, 3), 1)])
+@pytest.mark.parametrize(
+    "shape,rank",
+    [((6, 5), 3), ((3, 3), 2), ((13, 15), 12), ((2, 7), 0), ((5, 2), 2), ((5, 4), 4), ((2, 3), 1)],
+)
 def test_cod_is_the_truncated_pseudo_inverse(shape, rank):
     """Random matrices of a given rank, with rows that vanish to round-off (as a planar closure's): the COD's
     rank and X⁺ equal the truncated SVD's (absolute and relative thresholds)."""
@@ -50,7 +53,7 @@ def test_cod_is_the_truncated_pseudo_inverse(shape, rank):
         assert r == rank
         ref = np.linalg.pinv(X, rcond=1e-10) if rank else np.zeros((s, p))
         np.testing.assert_allclose(Xp, ref, rtol=0, atol=1e-11 * max(1.0, np.abs(ref).max()))
-        for M in (X @ Xp, Xp @ X):                        # Penrose: symmetric projectors
+        for M in (X @ Xp, Xp @ X):  # Penrose: symmetric projectors
             np.testing.assert_allclose(M, M.T, atol=1e-12)
             np.testing.assert_allclose(M @ M, M, atol=1e-12)
 
@@ -79,15 +82,20 @@ def _joint_law(robot, amplitude=0.2):
     return PIDC(robot, None, act, Sinusoid(q0, amplitude, 0.5), 400.0, 40.0)
 
 
-@pytest.mark.parametrize("model,law,ranks", [("mjcf/five_bar.xml", _ee_law, {3}),
-                                             ("mjcf/four_bar.xml", _joint_law, {2}),
-                                             ("mjcf/delta.xml", _ee_law, {12})])
+@pytest.mark.parametrize(
+    "model,law,ranks",
+    [
+        ("mjcf/five_bar.xml", _ee_law, {3}),
+        ("mjcf/four_bar.xml", _joint_law, {2}),
+        ("mjcf/delta.xml", _ee_law, {12}),
+    ],
+)
 def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):
     """The closed loop on the rigid projection plant: the compiled step (planar closures of rank 3 of 6 and
     2 of 3, the Delta's 12 of 12) gives the NumPy step's τ, q̈_des, τ_∥, f_c, λ, rank and passive residual."""
     robot, robot_ref = Robot.from_mjcf(model), Robot.from_mjcf(model)
     ctl, ref = law(robot), law(robot_ref)
-    assert ctl._rows_compiled and not ctl._compiled and ctl._plan is not None      # frames and rows compiled
+    assert ctl._rows_compiled and not ctl._compiled and ctl._plan is not None  # frames and rows compiled
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     plant.reset(robot.q_initial)
     seen = set()
@@ -97,7 +105,7 @@ def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):
         tau = ctl(t, q, v)
         _same_step(ctl, ref, t, q, v, tau)
         seen.add(ctl.info.rank)
-        if k % 100 == 0:                                 # the lazily built snapshot is the step's state
+        if k % 100 == 0:  # the lazily built snapshot is the step's state
             np.testing.assert_array_equal(ctl.kin.q, q)
             np.testing.assert_allclose(ctl.kin.M, ref.kin.M, rtol=1e-14, atol=0)
         plant.set_torque(tau)
@@ -112,7 +120,9 @@ def test_rows_kernel_without_passive_joints_and_a_function_reference():
     robot = Robot.from_mjcf("mjcf/five_bar.xml")
     names = ["base_l", "base_r"]
     fn = lambda t: (np.array([0.3 * t, -0.2]), np.array([0.3, 0.0]), np.zeros(2))
-    mk = lambda passive: PIDC(Robot.from_mjcf("mjcf/five_bar.xml"), None, names, fn, 100.0, 20.0, passive=passive)
+    mk = lambda passive: PIDC(
+        Robot.from_mjcf("mjcf/five_bar.xml"), None, names, fn, 100.0, 20.0, passive=passive
+    )
     rng = np.random.default_rng(2)
     for passive in ((), ("elbow_l", "tip", "elbow_r", "base_r")):
         ctl, ref = mk(passive), mk(passive)
@@ -133,6 +143,7 @@ def test_rows_kernel_non_finite_rows_take_the_numpy_path():
     ctl = _joint_law(robot)
     q = robot.q_initial.copy()
     from cmstack.models.errors import StateError
+
     q[0] = np.nan
     with pytest.raises(StateError):
         ctl(0.0, q, np.zeros(robot.nv))
@@ -146,17 +157,26 @@ def test_a_loop_subclass_is_dispatched_by_what_it_does():
     from cmstack.models.loops import LoopClosure
 
     class MyLoop(LoopClosure):
-        def describe(self):                    # a convenience, not maths
+        def describe(self):  # a convenience, not maths
             return f"my {self.kind} loop"
 
     class OwnRows(LoopClosure):
-        def error_dynamics(self, kin, t):      # its own rows: not what the loop's kind gives
+        def error_dynamics(self, kin, t):  # its own rows: not what the loop's kind gives
             return LoopClosure.error_dynamics(self, kin, t)
 
     def law(robot, cls):
         c = robot.loops[0]
-        robot.loops[0] = cls(robot, c.frame_a, c.frame_b, kind=c.kind, offset=c.offset, offset_b=c.offset_b,
-                             kp=c.kp, kd=c.kd, name=c.name)
+        robot.loops[0] = cls(
+            robot,
+            c.frame_a,
+            c.frame_b,
+            kind=c.kind,
+            offset=c.offset,
+            offset_b=c.offset_b,
+            kp=c.kp,
+            kd=c.kd,
+            name=c.name,
+        )
         return _ee_law(robot)
 
     robot, robot_ref = Robot.from_mjcf("mjcf/five_bar.xml"), Robot.from_mjcf("mjcf/five_bar.xml")
@@ -170,7 +190,9 @@ def test_a_loop_subclass_is_dispatched_by_what_it_does():
         assert np.array_equal(tau, ref(k * 1e-3, q, v))
         plant.set_torque(tau)
         plant.step()
-    with pytest.raises(ConfigError, match=r"loop 'tip_loop' \(OwnRows\) redefines its row maths \(error_dynamics\)"):
+    with pytest.raises(
+        ConfigError, match=r"loop 'tip_loop' \(OwnRows\) redefines its row maths \(error_dynamics\)"
+    ):
         law(Robot.from_mjcf("mjcf/five_bar.xml"), OwnRows)
 
 
@@ -219,14 +241,16 @@ def test_joint_reference_chosen_by_what_it_does():
         assert np.abs(late(t, q, v) - tau).max() > 1e-6
         plant.set_torque(tau)
         plant.step(1)
-    switched.ref = lambda t: tuple(Sinusoid(*args).sample(t - 0.1))    # and back to a called reference
+    switched.ref = lambda t: tuple(Sinusoid(*args).sample(t - 0.1))  # and back to a called reference
     assert not switched._sinus
     q, v = plant.state()
     assert np.array_equal(switched(0.05, q, v), late_fn(0.05, q, v))
 
 
-@pytest.mark.parametrize("model,law", [("mjcf/five_bar.xml", _ee_law), ("mjcf/four_bar.xml", _joint_law),
-                                       ("mjcf/delta.xml", _ee_law)])
+@pytest.mark.parametrize(
+    "model,law",
+    [("mjcf/five_bar.xml", _ee_law), ("mjcf/four_bar.xml", _joint_law), ("mjcf/delta.xml", _ee_law)],
+)
 def test_closed_step_equals_the_rows_step_on_pinocchios_dynamics(model, law):
     """The compiled closed-chain step (h by the kernel's Newton–Euler pass, the record read from the step's buffer)
     against the same law's rows step on ``Robot.update``'s M, h (``pin.computeAllTerms``) and the loops' rows read
@@ -249,7 +273,13 @@ def test_closed_step_equals_the_rows_step_on_pinocchios_dynamics(model, law):
         tau_ref = ref._rows_step(t, q, v)
         assert np.abs(tau - tau_ref).max() <= 1e-12 * max(1.0, np.abs(tau_ref).max())
         a, b = ctl.info, ref.info
-        assert (a.rank, a.status, a.solvable, a.f_d, a.tau_perp) == (b.rank, b.status, b.solvable, b.f_d, b.tau_perp)
+        assert (a.rank, a.status, a.solvable, a.f_d, a.tau_perp) == (
+            b.rank,
+            b.status,
+            b.solvable,
+            b.f_d,
+            b.tau_perp,
+        )
         for x, y in ((a.qdd_des, b.qdd_des), (a.tau_par, b.tau_par), (a.f_c, b.f_c), (a.lam, b.lam)):
             assert x.shape == y.shape and np.abs(x - y).max() <= 1e-12 * max(1.0, np.abs(y).max())
         assert abs(a.passive_residual - b.passive_residual) <= 1e-12 * max(1.0, np.abs(tau_ref).max())
@@ -283,7 +313,7 @@ def test_gains_and_targets_set_after_construction_reach_the_compiled_step():
     other.tasks[0].kp = 100.0
     tau1 = ctl(0.1, q, v)
     assert np.abs(tau1 - tau0).max() > 1e-6 and np.array_equal(tau1, other(0.1, q, v))
-    task.trajectory.r = 0.05                            # a Circle's parameter, set in place
+    task.trajectory.r = 0.05  # a Circle's parameter, set in place
     other = fresh()
     other.tasks[0].kp = 100.0
     other.tasks[0].trajectory.r = 0.05

@@ -1,6 +1,7 @@
 """PIDC with the passive-joint law on the series-parallel manipulator ([Dastranj] plant, [Aghili] law): the arm read
 from mjcf/series_parallel.xml as a closed chain (its triangle's connect the loop, ζ and α passive), the generic
 PIDC on robot.loops, driven from the measured (φ, θ, δ) (controllers.pidc_adapters.ActuatedJointsPIDC)."""
+
 import numpy as np
 import pytest
 
@@ -32,16 +33,21 @@ def test_series_parallel_closed_chain_is_the_partition_model(bodies):
     of [Dastranj] in (φ, θ, δ) (per-body Jacobians, the map ζ(δ) (28)): the torque PIDC gives on the actuated joints
     for a zero tracking error is the partition model's inverse dynamics Q_a = Γ q̈ + h − Q_e, to 1e-9 relative."""
     cfg = _sp_cfg(model_actuator_bodies=bodies)
-    pm = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"], with_actuator=bodies)
+    pm = PartitionModel(
+        cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"], with_actuator=bodies
+    )
     robot = closed_chain_robot(cfg)
-    assert robot.actuated_joints == ["phi", "theta", "delta"] and robot.passive_joints == ["zeta", "cylinder_hinge"]
+    assert robot.actuated_joints == ["phi", "theta", "delta"] and robot.passive_joints == [
+        "zeta",
+        "cylinder_hinge",
+    ]
     assert (robot.model.inertias[robot.joint_index("delta") + 1].mass == 1.0) is bodies
     rng = np.random.default_rng(4)
     for _ in range(6):
         q = np.array([rng.uniform(-1, 1), rng.uniform(-0.5, 0.8), rng.uniform(0.03, 0.17)])
         v = rng.normal(size=3) * np.array([0.5, 0.5, 0.05])
         qdd = rng.normal(size=3)
-        ctl = build_pidc(cfg, lambda t, q=q, v=v, a=qdd: (q, v, a))      # zero error: the law's u = q̈_d
+        ctl = build_pidc(cfg, lambda t, q=q, v=v, a=qdd: (q, v, a))  # zero error: the law's u = q̈_d
         tau = ctl(0.0, q, v)
         x, xd = ctl.complete(q, v)
         zeta = pm.map.zeta(q[2])

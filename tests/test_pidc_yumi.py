@@ -1,4 +1,5 @@
 """Hybrid PIDC ([Aghili] §7.3) on the YuMi holding a real bar: motion held, squeeze force regulated."""
+
 import numpy as np
 import pytest
 
@@ -22,4 +23,7 @@ def test_yumi_bar_squeeze_force_and_motion(tmp_path):
     assert m30["squeeze_force_error_rel"] <= 0.02
     e10 = np.load(d10 / "log.npz")["e_u"]
     e30 = np.load(d30 / "log.npz")["e_u"]
-    assert np.abs(np.linalg.norm(e10, axis=1) - np.linalg.norm(e30, axis=1)).max() < 1e-3 * np.linalg.norm(e10, axis=1).max()
+    assert (
+        np.abs(np.linalg.norm(e10, axis=1) - np.linalg.norm(e30, axis=1)).max()
+        < 1e-3 * np.linalg.norm(e10, axis=1).max()
+    )

@@ -1,5 +1,6 @@
 """The plot check itself: it refuses a missing file, a blank figure and a one-colour figure, and
 accepts a real plot (so the checks in the scenario tests can fail)."""
+
 import matplotlib
 
 matplotlib.use("Agg")

@@ -1,14 +1,24 @@
 """Identities of the projection-matrix formulation ([Aghili], models/projection.py), on the slider-crank in the
 paper's closed form (67)-(69) (tests/_slider_crank_reference.py) and on random matrices."""
+
 import numpy as np
 import pytest
+from _slider_crank_reference import SliderCrankLoop  # the paper's closed form (67)-(69), a test oracle
 
 from cmstack.models.errors import ConfigError, InfeasibleError, StateError
-from cmstack.models.projection import (c_matrix, c_times_v, constraint_force, constraint_inertia, decoupling_defect,
-                                       direct_dynamics, is_decoupled, multipliers, project, split_input)
+from cmstack.models.projection import (
+    c_matrix,
+    c_times_v,
+    constraint_force,
+    constraint_inertia,
+    decoupling_defect,
+    direct_dynamics,
+    is_decoupled,
+    multipliers,
+    project,
+    split_input,
+)
 from cmstack.models.robot import Robot
-
-from _slider_crank_reference import SliderCrankLoop       # the paper's closed form (67)-(69), a test oracle
 
 RNG = np.random.default_rng(4)
 L = 0.5
@@ -55,7 +65,7 @@ def test_rank_at_and_near_singular_configuration():
     assert np.abs(A).max() < 1e-15
     pr = project(A)
     assert pr.rank == 0
-    np.testing.assert_allclose(pr.P, np.eye(2))          # (70): the constraint is removed
+    np.testing.assert_allclose(pr.P, np.eye(2))  # (70): the constraint is removed
     for d in (1e-3, 1e-6):
         q, _ = on_manifold(np.pi / 2 - d)
         A = c.jacobian(q)
@@ -134,9 +144,11 @@ def test_constraint_inertias_definite_on_random_and_singular_states(robot):
             Mc = constraint_inertia(M, pr.P, kind)
             sym = 0.5 * (Mc + Mc.T)
             assert np.linalg.eigvalsh(sym).min() > 0, (kind, q)
-        np.testing.assert_allclose(constraint_inertia(M, pr.P, "28"), constraint_inertia(M, pr.P, "28").T, atol=1e-14)
+        np.testing.assert_allclose(
+            constraint_inertia(M, pr.P, "28"), constraint_inertia(M, pr.P, "28").T, atol=1e-14
+        )
         S = pr.P @ M - M @ pr.P
-        np.testing.assert_allclose(S, -S.T, atol=1e-14)                      # (24)
+        np.testing.assert_allclose(S, -S.T, atol=1e-14)  # (24)
         Mc29 = constraint_inertia(M, pr.P, "29")
         assert abs(np.linalg.det(Mc29)) > 1e-8 * np.linalg.det(M)
 

@@ -1,4 +1,5 @@
 """Projection-method simulator (sim/projection_sim.py): energy, constraint, singular crossings."""
+
 import numpy as np
 import pytest
 
@@ -9,7 +10,9 @@ from cmstack.sim.projection_sim import ProjectionPlant
 
 @pytest.fixture(scope="module")
 def robot():
-    return Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")    # the rail, rod passive
+    return Robot.from_urdf(
+        "urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml"
+    )  # the rail, rod passive
 
 
 def test_unforced_energy_and_constraint_through_singularities(robot):

@@ -1,5 +1,6 @@
 """Static conformance of every plant and controller to the protocols (mypy, when installed): the
 checked module assigns each class to its protocol; a model class assigned to a protocol must fail."""
+
 import subprocess
 import sys
 import textwrap
@@ -50,7 +51,7 @@ def g(m: PartitionModel) -> Controller:
 
 
 def _mypy(tmp_path, name, src):
-    pkg = tmp_path / "tree" / "cmstack"        # the package as installed (package-dir mapping), by links
+    pkg = tmp_path / "tree" / "cmstack"  # the package as installed (package-dir mapping), by links
     if not pkg.exists():
         pkg.mkdir(parents=True)
         (pkg / "__init__.py").symlink_to(ROOT / "cmstack" / "__init__.py")
@@ -58,9 +59,22 @@ def _mypy(tmp_path, name, src):
             (pkg / d).symlink_to(ROOT / d)
     f = tmp_path / f"{name}.py"
     f.write_text(textwrap.dedent(src))
-    return subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
-                           "--cache-dir", str(tmp_path / "cache"), str(f)], capture_output=True, text=True,
-                          env={"MYPYPATH": str(tmp_path / "tree"), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(f),
+        ],
+        capture_output=True,
+        text=True,
+        env={"MYPYPATH": str(tmp_path / "tree"), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 Each namespace's ``__all__`` names exactly what it gives, every name is the defining module's own object
 (a re-export, never a copy or a wrapper), a name exported by two namespaces is the same object, and the
 former aliases ``run_closed_loop`` and ``circle_trajectory`` exist nowhere."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,12 +14,39 @@ import pytest
 import cmstack
 
 NAMESPACES = {
-    "cmstack.tasks": {"Task", "RigidCoupling", "FrameTask", "RelativeFrameTask", "PostureTask", "GAUSS", "LoopClosure",
-                      "Circle", "Constant", "Sinusoid", "MinimumJerk", "Trajectory"},
+    "cmstack.tasks": {
+        "Task",
+        "RigidCoupling",
+        "FrameTask",
+        "RelativeFrameTask",
+        "PostureTask",
+        "GAUSS",
+        "LoopClosure",
+        "Circle",
+        "Constant",
+        "Sinusoid",
+        "MinimumJerk",
+        "Trajectory",
+    },
     "cmstack.limits": {"Limit", "EffortLimit", "JointVelocityLimit", "JointPositionLimit"},
-    "cmstack.controllers": {"Controller", "UdwadiaKalabaController", "RobustUKController", "PIDC",
-                            "RobustPartitionController", "VelocityLaw", "PoseLaw", "TaskSpaceLaw"},
-    "cmstack.plants": {"Plant", "plant_from_urdf", "plant_from_mjcf", "MujocoPlant", "ProjectionPlant", "ChainMujocoPlant"},
+    "cmstack.controllers": {
+        "Controller",
+        "UdwadiaKalabaController",
+        "RobustUKController",
+        "PIDC",
+        "RobustPartitionController",
+        "VelocityLaw",
+        "PoseLaw",
+        "TaskSpaceLaw",
+    },
+    "cmstack.plants": {
+        "Plant",
+        "plant_from_urdf",
+        "plant_from_mjcf",
+        "MujocoPlant",
+        "ProjectionPlant",
+        "ChainMujocoPlant",
+    },
     "cmstack.scenario": {"Context", "Outcome", "Row"},
 }
 ALIASES = ("run_closed_loop", "circle_trajectory")
@@ -33,7 +61,7 @@ def _exports(ns: str) -> dict[str, object]:
 def test_namespace_gives_what_it_lists(ns):
     names = _exports(ns)
     assert NAMESPACES[ns] <= set(names), sorted(NAMESPACES[ns] - set(names))
-    assert len(names) == len(importlib.import_module(ns).__all__)          # no name listed twice
+    assert len(names) == len(importlib.import_module(ns).__all__)  # no name listed twice
     for name, obj in names.items():
         if inspect.isclass(obj) or inspect.isfunction(obj):
             assert obj.__name__ == name, f"{ns}.{name} is {obj.__name__}: one name per concept, no alias"
@@ -43,7 +71,9 @@ def test_namespace_gives_what_it_lists(ns):
 
 
 def test_a_name_in_two_namespaces_is_one_object():
-    seen: dict[str, object] = {name: getattr(cmstack, name) for name in cmstack.__all__ if name != "__version__"}
+    seen: dict[str, object] = {
+        name: getattr(cmstack, name) for name in cmstack.__all__ if name != "__version__"
+    }
     for ns in NAMESPACES:
         for name, obj in _exports(ns).items():
             if name in seen:
@@ -55,9 +85,9 @@ def test_unknown_names_raise_attribute_error():
     import cmstack.controllers
 
     with pytest.raises(AttributeError, match="no attribute 'UKController'"):
-        cmstack.controllers.UKController      # noqa: B018
+        cmstack.controllers.UKController  # noqa: B018
     with pytest.raises(AttributeError):
-        cmstack.circle_trajectory             # noqa: B018
+        cmstack.circle_trajectory  # noqa: B018
 
 
 @pytest.mark.parametrize("alias", ALIASES)
@@ -72,9 +102,13 @@ def test_controllers_package_stays_lazy():
     import subprocess
     import sys
 
-    code = ("import sys, cmstack.controllers.base; "
-            "print(sorted(m for m in sys.modules if m.startswith('cmstack.controllers.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    code = (
+        "import sys, cmstack.controllers.base; "
+        "print(sorted(m for m in sys.modules if m.startswith('cmstack.controllers.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert out.strip() == "['cmstack.controllers.base']", out
 
 
@@ -86,16 +120,24 @@ def test_lazy_namespace_declares_the_same_names_to_type_checkers(path):
     from pathlib import Path
 
     tree = ast.parse((Path(__file__).resolve().parents[1] / path).read_text(encoding="utf-8"))
-    exports = next(ast.literal_eval(n.value) for n in tree.body
-                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_EXPORTS")
-    guard = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
-    declared = {a.name: imp.module for imp in guard.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+    exports = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_EXPORTS"
+    )
+    guard = next(
+        n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"
+    )
+    declared = {
+        a.name: imp.module for imp in guard.body if isinstance(imp, ast.ImportFrom) for a in imp.names
+    }
     assert declared == exports
-    assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body), \
+    assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body), (
         "a module-level __getattr__ visible to mypy makes every name resolve (to Any)"
+    )
 
 
-GOOD = '''
+GOOD = """
 import numpy as np
 from cmstack import Robot, simulate
 from cmstack.controllers import Controller, PIDC, RobustUKController, TaskSpaceLaw, UdwadiaKalabaController
@@ -113,8 +155,8 @@ def build(robot: Robot, q0: np.ndarray) -> tuple[Controller, list[Limit], list[T
 
 def outcome(err: float) -> Outcome:
     return Outcome({"e": err}, [Row("e", err, target="<= 1e-3", ok=err <= 1e-3)])
-'''
-BAD = '''
+"""
+BAD = """
 from cmstack import simulate
 from cmstack.controllers import UKController
 from cmstack.plants import plant_from_urdf
@@ -123,7 +165,7 @@ from cmstack.tasks import circle_trajectory
 
 def f(plant, ctrl) -> None:
     simulate(plant, ctrl, duration="5 s", control_dt=1e-3)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -143,10 +185,23 @@ def test_public_api_type_checks(tmp_path):
     (tmp_path / "bad.py").write_text(BAD, encoding="utf-8")
 
     def mypy(*files):
-        return subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
-                               "--cache-dir", str(tmp_path / "cache"), *map(str, files)], capture_output=True,
-                              text=True, env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"}, cwd=tmp_path,
-                              timeout=600)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--ignore-missing-imports",
+                "--follow-imports=silent",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                *map(str, files),
+            ],
+            capture_output=True,
+            text=True,
+            env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            timeout=600,
+        )
 
     good = mypy(tmp_path / "good.py", examples / "panda_circle.py", examples / "dual_panda_carry.py")
     assert good.returncode == 0, good.stdout + good.stderr
@@ -154,4 +209,6 @@ def test_public_api_type_checks(tmp_path):
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert 'Module "cmstack.controllers" has no attribute "UKController"' in bad.stdout, bad.stdout
     assert 'Module "cmstack.tasks" has no attribute "circle_trajectory"' in bad.stdout, bad.stdout
-    assert 'Argument "duration" to "simulate" has incompatible type "str"; expected "float"' in bad.stdout, bad.stdout
+    assert 'Argument "duration" to "simulate" has incompatible type "str"; expected "float"' in bad.stdout, (
+        bad.stdout
+    )

@@ -2,6 +2,7 @@
 docs/regression_testing.md and the scenario of docs/add_a_scenario.md in a directory outside the
 repository, without a conftest.py, pytest in a child process with a wall-clock limit (the plugin comes
 through the installed package's pytest11 entry point)."""
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,27 @@ def _files(page: str) -> dict[str, str]:
 
 def _pytest(d: Path, *args, timeout=600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-    env.update(MPLBACKEND="Agg", COLUMNS="400")          # the short summary's FAILED lines whole
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           "-W", "ignore::UserWarning", *args], cwd=d, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    env.update(MPLBACKEND="Agg", COLUMNS="400")  # the short summary's FAILED lines whole
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-W",
+            "ignore::UserWarning",
+            *args,
+        ],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,31 +59,41 @@ def user_dir(tmp_path_factory) -> Path:
 
 def test_plugin_from_the_docs_example_writes_passes_and_fails(user_dir):
     assert not (user_dir / "conftest.py").exists()
-    r = _pytest(user_dir)                                            # no baselines yet
+    r = _pytest(user_dir)  # no baselines yet
     assert r.returncode == 1
-    assert "no cmstack baseline at" in r.stdout and "write it with pytest --cmstack-update-baselines" in r.stdout
+    assert (
+        "no cmstack baseline at" in r.stdout and "write it with pytest --cmstack-update-baselines" in r.stdout
+    )
     r = _pytest(user_dir, "--cmstack-update-baselines")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "cmstack: 3 baseline(s) written" in r.stdout
     names = sorted(p.name for p in (user_dir / "baselines").iterdir())
-    assert names == ["test_flagship_unchanged", "test_hold_and_circle_400.0", "test_hold_and_circle_500.0"], names
-    r = _pytest(user_dir)                                            # the same runs: within tolerance
+    assert names == ["test_flagship_unchanged", "test_hold_and_circle_400.0", "test_hold_and_circle_500.0"], (
+        names
+    )
+    r = _pytest(user_dir)  # the same runs: within tolerance
     assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:]
     # the hand task's gain changed by 1 % in the two runs of hold_and_circle.py (the flagship's unchanged)
     test = user_dir / "test_my_controller.py"
-    test.write_text(test.read_text().replace('overrides={"kp": kp, "kd": 2 * kp ** 0.5}',
-                                             'overrides={"kp": 1.01 * kp, "kd": 2 * kp ** 0.5}'))
+    test.write_text(
+        test.read_text().replace(
+            'overrides={"kp": kp, "kd": 2 * kp ** 0.5}', 'overrides={"kp": 1.01 * kp, "kd": 2 * kp ** 0.5}'
+        )
+    )
     r = _pytest(user_dir)
     assert r.returncode == 1 and "2 failed, 1 passed" in r.stdout, r.stdout[-3000:]
     fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAILED")]
     assert len(fails) == 2
     for ln in fails:
-        assert re.search(r"outside tolerance: signal \w+\[\d+\] left its band first, at t = \d+\.\d{4} s", ln), ln
+        assert re.search(
+            r"outside tolerance: signal \w+\[\d+\] left its band first, at t = \d+\.\d{4} s", ln
+        ), ln
     assert "check.md" in r.stdout
 
 
 def test_plugin_timeout_failure_and_in_process(tmp_path):
-    (tmp_path / "test_edges.py").write_text('''
+    (tmp_path / "test_edges.py").write_text(
+        """
 import pytest
 
 def test_killed_after_its_time_limit(cmstack_run):
@@ -84,12 +112,20 @@ def test_in_process_equals_child_process(cmstack_run, cmstack_baseline):
     assert b.exit_code == a.exit_code == 1        # 0.5 s: the converged targets are not evaluated
     cmstack_baseline.check(a)
     cmstack_baseline.check(b)
-''', encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     r = _pytest(tmp_path, "--cmstack-update-baselines", "-k", "in_process")
     assert r.returncode == 0, r.stdout[-3000:]
     r = _pytest(tmp_path, "-rf")
     assert r.returncode == 1 and "2 failed, 2 passed" in r.stdout, r.stdout[-3000:]
-    assert re.search(r"FAILED test_edges.py::test_killed_after_its_time_limit - Failed: cmstack run yumi_dual_arm did not "
-                     r"finish within 3 s of wall-clock time \(killed", r.stdout), r.stdout[-3000:]
-    assert re.search(r"FAILED test_edges.py::test_config_error_fails_with_one_line - Failed: cmstack run yumi_dual_arm exited "
-                     r"2: error: ConfigError: --set: unknown config key 'task_kpp'", r.stdout), r.stdout[-3000:]
+    assert re.search(
+        r"FAILED test_edges.py::test_killed_after_its_time_limit - Failed: cmstack run yumi_dual_arm did not "
+        r"finish within 3 s of wall-clock time \(killed",
+        r.stdout,
+    ), r.stdout[-3000:]
+    assert re.search(
+        r"FAILED test_edges.py::test_config_error_fails_with_one_line - Failed: cmstack run yumi_dual_arm exited "
+        r"2: error: ConfigError: --set: unknown config key 'task_kpp'",
+        r.stdout,
+    ), r.stdout[-3000:]

@@ -1,6 +1,7 @@
 """controllers/qp.py: every ProxSuite call conditioned and bounded.  Checked against closed forms and
 against the problems that made ProxSuite crawl (numerically empty rows, a thin feasible set, a tiny
 curvature beside a large gradient)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,11 +23,11 @@ def test_solution_and_multipliers_of_the_unscaled_problem():
     rng = np.random.default_rng(1)
     n = 6
     B = rng.normal(size=(n, n))
-    H = 1e3 * (B @ B.T + np.eye(n))           # a large cost scale
+    H = 1e3 * (B @ B.T + np.eye(n))  # a large cost scale
     g = 1e5 * rng.normal(size=n)
-    C = rng.normal(size=(3, n)) * np.array([[1e-3], [1.0], [1e3]])   # rows of very different norms
+    C = rng.normal(size=(3, n)) * np.array([[1e-3], [1.0], [1e3]])  # rows of very different norms
     x_free = np.linalg.solve(H, -g)
-    u = C @ x_free - 1.0                        # all three rows cut the unconstrained optimum
+    u = C @ x_free - 1.0  # all three rows cut the unconstrained optimum
     l = np.full(3, -np.inf)
     res = BoundedQP(eps_abs=1e-10).solve("t", H, g, None, None, C, l, u)
     assert res.solved and res.feasible
@@ -41,14 +42,14 @@ def test_solution_and_multipliers_of_the_unscaled_problem():
 def test_numerically_empty_rows_are_dropped_and_checked_as_constants():
     rng = np.random.default_rng(2)
     n = 2
-    H = np.array([[1e-8, 0.0], [0.0, 1.0]])     # tiny curvature (a tie-breaking term) ...
-    g = np.array([1e3, -2e3])                    # ... beside a large gradient
+    H = np.array([[1e-8, 0.0], [0.0, 1.0]])  # tiny curvature (a tie-breaking term) ...
+    g = np.array([1e3, -2e3])  # ... beside a large gradient
     C = np.vstack([rng.normal(size=(12, n)), 1e-17 * rng.normal(size=(30, n))])
     l, u = -np.full(42, 1e-5), np.full(42, 1e-5)  # a feasible set that is nearly the point 0
     qp = BoundedQP()
     res = qp.solve("thin", H, g, None, None, C, l, u, feasible_start=True)
     assert res.solved and res.feasible and res.iters <= 100
-    assert np.all(res.z[12:] == 0.0)             # the dropped rows carry no force
+    assert np.all(res.z[12:] == 0.0)  # the dropped rows carry no force
     # a numerically empty row whose constant bound excludes 0: infeasible before any iteration, named
     l2 = l.copy()
     l2[20] = 1e-3
@@ -71,7 +72,7 @@ def test_the_caps_hold_on_a_problem_that_cannot_converge_in_them():
     qp = BoundedQP(eps_abs=1e-15, max_iter=3, max_iter_in=2)
     res = qp.solve("capped", H, g, None, None, C, l, u, warm=False, feasible_start=True)
     assert res.status == "max_iter"
-    assert res.iters <= 3 * 2 + 3                # ProxSuite's count; never the tens of thousands seen before
+    assert res.iters <= 3 * 2 + 3  # ProxSuite's count; never the tens of thousands seen before
     assert np.all(np.isfinite(res.x))
 
 
@@ -88,7 +89,7 @@ def test_warm_start_gives_the_same_solution(warm):
     qp = BoundedQP(eps_abs=1e-11)
     H = np.diag([1.0, 2.0, 3.0])
     C = np.eye(3)
-    for k in range(5):
+    for _k in range(5):
         g = rng.normal(size=3)
         res = qp.solve("w", H, g, None, None, C, -0.1 * np.ones(3), 0.1 * np.ones(3), warm=warm)
         np.testing.assert_allclose(res.x, np.clip(-g / np.diag(H), -0.1, 0.1), atol=1e-9)

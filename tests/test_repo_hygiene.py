@@ -4,23 +4,30 @@ internal file number.
 
 The forbidden strings are assembled from pieces so that this file does not match itself.
 """
+
 from __future__ import annotations
 
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("Milioshin", "Dastranj", "Eslami", "Alazard", "Aghili")
 
 _SHARED = "sha" + "red"
-OUTSIDE = re.compile("|".join([re.escape(".." + "/" + _SHARED), re.escape("/work/" + _SHARED),
-                               re.escape("DESIGN" + ".md")]))   # case matters: docs/design.md is ours
-TEAM_NOTES = re.compile(re.escape(_SHARED + "/") + "(reference|seeds)"
-                        + r"|(?<![\w./-])(experiments|projection_method|yu" + r"mi)\.md", re.IGNORECASE)
+OUTSIDE = re.compile(
+    "|".join([re.escape(".." + "/" + _SHARED), re.escape("/work/" + _SHARED), re.escape("DESIGN" + ".md")])
+)  # case matters: docs/design.md is ours
+TEAM_NOTES = re.compile(
+    re.escape(_SHARED + "/")
+    + "(reference|seeds)"
+    + r"|(?<![\w./-])(experiments|projection_method|yu"
+    + r"mi)\.md",
+    re.IGNORECASE,
+)
 SEED_NUMBER = re.compile("se" + r"ed 0\d", re.IGNORECASE)
 
 
@@ -39,7 +46,7 @@ def _hits(pattern: re.Pattern) -> list[str]:
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
-            continue   # binary files (meshes, images), or deleted in the work tree but still tracked
+            continue  # binary files (meshes, images), or deleted in the work tree but still tracked
         for n, line in enumerate(text.splitlines(), start=1):
             if pattern.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:120]}")
@@ -60,8 +67,10 @@ def test_hygiene_patterns_match_what_they_must():
 
 def test_no_tracked_file_points_outside_the_repository():
     hits = _hits(OUTSIDE)
-    assert not hits, ("tracked files point to files that are not in the repository; write what the reader "
-                      "needs into docs/ and point there:\n" + "\n".join(hits))
+    assert not hits, (
+        "tracked files point to files that are not in the repository; write what the reader "
+        "needs into docs/ and point there:\n" + "\n".join(hits)
+    )
 
 
 def test_no_tracked_file_points_to_team_reference_notes():
@@ -71,8 +80,10 @@ def test_no_tracked_file_points_to_team_reference_notes():
 
 def test_papers_are_cited_by_key_not_by_file_number():
     hits = _hits(SEED_NUMBER)
-    assert not hits, ("cite papers by their key ([Milioshin], [Dastranj], [Eslami], [Alazard], [Aghili]; "
-                      "docs/references.md):\n" + "\n".join(hits))
+    assert not hits, (
+        "cite papers by their key ([Milioshin], [Dastranj], [Eslami], [Alazard], [Aghili]; "
+        "docs/references.md):\n" + "\n".join(hits)
+    )
 
 
 def test_references_give_every_key_in_full():

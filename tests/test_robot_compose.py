@@ -7,6 +7,7 @@ joint); a composed arm is the single arm seen from its base pose (poses T_base·
 with gravity expressed in the base frame); the plant's M(q) and bias come from MuJoCo's own
 algorithms (CRB, RNE) on MuJoCo's import of the URDF.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -70,8 +71,11 @@ def test_from_urdf_without_options_is_the_plain_robot():
 
 @needs_panda
 def test_locked_joint_errors_name_the_file_and_joint():
-    with pytest.raises(FrameNotFoundError, match=r"locked joint 'panda_fingr_joint1' is not in .*panda\.urdf.*"
-                                                 r"panda_finger_joint1"):
+    with pytest.raises(
+        FrameNotFoundError,
+        match=r"locked joint 'panda_fingr_joint1' is not in .*panda\.urdf.*"
+        r"panda_finger_joint1",
+    ):
         Robot.from_urdf(PANDA, {"panda_fingr_joint1": 0.0})
     with pytest.raises(ConfigError, match=r"'panda_joint4' of panda\.urdf: value 0\.5 is outside its limits"):
         Robot.from_urdf(PANDA, {"panda_joint4": 0.5})
@@ -105,12 +109,13 @@ def test_composed_kinematics_are_the_single_arm_seen_from_its_base():
             single.model.gravity = pin.Motion(T.rotation.T @ np.array([0, 0, -9.81]), np.zeros(3))
             ks = single.update(q[sl], v[sl])
             for f in ("panda_link3", "panda_hand_tcp", "panda_rightfinger"):
-                np.testing.assert_allclose(kd.frame(pre + f).T.homogeneous, (T * ks.frame(f).T).homogeneous,
-                                           atol=1e-14)
+                np.testing.assert_allclose(
+                    kd.frame(pre + f).T.homogeneous, (T * ks.frame(f).T).homogeneous, atol=1e-14
+                )
                 # LOCAL_WORLD_ALIGNED Jacobian: the single arm's rotated into world axes
                 Jw = np.vstack([T.rotation @ ks.frame(f).J[:3], T.rotation @ ks.frame(f).J[3:]])
                 np.testing.assert_allclose(kd.frame(pre + f).J[:, sl], Jw, atol=1e-13)
-                assert np.all(kd.frame(pre + f).J[:, 7 - 7 * k: 14 - 7 * k] == 0)
+                assert np.all(kd.frame(pre + f).J[:, 7 - 7 * k : 14 - 7 * k] == 0)
             np.testing.assert_allclose(kd.M[sl, sl], ks.M, atol=1e-12)
             np.testing.assert_allclose(kd.h[sl], ks.h, atol=1e-11)
         assert np.all(kd.M[:7, 7:] == 0)
@@ -118,14 +123,19 @@ def test_composed_kinematics_are_the_single_arm_seen_from_its_base():
 
 @needs_panda
 def test_compose_errors():
-    with pytest.raises(ConfigError, match=r"name 'panda_joint1' is in part 0 \(panda\.urdf, prefix ''\) and part 1"):
+    with pytest.raises(
+        ConfigError, match=r"name 'panda_joint1' is in part 0 \(panda\.urdf, prefix ''\) and part 1"
+    ):
         Robot.compose([(PANDA, "", None), (PANDA, "", None)])
     with pytest.raises(ConfigError, match=r"part 1 \(panda\.urdf\).*not a rotation"):
         Robot.compose([(PANDA, "a_", None), (PANDA, "b_", np.diag([1.0, 1.0, -1.0, 1.0]))])
     with pytest.raises(ConfigError, match="no URDF part"):
         Robot.compose([])
-    with pytest.raises(FrameNotFoundError, match=r"'left_panda_hnd' is not in compose\[left_:panda\.urdf, "
-                                                 r"right_:panda\.urdf\].*left_panda_hand"):
+    with pytest.raises(
+        FrameNotFoundError,
+        match=r"'left_panda_hnd' is not in compose\[left_:panda\.urdf, "
+        r"right_:panda\.urdf\].*left_panda_hand",
+    ):
         _dual().frame_id("left_panda_hnd")
     with pytest.raises(StateError):
         _dual().update(np.zeros(7), np.zeros(7))
@@ -162,11 +172,12 @@ def test_urdf_plant_dynamics_equal_pinocchios(which):
         np.testing.assert_allclose(bias, kin.h, atol=1e-9)
         # the locked fingers sit where Pinocchio puts them, and the composed arms at their bases
         for f in ("panda_hand_tcp", "panda_leftfinger", "panda_rightfinger"):
-            for pre in ([""] if which == "single" else ["left_", "right_"]):
+            for pre in [""] if which == "single" else ["left_", "right_"]:
                 b = plant.body_id(pre + f)
                 np.testing.assert_allclose(plant.data.xpos[b], kin.frame(pre + f).T.translation, atol=1e-14)
-                np.testing.assert_allclose(plant.data.xmat[b].reshape(3, 3), kin.frame(pre + f).T.rotation,
-                                           atol=1e-14)
+                np.testing.assert_allclose(
+                    plant.data.xmat[b].reshape(3, 3), kin.frame(pre + f).T.rotation, atol=1e-14
+                )
 
 
 @needs_panda
@@ -184,7 +195,9 @@ def test_urdf_plant_motors_limits_and_damping_map_by_name():
         j = plant.joint_id(n)
         assert m.actuator_trnid[a, 0] == j
         np.testing.assert_allclose(m.actuator_ctrlrange[a], [-robot.effort_limit[i], robot.effort_limit[i]])
-        np.testing.assert_allclose(m.jnt_range[j], [robot.model.lowerPositionLimit[i], robot.model.upperPositionLimit[i]])
+        np.testing.assert_allclose(
+            m.jnt_range[j], [robot.model.lowerPositionLimit[i], robot.model.upperPositionLimit[i]]
+        )
         assert m.jnt_limited[j]
         assert m.dof_damping[m.jnt_dofadr[j]] == robot.damping[i] > 0
     rng = np.random.default_rng(4)
@@ -197,7 +210,9 @@ def test_urdf_plant_motors_limits_and_damping_map_by_name():
     np.testing.assert_allclose(plant.data.qacc[plant.map.dadr], a_pin, rtol=1e-9, atol=1e-8)
     # a torque beyond the effort limit is clipped by the motor's ctrlrange, as on the real drive
     plant.set_torque(np.where(np.arange(robot.nv) == 4, 100.0, 0.0))
-    assert plant.data.ctrl[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "left_panda_joint5_motor")] == 12.0
+    assert (
+        plant.data.ctrl[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "left_panda_joint5_motor")] == 12.0
+    )
     assert plant.saturated == 1
 
 
@@ -253,7 +268,7 @@ def test_urdf_plant_refuses_mimic_and_missing_mesh(tmp_path):
     np.testing.assert_allclose(plant.data.xpos[plant.body_id("b")], oMb.translation, atol=1e-14)
     u2 = tmp_path / "sub" / "two.urdf"
     u2.parent.mkdir()
-    u2.write_text(_MIMIC.format(mesh="meshes/box.obj"))     # relative to sub/: not there
+    u2.write_text(_MIMIC.format(mesh="meshes/box.obj"))  # relative to sub/: not there
     with pytest.raises(ModelFileError, match=r"two\.urdf: mesh file 'meshes/box\.obj' not found.*mesh_dir"):
         plant_from_urdf(Robot.from_urdf(u2, {"j2": 0.0}))
     plant = plant_from_urdf(Robot.from_urdf(u2, {"j2": 0.0}), mesh_dir=tmp_path / "meshes")
@@ -267,12 +282,18 @@ def test_urdf_plant_contacts_skip_rigidly_joined_links_only():
     arms of a composed robot still collide with each other."""
     from cmstack.sim.urdf_plant import plant_from_urdf
 
-    dual = Robot.compose([(PANDA, "left_", pin.SE3(np.eye(3), np.array([0, 0.3, 0])), FINGERS),
-                          (PANDA, "right_", pin.SE3(np.eye(3), np.array([0, -0.3, 0])), FINGERS)])
+    dual = Robot.compose(
+        [
+            (PANDA, "left_", pin.SE3(np.eye(3), np.array([0, 0.3, 0])), FINGERS),
+            (PANDA, "right_", pin.SE3(np.eye(3), np.array([0, -0.3, 0])), FINGERS),
+        ]
+    )
     plant = plant_from_urdf(dual)
     m = plant.model
-    pairs = {frozenset((m.body(b1).name, m.body(b2).name))
-             for b1, b2 in ((s >> 16, s & 0xFFFF) for s in m.exclude_signature)}
+    pairs = {
+        frozenset((m.body(b1).name, m.body(b2).name))
+        for b1, b2 in ((s >> 16, s & 0xFFFF) for s in m.exclude_signature)
+    }
     assert frozenset(("left_panda_hand", "left_panda_link7")) in pairs
     assert frozenset(("left_panda_link0", "left_panda_link1")) in pairs
     assert frozenset(("left_panda_hand", "right_panda_hand")) not in pairs
@@ -283,8 +304,10 @@ def test_urdf_plant_contacts_skip_rigidly_joined_links_only():
     # each arm turned by ∓π/2 about its first joint: the hands meet between the bases and collide
     turn = np.array([np.pi / 2, 0, 0, 0, 0, 0, 0])
     plant.reset(np.r_[ready - turn, ready + turn])
-    touching = {frozenset((m.body(m.geom_bodyid[c.geom1]).name, m.body(m.geom_bodyid[c.geom2]).name))
-                for c in plant.data.contact}
+    touching = {
+        frozenset((m.body(m.geom_bodyid[c.geom1]).name, m.body(m.geom_bodyid[c.geom2]).name))
+        for c in plant.data.contact
+    }
     assert frozenset(("left_panda_hand", "right_panda_hand")) in touching
 
 
@@ -299,7 +322,7 @@ def test_urdf_dry_friction_is_the_plants_and_can_be_removed():
 
     try:
         urdf = example_robot_data_path("xarm_description/urdf/xarm7.urdf")
-    except Exception:                        # noqa: BLE001 — the dev extra is absent
+    except Exception:  # noqa: BLE001 — the dev extra is absent
         pytest.skip("example-robot-data (dev extra) is not installed")
     robot = Robot.from_urdf(urdf)
     q0 = pin.neutral(robot.model)
@@ -309,8 +332,9 @@ def test_urdf_dry_friction_is_the_plants_and_can_be_removed():
         plant = plant_from_urdf(robot, q0=q0, sim_dt=1e-3, friction=friction)
         fl = plant.model.dof_frictionloss[plant.map.dadr]
         assert np.allclose(fl, 1.0 if friction else 0.0)
-        task = FrameTask(robot, "link_eef", Circle(T0.translation - [0.05, 0, 0], 0.05, 1.0, R=T0.rotation),
-                         kp=100, kd=20)
+        task = FrameTask(
+            robot, "link_eef", Circle(T0.translation - [0.05, 0, 0], 0.05, 1.0, R=T0.rotation), kp=100, kd=20
+        )
         ctl = UdwadiaKalabaController(robot, levels=[[task], [PostureTask(robot, q0, kp=10, kd=6)]])
         run = simulate(plant, ctl, duration=0.6, control_dt=1e-3, progress=False)
         err[friction] = float(np.linalg.norm(run.error_arrays()[task.name][-1, :3]))
@@ -320,7 +344,7 @@ def test_urdf_dry_friction_is_the_plants_and_can_be_removed():
 def _kinova():
     try:
         return example_robot_data_path("kinova_description/robots/kinova.urdf")
-    except Exception:                        # noqa: BLE001 — the dev extra is absent
+    except Exception:  # noqa: BLE001 — the dev extra is absent
         pytest.skip("example-robot-data (dev extra) is not installed")
 
 
@@ -344,7 +368,9 @@ def test_continuous_joints_are_unlimited_revolute_joints_with_the_same_dynamics(
     rng = np.random.default_rng(5)
     for _ in range(5):
         th, v = rng.uniform(-7.0, 7.0, robot.nq), rng.normal(size=robot.nv)
-        qo = np.concatenate([[np.cos(a), np.sin(a)] if orig.joints[k + 1].nq == 2 else [a] for k, a in enumerate(th)])
+        qo = np.concatenate(
+            [[np.cos(a), np.sin(a)] if orig.joints[k + 1].nq == 2 else [a] for k, a in enumerate(th)]
+        )
         kin = robot.update(th, v)
         Mo = pin.crba(orig, od, qo)
         Mo = np.triu(Mo) + np.triu(Mo, 1).T
@@ -364,8 +390,8 @@ def test_a_robot_with_continuous_joints_runs_end_to_end():
     from cmstack.sim.urdf_plant import plant_from_urdf
 
     robot = Robot.from_urdf(_kinova())
-    q = np.array([4.0, 2.0, 1.5, -4.0, 1.2, 3.5])          # joints 1, 4, 6 beyond ±π
-    with pytest.raises(ModelFileError, match=r"base\.dae.*meshes=False"):   # COLLADA: MuJoCo has no decoder
+    q = np.array([4.0, 2.0, 1.5, -4.0, 1.2, 3.5])  # joints 1, 4, 6 beyond ±π
+    with pytest.raises(ModelFileError, match=r"base\.dae.*meshes=False"):  # COLLADA: MuJoCo has no decoder
         plant_from_urdf(robot)
     plant = plant_from_urdf(robot, contacts=False, friction=False, meshes=False)
     assert plant.map.names == robot.joint_names
@@ -379,14 +405,23 @@ def test_a_robot_with_continuous_joints_runs_end_to_end():
     np.testing.assert_allclose(bias, kin.h, rtol=0, atol=1e-9)
 
     lim = JointPositionLimit(robot, dt=0.01, a_max=50.0)
-    assert [robot.joint_names[i] for i in lim.idx] == ["j2s6s200_joint_2", "j2s6s200_joint_3", "j2s6s200_joint_5"]
+    assert [robot.joint_names[i] for i in lim.idx] == [
+        "j2s6s200_joint_2",
+        "j2s6s200_joint_3",
+        "j2s6s200_joint_5",
+    ]
     with pytest.raises(CE, match="j2s6s200_joint_1"):
         JointPositionLimit(robot, dt=0.01, a_max=50.0, joints=["j2s6s200_joint_1"])
     q0 = np.array([0.0, 2.9, 1.3, -2.0, 1.4, 1.3])
     plant = plant_from_urdf(robot, q0=q0, sim_dt=1e-3, contacts=False, friction=False, meshes=False)
     T0 = robot.update(q0, 0 * q0).frame("j2s6s200_end_effector").T
-    task = FrameTask(robot, "j2s6s200_end_effector", Circle(T0.translation - [0.03, 0, 0], 0.03, 1.0, R=T0.rotation),
-                     kp=100, kd=20)
+    task = FrameTask(
+        robot,
+        "j2s6s200_end_effector",
+        Circle(T0.translation - [0.03, 0, 0], 0.03, 1.0, R=T0.rotation),
+        kp=100,
+        kd=20,
+    )
     ctl = UdwadiaKalabaController(robot, levels=[[task], [PostureTask(robot, q0, kp=10, kd=6)]], limits=[lim])
     run = simulate(plant, ctl, duration=1.0, control_dt=1e-3, progress=False)
     e = np.linalg.norm(run.error_arrays()[task.name][:, :3], axis=1)

@@ -1,5 +1,6 @@
 """A 1-DoF robot (a pendulum): frame Jacobians keep their (6, nv) shape (Pinocchio returns (6,) when
 nv = 1), and the frame twist and Jacobian time variation match finite differences."""
+
 import numpy as np
 
 from cmstack.models.robot import Robot
@@ -25,4 +26,4 @@ def test_one_dof_frame_kinematics(tmp_path):
     Jp = robot.update(q + h * v, v).frame("arm").J
     Jm = robot.update(q - h * v, v).frame("arm").J
     assert np.allclose(fs.dJ, (Jp - Jm) / (2 * h), atol=1e-6)
-    assert np.allclose(fs.T.translation, 0.0)                                # the joint frame stays at the pivot
+    assert np.allclose(fs.T.translation, 0.0)  # the joint frame stays at the pivot

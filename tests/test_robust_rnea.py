@@ -1,6 +1,7 @@
 """The robust law's model term by one RNEA on the open tree (PartitionModel.model_force) equals the
 paper's body-wise sums Γ q̈ + h − Q_e, with and without the actuator bodies, and the two controller
 paths give the same torques; bad states are refused by name."""
+
 import numpy as np
 import pytest
 
@@ -35,7 +36,11 @@ def test_model_force_follows_reconfiguration():
 
 
 def test_controller_paths_agree_and_refuse_bad_input():
-    traj = lambda t: (np.array([0.1 * np.sin(t), -0.2, 0.1]), np.array([0.1 * np.cos(t), 0, 0]), np.array([-0.1 * np.sin(t), 0, 0]))
+    traj = lambda t: (
+        np.array([0.1 * np.sin(t), -0.2, 0.1]),
+        np.array([0.1 * np.cos(t), 0, 0]),
+        np.array([-0.1 * np.sin(t), 0, 0]),
+    )
     fast = RobustPartitionController(PartitionModel(), traj)
     ref = RobustPartitionController(PartitionModel(), traj, terms="partition")
     for i, (q, v, _) in enumerate(_states(50, seed=1)):

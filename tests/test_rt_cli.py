@@ -1,6 +1,7 @@
 """``cmstack rt``: the flagship scenario runs across the process boundary and writes the usual run
 directory plus timing.json (with the in-process comparison), rt_timing.npz and the timing plot; bad
 input is one line and exit 2.  Child processes with wall-clock limits; no timing is asserted."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,22 @@ def rt(tmp_path, *args, timeout=240):
 
 def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
     out = tmp_path / "run"
-    r = rt(tmp_path, "yumi_dual_arm", "--duration", "0.3", "--rate", "1000", "--transport", "shm",
-           "--out", str(out), "--no-html", "--max-misses", "1000")
-    assert r.returncode in (0, 1), r.stderr[-2000:]          # 0.3 s: the converged targets are not evaluated
+    r = rt(
+        tmp_path,
+        "yumi_dual_arm",
+        "--duration",
+        "0.3",
+        "--rate",
+        "1000",
+        "--transport",
+        "shm",
+        "--out",
+        str(out),
+        "--no-html",
+        "--max-misses",
+        "1000",
+    )
+    assert r.returncode in (0, 1), r.stderr[-2000:]  # 0.3 s: the converged targets are not evaluated
     t = json.loads((out / "timing.json").read_text())
     said = r.stdout[-3000:] + r.stderr[-2000:]
     assert t["status"] == "done", said
@@ -47,13 +61,16 @@ def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
     assert "closed loop, rt vs in-process" in r.stdout and "misses" in r.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rate", "0"], "--rate must be a finite number in [1, 20000] Hz, got 0.0"),
-    (["--pin", "x"], "--pin must be two CPU numbers"),
-    (["--max-misses", "0"], "max_misses must be an integer >= 1"),
-    (["--duration", "nan"], "--duration must be a finite number"),
-    (["--transport", "tcp"], "invalid choice: 'tcp'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rate", "0"], "--rate must be a finite number in [1, 20000] Hz, got 0.0"),
+        (["--pin", "x"], "--pin must be two CPU numbers"),
+        (["--max-misses", "0"], "max_misses must be an integer >= 1"),
+        (["--duration", "nan"], "--duration must be a finite number"),
+        (["--transport", "tcp"], "invalid choice: 'tcp'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     r = rt(tmp_path, "yumi_dual_arm", *args, timeout=120)
     assert r.returncode == 2
@@ -67,15 +84,31 @@ def test_a_controller_that_reads_the_plant_runs_with_its_sensor(tmp_path):
     (sensed_data), the driver publishes it with each state, and the run goes through; the force it used
     (logged as Qc) follows the plant's as the bar moves instead of staying at the initial state's."""
     out = tmp_path / "run"
-    r = rt(tmp_path, "yumi_dual_arm", "--set", "controller=pidc_force", "--set", "plant=bar", "--duration", "0.3",
-           "--no-html", "--no-plots", "--no-compare", "--max-misses", "100000", "--out", str(out), timeout=300)
+    r = rt(
+        tmp_path,
+        "yumi_dual_arm",
+        "--set",
+        "controller=pidc_force",
+        "--set",
+        "plant=bar",
+        "--duration",
+        "0.3",
+        "--no-html",
+        "--no-plots",
+        "--no-compare",
+        "--max-misses",
+        "100000",
+        "--out",
+        str(out),
+        timeout=300,
+    )
     assert r.returncode in (0, 1), r.stderr
     assert "driver process starts" in r.stdout and "SensesPlant" not in r.stderr
     timing = json.loads((out / "timing.json").read_text())
     assert timing["status"] == "done" and timing["cycles"] == 300
     qc = np.load(out / "log.npz")["Qc"]
     assert qc.shape == (300, 14) and np.all(np.isfinite(qc))
-    assert np.abs(qc[50:] - qc[1]).max() > 0.1          # the sensed force changes with the plant's state
+    assert np.abs(qc[50:] - qc[1]).max() > 0.1  # the sensed force changes with the plant's state
 
 
 def test_unknown_scenario_is_one_line_and_exit_2(tmp_path):
@@ -91,11 +124,27 @@ def test_ctrl_c_stops_the_robot_and_keeps_the_timing(tmp_path):
     import time
 
     out = tmp_path / "run"
-    p = subprocess.Popen([*CMD, "yumi_dual_arm", "--duration", "120", "--out", str(out), "--no-html", "--no-plots",
-                          "--no-compare", "--max-misses", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=tmp_path)
+    p = subprocess.Popen(
+        [
+            *CMD,
+            "yumi_dual_arm",
+            "--duration",
+            "120",
+            "--out",
+            str(out),
+            "--no-html",
+            "--no-plots",
+            "--no-compare",
+            "--max-misses",
+            "100000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
-        for line in p.stdout:                             # the loop is about to start
+        for line in p.stdout:  # the loop is about to start
             if "the driver process starts" in line:
                 break
         time.sleep(1.0)

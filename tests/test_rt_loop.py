@@ -4,6 +4,7 @@ controller that sleeps too long causes counted misses and, after max_misses cons
 with its reason and a damping brake; a soak with tracemalloc shows no collection and no net allocation
 growth after warm-up, and the same measurement catches a leaking controller and a collection.  Each
 run is in a child process with a wall-clock limit; behaviour is asserted, never a timing."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ PRELUDE = textwrap.dedent('''
 
 
 def child(tmp_path, code: str, timeout: float = 150) -> dict:
-    r = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
-                       timeout=timeout, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -46,7 +52,10 @@ def test_runs_the_cycles_and_applies_the_torques_sent(tmp_path, transport):
     an earlier cycle's; each applied torque is exactly what the controller sent for that state (here
     τ = 1e-3·[cycle time, -cycle time], so the applied value names the state it answered).  Both
     transports."""
-    r = child(tmp_path, f"\n        TRANSPORT = {transport!r}" + '''
+    r = child(
+        tmp_path,
+        f"\n        TRANSPORT = {transport!r}"
+        + """
         class Stamp:
             info = None
             def __call__(self, t, q, v):
@@ -62,7 +71,8 @@ def test_runs_the_cycles_and_applies_the_torques_sent(tmp_path, transport):
             held_answers_older=bool((ans[1:][~fresh[1:]] < np.arange(1, d.cycles)[~fresh[1:]] - 1).all()),
             misses_counted=int(miss.sum()), first=int(ans[0]), steps=run.steps,
             controller_cycles=run.rt.loop.cycles, transport=run.rt.timing()["transport"])
-    ''')
+    """,
+    )
     assert r["cycles"] == 400 and r["steps"] == 400 and r["log_rows"] == 400 and r["status"] == "done"
     assert r["first"] == 0 and r["controller_cycles"] > 0
     assert r["sent_equals_applied"] and r["fresh_answers_previous"] and r["held_answers_older"]
@@ -74,7 +84,9 @@ def test_a_controller_that_sleeps_too_long_is_stopped_with_the_reason(tmp_path):
     consecutive ones (more than a preempted process on a busy machine causes), the driver stops the
     robot (status stopped, the reason said) and brakes (τ = -D v from the stop on), well before the 2 s
     asked for."""
-    r = child(tmp_path, '''
+    r = child(
+        tmp_path,
+        """
         class Sleepy:
             info = None
             def __call__(self, t, q, v):
@@ -89,17 +101,20 @@ def test_a_controller_that_sleeps_too_long_is_stopped_with_the_reason(tmp_path):
         out(status=d.status, reason=d.reason, stop_cycle=k, cycles=d.cycles, misses=d.misses,
             max_consecutive=d.max_consecutive_misses,
             brake=bool(np.allclose(tau[k + 1:], -3.0 * v[k + 1:])), timing_stops=run.rt.timing()["stops"])
-    ''')
+    """,
+    )
     assert r["status"] == "stopped" and r["timing_stops"] == 1
     assert "60 consecutive cycles without a torque in time" in r["reason"] and "damping brake" in r["reason"]
-    assert r["stop_cycle"] > 100 and r["cycles"] < 2000        # after the sleeping began, long before the end
+    assert r["stop_cycle"] > 100 and r["cycles"] < 2000  # after the sleeping began, long before the end
     assert r["misses"] >= 60 and r["max_consecutive"] == 60
     assert r["brake"]
 
 
 def test_one_late_step_costs_misses_but_no_stop(tmp_path):
     """One step that sleeps 3 periods: at least 2 misses, counted, the torque held meanwhile, no stop."""
-    r = child(tmp_path, '''
+    r = child(
+        tmp_path,
+        """
         class Once:
             info = None
             n = 0
@@ -111,7 +126,8 @@ def test_one_late_step_costs_misses_but_no_stop(tmp_path):
         run = run_rt(plant, Once(), duration=0.4, control_dt=1e-3, driver=DriverSettings(max_misses=200))
         d = run.rt.driver
         out(status=d.status, misses=d.misses, cycles=d.cycles, reason=d.reason)
-    ''')
+    """,
+    )
     assert r["status"] == "done" and r["reason"] == "" and r["cycles"] == 400
     assert r["misses"] >= 2
 
@@ -122,7 +138,10 @@ def test_reported_errors_are_kept_per_cycle(tmp_path, with_model):
     simulate keeps them: here e = -q of the state it was given, so each answered row equals the
     negated state the driver published at that cycle.  With a model (``controller.robot.update``)
     they are evaluated after the loop at every cycle's state, the ones the controller skipped too."""
-    r = child(tmp_path, f"\n        WITH_MODEL = {with_model!r}" + '''
+    r = child(
+        tmp_path,
+        f"\n        WITH_MODEL = {with_model!r}"
+        + """
         class Model:
             def update(self, q, v):
                 return q.copy()
@@ -145,12 +164,13 @@ def test_reported_errors_are_kept_per_cycle(tmp_path, with_model):
             answered[:] = True                   # every row: evaluated after the loop
         out(rows=len(e), cycles=run.rt.driver.cycles, answered=int(answered.sum()),
             equal=bool(np.array_equal(e[answered], -L["q"][answered])), moved=float(np.abs(e).max()))
-    ''')
+    """,
+    )
     assert r["rows"] == r["cycles"] == 300 and r["answered"] > 0
     assert r["equal"] and r["moved"] > 0
 
 
-SOAK = '''
+SOAK = """
     class PD:
         info = None
         def __call__(self, t, q, v):
@@ -180,7 +200,7 @@ SOAK = '''
         res[name] = {k: t[k] for k in ("gc_collections", "gc_gen0_growth", "traced_growth_bytes", "steady_cycles")}
         res[name]["gc_enabled_after"] = gc.isenabled()
     out(**res)
-'''
+"""
 
 
 def test_steady_state_is_gc_free_and_allocation_free(tmp_path):
@@ -190,7 +210,7 @@ def test_steady_state_is_gc_free_and_allocation_free(tmp_path):
     per cycle, one that makes cyclic garbage, and one that calls gc.collect(); the GC is on again after."""
     r = child(tmp_path, SOAK, timeout=200)
     pd, leaky, cyclic, collects = r["pd"], r["leaky"], r["cyclic"], r["collects"]
-    assert pd["steady_cycles"] >= 300            # (states the loop answered: a busy machine skips some)
+    assert pd["steady_cycles"] >= 300  # (states the loop answered: a busy machine skips some)
     assert pd["gc_collections"] == 0 and pd["gc_gen0_growth"] == 0
     assert pd["traced_growth_bytes"] < pd["steady_cycles"]
     assert leaky["traced_growth_bytes"] > 8 * leaky["steady_cycles"]
@@ -217,7 +237,9 @@ def test_the_log_keeps_what_the_replay_needs_in_compact_types(tmp_path):
     loop keeps controller.info's fields in compact types (uint8, int64, float32) and the replay hands
     the recorder each answered cycle's values in the field's own kind (bool, int, float64); the
     timing report says how many bytes a cycle costs."""
-    r = child(tmp_path, '''
+    r = child(
+        tmp_path,
+        """
         from dataclasses import dataclass, field
         @dataclass
         class Info:
@@ -256,11 +278,14 @@ def test_the_log_keeps_what_the_replay_needs_in_compact_types(tmp_path):
             kinds=sorted({(k1, k2) for *_, k1, k2 in ok}),
             dtypes={k: str(b.dtype) for k, b in quiet.rt.loop.info.items()},
             bytes=quiet.rt.timing()["log_bytes_per_cycle"], noisy_bytes=noisy.rt.timing()["log_bytes_per_cycle"])
-    ''')
+    """,
+    )
     assert not r["q_stored"] and r["q_from_qpos"]
     assert r["noisy_stored"] and r["noisy_differs"] and r["noisy_v"]
     assert r["counts"] and r["even"] and r["stamps"]
-    assert r["kinds"] in ([["bool", "float64"]], [["bool_", "float64"]]), r["kinds"]     # (numpy 2 names it bool)
+    assert r["kinds"] in ([["bool", "float64"]], [["bool_", "float64"]]), r[
+        "kinds"
+    ]  # (numpy 2 names it bool)
     assert r["dtypes"] == {"count": "int64", "even": "uint8", "stamp": "float32", "vec": "float32"}
     # wall, t 8 + late, age 4 + answers 4 + miss 1; qpos, qvel, tau 2 × 8 each; noisy: q, v 2 × 8 more
     assert r["bytes"]["driver"] == 29 + 3 * 16 and r["noisy_bytes"]["driver"] == 29 + 5 * 16
@@ -275,7 +300,10 @@ def test_a_controller_that_senses_the_plant_gets_its_arrays_with_each_state(tmp_
     is given (here qvel, which must equal v, and qfrc_bias, which must equal MuJoCo's bias of the
     logged state one step before, where the step that produced the state evaluated it).  Without
     sensed_data it is refused; a name that is not an array of the plant's data is refused by name."""
-    r = child(tmp_path, f"\n        TRANSPORT = {transport!r}" + '''
+    r = child(
+        tmp_path,
+        f"\n        TRANSPORT = {transport!r}"
+        + """
         import mujoco
         from cmstack.models.errors import ConfigError
         class Sensing:
@@ -314,7 +342,8 @@ def test_a_controller_that_senses_the_plant_gets_its_arrays_with_each_state(tmp_
                 refused.append(str(exc))
         out(calls=len(ctl.seen), same_v=all(same_v), bias_err=max(bias_err), moved=float(np.abs(L["qvel"]).max()),
             refused=refused)
-    ''')
+    """,
+    )
     assert r["calls"] > 50 and r["same_v"] and r["moved"] > 1e-3
     assert r["bias_err"] < 1e-9
     assert len(r["refused"]) == 2

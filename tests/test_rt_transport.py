@@ -1,6 +1,7 @@
 """The shared-memory transport (sim/rt_transport.py): values round-trip, the sequence lock rejects a
 copy taken while the writer was writing, and a reader racing a writer in another process never accepts
 a torn record.  Behaviour only; nothing here is timed."""
+
 from __future__ import annotations
 
 import subprocess
@@ -40,9 +41,9 @@ def test_reader_refuses_a_record_being_written():
     buf = bytearray(SeqRecord.nbytes(4))
     rec = SeqRecord(buf, 0, 4)
     rec.write([1.0] * 4)
-    rec.begin()                               # the writer is half-way through a write
+    rec.begin()  # the writer is half-way through a write
     rec.shared[:2] = 2.0
-    assert rec.read(tries=50) == -1           # no consistent copy: refused, not returned torn
+    assert rec.read(tries=50) == -1  # no consistent copy: refused, not returned torn
     assert rec.failed == 1 and rec.retries == 50
     rec.shared[2:] = 2.0
     rec.end()
@@ -55,11 +56,12 @@ def test_reader_retries_when_the_writer_wrote_during_the_copy(monkeypatch):
     rec.write([1.0] * 4)
     real_copyto, calls = np.copyto, []
 
-    def copy_then_write(dst, src):            # the writer runs a whole write while the reader copies
+    def copy_then_write(dst, src):  # the writer runs a whole write while the reader copies
         real_copyto(dst, src)
         if not calls:
             calls.append(1)
             rec.write([3.0] * 4)
+
     monkeypatch.setattr(np, "copyto", copy_then_write)
     seq = rec.read()
     assert seq == 4 and rec.retries == 1 and (rec.local == 3.0).all()
@@ -89,7 +91,7 @@ def test_no_torn_read_against_a_writer_process():
     """A writer process publishes records whose every slot holds one value, as fast as it can; the
     reader takes sequence-locked copies and checks each is one value throughout.  Copies taken
     without the lock are counted too (torn ones happen; they are what the lock rejects)."""
-    n = 4000                                          # a long copy: many chances to overlap a write
+    n = 4000  # a long copy: many chances to overlap a write
     with ShmTransport.create(nq=n, nv=n) as link:
         child = subprocess.Popen([sys.executable, "-c", WRITER, link.name])
         try:
@@ -113,7 +115,9 @@ def test_no_torn_read_against_a_writer_process():
                 child.kill()
         assert len(seen) >= 2, "the writer never ran while the reader read: nothing was tested"
         assert torn_locked == 0, f"{torn_locked} torn records accepted by the sequence lock"
-        print(f"reads {reads}, values seen {len(seen)}, retries {st.retries}, unlocked copies torn {raw_torn}")
+        print(
+            f"reads {reads}, values seen {len(seen)}, retries {st.retries}, unlocked copies torn {raw_torn}"
+        )
 
 
 def test_udp_round_trip_and_control_words():
@@ -122,10 +126,10 @@ def test_udp_round_trip_and_control_words():
     from cmstack.sim.rt_transport import UdpTransport
 
     with UdpTransport(nq=3, nv=2) as link:
-        assert link.state.seq == 0 and link.command.read() == 0          # nothing received yet
+        assert link.state.seq == 0 and link.command.read() == 0  # nothing received yet
         link.state.publish(6, 0.006, 10.0, np.zeros(3), np.zeros(2))
         link.state.publish(7, 0.007, 11.0, np.array([0.1, -0.2, 0.3]), np.array([1.5, -2.5]))
-        assert link.state.read() == 4 and link.state.cycle == 7       # both arrived; the newest is kept
+        assert link.state.read() == 4 and link.state.cycle == 7  # both arrived; the newest is kept
         np.testing.assert_array_equal(link.state.q, [0.1, -0.2, 0.3])
         np.testing.assert_array_equal(link.state.v, [1.5, -2.5])
         link.command.send(7, np.array([4.0, -5.0]), 12.5)

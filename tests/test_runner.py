@@ -2,6 +2,7 @@
 controllers.base.Controller (runtime-checkable protocols), and sim.runner.simulate runs them the way
 a hand-written loop does (same torques, bit for bit), collects per-task errors, times the loop and
 saves a run directory the viewer can load."""
+
 import json
 
 import numpy as np
@@ -35,13 +36,16 @@ def _yumi(**over):
 
 def test_every_plant_is_a_plant():
     cfg, robot = _slider()
-    plants = [sc.mujoco_plant(cfg, robot), ProjectionPlant(robot, None),
-              sp.build_plant(resolve_config(sp.NAME))]
+    plants = [
+        sc.mujoco_plant(cfg, robot),
+        ProjectionPlant(robot, None),
+        sp.build_plant(resolve_config(sp.NAME)),
+    ]
     c = resolve_config(col.NAME)
     plants.append(ChainMujocoPlant(c["mjcf"], col.body_names(c["n_bodies"])))
     for p in plants:
         assert isinstance(p, Plant), type(p).__name__
-    assert not isinstance(robot, Plant)          # a model is not a plant
+    assert not isinstance(robot, Plant)  # a model is not a plant
 
 
 def test_every_controller_is_a_controller():
@@ -60,7 +64,7 @@ def test_every_controller_is_a_controller():
     assert isinstance(uk, ReportsErrors) and isinstance(force, ReportsErrors)
     assert isinstance(force, SensesPlant) and not isinstance(uk, SensesPlant)
     assert isinstance(force, ReportsMetrics) and not isinstance(uk, ReportsMetrics)
-    assert not isinstance(lambda t, q, v: q, Controller)      # a bare function has no per-step info
+    assert not isinstance(lambda t, q, v: q, Controller)  # a bare function has no per-step info
 
 
 def test_simulate_matches_a_hand_written_loop_and_saves_a_replayable_run(tmp_path):
@@ -95,7 +99,7 @@ def test_simulate_matches_a_hand_written_loop_and_saves_a_replayable_run(tmp_pat
     assert run.wall_s > 0 and run.realtime_factor == pytest.approx(T / run.wall_s)
     assert len(run.step_us) == 300 and run.step_us_median > 0
     out = run.save(tmp_path / "run")
-    saved = load_run(out)                                # what `cmstack view` replays
+    saved = load_run(out)  # what `cmstack view` replays
     assert saved["plant_qpos"].shape == (300, plant.model.nq)
     assert str(saved["mjcf_path"]) == str(plant.path)
     assert json.loads((out / "run.json").read_text())["steps"] == 300
@@ -103,8 +107,9 @@ def test_simulate_matches_a_hand_written_loop_and_saves_a_replayable_run(tmp_pat
 
 def test_simulate_keeps_per_task_errors_and_attaches_sensors():
     cfg, robot, coupling, task = _yumi()
-    plant = yumi.MujocoPlant(cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"],
-                             integrator=cfg["integrator"])
+    plant = yumi.MujocoPlant(
+        cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"]
+    )
     q0 = yumi.initial_state(cfg, robot)
     plant.reset(q0)
     ctl = yumi.build_uk(cfg, robot, coupling, task)
@@ -115,7 +120,7 @@ def test_simulate_keeps_per_task_errors_and_attaches_sensors():
     kin = robot.update(q0, np.zeros(robot.nv))
     np.testing.assert_allclose(E[coupling.name][0], coupling.error(kin, 0.0), rtol=0, atol=1e-14)
     np.testing.assert_allclose(E[task.name][0], task.error(kin, 0.0), rtol=0, atol=1e-14)
-    assert np.linalg.norm(E[coupling.name][-1]) < np.linalg.norm(E[coupling.name][0])   # converging
+    assert np.linalg.norm(E[coupling.name][-1]) < np.linalg.norm(E[coupling.name][0])  # converging
 
     bcfg, brobot, bcoupling, btask = _yumi(plant="bar", controller="pidc_force")
     bar = yumi.MujocoPlant(bcfg["mjcf_bar"], brobot.joint_names, sim_dt=bcfg["control_dt"])
@@ -123,7 +128,7 @@ def test_simulate_keeps_per_task_errors_and_attaches_sensors():
     force = yumi.build_pidc_force(bcfg, brobot, bcoupling, btask)
     assert force.plant is None
     simulate(bar, force, duration=0.01, control_dt=bcfg["control_dt"], progress=False)
-    assert force.plant is bar                                   # SensesPlant: given its sensor
+    assert force.plant is bar  # SensesPlant: given its sensor
 
 
 def test_simulate_refuses_a_bad_period():
@@ -146,13 +151,20 @@ def test_overlapping_disturbances_on_one_body_add_up():
     f1, f2 = (0.0, 0.0, 3.0), (2.0, 0.0, 1.0)
     both = tuple(a + b for a, b in zip(f1, f2))
     overlapping = [Disturbance("rod", 0.0, 0.1, f1), Disturbance("rod", 0.05, 0.2, f2)]
-    disjoint = [Disturbance("rod", 0.0, 0.05, f1), Disturbance("rod", 0.05, 0.1, both),
-                Disturbance("rod", 0.1, 0.2, f2)]
+    disjoint = [
+        Disturbance("rod", 0.0, 0.05, f1),
+        Disturbance("rod", 0.05, 0.1, both),
+        Disturbance("rod", 0.1, 0.2, f2),
+    ]
     runs = []
     for ds in (overlapping, disjoint, overlapping[1:]):
         plant = sc.mujoco_plant(cfg, robot)
         sc.mujoco_reset(plant, np.zeros(2), robot)
         ctl = sc.build_controller(cfg, robot)
-        runs.append(simulate(plant, ctl, duration=0.25, control_dt=dt, disturbances=ds, progress=False).log.arrays()["q"])
+        runs.append(
+            simulate(plant, ctl, duration=0.25, control_dt=dt, disturbances=ds, progress=False).log.arrays()[
+                "q"
+            ]
+        )
     np.testing.assert_array_equal(runs[0], runs[1])
-    assert np.abs(runs[0] - runs[2]).max() > 1e-6          # the first disturbance acts (it was lost before)
+    assert np.abs(runs[0] - runs[2]).max() > 1e-6  # the first disturbance acts (it was lost before)

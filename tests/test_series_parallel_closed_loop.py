@@ -1,12 +1,13 @@
 """Closed-loop regression of the series_parallel scenario ([Dastranj]), shortened: the disturbance is moved
 earlier (t ∈ [4.5, 5.0) s instead of [10, 11) s) so that the runs take a few simulated seconds; the
 control rate, gains, plant and disturbance magnitude are the scenario's."""
+
 import numpy as np
 import pytest
+from plotcheck import assert_plots_ok
 
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.series_parallel import NAME, run
-from plotcheck import assert_plots_ok
 
 SHORT = {"disturbance_t0": 4.5, "disturbance_t1": 5.0, "disturbance_window": [4.5, 6.5]}
 
@@ -38,10 +39,10 @@ def test_paper_gains_track_and_keep_the_loop_closed(paper, cmstack_baseline):
     assert np.abs(e[before, 2]).max() < 0.002
     assert m["rmse_steady_phi_rad"] <= 0.01 and m["rmse_steady_theta_rad"] <= 0.01
     assert m["loop_closure_error_max_m"] <= 1e-3
-    assert 0.005 < m["peak_error_disturbance_delta_m"] < 0.08   # visible, bounded (no end stop)
+    assert 0.005 < m["peak_error_disturbance_delta_m"] < 0.08  # visible, bounded (no end stop)
     assert m["stroke_end_stop_time_s"] == 0.0
     assert_plots_ok(out, ["tracking", "errors", "forces", "loop_closure", "rmse_table3"])
-    cmstack_baseline.check(out)          # e, q, loop residual and metrics: tests/baselines/<this test>/
+    cmstack_baseline.check(out)  # e, q, loop residual and metrics: tests/baselines/<this test>/
 
 
 def test_gains_satisfying_condition_25_reject_the_disturbance(tmp_path):

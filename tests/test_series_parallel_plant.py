@@ -1,6 +1,7 @@
 """The series-parallel plant against a rigid closed chain (issue 16): MuJoCo's own M, constraint Jacobian and
 J̇q̇ give a rigid q̈ that an independent formulation (the partition model with the cylinder and piston,
 models/partition.py) reproduces, and the plant's q̈ stays within 1e-2 of it along a closed-loop run."""
+
 import mujoco
 import numpy as np
 
@@ -27,7 +28,9 @@ def test_rigid_qacc_from_mujoco_matches_the_partition_model():
     cfg = resolve_config("series_parallel")
     plant = sp.build_plant(cfg)
     check = sp.RigidLoopCheck(plant)
-    pm = PartitionModel(cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"], with_actuator=True)
+    pm = PartitionModel(
+        cfg["urdf"], L0=cfg["L0"], l0=cfg["l0"], delta_range=cfg["delta_range"], with_actuator=True
+    )
     rng = np.random.default_rng(0)
     for _ in range(5):
         q = np.array([rng.uniform(-1, 1), rng.uniform(0.1, 0.7), rng.uniform(0.03, 0.17)])

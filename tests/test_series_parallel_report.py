@@ -1,6 +1,7 @@
 """The paper's own gains reproduce the paper: `cmstack run series_parallel` (Table II, 20 s) exits 0, its δ
 rows that only κ meeting bound (25) can meet are reported beside the paper's figure with the reason, and the
 same numbers under other gains are still judged against the targets."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,24 @@ from cmstack.scenarios._common import _is_target, default_config
 from cmstack.scenarios.series_parallel import TABLE_II_KAPPA, table_rows
 
 #: a default run's metrics (the 20 s Table II run: δ RMSE 0.01818 m against the paper's 0.018 m)
-M = dict(rmse_phi_rad=0.02003, rmse_theta_rad=0.0113, rmse_delta_m=0.01818, rmse_steady_phi_rad=0.00315,
-         rmse_steady_theta_rad=0.007802, rmse_steady_delta_m=0.01904, rmse_predisturbance_delta_m=0.000479,
-         peak_error_disturbance_phi_rad=7.5e-6, peak_error_disturbance_theta_rad=0.0137,
-         peak_error_disturbance_delta_m=0.0581, recovery_time_s=5.09, loop_closure_error_max_m=1.1e-7,
-         stroke_end_stop_time_s=0.0, plant_vs_rigid_qacc_rel=8.9e-5, control_step_us_median=3.6, realtime_factor=17.0)
+M = dict(
+    rmse_phi_rad=0.02003,
+    rmse_theta_rad=0.0113,
+    rmse_delta_m=0.01818,
+    rmse_steady_phi_rad=0.00315,
+    rmse_steady_theta_rad=0.007802,
+    rmse_steady_delta_m=0.01904,
+    rmse_predisturbance_delta_m=0.000479,
+    peak_error_disturbance_phi_rad=7.5e-6,
+    peak_error_disturbance_theta_rad=0.0137,
+    peak_error_disturbance_delta_m=0.0581,
+    recovery_time_s=5.09,
+    loop_closure_error_max_m=1.1e-7,
+    stroke_end_stop_time_s=0.0,
+    plant_vs_rigid_qacc_rel=8.9e-5,
+    control_step_us_median=3.6,
+    realtime_factor=17.0,
+)
 
 
 def _by_key(rows):
@@ -32,9 +46,12 @@ def test_table_ii_gains_report_the_delta_rows_with_the_paper_figure_and_reason()
         assert rows[k].target.startswith("report: ") and "κ_δ = 50 N" in rows[k].target
     assert "paper 0.018 m, ours 0.0182 m" in rows["rmse_delta_m"].target
     # what the law guarantees with the paper's gains stays a target, and every target is met
-    assert _is_target(rows["rmse_predisturbance_delta_m"].target) and rows["rmse_predisturbance_delta_m"].ok is True
+    assert (
+        _is_target(rows["rmse_predisturbance_delta_m"].target)
+        and rows["rmse_predisturbance_delta_m"].ok is True
+    )
     assert [r.key for r in rows.values() if _is_target(r.target) and r.ok is not True] == []
-    worse = dict(M, rmse_predisturbance_delta_m=0.003)        # δ not tracked before the force: a failure
+    worse = dict(M, rmse_predisturbance_delta_m=0.003)  # δ not tracked before the force: a failure
     assert _by_key(table_rows(cfg, worse))["rmse_predisturbance_delta_m"].ok is False
 
 
@@ -47,11 +64,29 @@ def test_other_gains_are_judged_on_the_stricter_targets():
 
 def test_default_run_reproduces_the_paper_and_exits_0(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", "run", "series_parallel",
-                        "--out", str(out), "--no-progress", "--no-plots", "--no-html"], capture_output=True,
-                       text=True, cwd=tmp_path, env=dict(os.environ, MPLBACKEND="Agg"), timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::UserWarning",
+            "-m",
+            "cmstack.cli",
+            "run",
+            "series_parallel",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-plots",
+            "--no-html",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+        timeout=600,
+    )
     m = json.loads((out / "metrics.json").read_text())
     assert r.returncode == 0, (m["reason"], r.stdout[-2000:])
     assert m["ok"] is True and m["failed_targets"] == [] and m["not_evaluated"] == []
-    assert abs(m["rmse_delta_m"] - 0.018) < 0.002          # the paper's Table III figure, reproduced
+    assert abs(m["rmse_delta_m"] - 0.018) < 0.002  # the paper's Table III figure, reproduced
     assert "report: paper 0.018 m" in r.stdout

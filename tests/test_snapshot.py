@@ -1,6 +1,7 @@
 """A control step works on a snapshot (issue 22, item 3): a Kinematics whose robot's Pinocchio data has since
 been moved to another state by robot.update or add_frame refuses to read a frame from it, instead of
 silently returning the other state's frame."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -14,13 +15,13 @@ def test_stale_snapshot_refuses_instead_of_reading_another_state():
     rng = np.random.default_rng(0)
     q1, q2 = rng.normal(size=14), rng.normal(size=14)
     k1 = robot.update(q1, np.zeros(14))
-    p_read = k1.frame("yumi_link_7_l").p.copy()           # read while current: fine, and kept
-    robot.update(q2, np.zeros(14))                        # another consumer moves the shared data
-    np.testing.assert_allclose(k1.frame("yumi_link_7_l").p, p_read)    # what was read stays right
+    p_read = k1.frame("yumi_link_7_l").p.copy()  # read while current: fine, and kept
+    robot.update(q2, np.zeros(14))  # another consumer moves the shared data
+    np.testing.assert_allclose(k1.frame("yumi_link_7_l").p, p_read)  # what was read stays right
     with pytest.raises(StateError, match="stale"):
-        k1.frame("yumi_link_7_r")                         # reading a new frame would give q2's pose
+        k1.frame("yumi_link_7_r")  # reading a new frame would give q2's pose
     with pytest.raises(StateError, match="stale"):
-        k1.frame("yumi_link_7_l").dJ
+        _ = k1.frame("yumi_link_7_l").dJ
     k3 = robot.update(q1, np.zeros(14))
     robot.add_frame("tool", "yumi_link_7_l", pin.SE3.Identity())
     with pytest.raises(StateError, match="stale"):

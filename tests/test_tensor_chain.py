@@ -1,11 +1,28 @@
 """Identities and numerical checks of the tensor Newton–Euler chain model ([Eslami] §2, App. A–C)."""
+
 import numpy as np
 import pytest
 
 from cmstack.models.errors import ConfigError, StateError
-from cmstack.models.tensor_chain import (ChainState, TensorChain, euler123_from_matrix, euler_zyx_from_quat,
-                                 quat_conj, quat_exp, quat_from_euler_zyx, quat_from_matrix, quat_log, quat_mul,
-                                 quat_rate_body, quat_to_matrix, rot_x, rotation_vector, rot_y, rot_z, skew, transformation_BI)
+from cmstack.models.tensor_chain import (
+    ChainState,
+    TensorChain,
+    euler123_from_matrix,
+    euler_zyx_from_quat,
+    quat_exp,
+    quat_from_euler_zyx,
+    quat_from_matrix,
+    quat_log,
+    quat_mul,
+    quat_rate_body,
+    quat_to_matrix,
+    rot_x,
+    rot_y,
+    rot_z,
+    rotation_vector,
+    skew,
+    transformation_BI,
+)
 
 
 def random_chain(n=5, law="euler123", fixed=False, seed=0):
@@ -16,13 +33,29 @@ def random_chain(n=5, law="euler123", fixed=False, seed=0):
         A = rng.normal(size=(3, 3))
         I.append(A @ A.T * 0.01 + 0.005 * np.eye(3))
     kw = {}
-    ch = TensorChain(masses, np.array(I), rng.normal(scale=0.3, size=(n - 1, 3)),
-                     rng.normal(scale=0.3, size=(n - 1, 3)), rng.uniform(0.5, 3.0, (n - 1, 3)),
-                     gravity=rng.normal(size=3), spring_law=law, **kw)
+    ch = TensorChain(
+        masses,
+        np.array(I),
+        rng.normal(scale=0.3, size=(n - 1, 3)),
+        rng.normal(scale=0.3, size=(n - 1, 3)),
+        rng.uniform(0.5, 3.0, (n - 1, 3)),
+        gravity=rng.normal(size=3),
+        spring_law=law,
+        **kw,
+    )
     s = random_state(ch, rng)
     if fixed:
-        ch = TensorChain(ch.masses, ch.inertias, ch.joint_parent, ch.joint_child, ch.stiffness, gravity=ch.gravity,
-                         spring_law=law, fixed_base=True, base_pose=(s.pos[0].copy(), s.quat[0].copy()))
+        ch = TensorChain(
+            ch.masses,
+            ch.inertias,
+            ch.joint_parent,
+            ch.joint_child,
+            ch.stiffness,
+            gravity=ch.gravity,
+            spring_law=law,
+            fixed_base=True,
+            base_pose=(s.pos[0].copy(), s.quat[0].copy()),
+        )
     return ch, ch.project(s), rng
 
 
@@ -48,8 +81,8 @@ def test_force_distribution_is_minus_jacobian_transpose():
     CF, CM = ch.force_distribution(s.R)
     J = ch.jacobian(s.R)
     n = ch.n
-    np.testing.assert_allclose(CF, -J[:, :3 * n].T, atol=0)          # C_F = −J_vᵀ
-    np.testing.assert_allclose(CM, -J[:, 3 * n:].T, atol=1e-15)      # C_M = −J_ωᵀ
+    np.testing.assert_allclose(CF, -J[:, : 3 * n].T, atol=0)  # C_F = −J_vᵀ
+    np.testing.assert_allclose(CM, -J[:, 3 * n :].T, atol=1e-15)  # C_M = −J_ωᵀ
 
 
 def test_mass_matrix_spd_and_jacobian_full_rank():
@@ -72,7 +105,7 @@ def test_skew_symmetry_of_Mdot_minus_2C():
         assert abs(x @ N @ x) <= 1e-13 * (1 + np.abs(N).max() * x @ x)
         np.testing.assert_allclose(N, -N.T, atol=1e-14)
         # 𝒞(ν)ν is the gyroscopic moment Ω I ω
-        gy = (ch.coriolis(s.R, s.nu) @ s.nu)[3 * ch.n:].reshape(ch.n, 3)
+        gy = (ch.coriolis(s.R, s.nu) @ s.nu)[3 * ch.n :].reshape(ch.n, 3)
         Iw = ch.inertia_world(s.R)
         np.testing.assert_allclose(gy, np.cross(s.w, np.einsum("iab,ib->ia", Iw, s.w)), atol=1e-14)
 
@@ -80,9 +113,11 @@ def test_skew_symmetry_of_Mdot_minus_2C():
 def test_mass_matrix_derivative_by_finite_differences():
     ch, s, _ = random_chain(seed=2)
     h = 1e-6
+
     def M_at(t):
-        q = quat_mul(quat_exp(s.w * t), s.quat)      # R(t) = exp(ω t) R
+        q = quat_mul(quat_exp(s.w * t), s.quat)  # R(t) = exp(ω t) R
         return ch.mass_matrix(quat_to_matrix(q))
+
     fd = (M_at(h) - M_at(-h)) / (2 * h)
     np.testing.assert_allclose(ch.mass_matrix_dot(s.R, s.nu), fd, atol=1e-8)
 
@@ -111,15 +146,15 @@ def test_newton_euler_equations_body_by_body():
     f = d.F_J.reshape(n - 1, 3)
     mJ = ch.joint_moments(R)
     Iw = ch.inertia_world(R)
-    vd = d.nu_dot[:3 * n].reshape(n, 3)
-    wd = d.nu_dot[3 * n:].reshape(n, 3)
+    vd = d.nu_dot[: 3 * n].reshape(n, 3)
+    wd = d.nu_dot[3 * n :].reshape(n, 3)
     for k in range(n):
-        F = port[3 * k:3 * k + 3] + ch.masses[k] * ch.gravity
-        Mo = port[3 * n + 3 * k:3 * n + 3 * k + 3] - np.cross(s.w[k], Iw[k] @ s.w[k])
-        if k < n - 1:                       # joint k: + f_{J_k}, + m_{J_k}, − S_{B_k J_k} f_{J_k}
+        F = port[3 * k : 3 * k + 3] + ch.masses[k] * ch.gravity
+        Mo = port[3 * n + 3 * k : 3 * n + 3 * k + 3] - np.cross(s.w[k], Iw[k] @ s.w[k])
+        if k < n - 1:  # joint k: + f_{J_k}, + m_{J_k}, − S_{B_k J_k} f_{J_k}
             F = F + f[k]
             Mo = Mo + mJ[k] - np.cross(s_par[k], f[k])
-        if k > 0:                           # joint k−1: − f, − m, + S_{B_k J_{k−1}} f
+        if k > 0:  # joint k−1: − f, − m, + S_{B_k J_{k−1}} f
             F = F - f[k - 1]
             Mo = Mo - mJ[k - 1] + np.cross(s_chi[k - 1], f[k - 1])
         np.testing.assert_allclose(ch.masses[k] * vd[k], F, atol=1e-10)
@@ -169,7 +204,7 @@ def test_quaternion_kinematics_and_conversions():
         v = rng.normal(size=3)
         v *= min(1.0, 3.0 / np.linalg.norm(v))
         np.testing.assert_allclose(quat_log(quat_exp(v)), v, atol=1e-12)
-        for scale in (1e-9, 1e-3, 1.0, 1.5, 3.0):         # both branches of rotation_vector
+        for scale in (1e-9, 1e-3, 1.0, 1.5, 3.0):  # both branches of rotation_vector
             u = v / np.linalg.norm(v) * scale
             np.testing.assert_allclose(rotation_vector(quat_to_matrix(quat_exp(u))), u, atol=1e-12)
         # (56)–(57) round trip (Z-Y-X): pitch kept inside (−π/2, π/2)
@@ -180,7 +215,9 @@ def test_quaternion_kinematics_and_conversions():
         np.testing.assert_allclose(quat_to_matrix(qe), rot_z(e[2]) @ rot_y(e[1]) @ rot_x(e[0]), atol=1e-12)
         # relative 1-2-3 sequence (20)
         a = (rng.uniform(-3, 3), rng.uniform(-1.5, 1.5), rng.uniform(-3, 3))
-        np.testing.assert_allclose(euler123_from_matrix(rot_x(a[0]) @ rot_y(a[1]) @ rot_z(a[2])), a, atol=1e-12)
+        np.testing.assert_allclose(
+            euler123_from_matrix(rot_x(a[0]) @ rot_y(a[1]) @ rot_z(a[2])), a, atol=1e-12
+        )
 
 
 def test_euler_spring_law_axes():
@@ -209,8 +246,15 @@ def test_momentum_and_energy_conserved_free_chain():
     isotropic rotation-vector spring the total energy is conserved too."""
     ch, s, rng = random_chain(n=4, law="rotvec", seed=8)
     k = rng.uniform(1, 3, 3)
-    ch = TensorChain(ch.masses, ch.inertias, ch.joint_parent, ch.joint_child, k[:, None] * np.ones(3),
-                     gravity=np.zeros(3), spring_law="rotvec")
+    ch = TensorChain(
+        ch.masses,
+        ch.inertias,
+        ch.joint_parent,
+        ch.joint_child,
+        k[:, None] * np.ones(3),
+        gravity=np.zeros(3),
+        spring_law="rotvec",
+    )
     s = ch.project(s)
     s.nu *= 0.3
     P0, L0 = ch.momentum(s)
@@ -231,7 +275,7 @@ def test_pure_axial_moment_gives_zero_joint_forces_and_generic_moment_does_not()
     ch = TensorChain.rods(5, 0.5, 0.03, 1.0, 2.0, gravity=np.zeros(3))
     s = ch.straight_state()
     port = np.zeros(30)
-    port[15:18] = [0.02, 0, 0]                        # about the chain axis through the joints
+    port[15:18] = [0.02, 0, 0]  # about the chain axis through the joints
     F = []
     for _ in range(200):
         s, d = ch.step(s, 1e-3, port)
@@ -247,14 +291,17 @@ def test_model_is_frame_invariant():
     port = rng.normal(size=6 * ch.n)
     Q = quat_to_matrix(quat_exp(rng.normal(size=3)))
     t = rng.normal(size=3)
-    ch2 = TensorChain(ch.masses, ch.inertias, ch.joint_parent, ch.joint_child, ch.stiffness, gravity=Q @ ch.gravity)
+    ch2 = TensorChain(
+        ch.masses, ch.inertias, ch.joint_parent, ch.joint_child, ch.stiffness, gravity=Q @ ch.gravity
+    )
     d1 = ch.dynamics(s, port)
-    n = ch.n
     rot = lambda x: (x.reshape(-1, 3) @ Q.T).ravel()
     d2 = ch2.dynamics(s.transformed(Q, t), rot(port))
     np.testing.assert_allclose(d2.nu_dot, rot(d1.nu_dot), atol=1e-10)
     np.testing.assert_allclose(d2.F_J, rot(d1.F_J), atol=1e-10)
-    np.testing.assert_allclose(ch2.joint_moments(s.transformed(Q, t).R), ch.joint_moments(s.R) @ Q.T, atol=1e-12)
+    np.testing.assert_allclose(
+        ch2.joint_moments(s.transformed(Q, t).R), ch.joint_moments(s.R) @ Q.T, atol=1e-12
+    )
 
 
 def test_fixed_base_holds_body_one():
@@ -265,7 +312,7 @@ def test_fixed_base_holds_body_one():
     for _ in range(100):
         s, d = ch.step(s, 1e-3, rng.normal(size=6 * ch.n) * 0.1)
     assert np.abs(s.pos[0] - p0).max() <= 1e-12
-    assert np.abs(s.nu[:3]).max() <= 1e-12 and np.abs(s.nu[3 * ch.n:3 * ch.n + 3]).max() <= 1e-12
+    assert np.abs(s.nu[:3]).max() <= 1e-12 and np.abs(s.nu[3 * ch.n : 3 * ch.n + 3]).max() <= 1e-12
 
 
 def test_bad_input_is_refused():
@@ -299,14 +346,15 @@ def _spring_power_mismatch(ch, R, w):
 
 @pytest.mark.parametrize("law", ["rotvec", "euler123_conservative"])
 def test_conservative_spring_laws_are_gradients(law):
-    """"rotvec" (isotropic K) and our "euler123_conservative": the springs' power equals −dV/dt of
+    """ "rotvec" (isotropic K) and our "euler123_conservative": the springs' power equals −dV/dt of
     ``spring_energy`` (relative 1e-7), and a free chain conserves the total energy."""
     rng = np.random.default_rng(31)
     k = rng.uniform(1, 3, 4)
     K = k[:, None] * np.ones(3) if law == "rotvec" else rng.uniform(1, 3, (4, 3))
     ch0, s, _ = random_chain(n=5, law=law, seed=9)
-    ch = TensorChain(ch0.masses, ch0.inertias, ch0.joint_parent, ch0.joint_child, K, gravity=np.zeros(3),
-                     spring_law=law)
+    ch = TensorChain(
+        ch0.masses, ch0.inertias, ch0.joint_parent, ch0.joint_child, K, gravity=np.zeros(3), spring_law=law
+    )
     for _ in range(20):
         st = random_state(ch, rng)
         P, mdV = _spring_power_mismatch(ch, st.R, rng.normal(size=(5, 3)))
@@ -326,7 +374,9 @@ def test_paper_spring_law_19_is_not_conservative():
     the conservative law exactly when θ = 0 (orthonormal axes)."""
     rng = np.random.default_rng(32)
     ch = TensorChain.rods(2, 0.5, 0.03, 1.0, [2.0, 2.0, 2.0], gravity=np.zeros(3))
-    cons = TensorChain.rods(2, 0.5, 0.03, 1.0, [2.0, 2.0, 2.0], gravity=np.zeros(3), spring_law="euler123_conservative")
+    cons = TensorChain.rods(
+        2, 0.5, 0.03, 1.0, [2.0, 2.0, 2.0], gravity=np.zeros(3), spring_law="euler123_conservative"
+    )
     worst = {}
     for mag in (0.1, 1.0):
         worst[mag] = 0.0
@@ -337,10 +387,12 @@ def test_paper_spring_law_19_is_not_conservative():
             R = quat_to_matrix(np.array([q1, q2]))
             w = rng.normal(size=(2, 3))
             P, mdV = _spring_power_mismatch(ch, R, w)
-            worst[mag] = max(worst[mag], abs(P - mdV) / (np.linalg.norm(ch.joint_moments(R)) * np.linalg.norm(w[1] - w[0])))
+            worst[mag] = max(
+                worst[mag], abs(P - mdV) / (np.linalg.norm(ch.joint_moments(R)) * np.linalg.norm(w[1] - w[0]))
+            )
     assert 0.02 < worst[0.1] < 0.1 and 0.6 < worst[1.0] < 2.0
     Q = quat_to_matrix(quat_exp(np.array([0.3, -0.2, 0.5])))
-    R = np.stack([Q, Q @ rot_x(0.4) @ rot_z(-0.7)])                  # θ = 0: j1 ⟂ j2 ⟂ j3
+    R = np.stack([Q, Q @ rot_x(0.4) @ rot_z(-0.7)])  # θ = 0: j1 ⟂ j2 ⟂ j3
     np.testing.assert_allclose(ch.joint_moments(R), cons.joint_moments(R), atol=1e-14)
 
 
@@ -361,9 +413,11 @@ def test_compiled_step_and_projection_equal_the_numpy_formulation(law, fixed):
         out[fast] = (new, dyn, raw, ch.project(off))
     (a, da, ra, pa), (b, db, rb, pb) = out[False], out[True]
     for x, y in ((a, b), (ra, rb), (pa, pb)):
-        assert np.allclose(x.pos, y.pos, rtol=0, atol=1e-13) and np.allclose(x.quat, y.quat, rtol=0, atol=1e-13)
+        assert np.allclose(x.pos, y.pos, rtol=0, atol=1e-13) and np.allclose(
+            x.quat, y.quat, rtol=0, atol=1e-13
+        )
         assert np.allclose(x.nu, y.nu, rtol=1e-12, atol=1e-12)
     for k in ("nu_dot", "F_J", "M", "J", "gamma", "F", "M_J"):
         u, v = getattr(da, k), getattr(db, k)
         assert u.shape == v.shape and np.allclose(u, v, rtol=1e-11, atol=1e-11 * max(1.0, np.abs(u).max())), k
-    assert np.max(np.abs(ch.constraint_violation(pb))) < 1e-12       # the projection did its job
+    assert np.max(np.abs(ch.constraint_violation(pb))) < 1e-12  # the projection did its job

@@ -1,11 +1,25 @@
 """TITOP blocks of [Alazard]: each block alone, then random trees against Pinocchio's ABA and RNEA."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, StateError
-from cmstack.models.titop import (FixedBase, FloatingBase, Motion, Prismatic, Revolute, RigidBody, System, Weld,
-                          change_frame, coriolis_operator, rodrigues, tau, transport)
+from cmstack.models.titop import (
+    FixedBase,
+    FloatingBase,
+    Motion,
+    Prismatic,
+    Revolute,
+    RigidBody,
+    System,
+    Weld,
+    change_frame,
+    coriolis_operator,
+    rodrigues,
+    tau,
+    transport,
+)
 
 
 def rand_rot(rng):
@@ -29,7 +43,7 @@ def rand_body(rng, name, ports=None):
 def test_dynamic_model_matches_pinocchio_inertia():
     rng = np.random.default_rng(0)
     b = rand_body(rng, "b")
-    I6 = pin.Inertia(b.mass, b.com, b.inertia).matrix()      # Pinocchio's [linear; angular] at the origin
+    I6 = pin.Inertia(b.mass, b.com, b.inertia).matrix()  # Pinocchio's [linear; angular] at the origin
     assert np.allclose(b.D, I6, atol=1e-12)
     assert np.allclose(b.D, b.D.T) and np.linalg.eigvalsh(b.D).min() > 0
     # C(x') is the dual cross product (Pinocchio's ν ×*)
@@ -58,7 +72,7 @@ def test_rigid_body_is_newton_euler_at_the_centre_of_mass():
     v, w = tw[:3], tw[3:]
     vd, wd = acc[:3], acc[3:]
     c = b.com
-    a_P = vd + np.cross(w, v)                                     # inertial acceleration of P
+    a_P = vd + np.cross(w, v)  # inertial acceleration of P
     a_B = a_P + np.cross(wd, c) + np.cross(w, np.cross(w, c))
     F = b.mass * (a_B - g)
     T_B = b.inertia @ wd + np.cross(w, b.inertia @ w)
@@ -81,11 +95,13 @@ def test_motion_transport_composes_and_matches_rigid_kinematics():
     b = transport(m, QC + CP)
     for x, y in ((a.acc, b.acc), (a.tw, b.tw), (a.pos, b.pos), (a.R, b.R)):
         assert np.allclose(x, y, atol=1e-12)
+
     # twist transport is the rigid velocity field, and the acceleration transport is its time
     # derivative in the body frame: check by finite differences of a rigidly moving point
     def point_state(t):
         w, wd = m.tw[3:], m.acc[3:]
         return m.tw[:3] + t * m.acc[:3], w + t * wd
+
     h = 1e-6
     PC = -CP
     vC = lambda t: point_state(t)[0] + np.cross(point_state(t)[1], PC)
@@ -116,13 +132,13 @@ def _check_block_channels(block, rng, n=10):
         u = rng.normal(size=block.ndof) * 5
         qdd, ports_f, Wp_f, mA = block.titop_forward(m_in, W_ports, u, q, qd, g)
         u2, ports_i, Wp_i, mA2 = block.titop_inverse(m_in, W_ports, qdd, q, qd, g)
-        assert np.allclose(u2, u, atol=1e-10)                      # the two channels are inverse
+        assert np.allclose(u2, u, atol=1e-10)  # the two channels are inverse
         assert np.allclose(Wp_f, Wp_i, atol=1e-10)
         for k in ports_f:
             assert np.allclose(ports_f[k].acc, ports_i[k].acc, atol=1e-10)
         # Newton–Euler of the body with every load applied (independent check of (18)/(25)):
         body = block.body
-        W_on_A = -_rot6(mA.R.T @ m_in.R) @ Wp_f     # wrench of the parent on A, in R_a, at P0
+        W_on_A = -_rot6(mA.R.T @ m_in.R) @ Wp_f  # wrench of the parent on A, in R_a, at P0
         # for the prismatic the parent's wrench acts at P0, move it to P
         if block.kind == "prismatic":
             r = -q[0] * block.axis
@@ -141,8 +157,11 @@ def _rot6(P):
 
 def test_revolute_block_channels():
     rng = np.random.default_rng(5)
-    blk = Revolute(rand_body(rng, "a", {"c1": rng.normal(size=3), "c2": rng.normal(size=3)}),
-                   rng.normal(size=3), rand_rot(rng))
+    blk = Revolute(
+        rand_body(rng, "a", {"c1": rng.normal(size=3), "c2": rng.normal(size=3)}),
+        rng.normal(size=3),
+        rand_rot(rng),
+    )
     _check_block_channels(blk, rng)
 
 
@@ -193,7 +212,7 @@ def test_revolute_kinematics_by_finite_differences():
         return np.concatenate((v, w))
 
     m_in = Motion(nuB.copy(), np.zeros(3), np.eye(3), alB.copy())
-    u = np.zeros(1)
+    np.zeros(1)
     _, _, _, mA = blk.titop_inverse(m_in, {}, np.array([thdd]), np.array([th0]), np.array([thd]), np.zeros(3))
     assert np.allclose(body_twist_A(0.0), mA.tw, atol=1e-6)
     h = 1e-4
@@ -226,10 +245,22 @@ def random_tree_spec(rng, n, floating):
         kind = rng.choice(["R", "P"])
         aligned = rng.random() < 0.4
         axis = np.eye(3)[rng.integers(3)] if aligned else rng.normal(size=3)
-        joints.append(dict(parent=int(rng.integers(0, k)), kind=kind, axis=axis / np.linalg.norm(axis),
-                           aligned=aligned, R=rand_rot(rng), p=rng.normal(size=3) * 0.5,
-                           mass=rng.uniform(0.2, 3.0), com=rng.normal(size=3) * 0.3, I=rand_inertia(rng) * 0.2))
-    root = dict(mass=rng.uniform(1, 5), com=rng.normal(size=3) * 0.2, I=rand_inertia(rng)) if floating else None
+        joints.append(
+            dict(
+                parent=int(rng.integers(0, k)),
+                kind=kind,
+                axis=axis / np.linalg.norm(axis),
+                aligned=aligned,
+                R=rand_rot(rng),
+                p=rng.normal(size=3) * 0.5,
+                mass=rng.uniform(0.2, 3.0),
+                com=rng.normal(size=3) * 0.3,
+                I=rand_inertia(rng) * 0.2,
+            )
+        )
+    root = (
+        dict(mass=rng.uniform(1, 5), com=rng.normal(size=3) * 0.2, I=rand_inertia(rng)) if floating else None
+    )
     return root, joints
 
 
@@ -246,7 +277,9 @@ def pinocchio_model(root, joints, gravity):
             ax = "XYZ"[int(np.argmax(np.abs(s["axis"])))]
             jm = getattr(pin, f"JointModel{'R' if s['kind'] == 'R' else 'P'}{ax}")()
         else:
-            jm = (pin.JointModelRevoluteUnaligned if s["kind"] == "R" else pin.JointModelPrismaticUnaligned)(s["axis"])
+            jm = (pin.JointModelRevoluteUnaligned if s["kind"] == "R" else pin.JointModelPrismaticUnaligned)(
+                s["axis"]
+            )
         j = model.addJoint(ids[s["parent"]], jm, pin.SE3(s["R"], s["p"]), f"j{k}")
         model.appendBodyToJoint(j, pin.Inertia(s["mass"], s["com"], s["I"]), pin.SE3.Identity())
         ids.append(j)
@@ -261,7 +294,9 @@ def titop_system(root, joints, gravity):
     if root is None:
         sysm = System(FixedBase("root", ports[0]), gravity)
     else:
-        sysm = System(FloatingBase(RigidBody("root", root["mass"], root["com"], root["I"], ports[0])), gravity)
+        sysm = System(
+            FloatingBase(RigidBody("root", root["mass"], root["com"], root["I"], ports[0])), gravity
+        )
     for k, s in enumerate(joints, start=1):
         body = RigidBody(f"j{k}", s["mass"], s["com"], s["I"], ports[k])
         blk = (Revolute if s["kind"] == "R" else Prismatic)(body, s["axis"], s["R"])
@@ -273,7 +308,7 @@ def titop_system(root, joints, gravity):
 def test_random_trees_against_pinocchio_aba_and_rnea(floating):
     rng = np.random.default_rng(10 + floating)
     worst_fd = worst_id = 0.0
-    for trial in range(12):
+    for _trial in range(12):
         n = int(rng.integers(1, 8))
         g = rng.normal(size=3) * 5
         root, joints = random_tree_spec(rng, n, floating)
@@ -282,9 +317,13 @@ def test_random_trees_against_pinocchio_aba_and_rnea(floating):
         sysm = titop_system(root, joints, g)
         assert (sysm.nq, sysm.nv) == (model.nq, model.nv)
         for _ in range(4):
-            q = pin.randomConfiguration(model, -np.pi * np.ones(model.nq), np.pi * np.ones(model.nq)) \
-                if not floating else np.concatenate((rng.normal(size=3), pin.Quaternion(rand_rot(rng)).coeffs(),
-                                                     rng.normal(size=n)))
+            q = (
+                pin.randomConfiguration(model, -np.pi * np.ones(model.nq), np.pi * np.ones(model.nq))
+                if not floating
+                else np.concatenate(
+                    (rng.normal(size=3), pin.Quaternion(rand_rot(rng)).coeffs(), rng.normal(size=n))
+                )
+            )
             v = rng.normal(size=model.nv) * 2
             tq = rng.normal(size=model.nv) * 5
             a_pin = pin.aba(model, data, q, v, tq)
@@ -315,7 +354,6 @@ def test_solved_algebraic_loop_satisfies_every_block():
     for i in range(1, len(sysm.nodes)):
         nd = sysm.nodes[i]
         blk = nd.block
-        parent_ports = {}
         pk, pp = sysm.nodes[nd.parent], nd.port
         m_in = ports[nd.parent][pp]
         m_in = Motion(m_in.tw, m_in.pos, m_in.R, tau(-pk.block.body.ports[pp]) @ acc[nd.parent])
@@ -324,8 +362,9 @@ def test_solved_algebraic_loop_satisfies_every_block():
         for ch in nd.children:
             cn = sysm.nodes[ch]
             W_c[cn.port] = _subtree_wrench(sysm, ch, q, v, a, acc, ports)
-        qdd, _, _, _ = blk.titop_forward(m_in, W_c, tq[6 + nd.iq: 6 + nd.iq + 1], q[7 + nd.iq: 8 + nd.iq],
-                                         v[6 + nd.iq: 7 + nd.iq], g)
+        qdd, _, _, _ = blk.titop_forward(
+            m_in, W_c, tq[6 + nd.iq : 6 + nd.iq + 1], q[7 + nd.iq : 8 + nd.iq], v[6 + nd.iq : 7 + nd.iq], g
+        )
         assert np.allclose(qdd, a[6 + nd.iq], atol=1e-9)
 
 
@@ -336,8 +375,9 @@ def _subtree_wrench(sysm, i, q, v, a, acc, ports):
     m_in = ports[nd.parent][nd.port]
     m_in = Motion(m_in.tw, m_in.pos, m_in.R, tau(-pk.block.body.ports[nd.port]) @ acc[nd.parent])
     W_c = {sysm.nodes[ch].port: _subtree_wrench(sysm, ch, q, v, a, acc, ports) for ch in nd.children}
-    _, _, W_parent, _ = nd.block.titop_inverse(m_in, W_c, a[6 + nd.iq: 7 + nd.iq], q[7 + nd.iq: 8 + nd.iq],
-                                               v[6 + nd.iq: 7 + nd.iq], sysm.g)
+    _, _, W_parent, _ = nd.block.titop_inverse(
+        m_in, W_c, a[6 + nd.iq : 7 + nd.iq], q[7 + nd.iq : 8 + nd.iq], v[6 + nd.iq : 7 + nd.iq], sysm.g
+    )
     return W_parent
 
 
@@ -353,7 +393,9 @@ def test_energy_is_conserved_by_the_unforced_tree():
     h = 1e-6
     a = sysm.forward(q, v, np.zeros(10))
     E = lambda qq, vv: sysm.energy(qq, vv)
-    dE = (E(pin.integrate(model, q, v * h), v + a * h) - E(pin.integrate(model, q, -v * h), v - a * h)) / (2 * h)
+    dE = (E(pin.integrate(model, q, v * h), v + a * h) - E(pin.integrate(model, q, -v * h), v - a * h)) / (
+        2 * h
+    )
     assert abs(dE) < 1e-6 * max(1.0, abs(E(q, v)))
     data = model.createData()
     Epin = pin.computeKineticEnergy(model, data, q, v) + pin.computePotentialEnergy(model, data, q)
@@ -365,13 +407,20 @@ def test_from_pinocchio_sample_models(builder):
     """A whole Pinocchio model turned into TITOP blocks (free-flyer humanoid, 32 DoF; fixed manipulator)."""
     from cmstack.models.titop import from_pinocchio
 
-    model = pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
+    model = (
+        pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
+    )
     data = model.createData()
     sysm = from_pinocchio(model)
     rng = np.random.default_rng(30)
     for _ in range(5):
-        q = pin.randomConfiguration(model, -np.ones(model.nq), np.ones(model.nq)) if builder != "humanoid" else \
-            np.concatenate((rng.normal(size=3), pin.Quaternion(rand_rot(rng)).coeffs(), rng.uniform(-2, 2, model.nq - 7)))
+        q = (
+            pin.randomConfiguration(model, -np.ones(model.nq), np.ones(model.nq))
+            if builder != "humanoid"
+            else np.concatenate(
+                (rng.normal(size=3), pin.Quaternion(rand_rot(rng)).coeffs(), rng.uniform(-2, 2, model.nq - 7))
+            )
+        )
         v, tq = rng.normal(size=model.nv), rng.normal(size=model.nv)
         a = pin.aba(model, data, q, v, tq)
         assert np.abs(sysm.forward(q, v, tq) - a).max() <= 1e-9 * max(1.0, np.abs(a).max())

@@ -2,13 +2,23 @@
 (``System._kinematics_reference``, ``_forward_reference``, ``_inverse_reference``): the same outputs to
 1e-12 relative on the balloon, on random trees with every block type, loop closures and external loads,
 and on trees built by ``from_pinocchio``; the reference's errors and fallbacks are kept."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
 
 from cmstack.models.errors import FrameNotFoundError, StateError
-from cmstack.models.titop import (FixedBase, FloatingBase, CompliantLoop, Prismatic, Revolute, RigidBody, System, Weld,
-                                  from_pinocchio)
+from cmstack.models.titop import (
+    CompliantLoop,
+    FixedBase,
+    FloatingBase,
+    Prismatic,
+    Revolute,
+    RigidBody,
+    System,
+    Weld,
+    from_pinocchio,
+)
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.balloon import Params, buoyancy_body, titop_system
 
@@ -28,6 +38,7 @@ def rand_rot(rng):
 def random_system(rng, n, floating, loops=0):
     """A random tree of n Weld/Revolute/Prismatic blocks (random axes, P_a0/b, ports) closed by ``loops``
     random loop-closure blocks; each body has a "load" port for external wrenches."""
+
     def body(name, nports):
         A = rng.normal(size=(3, 3))
         I = A @ A.T + 0.1 * np.eye(3)
@@ -38,8 +49,12 @@ def random_system(rng, n, floating, loops=0):
     nports = 3
     root = body("b0", nports)
     if floating:
-        sysm = System(FloatingBase(RigidBody("b0", 3.0, rng.normal(size=3) * 0.2, np.diag([1.0, 2.0, 1.5]),
-                                             root.ports)), rng.normal(size=3) * 5)
+        sysm = System(
+            FloatingBase(
+                RigidBody("b0", 3.0, rng.normal(size=3) * 0.2, np.diag([1.0, 2.0, 1.5]), root.ports)
+            ),
+            rng.normal(size=3) * 5,
+        )
     else:
         sysm = System(FixedBase("b0", root.ports), rng.normal(size=3) * 5)
     free = [("b0", f"p{k}") for k in range(nports)]
@@ -48,13 +63,19 @@ def random_system(rng, n, floating, loops=0):
         kind = rng.choice(["W", "R", "P"], p=[0.2, 0.45, 0.35])
         b = body(f"b{k}", nports)
         P0 = rand_rot(rng)
-        blk = Weld(b, P0) if kind == "W" else (Revolute if kind == "R" else Prismatic)(b, rng.normal(size=3), P0)
+        blk = (
+            Weld(b, P0)
+            if kind == "W"
+            else (Revolute if kind == "R" else Prismatic)(b, rng.normal(size=3), P0)
+        )
         sysm.add(blk, parent, port)
         free += [(f"b{k}", f"p{j}") for j in range(nports)]
     for j in range(loops):
         (bl, pl), (br, pr) = [free.pop(int(rng.integers(len(free)))) for _ in range(2)]
         A = rng.normal(size=(6, 6))
-        sysm.add_loop(CompliantLoop(bl, pl, br, pr, A @ A.T * 10, np.diag(rng.uniform(0, 2, 6)), name=f"L{j}"))
+        sysm.add_loop(
+            CompliantLoop(bl, pl, br, pr, A @ A.T * 10, np.diag(rng.uniform(0, 2, 6)), name=f"L{j}")
+        )
     return sysm
 
 
@@ -117,9 +138,9 @@ def test_compiled_sweeps_equal_the_reference_on_random_trees(floating):
             a = sysm.forward(q, v, u, ext)
             assert rel(a, sysm._forward_reference(q, v, u, ext)) <= TOL
             assert rel(sysm.inverse(q, v, a, ext), sysm._inverse_reference(q, v, a, ext)) <= TOL
-            assert rel(sysm.inverse(q, v, a, ext), u) <= 1e-9          # the two sweeps are inverse
+            assert rel(sysm.inverse(q, v, a, ext), u) <= 1e-9  # the two sweeps are inverse
             assert_same_kinematics(sysm, q, v)
-        assert sysm._compiled() is not None                            # the compiled path is taken
+        assert sysm._compiled() is not None  # the compiled path is taken
 
 
 def test_compiled_sweeps_equal_the_reference_on_the_balloon():
@@ -145,7 +166,9 @@ def _energy_reference(sysm, q, v):
 
 @pytest.mark.parametrize("builder", ["humanoid", "manipulator"])
 def test_compiled_sweeps_equal_the_reference_from_pinocchio(builder):
-    model = pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
+    model = (
+        pin.buildSampleModelHumanoidRandom() if builder == "humanoid" else pin.buildSampleModelManipulator()
+    )
     sysm = from_pinocchio(model)
     rng = np.random.default_rng(42)
     for _ in range(3):
@@ -189,10 +212,12 @@ def test_errors_and_fallbacks_are_the_reference_s():
     s.add(Revolute(RigidBody("pm", 1.0, (0, 0, 0.5), None), (0, 0, 1)), "g", "o")
     with pytest.raises(np.linalg.LinAlgError):
         s.forward([0.1], [0.0], [0.0])
+
     # a block type the kernels do not know (its own joint maths) takes the NumPy path
     class OffsetRevolute(Revolute):
         def joint(self, m_in, q, qd):
             return Revolute.joint(self, m_in, np.asarray(q) + 0.5, qd)
+
     t = System(FixedBase("g", {"o": [0, 0, 0]}), (0, 0, -9.81))
     t.add(OffsetRevolute(RigidBody("l", 1.0, (0.5, 0, 0), np.eye(3) * 0.01), (0, 0, 1)), "g", "o")
     assert np.allclose(t.forward([0.2], [0.3], [0.1]), t._forward_reference([0.2], [0.3], [0.1]), atol=1e-14)
@@ -241,8 +266,13 @@ class WeightlessBody(RigidBody):
         return RigidBody.bias(self, tw, np.zeros(3))
 
 
-_SUBCLASS = {Revolute: NamedRevolute, Prismatic: NamedPrismatic, Weld: NamedWeld, RigidBody: NamedBody,
-             CompliantLoop: NamedLoop}
+_SUBCLASS = {
+    Revolute: NamedRevolute,
+    Prismatic: NamedPrismatic,
+    Weld: NamedWeld,
+    RigidBody: NamedBody,
+    CompliantLoop: NamedLoop,
+}
 
 
 @pytest.mark.parametrize("floating", [False, True])
@@ -251,6 +281,7 @@ def test_subclasses_without_own_maths_take_the_compiled_sweeps(floating):
     same tree with every object a subclass that adds no maths is compiled and gives the built-ins' outputs
     bit for bit; a subclass that redefines its maths (a loop's wrenches, a body's model) runs its own maths,
     and the answer shows it (twice the impedance equals a loop built with 2K, 2D)."""
+
     def build(seed, swap=None):
         sysm = random_system(np.random.default_rng(seed), 6, floating, loops=2)
         if swap:
@@ -263,7 +294,7 @@ def test_subclasses_without_own_maths_take_the_compiled_sweeps(floating):
         return sysm
 
     base, named = build(7), build(7, swap=NamedLoop)
-    assert all(type(nd.block) is not Revolute for nd in named.nodes[1:])      # the swap took
+    assert all(type(nd.block) is not Revolute for nd in named.nodes[1:])  # the swap took
     q, v, u = random_state(np.random.default_rng(8), base)
     ext = random_ext(np.random.default_rng(9), base)
     assert named._compiled() is not None
@@ -291,14 +322,31 @@ def test_balloon_rk4_helpers_equal_their_numpy_forms():
     P = Params(default_config("balloon"))
     rng = np.random.default_rng(45)
     for _ in range(20):
-        q = np.concatenate((rng.normal(size=3), rng.normal(size=4) * rng.uniform(0.5, 2.0), rng.normal(size=3)))
+        q = np.concatenate(
+            (rng.normal(size=3), rng.normal(size=4) * rng.uniform(0.5, 2.0), rng.normal(size=3))
+        )
         v = rng.normal(size=9)
         x, y, z, w = q[3:7]
         R = pin.Quaternion(w, x, y, z).normalized().toRotationMatrix()
         wx, wy, wz = v[3:6]
-        dq = np.concatenate((R @ v[:3], 0.5 * np.array([w * wx + y * wz - z * wy, w * wy + z * wx - x * wz,
-                                                        w * wz + x * wy - y * wx, -(x * wx + y * wy + z * wz)]), v[6:]))
+        dq = np.concatenate(
+            (
+                R @ v[:3],
+                0.5
+                * np.array(
+                    [
+                        w * wx + y * wz - z * wy,
+                        w * wy + z * wx - x * wz,
+                        w * wz + x * wy - y * wx,
+                        -(x * wx + y * wy + z * wz),
+                    ]
+                ),
+                v[6:],
+            )
+        )
         assert rel(qdot(q, v), dq) <= TOL
-        assert rel(_unit(q)[3:7], q[3:7] / np.linalg.norm(q[3:7])) <= TOL and np.array_equal(_unit(q)[:3], q[:3])
+        assert rel(_unit(q)[3:7], q[3:7] / np.linalg.norm(q[3:7])) <= TOL and np.array_equal(
+            _unit(q)[:3], q[:3]
+        )
         assert rel(buoyancy_body(P, q), np.concatenate((R.T @ (-P.mG * P.g), np.zeros(3)))) <= TOL
         assert rel(joint_forces(P, q, v), [-P.k * q[7] - P.ds * v[6], -P.dp1 * v[7], -P.dp2 * v[8]]) <= TOL

@@ -1,13 +1,14 @@
 """Closed chain through the TITOP loop-closure block L^A_C ([Alazard] §3.4, Fig. 13-14): a planar four-bar
 cut at the coupler–rocker pin.  As the stiffness K grows the spring-closed tree tends to the rigid
 constraint, computed independently with Pinocchio (KKT on M, h, the tip Jacobians and their drift)."""
+
 import numpy as np
 import pinocchio as pin
 
-from cmstack.models.titop import FixedBase, CompliantLoop, Revolute, RigidBody, System
+from cmstack.models.titop import CompliantLoop, FixedBase, Revolute, RigidBody, System
 
 G = np.array([0.0, -9.81, 0.0])
-D_GROUND, A, B, C = 1.0, 0.5, 1.2, 0.8            # ground link, crank, coupler, rocker lengths (m)
+D_GROUND, A, B, C = 1.0, 0.5, 1.2, 0.8  # ground link, crank, coupler, rocker lengths (m)
 MASS = {"crank": 1.0, "coupler": 2.0, "rocker": 1.5}
 LEN = {"crank": A, "coupler": B, "rocker": C}
 
@@ -20,10 +21,17 @@ def titop_fourbar(k, d):
     """Blocks: ground (ports O1, O2), crank at O1, coupler at the crank's tip, rocker at O2; the loop is
     cut at the pin between the coupler's tip and the rocker's tip (translational K, D only)."""
     s = System(FixedBase("ground", {"O1": [0, 0, 0], "O2": [D_GROUND, 0, 0]}), G)
-    for name, parent, port in (("crank", "ground", "O1"), ("coupler", "crank", "tip"), ("rocker", "ground", "O2")):
+    for name, parent, port in (
+        ("crank", "ground", "O1"),
+        ("coupler", "crank", "tip"),
+        ("rocker", "ground", "O2"),
+    ):
         l, m = LEN[name], MASS[name]
-        s.add(Revolute(RigidBody(name, m, [l / 2, 0, 0], rod_inertia(m, l), {"tip": [l, 0, 0]}), [0, 0, 1]),
-              parent, port)
+        s.add(
+            Revolute(RigidBody(name, m, [l / 2, 0, 0], rod_inertia(m, l), {"tip": [l, 0, 0]}), [0, 0, 1]),
+            parent,
+            port,
+        )
     K = np.diag([k, k, k, 0, 0, 0])
     Dm = np.diag([d, d, d, 0, 0, 0])
     s.add_loop(CompliantLoop("coupler", "tip", "rocker", "tip", K, Dm))
@@ -34,15 +42,27 @@ def pinocchio_fourbar():
     model = pin.Model()
     model.gravity.linear = G
     ids = {}
-    for name, parent, p in (("crank", 0, [0, 0, 0]), ("coupler", "crank", [A, 0, 0]), ("rocker", 0, [D_GROUND, 0, 0])):
+    for name, parent, p in (
+        ("crank", 0, [0, 0, 0]),
+        ("coupler", "crank", [A, 0, 0]),
+        ("rocker", 0, [D_GROUND, 0, 0]),
+    ):
         pid = parent if parent == 0 else ids[parent]
         j = model.addJoint(pid, pin.JointModelRZ(), pin.SE3(np.eye(3), np.array(p, float)), name)
         l, m = LEN[name], MASS[name]
-        model.appendBodyToJoint(j, pin.Inertia(m, np.array([l / 2, 0, 0]), rod_inertia(m, l)), pin.SE3.Identity())
+        model.appendBodyToJoint(
+            j, pin.Inertia(m, np.array([l / 2, 0, 0]), rod_inertia(m, l)), pin.SE3.Identity()
+        )
         ids[name] = j
     for name in ("coupler", "rocker"):
-        model.addFrame(pin.Frame(f"{name}_tip", ids[name], pin.SE3(np.eye(3), np.array([LEN[name], 0, 0])),
-                                 pin.FrameType.OP_FRAME))
+        model.addFrame(
+            pin.Frame(
+                f"{name}_tip",
+                ids[name],
+                pin.SE3(np.eye(3), np.array([LEN[name], 0, 0])),
+                pin.FrameType.OP_FRAME,
+            )
+        )
     return model
 
 
@@ -56,15 +76,18 @@ def rigid_fd(model, data, alpha=20.0):
         pin.computeJointJacobiansTimeVariation(model, data, q, v)
         pin.updateFramePlacements(model, data)
         J = (pin.getFrameJacobian(model, data, f1, LWA) - pin.getFrameJacobian(model, data, f2, LWA))[:2]
-        gam = (pin.getFrameClassicalAcceleration(model, data, f1, LWA).linear
-               - pin.getFrameClassicalAcceleration(model, data, f2, LWA).linear)[:2]
+        gam = (
+            pin.getFrameClassicalAcceleration(model, data, f1, LWA).linear
+            - pin.getFrameClassicalAcceleration(model, data, f2, LWA).linear
+        )[:2]
         phi = (data.oMf[f1].translation - data.oMf[f2].translation)[:2]
         M, h = data.M, data.nle
         n = model.nv
         K = np.zeros((n + 2, n + 2))
         K[:n, :n], K[:n, n:], K[n:, :n] = M, -J.T, J
-        rhs = np.concatenate((-h, -gam - 2 * alpha * J @ v - alpha ** 2 * phi))
+        rhs = np.concatenate((-h, -gam - 2 * alpha * J @ v - alpha**2 * phi))
         return np.linalg.solve(K, rhs)[:n]
+
     return fd
 
 
@@ -83,11 +106,13 @@ def rk4(fd, q, v, h, n):
 
 def closed_configuration(theta1):
     """(θ1, θ2, θ3) with the coupler's tip on the rocker's tip (Newton on the two loop equations)."""
+
     def tips(x):
         t1, t2, t3 = theta1, x[0], x[1]
         p = np.array([A * np.cos(t1) + B * np.cos(t1 + t2), A * np.sin(t1) + B * np.sin(t1 + t2)])
         r = np.array([D_GROUND + C * np.cos(t3), C * np.sin(t3)])
         return p - r
+
     x = np.array([-0.9, 1.6])
     for _ in range(50):
         f = tips(x)
@@ -119,7 +144,7 @@ def test_stiff_loop_closure_tends_to_the_rigid_constraint():
     h, T = 2.5e-4, 0.25
     n = int(round(T / h))
     Q_rigid = rk4(rigid_fd(model, data), q0, v0, h, n)
-    assert np.abs(Q_rigid[-1] - q0).max() > 0.05                     # the reference moves
+    assert np.abs(Q_rigid[-1] - q0).max() > 0.05  # the reference moves
     errs, gaps = [], []
     for k in (1e3, 1e4, 1e5, 1e6):
         s = titop_fourbar(k, 2 * 0.5 * np.sqrt(k * MASS["coupler"]))

@@ -1,14 +1,26 @@
 """models/trajectory.py: every kind's velocity and acceleration are the derivatives of its position
 (central finite differences, on R^n and on SE(3) with the angular parts in the desired frame), the
 point-to-point laws start and stop at rest, and the world-axes view agrees with the sample."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import quat_exp, quat_mul, quat_to_matrix
-from cmstack.models.trajectory import (Circle, Constant, FromFunction, FromWorldFunction, MinimumJerk, MinimumJerkSE3,
-                                       Sample, SE3Trajectory, Sinusoid, Trajectory, as_trajectory)
+from cmstack.models.trajectory import (
+    Circle,
+    Constant,
+    FromFunction,
+    FromWorldFunction,
+    MinimumJerk,
+    MinimumJerkSE3,
+    Sample,
+    SE3Trajectory,
+    Sinusoid,
+    Trajectory,
+    as_trajectory,
+)
 
 H = 1e-5
 
@@ -24,13 +36,19 @@ def _fd_se3(traj, t):
     frame of D) and ε^D = d/dt ω^D (the ω × ω term vanishes, see the module docstring)."""
     Tp, vp, _ = traj(t + H)
     Tm, vm, _ = traj(t - H)
-    vel = np.concatenate(((Tp.translation - Tm.translation) / (2 * H),
-                          pin.log3(Tm.rotation.T @ Tp.rotation) / (2 * H)))
+    vel = np.concatenate(
+        ((Tp.translation - Tm.translation) / (2 * H), pin.log3(Tm.rotation.T @ Tp.rotation) / (2 * H))
+    )
     return vel, (vp - vm) / (2 * H)
 
 
-@pytest.mark.parametrize("traj", [Sinusoid([0.1, 0.5, 0.05], [0.2, 0.1, 0.02], [0.5, 0.25, 1.0], [0.0, 1.0, 2.0]),
-                                  MinimumJerk([0.0, 1.0], [1.0, -2.0], duration=2.0, t0=0.5)])
+@pytest.mark.parametrize(
+    "traj",
+    [
+        Sinusoid([0.1, 0.5, 0.05], [0.2, 0.1, 0.02], [0.5, 0.25, 1.0], [0.0, 1.0, 2.0]),
+        MinimumJerk([0.0, 1.0], [1.0, -2.0], duration=2.0, t0=0.5),
+    ],
+)
 def test_rn_derivatives(traj):
     assert isinstance(traj, Trajectory) and traj.space == "Rn"
     for t in (0.7, 1.3, 2.1):
@@ -41,10 +59,18 @@ def test_rn_derivatives(traj):
         np.testing.assert_allclose(s.acceleration, da, atol=1e-7)
 
 
-@pytest.mark.parametrize("traj", [Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3)),
-                                  MinimumJerkSE3(pin.SE3(np.eye(3), np.array([0.3, 0.0, 0.4])),
-                                                 pin.SE3(pin.rpy.rpyToMatrix(0.5, -0.3, 1.2), np.array([0.5, 0.2, 0.1])),
-                                                 duration=1.5, t0=0.2)])
+@pytest.mark.parametrize(
+    "traj",
+    [
+        Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3)),
+        MinimumJerkSE3(
+            pin.SE3(np.eye(3), np.array([0.3, 0.0, 0.4])),
+            pin.SE3(pin.rpy.rpyToMatrix(0.5, -0.3, 1.2), np.array([0.5, 0.2, 0.1])),
+            duration=1.5,
+            t0=0.2,
+        ),
+    ],
+)
 def test_se3_derivatives_and_world_view(traj):
     assert isinstance(traj, SE3Trajectory) and traj.space == "SE3"
     for t in (0.4, 0.9, 1.4):
@@ -67,7 +93,7 @@ def test_point_to_point_rests_at_both_ends():
         np.testing.assert_allclose(s.position, x, atol=1e-15)
         np.testing.assert_allclose(s.velocity, 0.0, atol=1e-15)
         np.testing.assert_allclose(s.acceleration, 0.0, atol=1e-15)
-    np.testing.assert_allclose(mj(1.5).position, 0.5 * (x0 + x1), atol=1e-15)   # s(½) = ½
+    np.testing.assert_allclose(mj(1.5).position, 0.5 * (x0 + x1), atol=1e-15)  # s(½) = ½
     T0 = pin.SE3(np.eye(3), np.zeros(3))
     T1 = pin.SE3(pin.rpy.rpyToMatrix(0.2, 0.1, -0.4), np.array([0.1, 0.2, 0.3]))
     se = MinimumJerkSE3(T0, T1, duration=1.0)
@@ -79,7 +105,9 @@ def test_circle_is_the_thesis_circle_and_constant_targets():
     c = Circle([0.4, 0.2, 0.5], 0.12, 1.5, 0.3)
     T, v, a = c(0.7)
     ph = 1.5 * 0.7 + 0.3
-    np.testing.assert_allclose(T.translation, [0.4 + 0.12 * np.cos(ph), 0.2, 0.5 + 0.12 * np.sin(ph)], atol=1e-15)
+    np.testing.assert_allclose(
+        T.translation, [0.4 + 0.12 * np.cos(ph), 0.2, 0.5 + 0.12 * np.sin(ph)], atol=1e-15
+    )
     np.testing.assert_allclose(T.rotation, np.eye(3))
     np.testing.assert_allclose(v[3:], 0)
     np.testing.assert_allclose(a[3:], 0)
@@ -102,14 +130,19 @@ def test_world_function_round_trip():
     def f(t):
         q = quat_mul(quat_exp(ax * 0.3 * np.sin(t)), q0)
         w = ax * 0.3 * np.cos(t)
-        return np.array([t, 0.0, 0.0]), q, np.r_[1.0, 0.0, 0.0, w], np.r_[0.0, 0.0, 0.0, -ax * 0.3 * np.sin(t)]
+        return (
+            np.array([t, 0.0, 0.0]),
+            q,
+            np.r_[1.0, 0.0, 0.0, w],
+            np.r_[0.0, 0.0, 0.0, -ax * 0.3 * np.sin(t)],
+        )
 
     tr = FromWorldFunction(f)
     for t in (0.3, 1.1):
         w = tr.world(t)
         for got, want in zip(w, f(t)):
-            np.testing.assert_array_equal(got, want)                     # returned as is
-        back = SE3Trajectory.world(tr, t)                                # through the sample (desired-frame parts)
+            np.testing.assert_array_equal(got, want)  # returned as is
+        back = SE3Trajectory.world(tr, t)  # through the sample (desired-frame parts)
         for got, want in zip(back[2:], f(t)[2:]):
             np.testing.assert_allclose(got, want, atol=1e-15)
         dv, da = _fd_se3(tr, t)

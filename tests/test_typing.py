@@ -2,6 +2,7 @@
 cmstack.sim (but the application's sim/campaign/ package) and the public namespaces type-checks, except the
 modules listed in NOT_YET with the reason.  A module outside that list with one mypy error fails here;
 a type error planted in a copy of the package must be reported (the check can fail)."""
+
 from __future__ import annotations
 
 import ast
@@ -18,10 +19,24 @@ from test_import_contract import installed_tree  # noqa: E402  (the package as i
 #: library modules that do not type-check yet, and why; remove a module once it does
 NOT_YET: dict[str, str] = {}
 #: library files whose public functions may still lack annotations, and why; remove a file once annotated
-UNANNOTATED_YET: dict[str, str] = {}     # files not yet annotated, with the reason (none left)
-APPLICATION_IN_LIBRARY_FOLDERS = {"cmstack.sim.campaign"}      # application tier (.importlinter): not checked here
-TARGETS = ["-p", "cmstack.models", "-p", "cmstack.controllers", "-p", "cmstack.sim",
-           "-m", "cmstack.tasks", "-m", "cmstack.limits", "-m", "cmstack.plants"]
+UNANNOTATED_YET: dict[str, str] = {}  # files not yet annotated, with the reason (none left)
+APPLICATION_IN_LIBRARY_FOLDERS = {
+    "cmstack.sim.campaign"
+}  # application tier (.importlinter): not checked here
+TARGETS = [
+    "-p",
+    "cmstack.models",
+    "-p",
+    "cmstack.controllers",
+    "-p",
+    "cmstack.sim",
+    "-m",
+    "cmstack.tasks",
+    "-m",
+    "cmstack.limits",
+    "-m",
+    "cmstack.plants",
+]
 ERROR = re.compile(r"^(cmstack/[\w/]+)\.py:\d+: error: (.*)$", re.MULTILINE)
 
 
@@ -32,10 +47,26 @@ def in_application(mod: str) -> bool:
 
 def mypy_errors(tree: Path, cache: Path) -> dict[str, list[str]]:
     """{module: [error lines]} of mypy on the library tier of the package copy ``tree``."""
-    res = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
-                          "--cache-dir", str(cache), *TARGETS], capture_output=True, text=True, cwd=tree,
-                         env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"}, timeout=900)
-    assert res.returncode in (0, 1) and ("Success" in res.stdout or "error" in res.stdout), res.stdout + res.stderr
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(cache),
+            *TARGETS,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tree,
+        env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        timeout=900,
+    )
+    assert res.returncode in (0, 1) and ("Success" in res.stdout or "error" in res.stdout), (
+        res.stdout + res.stderr
+    )
     out: dict[str, list[str]] = {}
     for path, msg in ERROR.findall(res.stdout):
         mod = path.replace("/", ".").removesuffix(".__init__")
@@ -46,16 +77,20 @@ def mypy_errors(tree: Path, cache: Path) -> dict[str, list[str]]:
 @pytest.mark.slow
 def test_library_tier_type_checks(tmp_path):
     tree = installed_tree(tmp_path / "tree")
-    for mod in NOT_YET:                       # the list names modules that exist
+    for mod in NOT_YET:  # the list names modules that exist
         assert (tree / (mod.replace(".", "/") + ".py")).is_file(), f"{mod} is gone: remove it from NOT_YET"
     errors = mypy_errors(tree, tmp_path / "cache")
     bad = {m: e for m, e in errors.items() if m not in NOT_YET and not in_application(m)}
-    assert not bad, "mypy errors in the library tier:\n" + "\n".join(f"{m}: {e}" for m, es in bad.items() for e in es)
+    assert not bad, "mypy errors in the library tier:\n" + "\n".join(
+        f"{m}: {e}" for m, es in bad.items() for e in es
+    )
 
     # the check can fail: one type error planted in a module that type-checks is reported, by module
     lie = tree / "cmstack" / "models" / "lie.py"
-    lie.write_text(lie.read_text(encoding="utf-8") + '\n\ndef _planted() -> int:\n    return "not an int"\n',
-                   encoding="utf-8")
+    lie.write_text(
+        lie.read_text(encoding="utf-8") + '\n\ndef _planted() -> int:\n    return "not an int"\n',
+        encoding="utf-8",
+    )
     planted = mypy_errors(tree, tmp_path / "cache")
     assert any("Incompatible return value type" in e for e in planted.get("cmstack.models.lie", [])), planted
 
@@ -71,8 +106,12 @@ def library_files(tree: Path) -> list[Path]:
     pkg = tree / "cmstack"
     files = [f for d in LIBRARY_PACKAGES for f in (pkg / d).rglob("*.py")]
     files += [pkg / m for m in LIBRARY_MODULES]
-    return sorted(f for f in files if "campaign" not in f.relative_to(pkg).parts
-                  and (not f.name.startswith("_") or f.name == "__init__.py"))
+    return sorted(
+        f
+        for f in files
+        if "campaign" not in f.relative_to(pkg).parts
+        and (not f.name.startswith("_") or f.name == "__init__.py")
+    )
 
 
 def unannotated(path: Path, rel: str) -> list[str]:
@@ -92,9 +131,11 @@ def unannotated(path: Path, rel: str) -> list[str]:
                 params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
                 static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in ch.decorator_list)
                 if owner and params and not static:
-                    params = params[1:]                     # self / cls
+                    params = params[1:]  # self / cls
                 missing = [p.arg for p in params if p.annotation is None]
-                missing += [f"*{v.arg}" for v in (a.vararg, a.kwarg) if v is not None and v.annotation is None]
+                missing += [
+                    f"*{v.arg}" for v in (a.vararg, a.kwarg) if v is not None and v.annotation is None
+                ]
                 if ch.returns is None and ch.name != "__init__":
                     missing.append("return")
                 if missing:
@@ -114,15 +155,22 @@ def test_public_functions_of_the_library_are_annotated(tmp_path):
     files = library_files(tree)
     assert {f"cmstack/{d}/__init__.py" for d in LIBRARY_PACKAGES} <= {str(f.relative_to(tree)) for f in files}
     assert len(files) > 40
-    missing = [m for f in files if (rel := str(f.relative_to(tree))) not in UNANNOTATED_YET
-               for m in unannotated(f, rel)]
+    missing = [
+        m
+        for f in files
+        if (rel := str(f.relative_to(tree))) not in UNANNOTATED_YET
+        for m in unannotated(f, rel)
+    ]
     assert not missing, f"{len(missing)} public functions lack annotations:\n" + "\n".join(missing)
     done = [rel for rel in UNANNOTATED_YET if not unannotated(tree / rel, rel)]
     assert not done, f"{done} are annotated now: remove them from UNANNOTATED_YET"
 
     lie = tree / "cmstack" / "models" / "lie.py"
-    lie.write_text(lie.read_text(encoding="utf-8") + "\n\ndef planted(x, y: int):\n    return x\n\n\n"
-                   "def _private(x):\n    return x\n\n\nclass Planted:\n    def method(self, z) -> None:\n"
-                   "        pass\n", encoding="utf-8")
+    lie.write_text(
+        lie.read_text(encoding="utf-8") + "\n\ndef planted(x, y: int):\n    return x\n\n\n"
+        "def _private(x):\n    return x\n\n\nclass Planted:\n    def method(self, z) -> None:\n"
+        "        pass\n",
+        encoding="utf-8",
+    )
     found = unannotated(lie, "lie.py")
     assert [m.split(" ", 1)[1] for m in found] == ["planted (x, return)", "Planted.method (z)"], found

@@ -1,14 +1,15 @@
 """The QP of (3.40)/(4.2) against closed forms: (3.8)/(3.10) without tasks or limits, the KKT system
 of (4.2) with soft tasks, the hierarchy (3.39) in strict mode, τ = RNEA(q, v, v̇*) + D v."""
+
 import numpy as np
 import pinocchio as pin
 import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
 from cmstack.models.coupling import FrameTask, RigidCoupling, stack
-from cmstack.models.trajectory import Circle
 from cmstack.models.errors import InfeasibleError, StateError
 from cmstack.models.robot import Robot
+from cmstack.models.trajectory import Circle
 
 T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
 TRAJ = Circle([0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2)
@@ -42,8 +43,9 @@ def test_qp_equals_closed_form_without_tasks(robot, q, v):
     np.testing.assert_allclose(ctl.info.vdot, vdot, atol=1e-8)
     np.testing.assert_allclose(ctl.info.Qc, Qc, atol=1e-6 * (1 + np.abs(Qc).max()))
     # τ = RNEA(q, v, v̇*) + D v
-    np.testing.assert_allclose(tau, pin.rnea(robot.model, robot.model.createData(), q, v, vdot)
-                               + robot.damping * v, atol=1e-8)
+    np.testing.assert_allclose(
+        tau, pin.rnea(robot.model, robot.model.createData(), q, v, vdot) + robot.damping * v, atol=1e-8
+    )
 
 
 @pytest.mark.parametrize("q,v", states(seed=5))
@@ -85,7 +87,7 @@ def test_strict_priority_hierarchy(robot, q, v):
     np.testing.assert_allclose(Au @ x, bu, atol=1e-7)
     N2 = np.linalg.svd(np.vstack([Ac, Au]))[2][12:].T
     Q = -kin.h - robot.damping * v
-    np.testing.assert_allclose(N2.T @ (kin.M @ x - Q), 0.0, atol=1e-7)   # stationarity of Gauss
+    np.testing.assert_allclose(N2.T @ (kin.M @ x - Q), 0.0, atol=1e-7)  # stationarity of Gauss
 
 
 def feasible_limit(robot, c, q, v):
@@ -101,14 +103,14 @@ def test_torque_limits_active(robot, prio):
     q, v = states(1, seed=2)[0]
     lim = feasible_limit(robot, c, q, v)
     free = UdwadiaKalabaController(robot, [c], [u], priority=prio, torque_limits=False)
-    assert np.abs(free(0.1, q, v)).max() > lim          # the limit will really be active
+    assert np.abs(free(0.1, q, v)).max() > lim  # the limit will really be active
     ctl = UdwadiaKalabaController(robot, [c], [u], priority=prio, torque_limits=True)
     ctl.tau_max = np.full(14, lim)
     tau = ctl(0.1, q, v)
     assert np.abs(tau).max() <= lim * (1 + 1e-6) + 1e-6
     kin = robot.update(q, v)
     Ac, bc, _ = stack([c], kin, 0.1, 14)
-    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)   # constraints still exact
+    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)  # constraints still exact
     if prio == "strict":
         assert ctl.info.limits_active
 
@@ -163,10 +165,12 @@ def test_thesis_configuration_gives_the_same_torques_as_before(priority):
     """On the states of a real closed-loop run, the levels implementation and the frozen former one
     (its own QP tolerance tightened to 1e-12, so that it is the reference) agree to 1e-9 relative."""
     cfg, robot, c, u = thesis_setup(priority=priority)
-    old = reference.UdwadiaKalabaController(robot, [c], [u], omega=cfg["omega"], priority=priority,
-                                            torque_limits=True, eps_abs=1e-12)
-    new = UdwadiaKalabaController(robot, [c], [u], omega=cfg["omega"], priority=priority, torque_limits=True,
-                                  warn_free_dof=False)
+    old = reference.UdwadiaKalabaController(
+        robot, [c], [u], omega=cfg["omega"], priority=priority, torque_limits=True, eps_abs=1e-12
+    )
+    new = UdwadiaKalabaController(
+        robot, [c], [u], omega=cfg["omega"], priority=priority, torque_limits=True, warn_free_dof=False
+    )
     if priority == "weighted":
         lv = [[c], [(u, cfg["omega"]), GAUSS]]
     else:
@@ -187,9 +191,9 @@ def test_free_degrees_of_freedom_warn_once():
         ctl(t, q, v)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ctl(t, q, v)                                       # once only
+        ctl(t, q, v)  # once only
         full = UdwadiaKalabaController(robot, levels=[[c], [u], [PostureTask(robot, q, kp=10, kd=6), GAUSS]])
-        full(t, q, v)                                      # a posture task covers every DoF: no warning
+        full(t, q, v)  # a posture task covers every DoF: no warning
 
 
 def test_shipped_thesis_controllers_do_not_warn_about_the_thesis_free_dofs():
@@ -240,7 +244,7 @@ def test_position_limit_in_every_level():
     free = UdwadiaKalabaController(robot, [c], [u], torque_limits=False, warn_free_dof=False)
     free(t, q, v)
     a = free.info.vdot
-    j = int(np.argmax(np.where(a * v >= 0, np.abs(a), -1.0)))   # accelerating the way it moves
+    j = int(np.argmax(np.where(a * v >= 0, np.abs(a), -1.0)))  # accelerating the way it moves
     name = robot.joint_names[j]
     # the joint sits on its limit in the direction it moves: the bound must brake it
     s = np.sign(a[j])
@@ -250,10 +254,10 @@ def test_position_limit_in_every_level():
     ctl(t, q, v)
     bl, bu_ = lim.acceleration_bounds(q[[j]], v[[j]])
     assert bl[0] - 1e-6 <= ctl.info.vdot[j] <= bu_[0] + 1e-6
-    assert not (bl[0] <= free.info.vdot[j] <= bu_[0])          # the limit was really active
+    assert not (bl[0] <= free.info.vdot[j] <= bu_[0])  # the limit was really active
     kin = robot.update(q, v)
     Ac, bc = c.compute(kin, t)
-    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)   # level 1 still exact
+    np.testing.assert_allclose(Ac @ ctl.info.vdot, bc, atol=1e-6)  # level 1 still exact
 
 
 def test_level_errors_are_named(robot):
@@ -291,6 +295,7 @@ def test_weighted_tasks_within_a_level_and_velocity_limit(robot):
     """Two weighted tasks in one level equal the hand-built KKT of that level; a velocity limit
     bounds v + Δt v̇."""
     from cmstack.models.limits import JointVelocityLimit
+
     c, u = parts(robot)
     q, v = states(1, seed=4)[0]
     p = PostureTask(robot, np.zeros(14), kp=4.0, kd=4.0)
@@ -321,9 +326,12 @@ def test_missing_effort_limits_are_named(robot):
     saved = robot.effort_limit.copy()
     try:
         robot.effort_limit[3] = 0.0
-        with pytest.raises(ConfigError, match=r"torque_limits=true but joints \['yumi_joint_3_l'\]|"
-                                              r"torque_limits=true but joints \['\w+'\] have no positive"):
+        with pytest.raises(
+            ConfigError,
+            match=r"torque_limits=true but joints \['yumi_joint_3_l'\]|"
+            r"torque_limits=true but joints \['\w+'\] have no positive",
+        ):
             UdwadiaKalabaController(robot, [c], [u])
-        UdwadiaKalabaController(robot, [c], [u], torque_limits=False)          # fine without limits
+        UdwadiaKalabaController(robot, [c], [u], torque_limits=False)  # fine without limits
     finally:
         robot.effort_limit[:] = saved

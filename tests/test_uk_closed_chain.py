@@ -2,6 +2,7 @@
 actuated base joints, three passive.  The loop is UK's top level without the user writing it, the passive
 joints get exactly zero torque, and the torque realises the planned acceleration on the rigid closed chain:
 checked against a KKT of the constrained dynamics of our own, M v̇ + h + D v = τ + J_cᵀλ, J_c v̇ = −J̇_c v."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,9 @@ def robot():
 def _ctl(robot, **kw):
     q0 = robot.assemble()
     p0 = robot.update(q0, 0 * q0).frame("ee").T.translation
-    ee = FrameTask(robot, "ee", Circle(p0, 0.04, np.pi, R=np.eye(3)), kp=400, kd=40, rows="position", name="ee")
+    ee = FrameTask(
+        robot, "ee", Circle(p0, 0.04, np.pi, R=np.eye(3)), kp=400, kd=40, rows="position", name="ee"
+    )
     return UdwadiaKalabaController(robot, levels=[[ee]], warn_free_dof=False, **kw)
 
 
@@ -36,7 +39,7 @@ def _states(robot, n=5, seed=3):
         q = robot.assemble(robot.q_initial + 0.15 * rng.normal(size=robot.nq))
         J = cs.jacobian(q)
         _, s, Vt = np.linalg.svd(J)
-        N = Vt[int(np.sum(s > 1e-9 * s[0])):].T
+        N = Vt[int(np.sum(s > 1e-9 * s[0])) :].T
         out.append((q, N @ rng.normal(size=N.shape[1])))
     return out
 
@@ -60,7 +63,7 @@ def test_loop_is_the_top_level_and_passive_joints_get_no_torque(robot):
     for q, v in _states(robot):
         tau = ctl(0.3, q, v)
         assert np.all(tau[ctl._passive] == 0.0)
-        assert np.abs(tau).max() > 1e-3                            # the actuated joints do the work
+        assert np.abs(tau).max() > 1e-3  # the actuated joints do the work
 
 
 def test_torque_realises_the_planned_acceleration_on_the_closed_chain(robot):
@@ -77,7 +80,7 @@ def test_torque_realises_the_planned_acceleration_on_the_closed_chain(robot):
 def test_effort_limit_bounds_the_torque_actually_sent(robot):
     free = _ctl(robot, limits=[])
     q, v = _states(robot, 1, seed=8)[0]
-    v = 20 * v                                                     # a fast state: large torques
+    v = 20 * v  # a fast state: large torques
     peak = np.abs(free(0.3, q, v)).max()
     lim = 0.6 * peak
     ctl = _ctl(robot, limits=[EffortLimit(robot, tau_max=lim, joints=["base_l", "base_r"])])
@@ -85,12 +88,16 @@ def test_effort_limit_bounds_the_torque_actually_sent(robot):
     assert ctl.info.limits_active
     assert np.abs(tau).max() <= lim * (1 + 1e-6)
     assert np.all(tau[ctl._passive] == 0.0)
-    kin = robot.update(q, v)                                     # the binding limit is named on the sent torque
+    kin = robot.update(q, v)  # the binding limit is named on the sent torque
     bind = ctl.binding_limits(kin, kin.h + robot.damping * v, ctl.info.vdot)
     assert bind and all("base_" in b for b in bind), bind
     # the loop still holds: the constrained dynamics under the limited τ give the planned v̇
-    np.testing.assert_allclose(_constrained_vdot(robot, q, v, tau), ctl.info.vdot, rtol=1e-6,
-                               atol=1e-6 * (1 + np.abs(ctl.info.vdot).max()))
+    np.testing.assert_allclose(
+        _constrained_vdot(robot, q, v, tau),
+        ctl.info.vdot,
+        rtol=1e-6,
+        atol=1e-6 * (1 + np.abs(ctl.info.vdot).max()),
+    )
 
 
 def test_closed_loop_on_the_mujoco_plant_tracks_the_circle(robot):
@@ -105,5 +112,5 @@ def test_closed_loop_on_the_mujoco_plant_tracks_the_circle(robot):
     run = simulate(plant, ctl, duration=2.0, control_dt=1e-3, progress=False)
     E = run.error_arrays()["ee"]
     t = np.arange(len(E)) * 1e-3
-    assert np.linalg.norm(E[t > 1.0], axis=1).max() <= 1e-4      # measured 1.9e-5 m
+    assert np.linalg.norm(E[t > 1.0], axis=1).max() <= 1e-4  # measured 1.9e-5 m
     assert max(sent) == 0.0

@@ -3,6 +3,7 @@
 against the generic Python path (``fused=False``) on closed-loop states of the shipped mechanisms: the same torque,
 acceleration, loop reaction and step record, passive torque exactly zero, the effort limit bounding the torque sent.
 Anything the plan cannot compile keeps the generic path."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,10 +32,16 @@ def _pair(model, make_levels=None, make_limits=None, **kw):
         _, coords, _ = build_reference(cfg, robot)
         if isinstance(coords, tuple):
             names, ref = coords
-            coords = JointTrajectoryTask(robot, ref, names, kp=cfg["kp"], kd=cfg["kd"], name="actuated_joints")
+            coords = JointTrajectoryTask(
+                robot, ref, names, kp=cfg["kp"], kd=cfg["kd"], name="actuated_joints"
+            )
         levels = [[coords]] if make_levels is None else make_levels(robot, coords)
         limits = [] if make_limits is None else make_limits(robot)
-        out.append(UdwadiaKalabaController(robot, levels=levels, limits=limits, warn_free_dof=False, fused=fused, **kw))
+        out.append(
+            UdwadiaKalabaController(
+                robot, levels=levels, limits=limits, warn_free_dof=False, fused=fused, **kw
+            )
+        )
     return out
 
 
@@ -83,7 +90,7 @@ def test_effort_limit_bounds_the_torque_sent_and_the_qp_sees_the_same_rows(model
     the torque sent is within the limit, the passive joints get none, the binding limits are named."""
     free, _ = _pair(model)
     t, q, v = next(_states(free.robot, 1, seed=8))
-    v = 20.0 * v                                                    # a fast state: large torques
+    v = 20.0 * v  # a fast state: large torques
     peak = np.abs(free(t, q, v)).max()
     act = free.robot.actuated_joints
 
@@ -92,7 +99,7 @@ def test_effort_limit_bounds_the_torque_sent_and_the_qp_sees_the_same_rows(model
 
     fast, slow = _pair(model, make_limits=limited)
     assert fast._plan is not None and fast._plan.effort is not None
-    tau, tau_ref = fast(t, q, v), slow(t, q, v)
+    tau, _tau_ref = fast(t, q, v), slow(t, q, v)
     assert fast.info.limits_active and slow.info.limits_active
     assert np.abs(tau).max() <= 0.6 * peak * (1 + 1e-6)
     assert np.all(tau[fast._passive] == 0.0)
@@ -106,8 +113,13 @@ def test_weighted_loops_and_a_level_with_more_rows_than_joints():
     """The loops placed by the user with a weight (their rows scaled by √ω, J_c read back unscaled), and a posture on
     every joint as a strict level: more rows than degrees of freedom, so the step goes to the null-space path with
     the rows the kernel kept."""
+
     def levels(robot, coords):
-        return [[(c, 4.0) for c in robot.loops], [coords], [PostureTask(robot, robot.q_initial, kp=50, kd=14)]]
+        return [
+            [(c, 4.0) for c in robot.loops],
+            [coords],
+            [PostureTask(robot, robot.q_initial, kp=50, kd=14)],
+        ]
 
     fast, slow = _pair("mjcf/five_bar.xml", levels)
     assert fast._plan is not None and fast._plan.closed
@@ -129,14 +141,16 @@ def test_joint_trajectory_not_a_sinusoid_is_sampled_in_python():
         return np.array([0.2 * np.sin(t)]), np.array([0.2 * np.cos(t)]), np.array([-0.2 * np.sin(t)])
 
     def levels(robot, coords):
-        return [[JointTrajectoryTask(robot, FromFunction(f), [coords.robot.actuated_joints[0]], kp=100, kd=20)]]
+        return [
+            [JointTrajectoryTask(robot, FromFunction(f), [coords.robot.actuated_joints[0]], kp=100, kd=20)]
+        ]
 
     fast, slow = _pair("mjcf/four_bar.xml", levels)
     assert fast._plan is not None and fast._plan.closed
     for t, q, v in _states(fast.robot, 10):
         n = len(calls)
         _close(fast(t, q, v), slow(t, q, v))
-        assert len(calls) == n + 2                                   # once by each controller
+        assert len(calls) == n + 2  # once by each controller
         _same_step(fast, slow)
     assert fast._plan.traj_joints and not fast._plan.tint[0, 1]
 
@@ -150,7 +164,9 @@ def test_plane_loop_slider_crank_compiled_equals_generic():
     for fused in (True, False):
         robot = Robot.from_urdf("urdf/slider_crank.urdf", loops="urdf/slider_crank.loops.toml")
         crank = JointTrajectoryTask(robot, Sinusoid(0.3, 0.5, 0.7), ["crank"], kp=100, kd=20)
-        ctls.append(UdwadiaKalabaController(robot, levels=[[crank]], limits=[], warn_free_dof=False, fused=fused))
+        ctls.append(
+            UdwadiaKalabaController(robot, levels=[[crank]], limits=[], warn_free_dof=False, fused=fused)
+        )
     fast, slow = ctls
     assert fast.robot.loops[0].kind == "plane" and fast._plan is not None and fast._plan.closed
     rng = np.random.default_rng(2)
@@ -168,8 +184,9 @@ def test_what_the_plan_cannot_compile_keeps_the_generic_path():
     # passive joints without loops (their rows are M_p v̇ = −h_p, no torque map)
     robot = Robot.from_mjcf("mjcf/five_bar.xml")
     robot.loops.clear()
-    ctl = UdwadiaKalabaController(robot, levels=[[PostureTask(robot, robot.q_initial)]], limits=[],
-                                  warn_free_dof=False)
+    ctl = UdwadiaKalabaController(
+        robot, levels=[[PostureTask(robot, robot.q_initial)]], limits=[], warn_free_dof=False
+    )
     assert ctl._passive.size and ctl._plan is None
 
     # a closure whose class redefines its row maths (dispatch by what it does, not by its type)
@@ -182,8 +199,9 @@ def test_what_the_plan_cannot_compile_keeps_the_generic_path():
     c = robot.loops[0]
     robot.loops[0] = Shifted(robot, c.frame_a, c.frame_b, c.kind, c.offset, offset_b=c.offset_b, name=c.name)
     assert robot.loops[0].kernel_kind() is None and c.kernel_kind() == 3
-    ctl = UdwadiaKalabaController(robot, levels=[[PostureTask(robot, robot.q_initial)]], limits=[],
-                                  warn_free_dof=False)
+    ctl = UdwadiaKalabaController(
+        robot, levels=[[PostureTask(robot, robot.q_initial)]], limits=[], warn_free_dof=False
+    )
     assert ctl._plan is None
 
 
@@ -197,7 +215,7 @@ def test_pickled_closed_chain_controller_steps_alike():
     for t, q, v in states[1:]:
         np.testing.assert_array_equal(twin(t, q, v), fast(t, q, v))
         np.testing.assert_array_equal(twin.loop_reaction(), fast.loop_reaction())
-        np.testing.assert_array_equal(twin._T, fast._T)            # formed from the step's own loop rows
+        np.testing.assert_array_equal(twin._T, fast._T)  # formed from the step's own loop rows
 
 
 def test_pickled_plan_keeps_reading_what_python_writes():

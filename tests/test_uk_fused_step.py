@@ -2,6 +2,7 @@
 test keep Robot.update's refusals and snapshot; the tasks' gains and targets, copied into the kernel's
 tables only when one is set, are never missed (a change in place is refused, an assignment is seen);
 the damping and the effort bounds are read where they live; a pickled controller rebinds."""
+
 import math
 import pickle
 
@@ -24,8 +25,10 @@ def setup():
 
 
 def _pair(robot, **kw):
-    return (UdwadiaKalabaController(robot, fused=True, warn_free_dof=False, **kw),
-            UdwadiaKalabaController(robot, fused=False, warn_free_dof=False, **kw))
+    return (
+        UdwadiaKalabaController(robot, fused=True, warn_free_dof=False, **kw),
+        UdwadiaKalabaController(robot, fused=False, warn_free_dof=False, **kw),
+    )
 
 
 def _message(f):
@@ -40,12 +43,17 @@ def test_non_finite_or_absurd_states_are_refused_as_robot_update_refuses_them(se
     ctl = UdwadiaKalabaController(robot, [c], [u], omega=cfg["omega"], warn_free_dof=False)
     assert ctl._plan is not None
     t, q, v = states[5]
-    for qq, vv in ((np.where(np.arange(14) == 3, np.nan, q), v), (q, np.where(np.arange(14) == 9, np.inf, v)),
-                   (q * 1e160, v), (q[:7], v), (list(q), v[None])):
+    for qq, vv in (
+        (np.where(np.arange(14) == 3, np.nan, q), v),
+        (q, np.where(np.arange(14) == 9, np.inf, v)),
+        (q * 1e160, v),
+        (q[:7], v),
+        (list(q), v[None]),
+    ):
         expected = _message(lambda: robot.update(qq, vv))
         assert _message(lambda: ctl(t, qq, vv)) == expected
     assert "indices [3]" in _message(lambda: ctl(t, np.where(np.arange(14) == 3, np.nan, q), v))
-    tau = ctl(t, list(q), tuple(v))                  # lists are converted, as robot.update does
+    tau = ctl(t, list(q), tuple(v))  # lists are converted, as robot.update does
     np.testing.assert_allclose(tau, ctl(t, q, v), rtol=0, atol=0)
 
 
@@ -94,7 +102,7 @@ def test_changed_parameters_are_seen_and_changes_in_place_refused(setup):
 
     tau0 = same()
     with pytest.raises(ValueError):
-        p.q_ref[0] = 1.0                         # read-only: set_target (or an assignment) is the way
+        p.q_ref[0] = 1.0  # read-only: set_target (or an assignment) is the way
     with pytest.raises(ValueError):
         circle.R[0, 0] = 0.5
     p.set_target(states[10][1])
@@ -110,11 +118,11 @@ def test_changed_parameters_are_seen_and_changes_in_place_refused(setup):
     hand.set_target(pin.SE3(np.eye(3), np.array([0.35, 0.1, 0.3])))
     tau6 = same()
     taus = [tau0, tau1, tau2, tau3, tau4, tau5, tau6]
-    assert all(not np.allclose(a, b, rtol=1e-6) for a, b in zip(taus, taus[1:]))      # each change mattered
-    fast.D[:] = 2.0 * fast.D + 0.1               # in place: read where it lives
+    assert all(not np.allclose(a, b, rtol=1e-6) for a, b in zip(taus, taus[1:]))  # each change mattered
+    fast.D[:] = 2.0 * fast.D + 0.1  # in place: read where it lives
     slow.D[:] = 2.0 * slow.D + 0.1
     same()
-    fast.D = slow.D = np.full(14, 0.05)          # replaced: bound again
+    fast.D = slow.D = np.full(14, 0.05)  # replaced: bound again
     same()
 
 

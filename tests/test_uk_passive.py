@@ -1,6 +1,7 @@
 """UK on closed chains with passive joints: the torque map from a complete orthogonal decomposition
 (``kernels.passive_map``) and the levels without their vanishing rows, against the SVD formulation they replace
 (written here as it was), on states of the shipped mechanisms."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,13 +41,15 @@ class _SVDReference(UdwadiaKalabaController):
         return rows, np.vstack([a for a, _ in rows]), np.concatenate([b for _, b in rows])
 
 
-@pytest.mark.parametrize("shape,passive,rank", [((6, 5), [1, 2, 4], 3), ((3, 3), [1, 2], 2), ((4, 6), [0, 2, 3, 5], 2)])
+@pytest.mark.parametrize(
+    "shape,passive,rank", [((6, 5), [1, 2, 4], 3), ((3, 3), [1, 2], 2), ((4, 6), [0, 2, 3, 5], 2)]
+)
 def test_passive_map_equals_the_svd_formulation(shape, passive, rank):
     """T and G⁺ equal the SVD's; U_⊥ spans the same left null space (U_⊥U_⊥ᵀ equal), rank deficient G included."""
     rng = np.random.default_rng(rank)
     m, n = shape
     Jc = rng.normal(size=(m, 2)) @ rng.normal(size=(2, n)) if rank == 2 and m == 4 else rng.normal(size=shape)
-    Jc[rng.integers(m)] = 1e-17 * rng.normal(size=n)            # a row that vanishes (a planar closure's)
+    Jc[rng.integers(m)] = 1e-17 * rng.normal(size=n)  # a row that vanishes (a planar closure's)
     p = np.array(passive, dtype=np.int64)
     T, Gp, Up = passive_map(Jc, p, 1e-9)
     T0, Gp0, Up0 = _svd_map(Jc, p, 1e-9)
@@ -56,11 +59,13 @@ def test_passive_map_equals_the_svd_formulation(shape, passive, rank):
     np.testing.assert_allclose(Up @ Up.T, Up0 @ Up0.T, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("model,path", [("mjcf/five_bar.xml", "kkt"), ("mjcf/four_bar.xml", "kkt"),
-                                        ("mjcf/delta.xml", "kkt")])
+@pytest.mark.parametrize(
+    "model,path", [("mjcf/five_bar.xml", "kkt"), ("mjcf/four_bar.xml", "kkt"), ("mjcf/delta.xml", "kkt")]
+)
 def test_uk_closed_chain_step_equals_the_svd_formulation(model, path):
     """The closed_chain scenario's UK law (its compiled step) on assembled states with admissible velocities: τ, v̇,
-    the loop reaction and the generalized forces equal the former formulation's (the SVD, generic path); the planar loops' vanishing rows no
+    the loop reaction and the generalized forces equal the former formulation's (the SVD, generic path); the
+    planar loops' vanishing rows no
     longer send the step to the null-space path (the former took it on the five-bar and four-bar)."""
     cfg = dict(default_config("closed_chain"), model=model, law="uk")
     robot = load_robot(cfg)
@@ -69,9 +74,9 @@ def test_uk_closed_chain_step_equals_the_svd_formulation(model, path):
     robot_ref = load_robot(cfg)
     _, coords_ref, _ = build_reference(cfg, robot_ref)
     ref = build_law(cfg, robot_ref, coords_ref)
-    ref.__class__ = _SVDReference                      # the same controller with the former _passive_rows
-    ref._plan = None                                   # (on the generic path, where _passive_rows runs)
-    assert ctl._plan is not None and ctl._plan.closed and ctl._passive.size    # the compiled closed-chain step
+    ref.__class__ = _SVDReference  # the same controller with the former _passive_rows
+    ref._plan = None  # (on the generic path, where _passive_rows runs)
+    assert ctl._plan is not None and ctl._plan.closed and ctl._passive.size  # the compiled closed-chain step
     cs = ClosureSet(robot.loops)
     rng = np.random.default_rng(1)
     ref_paths = set()
@@ -105,13 +110,13 @@ def test_vanishing_rows_are_judged_within_their_level():
     f = rng.normal(size=13)
     E[[1, 4, 7]] = 1e-17 * rng.normal(size=(3, 5))
     f[[1, 4]] = 1e-18
-    f[7] = 0.5                                       # vanishing row, significant b: kept
-    E[9:13] *= 1e-6                                  # a small level: judged on its own scale (max(1, ·))
+    f[7] = 0.5  # vanishing row, significant b: kept
+    E[9:13] *= 1e-6  # a small level: judged on its own scale (max(1, ·))
     keep = np.empty(13, dtype=np.bool_)
     assert vanishing_rows(E, f, sizes, 1e-9, keep) == 2
     ref, i = [], 0
     for s in sizes:
-        A, b = E[i:i + s], f[i:i + s]
+        A, b = E[i : i + s], f[i : i + s]
         nr = np.linalg.norm(A, axis=1)
         if s:
             ref.extend((nr > 1e-9 * max(1.0, nr.max())) | (np.abs(b) > 1e-9 * max(1.0, np.abs(b).max())))

@@ -5,12 +5,12 @@ row 11  a target out of reach was blamed on the effort limits;
 row 12  ProxSuite's warm start returned PRIMAL_INFEASIBLE on strictly feasible problems when one
         controller was called on unrelated consecutive states;
 row 13  in strict mode Q_c left out the task's share of the KKT multipliers."""
+
 import warnings
 
+import _uk_reference as reference
 import numpy as np
 import pytest
-
-import _uk_reference as reference
 from _yumi_states import recorded_states, thesis_setup
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
@@ -34,7 +34,7 @@ def _run_until_failure(make, cfg, robot, steps=200):
 
 def test_row11_target_out_of_reach_is_named():
     cfg, robot, c, u = thesis_setup(traj_center=[2.0, 0.2, 0.5])
-    with pytest.raises(InfeasibleError, match="raise the limits"):        # the former message
+    with pytest.raises(InfeasibleError, match="raise the limits"):  # the former message
         _run_until_failure(lambda: reference.UdwadiaKalabaController(robot, [c], [u], omega=50.0), cfg, robot)
     with pytest.raises(InfeasibleError) as exc:
         _run_until_failure(lambda: UdwadiaKalabaController(robot, [c], [u], omega=50.0), cfg, robot)
@@ -66,7 +66,7 @@ def _unrelated_feasible_problems(robot, c, u, n=200, tau=300.0, seed=0):
             tf = fresh(t, q, v)
         except StackError:
             continue
-        if np.max(np.abs(tf)) > tau * (1 - 1e-6):      # a limit is active: the QP was needed
+        if np.max(np.abs(tf)) > tau * (1 - 1e-6):  # a limit is active: the QP was needed
             out.append((t, q, v, tf))
     return out
 
@@ -82,11 +82,11 @@ def test_row12_warm_start_on_unrelated_states_is_retried_cold():
             old(t, q, v)
         except StackError:
             failed_before += 1
-    assert failed_before > 0                          # the former failure is reproduced
+    assert failed_before > 0  # the former failure is reproduced
     new = UdwadiaKalabaController(robot, [c], [u], omega=50.0, warn_free_dof=False)
     new.tau_max = np.full(14, 300.0)
     for t, q, v, tf in problems:
-        tau = new(t, q, v)                            # never raises
+        tau = new(t, q, v)  # never raises
         np.testing.assert_allclose(tau, tf, rtol=1e-5, atol=1e-5 * 300.0)
     # conditioned and scaled (controllers/qp.py) the warm starts now succeed on these states (0 retries were
     # needed, against the failures above); a retry, when one happens, is counted by the controller
@@ -115,6 +115,8 @@ def test_row13_strict_Qc_equals_the_stacked_kkt_multipliers():
         scale = np.linalg.norm(Qc)
         worst_new = max(worst_new, np.linalg.norm(new.info.Qc - Qc) / scale)
         worst_old = max(worst_old, np.linalg.norm(old.info.Qc - Qc) / scale)
-        np.testing.assert_allclose(kin.M @ new.info.vdot, Q + new.info.Qc + new.info.Qu, atol=1e-7 * (1 + scale))
-    assert worst_old > 0.1                            # the former Q_c was off
+        np.testing.assert_allclose(
+            kin.M @ new.info.vdot, Q + new.info.Qc + new.info.Qu, atol=1e-7 * (1 + scale)
+        )
+    assert worst_old > 0.1  # the former Q_c was off
     assert worst_new < 1e-8

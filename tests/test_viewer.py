@@ -1,6 +1,14 @@
 """The Meshcat viewer: geoms posed as MuJoCo poses them, shapes oriented as MuJoCo orients them,
 trails, pacing, replay of a saved run and its errors, and one real Meshcat server (localhost)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
+import urllib.request
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -17,35 +25,43 @@ def random_qpos(m, seed=0):
     mujoco.mj_resetData(m, d)
     J = mujoco.mjtJoint
     for j in range(m.njnt):
-        a, typ = m.jnt_qposadr[j], J(int(m.jnt_type[j]))     # (a numpy int never equals the enum)
+        a, typ = m.jnt_qposadr[j], J(int(m.jnt_type[j]))  # (a numpy int never equals the enum)
         if typ in (J.mjJNT_HINGE, J.mjJNT_SLIDE):
             d.qpos[a] = rng.uniform(-1, 1) * (0.3 if typ == J.mjJNT_SLIDE else 1.5)
         elif typ == J.mjJNT_FREE:
-            d.qpos[a:a + 3] = rng.normal(size=3)
+            d.qpos[a : a + 3] = rng.normal(size=3)
             qu = rng.normal(size=4)
-            d.qpos[a + 3:a + 7] = qu / np.linalg.norm(qu)
+            d.qpos[a + 3 : a + 7] = qu / np.linalg.norm(qu)
         elif typ == J.mjJNT_BALL:
             qu = rng.normal(size=4)
-            d.qpos[a:a + 4] = qu / np.linalg.norm(qu)
+            d.qpos[a : a + 4] = qu / np.linalg.norm(qu)
     return d.qpos.copy()
 
 
 def world_poses(m, qpos):
     d = mujoco.MjData(m)
     d.qpos[:] = qpos
-    mujoco.mj_forward(m, d)                     # independent of the viewer's mj_kinematics
+    mujoco.mj_forward(m, d)  # independent of the viewer's mj_kinematics
     return d.geom_xpos.copy(), d.geom_xmat.reshape(-1, 3, 3).copy()
 
 
-@pytest.mark.parametrize("mjcf", ["mjcf/yumi_bar.xml", "mjcf/slider_crank.xml", "mjcf/chain5.xml",
-                                  "mjcf/balloon.xml", "mjcf/series_parallel.xml"])
+@pytest.mark.parametrize(
+    "mjcf",
+    [
+        "mjcf/yumi_bar.xml",
+        "mjcf/slider_crank.xml",
+        "mjcf/chain5.xml",
+        "mjcf/balloon.xml",
+        "mjcf/series_parallel.xml",
+    ],
+)
 def test_every_drawn_geom_sits_where_mujoco_puts_it(mjcf):
     rec = Recorder()
     v = MeshcatViewer(mjcf, visualizer=rec, realtime=False)
     m = v.model
     drawn = [g for g in range(m.ngeom) if g not in v.skipped]
     assert len(drawn) >= 1 and len(drawn) + len(v.skipped) == m.ngeom
-    for g, why in v.skipped.items():             # only hidden groups / invisible geoms are left out
+    for g, why in v.skipped.items():  # only hidden groups / invisible geoms are left out
         assert m.geom_group[g] not in (0, 1, 2) or m.geom_rgba[g][3] == 0, why
     q = random_qpos(m, seed=1)
     v.show(q)
@@ -82,7 +98,7 @@ def test_cylinder_and_capsule_axes_follow_mujoco_z():
     for g in range(2):
         path = v._geom_path(g)
         T = v.sent_geom_pose(g) @ rec.transforms[path + "/shape"]
-        np.testing.assert_allclose(T[:3, 1], xmat[g][:, 2], atol=1e-12)      # meshcat y = MuJoCo z
+        np.testing.assert_allclose(T[:3, 1], xmat[g][:, 2], atol=1e-12)  # meshcat y = MuJoCo z
         obj = {"geometry": rec.objects[path + "/shape"].geometry.lower(None)}
         assert obj["geometry"]["height"] == pytest.approx(2 * m.geom_size[g][1])
         assert obj["geometry"]["radiusTop"] == pytest.approx(m.geom_size[g][0])
@@ -101,10 +117,10 @@ def test_box_is_full_size_and_static_geoms_are_sent_once():
     box = rec.objects[v._geom_path(1) + "/shape"].geometry.lower(None)
     assert (box["width"], box["height"], box["depth"]) == pytest.approx((0.2, 0.4, 0.6))
     assert [p for _, p in v._moving] == [v._body_path(1)]
-    v.show([0.1])                                        # the first frame also frames the camera
+    v.show([0.1])  # the first frame also frames the camera
     n0 = rec.n_transforms
     v.show([0.3])
-    assert rec.n_transforms == n0 + 1                    # only the moving body
+    assert rec.n_transforms == n0 + 1  # only the moving body
 
 
 def test_trails_decimate_old_points_and_restart_with_time():
@@ -114,11 +130,11 @@ def test_trails_decimate_old_points_and_restart_with_time():
     pts = np.array(v._trails["p"])
     assert len(pts) <= 100
     assert pts[0, 0] == 0 and pts[-1, 0] == 999 and np.all(np.diff(pts[:, 0]) > 0)
-    v.append_trail("p", [5, 5, 5], t=0.0)               # time went back: a new run starts a new trail
+    v.append_trail("p", [5, 5, 5], t=0.0)  # time went back: a new run starts a new trail
     assert len(v._trails["p"]) == 1
     v2 = MeshcatViewer("mjcf/slider_crank.xml", visualizer=Recorder(), trail_dt=0.01)
     for k in range(100):
-        v2.append_trail("p", [k, 0, 0], t=0.001 * k)    # 0.1 s at 1 kHz, kept every 10 ms
+        v2.append_trail("p", [k, 0, 0], t=0.001 * k)  # 0.1 s at 1 kHz, kept every 10 ms
     assert len(v2._trails["p"]) == 10
 
 
@@ -127,15 +143,15 @@ def test_frames_are_throttled_and_paced_to_real_time():
     v = MeshcatViewer("mjcf/slider_crank.xml", visualizer=rec, fps=20, realtime=True)
     q = np.zeros(v.model.nq)
     w0 = time.perf_counter()
-    sent = sum(v.maybe_update(0.001 * k, q) for k in range(401))      # 0.4 s of simulated time
+    sent = sum(v.maybe_update(0.001 * k, q) for k in range(401))  # 0.4 s of simulated time
     wall = time.perf_counter() - w0
-    assert wall >= 0.3                               # not faster than real time
-    assert 2 <= sent <= 0.4 * 20 + 3                 # at most fps frames per second
+    assert wall >= 0.3  # not faster than real time
+    assert 2 <= sent <= 0.4 * 20 + 3  # at most fps frames per second
     v.realtime = False
     v.speed = 1.0
     w0 = time.perf_counter()
     for k in range(1000):
-        v.maybe_update(10 + 0.001 * k, q)            # unpaced: as fast as it comes
+        v.maybe_update(10 + 0.001 * k, q)  # unpaced: as fast as it comes
     assert time.perf_counter() - w0 < 5.0
 
 
@@ -147,10 +163,10 @@ def test_segment_spans_its_two_end_points():
         p0, p1 = rng.normal(size=3), rng.normal(size=3)
         v.set_segment("rod", p0, p1)
         T = rec.transforms["segments/rod"]
-        np.testing.assert_allclose((T @ [0, -0.5, 0, 1])[:3], p0, atol=1e-12)   # unit cylinder ends (axis y)
+        np.testing.assert_allclose((T @ [0, -0.5, 0, 1])[:3], p0, atol=1e-12)  # unit cylinder ends (axis y)
         np.testing.assert_allclose((T @ [0, 0.5, 0, 1])[:3], p1, atol=1e-12)
         R = T[:3, :3] / np.linalg.norm(T[:3, :3], axis=0)
-        np.testing.assert_allclose(R.T @ R, np.eye(3), atol=1e-12)             # no shear: radius kept
+        np.testing.assert_allclose(R.T @ R, np.eye(3), atol=1e-12)  # no shear: radius kept
         np.testing.assert_allclose(np.linalg.norm(T[:3, [0, 2]], axis=0), 1.0)
     assert rec.objects["segments/rod"].geometry.lower(None)["height"] == 1.0
 
@@ -202,7 +218,7 @@ def test_replay_errors_name_the_file_and_key(tmp_path):
     with pytest.raises(ConfigError, match="no 'model_qpos' series.*plant_qpos"):
         replay(tmp_path, visualizer=Recorder(), qpos_key="model_qpos", progress=False)
     log = Logger()
-    log.meta["mjcf_path"] = "mjcf/yumi.xml"                       # 14 joints; the log has 13
+    log.meta["mjcf_path"] = "mjcf/yumi.xml"  # 14 joints; the log has 13
     log.append(t=0.0, plant_qpos=np.zeros(13))
     (tmp_path / "b").mkdir()
     log.save(tmp_path / "b" / "log.npz")
@@ -212,15 +228,15 @@ def test_replay_errors_name_the_file_and_key(tmp_path):
 
 def test_live_scenario_streams_frames_and_trails(tmp_path, monkeypatch):
     """--viewer meshcat on a real scenario, with the server swapped for a recorder."""
+    import cmstack.sim.viewer
     from cmstack.scenarios._common import run_scenario
     from cmstack.scenarios.yumi_dual_arm import NAME, run
-    import cmstack.sim.viewer
 
     rec = Recorder()
     monkeypatch.setattr(cmstack.sim.viewer.MeshcatViewer, "_start_server", staticmethod(lambda *a, **k: rec))
     run_scenario(NAME, run, out=tmp_path, overrides={"duration": 0.3}, viewer="meshcat")
     assert {"frames/E1", "frames/E2", "trails/E1", "segments/coupling"} <= set(rec.objects)
-    assert rec.n_transforms > 20 * 5                     # several frames of the 20+ moving geoms
+    assert rec.n_transforms > 20 * 5  # several frames of the 20+ moving geoms
 
 
 def test_real_meshcat_server_round_trip():
@@ -234,17 +250,10 @@ def test_real_meshcat_server_round_trip():
         assert "<html>" in html and len(html) > 1000
     finally:
         v.close()
-    assert v.vis.window.server_proc.poll() is not None              # the server is gone
+    assert v.vis.window.server_proc.poll() is not None  # the server is gone
 
 
 # ------------------------------------------------------------------ the server process (issue 13, rows 1-3)
-import os
-import signal
-import subprocess
-import sys
-import threading
-import urllib.request
-from pathlib import Path
 
 PROBE = '''"""probe: start the live viewer, then end as the config says"""
 import time
@@ -267,18 +276,27 @@ def run(ctx):
     return Outcome(metrics={"done": 1.0})
 '''
 
-needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the server")
+needs_proc = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the server"
+)
 
 
 class Run:
     """A CLI process whose output is drained by a thread (a test must not block it either)."""
 
     def __init__(self, args, cwd):
-        self.proc = subprocess.Popen([sys.executable, "-m", "cmstack.cli", *args], cwd=cwd, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "MPLBACKEND": "Agg"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cmstack.cli", *args],
+            cwd=cwd,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MPLBACKEND": "Agg"},
+        )
         self.lines: list[str] = []
-        self._t = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True)
+        self._t = threading.Thread(
+            target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True
+        )
         self._t.start()
 
     @property
@@ -318,7 +336,7 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             return True
-        if state in ("Z", "X"):                      # exited (a zombie waiting for a reaper)
+        if state in ("Z", "X"):  # exited (a zombie waiting for a reaper)
             return True
         time.sleep(0.1)
     return False
@@ -335,8 +353,19 @@ def probe_dir(tmp_path, mode):
 def test_no_server_is_left_behind_whatever_ends_the_run(tmp_path, how):
     """Row 3: any exit of a live run (normal, error, Ctrl-C, kill, even kill -9) takes its server with it."""
     mode = {"normal": "normal", "error": "error"}.get(how, "sleep")
-    run = Run(["run", probe_dir(tmp_path, mode), "--viewer", "meshcat", "--no-wait", "--no-html",
-               "--out", str(tmp_path / "out")], cwd=tmp_path)
+    run = Run(
+        [
+            "run",
+            probe_dir(tmp_path, mode),
+            "--viewer",
+            "meshcat",
+            "--no-wait",
+            "--no-html",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+    )
     try:
         pid = int(run.wait_for("probe: viewer up").split()[-1])
         if how.startswith("SIG"):
@@ -347,7 +376,7 @@ def test_no_server_is_left_behind_whatever_ends_the_run(tmp_path, how):
         if run.proc.poll() is None:
             run.proc.kill()
     assert {"normal": 0, "error": 3}.get(how, code) == code, run.text
-    assert gone(pid), f"server {pid} survived {how}"     # (its port may be reused at once by a parallel test)
+    assert gone(pid), f"server {pid} survived {how}"  # (its port may be reused at once by a parallel test)
 
 
 @needs_proc
@@ -374,8 +403,18 @@ def test_replay_killed_with_sigterm_takes_its_server_along(tmp_path):
 def test_live_run_keeps_the_scene_up_until_ctrl_c(tmp_path):
     """Row 2: a live run used to exit right after printing the URL, taking the scene with it. Now the
     scene stays up (the page answers) until Ctrl-C, which exits cleanly with the run's exit code."""
-    run = Run(["run", probe_dir(tmp_path, "normal"), "--viewer", "meshcat", "--no-html",
-               "--out", str(tmp_path / "out")], cwd=tmp_path)
+    run = Run(
+        [
+            "run",
+            probe_dir(tmp_path, "normal"),
+            "--viewer",
+            "meshcat",
+            "--no-html",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+    )
     try:
         url = run.wait_for("Meshcat: open").split()[2]
         run.wait_for("stays up")
@@ -394,7 +433,7 @@ def test_live_run_keeps_the_scene_up_until_ctrl_c(tmp_path):
     assert pids and all(gone(p) for p in pids)
 
 
-WS_CLIENT = '''import sys
+WS_CLIENT = """import sys
 from websockets.sync.client import connect
 with connect(sys.argv[1], max_size=None) as ws:
     n = 0
@@ -403,7 +442,7 @@ with connect(sys.argv[1], max_size=None) as ws:
         n += 1
         if n == 200:
             print("client: 200 messages", flush=True)
-'''
+"""
 
 
 @needs_proc
@@ -412,20 +451,40 @@ def test_browser_killed_abruptly_costs_the_run_nothing(tmp_path):
     mid-run. The run must end on its own in its normal time (it used to hang forever: the server stopped
     answering), the server must keep answering (no "did not answer" fallback) and its log stays small."""
     pytest.importorskip("websockets")
-    run = Run(["run", "yumi_dual_arm", "--viewer", "meshcat", "--set", "plant=bar", "--duration", "4",
-               "--no-wait", "--no-html", "--no-progress", "--out", str(tmp_path / "out")], cwd=tmp_path)
+    run = Run(
+        [
+            "run",
+            "yumi_dual_arm",
+            "--viewer",
+            "meshcat",
+            "--set",
+            "plant=bar",
+            "--duration",
+            "4",
+            "--no-wait",
+            "--no-html",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+    )
     client = None
     try:
         url = run.wait_for("Meshcat: open").split()[2]
         ws = "ws://" + url.split("//")[1].split("/")[0] + "/"
         (tmp_path / "client.py").write_text(WS_CLIENT)
-        client = subprocess.Popen([sys.executable, str(tmp_path / "client.py"), ws], text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        client = subprocess.Popen(
+            [sys.executable, str(tmp_path / "client.py"), ws],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         assert "200 messages" in client.stdout.readline()
-        client.kill()                                    # abruptly: no closing handshake
+        client.kill()  # abruptly: no closing handshake
         client.wait()
         t_kill = time.monotonic()
-        code = run.proc.wait(timeout=180)                # a hang detector, not a timing assertion
+        code = run.proc.wait(timeout=180)  # a hang detector, not a timing assertion
         waited = time.monotonic() - t_kill
     finally:
         for p in (client, run.proc):
@@ -470,18 +529,23 @@ def test_html_animates_every_body_as_mujoco_poses_it(tmp_path):
         s = k / (N - 1)
         T = np.eye(4)
         T[:3, 3] = [0.4, 0.1 * np.cos(4 * s), 0.3 + 0.1 * np.sin(4 * s)]
-        log.append(t=0.005 * k, plant_qpos=(1 - s) * q0 + s * q1, frame__E1=T, trail__E1=T[:3, 3],
-                   segment__rod=np.array([T[:3, 3], [0.4, -0.2, 0.3]]))
+        log.append(
+            t=0.005 * k,
+            plant_qpos=(1 - s) * q0 + s * q1,
+            frame__E1=T,
+            trail__E1=T[:3, 3],
+            segment__rod=np.array([T[:3, 3], [0.4, -0.2, 0.3]]),
+        )
     log.save(tmp_path / "log.npz")
     out = write_html(tmp_path, tmp_path / "replay.html")
     size = out.stat().st_size
     print(f"10 s YuMi (bar) log of {N} rows -> {size / 1e6:.2f} MB")
     assert size < 20e6
     text, cmds = decode_html(out)
-    assert "<script src" not in text and "<link" not in text          # nothing fetched from elsewhere
+    assert "<script src" not in text and "<link" not in text  # nothing fetched from elsewhere
     (anim,) = [c for c in cmds if c["type"] == "set_animation"]
     clips = {a["path"]: a["clip"] for a in anim["animations"]}
-    n = 301                                                            # 10 s at 30 frames/s, both ends
+    n = 301  # 10 s at 30 frames/s, both ends
     v = MeshcatViewer("mjcf/yumi_bar.xml", visualizer=Recorder())
     d = mujoco.MjData(m)
     rows = [0, 150, 300]
@@ -494,18 +558,18 @@ def test_html_animates_every_body_as_mujoco_poses_it(tmp_path):
         P = f32(tracks[".position"]["values"]).reshape(n, 3)
         Qt = f32(tracks[".quaternion"]["values"]).reshape(n, 4)
         for j in rows:
-            i = int(round(j / 30 / 0.005))                             # the log row shown at frame j
+            i = int(round(j / 30 / 0.005))  # the log row shown at frame j
             d.qpos[:] = Qlog[i]
             mujoco.mj_kinematics(m, d)
             np.testing.assert_allclose(P[j], d.xpos[bid], atol=1e-5)
-            w, x, y, z = d.xquat[bid]                                  # MuJoCo (w, x, y, z) vs three.js (x, y, z, w)
+            w, x, y, z = d.xquat[bid]  # MuJoCo (w, x, y, z) vs three.js (x, y, z, w)
             assert min(np.abs(Qt[j] - [x, y, z, w]).max(), np.abs(Qt[j] + [x, y, z, w]).max()) < 1e-5
     seg = {tr["name"]: tr for tr in clips["/meshcat/segments/rod"]["tracks"]}
     Lk = f32(seg[".scale"]["values"]).reshape(n, 3)[:, 1]
     Pend = f32(clips["/meshcat/frames/E1"]["tracks"][0]["values"]).reshape(n, 3)
     np.testing.assert_allclose(Lk, np.linalg.norm(Pend - [0.4, -0.2, 0.3], axis=1), atol=1e-5)
     parts = sorted(p for p in clips if p.startswith("/meshcat/trails/E1/part"))
-    assert len(parts) == 38                                            # 300 segments of frames, 8 per part
+    assert len(parts) == 38  # 300 segments of frames, 8 per part
     for p in parts:
         (tr,) = clips[p]["tracks"]
         assert tr["name"] == ".visible" and tr["values"] == [False, True]
@@ -519,7 +583,7 @@ def test_view_html_command_and_its_errors(tmp_path, capsys):
 
     saved_run(tmp_path, n=10)
     assert main(["view", str(tmp_path), "--html", str(tmp_path / "x" / "r.html")]) == 0
-    assert (tmp_path / "x" / "r.html").stat().st_size > 500_000               # the viewer's code is inside
+    assert (tmp_path / "x" / "r.html").stat().st_size > 500_000  # the viewer's code is inside
     assert "no server needed" in capsys.readouterr().out
     assert main(["view", str(tmp_path / "nope"), "--html", str(tmp_path / "r.html")]) == 2
     assert "no run log" in capsys.readouterr().err
@@ -530,15 +594,20 @@ def test_view_html_command_and_its_errors(tmp_path, capsys):
 def test_camera_frames_the_plant_on_start():
     """Every corner of the plant's geoms projects inside the view, and the tightest one reaches the
     edge of the fraction CAMERA_FILL (independent pinhole projection of the camera the viewer set)."""
-    for mjcf in ("mjcf/yumi_bar.xml", "mjcf/chain5.xml", "mjcf/series_parallel.xml", "mjcf/balloon.xml",
-                 "mjcf/slider_crank.xml"):
+    for mjcf in (
+        "mjcf/yumi_bar.xml",
+        "mjcf/chain5.xml",
+        "mjcf/series_parallel.xml",
+        "mjcf/balloon.xml",
+        "mjcf/slider_crank.xml",
+    ):
         rec = Recorder()
         v = MeshcatViewer(mjcf, visualizer=rec)
         v.show(random_qpos(v.model, seed=3))
         shift = rec.transforms["/meshcat"][:3, 3]
         ex, ey, ez = rec.properties[("/Cameras/default/rotated/<object>", "position")]
-        eye = np.array([ex, -ez, ey])                          # rotated frame (x, y, z) -> world (x, -z, y)
-        f = -eye / np.linalg.norm(eye)                         # looks at the origin, z up
+        eye = np.array([ex, -ez, ey])  # rotated frame (x, y, z) -> world (x, -z, y)
+        f = -eye / np.linalg.norm(eye)  # looks at the origin, z up
         r = np.cross(f, [0, 0, 1.0])
         r /= np.linalg.norm(r)
         up = np.cross(r, f)
@@ -554,8 +623,11 @@ def test_camera_frames_the_plant_on_start():
 
 def _strip_uuids(x):
     if isinstance(x, dict):
-        return {k: _strip_uuids(v) for k, v in x.items() if k not in ("uuid", "geometry", "material")
-                or not isinstance(v, str)}
+        return {
+            k: _strip_uuids(v)
+            for k, v in x.items()
+            if k not in ("uuid", "geometry", "material") or not isinstance(v, str)
+        }
     if isinstance(x, list):
         return [_strip_uuids(v) for v in x]
     return x
@@ -588,7 +660,7 @@ def test_html_commands_build_the_scene_meshcat_itself_exports():
 
     def draw(vis):
         v = MeshcatViewer("mjcf/series_parallel.xml", visualizer=vis, realtime=False)
-        q = v.model.qpos0 + np.linspace(0.1, 0.5, v.model.nq)      # any pose: drawing needs no closure
+        q = v.model.qpos0 + np.linspace(0.1, 0.5, v.model.nq)  # any pose: drawing needs no closure
         T = np.eye(4)
         T[:3, 3] = [0.3, 0.2, 0.1]
         v.show(q, frames={"F": T}, trails={"p": [0, 0, 0]}, t=0.0, segments={"s": ([0, 0, 0], [0.2, 0.1, 0])})
@@ -598,7 +670,7 @@ def test_html_commands_build_the_scene_meshcat_itself_exports():
 
     rec = Recorder(keep=True)
     draw(rec)
-    v = draw(None)                                          # a real server
+    v = draw(None)  # a real server
     try:
         exported = v.vis.static_html()
     finally:

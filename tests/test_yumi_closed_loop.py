@@ -1,14 +1,15 @@
 """Closed-loop regression of the flagship (thesis §4.4) on both plants, and the run contract on
 bad input.  The thesis' 2 s run takes ~1–3 s here, so the runs are not shortened."""
+
 import json
 
 import numpy as np
 import pytest
+from plotcheck import assert_plots_ok
 
 from cmstack.models.errors import ConfigError, InfeasibleError, StateError
 from cmstack.scenarios._common import run_scenario
 from cmstack.scenarios.yumi_dual_arm import NAME, run
-from plotcheck import assert_plots_ok
 
 
 def go(tmp_path, **over):
@@ -27,7 +28,9 @@ def test_virtual_plant_thesis_settings(tmp_path, cmstack_baseline):
     assert_plots_ok(tmp_path, ["tracking", "errors", "velocities_torques", "constraint_force", "path_xz"])
     log = np.load(tmp_path / "log.npz")
     assert log["q"].shape == (400, 14) and "plant_qpos" in log and "frame__E1" in log
-    cmstack_baseline.check(tmp_path)     # errors, q, tau, weld residual and metrics: tests/baselines/<this test>/
+    cmstack_baseline.check(
+        tmp_path
+    )  # errors, q, tau, weld residual and metrics: tests/baselines/<this test>/
 
 
 def test_bar_plant(tmp_path):
@@ -82,15 +85,22 @@ def test_nan_in_the_plant_fails_cleanly(tmp_path):
     the plant must turn that into an error, and the run must keep the steps logged before it.  (A NaN
     wrench is now refused by the config schema before the run.)"""
     with pytest.raises(StateError, match=r"diverged between t=0.05\d* s and t=0.06"):
-        go(tmp_path, duration=0.2, disturbance_body="yumi_link_7_l", disturbance_t0=0.05,
-           disturbance_t1=0.1, disturbance_force=[1e300, 0.0, 0.0])
+        go(
+            tmp_path,
+            duration=0.2,
+            disturbance_body="yumi_link_7_l",
+            disturbance_t0=0.05,
+            disturbance_t1=0.1,
+            disturbance_force=[1e300, 0.0, 0.0],
+        )
     assert json.loads((tmp_path / "metrics.json").read_text())["ok"] is False
     assert np.load(tmp_path / "log.npz")["t"].shape[0] >= 10
 
 
 def test_cli_reports_error_without_traceback(tmp_path, capsys):
     from cmstack.scenarios.yumi_dual_arm import main
-    assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 2   # usage error
+
+    assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 2  # usage error
     err = capsys.readouterr().err
     assert "plant must be one of 'virtual', 'bar', got 'rope'" in err and "Traceback" not in err
 

@@ -1,4 +1,5 @@
 """The YuMi URDF (Pinocchio) against the MuJoCo plants, the name-based joint map, bad files."""
+
 import mujoco
 import numpy as np
 import pinocchio as pin
@@ -62,7 +63,10 @@ def test_free_motion_agrees(robot):
     for _ in range(200):
         plant.set_torque(np.zeros(14))
         plant.step()
-        k1 = f(x); k2 = f(x + 5e-4 * k1); k3 = f(x + 5e-4 * k2); k4 = f(x + 1e-3 * k3)
+        k1 = f(x)
+        k2 = f(x + 5e-4 * k1)
+        k3 = f(x + 5e-4 * k2)
+        k4 = f(x + 1e-3 * k3)
         x = x + 1e-3 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
     qm, vm = plant.state()
     np.testing.assert_allclose(qm, x[:14], atol=1e-6)
@@ -75,16 +79,21 @@ def _write(tmp_path, text, name="plant.xml"):
 
 
 def test_joint_map_missing_joint(robot, tmp_path):
-    bad = MJCF.replace('<joint name="yumi_joint_4_l"/>', "").replace('<motor name="yumi_joint_4_l" joint="yumi_joint_4_l"/>', "")
+    bad = MJCF.replace('<joint name="yumi_joint_4_l"/>', "").replace(
+        '<motor name="yumi_joint_4_l" joint="yumi_joint_4_l"/>', ""
+    )
     with pytest.raises(JointMapError, match=r"missing in the plant: \['yumi_joint_4_l'\]"):
         MujocoPlant(_write(tmp_path, bad), robot.joint_names)
 
 
 def test_joint_map_extra_joint(robot, tmp_path):
-    bad = MJCF.replace('<joint name="yumi_joint_4_l"/>', '<joint name="yumi_joint_4_l"/><joint name="extra_hinge" axis="1 0 0"/>')
+    bad = MJCF.replace(
+        '<joint name="yumi_joint_4_l"/>',
+        '<joint name="yumi_joint_4_l"/><joint name="extra_hinge" axis="1 0 0"/>',
+    )
     with pytest.raises(JointMapError, match=r"in the plant but not in the model: \['extra_hinge'\]"):
         MujocoPlant(_write(tmp_path, bad), robot.joint_names)
-    MujocoPlant(_write(tmp_path, bad), robot.joint_names, plant_only=("extra_hinge",))   # declared: accepted
+    MujocoPlant(_write(tmp_path, bad), robot.joint_names, plant_only=("extra_hinge",))  # declared: accepted
 
 
 def test_joint_map_is_by_name_not_order(robot):
@@ -106,7 +115,10 @@ def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ModelFileError, match="MJCF file not found"):
         MujocoPlant(tmp_path / "nope.xml", ["a"])
     with pytest.raises(ModelFileError, match="could not be compiled by MuJoCo"):
-        MujocoPlant(_write(tmp_path, "<mujoco><worldbody><body><geom type='nosuch'/></body></worldbody></mujoco>"), ["a"])
+        MujocoPlant(
+            _write(tmp_path, "<mujoco><worldbody><body><geom type='nosuch'/></body></worldbody></mujoco>"),
+            ["a"],
+        )
 
 
 def test_unknown_frame(robot):

@@ -66,14 +66,65 @@ summary.json, table.md, breakdown points, plots) and ``driver`` (``run_campaign`
 ``python -m cmstack.sim.campaign`` is ``__main__``.  The names below are the public API; patch a name in
 the module that owns it (e.g. ``executors.DASK_TASK``, the function each Dask task runs).
 """
+
 from cmstack.sim.campaign.driver import add_arguments, execute, main, run_campaign
-from cmstack.sim.campaign.executors import (RESULT, died, learn_modules, make_job, read_result, result_or_death,
-                                            run_dask, run_job, run_job_forked, run_job_subprocess, run_local)
-from cmstack.sim.campaign.report import (LEAD_COLUMNS, breakdown, breakdown_md, csv_text, groups, plot, summary,
-                                         summary_text, table_md, unit_of)
+from cmstack.sim.campaign.executors import (
+    RESULT,
+    died,
+    learn_modules,
+    make_job,
+    read_result,
+    result_or_death,
+    run_dask,
+    run_job,
+    run_job_forked,
+    run_job_subprocess,
+    run_local,
+)
+from cmstack.sim.campaign.report import (
+    LEAD_COLUMNS,
+    breakdown,
+    breakdown_md,
+    csv_text,
+    groups,
+    plot,
+    summary,
+    summary_text,
+    table_md,
+    unit_of,
+)
 from cmstack.sim.campaign.spec import Spec, Variant, check_overrides, expand, load_spec, shipped_dir
 
-__all__ = ["LEAD_COLUMNS", "RESULT", "Spec", "Variant", "add_arguments", "breakdown", "breakdown_md", "check_overrides",
-           "csv_text", "died", "execute", "expand", "groups", "learn_modules", "load_spec", "main", "make_job", "plot",
-           "read_result", "result_or_death", "run_campaign", "run_dask", "run_job", "run_job_forked",
-           "run_job_subprocess", "run_local", "shipped_dir", "summary", "summary_text", "table_md", "unit_of"]
+__all__ = [
+    "LEAD_COLUMNS",
+    "RESULT",
+    "Spec",
+    "Variant",
+    "add_arguments",
+    "breakdown",
+    "breakdown_md",
+    "check_overrides",
+    "csv_text",
+    "died",
+    "execute",
+    "expand",
+    "groups",
+    "learn_modules",
+    "load_spec",
+    "main",
+    "make_job",
+    "plot",
+    "read_result",
+    "result_or_death",
+    "run_campaign",
+    "run_dask",
+    "run_job",
+    "run_job_forked",
+    "run_job_subprocess",
+    "run_local",
+    "shipped_dir",
+    "summary",
+    "summary_text",
+    "table_md",
+    "unit_of",
+]

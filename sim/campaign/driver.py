@@ -1,4 +1,5 @@
 """``cmstack campaign``: run (or resume) a campaign, from the spec to its outputs, and the command line."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,16 @@ from cmstack.sim.logger import atomic_write
 
 
 # ------------------------------------------------------------------------------------- driver
-def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, workers: int | None = None,
-                 scheduler: str | None = None, retry_failed: bool = False, progress: bool = True,
-                 report_only: bool = False) -> dict:
+def run_campaign(
+    spec_path: str | Path,
+    *,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+    report_only: bool = False,
+) -> dict:
     """Run (or resume) a campaign; returns its summary.  See the docstring of ``cmstack.sim.campaign``."""
     spec = load_spec(spec_path)
     out = Path(out) if out is not None else Path.cwd() / "runs" / "campaigns" / spec.name
@@ -26,7 +34,9 @@ def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, worker
     workers = int(workers or os.cpu_count() or 1)
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ws://", "wss://", "inproc://")):
+    if scheduler is not None and not scheduler.startswith(
+        ("tcp://", "tls://", "ws://", "wss://", "inproc://")
+    ):
         raise ConfigError(f"--scheduler {scheduler}: expected an address like tcp://HOST:PORT")
 
     jobs = [make_job(spec, v, out) for v in spec.variants]
@@ -39,25 +49,31 @@ def run_campaign(spec_path: str | Path, *, out: str | Path | None = None, worker
         else:
             todo.append(job)
     skipped = len(records)
-    if report_only:                  # tables and plots from the results so far; nothing runs
+    if report_only:  # tables and plots from the results so far; nothing runs
         todo = []
-    load_scenario(spec.scenario)      # import the scenario here: forked workers inherit it
+    load_scenario(spec.scenario)  # import the scenario here: forked workers inherit it
 
     bar = None
     if progress:
         from tqdm import tqdm
 
-        tqdm.monitor_interval = 0    # no monitor thread: the local pool forks from this process
+        tqdm.monitor_interval = 0  # no monitor thread: the local pool forks from this process
         bar = tqdm(total=len(jobs), initial=skipped, desc=f"campaign {spec.name}", unit="run")
     t0 = time.perf_counter()
-    extra = dict(out=str(out), workers=workers if scheduler is None else None, scheduler=scheduler,
-                 skipped_finished=skipped)
+    extra = dict(
+        out=str(out),
+        workers=workers if scheduler is None else None,
+        scheduler=scheduler,
+        skipped_finished=skipped,
+    )
 
     def write_tables(final: bool = False):
         atomic_write(out / "campaign.csv", csv_text(spec, records))
         atomic_write(out / "table.md", table_md(spec, records))
-        atomic_write(out / "summary.json", _dumps(summary(spec, records, dict(extra, complete=final and
-                                                                                len(records) == len(jobs)))))
+        atomic_write(
+            out / "summary.json",
+            _dumps(summary(spec, records, dict(extra, complete=final and len(records) == len(jobs)))),
+        )
 
     def on_result(rec):
         records[rec["id"]] = rec
@@ -89,30 +105,44 @@ def main(argv=None) -> int:
     could not run."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="cmstack campaign", description="Run a campaign of scenario variants "
-                                 "on a local process pool or a Dask cluster (resumable).")
+    ap = argparse.ArgumentParser(
+        prog="cmstack campaign",
+        description="Run a campaign of scenario variants "
+        "on a local process pool or a Dask cluster (resumable).",
+    )
     add_arguments(ap)
     return execute(ap.parse_args(argv))
 
 
 def add_arguments(ap) -> None:
     ap.add_argument("spec", help="campaign spec (TOML; see cmstack.sim.campaign)")
-    ap.add_argument("--scheduler", help="Dask scheduler address tcp://HOST:PORT (default: local process pool)")
+    ap.add_argument(
+        "--scheduler", help="Dask scheduler address tcp://HOST:PORT (default: local process pool)"
+    )
     ap.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
     ap.add_argument("--out", help="campaign directory (default ./runs/campaigns/<name>/)")
     ap.add_argument("--retry-failed", action="store_true", help="re-run the variants recorded as failed")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--report-only", action="store_true",
-                    help="rewrite campaign.csv, summary.json, table.md and plots/ from the results so far; run nothing")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite campaign.csv, summary.json, table.md and plots/ from the results so far; run nothing",
+    )
 
 
 def execute(args) -> int:
     from cmstack.models.errors import StackError
 
     try:
-        s = run_campaign(args.spec, out=args.out, workers=args.workers, scheduler=args.scheduler,
-                         retry_failed=args.retry_failed, progress=not args.no_progress,
-                         report_only=args.report_only)
+        s = run_campaign(
+            args.spec,
+            out=args.out,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            retry_failed=args.retry_failed,
+            progress=not args.no_progress,
+            report_only=args.report_only,
+        )
     except ConfigError as exc:
         print(f"error: ConfigError: {exc}", file=sys.stderr)
         return 2
@@ -126,4 +156,3 @@ def execute(args) -> int:
         print(f"  failed {f['id']} {f['swept']}: {f['reason']}")
     print(f"campaign directory: {out}  (campaign.csv, summary.json, table.md, plots/)")
     return 0 if s["failures"] == [] and s["success_rate"] == 1.0 else 1
-

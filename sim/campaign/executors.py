@@ -2,6 +2,7 @@
 and the record of a process that died), the local pool of forked processes (``run_local``), and a Dask
 cluster (``run_dask``), whose tasks fork their variant from a fork server of the worker thread
 (``run_job_forked``) or start a fresh interpreter (``run_job_subprocess``)."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 from cmstack.models.errors import ConfigError
 from cmstack.scenarios.loader import load_scenario
 from cmstack.sim.campaign.spec import Spec, Variant, _dumps, _jsonable
-from cmstack.sim.logger import atomic_write   # the one atomic write (temporary file, fsync, rename)
+from cmstack.sim.logger import atomic_write  # the one atomic write (temporary file, fsync, rename)
 
 RESULT = "result.json"
 
@@ -28,9 +29,17 @@ RESULT = "result.json"
 # ------------------------------------------------------------------------------------- one variant
 def make_job(spec: Spec, v: Variant, out: Path) -> dict:
     """Everything a worker needs to run one variant (JSON-serialisable)."""
-    return dict(campaign=spec.name, scenario=spec.scenario, id=v.id, index=v.index, hash=v.hash,
-                swept=_jsonable(v.swept), overrides=_jsonable(v.overrides),
-                run_dir=str((out / "variants" / v.id).resolve()), plots=spec.plots)
+    return dict(
+        campaign=spec.name,
+        scenario=spec.scenario,
+        id=v.id,
+        index=v.index,
+        hash=v.hash,
+        swept=_jsonable(v.swept),
+        overrides=_jsonable(v.overrides),
+        run_dir=str((out / "variants" / v.id).resolve()),
+        plots=spec.plots,
+    )
 
 
 def _die_with_parent() -> None:
@@ -42,15 +51,29 @@ def _die_with_parent() -> None:
         import ctypes
         import signal
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(
+            1, int(signal.SIGKILL), 0, 0, 0
+        )  # PR_SET_PDEATHSIG = 1
     except OSError:
         pass
 
 
-def _record(job: dict, status: str, reason: str = "", metrics: dict | None = None, wall_s: float = float("nan")):
-    return dict(id=job["id"], index=job["index"], hash=job["hash"], status=status, reason=reason,
-                swept=job["swept"], overrides=job["overrides"], metrics=metrics or {}, wall_s=wall_s,
-                host=socket.gethostname(), pid=os.getpid())
+def _record(
+    job: dict, status: str, reason: str = "", metrics: dict | None = None, wall_s: float = float("nan")
+):
+    return dict(
+        id=job["id"],
+        index=job["index"],
+        hash=job["hash"],
+        status=status,
+        reason=reason,
+        swept=job["swept"],
+        overrides=job["overrides"],
+        metrics=metrics or {},
+        wall_s=wall_s,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+    )
 
 
 def run_job(job: dict) -> dict:
@@ -59,7 +82,7 @@ def run_job(job: dict) -> dict:
     t0 = time.perf_counter()
     run_dir = Path(job["run_dir"])
     try:
-        if run_dir.exists():                    # a partial directory of a run that was killed
+        if run_dir.exists():  # a partial directory of a run that was killed
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         from cmstack.scenarios._common import run_scenario
@@ -71,14 +94,23 @@ def run_job(job: dict) -> dict:
         extra = {"html": False} if "html" in params else {}
         if "plots" in params:
             extra["plots"] = bool(job.get("plots", False))
-        metrics, _ = run_scenario(name, mod.run, overrides=job["overrides"], out=run_dir, progress=False,
-                                  defaults=defaults, **extra)     # no replay.html per variant: log.npz replays
-        rec = _record(job, "ok" if metrics.get("ok") else "missed",
-                      "" if metrics.get("ok") else str(metrics.get("reason", "a target was missed")),
-                      metrics, time.perf_counter() - t0)
-    except BaseException as exc:   # noqa: BLE001 — a variant's failure is data, not the campaign's end
-        rec = _record(job, "failed", f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500],
-                      wall_s=time.perf_counter() - t0)
+        metrics, _ = run_scenario(
+            name, mod.run, overrides=job["overrides"], out=run_dir, progress=False, defaults=defaults, **extra
+        )  # no replay.html per variant: log.npz replays
+        rec = _record(
+            job,
+            "ok" if metrics.get("ok") else "missed",
+            "" if metrics.get("ok") else str(metrics.get("reason", "a target was missed")),
+            metrics,
+            time.perf_counter() - t0,
+        )
+    except BaseException as exc:  # noqa: BLE001 — a variant's failure is data, not the campaign's end
+        rec = _record(
+            job,
+            "failed",
+            f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500],
+            wall_s=time.perf_counter() - t0,
+        )
         try:
             (run_dir / "campaign_error.txt").write_text(traceback.format_exc())
         except OSError:
@@ -182,8 +214,12 @@ def run_job_subprocess(job: dict) -> dict:
     record (the Dask task: a variant that kills its process does not take the Dask worker with it)."""
     t0 = time.perf_counter()
     Path(job["run_dir"]).parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "cmstack.sim.campaign", "--child"], input=json.dumps(job),
-                          text=True, capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmstack.sim.campaign", "--child"],
+        input=json.dumps(job),
+        text=True,
+        capture_output=True,
+    )
     rec = result_or_death(job, _exit_text(proc.returncode), proc.stderr or "", time.perf_counter() - t0)
     rec["task_wall_s"] = time.perf_counter() - t0
     return rec
@@ -244,36 +280,36 @@ def _serve(parent: int) -> None:
     import signal
 
     _die_with_parent()
-    if os.getppid() != parent:            # the thread that started us is already gone
+    if os.getppid() != parent:  # the thread that started us is already gone
         return
-    rfd, wfd = os.dup(0), os.dup(1)       # the protocol's pipes, off fds 0 and 1: a child reads no job
+    rfd, wfd = os.dup(0), os.dup(1)  # the protocol's pipes, off fds 0 and 1: a child reads no job
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.dup2(2, 1)                         # and stray output goes to the worker's stderr, not the protocol
+    os.dup2(2, 1)  # and stray output goes to the worker's stderr, not the protocol
     buf = bytearray()
 
     def recv():
         while b"\n" not in buf:
             chunk = os.read(rfd, 1 << 16)
             if not chunk:
-                return None               # EOF: the worker closed our stdin, or is gone
+                return None  # EOF: the worker closed our stdin, or is gone
             buf.extend(chunk)
         i = buf.index(b"\n")
         line = bytes(buf[:i])
-        del buf[:i + 1]
+        del buf[: i + 1]
         return json.loads(line)
 
     def send(obj) -> None:
         data = (json.dumps(obj) + "\n").encode()
         while data:
-            data = data[os.write(wfd, data):]
+            data = data[os.write(wfd, data) :]
 
     def wait(pid: int, mfd: int):
         """(the child's exit code as subprocess gives it, what it wrote on ``mfd``), or None on EOF from
         the worker meanwhile."""
         try:
-            pfd = os.pidfd_open(pid)       # Linux ≥ 5.3: readable when the child ends
+            pfd = os.pidfd_open(pid)  # Linux ≥ 5.3: readable when the child ends
         except (AttributeError, OSError):
             pfd = None
         out = bytearray()
@@ -294,7 +330,7 @@ def _serve(parent: int) -> None:
                 if pfd is None or pfd in r:
                     done, status = os.waitpid(pid, os.WNOHANG)
                     if done:
-                        if mfd in fds:        # what is left in the pipe (a grandchild may hold it open)
+                        if mfd in fds:  # what is left in the pipe (a grandchild may hold it open)
                             os.set_blocking(mfd, False)
                             try:
                                 while chunk := os.read(mfd, 1 << 16):
@@ -321,11 +357,11 @@ def _serve(parent: int) -> None:
             job = msg["job"]
             if _stale(stamp) or threading.active_count() > 1:
                 send({"stale": True, "threads": threading.active_count() > 1})
-                return                    # code changed under an editable install, or unsafe to fork
+                return  # code changed under an editable install, or unsafe to fork
             if job["scenario"] not in loaded:
                 loaded.add(job["scenario"])
                 try:
-                    name, _mod, defaults = load_scenario(job["scenario"])   # its children inherit the imports
+                    name, _mod, defaults = load_scenario(job["scenario"])  # its children inherit the imports
                     resolve_config(name, overrides=job["overrides"], defaults=defaults)
                 except Exception:  # noqa: BLE001 — the child imports it again and records the error
                     pass
@@ -335,14 +371,14 @@ def _serve(parent: int) -> None:
             sys.stderr.flush()
             mr, mw = os.pipe()
             child = os.fork()
-            if child == 0:                # the variant's process
+            if child == 0:  # the variant's process
                 code = 70
                 try:
                     os.close(rfd)
                     os.close(wfd)
                     os.close(mr)
                     _die_with_parent()
-                    if os.getppid() == me:        # else the server died before prctl: do not run orphaned
+                    if os.getppid() == me:  # else the server died before prctl: do not run orphaned
                         base = set(sys.modules)
                         _child_main(job)
                         code = 0
@@ -369,12 +405,12 @@ def _serve(parent: int) -> None:
             code, new = got
             send({"pid": pid, "code": code})
             if code == 0 and msg.get("learn", True):
-                learn_modules(new)            # after the reply: this task is not delayed by it
+                learn_modules(new)  # after the reply: this task is not delayed by it
                 stamp.update({f: m for f, m in _code_files().items() if f not in stamp})
-    except OSError:                       # the worker is gone (broken pipe)
+    except OSError:  # the worker is gone (broken pipe)
         return
     finally:
-        if child is not None:             # never leave the variant behind
+        if child is not None:  # never leave the variant behind
             try:
                 os.kill(child, signal.SIGKILL)
                 os.waitpid(child, 0)
@@ -386,15 +422,16 @@ class _ForkServer:
     """The worker's end of one fork server: a ``python -c _SERVE`` child of the calling thread."""
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(os.getpid())],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
 
     def send(self, obj) -> bool:
         try:
             self.proc.stdin.write((json.dumps(obj) + "\n").encode())
             self.proc.stdin.flush()
             return True
-        except (OSError, ValueError):     # broken pipe: it died
+        except (OSError, ValueError):  # broken pipe: it died
             return False
 
     def recv(self) -> dict | None:
@@ -418,7 +455,7 @@ class _ForkServer:
             return self.proc.wait()
 
 
-_SERVERS = threading.local()      # one fork server per worker thread, started on its first task
+_SERVERS = threading.local()  # one fork server per worker thread, started on its first task
 
 
 def _server() -> _ForkServer:
@@ -463,13 +500,13 @@ def run_job_forked(job: dict) -> dict:
             break
         server_pid = srv.proc.pid
         r = srv.recv() if srv.send({"job": job, "learn": getattr(_SERVERS, "learn", True)}) else None
-        if r is None or "started" not in r:      # gone while idle, or stale: the job did not start
+        if r is None or "started" not in r:  # gone while idle, or stale: the job did not start
             if r is not None and r.get("threads"):
-                _SERVERS.learn = False           # a learned import started a thread: learn nothing more
+                _SERVERS.learn = False  # a learned import started a thread: learn nothing more
             _drop_server()
             continue
         r = srv.recv()
-        if r is None:                            # the server died while the variant ran
+        if r is None:  # the server died while the variant ran
             how = f"fork server {_exit_text(_drop_server())}"
         else:
             how = _exit_text(r["code"])
@@ -517,7 +554,7 @@ def run_local(jobs: list[dict], workers: int, on_result) -> None:
                 mods.unlink(missing_ok=True)
                 on_result(result_or_death(job, _exit_text(p.exitcode)))
     finally:
-        for p, _ in running.values():    # interrupted (Ctrl-C): take the workers down with us
+        for p, _ in running.values():  # interrupted (Ctrl-C): take the workers down with us
             p.kill()
             p.join()
 
@@ -534,8 +571,12 @@ def run_dask(jobs: list[dict], scheduler: str, on_result) -> None:
     except (OSError, TimeoutError) as exc:
         raise ConfigError(f"--scheduler {scheduler}: cannot connect ({type(exc).__name__}: {exc})") from None
     try:
-        futs = {client.submit(DASK_TASK, job, key=f"cmstack-{job['campaign']}-{job['id']}-{os.getpid()}",
-                              pure=False): job for job in jobs}
+        futs = {
+            client.submit(
+                DASK_TASK, job, key=f"cmstack-{job['campaign']}-{job['id']}-{os.getpid()}", pure=False
+            ): job
+            for job in jobs
+        }
         for fut in as_completed(futs):
             job = futs[fut]
             try:
@@ -547,4 +588,3 @@ def run_dask(jobs: list[dict], scheduler: str, on_result) -> None:
             on_result(rec)
     finally:
         client.close()
-

@@ -1,5 +1,6 @@
 """A campaign's outputs from its records: ``campaign.csv``, ``summary.json`` (``summary``), ``table.md``,
 the breakdown points, the verdict in words, and ``plots/`` (every axis with its unit)."""
+
 from __future__ import annotations
 
 import csv
@@ -69,9 +70,14 @@ def _values(recs, key):
 def _stats(recs: list[dict], spec: Spec) -> dict:
     n = len(recs)
     good = sum(_success(r, spec) for r in recs)
-    s = dict(n=n, ok=sum(r["status"] == "ok" for r in recs), missed=sum(r["status"] == "missed" for r in recs),
-             failed=sum(r["status"] == "failed" for r in recs), success=good,
-             success_rate=(good / n) if n else float("nan"))
+    s = dict(
+        n=n,
+        ok=sum(r["status"] == "ok" for r in recs),
+        missed=sum(r["status"] == "missed" for r in recs),
+        failed=sum(r["status"] == "failed" for r in recs),
+        success=good,
+        success_rate=(good / n) if n else float("nan"),
+    )
     for k in spec.metrics:
         x = _values(recs, k)
         s[f"{k}_median"] = float(np.median(x)) if x else float("nan")
@@ -172,13 +178,22 @@ def summary(spec: Spec, records: dict, extra: dict) -> dict:
             if v.id in records:
                 vals.setdefault(json.dumps(_jsonable(v.swept[k])), []).append(records[v.id])
         per_key[k] = {val: _stats(rs, spec) for val, rs in vals.items()}
-    return dict(campaign=spec.name, scenario=spec.scenario, spec=str(spec.path), variants=len(spec.variants),
-                finished=len(recs), **{k: v for k, v in _stats(recs, spec).items() if k != "n"},
-                success_criteria={k: f"{op} {lim:g}" for k, (op, lim) in spec.success.items()} or "scenario targets",
-                per_key=per_key, groups=[dict(**g, **_stats(rs, spec)) for g, rs in groups(spec, records)],
-                failures=[dict(id=r["id"], swept=r["swept"], reason=r["reason"]) for r in recs
-                          if r["status"] == "failed"],
-                **({"breakdown": breakdown(spec, records)} if spec.breakdown else {}), **extra)
+    return dict(
+        campaign=spec.name,
+        scenario=spec.scenario,
+        spec=str(spec.path),
+        variants=len(spec.variants),
+        finished=len(recs),
+        **{k: v for k, v in _stats(recs, spec).items() if k != "n"},
+        success_criteria={k: f"{op} {lim:g}" for k, (op, lim) in spec.success.items()} or "scenario targets",
+        per_key=per_key,
+        groups=[dict(**g, **_stats(rs, spec)) for g, rs in groups(spec, records)],
+        failures=[
+            dict(id=r["id"], swept=r["swept"], reason=r["reason"]) for r in recs if r["status"] == "failed"
+        ],
+        **({"breakdown": breakdown(spec, records)} if spec.breakdown else {}),
+        **extra,
+    )
 
 
 def summary_text(s: dict) -> str:
@@ -190,16 +205,24 @@ def summary_text(s: dict) -> str:
     crit = s["success_criteria"]
     n = s["finished"]
     rate = f"{s['success_rate'] * 100:.1f} %" if n else "n/a"
-    lines = [f"{n}/{s['variants']} variants finished ({s['skipped_finished']} from an earlier call); "
-             f"{s['failed']} failed (raised or died)"]
+    lines = [
+        f"{n}/{s['variants']} variants finished ({s['skipped_finished']} from an earlier call); "
+        f"{s['failed']} failed (raised or died)"
+    ]
     if isinstance(crit, dict):
-        lines.append(f"success: {s['success']} of {n} ({rate}); success = the spec's [success] criteria: "
-                     + ", ".join(f"{k} {c}" for k, c in crit.items()))
-        lines.append(f"  for reference, the scenario's own targets (\"ok\" in each metrics.json): met by {s['ok']}, "
-                     f"missed by {s['missed']} (not the campaign's success criterion)")
+        lines.append(
+            f"success: {s['success']} of {n} ({rate}); success = the spec's [success] criteria: "
+            + ", ".join(f"{k} {c}" for k, c in crit.items())
+        )
+        lines.append(
+            f'  for reference, the scenario\'s own targets ("ok" in each metrics.json): met by {s["ok"]}, '
+            f"missed by {s['missed']} (not the campaign's success criterion)"
+        )
     else:
-        lines.append(f"success: {s['success']} of {n} ({rate}); success = every target of the scenario met "
-                     f"(\"ok\" in the variant's metrics.json); {s['missed']} missed a target")
+        lines.append(
+            f"success: {s['success']} of {n} ({rate}); success = every target of the scenario met "
+            f'("ok" in the variant\'s metrics.json); {s["missed"]} missed a target'
+        )
     return "\n".join(lines)
 
 
@@ -238,10 +261,24 @@ def table_md(spec: Spec, records: dict) -> str:
 
 #: unit of a metric or config key by the end of its name (the run contract's metric suffixes), and of
 #: the perturbation keys (sim/perturb.py)
-_UNIT_SUFFIX = (("_nm", "N·m"), ("_us", "µs"), ("_rad", "rad"), ("_rel", "relative"), ("_m", "m"), ("_s", "s"),
-                ("_n", "N"))
-_KEY_UNITS = {"noise_q": "rad", "noise_v": "rad/s", "delay_steps": "control steps", "torque_limit_fraction":
-              "fraction of the motor limit", "com_shift_m": "m", "wrench_force": "N", "wrench_moment": "N·m"}
+_UNIT_SUFFIX = (
+    ("_nm", "N·m"),
+    ("_us", "µs"),
+    ("_rad", "rad"),
+    ("_rel", "relative"),
+    ("_m", "m"),
+    ("_s", "s"),
+    ("_n", "N"),
+)
+_KEY_UNITS = {
+    "noise_q": "rad",
+    "noise_v": "rad/s",
+    "delay_steps": "control steps",
+    "torque_limit_fraction": "fraction of the motor limit",
+    "com_shift_m": "m",
+    "wrench_force": "N",
+    "wrench_moment": "N·m",
+}
 
 
 def unit_of(name: str, spec: Spec) -> str:
@@ -249,7 +286,7 @@ def unit_of(name: str, spec: Spec) -> str:
     if name in spec.units:
         return spec.units[name]
     leaf = name.rsplit(".", 1)[-1]
-    for agg in ("_median", "_mean", "_max", "_min", "_p90", "_p95"):     # control_step_us_median: µs
+    for agg in ("_median", "_mean", "_max", "_min", "_p90", "_p95"):  # control_step_us_median: µs
         leaf = leaf.removesuffix(agg)
     if leaf in _KEY_UNITS:
         return _KEY_UNITS[leaf]
@@ -269,7 +306,9 @@ def _threshold_lines(ax, metric: str, spec: Spec) -> None:
         lines.append((f"success: {op} {lim:g}", lim))
     lines += [(f"{lbl}: {x:g}", float(x)) for lbl, x in spec.thresholds.get(metric, {}).items()]
     for i, (lbl, y) in enumerate(lines):
-        ax.axhline(y, ls="--", lw=1.2, color=("tab:red", "tab:purple", "tab:orange", "tab:brown")[i % 4], label=lbl)
+        ax.axhline(
+            y, ls="--", lw=1.2, color=("tab:red", "tab:purple", "tab:orange", "tab:brown")[i % 4], label=lbl
+        )
     if lines:
         ax.legend(fontsize=7, loc="best")
 
@@ -296,8 +335,12 @@ def plot(spec: Spec, records: dict, out: Path) -> list[Path]:
                 vals.setdefault(json.dumps(_jsonable(v.swept[key])), []).append(records[v.id])
         if not vals:
             continue
-        fig, axs = plt.subplots(1 + len(metrics), 1, figsize=(max(6, 0.9 * len(vals) + 3), 2.6 * (1 + len(metrics))),
-                                squeeze=False)
+        fig, axs = plt.subplots(
+            1 + len(metrics),
+            1,
+            figsize=(max(6, 0.9 * len(vals) + 3), 2.6 * (1 + len(metrics))),
+            squeeze=False,
+        )
         labels = [json.loads(s) for s in vals]
         rate = [sum(_success(r, spec) for r in rs) / len(rs) for rs in vals.values()]
         xs = np.arange(len(vals))
@@ -352,16 +395,20 @@ def _arena_figure(spec, records, metrics, pdir, plt):
     perturbation set): the distribution of each error metric over the seeds."""
     a1, a2 = list(spec.axes)[:2]
     l1, l2 = list(spec.axes[a1]), list(spec.axes[a2])
-    fig, axs = plt.subplots(len(metrics), 1, figsize=(max(8, 1.6 * len(l2) * len(l1) / 2), 3.2 * len(metrics)),
-                            squeeze=False)
+    fig, axs = plt.subplots(
+        len(metrics), 1, figsize=(max(8, 1.6 * len(l2) * len(l1) / 2), 3.2 * len(metrics)), squeeze=False
+    )
     width = 0.8 / len(l1)
     for i, m in enumerate(metrics):
         ax = axs[i, 0]
         for j, lab1 in enumerate(l1):
             data, pos = [], []
             for k, lab2 in enumerate(l2):
-                rs = [records[v.id] for v in spec.variants if v.id in records
-                      and v.swept[a1] == lab1 and v.swept[a2] == lab2]
+                rs = [
+                    records[v.id]
+                    for v in spec.variants
+                    if v.id in records and v.swept[a1] == lab1 and v.swept[a2] == lab2
+                ]
                 d = _values(rs, m)
                 data.append(d if d else [np.nan])
                 pos.append(k + (j - (len(l1) - 1) / 2) * width)
@@ -382,4 +429,3 @@ def _arena_figure(spec, records, metrics, pdir, plt):
     fig.savefig(p, dpi=100)
     plt.close(fig)
     return p
-

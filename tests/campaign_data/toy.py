@@ -1,5 +1,6 @@
 """Toy scenario for the campaign tests: a damped oscillator x'' + 2ζw x' + w² x = 0 integrated by
 semi-implicit Euler from x0 = 1 plus seeded noise; cheap and deterministic given its config."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,9 +22,9 @@ def run(ctx) -> Outcome:
         raise RuntimeError(f"toy variant asked to raise (gain={cfg['gain']})")
     if cfg["crash"] == "exit":
         os._exit(7)
-    if cfg["crash"] == "kill_parent":    # Dask path only: SIGKILLs the fork server (locally: the driver)
+    if cfg["crash"] == "kill_parent":  # Dask path only: SIGKILLs the fork server (locally: the driver)
         os.kill(os.getppid(), signal.SIGKILL)
-        time.sleep(60)                    # and dies with it (parent-death signal)
+        time.sleep(60)  # and dies with it (parent-death signal)
         os._exit(8)
     preloaded = float(bool(cfg["lazy_import"]) and cfg["lazy_import"] in sys.modules)
     if cfg["lazy_import"]:
@@ -38,12 +39,15 @@ def run(ctx) -> Outcome:
         ctx.logger.append(t=_ * dt, x=x)
     err = abs(x)
     plots = []
-    if ctx.plots:                         # the variant's own plot (campaign ``plots = true``)
+    if ctx.plots:  # the variant's own plot (campaign ``plots = true``)
         plt = ctx.pyplot()
         fig, ax = plt.subplots(figsize=(3, 2))
         ax.plot(ctx.logger.arrays()["t"], ctx.logger.arrays()["x"])
         ax.set_xlabel("t [s]")
         ax.set_ylabel("x [m]")
         plots.append(ctx.save_figure(fig, "x"))
-    return Outcome(dict(final_error=err, gain=cfg["gain"], lazy_preloaded=preloaded),
-                   [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])], plots)
+    return Outcome(
+        dict(final_error=err, gain=cfg["gain"], lazy_preloaded=preloaded),
+        [Row("final_error", err, None, f"<= {cfg['tol']}", err <= cfg["tol"])],
+        plots,
+    )
