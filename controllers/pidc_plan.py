@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cmstack.controllers.uk_plan import sample_frame_targets
+from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
 
 if TYPE_CHECKING:
     from cmstack.controllers.pidc import PIDC
@@ -66,22 +67,9 @@ class ClosedChainPlan:
         self.K = _uk_kernels
         robot, n = ctl.robot, ctl.robot.nv
         model = robot.model
-        frames: dict = {}
-        fint, fplace = [], []
         nj = model.njoints - 1
-
-        def slot(fid: int) -> int:
-            if fid not in frames:
-                fr = model.frames[fid]
-                j = int(fr.parentJoint)
-                mask = np.zeros(n, dtype=np.int64)
-                for ji in model.supports[j]:
-                    if ji > 0:
-                        mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[j - 1 if j else nj, mask])  # its row in the pose table (last: the world)
-                fplace.append(fr.placement.homogeneous)
-                frames[fid] = len(frames)
-            return frames[fid]
+        slots = FrameSlots(model)  # the frames the loops and tasks name (models/step_engine.py)
+        slot = slots.slot
 
         lint, row = [], 0
         for c in loops:
@@ -118,30 +106,15 @@ class ClosedChainPlan:
         self.pidx = np.zeros(0, dtype=np.int64)
         self.qref = np.zeros(0)
         self.Ab = np.zeros((row, n + 1))
-        self.fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
-        self.fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
-        self.fJ = np.zeros((len(fint), 6, n))
-        self.fvec = np.zeros((len(fint), 24))
+        self.fint, self.fplace = slots.fint, slots.fplace
+        self.fJ = np.zeros((len(slots), 6, n))
+        self.fvec = np.zeros((len(slots), 24))
         self.A = np.zeros((self.m, n))
         self.jdv = np.zeros(self.m)
-        self.joint_ids = list(range(1, nj + 1))
-        self.jpose = np.zeros((nj + 1, 12))  # every joint's [R row-major, p], then the world's (constant)
-        self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
-        # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's mass,
-        # centre of mass and rotational inertia in its own frame, gravity
-        self.parent = np.array([model.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
-        self.inert = np.array(
-            [
-                np.r_[
-                    model.inertias[j].mass,
-                    model.inertias[j].lever,
-                    np.asarray(model.inertias[j].inertia).ravel(),
-                ]
-                for j in range(1, nj + 1)
-            ],
-            dtype=float,
-        ).reshape(nj, 13)
-        self.grav = np.array(model.gravity.linear, dtype=float)
+        self.joint_ids = slots.joint_ids
+        self.jpose = slots.joint_pose_table()  # every joint's [R row-major, p], then the world's (constant)
+        # the bodies for the kernel's h (``_uk_kernels.bias_forces``, ``step_engine.body_tables``)
+        self.parent, self.inert, self.grav = body_tables(model)
         self.rnea = np.zeros((nj, 18))
         self.h = np.zeros(n)
         self.scr = np.zeros(4 * 6 + 9)
@@ -261,15 +234,8 @@ class ClosedChainPlan:
         """The addresses the kernel reads in the Pinocchio data ``d`` (held, so its storage stays): data.J, data.M
         and every joint's rotation and translation in data.oMi (column-major float64, refreshed in place); taken
         again when the robot's data object changes (``Robot.add_frame`` creates a new one)."""
-        poses = [d.oMi[j] for j in self.joint_ids]
-        arrays = [d.J, d.M] + [a for T in poses for a in (T.rotation, T.translation)]
-        for a in arrays:
-            if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(
-                    f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64"
-                )
-        self.ptr[:] = [int(a.__array_interface__["data"][0]) for a in arrays]
-        self._keep = (d, poses)
+        ptr, self._keep = data_addresses(d, [d.J, d.M], self.joint_ids)  # (models/step_engine.py)
+        self.ptr[:] = ptr
         self.data = d
 
     def copy_parameters(self) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
+from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
 
 if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
@@ -85,23 +86,8 @@ class _FusedPlan:
         gap_after = len(upper[0].tasks) if self.closed else -1  # the entry before which the gap opens
         entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
         self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
-        frames: dict = {}
-        fint, fplace = [], []
-
-        def slot(fid: int) -> int:
-            if fid not in frames:
-                fr = model.frames[fid]
-                j = int(fr.parentJoint)
-                mask = np.zeros(n, dtype=np.int64)
-                for ji in model.supports[j]:
-                    if ji > 0:
-                        mask[model.joints[ji].idx_v] = 1
-                fint.append(
-                    np.r_[j - 1 if j else model.njoints - 1, mask]
-                )  # its row in the pose table (last: the world)
-                fplace.append(fr.placement.homogeneous)
-                frames[fid] = len(frames)
-            return frames[fid]
+        slots = FrameSlots(model)  # the frames the tasks name (models/step_engine.py)
+        slot = slots.slot
 
         nt = len(entries)
         tint = np.zeros((nt, 8), dtype=np.int64)
@@ -154,7 +140,7 @@ class _FusedPlan:
         from cmstack.controllers.kernels import passive_work
 
         pw_f, pw_i = passive_work(nl, pas.size) if self.closed else (0, 0)
-        nf, nj = len(fint), model.njoints - 1
+        nf, nj = len(slots), model.njoints - 1
         # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
         efforts = [
             lim
@@ -303,8 +289,7 @@ class _FusedPlan:
         self.tint = iview("tint", (nt, 8))
         self.tint[:] = tint
         self.fint = iview("fint", (nf, n + 1))
-        if nf:
-            self.fint[:] = np.array(fint, dtype=np.int64)
+        self.fint[:] = slots.fint
         self.pidx = iview("pidx", (len(pidx),))
         self.pidx[:] = pidx
         self.eidx = iview("eidx", (eidx.size,))
@@ -327,8 +312,7 @@ class _FusedPlan:
         self.tflt = fview("tflt", (nt, 4))
         self.tflt[:] = tflt
         self.fplace = fview("fplace", (nf, 4, 4))
-        if nf:
-            self.fplace[:] = np.array(fplace, dtype=float)
+        self.fplace[:] = slots.fplace
         self.tbias = fview("tbias", (nt, width))  # β = K_i z of the tasks with integral action
         self.terr = fview("terr", (nt, width))  # every task's pose error, written by the kernel
         self.qref = fview(
@@ -341,22 +325,17 @@ class _FusedPlan:
         self.tgtVA = fview("tgtVA", (nt, 12))
         self.tcirc = fview("tcirc", (nt, 7))
         self.jpose = fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
-        self.jpose[nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
-        # the bodies for the kernel's h (``_uk_kernels.bias_forces``): every joint's parent row, its body's
-        # mass, centre of mass and rotational inertia in its own frame, gravity
+        self.jpose[:] = slots.joint_pose_table()
+        # the bodies for the kernel's h (``_uk_kernels.bias_forces``, ``step_engine.body_tables``)
         self.parent = iview("parent", (nj,))
-        self.parent[:] = [model.parents[j] - 1 for j in range(1, nj + 1)]
         self.inert = fview("inert", (nj, 13))
-        for j in range(1, nj + 1):
-            Y = model.inertias[j]
-            self.inert[j - 1] = np.r_[Y.mass, Y.lever, np.asarray(Y.inertia).ravel()]
-        fview("grav", (3,))[:] = model.gravity.linear
+        self.parent[:], self.inert[:], fview("grav", (3,))[:] = body_tables(model)
         self.wk = fview("wk", (K.kkt_work_size(n, m),))
         self.H = self.wk[: n * n].reshape(n, n)
         self.r = self.wk[n * n : n * n + n]
         self.gauss = 0.0 if self.absorbed else 1.0
         F[0] = self.gauss
-        self.joint_ids = list(range(1, nj + 1))
+        self.joint_ids = slots.joint_ids
         # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
         self.ab_shape = (row, n + 1)
         self.o_out = 3 * n + n * n
@@ -410,15 +389,6 @@ class _FusedPlan:
         τ_max (held too), so that a change in place is read.  Taken again when the robot's data object
         changes (``Robot.add_frame`` creates a new one), or D or τ_max is replaced by another array."""
 
-        def address(a) -> int:
-            return int(a.__array_interface__["data"][0])
-
-        poses = [d.oMi[j] for j in self.joint_ids]
-        for a in [d.J, d.M] + [T.rotation for T in poses] + [T.translation for T in poses]:
-            if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(
-                    f"Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not column-major float64"
-                )
         Dk = np.ascontiguousarray(D, dtype=np.float64)
         tmax = None if self.effort is None else self.effort.tau_max
         tk = np.ascontiguousarray(np.zeros(0) if tmax is None else tmax, dtype=np.float64)
@@ -427,11 +397,10 @@ class _FusedPlan:
                 f"damping of shape {Dk.shape} or tau_max of shape {tk.shape}: expected ({self.n},) and "
                 f"{self.eidx.shape}"
             )
-        ptr = [address(d.J), address(d.M), address(Dk), address(tk)]
-        for T in poses:
-            ptr += [address(T.rotation), address(T.translation)]
+        ptr, keep = data_addresses(d, [d.J, d.M], self.joint_ids)  # (models/step_engine.py)
+        ptr[2:2] = [int(a.__array_interface__["data"][0]) for a in (Dk, tk)]
         self.ptr = np.array(ptr, dtype=np.int64)
-        self._keep = (poses, Dk, tk)
+        self._keep = (keep, Dk, tk)
         self.data, self.D, self.tmax = d, D, tmax
         self.F[1] = sqrt_tol
 

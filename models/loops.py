@@ -81,6 +81,7 @@ from cmstack.models import _loop_kernels
 from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
 from cmstack.models.lie import svd_rank
+from cmstack.models.step_engine import FrameSlots, data_addresses
 
 if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
     from cmstack.models.robot import Kinematics, Robot
@@ -310,45 +311,19 @@ class ClosureSet:
         placement, each closure's [kind, frame a, frame b, first row], and the addresses of data.J and of the
         slots' joint poses in a fresh ``Data`` (held, so its storage stays)."""
         n = model.nv
-        frames: dict[int, int] = {}
-        joints: dict[int, int] = {}
-        fint, fplace = [], []
-
-        def slot(fid: int) -> int:
-            if fid not in frames:
-                fr = model.frames[fid]
-                j = int(fr.parentJoint)
-                joints.setdefault(j, len(joints))
-                mask = np.zeros(n, dtype=np.int64)
-                for ji in model.supports[j]:
-                    if ji > 0:
-                        mask[model.joints[ji].idx_v] = 1
-                fint.append(np.r_[joints[j], mask])
-                fplace.append(fr.placement.homogeneous)
-                frames[fid] = len(frames)
-            return frames[fid]
-
+        slots = FrameSlots(model, compact=True)  # only the joints the loops' frames hang on (step_engine)
         lint = [
-            (_loop_kernels.KIND_CODES[c.kind], slot(c.fa), slot(c.fb), s.start)
+            (_loop_kernels.KIND_CODES[c.kind], slots.slot(c.fa), slots.slot(c.fb), s.start)
             for c, s in zip(self.closures, self.slices)
         ]
         self._lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
-        self._fint = np.array(fint, dtype=np.int64).reshape(len(fint), n + 1)
-        self._fplace = np.array(fplace, dtype=float).reshape(len(fplace), 4, 4)
-        self._fJ = np.zeros((len(fint), 6, n))
-        self._fvec = np.zeros((len(fint), 24))
-        self._jpose = np.zeros((len(joints), 12))
+        self._fint, self._fplace = slots.fint, slots.fplace
+        self._fJ = np.zeros((len(slots), 6, n))
+        self._fvec = np.zeros((len(slots), 24))
+        self._jpose = slots.joint_pose_table()
         d = model.createData()
-        poses = [d.oMi[j] for j in joints]  # slot order (a dict keeps its insertion order)
-        arrays = [d.J] + [a for T in poses for a in (T.rotation, T.translation)]
-        for a in arrays:
-            if a.dtype != np.float64 or not a.flags.f_contiguous:
-                raise TypeError(
-                    f"{self.name}: Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not "
-                    "column-major float64"
-                )
-        self._ptr = np.array([int(a.__array_interface__["data"][0]) for a in arrays], dtype=np.int64)
-        self._keep = (poses, arrays)
+        ptr, self._keep = data_addresses(d, [d.J], slots.joint_ids, self.name)
+        self._ptr = np.array(ptr, dtype=np.int64)
         self._data = d
 
     def _pass(self, q, v):

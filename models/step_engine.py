@@ -1,0 +1,130 @@
+"""The step engine's tables: what a compiled step reads of a robot, built in one place.
+
+Every compiled step of the stack (the UK step, ``controllers/uk_plan.py`` and ``_uk_kernels.uk_step``; PIDC's
+closed-chain step, ``controllers/pidc_plan.py`` and ``_pidc_kernels.pidc_closed_step``; the loop closures' pass,
+``models/loops.py: ClosureSet`` and ``_loop_kernels.closure_pass``) reads the same three things of the robot after
+one Pinocchio pass, and this module builds them, once per step object:
+
+* the **frame slots** (``FrameSlots``): every frame the step's tasks and loops name gets one row of the frame
+  table ``frame_states`` (``models/_frame_kernels.py``) fills, given by
+      fint[k] = [the row of the frame's parent joint in the joint-pose table, support mask of the nv columns]
+      fplace[k] = ʲM_f (4×4), the frame's placement in that joint;
+  the joint-pose table is either every joint in Pinocchio's order (row j − 1 for joint j, the world last: the
+  compiled control steps, whose Newton–Euler pass reads every joint) or only the joints the frames hang on, in
+  the order first named (``compact``: the loop closures' pass);
+* the **body table** (``body_tables``) of ``_uk_kernels.bias_forces``, h = nle(q, v) by Newton–Euler: each joint's
+  parent row, its body's [m, lever (3), Ī (3×3 row-major)], gravity;
+* the **addresses** (``data_addresses``) of the Pinocchio arrays the kernels read in place (data.J, data.M, every
+  slot joint's rotation and translation in data.oMi), after the one check that each is column-major float64.
+
+The tables are plain arrays: a plan copies them into its packed tables (``uk_plan._FusedPlan``,
+``pidc_plan.ClosedChainPlan``) or passes them as they are (``ClosureSet``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+class FrameSlots:
+    """The frame table's rows of one compiled step (module docstring).
+
+    Args:
+        model: the Pinocchio model (``robot.model``).
+        compact: False: the joint-pose table holds every joint (row j − 1 for joint j, the world's pose last, row
+            nj); True: only the joints the slots' frames hang on, in the order first named (``joint_ids``).
+    """
+
+    def __init__(self, model: Any, compact: bool = False) -> None:
+        self.model = model
+        self.compact = compact
+        self.nv = int(model.nv)
+        self.nj = int(model.njoints) - 1
+        self._frames: dict[int, int] = {}
+        self._joints: dict[int, int] = {}
+        self._fint: list[np.ndarray] = []
+        self._fplace: list[np.ndarray] = []
+
+    def slot(self, fid: int) -> int:
+        """The row of frame ``fid`` in the frame table (added on first use)."""
+        k = self._frames.get(fid)
+        if k is not None:
+            return k
+        model = self.model
+        fr = model.frames[fid]
+        j = int(fr.parentJoint)
+        if self.compact:
+            row = self._joints.setdefault(j, len(self._joints))
+        else:
+            row = j - 1 if j else self.nj
+        mask = np.zeros(self.nv, dtype=np.int64)
+        for ji in model.supports[j]:
+            if ji > 0:
+                mask[model.joints[ji].idx_v] = 1
+        self._fint.append(np.r_[row, mask])
+        self._fplace.append(fr.placement.homogeneous)
+        k = self._frames[fid] = len(self._frames)
+        return k
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    @property
+    def joint_ids(self) -> list[int]:
+        """The Pinocchio joints of the joint-pose table's rows, in row order (every joint 1 … nj, or the compact
+        table's joints; the world's constant pose, row nj of the full table, is not listed)."""
+        return list(self._joints) if self.compact else list(range(1, self.nj + 1))
+
+    @property
+    def fint(self) -> np.ndarray:
+        """(nf, 1 + nv) int64: [joint-pose row, support mask] of each slot."""
+        return np.array(self._fint, dtype=np.int64).reshape(len(self._fint), self.nv + 1)
+
+    @property
+    def fplace(self) -> np.ndarray:
+        """(nf, 4, 4): each slot's placement ʲM_f in its joint."""
+        return np.array(self._fplace, dtype=float).reshape(len(self._fplace), 4, 4)
+
+    def joint_pose_table(self) -> np.ndarray:
+        """A zero joint-pose table of the right size, (rows, 12) = [R row-major (9), p (3)] per row: the full
+        table ends with the world's constant pose (row nj), which the kernels never overwrite."""
+        if self.compact:
+            return np.zeros((len(self._joints), 12))
+        jpose = np.zeros((self.nj + 1, 12))
+        jpose[self.nj] = np.r_[np.eye(3).ravel(), np.zeros(3)]
+        return jpose
+
+
+def body_tables(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(parent, inert, grav) of ``_uk_kernels.bias_forces``: parent (nj,) int64, each joint's parent row (−1: the
+    world); inert (nj, 13) = [m (kg), lever (3, m), Ī (3×3 row-major, kg·m², about the centre of mass in the
+    joint's axes)] of each joint's body (``model.inertias``); grav (3,) = model.gravity.linear (m/s²)."""
+    nj = int(model.njoints) - 1
+    parent = np.array([model.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
+    inert = np.zeros((nj, 13))
+    for j in range(1, nj + 1):
+        Y = model.inertias[j]
+        inert[j - 1] = np.r_[Y.mass, Y.lever, np.asarray(Y.inertia).ravel()]
+    return parent, inert, np.array(model.gravity.linear, dtype=float)
+
+
+def data_addresses(
+    d: Any, front: Sequence[np.ndarray], joint_ids: Sequence[int], who: str = ""
+) -> tuple[list[int], tuple]:
+    """The addresses a compiled step reads in the Pinocchio data ``d``: those of the arrays ``front`` (e.g.
+    data.J, data.M), then the rotation and translation of each joint of ``joint_ids`` in data.oMi, in that order.
+    Each must be column-major float64 (Eigen's storage, refreshed in place by Pinocchio), else ``TypeError``
+    naming its dtype and shape.  Returns (addresses, keep): hold ``keep`` (and ``d``) as long as the addresses
+    are used, so that the storage stays."""
+    poses = [d.oMi[j] for j in joint_ids]
+    arrays = list(front) + [a for T in poses for a in (T.rotation, T.translation)]
+    for a in arrays:
+        if a.dtype != np.float64 or not a.flags.f_contiguous:
+            raise TypeError(
+                f"{who + ': ' if who else ''}Pinocchio data array of dtype {a.dtype}, shape {a.shape} is not "
+                "column-major float64"
+            )
+    return [int(a.__array_interface__["data"][0]) for a in arrays], (d, poses, arrays)
