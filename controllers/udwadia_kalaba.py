@@ -111,7 +111,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         constraints, tasks, omega, priority: the former interface, kept: ``constraints`` hard,
             ``tasks`` weighted by ``omega`` (scalar or one per task, > 0), with Gauss in the tasks'
             level (``priority="weighted"``, the thesis) or after it (``"strict"``).
-        torque_limits: with the former interface and ``limits=None``, add ``EffortLimit(robot)``.
+        torque_limits: with ``limits=None``, add ``EffortLimit(robot)`` on the actuated joints (every
+            joint but the passive ones; a passive joint needs no effort limit, its torque is zero).
         model_damping: include the joint damping D of the URDF in the model (N·m·s/rad).
         levels: the priority levels (module docstring); excludes ``constraints``/``tasks``.
         limits: list of ``Limit`` objects (``EffortLimit``, ``JointPositionLimit``,
@@ -234,15 +235,26 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         )
 
         if limits is None:
+            limits = []
             if torque_limits:
+                # effort bounds concern the actuated joints: a passive joint's torque is zero by the
+                # hard condition above, so a passive joint without an effort limit is not an error
                 tm = np.asarray(robot.effort_limit, dtype=float)
-                bad = [n for n, x in zip(robot.joint_names, tm) if not (np.isfinite(x) and x > 0)]
+                pset = set(names)
+                act = [n for n in robot.joint_names if n not in pset]
+                bad = [
+                    n
+                    for n, x in zip(robot.joint_names, tm)
+                    if n not in pset and not (np.isfinite(x) and x > 0)
+                ]
                 if bad:
                     raise ConfigError(
                         f"torque_limits=true but joints {bad} have no positive finite effort limit in "
-                        f"{robot.path.name}; give limits=[EffortLimit(robot, tau_max=...)] or limits=[]"
+                        f"{robot.path.name} (actuated joints need one, passive joints do not); give "
+                        "limits=[EffortLimit(robot, tau_max=...)] or limits=[]"
                     )
-            limits = [EffortLimit(robot)] if torque_limits else []
+                if act:
+                    limits = [EffortLimit(robot, joints=act if pset else None)]
         for lim in limits:
             if not isinstance(lim, Limit):
                 raise ConfigError(

@@ -60,8 +60,8 @@ RUNNABLE = [b for b in BLOCKS if b[3] is None]
 def test_the_blocks_are_found():
     assert len(BLOCKS) >= 10
     assert (
-        sum(p == "README.md" for p, *_ in RUNNABLE) == 3
-    )  # "Your own robot", "Your own closed chain", "the thesis by hand"
+        sum(p == "README.md" for p, *_ in RUNNABLE) == 4
+    )  # "Your own robot", "Your own closed chain" (PIDC and UK), "the thesis by hand"
     assert any(p == "docs/add_a_scenario.md" for p, *_ in RUNNABLE)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.models.coupling import FrameTask
+from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit
 from cmstack.models.loops import ClosureSet
 from cmstack.models.robot import Robot
@@ -98,6 +99,39 @@ def test_effort_limit_bounds_the_torque_actually_sent(robot):
         rtol=1e-6,
         atol=1e-6 * (1 + np.abs(ctl.info.vdot).max()),
     )
+
+
+def test_default_effort_limits_concern_the_actuated_joints_only(robot):
+    """The README's one-liner, ``UdwadiaKalabaController(robot, levels=[[tip]])`` (torque_limits on by
+    default): five_bar.xml gives effort limits (ctrlrange ±5 N·m) to its two motors only, and the three
+    passive joints, with none, are no error.  The default limit bounds the actuated joints at the file's
+    values; an actuated joint without a limit is still named."""
+    ctl = _ctl(robot)  # no limits= argument
+    (lim,) = ctl.limits
+    assert isinstance(lim, EffortLimit)
+    assert sorted(robot.joint_names[i] for i in lim.idx) == ["base_l", "base_r"]
+    np.testing.assert_array_equal(lim.tau_max, [5.0, 5.0])
+    # inactive on ordinary states: the same torque as without limits
+    free = _ctl(robot, limits=[])
+    for q, v in _states(robot, 3):
+        np.testing.assert_array_equal(ctl(0.3, q, v), free(0.3, q, v))
+    # active on a fast state: |τ| ≤ 5 N·m on the motors, zero on the passive joints
+    q, v = _states(robot, 1, seed=8)[0]
+    v = 40 * v
+    assert np.abs(free(0.3, q, v)).max() > 5.0
+    tau = ctl(0.3, q, v)
+    assert ctl.info.limits_active
+    assert np.abs(tau).max() <= 5.0 * (1 + 1e-6)
+    assert np.all(tau[ctl._passive] == 0.0)
+    saved = robot.effort_limit.copy()
+    try:
+        robot.effort_limit[robot.joint_index("base_r")] = np.inf
+        with pytest.raises(
+            ConfigError, match=r"joints \['base_r'\] have no positive finite effort limit in "
+        ):
+            _ctl(robot)
+    finally:
+        robot.effort_limit[:] = saved
 
 
 def test_closed_loop_on_the_mujoco_plant_tracks_the_circle(robot):
