@@ -60,6 +60,7 @@ def cmd_view(args) -> int:
     argv = [args.run, "--speed", str(args.speed), "--qpos-key", args.qpos_key]
     argv += ["--loop"] * args.loop + ["--no-wait"] * args.no_wait
     argv += ["--html", args.html] if args.html else []
+    argv += ["--viewer-host", args.viewer_host]
     return viewer_main(argv)
 
 
@@ -103,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="replay until interrupted")
     p.add_argument("--no-wait", action="store_true", help="exit when the replay ends")
     p.add_argument("--qpos-key", default="plant_qpos", help="log key of the MuJoCo qpos series")
+    p.add_argument(
+        "--viewer-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address the Meshcat web server listens on (default 127.0.0.1: this machine only; "
+        "0.0.0.0 opens it to every interface, with a warning)",
+    )
     p.add_argument(
         "--html",
         metavar="OUT.html",

@@ -101,6 +101,7 @@ class Context:
     out: Path
     logger: Logger
     viewer: str | None = None
+    viewer_host: str | None = None  # where the viewer's web server listens (None: the loopback)
     progress: bool = True
     viewers: list = field(default_factory=list)  # the Meshcat viewers this run started (closed at its end)
     plots: bool = True  # False: save_figure draws nothing (campaign variants)
@@ -149,9 +150,11 @@ class Context:
             return None
         if self.viewer != "meshcat":
             raise ConfigError(f"--viewer {self.viewer}: only 'meshcat' is supported")
-        from cmstack.sim.viewer import MeshcatViewer
+        from cmstack.sim.viewer import VIEWER_HOST, MeshcatViewer
 
-        v = MeshcatViewer(mj_model, log=self.out / "meshcat.log")  # the server's output: never a pipe
+        v = MeshcatViewer(  # the server's output: never a pipe
+            mj_model, log=self.out / "meshcat.log", host=self.viewer_host or VIEWER_HOST
+        )
         self.viewers.append(v)
         print(f"Meshcat: open {v.url()} in a browser to watch the run", flush=True)
         return v
@@ -470,6 +473,7 @@ def run_scenario(
     sets: list[str] = (),
     duration: float | None = None,
     viewer: str | None = None,
+    viewer_host: str | None = None,
     progress: bool = False,
     echo: bool = False,
     defaults: str | Path | None = None,
@@ -485,6 +489,7 @@ def run_scenario(
     viewer, the live scene stays up at the end until Ctrl-C.  Any exit stops the viewer's server.
     ``plots=False`` builds and writes no plots (``Context.drawing``).  ``t0``: the
     ``time.perf_counter()`` instant the run counts its end-to-end wall time from (default: now).
+    ``viewer_host``: where the live viewer's web server listens (None: 127.0.0.1, this machine only).
 
     The run directory is created first (a bad ``out`` raises ConfigError and writes nothing).  A
     configuration error, a failed run or an interrupt (SIGINT/SIGTERM, :class:`Interrupted`) raise
@@ -512,6 +517,7 @@ def run_scenario(
             out=out,
             logger=logger,
             viewer=viewer,
+            viewer_host=viewer_host,
             progress=progress,
             plots=plots,
         )
@@ -666,6 +672,13 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>/)")
     ap.add_argument("--viewer", choices=["meshcat"], help="stream the run live to Meshcat")
     ap.add_argument(
+        "--viewer-host",
+        default=None,
+        metavar="HOST",
+        help="with --viewer: address the Meshcat web server listens on (default 127.0.0.1: this "
+        "machine only; 0.0.0.0 opens it to every interface, with a warning)",
+    )
+    ap.add_argument(
         "--no-wait",
         action="store_true",
         help="with --viewer: exit at the end instead of keeping the scene up until Ctrl-C",
@@ -694,6 +707,7 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
             sets=args.set,
             duration=args.duration,
             viewer=args.viewer,
+            viewer_host=getattr(args, "viewer_host", None),
             progress=not args.no_progress,
             echo=True,
             defaults=defaults,

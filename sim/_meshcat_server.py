@@ -1,6 +1,6 @@
 """The Meshcat server process of ``sim.viewer``: meshcat's own ZMQ↔websocket bridge, made safe to leave running.
 
-    python -m cmstack.sim._meshcat_server [--log FILE] [--log-cap BYTES]
+    python -m cmstack.sim._meshcat_server [--host HOST] [--log FILE] [--log-cap BYTES]
 
 What differs from ``python -m meshcat.servers.zmqserver`` (meshcat 0.3):
 
@@ -13,6 +13,10 @@ What differs from ``python -m meshcat.servers.zmqserver`` (meshcat 0.3):
 * **Its output never blocks it.** It prints ``zmq_url=…`` and ``web_url=…`` on stdout (read once by
   the parent), then sends stdout and stderr to ``--log`` (default: nowhere), keeping at most
   ``--log-cap`` bytes (1 MB): nothing writes into a pipe that nobody reads.
+* **It listens on the loopback only** unless asked. meshcat's web server listens on every
+  interface (``0.0.0.0`` and ``[::]``): anyone who can reach the machine could watch the robot and
+  open websockets. Here it binds ``--host`` (default ``127.0.0.1``); its ZMQ side is always on
+  ``127.0.0.1`` (it takes commands).
 * **It never outlives the run.** Its stdin is a pipe whose other end only the parent holds; when
   the parent exits for any reason (normal exit, exception, SIGINT, SIGTERM, even SIGKILL) the pipe
   reaches end-of-file and the server exits at once.
@@ -24,6 +28,9 @@ import argparse
 import os
 import sys
 import threading
+
+#: where the web server listens unless told otherwise (``--host``; ``cmstack run --viewer-host``)
+LOOPBACK = "127.0.0.1"
 
 
 class _CappedLog:
@@ -67,6 +74,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m cmstack.sim._meshcat_server")
     ap.add_argument("--log", default=None, help="file for the server's output (default: discarded)")
     ap.add_argument("--log-cap", type=int, default=1_000_000, help="bytes kept in the log")
+    ap.add_argument(
+        "--host", default=LOOPBACK, help="address the web server listens on (default: the loopback only)"
+    )
     args = ap.parse_args(argv)
 
     import meshcat.servers.zmqserver as zs
@@ -79,9 +89,15 @@ def main(argv=None) -> None:
         def check_origin(self, origin):  # the page may come from a file:// or another port
             return True
 
+    web_host = args.host
+
+    class App(tornado.web.Application):
+        def listen(self, port, address=None, **kw):  # meshcat listens on every interface: not here
+            return super().listen(port, address=web_host, **kw)
+
     class Bridge(zs.ZMQWebSocketBridge):
         def make_app(self):
-            return tornado.web.Application(
+            return App(
                 [
                     (
                         r"/static/(.*)",
@@ -125,7 +141,7 @@ def main(argv=None) -> None:
                     pass
 
     threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
-    bridge = Bridge()
+    bridge = Bridge(host=LOOPBACK)  # (the ZMQ side and the URL printed; the web server: web_host)
     sys.stdout.write(f"zmq_url={bridge.zmq_url}\nweb_url={bridge.web_url}\n")
     sys.stdout.flush()
     log = _CappedLog(args.log, args.log_cap)

@@ -52,6 +52,8 @@ from numpy.typing import ArrayLike
 from cmstack.models.errors import ConfigError, ModelFileError, StackError
 
 _GROUPS = (0, 1, 2)
+#: where the viewer's web server listens unless asked otherwise (``--viewer-host``)
+VIEWER_HOST = "127.0.0.1"
 _TRAIL_COLORS = (0xE6194B, 0x3CB44B, 0x4363D8, 0xF58231, 0x911EB4, 0x42D4F4)
 
 
@@ -157,6 +159,8 @@ class MeshcatViewer:
     speed : playback speed factor used by the pacing (2 = twice real time).
     groups : MuJoCo geom groups drawn.
     trail_len : points kept per trail (older halves are decimated, never dropped).
+    host : the address the web server of a server started here listens on (default 127.0.0.1: this
+        machine only; ``start_server``).
     """
 
     def __init__(
@@ -174,6 +178,7 @@ class MeshcatViewer:
         prefix: str = "plant",
         log: str | Path | None = None,
         frame_camera: bool = True,
+        host: str = VIEWER_HOST,
     ):
         import mujoco
 
@@ -191,7 +196,7 @@ class MeshcatViewer:
         self.data = mujoco.MjData(model)
         self._kin = mujoco.mj_kinematics
         if visualizer is None:
-            visualizer = self._start_server(log)
+            visualizer = self._start_server(log, host)
         self.vis = visualizer
         self.fps, self.realtime, self.speed = float(fps), bool(realtime), float(speed)
         self.trail_len, self.trail_dt, self.frame_scale = int(trail_len), float(trail_dt), float(frame_scale)
@@ -218,9 +223,9 @@ class MeshcatViewer:
 
     # ------------------------------------------------------------------------------------ set-up
     @staticmethod
-    def _start_server(log: str | Path | None = None):
+    def _start_server(log: str | Path | None = None, host: str = VIEWER_HOST):
         """A ``meshcat.Visualizer`` on a server of our own (``sim/_meshcat_server.py``): see ``start_server``."""
-        return start_server(log)
+        return start_server(log, host=host)
 
     def url(self) -> str:
         return self.vis.url()
@@ -733,22 +738,71 @@ def _window_class():
     return _Window
 
 
-def start_server(log: str | Path | None = None, timeout: float = 30.0) -> Any:
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_viewer_host(host: str) -> str:
+    """``host`` if this machine can listen on it (a TCP socket is bound to it, port 0, and closed);
+    otherwise a ConfigError naming it."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        fam, _, _, _, addr = infos[0]
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.bind(addr)
+    except OSError as e:
+        raise ConfigError(
+            f"--viewer-host {host!r}: the viewer's web server cannot listen there ({e}); "
+            f"use {VIEWER_HOST} (this machine only), an address of this machine, or 0.0.0.0 (every interface)"
+        ) from None
+    return host
+
+
+def exposure_warning(host: str, web_url: str) -> str | None:
+    """The one-line warning for a web server listening beyond the loopback on ``host`` (None: loopback)."""
+    if _is_loopback(host):
+        return None
+    port = web_url.rstrip("/").split(":")[-1].split("/")[0]
+    who = (
+        f"anyone who can reach this machine on TCP port {port} (every interface)"
+        if host in ("", "0.0.0.0", "::")
+        else f"anyone who can reach {host}:{port}"
+    )
+    return (
+        f"warning: the Meshcat web server listens on {host or '*'}:{port}, not only on this machine: "
+        f"{who} can watch the robot and open websockets to it"
+    )
+
+
+def start_server(log: str | Path | None = None, timeout: float = 30.0, host: str = VIEWER_HOST) -> Any:
     """Start a Meshcat server process and return a ``meshcat.Visualizer`` connected to it.
 
     The server (``sim/_meshcat_server.py``) survives browsers that vanish, writes its output to
     ``log`` (e.g. the run directory's ``meshcat.log``; default: nowhere) and never to a pipe, and
     exits with this process whatever ends it (its stdin is a pipe only this process holds). Every
     request times out after ``REQUEST_TIMEOUT_S``; the viewer then stops sending and the run goes on.
-    ``timeout`` (s) bounds the start-up."""
+    ``timeout`` (s) bounds the start-up.  Its web server listens on ``host`` only (default the
+    loopback, 127.0.0.1: this machine's users; another address, or 0.0.0.0 for every interface,
+    opens it to whoever can reach it, and a one-line warning on stderr says so); its ZMQ side
+    (commands) is always on the loopback."""
     import atexit
     import select
     import subprocess
 
+    check_viewer_host(host)
     try:
         import meshcat
 
-        cmd = [sys.executable, "-u", "-m", "cmstack.sim._meshcat_server"]
+        cmd = [sys.executable, "-u", "-m", "cmstack.sim._meshcat_server", "--host", host]
         if log is not None:
             cmd += ["--log", str(log)]
         proc = subprocess.Popen(
@@ -776,6 +830,9 @@ def start_server(log: str | Path | None = None, timeout: float = 30.0) -> Any:
         err_pipe.close()
         window = _window_class()(proc, urls["zmq_url"], urls["web_url"])
         atexit.register(window.shutdown)
+        warning = exposure_warning(host, urls["web_url"])
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
         return meshcat.Visualizer(window=window)
     except Exception as e:  # zmq/port/subprocess trouble: say what to do
         raise StackError(
@@ -1113,6 +1170,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-wait", action="store_true", help="exit when the replay ends (closes the server)")
     ap.add_argument(
+        "--viewer-host",
+        default=VIEWER_HOST,
+        metavar="HOST",
+        help=f"address the web server listens on (default {VIEWER_HOST}: this machine only; "
+        "0.0.0.0 opens it to every interface, with a warning)",
+    )
+    ap.add_argument(
         "--html",
         metavar="OUT.html",
         help="write a standalone HTML file that plays the run "
@@ -1132,6 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     viewer = None
     try:  # validate the run (log, qpos series, MJCF) before a server starts or a URL is printed
+        check_viewer_host(args.viewer_host)
         L = load_run(args.run)
         _viewer_for(
             L, _qpos_series(L, args.qpos_key)[1], args.qpos_key, visualizer=Recorder(), realtime=False
@@ -1140,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        vis = start_server()
+        vis = start_server(host=args.viewer_host)
         print(f"Meshcat: open {vis.url()} in a browser", flush=True)
         time.sleep(0.5)
         viewer = replay(L, visualizer=vis, speed=args.speed, loop=args.loop, qpos_key=args.qpos_key)

@@ -682,3 +682,59 @@ def test_html_commands_build_the_scene_meshcat_itself_exports():
     assert ours.keys() == theirs.keys()
     for p in ours:
         assert ours[p] == theirs[p], p
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of the TCP sockets process ``pid`` listens on, read from the live process
+    (psutil: /proc/PID/fd and /proc/net/tcp, tcp6)."""
+    psutil = pytest.importorskip("psutil")
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+@needs_proc
+@pytest.mark.parametrize("host", [None, "0.0.0.0"])
+def test_the_web_server_listens_on_the_loopback_unless_asked(tmp_path, host):
+    """Issue 34: meshcat's web server listened on every interface (0.0.0.0:7000 and [::]:7000). By default
+    every socket of the live server is on the loopback, with no warning; --viewer-host 0.0.0.0 opens the
+    web server (only it: the ZMQ command socket stays on the loopback) and says who can then connect."""
+    args = ["run", probe_dir(tmp_path, "sleep"), "--viewer", "meshcat", "--no-html"]
+    args += ["--out", str(tmp_path / "out")] + (["--viewer-host", host] if host else [])
+    run = Run(args, cwd=tmp_path)
+    try:
+        url = run.wait_for("Meshcat: open").split()[2]
+        pid = int(run.wait_for("probe: viewer up").split()[-1])
+        socks = listening(pid)
+        with urllib.request.urlopen(url, timeout=10) as r:  # the page answers on the loopback either way
+            assert r.status == 200
+    finally:
+        run.proc.kill()
+        run.proc.wait(timeout=30)
+    web_port = int(url.split(":")[-1].split("/")[0])
+    assert any(port == web_port for _, port in socks), socks
+    if host is None:
+        assert socks and all(ip == "127.0.0.1" for ip, _ in socks), socks
+        assert "warning" not in run.text.lower()
+    else:
+        assert ("0.0.0.0", web_port) in socks, socks
+        assert all(ip == "127.0.0.1" for ip, port in socks if port != web_port), socks  # ZMQ: loopback
+        warn = [ln for ln in run.lines if ln.startswith("warning: the Meshcat web server listens on")]
+        assert len(warn) == 1, run.text
+        assert f"0.0.0.0:{web_port}" in warn[0] and "anyone who can reach this machine" in warn[0]
+
+
+def test_a_viewer_host_this_machine_cannot_listen_on_is_one_line(tmp_path):
+    """--viewer-host that is not an address of this machine: one line naming it, exit 2, no server."""
+    saved_run(tmp_path, n=5)
+    r = subprocess.run(
+        [sys.executable, "-m", "cmstack.cli", "view", str(tmp_path), "--viewer-host", "192.0.2.1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "--viewer-host '192.0.2.1'" in r.stderr
