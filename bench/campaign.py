@@ -2,7 +2,7 @@
 seeds differ) on the local process pool vs the same N runs in sequence in one process, interleaved;
 optionally the same campaign through a Dask LocalCluster of the same number of workers (each task forks
 its variant from its worker thread's fork server), and with ``--dask-fresh`` also through the former
-path (a fresh ``python -m cmstack.sim.campaign --child`` interpreter per variant), interleaved.
+path (a fresh ``python -m cmstack.campaign --child`` interpreter per variant), interleaved.
 
     python -m bench.campaign [--variants 32] [--duration 2.0] [--workers 2] [--repeats 1] [--dask] [--dask-fresh]
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cmstack.sim import campaign as C
-from cmstack.sim.campaign import executors as E  # owns DASK_TASK, the function each Dask task runs
+from cmstack import campaign as C
+from cmstack.campaign import executors as E  # owns DASK_TASK, the function each Dask task runs
 
 SPEC = """
 [campaign]

@@ -71,7 +71,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_campaign(args) -> int:
-    from cmstack.sim.campaign import execute as campaign_execute
+    from cmstack.campaign import execute as campaign_execute
 
     return campaign_execute(args)
 
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "campaign.csv, summary.json, table.md and plots/. Exit codes: 0 every variant "
         "succeeded, 1 some missed or failed, 2 spec error, 3 could not run.",
     )
-    from cmstack.sim.campaign import add_arguments as campaign_arguments
+    from cmstack.campaign import add_arguments as campaign_arguments
 
     campaign_arguments(p)
     p.set_defaults(func=cmd_campaign)

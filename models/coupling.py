@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pinocchio as pin
@@ -60,7 +60,9 @@ from numpy.typing import ArrayLike
 
 from cmstack.models import _params
 from cmstack.models.errors import ConfigError
-from cmstack.models.robot import Kinematics, Robot
+
+if TYPE_CHECKING:  # (annotations only: models/loops.py, which models/robot.py imports, imports this module)
+    from cmstack.models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 

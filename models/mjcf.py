@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, overload
 import numpy as np
 import pinocchio as pin
 
+from cmstack.models._model_files import _captured_fd2, _check_xml
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 
 if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
@@ -219,14 +220,13 @@ def wrapped_mjcf(path: str | Path) -> str:
     """The text of the MJCF at ``path`` with its top-level bodies wrapped in one fixed body: what this loader
     hands Pinocchio's parser (e.g. to read Pinocchio's own constraint models of the file)."""
     path = Path(path)
-    _check = __import__("cmstack.models.robot", fromlist=["_check_xml"])._check_xml
+    _check = _check_xml
     _check(path, "MJCF")
     return _wrapped_copy(ET.parse(path).getroot(), path)
 
 
 def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     """``Robot.from_mjcf``: see the module docstring."""
-    from cmstack.models.robot import _captured_fd2, _check_xml
 
     _check_xml(path, "MJCF")
     root = ET.parse(path).getroot()

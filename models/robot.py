@@ -15,12 +15,8 @@ The joint order used everywhere in models/ and controllers/ is the Pinocchio mod
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import math
-import os
-import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +26,7 @@ import numpy as np
 import pinocchio as pin
 from numpy.typing import ArrayLike
 
+from cmstack.models._model_files import _captured_fd2, _check_xml
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError, StateError, check_finite
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
@@ -39,17 +36,6 @@ _crba, _WORLD = pin.crba, pin.Convention.WORLD
 _fk = pin.forwardKinematics
 _F64 = np.dtype(np.float64)
 _dot = np.dot  # on two (n,) vectors: BLAS ddot, cheaper to call than the @ operator
-
-
-def _check_xml(path: Path, kind: str) -> None:
-    if not path.is_file():
-        raise ModelFileError(
-            f"{kind} file not found: {path}. Check the path (a relative path is taken from the current directory, else from the cmstack package)."  # noqa: E501
-        )
-    try:
-        ET.parse(path)
-    except ET.ParseError as exc:
-        raise ModelFileError(f"{kind} file {path} is not well-formed XML: {exc}") from None
 
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -87,26 +73,6 @@ def _continuous_as_revolute(path: Path) -> tuple[str | None, list[str]]:
             lim.set("upper", "1e9")
             names.append(j.get("name") or "")
     return (ET.tostring(root, encoding="unicode"), names) if names else (None, [])
-
-
-@contextlib.contextmanager
-def _captured_fd2():
-    """Capture what C++ code (urdfdom) writes straight to file descriptor 2 while the block runs: fd 2 is
-    redirected into a temporary file (``os.dup``/``os.dup2``) and restored afterwards; the yielded list
-    receives the captured text (one string) when the block ends."""
-    out: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield out
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            out.append(tmp.read().decode("utf-8", errors="replace"))
 
 
 def _urdfdom_lines(text: str) -> str:

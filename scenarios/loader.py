@@ -4,7 +4,7 @@
     shipped_scenarios()                                             # ['balloon', 'chain_open_loop', ...]
 
 One module that everything which runs a scenario by name uses: the command line (``cmstack run``,
-``cmstack list``), ``cmstack rt``, ``cmstack campaign`` (sim/campaign/), the pytest plugin and the
+``cmstack list``), ``cmstack rt``, ``cmstack campaign`` (cmstack/campaign/), the pytest plugin and the
 benchmarks.  It imports none of them (the command line imports the campaign, so a loader kept in the
 command line made an import cycle).
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from cmstack.models.errors import ConfigError
-from cmstack.sim import campaign as C
+from cmstack import campaign as C
 
 DATA = Path(__file__).parent / "campaign_data"
 

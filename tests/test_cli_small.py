@@ -99,7 +99,7 @@ def test_run_help_documents_every_exit_code(argv, tmp_path):
 
 
 def test_unknown_campaign_names_the_shipped_specs(tmp_path):
-    from cmstack.sim.campaign import shipped_dir
+    from cmstack.campaign import shipped_dir
 
     names = sorted(p.stem for p in shipped_dir().glob("*.toml"))
     assert "arena_yumi_bar" in names
@@ -202,7 +202,7 @@ def test_campaign_plots_have_units_and_threshold_lines(tmp_path, monkeypatch):
     spec's named thresholds as labelled lines (legend).  The figures are inspected as they are saved."""
     import matplotlib.figure
 
-    from cmstack.sim import campaign as C
+    from cmstack import campaign as C
 
     spec_file = tmp_path / "spec.toml"
     for f in ("toy.py", "toy.toml"):
@@ -240,7 +240,7 @@ def test_campaign_plots_have_units_and_threshold_lines(tmp_path, monkeypatch):
 
 def test_campaign_spec_units_and_thresholds_are_checked(tmp_path):
     from cmstack.models.errors import ConfigError
-    from cmstack.sim import campaign as C
+    from cmstack import campaign as C
 
     for f in ("toy.py", "toy.toml"):
         (tmp_path / f).write_text((Path(__file__).parent / "campaign_data" / f).read_text())

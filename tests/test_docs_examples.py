@@ -75,7 +75,7 @@ def test_add_a_scenario_example_exit_codes(scenario_dir, tmp_path, monkeypatch, 
 
 
 def test_add_a_scenario_example_perturbed_and_campaign_spec(scenario_dir, tmp_path, monkeypatch):
-    from cmstack.sim.campaign import check_overrides, load_spec
+    from cmstack.campaign import check_overrides, load_spec
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "perturbed"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cmstack.sim.campaign.spec import _REDUCE, Spec, _jsonable, _meets
+from cmstack.campaign.spec import _REDUCE, Spec, _jsonable, _meets
 
 #: keys of campaign.csv before the swept keys and the metrics
 LEAD_COLUMNS = ("id", "index", "status")

@@ -18,9 +18,9 @@ import time
 import traceback
 from pathlib import Path
 
+from cmstack.campaign.spec import Spec, Variant, _dumps, _jsonable
 from cmstack.models.errors import ConfigError
 from cmstack.scenarios.loader import load_scenario
-from cmstack.sim.campaign.spec import Spec, Variant, _dumps, _jsonable
 from cmstack.sim.logger import atomic_write  # the one atomic write (temporary file, fsync, rename)
 
 RESULT = "result.json"
@@ -210,12 +210,12 @@ def _exit_text(code: int | None) -> str:
 
 
 def run_job_subprocess(job: dict) -> dict:
-    """Run one variant in a fresh ``python -m cmstack.sim.campaign --child`` process and return its
+    """Run one variant in a fresh ``python -m cmstack.campaign --child`` process and return its
     record (the Dask task: a variant that kills its process does not take the Dask worker with it)."""
     t0 = time.perf_counter()
     Path(job["run_dir"]).parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "cmstack.sim.campaign", "--child"],
+        [sys.executable, "-m", "cmstack.campaign", "--child"],
         input=json.dumps(job),
         text=True,
         capture_output=True,
@@ -241,7 +241,7 @@ def run_job_subprocess(job: dict) -> dict:
 # (PR_SET_PDEATHSIG; the worker thread pool's threads live as long as the worker) and exits on EOF on its
 # stdin, which the kernel gives it when the worker process is gone however it ended, killing its running
 # child first; each child dies with the server in the same way.  So neither outlives the Dask worker.
-_SERVE = "import sys; from cmstack.sim.campaign.executors import _serve; _serve(int(sys.argv[1]))"
+_SERVE = "import sys; from cmstack.campaign.executors import _serve; _serve(int(sys.argv[1]))"
 
 
 def _code_files() -> dict:

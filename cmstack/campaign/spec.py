@@ -1,6 +1,6 @@
 """A campaign's spec: the TOML file parsed into a :class:`Spec`, its variants (axes × grid × random samples
 × seeds, each a set of config overrides with a hash), every override checked against the scenario's
-default config before anything runs.  The file format is in the docstring of ``cmstack.sim.campaign``."""
+default config before anything runs.  The file format is in the docstring of ``cmstack.campaign``."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class Variant:
 
 @dataclass
 class Spec:
-    """A parsed campaign spec (the file format is in the docstring of ``cmstack.sim.campaign``)."""
+    """A parsed campaign spec (the file format is in the docstring of ``cmstack.campaign``)."""
 
     path: Path
     name: str

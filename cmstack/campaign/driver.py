@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from cmstack.campaign.executors import make_job, read_result, run_dask, run_local
+from cmstack.campaign.report import csv_text, plot, summary, summary_text, table_md
+from cmstack.campaign.spec import _dumps, load_spec
 from cmstack.models.errors import ConfigError
 from cmstack.scenarios.loader import load_scenario
-from cmstack.sim.campaign.executors import make_job, read_result, run_dask, run_local
-from cmstack.sim.campaign.report import csv_text, plot, summary, summary_text, table_md
-from cmstack.sim.campaign.spec import _dumps, load_spec
 from cmstack.sim.logger import atomic_write
 
 
@@ -26,7 +26,7 @@ def run_campaign(
     progress: bool = True,
     report_only: bool = False,
 ) -> dict:
-    """Run (or resume) a campaign; returns its summary.  See the docstring of ``cmstack.sim.campaign``."""
+    """Run (or resume) a campaign; returns its summary.  See the docstring of ``cmstack.campaign``."""
     spec = load_spec(spec_path)
     out = Path(out) if out is not None else Path.cwd() / "runs" / "campaigns" / spec.name
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def run_campaign(
 
 
 def main(argv=None) -> int:
-    """``cmstack campaign`` (and ``python -m cmstack.sim.campaign``).  Exit codes: 0 every variant met
+    """``cmstack campaign`` (and ``python -m cmstack.campaign``).  Exit codes: 0 every variant met
     its success criterion, 1 some did not (missed or failed), 2 spec or usage error, 3 the campaign
     could not run."""
     import argparse
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("spec", help="campaign spec (TOML; see cmstack.sim.campaign)")
+    ap.add_argument("spec", help="campaign spec (TOML; see cmstack.campaign)")
     ap.add_argument(
         "--scheduler", help="Dask scheduler address tcp://HOST:PORT (default: local process pool)"
     )

@@ -1,11 +1,11 @@
-"""``python -m cmstack.sim.campaign``: ``cmstack campaign``, or with ``--child`` one variant in this fresh
+"""``python -m cmstack.campaign``: ``cmstack campaign``, or with ``--child`` one variant in this fresh
 process (a Dask task's ``run_job_subprocess``: the job as JSON on stdin)."""
 
 import json
 import sys
 
-from cmstack.sim.campaign.driver import main
-from cmstack.sim.campaign.executors import _die_with_parent, run_job
+from cmstack.campaign.driver import main
+from cmstack.campaign.executors import _die_with_parent, run_job
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--child"]:  # a Dask task's fresh process: one job as JSON on stdin

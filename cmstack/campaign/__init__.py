@@ -63,12 +63,12 @@ With a scheduler the campaign directory must be at the same path on every worker
 The package by concept: ``spec`` (the spec file, its variants and their overrides), ``executors`` (one
 variant in its own process, the local pool, the fork server, Dask), ``report`` (campaign.csv,
 summary.json, table.md, breakdown points, plots) and ``driver`` (``run_campaign`` and the command line);
-``python -m cmstack.sim.campaign`` is ``__main__``.  The names below are the public API; patch a name in
+``python -m cmstack.campaign`` is ``__main__``.  The names below are the public API; patch a name in
 the module that owns it (e.g. ``executors.DASK_TASK``, the function each Dask task runs).
 """
 
-from cmstack.sim.campaign.driver import add_arguments, execute, main, run_campaign
-from cmstack.sim.campaign.executors import (
+from cmstack.campaign.driver import add_arguments, execute, main, run_campaign
+from cmstack.campaign.executors import (
     RESULT,
     died,
     learn_modules,
@@ -81,7 +81,7 @@ from cmstack.sim.campaign.executors import (
     run_job_subprocess,
     run_local,
 )
-from cmstack.sim.campaign.report import (
+from cmstack.campaign.report import (
     LEAD_COLUMNS,
     breakdown,
     breakdown_md,
@@ -93,7 +93,7 @@ from cmstack.sim.campaign.report import (
     table_md,
     unit_of,
 )
-from cmstack.sim.campaign.spec import Spec, Variant, check_overrides, expand, load_spec, shipped_dir
+from cmstack.campaign.spec import Spec, Variant, check_overrides, expand, load_spec, shipped_dir
 
 __all__ = [
     "LEAD_COLUMNS",
