@@ -16,6 +16,10 @@ Closed loops on MuJoCo plants of Franka Pandas (example-robot-data), one control
                       jerk: 2.8e-5 m at 5, 6.1e-5 at 10, 1.5e-4 at 20, 2.4e-4 m at 40 rad/s²);
 * ``lift_one_arm``    one Panda's hand lifted the same way, the same limits.
 
+First, limits present but none binding (issue 30 item 1, ``run_inactive``): the docs' Panda circle and the
+README's carry, each without limits and with the three limits of docs/bring_your_own_robot.md, stepped on the
+same states in turn; the ratio of the medians (target ≤ 1.25).
+
 For each: median, p99.9 and worst controller step (µs, wall time), its thread CPU time (median, worst:
 what the step itself costs, without the preemptions of a shared machine) and the worst over the normal
 step's median; for
@@ -96,9 +100,11 @@ def build(case: str, dt: float = 1e-3):
         ]
     else:
         pos = JointPositionLimit(robot, dt=dt, a_max=10.0)
+        q_max = pos.q_max.copy()
         for k, j in enumerate(pos.idx):
             if robot.joint_names[j].endswith("panda_joint4"):
-                pos.q_max[k] = ELBOW_BOUND
+                q_max[k] = ELBOW_BOUND
+        pos.q_max = q_max
         limits = [EffortLimit(robot), pos]
     posture = PostureTask(robot, q0, kp=50, kd=14)
     if box is None:  # one arm: the hand weighted against the posture (a hard hand would be level 1, and
@@ -182,6 +188,111 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
     return out
 
 
+def _inactive_pair(which: str, dt: float = 1e-3):
+    """(robot, q0, controller without limits, the same controller with the three limits of
+    docs/bring_your_own_robot.md): ``panda`` the docs' circle ``[[hand], [posture]]`` on one Panda, ``carry`` the
+    README's two-Panda carry ``[[box], [hand], [posture]]`` at ω = 1 rad/s; no limit binds on either."""
+    from cmstack import (
+        Circle,
+        FrameTask,
+        PostureTask,
+        RigidCoupling,
+        Robot,
+        UdwadiaKalabaController,
+        example_robot_data_path,
+    )
+    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+
+    arm = example_robot_data_path("panda_description/urdf/panda.urdf")
+    fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
+    if which == "panda":
+        robot = Robot.compose([(arm, "", [0, 0, 0], fingers)])
+        q0 = np.array(Q_READY, dtype=float)
+        hand = "panda_hand_tcp"
+    else:
+        robot = Robot.compose([(arm, "left_", [0, 0.4, 0], fingers), (arm, "right_", [0, -0.4, 0], fingers)])
+        q0 = np.tile(Q_READY, 2).astype(float)
+        hand = "left_panda_hand_tcp"
+    T0 = robot.update(q0, 0 * q0).frame(hand).T
+
+    def make(limits):
+        task = FrameTask(
+            robot,
+            hand,
+            Circle(T0.translation - [0.05, 0, 0], 0.05, 1.0, R=T0.rotation),
+            kp=400,
+            kd=40,
+            name="hand",
+        )
+        posture = PostureTask(robot, q0, kp=50, kd=14)
+        levels = [[task], [posture]]
+        if which != "panda":
+            box = RigidCoupling.from_configuration(
+                robot, "left_panda_hand_tcp", "right_panda_hand_tcp", q0, kp=1000, kd=60, name="box"
+            )
+            levels = [[box]] + levels
+        return UdwadiaKalabaController(robot, levels=levels, limits=limits, warn_free_dof=False)
+
+    lims = [
+        EffortLimit(robot),
+        JointPositionLimit(robot, dt=dt, a_max=20.0),
+        JointVelocityLimit(robot, dt=dt),
+    ]
+    return robot, q0, make([]), make(lims)
+
+
+def run_inactive(which: str, duration: float, rounds: int = 3) -> dict:
+    """Limits present but inactive (issue 30 item 1): the states of a closed loop of the controller with limits,
+    then each state stepped by the controller without and with limits in turn (interleaved), ``rounds`` times;
+    the medians and their ratio (target ≤ 1.25), the largest torque difference, and how many steps bound."""
+    from cmstack import plant_from_urdf, simulate
+
+    robot, q0, free, lim = _inactive_pair(which)
+    rec: list = []
+
+    class Rec:
+        kin = property(lambda self: lim.kin)
+
+        def errors(self, kin, t):
+            return lim.errors(kin, t)
+
+        def __call__(self, t, q, v, kin=None):
+            rec.append((t, q.copy(), v.copy()))
+            return lim(t, q, v, kin)
+
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=1e-3, contacts=False)
+    simulate(plant, Rec(), duration=duration, control_dt=1e-3, progress=False)
+    _, _, _, old = _inactive_pair(which)
+    old._limcheck = None  # the limits tested in Python on the step's result, as before issue 30
+    ctls = (free, lim, old)
+    times: list[list[int]] = [[], [], []]
+    dtau, bound = 0.0, 0
+    clock = time.perf_counter_ns
+    for r in range(rounds):
+        for i, (t, q, v) in enumerate(rec):
+            order = (0, 1, 2) if (i + r) % 2 == 0 else (2, 1, 0)  # interleaved, either order
+            out = [None, None, None]
+            for k in order:
+                c0 = clock()
+                out[k] = ctls[k](t, q, v)
+                times[k].append(clock() - c0)
+            dtau = max(dtau, float(np.max(np.abs(out[0] - out[1]))))
+            bound += int(lim.info.path in ("qp", "sequential"))
+    ma, mb, mo = (float(np.median(x)) * 1e-3 for x in times)
+    return {
+        "case": which,
+        "free_us": ma,
+        "limits_us": mb,
+        "ratio": mb / ma,
+        "python_check_us": mo,
+        "python_check_ratio": mo / ma,
+        "tau_diff_max": dtau,
+        "binding_steps": bound,
+        "steps": len(times[0]),
+        "target_ratio": 1.25,
+    }
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=2.0, help="simulated seconds per case (default 2)")
@@ -194,6 +305,7 @@ def main(argv=None) -> dict:
         "(cmstack rt) runs it, on as simulate() does; a collection inside a step adds ~1 ms",
     )
     a = ap.parse_args(argv)
+    inactive = {w: run_inactive(w, min(a.duration, 1.0)) for w in ("panda", "carry")}
     rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]
     table = {}
     for i, c in enumerate(CASES):
@@ -216,6 +328,7 @@ def main(argv=None) -> dict:
         table[c]["worst_over_normal"] = table[c]["step_us_max"] / normal
     res = {
         "cases": table,
+        "inactive": inactive,
         "normal_step_us": normal,
         "load_avg": os.getloadavg()[0],
         "duration_s": a.duration,
@@ -241,6 +354,13 @@ def main(argv=None) -> dict:
             f"{c:<15}{e['step_us_median']:>9.1f}{e['step_us_p999']:>9.1f}{e['step_us_max']:>9.1f}"
             f"{e['cpu_us_median']:>9.1f}{e['cpu_us_max']:>10.1f}{e['worst_over_normal']:>14.1f}{e['saturated_steps']:>11}{e['overrun_rad']:>13.1e}{cp:>12}"
             + (f"  [{e['error'][:80]}]" if e["error"] else "")
+        )
+    print("limits present, none binding (the same states, interleaved; µs, medians; target ratio ≤ 1.25):")
+    for w, e in inactive.items():
+        print(
+            f"  {w:<6} without limits {e['free_us']:.1f}, with limits {e['limits_us']:.1f} = {e['ratio']:.2f}x "
+            f"(tested in Python, as before issue 30: {e['python_check_us']:.1f} = {e['python_check_ratio']:.1f}x); "
+            f"max |Δτ| {e['tau_diff_max']:.1e}, {e['binding_steps']} binding steps"
         )
     (results_dir() / "limits.json").write_text(json.dumps(res, indent=1))
     return res

@@ -95,7 +95,7 @@ from cmstack.controllers.uk_solve import LevelSolver
 from cmstack.models import _params
 from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError
-from cmstack.models.limits import EffortLimit, Limit
+from cmstack.models.limits import EffortLimit, Limit, LimitCheck
 from cmstack.models.robot import Kinematics, Robot
 
 _PENDING = object()  # ``_T`` of a compiled closed-chain step, not formed yet
@@ -289,6 +289,11 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._warned = False
         # passive joints with the robot's loops: the plan's closed-chain step (``_uk_kernels.passive_level``)
         self._plan = _FusedPlan.build(self) if fused else None
+        # the other limits' test on the compiled step's result (``models/limits.py: LimitCheck``), or None
+        P = self._plan
+        self._limcheck = (
+            LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
+        )
         self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
 
     # ------------------------------------------------------------------ compatibility
@@ -393,6 +398,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         if P.version != _params.version:
             P.version = _params.version
             P.copy_parameters()
+            if self._limcheck is not None:
+                self._limcheck.copy()
         if P.sampled:
             P.sample(t)
         fresh = None
@@ -416,7 +423,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             self._kin_buf = (buf, gen)
         else:
             self.kin = kin
-        if st == 0 and P.plain and (self._warned or not self.warn_free_dof):
+        lc = self._limcheck
+        if st == 0 and lc is not None and lc.violated(buf, lc.I, lc.F):
+            st = 1  # _uk_kernels.LIMIT: the KKT solution violates one of the other limits
+        if st == 0 and (P.plain or lc is not None) and (self._warned or not self.warn_free_dof):
             info = self.info
             if self._info_kkt is not info:
                 info.cold_retries = 0

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from cmstack.models import _params
 from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Kinematics, Robot
 
@@ -98,11 +99,28 @@ def _values(
     return val
 
 
+#: the parameters a compiled step copies (``LimitCheck``): assigning one announces it (``models/_params.py``), and
+#: its array is a read-only copy, so that a change in place, which no assignment would announce, is refused
+_PARAMS = ("idx", "tau_max", "v_max", "a_max", "q_min", "q_max", "dt", "brake_fraction", "margin")
+
+
 class Limit(ABC):
-    """Bounds l ≤ C v̇ ≤ u at the current state. ``name`` is shown in infeasibility messages."""
+    """Bounds l ≤ C v̇ ≤ u at the current state. ``name`` is shown in infeasibility messages.
+
+    The parameters (``idx``, ``tau_max``, ``v_max``, ``a_max``, ``q_min``, ``q_max``, ``dt``,
+    ``brake_fraction``, ``margin``) may be assigned at any time (a compiled step copies them again); their
+    arrays are read-only copies (assign a new array instead of writing into one)."""
 
     name: str
     idx: np.ndarray
+
+    def __setattr__(self, key: str, value) -> None:
+        if key in _PARAMS:
+            if isinstance(value, np.ndarray):
+                value = np.array(value, dtype=np.int64 if key == "idx" else np.float64)
+                value.setflags(write=False)
+            _params.changed()
+        object.__setattr__(self, key, value)
 
     @abstractmethod
     def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -291,3 +309,99 @@ class JointPositionLimit(Limit):
     def bounds(self, kin: Kinematics, hD: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         l, u = self.acceleration_bounds(kin.q[self.idx], kin.v[self.idx])
         return self._C, l, u
+
+
+class LimitCheck:
+    """The test of limits on a compiled step's result (``models/_limit_kernels.py``: one compiled call, no
+    Kinematics, no NumPy temporaries): whether v̇ and τ in the step's buffer violate any row, as the limits' own
+    ``violated`` decides.  Built by ``LimitCheck.build`` only for limits whose maths is the built-in one
+    (``EffortLimit``, ``JointVelocityLimit``, ``JointPositionLimit``, or subclasses that keep their
+    ``bounds``, ``violated`` and ``acceleration_bounds``); the parameters are copied into the tables by
+    ``copy`` (run by the caller whenever ``models._params.version`` moved: every assignment of a limit's
+    parameter moves it).
+
+    Args:
+        limits: the limits to test.
+        o_q, o_v, o_x, o_tau: offsets in the step buffer of q, v, v̇ and the torque sent τ (each nv long)."""
+
+    def __init__(self, limits: Sequence[Limit], o_q: int, o_v: int, o_x: int, o_tau: int):
+        from cmstack.models import _limit_kernels as K
+
+        self._K = K
+        self.limits = list(limits)
+        self._offsets = (o_q, o_v, o_x, o_tau)
+        self.I = np.zeros(0, dtype=np.int64)
+        self.F = np.zeros(0)
+        self.violated = K.violated
+        self.copy()
+
+    @staticmethod
+    def compiled(lim: Limit) -> bool:
+        """Whether ``lim``'s rows are the built-in maths the compiled test reproduces."""
+        for base in (EffortLimit, JointVelocityLimit, JointPositionLimit):
+            if isinstance(lim, base):
+                return all(
+                    getattr(type(lim), m, None) is getattr(base, m, None)
+                    for m in ("bounds", "violated", "violation", "acceleration_bounds")
+                )
+        return False
+
+    @classmethod
+    def build(cls, limits: Sequence[Limit], o_q: int, o_v: int, o_x: int, o_tau: int) -> LimitCheck | None:
+        """The check, or None when a limit is not ``compiled`` or numba is missing (the caller then tests in
+        Python)."""
+        if not limits or not all(cls.compiled(lim) for lim in limits):
+            return None
+        try:
+            return cls(limits, o_q, o_v, o_x, o_tau)
+        except ImportError:
+            return None
+
+    def copy(self) -> None:
+        """The rows (kind, joint) and parameters of every limit into the tables (``_limit_kernels.violated``)."""
+        K = self._K
+        rows: list[tuple[int, int]] = []
+        pars: list[list[float]] = []
+        for lim in self.limits:
+            for k, j in enumerate(lim.idx):
+                if isinstance(lim, EffortLimit):
+                    rows.append((K.EFFORT, int(j)))
+                    pars.append([float(lim.tau_max[k]), 0, 0, 0, 0, 0])
+                elif isinstance(lim, JointVelocityLimit):
+                    rows.append((K.VELOCITY, int(j)))
+                    pars.append([float(lim.v_max[k]), lim.dt, 0, 0, 0, 0])
+                else:
+                    assert isinstance(lim, JointPositionLimit)
+                    rows.append((K.POSITION, int(j)))
+                    pars.append(
+                        [
+                            lim.dt,
+                            float(lim.a_max[k]),
+                            lim.brake_fraction,
+                            lim.margin,
+                            float(lim.q_min[k]),
+                            float(lim.q_max[k]),
+                        ]
+                    )
+        nr = len(rows)
+        I_len, F_len = K.HEADER + 2 * nr, K.N_PAR * nr
+        if self.I.size != I_len or self.F.size != F_len:
+            self.I, self.F = np.zeros(I_len, dtype=np.int64), np.zeros(F_len)
+        self.I[: K.HEADER] = (nr, *self._offsets)
+        if nr:
+            self.I[K.HEADER :] = np.array(rows, dtype=np.int64).ravel()
+            self.F[:] = np.array(pars, dtype=float).ravel()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_K"], state["violated"]  # a module and a compiled function: imported again
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from cmstack.models import _limit_kernels as K
+
+        self.__dict__.update(state, _K=K, violated=K.violated)
+
+    def __call__(self, buf: np.ndarray) -> bool:
+        """Whether the step's result in ``buf`` violates a row."""
+        return self.violated(buf, self.I, self.F) != 0

@@ -1,0 +1,147 @@
+"""Inactive limits cost almost nothing (issue 30 item 1): the compiled test of the limits on the compiled UK
+step's result (``models/limits.py: LimitCheck``, ``models/_limit_kernels.py``) decides as the limits' own
+``violated`` (states inside, on and beyond every bound), and a controller that uses it sends the same torques
+and takes the same path as one that tests the limits in Python, whether the limits bind or not."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from cmstack import (
+    GAUSS,
+    Circle,
+    FrameTask,
+    PostureTask,
+    Robot,
+    UdwadiaKalabaController,
+    example_robot_data_path,
+)
+from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit, LimitCheck
+
+Q0 = np.array([0, -0.785, 0, -2.356, 0, 1.571, 0.785])
+
+
+@pytest.fixture(scope="module")
+def robot():
+    arm = example_robot_data_path("panda_description/urdf/panda.urdf")
+    return Robot.compose([(arm, "", [0, 0, 0], {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0})])
+
+
+def _limits(robot, v_max=None, a_max=20.0, tau=None):
+    return [
+        EffortLimit(robot, tau_max=None if tau is None else np.minimum(tau, robot.effort_limit)),
+        JointPositionLimit(robot, dt=1e-3, a_max=a_max, margin=0.01),
+        JointVelocityLimit(robot, dt=1e-3, v_max=v_max),
+    ]
+
+
+def _buffer(n, q, v, x, tau):
+    return np.concatenate([q, v, x, tau])
+
+
+def test_compiled_test_decides_as_the_limits_violated(robot):
+    n = robot.nv
+    lims = _limits(robot, v_max=0.5, tau=30.0)
+    rng = np.random.default_rng(3)
+    checks = [LimitCheck.build([lim], 0, n, 2 * n, 3 * n) for lim in lims]
+    both = LimitCheck.build(lims, 0, n, 2 * n, 3 * n)
+    assert all(c is not None for c in checks) and both is not None
+    lo_q, hi_q = lims[1].q_min, lims[1].q_max
+    seen = {True: 0, False: 0}
+    for trial in range(600):
+        q = rng.uniform(lo_q - 0.05, hi_q + 0.05)
+        if trial % 3 == 0:  # near a bound, moving towards it
+            q = np.where(rng.random(n) < 0.5, hi_q - rng.uniform(0, 0.02, n), lo_q + rng.uniform(0, 0.02, n))
+        v = rng.uniform(-0.8, 0.8, n)
+        kin = robot.update(q, v)
+        hD = kin.h.copy()
+        # v̇ inside, on or just beyond each limit's bounds (the rows' l, u of the Python formulation)
+        x = rng.uniform(-200, 200, n)
+        tau = rng.uniform(-35, 35, n)
+        k = trial % 4
+        if k < 3 and k > 0:
+            _, lo, hi = lims[k].bounds(kin, hD)
+            pick = rng.integers(0, 5, n)
+            tol = 1e-9 * (np.abs(lo) + np.abs(hi) + 1.0)
+            cand = np.stack([lo, hi, lo - 2 * tol, hi + 2 * tol, 0.5 * (lo + hi)])
+            x = cand[pick, np.arange(n)]
+        elif k == 0:
+            tau = np.where(rng.random(n) < 0.3, 30.0 * (1 + 2e-9) * np.sign(tau), np.clip(tau, -30, 30))
+        buf = _buffer(n, q, v, x, tau)
+        for lim, c in zip(lims, checks):
+            want = lim.violated(kin, hD, x, tau)
+            assert c(buf) == want, (trial, lim.name)
+            seen[want] += 1
+        assert both(buf) == any(lim.violated(kin, hD, x, tau) for lim in lims)
+    assert seen[True] > 100 and seen[False] > 100  # both outcomes were tested
+
+
+def test_a_limit_of_other_maths_is_tested_in_python(robot):
+    class Shifted(JointVelocityLimit):
+        def bounds(self, kin, hD):
+            C, lo, hi = super().bounds(kin, hD)
+            return C, lo - 1.0, hi + 1.0
+
+    assert LimitCheck.build([Shifted(robot, dt=1e-3)], 0, 7, 14, 21) is None
+    ctl = UdwadiaKalabaController(robot, levels=[[PostureTask(robot, Q0)]], limits=[Shifted(robot, dt=1e-3)])
+    assert ctl._limcheck is None
+
+
+def _controller(robot, lims, weighted=False):
+    T0 = robot.update(Q0, 0 * Q0).frame("panda_hand_tcp").T
+    hand = FrameTask(
+        robot,
+        "panda_hand_tcp",
+        Circle(T0.translation - [0.05, 0, 0], 0.05, 6.0, R=T0.rotation),
+        kp=400,
+        kd=40,
+        name="hand",
+    )
+    posture = PostureTask(robot, Q0, kp=50, kd=14)
+    # weighted: no hard level, so that any state is feasible within the limits
+    levels = [[(hand, 100.0), (posture, 1.0), GAUSS]] if weighted else [[hand], [posture]]
+    return UdwadiaKalabaController(robot, levels=levels, limits=lims)
+
+
+def test_same_torques_and_paths_as_the_python_test_binding_or_not(robot):
+    """On states where the limits bind at some steps and not at others (velocity 0.6 rad/s, position bounds
+    approached, the URDF effort), the compiled test gives the same torques (bitwise) and paths."""
+    fast = _controller(robot, _limits(robot, v_max=0.6), weighted=True)
+    slow = _controller(robot, _limits(robot, v_max=0.6), weighted=True)
+    assert fast._limcheck is not None
+    slow._limcheck = None  # the Python test of the limits (``_fused_rest``), as before issue 30
+    rng = np.random.default_rng(7)
+    paths = {}
+    for i in range(300):
+        t = 1e-3 * i
+        q = Q0 + rng.normal(0, 0.15, 7)
+        q = np.clip(q, fast.limits[1].q_min + 0.011, fast.limits[1].q_max - 0.011)
+        v = rng.normal(0, 0.3, 7)
+        a, b = fast(t, q, v), slow(t, q, v)
+        np.testing.assert_array_equal(a, b)
+        assert fast.info.path == slow.info.path and fast.info.limits_active == slow.info.limits_active
+        np.testing.assert_array_equal(fast.info.vdot, slow.info.vdot)
+        paths[fast.info.path] = paths.get(fast.info.path, 0) + 1
+    assert (
+        paths.get("kkt", 0) > 30 and paths.get("kkt", 0) < 300
+    )  # limits inactive at some steps, bound at others
+
+
+def test_assigned_parameters_are_seen_and_changes_in_place_refused(robot):
+    lims = _limits(robot)
+    ctl = _controller(robot, lims, weighted=True)
+    q, v = Q0.copy(), np.full(7, 0.2)
+    twin = pickle.loads(pickle.dumps(ctl))  # its check rebuilt from the pickle, its limits copies
+    for c in (ctl, twin):
+        c(0.0, q, v)
+        assert c.info.path == "kkt"
+    with pytest.raises(ValueError):
+        lims[2].v_max[0] = 0.1  # read-only: a change in place would be missed
+    for c in (ctl, twin):  # |v + Δt v̇| ≤ 0.2 with v = 0.2: any acceleration away from 0 binds
+        c.limits[2].v_max = np.full(7, 0.2)
+    for t in (0.001, 0.002):
+        np.testing.assert_array_equal(ctl(t, q, v), twin(t, q, v))
+        assert ctl.info.path == twin.info.path and ctl.info.path in ("qp", "sequential")
