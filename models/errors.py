@@ -41,6 +41,17 @@ class StateError(StackError):
     """The state handed to a model or controller is not valid (NaN, wrong size, out of range)."""
 
 
+class SensorFault(StateError):
+    """A measurement the loop cannot use: an encoder frame that admits no loop closure (a jump, a dead encoder),
+    a reconstruction of the passive joints that does not converge in its budget, a branch flip, a singular loop.
+    ``kind`` names it (one of ``models/estimator.py: FAULTS``), ``joint`` the encoder at fault when there is one."""
+
+    def __init__(self, kind: str, message: str, joint: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.joint = joint
+
+
 def check_finite(name: str, x: object, where: str = "") -> None:
     """Raise StateError if ``x`` contains NaN or inf, naming the quantity and where it was seen."""
     import numpy as np

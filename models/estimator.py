@@ -1,0 +1,286 @@
+"""State from the actuators: a closed chain's passive joints reconstructed from its motors' encoders.
+
+A parallel robot, a linkage leg or a parallel ankle measures its actuated joints only.  With the loops
+φ(q) = 0 of ``robot.loops`` (models/loops.py) and the joints split q = (q_a, q_p), v = (v_a, v_p) (every joint
+1-DoF: q and v share their indices), the passive part of the state is a function of the actuated part
+wherever the passive columns J_p of the loops' Jacobian J = [J_a J_p] have full column rank:
+
+    position   φ(q_a, q_p) = 0 with q_a held, by Newton's iteration on the stacked rows
+                   q_p ← q_p − J_p⁺(q) φ(q)                                   (J_p⁺: least squares)
+               started from the tangent prediction of the previous cycle's solution (q_a⁻, q_p⁻, G⁻)
+                   q_p⁰ = q_p⁻ + G⁻ (q_a − q_a⁻),   G = −J_p⁺ J_a   (dq_p = G dq_a on the manifold)
+               whose error is second order in the change of q_a, so one or two iterations reach ``tol``;
+    rate       φ̇ = J_a v_a + J_p v_p = 0   →   v_p = −J_p⁺ J_a v_a = G v_a,  G at the converged q.
+
+J_p⁺ is the least-squares inverse of the pivoted QR of J_p (``controllers/_passive_kernels.passive_step``,
+the compiled iteration ``ActuatedJointsPIDC`` uses; the truncated SVD when J_p is not safely of full rank).
+Each iteration is one lean Pinocchio pass (``ClosureSet.phi_and_jacobian``: computeJointJacobians, then the
+loops' rows in one compiled call) and one QR; at most ``max_iter`` of them (a bounded time per cycle).
+
+Faults (``SensorFault``, its ``kind`` one of ``FAULTS``), checked every cycle, never a silent wrong answer:
+
+    bad_encoder     an encoder reading (position or rate) that is not a finite number;
+    encoder_jump    an encoder whose position change disagrees with its rates by more than ``jump_tol``:
+                        |q_a − q_a⁻ − ½ (v_a + v_a⁻) dt| > jump_tol
+                    (the trapezoid rule's error is dt³ |q⃛_a| / 12: 1e-10 rad at 1 kHz for a jerk of 1e3 rad/s³,
+                    a 2¹⁷-counts-a-turn encoder's quantum is 4.8e-5 rad; a jump or a dead encoder reading 0
+                    breaks it by the jump itself).  Needs ``dt`` and rates measured, not differentiated from the
+                    positions (then the test is empty: ``jump_tol = inf`` says so);
+    no_closure      Newton stalls with max|φ| > tol (the last iteration did not halve the residual): no
+                    closure exists near this encoder frame (outside the workspace, an encoder off);
+    not_converged   max|φ| > tol after ``max_iter`` iterations while still decreasing: the budget is spent;
+    singular        c = |R_pp| / |R_11| < ``singular_tol``, R the pivoted QR factor of J_p at the solution
+                    (c ≥ σ_min(J_p)/σ_max(J_p) ≥ c · 3/√(p(4ᵖ + 6p − 1)), [Higham] §20.1): near a parallel
+                    singularity the passive rates are not determined by the actuated ones;
+    branch_flip     max|q_p − q_p⁰| > ``branch_tol``: the solution left the tangent prediction by more than the
+                    motion allows (the prediction's error is ½ |∂²q_p/∂q_a²| |Δq_a|², ≈1e-6 rad for 1 rad/s at
+                    1 kHz and unit curvature), e.g. Newton crossing to a five-bar's other elbow assembly.
+
+A fault raises ``SensorFault`` and leaves the estimator's last good solution (the next call warm-starts there).
+
+    est = LoopStateEstimator(robot, dt=0.001)
+    q, v = est.reconstruct(q_a, v_a)       # q_a, v_a in robot.actuated_joints order; q, v in model order
+    est.iterations, est.residual, est.conditioning, est.prediction_gap   # the last cycle's figures
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, layout, passive_step, prepare
+from cmstack.models.errors import ConfigError, SensorFault, StateError
+from cmstack.models.lie import svd_rank
+from cmstack.models.loops import ClosureSet
+from cmstack.models.robot import Robot
+
+FAULTS = ("bad_encoder", "encoder_jump", "no_closure", "not_converged", "singular", "branch_flip")
+"""The named faults of a reconstruction (``SensorFault.kind``); the module docstring says when each is raised."""
+
+
+class LoopStateEstimator:
+    """The state (q, v) of a closed chain from its actuated joints' encoders (module docstring).
+
+    Args:
+        robot: a ``Robot`` with ``loops`` and ``passive_joints`` (every joint 1-DoF, no floating base).
+        q_guess: a configuration near the first measured one (default ``robot.q_initial``), model order.
+        dt: the period between two calls [s], for the encoder-jump test (None: no such test).
+        tol: Newton's tolerance on max|φ| (m, rad).
+        max_iter: the iteration budget per call (each a Pinocchio pass and a QR of J_p).
+        jump_tol: ``encoder_jump`` threshold [rad or m], a number or one per actuated joint (inf: off).
+        branch_tol: ``branch_flip`` threshold on max|q_p − q_p⁰| [rad or m] (inf: off).
+        singular_tol: ``singular`` threshold on the conditioning estimate c of J_p (0: off).
+    """
+
+    def __init__(
+        self,
+        robot: Robot,
+        q_guess: ArrayLike | None = None,
+        *,
+        dt: float | None = None,
+        tol: float = 1e-12,
+        max_iter: int = 8,
+        jump_tol: float | ArrayLike = 0.05,
+        branch_tol: float = 0.1,
+        singular_tol: float = 1e-4,
+    ) -> None:
+        if not robot.loops:
+            raise ConfigError(f"LoopStateEstimator: {robot.label} has no loops (robot.loops) to close")
+        if robot.nq != robot.nv:
+            raise ConfigError(
+                f"LoopStateEstimator: {robot.label} has nq={robot.nq} != nv={robot.nv}; only 1-DoF joints "
+                "(no floating base, no ball joint) are reconstructed"
+            )
+        if not robot.passive_joints:
+            raise ConfigError(
+                f"LoopStateEstimator: {robot.label} has no passive joints: nothing to reconstruct"
+            )
+        if dt is not None and not dt > 0:
+            raise ConfigError(f"LoopStateEstimator: dt must be > 0 s, got {dt}")
+        if not tol > 0 or int(max_iter) < 1:
+            raise ConfigError(f"LoopStateEstimator: tol must be > 0 and max_iter >= 1, got {tol}, {max_iter}")
+        self.robot = robot
+        self.loops = ClosureSet(robot.loops)  # its own Pinocchio data: no controller's snapshot is touched
+        self.actuated = list(robot.actuated_joints)
+        self.passive = list(robot.passive_joints)
+        self.act = np.array([robot.joint_index(n) for n in self.actuated], dtype=np.int64)
+        self.pas = np.array([robot.joint_index(n) for n in self.passive], dtype=np.int64)
+        self.dt = None if dt is None else float(dt)
+        self.tol, self.max_iter = float(tol), int(max_iter)
+        a = self.act.size
+        jt = np.broadcast_to(np.asarray(jump_tol, dtype=float), (a,)).copy()
+        if jt.shape != (a,) or np.any(~(jt > 0)):
+            raise ConfigError(
+                f"LoopStateEstimator: jump_tol must be > 0 (one or {a} values), got {jump_tol!r}"
+            )
+        self.jump_tol = jt
+        self.branch_tol, self.singular_tol = float(branch_tol), float(singular_tol)
+        q0 = robot.q_initial if q_guess is None else q_guess
+        q0 = np.array(q0, dtype=float)
+        if q0.shape != (robot.nq,) or not np.all(np.isfinite(q0)):
+            raise StateError(
+                f"LoopStateEstimator: q_guess must be {robot.nq} finite numbers, got {q_guess!r}"
+            )
+        m, p = self.loops.m, self.pas.size
+        ni, nw = layout(m, p, a)
+        self._ints = np.zeros(ni, dtype=np.int64)
+        self._ints[:p], self._ints[p : p + a] = self.pas, self.act
+        self._prm = np.array([self.tol, 1e-10])
+        self._X = np.zeros((m, max(p, 1)))
+        self._work = np.zeros(nw)
+        self._G = np.zeros((p, a))
+        self._q = q0
+        self._qa_prev = np.zeros(a)
+        self._va_prev = np.zeros(a)
+        self._predict = False
+        self._qp0 = np.zeros(p)  # the tangent prediction of this cycle's q_p from the last returned solution
+        self._qp_last = np.zeros(p)  # q_p and G of the last returned solution (the branch test's reference)
+        self._G_last = np.zeros((p, a))
+        self._bound = 3.0 / math.sqrt(p * (4.0**p + 6.0 * p - 1.0))
+        #: the last call's figures: Newton iterations (Pinocchio passes), max|φ| at the solution (m, rad), the
+        #: conditioning estimate c of J_p, max|q_p − q_p⁰| (rad, m; 0 on the first call)
+        self.iterations, self.residual, self.conditioning, self.prediction_gap = 0, math.nan, math.nan, 0.0
+        #: over every call: calls, the most iterations, the smallest c, the largest prediction gap
+        self.calls, self.max_iterations, self.min_conditioning, self.max_prediction_gap = 0, 0, math.inf, 0.0
+
+    def reset(self, q: ArrayLike | None = None) -> None:
+        """Forget the previous cycle: the next call starts Newton from ``q`` (default ``robot.q_initial``) without
+        a prediction and skips the jump and branch tests."""
+        q = self.robot.q_initial if q is None else q
+        self._q = np.array(q, dtype=float)
+        self._predict = False
+
+    def warm_start(self, q: ArrayLike) -> None:
+        """Start the next call's Newton from ``q`` (model order; its actuated entries are replaced by the encoders)
+        instead of the last solution, keeping the jump and branch tests' reference (the last returned solution):
+        a start on another branch is then reported as ``branch_flip``, not followed."""
+        q = np.asarray(q, dtype=float)
+        if q.shape != self._q.shape:
+            raise StateError(
+                f"LoopStateEstimator.warm_start: q must have {self._q.size} entries, got {q.shape}"
+            )
+        self._q[:] = q
+
+    @property
+    def q(self) -> np.ndarray:
+        """The last solution (model order), where the next call starts."""
+        return self._q.copy()
+
+    def _fault(self, kind: str, msg: str, joint: str | None = None) -> SensorFault:
+        """The fault, the Newton start put back on the last returned solution (a moved start is not kept)."""
+        if self._predict:
+            self._q[self.pas] = self._qp_last
+            self._q[self.act] = self._qa_prev
+        return SensorFault(kind, f"{kind}: {msg} ({self.robot.label})", joint)
+
+    def reconstruct(self, qa: ArrayLike, va: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(q, v) in model order from the actuated joints' positions q_a [rad, m] and rates v_a [rad/s, m/s]
+        (``robot.actuated_joints`` order): q_p on the loops by Newton, v_p = G v_a.  Raises ``SensorFault``
+        (module docstring) and then keeps the previous solution."""
+        qa = np.asarray(qa, dtype=float)
+        va = np.asarray(va, dtype=float)
+        act, pas = self.act, self.pas
+        if qa.shape != act.shape or va.shape != act.shape:
+            raise StateError(
+                f"LoopStateEstimator: expected {act.size} positions and rates of {self.actuated}, got shapes "
+                f"{qa.shape} and {va.shape}"
+            )
+        n = self.robot.nq
+        q, v = np.empty(n), np.empty(n)
+        G, X, ints, prm, work = self._G, self._X, self._ints, self._prm, self._work
+        if not prepare(qa, va, self._q, self._qa_prev, G, ints, self._predict, q, v):
+            bad = [j for j, x, y in zip(self.actuated, qa, va) if not (math.isfinite(x) and math.isfinite(y))]
+            raise self._fault("bad_encoder", f"encoder(s) {bad} read {qa!r}, rates {va!r}", bad[0])
+        if self._predict and self.dt is not None:
+            dev = np.abs(qa - self._qa_prev - 0.5 * (va + self._va_prev) * self.dt)
+            over = dev > self.jump_tol
+            if over.any():
+                k = int(np.argmax(np.where(over, dev / self.jump_tol, 0.0)))
+                raise self._fault(
+                    "encoder_jump",
+                    f"encoder '{self.actuated[k]}' moved {qa[k] - self._qa_prev[k]:+.4g} in one cycle where its "
+                    f"rates allow {0.5 * (va[k] + self._va_prev[k]) * self.dt:+.4g} (|difference| {dev[k]:.3g} > "
+                    f"jump_tol {self.jump_tol[k]:.3g})",
+                    self.actuated[k],
+                )
+        qp0 = self._qp0
+        if self._predict:  # from the last returned solution (the Newton start's unless it was moved)
+            np.matmul(self._G_last, qa - self._qa_prev, out=qp0)
+            qp0 += self._qp_last
+        st, k, r_prev, r = STEPPED, 0, math.inf, math.inf
+        cond = math.nan
+        while k < self.max_iter + 1:
+            phi, J = self.loops.phi_and_jacobian(q)
+            r_prev, r = r, float(np.max(np.abs(phi)))
+            if k == self.max_iter and not r <= self.tol:
+                break  # budget spent: one more pass only to measure the residual
+            k += 1
+            st = passive_step(phi, J, q, v, va, G, X, ints, prm, work)
+            if st == CONVERGED:
+                p = pas.size
+                cond = float(abs(X[p - 1, p - 1]) / abs(X[0, 0]))
+                break
+            if st == FALLBACK:  # J_p not safely of full rank (or not finite): the truncated SVD decides
+                svd = svd_rank(J[:, pas], rtol=1e-10)
+                s = svd.s
+                if r <= self.tol:
+                    cond = float(s[-1] / s[0]) if s.size and s[0] > 0 else 0.0
+                    Jp = svd.pinv()
+                    G[:] = -(Jp @ J[:, act])
+                    v[pas] = G @ va
+                    st = CONVERGED
+                    break
+                q[pas] -= svd.pinv() @ phi
+                if not np.all(np.isfinite(q)):
+                    break
+        self.iterations = k
+        self.residual = r
+        if st != CONVERGED:
+            kind = "no_closure" if not (r <= 0.5 * r_prev) or not math.isfinite(r) else "not_converged"
+            worst = self.loops.residuals(q) if math.isfinite(r) else [math.nan] * len(self.loops.closures)
+            i = int(np.nanargmax(worst)) if np.isfinite(worst).any() else 0
+            c = self.loops.closures[i]
+            raise self._fault(
+                kind,
+                f"the encoders {dict(zip(self.actuated, np.round(qa, 6).tolist()))} leave loop '{c.name}' open "
+                f"by {r:.3g} (m or rad) after {k} Newton iterations (tol {self.tol:g}, max_iter {self.max_iter})",
+            )
+        self.conditioning = cond
+        gap = float(np.max(np.abs(q[pas] - qp0))) if self._predict else 0.0
+        self.prediction_gap = gap
+        if not cond >= self.singular_tol:
+            raise self._fault(
+                "singular",
+                f"the passive joints {self.passive} are not determined by the encoders here: J_p's conditioning "
+                f"estimate {cond:.3g} < singular_tol {self.singular_tol:g} (a parallel singularity)",
+            )
+        if gap > self.branch_tol:
+            j = int(np.argmax(np.abs(q[pas] - qp0)))
+            raise self._fault(
+                "branch_flip",
+                f"passive joint '{self.passive[j]}' came out {q[pas][j] - qp0[j]:+.4g} from its prediction "
+                f"{qp0[j]:.6g} (> branch_tol {self.branch_tol:g}): the loops closed on another branch",
+                self.passive[j],
+            )
+        self._q[:] = q
+        self._qp_last[:] = q[pas]
+        self._G_last[:] = G
+        self._qa_prev[:] = qa
+        self._va_prev[:] = va
+        self._predict = True
+        self.calls += 1
+        self.max_iterations = max(self.max_iterations, k)
+        self.min_conditioning = min(self.min_conditioning, cond)
+        self.max_prediction_gap = max(self.max_prediction_gap, gap)
+        return q, v
+
+    def stats(self) -> dict[str, float]:
+        """The figures over every call (for metrics.json)."""
+        return {
+            "estimator_calls": self.calls,
+            "estimator_iterations_max": self.max_iterations,
+            "estimator_conditioning_min": self.min_conditioning,
+            "estimator_prediction_gap_max": self.max_prediction_gap,
+        }
