@@ -15,15 +15,24 @@ What Pinocchio 4.1's parser needed (measured on this stack's mechanisms):
 * The parser reads joint ``damping``, ``range`` and the ``<default>`` classes, bodies' ``<inertial>``; it
   does not read the actuators, so passive joints and torque limits come from ``<actuator>`` here.
 
-MuJoCo's equality semantics applied (``<equality>``, ``active="false"`` skipped):
+MuJoCo's equality semantics applied (``<equality>``, ``active="false"`` skipped), as MuJoCo 3.x/4.x's engine
+defines the residual (``engine_core_constraint.c: mj_instantiateEquality``; the qpos0 data by its compiler); every
+form is probed against MuJoCo's own ``efc_pos`` (tests/test_mjcf_equality_probe.py):
 
-* ``connect body1 body2 anchor``: the anchor (body1's frame) and the point of body2 that coincides with it
-  at qpos0 → a ``point`` closure (closed at qpos0 by definition).
+* ``connect body1 [body2] anchor`` (the body form needs ``anchor``): MuJoCo's residual is
+  p1 + R1·anchor − (p2 + R2·a2), a2 = the point of body2 at the anchor at qpos0 → a ``point`` closure with
+  offset = anchor, offset_b = a2 (closed at qpos0 by definition).
 * ``connect site1 site2``: the two sites' origins → a ``point`` closure (closed only if the sites meet).
-* ``weld body1 body2 [relpose] [anchor]``: body2 = body1 · relpose (relpose: "x y z qw qx qy qz"; absent or
-  with a zero quaternion: the relative pose at qpos0), the position measured at ``anchor`` (body2's
-  frame) → a ``weld`` closure.
-* ``weld site1 site2``: the sites' frames coincide → a ``weld`` closure.
+* ``weld body1 [body2] [relpose] [anchor] [torquescale]``: MuJoCo's residual is
+  [p1 + R1·r − (p2 + R2·anchor);  torquescale·Im(q2⁻¹ · q1 · q_rel)], with relpose = "r q_rel" (x y z qw qx qy qz,
+  q_rel normalised).  So relpose's position r is the point of *body1* that meets body2's anchor (not
+  body1·relpose·anchor) and q_rel is body2's attitude relative to body1 → a ``weld`` closure with
+  offset = (q_rel, r), offset_b = (I, anchor).  Without relpose (or with a zero quaternion) MuJoCo takes both at
+  qpos0: r = T1⁻¹·T2·anchor, q_rel = q1⁻¹q2.  torquescale = 0 zeroes the rotation rows: a ``point`` closure.
+* ``weld site1 site2``: the sites' frames coincide (relpose and anchor are ignored by MuJoCo) → a ``weld``
+  closure (``point`` with torquescale = 0).
+* Which form: connect reads the body form when body1 and anchor are given, weld when body1 is; else the site
+  form, which needs site1 and site2.  body2 absent: the world.
 * ``joint``, ``tendon``, ``flex`` equalities: refused (no rigid-body loop).
 
 The initial pose is the first ``<key qpos>`` if any, else qpos0 (zero: a joint ``ref`` other than 0 is
@@ -159,9 +168,49 @@ def _frame(robot, name: str | None, kind: str, path: Path, eq: str) -> str:
     return name
 
 
-def _loops(robot, root: ET.Element, path: Path) -> None:
+def _closure(robot, e: ET.Element, name: str, path: Path, pose):
+    """The ``LoopClosure`` of one ``<connect>``/``<weld>`` element, MuJoCo's reading of it (module docstring;
+    ``pose(frame)``: the frame's world pose at qpos0)."""
     from cmstack.models.loops import LoopClosure
 
+    where = f"MJCF {path}: equality '{name}'"
+    if e.tag == "connect":  # MuJoCo: the body form needs body1 AND anchor, else the site form
+        body_form = e.get("body1") is not None and e.get("anchor") is not None
+    else:  # weld: body1 alone selects the body form (anchor defaults to 0 0 0)
+        body_form = e.get("body1") is not None
+    ts = 1.0
+    if e.tag == "weld":
+        ts = float(_floats(e.get("torquescale", "1"), 1, f"{where}: torquescale")[0])
+    # torquescale = 0: MuJoCo's rotation rows are identically zero, only the position rows constrain
+    kind = "point" if (e.tag == "connect" or ts == 0.0) else "weld"
+    if not body_form:
+        if e.get("site1") is None or e.get("site2") is None:
+            need = (
+                "body1 and anchor, or site1 and site2" if e.tag == "connect" else "body1, or site1 and site2"
+            )
+            raise ModelFileError(f"{where}: a <{e.tag}> needs {need} (MuJoCo's two forms)")
+        fa = _frame(robot, e.get("site1"), "site1", path, name)
+        fb = _frame(robot, e.get("site2"), "site2", path, name)
+        return LoopClosure(robot, fa, fb, kind, name=name)
+    fa = _frame(robot, e.get("body1"), "body1", path, name)
+    fb = _frame(robot, e.get("body2"), "body2", path, name)
+    T1, T2 = pose(fa), pose(fb)
+    anchor = _floats(e.get("anchor", "0 0 0"), 3, f"{where}: anchor")
+    if e.tag == "connect":  # anchor on body1; body2's point is the one at the anchor at qpos0
+        return LoopClosure(
+            robot, fa, fb, "point", offset=anchor, offset_b=T2.actInv(T1.act(anchor)), name=name
+        )
+    rp = _floats(e.get("relpose"), 7, f"{where}: relpose")
+    if rp is None or not np.any(rp[3:]):  # relpose ignored: body1's point and orientation at qpos0
+        p1, R1 = T1.actInv(T2.act(anchor)), T1.rotation.T @ T2.rotation
+    else:  # relpose's position is body1's point (NOT body1·relpose·anchor); its unit quaternion body2's attitude
+        p1, R1 = rp[:3], pin.Quaternion(rp[3], rp[4], rp[5], rp[6]).normalized().matrix()
+    return LoopClosure(
+        robot, fa, fb, kind, offset=pin.SE3(R1, p1), offset_b=pin.SE3(np.eye(3), anchor), name=name
+    )
+
+
+def _loops(robot, root: ET.Element, path: Path) -> None:
     model = robot.model
     data = model.createData()
     pin.framesForwardKinematics(model, data, pin.neutral(model))
@@ -184,33 +233,8 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             if e.get("active", "true") == "false":
                 continue
             where = f"MJCF {path}: equality '{name}'"
-            sites = e.get("site1") is not None or e.get("site2") is not None
             try:
-                if sites:
-                    fa = _frame(robot, e.get("site1"), "site1", path, name)
-                    fb = _frame(robot, e.get("site2"), "site2", path, name)
-                    c = LoopClosure(robot, fa, fb, "point" if e.tag == "connect" else "weld", name=name)
-                else:
-                    if e.get("body1") is None:
-                        raise ModelFileError(f"{where}: needs body1 (or site1 and site2)")
-                    fa = _frame(robot, e.get("body1"), "body1", path, name)
-                    fb = _frame(robot, e.get("body2"), "body2", path, name)
-                    T1, T2 = pose(fa), pose(fb)
-                    if e.tag == "connect":
-                        anchor = _floats(e.get("anchor", "0 0 0"), 3, f"{where}: anchor")
-                        pb = T2.actInv(T1.act(anchor))
-                        c = LoopClosure(robot, fa, fb, "point", offset=anchor, offset_b=pb, name=name)
-                    else:
-                        anchor = pin.SE3(np.eye(3), _floats(e.get("anchor", "0 0 0"), 3, f"{where}: anchor"))
-                        rp = _floats(e.get("relpose"), 7, f"{where}: relpose")
-                        if rp is None or not np.any(rp[3:]):
-                            rel = T1.actInv(T2)
-                        else:
-                            quat = pin.Quaternion(rp[3], rp[4], rp[5], rp[6]).normalized()
-                            rel = pin.SE3(quat.matrix(), rp[:3])
-                        c = LoopClosure(
-                            robot, fa, fb, "weld", offset=rel * anchor, offset_b=anchor, name=name
-                        )
+                c = _closure(robot, e, name, path, pose)
             except ConfigError as exc:
                 raise ModelFileError(f"{where}: {exc}") from None
             robot.loops.append(c)
