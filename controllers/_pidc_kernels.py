@@ -59,6 +59,7 @@ from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajec
 from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_rows
+from cmstack.models.trajectory import CIRCLE_ROW
 
 # numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows calls
 # the task and trajectory kernels)
@@ -372,7 +373,7 @@ def pidc_closed_step(t, q, v, ptr, I, F, out):
     tflt = carray(_f64_at(f0 + 8 * I[H_O_TFLT]), (nt, 4))
     tgtH = carray(_f64_at(f0 + 8 * I[H_O_TGTH]), (nt, 4, 4))
     tgtVA = carray(_f64_at(f0 + 8 * I[H_O_TGTVA]), (nt, 12))
-    tcirc = carray(_f64_at(f0 + 8 * I[H_O_TCIRC]), (nt, 7))
+    tcirc = carray(_f64_at(f0 + 8 * I[H_O_TCIRC]), (nt, CIRCLE_ROW))
     tbias = carray(_f64_at(f0 + 8 * I[H_O_TBIAS]), (nt, 6))
     terr = carray(_f64_at(f0 + 8 * I[H_O_TERR]), (nt, 6))
     Ab = carray(_f64_at(f0 + 8 * I[H_O_AB]), (nrows, n + 1))

@@ -70,6 +70,7 @@ from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample, sinusoid_sample
+from cmstack.models.trajectory import CIRCLE_ROW
 
 depends_on(
     __file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
@@ -113,7 +114,7 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
     sample, written here from the sinusoid's c, a, ω, φ, or by the caller); tflt (nt, 4) = [K_p, K_d, scale
     (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
-    [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, 7): [c_x, c_y, c_z, r, ω, φ, 1] for a frame task following a
+    [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, CIRCLE_ROW): [c_x, c_y, c_z, r, ω, φ, 1, u, w] for a frame task following a
     ``Circle`` (its sample at time t written here into the position and tgtVA, the orientation R given in
     tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
     action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
@@ -633,7 +634,7 @@ def uk_step(t, q, v, ptr, I, F, buf):
     tflt = carray(_f64_at(f0 + 8 * I[O_TFLT]), (nt, 4))
     tgtH = carray(_f64_at(f0 + 8 * I[O_TGTH]), (nt, 4, 4))
     tgtVA = carray(_f64_at(f0 + 8 * I[O_TGTVA]), (nt, 12))
-    tcirc = carray(_f64_at(f0 + 8 * I[O_TCIRC]), (nt, 7))
+    tcirc = carray(_f64_at(f0 + 8 * I[O_TCIRC]), (nt, CIRCLE_ROW))
     qref = carray(_f64_at(f0 + 8 * I[O_QREF]), (7 * I[N_PIDX],))
     tbias = carray(_f64_at(f0 + 8 * I[O_TBIAS]), (nt, width))
     terr = carray(_f64_at(f0 + 8 * I[O_TERR]), (nt, width))

@@ -18,6 +18,7 @@ import numpy as np
 
 from cmstack.controllers.uk_plan import sample_frame_targets
 from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
+from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
     from cmstack.controllers.pidc import PIDC
@@ -100,7 +101,7 @@ class ClosedChainPlan:
         self.terr = np.zeros((nt, 6))
         self.tgtH = np.zeros((nt, 4, 4))
         self.tgtVA = np.zeros((nt, 12))
-        self.tcirc = np.zeros((nt, 7))
+        self.tcirc = np.zeros((nt, CIRCLE_ROW))
         self.version = -1  # ``models/_params.version`` at the last copy of the tasks' gains and targets
         self.traj_tasks: list[tuple[int, Any]] = []  # frame tasks sampled in Python (``sample``)
         self.pidx = np.zeros(0, dtype=np.int64)
@@ -256,8 +257,9 @@ class ClosedChainPlan:
                 tr = task.trajectory
                 circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
                 if circ is not None:
-                    tcirc[k, :6] = circ
+                    tcirc[k, :6] = circ[:6]
                     tcirc[k, 6] = 1.0
+                    tcirc[k, 7:] = circ[6:]  # the plane's axes u, w
                     tgtH[k, :3, :3] = tr.R
                 else:
                     traj.append((k, task))

@@ -10,6 +10,7 @@ import numpy as np
 from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
 from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
+from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
@@ -175,7 +176,7 @@ class _FusedPlan:
             ("tflt", 4 * nt),
             ("tgtH", 16 * nt),
             ("tgtVA", 12 * nt),
-            ("tcirc", 7 * nt),
+            ("tcirc", CIRCLE_ROW * nt),
             ("qref", 7 * len(pidx)),
             ("tbias", width * nt),
             ("terr", width * nt),
@@ -323,7 +324,7 @@ class _FusedPlan:
         self.fvec = fview("fvec", (nf, 24))
         self.tgtH = fview("tgtH", (nt, 4, 4))
         self.tgtVA = fview("tgtVA", (nt, 12))
-        self.tcirc = fview("tcirc", (nt, 7))
+        self.tcirc = fview("tcirc", (nt, CIRCLE_ROW))
         self.jpose = fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
         self.jpose[:] = slots.joint_pose_table()
         # the bodies for the kernel's h (``_uk_kernels.bias_forces``, ``step_engine.body_tables``)
@@ -435,8 +436,9 @@ class _FusedPlan:
                 tr = task.trajectory
                 circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
                 if circ is not None:  # sampled in the kernel (_uk_kernels.circle_sample)
-                    tcirc[k, :6] = circ
+                    tcirc[k, :6] = circ[:6]
                     tcirc[k, 6] = 1.0
+                    tcirc[k, 7:] = circ[6:]  # the plane's axes u, w
                     tgtH[k, :3, :3] = tr.R
                 else:
                     traj.append((k, task))

@@ -14,8 +14,8 @@ Conventions of a :class:`Sample`:
     Since ω = R_D ω^D, ω̇ = R_D ε^D (the term ω × ω vanishes).
 
 Kinds: :class:`Constant` (R^n or SE(3)), :class:`Sinusoid` (R^n, per coordinate),
-:class:`Circle` (SE(3), a circle in the x–z plane at a fixed orientation), :class:`MinimumJerk`
-(R^n) and :class:`MinimumJerkSE3` (point to point with the quintic time law
+:class:`Circle` (SE(3), a circle in any plane, by default the world x–z plane, at a fixed
+orientation), :class:`MinimumJerk` (R^n) and :class:`MinimumJerkSE3` (point to point with the quintic time law
 s(τ) = 10τ³ − 15τ⁴ + 6τ⁵, zero velocity and acceleration at both ends), and :class:`FromFunction`
 (any function t → (x, ẋ, ẍ)).
 """
@@ -164,13 +164,83 @@ class Sinusoid(Trajectory):
         return Sample(x, xd, xdd)
 
 
+#: the length of a circle's row of parameters (``circle_sample`` in models/_trajectory_kernels.py; the compiled
+#: steps keep one per frame task, ``tcirc``): [c_x, c_y, c_z, r, ω, φ, on (1: sampled), u (3), w (3)]
+CIRCLE_ROW = 13
+
+
+def _circle_axes(normal: ArrayLike | None, axes: tuple[ArrayLike, ArrayLike] | None) -> np.ndarray:
+    """The orthonormal axes [u; w] (2×3, read-only) of a circle's plane (see :class:`Circle`)."""
+    if normal is not None and axes is not None:
+        raise ConfigError("Circle: give either normal= or axes=, not both")
+    if axes is not None:
+        try:
+            a, b = axes
+        except (TypeError, ValueError):
+            raise ConfigError(f"Circle: axes must be two 3-vectors (u, w), got {axes!r}") from None
+        u, w = _vector(a, "Circle: axes[0]"), _vector(b, "Circle: axes[1]")
+        if u.shape != (3,) or w.shape != (3,):
+            raise ConfigError(f"Circle: axes must be two 3-vectors (u, w), got {list(u)} and {list(w)}")
+        nu, nw = float(np.linalg.norm(u)), float(np.linalg.norm(w))
+        if not (nu > 1e-12 and nw > 1e-12):
+            raise ConfigError(f"Circle: the axes must be non-zero, got {list(u)} and {list(w)}")
+        u, w = u / nu, w / nw
+        if abs(float(u @ w)) > 1e-6:
+            raise ConfigError(
+                f"Circle: the axes {list(u)} and {list(w)} are not orthogonal (cos = {float(u @ w):.3g})"
+            )
+        w = w - (u @ w) * u  # exactly orthonormal
+        w /= np.linalg.norm(w)
+    elif normal is not None:
+        n = _vector(normal, "Circle: normal")
+        nn = float(np.linalg.norm(n)) if n.shape == (3,) else 0.0
+        if not nn > 1e-12:
+            raise ConfigError(f"Circle: normal must be a non-zero 3-vector, got {list(n)}")
+        n = n / nn
+        ref = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+        u = ref - (ref @ n) * n
+        u /= np.linalg.norm(u)
+        w = np.cross(n, u)
+    else:
+        u, w = np.array([1.0, 0.0, 0.0]), np.array([0.0, 0.0, 1.0])
+    uw = np.array([u, w], dtype=float)
+    uw.flags.writeable = False
+    return uw
+
+
 class Circle(SE3Trajectory):
-    """[Milioshin] §4.4: p(t) = c + r (cos(ω t + φ), 0, sin(ω t + φ)) in the world x–z plane, at the
-    fixed orientation R: center c [m], radius r [m], ω [rad/s], phase φ [rad], R (3×3, default I).
-    Velocity and acceleration are the exact derivatives (zero angular parts)."""
+    """[Milioshin] §4.4, in any plane: p(t) = c + r (cos(ω t + φ) u + sin(ω t + φ) w) at the fixed
+    orientation R, where u, w are orthonormal axes of the circle's plane.
+
+    Args:
+        center: c, the centre [m] (3-vector, world axes).
+        radius: r [m].
+        omega: ω [rad/s] (the circle runs from u towards w, i.e. counter-clockwise about n = u × w).
+        phase: φ [rad]; at t = 0 the point is c + r (cos φ u + sin φ w).
+        R: the orientation held (3×3, default I).
+        normal: n, the plane's normal (world axes, any length): u is world x projected onto the plane
+            (world y when n is within 26° of x), w = n × u.  ``normal=[0, 0, 1]`` draws a horizontal circle
+            from +x towards +y.
+        axes: (u, w), the plane's two axes (normalised; they must be orthogonal to 1e-6).
+
+    The axes are kept as ``circle.axes`` = [u; w] (2×3, read-only), the normal as ``circle.normal``.
+
+    Without ``normal`` or ``axes`` the plane is the world x–z plane (u = e_x, w = e_z, n = −e_y): the
+    thesis' circle, p = c + r (cos a, 0, sin a).  Velocity and acceleration are the exact derivatives
+    (zero angular parts), sampled by the compiled ``circle_sample`` (models/_trajectory_kernels.py) here
+    and inside the compiled control steps.
+    """
 
     def __init__(
-        self, center: ArrayLike, radius: float, omega: float, phase: float = 0.0, R: ArrayLike | None = None
+        self,
+        center: ArrayLike,
+        radius: float,
+        omega: float,
+        phase: float = 0.0,
+        R: ArrayLike | None = None,
+        *,
+        normal: ArrayLike | None = None,
+        axes: tuple[ArrayLike, ArrayLike] | None = None,
     ):
         c = _vector(center, "Circle: center")
         if c.shape != (3,):
@@ -179,27 +249,37 @@ class Circle(SE3Trajectory):
         R = np.eye(3) if R is None else np.array(R, dtype=float)
         R.flags.writeable = False  # the circle's own, read-only: assign a new R (models/_params.py)
         self.R = R
+        self.axes = _circle_axes(normal, axes)  # [u; w], read-only (models/_params.py)
         self.r, self.w, self.phase = float(radius), float(omega), float(phase)
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
         _params.changed()  # a compiled step that samples this circle copies its parameters again
 
+    @property
+    def normal(self) -> np.ndarray:
+        """n = u × w, the plane's unit normal (world axes)."""
+        return np.cross(self.axes[0], self.axes[1])
+
     def kernel_params(self) -> tuple | None:
-        """(c_x, c_y, c_z, r, ω, φ) for a compiled step that samples this circle itself, or None when a
-        subclass redefines ``sample`` (its own maths then runs, sampled in Python)."""
+        """(c_x, c_y, c_z, r, ω, φ, u_x, u_y, u_z, w_x, w_y, w_z) for a compiled step that samples this circle
+        itself (its row of ``circle_sample`` without the ``on`` flag), or None when a subclass redefines
+        ``sample`` (its own maths then runs, sampled in Python)."""
         if type(self).sample is not Circle.sample or type(self).__call__ is not Circle.__call__:
             return None
-        return (self.cx, self.cy, self.cz, self.r, self.w, self.phase)
+        return (self.cx, self.cy, self.cz, self.r, self.w, self.phase, *self.axes[0], *self.axes[1])
 
     def sample(self, t: float) -> Sample:
         """(T_D, [v; 0], [a_D; 0]) at t [s]: the compiled ``circle_sample`` (models/_trajectory_kernels.py),
-        the one definition the compiled UK step samples as well."""
+        the one definition the compiled steps sample as well."""
         from cmstack.models._trajectory_kernels import circle_sample  # numba: imported on first use
 
         H = np.empty((4, 4))
         va = np.empty(12)
-        circle_sample(float(t), np.array((self.cx, self.cy, self.cz, self.r, self.w, self.phase)), H, va)
+        row = np.array(
+            (self.cx, self.cy, self.cz, self.r, self.w, self.phase, 1.0, *self.axes[0], *self.axes[1])
+        )
+        circle_sample(float(t), row, H, va)
         return Sample(pin.SE3(self.R, H[:3, 3].copy()), va[:6].copy(), va[6:].copy())
 
 

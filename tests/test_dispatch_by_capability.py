@@ -117,3 +117,44 @@ def test_circle_subclass_redefining_sample_is_not_sampled_as_a_circle(robot):
     b = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(raised, 0.1, 1.5), 400, 40))  # the same motion
     for t, q, v in _states():
         np.testing.assert_allclose(a(t, q, v), b(t, q, v), rtol=1e-9, atol=1e-9)
+
+
+class PlaneCircle:
+    """A user's circle in any plane, by its own NumPy code (sampled in Python every step)."""
+
+    def __init__(self, c, r, w, u, e):
+        self.c, self.r, self.w, self.u, self.e = np.asarray(c, float), r, w, np.asarray(u), np.asarray(e)
+
+    def __call__(self, t):
+        a = self.w * t
+        p = self.c + self.r * (np.cos(a) * self.u + np.sin(a) * self.e)
+        v = self.r * self.w * (-np.sin(a) * self.u + np.cos(a) * self.e)
+        acc = -self.r * self.w**2 * (np.cos(a) * self.u + np.sin(a) * self.e)
+        return pin.SE3(np.eye(3), p), np.r_[v, 0, 0, 0], np.r_[acc, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(normal=[0.0, 0.0, 1.0]), dict(normal=[0.3, -0.4, 0.8]), dict(axes=([0, 1, 1], [1, 0, 0]))]
+)
+def test_circle_in_any_plane_compiled_equals_python(robot, kw):
+    """A circle off the x–z plane is sampled inside the fused UK step (its row of ``tcirc`` on, with its axes)
+    and gives the torques of the generic step (Circle.sample in Python) and of the same circle written in
+    NumPy by the user (a Python-sampled trajectory)."""
+    circ = Circle(CENTER, 0.1, 1.5, **kw)
+    fused = _ctl(robot, FrameTask(robot, "yumi_link_7_l", circ, 400, 40))
+    generic = _ctl(
+        robot, FrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5, **kw), 400, 40), fused=False
+    )
+    user = _ctl(robot, FrameTask(robot, "yumi_link_7_l", PlaneCircle(CENTER, 0.1, 1.5, *circ.axes), 400, 40))
+    assert fused._plan is not None and generic._plan is None and user._plan is not None
+    for t, q, v in _states():
+        tau = fused(t, q, v)
+        np.testing.assert_allclose(tau, generic(t, q, v), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(tau, user(t, q, v), rtol=1e-9, atol=1e-9)
+    P = fused._plan
+    (k,) = [k for k, task in P.frame_tasks]
+    assert P.tcirc[k, 6] == 1.0 and not P.traj_tasks  # sampled in the kernel, not in Python
+    np.testing.assert_array_equal(P.tcirc[k, 7:], circ.axes.ravel())
+    # the kernel's target at the last step is the circle's sample there
+    T, vel, acc = circ(_states()[-1][0])
+    np.testing.assert_allclose(P.tgtH[k, :3, 3], T.translation, rtol=0, atol=1e-15)

@@ -76,6 +76,13 @@ def _ee_law(robot):
     return PIDC(robot, None, FrameTask(robot, "ee", circle, kp=400.0, kd=40.0, rows="position"))
 
 
+def _ee_law_horizontal(robot):
+    """The Delta's tool on a horizontal circle (normal +z), which the compiled step samples itself."""
+    p0 = robot.update(robot.q_initial, np.zeros(robot.nv)).frame("ee").p.copy()
+    circle = Circle(p0 - [0.03, 0.0, 0.0], 0.03, 2 * np.pi * 0.5, normal=[0.0, 0.0, 1.0])
+    return PIDC(robot, None, FrameTask(robot, "ee", circle, kp=400.0, kd=40.0, rows="position"))
+
+
 def _joint_law(robot, amplitude=0.2):
     act = robot.actuated_joints
     q0 = robot.q_initial[[robot.joint_index(j) for j in act]]
@@ -88,6 +95,7 @@ def _joint_law(robot, amplitude=0.2):
         ("mjcf/five_bar.xml", _ee_law, {3}),
         ("mjcf/four_bar.xml", _joint_law, {2}),
         ("mjcf/delta.xml", _ee_law, {12}),
+        ("mjcf/delta.xml", _ee_law_horizontal, {12}),
     ],
 )
 def test_rows_kernel_equals_numpy_step_on_a_closed_loop(model, law, ranks):

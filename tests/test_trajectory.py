@@ -63,6 +63,11 @@ def test_rn_derivatives(traj):
     "traj",
     [
         Circle([0.4, 0.2, 0.5], 0.12, 1.5, np.pi / 2, R=pin.rpy.rpyToMatrix(0.1, 0.2, 0.3)),
+        Circle([0.4, 0.2, 0.5], 0.12, 1.5, 0.3, normal=[0.0, 0.0, 1.0]),
+        Circle(
+            [0.1, -0.2, 0.7], 0.3, -2.5, 1.0, R=pin.rpy.rpyToMatrix(0.3, 0.0, 0.1), normal=[1.0, 2.0, -0.5]
+        ),
+        Circle([0.0, 0.0, 0.3], 0.05, 4.0, axes=([0.0, 1.0, 1.0], [1.0, 0.0, 0.0])),
         MinimumJerkSE3(
             pin.SE3(np.eye(3), np.array([0.3, 0.0, 0.4])),
             pin.SE3(pin.rpy.rpyToMatrix(0.5, -0.3, 1.2), np.array([0.5, 0.2, 0.1])),
@@ -123,6 +128,73 @@ def test_circle_is_the_thesis_circle_and_constant_targets():
     assert isinstance(f, FromFunction) and f(2.0).position[0] == 2.0
 
 
+def _old_xz_circle(c, r, w, ph, t):
+    """The x–z-only kernel's expressions before circles took a plane (bit-identity reference)."""
+    a = w * t + ph
+    ca, sa = np.cos(a), np.sin(a)
+    p = np.array([c[0] + r * ca, c[1], c[2] + r * sa])
+    v = np.array([-r * w * sa, 0.0, r * w * ca, 0.0, 0.0, 0.0])
+    acc = np.array([-r * w * w * ca, 0.0, -r * w * w * sa, 0.0, 0.0, 0.0])
+    return p, v, acc
+
+
+def test_circle_default_plane_is_bit_identical_to_the_xz_kernel():
+    """Without a plane, and with the x–z plane given as normal -y or as axes (x, z), the circle's numbers are
+    the former x–z kernel's bit for bit (including the signs of zeros)."""
+    c, r, w, ph = [0.436763, 0.185684, 0.512661], 0.12, 1.5, np.pi / 2
+    for circ in (
+        Circle(c, r, w, ph),
+        Circle(c, r, w, ph, normal=[0.0, -1.0, 0.0]),
+        Circle(c, r, w, ph, axes=([1.0, 0.0, 0.0], [0.0, 0.0, 1.0])),
+    ):
+        np.testing.assert_array_equal(circ.axes, [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+        for t in (0.0, 0.001, 0.37, 1.0, 2.5, 10.0):
+            T, vel, acc = circ(t)
+            for got, want in zip((T.translation, vel, acc), _old_xz_circle(c, r, w, ph, t)):
+                assert got.tobytes() == want.tobytes(), (t, got, want)
+    T, vel, _ = Circle(c, r, w, 0.0)(0.0)  # sin a = 0: the former -0.0 of v_x is kept
+    assert np.signbit(vel[0]) == np.signbit(-r * w * 0.0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(normal=[0.0, 0.0, 1.0]),
+        dict(normal=[0.0, 0.0, -2.0]),
+        dict(normal=[1.0, 0.0, 0.0]),
+        dict(normal=[0.3, -0.4, 0.8]),
+        dict(axes=([0.0, 1.0, 1.0], [2.0, 0.0, 0.0])),
+    ],
+)
+def test_circle_in_any_plane(kw):
+    """The circle lies in its plane (|p − c| = r, (p − c)·n = 0), starts at c + r (cos φ u + sin φ w), runs
+    counter-clockwise about n = u × w, and equals the NumPy formula p = c + r (cos a u + sin a w)."""
+    c, r, w, ph = np.array([0.3, -0.1, 0.6]), 0.2, 1.7, 0.4
+    circ = Circle(c, r, w, ph, **kw)
+    u, e = circ.axes
+    n = circ.normal
+    np.testing.assert_allclose(circ.axes @ circ.axes.T, np.eye(2), atol=1e-15)
+    if "normal" in kw:
+        nk = np.asarray(kw["normal"]) / np.linalg.norm(kw["normal"])
+        np.testing.assert_allclose(n, nk, atol=1e-15)
+    else:
+        a0, b0 = (np.asarray(x) / np.linalg.norm(x) for x in kw["axes"])
+        np.testing.assert_allclose(u, a0, atol=1e-15)
+        np.testing.assert_allclose(e, b0, atol=1e-15)
+    for t in (0.0, 0.3, 1.1, 2.9):
+        T, vel, acc = circ(t)
+        a = w * t + ph
+        d = T.translation - c
+        np.testing.assert_allclose(np.linalg.norm(d), r, rtol=1e-14)
+        assert abs(d @ n) < 1e-15
+        np.testing.assert_allclose(T.translation, c + r * (np.cos(a) * u + np.sin(a) * e), atol=1e-15)
+        np.testing.assert_allclose(vel[:3], r * w * (-np.sin(a) * u + np.cos(a) * e), atol=1e-15)
+        np.testing.assert_allclose(acc[:3], -r * w * w * (np.cos(a) * u + np.sin(a) * e), atol=1e-15)
+        assert np.cross(d, vel[:3]) @ n > 0  # counter-clockwise about n (ω > 0)
+    if kw.get("normal") == [0.0, 0.0, 1.0]:  # horizontal: from +x towards +y
+        np.testing.assert_allclose(circ.axes, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], atol=0)
+
+
 def test_world_function_round_trip():
     q0 = quat_exp(np.array([0.1, -0.2, 0.3]))
     ax = np.array([0.0, 0.6, 0.8])
@@ -157,6 +229,16 @@ def test_bad_input_is_refused():
         MinimumJerk([0.0], [1.0, 2.0], duration=1.0)
     with pytest.raises(ConfigError, match="center"):
         Circle([0.0, 1.0], 0.1, 1.0)
+    with pytest.raises(ConfigError, match="either normal= or axes="):
+        Circle([0.0, 1.0, 0.0], 0.1, 1.0, normal=[0, 0, 1], axes=([1, 0, 0], [0, 1, 0]))
+    with pytest.raises(ConfigError, match="not orthogonal"):
+        Circle([0.0, 1.0, 0.0], 0.1, 1.0, axes=([1, 0, 0], [1, 1, 0]))
+    with pytest.raises(ConfigError, match="normal must be a non-zero 3-vector"):
+        Circle([0.0, 1.0, 0.0], 0.1, 1.0, normal=[0, 0, 0])
+    with pytest.raises(ConfigError, match="non-zero"):
+        Circle([0.0, 1.0, 0.0], 0.1, 1.0, axes=([0, 0, 0], [0, 1, 0]))
+    with pytest.raises(ConfigError, match="two 3-vectors"):
+        Circle([0.0, 1.0, 0.0], 0.1, 1.0, axes=([1, 0], [0, 1]))
     with pytest.raises(ConfigError, match="matching"):
         Sinusoid([0.0, 1.0], [1.0, 2.0, 3.0], 1.0)
     with pytest.raises(ConfigError):
