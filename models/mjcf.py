@@ -35,6 +35,9 @@ form is probed against MuJoCo's own ``efc_pos`` (tests/test_mjcf_equality_probe.
   form, which needs site1 and site2.  body2 absent: the world.
 * ``joint``, ``tendon``, ``flex`` equalities: refused (no rigid-body loop).
 
+``<include file=...>`` is inlined before anything is read (``read_mjcf_tree``, MuJoCo's lookup: the main file's
+folder, then the including file's), so every part of this reading sees what MuJoCo compiles.
+
 The initial pose is the first ``<key qpos>`` if any, else qpos0 (zero: a joint ``ref`` other than 0 is
 refused); it is assembled (``Robot.assemble``); a loop that cannot close from it → ``ModelFileError`` naming
 the file and the loop.
@@ -78,6 +81,51 @@ def _floats(text: str | None, n: int, where: str) -> np.ndarray | None:
     if a.shape != (n,) or not np.all(np.isfinite(a)):
         raise ModelFileError(f"{where}: expected {n} finite numbers, got {text!r}")
     return a
+
+
+def _inline_includes(elem: ET.Element, including: Path, main: Path, seen: set[Path]) -> None:
+    """Replace (in place) every ``<include file=F>`` below ``elem`` by the children of F's root element, as
+    MuJoCo's parser does: F is looked up in the main file's folder first, then in the including file's folder
+    (MuJoCo 4.0, measured: both work, the main file's folder wins); a file is included once (MuJoCo: "already
+    included"), the main file counting as included; an ``<include>`` has no children."""
+    for child in list(elem):
+        if child.tag != "include":
+            _inline_includes(child, including, main, seen)
+            continue
+        where = f"MJCF {main}: <include> in {including.name}"
+        f = child.get("file")
+        if not f:
+            raise ModelFileError(f"{where} has no file attribute")
+        if len(child):
+            raise ModelFileError(f"{where} (file '{f}') has child elements; MuJoCo refuses them")
+        places = [Path(f)] if Path(f).is_absolute() else [main.parent / f, including.parent / f]
+        target = next((t for t in places if t.is_file()), None)
+        if target is None:
+            looked = " or ".join(dict.fromkeys(str(t.parent) for t in places))
+            raise ModelFileError(f"{where}: file '{f}' not found in {looked}")
+        key = target.resolve()
+        if key in seen:
+            raise ModelFileError(f"{where}: file '{f}' is already included; MuJoCo includes a file once")
+        seen.add(key)
+        try:
+            sub = ET.parse(target).getroot()
+        except ET.ParseError as exc:
+            raise ModelFileError(f"{where}: included file {target} is not well-formed XML: {exc}") from None
+        _inline_includes(sub, target, main, seen)
+        i = list(elem).index(child)
+        elem.remove(child)
+        for k, e in enumerate(list(sub)):
+            elem.insert(i + k, e)
+
+
+def read_mjcf_tree(path: Path) -> ET.Element:
+    """The root ``<mujoco>`` element of the MJCF at ``path`` with every ``<include>`` inlined
+    (``_inline_includes``): what every part of this loader reads."""
+    root = ET.parse(path).getroot()
+    if root.tag != "mujoco":
+        raise ModelFileError(f"MJCF {path}: the root element is <{root.tag}>, not <mujoco>")
+    _inline_includes(root, path, path, {path.resolve()})
+    return root
 
 
 def _wrapped_copy(root: ET.Element, path: Path) -> str:
@@ -246,18 +294,14 @@ def wrapped_mjcf(path: str | Path) -> str:
     path = Path(path)
     _check = _check_xml
     _check(path, "MJCF")
-    return _wrapped_copy(ET.parse(path).getroot(), path)
+    return _wrapped_copy(read_mjcf_tree(path), path)
 
 
 def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     """``Robot.from_mjcf``: see the module docstring."""
 
     _check_xml(path, "MJCF")
-    root = ET.parse(path).getroot()
-    if root.tag != "mujoco":
-        raise ModelFileError(f"MJCF {path}: the root element is <{root.tag}>, not <mujoco>")
-    if root.find(".//include") is not None:
-        raise ModelFileError(f"MJCF {path}: <include> is not supported by the MJCF loader; inline the file")
+    root = read_mjcf_tree(path)
     joints = _joints_in_order(root, path)
     names = [j.attrib["name"] for j in joints]  # (every joint has one: _joints_in_order)
     text = _wrapped_copy(ET.fromstring(ET.tostring(root)), path)
