@@ -7,10 +7,13 @@ three UK controllers on the same random states, interleaved step by step in one 
 
 * ``builtin``   ``FrameTask`` following ``Circle`` (sampled inside the compiled step);
 * ``subclass``  a ``FrameTask`` subclass that adds a method but keeps the row maths;
-* ``user_traj`` ``FrameTask`` following a user's plain-Python circle (sampled in Python each step).
+* ``user_traj`` ``FrameTask`` following a user's plain-Python circle (sampled in Python each step);
+* ``user_task`` the built-in layout plus a user-written ``Task`` (Python rows, no kernel) in the last level: its
+  rows come from its own ``qp_rows`` inside the compiled step, the other tasks stay compiled (issue 29).
 
 Printed: the median step of each (µs) and its ratio to ``builtin`` (medians over ``--repeat`` rounds), and
-for ``user_traj`` the user's own sampling cost (timed alone) and what the step adds around it.
+for ``user_traj`` and ``user_task`` the user's own cost (the trajectory's call, the task's ``qp_rows``, timed
+alone) and what the step adds around it.
 Results: bench/results/dispatch.json.  Never asserted in tests (tests/test_dispatch_by_capability.py
 checks that all three take the compiled step with the same torques)."""
 
@@ -51,18 +54,33 @@ def _controllers():
             acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
             return pin.SE3(np.eye(3), p), v, acc
 
+    from cmstack.models.coupling import ErrorDynamics, Task
+
+    class UserJointTask(Task):
+        """A user's task in plain NumPy: joint 0 held at 0.1 rad (e = q_d − q_0, w = −v_0, W = −e_0ᵀ)."""
+
+        def __init__(self, n):
+            self.name, self.kp, self.kd, self.rows, self.n = "user", 25.0, 10.0, slice(0, 1), n
+
+        def error_dynamics(self, kin, t):
+            W = np.zeros((1, self.n))
+            W[0, 0] = -1.0
+            return ErrorDynamics(W, np.zeros(1), -kin.v[:1], 0.1 - kin.q[:1])
+
     T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
     out = {}
     for name, make in (
         ("builtin", lambda r: FrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
         ("subclass", lambda r: MyFrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
         ("user_traj", lambda r: FrameTask(r, "yumi_link_7_l", UserCircle(CENTER, 0.1, 1.5), 400, 40)),
+        ("user_task", lambda r: FrameTask(r, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)),
     ):
         robot = Robot("urdf/yumi.urdf")
         c = RigidCoupling(robot, "yumi_link_7_l", "yumi_link_7_r", T_AB, 1000, 33)
+        extra = [(UserJointTask(robot.nv), 5.0)] if name == "user_task" else []
         ctl = UdwadiaKalabaController(
             robot,
-            levels=[[c], [(make(robot), 50.0), (PostureTask(robot, np.zeros(14), kp=4, kd=4), 1.0)]],
+            levels=[[c], [(make(robot), 50.0), (PostureTask(robot, np.zeros(14), kp=4, kd=4), 1.0)] + extra],
             limits=[],
             warn_free_dof=False,
         )
@@ -85,29 +103,39 @@ def main(argv=None) -> dict:
             ctl(t, q, v)
     rounds = []
     perf = time.perf_counter
+    traj = ctls["user_traj"].levels[1].tasks[0].trajectory  # the user's own code, timed beside the steps
+    uctl = ctls["user_task"]
+    utask = uctl._plan.py_tasks[0][2]
+    own = {"user_traj": [], "user_task": []}
     for _ in range(a.repeat):
         times = {n: [] for n in names}
+        ot = {n: [] for n in own}
         for t, q, v in states:
             for n in names:
                 t0 = perf()
                 ctls[n](t, q, v)
                 times[n].append(perf() - t0)
-        rounds.append({n: float(np.median(times[n])) * 1e6 for n in names})
-    med = {n: float(np.median([r[n] for r in rounds])) for n in names}
-    traj = ctls["user_traj"].levels[1].tasks[0].trajectory  # the user's own code, timed alone
-    tt = []
-    for _ in range(a.repeat):
-        t0 = perf()
-        for t, _q, _v in states:
+            t0 = perf()
             traj(t)
-        tt.append((perf() - t0) / len(states) * 1e6)
-    user_own = float(np.median(tt))
+            ot["user_traj"].append(perf() - t0)
+            kin = uctl.kin  # the snapshot the user's task read in that step
+            t0 = perf()
+            utask.qp_rows(kin, t)
+            ot["user_task"].append(perf() - t0)
+        rounds.append({n: float(np.median(times[n])) * 1e6 for n in names})
+        for n in own:
+            own[n].append(float(np.median(ot[n])) * 1e6)
+    med = {n: float(np.median([r[n] for r in rounds])) for n in names}
+    user_own = float(np.median(own["user_traj"]))
+    task_own = float(np.median(own["user_task"]))
     overhead = med["user_traj"] - med["builtin"] - user_own
     res = {
         "step_us_median": med,
         "ratio_to_builtin": {n: med[n] / med["builtin"] for n in names},
         "user_trajectory_own_us": user_own,
         "user_trajectory_overhead_us": overhead,
+        "user_task_own_us": task_own,
+        "user_task_step_minus_own_over_builtin": (med["user_task"] - task_own) / med["builtin"],
         "load_avg": os.getloadavg()[0],
         "steps": a.steps,
         "repeat": a.repeat,
@@ -120,6 +148,11 @@ def main(argv=None) -> dict:
     print(
         f"  the user's trajectory alone: {user_own:.1f} µs a call; what the step adds around it: "
         f"{overhead:.1f} µs (taking its (T, v, a) into the compiled step's buffers)"
+    )
+    print(
+        f"  the user's task alone (qp_rows): {task_own:.1f} µs a call; the step without it: "
+        f"{med['user_task'] - task_own:.1f} µs = "
+        f"{res['user_task_step_minus_own_over_builtin']:.2f}× the built-in step (target ≤ 1.2×)"
     )
     (results_dir() / "dispatch.json").write_text(json.dumps(res, indent=1))
     return res

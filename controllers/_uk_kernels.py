@@ -76,7 +76,9 @@ depends_on(
     __file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 )  # numba's cache does not see a change of a callee in another file
 
-COUPLING, FRAME, POSTURE, LOOP = 0, 1, 2, 3
+COUPLING, FRAME, POSTURE, LOOP, PYTHON = 0, 1, 2, 3, 4
+"""The row builders of ``task_rows``; PYTHON: a task whose rows its own Python wrote into Ab before the call
+(``uk_plan._FusedPlan.fill_python_rows``), left as they are."""
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
@@ -119,7 +121,8 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
     action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
     in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
-    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``."""
+    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``.
+    Kind ``PYTHON``: rows the task's own Python wrote before the call, skipped (its terr row is not written)."""
     task_rows_into(
         t,
         q,
@@ -148,6 +151,8 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
     np_ = pidx.shape[0]  # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
+        if kind == PYTHON:  # rows written by the task's own Python before the call
+            continue
         a, b, sc = tint[k, 1], tint[k, 2], tflt[k, 2]
         if kind == COUPLING:
             coupling_error(fvec[a], fJ[a], fvec[b], fJ[b], sel0, nsel, sc, Ab, row0, ed, R)
@@ -202,6 +207,21 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
             Ab[:, n],
             row0,
         )
+
+
+@njit(cache=True, inline="always")
+def python_rows(tint, tflt, pyab, Ab):
+    """The rows of the tasks of kind PYTHON into Ab: Ab[row0 + i] = sc pyab[off + i], i < nsel (tint[k] = [kind, ·, ·,
+    row0, ·, nsel, off, ·], sc = tflt[k, 2]: √ω above the last level, 1 in it), as the generic path scales a
+    level's rows."""
+    ncol = Ab.shape[1]
+    for k in range(tint.shape[0]):
+        if tint[k, 0] != PYTHON:
+            continue
+        row0, nsel, off, sc = tint[k, 3], tint[k, 5], tint[k, 6], tflt[k, 2]
+        for i in range(nsel):
+            for c in range(ncol):
+                Ab[row0 + i, c] = sc * pyab[off + i, c] if sc != 1.0 else pyab[off + i, c]
 
 
 @njit(cache=True, inline="always")
@@ -570,6 +590,10 @@ def passive_level(
     O_SCR,
     O_KEEP,
 ) = range(43)
+#: the rows of the tasks without a compiled row builder (kind PYTHON): a table of N_PYAB rows × (nv + 1), [A | b]
+#: unscaled as the task's own ``qp_rows`` gave them (``uk_plan._FusedPlan.fill_python_rows``), tint[k, 6] the
+#: task's first row in it; the step copies them, scaled by √ω, into its Ab
+O_PYAB, N_PYAB = 43, 44
 #: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi
 P_JOINTS = 4
 HEADER = 48
@@ -650,6 +674,8 @@ def uk_step(t, q, v, ptr, I, F, buf):
     ed = carray(_f64_at(f0 + 8 * osc), (4, width))
     Rs = carray(_f64_at(f0 + 8 * (osc + 4 * width)), (3, 3))
     task_rows_into(t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs)
+    if I[N_PYAB] > 0:
+        python_rows(tint, tflt, carray(_f64_at(f0 + 8 * I[O_PYAB]), (I[N_PYAB], n + 1)), Ab)
     npas = I[N_PAS]
     if npas == 0:
         st = kkt_solve(M, h, D, bv, Ab, tint, tflt, m, F[0], F[1], wk, out)

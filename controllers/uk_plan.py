@@ -14,6 +14,7 @@ from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+    from cmstack.models.robot import Kinematics
 
 
 def sample_frame_targets(traj_tasks: list, tgtH: np.ndarray, tgtVA: np.ndarray, t: float) -> None:
@@ -42,16 +43,20 @@ class _FusedPlan:
 
     @classmethod
     def build(cls, ctl: UdwadiaKalabaController) -> _FusedPlan | None:
-        """The plan, or None when some task has no compiled row builder (``Task.kernel_kind()`` is
-        None: a task of another kind, or a subclass that redefines its row maths), or numba is missing."""
+        """The plan, or None when numba is missing or the layout is one it does not compile.  A task without a
+        compiled row builder (``Task.kernel_kind()`` None: a user's task, or a subclass that redefines its row
+        maths) fills its own rows in Python (``task.qp_rows``) into the step's table while the others stay
+        compiled (``py_tasks``: the fallback is per task, not per step); not so a task with integral action around
+        such a task, nor one of the robot's loops (the closed-chain level reads compiled loop rows): those take
+        the generic path."""
+        loops = {id(c) for c in ctl.loops}
         for L in ctl.levels:
             for task in L.tasks:
                 inner = cls._inner(task)
-                if (
-                    inner is None
-                    or not callable(getattr(inner, "kernel_kind", None))
-                    or inner.kernel_kind() is None
-                ):
+                if inner is None:
+                    return None
+                kk = getattr(inner, "kernel_kind", None)
+                if (not callable(kk) or kk() is None) and (inner is not task or id(task) in loops):
                     return None
         if ctl._passive.size and not ctl.loops:
             return None  # passive joints without loops: the generic path (their rows are M_p v̇ = −h_p)
@@ -96,7 +101,8 @@ class _FusedPlan:
         pidx: list = []
         self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
         self.joint_trajs: list = []  # (entry, first, stop in pidx, task) of the joint trajectory tasks
-        row = 0
+        self.py_tasks: list = []  # (A, b views of the table pyab, task) of the tasks whose rows Python fills
+        row = n_py = 0
         bounds = []
         from cmstack.models._loop_kernels import KIND_CODES
 
@@ -106,9 +112,19 @@ class _FusedPlan:
             task = self._inner(outer)
             if task is not outer:
                 self.integrals.append((k, outer))
-            kind = task.kernel_kind()
+            kk = getattr(task, "kernel_kind", None)
+            kind = kk() if callable(kk) else None
             a = b = off = 0
             sel0, nsel = task.rows.start, task.dim
+            if kind is None:  # rows from the task's own Python (``fill_python_rows``)
+                kind, sel0, off = K.PYTHON, 0, n_py
+                self.py_tasks.append((n_py, n_py + nsel, task))
+                n_py += nsel
+                tint[k] = (kind, a, b, row, sel0, nsel, off, final)
+                tflt[k] = (0.0, 0.0, sc, w)
+                bounds.append((row, row + nsel))
+                row += nsel
+                continue
             if kind == 0:
                 a, b = slot(task.fB), slot(task.f2)
             elif kind == 1:
@@ -190,6 +206,7 @@ class _FusedPlan:
             ("ctol", 1),
             ("pwork", pw_f),
             ("scr", 4 * width + 9 + n),
+            ("pyab", n_py * (n + 1)),
         ]
         self.I = np.zeros(I_len, dtype=np.int64)
         self.F = np.zeros(2 + sum(k for _, k in F_sizes))
@@ -273,6 +290,7 @@ class _FusedPlan:
             off_i["lvl"],
             lvl.size,
         )
+        I[[K.O_PYAB, K.N_PYAB]] = off_f["pyab"], n_py
         I[[K.O_LSCALE, K.O_JC, K.O_CTOL, K.O_PWORK, K.O_PPIV, K.O_SCR, K.O_KEEP]] = (
             off_f["lscale"],
             off_f["Jc"],
@@ -310,6 +328,13 @@ class _FusedPlan:
         self.rank_tol = float(ctl.rank_tol)
         self.n_levels = lvl.size
         self.n_loop_rows = nl
+        # the Python rows' table: (A view, b view, task) of each task of kind PYTHON (``fill_python_rows``)
+        pyab = fview("pyab", (n_py, n + 1))
+        self.pyab = pyab
+        self._py_rows = (
+            self.py_tasks
+        )  # (first row in pyab, stop, task): the views made again after unpickling
+        self.py_tasks = [(pyab[i:j, :n], pyab[i:j, n], task) for i, j, task in self._py_rows]
         self.tflt = fview("tflt", (nt, 4))
         self.tflt[:] = tflt
         self.fplace = fview("fplace", (nf, 4, 4))
@@ -382,6 +407,8 @@ class _FusedPlan:
         for name, (tab, off, shape, strides) in self._table_views.items():
             T = getattr(self, tab)
             setattr(self, name, np.ndarray(shape, dtype=T.dtype, buffer=T, offset=off, strides=strides))
+        n = self.n
+        self.py_tasks = [(self.pyab[i:j, :n], self.pyab[i:j, n], task) for i, j, task in self._py_rows]
 
     def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
         """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
@@ -456,6 +483,20 @@ class _FusedPlan:
             for i, x in enumerate(task.trajectory(t)):  # (q_d, v_d, a_d), each broadcast to the joints
                 self.jref[i, off:stop] = x
         sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)
+
+    def fill_python_rows(self, kin: Kinematics, t: float) -> None:
+        """The rows of ``py_tasks`` at (kin, t), [A | b] = task.qp_rows(kin, t) (world axes, unscaled), into the
+        plan's table ``pyab``, which the step copies into its rows scaled by √ω (``_uk_kernels.python_rows``)."""
+        for A_tab, b_tab, task in self.py_tasks:
+            A, b = task.qp_rows(kin, t)
+            try:
+                A_tab[...] = A
+                b_tab[...] = b
+            except ValueError:
+                raise ValueError(
+                    f"task {getattr(task, 'name', task)!r}: qp_rows gave A of shape {np.shape(A)} and b of shape "
+                    f"{np.shape(b)}; its dim says {A_tab.shape} and {b_tab.shape}"
+                ) from None
 
     def pose_table(self, d) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""

@@ -1,7 +1,7 @@
 """The compiled UK step is chosen by what a task or trajectory does, not by its exact type (issue 22):
 a subclass of a built-in task that keeps its row maths, and a user-written trajectory, take the compiled
-step; a subclass that redefines the row maths or a circle that redefines its sampling runs its own maths
-(and the torques show it)."""
+step; a subclass that redefines the row maths (its rows from its own Python inside the compiled step) or a circle
+that redefines its sampling runs its own maths (and the torques show it)."""
 
 from __future__ import annotations
 
@@ -94,10 +94,17 @@ def test_subclass_redefining_the_maths_runs_its_own(robot):
     task = ShiftedFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40)
     assert task.kernel_kind() is None
     ctl = _ctl(robot, task)
-    assert ctl._plan is None  # the generic path, with the subclass's maths
+    # the compiled step, with this task's rows from its own Python (the fallback is per task: the coupling and the
+    # posture stay compiled); the same torques as the generic path
+    assert ctl._plan is not None and [x[2] for x in ctl._plan.py_tasks] == [task]
+    slow = _ctl(
+        robot, ShiftedFrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40), fused=False
+    )
     base = _ctl(robot, FrameTask(robot, "yumi_link_7_l", Circle(CENTER, 0.1, 1.5), 400, 40))
-    t, q, v = _states(1)[0]
-    assert not np.allclose(ctl(t, q, v), base(t, q, v))  # the shift is really applied
+    for t, q, v in _states():
+        tau = ctl(t, q, v)
+        np.testing.assert_allclose(tau, slow(t, q, v), rtol=1e-12, atol=1e-12 * np.max(np.abs(tau)))
+        assert not np.allclose(tau, base(t, q, v))  # the shift is really applied
 
 
 def test_user_trajectory_takes_the_compiled_step_with_the_same_torques(robot):
