@@ -49,8 +49,9 @@ Q_READY = [0, -0.785, 0, -2.356, 0, 1.571, 0.785]
 ELBOW_BOUND = -2.356 + 0.8
 
 
-def build(case: str, dt: float = 1e-3):
-    """(robot, plant, controller, coupling task or None) of one case (module docstring)."""
+def build(case: str, dt: float = 1e-3, without_limits: bool = False):
+    """(robot, plant, controller, coupling task or None) of one case (module docstring); ``without_limits``: the
+    same controller with ``limits=[]`` (the free step of the ratios)."""
     import pinocchio as pin
 
     from cmstack import (
@@ -111,14 +112,15 @@ def build(case: str, dt: float = 1e-3):
         levels = [[(task, 100.0), (posture, 1.0), GAUSS]]  # a bound that stops it an InfeasibleError)
     else:
         levels = [[box], [task], [posture]]
-    ctrl = UdwadiaKalabaController(robot, levels=levels, limits=limits)
+    ctrl = UdwadiaKalabaController(robot, levels=levels, limits=[] if without_limits else limits)
     # contacts off: the effort case's arms sag until the forearms touch (a contact no law here models)
     plant = plant_from_urdf(robot, q0=q0, sim_dt=dt, contacts=False)
     return robot, plant, ctrl, box
 
 
-def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -> dict:
-    """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling."""
+def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True, record: bool = False) -> dict:
+    """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling; ``record``: also
+    the states (t, q, v) the controller was called on (``states``)."""
     from cmstack import simulate
     from cmstack.models.errors import InfeasibleError
 
@@ -149,12 +151,17 @@ def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True) -
             return ctrl.errors(kin, t)
 
         def __call__(self, t, q, v, kin=None):
+            if record:
+                states.append((t, q.copy(), v.copy()))
             c0 = time.thread_time_ns()
             tau = call(t, q, v, kin)
             cpu.append((time.thread_time_ns() - c0) * 1e-3)
             return tau
 
+    states: list = []
     out: dict = {"case": case, "error": ""}
+    if record:
+        out["states"] = states
     gc_was = gc.isenabled()
     if not gc_on:  # as the fixed-rate loop runs (cmstack rt): no collection inside a step
         gc.collect()
@@ -290,6 +297,97 @@ def run_inactive(which: str, duration: float, rounds: int = 3) -> dict:
         "binding_steps": bound,
         "steps": len(times[0]),
         "target_ratio": 1.25,
+    }
+
+
+def _floor_solver(shape_key, H, A, C, qp_settings):
+    import proxsuite
+
+    qp = proxsuite.proxqp.dense.QP(H.shape[0], 0 if A is None else A.shape[0], 0 if C is None else C.shape[0])
+    st = qp.settings
+    st.eps_abs, st.eps_rel, st.verbose = qp_settings.eps_abs, 0.0, False
+    st.max_iter, st.max_iter_in = qp_settings.max_iter, qp_settings.max_iter_in
+    if shape_key[-1]:  # feasible_start: as controllers/qp.py sets it
+        st.eps_primal_inf = 1e-14
+    return qp
+
+
+def run_binding(case: str, duration: float) -> dict:
+    """The binding step against its free step and its floor (issue 30 item 5).  A closed loop of ``case`` gives
+    the states (and the coupling error, level 1); then each state is stepped in turn by the controller without
+    limits (the free step), by a fresh controller with the limits (the binding step), each timed by its thread's
+    CPU time (the machine is shared: wall time counts the other processes' preemptions; the binding step's wall
+    median is reported beside),
+    and the QPs that step handed ProxSuite are solved again by persistent ProxSuite ``dense.QP`` objects outside
+    the stack, one per problem shape, built once, updated in place and warm-started from the previous step's
+    solution (the floor: what the QPs alone cost).  Ratios of the medians: binding / free (target ≤ 6) and
+    binding / (free + floor) (target ≤ 1.5); worst CPU target ≤ 1 ms."""
+    import proxsuite
+
+    loop = run_case(case, duration, record=True)
+    states = loop.pop("states")
+    free = build(case, without_limits=True)[2]
+    lim = build(case)[2]
+    trace: list = []
+    lim._qp.trace = trace
+    qp_settings = lim._qp
+    warm = proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
+    floor_qps: dict = {}
+    t_free, t_lim, t_floor, w_lim, paths, step_paths = [], [], [], [], {}, []
+    clock, cpu = (
+        time.perf_counter_ns,
+        time.thread_time_ns,
+    )  # CPU time: a shared machine preempts the wall clock
+    for t, q, v in states:
+        c0 = cpu()
+        free(t, q, v)
+        c1 = cpu()
+        w0 = clock()
+        lim(t, q, v)
+        w1 = clock()
+        c2 = cpu()
+        t_free.append(c1 - c0)
+        t_lim.append(c2 - c1)
+        w_lim.append(w1 - w0)
+        paths[lim.info.path] = paths.get(lim.info.path, 0) + 1
+        step_paths.append(lim.info.path)
+        c3 = cpu()
+        for k, H, g, A, b, C, l, u, rho in trace:
+            qp = floor_qps.get(k)
+            if qp is None:
+                qp = floor_qps[k] = _floor_solver(k, H, A, C, qp_settings)
+                qp.init(H, g, A, b, C, l, u, rho=rho, mu_in=qp_settings.mu_in)
+                qp.solve()
+                qp.settings.initial_guess = warm
+            else:
+                qp.update(H, g, A, b, C, l, u, update_preconditioner=False, rho=rho, mu_in=qp_settings.mu_in)
+                qp.solve()
+        t_floor.append(cpu() - c3)
+        trace.clear()
+    us = 1e-3
+    # the binding steps (a QP solved), but the first (it made the solvers)
+    sel = np.flatnonzero(np.array([p in ("qp", "sequential") for p in step_paths]))
+    sel = sel[sel > 0]
+    tf, tl, tq, wl = (np.asarray(x, dtype=float)[sel] * us for x in (t_free, t_lim, t_floor, w_lim))
+    mf, ml, mq = float(np.median(tf)), float(np.median(tl)), float(np.median(tq))
+    return {
+        "case": case,
+        "free_us": mf,
+        "binding_us": ml,
+        "binding_p99_us": float(np.quantile(tl, 0.99)),
+        "binding_cpu_max_us": float(tl.max()),
+        "binding_wall_median_us": float(np.median(wl)),
+        "loop_cpu_max_us": loop["cpu_us_max"],
+        "floor_qp_us": mq,
+        "binding_ratio": ml / mf,
+        "floor_ratio": ml / (mf + mq),
+        "coupling_max_m": loop["coupling_max_m"],
+        "paths": paths,
+        "error": loop["error"],
+        "binding_steps": int(tl.size),
+        "target_binding_ratio": 6.0,
+        "target_floor_ratio": 1.5,
+        "target_cpu_max_us": 1000.0,
     }
 
 

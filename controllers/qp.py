@@ -118,6 +118,8 @@ class BoundedQP:
         self._qps: dict = {}
         self._cold: dict = {}  # solver objects reused for cold starts, by shape
         self.cold_retries = 0
+        #: when a list: every solve appends (shape key, H, g, A, b, C, l, u, ρ) as given to ProxSuite (scaled)
+        self.trace: list | None = None
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
         qp = _PQ.dense.QP(n, n_eq, n_in)
@@ -230,6 +232,12 @@ class BoundedQP:
                     np.nan_to_num(us, neginf=-1e20, posinf=1e20),
                 )
         k = (key, n, n_eq, n_in, feasible_start)
+        if (
+            self.trace is not None
+        ):  # the problems as ProxSuite gets them (bench/limits.py's floor replays them)
+            self.trace.append(
+                (k, *(None if a is None else np.array(a) for a in (Hs, gs, As, bs, Cs, ls, us)), rho)
+            )
         qp = self._qps.get(k) if warm else None
         iters = 0
         res = None

@@ -649,6 +649,17 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                     st = 1
                     break
         warn = not self._warned and self.warn_free_dof
+        if P.absorbed and st == 1 and not warn:
+            # a limit is hit: the strict path on the kernel's rows (the generic path's layout: every task level
+            # above Gauss, √ω-scaled; H = M, r = −(h + D v)) instead of the tasks' rows made again in Python
+            self.info.cold_retries = 0
+            E, f, rows, final_rows = P.views(Ab, buf)
+            sw = P.absorbed_sqrt_w
+            A = np.vstack([a for a, _, _ in final_rows]) * sw[:, None]
+            b = np.concatenate([b for _, b, _ in final_rows]) * sw
+            rows = rows + [(A, b)]
+            E, f = np.vstack([E, A]), np.concatenate([f, b])
+            return self._finish(kin, hD, kin.M, -hD, E, f, rows, [], t, None, None, "", None, violated=True)
         if P.absorbed and (st != 0 or warn):
             # limits, rank loss, first-step warning: the strict path (st == 1: the strict KKT solution, exact
             # when it exists, already violates a limit, so the generic path need not solve it again)
