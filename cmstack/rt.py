@@ -125,8 +125,33 @@ def _settings(args):
     return drv, LoopSettings(fifo=args.fifo, cpu=cpus[0])
 
 
-def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controller, **kw):
-    """The ``LOOP_OVERRIDE`` of an rt run: :func:`run_rt` at ``rate``, its Run kept in ``runs``."""
+def orphan_record(out: Path, run) -> None:
+    """What the driver process writes when the controller process (this one) died during the run:
+    timing.json and rt_timing.npz (the cycles run, the status and the reason) and metrics.json's
+    reason (the log's parts are written by ``run_rt``)."""
+    from cmstack.sim.metrics import write_metrics
+
+    timing = timing_report(run)
+    save_timing(out, run, timing, plots=False)
+    try:
+        scenario = json.loads((out / "metrics.json").read_text()).get("scenario")
+    except (OSError, ValueError):
+        scenario = None
+    write_metrics(
+        out / "metrics.json",
+        {
+            "scenario": scenario,
+            "ok": False,
+            "reason": f"{timing['reason']}; the log so far is .log.npz.parts/ (cmstack view and read_log "
+            "read it), the timing timing.json",
+            "error_kind": "run",
+        },
+    )
+
+
+def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controller, out=None, **kw):
+    """The ``LOOP_OVERRIDE`` of an rt run: :func:`run_rt` at ``rate``, its Run kept in ``runs``; ``out``:
+    the run directory (where the driver leaves the record if this process dies)."""
     from cmstack.sim.rt_loop import run_rt
 
     dt = kw.pop("control_dt")
@@ -152,6 +177,7 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
         transport=transport,
         on_start=start,
         on_loop_end=runs.append,
+        on_orphan=None if out is None else partial(orphan_record, out),
         **kw,
     )  # kept before the replay, which a Ctrl-C may cut short
 
@@ -322,6 +348,7 @@ def summary_lines(timing: dict) -> list[str]:
 
 def cmd_rt(args) -> int:
     from cmstack.scenarios._common import (
+        EXIT_FAILED,
         EXIT_INTERRUPTED,
         EXIT_TARGET_MISSED,
         EXIT_USAGE,
@@ -363,7 +390,7 @@ def cmd_rt(args) -> int:
         no_plots=args.no_plots,
     )
     runs: list = []
-    token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop, args.transport))
+    token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop, args.transport, out=out))
     try:
         code = execute(name, mod.run, ns, defaults=defaults)
     finally:
@@ -372,7 +399,9 @@ def cmd_rt(args) -> int:
         return code
     run = runs[-1]
     closed = None
-    interrupted = code == EXIT_INTERRUPTED  # timing.json still written, no reference run, no plot
+    # interrupted, or failed (a driver or controller that died or raised): timing.json still written (the
+    # cycles done, the status and the reason), no reference run, no plot
+    interrupted = code in (EXIT_INTERRUPTED, EXIT_FAILED)
     if not args.no_compare and not interrupted and (out / "metrics.json").is_file():
         print("in-process reference run (same config and duration) ...", flush=True)
         try:

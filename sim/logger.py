@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -656,6 +657,40 @@ def _raw_chunks(path: Path, shape: tuple, dtype, n: int, rows: int = 65536):
             if not b:
                 return
             yield np.frombuffer(b, dtype=dtype).reshape(-1, *shape)
+
+
+def _savez(fh: IO[bytes], arrays: dict) -> None:
+    np.savez(fh, **arrays)
+
+
+def write_parts(
+    path: str | Path, series: dict[str, np.ndarray], meta: dict[str, Any], rows_per_part: int
+) -> list[Path]:
+    """Write ``series`` (equal numbers of rows) as checkpoint parts of the log ``path`` (``log.npz``
+    or its run directory), ``rows_per_part`` rows each, numbered after the parts already there, with
+    ``meta`` in each: what a process that holds a run's rows but not its Logger (the driver of
+    ``cmstack rt`` after its controller died) leaves for :func:`read_log` and ``cmstack view``.  Each
+    part is atomic.  Returns the parts written."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "log.npz"
+    n = len(next(iter(series.values()), ()))
+    if any(len(x) != n for x in series.values()):
+        raise ValueError(
+            f"write_parts: series of unequal lengths { ({k: len(x) for k, x in series.items()}) }"
+        )
+    d = parts_dir(path)
+    d.mkdir(exist_ok=True)
+    first = len(_part_files(path)) + 1
+    step = max(1, int(rows_per_part))
+    out = []
+    for j, a in enumerate(range(0, n, step)):
+        arrays = {k: np.asarray(x[a : a + step]) for k, x in series.items()}
+        for k, v in meta.items():
+            arrays.setdefault(k, np.asarray(v))
+        arrays["__series__"] = np.array(list(series))
+        out.append(atomic_write(d / f"{first + j:06d}.npz", partial(_savez, arrays=arrays), fsync=False))
+    return out
 
 
 def assemble(path: str | Path, compress: bool = True) -> Path:

@@ -247,9 +247,14 @@ def drive(
     settings: DriverSettings,
     disturbances: Sequence[Disturbance] = (),
     sensed: Sequence[str] = (),
+    controller_pid: int | None = None,
 ) -> dict[str, Any]:
     """The driver's loop (run in the driver process; returns the report's fields).  ``sensed``: arrays of
-    ``plant.data`` published with each state (read with it, after the step that produced it)."""
+    ``plant.data`` published with each state (read with it, after the step that produced it).
+    ``controller_pid``: the controller process, this process's parent (default: the parent now); on
+    every miss (and while waiting for the first command) the driver checks that it is still its
+    parent: a dead controller stops the robot at once (the brake; status "stopped", the reason naming
+    it, ``controller_died`` set in the fields) instead of after ``max_misses``."""
     dt = settings.dt
     n_sub = substeps(dt, plant.dt)
     st, cmd = link.state, link.command
@@ -278,6 +283,18 @@ def drive(
     out: dict[str, Any] = dict(
         status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1
     )
+    # the controller process is this one's parent (forked): once it is gone, getppid() changes
+    parent = os.getppid() if controller_pid is None else controller_pid
+    getppid = os.getppid
+
+    def controller_gone(k: int, t: float) -> str | None:
+        if getppid() == parent:
+            return None
+        out["controller_died"] = True
+        return (
+            f"the controller process (pid {parent}) died (killed?) after answering cycle {held_answer} "
+            f"(seen at cycle {k}, t = {t:.4f} s)"
+        )
 
     def apply(t: float, k: int) -> None:
         plant.set_torque(tau)
@@ -301,9 +318,16 @@ def drive(
     if measured:
         q_c[0], v_c[0] = q, v
     give_up = w + settings.start_timeout_s
+    held_answer = -1
     while True:
         if read() >= 0 and cmd.answers == 0 and cmd.seq > 0:
             break
+        gone = controller_gone(0, t)
+        if gone is not None:
+            out.update(status="stopped", reason=f"{gone}, before the first command")
+            link.set_driver_status(rt.STOPPED, rt.CONTROLLER_DIED)
+            log.header[0] = 1
+            return out
         if link.stop_requested:
             out.update(status="stopped", reason="the controller side asked to stop before the first cycle")
             link.set_driver_status(rt.STOPPED, rt.CONTROLLER_REQUEST)
@@ -358,7 +382,13 @@ def drive(
             consecutive += 1
             out["max_consecutive_misses"] = max(out["max_consecutive_misses"], consecutive)
             ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 1
-            if consecutive >= settings.max_misses:
+            gone = controller_gone(k, t)
+            if gone is not None:
+                end = min(
+                    end,
+                    stop(k, rt.CONTROLLER_DIED, f"{gone}: robot stopped with a damping brake"),
+                )
+            elif consecutive >= settings.max_misses:
                 end = min(
                     end,
                     stop(
@@ -380,8 +410,8 @@ def drive(
                     f"(t = {t:.4f} s): robot stopped with a damping brake",
                 ),
             )
-        log.header[0] = k + 1
         apply(t, k)
+        log.header[0] = k + 1  # (after the row is complete: a reader of a killed driver's log)
         if k >= end:
             break
         plant.step(n_sub)
@@ -400,6 +430,7 @@ def _child(
     disturbances: Sequence[Disturbance],
     sensed: Sequence[str],
     conn: Connection,
+    on_orphan: Callable[[dict[str, Any], DriverLog], None] | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (stop request)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -425,10 +456,43 @@ def _child(
         )
     out["saturated"] = int(getattr(plant, "saturated", 0))
     out["setup"] = setup
+    if out.pop("controller_died", False):  # nobody to report to: leave the record, release the link
+        _orphaned(out, log, link, on_orphan)
+        conn.close()
+        return
     try:
         conn.send(out)
     finally:
         conn.close()
+
+
+def _orphaned(
+    out: dict[str, Any],
+    log: DriverLog,
+    link: Link,
+    on_orphan: Callable[[dict[str, Any], DriverLog], None] | None,
+) -> None:
+    """The driver's end when its controller process died: ``on_orphan(fields, log)`` writes the record
+    (``run_rt``: the log's parts, timing.json), then the transport is closed and, being a copy of the
+    owner's, its shared-memory block unlinked and unregistered from the resource tracker (which would
+    otherwise warn of a leaked segment and remove it).  Each step is tried whatever the one before did;
+    one line on stderr says what happened."""
+    import gc
+    import sys
+
+    gc.enable()
+    wrote = ""
+    if on_orphan is not None:
+        try:
+            on_orphan(out, log)
+            wrote = "; its record is written"
+        except Exception as exc:  # the link is released all the same
+            wrote = f"; its record could not be written ({type(exc).__name__}: {exc})"
+    try:
+        link.close()
+    except Exception:
+        pass
+    print(f"rt driver: {out['reason']}{wrote}", file=sys.stderr, flush=True)
 
 
 def state_index(plant: Plant) -> tuple[np.ndarray, np.ndarray] | None:
@@ -462,9 +526,13 @@ class DriverProcess:
         settings: DriverSettings,
         disturbances: Sequence[Disturbance] = (),
         sensed: Sequence[str] = (),
+        on_orphan: Callable[[dict[str, Any], DriverLog], None] | None = None,
     ) -> DriverProcess:
         """Fork the driver for ``plant`` on ``link``; ``sensed``: arrays of ``plant.data`` it publishes with
-        each state (the transport must have room for them: its ``ns``)."""
+        each state (the transport must have room for them: its ``ns``).  ``on_orphan(fields, log)`` is
+        called in the driver process when this (the controller) process died during the run, after
+        the brake, with the report's fields and the driver's log: what is left of the run is written
+        there (:func:`_orphaned`)."""
         settings.check()
         ns = sum(a.size for a in sensor_views(plant.data, sensed))
         if ns != getattr(link.state, "ns", 0):
@@ -481,7 +549,7 @@ class DriverProcess:
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=_child,
-            args=(plant, link, log, n_cycles, settings, tuple(disturbances), tuple(sensed), child),
+            args=(plant, link, log, n_cycles, settings, tuple(disturbances), tuple(sensed), child, on_orphan),
             name="cmstack-rt-driver",
             daemon=True,
         )
@@ -502,16 +570,31 @@ class DriverProcess:
             self.proc.kill()
             self.proc.join()
         if out is None:
-            out = dict(
-                status="failed",
-                reason=f"the driver process ended without a report (exit code {self.proc.exitcode})",
-                misses=0,
-                max_consecutive_misses=0,
-                overruns=0,
-                slip_s=0.0,
-                stop_cycle=-1,
-                saturated=0,
-                setup=[],
-            )
+            out = self._died()
         out.pop("traceback", None)
+        out.pop("controller_died", None)
         return DriverReport(cycles=self.log.cycles, log=self.log, **out)
+
+    def _died(self) -> dict[str, Any]:
+        """The report of a driver that ended without one (killed, crashed): what its log says."""
+        code = self.proc.exitcode
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code is not None and code < 0 and -code in signal.valid_signals()
+            else f"exit code {code}"
+        )
+        n = self.log.cycles
+        miss = self.log["miss"].astype(bool)
+        runs = np.diff(np.flatnonzero(np.diff(np.r_[0, miss, 0]))) if miss.any() else np.zeros(0, int)
+        where = f"after cycle {n - 1} (t = {self.log['t'][-1]:.4f} s)" if n else "before its first cycle"
+        return dict(
+            status="failed",
+            reason=f"the driver process (pid {self.proc.pid}) ended without a report {where}: {how}",
+            misses=int(miss.sum()),
+            max_consecutive_misses=int(runs[::2].max()) if runs.size else 0,
+            overruns=0,
+            slip_s=0.0,
+            stop_cycle=-1,
+            saturated=0,
+            setup=[],
+        )

@@ -34,6 +34,7 @@ import dataclasses
 import gc
 import json
 import os
+import shutil
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -49,26 +50,33 @@ from cmstack.models.errors import ConfigError, StackError
 from cmstack.sim import interrupt
 from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
-from cmstack.sim.logger import Logger
+from cmstack.sim.logger import Logger, write_parts
 from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup, sensor_views
 from cmstack.sim.rt_transport import TRANSPORTS, Link
 from cmstack.sim.runner import Disturbance, Run, substeps
 
 
 class RtError(StackError):
-    """The real-time loop could not run (no state from the driver, the driver failed)."""
+    """The real-time loop could not run (no state from the driver, the driver failed or died)."""
+
+
+class DriverDied(RtError):
+    """The driver process ended without a word (killed, crashed) while the loop waited for a state."""
 
 
 @dataclass
 class LoopSettings:
     """spin_s: the last part of each wait spent spinning; warmup: cycles before the steady state (the
-    GC and allocation figures are taken from there on); timeout_s: no new state for this long (after the
-    first) ends the loop with an error; cpu / fifo / fifo_priority: as ``DriverSettings``;
-    gc_off: disable and freeze the GC during the loop; capture_info: record ``controller.info``'s
-    plain fields per cycle."""
+    GC and allocation figures are taken from there on); dead_after_periods: once a state is this many
+    periods overdue, each check of the wait also asks whether the driver process still runs (a dead
+    one ends the loop at once: :class:`DriverDied`; a live one that stalls is waited for);
+    timeout_s: no new state for this long (after the first) ends the loop with an error;
+    cpu / fifo / fifo_priority: as ``DriverSettings``; gc_off: disable and freeze the GC during the
+    loop; capture_info: record ``controller.info``'s plain fields per cycle."""
 
     spin_s: float = 3e-4
     warmup: int = 200
+    dead_after_periods: float = 2.0
     timeout_s: float = 2.0
     start_timeout_s: float = 30.0
     cpu: int | None = None
@@ -84,7 +92,10 @@ class LoopReport:
     ``latency_us`` (state published → τ sent), ``compute_us`` (the controller call), ``wake_us`` (state
     published → the call starts).  ``cycles``: states answered; ``read_failures``; ``gc_collections``
     during the whole loop; ``gc_gen0_growth`` and ``traced_growth_bytes`` (None when tracemalloc was
-    off) from the end of warm-up to the end."""
+    off) from the end of warm-up to the end.  ``ended_by``: what ended the loop (the driver's status,
+    "interrupted", "driver died", "controller error", "timeout"); ``last_state_wall``: the publication
+    time of the last state read (``perf_counter``); ``driver_lost_after_s``: when the driver died, how
+    long after that state its death was seen."""
 
     cycles: int = 0
     read_failures: int = 0
@@ -93,6 +104,8 @@ class LoopReport:
     traced_growth_bytes: int | None = None
     steady_cycles: int = 0
     ended_by: str = ""
+    last_state_wall: float = float("nan")
+    driver_lost_after_s: float = float("nan")
     setup: list[str] = field(default_factory=list)
     latency_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     compute_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -127,17 +140,57 @@ def _info_fields(info: object) -> list[tuple[str, Any]]:
     return out
 
 
-def capture_buffer(value: Any, n_cycles: int) -> np.ndarray:
+def record_array(
+    records: Path | None, name: str, shape: tuple[int, ...], dtype: Any, fill: float
+) -> np.ndarray:
+    """A preallocated array of ``shape`` and ``dtype`` filled with ``fill``: in memory, or with
+    ``records`` (a directory) a shared mapping of the file ``records/<name>.npy`` (a ``.npy`` file any
+    process can open with ``np.load``), every page written now (no page fault later): the rows the
+    loop writes reach the page cache as they are written, and survive a ``kill -9`` of this process."""
+    if records is None:
+        return np.full(shape, fill, dtype=dtype)
+    safe = "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
+    mm = np.lib.format.open_memmap(records / f"{safe}.npy", mode="w+", dtype=dtype, shape=shape)
+    mm[...] = fill
+    return mm.view(np.ndarray)  # (a plain array over the same mapping: the hot path as in memory)
+
+
+def capture_buffer(value: Any, n_cycles: int, records: Path | None = None, name: str = "info") -> np.ndarray:
     """A preallocated per-cycle buffer for one field of ``controller.info`` whose first value is ``value``,
     in a compact type: uint8 for booleans, int64 for integers (0 until recorded), float32 for real values
-    (7 significant digits; NaN until recorded)."""
+    (7 significant digits; NaN until recorded); with ``records``, the file ``records/<name>.npy``
+    (:func:`record_array`)."""
     kind = np.asarray(value).dtype.kind
     shape = (n_cycles, *np.shape(value))
     if kind == "b":
-        return np.zeros(shape, dtype=np.uint8)
+        return record_array(records, name, shape, np.uint8, 0)
     if kind in "iu":
-        return np.zeros(shape, dtype=np.int64)
-    return np.full(shape, np.nan, dtype=np.float32)
+        return record_array(records, name, shape, np.int64, 0)
+    return record_array(records, name, shape, np.float32, np.nan)
+
+
+def read_loop_records(records: str | Path) -> LoopReport:
+    """The :class:`LoopReport` a controller loop streamed to ``records`` (``control_loop(records=…)``),
+    read back by another process (the driver, after the controller process died): the per-cycle
+    arrays (``latency_us``, ``compute_us``, ``wake_us``, ``info__*``, ``error__*``) and the cycles
+    answered; a file left half-made by the kill is skipped."""
+    d = Path(records)
+    rep = LoopReport(ended_by="controller process died")
+    for f in sorted(d.glob("*.npy")):
+        try:
+            a = np.load(f, mmap_mode="r")
+        except (OSError, ValueError):
+            continue
+        name = f.stem
+        if name == "loop":
+            rep.cycles = int(a[0])
+        elif name in ("latency_us", "compute_us", "wake_us"):
+            setattr(rep, name, np.asarray(a))
+        elif name.startswith("info__"):
+            rep.info[name[6:]] = np.asarray(a)
+        elif name.startswith("error__"):
+            rep.errors[name[7:]] = np.asarray(a)
+    return rep
 
 
 def _captured(buf: np.ndarray, row: int) -> Any:
@@ -158,6 +211,8 @@ def control_loop(
     is_alive: Callable[[], bool] | None = None,
     errors: bool = False,
     sense_into: Sequence[np.ndarray] = (),
+    report: LoopReport | None = None,
+    records: Path | None = None,
 ) -> LoopReport:
     """Answer the driver's states with ``controller`` until the driver ends (done or stopped) or the
     run is interrupted (SIGINT/SIGTERM: the driver is asked to stop).  ``is_alive``: whether the driver
@@ -165,7 +220,14 @@ def control_loop(
     t)`` per cycle after the send (a :class:`ReportsErrors` controller; ``LoopReport.errors``).
     ``sense_into``: flat arrays (views of the plant data a SensesPlant controller reads) that receive,
     in order, the sensor values published with each state, before the controller is called.  A
-    controller exception asks the driver to stop and propagates."""
+    controller exception asks the driver to stop and propagates.  ``report``: the LoopReport to fill
+    (the caller then has the cycles recorded however the loop ends, an exception included).
+    ``records``: a directory where the per-cycle arrays are made as files (:func:`record_array`: the
+    rows are in the page cache as soon as written, read back by :func:`read_loop_records` if this
+    process dies), with ``loop.npy`` holding the number of states answered.
+    A driver that stops publishing: once the state is ``dead_after_periods`` overdue, ``is_alive()``
+    is asked at each check of the wait (every 1024 spins); a dead driver raises :class:`DriverDied`
+    there, a few periods after its last state; one that lives is waited for up to ``timeout_s``."""
     s = settings or LoopSettings()
     sensed, i0 = [], 0
     for dst in sense_into:  # (views of the local copy, made once)
@@ -176,12 +238,15 @@ def control_loop(
             f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}"
         )
     reporter = controller if errors and isinstance(controller, ReportsErrors) else None
-    rep = LoopReport(setup=realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller"))
+    rep = report if report is not None else LoopReport()
+    rep.setup = realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller")
     st, cmd = link.state, link.command
     perf, sleep, yield_cpu = time.perf_counter, time.sleep, os.sched_yield
-    lat = np.full(n_cycles, np.nan, dtype=np.float32)  # µs: float32 keeps 0.01 µs below 100 ms
-    comp = np.full(n_cycles, np.nan, dtype=np.float32)
-    wake = np.full(n_cycles, np.nan, dtype=np.float32)
+    # µs: float32 keeps 0.01 µs below 100 ms
+    lat = record_array(records, "latency_us", (n_cycles,), np.float32, np.nan)
+    comp = record_array(records, "compute_us", (n_cycles,), np.float32, np.nan)
+    wake = record_array(records, "wake_us", (n_cycles,), np.float32, np.nan)
+    answered = record_array(records, "loop", (1,), np.int64, 0)  # states answered (for a reader)
     rep.latency_us, rep.compute_us, rep.wake_us = lat, comp, wake
     capture: list[tuple[str, np.ndarray]] = []
     seen = 0
@@ -202,6 +267,7 @@ def control_loop(
     try:
         last_seq, last_wall, i = 0, perf(), 0
         due_timeout = s.start_timeout_s
+        dead_after = s.dead_after_periods * dt
         while True:
             # ---- wait for a new state: sleep, then spin on the sequence counter
             due = last_wall + dt
@@ -216,9 +282,16 @@ def control_loop(
                 if spins & 1023 == 0:
                     if link.driver_status not in running:
                         break
-                    if perf() - due > due_timeout:
-                        if is_alive is not None and not is_alive():
-                            raise RtError("the driver process ended without a word (killed?)")
+                    over = perf() - due
+                    if over > dead_after and is_alive is not None and not is_alive():
+                        rep.driver_lost_after_s = perf() - last_wall
+                        rep.ended_by = "driver died"
+                        raise DriverDied(
+                            f"the driver process ended without a word (killed?): no state for "
+                            f"{rep.driver_lost_after_s * 1e3:.1f} ms after its last one"
+                        )
+                    if over > due_timeout:
+                        rep.ended_by = "timeout"
                         raise RtError(f"no new state from the driver for {due_timeout:g} s")
                     if interrupt.requested() is not None:
                         break
@@ -236,6 +309,7 @@ def control_loop(
             last_seq = seq
             k = int(st.local[0])
             wall = st.local[2]
+            rep.last_state_wall = wall
             # ---- the controller's step, on copies (a law may keep the arrays it is given)
             for dst, src in sensed:
                 np.copyto(dst, src)
@@ -246,12 +320,14 @@ def control_loop(
                 # before the first answer, which the driver waits for before its clock starts: the
                 # arrays (n_cycles rows each) are allocated and touched outside the timed run
                 for name, val in _info_fields(controller.info):
-                    capture.append((name, capture_buffer(val, n_cycles)))
+                    capture.append((name, capture_buffer(val, n_cycles, records, f"info__{name}")))
                 rep.info = dict(capture)
             if i == 0 and reporter is not None:
                 for group in reporter.errors(reporter.kin, st.local[1]):
                     for name, e in group.items():
-                        rep.errors[name] = np.full((n_cycles, np.size(e)), np.nan)
+                        rep.errors[name] = record_array(
+                            records, f"error__{name}", (n_cycles, np.size(e)), np.float64, np.nan
+                        )
             if i == 0:
                 c1 = perf()  # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
@@ -261,6 +337,7 @@ def control_loop(
                 comp[k] = (c1 - c0) * 1e6
                 wake[k] = (c0 - wall) * 1e6
             seen += 1
+            answered[0] = seen
             if reporter is not None and k < n_cycles:
                 for group in reporter.errors(reporter.kin, st.local[1]):
                     for name, e in group.items():
@@ -284,10 +361,13 @@ def control_loop(
                 break
             if interrupt.requested() is not None:
                 link.request_stop()
-    except BaseException:
+    except BaseException as exc:
         link.request_stop()
+        if not rep.ended_by:
+            rep.ended_by = f"error ({type(exc).__name__})"
         raise
     finally:
+        rep.cycles = seen
         if i >= s.warmup:
             rep.gc_gen0_growth = gc.get_count()[0] - gen0
             if tracing:
@@ -376,6 +456,10 @@ class RtResult:
             "traced_growth_bytes": L.traced_growth_bytes,
             "steady_cycles": L.steady_cycles,
             "loop_ended_by": L.ended_by,
+            "stop_cycle": d.stop_cycle,
+            "driver_lost_after_last_state_ms": (
+                L.driver_lost_after_s * 1e3 if np.isfinite(L.driver_lost_after_s) else None
+            ),
             "torque_saturations": d.saturated,
             "setup": self.setup + d.setup + L.setup,
             "log_bytes_per_cycle": {"driver": d.log.bytes_per_cycle, "controller": L.bytes_per_cycle},
@@ -427,6 +511,7 @@ def run_rt(
     transport: str = "shm",
     on_loop_end: Callable[[RtRun], None] | None = None,
     on_start: Callable[[], None] | None = None,
+    on_orphan: Callable[[RtRun], None] | None = None,
 ) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
@@ -446,7 +531,20 @@ def run_rt(
     called when both processes are done, before the replay (which a Ctrl-C may cut short);
     ``on_start()`` once everything is checked, just before the driver process starts.
     A :class:`SensesPlant` controller must name the ``plant.data`` arrays it reads (``sensed_data``): it is
-    given this process's plant, whose arrays the loop refreshes from each published state."""
+    given this process's plant, whose arrays the loop refreshes from each published state.
+
+    **What a crash leaves.**  With a ``log`` that checkpoints to a run directory (``Logger(checkpoint=
+    DIR/log.npz)``, every scenario run's), the loop's per-cycle records are files in ``DIR/.rt/``
+    (:func:`record_array`), in the page cache as each cycle writes them.  A driver that dies (``kill
+    -9``, a crash) is seen a few periods after its last state (:class:`DriverDied`, naming its pid, the
+    signal and the cycle); the cycles it ran (its log is a shared mapping) are then replayed into
+    ``log`` as after a normal run, ``on_loop_end`` is called, and the error is raised.  A controller
+    exception likewise (the driver brakes first).  A controller process that dies is seen by the driver
+    at its next miss: it brakes, then, in the driver process, writes the cycles run as checkpoint parts
+    of ``log`` (:func:`~cmstack.sim.logger.write_parts`: t, q, v, tau, plant_qpos, plant_qvel and the
+    ``controller.info`` fields captured at each applied torque's step, read back from ``.rt/``), calls
+    ``on_orphan(run)`` (the run's ``rt`` built from both sides' records: ``cmstack rt`` writes timing.json
+    there), and unlinks the shared memory."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     sensed: tuple[str, ...] = ()
@@ -481,17 +579,38 @@ def run_rt(
     reports = task_errors and isinstance(controller, ReportsErrors)
     model = getattr(controller, "robot", None)
     posthoc = reports and callable(getattr(model, "update", None))  # errors from the model, after the loop
+    ckpt = getattr(log, "checkpoint_path", None)
+    records = None if ckpt is None else Path(ckpt).parent / ".rt" / "controller"
+    if records is not None:
+        shutil.rmtree(records.parent, ignore_errors=True)  # (a previous run's, in the same directory)
+        records.mkdir(parents=True)
+
+    def orphaned(fields: dict, dlog) -> None:  # in the driver process, its controller process dead
+        report = DriverReport(cycles=dlog.cycles, log=dlog, **fields)
+        loop_rep = read_loop_records(records) if records is not None else LoopReport()
+        loop_rep.ended_by = "controller process died"
+        res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=loop_rep, transport=transport)
+        res.steps = report.cycles
+        if ckpt is not None:
+            write_parts(ckpt, orphan_series(report, loop_rep), dict(log.meta), max(1, round(ds.rate_hz)))
+        if on_orphan is not None:
+            on_orphan(res)
+        if records is not None:
+            shutil.rmtree(records.parent, ignore_errors=True)
+
     link = TRANSPORTS[transport](nq, nv, ns=sum(a.size for a in sense_into))
     proc = None
+    rep = LoopReport()  # filled by the loop however it ends
+    failure: BaseException | None = None
     w0 = time.perf_counter()
     try:
         if on_start is not None:
             on_start()
         if isinstance(controller, SensesPlant):
             controller.attach_plant(plant)  # this process's plant, its sensed arrays kept current
-        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances, sensed)
+        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances, sensed, on_orphan=orphaned)
         try:
-            rep = control_loop(
+            control_loop(
                 link,
                 controller,
                 n_cycles,
@@ -500,7 +619,11 @@ def run_rt(
                 is_alive=proc.proc.is_alive,
                 errors=reports and not posthoc,
                 sense_into=sense_into,
+                report=rep,
+                records=records,
             )
+        except Exception as exc:  # (the cycles done are kept: replayed below, then it is raised)
+            failure = exc
         finally:
             report = proc.finish(timeout_s=max(10.0, ds.brake_s + 5.0))
         res.wall_s = time.perf_counter() - w0
@@ -509,12 +632,50 @@ def run_rt(
             proc.proc.kill()
         link.close()
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
+    if isinstance(failure, DriverDied):  # the driver's own account of its end, and when it was seen
+        failure = DriverDied(
+            f"{report.reason}; seen {rep.driver_lost_after_s * 1e3:.1f} ms after its last state"
+        )
+        report.reason = str(failure)
+    elif failure is not None and report.status != "failed":
+        report.reason += f" (the controller side failed: {type(failure).__name__}: {failure})"
+    elif failure is None and report.status == "failed":
+        failure = RtError(f"rt run failed: {report.reason}")
     if on_loop_end is not None:
         on_loop_end(res)
-    if report.status == "failed":
-        raise RtError(f"rt run failed: {report.reason}")
-    _replay(res, report, rep, plant, controller, record, model if posthoc else None)
+    try:  # what was run is logged, also when the run failed (the log then ends where it did)
+        _replay(res, report, rep, plant, controller, record, model if posthoc else None)
+    except Exception:
+        if failure is None:
+            raise
+    finally:
+        if records is not None:  # (the arrays stay mapped: rt_timing.npz is written from them)
+            shutil.rmtree(records.parent, ignore_errors=True)
+    if failure is not None:
+        raise failure
     return res
+
+
+def orphan_series(report: DriverReport, loop: LoopReport) -> dict[str, np.ndarray]:
+    """The log of a run whose controller process died, from the driver's log and the controller's
+    streamed records: per driver cycle k, ``t``, ``q``, ``v`` (published), ``tau`` (applied),
+    ``plant_qpos``, ``plant_qvel`` and each captured ``controller.info`` field at the step whose torque
+    was applied at k (``answers[k]``; NaN while braking or before any answer), as the replay logs them."""
+    L = report.log
+    out = {
+        k: np.asarray(L[src], dtype=float) for k, src in (("t", "t"), ("q", "q"), ("v", "v"), ("tau", "tau"))
+    }
+    out["plant_qpos"], out["plant_qvel"] = np.asarray(L["qpos"]), np.asarray(L["qvel"])
+    n = report.cycles
+    ans = np.asarray(L["answers"], dtype=np.int64)
+    for name, buf in loop.info.items():
+        if name in out or buf.ndim == 0:
+            continue
+        ok = (ans >= 0) & (ans < len(buf))
+        x = np.full((n, *buf.shape[1:]), np.nan)
+        x[ok] = buf[ans[ok]]
+        out[name] = x
+    return out
 
 
 def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record, model=None) -> None:

@@ -48,7 +48,7 @@ N_CONTROL = 8
 STARTING, RUNNING, STOPPED, DONE, FAILED = 0, 1, 2, 3, 4
 STATUS_NAMES = {STARTING: "starting", RUNNING: "running", STOPPED: "stopped", DONE: "done", FAILED: "failed"}
 #: stop reasons (control word C_STOP_REASON)
-NO_STOP, MISSES, CONTROLLER_REQUEST, DRIVER_ERROR = 0, 1, 2, 3
+NO_STOP, MISSES, CONTROLLER_REQUEST, DRIVER_ERROR, CONTROLLER_DIED = 0, 1, 2, 3, 4
 
 
 #: what a closed transport's record views point to instead of the block
