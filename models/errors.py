@@ -17,6 +17,11 @@ class ModelFileError(StackError):
     breaks the triangle inequality of the principal moments)."""
 
 
+class ModelFileWarning(UserWarning):
+    """A model file read as written but not as its author probably meant: e.g. its initial pose is not
+    assembled, and closing its loops moved joints far from it."""
+
+
 class FrameNotFoundError(StackError):
     """A frame, body or joint name does not exist in the model."""
 

@@ -419,6 +419,63 @@ def as_constraint(c: object) -> Any:
     return c
 
 
+_REVOLUTE = {"JointModelRX", "JointModelRY", "JointModelRZ", "JointModelRevoluteUnaligned"}
+
+
+def joint_ranges(robot: Robot) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, revolute) per velocity index: the position range of each 1-DoF joint (rad or m; ±inf where the
+    model has none: Pinocchio's lowerPositionLimit/upperPositionLimit, i.e. the MJCF ``range`` of a limited joint,
+    the URDF ``<limit>``) and whether it is a hinge.  A joint with nq ≠ 1 or nv ≠ 1 gets (−inf, inf), not a
+    hinge."""
+    model = robot.model
+    lo, hi = np.full(model.nv, -np.inf), np.full(model.nv, np.inf)
+    rev = np.zeros(model.nv, dtype=bool)
+    for j in range(1, model.njoints):
+        jm = model.joints[j]
+        if jm.nq == 1 and jm.nv == 1:
+            a, b = float(model.lowerPositionLimit[jm.idx_q]), float(model.upperPositionLimit[jm.idx_q])
+            lo[jm.idx_v] = a if np.isfinite(a) and a > -1e8 else -np.inf  # (URDF continuous: ±1e9)
+            hi[jm.idx_v] = b if np.isfinite(b) and b < 1e8 else np.inf
+            rev[jm.idx_v] = jm.shortname() in _REVOLUTE
+    return lo, hi, rev
+
+
+def v_names(robot: Robot) -> list[str]:
+    """The joint name of each velocity index (a joint with nv > 1 names each of its columns)."""
+    model = robot.model
+    out = [""] * model.nv
+    for j in range(1, model.njoints):
+        jm = model.joints[j]
+        for k in range(jm.nv):
+            out[jm.idx_v + k] = model.names[j]
+    return out
+
+
+def _bounded_step(J: np.ndarray, phi: np.ndarray, q: np.ndarray, free: np.ndarray, lo, hi) -> np.ndarray:
+    """The Newton step dq of ``assemble`` inside the box lo ≤ q + dq ≤ hi: dq_F = −J_F⁺ φ on the free joints F;
+    a joint that this step would take out of its range is set on the bound it crosses, leaves F, and the others'
+    step is solved again for the linearised residual φ + J_k dq_k (an active set, at most one pass per joint).
+    With every range inactive it is the plain step −J⁺φ."""
+    F = free.copy()
+    dq = np.zeros(q.size)
+    r = phi
+    for _ in range(q.size + 1):
+        idx = np.flatnonzero(F)
+        if idx.size == 0:
+            break
+        step = -(svd_rank(J[:, idx], rtol=1e-10).pinv() @ r)
+        trial = q[idx] + step
+        out = (trial < lo[idx]) | (trial > hi[idx])
+        if not out.any():
+            dq[idx] = step
+            break
+        k = idx[out]
+        dq[k] = np.clip(trial[out], lo[k], hi[k]) - q[k]
+        r = r + J[:, k] @ dq[k]
+        F[k] = False
+    return dq
+
+
 def assemble(
     robot: Robot,
     q_guess: ArrayLike,
@@ -428,11 +485,15 @@ def assemble(
     max_iter: int = 50,
     fixed: Sequence[str] = (),
 ) -> np.ndarray:
-    """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given): Newton's
-    iteration q ← q − J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad).  J⁺ drops singular values
-    below 1e-10·σ₁ (a planar point closure's empty row).  Raises ``InfeasibleError`` naming the loop with
-    the largest residual when it does not converge within ``max_iter`` steps.  ``fixed``: joints held at
-    their value in ``q_guess`` (their columns of J are left out), e.g. the actuated joints at a reference."""
+    """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given) inside the joints'
+    ranges: Newton's iteration q ← q + dq, dq = −J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad), each
+    step kept in the ranges lo ≤ q ≤ hi (``joint_ranges``; a joint the step would take out is held on that bound
+    for the step, the others solved again: ``_bounded_step``; the guess is first clipped into the ranges).  J⁺
+    drops singular values below 1e-10·σ₁ (a planar point closure's empty row).  A hinge without a range ends
+    within π of its guess (a multiple of 2π removed: φ is unchanged).  Raises ``InfeasibleError`` naming the loop
+    with the largest residual, and the joints held on a range limit, when it does not converge within
+    ``max_iter`` steps.  ``fixed``: joints held at their value in ``q_guess`` (their columns of J are left out),
+    e.g. the actuated joints at a reference."""
     loops = list(robot.loops if loops is None else loops)
     q = np.array(q_guess, dtype=float)
     if q.shape != (robot.nq,) or not np.all(np.isfinite(q)):
@@ -443,6 +504,9 @@ def assemble(
     free = np.ones(robot.nv, dtype=bool)
     for name in fixed:
         free[robot.joint_index(name)] = False
+    lo, hi, rev = joint_ranges(robot)
+    q0 = q.copy()
+    q[free] = np.clip(q[free], lo[free], hi[free])
     best = (math.inf, q)
     for _ in range(max_iter + 1):
         phi = cs.phi(q)
@@ -450,18 +514,34 @@ def assemble(
         if r < best[0]:
             best = (r, q.copy())
         if r <= tol:
+            wrap = free & rev & np.isinf(lo) & np.isinf(hi)
+            q[wrap] -= 2.0 * np.pi * np.round((q[wrap] - q0[wrap]) / (2.0 * np.pi))
             return q
-        J = cs.jacobian(q)
-        q[free] -= svd_rank(J[:, free], rtol=1e-10).pinv() @ phi
+        q += _bounded_step(cs.jacobian(q), phi, q, free, lo, hi)
         if not np.all(np.isfinite(q)):
             break
     res = cs.residuals(best[1])
     k = int(np.argmax(res))
     c = cs.closures[k]
+    qb = best[1]
+    J = cs.jacobian(qb)[cs.slices[k]]
+    held = [
+        i
+        for i in range(robot.nv)
+        if free[i] and np.any(J[:, i] != 0.0) and (qb[i] <= lo[i] + 1e-9 or qb[i] >= hi[i] - 1e-9)
+    ]
+    names = v_names(robot)
+    at = ", ".join(
+        f"{names[i]} = {qb[i]:.4g} {'rad' if rev[i] else 'm'} (range [{lo[i]:.4g}, {hi[i]:.4g}])"
+        for i in held
+    )
     raise InfeasibleError(
         f"loop '{c.name}' ({c.kind}, {c.frame_a} ~ {c.frame_b}) of {robot.label} cannot be "
-        f"closed near the given configuration: residual {res[k]:.3g} (m or rad) after "
-        f"{max_iter} Newton steps; start closer to an assembled pose"
+        f"closed near the given configuration"
+        + (" inside the joint ranges" if held else "")
+        + f": residual {res[k]:.3g} (m or rad) after {max_iter} Newton steps"
+        + (f" with joints at their range limits: {at}; widen the ranges or" if held else ";")
+        + " start closer to an assembled pose"
     )
 
 

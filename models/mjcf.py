@@ -134,11 +134,10 @@ def _wrapped_copy(root: ET.Element, path: Path) -> str:
     wb = root.find("worldbody")
     if wb is None:
         raise ModelFileError(f"MJCF {path} has no <worldbody>")
-    tops = [e for e in wb if e.tag in ("body", "frame")]
-    if not tops:
+    if not any(e.tag in ("body", "frame") for e in wb):
         raise ModelFileError(f"MJCF {path}: <worldbody> has no <body>: nothing moves")
     wrap = ET.Element("body", name=WRAPPER)
-    for e in tops:
+    for e in [e for e in wb if e.tag in ("body", "frame")]:
         wb.remove(e)
         wrap.append(e)
     wb.append(wrap)
@@ -258,6 +257,35 @@ def _closure(robot, e: ET.Element, name: str, path: Path, pose):
     )
 
 
+def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
+    """Add the named sites Pinocchio's parser dropped (those of ``<worldbody>`` itself, of a joint-less body) as
+    frames, where MuJoCo's compiler puts them: its ``site_pos``/``site_quat`` in its body's frame (MuJoCo reads
+    every orientation form, ``euler`` with the compiler's ``eulerseq`` and ``angle`` included), that body being
+    the universe or a body frame of the model.  MuJoCo compiles the file only when such a site exists."""
+    wb = root.find("worldbody")
+    names = [s.get("name") for s in (wb.iter("site") if wb is not None else ()) if s.get("name")]
+    missing = [n for n in names if not robot.model.existFrame(n)]
+    if not missing:
+        return
+    import mujoco
+
+    try:
+        mj = mujoco.MjModel.from_xml_path(str(path))
+    except Exception as exc:
+        raise ModelFileError(
+            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
+        ) from None
+    for n in missing:
+        sid = mj.site(n).id
+        b = int(mj.site_bodyid[sid])
+        parent = "universe" if b == 0 else mj.body(b).name
+        if b != 0 and not robot.model.existFrame(parent):
+            continue  # a body Pinocchio merged away: an equality naming the site is refused as not a frame
+        quat = mj.site_quat[sid]
+        place = pin.SE3(pin.Quaternion(quat[0], quat[1], quat[2], quat[3]).matrix(), mj.site_pos[sid].copy())
+        robot.add_frame(n, parent, place)
+
+
 def _loops(robot, root: ET.Element, path: Path) -> None:
     model = robot.model
     data = model.createData()
@@ -341,6 +369,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     key = root.find("keyframe/key")
     if key is not None and key.get("qpos") is not None:
         robot.q_initial = _floats(key.get("qpos"), len(names), f"MJCF {path}: keyframe qpos")
+    _dropped_sites(robot, root, path)
     _loops(robot, root, path)
     if robot.loops:
         robot.q_initial = robot._assemble_initial(f"MJCF {path}")

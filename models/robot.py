@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -605,15 +606,38 @@ class Robot:
 
         return load_mjcf_robot(cls, resolve_asset(path))
 
+    #: how far (rad or m) closing the loops may move a joint from the file's pose without a warning
+    ASSEMBLY_WARN = 0.05
+
     def _assemble_initial(self, source) -> np.ndarray:
-        """``q_initial`` closed by ``assemble``; a loop that cannot close → ``ModelFileError`` naming the
-        file and the loop (one line)."""
-        from cmstack.models.errors import InfeasibleError
+        """``q_initial`` closed by ``assemble`` inside the joint ranges; a loop that cannot close there →
+        ``ModelFileError`` naming the file, the loop and the joints held on their limits (one line); a joint
+        moved more than ``ASSEMBLY_WARN`` (0.05 rad or m) from the file's pose → one ``ModelFileWarning`` line
+        naming the file, the loops and the joints with their moves."""
+        from cmstack.models.errors import InfeasibleError, ModelFileWarning
+        from cmstack.models.loops import ClosureSet, joint_ranges, v_names
 
         try:
-            return self.assemble(self.q_initial)
+            q = self.assemble(self.q_initial)
         except InfeasibleError as exc:
             raise ModelFileError(f"{source}: {exc} (from the file's initial pose)") from None
+        d = pin.difference(self.model, self.q_initial, q)
+        big = np.flatnonzero(np.abs(d) > self.ASSEMBLY_WARN)
+        if big.size:
+            _, _, rev = joint_ranges(self)
+            names = v_names(self)
+            cs = ClosureSet(self.loops)
+            J = cs.jacobian(q)
+            loops = [c.name for c, s in zip(cs.closures, cs.slices) if np.any(J[s][:, big] != 0.0)]
+            moves = ", ".join(f"{names[i]} {d[i]:+.3g} {'rad' if rev[i] else 'm'}" for i in big)
+            hint = "a <keyframe> qpos" if str(source).startswith("MJCF") else "an initial configuration"
+            warnings.warn(
+                f"{source}: closing loop(s) {loops} moved joint(s) more than {self.ASSEMBLY_WARN} rad or m from "
+                f"the file's pose: {moves}; the file's pose is not assembled (give it {hint} that is)",
+                ModelFileWarning,
+                stacklevel=4,
+            )
+        return q
 
     def assemble(
         self, q_guess: ArrayLike | None = None, *, tol: float = 1e-12, max_iter: int = 50

@@ -1,10 +1,10 @@
 """MJCF equalities read as MuJoCo reads them (issue 33 item 6): a probe against MuJoCo's own residual.
 
 For every form of ``<connect>`` and ``<weld>`` (weld with/without ``relpose``, with/without ``anchor``, to the
-world, torquescale 0 and 2, the site form; connect's body and site forms) a small MJCF is built, read by
-``Robot.from_mjcf``, and at random configurations MuJoCo's constraint residual of that equality (``data.efc_pos``,
-rows with ``efc_type == mjCNSTR_EQUALITY`` and ``efc_id`` = the equality, after ``mj_forward``) is compared with
-the closure's φ(q) (MuJoCo's qpos mapped to Pinocchio's q by joint name).
+world, torquescale 0 and 2, the site form; connect's body and site forms; sites of <worldbody>) a small MJCF
+is built, read by ``Robot.from_mjcf``, and at random configurations MuJoCo's constraint residual of that
+equality (``data.efc_pos``, rows with ``efc_type == mjCNSTR_EQUALITY`` and ``efc_id`` = the equality, after
+``mj_forward``) is compared with the closure's φ(q) (MuJoCo's qpos mapped to Pinocchio's q by joint name).
 
 What is compared (MuJoCo: ``engine_core_constraint.c``, ``mj_instantiateEquality``):
 
@@ -38,6 +38,7 @@ BODIES = """
   <option jacobian="dense"><flag contact="disable" gravity="disable"/></option>
   <default><joint damping="0.1"/></default>
   <worldbody>
+    <site name="w0" pos="0.5 0.1 0.4" euler="0.1 0.2 0.3"/>
     <body name="base" pos="0.1 0.2 0.3" euler="0.2 -0.1 0.3">
       <joint name="j0" type="hinge" axis="0 0 1"/>
       <inertial pos="0 0 0" mass="1" diaginertia="0.01 0.01 0.01"/>
@@ -101,6 +102,9 @@ FORMS = {
     "connect_body": '<connect name="e" body1="arm" body2="tip" anchor="0.05 -0.02 0.1"/>',
     "connect_body_world": '<connect name="e" body1="tip" anchor="0.05 -0.02 0.1"/>',
     "connect_sites": '<connect name="e" site1="s1" site2="s2"/>',
+    # a site of <worldbody> (Pinocchio's parser drops it; the loader adds it where MuJoCo compiles it)
+    "weld_world_site": '<weld name="e" site1="s2" site2="w0"/>',
+    "connect_world_site": '<connect name="e" site1="w0" site2="s2"/>',
 }
 TS = {"weld_torquescale2": 2.0, "weld_sites_torquescale2": 2.0, "weld_torquescale0": 0.0}
 
@@ -116,6 +120,9 @@ def _mujoco_rows(m, d, robot, q):
     return d.efc_pos[rows].copy(), J[:, cols]
 
 
+@pytest.mark.filterwarnings(
+    "ignore::cmstack.models.errors.ModelFileWarning"
+)  # (poses not assembled in the file)
 @pytest.mark.parametrize("form", list(FORMS))
 def test_closure_residual_is_mujocos(form, tmp_path):
     p = tmp_path / f"{form}.xml"
