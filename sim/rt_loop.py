@@ -616,7 +616,7 @@ def run_rt(
                 n_cycles,
                 control_dt,
                 ls,
-                is_alive=proc.proc.is_alive,
+                is_alive=proc.is_alive,
                 errors=reports and not posthoc,
                 sense_into=sense_into,
                 report=rep,

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cmstack.models.errors import ConfigError
 from cmstack import campaign as C
+from cmstack.models.errors import ConfigError
 
 DATA = Path(__file__).parent / "campaign_data"
 

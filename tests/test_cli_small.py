@@ -239,8 +239,8 @@ def test_campaign_plots_have_units_and_threshold_lines(tmp_path, monkeypatch):
 
 
 def test_campaign_spec_units_and_thresholds_are_checked(tmp_path):
-    from cmstack.models.errors import ConfigError
     from cmstack import campaign as C
+    from cmstack.models.errors import ConfigError
 
     for f in ("toy.py", "toy.toml"):
         (tmp_path / f).write_text((Path(__file__).parent / "campaign_data" / f).read_text())

@@ -225,3 +225,19 @@ def test_controller_killed_the_driver_brakes_and_writes_the_record(tmp_path, tra
     np.testing.assert_allclose(L["ts"][answered], L["t"][ans[answered]], atol=1e-9)
     assert np.all(np.isnan(L["ts"][~answered])) and L["err"].shape == (t["cycles"], 2)
     assert not (run.out / ".rt").exists()
+
+
+def test_process_ending_tells_a_live_process_from_a_killed_one():
+    """process_ending (what both sides ask of the other): False for a live process (this one, a
+    sleeping child), True once it is sent SIGKILL (zombie or not yet torn down) and once reaped."""
+    from cmstack.sim.rt_driver import process_ending
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not process_ending(os.getpid()) and not process_ending(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        assert process_ending(child.pid)  # pending SIGKILL, exiting, or a zombie: never "alive"
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert process_ending(child.pid)  # reaped: no /proc entry
