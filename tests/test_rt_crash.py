@@ -241,3 +241,49 @@ def test_process_ending_tells_a_live_process_from_a_killed_one():
         child.kill()
         child.wait(timeout=30)
     assert process_ending(child.pid)  # reaped: no /proc entry
+
+
+CONTROLLER_RAISES = """
+import json, numpy as np
+from pathlib import Path
+from cmstack.sim.logger import Logger
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.rt_loop import run_rt
+from cmstack.sim.rt_driver import DriverSettings
+exec(compile(Path("probe.py").read_text(), "probe.py", "exec"))   # XML and the PD law of the probe
+Path("two.xml").write_text(XML)
+plant = MujocoPlant("two.xml", ["j1", "j2"])
+plant.reset(np.zeros(2))
+class Fails(PD):
+    n = 0
+    def __call__(self, t, q, v):
+        self.n += 1
+        if self.n == 400:
+            raise FloatingPointError("the law diverged")
+        return super().__call__(t, q, v)
+log, seen = Logger(), []
+try:
+    run_rt(plant, Fails(), duration=5.0, control_dt=1e-3, log=log, on_loop_end=seen.append,
+           driver=DriverSettings(max_misses=100_000))
+    raised = None
+except FloatingPointError as exc:
+    raised = str(exc)
+rt = seen[0].rt
+print(json.dumps(dict(raised=raised, rows=len(log), cycles=rt.driver.cycles, status=rt.driver.status,
+                      reason=rt.driver.reason, ended_by=rt.loop.ended_by, answered=rt.loop.cycles,
+                      t_last=float(log.arrays()["t"][-1]))))
+"""
+
+
+def test_a_controller_exception_keeps_the_cycles_run(tmp_path):
+    """A controller that raises mid-run: the driver brakes, the cycles run are replayed into the log (was:
+    an empty log), on_loop_end sees the run, and the exception is raised afterwards."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    r = subprocess.run(
+        [sys.executable, "-c", CONTROLLER_RAISES], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    o = json.loads(r.stdout.strip().splitlines()[-1])
+    assert o["raised"] == "the law diverged" and o["ended_by"] == "error (FloatingPointError)"
+    assert o["answered"] == 399 and o["status"] == "stopped" and "FloatingPointError" in o["reason"]
+    assert o["rows"] == o["cycles"] >= 400 and o["t_last"] == pytest.approx((o["cycles"] - 1) * 1e-3)
