@@ -49,12 +49,18 @@ class StateError(StackError):
 class SensorFault(StateError):
     """A measurement the loop cannot use: an encoder frame that admits no loop closure (a jump, a dead encoder),
     a reconstruction of the passive joints that does not converge in its budget, a branch flip, a singular loop.
-    ``kind`` names it (one of ``models/estimator.py: FAULTS``), ``joint`` the encoder at fault when there is one."""
+    ``kind`` names it (one of ``models/estimator.py: FAULTS``), ``joint`` the encoder at fault when there is one,
+    ``t`` the time of the frame [s] when the loop knows it (sim/sensors.py sets it)."""
 
     def __init__(self, kind: str, message: str, joint: str | None = None):
         super().__init__(message)
         self.kind = kind
         self.joint = joint
+        self.t: float | None = None
+
+    def fields(self) -> dict:
+        """The fault for metrics.json: fault, fault_joint, fault_t."""
+        return {"fault": self.kind, "fault_joint": self.joint, "fault_t": self.t}
 
 
 def check_finite(name: str, x: object, where: str = "") -> None:

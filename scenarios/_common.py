@@ -35,7 +35,14 @@ import numpy as np
 import tomli_w
 import tomllib
 
-from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StackError
+from cmstack.models.errors import (
+    ConfigError,
+    FrameNotFoundError,
+    JointMapError,
+    ModelFileError,
+    SensorFault,
+    StackError,
+)
 from cmstack.sim import interrupt
 from cmstack.sim.logger import Logger, atomic_write
 from cmstack.sim.metrics import format_table, with_contract, write_metrics
@@ -339,6 +346,7 @@ def _failure(out: Path, name: str, exc: BaseException, logger: Logger | None, ki
             "reason": _one_line(exc),
             "error": f"{type(exc).__name__}: {exc}",
             "error_kind": kind,
+            **(exc.fields() if isinstance(exc, SensorFault) else {}),
         },
     )
 

@@ -25,6 +25,15 @@ rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60�
 as UK's top level, the coordinates below them, Gauss last; the passive joints get zero torque and the loop
 reaction is reported: controllers/udwadia_kalaba.py, "Closed chains").
 
+Interfaces (sim/sensors.py): ``sensors = "actuated"`` gives the law the motors' encoders only (``encoder_counts``
+a turn, ``encoder_noise_q``/``_v``) and the passive joints reconstructed from the loops (models/estimator.py;
+metrics ``reconstruction_us_median``, ``reconstruction_error_q_max``/``_v_max`` against the plant, the estimator's
+iterations and conditioning); a sensor fault ends the run with its name as the reason (metrics.json ``fault``,
+``fault_joint``, ``fault_t``; the log holds every cycle before it).  ``fault_encoder`` injects one: from
+``fault_t`` on, that encoder reads ``fault_size`` more ("jump") or 0 ("dead").  ``command = "position"``
+sends (q_des, v_des, τ_ff) to a robot with its own joint PD of bandwidth ``pd_hz`` (``pd_torque_max``: what the
+PD added).
+
 Viewer (``--viewer meshcat``, ``cmstack view RUN_DIR``, replay.html): for each loop closure ``<loop>`` the two
 closure frames of the plant's state, frame_a·offset and frame_b·offset_b (small triads ``<loop>_a`` and
 ``<loop>_b``), and the red segment ``<loop>`` between their origins — the loop's position residual, a point
@@ -56,6 +65,7 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.runner import simulate
+from cmstack.sim.sensors import ActuatedSensing, Encoders, JointServo
 from cmstack.sim.urdf_plant import plant_from_urdf
 
 NAME = "closed_chain"
@@ -129,6 +139,27 @@ def build_law(cfg, robot: Robot, coords):
         names, ref = coords
         return PIDC(robot, None, names, ref, cfg["kp"], cfg["kd"])
     return PIDC(robot, None, coords)
+
+
+def build_interfaces(cfg, robot: Robot):
+    """(ActuatedSensing or None, JointServo or None) of ``sensors`` and ``command`` (sim/sensors.py)."""
+    sensing = servo = None
+    if cfg["fault_encoder"] and cfg["sensors"] != "actuated":
+        raise ConfigError(
+            f"fault_encoder={cfg['fault_encoder']!r} needs sensors='actuated' (the encoders' path)"
+        )
+    if cfg["sensors"] == "actuated":
+        fault = None
+        if cfg["fault_encoder"]:
+            act = robot.actuated_joints
+            if cfg["fault_encoder"] not in act:
+                raise ConfigError(f"fault_encoder={cfg['fault_encoder']!r} is not an actuated joint: {act}")
+            fault = (act.index(cfg["fault_encoder"]), cfg["fault_t"], cfg["fault_kind"], cfg["fault_size"])
+        enc = Encoders(cfg["encoder_counts"], cfg["encoder_noise_q"], cfg["encoder_noise_v"], fault=fault)
+        sensing = ActuatedSensing.for_robot(robot, cfg["control_dt"], enc)
+    if cfg["command"] == "position":
+        servo = JointServo(robot, cfg["control_dt"], pd_hz=cfg["pd_hz"])
+    return sensing, servo
 
 
 def ee_reference_joints(robot: Robot, ref, q_log, t_log, ee: int):
@@ -298,6 +329,7 @@ def run(ctx) -> Outcome:
                 trails={"ee": view_data.oMf[ee].translation.copy(), "ee_ref": ref_point(t, qp)},
             )
 
+    sensing, servo = build_interfaces(cfg, robot)
     run_ = simulate(
         plant,
         ctl,
@@ -307,6 +339,8 @@ def run(ctx) -> Outcome:
         progress=ctx.progress,
         desc=NAME,
         log=log,
+        sensors=sensing or "full",
+        command=servo or "torque",
     )
     L = log.arrays()
     # after the loop, from the logged states: the end effector and its reference, the loops' residual
@@ -352,7 +386,13 @@ def run(ctx) -> Outcome:
         max_torque_nm=float(np.abs(L["tau"]).max()),
         control_step_us_median=run_.step_us_median,
         realtime_factor=run_.realtime_factor,
+        sensors=cfg["sensors"],
+        command=cfg["command"],
     )
+    if sensing is not None:
+        m.update(sensing.metrics())
+    if servo is not None:
+        m.update(pd_torque_max=servo.pd_torque_max, pd_kp=servo.kp.tolist(), pd_kd=servo.kd.tolist())
     rows = [
         Row(
             "ee_error_max_m",
@@ -377,6 +417,9 @@ def run(ctx) -> Outcome:
         Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
         Row("control_step_us_median", m["control_step_us_median"]),
     ]
+    if sensing is not None:
+        rows.append(Row("reconstruction_us_median", m["reconstruction_us_median"]))
+        rows.append(Row("reconstruction_error_q_max", m["reconstruction_error_q_max"]))
     plots = make_plots(ctx, L, robot, passive, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 

@@ -328,6 +328,16 @@ class ClosedChain(Schema):
     kp: Pos
     kd: Pos
     check_states: integer(ge=0, le=10000)
+    sensors: Literal["full", "actuated"]
+    encoder_counts: NonNeg
+    encoder_noise_q: NonNeg
+    encoder_noise_v: NonNeg
+    command: Literal["torque", "position"]
+    pd_hz: Pos
+    fault_encoder: str
+    fault_t: NonNeg
+    fault_kind: Literal["jump", "dead"]
+    fault_size: Finite
 
 
 # ------------------------------------------------------------------------------------- balloon

@@ -32,6 +32,7 @@ from cmstack.models.errors import ConfigError
 from cmstack.sim import interrupt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, atomic_write
+from cmstack.sim.sensors import COMMANDS, SENSORS, ActuatedSensing, JointServo
 
 if TYPE_CHECKING:
     from cmstack.sim.viewer import MeshcatViewer
@@ -98,6 +99,34 @@ def substeps(control_dt: float, sim_dt: float) -> int:
     return n
 
 
+def interfaces(
+    controller: Controller, control_dt: float, sensors: str | ActuatedSensing, command: str | JointServo
+) -> tuple[ActuatedSensing | None, JointServo | None]:
+    """``simulate``'s ``sensors`` and ``command`` as objects (None: the full state, the torque), built for
+    ``controller.robot`` when given by name."""
+    sensing = servo = None
+    if isinstance(sensors, ActuatedSensing):
+        sensing = sensors
+    elif sensors != "full":
+        if sensors != "actuated":
+            raise ConfigError(f"sensors={sensors!r} is not one of {list(SENSORS)}")
+        sensing = ActuatedSensing.for_robot(_robot_of(controller, "sensors='actuated'"), control_dt)
+    if isinstance(command, JointServo):
+        servo = command
+    elif command != "torque":
+        if command != "position":
+            raise ConfigError(f"command={command!r} is not one of {list(COMMANDS)}")
+        servo = JointServo(_robot_of(controller, "command='position'"), control_dt)
+    return sensing, servo
+
+
+def _robot_of(controller: Controller, what: str):
+    robot = getattr(controller, "robot", None)
+    if robot is None:
+        raise ConfigError(f"{what} needs the controller's model: {type(controller).__name__} has no .robot")
+    return robot
+
+
 def simulate(
     plant: Plant,
     controller: Controller,
@@ -111,15 +140,28 @@ def simulate(
     desc: str = "sim",
     log: Logger | None = None,
     task_errors: bool = True,
+    sensors: str | ActuatedSensing = "full",
+    command: str | JointServo = "torque",
 ) -> Run:
     """Run ``controller`` on ``plant`` for ``duration`` s of simulated time at one call per
     ``control_dt`` s (a whole multiple of plant.dt).  ``record(t, q, v, tau)`` is called once per
     control step after τ is applied; ``log`` is the Logger the run saves (a new one if omitted; filled
     by the loop itself when ``record`` is None).  ``viewer.maybe_update(t, qpos)`` is called per step.
-    ``task_errors``: keep a ReportsErrors controller's errors per step.  Returns the :class:`Run`."""
+    ``task_errors``: keep a ReportsErrors controller's errors per step.  ``sensors`` (sim/sensors.py):
+    "full" (the controller sees the plant's state) or "actuated" (its motors' encoders and the passive joints
+    reconstructed by the loops, ``controller.robot``'s; an ``ActuatedSensing`` for quantization, noise and the
+    estimator's options); ``command``: "torque" or "position" (the robot's own joint PD around the law's
+    integrated (q_des, v_des) with τ as feed-forward; a ``JointServo`` for its gains).  ``record`` gets the
+    plant's state; a ``SensorFault`` ends the run (raised, the cycles before it logged).  Returns the
+    :class:`Run`."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
+    sensing, servo = interfaces(controller, control_dt, sensors, command)
     if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
+        if sensing is not None or servo is not None:
+            raise ConfigError(
+                "cmstack rt runs with sensors='full' and command='torque' only (in process: both)"
+            )
         run = override(
             plant,
             controller,
@@ -166,10 +208,14 @@ def simulate(
                 break
             t = plant.time
             q, v = plant.state()
+            qc, vc = (q, v) if sensing is None else sensing.measure(t, q, v)
             c0 = perf()
-            tau = controller(t, q, v)
+            tau = controller(t, qc, vc)
             res.step_us.append((perf() - c0) * 1e6)
-            plant.set_torque(tau)
+            if servo is None:
+                plant.set_torque(tau)
+            else:
+                servo.command(controller, qc, vc, tau)
             apply_disturbances(plant, disturbances, active, t)
             if reporter is not None:
                 for group in reporter.errors(reporter.kin, t):
@@ -178,11 +224,15 @@ def simulate(
             record(t, q, v, tau)
             if viewer is not None:
                 viewer.maybe_update(t, plant.data.qpos)
-            plant.step(n_sub)
+            if servo is None:
+                plant.step(n_sub)
+            else:
+                servo.step(plant, n_sub)
             res.steps += 1
             if bar is not None:
                 bar.update(1)
     finally:
+        res.sensing, res.servo = sensing, servo
         res.wall_s = perf() - w0
         res.cpu_s = time.thread_time() - cpu0
         for k, x in (("simulated_s", res.simulated_s), ("wall_s", res.wall_s), ("cpu_s", res.cpu_s)):
@@ -209,6 +259,9 @@ class Run(RunResult):
     cpu_s: float = float("nan")
     errors: dict[str, list] = field(default_factory=dict)
     log: Logger | None = None
+    #: the measurement and command paths of a run with sensors="actuated" / command="position" (sim/sensors.py)
+    sensing: ActuatedSensing | None = None
+    servo: JointServo | None = None
 
     @property
     def simulated_s(self) -> float:
@@ -226,12 +279,15 @@ class Run(RunResult):
 
     def timing(self) -> dict[str, float]:
         """The run's speed figures (for metrics.json)."""
-        return {
+        out = {
             "realtime_factor": self.realtime_factor,
             "control_step_us_median": self.step_us_median,
             "loop_wall_s": self.wall_s,
             "simulated_s": self.simulated_s,
         }
+        if self.sensing is not None:
+            out["reconstruction_us_median"] = self.sensing.metrics()["reconstruction_us_median"]
+        return out
 
     def save(self, out: str | Path) -> Path:
         """Write ``out/log.npz`` (the log, with ``error__<name>`` per reported error: what

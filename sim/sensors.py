@@ -1,0 +1,266 @@
+"""A robot's real interfaces in the closed loop (issue 32): what it measures and what it accepts.
+
+``simulate`` (sim/runner.py) puts these between the plant and the controller:
+
+    sensors="full"       the controller sees the plant's whole state (q, v) (every earlier run);
+    sensors="actuated"   it sees the motors only: the plant's actuated joints through ``Encoders`` (quantization,
+                         noise), then ``LoopStateEstimator`` (models/estimator.py) closes the loops for the passive
+                         joints; ``ActuatedSensing`` is that path;
+    command="torque"     the controller's τ goes to the plant (every earlier run);
+    command="position"   the robot has its own joint PD (a joint-impedance robot, UR's servoJ, a position-
+                         controlled servo): the controller sends (q_des, v_des, τ_ff) per actuated joint and the
+                         plant runs the PD at its own rate; ``JointServo`` is that robot side.
+
+Position command.  The law's acceleration v̇ (the controller's own, ``info.vdot``, when it gives one; else the
+acceleration its torque gives on the model's loops, the rigid closed-chain dynamics ``ProjectionPlant.accel``) is
+integrated over the control period dt on the joint manifold into the command, from the previous command's end
+(q_c, v_c) (from the measured state (q̂, v̂) at the first command):
+
+    q_des = q_c ⊕ (v_c + ½ v̇ dt) dt   (pin.integrate),   v_des = v_c + v̇ dt,   τ_ff = τ,
+
+so the command is a smooth trajectory whose acceleration is the law's (the law's feedback, on the measured
+state, steers it); a command re-anchored on the measurement every period would feed the encoders' quantum
+straight into the stiff joint PD (measured: 64× the ee error on the five-bar at 2¹⁷ counts a turn).  The robot's
+interpolator joins (q_c, v_c) to (q_des, v_des) by the cubic Hermite curve over the period, τ = s/dt:
+
+    q_ref(s) = h₀₀ q_c + h₁₀ dt v_c + h₀₁ q_des + h₁₁ dt v_des,   v_ref(s) = dq_ref/ds,
+    h₀₀ = 2τ³ − 3τ² + 1, h₁₀ = τ³ − 2τ² + τ, h₀₁ = −2τ³ + 3τ², h₁₁ = τ³ − τ²,
+
+which is exactly the command's quadratic q_c + v_c s + ½ v̇ s² (a quadratic is a cubic with those end values),
+and its PD runs at every plant step s ∈ [0, dt): τ_a = τ_ff + K_p (q_ref − q_a) + K_d (v_ref − v_a), q_a, v_a the
+robot's own motor encoders.  With a perfect model the robot follows the command with τ_ff alone and the PD terms
+stay at the plant's integration error; they act on the model's errors.
+Gains (``JointServo`` default): a critically damped joint of bandwidth ``pd_hz`` on the closed chain's inertia
+seen at each motor, m_i = (Tᵀ M T)_ii with T = [I; G] = ∂q/∂q_a (G = −J_p⁺ J_a, at ``robot.q_initial``):
+
+    K_p,i = m_i ω²,   K_d,i = 2 m_i ω,   ω = 2π pd_hz   (N·m/rad and N·m·s/rad, or N/m and N·s/m)
+
+30 Hz by default: ten times the closed_chain laws' 3 Hz (k_p = 400 s⁻²), ω·sim_dt = 0.05 at a 4 kHz plant
+(the explicit PD is stable for ω·dt ≪ 1)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pinocchio as pin
+from numpy.typing import ArrayLike
+
+from cmstack.models.errors import ConfigError, SensorFault, StateError
+from cmstack.models.estimator import LoopStateEstimator
+from cmstack.models.robot import Robot
+from cmstack.sim.plant import MeasurementNoise
+
+SENSORS = ("full", "actuated")
+COMMANDS = ("torque", "position")
+
+
+FAULT_KINDS = ("jump", "dead")
+
+
+class Encoders:
+    """The motors' encoders: each actuated joint's position rounded to its quantum and noise added, and an injected
+    fault (to test what the loop does with one).
+
+    counts_per_turn: counts over 2π (e.g. 2**17; 0: no quantization): quantum Δ = 2π / counts, in each joint's
+        unit (rad, or m for a prismatic joint); noise_q [rad, m], noise_v [rad/s, m/s]: standard deviations of
+        Gaussian noise on the positions and on the rates (the drive's rate estimate); seed: of the noise.
+    fault: None or (k, t0, kind, size): from t0 [s] on, encoder k (index among the actuated joints) reads
+        q + size ("jump", size in rad or m) or 0 with its rate 0 ("dead")."""
+
+    def __init__(
+        self,
+        counts_per_turn: float = 0,
+        noise_q: float = 0.0,
+        noise_v: float = 0.0,
+        seed: int = 0,
+        fault: tuple[int, float, str, float] | None = None,
+    ) -> None:
+        if not (math.isfinite(counts_per_turn) and counts_per_turn >= 0):
+            raise ConfigError(f"encoder counts_per_turn must be >= 0 (0: exact), got {counts_per_turn}")
+        self.quantum = 2 * math.pi / counts_per_turn if counts_per_turn > 0 else 0.0
+        self.noise = MeasurementNoise(noise_q, noise_v, np.random.default_rng(seed))
+        if fault is not None and fault[2] not in FAULT_KINDS:
+            raise ConfigError(f"encoder fault kind {fault[2]!r} is not one of {list(FAULT_KINDS)}")
+        self.fault = fault
+
+    def read(self, t: float, qa: np.ndarray, va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The encoders' reading at time t [s] of the true (q_a, v_a)."""
+        qa, va = self.noise.apply(qa, va)
+        if self.quantum > 0:
+            qa = np.round(qa / self.quantum) * self.quantum
+        f = self.fault
+        if f is not None and t >= f[1] - 1e-12:
+            qa, va = qa.copy(), va.copy()
+            if f[2] == "jump":
+                qa[f[0]] += f[3]
+            else:
+                qa[f[0]], va[f[0]] = 0.0, 0.0
+        return qa, va
+
+
+class ActuatedSensing:
+    """What a robot that measures only its motors gives its controller: plant → ``Encoders`` → ``LoopStateEstimator``.
+
+    ``measure(t, q, v)`` takes the plant's state at t [s] (model order) and returns the reconstructed one (model
+    order); a fault raises ``SensorFault`` (models/estimator.py) with its time ``t`` [s] set.  ``us``: the
+    estimator's wall time per call [µs]."""
+
+    def __init__(self, estimator: LoopStateEstimator, encoders: Encoders | None = None) -> None:
+        self.estimator = estimator
+        self.encoders = encoders
+        self.act = estimator.act
+        self.us: list[float] = []
+        #: max |q̂_p − q_p| (rad, m) and max |v̂_p − v_p| over the calls: the reconstruction against the plant
+        self.error_q_max, self.error_v_max = 0.0, 0.0
+
+    @classmethod
+    def for_robot(
+        cls, robot: Robot, control_dt: float, encoders: Encoders | None = None, **options: Any
+    ) -> ActuatedSensing:
+        """An estimator of ``robot`` at the control period (its jump test) with ``options`` (LoopStateEstimator's)."""
+        return cls(LoopStateEstimator(robot, dt=control_dt, **options), encoders)
+
+    def measure(self, t: float, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        act = self.act
+        qa, va = q[act], v[act]
+        if self.encoders is not None:
+            qa, va = self.encoders.read(t, qa, va)
+        c0 = time.perf_counter()
+        try:
+            qh, vh = self.estimator.reconstruct(qa, va)
+        except SensorFault as exc:
+            exc.t = t
+            raise
+        self.us.append((time.perf_counter() - c0) * 1e6)
+        pas = self.estimator.pas
+        self.error_q_max = max(self.error_q_max, float(np.max(np.abs(qh[pas] - q[pas]))))
+        self.error_v_max = max(self.error_v_max, float(np.max(np.abs(vh[pas] - v[pas]))))
+        return qh, vh
+
+    def metrics(self) -> dict[str, float]:
+        """The reconstruction's figures for metrics.json."""
+        return {
+            "reconstruction_us_median": float(np.median(self.us)) if self.us else math.nan,
+            "reconstruction_error_q_max": self.error_q_max,
+            "reconstruction_error_v_max": self.error_v_max,
+            **self.estimator.stats(),
+        }
+
+
+def _tangent(robot: Robot, q: np.ndarray) -> np.ndarray:
+    """T = ∂q/∂q_a (nv × a): identity rows on the actuated joints, G = −J_p⁺ J_a on the passive ones."""
+    act = [robot.joint_index(n) for n in robot.actuated_joints]
+    T = np.zeros((robot.nv, len(act)))
+    T[act, range(len(act))] = 1.0
+    if robot.loops and robot.passive_joints:
+        from cmstack.models.loops import ClosureSet
+
+        pas = [robot.joint_index(n) for n in robot.passive_joints]
+        J = ClosureSet(robot.loops).jacobian(q)
+        T[pas] = -np.linalg.pinv(J[:, pas], rcond=1e-10) @ J[:, act]
+    return T
+
+
+class JointServo:
+    """A position-controlled robot's side (module docstring): each actuated joint's PD at the plant's rate around
+    the commanded (q_des, v_des) with the feed-forward τ_ff.
+
+    robot: the controller's model (its actuated joints are the commanded ones); control_dt [s]: the command period;
+    kp, kd: gains per actuated joint (N·m/rad, N·m·s/rad; N/m, N·s/m) or None for the default of ``pd_hz`` [Hz]."""
+
+    def __init__(
+        self,
+        robot: Robot,
+        control_dt: float,
+        *,
+        kp: ArrayLike | None = None,
+        kd: ArrayLike | None = None,
+        pd_hz: float = 30.0,
+    ) -> None:
+        if not control_dt > 0 or not pd_hz > 0:
+            raise ConfigError(f"JointServo: control_dt and pd_hz must be > 0, got {control_dt}, {pd_hz}")
+        self.robot = robot
+        self.dt = float(control_dt)
+        self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
+        a = self.act.size
+        T = _tangent(robot, robot.q_initial)
+        M = pin.crba(robot.model, robot.model.createData(), robot.q_initial)
+        M = np.triu(M) + np.triu(M, 1).T
+        m = np.diag(T.T @ M @ T).copy()
+        w = 2 * math.pi * float(pd_hz)
+        self.kp = np.broadcast_to(np.asarray(m * w * w if kp is None else kp, dtype=float), (a,)).copy()
+        self.kd = np.broadcast_to(np.asarray(2 * m * w if kd is None else kd, dtype=float), (a,)).copy()
+        if np.any(~(self.kp >= 0)) or np.any(~(self.kd >= 0)):
+            raise ConfigError(f"JointServo: gains must be >= 0, got kp={self.kp}, kd={self.kd}")
+        self.q_des = np.zeros(a)
+        self.v_des = np.zeros(a)
+        self.q_c = np.zeros(a)  # the command's start in this period (the previous command's end)
+        self.v_c = np.zeros(a)
+        self.commands = 0
+        self.tau = np.zeros(robot.nv)  # τ_ff (model order, zero on the passive joints)
+        self._rigid: Any = None
+        #: the largest |PD torque| over the run (N·m, N): how much the robot's PD added to τ_ff
+        self.pd_torque_max = 0.0
+
+    def _vdot(self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> np.ndarray:
+        info = getattr(controller, "info", None)
+        vd = getattr(info, "vdot", None)
+        if isinstance(vd, np.ndarray) and vd.shape == (self.robot.nv,) and np.all(np.isfinite(vd)):
+            return vd
+        if self._rigid is None:
+            from cmstack.sim.projection_sim import ProjectionPlant
+
+            self._rigid = ProjectionPlant(self.robot, None) if self.robot.loops else None
+        if self._rigid is not None:
+            return self._rigid.accel(q, v, tau)
+        r = self.robot
+        return pin.aba(r.model, r.model.createData(), q, v, tau - r.damping * v)
+
+    def command(self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> None:
+        """The command of one period from the state the controller saw (q̂, v̂) and its torque τ."""
+        dt, act = self.dt, self.act
+        vd = self._vdot(controller, q, v, tau)
+        qs, vs = q.copy(), v.copy()
+        if self.commands:  # from the previous command's end
+            qs[act], vs[act] = self.q_des, self.v_des
+        self.q_c[:], self.v_c[:] = qs[act], vs[act]
+        qd = pin.integrate(self.robot.model, qs, (vs + 0.5 * dt * vd) * dt)
+        self.q_des[:] = qd[act]
+        self.v_des[:] = (vs + dt * vd)[act]
+        self.tau[:] = tau
+        self.commands += 1
+        if not (np.all(np.isfinite(self.q_des)) and np.all(np.isfinite(self.v_des))):
+            raise StateError(
+                f"JointServo: the command is not finite (q_des {self.q_des}, v_des {self.v_des})"
+            )
+
+    def step(self, plant: Any, n: int) -> None:
+        """``n`` plant steps, the PD evaluated before each on the plant's own joint state along the interpolator's
+        curve (module docstring)."""
+        act, h, T = self.act, plant.dt, self.dt
+        out = self.tau.copy()
+        q0, v0 = self.q_c, self.v_c
+        for i in range(n):
+            q, v = plant.state()  # the robot's own motor encoders, at its rate
+            x = i * h / T
+            x2, x3 = x * x, x * x * x
+            q_ref = (
+                (2 * x3 - 3 * x2 + 1) * q0
+                + (x3 - 2 * x2 + x) * T * v0
+                + (3 * x2 - 2 * x3) * self.q_des
+                + (x3 - x2) * T * self.v_des
+            )
+            v_ref = (
+                (6 * x2 - 6 * x) * q0 / T
+                + (3 * x2 - 4 * x + 1) * v0
+                + (6 * x - 6 * x2) * self.q_des / T
+                + (3 * x2 - 2 * x) * self.v_des
+            )
+            pd = self.kp * (q_ref - q[act]) + self.kd * (v_ref - v[act])
+            self.pd_torque_max = max(self.pd_torque_max, float(np.max(np.abs(pd))))
+            out[act] = self.tau[act] + pd
+            plant.set_torque(out)
+            plant.step(1)

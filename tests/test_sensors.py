@@ -1,0 +1,133 @@
+"""A robot's real interfaces in the loop (issue 32 items 2 and 3, sim/sensors.py): ``simulate(sensors="actuated")``
+gives the law the reconstructed state, ``command="position"`` a joint PD around the law's integrated command, and
+a sensor fault ends a run with its name, every cycle before it logged."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cmstack.models.errors import ConfigError, SensorFault
+from cmstack.scenarios import closed_chain
+from cmstack.scenarios._common import EXIT_FAILED, default_config
+from cmstack.sim.logger import read_log
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.sim.runner import simulate
+from cmstack.sim.sensors import ActuatedSensing, Encoders, JointServo
+
+DT = 1e-3
+
+
+def _setup(model="mjcf/five_bar.xml"):
+    cfg = default_config("closed_chain")
+    cfg["model"] = model
+    robot = closed_chain.load_robot(cfg)
+    _, coords, _ = closed_chain.build_reference(cfg, robot)
+    ctl = closed_chain.build_law(cfg, robot, coords)
+    plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
+    plant.reset(robot.q_initial)
+    return robot, ctl, plant
+
+
+def _run(model, steps, **kw):
+    robot, ctl, plant = _setup(model)
+    seen, taus, states = [], [], []
+    real = ctl.__call__
+
+    def law(t, q, v):
+        seen.append(np.r_[q, v])
+        return real(t, q, v)
+
+    law.robot = robot  # what simulate reads to build the estimator / the servo
+    law.info = None
+
+    def record(t, q, v, tau):
+        taus.append(tau.copy())
+        states.append(np.r_[q, v])
+
+    run = simulate(plant, law, duration=steps * DT, control_dt=DT, record=record, progress=False, **kw)
+    return run, np.array(seen), np.array(taus), np.array(states)
+
+
+@pytest.mark.parametrize("model", ["mjcf/five_bar.xml", "mjcf/delta.xml"])
+def test_actuated_sensors_give_the_law_the_plants_state_and_the_same_torques(model):
+    full, _, tau_f, _ = _run(model, 150)
+    act, seen, tau_a, states = _run(model, 150, sensors="actuated")
+    assert act.steps == 150 and act.sensing is not None
+    assert np.abs(seen - states).max() <= 1e-9  # the law saw the plant's (q, v), passive joints reconstructed
+    assert np.abs(tau_a - tau_f).max() <= 1e-7 * max(1.0, np.abs(tau_f).max())
+    m = act.sensing.metrics()
+    assert m["estimator_calls"] == 150 and m["reconstruction_error_q_max"] <= 1e-10
+    assert math.isfinite(act.timing()["reconstruction_us_median"])
+
+
+def test_position_command_tracks_as_the_torque_run_with_a_small_pd_share():
+    """On the rigid plant of the law's own model the command is the motion the torque gives: the PD adds little and
+    the joints follow the torque run's."""
+    _, _, tau_t, st_t = _run("mjcf/five_bar.xml", 300)
+    run, _, _, st_p = _run("mjcf/five_bar.xml", 300, command="position")
+    servo = run.servo
+    assert isinstance(servo, JointServo) and np.all(servo.kp > 0) and np.all(servo.kd > 0)
+    assert servo.pd_torque_max < 0.01 * np.abs(tau_t).max()
+    assert np.abs(st_p[:, :5] - st_t[:, :5]).max() < 1e-4
+
+
+def test_interfaces_refused_by_name():
+    robot, ctl, plant = _setup()
+    for kw, msg in (
+        ({"sensors": "motors"}, "sensors='motors'"),
+        ({"command": "velocity"}, "command='velocity'"),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            simulate(plant, ctl, duration=0.01, control_dt=DT, progress=False, **kw)
+    with pytest.raises(ConfigError, match="no .robot"):
+        simulate(
+            plant, lambda t, q, v: 0 * q, duration=0.01, control_dt=DT, progress=False, sensors="actuated"
+        )
+
+
+def test_encoders_quantize_and_inject_their_fault():
+    enc = Encoders(2**17, fault=(1, 0.5, "jump", 0.2))
+    qa, va = np.array([0.123456789, -1.0]), np.array([1.0, 2.0])
+    q, v = enc.read(0.0, qa, va)
+    step = 2 * math.pi / 2**17
+    assert np.allclose(q / step, np.round(q / step), atol=1e-9) and np.abs(q - qa).max() <= step / 2
+    q, _ = enc.read(0.5, qa, va)
+    assert q[1] == pytest.approx(qa[1] + 0.2, abs=step) and q[0] == pytest.approx(qa[0], abs=step)
+    q, v = Encoders(fault=(0, 0.1, "dead", 0.0)).read(0.2, qa, va)
+    assert q[0] == 0.0 and v[0] == 0.0 and q[1] == qa[1]
+
+
+def test_a_jump_in_one_encoder_ends_the_run_named_in_its_cycle(tmp_path):
+    """closed_chain (MuJoCo five-bar, 1 kHz) with base_r's encoder jumping 0.2 rad at t = 0.3 s, in a child
+    process with a wall-clock limit: exit code 3, metrics.json names the fault, the joint and its time, and the
+    log holds every cycle before it (0 … 0.299 s)."""
+    out = tmp_path / "r"
+    argv = [sys.executable, "-m", "cmstack.cli", "run", "closed_chain", "--out", str(out), "--no-progress"]
+    argv += ["--no-plots", "--set", "duration=0.6", "--set", "track_after=0.1", "--set", "check_states=0"]
+    argv += ["--set", "sensors='actuated'", "--set", "fault_encoder='base_r'", "--set", "fault_t=0.3"]
+    env = dict(os.environ, MPLBACKEND="Agg")
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == EXIT_FAILED, p.stdout + p.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["ok"] is False and m["fault"] == "encoder_jump" and m["fault_joint"] == "base_r"
+    assert m["fault_t"] == pytest.approx(0.3, abs=1e-9)
+    assert "encoder_jump" in m["reason"] and "base_r" in m["reason"]
+    t = read_log(out / "log.npz")["t"]
+    assert len(t) == 300 and t[-1] == pytest.approx(0.299, abs=1e-9)
+    assert np.allclose(np.diff(t), DT)
+
+
+def test_a_sensor_fault_raises_through_simulate_with_its_time():
+    robot, ctl, plant = _setup()
+    sensing = ActuatedSensing.for_robot(robot, DT, Encoders(fault=(0, 0.05, "jump", -0.2)))
+    with pytest.raises(SensorFault) as exc:
+        simulate(plant, ctl, duration=0.1, control_dt=DT, progress=False, sensors=sensing)
+    assert exc.value.kind == "encoder_jump" and exc.value.joint == "base_l"
+    assert exc.value.t == pytest.approx(0.05, abs=1e-9) and exc.value.fields()["fault"] == "encoder_jump"
