@@ -118,8 +118,23 @@ class BoundedQP:
         self._qps: dict = {}
         self._cold: dict = {}  # solver objects reused for cold starts, by shape
         self.cold_retries = 0
+        self._bufs: dict = {}  # the conditioned problem's arrays, by shape (n, rows of C)
+        from cmstack.controllers._qp_kernels import condition
+
+        self._condition = condition
         #: when a list: every solve appends (shape key, H, g, A, b, C, l, u, ρ) as given to ProxSuite (scaled)
         self.trace: list | None = None
+
+    def __getstate__(self) -> dict:
+        # the solver objects, buffers and the compiled function are caches: made again after unpickling
+        state = self.__dict__.copy()
+        state.update(_qps={}, _cold={}, _bufs={}, _condition=None, trace=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from cmstack.controllers._qp_kernels import condition
+
+        self.__dict__.update(state, _condition=condition)
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
         qp = _PQ.dense.QP(n, n_eq, n_in)
@@ -205,32 +220,43 @@ class BoundedQP:
         )
         n = H.shape[0]
         ie, ne, bad_e = self._clean(A, b, None, eq=True)
-        ii, ni, bad_i = self._clean(C, l, u, eq=False)
-        n_eq, n_in = len(ie), len(ii)
         y = np.zeros(0 if A is None else A.shape[0])
-        z = np.zeros(0 if C is None else C.shape[0])
+        m = 0 if C is None else C.shape[0]
+        z = np.zeros(m)
+        As = bs = Cs = ls = us = None
+        if m:
+            # every row kept, a vanished or free one zeroed: one shape per problem (module docstring, 1.), conditioned
+            # in one compiled call into buffers of that shape (``_qp_kernels.condition``)
+            assert C is not None and l is not None and u is not None
+            bufs = self._bufs.get((n, m))
+            if bufs is None:
+                bufs = self._bufs[(n, m)] = (
+                    np.empty((n, n)),
+                    np.empty(n),
+                    np.empty((m, n)),
+                    np.empty(m),
+                    np.empty(m),
+                    np.empty(m),
+                    np.empty(m, dtype=np.int64),
+                )
+            Hs, gs, Cs, ls, us, d, badi = bufs
+            s, lam_min, nbad = self._condition(
+                H, g, C, l, u, self.row_tol, self.check_tol, Hs, gs, Cs, ls, us, d, badi
+            )
+            bad_i = [("in", int(i)) for i in badi[:nbad]] if nbad else []
+        else:
+            s = max(float(np.max(np.abs(np.diagonal(H)), initial=0.0)), float(np.max(np.abs(g), initial=0.0)))
+            s = s if s > 0.0 and np.isfinite(s) else 1.0
+            Hs, gs = H / s, g / s
+            lam_min = float(np.linalg.eigvalsh(Hs)[0]) if n else 1.0
+            bad_i, d = [], None
+        n_eq, n_in = len(ie), m
         if bad_e or bad_i:
             return QPResult(np.zeros(n), y, z, "infeasible", 0, False, bad_e + bad_i, "constant row")
-        s = max(float(np.max(np.abs(np.diagonal(H)), initial=0.0)), float(np.max(np.abs(g), initial=0.0)))
-        s = s if s > 0.0 and np.isfinite(s) else 1.0
-        Hs, gs = H / s, g / s
-        lam_min = float(np.linalg.eigvalsh(Hs)[0]) if n else 1.0
         rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
-        As = bs = Cs = ls = us = None
         if n_eq:
             assert A is not None and b is not None  # (rows kept: A given, and _clean read b)
             As, bs = A[ie] / ne[:, None], b[ie] / ne
-        if n_in:
-            assert C is not None and l is not None and u is not None
-            full = n_in == C.shape[0]
-            Cs = (C if full else C[ii]) / ni[:, None]
-            ls = (l if full else l[ii]) / ni
-            us = (u if full else u[ii]) / ni
-            if not (np.isfinite(ls).all() and np.isfinite(us).all()):
-                ls, us = (
-                    np.nan_to_num(ls, neginf=-1e20, posinf=1e20),
-                    np.nan_to_num(us, neginf=-1e20, posinf=1e20),
-                )
         k = (key, n, n_eq, n_in, feasible_start)
         if (
             self.trace is not None
@@ -273,7 +299,8 @@ class BoundedQP:
         if n_eq:
             y[ie] = s * np.asarray(res.y) / ne
         if n_in:
-            z[ii] = s * np.asarray(res.z) / ni
+            np.multiply(res.z, d, out=z)
+            z *= s
         if st == _ST.PROXQP_SOLVED:
             status = "solved"
         elif st in _INFEASIBLE:
