@@ -165,7 +165,7 @@ def _joints_in_order(root: ET.Element, path: Path) -> list[ET.Element]:
                     f"MJCF {path}: a <joint> has no name; name it (plants map joints by name)"
                 )
             ref = j.get("ref")
-            if ref is not None and float(ref) != 0.0:
+            if ref is not None and _floats(ref, 1, f"MJCF {path}: joint '{j.get('name')}' ref")[0] != 0.0:
                 raise ModelFileError(
                     f"MJCF {path}: joint '{j.get('name')}' has ref={ref}; only ref=0 is supported "
                     "(qpos0 is then the model's zero)"
@@ -196,7 +196,10 @@ def _actuated(root: ET.Element, path: Path, joint_names: list[str]) -> dict[str,
             cr = a.get("ctrlrange")
             if cr is not None and a.get("ctrllimited", "auto") != "false":
                 lo, hi = _floats(cr, 2, f"MJCF {path}: actuator '{a.get('name', a.tag)}' ctrlrange")
-                gear = _floats(a.get("gear", "1"), len(a.get("gear", "1").split()), "gear")[0]
+                g = a.get("gear", "1")
+                gear = _floats(
+                    g, max(1, len(g.split())), f"MJCF {path}: actuator '{a.get('name', a.tag)}' gear"
+                )[0]
                 lim = max(abs(lo), abs(hi)) * abs(gear)
             out[j] = lim
     return out
@@ -360,7 +363,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     g = _floats(opt.get("gravity") if opt is not None else None, 3, f"MJCF {path}: option gravity")
     model.gravity = pin.Motion(np.array([0.0, 0.0, -9.81]) if g is None else g, np.zeros(3))
     robot = cls.__new__(cls)
-    robot._setup(model, path, path.name, [])
+    robot._setup(model, path, path.name, [], kind="MJCF")
     robot.mjcf_path = path
     acts = _actuated(root, path, names)
     robot.passive_joints = [n for n in names if n not in acts]

@@ -459,10 +459,13 @@ class Robot:
         path = resolve_asset(urdf_path)
         self._setup(_load_urdf(path), path, path.name, [URDFPart(path)])
 
-    def _setup(self, model: pin.Model, path: Path, label: str, sources: list[URDFPart]) -> None:
+    def _setup(
+        self, model: pin.Model, path: Path, label: str, sources: list[URDFPart], kind: str = "URDF"
+    ) -> None:
         self.model = model
+        where = f"MJCF {path}" if kind == "MJCF" else f"URDF {label}"  # (errors name the model file)
         if self.model.nv == 0:
-            raise ModelFileError(f"URDF {label} has no movable joint.")
+            raise ModelFileError(f"{where} has no movable joint.")
         self.path = path
         self.label = label
         """What error messages call this robot: the URDF's file name, or the composed parts."""
@@ -477,7 +480,7 @@ class Robot:
             jm = self.model.joints[i]
             if jm.nq != 1 or jm.nv != 1:
                 raise ModelFileError(
-                    f"URDF {label}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
+                    f"{where}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
                     "name-based plant map expects 1-DoF joints (revolute, continuous, "
                     "prismatic)."
                 )
