@@ -47,7 +47,8 @@ calls of a step cost one pass.  ``ClosureSet`` stacks several closures (``robot.
 one pass.
 
 ``assemble(robot, q_guess)`` closes every loop near a guess: Newton's iteration on the stacked residual
-q ← q − J⁺(q) φ(q) ([Aghili] (39)), J⁺ the truncated pseudo-inverse (rank-deficient rows are fine).
+q ← q − J⁺(q) φ(q) ([Aghili] (39)), J⁺ the truncated pseudo-inverse (rank-deficient rows are fine), each step
+kept inside the joint ranges (``joint_ranges``, ``_bounded_step``).
 
 The sidecar of a URDF (``Robot.from_urdf(path, loops=PATH)``), TOML::
 
