@@ -15,7 +15,8 @@ What Pinocchio 4.1's parser needed (measured on this stack's mechanisms):
 * The parser reads joint ``damping``, ``range`` and the ``<default>`` classes, bodies' ``<inertial>``; it
   does not read the actuators, so passive joints and torque limits come from ``<actuator>`` here.
 
-MuJoCo's equality semantics applied (``<equality>``, ``active="false"`` skipped), as MuJoCo 3.x/4.x's engine
+MuJoCo's equality semantics applied (``<equality>``; an inactive one skipped: ``active="false"``, or MuJoCo's
+compiled ``eq_active0`` when a ``<default>`` class sets ``active``), as MuJoCo 3.x/4.x's engine
 defines the residual (``engine_core_constraint.c: mj_instantiateEquality``; the qpos0 data by its compiler); every
 form is probed against MuJoCo's own ``efc_pos`` (tests/test_mjcf_equality_probe.py):
 
@@ -289,6 +290,26 @@ def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
         robot.add_frame(n, parent, place)
 
 
+def _active_by_default(root: ET.Element, path: Path) -> np.ndarray | None:
+    """MuJoCo's ``eq_active0`` (one flag per equality element, document order) when a ``<default>`` class sets
+    an equality's ``active`` (the class tree and ``class=`` resolved by MuJoCo's own compiler); None when no
+    default does, and then each element's own ``active`` attribute is what MuJoCo reads."""
+    if not any(d.find("equality") is not None for d in root.iter("default")):
+        return None
+    import mujoco
+
+    try:
+        mj = mujoco.MjModel.from_xml_path(str(path))
+    except Exception as exc:
+        raise ModelFileError(
+            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
+        ) from None
+    n = sum(1 for eqs in root.findall("equality") for e in eqs if isinstance(e.tag, str))
+    if mj.neq != n:
+        raise ModelFileError(f"MJCF {path}: MuJoCo compiled {mj.neq} equalities, the file has {n}")
+    return np.asarray(mj.eq_active0, dtype=bool)
+
+
 def _loops(robot, root: ET.Element, path: Path) -> None:
     model = robot.model
     data = model.createData()
@@ -297,8 +318,9 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
     def pose(frame: str) -> pin.SE3:
         return data.oMf[robot.frame_id(frame)].copy()
 
+    active = _active_by_default(root, path)
     k = 0
-    for eqs in root.iter("equality"):
+    for eqs in root.findall("equality"):
         for e in eqs:
             if not isinstance(e.tag, str):
                 continue
@@ -309,7 +331,7 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
                     f"MJCF {path}: equality '{name}' is a <{e.tag}>; only <connect> and <weld> "
                     "close loops in cmstack"
                 )
-            if e.get("active", "true") == "false":
+            if not (e.get("active", "true") != "false" if active is None else active[k - 1]):
                 continue
             where = f"MJCF {path}: equality '{name}'"
             try:

@@ -160,3 +160,23 @@ def test_closure_residual_is_mujocos(form, tmp_path):
         th = np.linalg.norm(phi[3:])
         expected = -ts * (np.sin(th / 2) / th if th > 1e-12 else 0.5) * (Rb.T @ phi[3:])
         np.testing.assert_allclose(pos[3:], expected, rtol=0, atol=1e-12)
+
+
+def test_active_from_a_default_class_is_mujocos(tmp_path):
+    """``<default><equality active="false"/>`` deactivates every equality without its own class; a class that sets
+    active="true" turns one back on: MuJoCo's eq_active0, and cmstack's loops are exactly the active ones."""
+    text = BODIES.replace(
+        '<default><joint damping="0.1"/></default>',
+        '<default><joint damping="0.1"/><equality active="false"/>'
+        '<default class="on"><equality active="true"/></default></default>',
+    ).replace(
+        "{eq}",
+        '<connect name="off" site1="s1" site2="s2"/><weld name="on" class="on" body1="arm" body2="tip"/>'
+        '<connect name="off2" class="on" active="false" body1="arm" body2="tip" anchor="0 0 0"/>',
+    )
+    p = tmp_path / "defaults.xml"
+    p.write_text(text)
+    m = mujoco.MjModel.from_xml_path(str(p))
+    assert list(m.eq_active0) == [False, True, False]
+    robot = Robot.from_mjcf(p)
+    assert [c.name for c in robot.loops] == ["on"]
