@@ -262,7 +262,7 @@ def _closure(robot, e: ET.Element, name: str, path: Path, pose):
 
 
 def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
-    """Add the named sites Pinocchio's parser dropped (those of ``<worldbody>`` itself, of a joint-less body) as
+    """Add the named sites Pinocchio's parser dropped (those of ``<worldbody>`` itself; a joint-less body's are kept) as
     frames, where MuJoCo's compiler puts them: its ``site_pos``/``site_quat`` in its body's frame (MuJoCo reads
     every orientation form, ``euler`` with the compiler's ``eulerseq`` and ``angle`` included), that body being
     the universe or a body frame of the model.  MuJoCo compiles the file only when such a site exists."""

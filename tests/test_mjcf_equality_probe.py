@@ -67,6 +67,9 @@ BODIES = """
                 <joint name="rx" type="hinge" axis="1 0 0"/>
                 <inertial pos="0.02 0 0" mass="1" diaginertia="0.01 0.01 0.01"/>
                 <site name="s2" pos="-0.04 0.06 0.02" euler="-0.2 0.1 0.4"/>
+                <body name="bracket" pos="0.03 -0.02 0.05" euler="0.4 -0.3 0.2">
+                  <site name="s3" pos="0.02 0.01 -0.03" euler="0.1 0.5 -0.2"/>
+                </body>
               </body>
             </body>
           </body>
@@ -105,6 +108,9 @@ FORMS = {
     # a site of <worldbody> (Pinocchio's parser drops it; the loader adds it where MuJoCo compiles it)
     "weld_world_site": '<weld name="e" site1="s2" site2="w0"/>',
     "connect_world_site": '<connect name="e" site1="w0" site2="s2"/>',
+    # a site of a joint-less body, and that body itself
+    "weld_fixed_body_site": '<weld name="e" site1="s1" site2="s3"/>',
+    "weld_fixed_body": f'<weld name="e" body1="arm" body2="bracket" relpose="{RELPOSE}" anchor="0.01 0.02 0.03"/>',
 }
 TS = {"weld_torquescale2": 2.0, "weld_sites_torquescale2": 2.0, "weld_torquescale0": 0.0}
 
