@@ -645,9 +645,10 @@ class Robot:
     def assemble(
         self, q_guess: ArrayLike | None = None, *, tol: float = 1e-12, max_iter: int = 50
     ) -> np.ndarray:
-        """A configuration near ``q_guess`` (default ``q_initial``) that closes every loop of ``robot.loops``:
-        Newton on the loop residual, q ← q − J⁺φ ([Aghili] (39); ``cmstack.models.loops.assemble``).  When it
-        cannot close, ``InfeasibleError`` names the loop and its residual."""
+        """A configuration near ``q_guess`` (default ``q_initial``) that closes every loop of ``robot.loops``
+        inside the joint ranges: Newton on the loop residual, q ← q − J⁺φ ([Aghili] (39), each step kept in the
+        ranges; ``cmstack.models.loops.assemble``).  When it cannot close, ``InfeasibleError`` names the loop,
+        its residual and the joints held on their range limits."""
         from cmstack.models.loops import assemble
 
         return assemble(self, self.q_initial if q_guess is None else q_guess, tol=tol, max_iter=max_iter)
