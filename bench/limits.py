@@ -18,7 +18,9 @@ Closed loops on MuJoCo plants of Franka Pandas (example-robot-data), one control
 
 First, limits present but none binding (issue 30 item 1, ``run_inactive``): the docs' Panda circle and the
 README's carry, each without limits and with the three limits of docs/bring_your_own_robot.md, stepped on the
-same states in turn; the ratio of the medians (target ≤ 1.25).
+same states in turn; the ratio of the medians (target ≤ 1.25).  Then, for each binding case, ``run_binding``:
+the binding step against the same controller without limits on the same states, and against the floor, the
+same QPs solved by persistent warm ProxSuite objects outside the stack (targets ≤ 6× and ≤ 1.5×).
 
 For each: median, p99.9 and worst controller step (µs, wall time), its thread CPU time (median, worst:
 what the step itself costs, without the preemptions of a shared machine) and the worst over the normal
@@ -334,6 +336,7 @@ def run_binding(case: str, duration: float) -> dict:
     warm = proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
     floor_qps: dict = {}
     t_free, t_lim, t_floor, w_lim, paths, step_paths = [], [], [], [], {}, []
+    lvl1 = 0.0  # the largest level-1 residual ‖A₁ v̇ − b₁‖ of a binding step (info.level_residuals)
     clock, cpu = (
         time.perf_counter_ns,
         time.thread_time_ns,
@@ -351,6 +354,9 @@ def run_binding(case: str, duration: float) -> dict:
         w_lim.append(w1 - w0)
         paths[lim.info.path] = paths.get(lim.info.path, 0) + 1
         step_paths.append(lim.info.path)
+        res = lim.info.level_residuals
+        if res:
+            lvl1 = max(lvl1, res[0])
         c3 = cpu()
         for k, H, g, A, b, C, l, u, rho in trace:
             qp = floor_qps.get(k)
@@ -382,6 +388,7 @@ def run_binding(case: str, duration: float) -> dict:
         "binding_ratio": ml / mf,
         "floor_ratio": ml / (mf + mq),
         "coupling_max_m": loop["coupling_max_m"],
+        "level1_residual_max": lvl1,
         "paths": paths,
         "error": loop["error"],
         "binding_steps": int(tl.size),
@@ -404,6 +411,7 @@ def main(argv=None) -> dict:
     )
     a = ap.parse_args(argv)
     inactive = {w: run_inactive(w, min(a.duration, 1.0)) for w in ("panda", "carry")}
+    binding = {c: run_binding(c, a.duration) for c in CASES if c != "free"}
     rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]
     table = {}
     for i, c in enumerate(CASES):
@@ -427,6 +435,7 @@ def main(argv=None) -> dict:
     res = {
         "cases": table,
         "inactive": inactive,
+        "binding": binding,
         "normal_step_us": normal,
         "load_avg": os.getloadavg()[0],
         "duration_s": a.duration,
@@ -459,6 +468,21 @@ def main(argv=None) -> dict:
             f"  {w:<6} without limits {e['free_us']:.1f}, with limits {e['limits_us']:.1f} = {e['ratio']:.2f}x "
             f"(tested in Python, as before issue 30: {e['python_check_us']:.1f} = {e['python_check_ratio']:.1f}x); "
             f"max |Δτ| {e['tau_diff_max']:.1e}, {e['binding_steps']} binding steps"
+        )
+    print(
+        "binding steps against the free step and the floor (thread CPU time, medians over the binding steps; "
+        "targets: binding ≤ 6x free, ≤ 1.5x (free + floor), worst CPU ≤ 1000 µs, level 1 ≤ 1e-4 m):"
+    )
+    print(
+        f"  {'case':<15}{'free':>8}{'binding':>9}{'p99':>8}{'worst cpu':>10}{'floor':>8}{'binding/free':>13}"
+        f"{'/(free+floor)':>14}{'level-1 res':>12}{'coupling m':>11}"
+    )
+    for c, e in binding.items():
+        cp = "-" if e["coupling_max_m"] is None else f"{e['coupling_max_m']:.1e}"
+        print(
+            f"  {c:<15}{e['free_us']:>8.1f}{e['binding_us']:>9.1f}{e['binding_p99_us']:>8.0f}"
+            f"{e['binding_cpu_max_us']:>10.0f}{e['floor_qp_us']:>8.1f}{e['binding_ratio']:>13.1f}"
+            f"{e['floor_ratio']:>14.1f}{e['level1_residual_max']:>12.1e}{cp:>11}"
         )
     (results_dir() / "limits.json").write_text(json.dumps(res, indent=1))
     return res

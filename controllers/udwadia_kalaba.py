@@ -436,6 +436,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 info.limits_active = False
                 info.saturated, info.gave_way = False, ""
                 info.status, info.qp_iter, info.path = "solved", 0, "kkt"
+                info.level_residuals = None
                 self._info_kkt = info
                 self._forces_of = self._buffer_forces  # (bound once: the step pays no method object)
             tau = buf[P.sl_tau]
@@ -535,9 +536,11 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
             tau = self._torque(kin.M @ x + hD)
             info.limits_active = bool(np.any(z != 0)) or (path == "sequential" and self._seq_active)
+            info.level_residuals = tuple(float(np.linalg.norm(a @ x - b)) for a, b in rows)
         else:
             info.limits_active = False
             info.saturated, info.gave_way = False, ""
+            info.level_residuals = None
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         self._info_kkt = None
@@ -670,6 +673,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info.limits_active = False
             info.saturated, info.gave_way = False, ""
             info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, 0, "kkt"
+            info.level_residuals = None
             info._lazy = (self._buffer_forces, buf)
             return tau
         self.info.cold_retries = 0

@@ -51,6 +51,10 @@ class UKStepInfo:
     cold_retries: int = 0
     saturated: bool = False  # a level below the first gave way to the limits (``gave_way`` says which)
     gave_way: str = ""
+    #: a step solved with the limits ("qp" or "sequential"): ‖A_k v̇ − b_k‖ of each level above the last (in the
+    #: units of its √ω-scaled rows; level 1 first, the loops' and couplings' level when there is one); None on an
+    #: equality step ("kkt", "nullspace"), whose levels hold exactly where they can
+    level_residuals: tuple[float, ...] | None = None
     _Qc: np.ndarray | None = None
     _Qu: np.ndarray | None = None
     _Qlim: np.ndarray | None = None

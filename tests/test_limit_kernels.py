@@ -145,3 +145,38 @@ def test_assigned_parameters_are_seen_and_changes_in_place_refused(robot):
     for t in (0.001, 0.002):
         np.testing.assert_array_equal(ctl(t, q, v), twin(t, q, v))
         assert ctl.info.path == twin.info.path and ctl.info.path in ("qp", "sequential")
+
+
+def test_level_residuals_reported_when_limits_bind(robot):
+    """info.level_residuals (issue 30 item 3): on a step where the velocity limit binds, level 1 (the hand, hard)
+    is met to the solver's tolerance and the posture level, which the limit stops, is not; each value equals
+    ‖A_k v̇ − b_k‖ computed from the tasks' own rows.  None on an equality step."""
+    T0 = robot.update(Q0, 0 * Q0).frame("panda_hand_tcp").T
+    hand = FrameTask(
+        robot,
+        "panda_hand_tcp",
+        Circle(T0.translation - [0.05, 0, 0], 0.05, 6.0, R=T0.rotation),
+        kp=400,
+        kd=40,
+    )
+    post = PostureTask(robot, Q0 + 0.3, kp=400, kd=40)
+    ctl = UdwadiaKalabaController(
+        robot,
+        levels=[[hand], [post]],
+        limits=[JointVelocityLimit(robot, dt=1e-3, v_max=0.3)],
+        warn_free_dof=False,
+    )
+    ctl(0.0, Q0, np.zeros(7))
+    assert ctl.info.path == "kkt" and ctl.info.level_residuals is None
+    v = np.zeros(7)
+    v[[0, 2, 4, 6]] = 0.299
+    ctl(0.001, Q0, v)
+    info = ctl.info
+    assert info.path in ("qp", "sequential") and info.limits_active
+    want = [
+        float(np.linalg.norm(A @ info.vdot - b)) for A, b in (t.qp_rows(ctl.kin, 0.001) for t in (hand, post))
+    ]
+    assert len(info.level_residuals) == 2
+    assert info.level_residuals[0] <= 1e-9 and want[0] <= 1e-9
+    assert want[1] > 1.0  # the limit stops the posture level
+    np.testing.assert_allclose(info.level_residuals[1], want[1], rtol=1e-9)
