@@ -180,3 +180,23 @@ def test_level_residuals_reported_when_limits_bind(robot):
     assert info.level_residuals[0] <= 1e-9 and want[0] <= 1e-9
     assert want[1] > 1.0  # the limit stops the posture level
     np.testing.assert_allclose(info.level_residuals[1], want[1], rtol=1e-9)
+
+
+def test_persistent_solver_objects_carry_nothing_between_steps(robot):
+    """The QPs keep one shape and one ProxSuite object per level (controllers/qp.py, cold starts by default): a
+    controller that reuses them gives bit for bit the torques of one whose solver objects and buffers are made
+    anew at every step, on states where the limits bind (so several QPs per step, rows zeroed where they vanish)."""
+    reuse = _controller(robot, _limits(robot, v_max=0.6), weighted=True)
+    fresh = _controller(robot, _limits(robot, v_max=0.6), weighted=True)
+    assert not reuse.warm_start
+    rng = np.random.default_rng(9)
+    solved = 0
+    for i in range(120):
+        q = np.clip(Q0 + rng.normal(0, 0.15, 7), reuse.limits[1].q_min + 0.011, reuse.limits[1].q_max - 0.011)
+        v = rng.normal(0, 0.3, 7)
+        for cache in (fresh._qp._cold, fresh._qp._qps, fresh._qp._bufs):
+            cache.clear()
+        a, b = reuse(1e-3 * i, q, v), fresh(1e-3 * i, q, v)
+        np.testing.assert_array_equal(a, b)
+        solved += reuse.info.path in ("qp", "sequential")
+    assert solved > 50 and len(reuse._qp._cold) >= 1
