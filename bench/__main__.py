@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from cmstack.bench import results_dir
+from cmstack.models.errors import StackError
 
 #: the benchmarks behind issue 12's targets, and their arguments under --quick
 QUICK_ARGS = {
@@ -228,6 +229,53 @@ def print_summary(rows, quick: bool, load) -> None:
         print(f"  {r['what']:<{w}}  {v:>14}  target {r['target']:<7} {met:<4} {r['note']}")
 
 
+#: modules of the optional extras (``pip install 'cmstack[dev]'``, ``[peers]``, ``[cluster]``) and of
+#: TSID (built by hand, docs/speed.md); a benchmark that needs one is skipped without it
+OPTIONAL_MODULES = {
+    "example_robot_data": "dev",
+    "dask": "cluster",
+    "distributed": "cluster",
+    "pink": "peers",
+    "mink": "peers",
+    "tsid": "docs/speed.md",
+    "websockets": "dev",
+}
+
+
+def missing_extra(exc: BaseException) -> str | None:
+    """The one-line reason a benchmark cannot run in this install (an optional package missing), or None
+    for any other error (which then propagates)."""
+    from cmstack.models.errors import MissingExtraError
+
+    if isinstance(exc, MissingExtraError):
+        return f"{exc.package or 'an optional package'} is not installed (pip install 'cmstack[{exc.extra}]')"
+    if isinstance(exc, ModuleNotFoundError):
+        top = (exc.name or "").split(".")[0]
+        if top in OPTIONAL_MODULES:
+            extra = OPTIONAL_MODULES[top]
+            how = f"see {extra}" if extra.endswith(".md") else f"pip install 'cmstack[{extra}]'"
+            return f"the module {top} is not installed ({how})"
+    return None
+
+
+def run_one(name: str, argv: list[str]) -> bool:
+    """Run bench.NAME's main(argv); a benchmark that needs an optional package that is missing is skipped
+    with one line.  Returns whether it ran."""
+    mod = importlib.import_module(f"cmstack.bench.{name}")
+    if not hasattr(mod, "main"):
+        return False
+    print(f"\n=== bench.{name} ===", flush=True)
+    try:
+        mod.main(argv)
+    except (ImportError, StackError) as exc:
+        why = missing_extra(exc)
+        if why is None:
+            raise
+        print(f"bench.{name}: skipped: {why}", flush=True)
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="issue-12 benchmarks only, short runs (minutes)")
@@ -243,10 +291,7 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     t0 = time.perf_counter()
     for name in names:
-        mod = importlib.import_module(f"cmstack.bench.{name}")
-        if hasattr(mod, "main"):
-            print(f"\n=== bench.{name} ===", flush=True)
-            mod.main(QUICK_ARGS.get(name, []) if args.quick else [])
+        run_one(name, QUICK_ARGS.get(name, []) if args.quick else [])
     rows = summary(args.quick)
     print_summary(rows, args.quick, load)
     print(f"  ({time.perf_counter() - t0:.0f} s)")

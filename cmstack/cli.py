@@ -1,6 +1,8 @@
 """The ``cmstack`` command line.
 
     cmstack list                                   the shipped scenarios, one line each
+    cmstack config NAME|PATH.py                    a scenario's default config (TOML, with its comments)
+    cmstack --version                              the version and where the package is installed
     cmstack run NAME|PATH.py [--config F.toml] [--set k=v ...] [--duration S] [--out DIR]
                              [--viewer meshcat [--no-wait]] [--no-html] [--no-plots] [--no-progress] [--debug]
     cmstack view RUN_DIR [--speed S] [--loop] [--no-wait] [--qpos-key K] [--html OUT.html]
@@ -31,6 +33,32 @@ def cmd_list(_args: argparse.Namespace | None) -> int:
     from cmstack.scenarios.loader import listing
 
     print("\n".join(listing()))
+    return 0
+
+
+def cmd_config(args) -> int:
+    """Print a scenario's default config file as it is, comments included (a shipped name, or a scenario
+    file whose default config is found as ``cmstack run`` finds it)."""
+    from cmstack.models.errors import ConfigError
+    from cmstack.scenarios._common import CONFIG_DIR
+    from cmstack.scenarios.loader import load_scenario, shipped_scenarios
+
+    try:
+        if args.scenario in shipped_scenarios():  # scenarios/configs/<name>.toml, the module not imported
+            name, path = args.scenario, CONFIG_DIR / f"{args.scenario}.toml"
+        else:  # a scenario file (its config found as `run` finds it), or a bad name (one line)
+            name, _mod, path = load_scenario(args.scenario)
+        if path is None:
+            raise ConfigError(
+                f"scenario file {args.scenario} has no default config (no CONFIG, no .toml beside it)"
+            )
+        text = Path(path).read_text(encoding="utf-8")
+    except (ConfigError, OSError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"# the default config of scenario '{name}' ({path});")
+    print(f"# edit a copy and run it with: cmstack run {args.scenario} --config FILE.toml")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -84,9 +112,27 @@ def build_parser() -> argparse.ArgumentParser:
         description="Constrained-multibody control stack: run, watch "
         "and benchmark closed-chain robot scenarios.",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{list,run,view,bench,campaign,baseline,rt}")
+    from cmstack import __version__
+
+    ap.add_argument(
+        "--version",
+        action="version",
+        version=f"cmstack {__version__} ({Path(__file__).resolve().parent})",
+        help="print the version and where the package is installed, then exit",
+    )
+    sub = ap.add_subparsers(
+        dest="cmd", required=True, metavar="{list,config,run,view,bench,campaign,baseline,rt}"
+    )
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
+    p = sub.add_parser(
+        "config",
+        help="print a scenario's default config (TOML, with its comments)",
+        description="Print a scenario's default config file, comments included: every key, its "
+        "default and its meaning. Save it, edit it, and pass it to `cmstack run NAME --config FILE`.",
+    )
+    p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
+    p.set_defaults(func=cmd_config)
     p = sub.add_parser(
         "run",
         help="run a scenario (a shipped name or your own PATH.py)",

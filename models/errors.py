@@ -22,6 +22,17 @@ class ModelFileWarning(UserWarning):
     assembled, and closing its loops moved joints far from it."""
 
 
+class MissingExtraError(ModelFileError):
+    """A file or module comes from an optional package that is not installed (e.g. the Panda of
+    example-robot-data, in cmstack's ``dev`` extra).  ``package``: the distribution to install;
+    ``extra``: the cmstack extra that brings it.  A ModelFileError, as before it had its own type."""
+
+    def __init__(self, message: str, package: str = "", extra: str = "dev"):
+        super().__init__(message)
+        self.package = package
+        self.extra = extra
+
+
 class FrameNotFoundError(StackError):
     """A frame, body or joint name does not exist in the model."""
 

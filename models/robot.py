@@ -28,7 +28,14 @@ import pinocchio as pin
 from numpy.typing import ArrayLike
 
 from cmstack.models._model_files import _captured_fd2, _check_xml
-from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError, StateError, check_finite
+from cmstack.models.errors import (
+    ConfigError,
+    FrameNotFoundError,
+    MissingExtraError,
+    ModelFileError,
+    StateError,
+    check_finite,
+)
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
 _frame_jacobian = pin.getFrameJacobian
@@ -338,9 +345,10 @@ def example_robot_data_path(relative: str) -> Path:
     try:
         dist = metadata.distribution("example-robot-data")
     except metadata.PackageNotFoundError:
-        raise ModelFileError(
+        raise MissingExtraError(
             f"'{relative}' comes from the example-robot-data package, which is not installed: "
-            "pip install example-robot-data (or pip install 'cmstack[dev]')"
+            "pip install example-robot-data (or pip install 'cmstack[dev]')",
+            package="example-robot-data",
         ) from None
     p = Path(str(dist.locate_file(f"cmeel.prefix/share/example-robot-data/robots/{relative}")))
     if not p.is_file():

@@ -84,6 +84,9 @@ from cmstack.models.lie import (
     quat_log,
     quat_mul,
     quat_to_matrix,
+    rot_x,  # noqa: F401 (re-exported: scenarios/chain_task_space.py, tests/test_tensor_chain.py)
+    rot_y,  # noqa: F401 (re-exported)
+    rot_z,  # noqa: F401 (re-exported)
     rotation_vector,
     skew,
 )
