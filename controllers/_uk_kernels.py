@@ -78,7 +78,7 @@ depends_on(
 
 COUPLING, FRAME, POSTURE, LOOP, PYTHON = 0, 1, 2, 3, 4
 """The row builders of ``task_rows``; PYTHON: a task whose rows its own Python wrote into Ab before the call
-(``uk_plan._FusedPlan.fill_python_rows``), left as they are."""
+(``models/step_engine.PythonRows``), left as they are."""
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
@@ -591,7 +591,7 @@ def passive_level(
     O_KEEP,
 ) = range(43)
 #: the rows of the tasks without a compiled row builder (kind PYTHON): a table of N_PYAB rows × (nv + 1), [A | b]
-#: unscaled as the task's own ``qp_rows`` gave them (``uk_plan._FusedPlan.fill_python_rows``), tint[k, 6] the
+#: unscaled as the task's own ``qp_rows`` gave them (``models/step_engine.PythonRows``), tint[k, 6] the
 #: task's first row in it; the step copies them, scaled by √ω, into its Ab
 O_PYAB, N_PYAB = 43, 44
 #: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi

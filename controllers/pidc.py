@@ -506,6 +506,8 @@ class PIDC:
             P.copy_parameters()
         if P.traj_tasks:
             P.sample(t)
+        if P.python:  # the tasks without a compiled row builder: their rows from their own Python
+            P.python.fill(t, q, v)
         if self._ref_sampled:
             self._sample_reference(t, self._rk_ref)
         out = np.empty(P.out_len)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cmstack.controllers.uk_plan import sample_frame_targets
-from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
+from cmstack.models.step_engine import FrameSlots, PythonRows, body_tables, data_addresses
 from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 class ClosedChainPlan:
     """Tables of ``pidc_closed_step`` for a PIDC on ``robot.loops`` (compiled closure kinds only) with joint
     coordinates or task coordinates whose rows have a compiled builder (frame tasks and couplings,
-    ``Task.kernel_kind()`` 1 or 0)."""
+    ``Task.kernel_kind()`` 1 or 0) or none (``kernel_kind()`` None: the task's own ``qp_rows`` fill its rows before
+    the call, ``python``; the others stay compiled)."""
 
     # views into the packed tables, set by ``_pack`` (besides the tables built in ``__init__``)
     ref: np.ndarray
@@ -55,9 +56,9 @@ class ClosedChainPlan:
             kk = getattr(c, "kernel_kind", None)
             if not callable(kk) or kk() != LoopClosure._KERNEL or c.kind not in KIND_CODES:
                 return None
-        for task in ctl.tasks:
+        for task in ctl.tasks:  # compiled frame tasks and couplings; a task without a kernel: Python rows
             kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None
-            if kind not in (0, 1):
+            if kind is not None and kind not in (0, 1):
                 return None
         return cls(ctl, loops)
 
@@ -84,8 +85,19 @@ class ClosedChainPlan:
         self.frame_tasks: list[tuple[int, Any]] = []
         row = 0
         tasks: list[Any] = list(ctl.tasks)  # frame tasks and couplings (``build`` checked their kinds)
+        py_rows: list[
+            tuple[int, int, Any]
+        ] = []  # (first row, stop, task) of the tasks whose rows are Python's
         for k, task in enumerate(tasks):
-            kind = task.kernel_kind()
+            kk = getattr(task, "kernel_kind", None)
+            kind = kk() if callable(kk) else None
+            if (
+                kind is None
+            ):  # ``step_engine.PythonRows``: its qp_rows into Ab before the call, which skips it
+                tint[k] = (self.K.PYTHON, 0, 0, row, 0, task.dim, 0, 1)
+                py_rows.append((row, row + task.dim, task))
+                row += task.dim
+                continue
             if kind == 0:
                 a, b = slot(task.fB), slot(task.f2)
             else:
@@ -127,6 +139,8 @@ class ClosedChainPlan:
         self.out_len = 6 * n + self.m + 2
         self.sl_tau = slice(2 * n, 3 * n)
         self._pack(ctl)
+        Ab = self.Ab  # (a view of the packed float table now)
+        self.python = PythonRows(robot, [(Ab[i:j, :n], Ab[i:j, n], task) for i, j, task in py_rows])
 
     def _pack(self, ctl: PIDC) -> None:
         """Every table into one integer array I and one float array F (``_pidc_kernels.HEADER``: sizes and
@@ -270,8 +284,8 @@ class ClosedChainPlan:
             tgtVA[k, 6:] = accD
         self.traj_tasks = traj
         for k, task in enumerate(self.tasks):
-            self.tflt[k, 0] = task.kp
-            self.tflt[k, 1] = task.kd
+            self.tflt[k, 0] = getattr(task, "kp", 0.0)
+            self.tflt[k, 1] = getattr(task, "kd", 0.0)
 
     def sample(self, t: float) -> None:
         """The targets of ``traj_tasks`` at t (``task.desired(t)``), into the tables."""

@@ -295,7 +295,6 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
         )
         self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
-        self._py_kin: Kinematics | None = None  # the Python rows' snapshot (``_python_kin``)
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -412,7 +411,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 P.tbias[k, task.rows] = task.ki * task.z
         buf = np.empty(P.buf_len)
         if P.py_tasks:  # the tasks without a compiled row builder write their rows first, in Python
-            P.fill_python_rows(kin if kin is not None else self._python_kin(q, v, gen), t)
+            P.python.fill(t, q, v, kin)
         st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
         if st == 4:  # _uk_kernels.NONFINITE: |q|² + |v|² is not finite
             robot.refuse_state(q, v)
@@ -444,21 +443,6 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info._lazy = (self._forces_of, buf)
             return tau
         return self._fused_rest(t, st, buf)
-
-    def _python_kin(self, q: np.ndarray, v: np.ndarray, gen: int) -> Kinematics:
-        """The snapshot the tasks whose rows are Python's (``_FusedPlan.py_tasks``) read before the compiled call:
-        this step's q, v, M (``pin.crba``'s, a view of the robot's data) and frames; h is NaN (the call computes
-        it).  One object refilled each step (valid during the step's ``qp_rows`` calls only); the step's own
-        snapshot (``kin``) is made from the step's buffer when read."""
-        k = self._py_kin
-        if k is None:
-            k = self._py_kin = Kinematics(self.robot, q, v, self.robot.data.M, np.full(self.n, np.nan), gen)
-            return k
-        k.q, k.v, k.M, k._gen = q, v, self.robot.data.M, gen
-        if k._frames:
-            k._frames = {}
-        k._tv = False
-        return k
 
     @property
     def kin(self) -> Kinematics | None:

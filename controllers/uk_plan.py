@@ -9,12 +9,11 @@ import numpy as np
 
 from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
-from cmstack.models.step_engine import FrameSlots, body_tables, data_addresses
+from cmstack.models.step_engine import FrameSlots, PythonRows, body_tables, data_addresses
 from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
-    from cmstack.models.robot import Kinematics
 
 
 def sample_frame_targets(traj_tasks: list, tgtH: np.ndarray, tgtVA: np.ndarray, t: float) -> None:
@@ -116,7 +115,7 @@ class _FusedPlan:
             kind = kk() if callable(kk) else None
             a = b = off = 0
             sel0, nsel = task.rows.start, task.dim
-            if kind is None:  # rows from the task's own Python (``fill_python_rows``)
+            if kind is None:  # rows from the task's own Python (``step_engine.PythonRows``)
                 kind, sel0, off = K.PYTHON, 0, n_py
                 self.py_tasks.append((n_py, n_py + nsel, task))
                 n_py += nsel
@@ -328,13 +327,12 @@ class _FusedPlan:
         self.rank_tol = float(ctl.rank_tol)
         self.n_levels = lvl.size
         self.n_loop_rows = nl
-        # the Python rows' table: (A view, b view, task) of each task of kind PYTHON (``fill_python_rows``)
+        # the Python rows' table: (A view, b view, task) of each task of kind PYTHON (``step_engine.PythonRows``)
         pyab = fview("pyab", (n_py, n + 1))
         self.pyab = pyab
-        self._py_rows = (
-            self.py_tasks
-        )  # (first row in pyab, stop, task): the views made again after unpickling
-        self.py_tasks = [(pyab[i:j, :n], pyab[i:j, n], task) for i, j, task in self._py_rows]
+        self._py_rows = self.py_tasks  # (first row in pyab, stop, task): made views again after unpickling
+        self.python = PythonRows(robot, [(pyab[i:j, :n], pyab[i:j, n], task) for i, j, task in self._py_rows])
+        self.py_tasks = self.python.entries
         self.tflt = fview("tflt", (nt, 4))
         self.tflt[:] = tflt
         self.fplace = fview("fplace", (nf, 4, 4))
@@ -408,7 +406,8 @@ class _FusedPlan:
             T = getattr(self, tab)
             setattr(self, name, np.ndarray(shape, dtype=T.dtype, buffer=T, offset=off, strides=strides))
         n = self.n
-        self.py_tasks = [(self.pyab[i:j, :n], self.pyab[i:j, n], task) for i, j, task in self._py_rows]
+        self.python.entries = [(self.pyab[i:j, :n], self.pyab[i:j, n], task) for i, j, task in self._py_rows]
+        self.py_tasks = self.python.entries
 
     def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
         """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
@@ -483,20 +482,6 @@ class _FusedPlan:
             for i, x in enumerate(task.trajectory(t)):  # (q_d, v_d, a_d), each broadcast to the joints
                 self.jref[i, off:stop] = x
         sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)
-
-    def fill_python_rows(self, kin: Kinematics, t: float) -> None:
-        """The rows of ``py_tasks`` at (kin, t), [A | b] = task.qp_rows(kin, t) (world axes, unscaled), into the
-        plan's table ``pyab``, which the step copies into its rows scaled by √ω (``_uk_kernels.python_rows``)."""
-        for A_tab, b_tab, task in self.py_tasks:
-            A, b = task.qp_rows(kin, t)
-            try:
-                A_tab[...] = A
-                b_tab[...] = b
-            except ValueError:
-                raise ValueError(
-                    f"task {getattr(task, 'name', task)!r}: qp_rows gave A of shape {np.shape(A)} and b of shape "
-                    f"{np.shape(b)}; its dim says {A_tab.shape} and {b_tab.shape}"
-                ) from None
 
     def pose_table(self, d) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""

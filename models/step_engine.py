@@ -14,6 +14,8 @@ one Pinocchio pass, and this module builds them, once per step object:
   the order first named (``compact``: the loop closures' pass);
 * the **body table** (``body_tables``) of ``_uk_kernels.bias_forces``, h = nle(q, v) by Newton–Euler: each joint's
   parent row, its body's [m, lever (3), Ī (3×3 row-major)], gravity;
+* the **Python rows** (``PythonRows``) of the tasks without a compiled row builder, filled by their own
+  ``qp_rows`` before the compiled call while the other tasks stay compiled;
 * the **addresses** (``data_addresses``) of the Pinocchio arrays the kernels read in place (data.J, data.M, every
   slot joint's rotation and translation in data.oMi), after the one check that each is column-major float64.
 
@@ -27,6 +29,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from cmstack.models.robot import Kinematics
 
 
 class FrameSlots:
@@ -128,3 +132,66 @@ def data_addresses(
                 "column-major float64"
             )
     return [int(a.__array_interface__["data"][0]) for a in arrays], (d, poses, arrays)
+
+
+class PythonRows:
+    """The rows of the tasks that have no compiled row builder (``Task.kernel_kind()`` None), filled by their own
+    Python each step before a compiled step's call, into tables the kernel reads (the fallback per task: the other
+    tasks stay compiled; ``docs/add_a_task.md``).
+
+    Args:
+        robot: the ``Robot`` whose lean pass (``Robot.update_for_kernel``) ran this step.
+        entries: (A, b, task) per task: views of the compiled step's table that receive [A | b] = task.qp_rows(kin,
+            t) (world axes; A (k×nv), b (k,), k = task.dim).
+
+    ``fill(t, q, v, kin)`` hands each task one ``Kinematics`` of this step, refilled each step (q, v, M of the lean
+    pass, a view of the robot's data; frames on demand; h NaN: the compiled step's own output), or the caller's
+    ``kin``; it is valid during the step's ``qp_rows`` calls only.
+    """
+
+    def __init__(self, robot: Any, entries: list[tuple[np.ndarray, np.ndarray, Any]]) -> None:
+        self.robot = robot
+        self.entries = entries
+        self._kin: Kinematics | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    @property
+    def tasks(self) -> list[Any]:
+        """The tasks whose rows are filled here, in row order."""
+        return [task for _, _, task in self.entries]
+
+    def snapshot(self, q: np.ndarray, v: np.ndarray) -> Kinematics:
+        """The step's snapshot for the tasks' rows (class docstring), at the robot's current generation."""
+        robot = self.robot
+        k = self._kin
+        if k is None:
+            k = self._kin = Kinematics(robot, q, v, robot.data.M, np.full(robot.nv, np.nan), robot.generation)
+            return k
+        k.q, k.v, k.M, k._gen = q, v, robot.data.M, robot.generation
+        if k._frames:
+            k._frames = {}
+        k._tv = False
+        return k
+
+    def fill(self, t: float, q: np.ndarray, v: np.ndarray, kin: Kinematics | None = None) -> None:
+        """Every task's rows at (t, q, v) (or the caller's snapshot ``kin``) into its views; a task whose
+        ``qp_rows`` gives the wrong shapes → ``ValueError`` naming it and both shapes."""
+        if kin is None:
+            kin = self.snapshot(q, v)
+        for A_tab, b_tab, task in self.entries:
+            A, b = task.qp_rows(kin, t)
+            try:
+                A_tab[...] = A
+                b_tab[...] = b
+            except ValueError:
+                raise ValueError(
+                    f"task {getattr(task, 'name', task)!r}: qp_rows gave A of shape {np.shape(A)} and b of shape "
+                    f"{np.shape(b)}; its dim says {A_tab.shape} and {b_tab.shape}"
+                ) from None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_kin"] = None  # made again on first use
+        return state

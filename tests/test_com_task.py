@@ -178,3 +178,50 @@ def test_pickled_controller_keeps_its_python_rows(robot):
     twin._plan.py_tasks[0][2].set_target([0.2, 0.0, 0.3])  # a new target reaches the twin's rows only
     t, q, v = states[0]
     assert not np.allclose(twin(t, q, v), ctl(t, q, v))
+
+
+def test_pidc_compiled_step_with_the_com_task_equals_its_numpy_step_and_tracks():
+    """PIDC on the five-bar with the centre of mass as its task coordinates (a circle of 5 mm in the mechanism's
+    x-z plane): the compiled closed-chain step takes the task's Python rows (``plan.python``) and gives the NumPy
+    step's τ, q̈_des, τ_∥, f_c and λ to 1e-10 on a closed loop (rigid projection plant), which tracks the circle."""
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.sim.projection_sim import ProjectionPlant
+
+    def law(robot):
+        c0 = CenterOfMassTask(robot).com(robot.q_initial)
+        r, w = 0.005, 2 * np.pi
+
+        def circle(t):
+            s, c = np.sin(w * t), np.cos(w * t)
+            return (
+                c0 + r * np.array([c - 1.0, 0.0, s]),
+                r * w * np.array([-s, 0.0, c]),
+                -r * w * w * np.array([c, 0.0, s]),
+            )
+
+        return PIDC(robot, None, CenterOfMassTask(robot, circle, kp=400.0, kd=40.0))
+
+    robot, robot_ref = Robot.from_mjcf("mjcf/five_bar.xml"), Robot.from_mjcf("mjcf/five_bar.xml")
+    ctl, ref = law(robot), law(robot_ref)
+    assert ctl._plan is not None and [type(x).__name__ for x in ctl._plan.python.tasks] == [
+        "CenterOfMassTask"
+    ]
+    com = ctl.tasks[0]
+    plant = ProjectionPlant(robot, None, sim_dt=1e-3)
+    plant.reset(robot.q_initial)
+    worst = 0.0
+    for k in range(600):
+        t = k * 1e-3
+        q, v = plant.state()
+        tau = ctl(t, q, v)
+        tau_ref = ref._numpy_step(t, q, v)
+        a, b = ctl.info, ref.info
+        assert (a.rank, a.status) == (b.rank, b.status)
+        assert np.abs(tau - tau_ref).max() <= 1e-10 * max(1.0, np.abs(tau_ref).max())
+        for x, y in ((a.qdd_des, b.qdd_des), (a.tau_par, b.tau_par), (a.f_c, b.f_c), (a.lam, b.lam)):
+            assert np.abs(x - y).max() <= 1e-10 * max(1.0, np.abs(y).max())
+        if t >= 0.3:
+            worst = max(worst, float(np.linalg.norm(com.desired(t)[0] - com.com(q))))
+        plant.set_torque(tau)
+        plant.step()
+    assert worst < 1e-4  # 5 mm circle: below 2 % of its radius after the first 0.3 s
