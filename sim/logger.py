@@ -18,7 +18,9 @@ never holding the whole log, then removes the parts.
 
 A run killed before its final save (``kill -9``) leaves no ``log.npz``, only the parts directory
 ``.log.npz.parts/`` (everything up to the last checkpoint); :func:`read_log` (what ``cmstack view``,
-``replay.html`` and the tests read) returns ``log.npz`` when it exists, else the parts concatenated.
+``replay.html`` and the tests read) returns ``log.npz`` when it exists, else the parts concatenated,
+else (a ``cmstack rt`` run whose two processes both died) the log of the records it streamed to
+``.rt/`` (sim/rt_records.py).
 A series that is missing from a later part (a post-loop pass killed half-way) is left out there.
 """
 
@@ -165,6 +167,11 @@ def read_log(path: str | Path, allow_pickle: bool = False) -> dict[str, np.ndarr
             return {k: z[k] for k in z.files}
     parts = _part_files(path)
     if not parts:
+        from cmstack.sim.rt_records import read_records_log  # (a cmstack rt run whose processes both died)
+
+        records = read_records_log(path.parent)
+        if records is not None:
+            return records
         raise FileNotFoundError(f"no log at {path} (and no checkpoint parts in {parts_dir(path)})")
     rows: dict[str, list] = {}
     present, out = [], {}

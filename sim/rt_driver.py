@@ -45,6 +45,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -171,7 +172,10 @@ class DriverLog:
                                        plant's joints (``index``: (qadr, dadr) when it is: no noise)
     ======================  =========  ==================================================================
 
-    ``log["q"]`` reads ``qpos[:, qadr]`` when q is not stored.  ``header``: cycles done, start wall time."""
+    ``log["q"]`` reads ``qpos[:, qadr]`` when q is not stored.  ``header``: cycles done, start wall time.
+    With ``records`` (a directory) each column is instead a shared mapping of the file
+    ``records/<column>.npy`` (and the header ``header.npy``): the rows stream to the run directory as
+    they are written (sim/rt_records.py)."""
 
     FIXED = ("wall", "late", "t", "answers", "age", "miss")
     TYPES = {
@@ -191,6 +195,7 @@ class DriverLog:
         nq: int,
         nv: int,
         index: tuple[np.ndarray, np.ndarray] | None = None,
+        records: Path | None = None,
     ):
         self.n = n_cycles
         self.index = (
@@ -206,6 +211,18 @@ class DriverLog:
         for k in shapes:
             offsets[k] = off
             off += -(-sizes[k] * n_cycles // 8) * 8  # each block 8-byte aligned
+        self.records = records
+        if records is not None:  # one shared file mapping per column (sim/rt_records.py)
+            from cmstack.sim.rt_records import record_array
+
+            records.mkdir(parents=True, exist_ok=True)
+            self._map = None
+            self.header = record_array(records, "header", (4,), np.float64, 0.0)
+            self.col = {k: record_array(records, k, (n_cycles, *s), t, 0) for k, (s, t) in shapes.items()}
+            if self.index is not None:
+                np.save(records / "qadr.npy", self.index[0])
+                np.save(records / "dadr.npy", self.index[1])
+            return
         self._map = mmap.mmap(-1, off)  # MAP_SHARED | MAP_ANONYMOUS
         self.header = np.ndarray((4,), dtype=np.float64, buffer=self._map)
         self.col = {
@@ -215,6 +232,10 @@ class DriverLog:
 
     def touch(self) -> None:
         """Write every page of the mapping (zeros) before the clock starts: no page fault in the loop."""
+        if self._map is None:
+            for c in self.col.values():
+                c[...] = 0
+            return
         np.ndarray((len(self._map),), dtype=np.uint8, buffer=self._map)[32:] = 0
 
     @property
@@ -560,12 +581,14 @@ class DriverProcess:
         disturbances: Sequence[Disturbance] = (),
         sensed: Sequence[str] = (),
         on_orphan: Callable[[dict[str, Any], DriverLog], None] | None = None,
+        records: Path | None = None,
     ) -> DriverProcess:
         """Fork the driver for ``plant`` on ``link``; ``sensed``: arrays of ``plant.data`` it publishes with
         each state (the transport must have room for them: its ``ns``).  ``on_orphan(fields, log)`` is
         called in the driver process when this (the controller) process died during the run, after
         the brake, with the report's fields and the driver's log: what is left of the run is written
-        there (:func:`_orphaned`)."""
+        there (:func:`_orphaned`).  ``records``: a directory where the driver's log is made as files
+        (:class:`DriverLog`)."""
         settings.check()
         ns = sum(a.size for a in sensor_views(plant.data, sensed))
         if ns != getattr(link.state, "ns", 0):
@@ -577,7 +600,15 @@ class DriverProcess:
             raise ConfigError(f"an rt run needs at least 2 cycles, got {n_cycles} (duration × rate)")
         substeps(settings.dt, plant.dt)  # the period must be a whole number of plant steps
         data = plant.data
-        log = DriverLog(n_cycles, len(data.qpos), len(data.qvel), link.nq, link.nv, index=state_index(plant))
+        log = DriverLog(
+            n_cycles,
+            len(data.qpos),
+            len(data.qvel),
+            link.nq,
+            link.nv,
+            index=state_index(plant),
+            records=records,
+        )
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(

@@ -52,6 +52,7 @@ from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, write_parts
 from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup, sensor_views
+from cmstack.sim.rt_records import RECORDS, log_series, record_array, write_meta
 from cmstack.sim.rt_transport import TRANSPORTS, Link
 from cmstack.sim.runner import Disturbance, Run, substeps
 
@@ -138,21 +139,6 @@ def _info_fields(info: object) -> list[tuple[str, Any]]:
         elif isinstance(val, (bool, int, float, np.number)):
             out.append((name, val))
     return out
-
-
-def record_array(
-    records: Path | None, name: str, shape: tuple[int, ...], dtype: Any, fill: float
-) -> np.ndarray:
-    """A preallocated array of ``shape`` and ``dtype`` filled with ``fill``: in memory, or with
-    ``records`` (a directory) a shared mapping of the file ``records/<name>.npy`` (a ``.npy`` file any
-    process can open with ``np.load``), every page written now (no page fault later): the rows the
-    loop writes reach the page cache as they are written, and survive a ``kill -9`` of this process."""
-    if records is None:
-        return np.full(shape, fill, dtype=dtype)
-    safe = "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
-    mm = np.lib.format.open_memmap(records / f"{safe}.npy", mode="w+", dtype=dtype, shape=shape)
-    mm[...] = fill
-    return mm.view(np.ndarray)  # (a plain array over the same mapping: the hot path as in memory)
 
 
 def capture_buffer(value: Any, n_cycles: int, records: Path | None = None, name: str = "info") -> np.ndarray:
@@ -580,10 +566,11 @@ def run_rt(
     model = getattr(controller, "robot", None)
     posthoc = reports and callable(getattr(model, "update", None))  # errors from the model, after the loop
     ckpt = getattr(log, "checkpoint_path", None)
-    records = None if ckpt is None else Path(ckpt).parent / ".rt" / "controller"
+    records = None if ckpt is None else Path(ckpt).parent / RECORDS / "controller"
     if records is not None:
         shutil.rmtree(records.parent, ignore_errors=True)  # (a previous run's, in the same directory)
         records.mkdir(parents=True)
+        write_meta(records.parent, log.meta)
 
     def orphaned(fields: dict, dlog) -> None:  # in the driver process, its controller process dead
         report = DriverReport(cycles=dlog.cycles, log=dlog, **fields)
@@ -592,7 +579,9 @@ def run_rt(
         res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=loop_rep, transport=transport)
         res.steps = report.cycles
         if ckpt is not None:
-            write_parts(ckpt, orphan_series(report, loop_rep), dict(log.meta), max(1, round(ds.rate_hz)))
+            L = report.log
+            driver = {k: L[k] for k in ("t", "q", "v", "tau", "qpos", "qvel", "answers")}
+            write_parts(ckpt, log_series(driver, loop_rep.info), dict(log.meta), max(1, round(ds.rate_hz)))
         if on_orphan is not None:
             on_orphan(res)
         if records is not None:
@@ -608,7 +597,16 @@ def run_rt(
             on_start()
         if isinstance(controller, SensesPlant):
             controller.attach_plant(plant)  # this process's plant, its sensed arrays kept current
-        proc = DriverProcess.start(plant, link, n_cycles, ds, disturbances, sensed, on_orphan=orphaned)
+        proc = DriverProcess.start(
+            plant,
+            link,
+            n_cycles,
+            ds,
+            disturbances,
+            sensed,
+            on_orphan=orphaned,
+            records=None if records is None else records.parent / "driver",
+        )
         try:
             control_loop(
                 link,
@@ -654,28 +652,6 @@ def run_rt(
     if failure is not None:
         raise failure
     return res
-
-
-def orphan_series(report: DriverReport, loop: LoopReport) -> dict[str, np.ndarray]:
-    """The log of a run whose controller process died, from the driver's log and the controller's
-    streamed records: per driver cycle k, ``t``, ``q``, ``v`` (published), ``tau`` (applied),
-    ``plant_qpos``, ``plant_qvel`` and each captured ``controller.info`` field at the step whose torque
-    was applied at k (``answers[k]``; NaN while braking or before any answer), as the replay logs them."""
-    L = report.log
-    out = {
-        k: np.asarray(L[src], dtype=float) for k, src in (("t", "t"), ("q", "q"), ("v", "v"), ("tau", "tau"))
-    }
-    out["plant_qpos"], out["plant_qvel"] = np.asarray(L["qpos"]), np.asarray(L["qvel"])
-    n = report.cycles
-    ans = np.asarray(L["answers"], dtype=np.int64)
-    for name, buf in loop.info.items():
-        if name in out or buf.ndim == 0:
-            continue
-        ok = (ans >= 0) & (ans < len(buf))
-        x = np.full((n, *buf.shape[1:]), np.nan)
-        x[ok] = buf[ans[ok]]
-        out[name] = x
-    return out
 
 
 def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record, model=None) -> None:

@@ -981,12 +981,14 @@ MAX_HTML_FRAMES = 3000
 
 def _run_log_path(run) -> Path:
     """The log of a saved run (a run directory or its log.npz; a run killed before its final save has only
-    its checkpoint parts beside it), or a one-line ModelFileError."""
+    its checkpoint parts beside it, a ``cmstack rt`` run whose processes both died only its records in
+    ``.rt/``), or a one-line ModelFileError."""
     from cmstack.sim.logger import parts_dir
+    from cmstack.sim.rt_records import RECORDS
 
     p = Path(run)
     f = p / "log.npz" if p.is_dir() else p
-    if not f.is_file() and not parts_dir(f).is_dir():
+    if not f.is_file() and not parts_dir(f).is_dir() and not (f.parent / RECORDS / "driver").is_dir():
         raise ModelFileError(
             f"no run log at {f}: give a run directory (runs/<scenario>/<timestamp>) or its log.npz"
         )
