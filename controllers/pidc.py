@@ -275,6 +275,8 @@ class PIDC:
         )  # every QP of this law: conditioned and bounded (controllers/qp.py)
         self.failures = 0
         self._kin: Kinematics | None = None
+        self._kin_src: Any = None  # what ``kin`` was built from (a compiled step's buffer or (q, v))
+        self._terr_of: Any = None  # the closed-chain step buffer whose task errors the plan's ``terr`` holds
         self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = (
             None  # (q, v), or a buffer holding them
         )
@@ -517,6 +519,7 @@ class PIDC:
                 robot.refuse_state(q, v)  # raises with the non-finite entries named
             return None
         self._kin, self._kin_qv = None, out  # (q, v) of the step: out's copies (``kin``)
+        self._terr_of = out  # the plan's task errors (``terr``) are this step's (``errors``)
         info = self._kinfo
         if info is not self.info:  # one record, refilled with this step's buffer
             info = self._kinfo = _BufferedInfo(v.size, self._rk_m)
@@ -620,12 +623,48 @@ class PIDC:
                 n, m = self.robot.nv, self._rk_m
                 q, v = qv[4 * n + m : 5 * n + m], qv[5 * n + m : 6 * n + m]
             self._kin = self.robot.update(q, v)
-            self._kin_qv = None
+            self._kin_src, self._kin_qv = qv, None
         return self._kin
 
     @kin.setter
     def kin(self, k: Kinematics | None) -> None:
-        self._kin, self._kin_qv = k, None
+        self._kin, self._kin_qv, self._kin_src = k, None, None
+
+    def errors(self, kin: Kinematics, t: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The errors of the constraint and of the tracked coordinates at (kin, t), by name (``ReportsErrors``):
+
+        * constraints: each loop closure's residual φ (``LoopClosure.error``: m on position rows, rad on
+          rotation rows) under its name; a constraint object of another kind, φ(q) under its ``name``
+          (or "constraint");
+        * tasks: each task's error (``Task.error``, its own units and axes) under its name; joint coordinates
+          θ their error θ_d(t) − θ [rad or m] under "coords" (the sign of ``PostureTask``'s q_ref − q).
+
+        ``simulate`` keeps them per step in ``run.errors`` (``run.error_arrays()``).  Cost: the loops' φ from the
+        closure set's one compiled pass (φ(q) is what ``LoopClosure.error`` returns); for ``kin`` the last
+        compiled closed-chain step's own snapshot, the task errors that step's kernel wrote (its ``terr``
+        table, ``Task.error``'s definition: tested equal), else ``Task.error`` on ``kin``."""
+        c = self.c
+        closures = getattr(c, "closures", None)
+        if closures is None and callable(getattr(c, "error", None)):
+            closures = [c]
+        if closures is not None:
+            phi = np.asarray(c.phi(kin.q), dtype=float)
+            cons = {x.name: phi[s] for x, s in zip(closures, getattr(c, "slices", [slice(None)]))}
+        else:
+            cons = {str(getattr(c, "name", "constraint")): np.asarray(c.phi(kin.q), dtype=float)}
+        if self.tasks:
+            P = self._plan
+            if (
+                P is not None
+                and kin is self._kin
+                and self._kin_src is not None
+                and self._kin_src is self._terr_of
+            ):
+                return cons, {task.name: P.terr[k, task.rows].copy() for k, task in enumerate(P.tasks)}
+            return cons, {task.name: task.error(kin, t) for task in self.tasks}
+        k = len(self.coords)
+        theta_d = np.broadcast_to(np.asarray(self._ref(t)[0], dtype=float), (k,))
+        return cons, {"coords": theta_d - kin.q[self._ci]}
 
     @property
     def compiled(self) -> bool:

@@ -102,6 +102,7 @@ class RobustPartitionController:
         self._kH = np.zeros((3, mp.nqhat))
         self._kHrows = tuple(self._kH)
         self._kinfo: RobustInfo | None = None  # q̂, q̂̇, q̂̈ (contiguous row views, for pin.rnea)
+        self._q: np.ndarray | None = None  # the last step's q (``kin``)
 
     @property
     def trajectory(self) -> Trajectory:
@@ -127,10 +128,21 @@ class RobustPartitionController:
             np.concatenate([np.asarray(x, float).ravel() for x in sin]) if sin is not None else 0.0
         )
 
+    @property
+    def kin(self) -> np.ndarray | None:
+        """The last step's configuration q = (φ, θ, δ) (this law's kinematics; None before the first step)."""
+        return self._q
+
+    def errors(self, kin: np.ndarray, t: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """({}, {"trajectory": q_d(t) − q}) at the configuration ``kin`` = q and time t [rad, rad, m]
+        (``ReportsErrors``; the law's own e = q − q_d is ``info.e``)."""
+        return {}, {"trajectory": np.asarray(self.trajectory(t)[0], dtype=float) - kin}
+
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         if not self.use_rnea:
             return self._numpy_step(t, q, v)
         q = np.asarray(q, dtype=float)
+        self._q = q
         v = np.asarray(v, dtype=float)
         if q.shape != (3,) or v.shape != (3,):
             raise StateError(f"robust_partition: q and v must be (φ, θ, δ), got shapes {q.shape}, {v.shape}")
@@ -160,6 +172,7 @@ class RobustPartitionController:
     def _numpy_step(self, t: float, q, v) -> np.ndarray:
         """The law as NumPy calls (the reference of the compiled step; the path of ``terms="partition"``)."""
         q = np.asarray(q, dtype=float)
+        self._q = q
         v = np.asarray(v, dtype=float)
         if q.shape != (3,) or v.shape != (3,):
             raise StateError(f"robust_partition: q and v must be (φ, θ, δ), got shapes {q.shape}, {v.shape}")

@@ -341,6 +341,8 @@ def run(ctx) -> Outcome:
         log=log,
         sensors=sensing or "full",
         command=servo or "torque",
+        # the end effector's target: a run 100x off it for 0.5 s says so (a circle out of reach)
+        error_targets={"ee_circle": TARGETS["ee_error_max_m"]} if mode == "ee" else None,
     )
     L = log.arrays()
     # after the loop, from the logged states: the end effector and its reference, the loops' residual

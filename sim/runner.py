@@ -10,17 +10,22 @@ per-call controller timing, the wall-clock real-time factor, disturbances and lo
 apply τ and the disturbances active at t, ``record(t, q, v, τ)``, update the viewer, step the plant
 by control_dt.  A controller that :class:`~cmstack.controllers.base.SensesPlant` is given the plant
 first; one that :class:`~cmstack.controllers.base.ReportsErrors` has its constraint/task errors kept
-per step in ``run.errors``.  Without ``record`` the loop logs t, q, v, τ and plant_qpos itself, so
-that ``run.save(dir)`` writes a directory the viewer replays.  Any exception propagates after the
-steps done so far have been logged (the scenario framework then writes log.npz and the reason).
+per step in ``run.errors``; given ``error_targets``, a reported error whose norm stays above
+``ERROR_FACTOR`` (100) × its target for ``ERROR_HOLD_S`` (0.5 s) of simulated time is said once per name
+(a ``UserWarning`` naming it and the time; kept in ``run.warnings``).  Without ``record`` the loop logs
+t, q, v, τ and plant_qpos itself, so that ``run.save(dir)`` writes a directory the viewer replays.  Any
+exception propagates after the steps done so far have been logged (the scenario framework then writes
+log.npz and the reason).
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
+import math
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +97,80 @@ def apply_disturbances(plant: Plant, disturbances: Sequence[Disturbance], active
         plant.set_wrench(body, f, m)
 
 
+#: a reported error is said to be off target when its norm stays above ERROR_FACTOR × its target for
+#: ERROR_HOLD_S of simulated time (:class:`ErrorWatch`)
+ERROR_FACTOR = 100.0
+ERROR_HOLD_S = 0.5
+
+
+class ErrorWatch:
+    """Says once per name when a reported error stays far above its target: ‖e‖₂ > ERROR_FACTOR × target
+    without a break for ERROR_HOLD_S of simulated time gives one ``UserWarning`` naming the error (task or
+    constraint), the time it went above and the time it was said; e.g. a circle out of the robot's reach.
+
+    targets: one target for every task the controller reports (the second group of
+    ``ReportsErrors.errors``), or {name: target} for any reported task or constraint, in the units of the
+    error (m, rad).  ``said``: the messages, in order."""
+
+    def __init__(self, targets: float | Mapping[str, float]):
+        if isinstance(targets, Mapping):
+            self.targets: dict[str, float] | None = {str(k): float(v) for k, v in targets.items()}
+            self.every = float("nan")
+        else:
+            self.targets, self.every = None, float(targets)
+        for name, x in (self.targets or {"every task": self.every}).items():
+            if not (math.isfinite(x) and x > 0):
+                raise ConfigError(
+                    f"error_targets: the target of {name!r} must be a finite number > 0, got {x!r}"
+                )
+        self.limit: dict[str, float] = {}
+        self.since: dict[str, float] = {}
+        self.said: list[str] = []
+        self.bound = False
+
+    def bind(self, constraints: Mapping[str, object], tasks: Mapping[str, object]) -> None:
+        """The names watched, from the first report: every task for one target, else the names given (a name
+        the controller does not report is refused with the names it does)."""
+        if self.targets is None:
+            self.limit = {k: ERROR_FACTOR * self.every for k in tasks}
+        else:
+            known = [*constraints, *tasks]
+            unknown = sorted(set(self.targets) - set(known))
+            if unknown:
+                raise ConfigError(
+                    f"error_targets: {unknown} are not errors the controller reports (it reports {known})"
+                )
+            self.limit = {k: ERROR_FACTOR * x for k, x in self.targets.items()}
+        self.bound = True
+
+    def update(self, t: float, name: str, e: np.ndarray) -> None:
+        """The error ``e`` of ``name`` at time t [s]."""
+        lim = self.limit.get(name)
+        if lim is None:
+            return
+        norm = math.sqrt(float(e @ e)) if e.size else 0.0
+        if norm <= lim:
+            self.since.pop(name, None)
+            return
+        t0 = self.since.setdefault(name, t)
+        if t - t0 >= ERROR_HOLD_S - 1e-9:
+            msg = (
+                f"{name}: its error |e| = {norm:.3g} has stayed above {ERROR_FACTOR:g} x its target "
+                f"{lim / ERROR_FACTOR:g} from t = {t0:.3f} s to t = {t:.3f} s (out of reach, or not tracked)"
+            )
+            self.said.append(msg)
+            del self.limit[name]  # said once
+            warnings.warn(msg, UserWarning, stacklevel=3)
+
+    def replay(self, errors: Mapping[str, list], control_dt: float) -> None:
+        """The same check over a finished run's ``run.errors`` (step k at t = k · control_dt; every name
+        counts as a task: the report's groups are not kept)."""
+        self.bind({}, errors)
+        for name, rows in errors.items():
+            for k, e in enumerate(rows):
+                self.update(k * control_dt, name, np.asarray(e, dtype=float))
+
+
 def substeps(control_dt: float, sim_dt: float) -> int:
     n = int(round(control_dt / sim_dt))
     if n < 1 or abs(n * sim_dt - control_dt) > 1e-9 * max(1.0, control_dt):
@@ -142,6 +221,7 @@ def simulate(
     task_errors: bool = True,
     sensors: str | ActuatedSensing = "full",
     command: str | JointServo = "torque",
+    error_targets: float | Mapping[str, float] | None = None,
 ) -> Run:
     """Run ``controller`` on ``plant`` for ``duration`` s of simulated time at one call per
     ``control_dt`` s (a whole multiple of plant.dt).  ``record(t, q, v, tau)`` is called once per
@@ -152,10 +232,19 @@ def simulate(
     reconstructed by the loops, ``controller.robot``'s; an ``ActuatedSensing`` for quantization, noise and the
     estimator's options); ``command``: "torque" or "position" (the robot's own joint PD around the law's
     integrated (q_des, v_des) with τ as feed-forward; a ``JointServo`` for its gains).  ``record`` gets the
-    plant's state; a ``SensorFault`` ends the run (raised, the cycles before it logged).  Returns the
-    :class:`Run`."""
+    plant's state; a ``SensorFault`` ends the run (raised, the cycles before it logged).  ``error_targets``: a
+    target [m, rad] for every task the controller reports, or {task or constraint name: target}; an error
+    whose norm stays above 100 × its target for 0.5 s of simulated time is said once (:class:`ErrorWatch`: a
+    ``UserWarning`` naming it and the time, kept in ``run.warnings``); it needs a controller that reports its
+    errors and ``task_errors``.  Returns the :class:`Run`."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
+    watch = None if error_targets is None else ErrorWatch(error_targets)
+    if watch is not None and not (task_errors and isinstance(controller, ReportsErrors)):
+        raise ConfigError(
+            f"error_targets: {type(controller).__name__} reports no errors to compare with them"
+            + ("" if task_errors else " (task_errors=False)")
+        )
     sensing, servo = interfaces(controller, control_dt, sensors, command)
     if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
         if sensing is not None or servo is not None:
@@ -177,6 +266,9 @@ def simulate(
         )
         LOOP_TOTALS["simulated_s"] += run.simulated_s
         LOOP_TOTALS["wall_s"] += run.wall_s
+        if watch is not None:  # the driver's loop kept the errors: the same check afterwards
+            watch.replay(run.errors, control_dt)
+            run.warnings.extend(watch.said)
         return run
     n_sub = substeps(control_dt, plant.dt)
     n_steps = int(round(duration / control_dt))
@@ -218,9 +310,15 @@ def simulate(
                 servo.command(controller, qc, vc, tau)
             apply_disturbances(plant, disturbances, active, t)
             if reporter is not None:
-                for group in reporter.errors(reporter.kin, t):
+                groups = reporter.errors(reporter.kin, t)
+                for group in groups:
                     for name, e in group.items():
-                        errors.setdefault(name, []).append(np.array(e, dtype=float))
+                        e = np.array(e, dtype=float)
+                        errors.setdefault(name, []).append(e)
+                        if watch is not None:
+                            if not watch.bound:
+                                watch.bind(*groups)
+                            watch.update(t, name, e)
             record(t, q, v, tau)
             if viewer is not None:
                 viewer.maybe_update(t, plant.data.qpos)
@@ -239,6 +337,8 @@ def simulate(
             LOOP_TOTALS[k] += x
         if bar is not None:
             bar.close()
+        if watch is not None:
+            res.warnings.extend(watch.said)
     return res
 
 
@@ -251,13 +351,15 @@ class Run(RunResult):
     the whole loop [s] (logging, viewer and plant included; imports and plots excluded); cpu_s: CPU
     time of the loop's thread over the same span [s] (on a busy machine wall_s also counts the waits);
     errors: per constraint/task name, its error at every step (empty if the controller does not
-    report errors); log: the Logger of the run."""
+    report errors); warnings: what the loop said of the run (an error off its target, ``error_targets``);
+    log: the Logger of the run."""
 
     duration: float = 0.0
     control_dt: float = 0.0
     wall_s: float = float("nan")
     cpu_s: float = float("nan")
     errors: dict[str, list] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     log: Logger | None = None
     #: the measurement and command paths of a run with sensors="actuated" / command="position" (sim/sensors.py)
     sensing: ActuatedSensing | None = None
