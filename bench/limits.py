@@ -14,7 +14,10 @@ Closed loops on MuJoCo plants of Franka Pandas (example-robot-data), one control
                       (URDF effort limits, position limits braking at up to a_max = 10 rad/s²: the
                       coupling error grows with a_max, through the zero-order hold of the braking's
                       jerk: 2.8e-5 m at 5, 6.1e-5 at 10, 1.5e-4 at 20, 2.4e-4 m at 40 rad/s²);
-* ``lift_one_arm``    one Panda's hand lifted the same way, the same limits.
+* ``lift_one_arm``    one Panda's hand lifted the same way, the same limits;
+* ``talos_velocity``  (``run_binding`` only) a held-out robot: Talos' two arms (example-robot-data, the rest locked
+                      at half-sitting), grippers coupled, the left on the circle at ω = 8 rad/s with |v| ≤ 0.3 rad/s
+                      and the URDF efforts (3 N·m on the wrists), the plant without the URDF's dry friction.
 
 First, limits present but none binding (issue 30 item 1, ``run_inactive``): the docs' Panda circle and the
 README's carry, each without limits and with the three limits of docs/bring_your_own_robot.md, stepped on the
@@ -51,9 +54,84 @@ Q_READY = [0, -0.785, 0, -2.356, 0, 1.571, 0.785]
 ELBOW_BOUND = -2.356 + 0.8
 
 
+#: the held-out robot (issue 30): Talos' two 7-DoF arms from example-robot-data, the rest locked at half-sitting
+#: (``talos_lift``, the box lifted 0.2 m in 2 s into an elbow bound, stops at t = 0.75 s with an InfeasibleError:
+#: the 3 N·m wrists cannot hold the box hard; not among the cases)
+TALOS_CASES = ("talos_velocity",)
+
+
+def _talos_arms():
+    """(robot, q0): Talos (talos_reduced.urdf) with every joint but the two arms locked at the SRDF's half-sitting
+    posture; q0 = the arms' half-sitting."""
+    import xml.etree.ElementTree as ET
+
+    from cmstack import Robot, example_robot_data_path
+
+    urdf = example_robot_data_path("talos_data/robots/talos_reduced.urdf")
+    srdf = example_robot_data_path("talos_data/srdf/talos.srdf")
+    state = next(s for s in ET.parse(srdf).getroot().iter("group_state") if s.get("name") == "half_sitting")
+    hs = {j.get("name"): float(j.get("value")) for j in state.iter("joint") if " " not in j.get("value")}
+    joints = [j.get("name") for j in ET.parse(urdf).getroot().findall("joint") if j.get("type") != "fixed"]
+    robot = Robot.from_urdf(
+        urdf, locked_joints={n: hs.get(n, 0.0) for n in joints if not n.startswith("arm_")}
+    )
+    return robot, np.array([hs[n] for n in robot.joint_names])
+
+
+def _build_talos(case: str, dt: float, without_limits: bool):
+    """The Talos arms' cases: the two grippers coupled by a virtual box (level 1), the left one on a circle at
+    ω = 8 rad/s with |v| ≤ 0.3 rad/s (``talos_velocity``), or lifted 0.2 m in 2 s with each elbow bounded
+    0.3 rad above half-sitting (``talos_lift``, URDF efforts, position limits braking at up to 10 rad/s²)."""
+    import pinocchio as pin
+
+    from cmstack import (
+        Circle,
+        FrameTask,
+        PostureTask,
+        RigidCoupling,
+        UdwadiaKalabaController,
+        plant_from_urdf,
+    )
+    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+    from cmstack.models.trajectory import MinimumJerkSE3
+
+    robot, q0 = _talos_arms()
+    hand = "gripper_left_base_link"
+    box = RigidCoupling.from_configuration(
+        robot, hand, "gripper_right_base_link", q0, kp=1000, kd=60, name="box"
+    )
+    T0 = robot.update(q0, 0 * q0).frame(hand).T
+    if case == "talos_velocity":
+        path = Circle(T0.translation - [0.05, 0, 0], 0.05, 8.0, R=T0.rotation)
+        # the URDF efforts too: the plant clamps its motors there (3 N·m on the wrists)
+        limits = [EffortLimit(robot), JointVelocityLimit(robot, dt=dt, v_max=0.3)]
+    else:
+        path = MinimumJerkSE3(
+            T0, pin.SE3(T0.rotation, T0.translation + np.array([0.0, 0.0, 0.2])), 2.0, t0=0.2
+        )
+        pos = JointPositionLimit(robot, dt=dt, a_max=10.0)
+        q_max = pos.q_max.copy()
+        for k, j in enumerate(pos.idx):
+            if robot.joint_names[j].endswith("_4_joint"):
+                q_max[k] = min(q_max[k], q0[j] + 0.3)
+        pos.q_max = q_max
+        limits = [EffortLimit(robot), pos]
+    task = FrameTask(robot, hand, path, kp=400, kd=40, name="hand")
+    posture = PostureTask(robot, q0, kp=50, kd=14)
+    ctrl = UdwadiaKalabaController(
+        robot, levels=[[box], [task], [posture]], limits=[] if without_limits else limits
+    )
+    # the URDF's dry joint friction off: no controller here models it (with it the coupling opens by centimetres,
+    # with or without limits: the plant's model error, not the step's)
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=dt, contacts=False, friction=False)
+    return robot, plant, ctrl, box
+
+
 def build(case: str, dt: float = 1e-3, without_limits: bool = False):
     """(robot, plant, controller, coupling task or None) of one case (module docstring); ``without_limits``: the
     same controller with ``limits=[]`` (the free step of the ratios)."""
+    if case in TALOS_CASES:
+        return _build_talos(case, dt, without_limits)
     import pinocchio as pin
 
     from cmstack import (
@@ -326,6 +404,8 @@ def run_binding(case: str, duration: float) -> dict:
     binding / (free + floor) (target ≤ 1.5); worst CPU target ≤ 1 ms."""
     import proxsuite
 
+    from cmstack.models.errors import InfeasibleError
+
     loop = run_case(case, duration, record=True)
     states = loop.pop("states")
     free = build(case, without_limits=True)[2]
@@ -346,7 +426,10 @@ def run_binding(case: str, duration: float) -> dict:
         free(t, q, v)
         c1 = cpu()
         w0 = clock()
-        lim(t, q, v)
+        try:
+            lim(t, q, v)
+        except InfeasibleError:  # the closed loop stopped there too (its error is reported)
+            break
         w1 = clock()
         c2 = cpu()
         t_free.append(c1 - c0)
@@ -387,7 +470,7 @@ def run_binding(case: str, duration: float) -> dict:
         "floor_qp_us": mq,
         "binding_ratio": ml / mf,
         "floor_ratio": ml / (mf + mq),
-        "coupling_max_m": loop["coupling_max_m"],
+        "coupling_max_m": loop.get("coupling_max_m"),
         "level1_residual_max": lvl1,
         "paths": paths,
         "error": loop["error"],
@@ -411,7 +494,7 @@ def main(argv=None) -> dict:
     )
     a = ap.parse_args(argv)
     inactive = {w: run_inactive(w, min(a.duration, 1.0)) for w in ("panda", "carry")}
-    binding = {c: run_binding(c, a.duration) for c in CASES if c != "free"}
+    binding = {c: run_binding(c, a.duration) for c in CASES + TALOS_CASES if c != "free"}
     rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]
     table = {}
     for i, c in enumerate(CASES):

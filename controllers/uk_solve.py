@@ -10,7 +10,7 @@ import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
 from cmstack.controllers.qp import BoundedQP
-from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
+from cmstack.controllers.uk_levels import UKStepInfo, _null_basis, _null_space
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
@@ -158,7 +158,7 @@ class LevelSolver:
                         kin, hD, Q, rows, t, r0.raw_status or r0.status, r1.x if r1.feasible else None, resid
                     )
                 x, z = r1.x, r1.z
-            N = _null_basis(A1, n, self.rank_tol)[1]
+            N = _null_space(A1, n, self.rank_tol)
             first = 1
         else:
             x, z, N, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), 0
@@ -223,7 +223,7 @@ class LevelSolver:
             if k == len(rows):
                 z_last = r.z
             else:
-                N = N @ _null_basis(AN, nz, self.rank_tol)[1]
+                N = N @ _null_space(AN, nz, self.rank_tol)
         if z_last is not None:
             z = z_last
         if rows:
