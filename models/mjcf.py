@@ -13,7 +13,10 @@ What Pinocchio 4.1's parser needed (measured on this stack's mechanisms):
   ``<equality>`` elements are read here from the XML, MuJoCo's semantics applied, and turned into
   ``LoopClosure`` objects (the constraint parse is used by the tests only, as an independent check).
 * The parser reads joint ``damping``, ``range`` and the ``<default>`` classes, bodies' ``<inertial>``; it
-  does not read the actuators, so passive joints and torque limits come from ``<actuator>`` here.
+  does not read the actuators, so the passive joints come from ``<actuator>`` here, and the torque limits
+  (max|ctrlrange|·|gear| of a ctrllimited motor), gravity and qpos0 from MuJoCo's compiled model of the file
+  (``_mujoco_reading``: ``<default>`` classes resolved as MuJoCo does; mjcf/yumi.xml's motors are limited by a
+  default class, which a reading of the elements' own attributes missed).
 
 MuJoCo's equality semantics applied (``<equality>``; an inactive one skipped: ``active="false"``, or MuJoCo's
 compiled ``eq_active0`` when a ``<default>`` class sets ``active``), as MuJoCo 3.x/4.x's engine
@@ -261,6 +264,69 @@ def _closure(robot, e: ET.Element, name: str, path: Path, pose):
     )
 
 
+_COMPILED: dict = {}
+
+
+def _compiled(path: Path):
+    """MuJoCo's compiled model of the file (``mujoco.MjModel.from_xml_path``: its own includes, ``<default>``
+    classes, compiler options), compiled once per load (``load_mjcf_robot`` empties the memo first: an included
+    file may change between loads); a file MuJoCo refuses → ``ModelFileError`` naming it."""
+    import mujoco
+
+    key = str(path.resolve())
+    if key not in _COMPILED:
+        try:
+            mj = mujoco.MjModel.from_xml_path(str(path))
+        except Exception as exc:
+            raise ModelFileError(
+                f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
+            ) from None
+        _COMPILED.clear()
+        _COMPILED[key] = mj
+    return _COMPILED[key]
+
+
+def _mujoco_reading(robot, path: Path, acts: dict[str, float]) -> None:
+    """What MuJoCo's compiler resolves and a reading of the elements' own attributes misses (``<default>``
+    classes, ``class=``, several ``<option>``), taken from its compiled model: each motor's torque limit
+    max|ctrlrange|·|gear| when ``actuator_ctrllimited`` (else inf), gravity (``opt.gravity``), and qpos0 (a hinge
+    or slide whose ``ref``, a default's too, makes qpos0 ≠ 0 is refused); the joints MuJoCo's actuators drive
+    must be the ones the file's elements name (``acts``)."""
+    import mujoco
+
+    mj = _compiled(path)
+    driven: dict[str, float] = {}
+    for i in range(mj.nu):
+        if int(mj.actuator_trntype[i]) not in (
+            int(mujoco.mjtTrn.mjTRN_JOINT),
+            int(mujoco.mjtTrn.mjTRN_JOINTINPARENT),
+        ):
+            raise ModelFileError(
+                f"MJCF {path}: actuator '{mj.actuator(i).name or i}' does not drive a joint; cmstack maps motors "
+                "to joints"
+            )
+        j = mj.joint(int(mj.actuator_trnid[i, 0])).name
+        lim = np.inf
+        if mj.actuator_ctrllimited[i]:
+            lim = float(np.max(np.abs(mj.actuator_ctrlrange[i])) * abs(mj.actuator_gear[i, 0]))
+        driven[j] = lim
+    if set(driven) != set(acts):
+        raise ModelFileError(
+            f"MJCF {path}: MuJoCo's actuators drive joints {sorted(driven)}, the file's elements {sorted(acts)}"
+        )
+    for j, lim in driven.items():
+        robot.effort_limit[robot.joint_index(j)] = lim
+    robot.model.gravity = pin.Motion(np.array(mj.opt.gravity, dtype=float), np.zeros(3))
+    for k in range(mj.njnt):
+        if int(mj.jnt_type[k]) in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            ref = float(mj.qpos0[mj.jnt_qposadr[k]])
+            if ref != 0.0:
+                raise ModelFileError(
+                    f"MJCF {path}: joint '{mj.joint(k).name}' has ref={ref:g} (MuJoCo's qpos0); only ref=0 is "
+                    "supported (qpos0 is then the model's zero)"
+                )
+
+
 def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
     """Add the named sites Pinocchio's parser dropped (those of ``<worldbody>`` itself; a joint-less body's are kept) as
     frames, where MuJoCo's compiler puts them: its ``site_pos``/``site_quat`` in its body's frame (MuJoCo reads
@@ -271,14 +337,7 @@ def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
     missing = [n for n in names if not robot.model.existFrame(n)]
     if not missing:
         return
-    import mujoco
-
-    try:
-        mj = mujoco.MjModel.from_xml_path(str(path))
-    except Exception as exc:
-        raise ModelFileError(
-            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
-        ) from None
+    mj = _compiled(path)
     for n in missing:
         sid = mj.site(n).id
         b = int(mj.site_bodyid[sid])
@@ -296,14 +355,7 @@ def _active_by_default(root: ET.Element, path: Path) -> np.ndarray | None:
     default does, and then each element's own ``active`` attribute is what MuJoCo reads."""
     if not any(d.find("equality") is not None for d in root.iter("default")):
         return None
-    import mujoco
-
-    try:
-        mj = mujoco.MjModel.from_xml_path(str(path))
-    except Exception as exc:
-        raise ModelFileError(
-            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
-        ) from None
+    mj = _compiled(path)
     n = sum(1 for eqs in root.findall("equality") for e in eqs if isinstance(e.tag, str))
     if mj.neq != n:
         raise ModelFileError(f"MJCF {path}: MuJoCo compiled {mj.neq} equalities, the file has {n}")
@@ -354,6 +406,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     """``Robot.from_mjcf``: see the module docstring."""
 
     _check_xml(path, "MJCF")
+    _COMPILED.clear()
     root = read_mjcf_tree(path)
     joints = _joints_in_order(root, path)
     names = [j.attrib["name"] for j in joints]  # (every joint has one: _joints_in_order)
@@ -396,6 +449,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
         robot.q_initial = _floats(key.get("qpos"), len(names), f"MJCF {path}: keyframe qpos")
     _dropped_sites(robot, root, path)
     _loops(robot, root, path)
+    _mujoco_reading(robot, path, acts)
     if robot.loops:
         robot.q_initial = robot._assemble_initial(f"MJCF {path}")
     return robot
