@@ -315,6 +315,11 @@ def drive(
     data = plant.data
     tau = np.zeros(link.nv)
     brake = np.zeros(link.nv)
+    # the brake acts through the motors: a closed chain's passive joints have none (the plant refuses a torque there)
+    motors = np.ones(link.nv)
+    has_motor = getattr(getattr(plant, "map", None), "actuated", getattr(plant, "actuated", None))
+    if has_motor is not None and np.shape(has_motor) == (link.nv,):
+        motors[:] = has_motor
     active: set[int] = set()
     sources = sensor_views(data, sensed)
     sensors = np.zeros(sum(a.size for a in sources)) if sources else None
@@ -419,6 +424,7 @@ def drive(
         wall_c[k], late_c[k] = now, now - target
         if out["stop_cycle"] >= 0:  # braking: τ = -D v
             np.multiply(v, -settings.brake_damping, out=brake)
+            brake *= motors
             tau[:] = brake
             ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
         elif fresh:

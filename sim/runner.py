@@ -37,7 +37,7 @@ from cmstack.models.errors import ConfigError
 from cmstack.sim import interrupt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, atomic_write
-from cmstack.sim.sensors import COMMANDS, SENSORS, ActuatedSensing, JointServo
+from cmstack.sim.sensors import COMMANDS, SENSORS, ActuatedSensing, JointServo, ReconstructingController
 
 if TYPE_CHECKING:
     from cmstack.sim.viewer import MeshcatViewer
@@ -247,10 +247,13 @@ def simulate(
         )
     sensing, servo = interfaces(controller, control_dt, sensors, command)
     if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
-        if sensing is not None or servo is not None:
+        if servo is not None:
             raise ConfigError(
-                "cmstack rt runs with sensors='full' and command='torque' only (in process: both)"
+                "cmstack rt takes command='torque' only: command='position' needs the driver's joint PD "
+                "(in process: simulate(command='position'))"
             )
+        if sensing is not None:  # the controller side reconstructs from the state's actuated entries
+            controller = ReconstructingController(controller, sensing)
         run = override(
             plant,
             controller,

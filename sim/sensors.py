@@ -150,6 +150,26 @@ class ActuatedSensing:
         }
 
 
+class ReconstructingController:
+    """``controller`` given the state ``sensing`` reconstructs: ``controller(t, *sensing.measure(t, q, v))``; every
+    other attribute is the controller's (``info``, ``kin``, ``errors``, ``robot`` ...).  What ``simulate`` hands
+    ``cmstack rt`` with sensors="actuated": the controller side keeps the actuated entries of the driver's state
+    and reconstructs the rest (the passive entries are not read but for the reconstruction's error metric)."""
+
+    def __init__(self, controller: Any, sensing: ActuatedSensing) -> None:
+        self.controller = controller
+        self.sensing = sensing
+
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        qh, vh = self.sensing.measure(t, q, v)
+        return self.controller(t, qh, vh)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("controller", "sensing"):  # (not yet set: unpickling)
+            raise AttributeError(name)
+        return getattr(self.controller, name)
+
+
 def _tangent(robot: Robot, q: np.ndarray) -> np.ndarray:
     """T = ∂q/∂q_a (nv × a): identity rows on the actuated joints, G = −J_p⁺ J_a on the passive ones."""
     act = [robot.joint_index(n) for n in robot.actuated_joints]

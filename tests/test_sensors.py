@@ -131,3 +131,51 @@ def test_a_sensor_fault_raises_through_simulate_with_its_time():
         simulate(plant, ctl, duration=0.1, control_dt=DT, progress=False, sensors=sensing)
     assert exc.value.kind == "encoder_jump" and exc.value.joint == "base_l"
     assert exc.value.t == pytest.approx(0.05, abs=1e-9) and exc.value.fields()["fault"] == "encoder_jump"
+
+
+def test_cmstack_rt_reconstructs_on_the_controller_side_and_refuses_a_position_command():
+    from cmstack.sim.runner import LOOP_OVERRIDE
+    from cmstack.sim.sensors import ReconstructingController
+
+    robot, ctl, plant = _setup()
+    got = {}
+
+    def override(plant, controller, **kw):
+        got["controller"] = controller
+        raise RuntimeError("stop here")
+
+    token = LOOP_OVERRIDE.set(override)
+    try:
+        with pytest.raises(RuntimeError, match="stop here"):
+            simulate(plant, ctl, duration=0.01, control_dt=DT, progress=False, sensors="actuated")
+        wrapped = got["controller"]
+        assert isinstance(wrapped, ReconstructingController) and wrapped.info is ctl.info
+        q, v = plant.state()
+        assert np.array_equal(wrapped(0.0, q, v), ctl(0.0, q, v))
+        with pytest.raises(ConfigError, match="command='torque' only"):
+            simulate(plant, ctl, duration=0.01, control_dt=DT, progress=False, command="position")
+    finally:
+        LOOP_OVERRIDE.reset(token)
+
+
+def test_cmstack_rt_a_jump_in_one_encoder_brakes_the_driver_and_names_the_fault(tmp_path):
+    """``cmstack rt closed_chain`` at 1 kHz with sensors='actuated', base_r's encoder jumping 0.2 rad at t = 0.2 s,
+    in a child process with a wall-clock limit: exit code 3, the fault named at the first state read after the
+    jump, the driver stopped with its damping brake (on the motors: the passive joints have none), timing.json
+    and metrics.json name the fault, the log holds the run."""
+    out = tmp_path / "r"
+    argv = [sys.executable, "-m", "cmstack.cli", "rt", "closed_chain", "--duration", "0.4", "--rate", "1000"]
+    argv += ["--out", str(out), "--no-html", "--set", "sensors='actuated'", "--set", "fault_encoder='base_r'"]
+    argv += ["--set", "fault_t=0.2", "--set", "track_after=0.1", "--set", "check_states=0"]
+    env = dict(os.environ, MPLBACKEND="Agg")
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == EXIT_FAILED, p.stdout[-2000:] + p.stderr[-2000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["fault"] == "encoder_jump" and m["fault_joint"] == "base_r"
+    # named at the first state the controller reads from 0.2 s on (the newest state wins: a state the loaded
+    # controller was late for is never read, so that may be 0.201 s or later; 10 ms bounds it on a loaded machine)
+    assert 0.2 - 1e-9 <= m["fault_t"] <= 0.21
+    t = json.loads((out / "timing.json").read_text())
+    assert t["status"] == "stopped" and t["stops"] == 1 and "SensorFault: encoder_jump" in t["reason"]
+    log = read_log(out / "log.npz")
+    assert log["t"][0] == 0.0 and log["t"][-1] >= 0.2 and np.allclose(np.diff(log["t"]), DT)

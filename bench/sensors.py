@@ -1,0 +1,166 @@
+"""python -m bench sensors [--duration S] — issue 32's figures: a closed chain on its motors' encoders only, and on
+a position interface, against the same run with the full state and torques.  Never asserted in tests.
+
+* five-bar and Delta: ``closed_chain`` (MuJoCo plant, 1 kHz, its default circle) with the full state; with
+  ``sensors=actuated`` (exact encoders, then 2¹⁷ counts a turn); with ``command=position`` (full state, then
+  actuated at 2¹⁷ counts): ee_error_max_m and its ratio to the full-state torque run;
+* series-parallel arm: the series_parallel scenario's PIDC on its closed chain (``closed_chain_robot`` with the
+  cylinder and piston, as the plant has them: φ, θ, δ actuated, ζ and the cylinder angle passive), its trajectory,
+  gains and 2 kHz rate, on the five-joint MuJoCo plant of its MJCF (no disturbance): the law given the plant's whole
+  state, then the reconstructed one; the RMSE of (φ, θ, δ) against the trajectory after ``steady_after``, and the
+  largest rank PIDC gives the planar triangle (2 on a closed state).
+
+For every actuated run: the reconstruction's median time against the control step, its largest error against the
+plant's passive joints, its Newton passes and J_p's smallest conditioning, and the faults (0 expected: a branch
+flip would end the run).  Results: bench/results/sensors.json, with the machine's load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from cmstack.bench import results_dir
+
+
+def _closed_chain(model: str, sets: list[str], duration: float) -> dict:
+    from cmstack.scenarios import closed_chain
+    from cmstack.scenarios._common import run_scenario
+
+    with tempfile.TemporaryDirectory() as d:
+        m, _ = run_scenario(
+            closed_chain.NAME,
+            closed_chain.run,
+            sets=[f"model='{model}'", *sets],
+            duration=duration,
+            out=os.path.join(d, "r"),
+            html=False,
+            plots=False,
+        )
+    return m
+
+
+def _series_parallel(sensors: str, duration: float, law: str = "pidc") -> dict:
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+    from cmstack.models.coupling import JointTrajectoryTask
+    from cmstack.models.loops import assemble
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.series_parallel import Q_NAMES, closed_chain_robot, make_trajectory
+    from cmstack.sim.plant import MujocoPlant
+    from cmstack.sim.runner import simulate
+
+    cfg = default_config("series_parallel")
+    cfg["model_actuator_bodies"] = True  # the law's model has the plant's cylinder and piston
+    robot = closed_chain_robot(cfg)
+    traj = make_trajectory(cfg)
+    if law == "pidc":
+        ctl = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"], on_unsolvable="raise")
+    else:
+        task = JointTrajectoryTask(robot, traj, list(Q_NAMES), kp=cfg["pidc_kp"][0], kd=cfg["pidc_kv"][0])
+        ctl = UdwadiaKalabaController(robot, levels=[[task]], limits=[], warn_free_dof=False)
+    plant = MujocoPlant(
+        cfg["mjcf"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"]
+    )
+    act = [robot.joint_index(n) for n in Q_NAMES]
+    q0 = robot.q_initial.copy()
+    q0[act] = traj(0.0)[0] + np.asarray(cfg["initial_error"])
+    plant.reset(assemble(robot, q0, fixed=list(Q_NAMES)))
+    ts, es, ranks = [], [], []
+
+    def record(t, q, v, tau):
+        ts.append(t)
+        es.append(q[act] - traj(t)[0])
+        ranks.append(getattr(ctl.info, "rank", -1))
+
+    run = simulate(
+        plant,
+        ctl,
+        duration=duration,
+        control_dt=cfg["control_dt"],
+        record=record,
+        progress=False,
+        sensors=sensors,
+    )
+    t, e = np.array(ts), np.array(es)
+    late = t > cfg["steady_after"]
+    out = {
+        "rmse": np.sqrt(np.mean(e[late] ** 2, axis=0)).tolist(),
+        "error_max": np.abs(e[late]).max(axis=0).tolist(),
+        "control_dt": cfg["control_dt"],
+        "control_step_us_median": run.step_us_median,
+        "law_loop_rank_max": int(max(ranks)),  # the planar triangle's rank is 2
+    }
+    if run.sensing is not None:
+        out.update(run.sensing.metrics())
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench sensors", description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=3.0, help="s of each closed_chain run (default 3)")
+    ap.add_argument(
+        "--sp-duration", type=float, default=6.0, help="s of each series-parallel run (default 6)"
+    )
+    args = ap.parse_args(argv)
+    load0 = os.getloadavg()[0]
+    res: dict = {"load_start": load0, "closed_chain": {}, "series_parallel": {}}
+    variants = {
+        "full": [],
+        "actuated": ["sensors='actuated'"],
+        "actuated_2^17": ["sensors='actuated'", "encoder_counts=131072"],
+        "position": ["command='position'"],
+        "position_actuated_2^17": ["command='position'", "sensors='actuated'", "encoder_counts=131072"],
+    }
+    keys = (
+        "ok",
+        "reason",
+        "ee_error_max_m",
+        "loop_residual_max_m",
+        "max_torque_nm",
+        "motor_saturations",
+        "reconstruction_us_median",
+        "reconstruction_error_q_max",
+        "estimator_iterations_max",
+        "estimator_conditioning_min",
+        "pd_torque_max",
+        "fault",
+    )
+    for model in ("mjcf/five_bar.xml", "mjcf/delta.xml"):
+        rows = res["closed_chain"][model] = {}
+        for name, sets in variants.items():
+            t0 = time.perf_counter()
+            m = _closed_chain(model, sets, args.duration)
+            rows[name] = {k: m.get(k) for k in keys}
+            rows[name]["ratio_to_full"] = m["ee_error_max_m"] / rows["full"]["ee_error_max_m"]
+            print(
+                f"{model:20s} {name:24s} ee_error_max {m['ee_error_max_m']:.3e} m "
+                f"({rows[name]['ratio_to_full']:.2f}x full)  recon median "
+                f"{m.get('reconstruction_us_median', float('nan')):.0f} us  ok={m['ok']}  "
+                f"[{time.perf_counter() - t0:.0f} s]",
+                flush=True,
+            )
+    for sensors in ("full", "actuated"):
+        r = res["series_parallel"][sensors] = _series_parallel(sensors, args.sp_duration)
+        print(
+            f"series_parallel      {sensors:24s} rmse (phi, theta, delta) "
+            f"{np.round(r['rmse'], 6).tolist()}  recon median {r.get('reconstruction_us_median', float('nan')):.0f} us"
+            f" / step {r['control_dt'] * 1e6:.0f} us",
+            flush=True,
+        )
+    sp = res["series_parallel"]
+    sp["ratio_to_full"] = (np.array(sp["actuated"]["rmse"]) / np.array(sp["full"]["rmse"])).tolist()
+    res["load_end"] = os.getloadavg()[0]
+    out = results_dir() / "sensors.json"
+    out.write_text(json.dumps(res, indent=1, default=float))
+    print(f"series_parallel actuated / full rmse: {np.round(sp['ratio_to_full'], 3).tolist()}")
+    print(f"load {load0:.1f} -> {res['load_end']:.1f}; written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
