@@ -3,7 +3,7 @@
     python -m cmstack.bench.dispatch [--steps N] [--repeat R]
 
 The thesis' YuMi layout (coupling, then the left hand on a circle weighted against a posture) is run by
-three UK controllers on the same random states, interleaved step by step in one process:
+UK controllers on the same random states, interleaved step by step in one process (in a rotating order):
 
 * ``builtin``   ``FrameTask`` following ``Circle`` (sampled inside the compiled step);
 * ``subclass``  a ``FrameTask`` subclass that adds a method but keeps the row maths;
@@ -110,8 +110,9 @@ def main(argv=None) -> dict:
     for _ in range(a.repeat):
         times = {n: [] for n in names}
         ot = {n: [] for n in own}
-        for t, q, v in states:
-            for n in names:
+        for i, (t, q, v) in enumerate(states):
+            for j in range(len(names)):  # a rotating order: no variant always first after the others' code
+                n = names[(i + j) % len(names)]
                 t0 = perf()
                 ctls[n](t, q, v)
                 times[n].append(perf() - t0)

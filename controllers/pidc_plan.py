@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cmstack.controllers.uk_plan import sample_frame_targets
-from cmstack.models.step_engine import FrameSlots, PythonRows, body_tables, data_addresses
+from cmstack.models.step_engine import (
+    FrameSlots,
+    PythonRows,
+    body_tables,
+    copy_frame_targets,
+    data_addresses,
+    sample_frame_targets,
+)
 from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
@@ -262,26 +268,7 @@ class ClosedChainPlan:
         from cmstack.models import _params
 
         self.version = _params.version
-        tgtH, tgtVA, tcirc = self.tgtH, self.tgtVA, self.tcirc
-        traj = []
-        for k, task in self.frame_tasks:
-            c = task.constant_target
-            tcirc[k, 6] = 0.0
-            if c is None:
-                tr = task.trajectory
-                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
-                if circ is not None:
-                    tcirc[k, :6] = circ[:6]
-                    tcirc[k, 6] = 1.0
-                    tcirc[k, 7:] = circ[6:]  # the plane's axes u, w
-                    tgtH[k, :3, :3] = tr.R
-                else:
-                    traj.append((k, task))
-                continue
-            T, vel, accD = c
-            tgtH[k] = T.homogeneous
-            tgtVA[k, :6] = vel
-            tgtVA[k, 6:] = accD
+        traj = copy_frame_targets(self.frame_tasks, self.tgtH, self.tgtVA, self.tcirc)
         self.traj_tasks = traj
         for k, task in enumerate(self.tasks):
             self.tflt[k, 0] = getattr(task, "kp", 0.0)

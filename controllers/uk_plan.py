@@ -9,22 +9,18 @@ import numpy as np
 
 from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
-from cmstack.models.step_engine import FrameSlots, PythonRows, body_tables, data_addresses
+from cmstack.models.step_engine import (
+    FrameSlots,
+    PythonRows,
+    body_tables,
+    copy_frame_targets,
+    data_addresses,
+    sample_frame_targets,
+)
 from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
-
-
-def sample_frame_targets(traj_tasks: list, tgtH: np.ndarray, tgtVA: np.ndarray, t: float) -> None:
-    """The frame targets of the tasks whose trajectory is sampled in Python (``task.desired(t)``: pose T, velocity,
-    acceleration) into a compiled plan's tables: tgtH[k] = T (4×4), tgtVA[k] = [velocity (6), acceleration (6)],
-    for each (k, task) of ``traj_tasks``.  The fused UK plan and PIDC's closed-chain plan share these tables."""
-    for k, task in traj_tasks:
-        T, vel, accD = task.desired(t)
-        tgtH[k] = T.homogeneous
-        tgtVA[k, :6] = vel
-        tgtVA[k, 6:] = accD
 
 
 class _FusedPlan:
@@ -453,26 +449,7 @@ class _FusedPlan:
                 self.tint[k, 1] = 0
                 joints.append((off, stop, task))
         self.traj_joints = joints
-        tgtH, tgtVA, tcirc = self.tgtH, self.tgtVA, self.tcirc
-        traj = []
-        for k, task in self.frame_tasks:
-            c = task.constant_target
-            tcirc[k, 6] = 0.0
-            if c is None:
-                tr = task.trajectory
-                circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
-                if circ is not None:  # sampled in the kernel (_uk_kernels.circle_sample)
-                    tcirc[k, :6] = circ[:6]
-                    tcirc[k, 6] = 1.0
-                    tcirc[k, 7:] = circ[6:]  # the plane's axes u, w
-                    tgtH[k, :3, :3] = tr.R
-                else:
-                    traj.append((k, task))
-                continue
-            T, vel, accD = c
-            tgtH[k] = T.homogeneous
-            tgtVA[k, :6] = vel
-            tgtVA[k, 6:] = accD
+        traj = copy_frame_targets(self.frame_tasks, self.tgtH, self.tgtVA, self.tcirc)
         self.traj_tasks = traj
         self.sampled = bool(traj or self.traj_joints)
 

@@ -14,6 +14,8 @@ one Pinocchio pass, and this module builds them, once per step object:
   the order first named (``compact``: the loop closures' pass);
 * the **body table** (``body_tables``) of ``_uk_kernels.bias_forces``, h = nle(q, v) by Newton–Euler: each joint's
   parent row, its body's [m, lever (3), Ī (3×3 row-major)], gravity;
+* the **frame targets** (``copy_frame_targets``, ``sample_frame_targets``): constant poses and circles copied
+  when a parameter moved, other trajectories sampled in Python each step;
 * the **Python rows** (``PythonRows``) of the tasks without a compiled row builder, filled by their own
   ``qp_rows`` before the compiled call while the other tasks stay compiled;
 * the **addresses** (``data_addresses``) of the Pinocchio arrays the kernels read in place (data.J, data.M, every
@@ -132,6 +134,51 @@ def data_addresses(
                 "column-major float64"
             )
     return [int(a.__array_interface__["data"][0]) for a in arrays], (d, poses, arrays)
+
+
+def copy_frame_targets(
+    frame_tasks: list[tuple[int, Any]], tgtH: np.ndarray, tgtVA: np.ndarray, tcirc: np.ndarray
+) -> list[tuple[int, Any]]:
+    """The frame tasks' targets into a compiled step's tables, for each (k, task) of ``frame_tasks``: a constant
+    pose (``task.constant_target``: T, velocity, acceleration) as tgtH[k] = T (4×4), tgtVA[k] = [velocity (6),
+    acceleration (6)]; a ``Circle`` (``trajectory.kernel_params()``) as tcirc[k] = [c (3), r, ω, φ, 1, u (3),
+    w (3)] with its orientation in tgtH[k, :3, :3], sampled by the kernel (``_trajectory_kernels.circle_sample``);
+    any other trajectory is returned in the list of (k, task) sampled in Python each step
+    (``sample_frame_targets``).  Run when ``models/_params.version`` moved (a target, a trajectory or a circle's
+    parameter was set)."""
+    traj = []
+    for k, task in frame_tasks:
+        c = task.constant_target
+        tcirc[k, 6] = 0.0
+        if c is None:
+            tr = task.trajectory
+            circ = tr.kernel_params() if callable(getattr(tr, "kernel_params", None)) else None
+            if circ is not None:  # sampled in the kernel
+                tcirc[k, :6] = circ[:6]
+                tcirc[k, 6] = 1.0
+                tcirc[k, 7:] = circ[6:]  # the plane's axes u, w
+                tgtH[k, :3, :3] = tr.R
+            else:
+                traj.append((k, task))
+            continue
+        T, vel, accD = c
+        tgtH[k] = T.homogeneous
+        tgtVA[k, :6] = vel
+        tgtVA[k, 6:] = accD
+    return traj
+
+
+def sample_frame_targets(
+    traj_tasks: list[tuple[int, Any]], tgtH: np.ndarray, tgtVA: np.ndarray, t: float
+) -> None:
+    """The frame targets of the tasks whose trajectory is sampled in Python (``task.desired(t)``: pose T, velocity,
+    acceleration) into a compiled step's tables: tgtH[k] = T (4×4), tgtVA[k] = [velocity (6), acceleration (6)],
+    for each (k, task) of ``traj_tasks`` (``copy_frame_targets``' list)."""
+    for k, task in traj_tasks:
+        T, vel, accD = task.desired(t)
+        tgtH[k] = T.homogeneous
+        tgtVA[k, :6] = vel
+        tgtVA[k, 6:] = accD
 
 
 class PythonRows:
