@@ -212,8 +212,9 @@ def control_loop(
     rows are in the page cache as soon as written, read back by :func:`read_loop_records` if this
     process dies), with ``loop.npy`` holding the number of states answered.
     A driver that stops publishing: once the state is ``dead_after_periods`` overdue, ``is_alive()``
-    is asked at each check of the wait (every 1024 spins); a dead driver raises :class:`DriverDied`
-    there, a few periods after its last state; one that lives is waited for up to ``timeout_s``."""
+    is asked once a period (at the wait's checks, every 1024 spins); a dead driver raises
+    :class:`DriverDied` there, a few periods after its last state; one that lives is waited for up to
+    ``timeout_s``."""
     s = settings or LoopSettings()
     sensed, i0 = [], 0
     for dst in sense_into:  # (views of the local copy, made once)
@@ -254,6 +255,7 @@ def control_loop(
         last_seq, last_wall, i = 0, perf(), 0
         due_timeout = s.start_timeout_s
         dead_after = s.dead_after_periods * dt
+        next_alive_check = 0.0
         while True:
             # ---- wait for a new state: sleep, then spin on the sequence counter
             due = last_wall + dt
@@ -268,14 +270,17 @@ def control_loop(
                 if spins & 1023 == 0:
                     if link.driver_status not in running:
                         break
-                    over = perf() - due
-                    if over > dead_after and is_alive is not None and not is_alive():
-                        rep.driver_lost_after_s = perf() - last_wall
-                        rep.ended_by = "driver died"
-                        raise DriverDied(
-                            f"the driver process ended without a word (killed?): no state for "
-                            f"{rep.driver_lost_after_s * 1e3:.1f} ms after its last one"
-                        )
+                    now = perf()
+                    over = now - due
+                    if over > dead_after and is_alive is not None and now >= next_alive_check:
+                        next_alive_check = now + dt  # (at most once a period: it reads /proc)
+                        if not is_alive():
+                            rep.driver_lost_after_s = perf() - last_wall
+                            rep.ended_by = "driver died"
+                            raise DriverDied(
+                                f"the driver process ended without a word (killed?): no state for "
+                                f"{rep.driver_lost_after_s * 1e3:.1f} ms after its last one"
+                            )
                     if over > due_timeout:
                         rep.ended_by = "timeout"
                         raise RtError(f"no new state from the driver for {due_timeout:g} s")
