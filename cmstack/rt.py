@@ -47,6 +47,11 @@ NOT_CLOSED_LOOP = (
     "saturations",
     "simulated_s",
 )
+#: timing.json's reason while the run lasts (left by a run whose two processes were both killed)
+UNFINISHED = (
+    "the run did not finish: still running, or both processes were killed (the log is in the records "
+    ".rt/: cmstack view and read_log read them)"
+)
 #: closed-loop metrics judged against the in-process run ("within 2×" of it, issue 25)
 JUDGED = ("error", "settling_time")
 
@@ -162,6 +167,15 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
         )
 
     def start():
+        if out is not None:  # replaced at the end, by this process or (if this one dies) the driver
+            from cmstack.sim.logger import atomic_write
+
+            atomic_write(
+                out / "timing.json",
+                json.dumps(
+                    {"rate_hz": rate, "transport": transport, "status": "running", "reason": UNFINISHED}
+                ),
+            )
         print(
             f"rt: {kw['duration']:g} s at {rate:g} Hz over {transport}: the driver process starts "
             "(Ctrl-C stops the robot)",

@@ -317,6 +317,8 @@ def test_both_killed_the_streamed_records_make_the_log(tmp_path):
     assert not left
     assert shm and not any(os.path.exists(s) for s in shm), shm  # (the resource tracker removes it)
     assert not (run.out / "log.npz").exists() and not (run.out / ".log.npz.parts").exists()
+    t = json.loads((run.out / "timing.json").read_text())  # as written when the driver started
+    assert t["status"] == "running" and "both processes were killed" in t["reason"], t
     L = read_log(run.out)
     n = len(L["t"])
     wall = np.load(run.out / ".rt" / "driver" / "wall.npy")[:n]
