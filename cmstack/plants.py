@@ -13,7 +13,7 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.perturb import Perturbation, PerturbedPlant
 from cmstack.sim.plant import JointMap, MujocoPlant, load_mjcf
 from cmstack.sim.projection_sim import ProjectionPlant
-from cmstack.sim.urdf_plant import plant_from_urdf, save_xml
+from cmstack.sim.urdf_plant import penetrations, plant_from_urdf, save_xml
 
 __all__ = [
     "Plant",
@@ -24,6 +24,7 @@ __all__ = [
     "plant_from_urdf",
     "plant_from_mjcf",
     "save_xml",
+    "penetrations",
     "ProjectionPlant",
     "ChainMujocoPlant",
     "PerturbedPlant",

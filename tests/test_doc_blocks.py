@@ -1,7 +1,11 @@
-"""Every ```python block of README.md and docs/*.md runs: each in a fresh interpreter, in an empty temporary
-directory, under a wall-clock limit.  A block that cannot run on its own says so just before it, with
-``<!-- no-run: reason -->``; those are listed (test_no_run_blocks_are_listed_with_their_reason).  Shell
-commands, TOML and printed output use other fences.
+"""Every ```python block of README.md and docs/*.md runs, in a fresh interpreter, in an empty temporary
+directory, under a wall-clock limit: each README block on its own, and each page of docs/ as one walkthrough,
+its blocks pasted top to bottom into one script (issue 33 item 4).  A block that is no step of a walkthrough
+(a sketch against an imaginary API, the end of a module) says so just before it, with
+``<!-- no-run: reason -->``; those are listed (test_no_run_blocks_are_listed_with_their_reason).  The blocks
+that run import public names only: ``cmstack`` and its namespaces ``cmstack.tasks``, ``cmstack.limits``,
+``cmstack.plants``, ``cmstack.controllers``, ``cmstack.scenario``.  Shell commands, TOML and printed output
+use other fences.
 
 One change is made to the blocks as written, by the runner below and not in the text: ``simulate`` (imported
 from ``cmstack`` or ``cmstack.sim.runner``) runs at most ``DOC_DURATION_S`` simulated seconds, so that the
@@ -55,6 +59,22 @@ def blocks() -> list[tuple[str, int, str, str | None]]:
 
 BLOCKS = blocks()
 RUNNABLE = [b for b in BLOCKS if b[3] is None]
+README_BLOCKS = [b for b in RUNNABLE if b[0] == "README.md"]
+#: page -> its runnable blocks pasted top to bottom (the walkthrough as a reader would paste it)
+WALKTHROUGHS = {
+    page: "\n".join(code for p, _, code, _ in RUNNABLE if p == page)
+    for page in dict.fromkeys(p for p, *_ in RUNNABLE if p != "README.md")
+}
+#: the public namespaces (README, "Public API"); any other cmstack module is internal
+PUBLIC = (
+    "cmstack",
+    "cmstack.tasks",
+    "cmstack.limits",
+    "cmstack.plants",
+    "cmstack.controllers",
+    "cmstack.scenario",
+)
+_IMPORT = re.compile(r"^\s*(?:from\s+(cmstack[\w.]*)\s+import|import\s+(cmstack[\w.]*))", re.M)
 
 
 def test_the_blocks_are_found():
@@ -63,6 +83,20 @@ def test_the_blocks_are_found():
         sum(p == "README.md" for p, *_ in RUNNABLE) == 4
     )  # "Your own robot", "Your own closed chain" (PIDC and UK), "the thesis by hand"
     assert any(p == "docs/add_a_scenario.md" for p, *_ in RUNNABLE)
+    walk = [b for b in BLOCKS if b[0] == "docs/bring_your_own_robot.md"]
+    assert len(walk) >= 8 and all(r is None for *_, r in walk)  # every step of the walkthrough runs
+    assert "docs/bring_your_own_robot.md" in WALKTHROUGHS and "docs/closed_chains.md" in WALKTHROUGHS
+
+
+def test_blocks_import_public_names_only():
+    """README and docs blocks that run import from the public namespaces only."""
+    bad = []
+    for page, line, code, _ in RUNNABLE:
+        for m in _IMPORT.finditer(code):
+            mod = m.group(1) or m.group(2)
+            if mod not in PUBLIC:
+                bad.append(f"{page}:{line}: {mod}")
+    assert not bad, f"internal module paths in runnable blocks (use {PUBLIC}): {bad}"
 
 
 def test_no_run_blocks_are_listed_with_their_reason(capsys):
@@ -73,17 +107,14 @@ def test_no_run_blocks_are_listed_with_their_reason(capsys):
     assert not any(p == "README.md" for p, *_ in skipped), "the README's snippets must run"
 
 
-@pytest.mark.parametrize(
-    "page, line, code", [b[:3] for b in RUNNABLE], ids=[f"{p}:{n}" for p, n, *_ in RUNNABLE]
-)
-def test_python_block_runs(page, line, code, tmp_path):
+def _run_script(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
     runner = tmp_path / "_runner.py"
     runner.write_text(RUNNER, encoding="utf-8")
     work = tmp_path / "cwd"
     work.mkdir()
-    r = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(runner), str(script)],
         cwd=work,
         capture_output=True,
@@ -91,4 +122,18 @@ def test_python_block_runs(page, line, code, tmp_path):
         env=dict(os.environ, MPLBACKEND="Agg"),
         timeout=TIMEOUT_S,
     )
+
+
+@pytest.mark.parametrize(
+    "page, line, code", [b[:3] for b in README_BLOCKS], ids=[f"{p}:{n}" for p, n, *_ in README_BLOCKS]
+)
+def test_readme_block_runs(page, line, code, tmp_path):
+    r = _run_script(code, tmp_path)
     assert r.returncode == 0, f"{page}:{line} failed:\n{r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("page", sorted(WALKTHROUGHS))
+def test_walkthrough_runs_pasted_top_to_bottom(page, tmp_path):
+    """The page's python blocks, in order, as one script (what a reader who pastes them all runs)."""
+    r = _run_script(WALKTHROUGHS[page], tmp_path)
+    assert r.returncode == 0, f"{page} (its blocks as one script) failed:\n{r.stderr[-3000:]}"
