@@ -10,6 +10,9 @@ a position interface, against the same run with the full state and torques.  Nev
   state, then the reconstructed one; the RMSE of (φ, θ, δ) against the trajectory after ``steady_after``, and the
   largest rank PIDC gives the planar triangle (2 on a closed state).
 
+* the README's dual-Panda carry (examples/dual_panda_carry.py) with torques and with ``command=position``: the
+  coupling and path errors after 1 s, motor saturations.
+
 For every actuated run: the reconstruction's median time against the control step, its largest error against the
 plant's passive joints, its Newton passes and J_p's smallest conditioning, and the faults (0 expected: a branch
 flip would end the run).  Results: bench/results/sensors.json, with the machine's load."""
@@ -100,11 +103,34 @@ def _series_parallel(sensors: str, duration: float, law: str = "pidc") -> dict:
     return out
 
 
+def _dual_panda(command: str, duration: float) -> dict:
+    """The README's carry (examples/dual_panda_carry.py) with ``command``: its coupling and path errors after 1 s."""
+    import importlib.util
+    from pathlib import Path
+
+    from cmstack.sim.runner import simulate
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "dual_panda_carry.py"
+    spec = importlib.util.spec_from_file_location("dual_panda_carry", path)
+    carry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(carry)
+    ctl, plant = carry.build(0.001, None)
+    run = simulate(plant, ctl, duration=duration, control_dt=0.001, progress=False, command=command)
+    box, path_err = carry.errors_max(run)
+    out = {"coupling_error_max": box, "carry_error_max": path_err, "motor_saturations": plant.saturated}
+    if run.servo is not None:
+        out["pd_torque_max"] = run.servo.pd_torque_max
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench sensors", description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=3.0, help="s of each closed_chain run (default 3)")
     ap.add_argument(
         "--sp-duration", type=float, default=6.0, help="s of each series-parallel run (default 6)"
+    )
+    ap.add_argument(
+        "--carry-duration", type=float, default=5.0, help="s of each dual-Panda carry (default 5)"
     )
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
@@ -152,6 +178,9 @@ def main(argv=None) -> int:
             f" / step {r['control_dt'] * 1e6:.0f} us",
             flush=True,
         )
+    res["dual_panda_carry"] = {c: _dual_panda(c, args.carry_duration) for c in ("torque", "position")}
+    for c, r in res["dual_panda_carry"].items():
+        print(f"dual_panda_carry     {c:24s} {r}", flush=True)
     sp = res["series_parallel"]
     sp["ratio_to_full"] = (np.array(sp["actuated"]["rmse"]) / np.array(sp["full"]["rmse"])).tolist()
     res["load_end"] = os.getloadavg()[0]
