@@ -7,6 +7,7 @@ plant = plant_from_mjcf(Robot.from_mjcf("mjcf/five_bar.xml"), sim_dt=1e-3)   # t
 
 from __future__ import annotations
 
+from cmstack.models.estimator import LoopStateEstimator
 from cmstack.sim.base import Plant, ReportsPlantMetrics
 from cmstack.sim.chain_plant import ChainMujocoPlant
 from cmstack.sim.mjcf_plant import plant_from_mjcf
@@ -29,4 +30,5 @@ __all__ = [
     "ChainMujocoPlant",
     "PerturbedPlant",
     "Perturbation",
+    "LoopStateEstimator",
 ]
