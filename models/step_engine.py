@@ -200,6 +200,7 @@ class PythonRows:
         self.robot = robot
         self.entries = entries
         self._kin: Kinematics | None = None
+        self._data: Any = None
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -213,10 +214,11 @@ class PythonRows:
         """The step's snapshot for the tasks' rows (class docstring), at the robot's current generation."""
         robot = self.robot
         k = self._kin
-        if k is None:
+        if k is None or self._data is not robot.data:  # (a new data object: ``Robot.add_frame``)
+            self._data = robot.data
             k = self._kin = Kinematics(robot, q, v, robot.data.M, np.full(robot.nv, np.nan), robot.generation)
             return k
-        k.q, k.v, k.M, k._gen = q, v, robot.data.M, robot.generation
+        k.q, k.v, k._gen = q, v, robot.generation  # M: the same data's view, refreshed in place by crba
         if k._frames:
             k._frames = {}
         k._tv = False
@@ -240,5 +242,5 @@ class PythonRows:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_kin"] = None  # made again on first use
+        state["_kin"] = state["_data"] = None  # made again on first use
         return state

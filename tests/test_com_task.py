@@ -225,3 +225,27 @@ def test_pidc_compiled_step_with_the_com_task_equals_its_numpy_step_and_tracks()
         plant.set_torque(tau)
         plant.step()
     assert worst < 1e-4  # 5 mm circle: below 2 % of its radius after the first 0.3 s
+
+
+def test_python_rows_follow_a_new_data_object():
+    """``Robot.add_frame`` makes a new Pinocchio data object: the Python rows' snapshot takes its M (the plan
+    rebinds its addresses), so the step still equals the generic path's."""
+    robots = [Robot("urdf/yumi.urdf"), Robot("urdf/yumi.urdf")]
+    fast, slow = (
+        UdwadiaKalabaController(
+            r,
+            levels=_layouts(r, CenterOfMassTask(r, [0.25, 0.0, 0.35]))["weighted"],
+            limits=[],
+            warn_free_dof=False,
+            fused=f,
+        )
+        for r, f in zip(robots, (True, False))
+    )
+    states = _states(2)
+    fast(*states[0])
+    for r in robots:
+        r.add_frame("probe", "yumi_link_7_r", pin.SE3(np.eye(3), np.array([0.0, 0.0, 0.1])))
+    t, q, v = states[1]
+    tau = fast(t, q, v)
+    np.testing.assert_allclose(tau, slow(t, q, v), rtol=1e-12, atol=1e-12 * np.max(np.abs(tau)))
+    assert fast._plan.python._data is robots[0].data
