@@ -17,6 +17,11 @@ What Pinocchio 4.1's parser needed (measured on this stack's mechanisms):
   (max|ctrlrange|·|gear| of a ctrllimited motor), gravity and qpos0 from MuJoCo's compiled model of the file
   (``_mujoco_reading``: ``<default>`` classes resolved as MuJoCo does; mjcf/yumi.xml's motors are limited by a
   default class, which a reading of the elements' own attributes missed).
+* **It misplaces bodies given by ``axisangle`` (0.85 rad off) and ignores the compiler's ``eulerseq`` (0.29 rad
+  off with "ZYX"), silently; it drops a ``<frame>``'s bodies.**  Workaround: in the copy it reads, every body's
+  pos/quat, every named site's and every body's ``<inertial>`` are MuJoCo's compiled values
+  (``_mujoco_poses``; ``<frame>`` unwrapped), and the loaded model is checked against ``mj_kinematics`` at a
+  random configuration (``_same_kinematics``: every named body to 1e-9, else refused naming it).
 
 MuJoCo's equality semantics applied (``<equality>``; an inactive one skipped: ``active="false"``, or MuJoCo's
 compiled ``eq_active0`` when a ``<default>`` class sets ``active``), as MuJoCo 3.x/4.x's engine
@@ -325,6 +330,110 @@ def _mujoco_reading(robot, path: Path, acts: dict[str, float]) -> None:
                     f"MJCF {path}: joint '{mj.joint(k).name}' has ref={ref:g} (MuJoCo's qpos0); only ref=0 is "
                     "supported (qpos0 is then the model's zero)"
                 )
+    _same_kinematics(robot, mj, path)
+
+
+def _same_kinematics(robot, mj, path: Path) -> None:
+    """Every named body where MuJoCo puts it: at one configuration (joints ~ U(−1, 1), seeded) the world pose
+    of each body by Pinocchio's model and by ``mujoco.mj_kinematics`` agree to 1e-9 (m, rotation-matrix entries),
+    else ``ModelFileError`` naming the file and the body.  Checked when every joint is 1-DoF (qpos maps by name)."""
+    import mujoco
+
+    model = robot.model
+    if not (model.nq == model.nv == mj.nq == len(robot.joint_names)):
+        return
+    q = np.random.default_rng(0).uniform(-1.0, 1.0, model.nq)
+    d = mujoco.MjData(mj)
+    for n in robot.joint_names:
+        d.qpos[mj.jnt_qposadr[mj.joint(n).id]] = q[robot.joint_index(n)]
+    mujoco.mj_kinematics(mj, d)
+    data = model.createData()
+    pin.framesForwardKinematics(model, data, q)
+    for b in range(1, mj.nbody):
+        name = mj.body(b).name
+        if not name or not model.existFrame(name):
+            continue
+        T = data.oMf[robot.frame_id(name)]
+        err = max(
+            float(np.max(np.abs(T.translation - d.xpos[b]))),
+            float(np.max(np.abs(T.rotation - d.xmat[b].reshape(3, 3)))),
+        )
+        if err > 1e-9:
+            raise ModelFileError(
+                f"MJCF {path}: Pinocchio's model puts body '{name}' {err:.3g} (m or rotation entry) from where "
+                "MuJoCo puts it; give its placement as pos and quat"
+            )
+
+
+_ORIENT = ("pos", "quat", "euler", "axisangle", "xyaxes", "zaxis")
+
+
+def _num(x) -> str:
+    return " ".join(repr(float(v)) for v in np.ravel(x))
+
+
+def _unwrap_frames(elem: ET.Element) -> None:
+    """Replace (in place) every ``<frame>`` below ``elem`` by its children, recursively."""
+    for child in list(elem):
+        _unwrap_frames(child)
+        if child.tag == "frame":
+            i = list(elem).index(child)
+            elem.remove(child)
+            for k, e in enumerate(list(child)):
+                elem.insert(i + k, e)
+
+
+def _mujoco_poses(root: ET.Element, path: Path) -> ET.Element:
+    """A copy of the tree for Pinocchio's parser in which every body's placement, every named site's, and every
+    body's inertia are MuJoCo's compiled values: ``pos``/``quat`` from ``body_pos``/``body_quat`` (relative to
+    the parent body), ``site_pos``/``site_quat``, and ``<inertial pos quat mass diaginertia>`` from
+    ``body_ipos``/``body_iquat``/``body_mass``/``body_inertia``.  Why: Pinocchio 4.1's parser places a body
+    given by ``axisangle`` 0.85 rad off, and ignores the compiler's ``eulerseq`` (0.29 rad off with "ZYX"),
+    silently (measured); MuJoCo resolves every orientation form, ``angle``, ``eulerseq``, inertias from geoms
+    and the compiler's inertia options.  Bodies are matched in document order (MuJoCo numbers them depth
+    first), checked by name, ``<frame>`` elements unwrapped (their transforms are in MuJoCo's values); when
+    MuJoCo cannot compile the file, or the order does not match (e.g. ``<replicate>``), the tree is returned as
+    it is and the later checks speak."""
+    out = ET.fromstring(ET.tostring(root))
+    try:
+        mj = _compiled(path)
+    except ModelFileError:
+        return out
+    wb = out.find("worldbody")
+    if wb is not None:  # a <frame>'s transform is in MuJoCo's body_pos/quat: its children take its place
+        _unwrap_frames(wb)
+    bodies = list(wb.iter("body")) if wb is not None else []
+    if len(bodies) != mj.nbody - 1 or any(
+        b.get("name") and b.get("name") != mj.body(i + 1).name for i, b in enumerate(bodies)
+    ):
+        return out
+    for i, b in enumerate(bodies, start=1):
+        for a in _ORIENT:
+            b.attrib.pop(a, None)
+        b.set("pos", _num(mj.body_pos[i]))
+        b.set("quat", _num(mj.body_quat[i]))
+        for old in b.findall("inertial"):
+            b.remove(old)
+        b.insert(
+            0,
+            ET.Element(
+                "inertial",
+                pos=_num(mj.body_ipos[i]),
+                quat=_num(mj.body_iquat[i]),
+                mass=_num(mj.body_mass[i]),
+                diaginertia=_num(mj.body_inertia[i]),
+            ),
+        )
+    for s in wb.iter("site"):
+        n = s.get("name")
+        if not n:
+            continue
+        k = mj.site(n).id
+        for a in _ORIENT:
+            s.attrib.pop(a, None)
+        s.set("pos", _num(mj.site_pos[k]))
+        s.set("quat", _num(mj.site_quat[k]))
+    return out
 
 
 def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
@@ -410,7 +519,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     root = read_mjcf_tree(path)
     joints = _joints_in_order(root, path)
     names = [j.attrib["name"] for j in joints]  # (every joint has one: _joints_in_order)
-    text = _wrapped_copy(ET.fromstring(ET.tostring(root)), path)
+    text = _wrapped_copy(_mujoco_poses(root, path), path)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / path.name
         f.write_text(text)
