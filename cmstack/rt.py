@@ -154,6 +154,17 @@ def orphan_record(out: Path, run) -> None:
     )
 
 
+def _drop_placeholder(out: Path) -> None:
+    """Remove the timing.json written when the driver started (status "running") when no timing follows
+    (the run stopped before its loop, on a usage or configuration error)."""
+    f = out / "timing.json"
+    try:
+        if json.loads(f.read_text()).get("status") == "running":
+            f.unlink()
+    except (OSError, ValueError):
+        pass
+
+
 def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controller, out=None, **kw):
     """The ``LOOP_OVERRIDE`` of an rt run: :func:`run_rt` at ``rate``, its Run kept in ``runs``; ``out``:
     the run directory (where the driver leaves the record if this process dies)."""
@@ -410,6 +421,7 @@ def cmd_rt(args) -> int:
     finally:
         LOOP_OVERRIDE.reset(token)
     if not runs or code in (EXIT_USAGE,):
+        _drop_placeholder(out)  # (no loop ran to the end: no timing to report)
         return code
     run = runs[-1]
     closed = None

@@ -634,6 +634,8 @@ def run_rt(
         if proc is not None and proc.proc.is_alive():
             proc.proc.kill()
         link.close()
+        if proc is None and records is not None:  # (refused before the driver started: nothing to keep)
+            shutil.rmtree(records.parent, ignore_errors=True)
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
     if isinstance(failure, DriverDied):  # the driver's own account of its end, and when it was seen
         failure = DriverDied(

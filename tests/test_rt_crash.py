@@ -330,3 +330,21 @@ def test_both_killed_the_streamed_records_make_the_log(tmp_path):
     np.testing.assert_allclose(L["ts"][answered], L["t"][ans[answered]], atol=1e-9)
     v = load_run(run.out)  # what cmstack view replays
     assert len(v["plant_qpos"]) == n and Path(str(v["mjcf_path"])).is_file()
+
+
+def test_a_run_refused_at_the_start_leaves_no_placeholder(tmp_path):
+    """A run refused when the driver is about to start (here: 1 cycle) is one ConfigError line and exit 2;
+    the timing.json written at that moment (status running) and the records' folder are removed."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "probe.toml").write_text("duration = 60.0\ncontrol_dt = 0.001\n")
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "cmstack.cli", "rt", str(tmp_path / "probe.py"),
+         "--config", str(tmp_path / "probe.toml"),
+         "--duration", "0.001", "--out", str(out), "--no-html", "--no-compare", "--no-plots"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2 and "an rt run needs at least 2 cycles" in r.stderr, r.stderr[-2000:]
+    assert (
+        (out / "metrics.json").is_file() and not (out / "timing.json").exists() and not (out / ".rt").exists()
+    )
