@@ -83,6 +83,12 @@ def add_arguments(sub) -> None:
     )
     p.add_argument("--config", help="TOML file overriding keys of the default config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    p.add_argument(
+        "--sensors",
+        choices=["full", "actuated"],
+        help="what the robot measures (the scenario's 'sensors' key, e.g. closed_chain's): actuated = its motors "
+        "only, the controller side reconstructs the passive joints (docs/realtime.md)",
+    )
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
     p.add_argument(
         "--max-misses",
@@ -399,6 +405,8 @@ def cmd_rt(args) -> int:
         print(f"error: ConfigError: {exc}", file=sys.stderr)
         return EXIT_USAGE
     sets = list(args.set)
+    if args.sensors is not None:
+        sets.append(f"sensors={args.sensors!r}")
     if "control_dt" in cfg:
         sets.append(f"control_dt={1.0 / args.rate!r}")
     out = Path(args.out).expanduser() if args.out else Path(f"{_default_out(name)}-rt")

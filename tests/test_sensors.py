@@ -159,13 +159,13 @@ def test_cmstack_rt_reconstructs_on_the_controller_side_and_refuses_a_position_c
 
 
 def test_cmstack_rt_a_jump_in_one_encoder_brakes_the_driver_and_names_the_fault(tmp_path):
-    """``cmstack rt closed_chain`` at 1 kHz with sensors='actuated', base_r's encoder jumping 0.2 rad at t = 0.2 s,
+    """``cmstack rt closed_chain --sensors actuated`` at 1 kHz, base_r's encoder jumping 0.2 rad at t = 0.2 s,
     in a child process with a wall-clock limit: exit code 3, the fault named at the first state read after the
     jump, the driver stopped with its damping brake (on the motors: the passive joints have none), timing.json
     and metrics.json name the fault, the log holds the run."""
     out = tmp_path / "r"
     argv = [sys.executable, "-m", "cmstack.cli", "rt", "closed_chain", "--duration", "0.4", "--rate", "1000"]
-    argv += ["--out", str(out), "--no-html", "--set", "sensors='actuated'", "--set", "fault_encoder='base_r'"]
+    argv += ["--out", str(out), "--no-html", "--sensors", "actuated", "--set", "fault_encoder='base_r'"]
     argv += ["--set", "fault_t=0.2", "--set", "track_after=0.1", "--set", "check_states=0"]
     env = dict(os.environ, MPLBACKEND="Agg")
     p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
