@@ -5,13 +5,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean install
+.PHONY: demo test lint format bench clean install docs
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers]'   # the venv's own pip (no self-upgrade); peers: pink, mink for tests/test_peers_bench.py
+	$(PY) -m pip install -q --prefer-binary -e '.[dev,peers,docs]'   # the venv's own pip (no self-upgrade); peers: pink, mink for tests/test_peers_bench.py; docs: make docs
 	$(PY) -m cmstack.warmup   # compile the control-step kernels once (numba cache)
 	@touch $(STAMP)
 
@@ -30,8 +30,13 @@ format: $(STAMP)
 test: $(STAMP) lint
 	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
 
+# the documentation site with its API reference from the docstrings (mkdocs.yml), warnings as errors;
+# tests/test_docs_site.py builds it too on every `make test`
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(VENV)/bin/cmstack bench
 
 clean:
-	rm -rf runs .pytest_cache build *.egg-info
+	rm -rf runs .pytest_cache build site *.egg-info

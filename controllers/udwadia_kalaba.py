@@ -108,9 +108,11 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
 
     Args:
         robot: the Pinocchio model (``Robot``).
-        constraints, tasks, omega, priority: the former interface, kept: ``constraints`` hard,
-            ``tasks`` weighted by ``omega`` (scalar or one per task, > 0), with Gauss in the tasks'
-            level (``priority="weighted"``, the thesis) or after it (``"strict"``).
+        constraints: the former interface, kept (with ``tasks``, ``omega``, ``priority``): the hard level.
+        tasks: the former interface: the tasks, weighted by ``omega``.
+        omega: the former interface: the tasks' weights (scalar or one per task, > 0).
+        priority: the former interface: Gauss in the tasks' level (``"weighted"``, the thesis) or after it
+            (``"strict"``).
         torque_limits: with ``limits=None``, add ``EffortLimit(robot)`` on the actuated joints (every
             joint but the passive ones; a passive joint needs no effort limit, its torque is zero).
         model_damping: include the joint damping D of the URDF in the model (N·m·s/rad).

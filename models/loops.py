@@ -175,7 +175,8 @@ class LoopClosure(Task):
 
     Args:
         robot: the tree model (``Robot``).
-        frame_a, frame_b: frame names (links, joints, MJCF bodies and sites).
+        frame_a: a frame name (a link, joint, MJCF body or site).
+        frame_b: the other frame's name.
         kind: "point" (3 rows), "weld" (6), "revolute" (5; hinge about the z axis of frame_a·offset) or
             "plane" (1; b on the plane through frame_a·offset normal to its z axis).
         offset: pose of the closure frame A in frame_a ([x, y, z] m, {xyz, rpy}, 4×4, SE3); None: identity.

@@ -48,7 +48,10 @@ def plant_from_mjcf(
         stiff_loops: give every connect/weld equality ``loop_solref(sim_dt)`` (as stiff as the step allows);
             False keeps the file's solref/solimp.
         xml_path: write the plant's MJCF there (``save_xml``), e.g. a run directory's plant.xml.
-        integrator, noise_q, noise_v, seed: as ``MujocoPlant``."""
+        integrator: as ``MujocoPlant``.
+        noise_q: as ``MujocoPlant`` (rad or m).
+        noise_v: as ``MujocoPlant`` (rad/s or m/s).
+        seed: as ``MujocoPlant``."""
     robot = model if isinstance(model, Robot) else None
     if isinstance(model, Robot):
         if model.mjcf_path is None:

@@ -541,7 +541,10 @@ def plant_from_urdf(
             are closed by MuJoCo equalities (``add_loops``; solref/solimp from ``sim_dt``: ``loop_solref``).
         xml_path: write the plant's MJCF there (``save_xml``): a run directory's ``plant.xml``, whose
             path ``plant.path`` then is, so that a log's ``mjcf_path = str(plant.path)`` replays.
-        integrator, noise_q (rad or m), noise_v (rad/s or m/s), seed: as ``MujocoPlant``.
+        integrator: as ``MujocoPlant``.
+        noise_q: as ``MujocoPlant`` (rad or m).
+        noise_v: as ``MujocoPlant`` (rad/s or m/s).
+        seed: as ``MujocoPlant``.
         friction: keep the URDF's dry joint friction (module docstring; no controller models it);
             False gives an ideal plant.
         meshes: False drops the mesh geoms (``build_spec``), e.g. for COLLADA meshes MuJoCo cannot read.
