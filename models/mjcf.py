@@ -279,7 +279,8 @@ def _compiled(path: Path):
     import mujoco
 
     key = str(path.resolve())
-    if key not in _COMPILED:
+    mj = _COMPILED.get(key)
+    if mj is None:
         try:
             mj = mujoco.MjModel.from_xml_path(str(path))
         except Exception as exc:
@@ -288,7 +289,7 @@ def _compiled(path: Path):
             ) from None
         _COMPILED.clear()
         _COMPILED[key] = mj
-    return _COMPILED[key]
+    return mj  # (the local: a load in another thread may have emptied the memo meanwhile)
 
 
 def _mujoco_reading(robot, path: Path, acts: dict[str, float]) -> None:
@@ -559,6 +560,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     _dropped_sites(robot, root, path)
     _loops(robot, root, path)
     _mujoco_reading(robot, path, acts)
+    _COMPILED.clear()  # (nothing kept past the load)
     if robot.loops:
         robot.q_initial = robot._assemble_initial(f"MJCF {path}")
     return robot
