@@ -299,6 +299,7 @@ class BoundedQP:
         if n_eq:
             y[ie] = s * np.asarray(res.y) / ne
         if n_in:
+            assert d is not None  # (rows of C: conditioned, d their scales)
             np.multiply(res.z, d, out=z)
             z *= s
         if st == _ST.PROXQP_SOLVED:

@@ -644,6 +644,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             self.info.cold_retries = 0
             E, f, rows, final_rows = P.views(Ab, buf)
             sw = P.absorbed_sqrt_w
+            assert sw is not None  # (an absorbed plan has it)
             A = np.vstack([a for a, _, _ in final_rows]) * sw[:, None]
             b = np.concatenate([b for _, b, _ in final_rows]) * sw
             rows = rows + [(A, b)]
