@@ -56,6 +56,7 @@ def run(ctx):
         log=ctx.logger,
         progress=ctx.progress,
         viewer=ctx.make_viewer(plant.model),
+        error_targets={"hand": TARGET_M},  # says so if the hand stays 100x off its target for 0.5 s
     )
     err = hand_error_max(result)
     return Outcome(
@@ -80,7 +81,13 @@ if __name__ == "__main__":
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     controller, plant = build(cfg["control_dt"], out / "plant.xml")
-    result = simulate(plant, controller, duration=args.duration, control_dt=cfg["control_dt"])
+    result = simulate(
+        plant,
+        controller,
+        duration=args.duration,
+        control_dt=cfg["control_dt"],
+        error_targets={"hand": TARGET_M},
+    )
     result.save(out)
     err = hand_error_max(result)
     print(

@@ -170,3 +170,16 @@ def test_pidc_errors_of_a_compiled_closed_step_are_task_error():
         np.testing.assert_allclose(tasks["ee_circle"], task2.error(kin2, t), rtol=0, atol=1e-13)
         for c, c2 in zip(robot.loops, other.loops):
             np.testing.assert_allclose(cons[c.name], c2.error(other.update(q, v), t), rtol=0, atol=1e-13)
+
+
+def test_watch_replays_a_finished_runs_errors():
+    """The rt override's path: the same check over run.errors afterwards (step k at t = k dt), every name a
+    task; the message names the task and the times."""
+    dt = 2e-3
+    errors = {"hand": [np.array([0.0, 0.0, 0.5])] * 400, "posture": [np.zeros(7)] * 400}
+    w = ErrorWatch(1e-3)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        w.replay(errors, dt)
+    assert [str(x.message) for x in rec] == w.said and len(w.said) == 1
+    assert w.said[0].startswith("hand:") and "from t = 0.000 s to t = 0.500 s" in w.said[0]
