@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from cmstack.models.robot import Kinematics
+from cmstack.models.kinematics import Kinematics
 
 
 class FrameSlots:
