@@ -230,14 +230,14 @@ class JointServo:
         vd = getattr(info, "vdot", None)
         if isinstance(vd, np.ndarray) and vd.shape == (self.robot.nv,) and np.all(np.isfinite(vd)):
             return vd
-        if self._rigid is None:
+        r = self.robot
+        if self._rigid is None:  # the model's forward dynamics, built once
             from cmstack.sim.projection_sim import ProjectionPlant
 
-            self._rigid = ProjectionPlant(self.robot, None) if self.robot.loops else None
-        if self._rigid is not None:
-            return self._rigid.accel(q, v, tau)
-        r = self.robot
-        return pin.aba(r.model, r.model.createData(), q, v, tau - r.damping * v)
+            self._rigid = ProjectionPlant(r, None) if r.loops else r.model.createData()
+        if isinstance(self._rigid, pin.Data):  # no loops: ABA (joint damping as the plant's)
+            return pin.aba(r.model, self._rigid, q, v, tau - r.damping * v)
+        return self._rigid.accel(q, v, tau)
 
     def command(self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> None:
         """The command of one period from the state the controller saw (q̂, v̂) and its torque τ."""

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cmstack.models.errors import ConfigError, SensorFault
+from cmstack.models.robot import Robot
 from cmstack.scenarios import closed_chain
 from cmstack.scenarios._common import EXIT_FAILED, default_config
 from cmstack.sim.logger import read_log
@@ -201,3 +202,24 @@ def test_the_readme_dual_panda_carry_under_a_position_command():
     assert err["position"][0] <= 3 * err["torque"][0] + 1e-9, err
     assert err["position"][1] <= 3 * err["torque"][1], err
     assert sat == {"torque": 0, "position": 0}
+
+
+def test_position_command_of_a_robot_without_loops_integrates_its_forward_dynamics():
+    """A law without its own v̇ on a robot without loops: v̇ = ABA(q, v, τ − D v), integrated over the period."""
+    import pinocchio as pin
+
+    robot = Robot.from_urdf("urdf/five_bar.urdf")  # the tree, its loops not read
+    assert not robot.loops
+    servo = JointServo(robot, DT)
+    rng = np.random.default_rng(0)
+    q, v, tau = rng.normal(size=robot.nq), rng.normal(size=robot.nv), rng.normal(size=robot.nv)
+
+    class NoInfo:
+        info = None
+
+    for _ in range(2):  # the second from the first command's end
+        q_c, v_c = (q, v) if servo.commands == 0 else (servo.q_des.copy(), servo.v_des.copy())
+        servo.command(NoInfo(), q, v, tau)
+    a = pin.aba(robot.model, robot.model.createData(), q, v, tau - robot.damping * v)
+    assert np.allclose(servo.v_des, v_c + DT * a, atol=1e-12)
+    assert np.allclose(servo.q_des, q_c + DT * (v_c + 0.5 * DT * a), atol=1e-12)
