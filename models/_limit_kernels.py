@@ -50,6 +50,15 @@ def position_bounds(q, v, dt, a, kappa, margin, qmin, qmax):
 
 
 @njit(cache=True)
+def acceleration_bounds(q, v, dt, a, kappa, margin, qmin, qmax, lo, hi):
+    """lo, hi = the bounds on q̈ of every joint i at (q_i, v_i) (``JointPositionLimit.acceleration_bounds``): the
+    scalar expressions of ``_upper``, joint by joint, into lo and hi."""
+    for i in range(q.shape[0]):
+        lo[i] = -_upper(-q[i], -v[i], -qmin[i], dt, a[i], kappa, margin)
+        hi[i] = _upper(q[i], v[i], qmax[i], dt, a[i], kappa, margin)
+
+
+@njit(cache=True)
 def violated(buf, LI, LF):
     """Whether the step's result in ``buf`` (q, v, v̇, τ at the offsets LI[1:5]) violates a row of the table
     (module docstring).  Returns the first violated row + 1, or 0 when every row holds."""

@@ -289,7 +289,21 @@ class JointPositionLimit(Limit):
         self._C = np.eye(robot.nv)[self.idx]
 
     def acceleration_bounds(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) bounds on q̈ of the selected joints at (q, v) (module docstring)."""
+        """(lower, upper) bounds on q̈ of the selected joints at (q, v) (module docstring), by the compiled
+        ``_limit_kernels.acceleration_bounds`` (the same expressions as ``_acceleration_bounds_numpy``, joint by
+        joint: about 25 NumPy operations less on each step that a limit binds)."""
+        from cmstack.models._limit_kernels import acceleration_bounds
+
+        q = np.ascontiguousarray(q, dtype=np.float64)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        lo, hi = np.empty(q.shape[0]), np.empty(q.shape[0])
+        acceleration_bounds(
+            q, v, self.dt, self.a_max, self.brake_fraction, self.margin, self.q_min, self.q_max, lo, hi
+        )
+        return lo, hi
+
+    def _acceleration_bounds_numpy(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``acceleration_bounds`` in NumPy (the module docstring's equations as written; the tests' oracle)."""
         dt, a = self.dt, self.a_max
         bb = self.brake_fraction * a
 

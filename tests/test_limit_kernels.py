@@ -200,3 +200,17 @@ def test_persistent_solver_objects_carry_nothing_between_steps(robot):
         np.testing.assert_array_equal(a, b)
         solved += reuse.info.path in ("qp", "sequential")
     assert solved > 50 and len(reuse._qp._cold) >= 1
+
+
+def test_compiled_acceleration_bounds_equal_the_numpy_equations(robot):
+    """JointPositionLimit.acceleration_bounds (compiled) equals its NumPy formulation bit for bit, inside, near,
+    on and beyond the bounds, moving either way, with a margin and a brake fraction."""
+    lim = JointPositionLimit(robot, dt=1e-3, a_max=np.linspace(5, 40, 7), margin=0.01, brake_fraction=0.7)
+    rng = np.random.default_rng(2)
+    for _ in range(400):
+        q = rng.uniform(lim.q_min - 0.05, lim.q_max + 0.05)
+        v = rng.normal(0, 1.0, 7)
+        lo, hi = lim.acceleration_bounds(q, v)
+        lo_ref, hi_ref = lim._acceleration_bounds_numpy(q, v)
+        np.testing.assert_array_equal(lo, lo_ref)
+        np.testing.assert_array_equal(hi, hi_ref)
