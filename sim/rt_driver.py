@@ -575,7 +575,8 @@ class DriverProcess:
     def is_alive(self) -> bool:
         """Whether the driver process runs and is not ending (:func:`process_ending`: a ``kill -9`` is
         seen before the kernel has torn the process down)."""
-        return self.proc.is_alive() and not process_ending(self.proc.pid)
+        pid = self.proc.pid  # None only before start(), and then is_alive() is False
+        return self.proc.is_alive() and pid is not None and not process_ending(pid)
 
     @classmethod
     def start(
