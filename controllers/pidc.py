@@ -236,9 +236,14 @@ class PIDC:
         self.kv = np.broadcast_to(np.asarray(kv, dtype=float), (len(names),)).copy()
         if np.any(self.kp < 0) or np.any(self.kv < 0):
             raise ConfigError(f"PIDC gains must be >= 0, got kp={kp}, kv={kv}")
+        shifted = [c for c in names if robot.joint_q_index(c) != robot.joint_index(c)]
+        if shifted:
+            raise ConfigError(
+                f"PIDC: joint coordinates {shifted} sit after a ball or free joint (their q and v indices "
+                "differ), which PIDC's joint law does not map yet; give it task coordinates (a FrameTask)"
+            )
         self.actuated = np.ones(n, dtype=bool)
-        for name in passive:
-            self.actuated[robot.joint_index(name)] = False
+        self.actuated[robot.v_indices(list(passive))] = False  # (a ball or free joint: all its coordinates)
         self.passive = list(passive)
         self.IB = np.diag((~self.actuated).astype(float))  # I − B
         self._passive_mask = (~self.actuated).astype(float)  # diagonal of I − B

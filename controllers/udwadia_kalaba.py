@@ -215,7 +215,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._loop_scale = np.array(scale, dtype=float)
         names = list(getattr(robot, "passive_joints", []) or []) if passive is None else list(passive)
         self.passive_joints = names
-        self._passive = np.array([robot.joint_index(j) for j in names], dtype=int)
+        self._passive = np.asarray(robot.v_indices(names), dtype=int)  # (a ball joint: its 3 coordinates)
         if self._passive.size and len(lv) < 2:
             raise ConfigError("passive joints need a level above Gauss' (the zero-torque condition is hard)")
         self.levels = lv

@@ -69,7 +69,12 @@ def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
     velocity V_c = Σ_{c' ≤ c} J_c' v_c' (world axes, at the origin), and its joint axis J_c (fixed in that
     body) changes at dJ_c/dt = V_c × J_c (the motion cross product [ω × l + u × w; ω × w] of V = [u; ω] and
     J_c = [l; w]); so the spatial acceleration is a_O = Σ_c (V_c × J_c) v_c = [a_O; α], and at p
-    a_sp(p) = a_O + α × p, the classical a_cl = a_sp(p) + ω × v_p."""
+    a_sp(p) = a_O + α × p, the classical a_cl = a_sp(p) + ω × v_p.
+    A joint of several columns (ball: 3, free: 6; mask 1 on its first column, 2 on the others) has its axes fixed
+    in its child body, which moves with V_before + ΔV (ΔV = its own columns' J v): the joint contributes
+    (V_before + ΔV) × ΔV = V_before × ΔV, i.e. each of its columns V_before × J_c v_c.  The first column's term is
+    written with the running V (V_before + J_c v_c, the same since J_c × J_c = 0, and the 1-DoF joints' unchanged
+    expression), a later column's with V_before."""
     n = v.shape[0]
     for k in range(fint.shape[0]):
         s = fint[k, 0]
@@ -83,24 +88,36 @@ def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
         p0, p1, p2 = fvec[k, 9], fvec[k, 10], fvec[k, 11]
         t0 = t1 = t2 = t3 = t4 = t5 = 0.0
         u0 = u1 = u2 = 0.0  # V = [u; ω] at the origin (ω = t3, t4, t5)
+        s0 = s1 = s2 = s3 = s4 = s5 = 0.0  # V before the current multi-DoF joint's columns
         a0 = a1 = a2 = al0 = al1 = al2 = 0.0
         for c in range(n):
-            if fint[k, 1 + c] != 0:
+            mk = fint[k, 1 + c]
+            if mk != 0:
                 l0, l1, l2 = Jw[0, c], Jw[1, c], Jw[2, c]
                 wx, wy, wz = Jw[3, c], Jw[4, c], Jw[5, c]
                 vc = v[c]
+                if mk == 1:  # a joint's first column: V before it
+                    s0, s1, s2, s3, s4, s5 = u0, u1, u2, t3, t4, t5
                 u0 += l0 * vc
                 u1 += l1 * vc
                 u2 += l2 * vc
                 t3 += wx * vc
                 t4 += wy * vc
                 t5 += wz * vc
-                a0 += (t4 * l2 - t5 * l1 + u1 * wz - u2 * wy) * vc
-                a1 += (t5 * l0 - t3 * l2 + u2 * wx - u0 * wz) * vc
-                a2 += (t3 * l1 - t4 * l0 + u0 * wy - u1 * wx) * vc
-                al0 += (t4 * wz - t5 * wy) * vc
-                al1 += (t5 * wx - t3 * wz) * vc
-                al2 += (t3 * wy - t4 * wx) * vc
+                if mk == 1:
+                    a0 += (t4 * l2 - t5 * l1 + u1 * wz - u2 * wy) * vc
+                    a1 += (t5 * l0 - t3 * l2 + u2 * wx - u0 * wz) * vc
+                    a2 += (t3 * l1 - t4 * l0 + u0 * wy - u1 * wx) * vc
+                    al0 += (t4 * wz - t5 * wy) * vc
+                    al1 += (t5 * wx - t3 * wz) * vc
+                    al2 += (t3 * wy - t4 * wx) * vc
+                else:  # a later column of a ball or free joint: its axis turns with V before the joint
+                    a0 += (s4 * l2 - s5 * l1 + s1 * wz - s2 * wy) * vc
+                    a1 += (s5 * l0 - s3 * l2 + s2 * wx - s0 * wz) * vc
+                    a2 += (s3 * l1 - s4 * l0 + s0 * wy - s1 * wx) * vc
+                    al0 += (s4 * wz - s5 * wy) * vc
+                    al1 += (s5 * wx - s3 * wz) * vc
+                    al2 += (s3 * wy - s4 * wx) * vc
                 j0 = l0 + wy * p2 - wz * p1
                 j1 = l1 + wz * p0 - wx * p2
                 j2 = l2 + wx * p1 - wy * p0

@@ -435,15 +435,27 @@ class PostureTask(Task):
         self.name = name or "posture"
         self.robot = robot
         if joints is None:
+            if robot.nq != robot.nv:
+                raise ConfigError(
+                    f"{self.name}: {robot.label} has ball or free joints; name the 1-DoF joints to hold "
+                    "(joints=[...], e.g. robot.actuated_joints)"
+                )
             self.idx = np.arange(robot.nv)
+            self.qidx = self.idx
         else:
             if isinstance(joints, str):
                 raise ConfigError(
                     f"{self.name}: joints must be a list of joint names, got the string {joints!r}"
                 )
-            self.idx = np.array([robot.joint_index(j) for j in joints], dtype=np.int64)
+            try:
+                self.idx = np.array([robot.joint_index(j) for j in joints], dtype=np.int64)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.name}: {exc}") from None
+            # q index of each joint: the v index but after a free or ball joint (its q has one more entry)
+            self.qidx = np.array([robot.joint_q_index(j) for j in joints], dtype=np.int64)
             if len(set(self.idx.tolist())) != len(self.idx):
                 raise ConfigError(f"{self.name}: joints {list(joints)} name a joint twice")
+        self._q_in_v = None if np.array_equal(self.qidx, self.idx) else np.zeros(robot.nv)
         self._zero = np.zeros(len(self.idx))
         self._set_gains(kp, kd)
         self.rows = slice(0, len(self.idx))
@@ -454,7 +466,7 @@ class PostureTask(Task):
         task's ``q_ref`` is read-only, a new reference is set here)."""
         q_ref = np.asarray(q_ref, dtype=float).ravel()
         if q_ref.shape == (self.robot.nq,):
-            q_ref = q_ref[self.idx]
+            q_ref = q_ref[self.qidx]
         elif q_ref.shape != (len(self.idx),):
             raise ConfigError(
                 f"{self.name}: q_ref has {q_ref.size} values; expected {self.robot.nq} (all joints) "
@@ -469,11 +481,20 @@ class PostureTask(Task):
     def _joint_rows(self, kin, qd, vd, ad) -> ErrorDynamics:
         k = len(self.idx)
         W, ed = np.empty((k, kin.v.shape[0])), np.empty((4, k))
-        _kernels().joint_error(kin.q, kin.v, self.idx, qd, vd, ad, 1.0, W, 0, ed)
+        q = kin.q
+        if self._q_in_v is not None:  # the kernel reads q[j] at v index j: the joints' angles put there
+            q = self._q_in_v
+            q[self.idx] = kin.q[self.qidx]
+        _kernels().joint_error(q, kin.v, self.idx, qd, vd, ad, 1.0, W, 0, ed)
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         return self._joint_rows(kin, self.q_ref, self._zero, self._zero)
+
+    def kernel_kind(self) -> int | None:
+        """The compiled posture rows, which read q at the joints' v indices: None (the Python rows) when a
+        ball or free joint before them shifts their q index (``qidx``) from it."""
+        return None if self._q_in_v is not None else super().kernel_kind()
 
 
 class JointTrajectoryTask(PostureTask):

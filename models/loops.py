@@ -274,6 +274,115 @@ class LoopClosure(Task):
         return float(np.max(np.abs(self.phi(q))))
 
 
+class JointCoupling(Task):
+    """A joint coupling (MuJoCo's ``<equality joint joint1="b" joint2="a" polycoef="c0 … c4">``: a gear, a
+    linkage's fitted law, a parallel gripper's mimic finger), one row, a closure kind ``"joint"``:
+
+        φ = (q_b − q_b0) − P(x),   x = q_a − q_a0,   P(x) = c0 + c1 x + c2 x² + c3 x³ + c4 x⁴
+        J = e_bᵀ − P'(x) e_aᵀ                      (e_j: the unit row of joint j's v index)
+        J̇v = −P''(x) v_a²
+
+    (q_a0, q_b0: the joints' values at MuJoCo's qpos0, zero in this stack's MJCF loader; without joint a,
+    φ = q_b − q_b0 − c0 and J = e_bᵀ).  φ̇ = v_b − P'(x) v_a = J v exactly, and d/dt(J v) at v̇ = 0 is
+    −P''(x) v_a² (J's only q-dependent entry is P'(x)).  Both joints are 1-DoF joints.
+
+    Args: robot; joint_b (MuJoCo's joint1), joint_a (joint2, or None); polycoef: up to 5 coefficients
+    (m or rad per unit of x^k); q_b0, q_a0: reference values; kp (1/s²), kd (1/s): the error ODE's gains; name.
+
+    A task of the core contract (``error_dynamics``: W = J, drift = J̇v, w = J v, e = φ) and a constraint
+    (``phi``, ``jacobian``, ``jdot_v``), like ``LoopClosure``; its rows are computed in Python (a 1×n row
+    with two entries), so a law that compiles its loops' rows takes its generic path with it."""
+
+    kind = "joint"
+
+    def __init__(
+        self,
+        robot: Robot,
+        joint_b: str,
+        joint_a: str | None = None,
+        polycoef: ArrayLike = (0.0, 1.0, 0.0, 0.0, 0.0),
+        *,
+        q_b0: float = 0.0,
+        q_a0: float = 0.0,
+        kp: float = 400.0,
+        kd: float = 40.0,
+        name: str | None = None,
+    ):
+        self.name = name or f"coupling({joint_b}~{joint_a})"
+        self.robot = robot
+        self.joint_b, self.joint_a = joint_b, joint_a
+        #: the two ends as messages name a loop's (``assemble``'s error): the joints
+        self.frame_a, self.frame_b = f"joint {joint_a}", f"joint {joint_b}"
+        try:
+            self.ib, self.qb = robot.joint_index(joint_b), robot.joint_q_index(joint_b)
+            self.ia, self.qa = (
+                (robot.joint_index(joint_a), robot.joint_q_index(joint_a))
+                if joint_a is not None
+                else (-1, -1)
+            )
+        except (FrameNotFoundError, ConfigError) as exc:
+            raise ConfigError(f"joint coupling '{self.name}': {exc}") from None
+        c = np.zeros(5)
+        pc = np.asarray(polycoef, dtype=float).ravel()
+        if pc.size > 5 or not np.all(np.isfinite(pc)):
+            raise ConfigError(
+                f"joint coupling '{self.name}': polycoef must be up to 5 finite numbers, got {polycoef!r}"
+            )
+        c[: pc.size] = pc
+        if joint_a is None:
+            c[1:] = 0.0
+        self.coef = c
+        self.q_b0, self.q_a0 = float(q_b0), float(q_a0)
+        self.m = 1
+        self.rows = slice(0, 1)
+        self._set_gains(kp, kd)
+
+    def __repr__(self) -> str:
+        return (
+            f"JointCoupling({self.name!r}, {self.joint_b!r}, {self.joint_a!r}, polycoef={self.coef.tolist()})"
+        )
+
+    def _poly(self, x: float) -> tuple[float, float, float]:
+        """P(x), P'(x), P''(x)."""
+        c0, c1, c2, c3, c4 = self.coef.tolist()
+        p = c0 + x * (c1 + x * (c2 + x * (c3 + x * c4)))
+        dp = c1 + x * (2 * c2 + x * (3 * c3 + x * 4 * c4))
+        ddp = 2 * c2 + x * (6 * c3 + x * 12 * c4)
+        return p, dp, ddp
+
+    def rows_into(self, q: np.ndarray, v: np.ndarray | None, phi, J, jdv, row: int) -> None:
+        """φ, J, J̇v (module docstring of the class) into row ``row`` of the stacked arrays."""
+        x = float(q[self.qa]) - self.q_a0 if self.ia >= 0 else 0.0
+        p, dp, ddp = self._poly(x)
+        phi[row] = float(q[self.qb]) - self.q_b0 - p
+        J[row, :] = 0.0
+        J[row, self.ib] = 1.0
+        if self.ia >= 0:
+            J[row, self.ia] -= dp
+        va = float(v[self.ia]) if (v is not None and self.ia >= 0) else 0.0
+        jdv[row] = -ddp * va * va
+
+    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
+        phi, J, jdv = np.empty(1), np.empty((1, kin.v.shape[0])), np.empty(1)
+        self.rows_into(kin.q, kin.v, phi, J, jdv, 0)
+        return ErrorDynamics(J, jdv, J @ kin.v, phi)
+
+    def phi(self, q: np.ndarray) -> np.ndarray:
+        return ClosureSet([self]).phi(q)
+
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
+        return ClosureSet([self]).jacobian(q)
+
+    def jdot_v(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return ClosureSet([self]).jdot_v(q, v)
+
+    def jacobian_and_jdot_v(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return ClosureSet([self]).jacobian_and_jdot_v(q, v)
+
+    def residual(self, q: np.ndarray) -> float:
+        return float(np.max(np.abs(self.phi(q))))
+
+
 class ClosureSet:
     """Several closures stacked (e.g. ``robot.loops``): ``phi``, ``jacobian``, ``jdot_v``,
     ``jacobian_and_jdot_v`` with every closure's rows in order, from one Pinocchio pass on the set's own
@@ -289,6 +398,8 @@ class ClosureSet:
         for (
             c
         ) in self.closures:  # the rows below are the kind's (compiled): a closure's own maths is not called
+            if isinstance(c, JointCoupling):
+                continue
             if c.kernel_kind() is None:
                 raise ConfigError(
                     f"ClosureSet: loop {c.name!r} ({type(c).__name__}) redefines its row maths "
@@ -317,6 +428,7 @@ class ClosureSet:
         lint = [
             (_loop_kernels.KIND_CODES[c.kind], slots.slot(c.fa), slots.slot(c.fb), s.start)
             for c, s in zip(self.closures, self.slices)
+            if not isinstance(c, JointCoupling)
         ]
         self._lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
         self._fint, self._fplace = slots.fint, slots.fplace
@@ -347,8 +459,15 @@ class ClosureSet:
                 f"{self.name}: expected q of size {model.nq} and v of size {model.nv}, got "
                 f"{q.shape} and {v.shape}"
             )
-        pin.computeJointJacobians(model, d, q)
         phi, J, jdv = np.empty(self.m), np.empty((self.m, model.nv)), np.empty(self.m)
+        for c, s in zip(self.closures, self.slices):
+            if isinstance(c, JointCoupling):  # a joint coupling's row: two entries, in Python
+                c.rows_into(q, v if with_v else None, phi, J, jdv, s.start)
+        if self._lint.shape[0] == 0:
+            self._key = key
+            self._out = (phi, J, jdv)
+            return self._out
+        pin.computeJointJacobians(model, d, q)
         _loop_kernels.closure_pass(
             self._ptr,
             np.ascontiguousarray(v),
@@ -396,6 +515,9 @@ class ClosureSet:
         J = np.empty((self.m, v.size))
         jdv = np.empty(self.m)
         for c, s in zip(self.closures, self.slices):
+            if isinstance(c, JointCoupling):
+                c.rows_into(kin.q, v, np.empty(self.m), J, jdv, s.start)
+                continue
             a, b = kin.frame(c.fa), kin.frame(c.fb)
             _, J[s], jdv[s] = closure_rows(c.kind, a.R, a.p, a.J, a.acc, b.R, b.p, b.J, b.acc, v)
         return J, jdv
@@ -410,7 +532,7 @@ def as_constraint(c: object) -> Any:
     """What PIDC and ProjectionPlant take: a LoopClosure, a sequence of them (stacked in a ``ClosureSet``),
     a ``ClosureSet``, or any object with phi, jacobian and jdot_v (returned as it is)."""
     if isinstance(c, (list, tuple)):
-        if all(isinstance(x, LoopClosure) for x in c):
+        if all(isinstance(x, (LoopClosure, JointCoupling)) for x in c):
             return ClosureSet(c)
         raise ConfigError(
             f"a constraint list must hold LoopClosure objects, got {[type(x).__name__ for x in c]}"
@@ -507,8 +629,23 @@ def assemble(
     for name in fixed:
         free[robot.joint_index(name)] = False
     lo, hi, rev = joint_ranges(robot)
+    # the ranges are per v index; a 1-DoF joint's coordinate at its q index (they differ after a ball or free
+    # joint), a ball or free joint's coordinates without a range (their entries of ``scalar`` stay 0)
+    sc = np.full(robot.nv, -1, dtype=np.int64)
+    for j in range(1, robot.model.njoints):
+        jm = robot.model.joints[j]
+        if jm.nq == 1 and jm.nv == 1:
+            sc[jm.idx_v] = jm.idx_q
+    one = sc >= 0
+
+    def scalar(x: np.ndarray) -> np.ndarray:
+        out = np.zeros(robot.nv)
+        out[one] = x[sc[one]]
+        return out
+
     q0 = q.copy()
-    q[free] = np.clip(q[free], lo[free], hi[free])
+    fo = free & one
+    q[sc[fo]] = np.clip(q[sc[fo]], lo[fo], hi[fo])
     best = (math.inf, q)
     for _ in range(max_iter + 1):
         phi = cs.phi(q)
@@ -516,17 +653,18 @@ def assemble(
         if r < best[0]:
             best = (r, q.copy())
         if r <= tol:
-            wrap = free & rev & np.isinf(lo) & np.isinf(hi)
+            wrap = sc[free & rev & np.isinf(lo) & np.isinf(hi)]
             q[wrap] -= 2.0 * np.pi * np.round((q[wrap] - q0[wrap]) / (2.0 * np.pi))
             return q
-        q += _bounded_step(cs.jacobian(q), phi, q, free, lo, hi)
+        # the step in v's tangent space (a ball or free joint: its rotation vector), applied by pin.integrate
+        q = pin.integrate(robot.model, q, _bounded_step(cs.jacobian(q), phi, scalar(q), free, lo, hi))
         if not np.all(np.isfinite(q)):
             break
     res = cs.residuals(best[1])
     k = int(np.argmax(res))
     c = cs.closures[k]
-    qb = best[1]
-    J = cs.jacobian(qb)[cs.slices[k]]
+    J = cs.jacobian(best[1])[cs.slices[k]]
+    qb = scalar(best[1])
     held = [
         i
         for i in range(robot.nv)
@@ -628,6 +766,11 @@ def pinocchio_constraint_models(robot: Robot, loops: Iterable[LoopClosure] | Non
     model = robot.model
     cms = pin.StdVec_RigidConstraintModel()
     for c in robot.loops if loops is None else loops:
+        if c.kind == "joint":
+            raise ConfigError(
+                f"loop '{c.name}' is a joint coupling (1 row): Pinocchio has no rigid constraint model for it; "
+                "cross-validate it against MuJoCo's <equality joint>"
+            )
         if c.kind == "plane":
             raise ConfigError(
                 f"loop '{c.name}' is a plane closure (1 row): Pinocchio has no rigid constraint model "

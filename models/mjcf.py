@@ -42,7 +42,15 @@ form is probed against MuJoCo's own ``efc_pos`` (tests/test_mjcf_equality_probe.
   closure (``point`` with torquescale = 0).
 * Which form: connect reads the body form when body1 and anchor are given, weld when body1 is; else the site
   form, which needs site1 and site2.  body2 absent: the world.
-* ``joint``, ``tendon``, ``flex`` equalities: refused (no rigid-body loop).
+* ``joint joint1=b joint2=a polycoef=c0 … c4``: q_b − q_b0 = Σ c_k (q_a − q_a0)^k → a ``JointCoupling`` (one row;
+  q_a0 = q_b0 = 0: the joints' qpos0, ``ref`` being 0 here); without joint2, q_b = q_b0 + c0.
+* ``tendon``, ``flex`` equalities: refused (no rigid-body loop).
+
+Joints: hinge and slide joints, ``ball`` joints (q a quaternion x, y, z, w: Pinocchio's order; MuJoCo's is w, x,
+y, z) and a ``<freejoint>``/``type="free"`` in a body of the world (a floating base; q = [p; quaternion], its qpos0
+the body's pose in the file); the map to MuJoCo's qpos, qvel: ``models/mj_coords.py``.  A body with several
+joints (a universal joint as two hinges) is split into a chain of bodies, one joint each (``_split_bodies``):
+Pinocchio's parser would make one ``Composite_…`` joint of them.
 
 ``<include file=...>`` is inlined before anything is read (``read_mjcf_tree``, MuJoCo's lookup: the main file's
 folder, then the including file's), so every part of this reading sees what MuJoCo compiles.
@@ -150,6 +158,7 @@ def _wrapped_copy(root: ET.Element, path: Path) -> str:
         wb.remove(e)
         wrap.append(e)
     wb.append(wrap)
+    _split_bodies(wb)
     for comp in root.iter("compiler"):
         for key in ("meshdir", "texturedir", "assetdir"):
             d = comp.get(key)
@@ -158,29 +167,92 @@ def _wrapped_copy(root: ET.Element, path: Path) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
+def _joint_type(j: ET.Element) -> str:
+    return "free" if j.tag == "freejoint" else j.get("type", "hinge")
+
+
 def _joints_in_order(root: ET.Element, path: Path) -> list[ET.Element]:
+    """The file's joints depth first (MuJoCo's and Pinocchio's order); refused on one line naming the joint:
+    a joint without a name, a hinge/slide ``ref`` other than 0, a free joint not in a body of the world."""
     out = []
     wb = root.find("worldbody")
     if wb is None:
         raise ModelFileError(f"MJCF {path} has no <worldbody>")
-    for j in wb.iter():
-        if j.tag == "freejoint":
-            raise ModelFileError(
-                f"MJCF {path}: a <freejoint> is not supported (cmstack's models have 1-DoF joints)"
-            )
-        if j.tag == "joint":
-            if not j.get("name"):
-                raise ModelFileError(
-                    f"MJCF {path}: a <joint> has no name; name it (plants map joints by name)"
-                )
-            ref = j.get("ref")
-            if ref is not None and _floats(ref, 1, f"MJCF {path}: joint '{j.get('name')}' ref")[0] != 0.0:
-                raise ModelFileError(
-                    f"MJCF {path}: joint '{j.get('name')}' has ref={ref}; only ref=0 is supported "
-                    "(qpos0 is then the model's zero)"
-                )
-            out.append(j)
+
+    def walk(elem: ET.Element, depth: int) -> None:
+        for j in elem:
+            if j.tag in ("joint", "freejoint"):
+                if not j.get("name"):
+                    raise ModelFileError(
+                        f"MJCF {path}: a <{j.tag}> in body '{elem.get('name', '?')}' has no name; name it "
+                        "(plants map joints by name)"
+                    )
+                if _joint_type(j) == "free" and depth > 1:
+                    raise ModelFileError(
+                        f"MJCF {path}: free joint '{j.get('name')}' is in body '{elem.get('name', '?')}', which "
+                        "is not a child of <worldbody>; a free joint must be at the root"
+                    )
+                ref = j.get("ref")
+                if ref is not None and _floats(ref, 1, f"MJCF {path}: joint '{j.get('name')}' ref")[0] != 0.0:
+                    raise ModelFileError(
+                        f"MJCF {path}: joint '{j.get('name')}' has ref={ref}; only ref=0 is supported "
+                        "(qpos0 is then the model's zero)"
+                    )
+                out.append(j)
+        for b in elem:
+            if b.tag in ("body", "frame"):
+                walk(b, depth + (b.tag == "body"))
+
+    walk(wb, 0)
     return out
+
+
+SPLIT = "__cmstack_"
+"""Name infix of the joint-less-inertia bodies ``_split_bodies`` inserts (body ``l1`` with hinges ``ua``, ``ub``:
+``l1__cmstack_ua`` holds ``ua``, then ``l1`` holds ``ub``)."""
+
+
+def _split_bodies(wb: ET.Element) -> list[str]:
+    """Give every joint its own body (Pinocchio's parser makes one ``Composite_…`` joint of a body with several
+    joints, e.g. a universal joint written as two hinges; this stack maps 1-DoF joints by name).  A body B with
+    joints j1 … jk becomes the chain B__cmstack_j1 (B's pose, joint j1, no mass) → … → B (identity pose, joint
+    jk, B's geoms, inertial, sites and children).  The kinematics are MuJoCo's: it applies a body's joints in
+    order, each about its own anchor in the body frame as moved by the ones before, T = T_B J_1 ⋯ J_k with
+    J_i = T(p_i) R_i T(−p_i), and each inserted body contributes one J_i.  Returns the joints moved onto an
+    inserted body (their body has no mass of its own)."""
+    moved: list[str] = []
+    pose_keys = ("pos", "quat", "euler", "axisangle", "xyaxes", "zaxis")
+    for body in list(wb.iter("body")):
+        joints = [j for j in body if j.tag in ("joint", "freejoint")]
+        if len(joints) < 2:
+            continue
+        parent = next(p for p in wb.iter() if body in list(p))
+        at = list(parent).index(body)
+        parent.remove(body)
+        outer = None
+        top = None
+        for j in joints[:-1]:
+            b = ET.Element("body", name=f"{body.get('name', 'body')}{SPLIT}{j.get('name')}")
+            if body.get("childclass") is not None:
+                b.set("childclass", body.get("childclass"))
+            if outer is None:
+                for k in pose_keys:
+                    if body.get(k) is not None:
+                        b.set(k, body.get(k))
+                top = b
+            else:
+                outer.append(b)
+            body.remove(j)
+            b.append(j)
+            moved.append(j.get("name"))
+            outer = b
+        for k in pose_keys:
+            if k in body.attrib:
+                del body.attrib[k]
+        assert outer is not None and top is not None
+        outer.append(body)
+        parent.insert(at, top)
+    return moved
 
 
 def _actuated(root: ET.Element, path: Path, joint_names: list[str]) -> dict[str, float]:
@@ -488,19 +560,57 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
                 continue
             name = e.get("name") or f"{e.tag}{k}"
             k += 1
-            if e.tag not in ("connect", "weld"):
+            if e.tag not in ("connect", "weld", "joint"):
                 raise ModelFileError(
-                    f"MJCF {path}: equality '{name}' is a <{e.tag}>; only <connect> and <weld> "
+                    f"MJCF {path}: equality '{name}' is a <{e.tag}>; only <connect>, <weld> and <joint> "
                     "close loops in cmstack"
                 )
             if not (e.get("active", "true") != "false" if active is None else active[k - 1]):
                 continue
             where = f"MJCF {path}: equality '{name}'"
+            if e.tag == "joint":
+                from cmstack.models.loops import JointCoupling
+
+                j1, j2 = e.get("joint1"), e.get("joint2")
+                if j1 is None:
+                    raise ModelFileError(f"{where}: a <joint> equality needs joint1")
+                pc = e.get("polycoef", "0 1 0 0 0")
+                try:
+                    c = JointCoupling(
+                        robot, j1, j2, _floats(pc, len(pc.split()), f"{where}: polycoef"), name=name
+                    )
+                except ConfigError as exc:
+                    raise ModelFileError(f"{where}: {exc}") from None
+                robot.loops.append(c)
+                continue
             try:
                 c = _closure(robot, e, name, path, pose)
             except ConfigError as exc:
                 raise ModelFileError(f"{where}: {exc}") from None
             robot.loops.append(c)
+
+
+def _initial_q(robot, path: Path) -> np.ndarray:
+    """The file's initial configuration in the model's order: its first keyframe's qpos, else qpos0, as MuJoCo
+    compiles them (a free joint's qpos0 is its body's pose in the file), mapped by joint name
+    (``models/mj_coords.py``: quaternions reordered)."""
+    import mujoco
+
+    from cmstack.models.mj_coords import CoordinateMap
+
+    mj = _compiled(path)
+    ids = [mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_JOINT, n) for n in robot.joint_names]
+    qpos = np.array(mj.key_qpos[0] if mj.nkey else mj.qpos0, dtype=float)
+    cm = CoordinateMap(mj, ids, robot.model, f"MJCF {path}")
+    q = cm.q_from_qpos(qpos)
+    # the joints' viscous damping as MuJoCo compiled it, per degree of freedom: Pinocchio 4.1's parser reads a
+    # hinge's or slide's but leaves a ball joint's at 0 (a 0.01 N·m·s/rad ball damping on a 1e-5 kg·m² link is
+    # an acceleration of 1e3 rad/s² the model would not have)
+    robot.damping = np.array(mj.dof_damping[cm.vsel], dtype=float)
+    robot.model.damping = robot.damping.copy()
+    if not np.all(np.isfinite(q)):
+        raise ModelFileError(f"MJCF {path}: the initial qpos is not finite: {qpos.tolist()}")
+    return np.array(q, dtype=float)
 
 
 def wrapped_mjcf(path: str | Path) -> str:
@@ -538,7 +648,14 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     got = [model.names[i] for i in range(1, model.njoints)]
     if got != names:
         raise ModelFileError(f"MJCF {path}: Pinocchio's parser gave joints {got}, the file has {names}")
+    moved = set(_split_bodies(ET.fromstring(ET.tostring(root)).find("worldbody")))  # the joints moved (names)
     for i in range(1, model.njoints):
+        if model.joints[i].shortname() == "JointModelFreeFlyer":
+            # MuJoCo's free-joint qpos is the body's pose in the world (qpos0: the pose written in the file);
+            # Pinocchio 4.1's parser puts an offset in the placement: the identity makes q that pose too
+            model.jointPlacements[i] = pin.SE3.Identity()
+        if model.names[i] in moved:
+            continue  # a body inserted by _split_bodies: no mass of its own, the next joint's body has it
         if not model.inertias[i].mass > 0:
             raise ModelFileError(
                 f"MJCF {path}: the body moved by joint '{model.names[i]}' has mass "
@@ -553,13 +670,17 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     acts = _actuated(root, path, names)
     robot.passive_joints = [n for n in names if n not in acts]
     for n, lim in acts.items():
-        robot.effort_limit[robot.joint_index(n)] = lim
-    key = root.find("keyframe/key")
-    if key is not None and key.get("qpos") is not None:
-        robot.q_initial = _floats(key.get("qpos"), len(names), f"MJCF {path}: keyframe qpos")
+        try:
+            robot.effort_limit[robot.joint_index(n)] = lim
+        except ConfigError:
+            raise ModelFileError(
+                f"MJCF {path}: an actuator drives joint '{n}', a {_joint_type(joints[names.index(n)])} joint; "
+                "cmstack's motors drive 1-DoF joints"
+            ) from None
     _dropped_sites(robot, root, path)
-    _loops(robot, root, path)
+    _loops(robot, root, path)  # first: a loop naming a body the model lacks is named here, not by MuJoCo
     _mujoco_reading(robot, path, acts)
+    robot.q_initial = _initial_q(robot, path)
     _COMPILED.clear()  # (nothing kept past the load)
     if robot.loops:
         robot.q_initial = robot._assemble_initial(f"MJCF {path}")

@@ -182,7 +182,7 @@ def _check_bodies(model: pin.Model, path: Path, links: dict[str, tuple[float, np
             )
 
 
-def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
+def _load_urdf(path: Path, *, bodies: bool = True, floating_base: bool = False) -> pin.Model:
     """Pinocchio model of one URDF file, every error naming the file.  Continuous joints become revolute
     joints without position limits (``_continuous_as_revolute``; their bounds are ±inf).
 
@@ -190,7 +190,8 @@ def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
     ``<inertia>`` value finite, no negative mass (``_xml_inertials``, from the XML itself), and every
     moving body physical (``_check_bodies``; ``bodies=False`` leaves that to the caller, e.g.
     ``_part_model``, which checks after locking joints: a locked joint's link then belongs to its parent's
-    body).
+    body).  ``floating_base``: the root link on a free joint named ``root_joint`` (Pinocchio's
+    ``JointModelFreeFlyer``: q = [p; quaternion x, y, z, w], v = [linear; angular] in the root link's axes).
     urdfdom's own messages, which it prints to fd 2, are captured: folded into the error when the file
     is refused, dropped otherwise (a message with 'Error' that did not stop the parse is an error too:
     urdfdom then dropped part of the file)."""
@@ -199,8 +200,11 @@ def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
     xml, continuous = _continuous_as_revolute(path)
     with _captured_fd2() as noise:
         try:
-            model = pin.buildModelFromUrdf(str(path)) if xml is None else pin.buildModelFromXML(xml)
-            orig = pin.buildModelFromUrdf(str(path)) if continuous else None  # limits, friction as read
+            root = (pin.JointModelFreeFlyer(),) if floating_base else ()
+            model = (
+                pin.buildModelFromUrdf(str(path), *root) if xml is None else pin.buildModelFromXML(xml, *root)
+            )
+            orig = pin.buildModelFromUrdf(str(path), *root) if continuous else None  # limits, friction
             failure = None
         except Exception as exc:  # Pinocchio raises ValueError/RuntimeError with a C++ message
             failure = " ".join(str(exc).split())
@@ -221,6 +225,31 @@ def _load_urdf(path: Path, *, bodies: bool = True) -> pin.Model:
     if bodies:
         _check_bodies(model, path, links)
     return model
+
+
+_ONE_DOF = {
+    "JointModelRX",
+    "JointModelRY",
+    "JointModelRZ",
+    "JointModelRevoluteUnaligned",
+    "JointModelPX",
+    "JointModelPY",
+    "JointModelPZ",
+    "JointModelPrismaticUnaligned",
+}
+
+
+def _joint_kind(jm) -> str | None:
+    """'1dof', 'ball' (spherical: q a unit quaternion x, y, z, w, v the local angular velocity), 'free'
+    (free flyer: q = [p; quaternion x, y, z, w], v = [local linear; local angular]) or None (not supported)."""
+    name = jm.shortname()
+    if name in _ONE_DOF:
+        return "1dof"
+    if name == "JointModelSpherical":
+        return "ball"
+    if name == "JointModelFreeFlyer":
+        return "free"
+    return None
 
 
 def _as_pose(T, where: str) -> pin.SE3:
@@ -256,13 +285,15 @@ class URDFPart:
     locked: dict = field(default_factory=dict)
     loops: Path | None = None
     """The part's loops sidecar (``cmstack.models.loops``), names as in its URDF."""
+    floating_base: bool = False
+    """The part's root link on a free joint ``root_joint`` (prefixed like the part's names)."""
 
 
 def _part_model(part: URDFPart) -> pin.Model:
     """The part's Pinocchio model: its locked joints removed (``pinocchio.buildReducedModel`` at the
     configuration q_ref that holds the locked values, the neutral one elsewhere), then every joint and
     frame name prefixed.  Errors name the file and the joint at fault."""
-    model = _load_urdf(part.path, bodies=False)
+    model = _load_urdf(part.path, bodies=False, floating_base=part.floating_base)
     names = [model.names[i] for i in range(1, model.njoints)]
     if part.locked:
         q_ref = pin.neutral(model)
@@ -315,6 +346,7 @@ def _as_part(item, k: int) -> URDFPart:
             item.base,
             dict(item.locked),
             None if item.loops is None else resolve_asset(item.loops),
+            item.floating_base,
         )
     if not isinstance(item, (tuple, list)) or not 1 <= len(item) <= 5:
         raise ConfigError(
@@ -377,14 +409,25 @@ class Robot:
         self._gen = 0  # bumped whenever self.data changes state (update, add_frame, a law's direct pass)
         self._lean_gen = -1  # the _gen of the last update_for_kernel: data.a not computed at that state
         self.joint_names = [self.model.names[i] for i in range(1, self.model.njoints)]
+        self.floating_base: str | None = None
+        """The name of the root free joint (a floating base: MJCF ``<freejoint>``, ``from_urdf(...,
+        floating_base=True)``), else None."""
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
-            if jm.nq != 1 or jm.nv != 1:
+            kind = _joint_kind(jm)
+            if kind is None:
                 raise ModelFileError(
-                    f"{where}: joint '{n}' has nq={jm.nq}, nv={jm.nv}; this stack's "
-                    "name-based plant map expects 1-DoF joints (revolute, continuous, "
-                    "prismatic)."
+                    f"{where}: joint '{n}' is a {jm.shortname()} (nq={jm.nq}, nv={jm.nv}); this stack maps "
+                    "1-DoF joints (revolute, continuous, prismatic), ball joints and a root free joint"
                 )
+            if kind == "free":
+                if self.model.parents[i] != 0:
+                    raise ModelFileError(
+                        f"{where}: free joint '{n}' is not at the root (its parent is joint "
+                        f"'{self.model.names[self.model.parents[i]]}'); a free joint moves a body of the world"
+                    )
+                if self.floating_base is None:
+                    self.floating_base = n
         self.nq, self.nv = self.model.nq, self.model.nv
         self._qshape, self._vshape = (self.nq,), (self.nv,)
         self.damping = np.array(self.model.damping, dtype=float).copy()
@@ -419,6 +462,7 @@ class Robot:
         prefix: str = "",
         base: pin.SE3 | np.ndarray | None = None,
         loops: str | Path | None = None,
+        floating_base: bool = False,
     ) -> Robot:
         """A robot from one URDF file.
 
@@ -433,8 +477,21 @@ class Robot:
             loops: a TOML sidecar naming the loop closures and passive joints (format:
                 ``cmstack.models.loops``; names as in the URDF, the prefix is put before them); the
                 robot's ``loops`` and ``passive_joints`` then hold them and ``q_initial`` is assembled.
+            floating_base: put the root link on a free joint ``root_joint`` (prefixed), first in q and v:
+                q = [p (m); quaternion x, y, z, w] (the root link's pose in the world, Pinocchio's order),
+                v = [linear (m/s); angular (rad/s)], both in the root link's axes; ``base`` is then
+                the free joint's initial pose (``q_initial``).  The free joint has no actuator: it is in
+                ``passive_joints``.  The sidecar is unchanged (it names the URDF's joints and frames).
         """
-        return cls.compose([(path, prefix, base, locked_joints or {}, loops)])
+        part = URDFPart(
+            resolve_asset(path),
+            prefix,
+            _as_pose(base, f"Robot.from_urdf({Path(path).name})"),
+            dict(locked_joints or {}),
+            None if loops is None else resolve_asset(loops),
+            floating_base,
+        )
+        return cls.compose([part])
 
     @classmethod
     def compose(cls, parts: Sequence[URDFPart | tuple], loops: str | Path | None = None) -> Robot:
@@ -486,8 +543,23 @@ class Robot:
             if len(plist) == 1
             else "compose[" + ", ".join(f"{p.prefix}:{p.path.name}" for p in plist) + "]"
         )
+        # a part's free joint: its q is the root link's pose in the world (MuJoCo's convention too), so
+        # the base pose appendModel put in its placement moves into the initial configuration
+        q_free: list[tuple[int, pin.SE3]] = []
+        for j in range(1, model.njoints):
+            if model.joints[j].shortname() == "JointModelFreeFlyer" and model.parents[j] == 0:
+                q_free.append((model.joints[j].idx_q, model.jointPlacements[j].copy()))
+                model.jointPlacements[j] = pin.SE3.Identity()
         robot = cls.__new__(cls)
         robot._setup(model, plist[0].path, label, plist)
+        for iq, T in q_free:
+            robot.q_initial[iq : iq + 7] = pin.SE3ToXYZQUAT(T)
+        for j in range(1, model.njoints):  # a free joint has no actuator
+            if (
+                model.joints[j].shortname() == "JointModelFreeFlyer"
+                and model.names[j] not in robot.passive_joints
+            ):
+                robot.passive_joints.append(model.names[j])
         from cmstack.models.loops import apply_sidecar, read_sidecar
 
         sides = [(read_sidecar(resolve_asset(p.loops)), p.prefix) for p in plist if p.loops is not None]
@@ -606,20 +678,54 @@ class Robot:
         self._frame_ids[name] = fid
         return fid
 
-    def joint_index(self, name: str) -> int:
-        """Index of a 1-DoF joint in q and v."""
+    def _joint_model(self, name: str):
         if name not in self.joint_names:
             close = difflib.get_close_matches(name, self.joint_names, n=4)
             raise FrameNotFoundError(
                 f"joint '{name}' is not in {self.label}"
                 + (f"; did you mean {close}?" if close else f"; joints: {self.joint_names}")
             )
-        return self.model.joints[self.model.getJointId(name)].idx_q
+        return self.model.joints[self.model.getJointId(name)]
+
+    def joint_index(self, name: str) -> int:
+        """Index of a 1-DoF joint in v and τ (and in q when the robot has no free or ball joint: otherwise
+        its q index is ``joint_q_index``).  A free or ball joint → ``ConfigError`` naming it (use
+        ``v_indices``/``q_indices``)."""
+        jm = self._joint_model(name)
+        if jm.nv != 1:
+            raise ConfigError(
+                f"joint '{name}' of {self.label} has nq={jm.nq}, nv={jm.nv}; a scalar joint index is a "
+                "1-DoF joint's (use robot.v_indices / robot.q_indices for a ball or free joint)"
+            )
+        return jm.idx_v
+
+    def joint_q_index(self, name: str) -> int:
+        """Index of a 1-DoF joint in q (``ConfigError`` for a ball or free joint)."""
+        self.joint_index(name)
+        return self._joint_model(name).idx_q
+
+    def v_indices(self, names: Sequence[str]) -> np.ndarray:
+        """The v (and τ) indices of the named joints, each joint's nv of them in order (a ball joint 3,
+        a free joint 6: Pinocchio's [linear; angular], local axes)."""
+        out: list[int] = []
+        for n in names:
+            jm = self._joint_model(n)
+            out.extend(range(jm.idx_v, jm.idx_v + jm.nv))
+        return np.array(out, dtype=np.int64)
+
+    def q_indices(self, names: Sequence[str]) -> np.ndarray:
+        """The q indices of the named joints, each joint's nq of them (a ball joint's quaternion x, y, z, w;
+        a free joint's position then quaternion: Pinocchio's order)."""
+        out: list[int] = []
+        for n in names:
+            jm = self._joint_model(n)
+            out.extend(range(jm.idx_q, jm.idx_q + jm.nq))
+        return np.array(out, dtype=np.int64)
 
     def q_from_names(self, values: dict[str, float], default: np.ndarray | None = None) -> np.ndarray:
-        q = np.zeros(self.nq) if default is None else np.array(default, dtype=float)
+        q = pin.neutral(self.model) if default is None else np.array(default, dtype=float)
         for n, x in values.items():
-            q[self.joint_index(n)] = x
+            q[self.joint_q_index(n)] = x
         return q
 
     # ------------------------------------------------------------------ kinematics

@@ -68,8 +68,10 @@ class FrameSlots:
             row = j - 1 if j else self.nj
         mask = np.zeros(self.nv, dtype=np.int64)
         for ji in model.supports[j]:
-            if ji > 0:
-                mask[model.joints[ji].idx_v] = 1
+            if ji > 0:  # every column of the joint (a ball joint 3, a free joint 6): 1 on its first, 2 on the
+                jm = model.joints[ji]  # others (_frame_kernels.frame_states' drift term tells them apart)
+                mask[jm.idx_v : jm.idx_v + jm.nv] = 2
+                mask[jm.idx_v] = 1
         self._fint.append(np.r_[row, mask])
         self._fplace.append(fr.placement.homogeneous)
         k = self._frames[fid] = len(self._frames)

@@ -75,7 +75,7 @@ def plant_from_mjcf(
     if stiff_loops:
         ref, imp = loop_solref(spec.option.timestep)
         for e in spec.equalities:
-            if e.type in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD):
+            if e.type in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD, mujoco.mjtEq.mjEQ_JOINT):
                 e.solref, e.solimp = ref, imp
     try:
         mj = spec.compile()

@@ -160,9 +160,9 @@ class PerturbedPlant:
         self.limit: tuple[np.ndarray, np.ndarray] | None = None
         if p.torque_limit_fraction > 0:
             m = plant.map
-            lo = np.full(len(m.names), -np.inf)
-            hi = np.full(len(m.names), np.inf)
-            for j, (name, act) in enumerate(zip(m.names, m.actuated)):
+            lo = np.full(m.nv, -np.inf)
+            hi = np.full(m.nv, np.inf)
+            for j, (name, act) in enumerate(zip(m.v_names, m.actuated)):
                 if not act:
                     continue
                 a = m.act[j]

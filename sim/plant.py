@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError, FrameNotFoundError, JointMapError, ModelFileError, StateError
+from cmstack.models.mj_coords import CoordinateMap
 from cmstack.models.robot import _check_xml, resolve_asset
 from cmstack.sim.base import MujocoClock
 
@@ -73,10 +74,12 @@ def _as_slice(idx):
 
 
 class JointMap:
-    """Name-based map between a Pinocchio model's 1-DoF joints and a MuJoCo model's joints.
+    """Name-based map between a Pinocchio model's joints and a MuJoCo model's joints.
 
-    q_model[i] = qpos[qadr[i]],  v_model[i] = qvel[dadr[i]];  torques go to the motor actuator
-    driving the same joint (ctrl = τ / gear).  Built once at start-up; a mismatch is refused with a
+    q_model = qpos[qadr],  v_model = qvel[dadr] (a ball or free joint's quaternion reordered, a free joint's
+    linear velocity rotated into its body's axes: ``cmstack.models.mj_coords.CoordinateMap``, ``coords``);
+    torques go to the motor actuator driving the same 1-DoF joint (ctrl = τ / gear); a ball or free joint
+    has no motor.  Built once at start-up; a mismatch is refused with a
     message listing the names missing on either side.  Plant joints that the model deliberately does
     not have (a passive hinge of a closed chain, say) must be named in ``plant_only``."""
 
@@ -87,7 +90,9 @@ class JointMap:
         *,
         plant_only: tuple[str, ...] = (),
         source: str = "plant",
+        model: Any = None,
     ):
+        """model: the Pinocchio model, when known: each joint's kind is checked against MuJoCo's."""
         mj_names = [mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt)]
         missing = [n for n in model_joint_names if n not in mj_names]
         extra = [n for n in mj_names if n not in model_joint_names and n not in plant_only]
@@ -99,27 +104,43 @@ class JointMap:
                 + "rename them, or declare plant-only joints explicitly."
             )
         self.names = list(model_joint_names)
-        self.jid = np.array([mj_names.index(n) for n in self.names])
-        bad = [
-            n
-            for n, j in zip(self.names, self.jid)
-            if int(mj_model.jnt_type[j])
-            not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-        ]
-        if bad:
-            raise JointMapError(f"{source}: joints {bad} are not hinge/slide joints; the model's are 1-DoF")
-        self.qadr = mj_model.jnt_qposadr[self.jid].copy()
-        self.dadr = mj_model.jnt_dofadr[self.jid].copy()
-        # actuators: motor on a joint (trntype joint), by joint
-        self.act = -np.ones(len(self.names), dtype=int)
-        self.gear = np.ones(len(self.names))
+        self.jid = np.array([mj_names.index(n) for n in self.names], dtype=int)
+        self.coords = CoordinateMap(mj_model, self.jid, model, source)
+        self.qadr = self.coords.qsel
+        self.dadr = self.coords.vsel
+        self.nq, self.nv = self.coords.nq, self.coords.nv
+        self.has_free = self.coords.has_free
+        #: each v coordinate's name (a multi-DoF joint's are 'name[k]'), for messages
+        self.v_names = []
+        for n, j in zip(self.names, self.jid):
+            t = int(mj_model.jnt_type[j])
+            k = (
+                6
+                if t == int(mujoco.mjtJoint.mjJNT_FREE)
+                else 3
+                if t == int(mujoco.mjtJoint.mjJNT_BALL)
+                else 1
+            )
+            self.v_names += [n] if k == 1 else [f"{n}[{i}]" for i in range(k)]
+        # actuators: motor on a hinge or slide joint (trntype joint), by v coordinate
+        self.act = -np.ones(self.nv, dtype=int)
+        self.gear = np.ones(self.nv)
         for a in range(mj_model.nu):
             if int(mj_model.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT):
                 j = mj_model.actuator_trnid[a, 0]
                 hit = np.flatnonzero(self.jid == j)
                 if hit.size:
-                    self.act[hit[0]] = a
-                    self.gear[hit[0]] = mj_model.actuator_gear[a, 0]
+                    if int(mj_model.jnt_type[j]) in (
+                        int(mujoco.mjtJoint.mjJNT_FREE),
+                        int(mujoco.mjtJoint.mjJNT_BALL),
+                    ):
+                        raise JointMapError(
+                            f"{source}: actuator {a} drives the ball/free joint '{self.names[hit[0]]}'; this "
+                            "stack's motors drive hinge and slide joints"
+                        )
+                    iv = int(np.flatnonzero(self.dadr == mj_model.jnt_dofadr[j])[0])
+                    self.act[iv] = a
+                    self.gear[iv] = mj_model.actuator_gear[a, 0]
         self.actuated = self.act >= 0
 
 
@@ -192,11 +213,14 @@ class MujocoPlant(MujocoClock):
     ) -> None:
         mujoco.mj_resetData(self.model, self.data)
         q = np.asarray(q, dtype=float)
-        if q.shape != (len(self.map.names),):
-            raise StateError(f"reset: q has shape {q.shape}, the model has {len(self.map.names)} joints")
-        self.data.qpos[self.map.qadr] = q
+        if q.shape != (self.map.nq,):
+            raise StateError(f"reset: q has shape {q.shape}, the model has nq={self.map.nq}")
+        self.map.coords.qpos_into(q, self.data.qpos)
         if v is not None:
-            self.data.qvel[self.map.dadr] = np.asarray(v, dtype=float)
+            v = np.asarray(v, dtype=float)
+            if v.shape != (self.map.nv,):
+                raise StateError(f"reset: v has shape {v.shape}, the model has nv={self.map.nv}")
+            self.map.coords.qvel_into(q, v, self.data.qvel)
         for name, val in (qpos_extra or {}).items():
             j = self.joint_id(name)
             self.data.qpos[self.model.jnt_qposadr[j]] = val
@@ -205,12 +229,15 @@ class MujocoPlant(MujocoClock):
     def state(self, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         q = self.data.qpos[self._q_ix].copy()  # (a fancy index already copies; a slice needs the copy)
         v = self.data.qvel[self._v_ix].copy()
+        if self.map.has_free:  # a free joint's linear velocity: world axes in MuJoCo, its body's in the model
+            v = self.map.coords.v_from_qvel(q, self.data.qvel)
         return self.noise.apply(q, v) if noisy else (q, v)
 
     def measured_index(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(qadr, dadr) with ``state()`` = (data.qpos[qadr], data.qvel[dadr]) exactly, or None when measurement
-        noise is added (what the fixed-rate driver needs to log: sim/rt_driver.py)."""
-        return None if self.noise.active else (self.map.qadr, self.map.dadr)
+        noise is added or a free joint's velocity is rotated (what the fixed-rate driver needs to log:
+        sim/rt_driver.py)."""
+        return None if (self.noise.active or self.map.has_free) else (self.map.qadr, self.map.dadr)
 
     def joint_id(self, name: str) -> int:
         j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
@@ -242,18 +269,18 @@ class MujocoPlant(MujocoClock):
         ctrlrange).  A non-zero torque on a joint that has no motor is refused."""
         tau = np.asarray(tau, dtype=float)
         m = self.map
-        if tau.shape != (len(m.names),):
-            raise StateError(f"set_torque: τ has shape {tau.shape}, the model has {len(m.names)} joints")
+        if tau.shape != (m.nv,):
+            raise StateError(f"set_torque: τ has shape {tau.shape}, the model has nv={m.nv}")
         if not math.isfinite(
             tau.dot(tau)
         ):  # one reduction: NaN/inf anywhere (or overflow) makes it non-finite
             raise StateError(
                 f"set_torque: τ contains NaN/inf at joints "
-                f"{[n for n, x in zip(m.names, tau) if not np.isfinite(x)] or '(overflow)'}"
+                f"{[n for n, x in zip(m.v_names, tau) if not np.isfinite(x)] or '(overflow)'}"
             )
         if not self._all_actuated:
             if np.any(np.abs(tau[~m.actuated]) > 1e-9):
-                bad = [n for n, a, x in zip(m.names, m.actuated, tau) if not a and abs(x) > 1e-9]
+                bad = [n for n, a, x in zip(m.v_names, m.actuated, tau) if not a and abs(x) > 1e-9]
                 raise JointMapError(f"{self.path.name}: torque requested on joints without a motor: {bad}")
             tau = tau[m.actuated]
         ctrl = tau * self._inv_gear

@@ -81,8 +81,7 @@ class ProjectionPlant:
         self.path = robot.path
         n = robot.nv
         self.actuated = np.ones(n, dtype=bool)
-        for name in passive:
-            self.actuated[robot.joint_index(name)] = False
+        self.actuated[robot.v_indices(list(passive))] = False  # (a ball or free joint: all its coordinates)
         self.D = robot.damping.copy() if damping else np.zeros(n)
         self.tau_max = None if torque_limits is None else np.asarray(torque_limits, dtype=float)
         self.data = _Data(n)
@@ -174,16 +173,18 @@ class ProjectionPlant:
         return direct_dynamics(M, h, tau, pr, c_times_v(pr, jdv), self.kind)
 
     def _rk4(self) -> None:
-        q, v, tau, dt = self.q, self.v, self.tau, self._dt
+        # the position stages through pin.integrate (q ⊕ δ, δ in v's tangent space): q + δ for 1-DoF joints,
+        # the exponential map on a ball or free joint's quaternion
+        q, v, tau, dt, m = self.q, self.v, self.tau, self._dt, self.model
         k1v = self.accel(q, v, tau)
         k1q = v
         k2q = v + 0.5 * dt * k1v
-        k2v = self.accel(q + 0.5 * dt * k1q, k2q, tau)
+        k2v = self.accel(pin.integrate(m, q, 0.5 * dt * k1q), k2q, tau)
         k3q = v + 0.5 * dt * k2v
-        k3v = self.accel(q + 0.5 * dt * k2q, k3q, tau)
+        k3v = self.accel(pin.integrate(m, q, 0.5 * dt * k2q), k3q, tau)
         k4q = v + dt * k3v
-        k4v = self.accel(q + dt * k3q, k4q, tau)
-        self.q = q + dt / 6 * (k1q + 2 * k2q + 2 * k3q + k4q)
+        k4v = self.accel(pin.integrate(m, q, dt * k3q), k4q, tau)
+        self.q = pin.integrate(m, q, dt / 6 * (k1q + 2 * k2q + 2 * k3q + k4q))
         self.v = v + dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)
 
     def _restore(self, q) -> np.ndarray:
@@ -198,7 +199,7 @@ class ProjectionPlant:
             # the correction uses every non-zero singular value: near a singular configuration φ and σ
             # vanish together (φ = O(δ²), σ = O(δ)), so Δq = −A⁺φ stays O(δ) and Newton still converges
             # (linearly there), whereas the dynamics' rank tolerance would stall it.
-            q = q - project(self.c.jacobian(q), 1e-14).A_pinv @ phi
+            q = pin.integrate(self.model, q, -(project(self.c.jacobian(q), 1e-14).A_pinv @ phi))
         raise StateError(
             f"projection plant: Newton–Raphson did not restore φ(q)=0 within {self.nr_iters} "
             f"iterations at t={self.t:.4f} s (‖φ‖ = {np.max(np.abs(phi)):.3g}); reduce sim_dt"

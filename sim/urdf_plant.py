@@ -149,6 +149,16 @@ def _part_spec(part: URDFPart, mesh_dir: Path | None, meshes: bool = True) -> mu
         m.file = str(_resolve_mesh(m.file, part.path, mesh_dir))
     for name, value in part.locked.items():
         _lock_joint(spec, name, value, part.path)
+    if getattr(
+        part, "floating_base", False
+    ):  # the root link on a free joint, as the robot's (Robot.from_urdf)
+        roots = list(spec.worldbody.bodies)
+        if len(roots) != 1:
+            raise ModelFileError(
+                f"URDF {part.path}: floating_base needs one root link; MuJoCo's import has {len(roots)} "
+                f"bodies at the root ({[b.name for b in roots]})"
+            )
+        roots[0].add_freejoint(name="root_joint")
     for e in list(spec.equalities):
         if e.type != mujoco.mjtEq.mjEQ_JOINT:
             continue
@@ -243,10 +253,10 @@ def build_spec(
         for j in spec.joints:
             j.frictionloss = 0.0
     passive = set(passive_joints) | set(getattr(robot, "passive_joints", ()))
-    for i, name in enumerate(robot.joint_names):
+    for name in robot.joint_names:
         if name in passive:
             continue
-        e = float(robot.effort_limit[i])
+        e = float(robot.effort_limit[robot.joint_index(name)])
         limited = bool(np.isfinite(e) and e > 0)
         spec.add_actuator(
             name=f"{name}_motor",
