@@ -288,8 +288,11 @@ class PIDC:
         self._prev = None  # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None  # the force loop's measured and desired forces (set by _force_term)
         # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
+        # (the compiled kernels size their vectors by q: a ball or free joint, nq != nv, takes the NumPy step)
+        flat = robot.nq == robot.nv
         self._compiled = (
-            not self.qp
+            flat
+            and not self.qp
             and self.w is None
             and self.force is None
             and not self.tasks
@@ -310,7 +313,8 @@ class PIDC:
         # compiled step with several constraint rows (``_pidc_kernels.pidc_rows``): no QP, weights or force loop
         m = getattr(self.c, "m", None)
         self._rows_compiled = (
-            not self._compiled
+            flat
+            and not self._compiled
             and not self.qp
             and self.w is None
             and self.force is None

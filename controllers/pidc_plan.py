@@ -66,6 +66,9 @@ class ClosedChainPlan:
             kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None
             if kind is not None and kind not in (0, 1):
                 return None
+        model = ctl.robot.model
+        if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
+            return None  # a ball or free joint: the kernel's h (bias_forces) takes joint j's velocity as column j − 1
         return cls(ctl, loops)
 
     def __init__(self, ctl: PIDC, loops: list[Any]):

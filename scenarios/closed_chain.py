@@ -9,7 +9,8 @@ sidecar), the passive joints (no ``<actuator>``, or the sidecar's ``passive``) a
 ``plant_from_urdf``), saved as ``plant.xml`` in the run directory (a replay shows the closed mechanism).
 
 Trajectory (``coords``): "ee" — the frame ``ee_frame`` follows a circle of ``radius`` at ``frequency`` in
-the world x-z plane, starting where it is (a ``FrameTask`` on its position: PIDC's task-space coordinates);
+the world x-z plane, starting where it is (a ``FrameTask`` on its position: PIDC's task-space coordinates;
+``ee_rows = "full"`` also holds its initial orientation, a pose, e.g. a Stewart platform's);
 "joints" — the actuated joints follow sinusoids of ``joint_amplitude`` about the initial pose and the end
 effector the path they imply (its reference: the assembled pose with the actuated joints at their
 reference); "auto" — "ee" when the mechanism has at least 2 degrees of freedom, else "joints" (a four-bar's
@@ -19,11 +20,13 @@ Metrics: ``ee_error_max_m`` (t > ``track_after``), ``loop_residual_max_m`` (max 
 plant's states over the run: m, and rad on a weld's rotation rows), ``passive_torque_max_nm`` (the law's
 torque on passive joints), ``dynamics_vs_pinocchio_rel`` (the rigid forward dynamics of the controller's
 model, ProjectionPlant.accel, against ``pin.constraintDynamics`` on ``check_states`` logged states closed by
-``assemble`` and projected), ``plant_vs_rigid_qacc_rel`` (median of |q̈_MuJoCo − q̈_rigid|/|q̈_rigid| on
-those states), ``constraint_force_max_n`` (the law's loop multipliers, N on position rows, N·m on rotation
-rows).  Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` (the loops
-as UK's top level, the coordinates below them, Gauss last; the passive joints get zero torque and the loop
-reaction is reported: controllers/udwadia_kalaba.py, "Closed chains").
+``assemble`` and projected; when a loop is a joint coupling, which has no Pinocchio constraint model, against a
+KKT solve on Pinocchio's M, h and the loops' rows from Pinocchio's frame Jacobians: ``_kkt_accel``),
+``plant_vs_rigid_qacc_rel`` (median of |q̈_MuJoCo − q̈_rigid|/|q̈_rigid| on those states),
+``constraint_force_max_n`` (the law's loop multipliers, N on position rows, N·m on rotation rows).
+Laws: ``pidc`` (task-space or joint coordinates, passive joints by (60–62)); ``uk`` (the loops as UK's top
+level, the coordinates below them, Gauss last; the passive joints get zero torque and the loop reaction is
+reported: controllers/udwadia_kalaba.py, "Closed chains").
 
 Interfaces (sim/sensors.py): ``sensors = "actuated"`` gives the law the motors' encoders only (``encoder_counts``
 a turn, ``encoder_noise_q``/``_v``) and the passive joints reconstructed from the loops (models/estimator.py;
@@ -112,15 +115,17 @@ def build_reference(cfg, robot: Robot):
         mode = "ee" if mobility(robot, q0) >= 2 else "joints"
     ee = robot.frame_id(cfg["ee_frame"])
     if mode == "ee":
-        p0 = robot.update(q0, np.zeros(robot.nv)).frame(ee).p.copy()
+        F0 = robot.update(q0, np.zeros(robot.nv)).frame(ee)
+        p0 = F0.p.copy()
         r, om = cfg["radius"], 2 * math.pi * cfg["frequency"]
-        circle = Circle(p0 - np.array([r, 0.0, 0.0]), r, om)  # starts at the end effector, x-z plane
+        # starts at the end effector, x-z plane; ee_rows = "full" also holds its initial orientation (a pose)
+        circle = Circle(p0 - np.array([r, 0.0, 0.0]), r, om, R=F0.R.copy())
         task = FrameTask(
-            robot, cfg["ee_frame"], circle, kp=cfg["kp"], kd=cfg["kd"], rows="position", name="ee_circle"
+            robot, cfg["ee_frame"], circle, kp=cfg["kp"], kd=cfg["kd"], rows=cfg["ee_rows"], name="ee_circle"
         )
         return mode, task, lambda t: circle(t)[0].translation
     act = robot.actuated_joints
-    idx = [robot.joint_index(n) for n in act]
+    idx = [robot.joint_q_index(n) for n in act]  # (q indices: after a ball joint they differ from v's)
     sin = Sinusoid(q0[idx], cfg["joint_amplitude"], cfg["frequency"])
     return mode, (act, sin), None
 
@@ -166,7 +171,7 @@ def ee_reference_joints(robot: Robot, ref, q_log, t_log, ee: int):
     """The end effector's reference in "joints" mode: its position at the pose assembled with the actuated
     joints at their reference (Newton from the logged pose)."""
     act = robot.actuated_joints
-    idx = [robot.joint_index(n) for n in act]
+    idx = [robot.joint_q_index(n) for n in act]
     d = robot.model.createData()
     out = np.empty((len(t_log), 3))
     for k, (t, q) in enumerate(zip(t_log, q_log)):
@@ -185,18 +190,19 @@ LOOP_SEGMENT_STYLE = (0.004, 0.9, 0.1, 0.1, 1.0)
 
 def loop_keys(robot: Robot) -> list[str]:
     """One viewer/log name per loop closure: its name with every run of characters other than letters,
-    digits and "_" made "_" (an index is added when two would be the same)."""
+    digits and "_" made "_" (an index is added when two would be the same); None for a joint coupling (no
+    frames to draw)."""
     keys = []
     for i, c in enumerate(robot.loops):
         k = re.sub(r"\W+", "_", c.name).strip("_") or f"loop{i}"
         keys.append(k if k not in keys else f"{k}_{i}")
-    return keys
+    return [None if c.kind == "joint" else k for k, c in zip(keys, robot.loops)]
 
 
 def view_styles(keys) -> dict:
     """The ``style__…`` entries of the loop overlays (logged for the replay, applied to a live viewer)."""
     out = {}
-    for k in keys:
+    for k in filter(None, keys):
         out[f"style__segment__{k}"] = np.array(LOOP_SEGMENT_STYLE)
         out[f"style__frame__{k}_a"] = out[f"style__frame__{k}_b"] = np.array(LOOP_FRAME_STYLE)
     return out
@@ -208,6 +214,8 @@ def loop_overlays(robot: Robot, keys, d, q) -> tuple[dict, dict]:
     pin.framesForwardKinematics(robot.model, d, q)
     frames, segments = {}, {}
     for k, c in zip(keys, robot.loops):
+        if k is None:  # a joint coupling has no frames to draw
+            continue
         A, B = d.oMf[c.fa], d.oMf[c.fb]
         frames[f"{k}_a"], frames[f"{k}_b"] = A.homogeneous, B.homogeneous
         segments[k] = np.array([A.translation, B.translation])
@@ -219,7 +227,7 @@ def view_series(robot: Robot, keys, Q, ee: int, p_ref) -> dict:
     d = robot.model.createData()
     n = len(Q)
     out = {}
-    for k in keys:
+    for k in filter(None, keys):
         out[f"frame__{k}_a"], out[f"frame__{k}_b"] = np.empty((n, 4, 4)), np.empty((n, 4, 4))
         out[f"segment__{k}"] = np.empty((n, 2, 3))
     p = np.empty((n, 3))
@@ -234,15 +242,30 @@ def view_series(robot: Robot, keys, Q, ee: int, p_ref) -> dict:
     return out
 
 
+def _kkt_accel(robot: Robot, cs: ClosureSet, q, v, tau) -> np.ndarray:
+    """q̈ of [M Jᵀ; J 0] [q̈; −λ] = [τ − h − D v; −J̇v] (least squares: a rank-deficient J leaves q̈ unique)."""
+    kin = robot.update(q, v)
+    J, jdv = cs.rows_from(kin)
+    n, m = robot.nv, J.shape[0]
+    K = np.block([[kin.M, J.T], [J, np.zeros((m, m))]])
+    rhs = np.concatenate([tau - kin.h - robot.damping * v, -jdv])
+    return np.linalg.lstsq(K, rhs, rcond=None)[0][:n]
+
+
 def dynamics_checks(robot: Robot, plant: MujocoPlant, L, n_states: int):
     """(dynamics_vs_pinocchio_rel, plant_vs_rigid_qacc_rel) on ``n_states`` logged states (module docstring)."""
     if not robot.loops or n_states == 0:
         return 0.0, 0.0
     rigid = ProjectionPlant(robot, None, sim_dt=plant.dt)
     cs = ClosureSet(robot.loops)
-    cms, cds = pinocchio_constraint_models(robot)
     d = robot.model.createData()
-    pin.initConstraintDynamics(robot.model, d, cms, cds)
+    # a joint coupling has no Pinocchio constraint model: then the reference is a KKT solve of our own on
+    # Pinocchio's M, h and the loops' rows read from Pinocchio's frame Jacobians (``rows_from``), an independent
+    # formulation of the projection plant's (22)
+    kkt = any(c.kind == "joint" for c in robot.loops)
+    if not kkt:
+        cms, cds = pinocchio_constraint_models(robot)
+        pin.initConstraintDynamics(robot.model, d, cms, cds)
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
     mj = mujoco.MjData(plant.model)
     rows = np.unique(np.linspace(0, len(L["t"]) - 1, n_states).astype(int))
@@ -252,7 +275,10 @@ def dynamics_checks(robot: Robot, plant: MujocoPlant, L, n_states: int):
         qa = assemble(robot, q)
         va = project(cs.jacobian(qa)).P @ v
         a = rigid.accel(qa, va, tau)
-        a_pin = pin.constraintDynamics(robot.model, d, qa, va, tau - robot.damping * va, cms, cds, prox)
+        if kkt:
+            a_pin = _kkt_accel(robot, cs, qa, va, tau)
+        else:
+            a_pin = pin.constraintDynamics(robot.model, d, qa, va, tau - robot.damping * va, cms, cds, prox)
         pin_rel.append(float(np.linalg.norm(a - a_pin) / max(np.linalg.norm(a_pin), 1e-12)))
         mj.qpos[:], mj.qvel[:] = L["plant_qpos"][k], L["plant_qvel"][k]
         mj.ctrl[:] = 0.0

@@ -322,6 +322,7 @@ class ClosedChain(Schema):
     track_after: Window
     coords: Literal["auto", "ee", "joints"]
     ee_frame: Name
+    ee_rows: Literal["position", "full"]
     radius: Pos
     frequency: Pos
     joint_amplitude: NonNeg
