@@ -590,7 +590,7 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             robot.loops.append(c)
 
 
-def _initial_q(robot, path: Path) -> np.ndarray:
+def _initial_q(robot, path: Path, root: ET.Element) -> np.ndarray:
     """The file's initial configuration in the model's order: its first keyframe's qpos, else qpos0, as MuJoCo
     compiles them (a free joint's qpos0 is its body's pose in the file), mapped by joint name
     (``models/mj_coords.py``: quaternions reordered)."""
@@ -599,6 +599,9 @@ def _initial_q(robot, path: Path) -> np.ndarray:
     from cmstack.models.mj_coords import CoordinateMap
 
     mj = _compiled(path)
+    key = root.find("keyframe/key")
+    if key is not None and key.get("qpos") is not None:  # (MuJoCo pads a short one with qpos0: refused here)
+        _floats(key.get("qpos"), mj.nq, f"MJCF {path}: keyframe qpos (nq = {mj.nq})")
     ids = [mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_JOINT, n) for n in robot.joint_names]
     qpos = np.array(mj.key_qpos[0] if mj.nkey else mj.qpos0, dtype=float)
     cm = CoordinateMap(mj, ids, robot.model, f"MJCF {path}")
@@ -680,7 +683,7 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     _dropped_sites(robot, root, path)
     _loops(robot, root, path)  # first: a loop naming a body the model lacks is named here, not by MuJoCo
     _mujoco_reading(robot, path, acts)
-    robot.q_initial = _initial_q(robot, path)
+    robot.q_initial = _initial_q(robot, path, root)
     _COMPILED.clear()  # (nothing kept past the load)
     if robot.loops:
         robot.q_initial = robot._assemble_initial(f"MJCF {path}")
