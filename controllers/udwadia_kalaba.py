@@ -97,6 +97,7 @@ from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit, Limit, LimitCheck
 from cmstack.models.robot import Kinematics, Robot
+from cmstack.models.step_engine import StepRecord
 
 _PENDING = object()  # ``_T`` of a compiled closed-chain step, not formed yet
 
@@ -297,6 +298,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
         )
         self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
+        self._t_last = 0.0  # t of the last step (``record``)
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -412,6 +414,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                     fresh.append((k, task))
                 P.tbias[k, task.rows] = task.ki * task.z
         buf = np.empty(P.buf_len)
+        self._t_last = t
         if P.py_tasks:  # the tasks without a compiled row builder write their rows first, in Python
             P.python.fill(t, q, v, kin)
         st = P.step(float(t), q, v, P.ptr, P.I, P.F, buf)
@@ -445,6 +448,33 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info._lazy = (self._forces_of, buf)
             return tau
         return self._fused_rest(t, st, buf)
+
+    def record(self) -> StepRecord | None:
+        """The typed, read-only record of the last compiled step (``models/step_engine.StepRecord``: t, q, v, M,
+        h, the frames it computed, each priority group's rows, each task's error), or None when the last step was
+        not a compiled one on the controller's own pass (``fused=False``, a layout the plan does not compile, a
+        step given ``kin=``).  Take it before the next step: the frames and errors are read from this step's
+        tables and the robot's data."""
+        P = self._plan
+        if P is None or self._kin_buf is None:
+            return None
+        buf = self._kin_buf[0]
+        _, _, _, _, Ab = P.results(buf)
+        _, _, rows, final_rows = P.views(Ab, buf)
+        groups = list(rows)
+        if final_rows:
+            groups.append(
+                (np.vstack([A for A, _, _ in final_rows]), np.concatenate([b for _, b, _ in final_rows]))
+            )
+        weights = (
+            np.concatenate([np.full(A.shape[0], w) for A, _, w in final_rows]) if final_rows else np.zeros(0)
+        )
+        kin = self.kin
+        assert kin is not None
+        t = self._t_last
+        errors = {task.name: task.error(kin, t) for L in self.levels for task in L.tasks}
+        frames = {fid: (P.fJ[k], P.fvec[k]) for fid, k in P.frame_index.items()}
+        return StepRecord(t, kin.q, kin.v, kin.M, kin.h, groups, weights, errors, frames)
 
     @property
     def kin(self) -> Kinematics | None:

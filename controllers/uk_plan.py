@@ -356,6 +356,7 @@ class _FusedPlan:
         self.gauss = 0.0 if self.absorbed else 1.0
         F[0] = self.gauss
         self.joint_ids = slots.joint_ids
+        self.frame_index = slots.index  # {frame id: its row in fJ, fvec} (``StepRecord``)
         # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
         self.ab_shape = (row, n + 1)
         self.o_out = 3 * n + n * n

@@ -18,6 +18,8 @@ one Pinocchio pass, and this module builds them, once per step object:
   when a parameter moved, other trajectories sampled in Python each step;
 * the **Python rows** (``PythonRows``) of the tasks without a compiled row builder, filled by their own
   ``qp_rows`` before the compiled call while the other tasks stay compiled;
+* the **record** of one step (``StepRecord``): q, v, M, h, the frames, each group's rows and each task's error,
+  typed and read-only;
 * the **addresses** (``data_addresses``) of the Pinocchio arrays the kernels read in place (data.J, data.M, every
   slot joint's rotation and translation in data.oMi), after the one check that each is column-major float64.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cmstack.models.kinematics import Kinematics
+from cmstack.models.kinematics import FrameState, Kinematics
 
 
 class FrameSlots:
@@ -79,6 +81,11 @@ class FrameSlots:
 
     def __len__(self) -> int:
         return len(self._frames)
+
+    @property
+    def index(self) -> dict[int, int]:
+        """{frame id: its row in the frame table}."""
+        return dict(self._frames)
 
     @property
     def joint_ids(self) -> list[int]:
@@ -246,3 +253,54 @@ class PythonRows:
         state = self.__dict__.copy()
         state["_kin"] = state["_data"] = None  # made again on first use
         return state
+
+
+class StepRecord:
+    """One compiled step's record, typed and read-only (issue 29 item 3): what the step computed from (t, q, v)
+    before its law's solve.  Every array is a copy with ``writeable = False`` (so the record outlives the step's
+    buffers and cannot be edited by a reader).
+
+    Attributes:
+        t (s); q, v (nv,); M (nv×nv), h (nv,) = nle(q, v) of the step's own pass (N·m);
+        groups: the rows each priority group stacked, in order, as (A, b) with A v̇ = b (world axes; the groups
+            above the last scaled by √ω as the law solves them, the last group's rows unscaled, its weights in
+            ``weights``); a closed chain's level 1 holds its kept rows (the zero-torque rows included);
+        weights: the last group's ω per row;
+        errors: {task name: its pose error in its own axes (``Task.error``: m, rad)} of every task of the step.
+    ``frame(fid)``: the pose, LOCAL_WORLD_ALIGNED Jacobian, twist and J̇v of a frame the step computed
+    (``FrameState``; ``KeyError`` naming the frame id when the step did not compute it)."""
+
+    __slots__ = ("t", "q", "v", "M", "h", "groups", "weights", "errors", "_frames")
+
+    def __init__(
+        self,
+        t: float,
+        q: np.ndarray,
+        v: np.ndarray,
+        M: np.ndarray,
+        h: np.ndarray,
+        groups: list[tuple[np.ndarray, np.ndarray]],
+        weights: np.ndarray,
+        errors: dict[str, np.ndarray],
+        frames: dict[int, tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        def ro(a: np.ndarray) -> np.ndarray:
+            a = np.array(a, dtype=float)
+            a.flags.writeable = False
+            return a
+
+        self.t = float(t)
+        self.q, self.v, self.M, self.h = ro(q), ro(v), ro(M), ro(h)
+        self.groups = tuple((ro(A), ro(b)) for A, b in groups)
+        self.weights = ro(weights)
+        self.errors = {name: ro(e) for name, e in errors.items()}
+        self._frames = {fid: (ro(J), ro(x)) for fid, (J, x) in frames.items()}
+
+    def frame(self, fid: int) -> FrameState:
+        """The frame ``fid`` as the step computed it: R, p (world), J (6×nv), twist = J v, acc = J̇ v."""
+        if fid not in self._frames:
+            raise KeyError(
+                f"frame id {fid} was not computed by this step (its frames: {sorted(self._frames)})"
+            )
+        J, x = self._frames[fid]
+        return FrameState(J, x[12:18], x[18:24], x[:9].reshape(3, 3), x[9:12])
