@@ -80,7 +80,7 @@ from cmstack.models.lie import (
     kkt_solve,
     quat_conj,
     quat_exp,
-    quat_from_matrix,  # noqa: F401 (re-exported)
+    quat_from_matrix,
     quat_log,
     quat_mul,
     quat_to_matrix,
