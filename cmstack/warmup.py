@@ -103,20 +103,41 @@ def _warm_rest() -> None:
         CONTROLLERS[name](cfg, yumi, coupling, task)(0.0, q0, np.zeros(yumi.nv))
 
 
+#: a cold warm-up's wall time on 2 idle cores (s): the issue-33 measurement at load 1.5 (46 s); at load
+#: 12-14 it took 870 s wall, 191 s CPU (README, "One package, one command")
+WARM_S = 45.0
+
+
+def _quiet_chain() -> None:
+    """``_warm_chain`` in the forked process, whose compiles the parent's line already announced."""
+    from cmstack.models import _compile_notice
+
+    _compile_notice.quiet()
+    _warm_chain()
+
+
 def warm(parallel: bool = True) -> None:
     """Compile (or load from the cache) every kernel with the argument types the controllers pass, by one
     step of each controller on a small model: ``python -m cmstack.warmup`` (``make install``
     runs it, so that test workers and scenario runs load machine code instead of compiling it each).
     With ``parallel`` and two cores or more, the chain's kernels compile in a forked process beside the
-    others (a cold warm-up: 43 s in one process, about 26 s in two); numba writes each cache file
-    atomically, and the two groups compile different kernels.  A failure in either raises."""
+    others; numba writes each cache file atomically, and the two groups compile different kernels.  A
+    failure in either raises.  The first kernel compiled (not loaded from the cache) says one line on
+    stderr (``models/_compile_notice.py``); a warm cache says nothing."""
     import multiprocessing as mp
 
+    from cmstack.models import _compile_notice
+
+    # one line, at the first kernel that is compiled rather than loaded from the cache (none: no line)
+    _compile_notice.say_once_instead(
+        f"cmstack: compiling every control-step kernel once (~{WARM_S:.0f} s on 2 idle cores, longer on a "
+        "busy machine; cached afterwards) ..."
+    )
     if not (parallel and (os.cpu_count() or 1) >= 2 and "fork" in mp.get_all_start_methods()):
         _warm_chain()
         _warm_rest()
         return
-    child = mp.get_context("fork").Process(target=_warm_chain, name="warm-chain")
+    child = mp.get_context("fork").Process(target=_quiet_chain, name="warm-chain")
     child.start()
     try:
         _warm_rest()

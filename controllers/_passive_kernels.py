@@ -34,6 +34,7 @@ import math
 
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import ABS, apply_qt, qr_pivot
 from cmstack.models._kernel_cache import depends_on

@@ -52,6 +52,7 @@ import math
 import numpy as np
 from numba import carray, farray, njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.controllers import _uk_kernels, kernels
 from cmstack.controllers._uk_kernels import _f64_at, _i64_at, bias_forces, frame_states, task_rows_into
 from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply

@@ -62,6 +62,7 @@ import math
 import numpy as np
 from numba import carray, farray, njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import passive_factor, passive_null, passive_torque, vanishing_rows
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
@@ -91,7 +92,7 @@ def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed):
     level's √ω)."""
     n = v.shape[0]
     closure_rows(code, xa, Ja, xb, Jb, Ab, Ab[:, n], row0)
-    closure_phi(code, xa, xb, ed[2], 0)
+    closure_phi(code, xa, xb, ed[2], np.int64(0))  # an int64, as ClosureSet's pass gives: one compiled copy
     for i in range(nsel):
         r = row0 + i
         w = 0.0

@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.models import _lie_kernels
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _quat_to_R
@@ -81,7 +82,9 @@ def cholesky_solve_inplace(L: np.ndarray, n: int, b: np.ndarray) -> None:
 # (X X⁺ = Q_r Q_rᵀ and X⁺ X = Π Z_r Z_rᵀ Πᵀ are symmetric projectors: the four Penrose conditions hold).  Range
 # and left null space of X: Q_r and Q[:, r:].  The rank test reads pivoted column norms instead of singular
 # values (σ₁/√s ≤ |R₀₀| ≤ σ₁); the two agree whenever no singular value lies near the threshold.
-ABS, REL, REL1 = 0, 1, 2
+# numpy integers, not Python ints: numba types a global Python int as a literal, so a kernel called with
+# each mode compiled once per mode (cod_factor and qr_pivot three times each, ~5 s of a cold warm-up)
+ABS, REL, REL1 = np.int64(0), np.int64(1), np.int64(2)
 
 
 @njit(cache=True)

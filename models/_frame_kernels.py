@@ -21,6 +21,8 @@ from __future__ import annotations
 from numba import carray, farray, njit, types
 from numba.extending import intrinsic
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
+
 
 def _pointer_at(dtype):
     """An intrinsic: the ``dtype`` pointer at an integer address (an array's data pointer, taken in Python)."""

@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
+
 
 @njit(cache=True)
 def _quat_to_R(q, R):

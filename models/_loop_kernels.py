@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 from numba import farray, njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.models import _frame_kernels, _lie_kernels
 from cmstack.models._frame_kernels import _f64_at, frame_states, read_joint_poses
 from cmstack.models._kernel_cache import depends_on
@@ -168,7 +169,7 @@ def loop_rows(lint, fJ, fvec, J, jdv):
         closure_rows(lint[k, 0], fvec[a], fJ[a], fvec[b], fJ[b], J, jdv, lint[k, 3])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # inlined: called with literal offsets, it compiled once per (i, j) pair
 def _dot3(x, i, y, j):
     return x[i] * y[j] + x[i + 1] * y[j + 1] + x[i + 2] * y[j + 2]
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.models import _lie_kernels
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._lie_kernels import _log3

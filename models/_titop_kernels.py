@@ -40,6 +40,8 @@ import math
 import numpy as np
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
+
 KIND_FIXED, KIND_FLOATING, KIND_WELD, KIND_REVOLUTE, KIND_PRISMATIC = 0, 1, 2, 3, 4
 
 

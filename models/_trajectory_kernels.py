@@ -8,6 +8,8 @@ import math
 
 from numba import njit
 
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
+
 
 @njit(cache=True)
 def circle_sample(t, c, T, va):
