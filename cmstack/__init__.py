@@ -18,9 +18,21 @@ The command line is ``cmstack`` (``cmstack --help``).
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 __version__ = "0.2.0"
+
+# Imported from a clone's ``cmstack/`` folder (Python run from the repository's root finds it before an
+# installed cmstack), the sub-packages are not below this file: pyproject.toml maps them from the root's
+# folders (models/, controllers/, sim/, ...).  Look for them there too, as the installed package has them.
+_here = os.path.dirname(os.path.abspath(__file__))
+_root = os.path.dirname(_here)
+if not os.path.isdir(os.path.join(_here, "models")) and os.path.isfile(
+    os.path.join(_root, "models", "__init__.py")
+):
+    __path__.append(_root)  # noqa: F821 (the package's own search path)
+del _here, _root
 
 # public name -> module that defines it (imported on first use: `import cmstack` stays cheap)
 _EXPORTS = {

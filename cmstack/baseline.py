@@ -447,6 +447,30 @@ def _config_changes(base: Path, run: Path) -> list[str]:
     ]
 
 
+#: the unit of a signal by its log key (fnmatch patterns, first match): the stack's logs keep joint
+#: coordinates in rad (revolute) or m (prismatic), torques in N·m or N, task errors in m (positions) or rad
+#: (rotations), loop and weld violations in m (rad for a rotation row)
+SIGNAL_UNITS = (
+    ("q", "rad or m"),
+    ("v", "rad/s or m/s"),
+    ("tau", "N·m or N"),
+    ("Qc", "N·m or N"),
+    ("*violation*", "m"),
+    ("viol", "m"),
+    ("*residual*", "m or rad"),
+    ("error__*", "m or rad"),
+    ("e", "m or rad"),
+    ("e_*", "m or rad"),
+)
+
+
+def signal_unit(key: str) -> str:
+    """The unit of signal ``key`` for a plot's axis (``SIGNAL_UNITS``), or "as logged" for another."""
+    from fnmatch import fnmatchcase
+
+    return next((u for pat, u in SIGNAL_UNITS if fnmatchcase(key, pat)), "as logged")
+
+
 def _column_name(key: str, j: int, width: int, names) -> str:
     if names is not None and width == len(names) and key in ("q", "tau", "v", "Qc"):
         return f"{key}[{names[j]}]"
@@ -609,7 +633,8 @@ def _plot(s: SignalResult, path: Path) -> Path:
     a1.plot(t, b, color="tab:green", lw=1.2, label="baseline")
     a1.plot(t, r, color="tab:red", lw=1.0, ls="--", label="run")
     a1.plot([t[i]], [r[i]], "ko", ms=6, mfc="none", mew=1.5, label=f"first crossing, t = {t[i]:.4f} s")
-    a1.set_ylabel(s.column_name)
+    unit = signal_unit(s.key)
+    a1.set_ylabel(f"{s.column_name} [{unit}]")
     a1.legend(loc="best", fontsize=8)
     a1.set_title(f"{s.column_name}: run against baseline")
     d = r - b
@@ -618,7 +643,7 @@ def _plot(s: SignalResult, path: Path) -> Path:
     a2.axvline(t[i], color="k", lw=0.8, ls=":")
     a2.plot([t[i]], [d[i]], "ko", ms=6, mfc="none", mew=1.5)
     a2.set_xlabel("t [s]")
-    a2.set_ylabel("run − baseline")
+    a2.set_ylabel(f"run − baseline [{unit}]")
     a2.legend(loc="best", fontsize=8)
     fig.tight_layout()
     import io

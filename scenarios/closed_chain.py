@@ -452,6 +452,31 @@ def run(ctx) -> Outcome:
     return Outcome(m, rows, plots)
 
 
+#: the components of a closure's rows, in the order of its rows (``models/_loop_kernels.py``: the position
+#: rows, then the rotation rows); a multiplier of a position row is a force [N], of a rotation row a
+#: moment [N·m]
+COMPONENTS = {
+    "point": ("f_x", "f_y", "f_z"),
+    "weld": ("f_x", "f_y", "f_z", "m_x", "m_y", "m_z"),
+    "revolute": ("f_x", "f_y", "f_z", "m_1", "m_2"),
+    "plane": ("f_n",),
+}
+
+
+def multiplier_labels(loops, n: int) -> list[tuple[int, int, str]]:
+    """(loop index, component index, legend label) of each of the n multiplier columns, in the loops'
+    row order; generic labels λ_k if the loops' rows do not add up to n."""
+    out = []
+    for k, c in enumerate(loops):
+        comps = COMPONENTS.get(c.kind, ())
+        if len(comps) != getattr(c, "m", len(comps)):
+            comps = tuple(f"row {r}" for r in range(c.m))
+        out += [(k, r, f"{c.name} {x}") for r, x in enumerate(comps)]
+    if len(out) != n:
+        return [(0, j, f"λ_{j}") for j in range(n)]
+    return out
+
+
 def make_plots(ctx, L, robot, passive, cfg):
     plt = ctx.pyplot()
     paths = []
@@ -478,9 +503,21 @@ def make_plots(ctx, L, robot, passive, cfg):
             ax[0].plot(L["t"], L["tau"][:, i], label=n)
     ax[0].set_ylabel("actuated τ [N·m]")
     ax[0].legend(fontsize=7, ncol=3)
-    ax[1].plot(L["t"], L["lam"], lw=0.8)
+    lam = np.asarray(L["lam"], dtype=float).reshape(len(L["t"]), -1)
+    labels = multiplier_labels(robot.loops, lam.shape[1])
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 1))]
+    for j, (loop_k, comp_k, text) in enumerate(labels):  # one colour per loop, one dash per component
+        ax[1].plot(
+            L["t"], lam[:, j], lw=0.8, color=f"C{loop_k % 10}", ls=styles[comp_k % len(styles)], label=text
+        )
     ax[1].set_ylabel("loop multipliers λ [N, N·m]")
     ax[1].set_xlabel("t [s]")
+    if labels:
+        ax[1].legend(fontsize=6, ncol=min(6, max(1, len(labels) // 2)), loc="upper right")
+    fig.suptitle(
+        f"closed_chain: {cfg['model']} ({cfg['law']}): actuated torques and the loops' constraint "
+        "forces (f [N], m [N·m])"
+    )
     fig.tight_layout()
     paths.append(ctx.save_figure(fig, "torques_forces"))
     return paths

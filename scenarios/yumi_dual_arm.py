@@ -292,15 +292,35 @@ def run(ctx) -> Outcome:
     note = ""
     if done < total:
         log.drop(*DIAGNOSTICS)  # series on some chunks only: left out of log.npz (the states are in it)
-        note = (
-            f"post-loop diagnostics stopped after {done} of {total} chunks (bounded after the interrupt): "
-            f"the error metrics cover t ≤ {stats.t_end:.3f} s"
-        )
+        note = diagnostics_cut_note(done, total, stats.t_end, float(log.last_t or 0.0), bar)
     qacc_rel = plant_vs_rigid_qacc_rel(plant, *zip(*states)) if states else float("nan")
     outcome = summarize(ctx, cfg, stats, res, controller, plant, qacc_rel)
     if note:
         outcome.metrics["reason"] = note
     return outcome
+
+
+def diagnostics_cut_note(done: int, total: int, t_end: float, t_last: float, bar: bool) -> str:
+    """The reason a run gives when its post-loop diagnostics were cut after an interrupt: what was done,
+    and what was skipped (the span left without error metrics, the metrics that lack it, the series left
+    out of log.npz)."""
+    if done and np.isfinite(t_end):
+        what = (
+            f"the coupling and task errors for t > {t_end:.3f} s (the error metrics, settling time, position "
+            f"offset and max torque cover t ≤ {t_end:.3f} s of the run's {t_last:.3f} s)"
+        )
+    else:
+        what = (
+            f"the coupling and task errors of the whole run ({t_last:.3f} s: the error metrics, settling "
+            "time, position offset and max torque are NaN)"
+        )
+    return (
+        f"post-loop diagnostics stopped after {done} of {total} chunks (bounded after the interrupt); "
+        f"skipped: {what}"
+        + (", the plant-vs-rigid q̈ check on the states after that" if bar else "")
+        + f", and the diagnostic series ({', '.join(DIAGNOSTICS)}), left out of log.npz "
+        "(its states are kept: cmstack view replays the run)"
+    )
 
 
 #: the series :func:`diagnostics` adds to the log
@@ -762,6 +782,7 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
             ax[1, col].plot(t, L["tau"][:, i], color=c, ls=s, label=short)
         ax[0, col].set_title(arm)
         ax[1, col].set_xlabel("t [s]")
+        ax[0, col].legend(fontsize=7, ncol=2, loc="upper right")  # the same joints, each row its own key
         ax[1, col].legend(fontsize=7, ncol=2, loc="upper right")
     ax[0, 0].set_ylabel("v [rad/s]")
     ax[1, 0].set_ylabel("τ [N·m]")

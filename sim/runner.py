@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -285,6 +286,9 @@ def simulate(
         path = getattr(plant, "path", None)  # a MuJoCo plant's MJCF: what the viewer replays
         if path is not None:
             log.meta.setdefault("mjcf_path", str(path))
+            # a plant_from_urdf plant without xml_path has no file: Run.save writes its MJCF beside the log
+            if getattr(plant, "spec", None) is not None and not Path(path).is_file():
+                res.plant_spec = plant.spec
     if isinstance(controller, SensesPlant):
         controller.attach_plant(plant)
     reporter = controller if task_errors and isinstance(controller, ReportsErrors) else None
@@ -339,10 +343,24 @@ def simulate(
         for k, x in (("simulated_s", res.simulated_s), ("wall_s", res.wall_s), ("cpu_s", res.cpu_s)):
             LOOP_TOTALS[k] += x
         if bar is not None:
-            bar.close()
+            close_bar(bar)
         if watch is not None:
             res.warnings.extend(watch.said)
     return res
+
+
+def close_bar(bar) -> None:
+    """Close a ``leave=False`` progress bar.  On a terminal tqdm erases it; into a pipe or a file its
+    frames stay, ended by a carriage return and no newline, so the next line written (a metrics table on
+    stdout, when both streams go to one pipe) would be glued to the bar's last frame: end that line."""
+    bar.close()
+    stream = getattr(bar, "fp", None) or sys.stderr  # the stream tqdm writes to (wrapped)
+    try:
+        if not stream.isatty():
+            stream.write("\n")
+            stream.flush()
+    except (AttributeError, ValueError, OSError):  # a closed or unusual stream: nothing to end
+        pass
 
 
 @dataclass
@@ -367,6 +385,9 @@ class Run(RunResult):
     #: the measurement and command paths of a run with sensors="actuated" / command="position" (sim/sensors.py)
     sensing: ActuatedSensing | None = None
     servo: JointServo | None = None
+    #: the MuJoCo specification of a plant whose MJCF is not a file (``plant_from_urdf`` without
+    #: ``xml_path``): ``save`` writes it as ``plant.xml`` in the run directory, for ``cmstack view``
+    plant_spec: Any = None
 
     @property
     def simulated_s(self) -> float:
@@ -396,10 +417,15 @@ class Run(RunResult):
 
     def save(self, out: str | Path) -> Path:
         """Write ``out/log.npz`` (the log, with ``error__<name>`` per reported error: what
-        ``cmstack view`` replays) and ``out/run.json`` (the timing); returns ``out``."""
+        ``cmstack view`` replays) and ``out/run.json`` (the timing), and ``out/plant.xml`` when the plant's
+        MJCF was no file (``plant_spec``); returns ``out``."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         log = self.log if self.log is not None else Logger()
+        if self.plant_spec is not None and not Path(str(log.meta.get("mjcf_path", ""))).is_file():
+            xml = out / "plant.xml"  # the plant's MJCF (mesh paths absolute), which the log then names
+            atomic_write(xml, self.plant_spec.to_xml())
+            log.meta["mjcf_path"] = str(xml.resolve())
         for k, v in self.error_arrays().items():
             log.meta[f"error__{k}"] = v
         log.save(out / "log.npz")

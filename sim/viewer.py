@@ -862,8 +862,22 @@ def load_run(run: str | Path) -> dict[str, Any]:
 
 def _qpos_series(L: dict, qpos_key: str) -> tuple[np.ndarray, np.ndarray]:
     if qpos_key not in L:
-        keys = [k for k in L if k.endswith("qpos")]
-        raise ConfigError(f"{L['_file']} has no '{qpos_key}' series; it has {keys or 'no qpos series'}")
+        # every entry of the file (L may hold only the entries a sampled read asked for: write_html)
+        try:
+            from cmstack.sim.logger import log_keys
+
+            every = set(log_keys(L["_file"])) | set(L)
+        except (OSError, KeyError, ValueError):
+            every = set(L)
+        keys = sorted(k for k in every if k.endswith("qpos"))
+        raise ConfigError(
+            f"{L['_file']} has no '{qpos_key}' series; "
+            + (
+                f"its qpos series: {keys} (give one with --qpos-key)"
+                if keys
+                else f"it has no qpos series (entries: {sorted(k for k in every if not k.startswith('_'))[:20]})"
+            )
+        )
     t, Q = np.asarray(L["t"], dtype=float).ravel(), np.asarray(L[qpos_key], dtype=float)
     if Q.ndim != 2 or Q.shape[0] != t.shape[0] or t.shape[0] == 0:
         raise ConfigError(
@@ -922,6 +936,10 @@ def replay(
                 trails={k: v[i] for k, v in trails.items()},
                 segments={k: v[i] for k, v in segs.items()},
             )
+        if progress:  # the bar's last frame ended, so what is printed next starts its own line
+            from cmstack.sim.runner import close_bar
+
+            close_bar(it)
         viewer.show(
             Q[-1],
             {k: v[-1] for k, v in frames.items()},

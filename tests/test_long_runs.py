@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -299,6 +300,12 @@ def test_diagnostics_stopped_by_the_deadline_say_what_they_cover(tmp_path, monke
     monkeypatch.setattr(interrupt, "post_loop_deadline", lambda: time.monotonic() - 10.0)
     m, out = run_scenario(yumi.NAME, yumi.run, duration=2.2, out=tmp_path / "r", html=False, plots=False)
     assert "post-loop diagnostics stopped after 0 of 3 chunks" in m["reason"] and m["ok"] is False
+    # and what was skipped (issue 33): the errors of the whole run, and the series left out of log.npz
+    assert re.search(r"skipped: the coupling and task errors of the whole run \(2\.1\d\d s", m["reason"]), m[
+        "reason"
+    ]
+    assert "the plant-vs-rigid" not in m["reason"]  # the rigid plant has no q̈ check to skip
+    assert "(e_c, e_u, p_E1, p_D, frame__E1" in m["reason"] and "left out of log.npz" in m["reason"]
     assert np.isnan(m["constraint_error_initial"]) and np.isnan(m["task_error_converged"])
     z = read_log(out)
     assert len(z["plant_qpos"]) == len(z["t"]) == 440 and "e_c" not in z and "frame__E1" not in z
