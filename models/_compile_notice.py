@@ -6,11 +6,13 @@ found in ``__pycache__`` is loaded without the event), so the line appears exact
 being built, and never on a warm cache.  One line per outermost kernel and process (the callees it
 compiles with it are part of that line); kernels that compile in about a second stay silent.
 ``python -m cmstack.warmup`` says one line of its own instead (``say_once_instead``).  Installed when a
-kernel module imports this one (``install()``, idempotent).
+kernel module imports this one (``install()``, idempotent).  ``CMSTACK_QUIET_COMPILE=1`` in the environment
+silences every line (the test suite sets it for its child processes).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 #: outermost kernel (module.function) -> (what is compiled, about how long on a cold cache, s).  The times
@@ -81,7 +83,7 @@ def _say(text: str) -> None:
 def _on_start(dispatcher) -> None:
     global _depth
     _depth += 1
-    if _depth != 1 or _quiet:
+    if _depth != 1 or _quiet or os.environ.get("CMSTACK_QUIET_COMPILE", "") not in ("", "0"):
         return
     if _instead is not None:
         if "*" not in _said:

@@ -14,6 +14,10 @@ def pytest_addoption(parser, pluginmanager):
 
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# no "cmstack: compiling ..." line on stderr in the tests' child processes (a worktree whose kernels
+# changed compiles them; tests that count stderr lines would see it): models/_compile_notice.py, whose
+# own test (tests/test_compile_notice.py) turns it back on
+os.environ.setdefault("CMSTACK_QUIET_COMPILE", "1")
 
 # Longest test modules first, each module's tests kept together and in their order: with
 # `pytest -n 2 --dist loadscope --no-loadscope-reorder` (make test) every module runs on one worker, so a

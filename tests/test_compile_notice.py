@@ -56,7 +56,10 @@ def _run(tmp_path, *extra):
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba_cache")),
+        env={
+            **{k: v for k, v in os.environ.items() if k != "CMSTACK_QUIET_COMPILE"},  # conftest sets it
+            "NUMBA_CACHE_DIR": str(tmp_path / "numba_cache"),
+        },
     )
     assert r.returncode == 0, r.stderr
     assert "ran 5.0" in r.stdout
@@ -77,6 +80,18 @@ def test_one_line_when_compiling_none_from_the_cache(kernels):
         "python -m cmstack.warmup compiles them all) ..."
     ], cold  # outer once for three calls; inner compiled with it (no line); other below the threshold
     assert _run(kernels) == []  # the same kernels loaded from numba's cache: not a word
+
+
+def test_quiet_in_the_environment_says_nothing(kernels):
+    r = subprocess.run(
+        [sys.executable, str(kernels / "script.py"), str(kernels)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, CMSTACK_QUIET_COMPILE="1", NUMBA_CACHE_DIR=str(kernels / "numba_cache")),
+    )
+    assert r.returncode == 0 and "ran 5.0" in r.stdout, r.stderr
+    assert "cmstack: compiling" not in r.stderr  # compiled (a fresh cache), but silenced
 
 
 def test_the_warm_up_says_one_line_instead(kernels):
