@@ -89,6 +89,12 @@ def add_arguments(sub) -> None:
         help="what the robot measures (the scenario's 'sensors' key, e.g. closed_chain's): actuated = its motors "
         "only, the controller side reconstructs the passive joints (docs/realtime.md)",
     )
+    p.add_argument(
+        "--command",
+        choices=["torque", "position"],
+        help="what the robot takes (the scenario's 'command' key, e.g. closed_chain's): position = (q_des, v_des, "
+        "tau_ff) per actuated joint, the driver runs the robot's joint PD (docs/realtime.md)",
+    )
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
     p.add_argument(
         "--max-misses",
@@ -407,6 +413,8 @@ def cmd_rt(args) -> int:
     sets = list(args.set)
     if args.sensors is not None:
         sets.append(f"sensors={args.sensors!r}")
+    if args.command is not None:
+        sets.append(f"command={args.command!r}")
     if "control_dt" in cfg:
         sets.append(f"control_dt={1.0 / args.rate!r}")
     out = Path(args.out).expanduser() if args.out else Path(f"{_default_out(name)}-rt")

@@ -270,6 +270,8 @@ class DriverReport:
     saturated: int
     log: DriverLog
     setup: list[str] = field(default_factory=list)
+    #: a position-controlled robot's largest |PD torque| (N·m, N; NaN: a torque-controlled one)
+    pd_torque_max: float = float("nan")
 
 
 def sensor_views(data: Any, sensed: Sequence[str]) -> list[np.ndarray]:
@@ -296,6 +298,8 @@ def drive(
     disturbances: Sequence[Disturbance] = (),
     sensed: Sequence[str] = (),
     controller_pid: int | None = None,
+    frame: Any = None,
+    servo: Any = None,
 ) -> dict[str, Any]:
     """The driver's loop (run in the driver process; returns the report's fields).  ``sensed``: arrays of
     ``plant.data`` published with each state (read with it, after the step that produced it).
@@ -303,7 +307,13 @@ def drive(
     every miss (and while waiting for the first command) the driver checks that it is still its
     parent and not ending (:func:`process_ending`: a ``kill -9`` shows at once): a dead controller stops
     the robot at once (the brake; status "stopped", the reason naming it, ``controller_died`` set in
-    the fields) instead of after ``max_misses``."""
+    the fields) instead of after ``max_misses``.  ``frame``: what is published instead of the plant's (q, v)
+    (``frame.publish(t, q, v, q_out, v_out)``, e.g. ``sim/sensors.ActuatedFrame``: the motors' encoders only);
+    the log keeps the plant's state.  ``servo``: a position-controlled robot (``sim/sensors.JointServo``, this
+    process's copy): the command record holds (q_des, v_des, τ_ff) of the actuated joints (``servo.receive``;
+    a miss: ``servo.hold``, the reference goes on at its rate) and the period's plant steps run the servo's
+    joint PD (``servo.step``); the brake acts on the torque directly.  The log's τ is the PD's torque averaged
+    over the period."""
     dt = settings.dt
     n_sub = substeps(dt, plant.dt)
     st, cmd = link.state, link.command
@@ -334,6 +344,14 @@ def drive(
         for dst, src in parts:
             np.copyto(dst, src)
 
+    pq, pv = np.zeros(link.nq), np.zeros(link.nv)  # the published frame (with ``frame``)
+
+    def published(t: float, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if frame is None:
+            return q, v
+        frame.publish(t, q, v, pq, pv)
+        return pq, pv
+
     out: dict[str, Any] = dict(
         status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1
     )
@@ -355,6 +373,13 @@ def drive(
         apply_disturbances(plant, disturbances, active, t)
         tau_c[k] = tau
 
+    def advance(k: int) -> None:  # the period's plant steps (through the robot's joint PD when it has one)
+        if servo is None or out["stop_cycle"] >= 0:
+            plant.step(n_sub)
+        else:
+            servo.step(plant, n_sub)
+            tau_c[k] = servo.applied
+
     def stop(k: int, code: int, why: str) -> int:
         out.update(status="stopped", reason=why, stop_cycle=k)
         link.set_driver_status(rt.STOPPED, code)
@@ -366,7 +391,7 @@ def drive(
     sense()
     t = plant.time
     w = perf()
-    st.publish(0, t, w, q, v, sensors)
+    st.publish(0, t, w, *published(t, q, v), sensors)
     wall_c[0], late_c[0], t_c[0] = w, 0.0, t
     qpos_c[0], qvel_c[0] = data.qpos, data.qvel
     if measured:
@@ -393,21 +418,26 @@ def drive(
             log.header[0] = 1
             return out
         time.sleep(1e-4)
-    tau[:] = cmd.tau
+    if servo is None:
+        tau[:] = cmd.tau
+    else:
+        servo.receive(cmd.tau, q, v)  # (its curve starts at the measured motors)
+        tau[:] = servo.tau
     held_send = cmd.send_wall
     ans_c[0], miss_c[0], age_c[0] = 0, 0, perf() - held_send
     apply(t, 0)
-    plant.step(n_sub)
+    advance(0)
     start = perf()
     log.header[1] = start
     link.set_driver_status(rt.RUNNING)
     consecutive, end = 0, n_cycles - 1
-    held_answer = 0
+    held_answer = servo_answer = 0  # (servo_answer: the newest command the joint PD has, a late one included)
     k = 0
     for k in range(1, n_cycles):
         q, v = plant.state()  # s_k, ready before its tick
         sense()
         t = plant.time
+        fq, fv = published(t, q, v)
         qpos_c[k], qvel_c[k], t_c[k] = data.qpos, data.qvel, t
         if measured:
             q_c[k], v_c[k] = q, v
@@ -420,7 +450,7 @@ def drive(
             start += now - target
             target = now
         fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
-        st.publish(k, t, now, q, v, sensors)
+        st.publish(k, t, now, fq, fv, sensors)
         wall_c[k], late_c[k] = now, now - target
         if out["stop_cycle"] >= 0:  # braking: τ = -D v
             np.multiply(v, -settings.brake_damping, out=brake)
@@ -428,7 +458,14 @@ def drive(
             tau[:] = brake
             ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
         elif fresh:
-            tau[:] = cmd.tau
+            if servo is None:
+                tau[:] = cmd.tau
+            elif k - 1 > servo_answer:  # a new command (the first one, answering s_0, was received at tick 0)
+                servo.receive(cmd.tau)
+                servo_answer = k - 1
+                tau[:] = servo.tau
+            else:
+                servo.hold()
             held_answer, held_send = k - 1, cmd.send_wall
             ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 0
             consecutive = 0
@@ -437,6 +474,8 @@ def drive(
             consecutive += 1
             out["max_consecutive_misses"] = max(out["max_consecutive_misses"], consecutive)
             ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 1
+            if servo is not None:
+                servo.hold()
             gone = controller_gone(k, t)
             if gone is not None:
                 end = min(
@@ -469,8 +508,10 @@ def drive(
         log.header[0] = k + 1  # (after the row is complete: a reader of a killed driver's log)
         if k >= end:
             break
-        plant.step(n_sub)
+        advance(k)
     log.header[0] = k + 1
+    if servo is not None:
+        out["pd_torque_max"] = servo.pd_torque_max
     if out["status"] == "done":
         link.set_driver_status(rt.DONE)
     return out
@@ -486,6 +527,8 @@ def _child(
     sensed: Sequence[str],
     conn: Connection,
     on_orphan: Callable[[dict[str, Any], DriverLog], None] | None = None,
+    frame: Any = None,
+    servo: Any = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (stop request)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -496,7 +539,7 @@ def _child(
     gc.freeze()
     gc.disable()
     try:
-        out = drive(plant, link, log, n_cycles, settings, disturbances, sensed)
+        out = drive(plant, link, log, n_cycles, settings, disturbances, sensed, frame=frame, servo=servo)
     except BaseException as exc:
         link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
         out = dict(
@@ -589,13 +632,15 @@ class DriverProcess:
         sensed: Sequence[str] = (),
         on_orphan: Callable[[dict[str, Any], DriverLog], None] | None = None,
         records: Path | None = None,
+        frame: Any = None,
+        servo: Any = None,
     ) -> DriverProcess:
         """Fork the driver for ``plant`` on ``link``; ``sensed``: arrays of ``plant.data`` it publishes with
         each state (the transport must have room for them: its ``ns``).  ``on_orphan(fields, log)`` is
         called in the driver process when this (the controller) process died during the run, after
         the brake, with the report's fields and the driver's log: what is left of the run is written
         there (:func:`_orphaned`).  ``records``: a directory where the driver's log is made as files
-        (:class:`DriverLog`)."""
+        (:class:`DriverLog`); ``frame``: what is published instead of the plant's state (:func:`drive`)."""
         settings.check()
         ns = sum(a.size for a in sensor_views(plant.data, sensed))
         if ns != getattr(link.state, "ns", 0):
@@ -620,7 +665,19 @@ class DriverProcess:
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=_child,
-            args=(plant, link, log, n_cycles, settings, tuple(disturbances), tuple(sensed), child, on_orphan),
+            args=(
+                plant,
+                link,
+                log,
+                n_cycles,
+                settings,
+                tuple(disturbances),
+                tuple(sensed),
+                child,
+                on_orphan,
+                frame,
+                servo,
+            ),
             name="cmstack-rt-driver",
             daemon=True,
         )

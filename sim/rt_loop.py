@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import math
 import os
 import shutil
 import time
@@ -503,6 +504,8 @@ def run_rt(
     on_loop_end: Callable[[RtRun], None] | None = None,
     on_start: Callable[[], None] | None = None,
     on_orphan: Callable[[RtRun], None] | None = None,
+    frame: Any = None,
+    servo: Any = None,
 ) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
@@ -535,7 +538,13 @@ def run_rt(
     of ``log`` (:func:`~cmstack.sim.logger.write_parts`: t, q, v, tau, plant_qpos, plant_qvel and the
     ``controller.info`` fields captured at each applied torque's step, read back from ``.rt/``), calls
     ``on_orphan(run)`` (the run's ``rt`` built from both sides' records: ``cmstack rt`` writes timing.json
-    there), and unlinks the shared memory."""
+    there), and unlinks the shared memory.
+
+    ``frame``: what the driver publishes instead of the plant's whole state (``sim/sensors.ActuatedFrame``: the
+    motors' encoders, NaN elsewhere; ``simulate(sensors="actuated")`` passes it); the log keeps the plant's state.
+    ``servo``: a position-controlled robot (``sim/sensors.JointServo``): ``controller`` returns its packed
+    command (q_des, v_des, τ_ff) (``PositionCommanding``), which the driver's copy of ``servo`` runs as the
+    robot's joint PD at the plant's rate; the log's τ is the torque the PD applied (averaged over the period)."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     sensed: tuple[str, ...] = ()
@@ -592,7 +601,9 @@ def run_rt(
         if records is not None:
             shutil.rmtree(records.parent, ignore_errors=True)
 
-    link = TRANSPORTS[transport](nq, nv, ns=sum(a.size for a in sense_into))
+    link = TRANSPORTS[transport](
+        nq, nv, ns=sum(a.size for a in sense_into), nc=None if servo is None else servo.nc
+    )
     proc = None
     rep = LoopReport()  # filled by the loop however it ends
     failure: BaseException | None = None
@@ -611,6 +622,8 @@ def run_rt(
             sensed,
             on_orphan=orphaned,
             records=None if records is None else records.parent / "driver",
+            frame=frame,
+            servo=servo,
         )
         try:
             control_loop(
@@ -637,6 +650,8 @@ def run_rt(
         if proc is None and records is not None:  # (refused before the driver started: nothing to keep)
             shutil.rmtree(records.parent, ignore_errors=True)
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
+    if servo is not None and math.isfinite(report.pd_torque_max):  # (the driver's copy ran the PD)
+        servo.pd_torque_max = report.pd_torque_max
     if isinstance(failure, DriverDied):  # the driver's own account of its end, and when it was seen
         failure = DriverDied(
             f"{report.reason}; seen {rep.driver_lost_after_s * 1e3:.1f} ms after its last state"

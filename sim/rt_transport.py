@@ -39,11 +39,11 @@ from cmstack.models.errors import ConfigError
 #: bytes per slot (int64 counters and float64 values)
 WORD = 8
 #: the layout's first word (a transport of another layout refuses to attach)
-MAGIC = 0x636D5354524E5431  # "cmSTRNT1"
+MAGIC = 0x636D5354524E5432  # "cmSTRNT2" (T1: no C_NC word)
 
 # control words (int64, one writer each; single aligned stores, no seqlock needed)
-C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES, C_NS = range(8)
-N_CONTROL = 8
+C_MAGIC, C_NQ, C_NV, C_DRIVER_STATUS, C_STOP_REASON, C_STOP_REQUEST, C_CYCLES, C_NS, C_NC = range(9)
+N_CONTROL = 9
 #: driver status values (control word C_DRIVER_STATUS)
 STARTING, RUNNING, STOPPED, DONE, FAILED = 0, 1, 2, 3, 4
 STATUS_NAMES = {STARTING: "starting", RUNNING: "running", STOPPED: "stopped", DONE: "done", FAILED: "failed"}
@@ -170,8 +170,9 @@ class StateRecord(_StateFields, SeqRecord):
 
 
 class CommandRecord(_CommandFields, SeqRecord):
-    """What the controller sends each cycle: [answers, send_wall, tau (nv)]: the cycle of the state it
-    answers, ``time.perf_counter()`` when sent, and the torques (model order)."""
+    """What the controller sends each cycle: [answers, send_wall, tau (nc)]: the cycle of the state it
+    answers, ``time.perf_counter()`` when sent, and the torques (model order, nc = nv) or, for a position-
+    controlled robot, the command (q_des, v_des, tau_ff) of its actuated joints (nc = 3 a)."""
 
     def __init__(self, buf: memoryview, offset: int, nv: int):
         super().__init__(buf, offset, 2 + nv)
@@ -199,33 +200,47 @@ def _block(shm: shared_memory.SharedMemory) -> memoryview:
 class ShmTransport:
     """The control words, the state record and the command record in one shared-memory block."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, nq: int, nv: int, owner: bool, ns: int = 0):
+    def __init__(
+        self,
+        shm: shared_memory.SharedMemory,
+        nq: int,
+        nv: int,
+        owner: bool,
+        ns: int = 0,
+        nc: int | None = None,
+    ):
         self.shm, self.nq, self.nv, self.ns, self.owner = shm, nq, nv, ns, owner
+        self.nc = nv if nc is None else nc
         buf = _block(shm)
         self.control = memoryview(buf)[: N_CONTROL * WORD].cast("q")
         off = N_CONTROL * WORD
         self.state = StateRecord(buf, off, nq, nv, ns)
         off += SeqRecord.nbytes(self.state.size)
-        self.command = CommandRecord(buf, off, nv)
+        self.command = CommandRecord(buf, off, self.nc)
 
     @staticmethod
-    def nbytes(nq: int, nv: int, ns: int = 0) -> int:
-        return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv + ns) + SeqRecord.nbytes(2 + nv)
+    def nbytes(nq: int, nv: int, ns: int = 0, nc: int | None = None) -> int:
+        nc = nv if nc is None else nc
+        return N_CONTROL * WORD + SeqRecord.nbytes(3 + nq + nv + ns) + SeqRecord.nbytes(2 + nc)
 
     @classmethod
-    def create(cls, nq: int, nv: int, ns: int = 0) -> ShmTransport:
+    def create(cls, nq: int, nv: int, ns: int = 0, nc: int | None = None) -> ShmTransport:
         """A new zeroed block for a robot of ``nq`` positions and ``nv`` velocities (and torques), and ``ns``
-        sensor values published with each state."""
+        sensor values published with each state; ``nc``: the command's values (default nv, the torques)."""
+        nc = nv if nc is None else nc
+        if not (isinstance(nc, (int, np.integer)) and 0 < nc < 100_000):
+            raise ConfigError(f"ShmTransport: nc must be an integer in [1, 99999], got {nc!r}")
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 100_000):
                 raise ConfigError(f"ShmTransport: {key} must be an integer in [1, 99999], got {n!r}")
         if not (isinstance(ns, (int, np.integer)) and 0 <= ns < 100_000):
             raise ConfigError(f"ShmTransport: ns must be an integer in [0, 99999], got {ns!r}")
-        shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv, ns))
+        shm = shared_memory.SharedMemory(create=True, size=cls.nbytes(nq, nv, ns, nc))
         _block(shm)[:] = bytes(len(_block(shm)))
         _CREATED.add(shm.name)
-        link = cls(shm, int(nq), int(nv), owner=True, ns=int(ns))
+        link = cls(shm, int(nq), int(nv), owner=True, ns=int(ns), nc=int(nc))
         link.control[C_NQ], link.control[C_NV], link.control[C_NS] = int(nq), int(nv), int(ns)
+        link.control[C_NC] = int(nc)
         link.control[C_MAGIC] = MAGIC
         return link
 
@@ -247,14 +262,14 @@ class ShmTransport:
             except Exception:
                 pass
         words = memoryview(_block(shm))[: N_CONTROL * WORD].cast("q")
-        magic, nq, nv, ns = words[C_MAGIC], words[C_NQ], words[C_NV], words[C_NS]
+        magic, nq, nv, ns, nc = words[C_MAGIC], words[C_NQ], words[C_NV], words[C_NS], words[C_NC]
         words.release()
-        if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1), max(ns, 0)):
+        if magic != MAGIC or len(_block(shm)) < cls.nbytes(max(nq, 1), max(nv, 1), max(ns, 0), max(nc, 1)):
             shm.close()
             raise ConfigError(
                 f"ShmTransport: block '{name}' is not a cmstack transport (or of another version)"
             )
-        return cls(shm, nq, nv, owner=False, ns=ns)
+        return cls(shm, nq, nv, owner=False, ns=ns, nc=nc)
 
     @property
     def name(self) -> str:
@@ -382,7 +397,7 @@ class UdpTransport:
     whole or not at all).  A poll with nothing to read raises and catches ``BlockingIOError``
     (allocated and freed: no growth)."""
 
-    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0):
+    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0, nc: int | None = None):
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
                 raise ConfigError(
@@ -394,6 +409,9 @@ class UdpTransport:
                 f"got {ns!r}"
             )
         self.nq, self.nv, self.ns = int(nq), int(nv), int(ns)
+        self.nc = self.nv if nc is None else int(nc)
+        if not 0 < self.nc < 4000:
+            raise ConfigError(f"UdpTransport: nc must be an integer in [1, 3999] (one datagram), got {nc!r}")
         self._drv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for s in (self._drv, self._ctl):
@@ -402,7 +420,7 @@ class UdpTransport:
         self._drv.connect(self._ctl.getsockname())
         self._ctl.connect(self._drv.getsockname())
         self.state = _UdpState(self, self.nq, self.nv, self.ns)
-        self.command = _UdpCommand(self, self.nv)
+        self.command = _UdpCommand(self, self.nc)
         self._rx = np.zeros(1 + max(self.state.size, self.command.size, 3))
         self._status_tx, self._stop_tx = np.array([_STATUS, 0.0, 0.0]), np.array([_STOP])
         self._status, self._reason, self._stop = STARTING, NO_STOP, False

@@ -38,7 +38,15 @@ from cmstack.models.errors import ConfigError
 from cmstack.sim import interrupt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, atomic_write
-from cmstack.sim.sensors import COMMANDS, SENSORS, ActuatedSensing, JointServo, ReconstructingController
+from cmstack.sim.sensors import (
+    COMMANDS,
+    SENSORS,
+    ActuatedFrame,
+    ActuatedSensing,
+    JointServo,
+    PositionCommanding,
+    ReconstructingController,
+)
 
 if TYPE_CHECKING:
     from cmstack.sim.viewer import MeshcatViewer
@@ -248,26 +256,40 @@ def simulate(
         )
     sensing, servo = interfaces(controller, control_dt, sensors, command)
     if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
-        if servo is not None:
-            raise ConfigError(
-                "cmstack rt takes command='torque' only: command='position' needs the driver's joint PD "
-                "(in process: simulate(command='position'))"
+        frame = None
+        if sensing is not None:  # the driver publishes the motors' encoders only (ActuatedFrame: the passive
+            # entries NaN; the encoders' quantization, noise and fault applied there), the controller side
+            # reconstructs the rest from them
+            # (the same sensing object, its figures the caller's, without the encoders while the run lasts)
+            frame, encoders, sensing.encoders = (
+                ActuatedFrame(sensing.act, sensing.encoders),
+                sensing.encoders,
+                None,
             )
-        if sensing is not None:  # the controller side reconstructs from the state's actuated entries
+        if servo is not None:  # the controller side sends (q_des, v_des, τ_ff); the driver runs the joint PD
+            controller = PositionCommanding(controller, servo, sensing)
+        elif sensing is not None:
             controller = ReconstructingController(controller, sensing)
-        run = override(
-            plant,
-            controller,
-            duration=duration,
-            control_dt=control_dt,
-            record=record,
-            disturbances=disturbances,
-            viewer=viewer,
-            progress=progress,
-            desc=desc,
-            log=log,
-            task_errors=task_errors,
-        )
+        try:
+            run = override(
+                plant,
+                controller,
+                duration=duration,
+                control_dt=control_dt,
+                record=record,
+                disturbances=disturbances,
+                viewer=viewer,
+                progress=progress,
+                desc=desc,
+                log=log,
+                task_errors=task_errors,
+                **({} if frame is None else {"frame": frame}),
+                **({} if servo is None else {"servo": servo}),
+            )
+        finally:
+            if frame is not None:
+                sensing.encoders = encoders
+        run.sensing, run.servo = sensing, servo
         LOOP_TOTALS["simulated_s"] += run.simulated_s
         LOOP_TOTALS["wall_s"] += run.wall_s
         if watch is not None:  # the driver's loop kept the errors: the same check afterwards

@@ -115,6 +115,7 @@ class ActuatedSensing:
         self.us: list[float] = []
         #: max |q̂_p − q_p| (rad, m) and max |v̂_p − v_p| over the calls: the reconstruction against the plant
         self.error_q_max, self.error_v_max = 0.0, 0.0
+        self.compared = 0  # calls whose passive joints' truth was given (NaN errors in metrics() when none)
 
     @classmethod
     def for_robot(
@@ -136,18 +137,47 @@ class ActuatedSensing:
             raise
         self.us.append((time.perf_counter() - c0) * 1e6)
         pas = self.estimator.pas
-        self.error_q_max = max(self.error_q_max, float(np.max(np.abs(qh[pas] - q[pas]))))
-        self.error_v_max = max(self.error_v_max, float(np.max(np.abs(vh[pas] - v[pas]))))
+        if pas.size and np.isfinite(
+            q[pas[0]]
+        ):  # (under cmstack rt the passive entries are NaN: not known here)
+            self.compared += 1
+            self.error_q_max = max(self.error_q_max, float(np.max(np.abs(qh[pas] - q[pas]))))
+            self.error_v_max = max(self.error_v_max, float(np.max(np.abs(vh[pas] - v[pas]))))
         return qh, vh
 
     def metrics(self) -> dict[str, float]:
         """The reconstruction's figures for metrics.json."""
         return {
             "reconstruction_us_median": float(np.median(self.us)) if self.us else math.nan,
-            "reconstruction_error_q_max": self.error_q_max,
-            "reconstruction_error_v_max": self.error_v_max,
+            "reconstruction_error_q_max": self.error_q_max if self.compared else math.nan,
+            "reconstruction_error_v_max": self.error_v_max if self.compared else math.nan,
             **self.estimator.stats(),
         }
+
+
+class ActuatedFrame:
+    """What the driver of a robot that measures only its motors publishes (``cmstack rt --sensors actuated``): the
+    state record keeps its layout (nq, nv) but holds the actuated joints' encoder readings (``Encoders``:
+    quantization, noise, an injected fault, applied in the driver process) and NaN in every other entry, so the
+    controller side can read nothing else (``ReconstructingController`` closes the loops from those).
+
+    act: the actuated joints' indices (``LoopStateEstimator.act``: q and v entries, 1-DoF joints);
+    encoders: None (exact readings) or the robot's ``Encoders``."""
+
+    def __init__(self, act: ArrayLike, encoders: Encoders | None = None) -> None:
+        self.act = np.asarray(act, dtype=np.int64)
+        self.encoders = encoders
+
+    def publish(self, t: float, q: np.ndarray, v: np.ndarray, q_out: np.ndarray, v_out: np.ndarray) -> None:
+        """Write the frame of the plant's (q, v) at t [s] into ``q_out``, ``v_out`` (model order)."""
+        act = self.act
+        qa, va = q[act], v[act]
+        if self.encoders is not None:
+            qa, va = self.encoders.read(t, qa, va)
+        q_out.fill(np.nan)
+        v_out.fill(np.nan)
+        q_out[act] = qa
+        v_out[act] = va
 
 
 class ReconstructingController:
@@ -221,6 +251,7 @@ class JointServo:
         self.v_c = np.zeros(a)
         self.commands = 0
         self.tau = np.zeros(robot.nv)  # τ_ff (model order, zero on the passive joints)
+        self.applied = np.zeros(robot.nv)  # the torque applied, averaged over the last step()'s plant steps
         self._rigid: Any = None
         #: the largest |PD torque| over the run (N·m, N): how much the robot's PD added to τ_ff
         self.pd_torque_max = 0.0
@@ -263,6 +294,7 @@ class JointServo:
         act, h, T = self.act, plant.dt, self.dt
         out = self.tau.copy()
         q0, v0 = self.q_c, self.v_c
+        self.applied[:] = 0.0
         for i in range(n):
             q, v = plant.state()  # the robot's own motor encoders, at its rate
             x = i * h / T
@@ -282,5 +314,60 @@ class JointServo:
             pd = self.kp * (q_ref - q[act]) + self.kd * (v_ref - v[act])
             self.pd_torque_max = max(self.pd_torque_max, float(np.max(np.abs(pd))))
             out[act] = self.tau[act] + pd
+            self.applied += out / n
             plant.set_torque(out)
             plant.step(1)
+
+    # ---- across a process boundary (cmstack rt --command position): the command as the driver receives it
+    @property
+    def nc(self) -> int:
+        """The command's size: (q_des, v_des, τ_ff) of the a actuated joints, 3 a values."""
+        return 3 * self.act.size
+
+    def packed(self) -> np.ndarray:
+        """The last command as sent to the robot: [q_des, v_des, τ_ff (actuated joints)]."""
+        return np.concatenate((self.q_des, self.v_des, self.tau[self.act]))
+
+    def receive(self, payload: np.ndarray, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
+        """The robot's side of a new command ``payload`` (:meth:`packed`): its curve starts where the previous
+        one ended (at the measured motors (q, v), model order, for the first command) and ends at
+        (q_des, v_des), τ_ff held over the period."""
+        a, act = self.act.size, self.act
+        if q is not None and v is not None:
+            self.q_c[:], self.v_c[:] = q[act], v[act]
+        else:
+            self.q_c[:], self.v_c[:] = self.q_des, self.v_des
+        self.q_des[:], self.v_des[:] = payload[:a], payload[a : 2 * a]
+        self.tau[:] = 0.0
+        self.tau[act] = payload[2 * a : 3 * a]
+        self.commands += 1
+
+    def hold(self) -> None:
+        """No new command this period (a miss): the reference goes on from the last one's end at its rate,
+        q_des ← q_des + v_des dt (the joints' own units), τ_ff held."""
+        self.q_c[:], self.v_c[:] = self.q_des, self.v_des
+        self.q_des += self.v_des * self.dt
+
+
+class PositionCommanding:
+    """``controller`` as a position-controlled robot's controller side (``cmstack rt --command position``): its τ
+    for the state it is given (reconstructed by ``sensing`` first when given: the driver publishes the motors
+    only) turned by ``servo.command`` into (q_des, v_des, τ_ff), returned packed for the transport
+    (``JointServo.packed``); every other attribute is the controller's."""
+
+    def __init__(self, controller: Any, servo: JointServo, sensing: ActuatedSensing | None = None) -> None:
+        self.controller = controller
+        self.servo = servo
+        self.sensing = sensing
+
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        if self.sensing is not None:
+            q, v = self.sensing.measure(t, q, v)
+        tau = self.controller(t, q, v)
+        self.servo.command(self.controller, q, v, tau)
+        return self.servo.packed()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("controller", "servo", "sensing"):  # (not yet set: unpickling)
+            raise AttributeError(name)
+        return getattr(self.controller, name)
