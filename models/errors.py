@@ -60,7 +60,8 @@ class StateError(StackError):
 class SensorFault(StateError):
     """A measurement the loop cannot use: an encoder frame that admits no loop closure (a jump, a dead encoder),
     a reconstruction of the passive joints that does not converge in its budget, a branch flip, a singular loop.
-    ``kind`` names it (one of ``models/estimator.py: FAULTS``), ``joint`` the encoder at fault when there is one,
+    ``kind`` names it (one of ``models/estimator.py: FAULTS``, or ``stale_frame``: the rt loop received the
+    driver's frame counter twice, sim/rt_loop.py), ``joint`` the encoder at fault when there is one,
     ``t`` the time of the frame [s] when the loop knows it (sim/sensors.py sets it)."""
 
     def __init__(self, kind: str, message: str, joint: str | None = None):

@@ -74,6 +74,10 @@ class DriverSettings:
     cpu: int | None = None
     fifo: bool = False
     fifo_priority: int = 80
+    #: fault injection (tests): at this cycle and the two after it the driver publishes the frame before it again
+    #: (its counter and state), as a robot whose bus delivered an old frame; the controller side names it
+    #: (stale_frame); -1: never
+    stale_frame_at: int = -1
 
     def check(self) -> DriverSettings:
         if not (math.isfinite(self.rate_hz) and 1.0 <= self.rate_hz <= 20_000.0):
@@ -430,6 +434,7 @@ def drive(
     start = perf()
     log.header[1] = start
     link.set_driver_status(rt.RUNNING)
+    t_prev, q_prev, v_prev = t, q.copy(), v.copy()  # (the previous frame: only for stale_frame_at)
     consecutive, end = 0, n_cycles - 1
     held_answer = servo_answer = 0  # (servo_answer: the newest command the joint PD has, a late one included)
     k = 0
@@ -450,7 +455,15 @@ def drive(
             start += now - target
             target = now
         fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
-        st.publish(k, t, now, fq, fv, sensors)
+        s0 = settings.stale_frame_at
+        if (
+            0 <= s0 <= k < s0 + 3
+        ):  # (injected fault: frame s0 - 1 again, three ticks: a late reader sees it too)
+            st.publish(s0 - 1, t_prev, now, *published(t_prev, q_prev, v_prev), sensors)
+        else:
+            st.publish(k, t, now, fq, fv, sensors)
+        if k < s0:
+            t_prev, q_prev, v_prev = t, q.copy(), v.copy()
         wall_c[k], late_c[k] = now, now - target
         if out["stop_cycle"] >= 0:  # braking: τ = -D v
             np.multiply(v, -settings.brake_damping, out=brake)

@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
-from cmstack.models.errors import ConfigError, StackError
+from cmstack.models.errors import ConfigError, SensorFault, StackError
 from cmstack.sim import interrupt
 from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
@@ -253,7 +253,7 @@ def control_loop(
     gc.callbacks.append(on_gc)
     running = (rt.STARTING, rt.RUNNING)
     try:
-        last_seq, last_wall, i = 0, perf(), 0
+        last_seq, last_wall, i, last_k = 0, perf(), 0, -1
         due_timeout = s.start_timeout_s
         dead_after = s.dead_after_periods * dt
         next_alive_check = 0.0
@@ -300,6 +300,16 @@ def control_loop(
                 continue
             last_seq = seq
             k = int(st.local[0])
+            if k <= last_k:  # the driver's frame counter did not advance: the same frame twice
+                fault = SensorFault(
+                    "stale_frame",
+                    f"stale_frame: the driver's frame counter did not advance (frame {k} after frame {last_k}, "
+                    f"t = {st.local[1]:.4f} s): a stale state, not answered",
+                )
+                fault.t = float(st.local[1])
+                rep.ended_by = "stale frame"
+                raise fault
+            last_k = k
             wall = st.local[2]
             rep.last_state_wall = wall
             # ---- the controller's step, on copies (a law may keep the arrays it is given)

@@ -310,6 +310,51 @@ def test_cmstack_rt_position_command_runs_the_joint_pd_in_the_driver():
     assert pos["loop"] <= 1e-9 and pos["ee"] <= 3e-3 and tq["ee"] <= 3e-3, got
 
 
+_RT_STALE_CHILD = """
+import json
+import numpy as np
+from cmstack.models.errors import SensorFault
+from cmstack.scenarios import closed_chain
+from cmstack.scenarios._common import default_config
+from cmstack.sim.projection_sim import ProjectionPlant
+from cmstack.sim.rt_driver import DriverSettings
+from cmstack.sim.rt_loop import run_rt
+
+DT = 1e-3
+cfg = default_config("closed_chain")
+cfg["model"] = "mjcf/five_bar.xml"
+robot = closed_chain.load_robot(cfg)
+_, coords, _ = closed_chain.build_reference(cfg, robot)
+ctl = closed_chain.build_law(cfg, robot, coords)
+plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
+plant.reset(robot.q_initial)
+ends, out = [], {}
+try:
+    run_rt(plant, ctl, duration=0.4, control_dt=DT, driver=DriverSettings(stale_frame_at=150), on_loop_end=ends.append)
+except SensorFault as exc:
+    out.update(kind=exc.kind, t=exc.t, message=str(exc))
+timing = ends[0].rt.timing()
+out.update(status=timing["status"], reason=timing["reason"], cycles=timing["cycles"], stop=timing["stop_cycle"])
+print(json.dumps(out))
+"""
+
+
+def test_rt_a_stale_frame_is_named_and_the_driver_brakes():
+    """The driver publishes frame 149 again at cycle 150 (DriverSettings.stale_frame_at, in a child process with a
+    wall-clock limit): the controller side names it (SensorFault stale_frame, at that frame's time), asks the
+    driver to stop, which brakes: timing.json's status "stopped" with the fault in its reason (cmstack rt: exit 3)."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    p = subprocess.run(
+        [sys.executable, "-c", _RT_STALE_CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got.get("kind") == "stale_frame" and got["t"] == pytest.approx(0.149, abs=1e-9), got
+    assert "frame 149 after frame 149" in got["message"], got
+    assert got["status"] == "stopped" and "SensorFault: stale_frame" in got["reason"], got
+    assert got["stop"] >= 150 and got["cycles"] < 400, got
+
+
 def test_cmstack_rt_a_jump_in_one_encoder_brakes_the_driver_and_names_the_fault(tmp_path):
     """``cmstack rt closed_chain --sensors actuated`` at 1 kHz, base_r's encoder jumping 0.2 rad at t = 0.2 s,
     in a child process with a wall-clock limit: exit code 3, the fault named at the first state read after the
