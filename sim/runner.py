@@ -287,7 +287,7 @@ def simulate(
                 **({} if servo is None else {"servo": servo}),
             )
         finally:
-            if frame is not None:
+            if frame is not None and sensing is not None:
                 sensing.encoders = encoders
         run.sensing, run.servo = sensing, servo
         LOOP_TOTALS["simulated_s"] += run.simulated_s
