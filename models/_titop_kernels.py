@@ -399,6 +399,173 @@ def _kinematics_and_loads(
     return R, pos, tw, Pab, c, r, W
 
 
+@njit(cache=True, inline="always")
+def _to_body_axes(P: np.ndarray, Ia: np.ndarray, zz: np.ndarray, Z: np.ndarray, z: np.ndarray) -> None:
+    """A block's channel moved to R_b: Z = Q I^a Qᵀ, z = Q z^a, Q = diag(P_{a/b}, P_{a/b})."""
+    # to R_b: Z = Q I^a Qᵀ, z = Q z^a
+    for ha in range(2):
+        for hb in range(2):
+            for a in range(3):
+                for b in range(3):
+                    s_ = 0.0
+                    for k in range(3):
+                        for l in range(3):
+                            s_ += P[a, k] * Ia[3 * ha + k, 3 * hb + l] * P[b, l]
+                    Z[3 * ha + a, 3 * hb + b] = s_
+    _rot6(P, zz, z)
+
+
+@njit(cache=True, inline="always")
+def _articulated_sweep(
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    S: np.ndarray,
+    pport: np.ndarray,
+    D: np.ndarray,
+    g: np.ndarray,
+    tau: np.ndarray,
+    ov: int,
+    kin: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    IA: np.ndarray,
+    pA: np.ndarray,
+    IS: np.ndarray,
+    dinv: np.ndarray,
+) -> bool:
+    """``forward_dynamics``' leaves → root sweep: every block's affine channel W_{A/B} = −(Z ẋ'^B + z),
+    accumulated into its parent's (IA, pA); I S and d⁻¹ kept for the way back (IS, dinv).  ``kin`` =
+    (R, tw, Pab, c, r, Wload).  False when a joint's d = Sᵀ I S is zero or not finite."""
+    R, tw, Pab, c, r, Wload = kin
+    n = kind.shape[0]
+    for i in range(n):
+        for a in range(6):
+            for b in range(6):
+                IA[i, a, b] = D[i, a, b]
+        _body_bias(D[i], R[i], tw[i], g, pA[i])
+        for a in range(6):
+            pA[i, a] -= Wload[i, a]
+    Ia = np.empty((6, 6))
+    zz = np.empty(6)
+    Z = np.empty((6, 6))
+    T = np.empty((6, 6))
+    z = np.empty(6)
+    mp = np.empty(3)
+    # leaves → root: every block's affine channel W_{A/B} = −(Z ẋ'^B + z)
+    for i in range(n - 1, 0, -1):
+        I_i, p_i = IA[i], pA[i]
+        if kind[i] == KIND_WELD:
+            for a in range(6):
+                zz[a] = p_i[a]
+                for b in range(6):
+                    Ia[a, b] = I_i[a, b]
+        else:
+            Si, ISi = S[i], IS[i]
+            d = 0.0
+            for a in range(6):
+                s_ = 0.0
+                for b in range(6):
+                    s_ += I_i[a, b] * Si[b]
+                ISi[a] = s_
+                d += Si[a] * s_
+            if d == 0.0 or not math.isfinite(d):
+                return False
+            di = 1.0 / d
+            dinv[i] = di
+            u = tau[ov + iq[i]]
+            Stp = 0.0
+            for a in range(6):
+                Stp += Si[a] * p_i[a]
+            f = di * (u - Stp)
+            for a in range(6):
+                for b in range(6):
+                    Ia[a, b] = I_i[a, b] - ISi[a] * di * ISi[b]
+            for a in range(6):
+                s_ = 0.0
+                for b in range(6):
+                    s_ += Ia[a, b] * c[i, b]
+                zz[a] = s_ + p_i[a] + ISi[a] * f
+        if kind[i] == KIND_PRISMATIC:  # (29): from P to P0
+            T[:, :] = 0.0
+            _tauT_M_tau_add(r[i], Ia, T)
+            Ia[:, :] = T
+            z[:] = 0.0
+            _tauT_mv_add(r[i], zz, 1.0, z)
+            zz[:] = z
+        _to_body_axes(Pab[i], Ia, zz, Z, z)
+        # into the parent, moved from its port C to its P: τ_CPᵀ Z τ_CP, τ_CPᵀ z with CP = −pport
+        pi = parent[i]
+        for a in range(3):
+            mp[a] = -pport[i, a]
+        _tauT_M_tau_add(mp, Z, IA[pi])
+        _tauT_mv_add(mp, z, 1.0, pA[pi])
+    return True
+
+
+@njit(cache=True, inline="always")
+def _acceleration_sweep(
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    S: np.ndarray,
+    pport: np.ndarray,
+    tau: np.ndarray,
+    ov: int,
+    floating: bool,
+    kin: tuple[np.ndarray, np.ndarray, np.ndarray],
+    IA: np.ndarray,
+    pA: np.ndarray,
+    IS: np.ndarray,
+    dinv: np.ndarray,
+    out: np.ndarray,
+) -> bool:
+    """``forward_dynamics``' root → leaves sweep: the floating root's ẋ'_P = I₀⁻¹ (W_root − p₀), then per
+    block X ẋ'^B + c ((17)/(24)), q̈ = d⁻¹ (u − Sᵀ p − (I S)ᵀ (X ẋ'^B + c)) into ``out`` and
+    ẋ'^A = X ẋ'^B + c + S q̈.  ``kin`` = (Pab, c, r).  False when the root's I₀ is singular."""
+    Pab, c, r = kin
+    n = kind.shape[0]
+    mp = np.empty(3)
+    # root → leaves: (22)/(28) with the loop closed, then (17)/(24)
+    acc = np.empty((n, 6))
+    if floating:
+        rhs = np.empty(6)
+        for a in range(6):
+            rhs[a] = tau[a] - pA[0, a]
+        if not _solve6(IA[0], rhs, acc[0]):
+            return False
+        for a in range(6):
+            out[a] = acc[0, a]
+    else:
+        acc[0, :] = 0.0
+    a_in = np.empty(6)
+    base = np.empty(6)
+    for i in range(1, n):
+        pt = pport[i]
+        ap = acc[parent[i]]
+        for a in range(3):
+            mp[a] = -pt[a]
+        _tau_mv(mp, ap, a_in)  # the parent's acceleration at the port (14)
+        _rotT6(Pab[i], a_in, base)
+        if kind[i] == KIND_PRISMATIC:
+            _tau_mv(r[i], base, a_in)
+            base[:] = a_in
+        for a in range(6):
+            base[a] += c[i, a]
+        if kind[i] == KIND_WELD:
+            acc[i] = base
+        else:
+            Si, ISi = S[i], IS[i]
+            s1 = 0.0
+            s2 = 0.0
+            for a in range(6):
+                s1 += Si[a] * pA[i, a]
+                s2 += ISi[a] * base[a]
+            qq = dinv[i] * (tau[ov + iq[i]] - s1 - s2)
+            out[ov + iq[i]] = qq
+            for a in range(6):
+                acc[i, a] = base[a] + Si[a] * qq
+    return True
+
+
 @njit(cache=True)
 def forward_dynamics(
     kind,
@@ -458,118 +625,13 @@ def forward_dynamics(
     pA = np.empty((n, 6))
     IS = np.zeros((n, 6))
     dinv = np.zeros(n)
-    for i in range(n):
-        for a in range(6):
-            for b in range(6):
-                IA[i, a, b] = D[i, a, b]
-        _body_bias(D[i], R[i], tw[i], g, pA[i])
-        for a in range(6):
-            pA[i, a] -= Wload[i, a]
-    Ia = np.empty((6, 6))
-    zz = np.empty(6)
-    Z = np.empty((6, 6))
-    T = np.empty((6, 6))
-    z = np.empty(6)
-    mp = np.empty(3)
-    # leaves → root: every block's affine channel W_{A/B} = −(Z ẋ'^B + z)
-    for i in range(n - 1, 0, -1):
-        I_i, p_i = IA[i], pA[i]
-        if kind[i] == KIND_WELD:
-            for a in range(6):
-                zz[a] = p_i[a]
-                for b in range(6):
-                    Ia[a, b] = I_i[a, b]
-        else:
-            Si, ISi = S[i], IS[i]
-            d = 0.0
-            for a in range(6):
-                s_ = 0.0
-                for b in range(6):
-                    s_ += I_i[a, b] * Si[b]
-                ISi[a] = s_
-                d += Si[a] * s_
-            if d == 0.0 or not math.isfinite(d):
-                return False
-            di = 1.0 / d
-            dinv[i] = di
-            u = tau[ov + iq[i]]
-            Stp = 0.0
-            for a in range(6):
-                Stp += Si[a] * p_i[a]
-            f = di * (u - Stp)
-            for a in range(6):
-                for b in range(6):
-                    Ia[a, b] = I_i[a, b] - ISi[a] * di * ISi[b]
-            for a in range(6):
-                s_ = 0.0
-                for b in range(6):
-                    s_ += Ia[a, b] * c[i, b]
-                zz[a] = s_ + p_i[a] + ISi[a] * f
-        if kind[i] == KIND_PRISMATIC:  # (29): from P to P0
-            T[:, :] = 0.0
-            _tauT_M_tau_add(r[i], Ia, T)
-            Ia[:, :] = T
-            z[:] = 0.0
-            _tauT_mv_add(r[i], zz, 1.0, z)
-            zz[:] = z
-        # to R_b: Z = Q I^a Qᵀ, z = Q z^a
-        P = Pab[i]
-        for ha in range(2):
-            for hb in range(2):
-                for a in range(3):
-                    for b in range(3):
-                        s_ = 0.0
-                        for k in range(3):
-                            for l in range(3):
-                                s_ += P[a, k] * Ia[3 * ha + k, 3 * hb + l] * P[b, l]
-                        Z[3 * ha + a, 3 * hb + b] = s_
-        _rot6(P, zz, z)
-        # into the parent, moved from its port C to its P: τ_CPᵀ Z τ_CP, τ_CPᵀ z with CP = −pport
-        pi = parent[i]
-        for a in range(3):
-            mp[a] = -pport[i, a]
-        _tauT_M_tau_add(mp, Z, IA[pi])
-        _tauT_mv_add(mp, z, 1.0, pA[pi])
-    # root → leaves: (22)/(28) with the loop closed, then (17)/(24)
-    acc = np.empty((n, 6))
-    if floating:
-        rhs = np.empty(6)
-        for a in range(6):
-            rhs[a] = tau[a] - pA[0, a]
-        if not _solve6(IA[0], rhs, acc[0]):
-            return False
-        for a in range(6):
-            out[a] = acc[0, a]
-    else:
-        acc[0, :] = 0.0
-    a_in = np.empty(6)
-    base = np.empty(6)
-    for i in range(1, n):
-        pt = pport[i]
-        ap = acc[parent[i]]
-        for a in range(3):
-            mp[a] = -pt[a]
-        _tau_mv(mp, ap, a_in)  # the parent's acceleration at the port (14)
-        _rotT6(Pab[i], a_in, base)
-        if kind[i] == KIND_PRISMATIC:
-            _tau_mv(r[i], base, a_in)
-            base[:] = a_in
-        for a in range(6):
-            base[a] += c[i, a]
-        if kind[i] == KIND_WELD:
-            acc[i] = base
-        else:
-            Si, ISi = S[i], IS[i]
-            s1 = 0.0
-            s2 = 0.0
-            for a in range(6):
-                s1 += Si[a] * pA[i, a]
-                s2 += ISi[a] * base[a]
-            qq = dinv[i] * (tau[ov + iq[i]] - s1 - s2)
-            out[ov + iq[i]] = qq
-            for a in range(6):
-                acc[i, a] = base[a] + Si[a] * qq
-    return True
+    if not _articulated_sweep(
+        kind, parent, iq, S, pport, D, g, tau, ov, (R, tw, Pab, c, r, Wload), IA, pA, IS, dinv
+    ):
+        return False
+    return _acceleration_sweep(
+        kind, parent, iq, S, pport, tau, ov, floating, (Pab, c, r), IA, pA, IS, dinv, out
+    )
 
 
 @njit(cache=True)
