@@ -31,7 +31,7 @@ depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a c
 
 # ------------------------------------------------------------------------------------------ small helpers
 @njit(cache=True)
-def _cross3(a0, a1, a2, b0, b1, b2):
+def _cross3(a0: float, a1: float, a2: float, b0: float, b1: float, b2: float) -> tuple[float, float, float]:
     return a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0
 
 
@@ -173,7 +173,7 @@ def apply_q(X: np.ndarray, p: int, k: int, tau: np.ndarray, y: np.ndarray) -> No
 
 
 @njit(cache=True)
-def _unpivoted(Zt, s, r, ztau):
+def _unpivoted(Zt: np.ndarray, s: int, r: int, ztau: np.ndarray) -> None:
     """Householder QR of Zt[:s, :r] without pivoting (the second factor of the COD)."""
     for j in range(r):
         x0 = Zt[j, j]
@@ -401,7 +401,20 @@ def vanishing_rows(E: np.ndarray, f: np.ndarray, sizes: np.ndarray, tol: float, 
 
 # ------------------------------------------------------------------------------------------ DAC law (III)
 @njit(cache=True)
-def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot):
+def _obstacle_wish(
+    R: np.ndarray,
+    pos: np.ndarray,
+    nu: np.ndarray,
+    n: int,
+    points: np.ndarray,
+    centers: np.ndarray,
+    radii: np.ndarray,
+    gain: float,
+    d0: float,
+    dc: float,
+    g: np.ndarray,
+    gdot: np.ndarray,
+) -> tuple[float, float]:
     """g = −∇U_o and ġ into g, gdot (zeroed here); returns (U_o, d_min): law (III)'s obstacle wish, written once
     (``controllers.dac.null_space_wish`` calls it; its NumPy oracle is tests/_dac_reference.py).
 
@@ -507,7 +520,9 @@ def _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot)
 
 
 @njit(cache=True, inline="always")
-def _attitude_error(a0, a1, a2, a3, b0, b1, b2, b3):
+def _attitude_error(
+    a0: float, a1: float, a2: float, a3: float, b0: float, b1: float, b2: float, b3: float
+) -> tuple[float, float, float, float]:
     """[Eslami] (44) in world axes, the one definition (laws (II) and (III), compiled and Python alike):
     q_e = q_d⁻¹ ⊗ q for q_d = (a₀, u), q = (b₀, b) (unit, scalar first), its sign chosen so that its scalar
     part η ≥ 0, vector part ε; e_att = R_d ε, evaluated as ε + 2a₀ (u × ε) + 2 u × (u × ε).
@@ -526,7 +541,18 @@ def _attitude_error(a0, a1, a2, a3, b0, b1, b2, b3):
 
 
 @njit(cache=True, inline="always")
-def _attitude_error_rate(x, y, z, eta, w0, w1, w2, wd0, wd1, wd2):
+def _attitude_error_rate(
+    x: float,
+    y: float,
+    z: float,
+    eta: float,
+    w0: float,
+    w1: float,
+    w2: float,
+    wd0: float,
+    wd1: float,
+    wd2: float,
+) -> tuple[float, float, float]:
     """D e_att = ω_d × e_att + ½ (η (ω − ω_d) − e_att × (ω − ω_d)) for e_att = (x, y, z), η of (44) and the
     angular velocities ω, ω_d (world axes).  Returns its three components."""
     d0 = w0 - wd0
@@ -559,7 +585,20 @@ def attitude_error_rate_batch(
 
 
 @njit(cache=True)
-def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_er_dot, e_ep):
+def _ee_task(
+    quat_e: np.ndarray,
+    pos_e: np.ndarray,
+    nu: np.ndarray,
+    n: int,
+    p_d: np.ndarray,
+    q_d: np.ndarray,
+    nu_ed: np.ndarray,
+    nu_ed_dot: np.ndarray,
+    lam6: np.ndarray,
+    nu_er: np.ndarray,
+    nu_er_dot: np.ndarray,
+    e_ep: np.ndarray,
+) -> None:
     """ν_{e,r} = ν_{e,d} − Λ_e e_{e,p} and its rate (52) for the end effector (body N), e_{e,p} = [p − p_d; e_att],
     e_att = R_d ε of (44) (``_attitude_error``) with its rate (``_attitude_error_rate``)."""
     e0, x, y, z = _attitude_error(q_d[0], q_d[1], q_d[2], q_d[3], quat_e[0], quat_e[1], quat_e[2], quat_e[3])
@@ -577,6 +616,305 @@ def _ee_task(quat_e, pos_e, nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, nu_er, nu_e
     nu_er_dot[3] = nu_ed_dot[3] - lam6[3] * de3
     nu_er_dot[4] = nu_ed_dot[4] - lam6[4] * de4
     nu_er_dot[5] = nu_ed_dot[5] - lam6[5] * de5
+
+
+@njit(cache=True, inline="always")
+def _dac_world_inertias(
+    quat: np.ndarray,
+    nu: np.ndarray,
+    inertias: np.ndarray,
+    inertias_inv: np.ndarray,
+    R: np.ndarray,
+    Iw: np.ndarray,
+    Ii: np.ndarray,
+    WI: np.ndarray,
+) -> None:
+    """Per body of ``dac_law3_step``: R_i = R(q_i), I_i = sym(R_i I_B,i R_iᵀ) (64), I_i⁻¹ = R_i I_B,i⁻¹ R_iᵀ
+    and Ω_i I_i (16), into R, Iw, Ii, WI (N,3,3)."""
+    n = quat.shape[0]
+    n3 = 3 * n
+    # rotations and world inertias
+    _quat_to_R(quat, R)  # R_i = R(q_i): models/_lie_kernels.py, the one formula
+    for i in range(n):
+        for a in range(3):
+            for b in range(3):
+                sI = 0.0
+                sJ = 0.0
+                for c in range(3):
+                    tI = 0.0
+                    tJ = 0.0
+                    for e in range(3):
+                        tI += inertias[i, c, e] * R[i, b, e]
+                        tJ += inertias_inv[i, c, e] * R[i, b, e]
+                    sI += R[i, a, c] * tI
+                    sJ += R[i, a, c] * tJ
+                Iw[i, a, b] = sI
+                Ii[i, a, b] = sJ
+        for a in range(3):
+            for b in range(a + 1, 3):
+                h = 0.5 * (Iw[i, a, b] + Iw[i, b, a])
+                Iw[i, a, b] = h
+                Iw[i, b, a] = h
+        wx, wy, wz = nu[n3 + 3 * i], nu[n3 + 3 * i + 1], nu[n3 + 3 * i + 2]
+        for b in range(3):  # Ω I column by column: ω × I[:, b]
+            cx, cy, cz = _cross3(wx, wy, wz, Iw[i, 0, b], Iw[i, 1, b], Iw[i, 2, b])
+            WI[i, 0, b], WI[i, 1, b], WI[i, 2, b] = cx, cy, cz
+
+
+@njit(cache=True, inline="always")
+def _dac_constraint_blocks(
+    R: np.ndarray,
+    nu: np.ndarray,
+    joint_parent: np.ndarray,
+    joint_child: np.ndarray,
+    A: np.ndarray,
+    Ad: np.ndarray,
+) -> None:
+    """The configuration-dependent blocks of A and Ȧ (``dac_law3_step``): joint row j holds −S(s_{B_jJ_j})
+    on body j and S(s_{B_{j+1}J_j}) on body j+1, s_{B_jJ_j} = −R_j a_j, s_{B_{j+1}J_j} = −R_{j+1} b_j, and Ȧ
+    their rates S(ω × s)."""
+    n = R.shape[0]
+    n3 = 3 * n
+    # constraint rows: angular blocks of A and Ȧ
+    for j in range(n - 1):
+        spx = -(
+            R[j, 0, 0] * joint_parent[j, 0]
+            + R[j, 0, 1] * joint_parent[j, 1]
+            + R[j, 0, 2] * joint_parent[j, 2]
+        )
+        spy = -(
+            R[j, 1, 0] * joint_parent[j, 0]
+            + R[j, 1, 1] * joint_parent[j, 1]
+            + R[j, 1, 2] * joint_parent[j, 2]
+        )
+        spz = -(
+            R[j, 2, 0] * joint_parent[j, 0]
+            + R[j, 2, 1] * joint_parent[j, 1]
+            + R[j, 2, 2] * joint_parent[j, 2]
+        )
+        k = j + 1
+        scx = -(
+            R[k, 0, 0] * joint_child[j, 0] + R[k, 0, 1] * joint_child[j, 1] + R[k, 0, 2] * joint_child[j, 2]
+        )
+        scy = -(
+            R[k, 1, 0] * joint_child[j, 0] + R[k, 1, 1] * joint_child[j, 1] + R[k, 1, 2] * joint_child[j, 2]
+        )
+        scz = -(
+            R[k, 2, 0] * joint_child[j, 0] + R[k, 2, 1] * joint_child[j, 1] + R[k, 2, 2] * joint_child[j, 2]
+        )
+        wjx, wjy, wjz = nu[n3 + 3 * j], nu[n3 + 3 * j + 1], nu[n3 + 3 * j + 2]
+        wkx, wky, wkz = nu[n3 + 3 * k], nu[n3 + 3 * k + 1], nu[n3 + 3 * k + 2]
+        dpx, dpy, dpz = _cross3(wjx, wjy, wjz, spx, spy, spz)
+        dcx, dcy, dcz = _cross3(wkx, wky, wkz, scx, scy, scz)
+        r = 3 * j
+        cj = n3 + 3 * j
+        ck = n3 + 3 * k
+        # S(a) = [[0, −a_z, a_y], [a_z, 0, −a_x], [−a_y, a_x, 0]]
+        A[r, cj + 1], A[r, cj + 2] = spz, -spy
+        A[r + 1, cj], A[r + 1, cj + 2] = -spz, spx
+        A[r + 2, cj], A[r + 2, cj + 1] = spy, -spx
+        A[r, ck + 1], A[r, ck + 2] = -scz, scy
+        A[r + 1, ck], A[r + 1, ck + 2] = scz, -scx
+        A[r + 2, ck], A[r + 2, ck + 1] = -scy, scx
+        Ad[r, cj + 1], Ad[r, cj + 2] = dpz, -dpy
+        Ad[r + 1, cj], Ad[r + 1, cj + 2] = -dpz, dpx
+        Ad[r + 2, cj], Ad[r + 2, cj + 1] = dpy, -dpx
+        Ad[r, ck + 1], Ad[r, ck + 2] = -dcz, dcy
+        Ad[r + 1, ck], Ad[r + 1, ck + 2] = dcz, -dcx
+        Ad[r + 2, ck], Ad[r + 2, ck + 1] = -dcy, dcx
+
+
+@njit(cache=True, inline="always")
+def _dac_schur(A: np.ndarray, masses: np.ndarray, Ii: np.ndarray, MiAt: np.ndarray, S: np.ndarray) -> None:
+    """ℳ⁻¹Aᵀ block by block (ℳ = blockdiag(m_i I₃ …, I_i …)) into MiAt, and S = A ℳ⁻¹ Aᵀ into S."""
+    nr = A.shape[0]
+    n = masses.shape[0]
+    n3, m6 = 3 * n, 6 * n
+    # ℳ⁻¹Aᵀ, block by block
+    for c in range(nr):
+        for i in range(n):
+            for a in range(3):
+                MiAt[3 * i + a, c] = A[c, 3 * i + a] / masses[i]
+            for a in range(3):
+                MiAt[n3 + 3 * i + a, c] = (
+                    Ii[i, a, 0] * A[c, n3 + 3 * i]
+                    + Ii[i, a, 1] * A[c, n3 + 3 * i + 1]
+                    + Ii[i, a, 2] * A[c, n3 + 3 * i + 2]
+                )
+    for a in range(nr):
+        for b in range(a + 1):
+            sab = 0.0
+            for c in range(m6):
+                sab += A[a, c] * MiAt[c, b]
+            S[a, b] = sab
+            S[b, a] = sab
+
+
+@njit(cache=True, inline="always")
+def _dac_reference(
+    A: np.ndarray,
+    Ad: np.ndarray,
+    S: np.ndarray,
+    MiAt: np.ndarray,
+    masses: np.ndarray,
+    Iw: np.ndarray,
+    Ii: np.ndarray,
+    nu: np.ndarray,
+    g: np.ndarray,
+    gdot: np.ndarray,
+    wtask: np.ndarray,
+    wtask_dot: np.ndarray,
+    work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    nu_r_out: np.ndarray,
+    nrd: np.ndarray,
+) -> None:
+    """ν_r and D^Iν_r of ``dac_law3_step`` (its (*)), S = L Lᵀ already factored in place:
+        λ = S⁻¹ (w − A g),  u = ℳ⁻¹Aᵀλ,  ν_r = g + u,  r₁ = Ȧᵀλ − D^Iℳ u,  r₂ = ẇ − Ȧ ν_r − A ġ,
+        D^Iν_r = ġ + ℳ⁻¹r₁ − ℳ⁻¹Aᵀ S⁻¹(A ℳ⁻¹ r₁ − r₂).
+    ``work`` = (λ, x, u, r₁, ℳ⁻¹r₁) scratch vectors."""
+    lam, x, u, r1, Mir1 = work
+    nr = A.shape[0]
+    nc = nr - 6
+    n = masses.shape[0]
+    n3, m6 = 3 * n, 6 * n
+    # λ = S⁻¹(w − A g)
+    for a in range(nr):
+        sa = 0.0
+        for c in range(m6):
+            sa += A[a, c] * g[c]
+        lam[a] = (wtask[a - nc] if a >= nc else 0.0) - sa
+    cholesky_solve_inplace(S, nr, lam)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += MiAt[c, a] * lam[a]
+        u[c] = sc
+        nu_r_out[c] = g[c] + u[c]
+    # r₁ = Ȧᵀλ − D^Iℳ u,  D^Iℳ u = ω × (I u) − I (ω × u) per body (angular part only)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += Ad[a, c] * lam[a]
+        r1[c] = sc
+    for i in range(n):
+        k = n3 + 3 * i
+        wx, wy, wz = nu[k], nu[k + 1], nu[k + 2]
+        ux, uy, uz = u[k], u[k + 1], u[k + 2]
+        t0 = Iw[i, 0, 0] * ux + Iw[i, 0, 1] * uy + Iw[i, 0, 2] * uz
+        t1 = Iw[i, 1, 0] * ux + Iw[i, 1, 1] * uy + Iw[i, 1, 2] * uz
+        t2 = Iw[i, 2, 0] * ux + Iw[i, 2, 1] * uy + Iw[i, 2, 2] * uz
+        a0, a1, a2 = _cross3(wx, wy, wz, t0, t1, t2)
+        cx, cy, cz = _cross3(wx, wy, wz, ux, uy, uz)
+        r1[k] -= a0 - (Iw[i, 0, 0] * cx + Iw[i, 0, 1] * cy + Iw[i, 0, 2] * cz)
+        r1[k + 1] -= a1 - (Iw[i, 1, 0] * cx + Iw[i, 1, 1] * cy + Iw[i, 1, 2] * cz)
+        r1[k + 2] -= a2 - (Iw[i, 2, 0] * cx + Iw[i, 2, 1] * cy + Iw[i, 2, 2] * cz)
+    # ℳ⁻¹ r₁
+    for i in range(n):
+        for a in range(3):
+            Mir1[3 * i + a] = r1[3 * i + a] / masses[i]
+            Mir1[n3 + 3 * i + a] = (
+                Ii[i, a, 0] * r1[n3 + 3 * i]
+                + Ii[i, a, 1] * r1[n3 + 3 * i + 1]
+                + Ii[i, a, 2] * r1[n3 + 3 * i + 2]
+            )
+    # x = S⁻¹(A ℳ⁻¹r₁ − r₂), r₂ = ẇ − Ȧ ν_r − A ġ
+    for a in range(nr):
+        sa = 0.0
+        for c in range(m6):
+            sa += A[a, c] * (Mir1[c] + gdot[c]) + Ad[a, c] * nu_r_out[c]
+        x[a] = sa - (wtask_dot[a - nc] if a >= nc else 0.0)
+    cholesky_solve_inplace(S, nr, x)
+    for c in range(m6):
+        sc = 0.0
+        for a in range(nr):
+            sc += MiAt[c, a] * x[a]
+        nrd[c] = gdot[c] + Mir1[c] - sc
+
+
+@njit(cache=True, inline="always")
+def _dac_law_torque(
+    nu: np.ndarray,
+    nu_r: np.ndarray,
+    nrd: np.ndarray,
+    masses: np.ndarray,
+    Iw: np.ndarray,
+    WI: np.ndarray,
+    kd_mass: float,
+    kd: np.ndarray,
+    s_out: np.ndarray,
+    tau: np.ndarray,
+    scalars: np.ndarray,
+) -> None:
+    """The law (37)/(46) of ``dac_law3_step`` but its ℱ_{g,J} term, s = ν − ν_r:
+    τ = ℳ D^Iν_r + 𝒞 ν_r − K_d s,  V = ½ sᵀℳs (scalars[0]),  V̇_cl = −sᵀK_d s (scalars[1])."""
+    n = masses.shape[0]
+    n3, m6 = 3 * n, 6 * n
+    nu_r_out = nu_r
+    # the law
+    V = 0.0
+    Vd = 0.0
+    for c in range(m6):
+        s_out[c] = nu[c] - nu_r_out[c]
+    for i in range(n):
+        mi = masses[i]
+        for a in range(3):
+            r = 3 * i + a
+            Ms = mi * s_out[r]
+            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
+            tau[r] = mi * nrd[r] - kds
+            V += s_out[r] * Ms
+            Vd -= s_out[r] * kds
+        for a in range(3):
+            r = n3 + 3 * i + a
+            Ms = 0.0
+            Mn = 0.0
+            Cn = 0.0
+            for b in range(3):
+                Ms += Iw[i, a, b] * s_out[n3 + 3 * i + b]
+                Mn += Iw[i, a, b] * nrd[n3 + 3 * i + b]
+                Cn += WI[i, a, b] * nu_r_out[n3 + 3 * i + b]
+            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
+            tau[r] = Mn + Cn - kds
+            V += s_out[r] * Ms
+            Vd -= s_out[r] * kds
+    scalars[0] = 0.5 * V
+    scalars[1] = Vd
+
+
+@njit(cache=True, inline="always")
+def _dac_gravity_springs(
+    quat: np.ndarray,
+    R: np.ndarray,
+    masses: np.ndarray,
+    gravity: np.ndarray,
+    stiffness: np.ndarray,
+    tau: np.ndarray,
+) -> None:
+    """τ −= ℱ_{g,J} = [m_i g; C_F M_J] (37) with the joint moments M_J = R_j K_j Log(R_jᵀR_{j+1}) from the
+    relative quaternion q_j⁻¹ ⊗ q_{j+1} = (c, v): θ = 2 atan2(‖v‖, |c|), Log = sgn(c) θ v/‖v‖ (→ 2v/|c|)."""
+    n = quat.shape[0]
+    n3 = 3 * n
+    for i in range(n):
+        for a in range(3):
+            tau[3 * i + a] -= masses[i] * gravity[a]
+    for j in range(n - 1):
+        qa0, qa1, qa2, qa3 = quat[j, 0], quat[j, 1], quat[j, 2], quat[j, 3]
+        qb0, qb1, qb2, qb3 = quat[j + 1, 0], quat[j + 1, 1], quat[j + 1, 2], quat[j + 1, 3]
+        cw = qa0 * qb0 + qa1 * qb1 + qa2 * qb2 + qa3 * qb3
+        xx, xy, xz = _cross3(qa1, qa2, qa3, qb1, qb2, qb3)
+        vx = qa0 * qb1 - qb0 * qa1 - xx
+        vy = qa0 * qb2 - qb0 * qa2 - xy
+        vz = qa0 * qb3 - qb0 * qa3 - xz
+        sv = math.sqrt(vx * vx + vy * vy + vz * vz)
+        sgn = -1.0 if cw < 0 else 1.0
+        th = 2.0 * math.atan2(sv, sgn * cw)
+        kk = th / sv if sv > 1e-12 else 2.0 / abs(cw)
+        kk *= sgn
+        tx, ty, tz = stiffness[j, 0] * kk * vx, stiffness[j, 1] * kk * vy, stiffness[j, 2] * kk * vz
+        for a in range(3):
+            mJ = R[j, a, 0] * tx + R[j, a, 1] * ty + R[j, a, 2] * tz
+            tau[n3 + 3 * j + a] -= mJ  # −ℱ: C_F M_J is + M_J on body j, − M_J on body j+1
+            tau[n3 + 3 * j + 3 + a] += mJ
 
 
 @njit(cache=True)
@@ -638,9 +976,8 @@ def dac_law3_step(
     Outputs: tau, s_out, nu_r_out (6N), e_ep (6), scalars = [V, V̇_cl, U_o, d_min].  Returns False when S
     is not positive definite (task rows dependent on the constraints)."""
     n = quat.shape[0]
-    n3, m6 = 3 * n, 6 * n
+    m6 = 6 * n
     nr = A.shape[0]
-    nc = nr - 6
     # work layout (rows): R (n·9) | I (n·9) | I⁻¹ (n·9) | WI (n·9) | vectors
     R = work[0 : 9 * n].reshape((n, 3, 3))
     Iw = work[9 * n : 18 * n].reshape((n, 3, 3))
@@ -661,210 +998,25 @@ def dac_law3_step(
     o3 = o2 + 2 * nr + 12
     MiAt = work[o3 : o3 + m6 * nr].reshape((m6, nr))
     S = work[o3 + m6 * nr : o3 + m6 * nr + nr * nr].reshape((nr, nr))
-    # rotations and world inertias
-    _quat_to_R(quat, R)  # R_i = R(q_i): models/_lie_kernels.py, the one formula
-    for i in range(n):
-        for a in range(3):
-            for b in range(3):
-                sI = 0.0
-                sJ = 0.0
-                for c in range(3):
-                    tI = 0.0
-                    tJ = 0.0
-                    for e in range(3):
-                        tI += inertias[i, c, e] * R[i, b, e]
-                        tJ += inertias_inv[i, c, e] * R[i, b, e]
-                    sI += R[i, a, c] * tI
-                    sJ += R[i, a, c] * tJ
-                Iw[i, a, b] = sI
-                Ii[i, a, b] = sJ
-        for a in range(3):
-            for b in range(a + 1, 3):
-                h = 0.5 * (Iw[i, a, b] + Iw[i, b, a])
-                Iw[i, a, b] = h
-                Iw[i, b, a] = h
-        wx, wy, wz = nu[n3 + 3 * i], nu[n3 + 3 * i + 1], nu[n3 + 3 * i + 2]
-        for b in range(3):  # Ω I column by column: ω × I[:, b]
-            cx, cy, cz = _cross3(wx, wy, wz, Iw[i, 0, b], Iw[i, 1, b], Iw[i, 2, b])
-            WI[i, 0, b], WI[i, 1, b], WI[i, 2, b] = cx, cy, cz
-    # constraint rows: angular blocks of A and Ȧ
-    for j in range(n - 1):
-        spx = -(
-            R[j, 0, 0] * joint_parent[j, 0]
-            + R[j, 0, 1] * joint_parent[j, 1]
-            + R[j, 0, 2] * joint_parent[j, 2]
-        )
-        spy = -(
-            R[j, 1, 0] * joint_parent[j, 0]
-            + R[j, 1, 1] * joint_parent[j, 1]
-            + R[j, 1, 2] * joint_parent[j, 2]
-        )
-        spz = -(
-            R[j, 2, 0] * joint_parent[j, 0]
-            + R[j, 2, 1] * joint_parent[j, 1]
-            + R[j, 2, 2] * joint_parent[j, 2]
-        )
-        k = j + 1
-        scx = -(
-            R[k, 0, 0] * joint_child[j, 0] + R[k, 0, 1] * joint_child[j, 1] + R[k, 0, 2] * joint_child[j, 2]
-        )
-        scy = -(
-            R[k, 1, 0] * joint_child[j, 0] + R[k, 1, 1] * joint_child[j, 1] + R[k, 1, 2] * joint_child[j, 2]
-        )
-        scz = -(
-            R[k, 2, 0] * joint_child[j, 0] + R[k, 2, 1] * joint_child[j, 1] + R[k, 2, 2] * joint_child[j, 2]
-        )
-        wjx, wjy, wjz = nu[n3 + 3 * j], nu[n3 + 3 * j + 1], nu[n3 + 3 * j + 2]
-        wkx, wky, wkz = nu[n3 + 3 * k], nu[n3 + 3 * k + 1], nu[n3 + 3 * k + 2]
-        dpx, dpy, dpz = _cross3(wjx, wjy, wjz, spx, spy, spz)
-        dcx, dcy, dcz = _cross3(wkx, wky, wkz, scx, scy, scz)
-        r = 3 * j
-        cj = n3 + 3 * j
-        ck = n3 + 3 * k
-        # S(a) = [[0, −a_z, a_y], [a_z, 0, −a_x], [−a_y, a_x, 0]]
-        A[r, cj + 1], A[r, cj + 2] = spz, -spy
-        A[r + 1, cj], A[r + 1, cj + 2] = -spz, spx
-        A[r + 2, cj], A[r + 2, cj + 1] = spy, -spx
-        A[r, ck + 1], A[r, ck + 2] = -scz, scy
-        A[r + 1, ck], A[r + 1, ck + 2] = scz, -scx
-        A[r + 2, ck], A[r + 2, ck + 1] = -scy, scx
-        Ad[r, cj + 1], Ad[r, cj + 2] = dpz, -dpy
-        Ad[r + 1, cj], Ad[r + 1, cj + 2] = -dpz, dpx
-        Ad[r + 2, cj], Ad[r + 2, cj + 1] = dpy, -dpx
-        Ad[r, ck + 1], Ad[r, ck + 2] = -dcz, dcy
-        Ad[r + 1, ck], Ad[r + 1, ck + 2] = dcz, -dcx
-        Ad[r + 2, ck], Ad[r + 2, ck + 1] = -dcy, dcx
+    _dac_world_inertias(quat, nu, inertias, inertias_inv, R, Iw, Ii, WI)
+    _dac_constraint_blocks(R, nu, joint_parent, joint_child, A, Ad)
     # reference pieces
     _ee_task(quat[n - 1], pos[n - 1], nu, n, p_d, q_d, nu_ed, nu_ed_dot, lam6, wtask, wtask_dot, e_ep)
     U, dmin = _obstacle_wish(R, pos, nu, n, points, centers, radii, gain, d0, dc, g, gdot)
     scalars[2] = U
     scalars[3] = dmin
-    # ℳ⁻¹Aᵀ, block by block
-    for c in range(nr):
-        for i in range(n):
-            for a in range(3):
-                MiAt[3 * i + a, c] = A[c, 3 * i + a] / masses[i]
-            for a in range(3):
-                MiAt[n3 + 3 * i + a, c] = (
-                    Ii[i, a, 0] * A[c, n3 + 3 * i]
-                    + Ii[i, a, 1] * A[c, n3 + 3 * i + 1]
-                    + Ii[i, a, 2] * A[c, n3 + 3 * i + 2]
-                )
-    for a in range(nr):
-        for b in range(a + 1):
-            sab = 0.0
-            for c in range(m6):
-                sab += A[a, c] * MiAt[c, b]
-            S[a, b] = sab
-            S[b, a] = sab
+    _dac_schur(A, masses, Ii, MiAt, S)
     if not cholesky_inplace(S, nr):
         return False
-    # λ = S⁻¹(w − A g)
-    for a in range(nr):
-        sa = 0.0
-        for c in range(m6):
-            sa += A[a, c] * g[c]
-        lam[a] = (wtask[a - nc] if a >= nc else 0.0) - sa
-    cholesky_solve_inplace(S, nr, lam)
-    for c in range(m6):
-        sc = 0.0
-        for a in range(nr):
-            sc += MiAt[c, a] * lam[a]
-        u[c] = sc
-        nu_r_out[c] = g[c] + u[c]
-    # r₁ = Ȧᵀλ − D^Iℳ u,  D^Iℳ u = ω × (I u) − I (ω × u) per body (angular part only)
-    for c in range(m6):
-        sc = 0.0
-        for a in range(nr):
-            sc += Ad[a, c] * lam[a]
-        r1[c] = sc
-    for i in range(n):
-        k = n3 + 3 * i
-        wx, wy, wz = nu[k], nu[k + 1], nu[k + 2]
-        ux, uy, uz = u[k], u[k + 1], u[k + 2]
-        t0 = Iw[i, 0, 0] * ux + Iw[i, 0, 1] * uy + Iw[i, 0, 2] * uz
-        t1 = Iw[i, 1, 0] * ux + Iw[i, 1, 1] * uy + Iw[i, 1, 2] * uz
-        t2 = Iw[i, 2, 0] * ux + Iw[i, 2, 1] * uy + Iw[i, 2, 2] * uz
-        a0, a1, a2 = _cross3(wx, wy, wz, t0, t1, t2)
-        cx, cy, cz = _cross3(wx, wy, wz, ux, uy, uz)
-        r1[k] -= a0 - (Iw[i, 0, 0] * cx + Iw[i, 0, 1] * cy + Iw[i, 0, 2] * cz)
-        r1[k + 1] -= a1 - (Iw[i, 1, 0] * cx + Iw[i, 1, 1] * cy + Iw[i, 1, 2] * cz)
-        r1[k + 2] -= a2 - (Iw[i, 2, 0] * cx + Iw[i, 2, 1] * cy + Iw[i, 2, 2] * cz)
-    # ℳ⁻¹ r₁
-    for i in range(n):
-        for a in range(3):
-            Mir1[3 * i + a] = r1[3 * i + a] / masses[i]
-            Mir1[n3 + 3 * i + a] = (
-                Ii[i, a, 0] * r1[n3 + 3 * i]
-                + Ii[i, a, 1] * r1[n3 + 3 * i + 1]
-                + Ii[i, a, 2] * r1[n3 + 3 * i + 2]
-            )
-    # x = S⁻¹(A ℳ⁻¹r₁ − r₂), r₂ = ẇ − Ȧ ν_r − A ġ
-    for a in range(nr):
-        sa = 0.0
-        for c in range(m6):
-            sa += A[a, c] * (Mir1[c] + gdot[c]) + Ad[a, c] * nu_r_out[c]
-        x[a] = sa - (wtask_dot[a - nc] if a >= nc else 0.0)
-    cholesky_solve_inplace(S, nr, x)
-    for c in range(m6):
-        sc = 0.0
-        for a in range(nr):
-            sc += MiAt[c, a] * x[a]
-        nrd[c] = gdot[c] + Mir1[c] - sc
-    # the law
-    V = 0.0
-    Vd = 0.0
-    for c in range(m6):
-        s_out[c] = nu[c] - nu_r_out[c]
-    for i in range(n):
-        mi = masses[i]
-        for a in range(3):
-            r = 3 * i + a
-            Ms = mi * s_out[r]
-            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
-            tau[r] = mi * nrd[r] - kds
-            V += s_out[r] * Ms
-            Vd -= s_out[r] * kds
-        for a in range(3):
-            r = n3 + 3 * i + a
-            Ms = 0.0
-            Mn = 0.0
-            Cn = 0.0
-            for b in range(3):
-                Ms += Iw[i, a, b] * s_out[n3 + 3 * i + b]
-                Mn += Iw[i, a, b] * nrd[n3 + 3 * i + b]
-                Cn += WI[i, a, b] * nu_r_out[n3 + 3 * i + b]
-            kds = kd_mass * Ms if kd_mass > 0.0 else kd[r] * s_out[r]
-            tau[r] = Mn + Cn - kds
-            V += s_out[r] * Ms
-            Vd -= s_out[r] * kds
-    scalars[0] = 0.5 * V
-    scalars[1] = Vd
+    _dac_reference(
+        A, Ad, S, MiAt, masses, Iw, Ii, nu, g, gdot, wtask, wtask_dot, (lam, x, u, r1, Mir1), nu_r_out, nrd
+    )
+    _dac_law_torque(nu, nu_r_out, nrd, masses, Iw, WI, kd_mass, kd, s_out, tau, scalars)
     if not rotvec:
         for c in range(m6):
             tau[c] -= F_known[c]
         return True
-    for i in range(n):
-        for a in range(3):
-            tau[3 * i + a] -= masses[i] * gravity[a]
-    for j in range(n - 1):
-        qa0, qa1, qa2, qa3 = quat[j, 0], quat[j, 1], quat[j, 2], quat[j, 3]
-        qb0, qb1, qb2, qb3 = quat[j + 1, 0], quat[j + 1, 1], quat[j + 1, 2], quat[j + 1, 3]
-        cw = qa0 * qb0 + qa1 * qb1 + qa2 * qb2 + qa3 * qb3
-        xx, xy, xz = _cross3(qa1, qa2, qa3, qb1, qb2, qb3)
-        vx = qa0 * qb1 - qb0 * qa1 - xx
-        vy = qa0 * qb2 - qb0 * qa2 - xy
-        vz = qa0 * qb3 - qb0 * qa3 - xz
-        sv = math.sqrt(vx * vx + vy * vy + vz * vz)
-        sgn = -1.0 if cw < 0 else 1.0
-        th = 2.0 * math.atan2(sv, sgn * cw)
-        kk = th / sv if sv > 1e-12 else 2.0 / abs(cw)
-        kk *= sgn
-        tx, ty, tz = stiffness[j, 0] * kk * vx, stiffness[j, 1] * kk * vy, stiffness[j, 2] * kk * vz
-        for a in range(3):
-            mJ = R[j, a, 0] * tx + R[j, a, 1] * ty + R[j, a, 2] * tz
-            tau[n3 + 3 * j + a] -= mJ  # −ℱ: C_F M_J is + M_J on body j, − M_J on body j+1
-            tau[n3 + 3 * j + 3 + a] += mJ
+    _dac_gravity_springs(quat, R, masses, gravity, stiffness, tau)
     return True
 
 
@@ -968,6 +1120,46 @@ def robust18_post(
 
 
 # ------------------------------------------------------------------------------------------ PIDC, one row
+@njit(cache=True, inline="always")
+def _sinusoid_reference(t: float, prm: np.ndarray, o: int, ref: np.ndarray) -> None:
+    """``pidc_one_row``'s reference from the sinusoid θ_d = c + α sin(ω t + φ) (``models.trajectory.Sinusoid``):
+    ref = [θ_d; θ̇_d = α ω cos(·); θ̈_d = −α ω² sin(·)], with (c, α, ω, φ) (k each) at ``prm[o:]``."""
+    k = ref.shape[1]
+    for j in range(k):
+        ph = prm[o + 2 * k + j] * t + prm[o + 3 * k + j]
+        sn, cs = math.sin(ph), math.cos(ph)
+        al, om = prm[o + k + j], prm[o + 2 * k + j]
+        ref[0, j] = prm[o + j] + al * sn
+        ref[1, j] = al * om * cs
+        ref[2, j] = -al * om * om * sn
+
+
+@njit(cache=True, inline="always")
+def _passive_projection(
+    a: np.ndarray, s2: float, sigma: float, rank: int, mask: np.ndarray, tau_par: np.ndarray, tau: np.ndarray
+) -> float:
+    """``pidc_one_row`` with passive joints (mask = diag(I − B)): at rank 1, y = a/σ, x = mask ∘ y,
+    τ = τ_∥ − y (x·τ_∥)/‖x‖² (60–62; τ = τ_∥ if x = 0), and the residual ‖mask ∘ τ‖ of (58), returned."""
+    n = a.shape[0]
+    res = 0.0
+    if rank == 1:
+        nx2 = 0.0
+        xt = 0.0
+        for i in range(n):
+            yi = a[i] / s2 * sigma
+            xi = yi * mask[i]
+            nx2 += xi * xi
+            xt += xi * tau_par[i]
+        if nx2 != 0.0:
+            f = xt / nx2
+            for i in range(n):
+                tau[i] = tau_par[i] - (a[i] / s2 * sigma) * f
+    for i in range(n):
+        ri = tau[i] * mask[i]
+        res += ri * ri
+    return math.sqrt(res)
+
+
 @njit(cache=True)
 def pidc_one_row(
     M: np.ndarray,
@@ -1006,13 +1198,7 @@ def pidc_one_row(
     k = ref.shape[1]
     o = 3 * k + 2 * n + 3
     if sinus:
-        for j in range(k):
-            ph = prm[o + 2 * k + j] * t + prm[o + 3 * k + j]
-            sn, cs = math.sin(ph), math.cos(ph)
-            al, om = prm[o + k + j], prm[o + 2 * k + j]
-            ref[0, j] = prm[o + j] + al * sn
-            ref[1, j] = al * om * cs
-            ref[2, j] = -al * om * om * sn
+        _sinusoid_reference(t, prm, o, ref)
     th_d = ref[0]
     thd_d = ref[1]
     thdd_d = ref[2]
@@ -1101,24 +1287,7 @@ def pidc_one_row(
             x += P[i, j] * b[j]
         tau_par[i] = x
         tau[i] = x
-    res = 0.0
-    if passive:
-        if rank == 1:
-            nx2 = 0.0
-            xt = 0.0
-            for i in range(n):
-                yi = a[i] / s2 * sigma
-                xi = yi * mask[i]
-                nx2 += xi * xi
-                xt += xi * tau_par[i]
-            if nx2 != 0.0:
-                f = xt / nx2
-                for i in range(n):
-                    tau[i] = tau_par[i] - (a[i] / s2 * sigma) * f
-        for i in range(n):
-            ri = tau[i] * mask[i]
-            res += ri * ri
-        res = math.sqrt(res)
+    res = _passive_projection(a, s2, sigma, rank, mask, tau_par, tau) if passive else 0.0
     return 0, rank, res, math.sqrt(bb)
 
 
