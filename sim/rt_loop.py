@@ -189,6 +189,102 @@ def _captured(buf: np.ndarray, row: int) -> Any:
     return x != 0 if buf.dtype == np.uint8 else x.astype(np.float64) if buf.dtype == np.float32 else x
 
 
+def _sensor_views(link: Link, sense_into: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) pairs of :func:`control_loop`: each array of ``sense_into`` receives, in
+    order, its slice of the sensor values published with each state (views of the local copy, made once);
+    a ConfigError if their sizes do not add up to the transport's."""
+    sensed, i0 = [], 0
+    for dst in sense_into:
+        sensed.append((dst, link.state.sensors[i0 : i0 + dst.size]))
+        i0 += dst.size
+    if i0 != link.state.sensors.size:
+        raise ConfigError(
+            f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}"
+        )
+    return sensed
+
+
+def _first_cycle_buffers(
+    controller: Controller,
+    reporter: ReportsErrors | None,
+    t: float,
+    n_cycles: int,
+    records: Path | None,
+    rep: LoopReport,
+    s: LoopSettings,
+    capture: list[tuple[str, np.ndarray]],
+) -> None:
+    """The per-cycle arrays of :func:`control_loop` (n_cycles rows each), allocated and touched before the
+    first answer, which the driver waits for before its clock starts (outside the timed run): the
+    controller's ``info`` fields (appended to ``capture``, ``rep.info``) and its errors at time ``t``."""
+    if s.capture_info and getattr(controller, "info", None) is not None:
+        for name, val in _info_fields(controller.info):
+            capture.append((name, capture_buffer(val, n_cycles, records, f"info__{name}")))
+        rep.info = dict(capture)
+    if reporter is not None:
+        for group in reporter.errors(reporter.kin, t):
+            for name, e in group.items():
+                rep.errors[name] = record_array(
+                    records, f"error__{name}", (n_cycles, np.size(e)), np.float64, np.nan
+                )
+
+
+def _check_waiting(
+    link: Link,
+    is_alive: Callable[[], bool] | None,
+    rep: LoopReport,
+    times: tuple[float, float, float, float, float, float],
+) -> float:
+    """:func:`control_loop`'s check while it waits for a state (every 1024 spins).  ``times`` = (due,
+    last_wall, dt, dead_after, due_timeout, next_alive_check) in perf_counter seconds.  Returns the next
+    time to ask ``is_alive()`` (at most once a period: it reads /proc), or −1 when the wait is to end (the
+    driver no longer runs, or an interrupt was requested); raises DriverDied once the state is
+    ``dead_after`` overdue and the driver is dead, RtError after ``due_timeout``."""
+    due, last_wall, dt, dead_after, due_timeout, next_alive_check = times
+    if link.driver_status not in (rt.STARTING, rt.RUNNING):
+        return -1.0
+    now = time.perf_counter()
+    over = now - due
+    if over > dead_after and is_alive is not None and now >= next_alive_check:
+        next_alive_check = now + dt
+        if not is_alive():
+            rep.driver_lost_after_s = time.perf_counter() - last_wall
+            rep.ended_by = "driver died"
+            raise DriverDied(
+                f"the driver process ended without a word (killed?): no state for "
+                f"{rep.driver_lost_after_s * 1e3:.1f} ms after its last one"
+            )
+    if over > due_timeout:
+        rep.ended_by = "timeout"
+        raise RtError(f"no new state from the driver for {due_timeout:g} s")
+    if interrupt.requested() is not None:
+        return -1.0
+    return next_alive_check
+
+
+def _record_cycle(
+    controller: Controller,
+    reporter: ReportsErrors | None,
+    t: float,
+    k: int,
+    rep: LoopReport,
+    capture: list[tuple[str, np.ndarray]],
+) -> None:
+    """Row ``k`` of :func:`control_loop`'s per-cycle arrays, after the send: the reporter's task errors
+    at time ``t`` and the captured fields of ``controller.info`` (a field that does not fit is skipped)."""
+    if reporter is not None:
+        for group in reporter.errors(reporter.kin, t):
+            for name, e in group.items():
+                rep.errors[name][k] = e
+    if capture:
+        info = controller.info  # (capture is filled only if it has one)
+        for name, buf in capture:
+            try:
+                buf[k] = getattr(info, name)
+            except (ValueError, TypeError):
+                pass
+
+
 def control_loop(
     link: Link,
     controller: Controller,
@@ -217,14 +313,7 @@ def control_loop(
     :class:`DriverDied` there, a few periods after its last state; one that lives is waited for up to
     ``timeout_s``."""
     s = settings or LoopSettings()
-    sensed, i0 = [], 0
-    for dst in sense_into:  # (views of the local copy, made once)
-        sensed.append((dst, link.state.sensors[i0 : i0 + dst.size]))
-        i0 += dst.size
-    if i0 != link.state.sensors.size:
-        raise ConfigError(
-            f"sense_into takes {i0} values, the transport's states carry {link.state.sensors.size}"
-        )
+    sensed = _sensor_views(link, sense_into)
     reporter = controller if errors and isinstance(controller, ReportsErrors) else None
     rep = report if report is not None else LoopReport()
     rep.setup = realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller")
@@ -269,23 +358,10 @@ def control_loop(
                 if spins & 63 == 0 and perf() > late:
                     yield_cpu()  # late state (driver preempted): let others run
                 if spins & 1023 == 0:
-                    if link.driver_status not in running:
-                        break
-                    now = perf()
-                    over = now - due
-                    if over > dead_after and is_alive is not None and now >= next_alive_check:
-                        next_alive_check = now + dt  # (at most once a period: it reads /proc)
-                        if not is_alive():
-                            rep.driver_lost_after_s = perf() - last_wall
-                            rep.ended_by = "driver died"
-                            raise DriverDied(
-                                f"the driver process ended without a word (killed?): no state for "
-                                f"{rep.driver_lost_after_s * 1e3:.1f} ms after its last one"
-                            )
-                    if over > due_timeout:
-                        rep.ended_by = "timeout"
-                        raise RtError(f"no new state from the driver for {due_timeout:g} s")
-                    if interrupt.requested() is not None:
+                    next_alive_check = _check_waiting(
+                        link, is_alive, rep, (due, last_wall, dt, dead_after, due_timeout, next_alive_check)
+                    )
+                    if next_alive_check < 0.0:
                         break
             if st.seq == last_seq:  # ended while waiting
                 rep.ended_by = (
@@ -318,19 +394,8 @@ def control_loop(
             c0 = perf()
             tau = controller(st.local[1], st.q.copy(), st.v.copy())
             c1 = perf()
-            if i == 0 and s.capture_info and getattr(controller, "info", None) is not None:
-                # before the first answer, which the driver waits for before its clock starts: the
-                # arrays (n_cycles rows each) are allocated and touched outside the timed run
-                for name, val in _info_fields(controller.info):
-                    capture.append((name, capture_buffer(val, n_cycles, records, f"info__{name}")))
-                rep.info = dict(capture)
-            if i == 0 and reporter is not None:
-                for group in reporter.errors(reporter.kin, st.local[1]):
-                    for name, e in group.items():
-                        rep.errors[name] = record_array(
-                            records, f"error__{name}", (n_cycles, np.size(e)), np.float64, np.nan
-                        )
-            if i == 0:
+            if i == 0:  # (before the first answer: the driver's clock has not started)
+                _first_cycle_buffers(controller, reporter, st.local[1], n_cycles, records, rep, s, capture)
                 c1 = perf()  # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
             # ---- bookkeeping (after the send: not on the latency path)
@@ -340,17 +405,8 @@ def control_loop(
                 wake[k] = (c0 - wall) * 1e6
             seen += 1
             answered[0] = seen
-            if reporter is not None and k < n_cycles:
-                for group in reporter.errors(reporter.kin, st.local[1]):
-                    for name, e in group.items():
-                        rep.errors[name][k] = e
-            if capture and k < n_cycles:
-                info = controller.info
-                for name, buf in capture:
-                    try:
-                        buf[k] = getattr(info, name)
-                    except (ValueError, TypeError):
-                        pass
+            if k < n_cycles and (reporter is not None or capture):
+                _record_cycle(controller, reporter, st.local[1], k, rep, capture)
             last_wall = wall
             i += 1
             if i == s.warmup:
