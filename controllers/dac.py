@@ -58,7 +58,7 @@ RHS (the paper leaves it as future work):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,7 @@ def attitude_error_rate(e: np.ndarray, eta: np.ndarray, w: np.ndarray, w_d: np.n
     return out
 
 
-def _kkt(M, A, r1, r2):
+def _kkt(M: np.ndarray, A: np.ndarray, r1: np.ndarray, r2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     try:
         x, y = kkt_solve(M, A, r1, r2)
     except np.linalg.LinAlgError:
@@ -154,7 +154,7 @@ class LawInfo(StepInfo):
 class PortLaw:
     """Common part (37)/(46).  Subclasses implement ``reference(t, state, R, M) -> (ν_r, D^Iν_r)``."""
 
-    def __init__(self, chain: TensorChain, kd_v: float, kd_w: float, kd_mass: float | None = None):
+    def __init__(self, chain: TensorChain, kd_v: float, kd_w: float, kd_mass: float | None = None) -> None:
         """K_d = blockdiag(kd_v I, kd_w I), or K_d = kd_mass·ℳ(q) if ``kd_mass`` is given: still a symmetric
         p.d. tensor, and then D^I V = −2 kd_mass V, one decay rate for light and heavy directions alike (with
         scalar gains a thin rod's twist, I_xx ≪ I_yy, has rate kd_w/I_xx and limits the sampling period)."""
@@ -206,7 +206,7 @@ class VelocityLaw(PortLaw):
         kd_w: float,
         project: bool = True,
         kd_mass: float | None = None,
-    ):
+    ) -> None:
         super().__init__(chain, kd_v, kd_w, kd_mass)
         self.traj = traj
         self.project = project
@@ -236,7 +236,7 @@ class PoseLaw(PortLaw):
         lam_p: float,
         lam_a: float,
         kd_mass: float | None = None,
-    ):
+    ) -> None:
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
@@ -277,7 +277,7 @@ class Obstacle:
         return Obstacle(Q @ np.asarray(self.center, float) + t, self.radius)
 
 
-def _spheres(obstacles):
+def _spheres(obstacles: Iterable[Obstacle]) -> tuple[np.ndarray, np.ndarray]:
     """(centres (O,3), radii (O,)) of a list of ``Obstacle``."""
     obstacles = list(obstacles)
     if not obstacles:
@@ -288,7 +288,7 @@ def _spheres(obstacles):
     )
 
 
-def _clip(d0, clip):
+def _clip(d0: float, clip: float | None) -> float:
     dc = 0.1 * d0 if clip is None else float(clip)
     if not 0.0 < dc < d0:
         raise ConfigError(f"obstacle_clip must be in (0, obstacle_range = {d0:g}) m, got {dc:g}")
@@ -365,7 +365,7 @@ class TaskSpaceLaw(PortLaw):
         kd_mass: float | None = None,
         obstacle_points: ArrayLike | None = None,
         obstacle_clip: float | None = None,
-    ):
+    ) -> None:
         super().__init__(chain, kd_v, kd_w, kd_mass)
         if not (lam_p > 0 and lam_a > 0):
             raise ConfigError(f"Λ_e must be positive definite: got lam_p={lam_p}, lam_a={lam_a}")
@@ -479,7 +479,7 @@ class TaskSpaceLaw(PortLaw):
         info_.s, info_.nu_r, info_.e_task = s, nu_r, e_ep
         return tau
 
-    def _task(self, t, state):
+    def _task(self, t: float, state: ChainState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """ν_{e,r}, D^Iν_{e,r} (52) and e_{e,p} of the end effector: the compiled step's own
         ``kernels._ee_task`` (the equations once, in its docstring), called on this state."""
         p_d, q_d, nu_ed, nu_ed_dot = self.traj.world(t)
@@ -530,7 +530,7 @@ class TaskSpaceLaw(PortLaw):
         nu_r_cf, nu_r_dot = constrained_reference(M, Mdot, A, Ad, w, wdot, g, gdot)
         return nu_r, nu_r_dot
 
-    def _rate_rows(self, R, nu):
+    def _rate_rows(self, R: np.ndarray, nu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """C ν = R_{j+1}ᵀ(ω_{j+1} − ω_j) (3(N−1) rows) and Ċ = −R_{j+1}ᵀ[ω_{j+1}]× (…)."""
         n = self.chain.n
         w = nu[3 * n :].reshape(n, 3)
@@ -594,7 +594,7 @@ class JointActuationMap:
     """Motors in the ball joints (module docstring).  ``limit``: |ū| component bound (N·m) in the child's
     axes, enforced by a ProxSuite QP when ``qp=True`` (else the closed form, unlimited)."""
 
-    def __init__(self, chain: TensorChain, qp: bool = False, limit: float | None = None):
+    def __init__(self, chain: TensorChain, qp: bool = False, limit: float | None = None) -> None:
         if qp and limit is not None and not limit > 0:
             raise ConfigError(f"motor limit must be > 0, got {limit}")
         self.chain = chain

@@ -33,7 +33,7 @@ from cmstack.models.partition import PartitionModel, PartitionTerms
 from cmstack.models.trajectory import Trajectory, as_trajectory
 
 
-def _diag3(name, x):
+def _diag3(name: str, x: ArrayLike) -> np.ndarray:
     a = np.asarray(x, dtype=float).ravel()
     if a.size == 1:
         a = np.repeat(a, 3)
@@ -66,7 +66,7 @@ class RobustPartitionController:
         kappa: ArrayLike = 50.0,
         eps: ArrayLike = 1e-4,
         terms: str = "rnea",
-    ):
+    ) -> None:
         """model: the inertia-partitioning model; trajectory: t [s] -> (q_d, q̇_d, q̈_d) in (φ, θ, δ)
         (rad, rad, m); Lambda [1/s], K [N·m·s/rad | N·s/m], kappa [N·m | N] and eps (units of s) are
         scalars or 3 values; terms: "rnea" or "partition" (see the module docstring)."""
@@ -169,7 +169,7 @@ class RobustPartitionController:
         self.info = info
         return Q
 
-    def _numpy_step(self, t: float, q, v) -> np.ndarray:
+    def _numpy_step(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The law as NumPy calls (the reference of the compiled step; the path of ``terms="partition"``)."""
         q = np.asarray(q, dtype=float)
         self._q = q

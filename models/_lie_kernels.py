@@ -14,7 +14,7 @@ import cmstack.models._compile_notice  # noqa: F401  (says when these kernels co
 
 
 @njit(cache=True)
-def _quat_to_R(q, R):
+def _quat_to_R(q: np.ndarray, R: np.ndarray) -> None:
     """R_i of every unit quaternion q_i (scalar first): R = [T^{IB}] (body → inertial)."""
     for i in range(q.shape[0]):
         q0, q1, q2, q3 = q[i, 0], q[i, 1], q[i, 2], q[i, 3]
@@ -30,12 +30,12 @@ def _quat_to_R(q, R):
 
 
 @njit(cache=True)
-def _cross(a, b):
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
 
 
 @njit(cache=True)
-def _quat_mul(a, b):
+def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(4)
     out[0] = a[0] * b[0] - (a[1] * b[1] + a[2] * b[2] + a[3] * b[3])
     c = _cross(a[1:], b[1:])
@@ -45,7 +45,9 @@ def _quat_mul(a, b):
 
 
 @njit(cache=True)
-def _shepperd(r00, r01, r02, r10, r11, r12, r20, r21, r22):
+def _shepperd(
+    r00: float, r01: float, r02: float, r10: float, r11: float, r12: float, r20: float, r21: float, r22: float
+) -> tuple[float, float, float, float]:
     """The quaternion (w, x, y, z), w ≥ 0, of the rotation R = [r_ij] by Shepperd's method: the square root
     is taken of the largest of 1 + tr R, 1 + 2R₀₀ − tr R, 1 + 2R₁₁ − tr R, 1 + 2R₂₂ − tr R (the largest of
     tr R, R₀₀, R₁₁, R₂₂ decides), so it is never below 1 and the divisions are well conditioned.  Unit
@@ -81,7 +83,7 @@ def _shepperd(r00, r01, r02, r10, r11, r12, r20, r21, r22):
 
 
 @njit(cache=True)
-def _quat_log3(w, x, y, z):
+def _quat_log3(w: float, x: float, y: float, z: float) -> tuple[float, float, float]:
     """Log of the unit quaternion (w, u): R = exp(θ û) with w = cos(θ/2), u = sin(θ/2) û (w ≥ 0: the
     shortest rotation), so Log R = θ û = 2 atan2(|u|, w) u / |u|;  for |u|/w < 1e-5 the factor
     2 atan2(|u|, w)/|u| = (2/w)(1 − |u|²/(3w²) + O(|u|⁴/w⁴)).  Returns a tuple."""
@@ -94,7 +96,9 @@ def _quat_log3(w, x, y, z):
 
 
 @njit(cache=True)
-def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
+def _log3(
+    r00: float, r01: float, r02: float, r10: float, r11: float, r12: float, r20: float, r21: float, r22: float
+) -> tuple[float, float, float]:
     """Log(R) ∈ R³ (a tuple) of the rotation R = [r_ij]: the one SO(3) logarithm of the compiled code,
     ``_quat_log3`` of Shepperd's quaternion (``_shepperd``); the task rows (``models/_task_kernels.py``)
     and the chain kernels (``_rotation_vector``) both call it."""
@@ -103,7 +107,7 @@ def _log3(r00, r01, r02, r10, r11, r12, r20, r21, r22):
 
 
 @njit(cache=True)
-def _quat_log(q):
+def _quat_log(q: np.ndarray) -> np.ndarray:
     """Log of the unit quaternion q (scalar first), the shortest rotation (``_quat_log3``), as an array."""
     if q[0] < 0:
         a, b, c = _quat_log3(-q[0], -q[1], -q[2], -q[3])
@@ -113,7 +117,7 @@ def _quat_log(q):
 
 
 @njit(cache=True)
-def _quat_from_matrix(R):
+def _quat_from_matrix(R: np.ndarray) -> np.ndarray:
     """Unit quaternion (scalar first, q0 ≥ 0) of a rotation matrix: Shepperd's (``_shepperd``), renormalized."""
     w, x, y, z = _shepperd(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
     q = np.array([w, x, y, z])
@@ -121,28 +125,28 @@ def _quat_from_matrix(R):
 
 
 @njit(cache=True)
-def _rotation_vector(R):
+def _rotation_vector(R: np.ndarray) -> np.ndarray:
     """Log of one rotation matrix (``_log3``), as an array."""
     a, b, c = _log3(R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
     return np.array([a, b, c])
 
 
 @njit(cache=True)
-def quat_mul_batch(a, b, out):
+def quat_mul_batch(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out_i = a_i ⊗ b_i (Hamilton product, scalar first), rows of (m, 4) arrays."""
     for i in range(a.shape[0]):
         out[i] = _quat_mul(a[i], b[i])
 
 
 @njit(cache=True)
-def quat_log_batch(q, out):
+def quat_log_batch(q: np.ndarray, out: np.ndarray) -> None:
     """out_i = the rotation vector of the unit quaternion q_i (shortest rotation)."""
     for i in range(q.shape[0]):
         out[i] = _quat_log(q[i].copy())
 
 
 @njit(cache=True)
-def rotation_vector_batch(R, out):
+def rotation_vector_batch(R: np.ndarray, out: np.ndarray) -> None:
     """out_i = the rotation vector of R_i (``_rotation_vector``)."""
     for i in range(R.shape[0]):
         out[i] = _rotation_vector(R[i])

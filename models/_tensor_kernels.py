@@ -32,7 +32,7 @@ LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
 
 
 @njit(cache=True)
-def _set_skew(A, r0, c0, s, w):
+def _set_skew(A: np.ndarray, r0: int, c0: int, s: float, w: np.ndarray) -> None:
     """A[r0:r0+3, c0:c0+3] = s · skew(w)."""
     A[r0, c0 + 1] = -s * w[2]
     A[r0, c0 + 2] = s * w[1]
@@ -43,7 +43,7 @@ def _set_skew(A, r0, c0, s, w):
 
 
 @njit(cache=True)
-def _arms(R, jp, jc):
+def _arms(R: np.ndarray, jp: np.ndarray, jc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = jp.shape[0]
     sp, sc = np.empty((m, 3)), np.empty((m, 3))
     for j in range(m):
@@ -53,7 +53,7 @@ def _arms(R, jp, jc):
 
 
 @njit(cache=True)
-def _joint_moments(R, K, law):
+def _joint_moments(R: np.ndarray, K: np.ndarray, law: int) -> np.ndarray:
     m = R.shape[0] - 1
     MJ = np.empty((m, 3))
     for j in range(m):
@@ -79,7 +79,7 @@ def _joint_moments(R, K, law):
 
 
 @njit(cache=True)
-def _jacobian(R, jp, jc, fixed_base):
+def _jacobian(R: np.ndarray, jp: np.ndarray, jc: np.ndarray, fixed_base: bool) -> np.ndarray:
     n = R.shape[0]
     nc = 3 * (n - 1) + (6 if fixed_base else 0)
     J = np.zeros((nc, 6 * n))
@@ -100,7 +100,20 @@ def _jacobian(R, jp, jc, fixed_base):
 
 
 @njit(cache=True)
-def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base):
+def dynamics(
+    pos: np.ndarray,
+    quat: np.ndarray,
+    nu: np.ndarray,
+    port: np.ndarray,
+    masses: np.ndarray,
+    inertias: np.ndarray,
+    jp: np.ndarray,
+    jc: np.ndarray,
+    K: np.ndarray,
+    gravity: np.ndarray,
+    law: int,
+    fixed_base: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ν̇, F_J, ℳ, J, γ, ℱ, M_J) of (32) at one state (TensorChain.dynamics, method "kkt")."""
     n = masses.shape[0]
     R = np.empty((n, 3, 3))
@@ -157,7 +170,9 @@ def dynamics(pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fix
 
 
 @njit(cache=True)
-def _derivative(quat, nu, nd):
+def _derivative(
+    quat: np.ndarray, nu: np.ndarray, nd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = quat.shape[0]
     dp = nu[: 3 * n].copy().reshape(n, 3)
     dq = np.empty((n, 4))
@@ -169,7 +184,32 @@ def _derivative(quat, nu, nd):
 
 
 @njit(cache=True)
-def rk4(pos, quat, nu, dt, port, masses, inertias, jp, jc, K, gravity, law, fixed_base):
+def rk4(
+    pos: np.ndarray,
+    quat: np.ndarray,
+    nu: np.ndarray,
+    dt: float,
+    port: np.ndarray,
+    masses: np.ndarray,
+    inertias: np.ndarray,
+    jp: np.ndarray,
+    jc: np.ndarray,
+    K: np.ndarray,
+    gravity: np.ndarray,
+    law: int,
+    fixed_base: bool,
+) -> tuple[
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+]:
     """One classical RK4 step with the port held, quaternions renormalised (no projection): the new
     (pos, quat, ν) and the dynamics at the start of the step (TensorChain.step)."""
     nd1, FJ, M, J, gam, F, MJ = dynamics(
@@ -209,7 +249,17 @@ def rk4(pos, quat, nu, dt, port, masses, inertias, jp, jc, K, gravity, law, fixe
 
 
 @njit(cache=True)
-def _violation(pos, R, quat, jp, jc, fixed_base, p0, q0, R0):
+def _violation(
+    pos: np.ndarray,
+    R: np.ndarray,
+    quat: np.ndarray,
+    jp: np.ndarray,
+    jc: np.ndarray,
+    fixed_base: bool,
+    p0: np.ndarray,
+    q0: np.ndarray,
+    R0: np.ndarray,
+) -> np.ndarray:
     n = pos.shape[0]
     sp, sc = _arms(R, jp, jc)
     nc = 3 * (n - 1) + (6 if fixed_base else 0)
@@ -226,7 +276,7 @@ def _violation(pos, R, quat, jp, jc, fixed_base, p0, q0, R0):
 
 
 @njit(cache=True)
-def _mass_inv_jt(R, masses, inertias_inv, J):
+def _mass_inv_jt(R: np.ndarray, masses: np.ndarray, inertias_inv: np.ndarray, J: np.ndarray) -> np.ndarray:
     """ℳ⁻¹ Jᵀ with ℳ⁻¹ = blockdiag(1/m_i I₃, R_i I_i⁻¹ R_iᵀ) (TensorChain.mass_matrix_inv)."""
     n = masses.shape[0]
     Mi = np.zeros((6 * n, 6 * n))
@@ -240,7 +290,21 @@ def _mass_inv_jt(R, masses, inertias_inv, J):
 
 
 @njit(cache=True)
-def project(pos, quat, nu, masses, inertias_inv, jp, jc, fixed_base, p0, q0, R0, tol, max_iter):
+def project(
+    pos: np.ndarray,
+    quat: np.ndarray,
+    nu: np.ndarray,
+    masses: np.ndarray,
+    inertias_inv: np.ndarray,
+    jp: np.ndarray,
+    jc: np.ndarray,
+    fixed_base: bool,
+    p0: np.ndarray,
+    q0: np.ndarray,
+    R0: np.ndarray,
+    tol: float,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """TensorChain.project: mass-weighted Newton projection of the pose onto φ = 0 (at most
     ``max_iter`` steps, until max|φ| ≤ tol), then ν ← ν − ℳ⁻¹Jᵀ S⁻¹ J ν.  Also returns max|φ| of the
     state given (before any correction)."""

@@ -47,7 +47,9 @@ KIND_FIXED, KIND_FLOATING, KIND_WELD, KIND_REVOLUTE, KIND_PRISMATIC = 0, 1, 2, 3
 
 # ------------------------------------------------------------------------------------- small algebra
 @njit(cache=True)
-def _cross_into(a0, a1, a2, b0, b1, b2, out, k):
+def _cross_into(
+    a0: float, a1: float, a2: float, b0: float, b1: float, b2: float, out: np.ndarray, k: int
+) -> None:
     """out[k:k+3] = a × b."""
     out[k] = a1 * b2 - a2 * b1
     out[k + 1] = a2 * b0 - a0 * b2
@@ -55,7 +57,7 @@ def _cross_into(a0, a1, a2, b0, b1, b2, out, k):
 
 
 @njit(cache=True)
-def _tau_mv(r, x, out):
+def _tau_mv(r: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """out = τ_r x = [x_lin + r × x_ang; x_ang] (motion transport (14), x' or ẋ')."""
     out[0] = x[0] + (r[1] * x[5] - r[2] * x[4])
     out[1] = x[1] + (r[2] * x[3] - r[0] * x[5])
@@ -66,7 +68,7 @@ def _tau_mv(r, x, out):
 
 
 @njit(cache=True)
-def _tauT_mv_add(r, w, sign, out):
+def _tauT_mv_add(r: np.ndarray, w: np.ndarray, sign: float, out: np.ndarray) -> None:
     """out += sign · τ_rᵀ w, τ_rᵀ w = [F; T + F × r] (a wrench at C moved to P (13), r = CP)."""
     out[0] += sign * w[0]
     out[1] += sign * w[1]
@@ -77,7 +79,7 @@ def _tauT_mv_add(r, w, sign, out):
 
 
 @njit(cache=True)
-def _tauT_M_tau_add(r, Z, out):
+def _tauT_M_tau_add(r: np.ndarray, Z: np.ndarray, out: np.ndarray) -> None:
     """out += τ_rᵀ Z τ_r (a 6×6 impedance moved from C to P), τ_r = [[1, (*r)], [0, 1]]."""
     # M = Z τ_r: columns 0:3 of Z unchanged, columns 3:6 = Z[:, :3] (*r) + Z[:, 3:]
     M = np.empty((6, 6))
@@ -100,7 +102,7 @@ def _tauT_M_tau_add(r, Z, out):
 
 
 @njit(cache=True)
-def _rotT6(P, x, out):
+def _rotT6(P: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """out = [Pᵀ x_lin; Pᵀ x_ang] (a dual vector of R_b projected in R_a, P = P_{a/b})."""
     for h in range(2):
         o = 3 * h
@@ -109,7 +111,7 @@ def _rotT6(P, x, out):
 
 
 @njit(cache=True)
-def _rot6(P, x, out):
+def _rot6(P: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """out = [P x_lin; P x_ang] (a dual vector of R_a projected in R_b)."""
     for h in range(2):
         o = 3 * h
@@ -118,7 +120,7 @@ def _rot6(P, x, out):
 
 
 @njit(cache=True)
-def _quat_to_R(qx, qy, qz, qw, R):
+def _quat_to_R(qx: float, qy: float, qz: float, qw: float, R: np.ndarray) -> None:
     """The DCM of a quaternion (x, y, z, w), normalised first (``titop.quat_to_R``)."""
     nrm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
     x, y, z, w = qx / nrm, qy / nrm, qz / nrm, qw / nrm
@@ -128,14 +130,14 @@ def _quat_to_R(qx, qy, qz, qw, R):
 
 
 @njit(cache=True)
-def _matmul3(A, B, out):
+def _matmul3(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
     for a in range(3):
         for b in range(3):
             out[a, b] = A[a, 0] * B[0, b] + A[a, 1] * B[1, b] + A[a, 2] * B[2, b]
 
 
 @njit(cache=True)
-def _matTvec3(A, x, o, out, k):
+def _matTvec3(A: np.ndarray, x: np.ndarray, o: int, out: np.ndarray, k: int) -> None:
     """out[k:k+3] = Aᵀ x[o:o+3]."""
     for a in range(3):
         out[k + a] = A[0, a] * x[o] + A[1, a] * x[o + 1] + A[2, a] * x[o + 2]
@@ -143,7 +145,22 @@ def _matTvec3(A, x, o, out, k):
 
 # ------------------------------------------------------------------------------------------ sweeps
 @njit(cache=True)
-def kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r):
+def kinematics(
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    P0: np.ndarray,
+    axis: np.ndarray,
+    pport: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    R: np.ndarray,
+    pos: np.ndarray,
+    tw: np.ndarray,
+    Pab: np.ndarray,
+    c: np.ndarray,
+    r: np.ndarray,
+) -> None:
     """Root → leaves at velocity level (``System._kinematics_reference``): for every block its attitude
     R = P_{a/i}, [IP]_a, x'^A_P in R_a, P_{a/b}, the joint's c (ẋ'^A = X ẋ'^B + S q̈ + c) and the
     prismatic offset r = PP0 = −x t̃ (zero for the other blocks), written into the (n, ...) arrays."""
@@ -233,7 +250,7 @@ def kinematics(kind, parent, iq, P0, axis, pport, q, v, R, pos, tw, Pab, c, r):
 
 
 @njit(cache=True)
-def _body_bias(Di, Ri, twi, g, out):
+def _body_bias(Di: np.ndarray, Ri: np.ndarray, twi: np.ndarray, g: np.ndarray, out: np.ndarray) -> None:
     """out = −D_P [g_a; 0] + C(x') D_P x' (11 without the acceleration, C of (7)), g_a = Rᵀ g."""
     ga0 = Ri[0, 0] * g[0] + Ri[1, 0] * g[1] + Ri[2, 0] * g[2]
     ga1 = Ri[0, 1] * g[0] + Ri[1, 1] * g[1] + Ri[2, 1] * g[2]
@@ -259,7 +276,19 @@ def _body_bias(Di, Ri, twi, g, out):
 
 
 @njit(cache=True)
-def _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_K, loop_D, Wload):
+def _loads(
+    R: np.ndarray,
+    pos: np.ndarray,
+    tw: np.ndarray,
+    load_node: np.ndarray,
+    load_port: np.ndarray,
+    load_W: np.ndarray,
+    loop_node: np.ndarray,
+    loop_port: np.ndarray,
+    loop_K: np.ndarray,
+    loop_D: np.ndarray,
+    Wload: np.ndarray,
+) -> None:
     """Wload[i] = Σ τ_CPᵀ W over the wrenches applied at block i's ports (13): the external loads
     (node, PC, W in the block's frame at C) and the loop closures' L^A_C (Fig. 14) —
     W_{A_r/A_l,C} = K δx + D δx' with δx = [R_lᵀ(IC_r − IC_l); log(R_lᵀ R_r)],
@@ -338,7 +367,7 @@ def _loads(R, pos, tw, load_node, load_port, load_W, loop_node, loop_port, loop_
 
 
 @njit(cache=True)
-def _solve6(A, b, x):
+def _solve6(A: np.ndarray, b: np.ndarray, x: np.ndarray) -> bool:
     """x = A⁻¹ b by LU with partial pivoting (as LAPACK's gesv); False if a pivot is exactly zero."""
     M = A.copy()
     y = b.copy()
@@ -368,22 +397,22 @@ def _solve6(A, b, x):
 
 @njit(cache=True)
 def _kinematics_and_loads(
-    kind,
-    parent,
-    iq,
-    P0,
-    axis,
-    pport,
-    q,
-    v,
-    load_node,
-    load_port,
-    load_W,
-    loop_node,
-    loop_port,
-    loop_K,
-    loop_D,
-):
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    P0: np.ndarray,
+    axis: np.ndarray,
+    pport: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    load_node: np.ndarray,
+    load_port: np.ndarray,
+    load_W: np.ndarray,
+    loop_node: np.ndarray,
+    loop_port: np.ndarray,
+    loop_K: np.ndarray,
+    loop_D: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The sweeps' common start: every block's kinematics (``kinematics``) and the port wrenches of the
     external loads and loop closures on each (``_loads``); (R, pos, tw, Pab, c, r, W)."""
     n = kind.shape[0]
@@ -568,27 +597,27 @@ def _acceleration_sweep(
 
 @njit(cache=True)
 def forward_dynamics(
-    kind,
-    parent,
-    iq,
-    P0,
-    axis,
-    S,
-    pport,
-    D,
-    g,
-    q,
-    v,
-    tau,
-    load_node,
-    load_port,
-    load_W,
-    loop_node,
-    loop_port,
-    loop_K,
-    loop_D,
-    out,
-):
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    P0: np.ndarray,
+    axis: np.ndarray,
+    S: np.ndarray,
+    pport: np.ndarray,
+    D: np.ndarray,
+    g: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    tau: np.ndarray,
+    load_node: np.ndarray,
+    load_port: np.ndarray,
+    load_W: np.ndarray,
+    loop_node: np.ndarray,
+    loop_port: np.ndarray,
+    loop_K: np.ndarray,
+    loop_D: np.ndarray,
+    out: np.ndarray,
+) -> bool:
     """v̇ for the generalized forces ``tau`` into ``out`` (``System._forward_reference``); returns False
     when a joint's Sᵀ I S or the root's articulated inertia is singular (the caller then runs the
     reference, which raises).
@@ -636,27 +665,27 @@ def forward_dynamics(
 
 @njit(cache=True)
 def inverse_dynamics(
-    kind,
-    parent,
-    iq,
-    P0,
-    axis,
-    S,
-    pport,
-    D,
-    g,
-    q,
-    v,
-    acc_in,
-    load_node,
-    load_port,
-    load_W,
-    loop_node,
-    loop_port,
-    loop_K,
-    loop_D,
-    out,
-):
+    kind: np.ndarray,
+    parent: np.ndarray,
+    iq: np.ndarray,
+    P0: np.ndarray,
+    axis: np.ndarray,
+    S: np.ndarray,
+    pport: np.ndarray,
+    D: np.ndarray,
+    g: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    acc_in: np.ndarray,
+    load_node: np.ndarray,
+    load_port: np.ndarray,
+    load_W: np.ndarray,
+    loop_node: np.ndarray,
+    loop_port: np.ndarray,
+    loop_K: np.ndarray,
+    loop_D: np.ndarray,
+    out: np.ndarray,
+) -> bool:
     """The generalized forces that produce v̇ = ``acc_in`` into ``out`` (``System._inverse_reference``).
 
     Root → leaves: ẋ'^A = X ẋ'^B + c + S q̈ ((17)/(24), X: the transport (14) to the port, the frame

@@ -25,6 +25,7 @@ Conventions (docs/design.md, [Milioshin]):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -152,7 +153,7 @@ def jr_inv(theta: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ quaternions
-def _kernels():
+def _kernels() -> ModuleType:
     from cmstack.models import _lie_kernels  # numba: imported on first use, compiled once (cache)
 
     return _lie_kernels

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pinocchio as pin
@@ -90,7 +91,7 @@ class TriangleMap:
         delta_range: tuple[float, float] = DELTA_RANGE,
         with_actuator: bool = False,
         slack: float = 0.0,
-    ):
+    ) -> None:
         lo, hi = (float(x) for x in delta_range)
         if not (L0 > 0 and l0 > 0 and hi > lo):
             raise ConfigError(
@@ -119,7 +120,7 @@ class TriangleMap:
                 + f" (l0 + δ must close the elbow triangle with L0 = {self.L0:g} m)"
             )
 
-    def _c(self, delta):
+    def _c(self, delta: float) -> tuple[float, float]:
         u = delta + self.l0
         c = u * u / (2 * self.L0**2) - 1.0
         return u, c
@@ -212,7 +213,7 @@ class PartitionModel:
         cylinder: dict | None = None,
         piston: dict | None = None,
         stroke_slack: float = 0.0,
-    ):
+    ) -> None:
         robot = Robot(urdf)  # clear errors on a bad file
         self.path = robot.path
         self.model = robot.model.copy()
@@ -244,7 +245,7 @@ class PartitionModel:
         self._qh, self._vh, self._ah, self._out = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(3)
         self._tip = self.model.getFrameId("F3") if self.model.existFrame("F3") else None
 
-    def _add_actuator(self, L0_, l0_, cyl, pis):
+    def _add_actuator(self, L0_: float, l0_: float, cyl: dict[str, Any], pis: dict[str, Any]) -> None:
         m = self.model
         j1 = self.joint_of["link1"]
         jc = m.addJoint(

@@ -216,7 +216,7 @@ class TensorChain:
     fast: bool = True  # step/project through the compiled kernels (models/_tensor_kernels.py);
     # False: the NumPy formulation below (the reference)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.masses = np.asarray(self.masses, dtype=float)
         n = self.masses.size
         if n < 2:
@@ -239,13 +239,15 @@ class TensorChain:
             raise ConfigError("TensorChain: fixed_base=True needs base_pose=(p_1, q_1)")
         self.inertias_inv = np.linalg.inv(self.inertias)
         self._base = (np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0]), np.eye(3))
-        if self.fixed_base:
+        if self.fixed_base and self.base_pose is not None:  # (None refused above)
             p0, q0 = (np.asarray(x, dtype=float).copy() for x in self.base_pose)
             self._base = (p0, q0, quat_to_matrix(q0))
         if self.fast:  # load (or compile) the kernels now, not inside a timed loop's first step
             self.step(self.straight_state(), 1e-3)
 
-    def _kernel_args(self):
+    def _kernel_args(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool]:
         from cmstack.models._tensor_kernels import LAW_CODES
 
         return (
@@ -550,7 +552,7 @@ class TensorChain:
         return state.v.copy(), 0.5 * quat_mul(w4, state.quat), nu_dot
 
     @staticmethod
-    def _advance(state: ChainState, d, h: float) -> ChainState:
+    def _advance(state: ChainState, d: tuple[np.ndarray, np.ndarray, np.ndarray], h: float) -> ChainState:
         return ChainState(state.pos + h * d[0], state.quat + h * d[1], state.nu + h * d[2])
 
     def step(
@@ -603,7 +605,7 @@ class TensorChain:
             )
             return new, Dynamics(*dyn)
 
-        def f(tt, s):
+        def f(tt: float, s: ChainState) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], Dynamics]:
             tau = port_fn(tt, s) if port_fn is not None else port
             dyn = self.dynamics(s, tau, method)
             return self.state_derivative(s, dyn.nu_dot), dyn
@@ -656,7 +658,7 @@ class TensorChain:
             return self._project_fast(state, tol, max_iter)[0]
         return self._project_numpy(state, tol, max_iter)
 
-    def _project_fast(self, state: ChainState, tol: float, max_iter: int):
+    def _project_fast(self, state: ChainState, tol: float, max_iter: int) -> tuple[ChainState, float]:
         """The compiled projection: (the projected state, max|φ| of ``state``)."""
         from cmstack.models import _tensor_kernels as _k
 

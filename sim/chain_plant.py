@@ -40,7 +40,7 @@ class ChainMujocoPlant(MujocoClock):
         *,
         sim_dt: float | None = None,
         gravity: ArrayLike | None = None,
-    ):
+    ) -> None:
         self.path = resolve_asset(mjcf_path)
         self.model = load_mjcf(self.path)
         if sim_dt is not None:

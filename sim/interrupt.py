@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 
 class Interrupted(KeyboardInterrupt):
@@ -41,7 +42,7 @@ class Interrupted(KeyboardInterrupt):
         reason: str | None = None,
         out: str | Path | None = None,
         post_loop_cut: bool = False,
-    ):
+    ) -> None:
         super().__init__(reason or signame)
         self.signame, self.reason, self.out = signame, reason or f"interrupted ({signame})", out
         #: True when raised because the work after a stopped loop passed POST_LOOP_S
@@ -88,7 +89,7 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _on_signal(signum, _frame) -> None:
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
     _S.count += 1
     if _S.signame is None:
@@ -101,7 +102,7 @@ def _on_signal(signum, _frame) -> None:
     signal.setitimer(signal.ITIMER_REAL, _S.grace_s)
 
 
-def _on_alarm(_signum, _frame) -> None:
+def _on_alarm(_signum: int, _frame: FrameType | None) -> None:
     if _S.signame is not None and not _S.deferring:
         raise Interrupted(_S.signame, post_loop_cut=_S.seen)
 

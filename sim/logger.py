@@ -33,13 +33,13 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 
 def _umask() -> int:
@@ -114,7 +114,7 @@ def _npy(buf: bytes, allow_pickle: bool) -> np.ndarray:
 
 
 def _read_part(
-    p: Path, allow_pickle: bool = False, keys=None, meta: bool = True
+    p: Path, allow_pickle: bool = False, keys: Collection[str] | None = None, meta: bool = True
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(series, meta) of one checkpoint part; ``keys``: only these series; ``meta=False``: no meta."""
     series, out_meta = {}, {}
@@ -322,7 +322,7 @@ class Logger:
     #: rows allocated for a new key (the column doubles when full)
     INITIAL_ROWS = 1024
 
-    def __init__(self, checkpoint: str | Path | None = None, checkpoint_every_s: float = 1.0):
+    def __init__(self, checkpoint: str | Path | None = None, checkpoint_every_s: float = 1.0) -> None:
         self.meta: dict[str, object] = {}
         self.checkpoint_path = Path(checkpoint) if checkpoint is not None else None
         self.checkpoint_every_s = float(checkpoint_every_s)
@@ -370,7 +370,7 @@ class Logger:
             col[n] = x
             counts[k] = n + 1
 
-    def _append_slow(self, k: str, x) -> None:
+    def _append_slow(self, k: str, x: ArrayLike) -> None:
         """First row of ``k``, or a row of another shape than the column's (the key becomes ragged)."""
         row = np.array(x, dtype=float, copy=True)
         self._whole.pop(k, None)
@@ -590,7 +590,7 @@ class Logger:
         irregular: dict[str, Any] = {}
         present: list[set] = []
 
-        def to_irregular(k, x):
+        def to_irregular(k: str, x: np.ndarray) -> None:
             f = files.pop(k, None)
             rows = []
             if f is not None:
@@ -651,7 +651,9 @@ class Logger:
         return Path(path)
 
 
-def _raw_chunks(path: Path, shape: tuple, dtype, n: int, rows: int = 65536):
+def _raw_chunks(
+    path: Path, shape: tuple, dtype: DTypeLike, n: int, rows: int = 65536
+) -> Iterator[np.ndarray]:
     """The ``n`` rows of a raw spool file, in blocks of ``rows``."""
     dtype = np.dtype(dtype)
     row_bytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))

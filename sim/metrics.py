@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from cmstack.sim.logger import atomic_write
 
@@ -18,7 +19,7 @@ from cmstack.sim.logger import atomic_write
 CONTRACT = {"ok": False, "failed_targets": [], "not_evaluated": [], "reason": ""}
 
 
-def _clean(x):
+def _clean(x: Any) -> Any:
     if isinstance(x, (bool, str)) or x is None:
         return x
     if isinstance(x, (list, tuple)):
@@ -61,7 +62,7 @@ def write_metrics(path: Path, metrics: dict) -> None:
 def format_table(rows: list[tuple]) -> str:
     """rows: (key, ours, paper, target, ok) — paper/target/ok may be None."""
 
-    def fmt(x):
+    def fmt(x: Any) -> str:
         if x is None:
             return "—"
         if isinstance(x, bool):

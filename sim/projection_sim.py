@@ -36,7 +36,7 @@ from cmstack.models.robot import Robot
 class _Data:
     """Stand-in for MjData's qpos (viewer/logging use plant.data.qpos)."""
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         self.qpos = np.zeros(n)
         self.qvel = np.zeros(n)
 
@@ -55,7 +55,7 @@ class ProjectionPlant:
         passive: tuple[str, ...] | None = None,
         damping: bool = True,
         torque_limits: ArrayLike | None = None,
-    ):
+    ) -> None:
         if not sim_dt > 0:
             raise ConfigError(f"ProjectionPlant: sim_dt must be > 0, got {sim_dt}")
         if kind not in KINDS:
@@ -187,7 +187,7 @@ class ProjectionPlant:
         self.q = pin.integrate(m, q, dt / 6 * (k1q + 2 * k2q + 2 * k3q + k4q))
         self.v = v + dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)
 
-    def _restore(self, q) -> np.ndarray:
+    def _restore(self, q: np.ndarray) -> np.ndarray:
         """Newton–Raphson (39): q ← q − A⁺ φ until ‖φ‖∞ ≤ nr_tol."""
         for it in range(self.nr_iters + 1):
             phi = self.c.phi(q)

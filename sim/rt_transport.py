@@ -63,7 +63,7 @@ class SeqRecord:
     ``shared`` is the record in ``buf``; ``local`` a private copy of the same size that :meth:`read`
     fills.  The writer calls :meth:`begin`, writes into ``shared``, then :meth:`end` (or :meth:`write`)."""
 
-    def __init__(self, buf: memoryview, offset: int, size: int):
+    def __init__(self, buf: memoryview, offset: int, size: int) -> None:
         self.size = size
         self._seq = memoryview(buf)[offset : offset + WORD].cast("q")
         self.shared = np.ndarray((size,), dtype=np.float64, buffer=buf, offset=offset + WORD)
@@ -147,7 +147,7 @@ class StateRecord(_StateFields, SeqRecord):
     ``v`` and ``sensors`` (what a controller that senses the plant reads, measured with the state; none
     when ns = 0) read the local copy (after :meth:`read`)."""
 
-    def __init__(self, buf: memoryview, offset: int, nq: int, nv: int, ns: int = 0):
+    def __init__(self, buf: memoryview, offset: int, nq: int, nv: int, ns: int = 0) -> None:
         super().__init__(buf, offset, 3 + nq + nv + ns)
         self.nq, self.nv, self.ns = nq, nv, ns
         sh, lo = self.shared, self.local
@@ -174,7 +174,7 @@ class CommandRecord(_CommandFields, SeqRecord):
     answers, ``time.perf_counter()`` when sent, and the torques (model order, nc = nv) or, for a position-
     controlled robot, the command (q_des, v_des, tau_ff) of its actuated joints (nc = 3 a)."""
 
-    def __init__(self, buf: memoryview, offset: int, nv: int):
+    def __init__(self, buf: memoryview, offset: int, nv: int) -> None:
         super().__init__(buf, offset, 2 + nv)
         self.nv = nv
         self._sh_tau = self.shared[2:]
@@ -208,7 +208,7 @@ class ShmTransport:
         owner: bool,
         ns: int = 0,
         nc: int | None = None,
-    ):
+    ) -> None:
         self.shm, self.nq, self.nv, self.ns, self.owner = shm, nq, nv, ns, owner
         self.nc = nv if nc is None else nc
         buf = _block(shm)
@@ -331,7 +331,7 @@ class _UdpEnd:
     layout as the shared-memory records), and a counter that grows by 2 per record, like a sequence
     lock's.  Polling drains the socket (non-blocking) and keeps the newest record."""
 
-    def __init__(self, link: UdpTransport, size: int, own_kind: float):
+    def __init__(self, link: UdpTransport, size: int, own_kind: float) -> None:
         self.link, self.size, self.kind = link, size, own_kind
         self.local = np.zeros(size)
         self.tx = np.zeros(1 + size)
@@ -351,7 +351,7 @@ class _UdpEnd:
 
 
 class _UdpState(_StateFields, _UdpEnd):
-    def __init__(self, link: UdpTransport, nq: int, nv: int, ns: int = 0):
+    def __init__(self, link: UdpTransport, nq: int, nv: int, ns: int = 0) -> None:
         super().__init__(link, 3 + nq + nv + ns, _STATE)
         self.nq, self.nv, self.ns = nq, nv, ns
         lo, tx = self.local, self.tx
@@ -373,7 +373,7 @@ class _UdpState(_StateFields, _UdpEnd):
 
 
 class _UdpCommand(_CommandFields, _UdpEnd):
-    def __init__(self, link: UdpTransport, nv: int):
+    def __init__(self, link: UdpTransport, nv: int) -> None:
         super().__init__(link, 2 + nv, _COMMAND)
         self.nv = nv
         self.tau = self.local[2:]
@@ -397,7 +397,7 @@ class UdpTransport:
     whole or not at all).  A poll with nothing to read raises and catches ``BlockingIOError``
     (allocated and freed: no growth)."""
 
-    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0, nc: int | None = None):
+    def __init__(self, nq: int, nv: int, host: str = "127.0.0.1", ns: int = 0, nc: int | None = None) -> None:
         for key, n in (("nq", nq), ("nv", nv)):
             if not (isinstance(n, (int, np.integer)) and 0 < n < 4000):
                 raise ConfigError(
