@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -100,23 +101,23 @@ def tau(r: np.ndarray) -> np.ndarray:
 _taumat = tau
 
 
-def _tau_mv(r, x):
+def _tau_mv(r: np.ndarray, x: np.ndarray) -> np.ndarray:
     """τ_r x without building the matrix: [x_lin + r × x_ang; x_ang]."""
     return np.concatenate((x[:3] + cross(r, x[3:]), x[3:]))
 
 
-def _tauT_mv(r, w):
+def _tauT_mv(r: np.ndarray, w: np.ndarray) -> np.ndarray:
     """τ_rᵀ w: a wrench at C moved to P (13): [F; T + F × r] with r = CP."""
     return np.concatenate((w[:3], w[3:] + cross(w[:3], r)))
 
 
-def _tauT_M_tau(r, Z):
+def _tauT_M_tau(r: np.ndarray, Z: np.ndarray) -> np.ndarray:
     """τ_rᵀ Z τ_r (a 6×6 impedance moved from C to P)."""
     T = tau(r)
     return T.T @ Z @ T
 
 
-def _rot6(P):
+def _rot6(P: np.ndarray) -> np.ndarray:
     Q = np.zeros((6, 6))
     Q[:3, :3] = P
     Q[3:, 3:] = P
@@ -172,7 +173,7 @@ def coriolis_operator(tw: np.ndarray) -> np.ndarray:
     return C
 
 
-def _cdx(tw, Dx):
+def _cdx(tw: np.ndarray, Dx: np.ndarray) -> np.ndarray:
     """C(x') (D x') without matrices."""
     v, w = tw[:3], tw[3:]
     return np.concatenate((cross(w, Dx[:3]), cross(v, Dx[:3]) + cross(w, Dx[3:])))
@@ -219,7 +220,7 @@ def change_frame(m: Motion, P_ab: ArrayLike) -> Motion:
     return Motion(np.concatenate((P @ m.tw[:3], P @ m.tw[3:])), P @ m.pos, m.R @ P.T, acc)
 
 
-def _rot_w(P, w):
+def _rot_w(P: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.concatenate((P @ w[:3], P @ w[3:]))
 
 
@@ -260,7 +261,7 @@ class RigidBody:
         com: ArrayLike = (0.0, 0.0, 0.0),
         inertia: ArrayLike | None = None,
         ports: dict[str, ArrayLike] | None = None,
-    ):
+    ) -> None:
         if not (np.isfinite(mass) and mass >= 0.0):
             raise ConfigError(f"body '{name}': mass must be a finite number >= 0, got {mass}")
         I = np.zeros((3, 3)) if inertia is None else np.asarray(inertia, dtype=float)
@@ -318,7 +319,7 @@ class _Block:
     ndof = 0
     kind = "block"
 
-    def __init__(self, body: RigidBody, P_a0b: ArrayLike | None = None):
+    def __init__(self, body: RigidBody, P_a0b: ArrayLike | None = None) -> None:
         self.body = body
         self.name = body.name
         self.P0 = _I3.copy() if P_a0b is None else np.asarray(P_a0b, dtype=float)
@@ -346,9 +347,18 @@ class _Block:
         offset r = PP0 of the prismatic transport (zero otherwise)."""
         raise NotImplementedError
 
-    def _accel(self, a_in_b, P_ab, r, S, c, qdd):
-        a = P_ab.T @ a_in_b[:3], P_ab.T @ a_in_b[3:]
-        a = np.concatenate(a)
+    def _accel(
+        self,
+        a_in_b: np.ndarray | None,
+        P_ab: np.ndarray,
+        r: np.ndarray | None,
+        S: np.ndarray | None,
+        c: np.ndarray,
+        qdd: np.ndarray | None,
+    ) -> np.ndarray:
+        if a_in_b is None:
+            raise StateError(f"TITOP block '{self.name}': its parent's motion carries no acceleration")
+        a = np.concatenate((P_ab.T @ a_in_b[:3], P_ab.T @ a_in_b[3:]))
         if r is not None:
             a = _tau_mv(r, a)
         a = a + c
@@ -356,20 +366,22 @@ class _Block:
             a = a + S @ qdd
         return a
 
-    def _to_parent(self, W_P, P_ab, r):
+    def _to_parent(self, W_P: np.ndarray, P_ab: np.ndarray, r: np.ndarray | None) -> np.ndarray:
         """W_{A/B,P0} in R_b: (29) then the frame change."""
         if r is not None:
             W_P = _tauT_mv(r, W_P)
         return _rot_w(P_ab, W_P)
 
-    def _port_sum(self, W_ports):
+    def _port_sum(self, W_ports: dict[str, np.ndarray] | None) -> np.ndarray:
         s = np.zeros(6)
         for name, W in (W_ports or {}).items():
             s += _tauT_mv(-self.body.port(name), W)
         return s
 
     # -- the paper's blocks, one at a time --
-    def titop_forward(self, m_in: Motion, W_ports: dict, drive, q, qd, g_i):
+    def titop_forward(
+        self, m_in: Motion, W_ports: dict, drive: ArrayLike, q: np.ndarray, qd: np.ndarray, g_i: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, Motion], np.ndarray, Motion]:
         """The TITOP block itself (Fig. 4 / Fig. 9 / Fig. 12): inputs m_P^B (full, in R_b), the wrenches
         W_./A,C applied by the children at the ports (R_a), the driving torque/force and the joint
         state; outputs (q̈, {port: m_C in R_a}, W_{A/B,P0} in R_b).
@@ -392,7 +404,9 @@ class _Block:
         ports = {k: transport(m_A, -p) for k, p in self.body.ports.items()}
         return qdd, ports, self._to_parent(W_P, P_ab, r), m_A
 
-    def titop_inverse(self, m_in: Motion, W_ports: dict, qdd, q, qd, g_i):
+    def titop_inverse(
+        self, m_in: Motion, W_ports: dict, qdd: ArrayLike, q: np.ndarray, qd: np.ndarray, g_i: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, Motion], np.ndarray, Motion]:
         """The inverse-dynamics block: joint acceleration in, driving torque/force out (19), (26):
         u = −Sᵀ W_{A/B,P}.  Returns (u, ports, W_{A/B,P0} in R_b, m_P^A)."""
         P_ab, m_A, S, c, r = self.joint(m_in, q, qd)
@@ -428,7 +442,7 @@ class Revolute(_Block):
     ndof = 1
     kind = "revolute"
 
-    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None):
+    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None) -> None:
         super().__init__(body, P_a0b)
         a = np.asarray(axis, dtype=float).reshape(3)
         if not np.linalg.norm(a) > 0:
@@ -460,7 +474,7 @@ class Prismatic(_Block):
     ndof = 1
     kind = "prismatic"
 
-    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None):
+    def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None) -> None:
         super().__init__(body, P_a0b)
         a = np.asarray(axis, dtype=float).reshape(3)
         if not np.linalg.norm(a) > 0:
@@ -492,7 +506,7 @@ class FloatingBase:
     ndof = 6
     kind = "floating"
 
-    def __init__(self, body: RigidBody):
+    def __init__(self, body: RigidBody) -> None:
         self.body = body
         self.name = body.name
 
@@ -503,7 +517,7 @@ class FixedBase:
     ndof = 0
     kind = "fixed"
 
-    def __init__(self, name: str = "ground", ports: dict | None = None):
+    def __init__(self, name: str = "ground", ports: dict | None = None) -> None:
         self.body = RigidBody(name, 0.0, ports=ports)
         self.name = name
 
@@ -526,7 +540,7 @@ class CompliantLoop:
 
     def __init__(
         self, left: str, port_l: str, right: str, port_r: str, K: ArrayLike, D: ArrayLike, name: str = "loop"
-    ):
+    ) -> None:
         self.left, self.port_l, self.right, self.port_r = left, port_l, right, port_r
         self.K = np.asarray(K, dtype=float) * (np.eye(6) if np.ndim(K) == 0 else 1.0)
         self.D = np.asarray(D, dtype=float) * (np.eye(6) if np.ndim(D) == 0 else 1.0)
@@ -573,10 +587,10 @@ class _Node:
     children: list = field(default_factory=list)
 
 
-_KERNELS = None
+_KERNELS: ModuleType | None = None
 
 
-def _kernels():
+def _kernels() -> ModuleType:
     """models/_titop_kernels.py, imported at the first compiled sweep (numba's import costs ~0.3 s)."""
     global _KERNELS
     if _KERNELS is None:
@@ -662,7 +676,7 @@ class System:
     ``gravity`` is [g]_{R_i}.  External loads: ``forward(..., ext={(block, port): wrench in the
     block's frame at the port})``."""
 
-    def __init__(self, root: FloatingBase | FixedBase, gravity: ArrayLike = (0.0, 0.0, -9.81)):
+    def __init__(self, root: FloatingBase | FixedBase, gravity: ArrayLike = (0.0, 0.0, -9.81)) -> None:
         if not isinstance(root, (FloatingBase, FixedBase)):
             raise ConfigError("the root of a TITOP system must be a FloatingBase or a FixedBase")
         self.g = np.asarray(gravity, dtype=float).reshape(3)
@@ -716,7 +730,9 @@ class System:
             raise FrameNotFoundError(f"no block '{name}' in the system; blocks: {list(self.index)}") from None
 
     # -- coordinates --
-    def _split(self, q, v):
+    def _split(
+        self, q: ArrayLike, v: ArrayLike
+    ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray]:
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
@@ -750,7 +766,7 @@ class System:
             ports[i] = {k: transport(mA, -pt) for k, pt in b.body.ports.items()}
         return kin, ports
 
-    def _load_node(self, bname, pname) -> int:
+    def _load_node(self, bname: str, pname: str) -> int:
         """The node an external load (block, port) acts on; raises if the block or the port is unknown."""
         i = self.index.get(bname)
         if i is None:
@@ -915,7 +931,7 @@ class System:
             self._layout = _Layout.build(self)
         return self._layout or None
 
-    def _state(self, q, v):
+    def _state(self, q: ArrayLike, v: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         q = np.ascontiguousarray(q, dtype=float)
         v = np.ascontiguousarray(v, dtype=float)
         if q.shape != (self.nq,) or v.shape != (self.nv,):
@@ -1067,12 +1083,12 @@ def from_pinocchio(model: Any, gravity: ArrayLike | None = None) -> System:
     data: the body inertia of that joint, its axis, the rotation of its placement (P_a0/b) and, as ports,
     the translations of its children's placements.  Coordinates then match Pinocchio's q, v."""
     shortnames = [model.joints[i].shortname() for i in range(model.njoints)]
-    ports: list[dict[str, np.ndarray]] = [dict() for _ in range(model.njoints)]
+    ports: list[dict[str, ArrayLike]] = [dict() for _ in range(model.njoints)]
     for i in range(1, model.njoints):
         ports[model.parents[i]][f"to_{model.names[i]}"] = np.array(model.jointPlacements[i].translation)
     g = np.array(model.gravity.linear) if gravity is None else np.asarray(gravity, dtype=float)
 
-    def body(i):
+    def body(i: int) -> RigidBody:
         I = model.inertias[i]
         return RigidBody(model.names[i], float(I.mass), np.array(I.lever), np.array(I.inertia), ports[i])
 
