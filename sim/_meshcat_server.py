@@ -28,6 +28,7 @@ import argparse
 import os
 import sys
 import threading
+from typing import Any
 
 #: where the web server listens unless told otherwise (``--host``; ``cmstack run --viewer-host``)
 LOOPBACK = "127.0.0.1"
@@ -36,7 +37,7 @@ LOOPBACK = "127.0.0.1"
 class _CappedLog:
     """A text stream writing to ``path`` until ``cap`` bytes, then dropping the rest (one notice)."""
 
-    def __init__(self, path: str | None, cap: int):
+    def __init__(self, path: str | None, cap: int) -> None:
         self._fh = open(path, "a", encoding="utf-8", errors="replace") if path else None
         self._left = int(cap)
         self._lock = threading.Lock()
@@ -70,7 +71,7 @@ def _exit_when_parent_goes() -> None:
     os._exit(0)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m cmstack.sim._meshcat_server")
     ap.add_argument("--log", default=None, help="file for the server's output (default: discarded)")
     ap.add_argument("--log-cap", type=int, default=1_000_000, help="bytes kept in the log")
@@ -83,20 +84,22 @@ def main(argv=None) -> None:
     import tornado.websocket
 
     class Handler(zs.WebSocketHandler):
-        def on_close(self):
+        def on_close(self) -> None:
             self.bridge.websocket_pool.discard(self)
 
-        def check_origin(self, origin):  # the page may come from a file:// or another port
+        def check_origin(self, origin: str) -> bool:  # the page may come from a file:// or another port
             return True
 
     web_host = args.host
 
     class App(tornado.web.Application):
-        def listen(self, port, address=None, **kw):  # meshcat listens on every interface: not here
+        def listen(
+            self, port: int, address: str | None = None, **kw: Any
+        ) -> Any:  # meshcat listens on every interface: not here
             return super().listen(port, address=web_host, **kw)
 
     class Bridge(zs.ZMQWebSocketBridge):
-        def make_app(self):
+        def make_app(self) -> Any:
             return App(
                 [
                     (
@@ -108,7 +111,7 @@ def main(argv=None) -> None:
                 ]
             )
 
-        def _write(self, ws, data) -> None:
+        def _write(self, ws: Any, data: bytes) -> None:
             try:
                 fut = ws.write_message(data, binary=True)
             except tornado.websocket.WebSocketClosedError:
@@ -116,12 +119,12 @@ def main(argv=None) -> None:
                 return
             fut.add_done_callback(lambda f: f.exception())  # a failed write is not an error here
 
-        def forward_to_websockets(self, frames):
+        def forward_to_websockets(self, frames: list[bytes]) -> None:
             _, _, data = frames
             for ws in list(self.websocket_pool):
                 self._write(ws, data)
 
-        def send_scene(self, websocket):
+        def send_scene(self, websocket: Any) -> None:
             for node in zs.walk(self.tree):
                 for blob in (
                     ([node.object] if node.object is not None else [])
@@ -130,7 +133,7 @@ def main(argv=None) -> None:
                 ):
                     self._write(websocket, blob)
 
-        def handle_zmq(self, frames):
+        def handle_zmq(self, frames: list[bytes]) -> None:
             try:
                 super().handle_zmq(frames)
             except Exception as e:  # never leave the run's request unanswered

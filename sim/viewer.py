@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def _rx90() -> np.ndarray:
     return T
 
 
-def _hex(rgba) -> int:
+def _hex(rgba: Sequence[float] | np.ndarray) -> int:
     r, g, b = (int(round(255 * float(np.clip(c, 0, 1)))) for c in rgba[:3])
     return (r << 16) | (g << 8) | b
 
@@ -80,7 +81,7 @@ class Recorder:
     ``commands`` keeps every lowered command in order (what ``write_html`` embeds). Used by the tests.
     """
 
-    def __init__(self, path: str = "", root: Recorder | None = None, keep: bool = False):
+    def __init__(self, path: str = "", root: Recorder | None = None, keep: bool = False) -> None:
         self._path = path
         self._root = root or self
         if root is None:
@@ -96,7 +97,7 @@ class Recorder:
             return Recorder("/" + name.strip("/"), self._root)
         return Recorder(f"{self._path}/{name}" if self._path else name, self._root)
 
-    def _mc_path(self):
+    def _mc_path(self) -> Any:
         from meshcat.path import Path as McPath
 
         return (
@@ -105,7 +106,7 @@ class Recorder:
             else McPath(("meshcat",)).append(self._path)
         )
 
-    def _log(self, cmd) -> None:
+    def _log(self, cmd: Any) -> None:
         low = cmd.lower()  # serialise as Meshcat would: bad objects fail here
         if self._root.keep:
             self._root.commands.append(low)
@@ -179,7 +180,7 @@ class MeshcatViewer:
         log: str | Path | None = None,
         frame_camera: bool = True,
         host: str = VIEWER_HOST,
-    ):
+    ) -> None:
         import mujoco
 
         if isinstance(model, (str, Path)):
@@ -223,21 +224,21 @@ class MeshcatViewer:
 
     # ------------------------------------------------------------------------------------ set-up
     @staticmethod
-    def _start_server(log: str | Path | None = None, host: str = VIEWER_HOST):
+    def _start_server(log: str | Path | None = None, host: str = VIEWER_HOST) -> Any:
         """A ``meshcat.Visualizer`` on a server of our own (``sim/_meshcat_server.py``): see ``start_server``."""
         return start_server(log, host=host)
 
     def url(self) -> str:
         return self.vis.url()
 
-    def _material(self, gid: int):
+    def _material(self, gid: int) -> Any:
         import meshcat.geometry as g
 
         m = self.model
         rgba = m.mat_rgba[m.geom_matid[gid]] if m.geom_matid[gid] >= 0 else m.geom_rgba[gid]
         return g.MeshLambertMaterial(color=_hex(rgba), opacity=float(rgba[3]), transparent=bool(rgba[3] < 1))
 
-    def _shapes(self, gid: int):
+    def _shapes(self, gid: int) -> list[tuple[str, Any, np.ndarray]] | str:
         """[(sub-path, meshcat geometry, fixed 4×4 transform in the geom frame)] or a reason string."""
         import meshcat.geometry as g
         import mujoco
@@ -679,7 +680,7 @@ REQUEST_TIMEOUT_S = 10.0
 _WINDOW_CLASS = None
 
 
-def _window_class():
+def _window_class() -> Any:
     """``meshcat.visualizer.ViewerWindow`` with a request timeout, a give-up state and a shutdown
     that stops its server (built on first use: importing meshcat is not free)."""
     global _WINDOW_CLASS
@@ -689,13 +690,15 @@ def _window_class():
     from meshcat.visualizer import ViewerWindow
 
     class _Window(ViewerWindow):
-        def __init__(self, proc, zmq_url: str, web_url: str, timeout_s: float = REQUEST_TIMEOUT_S):
+        def __init__(
+            self, proc: Any, zmq_url: str, web_url: str, timeout_s: float = REQUEST_TIMEOUT_S
+        ) -> None:
             self.server_proc, self.zmq_url, self.web_url = proc, zmq_url, web_url
             self.timeout_ms = int(1000 * timeout_s)
             self.failed: str | None = None
             self.connect_zmq()
 
-        def connect_zmq(self):
+        def connect_zmq(self) -> None:
             s = self.context.socket(zmq.REQ)
             for opt in (zmq.RCVTIMEO, zmq.SNDTIMEO):
                 s.setsockopt(opt, self.timeout_ms)
@@ -703,7 +706,7 @@ def _window_class():
             s.connect(self.zmq_url)
             self.zmq_socket = s
 
-        def send(self, command):
+        def send(self, command: Any) -> None:
             if self.failed is not None:
                 return
             try:
@@ -718,7 +721,7 @@ def _window_class():
                 )
                 self.zmq_socket.close(0)
 
-        def shutdown(self):
+        def shutdown(self) -> None:
             try:
                 self.zmq_socket.close(0)
             except Exception:
@@ -890,7 +893,7 @@ def _overlays(L: dict, prefix: str) -> dict:
     return {k[len(prefix) :]: L[k] for k in L if k.startswith(prefix)}
 
 
-def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw) -> MeshcatViewer:
+def _viewer_for(L: dict, Q: np.ndarray, qpos_key: str, **kw: Any) -> MeshcatViewer:
     mjcf = str(L["mjcf_path"])
     viewer = MeshcatViewer(mjcf, **kw)
     if Q.shape[1] != viewer.model.nq:
@@ -958,12 +961,12 @@ class _Clips:
     of one {time, value} map per key: three.js' ``AnimationClip.parse`` takes either; this one is
     ~30× smaller to pack. Times are frame numbers; the viewer divides them by ``fps``."""
 
-    def __init__(self, fps: float):
+    def __init__(self, fps: float) -> None:
         self.fps = float(fps)
         self.tracks: dict[str, list[dict]] = {}
 
     @staticmethod
-    def _f32(x):
+    def _f32(x: ArrayLike) -> Any:
         """A float32 array as Meshcat's msgpack extension (decoded as a Float32Array by the viewer)."""
         import umsgpack
         from meshcat.geometry import threejs_type
@@ -971,7 +974,9 @@ class _Clips:
         x = np.ascontiguousarray(np.asarray(x, dtype=np.float32).ravel())
         return umsgpack.Ext(threejs_type(x.dtype)[1], x.tobytes())
 
-    def add(self, path: str, prop: str, jstype: str, frames, values) -> None:
+    def add(
+        self, path: str, prop: str, jstype: str, frames: ArrayLike, values: Sequence[float] | np.ndarray
+    ) -> None:
         vals = [bool(x) for x in values] if jstype == "boolean" else self._f32(values)
         self.tracks.setdefault(path, []).append(
             {"name": "." + prop, "type": jstype, "times": self._f32(frames), "values": vals}
@@ -997,7 +1002,7 @@ def _quat_xyzw(R: np.ndarray) -> np.ndarray:
 MAX_HTML_FRAMES = 3000
 
 
-def _run_log_path(run) -> Path:
+def _run_log_path(run: str | Path) -> Path:
     """The log of a saved run (a run directory or its log.npz; a run killed before its final save has only
     its checkpoint parts beside it, a ``cmstack rt`` run whose processes both died only its records in
     ``.rt/``), or a one-line ModelFileError."""
@@ -1013,7 +1018,9 @@ def _run_log_path(run) -> Path:
     return f
 
 
-def _load_sampled(run, qpos_key: str, fps: float, max_frames: int):
+def _load_sampled(
+    run: str | Path, qpos_key: str, fps: float, max_frames: int
+) -> tuple[dict[str, Any], np.ndarray, int, float]:
     """What write_html needs of a saved run, read row-sampled (sim/logger.py: read_log_rows): the log
     entries with every series at the frame rows, the full time axis' ends, the frame rows and the
     frame rate (``fps``, lowered so that there are at most ``max_frames`` frames)."""
@@ -1136,9 +1143,9 @@ def write_html(
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:  # one command at a time: never the whole page in memory
         fh.write(head.format(title=title.replace("<", "&lt;"), mainjs=js))
-        for i, c in enumerate(rec.commands):
+        for ic, c in enumerate(rec.commands):
             fh.write(
-                ("" if i == 0 else ",\n") + '"' + base64.b64encode(umsgpack.packb(c)).decode("ascii") + '"'
+                ("" if ic == 0 else ",\n") + '"' + base64.b64encode(umsgpack.packb(c)).decode("ascii") + '"'
             )
         fh.write(tail.format())
     tmp.replace(out)  # atomic: a reader never sees half a file
