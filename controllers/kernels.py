@@ -88,7 +88,9 @@ ABS, REL, REL1 = np.int64(0), np.int64(1), np.int64(2)
 
 
 @njit(cache=True)
-def qr_pivot(X: np.ndarray, p: int, s: int, tol: float, mode: int, piv: np.ndarray, tau: np.ndarray) -> int:
+def qr_pivot(
+    X: np.ndarray, p: int, s: int, tol: float, mode: int | np.integer, piv: np.ndarray, tau: np.ndarray
+) -> int:
     """Householder QR with column pivoting of X[:p, :s] in place (LAPACK's layout: R on and above the diagonal,
     reflector j's vector below X[j, j] with a unit first entry implied, its factor in tau[j]; H_j = I − τ v vᵀ),
     stopped at the first step whose largest remaining column norm is ≤ the threshold: tol (mode ``ABS``),
@@ -206,7 +208,7 @@ def cod_factor(
     p: int,
     s: int,
     tol: float,
-    mode: int,
+    mode: int | np.integer,
     piv: np.ndarray,
     tau: np.ndarray,
     Zt: np.ndarray,
