@@ -285,6 +285,42 @@ def _record_cycle(
                 pass
 
 
+def _timing_arrays(
+    records: Path | None, n_cycles: int, rep: LoopReport
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`control_loop`'s per-cycle latency, compute and wake times (µs, float32: 0.01 µs below 100 ms,
+    NaN until written; also set on ``rep``) and its one-entry count of states answered (for a reader)."""
+    lat = record_array(records, "latency_us", (n_cycles,), np.float32, np.nan)
+    comp = record_array(records, "compute_us", (n_cycles,), np.float32, np.nan)
+    wake = record_array(records, "wake_us", (n_cycles,), np.float32, np.nan)
+    rep.latency_us, rep.compute_us, rep.wake_us = lat, comp, wake
+    return lat, comp, wake, record_array(records, "loop", (1,), np.int64, 0)
+
+
+def _close_gc_count(
+    rep: LoopReport,
+    s: LoopSettings,
+    i: int,
+    gen0: int,
+    mem0: int | None,
+    collections: int,
+    on_gc: Callable[[str, dict[str, Any]], None],
+) -> None:
+    """:func:`control_loop`'s allocation figures once it ends after ``i`` cycles: growth of the gc's
+    generation 0 and (``mem0`` not None: tracemalloc on) of the traced memory since the warm-up, the steady
+    cycles and the collections seen; then the gc callback removed and the gc back on if ``gc_off``."""
+    if i >= s.warmup:
+        rep.gc_gen0_growth = gc.get_count()[0] - gen0
+        if mem0 is not None:
+            rep.traced_growth_bytes = tracemalloc.get_traced_memory()[0] - mem0
+    rep.steady_cycles = max(0, i - s.warmup)
+    rep.gc_collections = collections
+    gc.callbacks.remove(on_gc)
+    if s.gc_off:
+        gc.enable()
+        gc.unfreeze()
+
+
 def control_loop(
     link: Link,
     controller: Controller,
@@ -319,12 +355,7 @@ def control_loop(
     rep.setup = realtime_setup(s.cpu, s.fifo, s.fifo_priority, "controller")
     st, cmd = link.state, link.command
     perf, sleep, yield_cpu = time.perf_counter, time.sleep, os.sched_yield
-    # µs: float32 keeps 0.01 µs below 100 ms
-    lat = record_array(records, "latency_us", (n_cycles,), np.float32, np.nan)
-    comp = record_array(records, "compute_us", (n_cycles,), np.float32, np.nan)
-    wake = record_array(records, "wake_us", (n_cycles,), np.float32, np.nan)
-    answered = record_array(records, "loop", (1,), np.int64, 0)  # states answered (for a reader)
-    rep.latency_us, rep.compute_us, rep.wake_us = lat, comp, wake
+    lat, comp, wake, answered = _timing_arrays(records, n_cycles, rep)
     capture: list[tuple[str, np.ndarray]] = []
     seen = 0
     gcs = [0]
@@ -426,16 +457,7 @@ def control_loop(
         raise
     finally:
         rep.cycles = seen
-        if i >= s.warmup:
-            rep.gc_gen0_growth = gc.get_count()[0] - gen0
-            if tracing:
-                rep.traced_growth_bytes = tracemalloc.get_traced_memory()[0] - mem0
-        rep.steady_cycles = max(0, i - s.warmup)
-        rep.gc_collections = gcs[0]
-        gc.callbacks.remove(on_gc)
-        if s.gc_off:
-            gc.enable()
-            gc.unfreeze()
+        _close_gc_count(rep, s, i, gen0, mem0 if tracing else None, gcs[0], on_gc)
     if interrupt.requested() is not None:
         link.request_stop()
         rep.ended_by = "interrupted"
