@@ -75,11 +75,9 @@ def test_plugin_from_the_docs_example_writes_passes_and_fails(user_dir):
     assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:]
     # the hand task's gain changed by 1 % in the two runs of hold_and_circle.py (the flagship's unchanged)
     test = user_dir / "test_my_controller.py"
-    test.write_text(
-        test.read_text().replace(
-            'overrides={"kp": kp, "kd": 2 * kp ** 0.5}', 'overrides={"kp": 1.01 * kp, "kd": 2 * kp ** 0.5}'
-        )
-    )
+    text, gain = test.read_text(), 'overrides={"kp": kp, "kd": 2 * kp**0.5}'
+    assert gain in text, "the docs example's overrides changed: update this test's edit"
+    test.write_text(text.replace(gain, 'overrides={"kp": 1.01 * kp, "kd": 2 * kp**0.5}'))
     r = _pytest(user_dir)
     assert r.returncode == 1 and "2 failed, 1 passed" in r.stdout, r.stdout[-3000:]
     fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAILED")]
