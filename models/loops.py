@@ -350,7 +350,9 @@ class JointCoupling(Task):
         ddp = 2 * c2 + x * (6 * c3 + x * 12 * c4)
         return p, dp, ddp
 
-    def rows_into(self, q: np.ndarray, v: np.ndarray | None, phi, J, jdv, row: int) -> None:
+    def rows_into(
+        self, q: np.ndarray, v: np.ndarray | None, phi: np.ndarray, J: np.ndarray, jdv: np.ndarray, row: int
+    ) -> None:
         """φ, J, J̇v (module docstring of the class) into row ``row`` of the stacked arrays."""
         x = float(q[self.qa]) - self.q_a0 if self.ia >= 0 else 0.0
         p, dp, ddp = self._poly(x)
@@ -388,16 +390,15 @@ class ClosureSet:
     ``jacobian_and_jdot_v`` with every closure's rows in order, from one Pinocchio pass on the set's own
     ``Data`` (never the robot's: a controller's snapshot is not touched), cached on (q, v)."""
 
-    def __init__(self, closures: Sequence[LoopClosure]):
+    def __init__(self, closures: Sequence[LoopClosure | JointCoupling]):
         self.closures = list(closures)
         if not self.closures:
             raise ConfigError("ClosureSet: no loop closure given")
         robots = {id(c.robot) for c in self.closures}
         if len(robots) != 1:
             raise ConfigError("ClosureSet: the closures belong to different robots")
-        for (
-            c
-        ) in self.closures:  # the rows below are the kind's (compiled): a closure's own maths is not called
+        # the rows below are the kind's (compiled): a closure's own maths is not called
+        for c in self.closures:
             if isinstance(c, JointCoupling):
                 continue
             if c.kernel_kind() is None:

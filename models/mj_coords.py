@@ -23,6 +23,9 @@ free joint's linear force: world axes in MuJoCo, local in Pinocchio), but this s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import mujoco
 import numpy as np
 import pinocchio as pin
 
@@ -55,7 +58,13 @@ class CoordinateMap:
             (a model ball joint that MuJoCo has as a hinge, say → ``JointMapError`` naming it).
         source: what errors call the MuJoCo model (a file name)."""
 
-    def __init__(self, mj_model, mj_ids, model: pin.Model | None = None, source: str = "plant"):
+    def __init__(
+        self,
+        mj_model: mujoco.MjModel,
+        mj_ids: Sequence[int] | np.ndarray,
+        model: pin.Model | None = None,
+        source: str = "plant",
+    ) -> None:
         qsel: list[int] = []
         vsel: list[int] = []
         free_q, free_v = [], []

@@ -233,18 +233,20 @@ def _split_bodies(wb: ET.Element) -> list[str]:
         top = None
         for j in joints[:-1]:
             b = ET.Element("body", name=f"{body.get('name', 'body')}{SPLIT}{j.get('name')}")
-            if body.get("childclass") is not None:
-                b.set("childclass", body.get("childclass"))
+            childclass = body.get("childclass")
+            if childclass is not None:
+                b.set("childclass", childclass)
             if outer is None:
                 for k in pose_keys:
-                    if body.get(k) is not None:
-                        b.set(k, body.get(k))
+                    value = body.get(k)
+                    if value is not None:
+                        b.set(k, value)
                 top = b
             else:
                 outer.append(b)
             body.remove(j)
             b.append(j)
-            moved.append(j.get("name"))
+            moved.append(j.get("name", ""))
             outer = b
         for k in pose_keys:
             if k in body.attrib:
@@ -497,7 +499,7 @@ def _mujoco_poses(root: ET.Element, path: Path) -> ET.Element:
                 diaginertia=_num(mj.body_inertia[i]),
             ),
         )
-    for s in wb.iter("site"):
+    for s in wb.iter("site") if wb is not None else ():
         n = s.get("name")
         if not n:
             continue
@@ -651,7 +653,8 @@ def load_mjcf_robot(cls: type[Robot], path: Path) -> Robot:
     got = [model.names[i] for i in range(1, model.njoints)]
     if got != names:
         raise ModelFileError(f"MJCF {path}: Pinocchio's parser gave joints {got}, the file has {names}")
-    moved = set(_split_bodies(ET.fromstring(ET.tostring(root)).find("worldbody")))  # the joints moved (names)
+    copy_wb = ET.fromstring(ET.tostring(root)).find("worldbody")
+    moved = set(_split_bodies(copy_wb)) if copy_wb is not None else set()  # the joints moved (names)
     for i in range(1, model.njoints):
         if model.joints[i].shortname() == "JointModelFreeFlyer":
             # MuJoCo's free-joint qpos is the body's pose in the world (qpos0: the pose written in the file);

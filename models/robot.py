@@ -414,13 +414,13 @@ class Robot:
         floating_base=True)``), else None."""
         for i, n in enumerate(self.joint_names, start=1):
             jm = self.model.joints[i]
-            kind = _joint_kind(jm)
-            if kind is None:
+            jkind = _joint_kind(jm)
+            if jkind is None:
                 raise ModelFileError(
                     f"{where}: joint '{n}' is a {jm.shortname()} (nq={jm.nq}, nv={jm.nv}); this stack maps "
                     "1-DoF joints (revolute, continuous, prismatic), ball joints and a root free joint"
                 )
-            if kind == "free":
+            if jkind == "free":
                 if self.model.parents[i] != 0:
                     raise ModelFileError(
                         f"{where}: free joint '{n}' is not at the root (its parent is joint "

@@ -309,8 +309,9 @@ def simulate(
         if path is not None:
             log.meta.setdefault("mjcf_path", str(path))
             # a plant_from_urdf plant without xml_path has no file: Run.save writes its MJCF beside the log
-            if getattr(plant, "spec", None) is not None and not Path(path).is_file():
-                res.plant_spec = plant.spec
+            spec = getattr(plant, "spec", None)
+            if spec is not None and not Path(path).is_file():
+                res.plant_spec = spec
     if isinstance(controller, SensesPlant):
         controller.attach_plant(plant)
     reporter = controller if task_errors and isinstance(controller, ReportsErrors) else None
@@ -371,7 +372,7 @@ def simulate(
     return res
 
 
-def close_bar(bar) -> None:
+def close_bar(bar: Any) -> None:
     """Close a ``leave=False`` progress bar.  On a terminal tqdm erases it; into a pipe or a file its
     frames stay, ended by a carriage return and no newline, so the next line written (a metrics table on
     stdout, when both streams go to one pipe) would be glued to the bar's last frame: end that line."""
