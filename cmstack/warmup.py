@@ -103,9 +103,10 @@ def _warm_rest() -> None:
         CONTROLLERS[name](cfg, yumi, coupling, task)(0.0, q0, np.zeros(yumi.nv))
 
 
-#: a cold warm-up's wall time on 2 idle cores (s): the issue-33 measurement at load 1.5 (46 s); at load
-#: 12-14 it took 870 s wall, 191 s CPU (README, "One package, one command")
-WARM_S = 45.0
+#: a cold warm-up's wall time on 2 idle cores (s): `make install` in a clean clone on 28 Nov 2026, nothing
+#: else running, took ~100 s (46 s at load 1.5 before this wave's kernels; at load 12-14, 870 s wall and
+#: 191 s CPU; README, "One package, one command")
+WARM_S = 100.0
 
 
 def _quiet_chain() -> None:

@@ -24,6 +24,7 @@ free joint's linear force: world axes in MuJoCo, local in Pinocchio), but this s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -40,9 +41,32 @@ _PERM = {
 }
 
 
-def _pin_kind(jm) -> str:
-    from cmstack.models.robot import _joint_kind
+_ONE_DOF = {
+    "JointModelRX",
+    "JointModelRY",
+    "JointModelRZ",
+    "JointModelRevoluteUnaligned",
+    "JointModelPX",
+    "JointModelPY",
+    "JointModelPZ",
+    "JointModelPrismaticUnaligned",
+}
 
+
+def _joint_kind(jm: Any) -> str | None:
+    """'1dof', 'ball' (spherical: q a unit quaternion x, y, z, w, v the local angular velocity), 'free'
+    (free flyer: q = [p; quaternion x, y, z, w], v = [local linear; local angular]) or None (not supported)."""
+    name = jm.shortname()
+    if name in _ONE_DOF:
+        return "1dof"
+    if name == "JointModelSpherical":
+        return "ball"
+    if name == "JointModelFreeFlyer":
+        return "free"
+    return None
+
+
+def _pin_kind(jm) -> str:
     return _joint_kind(jm) or jm.shortname()
 
 

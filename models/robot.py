@@ -36,7 +36,8 @@ from cmstack.models.errors import (
     StateError,
     check_finite,
 )
-from cmstack.models.kinematics import Kinematics
+from cmstack.models.kinematics import FrameState, Kinematics  # noqa: F401 (FrameState re-exported)
+from cmstack.models.mj_coords import _joint_kind
 
 _crba, _WORLD = pin.crba, pin.Convention.WORLD
 _F64 = np.dtype(np.float64)
@@ -225,31 +226,6 @@ def _load_urdf(path: Path, *, bodies: bool = True, floating_base: bool = False) 
     if bodies:
         _check_bodies(model, path, links)
     return model
-
-
-_ONE_DOF = {
-    "JointModelRX",
-    "JointModelRY",
-    "JointModelRZ",
-    "JointModelRevoluteUnaligned",
-    "JointModelPX",
-    "JointModelPY",
-    "JointModelPZ",
-    "JointModelPrismaticUnaligned",
-}
-
-
-def _joint_kind(jm) -> str | None:
-    """'1dof', 'ball' (spherical: q a unit quaternion x, y, z, w, v the local angular velocity), 'free'
-    (free flyer: q = [p; quaternion x, y, z, w], v = [local linear; local angular]) or None (not supported)."""
-    name = jm.shortname()
-    if name in _ONE_DOF:
-        return "1dof"
-    if name == "JointModelSpherical":
-        return "ball"
-    if name == "JointModelFreeFlyer":
-        return "free"
-    return None
 
 
 def _as_pose(T, where: str) -> pin.SE3:
