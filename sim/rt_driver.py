@@ -74,9 +74,9 @@ class DriverSettings:
     cpu: int | None = None
     fifo: bool = False
     fifo_priority: int = 80
-    #: fault injection (tests): at this cycle and the two after it the driver publishes the frame before it again
-    #: (its counter and state), as a robot whose bus delivered an old frame; the controller side names it
-    #: (stale_frame); -1: never
+    #: fault injection (tests): from this cycle on the driver publishes the frame before it again (its counter
+    #: and state), as a robot whose bus froze on an old frame; the controller side names it (stale_frame) at
+    #: the first repeat it reads, however late it is; -1: never
     stale_frame_at: int = -1
 
     def check(self) -> DriverSettings:
@@ -456,9 +456,7 @@ def drive(
             target = now
         fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
         s0 = settings.stale_frame_at
-        if (
-            0 <= s0 <= k < s0 + 3
-        ):  # (injected fault: frame s0 - 1 again, three ticks: a late reader sees it too)
+        if 0 <= s0 <= k:  # (injected fault: frame s0 - 1 again from then on, so a late reader sees it too)
             st.publish(s0 - 1, t_prev, now, *published(t_prev, q_prev, v_prev), sensors)
         else:
             st.publish(k, t, now, fq, fv, sensors)

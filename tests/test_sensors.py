@@ -310,6 +310,7 @@ def test_cmstack_rt_position_command_runs_the_joint_pd_in_the_driver():
     assert pos["loop"] <= 1e-9 and pos["ee"] <= 3e-3 and tq["ee"] <= 3e-3, got
 
 
+# (max_misses: a loaded machine must not stop the run for misses before the stale frame is read)
 _RT_STALE_CHILD = """
 import json
 import numpy as np
@@ -330,7 +331,8 @@ plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
 plant.reset(robot.q_initial)
 ends, out = [], {}
 try:
-    run_rt(plant, ctl, duration=0.4, control_dt=DT, driver=DriverSettings(stale_frame_at=150), on_loop_end=ends.append)
+    settings = DriverSettings(stale_frame_at=150, max_misses=100_000)
+    run_rt(plant, ctl, duration=0.4, control_dt=DT, driver=settings, on_loop_end=ends.append)
 except SensorFault as exc:
     out.update(kind=exc.kind, t=exc.t, message=str(exc))
 timing = ends[0].rt.timing()
@@ -340,7 +342,7 @@ print(json.dumps(out))
 
 
 def test_rt_a_stale_frame_is_named_and_the_driver_brakes():
-    """The driver publishes frame 149 again at cycle 150 (DriverSettings.stale_frame_at, in a child process with a
+    """From cycle 150 on the driver publishes frame 149 again (DriverSettings.stale_frame_at, in a child process with a
     wall-clock limit): the controller side names it (SensorFault stale_frame, at that frame's time), asks the
     driver to stop, which brakes: timing.json's status "stopped" with the fault in its reason (cmstack rt: exit 3)."""
     env = dict(os.environ, MPLBACKEND="Agg")
