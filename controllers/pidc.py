@@ -676,6 +676,14 @@ class PIDC:
         return cons, {"coords": theta_d - kin.q[self._ci]}
 
     @property
+    def python_tasks(self) -> tuple[Any, ...]:
+        """The task coordinates whose rows Python fills inside the compiled closed-chain step (kind ``PYTHON``:
+        their own ``qp_rows``, the others compiled; docs/add_a_task.md), in row order; empty when every task is
+        compiled or the step is not the compiled closed-chain one."""
+        P = self._plan
+        return tuple(P.python.tasks) if P is not None else ()
+
+    @property
     def compiled(self) -> bool:
         """Whether a step can take the compiled one-row kernel (one constraint row, no QP, no force law)."""
         return self._compiled

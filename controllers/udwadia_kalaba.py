@@ -477,6 +477,14 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         return StepRecord(t, kin.q, kin.v, kin.M, kin.h, groups, weights, errors, frames)
 
     @property
+    def python_tasks(self) -> tuple[Task, ...]:
+        """The tasks whose rows Python fills inside the compiled step (kind ``PYTHON``: their own ``qp_rows``, the
+        other tasks' rows compiled; docs/add_a_task.md), in row order; empty when every task is compiled or the
+        controller has no compiled step (``fused=False``, a layout the plan does not compile)."""
+        P = self._plan
+        return tuple(P.python.tasks) if P is not None else ()
+
+    @property
     def kin(self) -> Kinematics | None:
         """The last step's kinematics snapshot (``Robot.update``'s ``Kinematics``).  After a compiled step
         it is made on first access from the copies of q, v, M and h that the kernel wrote, with that

@@ -109,6 +109,7 @@ def test_compiled_step_takes_its_python_rows_among_compiled_ones(robot, layout):
     )
     P = fast._plan
     assert P is not None and [type(x[2]).__name__ for x in P.py_tasks] == ["CenterOfMassTask"]
+    assert fast.python_tasks == (P.py_tasks[0][2],) and slow.python_tasks == ()  # the public view of the same
     assert P.frame_tasks  # the hand's rows stay compiled
     for t, q, v in _states(5):
         tau_f, tau_s = fast(t, q, v), slow(t, q, v)
@@ -207,6 +208,7 @@ def test_pidc_compiled_step_with_the_com_task_equals_its_numpy_step_and_tracks()
         "CenterOfMassTask"
     ]
     com = ctl.tasks[0]
+    assert ctl.python_tasks == (com,)
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     plant.reset(robot.q_initial)
     worst = 0.0
