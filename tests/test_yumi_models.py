@@ -124,3 +124,26 @@ def test_missing_and_malformed_files(tmp_path):
 def test_unknown_frame(robot):
     with pytest.raises(FrameNotFoundError, match="frame 'yumi_link_7_x' .*did you mean"):
         robot.frame_id("yumi_link_7_x")
+
+
+def test_bar_plant_file_loads_assembled_without_a_warning():
+    """mjcf/yumi_bar.xml's keyframe (urdf/make_yumi.py: the thesis' q0 with the bar's weld closed) is its initial
+    pose: ``Robot.from_mjcf`` loads it with no ModelFileWarning (its qpos0 was 2.3 rad from closing) and the weld
+    closed there; the key is the thesis' pose moved only as far as closing needs (< 0.3 rad per joint)."""
+    import warnings
+
+    import tomllib
+
+    from cmstack.models.errors import ModelFileWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelFileWarning)
+        bar = Robot.from_mjcf("mjcf/yumi_bar.xml")
+    assert [c.name for c in bar.loops] == ["bar_weld"]
+    assert bar.loops[0].residual(bar.q_initial) < 1e-9
+    key = mujoco.MjModel.from_xml_path("mjcf/yumi_bar.xml").key_qpos[0]
+    np.testing.assert_allclose(bar.q_initial, key, atol=1e-9)  # (model order = the file's joint order)
+    with open("scenarios/configs/yumi_dual_arm.toml", "rb") as fh:
+        cfg = tomllib.load(fh)
+    thesis = dict(zip(cfg["q0_joints"], cfg["q0"]))
+    assert np.max(np.abs(bar.q_initial - bar.q_from_names(thesis))) < 0.3

@@ -97,6 +97,14 @@ FINGERS = [
 FINGER = dict(mass=0.01, I=1e-6)
 # The coupling body of thesis §4.4: T_A^B = (Rx(−90°), (0, −0.4, 0.12)) in E1 = yumi_link_7_l.
 BAR = dict(mass=0.5, p=(0.0, -0.4, 0.12), quat_wxyz=(np.sqrt(0.5), -np.sqrt(0.5), 0.0, 0.0), radius=0.015)
+# the thesis' initial pose (§4.4; scenarios/configs/yumi_dual_arm.toml: q0), rad: the guess that mjcf/yumi_bar.xml's
+# keyframe closes (``assembled_key``), so that the file's initial pose is an assembled one
+Q0_THESIS = {
+    "yumi_joint_1_l": 0.9732, "yumi_joint_2_l": 1.6181, "yumi_joint_7_l": -2.9988, "yumi_joint_3_l": 0.5775,
+    "yumi_joint_4_l": 0.1748, "yumi_joint_5_l": 0.6528, "yumi_joint_6_l": -0.1875,
+    "yumi_joint_1_r": -0.7914, "yumi_joint_2_r": 1.1193, "yumi_joint_7_r": 3.4577, "yumi_joint_3_r": 0.2045,
+    "yumi_joint_4_r": -1.0548, "yumi_joint_5_r": 1.7651, "yumi_joint_6_r": 1.4572,
+}  # fmt: skip
 
 
 def rpy_matrix(r, p, y):
@@ -324,8 +332,29 @@ def write_mjcf(with_bar: bool):
         for jn, *_ in arm(side)[0]:
             body.append(f'    <motor name="{jn}" joint="{jn}"/>')
     body.append("  </actuator>")
+    path = ROOT / "mjcf" / f"{name}.xml"
+    if with_bar:  # the file without its keyframe first: the keyframe is that model's closed pose
+        path.write_text("\n".join(body + ["</mujoco>\n"]))
+        key = " ".join(repr(float(x)) for x in assembled_key(path))
+        body += ["  <keyframe>", f'    <key name="assembled" qpos="{key}"/>', "  </keyframe>"]
     body.append("</mujoco>\n")
-    (ROOT / "mjcf" / f"{name}.xml").write_text("\n".join(body))
+    path.write_text("\n".join(body))
+
+
+def assembled_key(path: Path) -> np.ndarray:
+    """The bar plant's keyframe qpos (MuJoCo's joint order, rad): the thesis' initial pose ``Q0_THESIS`` with
+    the bar's weld closed (``models/loops.py: assemble``, Newton on the weld's residual to 1e-12) on the file's own
+    model, so ``Robot.from_mjcf`` finds an assembled initial pose (no ``ModelFileWarning``)."""
+    import warnings
+
+    from cmstack.models.errors import ModelFileWarning
+    from cmstack.models.loops import assemble
+    from cmstack.models.robot import Robot
+
+    with warnings.catch_warnings():  # the keyless file's qpos0 is not assembled: the warning this key removes
+        warnings.simplefilter("ignore", ModelFileWarning)
+        robot = Robot.from_mjcf(path)
+    return assemble(robot, robot.q_from_names(Q0_THESIS))
 
 
 def bar_inertia():
