@@ -341,6 +341,52 @@ class ClosedChain(Schema):
     fault_size: Finite
 
 
+# ------------------------------------------------------------------------------------- legged
+class Legged(Schema):
+    model: asset("model")
+    plant_mjcf: Annotated[
+        str,
+        Field(description="'' or an existing MJCF file"),
+        AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p),
+    ]
+    feet: Annotated[
+        list[Name],
+        Field(min_length=1, description="a list of frame names", json_schema_extra={"item": "a frame"}),
+    ]
+    base_frame: Name
+    duration: Duration
+    control_dt: Step
+    sim_dt: Step
+    mu: Pos
+    facets: integer(ge=3, le=64)
+    stand_s: Window
+    circle_radius: NonNeg
+    circle_frequency: Pos
+    circle_cycles: integer(ge=0, le=1000)
+    circle_ramp_s: Pos
+    circle_plane: Literal["xz", "xy"]
+    push_t: Window
+    push_duration: Window
+    push_force: Vec3
+    lift_foot: str
+    lift_t: Window
+    lift_shift: Vec3
+    shift_s: Duration
+    lift_height: NonNeg
+    lift_s: Duration
+    base_kp: Pos
+    base_kd: Pos
+    com_kp: Pos
+    com_kd: Pos
+    swing_kp: Pos
+    swing_kd: Pos
+    posture_kp: Pos
+    posture_kd: Pos
+    fell_height: NonNeg
+    fell_tilt: Pos
+    check_states: integer(ge=0, le=10000)
+
+
 # ------------------------------------------------------------------------------------- balloon
 class _BalloonBody(_Table):
     mass: Pos
@@ -488,6 +534,7 @@ SCHEMAS: dict[str, type[Schema]] = {
     "series_parallel": SeriesParallel,
     "slider_crank": SliderCrank,
     "closed_chain": ClosedChain,
+    "legged": Legged,
     "balloon": Balloon,
     "chain_open_loop": ChainOpenLoop,
     "chain_task_space": ChainTaskSpace,

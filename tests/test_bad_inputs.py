@@ -35,6 +35,7 @@ GAIN = {
     "chain_open_loop": ("stiffness", 0),
     "chain_task_space": ("lam_p", None),
     "closed_chain": ("kp", None),
+    "legged": ("base_kp", None),
 }
 GAIN_RANGE = {
     "yumi_dual_arm": "> 0",
@@ -44,6 +45,7 @@ GAIN_RANGE = {
     "chain_open_loop": ">= 0",
     "chain_task_space": "> 0",
     "closed_chain": "> 0",
+    "legged": "> 0",
 }
 MODEL_KEY = {
     "yumi_dual_arm": ("urdf", "URDF"),
@@ -53,8 +55,9 @@ MODEL_KEY = {
     "chain_open_loop": ("mjcf", "MJCF"),
     "chain_task_space": ("mjcf", "MJCF"),
     "closed_chain": ("model", "model"),
+    "legged": ("model", "model"),
 }
-PLANT_KEY = {"yumi_dual_arm": "mjcf_virtual", "closed_chain": "plant_mjcf"}
+PLANT_KEY = {"yumi_dual_arm": "mjcf_virtual", "closed_chain": "plant_mjcf", "legged": "plant_mjcf"}
 #: a name the foreign plant lacks, which the error must name
 MISSING_NAME = {
     "yumi_dual_arm": "yumi_joint_1_l",
@@ -64,6 +67,7 @@ MISSING_NAME = {
     "chain_open_loop": "body1",
     "chain_task_space": "body1",
     "closed_chain": "base_l",
+    "legged": "fl_hip_a",
 }
 
 

@@ -70,9 +70,9 @@ def test_loads(robot):
     assert [c.kind for c in robot.loops] == ["point"] * 4
     d = robot.model.createData()
     pin.framesForwardKinematics(robot.model, d, robot.q_initial)
-    for leg in LEGS:  # the feet (spheres of 15 mm) on the floor, under their hips
+    for leg in LEGS:  # the feet (spheres of 1 mm) on the floor, under their hips
         p = d.oMf[robot.frame_id(f"{leg}_foot")].translation
-        assert p[2] == pytest.approx(0.015, abs=1e-6)
+        assert p[2] == pytest.approx(0.001, abs=1e-6)
     plant = plant_from_mjcf(robot)
     assert plant.model.neq == 4 and plant.model.nu == 8 and plant.map.has_free
     mujoco.mj_forward(plant.model, plant.data)

@@ -1,0 +1,574 @@
+"""A legged robot whose legs are closed chains stands, moves its base on a circle, takes a push and lifts a foot.
+
+    cmstack run legged --set model=mjcf/quadruped_five_bar.xml
+
+The model file gives the tree (a free joint at the root: the floating base), the loops (``<equality connect>``),
+the passive joints (the knees, and the free joint's 6 coordinates), the feet and the floor.  The plant is the same
+file in MuJoCo: floor, feet as contact geoms (friction and solref from the file), loops as stiff equalities; the
+controller reads the base's state from the free joint (as motion capture would give it).
+
+Law: ``controllers/contact_uk.py: ContactUKController``: the stance feet (``models/contact.py: PointContact``,
+friction pyramid with ``facets`` facets and ``mu``) and the loops at the top level, the base and the passive knees
+with exactly zero torque, then the base pose (a ``FrameTask`` on ``base_frame``) with the swing foot while one is
+lifted, the centre of mass (following the base's offsets), the motors' posture, Gauss last; the internal forces
+chosen inside the pyramids.
+
+Phases (config): stand ``stand_s``; the base on a circle of ``circle_radius`` at ``circle_frequency`` in the
+``circle_plane`` for ``circle_cycles`` turns, its angular rate ramped up and down over ``circle_ramp_s`` (so the
+base ends where it started; "xz": the sagittal plane, which the planar five-bar legs span; "xy" asks for the
+sideways sway the level stance constrains only at second order); a horizontal push ``push_force`` on the torso
+from ``push_t`` for ``push_duration``; from ``lift_t`` the base shifts by ``lift_shift`` (the centre of mass over the
+three other feet), ``lift_foot`` rises ``lift_height`` and comes back down (minimum jerk, ``lift_s`` each way), its
+contact off in between and on again where it lands, and the base shifts back.
+
+Metrics: ``base_pos_error_max_m`` (during the circle), ``base_pos_error_max_all_m``, ``base_rot_error_max_rad``,
+``com_error_max_m`` (the centre of mass against its target, the whole run), ``foot_slip_max_m`` (the largest
+tangential travel of a stance foot's centre since its contact was made active, on the plant), ``cone_margin_min``
+(the commanded forces: ≥ 0 inside the pyramid, N), ``plant_cone_margin_min`` (MuJoCo's contact forces on the same
+pyramid, N), ``loop_residual_max_m`` (max |φ| of the loops on the plant's states), ``passive_torque_max_nm`` (the
+torque the passive coordinates would need, the law's residual; the torque sent there is 0),
+``dynamics_vs_pinocchio_rel`` (``models/contact.contact_dynamics`` with the loops and the step's stance against
+``pin.constraintDynamics`` on ``check_states`` logged states, assembled, the logged torque plus a random one on the
+motors; also ``dynamics_vs_kkt_rel`` against a least-squares KKT solve on Pinocchio's M, h and frame Jacobians, and
+``dynamics_residual_rel``, the equations' residuals of our v̇: ``dynamics_check``), ``fell``, ``control_step_us_median``,
+``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+
+from cmstack.controllers.contact_uk import ContactUKController
+from cmstack.models.com import CenterOfMassTask
+from cmstack.models.contact import PointContact, contact_dynamics
+from cmstack.models.coupling import FrameTask, PostureTask
+from cmstack.models.errors import ConfigError
+from cmstack.models.lie import log3
+from cmstack.models.loops import ClosureSet, pinocchio_constraint_models
+from cmstack.models.robot import Robot, resolve_asset
+from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.sim.mjcf_plant import plant_from_mjcf
+from cmstack.sim.plant import MujocoPlant
+from cmstack.sim.runner import Disturbance, simulate
+
+NAME = "legged"
+TARGETS = dict(
+    base_pos_error_max_m=2e-3,
+    foot_slip_max_m=1e-3,
+    cone_margin_min=0.0,
+    loop_residual_max_m=1e-6,
+    passive_torque_max_nm=1e-9,
+    dynamics_vs_pinocchio_rel=1e-9,
+)
+
+
+def _mj(x: float) -> tuple[float, float, float]:
+    """The minimum-jerk profile s(x) on [0, 1] and its derivatives in x (0 before, 1 after)."""
+    if x <= 0.0:
+        return 0.0, 0.0, 0.0
+    if x >= 1.0:
+        return 1.0, 0.0, 0.0
+    return (
+        10 * x**3 - 15 * x**4 + 6 * x**5,
+        30 * x**2 - 60 * x**3 + 30 * x**4,
+        60 * x - 180 * x**2 + 120 * x**3,
+    )
+
+
+class Phases:
+    """The config's phases as functions of t: the base's offset from its initial pose (m, with its rate and
+    acceleration), the lifted foot's height, and whether the foot is off the ground."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.t_c0 = cfg["stand_s"]
+        om = 2 * math.pi * cfg["circle_frequency"]
+        self.om, self.tr = om, cfg["circle_ramp_s"]
+        self.tc = cfg["circle_cycles"] / cfg["circle_frequency"] - self.tr  # at full rate
+        if self.tc < 0:
+            raise ConfigError(
+                f"circle_ramp_s={self.tr} s exceeds circle_cycles/circle_frequency="
+                f"{cfg['circle_cycles'] / cfg['circle_frequency']:g} s"
+            )
+        self.t_c1 = self.t_c0 + self.tc + 2 * self.tr
+        plane = cfg["circle_plane"]
+        self.u = np.array([1.0, 0.0, 0.0])
+        self.w = np.array([0.0, 0.0, 1.0]) if plane == "xz" else np.array([0.0, 1.0, 0.0])
+        self.shift = np.asarray(cfg["lift_shift"], dtype=float)
+        self.foot = cfg["lift_foot"]
+        t = cfg["lift_t"]
+        self.t_s0, self.t_up = t, t + cfg["shift_s"]
+        self.t_down = self.t_up + cfg["lift_s"]
+        self.t_land = self.t_down + cfg["lift_s"]
+        self.t_s1 = self.t_land + cfg["shift_s"]
+
+    def angle(self, t: float) -> tuple[float, float, float]:
+        """The circle's angle a(t) (rad) and its derivatives: the rate ramps up over tr (minimum jerk), holds ω for
+        tc, ramps down over tr; total ω (tr + tc) = 2π cycles."""
+        om, tr, tc = self.om, self.tr, self.tc
+        s = t - self.t_c0
+        if s <= 0:
+            return 0.0, 0.0, 0.0
+        if s < tr:  # ∫ of the minimum-jerk rate: tr (2.5 x⁴ − 3 x⁵ + x⁶)
+            x = s / tr
+            S, dS, _ = _mj(x)
+            return om * tr * (2.5 * x**4 - 3 * x**5 + x**6), om * S, om * dS / tr
+        if s < tr + tc:
+            return om * (tr / 2 + s - tr), om, 0.0
+        if s < 2 * tr + tc:
+            x = (s - tr - tc) / tr
+            S, dS, _ = _mj(x)
+            a_up = om * tr * (x - (2.5 * x**4 - 3 * x**5 + x**6))  # ∫ of ω (1 − S)
+            return om * (tr / 2 + tc) + a_up, om * (1 - S), -om * dS / tr
+        return om * (tr + tc), 0.0, 0.0
+
+    def base_offset(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r = self.cfg["circle_radius"]
+        a, ad, add = self.angle(t)
+        c, s = math.cos(a), math.sin(a)
+        p = r * ((c - 1) * self.u + s * self.w)  # starts at the base: offset 0 at a = 0
+        v = r * ad * (-s * self.u + c * self.w)
+        acc = r * add * (-s * self.u + c * self.w) - r * ad * ad * (c * self.u + s * self.w)
+        if self.foot:
+            d = self.cfg["shift_s"]
+            if t < self.t_land:
+                S, dS, ddS = _mj((t - self.t_s0) / d)
+            else:
+                S, dS, ddS = _mj((t - self.t_land) / d)
+                S, dS, ddS = 1 - S, -dS, -ddS
+            p = p + S * self.shift
+            v = v + dS / d * self.shift
+            acc = acc + ddS / d**2 * self.shift
+        return p, v, acc
+
+    def lift(self, t: float) -> tuple[float, float, float]:
+        """The lifted foot's height above where it stood (m) and its rate and acceleration."""
+        h, d = self.cfg["lift_height"], self.cfg["lift_s"]
+        if t < self.t_down:
+            S, dS, ddS = _mj((t - self.t_up) / d)
+        else:
+            S, dS, ddS = _mj((t - self.t_down) / d)
+            S, dS, ddS = 1 - S, -dS, -ddS
+        return h * S, h * dS / d, h * ddS / d**2
+
+    def swinging(self, t: float) -> bool:
+        return bool(self.foot) and self.t_up <= t < self.t_land
+
+
+class LeggedLaw:
+    """The phases' contact switches around two ``ContactUKController``s sharing the contacts: one for the stance
+    (base, centre of mass, posture) and one with the swing foot's task beside the base's."""
+
+    def __init__(self, robot: Robot, cfg, phases: Phases):
+        self.robot, self.phases = robot, phases
+        kin = robot.update(robot.q_initial, np.zeros(robot.nv))
+        self.contacts = [PointContact(robot, f, mu=cfg["mu"], facets=cfg["facets"]) for f in cfg["feet"]]
+        for c in self.contacts:
+            c.set_active(True)
+        F = kin.frame(cfg["base_frame"])
+        p0, R0 = F.p.copy(), F.R.copy()
+        z6 = np.zeros(3)
+
+        def base_ref(t):
+            p, v, a = phases.base_offset(t)
+            return pin.SE3(R0, p0 + p), np.concatenate((v, z6)), np.concatenate((a, z6))
+
+        self.base_ref = base_ref
+        c0 = pin.centerOfMass(robot.model, robot.model.createData(), robot.q_initial).copy()
+
+        def com_ref(t):
+            p, v, a = phases.base_offset(t)
+            return c0 + p, v, a
+
+        self.com_ref = com_ref
+        self.base = FrameTask(robot, cfg["base_frame"], base_ref, cfg["base_kp"], cfg["base_kd"], name="base")
+        self.com = CenterOfMassTask(robot, com_ref, kp=cfg["com_kp"], kd=cfg["com_kd"], name="com")
+        post = PostureTask(
+            robot,
+            robot.q_initial,
+            joints=robot.actuated_joints,
+            kp=cfg["posture_kp"],
+            kd=cfg["posture_kd"],
+            name="posture",
+        )
+        self.stance = ContactUKController(robot, self.contacts, [[self.base], [self.com], [post]])
+        self.swing_contact = None
+        self.swing = self.stance
+        if phases.foot:
+            names = [c.name for c in self.contacts]
+            if phases.foot not in names:
+                raise ConfigError(f"lift_foot={phases.foot!r} is not one of feet={names}")
+            self.swing_contact = self.contacts[names.index(phases.foot)]
+            pf = kin.frame(phases.foot).p.copy()
+            ez = np.array([0.0, 0.0, 1.0])
+
+            def foot_ref(t):
+                h, hd, hdd = phases.lift(t)
+                return (
+                    pin.SE3(np.eye(3), pf + h * ez),
+                    np.concatenate((hd * ez, z6)),
+                    np.concatenate((hdd * ez, z6)),
+                )
+
+            self.foot_ref = foot_ref
+            foot = FrameTask(
+                robot, phases.foot, foot_ref, cfg["swing_kp"], cfg["swing_kd"], rows="position", name="swing"
+            )
+            self.swing = ContactUKController(robot, self.contacts, [[self.base, foot], [self.com], [post]])
+        self.last = self.stance
+
+    @property
+    def info(self):
+        return self.last.info
+
+    @property
+    def kin(self):
+        return self.last.kin
+
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        sc = self.swing_contact
+        if sc is not None:
+            off = self.phases.swinging(t)
+            if off and sc.active:
+                sc.set_active(False)
+            elif not off and not sc.active:
+                sc.set_active(True)  # anchored where it lands (the next rows call)
+            self.last = self.swing if off else self.stance
+        return self.last(t, q, v)
+
+
+def build_plant(cfg, robot: Robot, out) -> MujocoPlant:
+    if cfg["plant_mjcf"]:
+        plant = MujocoPlant(cfg["plant_mjcf"], robot.joint_names, sim_dt=cfg["sim_dt"])
+    else:
+        plant = plant_from_mjcf(robot, sim_dt=cfg["sim_dt"], xml_path=out / "plant.xml")
+    plant.reset(robot.q_initial)
+    return plant
+
+
+class PlantContacts:
+    """MuJoCo's contact forces on the feet (world axes, on the foot, N), read after a step."""
+
+    def __init__(self, plant: MujocoPlant, contacts):
+        m = plant.model
+        self.plant = plant
+        self.geoms = {}
+        for (
+            c
+        ) in contacts:  # the foot's geom: the one of the frame's name, else any geom with contype on its body
+            gid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, c.frame)
+            if gid < 0:
+                sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, c.frame)
+                body = m.site_bodyid[sid] if sid >= 0 else -1
+                cand = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and m.geom_contype[g]]
+                gid = cand[0] if cand else -1
+            self.geoms[gid] = c
+        self._f6 = np.zeros(6)
+
+    def forces(self) -> dict:
+        m, d = self.plant.model, self.plant.data
+        out: dict = {}
+        for i in range(d.ncon):
+            con = d.contact[i]
+            for sign, g in ((1.0, con.geom2), (-1.0, con.geom1)):
+                c = self.geoms.get(int(g))
+                if c is not None:
+                    mujoco.mj_contactForce(m, d, i, self._f6)
+                    f = sign * (con.frame.reshape(3, 3).T @ self._f6[:3])
+                    out[c.name] = out.get(c.name, 0.0) + f
+        return out
+
+
+def _kkt_accel(robot: Robot, q, v, tau, stance) -> np.ndarray:
+    """v̇ of [M Jᵀ; J 0] [v̇; −λ] = [τ − h − D v; −J̇v] by least squares (an SVD of the whole KKT matrix), J the loops'
+    and the stance's rows from Pinocchio's frame Jacobians: the reference where Pinocchio's proximal solver does
+    not converge (below)."""
+    kin = robot.update(q, v)
+    Js, bs = [], []
+    for c in stance:
+        F = kin.frame(c.fid)
+        Js.append(F.J[:3])
+        bs.append(-F.acc[:3])
+    for lp in robot.loops:
+        W, drift, _, _ = lp.error_dynamics(kin, 0.0)
+        Js.append(W[lp.rows])
+        bs.append(-drift[lp.rows])
+    J, b = np.vstack(Js), np.concatenate(bs)
+    n, m = robot.nv, J.shape[0]
+    K = np.block([[kin.M, J.T], [J, np.zeros((m, m))]])
+    rhs = np.concatenate([tau - kin.h - robot.damping * v, b])
+    return np.linalg.lstsq(K, rhs, rcond=None)[0][:n]
+
+
+def dynamics_check(robot: Robot, L, contacts, n_states: int) -> dict:
+    """``contact_dynamics`` against ``pin.constraintDynamics`` (loops + the step's stance) on logged states closed by
+    ``assemble``, the stance feet where they are, v in the null space of the rows, the logged torque plus a random
+    one on the motors (3 N·m std, seeded: standing still, the logged torque alone gives v̇ ≈ 0 and a relative
+    error of round-off over round-off); and against ``_kkt_accel``.  A nearly level stance (its rows' smallest
+    non-zero singular value ~1e-7 of the largest, e.g. after a foot lands a little away from where it was) is
+    ill-conditioned: the two references then drift from each other and from ours, so the check also reports
+    ``dynamics_residual_rel``, the equations' residuals of our v̇ (‖J v̇ + J̇v‖ / (‖J‖ ‖v̇‖ + ‖J̇v‖) and the force
+    not in range(Jᵀ), ‖Nᵀ(M v̇ + h + D v − τ)‖ / ‖τ‖), and ``stance_sigma_min_rel``."""
+    out = dict(
+        dynamics_vs_pinocchio_rel=0.0,
+        dynamics_vs_kkt_rel=0.0,
+        dynamics_residual_rel=0.0,
+        stance_sigma_min_rel=1.0,
+    )
+    if n_states == 0:
+        return out
+    rows = np.unique(np.linspace(0, len(L["t"]) - 1, n_states).astype(int))
+    rng = np.random.default_rng(0)
+    actuated = np.zeros(robot.nv)
+    actuated[robot.v_indices(robot.actuated_joints)] = 1.0
+    for k in rows:
+        qa = robot.assemble(L["q"][k])
+        act = [c for c, on in zip(contacts, L["active"][k]) if on > 0.5]
+        stance = [PointContact(robot, c.frame, mu=c.mu) for c in act]
+        kin = robot.update(qa, np.zeros(robot.nv))
+        for c in stance:
+            c.set_active(True, c.position(kin))
+        J = np.vstack([c.rows(kin)[0] for c in stance] + [lp.qp_rows(kin, 0.0)[0] for lp in robot.loops])
+        _, s, Vt = np.linalg.svd(J)
+        rank = int((s > 1e-9 * s[0]).sum())
+        out["stance_sigma_min_rel"] = min(out["stance_sigma_min_rel"], float(s[rank - 1] / s[0]))
+        N = Vt[rank:].T
+        va = N @ (N.T @ L["v"][k])
+        tau = L["tau"][k] + 3.0 * rng.normal(size=robot.nv) * actuated
+        a, _ = contact_dynamics(robot, qa, va, tau, stance)
+        a_kkt = _kkt_accel(robot, qa, va, tau, stance)
+        cms, cds = pinocchio_constraint_models(robot)
+        for c in stance:
+            cm = c.pinocchio_model()
+            cms.append(cm)
+            cds.append(cm.createData())
+        d = robot.model.createData()
+        pin.initConstraintDynamics(robot.model, d, cms, cds)
+        prox = pin.ProximalSettings(1e-14, 1e-10, 500)
+        a_pin = pin.constraintDynamics(robot.model, d, qa, va, tau - robot.damping * va, cms, cds, prox)
+        na = max(np.linalg.norm(a_pin), 1e-12)
+        out["dynamics_vs_pinocchio_rel"] = max(
+            out["dynamics_vs_pinocchio_rel"], float(np.linalg.norm(a - a_pin) / na)
+        )
+        out["dynamics_vs_kkt_rel"] = max(out["dynamics_vs_kkt_rel"], float(np.linalg.norm(a - a_kkt) / na))
+        kin = robot.update(qa, va)  # the equations' residuals of our v̇
+        rows_ = [(kin.frame(c.fid).J[:3], -kin.frame(c.fid).acc[:3]) for c in stance]
+        for lp in robot.loops:
+            W, drift, _, _ = lp.error_dynamics(kin, 0.0)
+            rows_.append((W[lp.rows], -drift[lp.rows]))
+        Jm, bm = np.vstack([x for x, _ in rows_]), np.concatenate([y for _, y in rows_])
+        _, sm, Vm = np.linalg.svd(Jm)
+        Nm = Vm[int((sm > 1e-12 * sm[0]).sum()) :].T
+        res = max(
+            float(
+                np.linalg.norm(Jm @ a - bm) / (np.linalg.norm(Jm) * np.linalg.norm(a) + np.linalg.norm(bm))
+            ),
+            float(
+                np.linalg.norm(Nm.T @ (kin.M @ a + kin.h + robot.damping * va - tau)) / np.linalg.norm(tau)
+            ),
+        )
+        out["dynamics_residual_rel"] = max(out["dynamics_residual_rel"], res)
+    return out
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
+    if robot.floating_base is None:
+        raise ConfigError(f"model {cfg['model']}: no free joint at the root; legged needs a floating base")
+    if cfg["circle_plane"] not in ("xz", "xy"):
+        raise ConfigError(f"circle_plane={cfg['circle_plane']!r} is not one of ['xz', 'xy']")
+    phases = Phases(cfg)
+    plant = build_plant(cfg, robot, ctx.out)
+    law = LeggedLaw(robot, cfg, phases)
+    contacts = law.contacts
+    pc = PlantContacts(plant, contacts)
+    cs = ClosureSet(robot.loops)
+    log = ctx.logger
+    log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])))
+    viewer = ctx.make_viewer(plant.model)
+    d = robot.model.createData()
+    bid = robot.frame_id(cfg["base_frame"])
+    fids = [c.fid for c in contacts]
+    nf = len(contacts)
+    P = robot.v_indices(robot.passive_joints)
+
+    def record(t, q, v, tau):
+        info = law.info
+        pin.framesForwardKinematics(robot.model, d, q)
+        Tb = d.oMf[bid]
+        Tr = law.base_ref(t)[0]
+        com = pin.centerOfMass(robot.model, d, q)
+        feet = np.array([d.oMf[f].translation for f in fids])
+        slip = np.zeros(nf)
+        fc = np.full((nf, 3), np.nan)
+        mc = np.full(nf, np.nan)
+        mp = np.full(nf, np.nan)
+        pf = pc.forces()
+        for i, c in enumerate(contacts):
+            if c.active and c.anchor is not None:
+                dp = feet[i] - c.anchor
+                slip[i] = float(np.linalg.norm(dp - (dp @ c.normal) * c.normal))
+            if c.name in info.forces:
+                fc[i] = info.forces[c.name]
+                mc[i] = info.cone_margin[c.name]
+            if c.active and c.name in pf:
+                mp[i] = c.cone_margin(pf[c.name])
+        log.append(
+            t=t,
+            q=q,
+            v=v,
+            tau=tau,
+            plant_qpos=plant.data.qpos,
+            base=Tb.translation,
+            base_ref=Tr.translation,
+            base_pos_error=float(np.linalg.norm(Tr.translation - Tb.translation)),
+            base_rot_error=float(np.linalg.norm(log3(Tb.rotation.T @ Tr.rotation))),
+            com_error=float(np.linalg.norm(law.com_ref(t)[0] - com)),
+            feet=feet,
+            slip=slip,
+            force=fc,
+            margin=mc,
+            plant_margin=mp,
+            active=np.array([float(c.active) for c in contacts]),
+            passive_residual=info.passive_residual,
+            tau_passive=float(np.abs(tau[P]).max()) if P.size else 0.0,
+            loop_residual=float(np.abs(cs.phi(q)).max()) if robot.loops else 0.0,
+            tilt=float(np.linalg.norm(log3(Tb.rotation))),
+            cone_ok=float(info.status == "solved"),
+        )
+        if viewer is not None:
+            viewer.maybe_update(t, plant.data.qpos, trails={"base": Tb.translation.copy()})
+
+    push = []
+    if cfg["push_duration"] > 0 and np.any(np.asarray(cfg["push_force"]) != 0):
+        body = cfg["base_frame"]  # a body, or a site: its body
+        sid = mujoco.mj_name2id(plant.model, mujoco.mjtObj.mjOBJ_SITE, body)
+        if sid >= 0:
+            body = mujoco.mj_id2name(plant.model, mujoco.mjtObj.mjOBJ_BODY, int(plant.model.site_bodyid[sid]))
+        push = [
+            Disturbance(body, cfg["push_t"], cfg["push_t"] + cfg["push_duration"], tuple(cfg["push_force"]))
+        ]
+    run_ = simulate(
+        plant,
+        law,
+        duration=cfg["duration"],
+        control_dt=cfg["control_dt"],
+        record=record,
+        disturbances=push,
+        progress=ctx.progress,
+        desc=NAME,
+        log=log,
+    )
+    L = log.arrays()
+    t = L["t"]
+    circle = (t >= phases.t_c0) & (t <= phases.t_c1)
+    fell = bool(np.any(L["base"][:, 2] < cfg["fell_height"]) or np.any(L["tilt"] > cfg["fell_tilt"]))
+    margins = L["margin"]
+    pm = L["plant_margin"]
+    dyn_m = dynamics_check(robot, L, contacts, cfg["check_states"])
+    dyn = dyn_m["dynamics_vs_pinocchio_rel"]
+    m = dict(
+        model=str(cfg["model"]),
+        base_pos_error_max_m=float(L["base_pos_error"][circle].max()) if circle.any() else float("nan"),
+        base_pos_error_max_all_m=float(L["base_pos_error"].max()),
+        base_rot_error_max_rad=float(L["base_rot_error"].max()),
+        com_error_max_m=float(L["com_error"].max()),
+        foot_slip_max_m=float(L["slip"].max()),
+        cone_margin_min=float(np.nanmin(margins)) if np.isfinite(margins).any() else float("nan"),
+        plant_cone_margin_min=float(np.nanmin(pm)) if np.isfinite(pm).any() else float("nan"),
+        loop_residual_max_m=float(L["loop_residual"].max()),
+        passive_torque_max_nm=float(max(L["passive_residual"].max(), L["tau_passive"].max())),
+        **dyn_m,
+        fell=fell,
+        control_step_us_median=run_.step_us_median,
+        cone_qp_steps=int(
+            law.stance.cone_qp_steps + (law.swing.cone_qp_steps if law.swing is not law.stance else 0)
+        ),
+        cone_violations=int(
+            law.stance.cone_violations + (law.swing.cone_violations if law.swing is not law.stance else 0)
+        ),
+        motor_saturations=plant.saturated,
+        max_torque_nm=float(np.abs(L["tau"]).max()),
+        push_force_n=float(np.linalg.norm(cfg["push_force"])) if push else 0.0,
+        realtime_factor=run_.realtime_factor,
+    )
+    rows = [
+        Row(
+            "base_pos_error_max_m",
+            m["base_pos_error_max_m"],
+            None,
+            "<= 2e-3 (circle)",
+            m["base_pos_error_max_m"] <= 2e-3,
+        ),
+        Row("base_pos_error_max_all_m", m["base_pos_error_max_all_m"]),
+        Row("base_rot_error_max_rad", m["base_rot_error_max_rad"]),
+        Row("com_error_max_m", m["com_error_max_m"]),
+        Row("foot_slip_max_m", m["foot_slip_max_m"], None, "<= 1e-3", m["foot_slip_max_m"] <= 1e-3),
+        Row("cone_margin_min", m["cone_margin_min"], None, ">= 0 (commanded, N)", m["cone_margin_min"] >= 0),
+        Row("plant_cone_margin_min", m["plant_cone_margin_min"]),
+        Row(
+            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
+        ),
+        Row(
+            "passive_torque_max_nm",
+            m["passive_torque_max_nm"],
+            None,
+            "<= 1e-9",
+            m["passive_torque_max_nm"] <= 1e-9,
+        ),
+        Row("dynamics_vs_pinocchio_rel", dyn, None, "<= 1e-9", dyn <= 1e-9),
+        Row("dynamics_vs_kkt_rel", dyn_m["dynamics_vs_kkt_rel"]),
+        Row("dynamics_residual_rel", dyn_m["dynamics_residual_rel"]),
+        Row("stance_sigma_min_rel", dyn_m["stance_sigma_min_rel"]),
+        Row("fell", fell, None, "== false", not fell),
+        Row("control_step_us_median", m["control_step_us_median"]),
+        Row("cone_qp_steps / cone_violations", f"{m['cone_qp_steps']} / {m['cone_violations']}"),
+    ]
+    plots = make_plots(ctx, L, contacts, cfg) if ctx.drawing else []
+    return Outcome(m, rows, plots)
+
+
+def make_plots(ctx, L, contacts, cfg):
+    plt = ctx.pyplot()
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    i, j = (0, 2) if cfg["circle_plane"] == "xz" else (0, 1)
+    ax[0, 0].plot(L["base_ref"][:, i], L["base_ref"][:, j], "k--", lw=1, label="reference")
+    ax[0, 0].plot(L["base"][:, i], L["base"][:, j], lw=1.2, label="base (plant)")
+    ax[0, 0].set_xlabel("xyz"[i] + " [m]")
+    ax[0, 0].set_ylabel("xyz"[j] + " [m]")
+    ax[0, 0].set_aspect("equal", adjustable="datalim")
+    ax[0, 0].legend(fontsize=8)
+    t = L["t"]
+    ax[0, 1].semilogy(t, L["base_pos_error"] + 1e-12, label="base position error [m]")
+    ax[0, 1].semilogy(t, L["com_error"] + 1e-12, label="centre of mass error [m]")
+    ax[0, 1].semilogy(t, L["slip"].max(axis=1) + 1e-12, label="largest stance foot slip [m]")
+    ax[0, 1].semilogy(t, L["loop_residual"] + 1e-15, label="loop residual [m]")
+    ax[0, 1].legend(fontsize=8)
+    for k, c in enumerate(contacts):
+        ax[1, 0].plot(t, L["force"][:, k, 2], lw=1, label=f"{c.name} f_z commanded")
+    ax[1, 0].set_ylabel("normal force [N]")
+    ax[1, 0].legend(fontsize=7)
+    for k, c in enumerate(contacts):
+        ax[1, 1].plot(t, L["margin"][:, k], lw=1, label=f"{c.name} commanded")
+        ax[1, 1].plot(t, L["plant_margin"][:, k], lw=0.6, ls=":", label=f"{c.name} MuJoCo")
+    ax[1, 1].axhline(0.0, color="k", lw=0.8)
+    ax[1, 1].set_ylabel("friction pyramid margin [N]")
+    ax[1, 1].legend(fontsize=6, ncol=2)
+    for a in (ax[0, 1], ax[1, 0], ax[1, 1]):
+        a.set_xlabel("t [s]")
+    fig.suptitle(f"legged: {cfg['model']}")
+    fig.tight_layout()
+    return [ctx.save_figure(fig, "legged")]
+
+
+def main(argv=None) -> int:
+    return scenario_main(NAME, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""The legged scenario (issue 31) on mjcf/quadruped_five_bar.xml at 1 kHz on the MuJoCo plant, shortened: the phases
+compressed (a smaller, faster circle; a push while standing), both runs in one child process with a wall-clock
+limit (one start-up: imports, the model's load).  The issue's targets are asserted on each run
+(tests/test_bad_inputs.py: the config's bad input)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cmstack.scenarios import legged
+
+CHILD = """
+import json, sys
+from cmstack.scenarios import legged
+from cmstack.scenarios._common import run_scenario
+out = {}
+for name, duration, sets in json.loads(sys.argv[2]):
+    m, _ = run_scenario(legged.NAME, legged.run, sets=sets + ["check_states=4"], duration=duration,
+                        out=sys.argv[1] + "/" + name, html=False, plots=False)
+    out[name] = {k: m[k] for k in sorted(m) if not isinstance(m[k], (list, dict))}
+print(json.dumps(out))
+"""
+
+RUNS = [
+    # stand 0.05 s, then a 5 mm circle at 4 Hz (one turn, rate ramped over 0.1 s)
+    (
+        "circle",
+        0.42,
+        [
+            "stand_s=0.05",
+            "circle_radius=0.005",
+            "circle_frequency=4.0",
+            "circle_ramp_s=0.1",
+            "push_duration=0.0",
+        ],
+    ),
+    # a 15 N horizontal push on the torso for 0.1 s while standing
+    ("push", 0.35, ["stand_s=0.0", "circle_radius=0.0", "push_t=0.05"]),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("legged")
+    env = dict(os.environ, MPLBACKEND="Agg")
+    argv = [sys.executable, "-c", CHILD, str(tmp), json.dumps(RUNS)]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _targets(m, skip=()):
+    for key, bound in legged.TARGETS.items():
+        if key in skip:
+            continue
+        if key == "cone_margin_min":
+            assert m[key] >= bound, (key, m[key])
+        else:
+            assert m[key] <= bound, (key, m[key])
+    assert m["fell"] is False and m["cone_violations"] == 0
+
+
+def test_stand_and_circle(runs):
+    m = runs["circle"]
+    _targets(m)
+    assert m["base_pos_error_max_m"] > 0 and m["ok"] is True, m
+
+
+def test_push(runs):
+    """No fall, the stance feet hold, the forces stay in the pyramids, the loops stay closed."""
+    m = runs["push"]
+    _targets(m, skip=("base_pos_error_max_m",))  # (the base target is the circle's)
+    assert m["push_force_n"] == pytest.approx(15.0)
+    assert m["base_pos_error_max_all_m"] > 1e-3  # the push moved the base (and it came back: no fall)
