@@ -78,3 +78,133 @@ def condition(H, g, C, l, u, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad):
         ls[i] = a if math.isfinite(a) else (1e20 if a > 0 else -1e20)
         us[i] = b if math.isfinite(b) else (-1e20 if b < 0 else 1e20)
     return s, lam, nbad
+
+
+@njit(cache=True)
+def null_basis(B, rank_tol):
+    """Orthonormal basis of N(B) (B: m × k, any m ≥ 0) by SVD with the relative rank test of
+    ``uk_levels._null_space``: the rows r.. of Vᵀ, r = #{σ_i > rank_tol · max(1, σ_1)}.  A k × (k − r) array."""
+    m, k = B.shape
+    if m == 0:
+        return np.eye(k)
+    Bc = np.ascontiguousarray(B)
+    _, s, vt = np.linalg.svd(Bc)  # full_matrices: vt is k × k
+    thr = rank_tol * max(1.0, s[0]) if s.size else 0.0
+    r = 0
+    for i in range(s.size):
+        if s[i] > thr:
+            r += 1
+    out = np.empty((k, k - r))
+    for i in range(k):
+        for j in range(k - r):
+            out[i, j] = vt[r + j, i]
+    return out
+
+
+@njit(cache=True)
+def hierarchy_level(N, dx, x, Bprev, rank_tol, C, l, u, eps_abs, A, b, last, M, Q, H, g):
+    """One step down the hierarchy of ``uk_solve._sequential``, in one compiled call: the levels above solved
+    (x, in the basis N of their null space: x ← x + N dx), the basis of the next level's null space
+    N' = N null(B_prev) (B_prev = A_{k−1} N, ``null_basis``), and level k's QP in the coordinates z of N'
+    (v̇ = x + N' z):
+
+        level k < K:  Ĥ = (A N')ᵀ(A N') + μ N'ᵀ M N',   ĝ = N'ᵀ (−Aᵀ (b − A x) + μ (M x − Q)),
+                      μ = 1e-6 max(tr((A N')ᵀ A N'), 1e-12) / tr(M)
+        level K:      Ĥ = N'ᵀ H N',   ĝ = N'ᵀ (H x + g)   (``last``; A, b unused)
+        C N' z ∈ [min(l − C x, 0) − m, max(u − C x, 0) + m],   m = 1e-8 (|l| + |u|) + 10 eps_abs (0 where not finite)
+
+    Returns (x, N', Ĥ, ĝ, C N', lo, hi, A N') (A N' empty for the last level); N' may have no column."""
+    n = x.size
+    nz0 = N.shape[1]
+    xn = x.copy()
+    if dx.size:
+        for i in range(n):
+            acc = 0.0
+            for j in range(nz0):
+                acc += N[i, j] * dx[j]
+            xn[i] += acc
+    V = null_basis(Bprev, rank_tol)
+    Nn = np.ascontiguousarray(N) @ V if Bprev.shape[0] else np.ascontiguousarray(N)
+    nz = Nn.shape[1]
+    m = C.shape[0]
+    CN = np.ascontiguousarray(C) @ Nn
+    Cx = np.ascontiguousarray(C) @ xn
+    lo = np.empty(m)
+    hi = np.empty(m)
+    for i in range(m):
+        mg = 1e-8 * (abs(l[i]) + abs(u[i])) + 10.0 * eps_abs
+        if not math.isfinite(mg):
+            mg = 0.0
+        lo[i] = min(l[i] - Cx[i], 0.0) - mg
+        hi[i] = max(u[i] - Cx[i], 0.0) + mg
+    MN = np.ascontiguousarray(M) @ Nn
+    if last:
+        HN = np.ascontiguousarray(H) @ Nn
+        Hr = Nn.T @ HN
+        gr = Nn.T @ (np.ascontiguousarray(H) @ xn + g)
+        AN = np.zeros((0, nz))
+    else:
+        Ac = np.ascontiguousarray(A)
+        AN = Ac @ Nn
+        trA = 0.0
+        for i in range(AN.shape[0]):
+            for j in range(nz):
+                trA += AN[i, j] * AN[i, j]
+        trM = 0.0
+        for i in range(n):
+            trM += M[i, i]
+        mu = 1e-6 * max(trA, 1e-12) / trM
+        Hr = AN.T @ AN + mu * (Nn.T @ MN)
+        res = b - Ac @ xn
+        w = -(Ac.T @ res) + mu * (np.ascontiguousarray(M) @ xn - Q)
+        gr = Nn.T @ w
+    return xn, Nn, Hr, gr, CN, lo, hi, AN
+
+
+@njit(cache=True)
+def condition_eq(A, b, row_tol, check_tol, As, bs, e):
+    """The equality rows of ``BoundedQP.solve`` conditioned (``controllers/qp.py``, module docstring 1.–2.):
+    e_i = ‖A_i‖, Â_i = A_i / e_i, b̂_i = b_i / e_i into ``As``, ``bs``, ``e``.  Returns the number of rows that
+    are numerically empty (e_i ≤ row_tol · max(1, max_j e_j)); when it is not 0 the caller drops them (and checks
+    them as constants) instead, and ``As``, ``bs`` are not to be used."""
+    m, n = A.shape
+    big = 1.0
+    for i in range(m):
+        r = 0.0
+        for j in range(n):
+            r += A[i, j] * A[i, j]
+        r = math.sqrt(r)
+        e[i] = r
+        if r > big:
+            big = r
+    thr = row_tol * big
+    nempty = 0
+    for i in range(m):
+        r = e[i]
+        if r <= thr:
+            nempty += 1
+            continue
+        for j in range(n):
+            As[i, j] = A[i, j] / r
+        bs[i] = b[i] / r
+    return nempty
+
+
+@njit(cache=True)
+def level_residuals(E, f, x, sizes, res, bnorm):
+    """Per level k (its rows E_k = the next ``sizes[k]`` rows of E): res_k = ‖E_k x − f_k‖ and bnorm_k = ‖f_k‖
+    (``uk_solve``: ``info.level_residuals`` and whether every level above the last held exactly)."""
+    n = x.size
+    i = 0
+    for k in range(sizes.size):
+        r2 = 0.0
+        b2 = 0.0
+        for _ in range(sizes[k]):
+            acc = -f[i]
+            for j in range(n):
+                acc += E[i, j] * x[j]
+            r2 += acc * acc
+            b2 += f[i] * f[i]
+            i += 1
+        res[k] = math.sqrt(r2)
+        bnorm[k] = math.sqrt(b2)

@@ -84,6 +84,17 @@ class QPResult:
         return self.status == "solved"
 
 
+_NAMES: dict = {}
+
+
+def _status_name(st) -> str:
+    """ProxSuite's status without its enum's prefix ("PROXQP_SOLVED"), made once per status."""
+    name = _NAMES.get(st)
+    if name is None:
+        name = _NAMES[st] = str(st).rsplit(".", 1)[-1]
+    return name
+
+
 def _row_norms(M: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", M, M))
 
@@ -117,24 +128,28 @@ class BoundedQP:
         self.mu_in = float(mu_in)
         self._qps: dict = {}
         self._cold: dict = {}  # solver objects reused for cold starts, by shape
+        self._max_iter_of: dict = {}  # id(solver object) -> its outer cap as last set
         self.cold_retries = 0
         self._bufs: dict = {}  # the conditioned problem's arrays, by shape (n, rows of C)
-        from cmstack.controllers._qp_kernels import condition
+        from cmstack.controllers._qp_kernels import condition, condition_eq
 
         self._condition = condition
+        self._condition_eq = condition_eq
         #: when a list: every solve appends (shape key, H, g, A, b, C, l, u, ρ) as given to ProxSuite (scaled)
         self.trace: list | None = None
 
     def __getstate__(self) -> dict:
         # the solver objects, buffers and the compiled function are caches: made again after unpickling
         state = self.__dict__.copy()
-        state.update(_qps={}, _cold={}, _bufs={}, _condition=None, trace=None)
+        state.update(
+            _qps={}, _cold={}, _bufs={}, _max_iter_of={}, _condition=None, _condition_eq=None, trace=None
+        )
         return state
 
     def __setstate__(self, state: dict) -> None:
-        from cmstack.controllers._qp_kernels import condition
+        from cmstack.controllers._qp_kernels import condition, condition_eq
 
-        self.__dict__.update(state, _condition=condition)
+        self.__dict__.update(state, _condition=condition, _condition_eq=condition_eq)
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
         qp = _PQ.dense.QP(n, n_eq, n_in)
@@ -143,12 +158,20 @@ class BoundedQP:
         s.eps_rel = 0.0
         s.verbose = False
         s.max_iter = self.max_iter
+        self._max_iter_of[id(qp)] = self.max_iter
         s.max_iter_in = self.max_iter_in
         if feasible_start:
             # the caller knows a feasible point (x = 0): ProxSuite's infeasibility certificate (tolerance
             # 1e-4 on the scaled rows) can fire falsely on a thin feasible set, so it is switched off
             s.eps_primal_inf = 1e-14
         return qp
+
+    def _set_max_iter(self, qp, max_outer: int) -> None:
+        """ProxSuite's outer cap, written only when it changes (reading ``qp.settings`` makes a Python object;
+        ``_new`` records every new object's cap, so an id reused by a new object is never stale)."""
+        if self._max_iter_of.get(id(qp)) != max_outer:
+            qp.settings.max_iter = max_outer
+            self._max_iter_of[id(qp)] = max_outer
 
     def _clean(self, M, lo, hi, eq: bool):
         """Kept row indices, their norms and the constant rows that are violated."""
@@ -219,11 +242,25 @@ class BoundedQP:
             self.max_iter if budget is None else max(1, min(self.max_iter, int(budget) // self.max_iter_in))
         )
         n = H.shape[0]
-        ie, ne, bad_e = self._clean(A, b, None, eq=True)
-        y = np.zeros(0 if A is None else A.shape[0])
+        me = 0 if A is None else A.shape[0]
+        y = np.zeros(me)
+        As = bs = None
+        ie = ne = None
+        bad_e: list = []
+        if me:
+            # the equality rows scaled in one compiled call (``_qp_kernels.condition_eq``); a row that vanishes is
+            # dropped and checked as a constant (module docstring, 1.)
+            assert A is not None and b is not None
+            ebufs = self._bufs.get(("eq", n, me))
+            if ebufs is None:
+                ebufs = self._bufs[("eq", n, me)] = (np.empty((me, n)), np.empty(me), np.empty(me))
+            As, bs, ne = ebufs
+            if self._condition_eq(A, b, self.row_tol, self.check_tol, As, bs, ne):
+                ie, ne, bad_e = self._clean(A, b, None, eq=True)
+                As, bs = A[ie] / ne[:, None], b[ie] / ne
         m = 0 if C is None else C.shape[0]
         z = np.zeros(m)
-        As = bs = Cs = ls = us = None
+        Cs = ls = us = None
         if m:
             # every row kept, a vanished or free one zeroed: one shape per problem (module docstring, 1.), conditioned
             # in one compiled call into buffers of that shape (``_qp_kernels.condition``)
@@ -250,13 +287,10 @@ class BoundedQP:
             Hs, gs = H / s, g / s
             lam_min = float(np.linalg.eigvalsh(Hs)[0]) if n else 1.0
             bad_i, d = [], None
-        n_eq, n_in = len(ie), m
+        n_eq, n_in = (me if ie is None else len(ie)), m
         if bad_e or bad_i:
             return QPResult(np.zeros(n), y, z, "infeasible", 0, False, bad_e + bad_i, "constant row")
         rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
-        if n_eq:
-            assert A is not None and b is not None  # (rows kept: A given, and _clean read b)
-            As, bs = A[ie] / ne[:, None], b[ie] / ne
         k = (key, n, n_eq, n_in, feasible_start)
         if (
             self.trace is not None
@@ -268,7 +302,7 @@ class BoundedQP:
         iters = 0
         res = None
         if qp is not None:
-            qp.settings.max_iter = max_outer
+            self._set_max_iter(qp, max_outer)
             qp.update(Hs, gs, As, bs, Cs, ls, us, update_preconditioner=False, rho=rho, mu_in=self.mu_in)
             qp.solve()
             res = qp.results
@@ -284,7 +318,7 @@ class BoundedQP:
                 qp = self._new(n, n_eq, n_in, feasible_start)
                 if not warm:
                     self._cold[k] = qp
-            qp.settings.max_iter = max_outer
+            self._set_max_iter(qp, max_outer)
             qp.init(Hs, gs, As, bs, Cs, ls, us, rho=rho, mu_in=self.mu_in)
             qp.solve()
             res = qp.results
@@ -294,14 +328,19 @@ class BoundedQP:
                 # segfaults when it is set between init() and a first solve(), with no previous result)
                 qp.settings.initial_guess = _PQ.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT
                 self._qps[k] = qp
-        st = res.info.status
         x = np.array(res.x, dtype=float)
         if n_eq:
-            y[ie] = s * np.asarray(res.y) / ne
+            assert ne is not None
+            if ie is None:
+                np.divide(res.y, ne, out=y)
+                y *= s
+            else:
+                y[ie] = s * np.asarray(res.y) / ne
         if n_in:
             assert d is not None  # (rows of C: conditioned, d their scales)
             np.multiply(res.z, d, out=z)
             z *= s
+        st = res.info.status
         if st == _ST.PROXQP_SOLVED:
             status = "solved"
         elif st in _INFEASIBLE:
@@ -312,4 +351,4 @@ class BoundedQP:
         feas = status == "solved" or (
             self.feasible(x, A, b, C, l, u) if feasible_start or status == "max_iter" else False
         )
-        return QPResult(x, y, z, status, iters, feas, [], str(st).rsplit(".", 1)[-1])
+        return QPResult(x, y, z, status, iters, feas, [], _status_name(st))

@@ -281,6 +281,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._seq_active = False
         self._last_sequential = False  # the previous limited step needed the levels one by one
         self._levels_exact = False  # in the last sequential step every level above the last held exactly
+        self._seq_residuals: tuple = (None, ())  # (v̇, per-level residuals) of the last sequential solve
         self.saturated_steps = 0  # steps in which a level gave way to the limits (info.gave_way)
         self.info = UKStepInfo()
         self._info_kkt: UKStepInfo | None = None  # the info whose constant fields hold a compiled KKT step's
@@ -560,7 +561,10 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
             tau = self._torque(kin.M @ x + hD)
             info.limits_active = bool(np.any(z != 0)) or (path == "sequential" and self._seq_active)
-            info.level_residuals = tuple(float(np.linalg.norm(a @ x - b)) for a, b in rows)
+            done = self._seq_residuals  # (v̇, residuals) of the last sequential solve
+            info.level_residuals = (
+                done[1] if done[0] is x else tuple(float(np.linalg.norm(a @ x - b)) for a, b in rows)
+            )
         else:
             info.limits_active = False
             info.saturated, info.gave_way = False, ""

@@ -7,6 +7,7 @@ import numpy as np
 
 from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling
 from cmstack.models.errors import InfeasibleError
+from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
 
 
@@ -17,6 +18,7 @@ class Diagnostics:
     n: int
     robot: Robot
     levels: list
+    limits: list
     tau_max: np.ndarray
 
     def _incompatible(self, A, b, t):
@@ -69,13 +71,22 @@ class Diagnostics:
         A, b = (np.zeros((0, self.n)), np.zeros(0)) if level1 is None else level1
         x = udwadia_kalaba_closed_form(M, Q, A, b)[0] if A.shape[0] else np.linalg.solve(M, Q)
         tau_free = M @ x + hD
-        tm = self.tau_max
-        worst = int(np.argmax(np.abs(tau_free) / tm))
-        need = (
-            f"joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, "
-            f"limit {tm[worst]:.1f}"
-        )
-        head = f"at t={t:.4f} s the hard constraints {names} cannot be met within the effort limits ({need}"
+        # the kinds of limit in force, by name ("velocity and effort"); the torque the hard level needs is named
+        # only with an effort limit (with none, no torque bound is to blame)
+        effort = any(isinstance(lim, EffortLimit) for lim in self.limits)
+        others = list(dict.fromkeys(lim.name for lim in self.limits if not isinstance(lim, EffortLimit)))
+        kinds = " and ".join(others + (["effort"] if effort else []))
+        if effort:
+            tm = self.tau_max
+            worst = int(np.argmax(np.abs(tau_free) / tm))
+            need = (
+                f" (joint '{self.robot.joint_names[worst]}' would need {tau_free[worst]:.1f} N·m, "
+                f"limit {tm[worst]:.1f}"
+            )
+        else:
+            need = " ("
+        which = f"{kinds} limits" if kinds else "limits"
+        head = f"at t={t:.4f} s the hard constraints {names} cannot be met within the {which}{need}"
         causes = []
         for L in self.levels:
             for task in L.tasks:
@@ -96,14 +107,14 @@ class Diagnostics:
         if causes:
             return (
                 head
-                + f"; QP status {status}). Cause: "
+                + f"{'; ' if effort else ''}QP status {status}). Cause: "
                 + "; ".join(causes)
                 + ". The tasks drove the robot into a state the limits cannot recover from: "
                 "bring the target into the workspace or away from the singularity."
             )
         return (
-            head + f"; QP status {status}): the effort limits are too low for this motion (no target out "
-            "of reach, no singular task Jacobian); slow the motion or raise the limits"
+            head + f"{'; ' if effort else ''}QP status {status}): the {which} are too low for this motion "
+            "(no target out of reach, no singular task Jacobian); slow the motion or raise the limits"
         )
 
 

@@ -87,6 +87,14 @@ class UKStepInfo:
         self._vdot = value
         self._vsrc = None
 
+    def __getstate__(self) -> dict:
+        # the forces are computed on first access by a closure over the step (not picklable): computed now
+        if self.vdot is not None:
+            self._fill()
+        state = self.__dict__.copy()
+        state["_lazy"] = None
+        return state
+
     def _fill(self):
         lazy = self._lazy
         if lazy is not None:  # a closure, or (function, argument): a compiled step's (f, its buffer)

@@ -9,11 +9,15 @@ from collections.abc import Callable
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
+from cmstack.controllers._qp_kernels import hierarchy_level as _hierarchy_level
+from cmstack.controllers._qp_kernels import level_residuals as _level_residuals
 from cmstack.controllers.qp import BoundedQP
-from cmstack.controllers.uk_levels import UKStepInfo, _null_basis, _null_space
+from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
+
+_EMPTY = np.zeros(0)
 
 
 class LevelSolver:
@@ -36,6 +40,7 @@ class LevelSolver:
     _qp: BoundedQP
     _seq_active: bool
     _levels_exact: bool
+    _seq_residuals: tuple
     _limits_infeasible: Callable[..., InfeasibleError]
     _torque: Callable[[np.ndarray], np.ndarray]
 
@@ -112,11 +117,11 @@ class LevelSolver:
                 self.info.saturated, self.info.gave_way = False, ""
                 self._last_sequential = False
                 return res.x, res.y if E.shape[0] else None, res.z, res.iters, "qp"
-        out = self._sequential(kin, H, g, rows, C, l, u, Q, hD, t, iters)
+        out = self._sequential(kin, H, g, rows, C, l, u, Q, hD, t, iters, E, f)
         self._last_sequential = not self._levels_exact
         return out
 
-    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t, iters: int = 0):
+    def _sequential(self, kin, H, g, rows, C, l, u, Q, hD, t, iters: int = 0, E=None, f=None):
         """Levels one at a time with the limits (module docstring, 3), each a bounded QP
         (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
 
@@ -158,16 +163,24 @@ class LevelSolver:
                         kin, hD, Q, rows, t, r0.raw_status or r0.status, r1.x if r1.feasible else None, resid
                     )
                 x, z = r1.x, r1.z
-            N = _null_space(A1, n, self.rank_tol)
-            first = 1
+            first, N, B, dx = 1, np.eye(n), A1, _EMPTY
         else:
-            x, z, N, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), 0
+            x, z, N, B, dx, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), np.zeros((0, n)), _EMPTY, 0
         iters_upper = iters
-        margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * self.eps_abs
-        margin = np.where(np.isfinite(margin), margin, 0.0)
         z_last = None
         active = bool(np.any(z != 0))
-        for k in range(first, len(rows) + 1):
+        K = len(rows)
+        for k in range(first, K + 1):
+            # x ← x + N dx (the level above), N ← N null(B), B = A_{k−1} N, and level k's QP in N's coordinates
+            # (``_qp_kernels.hierarchy_level``: z = 0, the levels above, is feasible by construction: a bound that
+            # v̇_{k−1} meets only to the tolerance of its QP is moved to it, so a lower level never repairs a higher one)
+            A, b = rows[k] if k < K else (None, None)
+            x, N, Hr, gr, CN, lo, hi, B = _hierarchy_level(
+                N, dx, x, B, self.rank_tol, C, l, u, self.eps_abs,
+                np.zeros((0, n)) if A is None else A, _EMPTY if b is None else b,
+                k == K, M, Q, H, g,
+            )  # fmt: skip
+            dx = _EMPTY
             nz = N.shape[1]
             if nz == 0:
                 break
@@ -177,20 +190,6 @@ class LevelSolver:
                     k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent"
                 )
                 break
-            CN = C @ N
-            Cx = C @ x
-            # z = 0 (the levels above) is feasible by construction: a bound that v̇_{k−1} meets only to the
-            # tolerance of its QP is moved to it, so a lower level never has to repair a higher one
-            lo, hi = np.minimum(l - Cx, 0.0) - margin, np.maximum(u - Cx, 0.0) + margin
-            if k < len(rows):
-                A, b = rows[k]
-                AN = A @ N
-                mu = 1e-6 * max(np.trace(AN.T @ AN), 1e-12) / np.trace(M)
-                Hr = AN.T @ AN + mu * (N.T @ M @ N)
-                gr = N.T @ (-A.T @ (b - A @ x) + mu * (M @ x - Q))
-            else:
-                Hr = N.T @ H @ N
-                gr = N.T @ (H @ x + g)
             r = self._solve(
                 ("seq", k, nz),
                 Hr,
@@ -219,26 +218,33 @@ class LevelSolver:
                     + (" (its last feasible iterate is used)" if better else ""),
                 )
                 break
-            x = x + N @ r.x
-            if k == len(rows):
+            if k == K:
+                x = x + N @ r.x
                 z_last = r.z
             else:
-                N = N @ _null_space(AN, nz, self.rank_tol)
+                dx = r.x
         if z_last is not None:
             z = z_last
         if rows:
             # the split of the equality force, minimum norm, computed when the forces are asked for (on
             # copies: H and g may be the compiled plan's buffers, rewritten by the next step)
-            E_up, rhs = np.vstack([a for a, _ in rows]), -(H @ x + g) - C.T @ z
+            sizes = np.fromiter((a.shape[0] for a, _ in rows), dtype=np.int64, count=len(rows))
+            if E is None or f is None or E.shape[0] != int(sizes.sum()):
+                E, f = np.vstack([a for a, _ in rows]), np.concatenate([b for _, b in rows])
+            E_up, rhs = E, -(H @ x + g) - C.T @ z
 
             def lam():
                 return np.linalg.lstsq(E_up.T, rhs, rcond=None)[0]
+
+            res, bn = np.empty(len(rows)), np.empty(len(rows))
+            _level_residuals(E, f, x, sizes, res, bn)
+            self._levels_exact = bool(np.all(res <= 1e-8 * (1.0 + bn)))
+            self._seq_residuals = (x, tuple(res.tolist()))
         else:
             lam = None  # type: ignore[assignment]
+            self._levels_exact = False
+            self._seq_residuals = (x, ())
         self._seq_active = active
-        self._levels_exact = bool(rows) and all(
-            np.linalg.norm(a @ x - b) <= 1e-8 * (1.0 + np.linalg.norm(b)) for a, b in rows
-        )
         return x, lam, z, iters, "sequential"
 
     def _level_name(self, k: int) -> str:

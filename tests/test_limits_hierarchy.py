@@ -1,0 +1,138 @@
+"""The hierarchy of a binding step compiled (issue 30 item 2): ``_qp_kernels.hierarchy_level`` (one level's
+null-space basis, projected QP and shifted bounds), ``condition_eq`` and ``level_residuals`` equal their NumPy
+formulations; a controller is picklable after a step solved with the limits and the copy continues it; an
+InfeasibleError that a velocity limit causes names the velocity limit, not an effort limit."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from cmstack.controllers._qp_kernels import condition_eq, hierarchy_level, level_residuals
+from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
+from cmstack.models.coupling import PostureTask, RigidCoupling
+from cmstack.models.errors import InfeasibleError
+from cmstack.models.limits import JointVelocityLimit
+from cmstack.models.robot import Robot
+
+
+def _null_space(A, tol):
+    """The SVD null-space basis of uk_levels._null_space (the former hierarchy's)."""
+    if A.shape[0] == 0:
+        return np.eye(A.shape[1])
+    s, Vt = np.linalg.svd(A, full_matrices=True)[1:]
+    r = int(np.count_nonzero(s > tol * max(1.0, s[0])))
+    return Vt[r:].T
+
+
+def _numpy_level(N, dx, x, B, tol, C, l, u, eps, A, b, last, M, Q, H, g):
+    x = x + N @ dx if dx.size else x.copy()
+    N = N @ _null_space(B, tol) if B.shape[0] else N
+    margin = 1e-8 * (np.abs(l) + np.abs(u)) + 10.0 * eps
+    margin = np.where(np.isfinite(margin), margin, 0.0)
+    Cx = C @ x
+    lo, hi = np.minimum(l - Cx, 0.0) - margin, np.maximum(u - Cx, 0.0) + margin
+    if last:
+        return x, N, N.T @ H @ N, N.T @ (H @ x + g), C @ N, lo, hi
+    AN = A @ N
+    mu = 1e-6 * max(np.trace(AN.T @ AN), 1e-12) / np.trace(M)
+    Hr = AN.T @ AN + mu * (N.T @ M @ N)
+    gr = N.T @ (-A.T @ (b - A @ x) + mu * (M @ x - Q))
+    return x, N, Hr, gr, C @ N, lo, hi
+
+
+def test_hierarchy_level_equals_the_numpy_formulation():
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n = int(rng.integers(4, 15))
+        R = rng.normal(size=(n, n))
+        M = R @ R.T + 0.1 * np.eye(n)
+        H = M + np.eye(n)
+        Q, g, x = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+        nz0 = int(rng.integers(1, n + 1))
+        N = np.linalg.qr(rng.normal(size=(n, n)))[0][:, :nz0].copy()
+        dx = rng.normal(size=nz0) if trial % 2 else np.zeros(0)
+        mb = int(rng.integers(0, nz0 + 2))
+        B = rng.normal(size=(mb, nz0))
+        if mb > 1 and trial % 3 == 0:
+            B[-1] = 2.0 * B[0]  # rank-deficient: the rank test keeps the dependent row's direction free
+        m = int(rng.integers(1, 2 * n))
+        C = rng.normal(size=(m, n))
+        l, u = -rng.uniform(0, 3, m), rng.uniform(0, 3, m)
+        l[0], u[-1] = -np.inf, np.inf
+        A, b = rng.normal(size=(3, n)), rng.normal(size=3)
+        for last in (False, True):
+            out = hierarchy_level(N, dx, x, B, 1e-9, C, l, u, 1e-9, A, b, last, M, Q, H, g)
+            ref = _numpy_level(N, dx, x, B, 1e-9, C, l, u, 1e-9, A, b, last, M, Q, H, g)
+            assert out[1].shape == ref[1].shape
+            for a, r in zip(out[:7], ref):
+                np.testing.assert_allclose(a, r, rtol=1e-10, atol=1e-12)
+            if not last:  # the level's rows in the new basis, for the next level's null space
+                np.testing.assert_allclose(out[7], A @ ref[1], rtol=1e-10, atol=1e-12)
+
+
+def test_condition_eq_and_level_residuals_equal_numpy():
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(5, 7)) * 10 ** rng.uniform(-2, 2, size=(5, 1))
+    b = rng.normal(size=5)
+    As, bs, e = np.empty((5, 7)), np.empty(5), np.empty(5)
+    assert condition_eq(A, b, 1e-10, 1e-7, As, bs, e) == 0
+    r = np.linalg.norm(A, axis=1)
+    np.testing.assert_allclose(As, A / r[:, None], rtol=1e-15)
+    np.testing.assert_allclose(bs, b / r, rtol=1e-15)
+    A[2] *= 1e-14  # a vanished row is counted: the caller drops it and checks it as a constant
+    assert condition_eq(A, b, 1e-10, 1e-7, As, bs, e) == 1
+    x = rng.normal(size=7)
+    sizes = np.array([2, 0, 3], dtype=np.int64)
+    res, bn = np.empty(3), np.empty(3)
+    level_residuals(A, b, x, sizes, res, bn)
+    np.testing.assert_allclose(
+        res, [np.linalg.norm(A[:2] @ x - b[:2]), 0.0, np.linalg.norm(A[2:] @ x - b[2:])]
+    )
+    np.testing.assert_allclose(bn, [np.linalg.norm(b[:2]), 0.0, np.linalg.norm(b[2:])])
+
+
+@pytest.fixture(scope="module")
+def yumi():
+    robot = Robot("urdf/yumi.urdf")
+    q0 = np.array([0.0, -1.3, -1.0, 0.3, 0.0, 0.6, 0.0] * 2)
+    return robot, q0
+
+
+def test_a_controller_is_picklable_after_a_step_within_the_limits(yumi):
+    """The hands held together (level 1), a posture far away pulled hard (level 2) against |v| ≤ 0.2 rad/s:
+    the step is solved level by level with the limits; pickled then, the copy continues as the original."""
+    robot, q0 = yumi
+    box = RigidCoupling.from_configuration(robot, "yumi_link_7_l", "yumi_link_7_r", q0, kp=100, kd=20)
+    posture = PostureTask(robot, q0 + 0.4, kp=400, kd=40)
+    ctrl = UdwadiaKalabaController(
+        robot, levels=[[box], [posture], [GAUSS]], limits=[JointVelocityLimit(robot, dt=1e-3, v_max=0.2)]
+    )
+    v = np.full(14, 0.1)
+    ctrl(0.0, q0, v)
+    assert ctrl.info.path in ("qp", "sequential") and ctrl.info.limits_active
+    assert ctrl.info.level_residuals[0] < 1e-8
+    copy = pickle.loads(pickle.dumps(ctrl))
+    np.testing.assert_array_equal(copy.info.tau, ctrl.info.tau)
+    np.testing.assert_allclose(copy.info.Qc, ctrl.info.Qc)
+    q1, v1 = q0 + 1e-3 * v, v * 1.01
+    np.testing.assert_array_equal(copy(1e-3, q1, v1), ctrl(1e-3, q1, v1))
+
+
+def test_a_velocity_limit_that_breaks_level_1_is_named(yumi):
+    """A posture on every joint in level 1 at 1 rad from its target needs |v̇| ~ 400 rad/s²: with
+    |v| ≤ 0.05 rad/s, Δt = 1 ms, level 1 cannot hold; the error names the level and the velocity limit (it used to
+    blame effort limits the controller does not have)."""
+    robot, q0 = yumi
+    ctrl = UdwadiaKalabaController(
+        robot,
+        levels=[[PostureTask(robot, q0 + 1.0, kp=400, kd=40)], [GAUSS]],
+        limits=[JointVelocityLimit(robot, dt=1e-3, v_max=0.05)],
+    )
+    with pytest.raises(InfeasibleError) as e:
+        ctrl(0.0, q0, np.zeros(14))
+    msg = str(e.value)
+    assert "level 1" in msg and "within the velocity limits" in msg and "velocity on 'yumi_joint" in msg
+    assert "effort" not in msg
