@@ -8,7 +8,7 @@
                          joints; ``ActuatedSensing`` is that path;
     command="torque"     the controller's τ goes to the plant (every earlier run);
     command="position"   the robot has its own joint PD (a joint-impedance robot, UR's servoJ, a position-
-                         controlled servo): the controller sends (q_des, v_des, τ_ff) per actuated joint and the
+                         controlled servo): the controller sends (q_des, v_des, a_des, τ_ff) per actuated joint and the
                          plant runs the PD at its own rate; ``JointServo`` is that robot side.
 
 Position command.  The law's acceleration v̇ (the controller's own, ``info.vdot``, when it gives one; else the
@@ -234,7 +234,15 @@ class JointServo:
             raise ConfigError(f"JointServo: control_dt and pd_hz must be > 0, got {control_dt}, {pd_hz}")
         self.robot = robot
         self.dt = float(control_dt)
-        self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
+        names = list(robot.actuated_joints)
+        for n in names:
+            if robot.model.joints[robot.model.getJointId(n)].nq != 1:
+                raise ConfigError(
+                    f"JointServo: actuated joint '{n}' of {robot.label} is not a 1-DoF joint with one q "
+                    "(a position-commanded motor is revolute or prismatic)"
+                )
+        self.act = np.array([robot.joint_index(n) for n in names], dtype=np.int64)  # v (and τ) indices
+        self.qa = np.array([robot.joint_q_index(n) for n in names], dtype=np.int64)  # q indices
         a = self.act.size
         T = _tangent(robot, robot.q_initial)
         M = pin.crba(robot.model, robot.model.createData(), robot.q_initial)
@@ -253,40 +261,87 @@ class JointServo:
         self.tau = np.zeros(robot.nv)  # τ_ff (model order, zero on the passive joints)
         self.applied = np.zeros(robot.nv)  # the torque applied, averaged over the last step()'s plant steps
         self._rigid: Any = None
+        #: where the last command's v̇ came from ("vdot", "qdd_des", "rigid"); how many rigid solves were needed
+        self.vdot_source, self.rigid_solves = "", 0
+        #: periods the robot held its reference between two commands (skipped states, ``command(t=)``)
+        self.held_periods = 0
+        self._t_last: float | None = None
+        self._acc = np.zeros(a)  # the last command's v̇ of the actuated joints
         #: the largest |PD torque| over the run (N·m, N): how much the robot's PD added to τ_ff
         self.pd_torque_max = 0.0
 
     def _vdot(self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> np.ndarray:
+        """The law's v̇ (model order): ``info.vdot`` (UK's), else ``info.qdd_des`` of a solvable step (PIDC's q̈_d,
+        which its τ produces on the model's loops: equal to the rigid closed-chain dynamics' q̈ to 4e-13 relative on
+        the five-bar and Delta), else the model's rigid closed-chain dynamics at (q, v, τ) (``ProjectionPlant.accel``:
+        an SVD of the loops' Jacobian and a solve, ~200 µs on the five-bar; counted in ``rigid_solves``)."""
         info = getattr(controller, "info", None)
+        nv = self.robot.nv
         vd = getattr(info, "vdot", None)
-        if isinstance(vd, np.ndarray) and vd.shape == (self.robot.nv,) and np.all(np.isfinite(vd)):
+        if isinstance(vd, np.ndarray) and vd.shape == (nv,) and np.isfinite(vd).all():
+            self.vdot_source = "vdot"
+            return vd
+        vd = getattr(info, "qdd_des", None)
+        if (
+            isinstance(vd, np.ndarray)
+            and vd.shape == (nv,)
+            and getattr(info, "solvable", True) is not False
+            and np.isfinite(vd).all()
+        ):
+            self.vdot_source = "qdd_des"
             return vd
         r = self.robot
         if self._rigid is None:  # the model's forward dynamics, built once
             from cmstack.sim.projection_sim import ProjectionPlant
 
             self._rigid = ProjectionPlant(r, None) if r.loops else r.model.createData()
+        self.rigid_solves += 1
+        self.vdot_source = "rigid"
         if isinstance(self._rigid, pin.Data):  # no loops: ABA (joint damping as the plant's)
             return pin.aba(r.model, self._rigid, q, v, tau - r.damping * v)
         return self._rigid.accel(q, v, tau)
 
-    def command(self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> None:
-        """The command of one period from the state the controller saw (q̂, v̂) and its torque τ."""
-        dt, act = self.dt, self.act
+    def command(
+        self, controller: Any, q: np.ndarray, v: np.ndarray, tau: np.ndarray, t: float | None = None
+    ) -> None:
+        """The command of one period from the state the controller saw (q̂, v̂) at t [s] and its torque τ.
+
+        The actuated joints are 1-DoF (checked at construction), where q ⊕ δ = q + δ: on their entries the module's
+        q_des = q_c ⊕ (v_c + ½ v̇ dt) dt is q_c + (v_c + ½ v̇_a dt) dt, computed on the a actuated entries only.
+
+        Skipped states (``t`` given, a controller that answers the state of t after the one of t⁻ with
+        n = round((t − t⁻)/dt) > 1): the robot held its reference for the n − 1 periods without a command
+        (``hold``: q ← q + v dt each), so the chain goes on from there, q_c = q_des + (n − 1) dt v_des,
+        v_c = v_des; without it the commanded motion would fall behind the clock by one period per skipped state."""
+        dt, act, qa = self.dt, self.act, self.qa
         vd = self._vdot(controller, q, v, tau)
-        qs, vs = q.copy(), v.copy()
+        qd, vdes = self.q_des, self.v_des
         if self.commands:  # from the previous command's end
-            qs[act], vs[act] = self.q_des, self.v_des
-        self.q_c[:], self.v_c[:] = qs[act], vs[act]
-        qd = pin.integrate(self.robot.model, qs, (vs + 0.5 * dt * vd) * dt)
-        self.q_des[:] = qd[act]
-        self.v_des[:] = (vs + dt * vd)[act]
+            self.q_c[:] = qd
+            self.v_c[:] = vdes
+            if t is not None and self._t_last is not None:
+                held = round((t - self._t_last) / dt) - 1
+                if held > 0:  # the robot's ``hold`` over H = held·dt at the last command's acceleration
+                    H = held * dt
+                    self.q_c += (vdes + (0.5 * H) * self._acc) * H
+                    self.v_c += H * self._acc
+                    self.held_periods += held
+        else:  # the first: from the measured state
+            self.q_c[:] = q[qa]
+            self.v_c[:] = v[act]
+        acc = self._acc
+        acc[:] = vd[act]
+        np.multiply(acc, 0.5 * dt, out=qd)
+        qd += self.v_c
+        qd *= dt
+        qd += self.q_c
+        np.multiply(acc, dt, out=vdes)
+        vdes += self.v_c
         self.tau[:] = tau
         self.commands += 1
-        if not (np.all(np.isfinite(self.q_des)) and np.all(np.isfinite(self.v_des))):
-            raise StateError(
-                f"JointServo: the command is not finite (q_des {self.q_des}, v_des {self.v_des})"
-            )
+        self._t_last = t
+        if not (math.isfinite(float(qd.sum())) and math.isfinite(float(vdes.sum()))):
+            raise StateError(f"JointServo: the command is not finite (q_des {qd}, v_des {vdes})")
 
     def step(self, plant: Any, n: int) -> None:
         """``n`` plant steps, the PD evaluated before each on the plant's own joint state along the interpolator's
@@ -311,7 +366,7 @@ class JointServo:
                 + (6 * x - 6 * x2) * self.q_des / T
                 + (3 * x2 - 2 * x) * self.v_des
             )
-            pd = self.kp * (q_ref - q[act]) + self.kd * (v_ref - v[act])
+            pd = self.kp * (q_ref - q[self.qa]) + self.kd * (v_ref - v[act])
             self.pd_torque_max = max(self.pd_torque_max, float(np.max(np.abs(pd))))
             out[act] = self.tau[act] + pd
             self.applied += out / n
@@ -321,12 +376,13 @@ class JointServo:
     # ---- across a process boundary (cmstack rt --command position): the command as the driver receives it
     @property
     def nc(self) -> int:
-        """The command's size: (q_des, v_des, τ_ff) of the a actuated joints, 3 a values."""
-        return 3 * self.act.size
+        """The command's size: (q_des, v_des, a_des, τ_ff) of the a actuated joints, 4 a values."""
+        return 4 * self.act.size
 
     def packed(self) -> np.ndarray:
-        """The last command as sent to the robot: [q_des, v_des, τ_ff (actuated joints)]."""
-        return np.concatenate((self.q_des, self.v_des, self.tau[self.act]))
+        """The last command as sent to the robot: [q_des, v_des, a_des (the law's v̇ of the period), τ_ff]
+        (actuated joints); a_des is what the robot holds through a missed period (``hold``)."""
+        return np.concatenate((self.q_des, self.v_des, self._acc, self.tau[self.act]))
 
     def receive(self, payload: np.ndarray, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
         """The robot's side of a new command ``payload`` (:meth:`packed`): its curve starts where the previous
@@ -334,25 +390,30 @@ class JointServo:
         (q_des, v_des), τ_ff held over the period."""
         a, act = self.act.size, self.act
         if q is not None and v is not None:
-            self.q_c[:], self.v_c[:] = q[act], v[act]
+            self.q_c[:], self.v_c[:] = q[self.qa], v[act]
         else:
             self.q_c[:], self.v_c[:] = self.q_des, self.v_des
-        self.q_des[:], self.v_des[:] = payload[:a], payload[a : 2 * a]
+        self.q_des[:], self.v_des[:], self._acc[:] = payload[:a], payload[a : 2 * a], payload[2 * a : 3 * a]
         self.tau[:] = 0.0
-        self.tau[act] = payload[2 * a : 3 * a]
+        self.tau[act] = payload[3 * a : 4 * a]
         self.commands += 1
 
     def hold(self) -> None:
-        """No new command this period (a miss): the reference goes on from the last one's end at its rate,
-        q_des ← q_des + v_des dt (the joints' own units), τ_ff held."""
+        """No new command this period (a miss): the reference goes on from the last one's end at the last
+        command's acceleration a_des, as a torque robot holds its torque,
+        q_des ← q_des + (v_des + ½ a_des dt) dt, v_des ← v_des + a_des dt (the joints' own units), τ_ff held.
+        (a_des is sent, not differenced from the robot's own curve: a difference would carry the two sides'
+        round-off gap into the next held periods, multiplied by their number.)"""
+        dt = self.dt
         self.q_c[:], self.v_c[:] = self.q_des, self.v_des
-        self.q_des += self.v_des * self.dt
+        self.q_des += (self.v_des + (0.5 * dt) * self._acc) * dt
+        self.v_des += self._acc * dt
 
 
 class PositionCommanding:
     """``controller`` as a position-controlled robot's controller side (``cmstack rt --command position``): its τ
     for the state it is given (reconstructed by ``sensing`` first when given: the driver publishes the motors
-    only) turned by ``servo.command`` into (q_des, v_des, τ_ff), returned packed for the transport
+    only) turned by ``servo.command`` into (q_des, v_des, a_des, τ_ff), returned packed for the transport
     (``JointServo.packed``); every other attribute is the controller's."""
 
     def __init__(self, controller: Any, servo: JointServo, sensing: ActuatedSensing | None = None) -> None:
@@ -364,7 +425,7 @@ class PositionCommanding:
         if self.sensing is not None:
             q, v = self.sensing.measure(t, q, v)
         tau = self.controller(t, q, v)
-        self.servo.command(self.controller, q, v, tau)
+        self.servo.command(self.controller, q, v, tau, t)
         return self.servo.packed()
 
     def __getattr__(self, name: str) -> Any:

@@ -79,6 +79,63 @@ def test_position_command_tracks_as_the_torque_run_with_a_small_pd_share():
     assert np.abs(st_p[:, :5] - st_t[:, :5]).max() < 1e-4
 
 
+def test_position_command_takes_the_laws_own_acceleration_without_a_dynamics_solve():
+    """PIDC reports q̈_d (``info.qdd_des``), which its τ produces on the model's loops: the servo integrates it
+    instead of solving the rigid closed-chain dynamics (the cost of the controller side, issue 32), and the command
+    equals the one of the rigid solve (a law that reports no acceleration) along a closed-loop run."""
+    robot, ctl, plant = _setup()
+
+    class NoInfo:  # the same law, its info hidden: the servo must solve the model's dynamics
+        info = None
+
+        def __call__(self, t, q, v):
+            return ctl(t, q, v)
+
+    own, rigid = JointServo(robot, DT), JointServo(robot, DT)
+    for k in range(60):
+        q, v = plant.state()
+        tau = ctl(k * DT, q, v)
+        own.command(ctl, q, v, tau)
+        rigid.command(NoInfo(), q, v, tau)
+        assert np.allclose(own.packed(), rigid.packed(), rtol=1e-10, atol=1e-12)
+        plant.set_torque(tau)
+        plant.step(2)
+    assert own.vdot_source == "qdd_des" and own.rigid_solves == 0
+    assert rigid.vdot_source == "rigid" and rigid.rigid_solves == 60
+    assert np.abs(own.v_des).max() > 1e-3  # the run moved the motors: the comparison is not of zeros
+
+
+def test_position_command_after_skipped_states_continues_from_the_robots_held_reference():
+    """Under cmstack rt a loaded controller skips states; the robot meanwhile holds its reference at the last
+    command's acceleration (``hold``).  The controller side's next command must start where the robot's reference
+    is then (not one period after its previous command: the commanded motion would fall behind the clock by a
+    period per skipped state, measured 4.5e-3..7e-3 m ee error and 32-45 N m of PD before).  A controller/robot
+    pair of servos, states answered at irregular cycles: the robot's curve starts at the controller's q_c, v_c."""
+    robot, ctl, plant = _setup()
+    ctrl, bot = JointServo(robot, DT), JointServo(robot, DT)
+    rng = np.random.default_rng(3)
+    q, v = plant.state()
+    answered = 0
+    for k in range(200):
+        q, v = plant.state()
+        tau = ctl(k * DT, q, v)
+        plant.set_torque(tau)
+        plant.step(2)
+        if k and k - answered <= int(rng.integers(1, 5)):  # this state is skipped by the controller
+            continue
+        ctrl.command(ctl, q, v, tau, t=k * DT)
+        if k == 0:
+            bot.receive(ctrl.packed(), q, v)
+        else:
+            for _ in range(k - answered - 1):  # the periods between the two commands
+                bot.hold()
+            bot.receive(ctrl.packed())
+        assert np.allclose(bot.q_c, ctrl.q_c, rtol=0, atol=1e-12), k
+        assert np.allclose(bot.v_c, ctrl.v_c, rtol=0, atol=1e-12), k
+        answered = k
+    assert ctrl.held_periods > 50 and np.abs(ctrl.v_des).max() > 1e-3
+
+
 def test_interfaces_refused_by_name():
     robot, ctl, plant = _setup()
     for kw, msg in (
@@ -155,12 +212,14 @@ def test_cmstack_rt_reconstructs_on_the_controller_side_and_sends_a_position_com
         assert np.array_equal(wrapped(0.0, q, v), ctl(0.0, q, v))
         with pytest.raises(RuntimeError, match="stop here"):
             simulate(plant, ctl, duration=0.01, control_dt=DT, progress=False, command="position")
-        sent = got["controller"]  # the controller side of a position-controlled robot: (q_des, v_des, τ_ff)
+        sent = got[
+            "controller"
+        ]  # the controller side of a position-controlled robot: (q_des, v_des, a_des, τ_ff)
         assert isinstance(sent, PositionCommanding) and sent.info is ctl.info
         packed = sent(0.0, q, v)
         a = len(robot.actuated_joints)
-        assert packed.shape == (3 * a,) and np.array_equal(packed, sent.servo.packed())
-        assert np.array_equal(packed[2 * a :], ctl(0.0, q, v)[sent.servo.act])
+        assert packed.shape == (4 * a,) and np.array_equal(packed, sent.servo.packed())
+        assert np.array_equal(packed[3 * a :], ctl(0.0, q, v)[sent.servo.act])
     finally:
         LOOP_OVERRIDE.reset(token)
 
@@ -295,8 +354,8 @@ def test_cmstack_rt_position_command_runs_the_joint_pd_in_the_driver():
     (JointServo's, its copy in the driver process) at the plant's rate: the run ends done, the PD acted (a torque
     beyond τ_ff), no torque on the passive joints, no motor clipped, the loop closed and the circle tracked (the
     largest ee error over the second half below 3 mm, a tenth of the circle's 3 cm radius).  The issue's
-    3x-of-torque target is not asserted here: under rt on this loaded machine the ratio measured 2.3-13x
-    (docs/realtime.md), in process 0.98x."""
+    3x-of-torque target is not asserted here (a timing-dependent ratio on a loaded machine): measured 0.94-0.96x at
+    load ~9 since the command follows the clock through skipped states (2.3-13x before; docs/realtime.md)."""
     env = dict(os.environ, MPLBACKEND="Agg")
     p = subprocess.run(
         [sys.executable, "-c", _RT_POSITION_CHILD], capture_output=True, text=True, env=env, timeout=300
