@@ -78,7 +78,7 @@ def _talos_arms():
     return robot, np.array([hs[n] for n in robot.joint_names])
 
 
-def _build_talos(case: str, dt: float, without_limits: bool):
+def _build_talos(case: str, dt: float, without_limits: bool, sim_dt: float | None = None):
     """The Talos arms' cases: the two grippers coupled by a virtual box (level 1), the left one on a circle at
     ω = 8 rad/s with |v| ≤ 0.3 rad/s (``talos_velocity``), or lifted 0.2 m in 2 s with each elbow bounded
     0.3 rad above half-sitting (``talos_lift``, URDF efforts, position limits braking at up to 10 rad/s²)."""
@@ -123,15 +123,16 @@ def _build_talos(case: str, dt: float, without_limits: bool):
     )
     # the URDF's dry joint friction off: no controller here models it (with it the coupling opens by centimetres,
     # with or without limits: the plant's model error, not the step's)
-    plant = plant_from_urdf(robot, q0=q0, sim_dt=dt, contacts=False, friction=False)
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=sim_dt or dt, contacts=False, friction=False)
     return robot, plant, ctrl, box
 
 
-def build(case: str, dt: float = 1e-3, without_limits: bool = False):
+def build(case: str, dt: float = 1e-3, without_limits: bool = False, sim_dt: float | None = None):
     """(robot, plant, controller, coupling task or None) of one case (module docstring); ``without_limits``: the
-    same controller with ``limits=[]`` (the free step of the ratios)."""
+    same controller with ``limits=[]`` (the free step of the ratios); ``sim_dt``: the plant's integration step
+    (default ``dt``, the control period)."""
     if case in TALOS_CASES:
-        return _build_talos(case, dt, without_limits)
+        return _build_talos(case, dt, without_limits, sim_dt)
     import pinocchio as pin
 
     from cmstack import (
@@ -194,17 +195,24 @@ def build(case: str, dt: float = 1e-3, without_limits: bool = False):
         levels = [[box], [task], [posture]]
     ctrl = UdwadiaKalabaController(robot, levels=levels, limits=[] if without_limits else limits)
     # contacts off: the effort case's arms sag until the forearms touch (a contact no law here models)
-    plant = plant_from_urdf(robot, q0=q0, sim_dt=dt, contacts=False)
+    plant = plant_from_urdf(robot, q0=q0, sim_dt=sim_dt or dt, contacts=False)
     return robot, plant, ctrl, box
 
 
-def run_case(case: str, duration: float, dt: float = 1e-3, gc_on: bool = True, record: bool = False) -> dict:
+def run_case(
+    case: str,
+    duration: float,
+    dt: float = 1e-3,
+    gc_on: bool = True,
+    record: bool = False,
+    sim_dt: float | None = None,
+) -> dict:
     """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling; ``record``: also
-    the states (t, q, v) the controller was called on (``states``)."""
+    the states (t, q, v) the controller was called on (``states``); ``sim_dt``: the plant's step (default ``dt``)."""
     from cmstack import simulate
     from cmstack.models.errors import InfeasibleError
 
-    robot, plant, ctrl, box = build(case, dt)
+    robot, plant, ctrl, box = build(case, dt, sim_dt=sim_dt)
     lo = np.asarray(robot.model.lowerPositionLimit, dtype=float).copy()
     hi = np.asarray(robot.model.upperPositionLimit, dtype=float).copy()
     for lim in ctrl.limits:  # the controller's own position bounds where it has them
@@ -481,6 +489,30 @@ def run_binding(case: str, duration: float) -> dict:
     }
 
 
+#: (control period, plant step) pairs of ``run_dt_study`` (s)
+DT_PAIRS = ((1e-3, 1e-3), (1e-3, 2.5e-4), (5e-4, 5e-4), (2.5e-4, 2.5e-4))
+
+
+def run_dt_study(case: str, duration: float = 1.0) -> list[dict]:
+    """Where the plant's coupling (level-1) error of a binding case comes from (issue 30 item 3): the same closed
+    loop with the control period and the plant's integration step varied (``DT_PAIRS``).  The QP meets level 1 to
+    ~1e-9 in every step (``info.level_residuals``); an error that falls with the plant's step at a fixed control
+    period is the plant's integration, one that falls with the control period the zero-order hold's."""
+    out = []
+    for dt, sim_dt in DT_PAIRS:
+        r = run_case(case, duration, dt=dt, sim_dt=sim_dt)
+        out.append(
+            {
+                "control_dt": dt,
+                "sim_dt": sim_dt,
+                "coupling_max_m": r["coupling_max_m"],
+                "saturated_steps": r["saturated_steps"],
+                "error": r["error"],
+            }
+        )
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=2.0, help="simulated seconds per case (default 2)")
@@ -492,7 +524,21 @@ def main(argv=None) -> dict:
         help="Python's garbage collector during the loop: off (default) as the fixed-rate loop "
         "(cmstack rt) runs it, on as simulate() does; a collection inside a step adds ~1 ms",
     )
+    ap.add_argument(
+        "--dt-study",
+        metavar="CASE",
+        help="only the coupling error of CASE against the control period and the plant's step (run_dt_study)",
+    )
     a = ap.parse_args(argv)
+    if a.dt_study:
+        study = run_dt_study(a.dt_study, a.duration)
+        print(f"{a.dt_study}: coupling (level 1) error in the plant (load {os.getloadavg()[0]:.1f})")
+        for e in study:
+            print(
+                f"  control {e['control_dt'] * 1e3:.2f} ms, plant {e['sim_dt'] * 1e3:.2f} ms: "
+                f"{e['coupling_max_m'] or float('nan'):.2e} m, {e['saturated_steps']} steps gave way {e['error'][:60]}"
+            )
+        return {"dt_study": study}
     inactive = {w: run_inactive(w, min(a.duration, 1.0)) for w in ("panda", "carry")}
     binding = {c: run_binding(c, a.duration) for c in CASES + TALOS_CASES if c != "free"}
     rounds = [[run_case(c, a.duration, gc_on=a.gc == "on") for c in CASES] for _ in range(a.repeat)]

@@ -36,15 +36,6 @@ def _null_basis(A: np.ndarray, n: int, tol: float):
     return pinv, Vt[r:].T, r
 
 
-def _null_space(A: np.ndarray, n: int, tol: float) -> np.ndarray:
-    """The orthonormal basis of N(A) of ``_null_basis`` alone (the same SVD, the same rank test; no pseudo-inverse)."""
-    if A.shape[0] == 0:
-        return np.eye(n)
-    s, Vt = np.linalg.svd(A, full_matrices=True)[1:]
-    r = int(np.count_nonzero(s > tol * max(1.0, s[0]))) if s.size else 0
-    return Vt[r:].T
-
-
 @dataclass
 class UKStepInfo:
     """What the controller reports every step.  The generalized forces are computed on first

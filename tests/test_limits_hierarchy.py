@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-from cmstack.controllers._qp_kernels import condition_eq, hierarchy_level, level_residuals
+from cmstack.controllers._qp_kernels import condition_eq, hierarchy_level, level_residuals, null_basis
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
 from cmstack.models.coupling import PostureTask, RigidCoupling
 from cmstack.models.errors import InfeasibleError
@@ -19,7 +19,8 @@ from cmstack.models.robot import Robot
 
 
 def _null_space(A, tol):
-    """The SVD null-space basis of uk_levels._null_space (the former hierarchy's)."""
+    """The SVD null-space basis the hierarchy used before (relative rank test, as uk_levels._null_basis)."""
+    A = np.asarray(A)
     if A.shape[0] == 0:
         return np.eye(A.shape[1])
     s, Vt = np.linalg.svd(A, full_matrices=True)[1:]
@@ -66,11 +67,36 @@ def test_hierarchy_level_equals_the_numpy_formulation():
         for last in (False, True):
             out = hierarchy_level(N, dx, x, B, 1e-9, C, l, u, 1e-9, A, b, last, M, Q, H, g)
             ref = _numpy_level(N, dx, x, B, 1e-9, C, l, u, 1e-9, A, b, last, M, Q, H, g)
+            # the same null space in another orthonormal basis: N_out = N_ref R, R orthogonal
             assert out[1].shape == ref[1].shape
-            for a, r in zip(out[:7], ref):
-                np.testing.assert_allclose(a, r, rtol=1e-10, atol=1e-12)
+            R = ref[1].T @ out[1]
+            np.testing.assert_allclose(R.T @ R, np.eye(R.shape[0]), atol=1e-10)
+            np.testing.assert_allclose(out[1], ref[1] @ R, atol=1e-10)
+            np.testing.assert_allclose(out[0], ref[0], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(out[2], R.T @ ref[2] @ R, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(out[3], R.T @ ref[3], rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(out[4], ref[4] @ R, rtol=1e-9, atol=1e-10)
+            np.testing.assert_allclose(out[5:7], ref[5:7], rtol=1e-12, atol=1e-12)
             if not last:  # the level's rows in the new basis, for the next level's null space
-                np.testing.assert_allclose(out[7], A @ ref[1], rtol=1e-10, atol=1e-12)
+                np.testing.assert_allclose(out[7], A @ out[1], rtol=1e-10, atol=1e-12)
+
+
+def test_null_basis_spans_the_svd_null_space():
+    """The pivoted-QR basis against the SVD one (the former hierarchy's): the same projector, orthonormal, on
+    full-rank, rank-deficient (dependent rows, a zero column) and badly scaled matrices, wide and tall."""
+    rng = np.random.default_rng(1)
+    for t in range(400):
+        m, k = int(rng.integers(0, 16)), int(rng.integers(1, 15))
+        B = rng.normal(size=(m, k)) * 10 ** rng.uniform(-3, 3)
+        if m > 2 and t % 3 == 0:
+            B[1] = 3.0 * B[0]
+            B[2] = B[0] - 2.0 * B[1]
+        if m and t % 7 == 0:
+            B[:, 0] = 0.0
+        N, ref = null_basis(B, 1e-9), _null_space(B, 1e-9)
+        assert N.shape == ref.shape
+        np.testing.assert_allclose(N @ N.T, ref @ ref.T, atol=1e-12)
+        np.testing.assert_allclose(N.T @ N, np.eye(N.shape[1]), atol=1e-12)
 
 
 def test_condition_eq_and_level_residuals_equal_numpy():
