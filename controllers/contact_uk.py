@@ -37,6 +37,15 @@ leaves its pyramid, as a ProxSuite QP in z (``controllers/qp.py: BoundedQP``, th
 that QP has no solution (the motion asked for needs more friction than μ gives, or a pull on the ground), the
 unconstrained forces are kept, ``info.status`` is "cone_infeasible" and ``cone_violations`` counts the step.
 
+**Nearly singular stance.**  A level stance of planar legs lets the base sway sideways (roll with a lateral shift)
+at first order: J_h has a singular value ~1e-7 of its largest there.  Level 0 leaves that direction out
+(``rank_tol``), and the reactions do too (``truncate_reactions``): J_h is replaced in G, in τ_A and in the force
+choice by its truncated SVD (the singular values below ``rank_tol`` σ_max dropped), so that no force is asked of a
+pattern that moves the robot by less than 1e-6 of the others.  Keeping it (the rigid model's answer) asked the
+three stance feet of a foot lift for lateral squeezing forces of ±36 N (±66,000 N in the rigid dynamics), far
+outside any friction cone, while the plant's own contact forces stayed inside with 0.5 N to spare; the sway's
+acceleration is then the one the passive rows leave (the U_⊥ rows of the truncated G).
+
 τ = Sᵀ τ_A (τ_P = 0 exactly); ``info`` reports v̇*, τ, each active contact's force f (N, world) and cone margin
 (``PointContact.cone_margin``), ``passive_residual`` = ‖S_P (y − J_hᵀ λ)‖_∞ (N·m or N: the torque the passive
 coordinates would need; zero to round-off), each level's residual ‖A_k v̇* − b_k‖.
@@ -95,7 +104,9 @@ class ContactUKController:
             swing-foot ``FrameTask``s, ``PostureTask`` on the actuated joints).  Gauss' principle is last.
         passive: the passive joints (default ``robot.passive_joints``); their coordinates get zero torque.
         model_damping: include the joint damping D (N·m·s/rad).
-        rank_tol: relative rank tolerance of each level's truncated SVD.
+        rank_tol: relative rank tolerance of each level's truncated SVD (and of the reactions').
+        force_rank_tol: relative rank tolerance of G = S_P J_hᵀ.
+        truncate_reactions: drop J_h's singular values below ``rank_tol`` from the reactions (module docstring).
         force_reg: ε of the force choice, relative to the largest diagonal entry of the torque term.
         cone_eps: the force is kept this far inside each facet (N), so that the reported margins are ≥ 0 despite
             the QP's tolerance.
@@ -110,6 +121,8 @@ class ContactUKController:
         *,
         model_damping: bool = True,
         rank_tol: float = 1e-6,
+        force_rank_tol: float = 1e-6,
+        truncate_reactions: bool = True,
         force_reg: float = 1e-8,
         cone_eps: float = 1e-6,
     ):
@@ -136,10 +149,17 @@ class ContactUKController:
         actm[self._P] = False
         self._A = np.flatnonzero(actm)
         self.D = robot.damping.copy() if model_damping else np.zeros(self.n)
-        for what, x in (("rank_tol", rank_tol), ("force_reg", force_reg), ("cone_eps", cone_eps)):
+        for what, x in (
+            ("rank_tol", rank_tol),
+            ("force_rank_tol", force_rank_tol),
+            ("force_reg", force_reg),
+            ("cone_eps", cone_eps),
+        ):
             if not (math.isfinite(float(x)) and float(x) >= 0.0):
                 raise ConfigError(f"{what} must be a finite number >= 0, got {x!r}")
         self.rank_tol = float(rank_tol)
+        self.force_rank_tol = float(force_rank_tol)
+        self.truncate_reactions = bool(truncate_reactions)
         self.force_reg = float(force_reg)
         self.cone_eps = float(cone_eps)
         self._qp = BoundedQP(eps_abs=1e-9, max_iter=40, max_iter_in=25)
@@ -176,11 +196,17 @@ class ContactUKController:
         Jc = np.vstack([J for J, _ in cr]) if cr else np.zeros((0, n))
         bc = np.concatenate([b for _, b in cr]) if cr else np.zeros(0)
         Jh = np.vstack((Jl, Jc))
+        if self.truncate_reactions and Jh.shape[0]:
+            # the reactions the rows can be relied on for: J_h without its singular values below rank_tol σ_max
+            # (module docstring, "Nearly singular stance")
+            Uh, sh, Vh = np.linalg.svd(Jh, full_matrices=False)
+            kh = int((sh > self.rank_tol * sh[0]).sum())
+            Jh = (Uh[:, :kh] * sh[:kh]) @ Vh[:kh]
         P, A = self._P, self._A
         G = Jh.T[P]  # S_P J_hᵀ
         E0, b0 = np.vstack((Jc, Jl)), np.concatenate((bc, bl))
         if P.size:
-            Ug, _, _, kg = _svd_rank(G, self.rank_tol * (np.linalg.norm(G) if G.size else 0.0))
+            Ug, _, _, kg = _svd_rank(G, self.force_rank_tol * (np.linalg.norm(G) if G.size else 0.0))
             Uperp = Ug[:, kg:]
             if Uperp.shape[1]:
                 SPM = M[P]
@@ -233,7 +259,7 @@ class ContactUKController:
         P, A = self._P, self._A
         K = Jh.T[A]  # τ_A = y_A − K λ
         if P.size:
-            tol = self.rank_tol * (np.linalg.norm(G) if G.size else 0.0)
+            tol = self.force_rank_tol * (np.linalg.norm(G) if G.size else 0.0)
             U, s, Vt, k = _svd_rank(G, tol)
             lam_p = Vt[:k].T @ ((U[:, :k].T @ y[P]) / s[:k]) if k else np.zeros(m)
             Ng = Vt[k:].T

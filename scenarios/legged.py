@@ -31,7 +31,8 @@ torque the passive coordinates would need, the law's residual; the torque sent t
 ``pin.constraintDynamics`` on ``check_states`` logged states, assembled, the logged torque plus a random one on the
 motors; also ``dynamics_vs_kkt_rel`` against a least-squares KKT solve on Pinocchio's M, h and frame Jacobians, and
 ``dynamics_residual_rel``, the equations' residuals of our v̇: ``dynamics_check``), ``fell``, ``control_step_us_median``,
-``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``.
+``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``, ``swing_error_max_m`` (the
+lifted foot against its reference while off the ground), ``lift_height_reached_m``.
 """
 
 from __future__ import annotations
@@ -396,6 +397,7 @@ def run(ctx) -> Outcome:
     fids = [c.fid for c in contacts]
     nf = len(contacts)
     P = robot.v_indices(robot.passive_joints)
+    swing_fid = robot.frame_id(phases.foot) if phases.foot else None
 
     def record(t, q, v, tau):
         info = law.info
@@ -440,6 +442,10 @@ def run(ctx) -> Outcome:
             loop_residual=float(np.abs(cs.phi(q)).max()) if robot.loops else 0.0,
             tilt=float(np.linalg.norm(log3(Tb.rotation))),
             cone_ok=float(info.status == "solved"),
+            swing_error=float(np.linalg.norm(d.oMf[swing_fid].translation - law.foot_ref(t)[0].translation))
+            if swing_fid is not None and phases.swinging(t)
+            else 0.0,
+            swing_height=float(d.oMf[swing_fid].translation[2]) if swing_fid is not None else 0.0,
         )
         if viewer is not None:
             viewer.maybe_update(t, plant.data.qpos, trails={"base": Tb.translation.copy()})
@@ -495,6 +501,8 @@ def run(ctx) -> Outcome:
         motor_saturations=plant.saturated,
         max_torque_nm=float(np.abs(L["tau"]).max()),
         push_force_n=float(np.linalg.norm(cfg["push_force"])) if push else 0.0,
+        swing_error_max_m=float(L["swing_error"].max()),
+        lift_height_reached_m=float(L["swing_height"].max() - L["swing_height"][0]) if phases.foot else 0.0,
         realtime_factor=run_.realtime_factor,
     )
     rows = [
@@ -527,6 +535,8 @@ def run(ctx) -> Outcome:
         Row("stance_sigma_min_rel", dyn_m["stance_sigma_min_rel"]),
         Row("fell", fell, None, "== false", not fell),
         Row("control_step_us_median", m["control_step_us_median"]),
+        Row("swing_error_max_m", m["swing_error_max_m"]),
+        Row("lift_height_reached_m", m["lift_height_reached_m"]),
         Row("cone_qp_steps / cone_violations", f"{m['cone_qp_steps']} / {m['cone_violations']}"),
     ]
     plots = make_plots(ctx, L, contacts, cfg) if ctx.drawing else []
