@@ -4,7 +4,7 @@
 The problem: the left flange E₁ (``yumi_link_7_l``) follows the thesis circle (identity orientation); the
 right flange E₂ keeps the pose T_AB relative to E₁ (two hands on one bar: the closed chain); a posture
 term regularizes the 2 remaining degrees of freedom.  Every solver starts from the thesis q₀ projected
-onto the coupling manifold (``close_loop``), at rest, and runs 2 s at 200 Hz (and 1 kHz).
+onto the coupling manifold (``models/loops.py: assemble``), at rest, and runs 2 s at 200 Hz (and 1 kHz).
 
 The solvers, and what each is given:
 
@@ -116,14 +116,15 @@ class Problem:
 
 
 def setup(control_dt: float = 0.005, duration: float | None = None) -> Problem:
+    from cmstack.models.loops import assemble
     from cmstack.models.robot import Robot
     from cmstack.scenarios._common import default_config
-    from cmstack.scenarios.yumi_dual_arm import build_problem, close_loop, initial_state
+    from cmstack.scenarios.yumi_dual_arm import build_problem, initial_state
 
     cfg = default_config("yumi_dual_arm")
     robot = Robot(cfg["urdf"])
     coupling, task, traj, T_AB = build_problem(cfg, robot)
-    q0 = close_loop(robot, coupling, initial_state(cfg, robot))
+    q0 = assemble(robot, initial_state(cfg, robot), [coupling], within_ranges=False)
     dur = cfg["duration"] if duration is None else duration
     rates = dict(e1=cfg["task_kd"] / 2, coupling=cfg["constraint_kd"] / 2, posture=math.sqrt(POSTURE_KP))
     return Problem(

@@ -210,7 +210,8 @@ def series_parallel(repeat: int):
 
 
 def yumi_force(repeat: int):
-    from cmstack.scenarios.yumi_dual_arm import build_pidc_force, build_problem, close_loop, initial_state
+    from cmstack.models.loops import assemble
+    from cmstack.scenarios.yumi_dual_arm import build_pidc_force, build_problem, initial_state
     from cmstack.sim.plant import MujocoPlant
 
     cfg = default_config("yumi_dual_arm")
@@ -220,7 +221,7 @@ def yumi_force(repeat: int):
     plant = MujocoPlant(
         cfg["mjcf_bar"], robot.joint_names, sim_dt=cfg["control_dt"], integrator=cfg["integrator"]
     )
-    plant.reset(close_loop(robot, coupling, initial_state(cfg, robot)))
+    plant.reset(assemble(robot, initial_state(cfg, robot), [coupling], within_ranges=False))
     ctl = build_pidc_force(cfg, robot, coupling, task)
     ctl.attach_plant(plant)
     states = []

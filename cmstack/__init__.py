@@ -38,7 +38,7 @@ del _here, _root
 _EXPORTS = {
     "Robot": "cmstack.models.robot",
     "Kinematics": "cmstack.models.robot",
-    "RigidCoupling": "cmstack.models.coupling",
+    "RigidCoupling": "cmstack.models.loops",
     "FrameTask": "cmstack.models.coupling",
     "RelativeFrameTask": "cmstack.models.coupling",
     "PostureTask": "cmstack.models.coupling",
@@ -89,7 +89,6 @@ if TYPE_CHECKING:  # the same names for type checkers (at run time __getattr__ i
         FrameTask,
         PostureTask,
         RelativeFrameTask,
-        RigidCoupling,
         Task,
     )
     from cmstack.models.errors import (
@@ -104,6 +103,7 @@ if TYPE_CHECKING:  # the same names for type checkers (at run time __getattr__ i
         StateError,
     )
     from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+    from cmstack.models.loops import RigidCoupling
     from cmstack.models.robot import Kinematics, Robot, example_robot_data_path
     from cmstack.models.trajectory import Circle, Constant, MinimumJerk, MinimumJerkSE3, Sinusoid, Trajectory
     from cmstack.sim.base import Plant

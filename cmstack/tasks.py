@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from cmstack.controllers.udwadia_kalaba import GAUSS
 from cmstack.controllers.uk_robust import IntegralTask
-from cmstack.models.coupling import (
-    ErrorDynamics,
-    FrameTask,
-    PostureTask,
-    RelativeFrameTask,
-    RigidCoupling,
-    Task,
-)
-from cmstack.models.loops import ClosureSet, LoopClosure
+from cmstack.models.coupling import ErrorDynamics, FrameTask, PostureTask, RelativeFrameTask, Task
+from cmstack.models.loops import ClosureSet, LoopClosure, RigidCoupling
 from cmstack.models.trajectory import (
     Circle,
     Constant,

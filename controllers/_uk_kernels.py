@@ -68,7 +68,7 @@ from cmstack.controllers.kernels import passive_factor, passive_null, passive_to
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._frame_kernels import _f64_at, _i64_at, frame_states, read_joint_poses  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
 from cmstack.models._kernel_cache import depends_on
-from cmstack.models._loop_kernels import closure_phi, closure_rows
+from cmstack.models._loop_kernels import WELD_B, closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
 from cmstack.models._trajectory_kernels import circle_sample, sinusoid_sample
 from cmstack.models.trajectory import CIRCLE_ROW
@@ -77,8 +77,9 @@ depends_on(
     __file__, kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 )  # numba's cache does not see a change of a callee in another file
 
-COUPLING, FRAME, POSTURE, LOOP, PYTHON = 0, 1, 2, 3, 4
-"""The row builders of ``task_rows``; PYTHON: a task whose rows its own Python wrote into Ab before the call
+FRAME, POSTURE, LOOP, PYTHON = 1, 2, 3, 4
+"""The row builders of ``task_rows``; LOOP: any loop closure, a ``RigidCoupling`` too (the loop code ``WELD_B``,
+``models/_loop_kernels.py``); PYTHON: a task whose rows its own Python wrote into Ab before the call
 (``models/step_engine.PythonRows``), left as they are."""
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
@@ -111,7 +112,7 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
     ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
     tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
-    selected row count, offset in pidx/qref (a loop: its kind's code in ``models/_loop_kernels.py``), 1 if in
+    selected row count, offset in pidx/qref (a loop: its code in ``models/_loop_kernels.py``), 1 if in
     the last level]; a joint task (posture, joint trajectory) has in place of its frame slot a 1 when its
     reference is a sinusoid sampled here, else 0.  pidx (np,) the joint tasks' joints; qref (7 np,) =
     [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
@@ -122,7 +123,8 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
     tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
     action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
     in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
-    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``.
+    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``; one
+    whose error is in frame b's axes (code ``WELD_B``: a ``RigidCoupling``): ``coupling_error``, its rows selected.
     Kind ``PYTHON``: rows the task's own Python wrote before the call, skipped (its terr row is not written)."""
     task_rows_into(
         t,
@@ -155,7 +157,8 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
         if kind == PYTHON:  # rows written by the task's own Python before the call
             continue
         a, b, sc = tint[k, 1], tint[k, 2], tflt[k, 2]
-        if kind == COUPLING:
+        rotated = kind == FRAME or (kind == LOOP and tint[k, 6] == WELD_B)
+        if kind == LOOP and rotated:  # a weld in b's axes (the coupling of [Milioshin] 3.27–3.30)
             coupling_error(fvec[a], fJ[a], fvec[b], fJ[b], sel0, nsel, sc, Ab, row0, ed, R)
             m = 6
         elif kind == FRAME:
@@ -198,7 +201,7 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
         task_law(
             ed,
             R,
-            kind == COUPLING or kind == FRAME,
+            rotated,
             tflt[k, 0],
             tflt[k, 1],
             sc,

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 
 class ClosedChainPlan:
     """Tables of ``pidc_closed_step`` for a PIDC on ``robot.loops`` (compiled closure kinds only) with joint
-    coordinates or task coordinates whose rows have a compiled builder (frame tasks and couplings,
-    ``Task.kernel_kind()`` 1 or 0) or none (``kernel_kind()`` None: the task's own ``qp_rows`` fill its rows before
-    the call, ``python``; the others stay compiled)."""
+    coordinates or task coordinates whose rows have a compiled builder (frame tasks and loop closures, couplings
+    included, ``Task.kernel_kind()`` 1 or 3) or none (``kernel_kind()`` None: the task's own ``qp_rows`` fill its
+    rows before the call, ``python``; the others stay compiled)."""
 
     # views into the packed tables, set by ``_pack`` (besides the tables built in ``__init__``)
     ref: np.ndarray
@@ -62,9 +62,11 @@ class ClosedChainPlan:
             kk = getattr(c, "kernel_kind", None)
             if not callable(kk) or kk() != LoopClosure._KERNEL or c.kind not in KIND_CODES:
                 return None
-        for task in ctl.tasks:  # compiled frame tasks and couplings; a task without a kernel: Python rows
+        for (
+            task
+        ) in ctl.tasks:  # compiled frame tasks and loops (couplings); a task without a kernel: Python rows
             kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None
-            if kind is not None and kind not in (0, 1):
+            if kind is not None and kind not in (1, LoopClosure._KERNEL):
                 return None
         model = ctl.robot.model
         if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
@@ -73,7 +75,6 @@ class ClosedChainPlan:
 
     def __init__(self, ctl: PIDC, loops: list[Any]):
         from cmstack.controllers import _uk_kernels
-        from cmstack.models._loop_kernels import KIND_CODES
 
         self.K = _uk_kernels
         robot, n = ctl.robot, ctl.robot.nv
@@ -84,7 +85,7 @@ class ClosedChainPlan:
 
         lint, row = [], 0
         for c in loops:
-            lint.append((KIND_CODES[c.kind], slot(c.fa), slot(c.fb), row))
+            lint.append((c.code, slot(c.fa), slot(c.fb), row))
             row += c.m
         self.lint = np.array(lint, dtype=np.int64).reshape(len(lint), 4)
         self.m = row
@@ -107,12 +108,13 @@ class ClosedChainPlan:
                 py_rows.append((row, row + task.dim, task))
                 row += task.dim
                 continue
-            if kind == 0:
-                a, b = slot(task.fB), slot(task.f2)
+            off = 0
+            if kind == 3:  # a loop closure (a coupling too): its frames and code, as the loops' table below
+                a, b, off = slot(task.fa), slot(task.fb), task.code
             else:
                 a, b = slot(task.fid), 0
                 self.frame_tasks.append((k, task))
-            tint[k] = (kind, a, b, row, task.rows.start, task.dim, 0, 1)
+            tint[k] = (kind, a, b, row, task.rows.start, task.dim, off, 1)
             tflt[k] = (task.kp, task.kd, 1.0, 1.0)
             row += task.dim
         self.tasks = tasks

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cmstack.models.coupling import FrameTask, RelativeFrameTask, RigidCoupling
+from cmstack.models.coupling import FrameTask, RelativeFrameTask
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import EffortLimit
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Kinematics, Robot
 
 

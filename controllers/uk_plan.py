@@ -99,8 +99,6 @@ class _FusedPlan:
         self.py_tasks: list = []  # (A, b views of the table pyab, task) of the tasks whose rows Python fills
         row = n_py = 0
         bounds = []
-        from cmstack.models._loop_kernels import KIND_CODES
-
         for k, (outer, sc, w, final) in enumerate(entries):
             if k == gap_after:
                 row += npas
@@ -120,13 +118,11 @@ class _FusedPlan:
                 bounds.append((row, row + nsel))
                 row += nsel
                 continue
-            if kind == 0:
-                a, b = slot(task.fB), slot(task.f2)
-            elif kind == 1:
+            if kind == 1:
                 a = slot(task.fid)
                 self.frame_tasks.append((k, task))
-            elif kind == 3:  # a loop closure: its frames, its kind's code
-                a, b, off, sel0 = slot(task.fa), slot(task.fb), KIND_CODES[task.kind], 0
+            elif kind == 3:  # a loop closure (a coupling too): its frames, its code, its first kept row
+                a, b, off = slot(task.fa), slot(task.fb), task.code
             else:
                 off, sel0 = len(pidx), 0
                 pidx.extend(int(i) for i in task.idx)

@@ -8,6 +8,11 @@ A frame is a row x (24,) = [R row-major (9), p (3), twist [v; ω] (6), acc [a; �
 
 * point (3 rows):     J = J_d,v,                 J̇v = c_d,v
 * weld (6 rows):      J = J_d,                   J̇v = c_d
+* weld in b's axes (6 rows, code ``WELD_B``: ``LoopClosure(kind="weld", error_axes="b")``, ``RigidCoupling``, the
+  coupling of [Milioshin] (3.27)–(3.30)): the weld's rows with the rotation's error ODE taken in frame b's axes, i.e.
+  the rows R_bᵀ(ω_b − ω_a) rotated back to world axes by R_b: J = J_d and, since d/dt(R_bᵀ ω_d) = R_bᵀ(ω̇_d − ω_b × ω_d),
+      J̇v = c_d − [0; ω_b × ω_d]          (ω_d = J_d,ω v; on a closed loop at rest relative, ω_d = 0, it is the weld's)
+  φ is the weld's (R_b Log(R_aᵀ R_b) = Log(R_b R_aᵀ): the rotation's axis is fixed by R_aᵀ R_b)
 * revolute (5 rows):  the point rows and, with x_A, y_A the first two columns of R_A,
       J = [x_Aᵀ; y_Aᵀ] J_d,ω,   J̇v = [x_A·c_d,ω + (ω_A × x_A)·ω_d;  y_A·c_d,ω + (ω_A × y_A)·ω_d]
   (ω_A = J_a,ω v, ω_d = J_d,ω v: the twists' angular parts).
@@ -44,9 +49,10 @@ depends_on(
     __file__, _frame_kernels, _lie_kernels
 )  # numba's cache does not see a change of a callee in another file
 
-POINT, WELD, REVOLUTE, PLANE = 0, 1, 2, 3
+POINT, WELD, REVOLUTE, PLANE, WELD_B = 0, 1, 2, 3, 4
 KIND_CODES = {"point": POINT, "weld": WELD, "revolute": REVOLUTE, "plane": PLANE}
-"""The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled."""
+"""The kinds this kernel knows (``LoopClosure.kind`` → code); a closure of another kind is not compiled.  A weld whose
+error ODE is in frame b's axes (``error_axes="b"``) has the code ``WELD_B`` (``LoopClosure.code``)."""
 PHI_KINDS = ("point", "weld", "revolute", "plane")
 """The kinds whose residual ``closure_phi`` computes (a control step that needs φ compiles only these)."""
 
@@ -119,6 +125,12 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
         for c in range(n):
             J[row0 + i, c] = Jb[i, c] - Ja[i, c]
         jdv[row0 + i] = xb[18 + i] - xa[18 + i]
+    if kind == WELD_B:  # − ω_b × ω_d (module docstring)
+        o0, o1, o2 = xb[15], xb[16], xb[17]
+        w0, w1, w2 = xb[15] - xa[15], xb[16] - xa[16], xb[17] - xa[17]
+        jdv[row0 + 3] -= o1 * w2 - o2 * w1
+        jdv[row0 + 4] -= o2 * w0 - o0 * w2
+        jdv[row0 + 5] -= o0 * w1 - o1 * w0
     return m
 
 
@@ -185,7 +197,7 @@ def closure_phi(kind, xa, xb, phi, row0):
         phi[row0 + i] = xb[9 + i] - xa[9 + i]
     if kind == POINT:
         return 3
-    if kind == WELD:
+    if kind == WELD or kind == WELD_B:
         # (R_b R_aᵀ)_ij = Σ_k R_b[i, k] R_a[j, k] = row i of R_b · row j of R_a (rows stored row-major in x[0:9])
         phi[row0 + 3], phi[row0 + 4], phi[row0 + 5] = _log3(
             _dot3(xb, 0, xa, 0),

@@ -20,7 +20,8 @@ algebra, (3.27) and (3.29): with r = R_E p_EC,
     v_C = v_E + ω_E × r          →  J_C,v = J_E,v − r^ J_E,ω,          J_C,ω = J_E,ω
     d/dt J_C,v = dJ_E,v − (ω_E × r)^ J_E,ω − r^ dJ_E,ω
 
-* ``RigidCoupling`` (Algorithm 3.3.1, eqs. 3.26–3.30): B = E₁·T_A^B must coincide with E₂, in E₂'s axes
+* ``RigidCoupling`` (Algorithm 3.3.1, eqs. 3.26–3.30; a weld ``LoopClosure`` with its error in E₂'s axes, in
+  ``models/loops.py``): B = E₁·T_A^B must coincide with E₂, in E₂'s axes
       e = e_SE3(T_B, T_E2) = [p_E2 − p_B; Log(R_Bᵀ R_E2)]                                  (3.14–3.15)
       w = [v_E2 − v_B; R_E2ᵀ(ω_E2 − ω_B)]                                                   (3.27)
       Ẇ v = [J̇_d,v v; R_E2ᵀ(J̇_d,ω − ω_E2^ J_d,ω) v],  J_d = J_E2 − J_B                    (3.29–3.30)
@@ -183,7 +184,8 @@ class Task(ABC):
         self.kd = _gain(kd, "kd", self.name)
 
     #: the row builder of the compiled UK step (controllers/_uk_kernels.py) that computes exactly this
-    #: class's rows: 0 coupling, 1 frame, 2 posture; None: none (the rows are computed in Python)
+    #: class's rows: 1 frame, 2 posture, 3 loop closure (a coupling too: models/loops.py); None: none (the rows are
+    #: computed in Python)
     _KERNEL: int | None = None
     _ROW_MATHS = ("error_dynamics", "compute", "qp_rows", "error", "axes")
 
@@ -217,72 +219,6 @@ def _floats(x, k: int) -> np.ndarray:
     out = np.empty(k)
     out[:] = x
     return out
-
-
-class RigidCoupling(Task):
-    """Algorithm 3.3.1: frame E₁·T_A^B coincides with frame E₂ (two arms holding one rigid body).
-    Its error is in E₂'s axes (``axes``: R_E2); the maths is ``coupling_error`` of models/_task_kernels.py.
-
-    Args: robot; frame1, frame2: frame names E₁, E₂; T_AB: pose of E₂ in E₁ when coupled (SE3 or
-    4×4, metres); kp (1/s²), kd (1/s): gains of the error ODE; rows: "full" | "position" |
-    "orientation"; name: shown in errors and logs."""
-
-    _KERNEL = 0
-
-    def __init__(
-        self,
-        robot: Robot,
-        frame1: str,
-        frame2: str,
-        T_AB: pin.SE3 | ArrayLike,
-        kp: float,
-        kd: float,
-        rows: str = "full",
-        name: str | None = None,
-    ):
-        self.name = name or f"coupling({frame1}->{frame2})"
-        self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
-        self.T_AB = _as_se3(T_AB, self.name)
-        self._set_gains(kp, kd)
-        self.fB = _frame_or_offset(robot, frame1, self.T_AB, f"{self.name}:B")
-        self.rows = _rows(rows, self.name)
-
-    @classmethod
-    def from_configuration(
-        cls,
-        robot: Robot,
-        frame_a: str,
-        frame_b: str,
-        q0: ArrayLike,
-        kp: float,
-        kd: float,
-        rows: str = "full",
-        name: str | None = None,
-    ) -> RigidCoupling:
-        """The coupling that holds frame_b where it is relative to frame_a at configuration q0:
-        T_AB = T_a(q0)⁻¹ T_b(q0)."""
-        q0 = np.asarray(q0, dtype=float)
-        if q0.shape != (robot.nq,):
-            raise ConfigError(
-                f"RigidCoupling.from_configuration: q0 has shape {q0.shape}, "
-                f"the model {robot.path.name} needs ({robot.nq},)"
-            )
-        fa, fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
-        data = robot.model.createData()
-        pin.framesForwardKinematics(robot.model, data, q0)
-        T_AB = data.oMf[fa].actInv(data.oMf[fb])
-        return cls(robot, frame_a, frame_b, T_AB, kp, kd, rows=rows, name=name)
-
-    def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
-        B, E2 = kin.frame(self.fB), kin.frame(self.f2)
-        W, ed = np.empty(B.J.shape), np.empty((4, 6))
-        _kernels().coupling_error(
-            _frame_vec(B), B.J, _frame_vec(E2), E2.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3))
-        )
-        return ErrorDynamics(W, ed[0], ed[1], ed[2])
-
-    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
-        return kin.frame(self.f2).R
 
 
 class _PoseTarget:

@@ -79,9 +79,17 @@ import tomllib
 from numpy.typing import ArrayLike
 
 from cmstack.models import _loop_kernels
-from cmstack.models.coupling import ErrorDynamics, Task, _frame_or_offset
+from cmstack.models.coupling import (
+    ErrorDynamics,
+    Task,
+    _as_se3,
+    _frame_or_offset,
+    _frame_vec,
+    _kernels,
+    _rows,
+)
 from cmstack.models.errors import ConfigError, FrameNotFoundError, InfeasibleError, StateError
-from cmstack.models.lie import svd_rank
+from cmstack.models.lie import jr_inv, svd_rank
 from cmstack.models.step_engine import FrameSlots, data_addresses
 
 if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
@@ -143,16 +151,17 @@ def closure_rows(
     Jb: np.ndarray,
     cb: np.ndarray,
     v: np.ndarray,
+    code: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(φ, J, J̇v) of a closure from the two frames' rotation R (3×3), position p (3), LWA Jacobian J (6×n)
     and classical acceleration c = J̇ v (6), all world axes (formulas in the module docstring), by the compiled rows
     (``models/_loop_kernels.py: frame_rows``, the kernels PIDC's and UK's compiled steps call too: the one copy of
-    that algebra)."""
+    that algebra).  ``code``: the kernel's code of the closure (``LoopClosure.code``; default: the kind's)."""
     m = KINDS[kind]
     phi, J, jdv = np.empty(m), np.empty((m, Ja.shape[1])), np.empty(m)
     c = np.ascontiguousarray
     _loop_kernels.frame_rows(
-        _loop_kernels.KIND_CODES[kind],
+        _loop_kernels.KIND_CODES[kind] if code is None else code,
         c(Ra, dtype=float),
         c(pa, dtype=float),
         c(Ja, dtype=float),
@@ -183,6 +192,11 @@ class LoopClosure(Task):
         offset_b: the same on frame_b.
         kp (1/s²), kd (1/s): gains of the error ODE ë + K_d ė + K_p e = 0 (a Baumgarte stabilization).
         name: shown in errors and logs.
+        error_axes: "world" (default: the error ODE on φ in world axes) or, on a weld, "b": the rotation's error
+            ODE in frame b's axes, the coupling of [Milioshin] (3.27)–(3.30) (``RigidCoupling``): e = [φ_p; R_bᵀ φ_R]
+            in b's axes (``axes``: R_b), whose world-axes rows are the weld's J and J̇v − [0; ω_b × (ω_b − ω_A)]
+            (``models/_loop_kernels.py``, code ``WELD_B``); the same constraint, the same φ and J, another Baumgarte
+            law on the rotation rows away from closure.
 
     Rows and their derivation: the module docstring.  ``dim`` = ``m`` = the number of rows."""
 
@@ -198,11 +212,17 @@ class LoopClosure(Task):
         kp: float = 400.0,
         kd: float = 40.0,
         name: str | None = None,
+        error_axes: str = "world",
     ):
         if kind not in KINDS:
             raise ConfigError(
                 f"LoopClosure({frame_a!r}, {frame_b!r}): kind={kind!r} is not one of {list(KINDS)}"
             )
+        if error_axes not in ("world", "b") or (error_axes == "b" and kind != "weld"):
+            raise ConfigError(
+                f"LoopClosure({frame_a!r}, {frame_b!r}): error_axes={error_axes!r} is not 'world' or, on a weld, 'b'"
+            )
+        self.error_axes = error_axes
         self.name = name or f"loop({frame_a}~{frame_b})"
         self.robot = robot
         self.kind = kind
@@ -217,14 +237,33 @@ class LoopClosure(Task):
         self._set: ClosureSet | None = None
 
     def __repr__(self) -> str:
-        return f"LoopClosure({self.name!r}, {self.frame_a!r}, {self.frame_b!r}, kind={self.kind!r})"
+        axes = ", error_axes='b'" if self.error_axes == "b" else ""
+        return f"{type(self).__name__}({self.name!r}, {self.frame_a!r}, {self.frame_b!r}, kind={self.kind!r}{axes})"
+
+    @property
+    def code(self) -> int:
+        """The closure's code in the compiled kernels (``models/_loop_kernels.py``: the kind's, or ``WELD_B`` for a
+        weld with ``error_axes="b"``): the one encoding a loop reaches the kernels in (the UK and PIDC plans' task
+        and loop tables, ``ClosureSet``'s pass)."""
+        return _loop_kernels.WELD_B if self.error_axes == "b" else _loop_kernels.KIND_CODES[self.kind]
 
     # ------------------------------------------------------------------ the core contract
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
-        """ErrorDynamics(W = J, drift = J̇v, w = J v, e = φ) from the kinematics snapshot."""
+        """ErrorDynamics(W = J, drift = J̇v, w = J v, e = φ) from the kinematics snapshot; with error_axes "b" the
+        coupling's ([Milioshin] (3.27)–(3.30), ``models/_task_kernels.py: coupling_error``, world axes)."""
         A, b = kin.frame(self.fa), kin.frame(self.fb)
+        if self.error_axes == "b":
+            W, ed = np.empty(A.J.shape), np.empty((4, 6))
+            _kernels().coupling_error(
+                _frame_vec(A), A.J, _frame_vec(b), b.J, 0, 6, 1.0, W, 0, ed, np.empty((3, 3))
+            )
+            return ErrorDynamics(W, ed[0], ed[1], ed[2])
         phi, J, jdv = closure_rows(self.kind, A.R, A.p, A.J, A.acc, b.R, b.p, b.J, b.acc, kin.v)
         return ErrorDynamics(J, jdv, J @ kin.v, phi)
+
+    def axes(self, kin: Kinematics, t: float) -> np.ndarray | None:
+        """R_b with error_axes "b" (the error is in frame b's axes), else None (world axes)."""
+        return kin.frame(self.fb).R if self.error_axes == "b" else None
 
     # compute / qp_rows: Task's, (A, b) = (J, −J̇v − K_d J v − K_p φ) (the rows are in world axes, P = I)
 
@@ -272,6 +311,65 @@ class LoopClosure(Task):
     def residual(self, q: np.ndarray) -> float:
         """max |φ(q)| (m or rad)."""
         return float(np.max(np.abs(self.phi(q))))
+
+
+class RigidCoupling(LoopClosure):
+    """Two arms holding one rigid body ([Milioshin] Algorithm 3.3.1, eqs. 3.26–3.30): frame E₂ must coincide with
+    B = E₁·T_A^B.  A weld closure (frame_a = E₁ with offset T_A^B, frame_b = E₂) whose error ODE is in E₂'s axes
+    (``error_axes="b"``): e = e_SE3(T_B, T_E2) = [p_E2 − p_B; Log(R_Bᵀ R_E2)] (3.14–3.15), w = [v_E2 − v_B;
+    R_E2ᵀ(ω_E2 − ω_B)] (3.27), the rows in world axes (``axes``: R_E2); the maths is
+    ``models/_task_kernels.py: coupling_error``, and the kernels take it as the loop code ``WELD_B``
+    (``models/_loop_kernels.py``), as any loop.
+
+    Args: robot; frame1, frame2: frame names E₁, E₂; T_AB: pose of E₂ in E₁ when coupled (SE3 or 4×4, metres);
+    kp (1/s²), kd (1/s): gains of the error ODE; rows: "full" | "position" | "orientation" (the rows kept as a
+    task; a constraint set, ``ClosureSet``, takes the full weld); name: shown in errors and logs.
+    Attributes besides LoopClosure's: ``T_AB``, ``f1``, ``f2`` (E₁'s and E₂'s frame ids), ``fB`` (B's, = ``fa``)."""
+
+    def __init__(
+        self,
+        robot: Robot,
+        frame1: str,
+        frame2: str,
+        T_AB: pin.SE3 | ArrayLike,
+        kp: float,
+        kd: float,
+        rows: str = "full",
+        name: str | None = None,
+    ):
+        name = name or f"coupling({frame1}->{frame2})"
+        T = _as_se3(T_AB, name)
+        self.f1 = robot.frame_id(frame1)
+        super().__init__(robot, frame1, frame2, "weld", T, kp=kp, kd=kd, name=name, error_axes="b")
+        self.T_AB = T
+        self.f2, self.fB = self.fb, self.fa
+        self.rows = _rows(rows, self.name)
+
+    @classmethod
+    def from_configuration(
+        cls,
+        robot: Robot,
+        frame_a: str,
+        frame_b: str,
+        q0: ArrayLike,
+        kp: float,
+        kd: float,
+        rows: str = "full",
+        name: str | None = None,
+    ) -> RigidCoupling:
+        """The coupling that holds frame_b where it is relative to frame_a at configuration q0:
+        T_AB = T_a(q0)⁻¹ T_b(q0)."""
+        q0 = np.asarray(q0, dtype=float)
+        if q0.shape != (robot.nq,):
+            raise ConfigError(
+                f"RigidCoupling.from_configuration: q0 has shape {q0.shape}, "
+                f"the model {robot.path.name} needs ({robot.nq},)"
+            )
+        fa, fb = robot.frame_id(frame_a), robot.frame_id(frame_b)
+        data = robot.model.createData()
+        pin.framesForwardKinematics(robot.model, data, q0)
+        T_AB = data.oMf[fa].actInv(data.oMf[fb])
+        return cls(robot, frame_a, frame_b, T_AB, kp, kd, rows=rows, name=name)
 
 
 class JointCoupling(Task):
@@ -401,6 +499,11 @@ class ClosureSet:
         for c in self.closures:
             if isinstance(c, JointCoupling):
                 continue
+            if c.rows != slice(0, c.m):
+                raise ConfigError(
+                    f"ClosureSet: loop {c.name!r} keeps rows {c.rows.start}:{c.rows.stop} of its {c.m}; a closure set "
+                    "(PIDC, ProjectionPlant, assemble) takes whole closures (rows='full')"
+                )
             if c.kernel_kind() is None:
                 raise ConfigError(
                     f"ClosureSet: loop {c.name!r} ({type(c).__name__}) redefines its row maths "
@@ -427,7 +530,7 @@ class ClosureSet:
         n = model.nv
         slots = FrameSlots(model, compact=True)  # only the joints the loops' frames hang on (step_engine)
         lint = [
-            (_loop_kernels.KIND_CODES[c.kind], slots.slot(c.fa), slots.slot(c.fb), s.start)
+            (c.code, slots.slot(c.fa), slots.slot(c.fb), s.start)
             for c, s in zip(self.closures, self.slices)
             if not isinstance(c, JointCoupling)
         ]
@@ -520,7 +623,7 @@ class ClosureSet:
                 c.rows_into(kin.q, v, np.empty(self.m), J, jdv, s.start)
                 continue
             a, b = kin.frame(c.fa), kin.frame(c.fb)
-            _, J[s], jdv[s] = closure_rows(c.kind, a.R, a.p, a.J, a.acc, b.R, b.p, b.J, b.acc, v)
+            _, J[s], jdv[s] = closure_rows(c.kind, a.R, a.p, a.J, a.acc, b.R, b.p, b.J, b.acc, v, c.code)
         return J, jdv
 
     def residuals(self, q: np.ndarray) -> list[float]:
@@ -601,6 +704,22 @@ def _bounded_step(J: np.ndarray, phi: np.ndarray, q: np.ndarray, free: np.ndarra
     return dq
 
 
+def _newton_rows(cs: ClosureSet, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(e, J_e) of ``assemble``'s Newton step at q: every closure's (φ, J), except that the rotation rows of a closure
+    whose error is in frame b's axes (``error_axes="b"``) are that error e_R = R_bᵀ φ_R = Log(R_Aᵀ R_b) and its exact
+    Jacobian J_r⁻¹(e_R) R_bᵀ J_R (ė_R = J_r⁻¹(e_R) R_bᵀ(ω_b − ω_A), [Milioshin] (3.22); J_R = J_b,ω − J_A,ω)."""
+    phi, J = cs.phi_and_jacobian(q)
+    for c, s in zip(cs.closures, cs.slices):
+        if not isinstance(c, LoopClosure) or c.error_axes != "b":
+            continue
+        Rbt = pin.updateFramePlacement(cs.robot.model, cs._data, c.fb).rotation.T  # (the pass's data, at q)
+        r = slice(s.start + 3, s.start + 6)
+        e = Rbt @ phi[r]
+        phi[r] = e
+        J[r] = jr_inv(e) @ (Rbt @ J[r])
+    return phi, J
+
+
 def assemble(
     robot: Robot,
     q_guess: ArrayLike,
@@ -609,6 +728,7 @@ def assemble(
     tol: float = 1e-12,
     max_iter: int = 50,
     fixed: Sequence[str] = (),
+    within_ranges: bool = True,
 ) -> np.ndarray:
     """A configuration near ``q_guess`` that closes every loop (``robot.loops`` unless given) inside the joints'
     ranges: Newton's iteration q ← q + dq, dq = −J⁺(q) φ(q) ([Aghili] (39)) until max |φ| ≤ tol (m, rad), each
@@ -618,7 +738,13 @@ def assemble(
     within π of its guess (a multiple of 2π removed: φ is unchanged).  Raises ``InfeasibleError`` naming the loop
     with the largest residual, and the joints held on a range limit, when it does not converge within
     ``max_iter`` steps.  ``fixed``: joints held at their value in ``q_guess`` (their columns of J are left out),
-    e.g. the actuated joints at a reference."""
+    e.g. the actuated joints at a reference.  ``within_ranges=False``: the joints' ranges are not imposed (a plant
+    without position limits, e.g. the YuMi's: the guess is not clipped, the steps are the plain −J⁺φ).
+
+    A closure whose error is in frame b's axes (``error_axes="b"``: ``RigidCoupling``) is closed on that error
+    with its exact Jacobian: rows e_R = R_bᵀ φ_R and J_r⁻¹(e_R) R_bᵀ J_R in place of φ_R and J_R (ė_R = J_r⁻¹(e_R)
+    R_bᵀ(ω_b − ω_A), [Milioshin] (3.22); ``_newton_rows``), the thesis' projection of a pose onto the coupling
+    manifold, and the convergence test is max |e| ≤ tol on those rows."""
     loops = list(robot.loops if loops is None else loops)
     q = np.array(q_guess, dtype=float)
     if q.shape != (robot.nq,) or not np.all(np.isfinite(q)):
@@ -630,6 +756,8 @@ def assemble(
     for name in fixed:
         free[robot.joint_index(name)] = False
     lo, hi, rev = joint_ranges(robot)
+    if not within_ranges:
+        lo, hi = np.full(robot.nv, -np.inf), np.full(robot.nv, np.inf)
     # the ranges are per v index; a 1-DoF joint's coordinate at its q index (they differ after a ball or free
     # joint), a ball or free joint's coordinates without a range (their entries of ``scalar`` stay 0)
     sc = np.full(robot.nv, -1, dtype=np.int64)
@@ -649,7 +777,7 @@ def assemble(
     q[sc[fo]] = np.clip(q[sc[fo]], lo[fo], hi[fo])
     best = (math.inf, q)
     for _ in range(max_iter + 1):
-        phi = cs.phi(q)
+        phi, J = _newton_rows(cs, q)
         r = float(np.max(np.abs(phi)))
         if r < best[0]:
             best = (r, q.copy())
@@ -658,7 +786,7 @@ def assemble(
             q[wrap] -= 2.0 * np.pi * np.round((q[wrap] - q0[wrap]) / (2.0 * np.pi))
             return q
         # the step in v's tangent space (a ball or free joint: its rotation vector), applied by pin.integrate
-        q = pin.integrate(robot.model, q, _bounded_step(cs.jacobian(q), phi, scalar(q), free, lo, hi))
+        q = pin.integrate(robot.model, q, _bounded_step(J, phi, scalar(q), free, lo, hi))
         if not np.all(np.isfinite(q)):
             break
     res = cs.residuals(best[1])

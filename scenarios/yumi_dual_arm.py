@@ -17,9 +17,9 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.controllers.base import ReportsErrors, ReportsMetrics
-from cmstack.models.coupling import FrameTask, RigidCoupling
-from cmstack.models.errors import ConfigError, InfeasibleError
-from cmstack.models.lie import jr_inv
+from cmstack.models.coupling import FrameTask
+from cmstack.models.errors import ConfigError
+from cmstack.models.loops import RigidCoupling, assemble
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.models.trajectory import Circle
 from cmstack.scenarios._common import Outcome, Row, apply_perturbation, load_kernels, scenario_main
@@ -144,25 +144,6 @@ def initial_state(cfg: dict, robot: Robot) -> np.ndarray:
     return robot.q_from_names(dict(zip(names, vals)))
 
 
-def close_loop(robot: Robot, coupling: RigidCoupling, q: np.ndarray, tol: float = 1e-12, iters: int = 50):
-    """Project q onto the coupling manifold e(q) = 0 by minimum-norm Newton steps on the error in E₂'s axes
-    Δq = −J_e⁺ e,  J_e = [W_lin; J_r⁻¹(e_ang) R₂ᵀ W_ang]  (ė = J_e v, thesis (3.22); W in world axes)."""
-    q = q.copy()
-    for _ in range(iters):
-        kin = robot.update(q, np.zeros(robot.nv))
-        W, _, _, ew = coupling.error_dynamics(kin, 0.0)
-        R2t = coupling.axes(kin, 0.0).T
-        e = np.r_[ew[:3], R2t @ ew[3:]]
-        if np.linalg.norm(e) < tol:
-            return q
-        Je = np.vstack([W[:3], jr_inv(e[3:]) @ R2t @ W[3:]])
-        q = q - np.linalg.lstsq(Je, e, rcond=None)[0]
-    raise InfeasibleError(
-        f"could not close the bar's loop from q0 (‖e_c‖ = {np.linalg.norm(e):.3g} after "
-        f"{iters} Newton steps); the arms cannot reach E1·T_A^B = E2 near q0"
-    )
-
-
 # ------------------------------------------------------------------------------------- running
 def run(ctx) -> Outcome:
     cfg = ctx.cfg
@@ -194,8 +175,14 @@ def run(ctx) -> Outcome:
     )
     plant = apply_perturbation(plant, cfg)  # identity when [perturbation] is all off
     q0 = initial_state(cfg, robot)
-    if cfg["plant"] == "bar":
-        q0 = close_loop(robot, coupling, q0)  # a physical bar: the initial state must be closed
+    if (
+        cfg["plant"] == "bar"
+    ):  # a physical bar: the initial state must be closed (the whole weld, whatever rows
+        # the controller's coupling keeps; the same frames: its name), the YuMi plant has no position limits
+        weld = RigidCoupling(
+            robot, cfg["frame1"], cfg["frame2"], T_AB, coupling.kp, coupling.kd, name=coupling.name
+        )
+        q0 = assemble(robot, q0, [weld], within_ranges=False)
     plant.reset(q0)
     if not isinstance(controller, ReportsErrors):
         raise ConfigError(

@@ -7,8 +7,9 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from cmstack.models.coupling import FrameTask, RigidCoupling
+from cmstack.models.coupling import FrameTask
 from cmstack.models.lie import jr_inv, se3_error
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Circle
 

@@ -12,9 +12,10 @@ import pytest
 
 from cmstack.controllers._qp_kernels import condition_eq, hierarchy_level, level_residuals, null_basis
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
-from cmstack.models.coupling import PostureTask, RigidCoupling
+from cmstack.models.coupling import PostureTask
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import JointVelocityLimit
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Robot
 
 

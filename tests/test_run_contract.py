@@ -144,8 +144,9 @@ def test_strict_targets_come_with_their_control_rate():
 # ------------------------------------------------------------------------------------- row 14
 def _weld_violation_at_closed_start(T_AB: pin.SE3, mj_model) -> float:
     """Distance of E2 from where the plant's weld wants it, with both arms at the configured closed start."""
+    from cmstack.models.loops import assemble
     from cmstack.models.robot import Robot
-    from cmstack.scenarios.yumi_dual_arm import build_problem, close_loop, initial_state
+    from cmstack.scenarios.yumi_dual_arm import build_problem, initial_state
     from cmstack.sim.plant import MujocoPlant
 
     cfg = resolve_config(
@@ -154,7 +155,7 @@ def _weld_violation_at_closed_start(T_AB: pin.SE3, mj_model) -> float:
     robot = Robot(cfg["urdf"])
     coupling, _, _, _ = build_problem(cfg, robot)
     plant = MujocoPlant(cfg["mjcf_bar"], robot.joint_names, mj_model=mj_model)
-    plant.reset(close_loop(robot, coupling, initial_state(cfg, robot)))
+    plant.reset(assemble(robot, initial_state(cfg, robot), [coupling], within_ranges=False))
     return float(plant.equality_violation())
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
+from cmstack.models.loops import assemble
 from cmstack.models.robot import Robot
 from cmstack.scenarios import chain_open_loop as col
 from cmstack.scenarios import series_parallel as sp
@@ -124,7 +125,7 @@ def test_simulate_keeps_per_task_errors_and_attaches_sensors():
 
     bcfg, brobot, bcoupling, btask = _yumi(plant="bar", controller="pidc_force")
     bar = yumi.MujocoPlant(bcfg["mjcf_bar"], brobot.joint_names, sim_dt=bcfg["control_dt"])
-    bar.reset(yumi.close_loop(brobot, bcoupling, yumi.initial_state(bcfg, brobot)))
+    bar.reset(assemble(brobot, yumi.initial_state(bcfg, brobot), [bcoupling], within_ranges=False))
     force = yumi.build_pidc_force(bcfg, brobot, bcoupling, btask)
     assert force.plant is None
     simulate(bar, force, duration=0.01, control_dt=bcfg["control_dt"], progress=False)

@@ -10,7 +10,8 @@ import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.models.com import CenterOfMassTask
-from cmstack.models.coupling import FrameTask, PostureTask, RigidCoupling
+from cmstack.models.coupling import FrameTask, PostureTask
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Circle
 

@@ -6,8 +6,9 @@ import pinocchio as pin
 import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, udwadia_kalaba_closed_form
-from cmstack.models.coupling import FrameTask, RigidCoupling, stack
+from cmstack.models.coupling import FrameTask, stack
 from cmstack.models.errors import InfeasibleError, StateError
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Circle
 

@@ -10,8 +10,9 @@ from _yumi_states import recorded_states, thesis_setup
 
 from cmstack.controllers import _uk_kernels as K
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
-from cmstack.models.coupling import FrameTask, PostureTask, RigidCoupling
+from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+from cmstack.models.loops import RigidCoupling
 from cmstack.models.trajectory import Circle
 
 LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
@@ -128,8 +129,8 @@ def _plan_frames(ctl):
     out = {}
     for k, task in P.task_items:
         kind, a, b = P.tint[k, :3]
-        if kind == 0:
-            out[a], out[b] = task.fB, task.f2
+        if kind == 3:  # a loop closure (the coupling: frames B = E1·T_AB and E2)
+            out[a], out[b] = task.fa, task.fb
         elif kind == 1:
             out[a] = task.fid
     return [out[s] for s in range(len(out))]
