@@ -87,7 +87,7 @@ class ContactStepInfo(StepInfo):
     cone_qp: bool = False
 
 
-def _svd_rank(A: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _svd_rank(A: np.ndarray, tol: float | np.floating) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     U, s, Vt = np.linalg.svd(A, full_matrices=True)
     k = int((s > tol).sum()) if s.size else 0
     return U, s, Vt, k
