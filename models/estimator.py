@@ -48,15 +48,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pinocchio as pin
 from numpy.typing import ArrayLike
 
-from cmstack.controllers._passive_kernels import CONVERGED, FALLBACK, STEPPED, layout, passive_step, prepare
+from cmstack.controllers._passive_kernels import CONVERGED, STEPPED, layout, passive_step, prepare
 from cmstack.models.errors import ConfigError, SensorFault, StateError
 from cmstack.models.lie import svd_rank
 from cmstack.models.loops import ClosureSet
 from cmstack.models.robot import Robot
 
-FAULTS = ("bad_encoder", "encoder_jump", "no_closure", "not_converged", "singular", "branch_flip")
+FAULTS = ("bad_encoder", "bad_base", "encoder_jump", "no_closure", "not_converged", "singular", "branch_flip")
 """The named faults of a reconstruction (``SensorFault.kind``); the module docstring says when each is raised."""
 
 
@@ -88,12 +89,20 @@ class LoopStateEstimator:
     ) -> None:
         if not robot.loops:
             raise ConfigError(f"LoopStateEstimator: {robot.label} has no loops (robot.loops) to close")
-        if robot.nq != robot.nv:
+        model = robot.model
+        free = [n for n in robot.passive_joints if model.joints[model.getJointId(n)].nv != 1]
+        for n in free:
+            jm = model.joints[model.getJointId(n)]
+            if jm.shortname() != "JointModelFreeFlyer" or model.parents[model.getJointId(n)] != 0:
+                raise ConfigError(
+                    f"LoopStateEstimator: passive joint '{n}' of {robot.label} ({jm.shortname()}, nv={jm.nv}) is "
+                    "neither a 1-DoF joint nor the floating base (a free joint on the world): not reconstructed"
+                )
+        if len(free) > 1:
             raise ConfigError(
-                f"LoopStateEstimator: {robot.label} has nq={robot.nq} != nv={robot.nv}; only 1-DoF joints "
-                "(no floating base, no ball joint) are reconstructed"
+                f"LoopStateEstimator: {robot.label} has {len(free)} floating bases {free}; one is taken"
             )
-        if not robot.passive_joints:
+        if not [n for n in robot.passive_joints if n not in free]:
             raise ConfigError(
                 f"LoopStateEstimator: {robot.label} has no passive joints: nothing to reconstruct"
             )
@@ -104,9 +113,20 @@ class LoopStateEstimator:
         self.robot = robot
         self.loops = ClosureSet(robot.loops)  # its own Pinocchio data: no controller's snapshot is touched
         self.actuated = list(robot.actuated_joints)
-        self.passive = list(robot.passive_joints)
-        self.act = np.array([robot.joint_index(n) for n in self.actuated], dtype=np.int64)
+        #: the floating base (a free joint on the world, its pose and twist given with the encoders) or None
+        self.base: str | None = free[0] if free else None
+        self.passive = [n for n in robot.passive_joints if n != self.base]  # the reconstructed (1-DoF) joints
+        self.act = np.array([robot.joint_index(n) for n in self.actuated], dtype=np.int64)  # v (τ) indices
         self.pas = np.array([robot.joint_index(n) for n in self.passive], dtype=np.int64)
+        self.act_q = np.array([robot.joint_q_index(n) for n in self.actuated], dtype=np.int64)  # q indices
+        self.pas_q = np.array([robot.joint_q_index(n) for n in self.passive], dtype=np.int64)
+        if self.base is None:
+            self.base_q = self.base_v = np.zeros(0, dtype=np.int64)
+        else:
+            jb = model.joints[model.getJointId(self.base)]
+            self.base_q = np.arange(jb.idx_q, jb.idx_q + 7, dtype=np.int64)  # (x, y, z, qx, qy, qz, qw)
+            self.base_v = np.arange(jb.idx_v, jb.idx_v + 6, dtype=np.int64)  # (v, ω) in the base's frame
+        nb = self.base_v.size
         self.dt = None if dt is None else float(dt)
         self.tol, self.max_iter = float(tol), int(max_iter)
         a = self.act.size
@@ -124,20 +144,29 @@ class LoopStateEstimator:
                 f"LoopStateEstimator: q_guess must be {robot.nq} finite numbers, got {q_guess!r}"
             )
         m, p = self.loops.m, self.pas.size
-        ni, nw = layout(m, p, a)
+        ni, nw = layout(m, p, a + nb)
         self._ints = np.zeros(ni, dtype=np.int64)
-        self._ints[:p], self._ints[p : p + a] = self.pas, self.act
+        # the measured columns of J: the motors', then the base's (G = −J_p⁺ [J_a J_b], v_p = G [v_a; v_b])
+        self._ints[:p], self._ints[p : p + a], self._ints[p + a : p + a + nb] = (
+            self.pas,
+            self.act,
+            self.base_v,
+        )
+        self._ext = self._ints[p : p + a + nb].copy()
+        self._w = np.zeros(a + nb)  # [v_a; v_b]
+        self._z = np.zeros(robot.nv)  # (floating base) q_p in v's layout, where the kernel steps it
         self._prm = np.array([self.tol, 1e-10])
         self._X = np.zeros((m, max(p, 1)))
         self._work = np.zeros(nw)
-        self._G = np.zeros((p, a))
+        self._G = np.zeros((p, a + nb))
         self._q = q0
         self._qa_prev = np.zeros(a)
+        self._base_prev = q0[self.base_q]
         self._va_prev = np.zeros(a)
         self._predict = False
         self._qp0 = np.zeros(p)  # the tangent prediction of this cycle's q_p from the last returned solution
         self._qp_last = np.zeros(p)  # q_p and G of the last returned solution (the branch test's reference)
-        self._G_last = np.zeros((p, a))
+        self._G_last = np.zeros((p, a + nb))
         self._bound = 3.0 / math.sqrt(p * (4.0**p + 6.0 * p - 1.0))
         #: the last call's figures: Newton iterations (Pinocchio passes), max|φ| at the solution (m, rad), the
         #: conditioning estimate c of J_p, max|q_p − q_p⁰| (rad, m; 0 on the first call)
@@ -171,14 +200,20 @@ class LoopStateEstimator:
     def _fault(self, kind: str, msg: str, joint: str | None = None) -> SensorFault:
         """The fault, the Newton start put back on the last returned solution (a moved start is not kept)."""
         if self._predict:
-            self._q[self.pas] = self._qp_last
-            self._q[self.act] = self._qa_prev
+            self._q[self.pas_q] = self._qp_last
+            self._q[self.act_q] = self._qa_prev
+            self._q[self.base_q] = self._base_prev
         return SensorFault(kind, f"{kind}: {msg} ({self.robot.label})", joint)
 
-    def reconstruct(self, qa: ArrayLike, va: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    def reconstruct(
+        self, qa: ArrayLike, va: ArrayLike, base_q: ArrayLike | None = None, base_v: ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(q, v) in model order from the actuated joints' positions q_a [rad, m] and rates v_a [rad/s, m/s]
-        (``robot.actuated_joints`` order): q_p on the loops by Newton, v_p = G v_a.  Raises ``SensorFault``
-        (module docstring) and then keeps the previous solution."""
+        (``robot.actuated_joints`` order), and for a floating base its pose ``base_q`` (x, y, z [m] and the unit
+        quaternion qx, qy, qz, qw: Pinocchio's free-joint q) and twist ``base_v`` (linear [m/s] and angular [rad/s]
+        velocity in the base's own frame: Pinocchio's free-joint v), as motion capture or an on-board estimator
+        gives them: q_p on the loops by Newton, v_p = G [v_a; v_b].  Raises ``SensorFault`` (module docstring) and
+        then keeps the previous solution."""
         qa = np.asarray(qa, dtype=float)
         va = np.asarray(va, dtype=float)
         act, pas = self.act, self.pas
@@ -187,12 +222,28 @@ class LoopStateEstimator:
                 f"LoopStateEstimator: expected {act.size} positions and rates of {self.actuated}, got shapes "
                 f"{qa.shape} and {va.shape}"
             )
-        n = self.robot.nq
-        q, v = np.empty(n), np.empty(n)
+        floating = self.base is not None
+        if floating != (base_q is not None and base_v is not None):
+            raise StateError(
+                f"LoopStateEstimator: {self.robot.label} "
+                + (
+                    f"has a floating base '{self.base}': give its pose base_q (7) and twist base_v (6)"
+                    if floating
+                    else "has no floating base: base_q and base_v are not taken"
+                )
+            )
         G, X, ints, prm, work = self._G, self._X, self._ints, self._prm, self._work
-        if not prepare(qa, va, self._q, self._qa_prev, G, ints, self._predict, q, v):
-            bad = [j for j, x, y in zip(self.actuated, qa, va) if not (math.isfinite(x) and math.isfinite(y))]
-            raise self._fault("bad_encoder", f"encoder(s) {bad} read {qa!r}, rates {va!r}", bad[0])
+        if floating:
+            q, v, z, w = self._start_floating(qa, va, base_q, base_v)
+        else:
+            n = self.robot.nq
+            q, v = np.empty(n), np.empty(n)
+            if not prepare(qa, va, self._q, self._qa_prev, G, ints, self._predict, q, v):
+                bad = [
+                    j for j, x, y in zip(self.actuated, qa, va) if not (math.isfinite(x) and math.isfinite(y))
+                ]
+                raise self._fault("bad_encoder", f"encoder(s) {bad} read {qa!r}, rates {va!r}", bad[0])
+            z, w = q, va  # (1-DoF joints: q and v share their indices)
         if self._predict and self.dt is not None:
             dev = np.abs(qa - self._qa_prev - 0.5 * (va + self._va_prev) * self.dt)
             over = dev > self.jump_tol
@@ -206,9 +257,12 @@ class LoopStateEstimator:
                     self.actuated[k],
                 )
         qp0 = self._qp0
-        if self._predict:  # from the last returned solution (the Newton start's unless it was moved)
+        if (
+            self._predict and not floating
+        ):  # from the last returned solution (the Newton start's unless it was moved)
             np.matmul(self._G_last, qa - self._qa_prev, out=qp0)
             qp0 += self._qp_last
+        pas_q, ext = self.pas_q, self._ext
         st, k, r_prev, r = STEPPED, 0, math.inf, math.inf
         cond = math.nan
         while k < self.max_iter + 1:
@@ -217,24 +271,29 @@ class LoopStateEstimator:
             if k == self.max_iter and not r <= self.tol:
                 break  # budget spent: one more pass only to measure the residual
             k += 1
-            st = passive_step(phi, J, q, v, va, G, X, ints, prm, work)
+            st = passive_step(phi, J, z, v, w, G, X, ints, prm, work)
             if st == CONVERGED:
                 p = pas.size
                 cond = float(abs(X[p - 1, p - 1]) / abs(X[0, 0]))
                 break
-            if st == FALLBACK:  # J_p not safely of full rank (or not finite): the truncated SVD decides
-                svd = svd_rank(J[:, pas], rtol=1e-10)
-                s = svd.s
-                if r <= self.tol:
-                    cond = float(s[-1] / s[0]) if s.size and s[0] > 0 else 0.0
-                    Jp = svd.pinv()
-                    G[:] = -(Jp @ J[:, act])
-                    v[pas] = G @ va
-                    st = CONVERGED
-                    break
-                q[pas] -= svd.pinv() @ phi
-                if not np.all(np.isfinite(q)):
-                    break
+            if st == STEPPED:
+                if floating:
+                    q[pas_q] = z[pas]
+                continue
+            # FALLBACK: J_p not safely of full rank (or not finite): the truncated SVD decides
+            svd = svd_rank(J[:, pas], rtol=1e-10)
+            s = svd.s
+            if r <= self.tol:
+                cond = float(s[-1] / s[0]) if s.size and s[0] > 0 else 0.0
+                Jp = svd.pinv()
+                G[:] = -(Jp @ J[:, ext])
+                v[pas] = G @ w
+                st = CONVERGED
+                break
+            q[pas_q] -= svd.pinv() @ phi
+            z[pas] = q[pas_q]
+            if not np.all(np.isfinite(q)):
+                break
         self.iterations = k
         self.residual = r
         if st != CONVERGED:
@@ -248,7 +307,8 @@ class LoopStateEstimator:
                 f"by {r:.3g} (m or rad) after {k} Newton iterations (tol {self.tol:g}, max_iter {self.max_iter})",
             )
         self.conditioning = cond
-        gap = float(np.max(np.abs(q[pas] - qp0))) if self._predict else 0.0
+        qp = q[pas_q]
+        gap = float(np.max(np.abs(qp - qp0))) if self._predict else 0.0
         self.prediction_gap = gap
         if not cond >= self.singular_tol:
             raise self._fault(
@@ -257,24 +317,72 @@ class LoopStateEstimator:
                 f"estimate {cond:.3g} < singular_tol {self.singular_tol:g} (a parallel singularity)",
             )
         if gap > self.branch_tol:
-            j = int(np.argmax(np.abs(q[pas] - qp0)))
+            j = int(np.argmax(np.abs(qp - qp0)))
             raise self._fault(
                 "branch_flip",
-                f"passive joint '{self.passive[j]}' came out {q[pas][j] - qp0[j]:+.4g} from its prediction "
+                f"passive joint '{self.passive[j]}' came out {qp[j] - qp0[j]:+.4g} from its prediction "
                 f"{qp0[j]:.6g} (> branch_tol {self.branch_tol:g}): the loops closed on another branch",
                 self.passive[j],
             )
         self._q[:] = q
-        self._qp_last[:] = q[pas]
+        self._qp_last[:] = qp
         self._G_last[:] = G
         self._qa_prev[:] = qa
         self._va_prev[:] = va
+        if floating:
+            self._base_prev[:] = q[self.base_q]
         self._predict = True
         self.calls += 1
         self.max_iterations = max(self.max_iterations, k)
         self.min_conditioning = min(self.min_conditioning, cond)
         self.max_prediction_gap = max(self.max_prediction_gap, gap)
         return q, v
+
+    def _start_floating(
+        self, qa: np.ndarray, va: np.ndarray, base_q: ArrayLike, base_v: ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The Newton start of a floating-base robot: (q, v, z, w) with q = the last solution, the encoders and the
+        base pose written in, and, after a returned solution, q_p moved along the loops' tangent,
+        q_p⁰ = q_p⁻ + G⁻ [Δq_a; Δb], Δb = log(b⁻⁻¹ b) the base's motion in its frame (``pin.difference``); v = 0
+        but v_a and the twist; z = q_p in v's layout (where ``passive_step`` steps it), w = [v_a; v_b].  A
+        reading that is not finite, or a quaternion whose norm is not 1 within 1e-6, raises ``bad_encoder`` /
+        ``bad_base``."""
+        bq = np.asarray(base_q, dtype=float)
+        bv = np.asarray(base_v, dtype=float)
+        if bq.shape != (7,) or bv.shape != (6,):
+            raise StateError(
+                f"LoopStateEstimator: the base '{self.base}' needs a pose of 7 numbers (x, y, z, qx, qy, qz, qw) "
+                f"and a twist of 6, got shapes {bq.shape} and {bv.shape}"
+            )
+        if not (np.isfinite(qa).all() and np.isfinite(va).all()):
+            bad = [j for j, x, y in zip(self.actuated, qa, va) if not (math.isfinite(x) and math.isfinite(y))]
+            raise self._fault("bad_encoder", f"encoder(s) {bad} read {qa!r}, rates {va!r}", bad[0])
+        nrm = float(np.linalg.norm(bq[3:]))
+        if not (np.isfinite(bq).all() and np.isfinite(bv).all() and abs(nrm - 1.0) <= 1e-6):
+            raise self._fault(
+                "bad_base",
+                f"the base '{self.base}' pose {bq!r} (quaternion norm {nrm:.9g}) or twist {bv!r} is not a pose and "
+                "a twist",
+                self.base,
+            )
+        q = self._q.copy()
+        q[self.act_q] = qa
+        q[self.base_q] = bq
+        a = qa.size
+        if self._predict:  # the tangent prediction from the last returned solution
+            dq = pin.difference(self.robot.model, self._q, q)
+            qp0 = self._qp0
+            np.matmul(self._G_last, dq[self._ext], out=qp0)
+            qp0 += self._qp_last
+            q[self.pas_q] = qp0
+        v = np.zeros(self.robot.nv)
+        v[self.act] = va
+        v[self.base_v] = bv
+        w = self._w
+        w[:a], w[a:] = va, bv
+        z = self._z
+        z[self.pas] = q[self.pas_q]
+        return q, v, z, w
 
     def stats(self) -> dict[str, float]:
         """The figures over every call (for metrics.json)."""

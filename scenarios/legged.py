@@ -58,6 +58,7 @@ from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import Disturbance, simulate
+from cmstack.sim.sensors import ActuatedSensing, Encoders
 
 NAME = "legged"
 TARGETS = dict(
@@ -485,6 +486,11 @@ def run(ctx) -> Outcome:
         push = [
             Disturbance(body, cfg["push_t"], cfg["push_t"] + cfg["push_duration"], tuple(cfg["push_force"]))
         ]
+    # sensors = "actuated": the law sees the motors' encoders and the base's pose and twist, the knees reconstructed
+    sensing = None
+    if cfg["sensors"] == "actuated":
+        enc = Encoders(cfg["encoder_counts"]) if cfg["encoder_counts"] else None
+        sensing = ActuatedSensing.for_robot(robot, cfg["control_dt"], enc)
     run_ = simulate(
         plant,
         law,
@@ -495,6 +501,7 @@ def run(ctx) -> Outcome:
         progress=ctx.progress,
         desc=NAME,
         log=log,
+        sensors=sensing or "full",
     )
     L = log.arrays()
     for k, c in enumerate(contacts):  # the commanded forces as arrows (rods) for the replay, as drawn live
@@ -536,6 +543,8 @@ def run(ctx) -> Outcome:
         swing_error_max_m=float(L["swing_error"].max()),
         lift_height_reached_m=float(L["swing_height"].max() - L["swing_height"][0]) if phases.foot else 0.0,
         realtime_factor=run_.realtime_factor,
+        sensors=cfg["sensors"],
+        **(sensing.metrics() if sensing is not None else {}),
     )
     rows = [
         Row(
@@ -571,6 +580,9 @@ def run(ctx) -> Outcome:
         Row("lift_height_reached_m", m["lift_height_reached_m"]),
         Row("cone_qp_steps / cone_violations", f"{m['cone_qp_steps']} / {m['cone_violations']}"),
     ]
+    if sensing is not None:
+        rows.append(Row("reconstruction_us_median", m["reconstruction_us_median"]))
+        rows.append(Row("reconstruction_error_q_max", m["reconstruction_error_q_max"]))
     plots = make_plots(ctx, L, contacts, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 

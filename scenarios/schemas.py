@@ -385,6 +385,8 @@ class Legged(Schema):
     fell_height: NonNeg
     fell_tilt: Pos
     check_states: integer(ge=0, le=10000)
+    sensors: Literal["full", "actuated"]
+    encoder_counts: NonNeg
 
 
 # ------------------------------------------------------------------------------------- balloon

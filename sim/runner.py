@@ -262,7 +262,7 @@ def simulate(
             # reconstructs the rest from them
             # (the same sensing object, its figures the caller's, without the encoders while the run lasts)
             frame, encoders, sensing.encoders = (
-                ActuatedFrame(sensing.act, sensing.encoders),
+                ActuatedFrame.of(sensing),
                 sensing.encoders,
                 None,
             )

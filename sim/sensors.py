@@ -111,7 +111,12 @@ class ActuatedSensing:
     def __init__(self, estimator: LoopStateEstimator, encoders: Encoders | None = None) -> None:
         self.estimator = estimator
         self.encoders = encoders
-        self.act = estimator.act
+        self.act = estimator.act  # the motors' v indices
+        self.act_q = estimator.act_q  # their q indices (after a floating base's 7 q and 6 v they differ)
+        self.base_q, self.base_v = (
+            estimator.base_q,
+            estimator.base_v,
+        )  # the floating base's (empty without one)
         self.us: list[float] = []
         #: max |q̂_p − q_p| (rad, m) and max |v̂_p − v_p| over the calls: the reconstruction against the plant
         self.error_q_max, self.error_v_max = 0.0, 0.0
@@ -125,23 +130,27 @@ class ActuatedSensing:
         return cls(LoopStateEstimator(robot, dt=control_dt, **options), encoders)
 
     def measure(self, t: float, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        act = self.act
-        qa, va = q[act], v[act]
+        """The reconstructed (q, v) (model order) from the motors' entries of the plant's (q, v) at t [s] through the
+        encoders, and a floating base's pose and twist as given (motion capture or an on-board estimator)."""
+        qa, va = q[self.act_q], v[self.act]
         if self.encoders is not None:
             qa, va = self.encoders.read(t, qa, va)
         c0 = time.perf_counter()
         try:
-            qh, vh = self.estimator.reconstruct(qa, va)
+            if self.base_q.size:
+                qh, vh = self.estimator.reconstruct(qa, va, q[self.base_q], v[self.base_v])
+            else:
+                qh, vh = self.estimator.reconstruct(qa, va)
         except SensorFault as exc:
             exc.t = t
             raise
         self.us.append((time.perf_counter() - c0) * 1e6)
-        pas = self.estimator.pas
+        pas, pas_q = self.estimator.pas, self.estimator.pas_q
         if pas.size and np.isfinite(
-            q[pas[0]]
+            q[pas_q[0]]
         ):  # (under cmstack rt the passive entries are NaN: not known here)
             self.compared += 1
-            self.error_q_max = max(self.error_q_max, float(np.max(np.abs(qh[pas] - q[pas]))))
+            self.error_q_max = max(self.error_q_max, float(np.max(np.abs(qh[pas_q] - q[pas_q]))))
             self.error_v_max = max(self.error_v_max, float(np.max(np.abs(vh[pas] - v[pas]))))
         return qh, vh
 
@@ -161,23 +170,46 @@ class ActuatedFrame:
     quantization, noise, an injected fault, applied in the driver process) and NaN in every other entry, so the
     controller side can read nothing else (``ReconstructingController`` closes the loops from those).
 
-    act: the actuated joints' indices (``LoopStateEstimator.act``: q and v entries, 1-DoF joints);
-    encoders: None (exact readings) or the robot's ``Encoders``."""
+    A floating base's pose and twist are published as well (what motion capture or the robot's own state estimator
+    gives; ``base_q``, ``base_v``: their q and v entries).
 
-    def __init__(self, act: ArrayLike, encoders: Encoders | None = None) -> None:
+    act: the actuated joints' v indices (``LoopStateEstimator.act``, 1-DoF joints); encoders: None (exact readings)
+    or the robot's ``Encoders``; act_q: their q indices (default ``act``: no floating base)."""
+
+    def __init__(
+        self,
+        act: ArrayLike,
+        encoders: Encoders | None = None,
+        *,
+        act_q: ArrayLike | None = None,
+        base_q: ArrayLike = (),
+        base_v: ArrayLike = (),
+    ) -> None:
         self.act = np.asarray(act, dtype=np.int64)
+        self.act_q = self.act if act_q is None else np.asarray(act_q, dtype=np.int64)
+        self.base_q = np.asarray(base_q, dtype=np.int64)
+        self.base_v = np.asarray(base_v, dtype=np.int64)
         self.encoders = encoders
+
+    @classmethod
+    def of(cls, sensing: ActuatedSensing) -> ActuatedFrame:
+        """The frame a driver publishes for ``sensing`` (its encoders, its motors' and base's entries)."""
+        return cls(
+            sensing.act, sensing.encoders, act_q=sensing.act_q, base_q=sensing.base_q, base_v=sensing.base_v
+        )
 
     def publish(self, t: float, q: np.ndarray, v: np.ndarray, q_out: np.ndarray, v_out: np.ndarray) -> None:
         """Write the frame of the plant's (q, v) at t [s] into ``q_out``, ``v_out`` (model order)."""
-        act = self.act
-        qa, va = q[act], v[act]
+        act, act_q = self.act, self.act_q
+        qa, va = q[act_q], v[act]
         if self.encoders is not None:
             qa, va = self.encoders.read(t, qa, va)
         q_out.fill(np.nan)
         v_out.fill(np.nan)
-        q_out[act] = qa
+        q_out[act_q] = qa
         v_out[act] = va
+        q_out[self.base_q] = q[self.base_q]
+        v_out[self.base_v] = v[self.base_v]
 
 
 class ReconstructingController:
