@@ -27,8 +27,9 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# --durations=25: the 25 slowest tests, so that CI's output shows where the suite's time goes
 test: $(STAMP) lint
-	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests
+	MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=25 tests
 
 # the documentation site with its API reference from the docstrings (mkdocs.yml), warnings as errors;
 # tests/test_docs_site.py builds it too on every `make test`
