@@ -136,6 +136,35 @@ def test_position_command_after_skipped_states_continues_from_the_robots_held_re
     assert ctrl.held_periods > 50 and np.abs(ctrl.v_des).max() > 1e-3
 
 
+def test_an_open_loop_adds_a_row_to_the_planar_triangle_which_pidcs_default_tolerance_counts():
+    """Why the series-parallel arm given MuJoCo's whole state does not track φ (issue 32 (c), docs/realtime.md): the
+    triangle's point loop has an out-of-plane row that is zero on the loop but equals the residual's component
+    across φ's axis off it (φ turns the residual vector out of the plane), so an opening ε puts a singular value
+    σ₃ = |ε_x| into the loop's Jacobian.  MuJoCo's soft loop is open by ~3e-8 m: above PIDC's absolute rank
+    tolerance (1e-9) the row counts (rank 3, φ's acceleration then set by a spurious constraint); with a tolerance
+    above the opening it does not (rank 2)."""
+    from cmstack.controllers.pidc import PIDC
+    from cmstack.models.loops import ClosureSet
+    from cmstack.scenarios.series_parallel import Q_NAMES, closed_chain_robot, make_trajectory
+
+    cfg = default_config("series_parallel")
+    cfg["model_actuator_bodies"] = True
+    robot = closed_chain_robot(cfg)
+    traj = make_trajectory(cfg)
+    q = robot.q_initial.copy()
+    q[robot.joint_index("zeta")] += 1e-6  # the loop opened by ~3e-7 m in its plane
+    phi, J = ClosureSet(robot.loops).phi_and_jacobian(q)
+    s = np.linalg.svd(J, compute_uv=False)
+    assert abs(s[2] - abs(phi[0])) < 1e-12 and 1e-7 < s[2] < 1e-6 and s[1] > 0.1
+    ranks = {}
+    for tol in (None, 1e-5):
+        kw = {} if tol is None else {"rank_tol": tol}
+        ctl = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"], **kw)
+        ctl(0.0, q, np.zeros(robot.nv))
+        ranks[tol] = ctl.info.rank
+    assert ranks == {None: 3, 1e-5: 2}, ranks
+
+
 def test_interfaces_refused_by_name():
     robot, ctl, plant = _setup()
     for kw, msg in (
