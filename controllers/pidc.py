@@ -137,19 +137,52 @@ class _BufferedInfo(PIDCInfo):
     lam = _buffered("lam", lambda b, n, m: b[4 * n : 4 * n + m])
 
 
+class Squeeze:
+    """λ_d of an internal force along the line between two frames (two hands holding one body by a 6-row weld, e.g.
+    a ``RigidCoupling``, whose linear rows act on frame 2 and their opposite on frame 1):
+
+        λ_d = [s d; 0],   d = (p_2 − p_1) / ‖p_2 − p_1‖   (world axes)
+
+    s [N] > 0: the body pushes the hands apart with s newtons.  Called by the force loop as ``(t, kin)`` (the step's
+    kinematics snapshot); ``d`` keeps the last direction (read it to express a measured force along the line).
+
+    Args: robot; frame1, frame2: frame names; force: s [N]."""
+
+    takes_state = True  # ForceLaw calls it with (t, kin)
+
+    def __init__(self, robot: Robot, frame1: str, frame2: str, force: float) -> None:
+        self.s = float(force)
+        if not math.isfinite(self.s):
+            raise ConfigError(f"Squeeze({frame1!r}, {frame2!r}): force must be finite, got {force!r}")
+        self.f1, self.f2 = robot.frame_id(frame1), robot.frame_id(frame2)
+        self.d = np.zeros(3)
+
+    def __call__(self, t: float, kin: Kinematics) -> np.ndarray:
+        p1, p2 = kin.frame(self.f1).T.translation, kin.frame(self.f2).T.translation
+        self.d = (p2 - p1) / np.linalg.norm(p2 - p1)
+        return np.concatenate([self.s * self.d, np.zeros(3)])
+
+
 class ForceLaw:
-    """Constraint-force regulation (7.3): λ_d(t) (or a constant), PI gains on e_f = f_d − f_c.
-    ``measure(t, q, v) -> f_c`` (n,) if a sensor is available; else f_c is estimated from (32)."""
+    """Constraint-force regulation (7.3): λ_d(t) (or a constant, or an object with ``takes_state = True`` called as
+    λ_d(t, kin), e.g. ``Squeeze``), PI gains on e_f = f_d − f_c.  ``measure``: ``measure(t, q, v) -> f_c`` (n,) if a
+    sensor is available, or "plant": the plant's constraint force on the model's joints (MuJoCo's
+    ``qfrc_constraint``: a wrist force sensor of a simulated plant; the PIDC then ``SensesPlant``, given the plant
+    by ``simulate`` and, across processes, ``sensed_data``), taken as f_d before a plant is given; None: f_c is
+    estimated from (32)."""
 
     def __init__(
         self,
-        lambda_d: ArrayLike | Callable[[float], np.ndarray],
+        lambda_d: ArrayLike | Callable[..., np.ndarray],
         kp: float = 0.0,
         ki: float = 0.0,
-        measure: Callable[[float, np.ndarray, np.ndarray], np.ndarray] | None = None,
+        measure: Callable[[float, np.ndarray, np.ndarray], np.ndarray] | str | None = None,
     ) -> None:
         if not (np.isfinite(kp) and kp >= 0 and np.isfinite(ki) and ki >= 0):
             raise ConfigError(f"ForceLaw: gains must be >= 0, got kp={kp}, ki={ki}")
+        if isinstance(measure, str) and measure != "plant":
+            raise ConfigError(f"ForceLaw: measure={measure!r} is not a function, 'plant' or None")
+        self.takes_state = bool(getattr(lambda_d, "takes_state", False))
         if callable(lambda_d):
             self.lambda_d = lambda_d
         else:
@@ -172,6 +205,11 @@ class PIDC:
     (32) and ``info.lam`` its multipliers.
     passive: joint names without actuator.  weights: per-joint W (diag) for ‖Wτ‖ (7.2).
     qp=True: the ProxSuite version with torque limits (URDF effort, or ``torque_limits``).
+    stabilize=True: the constraint's acceleration is that of its own error ODE (a loop's gains kp, kd, a Baumgarte
+    term), q̈_c = A⁺ b_c with (A, b_c) = the closures' ``compute`` rows (b_c = −J̇v − K_d J v − K_p e), in place of
+    C q̇ = −A⁺ J̇v (the thesis' coupling as [Aghili]'s constraint, [Milioshin] (3.30); needs closures that are
+    tasks).  null_damping k [1/s] (task coordinates): the velocity in the null space of the tasks and the constraint
+    is damped, z ← z − (I − (A_t P)⁺ A_t P) k q̇.
 
     Compiled steps (no QP, weights or force law): one constraint row in closed form (``kernels.pidc_one_row``),
     several rows through complete orthogonal decompositions instead of SVDs (``_pidc_kernels.pidc_rows``,
@@ -196,6 +234,8 @@ class PIDC:
         on_unsolvable: str = "report",
         model_damping: bool = True,
         eps_reg: float = 1e-6,
+        stabilize: bool = False,
+        null_damping: float = 0.0,
     ) -> None:
         if constraint is None:
             if not getattr(robot, "loops", None):
@@ -260,6 +300,19 @@ class PIDC:
                 f"it cannot be combined with passive joints {list(passive)}"
             )
         self.force = force
+        if force is not None and force.measure == "plant":  # SensesPlant (controllers/base.py): this one only
+            self.plant: Any = None
+            self.attach_plant = self._attach_plant
+            self.sensed_data = ("qfrc_constraint",)
+        self.stabilize = bool(stabilize)
+        self._closures = list(getattr(self.c, "closures", None) or [self.c])
+        if self.stabilize and not all(isinstance(c, Task) for c in self._closures):
+            raise ConfigError(
+                "PIDC: stabilize=True needs a constraint of loop closures (tasks: their compute rows)"
+            )
+        self.null_damping = float(null_damping)
+        if not (math.isfinite(self.null_damping) and self.null_damping >= 0):
+            raise ConfigError(f"PIDC: null_damping must be a finite number >= 0, got {null_damping!r}")
         self.qp = bool(qp)
         if on_unsolvable not in ("report", "raise"):
             raise ConfigError(f"on_unsolvable='{on_unsolvable}' is not 'report' or 'raise'")
@@ -295,6 +348,7 @@ class PIDC:
             and not self.qp
             and self.w is None
             and self.force is None
+            and not self.stabilize
             and not self.tasks
             and getattr(constraint, "m", None) == 1
         )
@@ -318,6 +372,8 @@ class PIDC:
             and not self.qp
             and self.w is None
             and self.force is None
+            and not self.stabilize
+            and self.null_damping == 0.0
             and isinstance(m, int)
             and m >= 1
         )
@@ -349,7 +405,12 @@ class PIDC:
         out-of-plane row: the truncated SVD drops it).  With e = the tasks' errors, the tracked rows then obey
         ẅ + K_d w + K_p e = 0 (Theorem 4 of the joint case, the same argument)."""
         A, b, e = self._task_rows(self.kin, t)
-        z = pinv(A @ pr.P, rtol=_RTOL) @ (b - A @ Cv)
+        AP = A @ pr.P
+        AP_pinv = pinv(AP, rtol=_RTOL)
+        z = AP_pinv @ (b - A @ Cv)
+        if self.null_damping:
+            v = self.kin.v
+            z = z - (v * self.null_damping - AP_pinv @ (AP @ (v * self.null_damping)))
         return Cv + pr.P @ z, e
 
     def _task_rows(self, kin, t):
@@ -645,6 +706,7 @@ class PIDC:
         * constraints: each loop closure's residual φ (``LoopClosure.error``: m on position rows, rad on
           rotation rows) under its name; a constraint object of another kind, φ(q) under its ``name``
           (or "constraint");
+        * a closure whose error is in frame b's axes (``error_axes="b"``, a ``RigidCoupling``): ``Task.error``;
         * tasks: each task's error (``Task.error``, its own units and axes) under its name; joint coordinates
           θ their error θ_d(t) − θ [rad or m] under "coords" (the sign of ``PostureTask``'s q_ref − q).
 
@@ -658,7 +720,12 @@ class PIDC:
             closures = [c]
         if closures is not None:
             phi = np.asarray(c.phi(kin.q), dtype=float)
-            cons = {x.name: phi[s] for x, s in zip(closures, getattr(c, "slices", [slice(None)]))}
+            cons = {
+                x.name: x.error(kin, t)
+                if getattr(x, "error_axes", "world") == "b"
+                else phi[s]  # (its own axes)
+                for x, s in zip(closures, getattr(c, "slices", [slice(None)]))
+            }
         else:
             cons = {str(getattr(c, "name", "constraint")): np.asarray(c.phi(kin.q), dtype=float)}
         if self.tasks:
@@ -781,14 +848,21 @@ class PIDC:
         kin = self.robot.update(q, v)
         self.kin = kin
         M, h = kin.M, kin.h + self.D * v
-        if self._rows_kin is not None:
-            A, jdv = self._rows_kin(kin)  # from Robot.update's pass
-        elif self._rows_fn is not None:
-            A, jdv = self._rows_fn(q, v)  # one kinematics pass for both
+        if self.stabilize:  # the closures' own error ODE: (A, b_c) = their compute rows, q̈_c = A⁺ b_c
+            rows = [c.compute(kin, t) for c in self._closures]
+            A = rows[0][0] if len(rows) == 1 else np.vstack([r[0] for r in rows])
+            bc = rows[0][1] if len(rows) == 1 else np.concatenate([r[1] for r in rows])
+            pr = project(A, self.rank_tol)
+            Cv = pr.A_pinv @ bc
         else:
-            A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
-        pr = project(A, self.rank_tol)
-        Cv = c_times_v(pr, jdv)
+            if self._rows_kin is not None:
+                A, jdv = self._rows_kin(kin)  # from Robot.update's pass
+            elif self._rows_fn is not None:
+                A, jdv = self._rows_fn(q, v)  # one kinematics pass for both
+            else:
+                A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
+            pr = project(A, self.rank_tol)
+            Cv = c_times_v(pr, jdv)
         qdd, _ = self.desired_acceleration(t, q, v, pr, Cv)
         b = M @ qdd + h
         tau_par = pr.P @ b
@@ -813,6 +887,7 @@ class PIDC:
             tau = tau + tau_perp
             info.tau_perp = tau_perp
             info.f_c, info.f_d = self._fc, self._fd
+            info.lam = pr.A_pinv.T @ self._fc  # the multipliers of the force used (N, N·m)
         else:
             # (32): the loops' generalized force when the plant realises q̈_des under τ, and its multipliers
             # λ = (A⁺)ᵀ f_c (N on position rows, N·m on rotation rows; least norm where A is rank deficient)
@@ -829,12 +904,18 @@ class PIDC:
         n = len(v)
         if fl.integral is None:
             fl.integral = np.zeros(n)
-        lam_d = np.atleast_1d(np.asarray(fl.lambda_d(t), dtype=float))
+        lam_d = fl.lambda_d(t, self.kin) if fl.takes_state else fl.lambda_d(t)
+        lam_d = np.atleast_1d(np.asarray(lam_d, dtype=float))
         if lam_d.shape != (A.shape[0],):
             raise ConfigError(f"ForceLaw: λ_d has {lam_d.size} entries, the constraint has {A.shape[0]} rows")
         full = pr.full_row_rank
         f_d = A.T @ lam_d if full else np.zeros(n)
-        if fl.measure is not None:
+        if (
+            fl.measure == "plant"
+        ):  # the plant's constraint force on the model's joints, or f_d before it is given
+            plant = self.plant
+            f_c = f_d.copy() if plant is None else plant.data.qfrc_constraint[plant.map.dadr].copy()
+        elif callable(fl.measure):
             f_c = np.asarray(fl.measure(t, q, v), dtype=float)
         elif self._prev is not None and t > self._prev[0]:
             t0, v0, tau0 = self._prev
@@ -846,6 +927,10 @@ class PIDC:
             fl.integral = Q @ (fl.integral + e_f * (t - self._prev[0]))
         self._fc, self._fd = f_c, f_d
         return Q @ (M @ qdd + h - (f_d + fl.kp * e_f + fl.ki * fl.integral))
+
+    def _attach_plant(self, plant: Any) -> None:
+        """The plant whose constraint force the force loop reads (``ForceLaw(measure="plant")``; ``SensesPlant``)."""
+        self.plant = plant
 
     # ------------------------------------------------------------------ QP version
     def _solve_qp(self, t, q, b, pr, info):

@@ -3,7 +3,8 @@
 ``ActuatedJointsPIDC(pidc)``: a PIDC on a closed chain (``robot.loops``) whose plant measures the actuated joints
 only, e.g. the series-parallel arm measured in (φ, θ, δ) (scenarios/series_parallel.py ``build_pidc``): the passive
 joints are closed by the loops at every step and the torque is returned on the actuated joints.  (The hybrid
-motion/force PIDC of the YuMi holding a bar is the scenario's own: scenarios/_yumi_force.py.)
+motion/force PIDC of the YuMi holding a bar is ``PIDC`` itself with options: scenarios/yumi_dual_arm.py
+``build_pidc_force``.)
 """
 
 from __future__ import annotations

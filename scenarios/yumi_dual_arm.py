@@ -84,26 +84,63 @@ def build_uk(cfg, robot, coupling, task):
 
 
 def build_pidc_force(cfg, robot, coupling, task):
-    from cmstack.scenarios._yumi_force import YumiForcePIDC  # hybrid PIDC of [Aghili] (issue 4)
+    """``controller = "pidc_force"``: the hybrid motion/force PIDC of [Aghili] §7.3 on the YuMi squeezing the bar
+    (plant=bar), the library's ``PIDC`` with options: the coupling as its constraint with the coupling's own error
+    ODE (``stabilize``: q̈_c = A⁺ b_c), the E1 task as its coordinates, the 2 redundant DoF damped
+    (``null_damping``), and the force loop ``ForceLaw(Squeeze(E1, E2, s), K_p, K_i, measure="plant")``: λ_d = [s d; 0]
+    along the bar's axis d (E1 → E2), e_f = Wᵀλ_d − f_c with f_c the plant's weld force on the arm joints (a
+    simulated wrist sensor, qfrc_constraint), τ = P b + (I − P)[b − (f_d + K_p e_f + K_i ∫e_f)],
+    b = M q̈_des + h + D q̇ ((45), (51–52)).  The bar's mass is not in the model: the integral term absorbs it."""
+    from cmstack.controllers.pidc import PIDC, ForceLaw, Squeeze
 
     if cfg["plant"] != "bar":
         raise ConfigError(
             f"controller='pidc_force' regulates the force in a physical bar: it needs plant='bar', "
             f"got plant='{cfg['plant']}' (the virtual plant has no constraint force to measure)"
         )
-    return YumiForcePIDC(
+    force = ForceLaw(
+        Squeeze(robot, cfg["frame1"], cfg["frame2"], cfg["squeeze_force"]),
+        cfg["force_kp"],
+        cfg["force_ki"],
+        measure="plant",
+    )
+    return PIDC(
         robot,
         coupling,
         task,
-        frame1=cfg["frame1"],
-        frame2=cfg["frame2"],
-        squeeze_force=cfg["squeeze_force"],
-        force_kp=cfg["force_kp"],
-        force_ki=cfg["force_ki"],
-        null_damping=cfg["pidc_null_damping"],
+        force=force,
         model_damping=cfg["model_damping"],
-        converge_after=cfg["converge_after"],
+        stabilize=True,
+        null_damping=cfg["pidc_null_damping"],
+        passive=(),
     )
+
+
+class SqueezeLog:
+    """The squeeze force the hybrid PIDC used at each step, s = λ_lin · d (λ = (A⁺)ᵀ f_c, ``info.lam``: the
+    multipliers of the measured weld force; d: the bar's axis E1 → E2 of its ``Squeeze``), and its metrics over
+    t > converge_after [s]: the set value, the mean, the mean and max relative errors."""
+
+    def __init__(self, squeeze, converge_after: float) -> None:
+        self.squeeze, self.converge_after = squeeze, float(converge_after)
+        self.t: list[float] = []
+        self.s: list[float] = []
+
+    def add(self, t: float, info) -> None:
+        self.t.append(t)
+        self.s.append(float(info.lam[:3] @ self.squeeze.d))
+
+    def metrics(self) -> dict:
+        t, s, s_d = np.array(self.t), np.array(self.s), self.squeeze.s
+        late = t > self.converge_after
+        if not late.any():
+            return {"squeeze_force_n_mean": float("nan"), "squeeze_force_error_rel": float("nan")}
+        return {
+            "squeeze_force_set_n": s_d,
+            "squeeze_force_n_mean": float(s[late].mean()),
+            "squeeze_force_error_rel": float(np.mean(np.abs(s[late] - s_d)) / abs(s_d)),
+            "squeeze_force_error_rel_max": float(np.max(np.abs(s[late] - s_d)) / abs(s_d)),
+        }
 
 
 def build_uk_robust(cfg, robot, coupling, task):
@@ -211,6 +248,12 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(plant.model)
     view_data = robot.model.createData() if viewer is not None else None
 
+    squeeze = (
+        SqueezeLog(controller.force.lambda_d, cfg["converge_after"])
+        if cfg["controller"] == "pidc_force"
+        else None
+    )
+
     def record(t, q, v, tau):
         # in the loop: only what exists at this step alone (the plant's state, the controller's output);
         # the errors, frames and trajectory samples are functions of the logged state and time and are
@@ -219,11 +262,13 @@ def run(ctx) -> Outcome:
         log.append(
             t=t,
             tau=tau,
-            Qc=info.Qc,
+            Qc=info.Qc if hasattr(info, "Qc") else info.f_c,  # (PIDC: the constraint force it used)
             qp_iter=info.qp_iter,
             plant_qpos=plant.data.qpos,
             plant_qvel=plant.data.qvel,
         )
+        if squeeze is not None:
+            squeeze.add(t, info)
         if viewer is not None:
             # the viewer's own Pinocchio data: the controller's snapshot of this step stays valid
             q, v = plant.state(noisy=False)
@@ -281,7 +326,9 @@ def run(ctx) -> Outcome:
         log.drop(*DIAGNOSTICS)  # series on some chunks only: left out of log.npz (the states are in it)
         note = diagnostics_cut_note(done, total, stats.t_end, float(log.last_t or 0.0), bar)
     qacc_rel = plant_vs_rigid_qacc_rel(plant, *zip(*states)) if states else float("nan")
-    outcome = summarize(ctx, cfg, stats, res, controller, plant, qacc_rel)
+    outcome = summarize(
+        ctx, cfg, stats, res, controller, plant, qacc_rel, squeeze.metrics() if squeeze is not None else {}
+    )
     if note:
         outcome.metrics["reason"] = note
     return outcome
@@ -578,7 +625,16 @@ def _target_rows(cfg: dict, m: dict) -> list[Row]:
     return rows
 
 
-def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant, qacc_rel: float = float("nan")) -> Outcome:
+def summarize(
+    ctx,
+    cfg,
+    stats: ErrorStats,
+    res,
+    controller,
+    plant,
+    qacc_rel: float = float("nan"),
+    extra: dict | None = None,
+) -> Outcome:
     e = stats.metrics()
     offset = e["position_offset"]
     m = dict(
@@ -604,7 +660,8 @@ def summarize(ctx, cfg, stats: ErrorStats, res, controller, plant, qacc_rel: flo
     if isinstance(plant, ReportsPlantMetrics):
         m.update(plant.metrics())  # what a [perturbation] did, if any
     if isinstance(controller, ReportsMetrics):
-        m.update(controller.extra_metrics())  # e.g. the squeeze force of pidc_force
+        m.update(controller.extra_metrics())
+    m.update(extra or {})  # the squeeze force of pidc_force (SqueezeLog)
     if cfg["plant"] == "bar":
         m["loop_closure_error_max_m"] = e["weld_violation_max"]
         m["loop_residual_max_m"] = e["loop_residual_max"]

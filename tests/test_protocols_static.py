@@ -15,7 +15,6 @@ GOOD = """
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
 from cmstack.controllers.pidc import PIDC
 from cmstack.controllers.pidc_adapters import ActuatedJointsPIDC
-from cmstack.scenarios._yumi_force import YumiForcePIDC
 from cmstack.controllers.robust_partition import RobustPartitionController
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.sim.base import Plant
@@ -29,12 +28,12 @@ from cmstack.scenarios.balloon import RK4Plant, MujocoRK4Plant, Unforced
 def plants(a: MujocoPlant, b: ChainMujocoPlant, c: ProjectionPlant, d: RK4Plant, e: MujocoRK4Plant) -> list[Plant]:
     return [a, b, c, d, e]
 
-def controllers(a: PIDC, b: ActuatedJointsPIDC, c: YumiForcePIDC, d: RobustPartitionController,
+def controllers(a: PIDC, b: ActuatedJointsPIDC, d: RobustPartitionController,
                 e: UdwadiaKalabaController, f: ChainController, g: PortSchedule, h: Unforced) -> list[Controller]:
-    return [a, b, c, d, e, f, g, h]
+    return [a, b, d, e, f, g, h]
 
-def abilities(c: YumiForcePIDC, u: UdwadiaKalabaController) -> tuple[SensesPlant, ReportsErrors, ReportsErrors]:
-    return c, c, u
+def abilities(p: PIDC, u: UdwadiaKalabaController) -> tuple[ReportsErrors, ReportsErrors]:
+    return p, u
 """
 BAD = """
 from cmstack.controllers.base import Controller

@@ -63,8 +63,10 @@ def test_every_controller_is_a_controller():
     for c in ctls:
         assert isinstance(c, Controller), type(c).__name__
     assert isinstance(uk, ReportsErrors) and isinstance(force, ReportsErrors)
-    assert isinstance(force, SensesPlant) and not isinstance(uk, SensesPlant)
-    assert isinstance(force, ReportsMetrics) and not isinstance(uk, ReportsMetrics)
+    assert isinstance(force, SensesPlant) and not isinstance(
+        uk, SensesPlant
+    )  # (its ForceLaw reads the plant)
+    assert not isinstance(force, ReportsMetrics) and not isinstance(uk, ReportsMetrics)
     assert not isinstance(lambda t, q, v: q, Controller)  # a bare function has no per-step info
 
 
