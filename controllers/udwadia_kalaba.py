@@ -278,6 +278,8 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         # result, penalties included, was no faster on the limited loops of bench/limits.py and made two
         # controllers fed the same states differ where a level met its cap)
         self.warm_start = False
+        # levels 1 and 2 of a binding step in one QP when it solves within the budget (``LevelSolver._merged_top``)
+        self.merge_top = True
         self._seq_active = False
         self._last_sequential = False  # the previous limited step needed the levels one by one
         self._levels_exact = False  # in the last sequential step every level above the last held exactly

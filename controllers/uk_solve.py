@@ -18,6 +18,16 @@ from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
 
 _EMPTY = np.zeros(0)
+_EYES: dict = {}
+
+
+def _eye(n: int) -> np.ndarray:
+    """The n × n identity, made once (read only)."""
+    e = _EYES.get(n)
+    if e is None:
+        e = _EYES[n] = np.eye(n)
+        e.flags.writeable = False
+    return e
 
 
 class LevelSolver:
@@ -33,6 +43,7 @@ class LevelSolver:
     eps_abs: float
     max_step_iters: int
     warm_start: bool
+    merge_top: bool
     failures: int
     saturated_steps: int
     cold_retries: int
@@ -145,7 +156,13 @@ class LevelSolver:
         info = self.info
         info.saturated, info.gave_way = False, ""
         n = self.n
-        if rows:
+        merged = self._merged_top(M, Q, H, g, rows, C, l, u) if len(rows) >= 2 and self.merge_top else None
+        if merged is not None:
+            # levels 1 and 2 in one QP (``_merged_top``): level 3 on continues from there
+            x, z, N, B, its = merged
+            iters += its
+            dx, first = _EMPTY, 2
+        elif rows:
             A1, b1 = rows[0]
             r0 = self._solve(("seq", 0), M, -Q, A1, b1, C, l, u)
             iters += r0.iters
@@ -246,6 +263,46 @@ class LevelSolver:
             self._seq_residuals = (x, ())
         self._seq_active = active
         return x, lam, z, iters, "sequential"
+
+    def _merged_top(self, M, Q, H, g, rows, C, l, u):
+        """Levels 1 and 2 of ``_sequential`` in one bounded QP, or None when it is not solved within the lower
+        levels' budget (``max_step_iters``; the levels one by one then, as before).
+
+        Level 1 only decides the set {A₁ v̇ = b₁} ∩ limits in which level 2 is solved (its own Gauss objective
+        picks a point of it that level 2 then leaves), so level 2 over that set is
+
+            min ½ v̇ᵀ (A₂ᵀA₂ + μ M) v̇ − (A₂ᵀ b₂ + μ Q)ᵀ v̇   s.t.  A₁ v̇ = b₁,  l ≤ C v̇ ≤ u,
+            μ = 1e-6 max(‖A₂ N₁‖²_F, 1e-12) / tr(M)   (N₁: the null space of A₁, the μ of the level-by-level form),
+
+        whose solution is the level-by-level one's to the solver's tolerance (the same objective on the same set:
+        v̇ = v̇₁ + N₁ z).  One QP of n variables instead of two.  ProxSuite's infeasibility certificate is off for
+        it (it declared 11 of 300 feasible effort-carry problems infeasible after 5–8 iterations): a problem that is
+        infeasible runs into the budget, and the level-by-level path then decides (``InfeasibleError`` as before).
+        Returns (v̇, z, N₁, A₂ N₁, iterations)."""
+        A1, b1 = rows[0]
+        A2, b2 = rows[1]
+        n = self.n
+        _, N1, _, _, _, _, _, AN = _hierarchy_level(
+            _eye(n), _EMPTY, np.zeros(n), A1, self.rank_tol, C, l, u, self.eps_abs, A2, b2, False, M, Q, H, g
+        )
+        if N1.shape[1] == 0:
+            return None
+        mu = 1e-6 * max(float(np.vdot(AN, AN)), 1e-12) / float(np.trace(M))
+        r = self._solve(
+            ("seq", "12"),
+            A2.T @ A2 + mu * M,
+            -(A2.T @ b2) - mu * Q,
+            A1,
+            b1,
+            C,
+            l,
+            u,
+            feasible_start=True,  # no infeasibility certificate: it fired on feasible thin sets; the caps bound it
+            budget=self.max_step_iters,
+        )
+        if not r.solved:
+            return None
+        return r.x, r.z, N1, AN, r.iters
 
     def _level_name(self, k: int) -> str:
         L = self.levels[k]
