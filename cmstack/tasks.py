@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from cmstack.controllers.udwadia_kalaba import GAUSS
 from cmstack.controllers.uk_robust import IntegralTask
+from cmstack.models.com import CenterOfMassTask
+from cmstack.models.contact import PointContact
 from cmstack.models.coupling import ErrorDynamics, FrameTask, PostureTask, RelativeFrameTask, Task
 from cmstack.models.loops import ClosureSet, LoopClosure, RigidCoupling
 from cmstack.models.trajectory import (
@@ -33,6 +35,8 @@ __all__ = [
     "FrameTask",
     "RelativeFrameTask",
     "PostureTask",
+    "CenterOfMassTask",
+    "PointContact",
     "LoopClosure",
     "ClosureSet",
     "IntegralTask",

@@ -5,6 +5,8 @@ The public names:
 
 * ``UdwadiaKalabaController`` prioritized Udwadia–Kalaba [Milioshin] (udwadia_kalaba.py), and
   ``RobustUKController`` the same law with integral action and a position filter (uk_robust.py);
+* ``ContactUKController`` the same law on a floating base standing on ``PointContact`` feet, the contact forces
+  inside friction pyramids (contact_uk.py, docs/legged.md);
 * ``PIDC`` projected inverse dynamics [Aghili] (pidc.py);
 * ``RobustPartitionController`` the robust inertia-partitioning law (18) [Dastranj] (robust_partition.py);
 * the DAC port laws [Eslami] (dac.py): ``VelocityLaw`` (I), ``PoseLaw`` (II), ``TaskSpaceLaw`` (III), on
@@ -27,6 +29,8 @@ _EXPORTS = {
     "ReportsMetrics": "cmstack.controllers.base",
     "UdwadiaKalabaController": "cmstack.controllers.udwadia_kalaba",
     "UKStepInfo": "cmstack.controllers.udwadia_kalaba",
+    "ContactUKController": "cmstack.controllers.contact_uk",
+    "ContactStepInfo": "cmstack.controllers.contact_uk",
     "RobustUKController": "cmstack.controllers.uk_robust",
     "PIDC": "cmstack.controllers.pidc",
     "PIDCInfo": "cmstack.controllers.pidc",
@@ -45,6 +49,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run time __getattr__ serves them)
     from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
+    from cmstack.controllers.contact_uk import ContactStepInfo, ContactUKController
     from cmstack.controllers.dac import LawInfo, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, VelocityLaw
     from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo
     from cmstack.controllers.robust_partition import RobustInfo, RobustPartitionController

@@ -80,8 +80,8 @@ _IMPORT = re.compile(r"^\s*(?:from\s+(cmstack[\w.]*)\s+import|import\s+(cmstack[
 def test_the_blocks_are_found():
     assert len(BLOCKS) >= 10
     assert (
-        sum(p == "README.md" for p, *_ in RUNNABLE) == 4
-    )  # "Your own robot", "Your own closed chain" (PIDC and UK), "the thesis by hand"
+        sum(p == "README.md" for p, *_ in RUNNABLE) == 5
+    )  # "Your own robot", "Your own closed chain" (PIDC and UK), "Your own legged robot", "the thesis by hand"
     assert any(p == "docs/add_a_scenario.md" for p, *_ in RUNNABLE)
     walk = [b for b in BLOCKS if b[0] == "docs/bring_your_own_robot.md"]
     assert len(walk) >= 8 and all(r is None for *_, r in walk)  # every step of the walkthrough runs

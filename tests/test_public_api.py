@@ -20,6 +20,8 @@ NAMESPACES = {
         "FrameTask",
         "RelativeFrameTask",
         "PostureTask",
+        "CenterOfMassTask",
+        "PointContact",
         "GAUSS",
         "LoopClosure",
         "Circle",
@@ -32,6 +34,7 @@ NAMESPACES = {
     "cmstack.controllers": {
         "Controller",
         "UdwadiaKalabaController",
+        "ContactUKController",
         "RobustUKController",
         "PIDC",
         "RobustPartitionController",
