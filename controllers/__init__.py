@@ -7,7 +7,7 @@ The public names:
   ``RobustUKController`` the same law with integral action and a position filter (uk_robust.py);
 * ``ContactUKController`` the same law on a floating base standing on ``PointContact`` feet, the contact forces
   inside friction pyramids (contact_uk.py, docs/legged.md);
-* ``PIDC`` projected inverse dynamics [Aghili] (pidc.py);
+* ``PIDC`` projected inverse dynamics [Aghili] (pidc.py), with its force loop ``ForceLaw`` (λ_d, e.g. ``Squeeze``);
 * ``RobustPartitionController`` the robust inertia-partitioning law (18) [Dastranj] (robust_partition.py);
 * the DAC port laws [Eslami] (dac.py): ``VelocityLaw`` (I), ``PoseLaw`` (II), ``TaskSpaceLaw`` (III), on
   the ``PortLaw`` base, with ``Obstacle`` for law III's null-space avoidance.
@@ -35,6 +35,7 @@ _EXPORTS = {
     "PIDC": "cmstack.controllers.pidc",
     "PIDCInfo": "cmstack.controllers.pidc",
     "ForceLaw": "cmstack.controllers.pidc",
+    "Squeeze": "cmstack.controllers.pidc",
     "RobustPartitionController": "cmstack.controllers.robust_partition",
     "RobustInfo": "cmstack.controllers.robust_partition",
     "PortLaw": "cmstack.controllers.dac",
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run 
     from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
     from cmstack.controllers.contact_uk import ContactStepInfo, ContactUKController
     from cmstack.controllers.dac import LawInfo, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, VelocityLaw
-    from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo
+    from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo, Squeeze
     from cmstack.controllers.robust_partition import RobustInfo, RobustPartitionController
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, UKStepInfo
     from cmstack.controllers.uk_robust import RobustUKController
