@@ -11,12 +11,13 @@
                          controlled servo): the controller sends (q_des, v_des, a_des, τ_ff) per actuated joint and the
                          plant runs the PD at its own rate; ``JointServo`` is that robot side.
 
-Position command.  The law's acceleration v̇ (the controller's own, ``info.vdot``, when it gives one; else the
-acceleration its torque gives on the model's loops, the rigid closed-chain dynamics ``ProjectionPlant.accel``) is
-integrated over the control period dt on the joint manifold into the command, from the previous command's end
-(q_c, v_c) (from the measured state (q̂, v̂) at the first command):
+Position command.  The law's acceleration v̇ (the controller's own: ``info.vdot``, or PIDC's ``info.qdd_des`` of a
+solvable step; else the acceleration its torque gives on the model's loops, the rigid closed-chain dynamics
+``ProjectionPlant.accel``) is integrated over the control period dt into the command, from the previous command's
+end (q_c, v_c) (from the measured state (q̂, v̂) at the first command; after skipped states, from where the robot's
+``hold`` took its reference meanwhile: ``JointServo.command``):
 
-    q_des = q_c ⊕ (v_c + ½ v̇ dt) dt   (pin.integrate),   v_des = v_c + v̇ dt,   τ_ff = τ,
+    q_des = q_c ⊕ (v_c + ½ v̇ dt) dt   (1-DoF motors: q_c + …),   v_des = v_c + v̇ dt,   a_des = v̇,   τ_ff = τ,
 
 so the command is a smooth trajectory whose acceleration is the law's (the law's feedback, on the measured
 state, steers it); a command re-anchored on the measurement every period would feed the encoders' quantum
