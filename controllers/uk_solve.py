@@ -137,8 +137,9 @@ class LevelSolver:
         (``controllers/qp.py``), within the step's budget of ``max_step_iters`` ProxSuite iterations.
 
         Bounded: the one QP of ``_with_limits`` and level 1's two QPs are capped by ``controllers/qp.py``
-        (300 iterations each); the levels below share ``max_step_iters`` (150).  So a step costs at most
-        3 · 300 + 150 ProxSuite iterations (``bench/limits.py`` times it).
+        (300 iterations each); levels 1 and 2 in one QP (``_merged_top``, tried first with two levels or more above
+        the last) get ``max_step_iters`` (150), and so do the levels below.  So a step costs at most
+        3 · 300 + 2 · 150 ProxSuite iterations (``bench/limits.py`` times it).
 
         Level 1 (hard): min ½ (v̇ − a)ᵀ M (v̇ − a) s.t. A₁ v̇ = b₁ and the limits.  When ProxSuite does not
         solve it within its caps, the least-squares form min ‖A₁ v̇ − b₁‖² + μ‖v̇ − a‖²_M s.t. the limits
