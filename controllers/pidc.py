@@ -719,12 +719,11 @@ class PIDC:
         if closures is None and callable(getattr(c, "error", None)):
             closures = [c]
         if closures is not None:
-            phi = np.asarray(c.phi(kin.q), dtype=float)
+            own = [getattr(x, "error_axes", "world") == "b" for x in closures]  # (errors in their own axes)
+            phi = None if all(own) else np.asarray(c.phi(kin.q), dtype=float)
             cons = {
-                x.name: x.error(kin, t)
-                if getattr(x, "error_axes", "world") == "b"
-                else phi[s]  # (its own axes)
-                for x, s in zip(closures, getattr(c, "slices", [slice(None)]))
+                x.name: x.error(kin, t) if o else phi[s]  # type: ignore[index]
+                for x, s, o in zip(closures, getattr(c, "slices", [slice(None)] * len(closures)), own)
             }
         else:
             cons = {str(getattr(c, "name", "constraint")): np.asarray(c.phi(kin.q), dtype=float)}

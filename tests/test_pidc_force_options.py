@@ -116,6 +116,15 @@ def test_stabilize_with_zero_gains_is_the_plain_law_and_null_damping_keeps_the_r
             At @ qdd, At @ qdd0, atol=1e-8 * (1 + np.abs(bt).max())
         )  # the task's unchanged
         assert np.abs(qdd - qdd0).max() > 1e-6  # and the damping acts (in the 2 free DoF)
+    # a coupling keeping its position rows only: the stabilized law on those rows, its error in its own rows
+    pos = RigidCoupling(robot, F1, F2, T_AB, 100.0, 20.0, rows="position", name="pos")
+    ctl = PIDC(robot, pos, task, passive=(), stabilize=True)
+    t, q, v = _states(1, seed=9)[0]
+    ctl(t, q, v)
+    W, bc = pos.compute(ctl.kin, t)
+    assert W.shape == (3, 14)
+    np.testing.assert_allclose(W @ ctl.info.qdd_des, bc, atol=1e-8 * (1 + np.abs(bc).max()))
+    np.testing.assert_array_equal(ctl.errors(ctl.kin, t)[0]["pos"], pos.error(ctl.kin, t))
     with pytest.raises(ConfigError, match="null_damping"):
         PIDC(robot, c0, task, passive=(), null_damping=-1.0)
     with pytest.raises(ConfigError, match="measure"):
