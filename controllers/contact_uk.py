@@ -169,6 +169,7 @@ class ContactUKController:
             0  # steps whose forces could not be kept in the cones (status "cone_infeasible")
         )
         self.cone_qp_steps = 0  # steps that needed the cone QP
+        self._margins: list[float] | None = None
 
     # ------------------------------------------------------------------ the step
     def _rows(self, tasks_w, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -205,8 +206,12 @@ class ContactUKController:
         P, A = self._P, self._A
         G = Jh.T[P]  # S_P J_hᵀ
         E0, b0 = np.vstack((Jc, Jl)), np.concatenate((bc, bl))
+        gsvd = None
         if P.size:
-            Ug, _, _, kg = _svd_rank(G, self.force_rank_tol * (np.linalg.norm(G) if G.size else 0.0))
+            # one SVD of G per step: its left null space gives the passive rows, its pseudo-inverse and null
+            # space the forces (_forces)
+            gsvd = _svd_rank(G, self.force_rank_tol * (np.linalg.norm(G) if G.size else 0.0))
+            Ug, kg = gsvd[0], gsvd[3]
             Uperp = Ug[:, kg:]
             if Uperp.shape[1]:
                 SPM = M[P]
@@ -214,21 +219,24 @@ class ContactUKController:
                 b0 = np.concatenate((b0, -Uperp.T @ hD[P]))
         # the cascade (module docstring)
         x = np.zeros(n)
-        N = np.eye(n)
+        N: np.ndarray | None = None  # the null-space basis so far; None: the identity (before level 0's rows)
         residuals = []
         for E, b in [(E0, b0)] + [self._rows(list(zip(L.tasks, L.sqrt_w)), kin, t) for L in self.levels]:
             if E.shape[0] == 0:
                 residuals.append(0.0)
                 continue
-            if N.shape[1]:
-                EN = E @ N
+            if N is None or N.shape[1]:
+                EN = E if N is None else E @ N  # N = I: E itself, no product
                 scale = np.linalg.norm(E)
                 U, s, Vt, kr = _svd_rank(EN, self.rank_tol * scale)
                 r = b - E @ x
                 if kr:
-                    x = x + N @ (Vt[:kr].T @ ((U[:, :kr].T @ r) / s[:kr]))
-                N = N @ Vt[kr:].T
+                    dz = Vt[:kr].T @ ((U[:, :kr].T @ r) / s[:kr])
+                    x = x + (dz if N is None else N @ dz)
+                N = Vt[kr:].T if N is None else N @ Vt[kr:].T
             residuals.append(float(np.linalg.norm(E @ x - b)))  # (level 0 inconsistent: its least squares)
+        if N is None:
+            N = np.eye(n)
         if N.shape[1]:
             MN = M @ N
             z = np.linalg.solve(N.T @ MN, -N.T @ (M @ x + hD))
@@ -236,7 +244,7 @@ class ContactUKController:
         vdot = x
         y = M @ vdot + hD
         # the forces (module docstring)
-        lam, status, used_qp = self._forces(y, Jh, G, act, Jl.shape[0])
+        lam, status, used_qp = self._forces(y, Jh, gsvd, act, Jl.shape[0])
         tau_full = y - Jh.T @ lam
         tau = np.zeros(n)
         tau[A] = tau_full[A]
@@ -246,21 +254,26 @@ class ContactUKController:
         info.vdot, info.tau = vdot, tau
         nl = Jl.shape[0]
         info.forces = {c.name: lam[nl + 3 * i : nl + 3 * i + 3].copy() for i, c in enumerate(act)}
-        info.cone_margin = {c.name: c.cone_margin(info.forces[c.name]) for c in act}
+        mg = self._margins  # _forces' margins of the λ it returned (None: recompute, after the cone QP)
+        if mg is None:
+            mg = [c.cone_margin(info.forces[c.name]) for c in act]
+        info.cone_margin = {c.name: x for c, x in zip(act, mg)}
         info.cone_margin_min = min(info.cone_margin.values()) if act else math.inf
         info.passive_residual = float(np.abs(tau_full[P]).max()) if P.size else 0.0
         info.level_residuals = residuals
         return tau
 
-    def _forces(self, y, Jh, G, act, nl) -> tuple[np.ndarray, str, bool]:
+    def _forces(self, y, Jh, gsvd, act, nl) -> tuple[np.ndarray, str, bool]:
+        """λ (module docstring, "Forces"); gsvd: the step's ``_svd_rank`` of G = S_P J_hᵀ (None without passive
+        coordinates)."""
         m = Jh.shape[0]
+        self._margins = None
         if m == 0:
             return np.zeros(0), "solved", False
         P, A = self._P, self._A
         K = Jh.T[A]  # τ_A = y_A − K λ
-        if P.size:
-            tol = self.force_rank_tol * (np.linalg.norm(G) if G.size else 0.0)
-            U, s, Vt, k = _svd_rank(G, tol)
+        if gsvd is not None:
+            U, s, Vt, k = gsvd
             lam_p = Vt[:k].T @ ((U[:, :k].T @ y[P]) / s[:k]) if k else np.zeros(m)
             Ng = Vt[k:].T
         else:
@@ -278,6 +291,7 @@ class ContactUKController:
         if not act:
             return lam, "solved", False
         margins = [c.cone_margin(lam[nl + 3 * i : nl + 3 * i + 3]) for i, c in enumerate(act)]
+        self._margins = margins
         if min(margins) >= 0.0:
             return lam, "solved", False
         if Ng.shape[1] == 0:  # no internal force to choose
@@ -298,4 +312,5 @@ class ContactUKController:
         if res.status == "infeasible" or not res.feasible:
             self.cone_violations += 1
             return lam, "cone_infeasible", True
+        self._margins = None  # λ moved: the step recomputes them
         return lam_p + Ng @ res.x, "solved", True

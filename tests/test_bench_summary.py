@@ -156,3 +156,17 @@ def test_summary_has_the_peer_and_closed_chain_rows(tmp_path, monkeypatch):
     assert rows["five_bar UK step / constraintDynamics"]["met"] is True
     assert rows["five_bar PIDC step / constraintDynamics"]["met"] is False
     assert rows["five_bar PIDC step / constraintDynamics"]["value"] == 3.7
+
+
+def test_legged_ratio_becomes_a_row_judged_against_3x(tmp_path, monkeypatch):
+    """bench.legged's result (issue 31: the contact UK step over constraintDynamics) is one row, met at <= 3."""
+    monkeypatch.chdir(tmp_path)
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    what = "legged (five-bar quadruped) contact UK step / constraintDynamics"
+    for ratio, met in ((25.0, False), (2.5, True)):
+        (res / "legged.json").write_text(
+            json.dumps({"ratio": ratio, "control_step_us": 100.0 * ratio, "constraint_dynamics_us": 100.0})
+        )
+        row = {r["what"]: r for r in summary(quick=False)}[what]
+        assert row["value"] == ratio and row["met"] is met and row["target"] == "≤ 3"

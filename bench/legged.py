@@ -1,0 +1,165 @@
+"""The legged scenario's control step (``ContactUKController``: four stance feet, four loops, the base and the
+knees at zero torque; base pose, centre of mass, posture) against one ``pin.constraintDynamics`` of the same
+robot with its loops and its four stance contacts (issue 31's target: <= 3x), interleaved on the same states.
+Never asserted.
+
+    python -m bench.legged [--states 200] [--repeat 3] [--profile 300]
+
+States: those of a 0.8 s run of the scenario's default config on its MuJoCo plant (standing, then the base's
+circle starting), the stance controller the scenario's own (``scenarios/legged.py: LeggedLaw``).  Each state is
+given to the step and to the reference call in turn (machine load hits both alike); the ratio is that of their
+medians.  The reference is Pinocchio's forward dynamics with the loops (``pinocchio_constraint_models``) and the feet's
+CONTACT_3D models (``PointContact.pinocchio_model``), proximal settings as bench.closed_chain's (1e-12, 1e-8,
+20 iterations; the iterations it used are reported); ``pin.computeAllTerms`` alone is reported beside them, with
+the 1-minute load average.  ``--profile N`` runs N steps under cProfile and prints where the time goes.
+Writes bench/results/legged.json.
+
+Measured (2-core machine shared with other sessions; 300 states x 3): step 2691 us, constraintDynamics 131 us
+(its 20 proximal iterations, the cap: the level stance is near rank deficient), ratio 20.6 (load 6.0-6.3); at load
+9.5: 14979 / 156 us = 96x; the target (<= 3x) is missed by an order of magnitude.  Where one step goes (cProfile,
+300 steps, 3.5 ms a step under the profiler): the task and loop rows in Python 37 % (the four loops'
+``error_dynamics`` 14 %, 13 frames read from Pinocchio 13 %, the base's and centre of mass's targets), four NumPy
+SVDs 18-23 % (J_h for the truncated reactions, G = S_P J_hᵀ, level 0, the base level), the force choice 12 %, the
+step's own NumPy 9 %, ``robot.update`` 4 %.  What was cut (same tau to 7e-16 relative): G's SVD taken once a step
+(it was taken again in the force choice), no product with the identity before level 0, the cone margins computed
+once; interleaved A/B on 150-200 states of the run against the previous controller, four runs at load 5-6.6:
+0.88, 0.93, 0.67 and 0.47x the time (the last two noisy: this machine's load moved the absolute step from
+2.5 to 6 ms between runs; the harness's own bias, the old law against itself, 1.04x), so about 10 %.
+Reaching <= 3x needs the step compiled as UK's is (``controllers/uk_plan.py``): one kernel for the rows, the
+cascade and the forces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import time
+
+import numpy as np
+import pinocchio as pin
+
+from cmstack.bench import results_dir
+from cmstack.models.loops import pinocchio_constraint_models
+from cmstack.models.robot import Robot, resolve_asset
+from cmstack.scenarios._common import default_config
+from cmstack.scenarios.legged import LeggedLaw, Phases
+from cmstack.sim.mjcf_plant import plant_from_mjcf
+from cmstack.sim.runner import simulate
+
+TARGET = 3.0
+
+
+class _Recorder:
+    """The law, recording the states it is called with."""
+
+    def __init__(self, law):
+        self.law, self.states = law, []
+
+    @property
+    def info(self):
+        return self.law.info
+
+    def __call__(self, t, q, v):
+        self.states.append((t, q.copy(), v.copy()))
+        return self.law(t, q, v)
+
+
+def setup(n_states: int, run_s: float = 0.8):
+    """(robot, the scenario's stance controller, its contacts, states [(t, q, v)]): the states are n_states of a
+    run_s run of the scenario's default config on its MuJoCo plant (stand 0.3 s, then the circle's ramp), taken
+    evenly after the first 0.1 s; the contacts stay anchored where that run put them."""
+    cfg = dict(default_config("legged"))
+    robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
+    law = LeggedLaw(robot, cfg, Phases(cfg))
+    plant = plant_from_mjcf(robot, sim_dt=cfg["sim_dt"])
+    plant.reset(robot.q_initial)
+    rec = _Recorder(law)
+    simulate(plant, rec, duration=run_s, control_dt=cfg["control_dt"], progress=False)
+    pick = np.linspace(100, len(rec.states) - 1, n_states).astype(int)
+    return robot, law.stance, law.contacts, [rec.states[k] for k in pick]
+
+
+def measure(robot, ctl, contacts, states, repeat: int) -> dict:
+    cms, cds = pinocchio_constraint_models(robot)
+    for c in contacts:
+        cm = c.pinocchio_model()
+        cms.append(cm)
+        cds.append(cm.createData())
+    data = robot.model.createData()
+    pin.initConstraintDynamics(robot.model, data, cms, cds)
+    prox = pin.ProximalSettings(1e-12, 1e-8, 20)
+    cat = robot.model.createData()
+    step_us, ref_us, cat_us, iters = [], [], [], []
+    clock = time.perf_counter
+    for _ in range(repeat):
+        for t, q, v in states:
+            t0 = clock()
+            tau = ctl(t, q, v)
+            t1 = clock()
+            pin.constraintDynamics(robot.model, data, q, v, tau, cms, cds, prox)
+            t2 = clock()
+            step_us.append((t1 - t0) * 1e6)
+            ref_us.append((t2 - t1) * 1e6)
+            iters.append(prox.iter)
+            t0 = clock()
+            pin.computeAllTerms(robot.model, cat, q, v)
+            cat_us.append((clock() - t0) * 1e6)
+    s, r = float(np.median(step_us)), float(np.median(ref_us))
+    return {
+        "robot": "mjcf/quadruped_five_bar.xml",
+        "nv": robot.nv,
+        "rows": int(len(data.lambda_c)),
+        "control_step_us": s,
+        "constraint_dynamics_us": r,
+        "ratio": s / r,
+        "target": f"<= {TARGET:g}",
+        "met": s / r <= TARGET,
+        "prox_iterations_median": float(np.median(iters)),
+        "compute_all_terms_us": float(np.median(cat_us)),
+        "cone_qp_steps": ctl.cone_qp_steps,
+    }
+
+
+def profile(ctl, states, n: int) -> str:
+    """cProfile of n steps on the bench's states (own time, the top entries)."""
+    pr = cProfile.Profile()
+    pr.enable()
+    for k in range(n):
+        t, q, v = states[k % len(states)]
+        ctl(t, q, v)
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    return s.getvalue()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--states", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=0, help="also profile this many steps (cProfile)")
+    args = ap.parse_args(argv)
+    load0 = os.getloadavg()[0]
+    robot, ctl, contacts, states = setup(args.states)
+    out = measure(robot, ctl, contacts, states, args.repeat)
+    out["load_average"] = [load0, os.getloadavg()[0]]
+    print(
+        f"legged (quadruped five-bar, nv {out['nv']}, {out['rows']} rows): step {out['control_step_us']:8.1f} us   "
+        f"constraintDynamics {out['constraint_dynamics_us']:6.1f} us ({out['prox_iterations_median']:.0f} "
+        f"proximal iterations)   ratio {out['ratio']:6.2f} (target <= {TARGET:g}: "
+        f"{'met' if out['met'] else 'MISSED'})"
+    )
+    print(f"computeAllTerms alone {out['compute_all_terms_us']:6.1f} us")
+    print(f"load average (1 min) before/after: {load0:.2f} / {out['load_average'][1]:.2f}")
+    (results_dir() / "legged.json").write_text(json.dumps(out, indent=1))
+    if args.profile:
+        print(profile(ctl, states, args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
