@@ -172,7 +172,7 @@ class StateRecord(_StateFields, SeqRecord):
 class CommandRecord(_CommandFields, SeqRecord):
     """What the controller sends each cycle: [answers, send_wall, tau (nc)]: the cycle of the state it
     answers, ``time.perf_counter()`` when sent, and the torques (model order, nc = nv) or, for a position-
-    controlled robot, the command (q_des, v_des, tau_ff) of its actuated joints (nc = 3 a)."""
+    controlled robot, the command (q_des, v_des, a_des, tau_ff) of its actuated joints (nc = 4 a)."""
 
     def __init__(self, buf: memoryview, offset: int, nv: int) -> None:
         super().__init__(buf, offset, 2 + nv)

@@ -40,6 +40,7 @@ def test_list_shows_scenarios_only(tmp_path):
         "chain_open_loop",
         "chain_task_space",
         "closed_chain",
+        "legged",
     } == set(listed)
 
 
