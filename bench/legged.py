@@ -14,19 +14,26 @@ CONTACT_3D models (``PointContact.pinocchio_model``), proximal settings as bench
 the 1-minute load average.  ``--profile N`` runs N steps under cProfile and prints where the time goes.
 Writes bench/results/legged.json.
 
-Measured (2-core machine shared with other sessions; 300 states x 3): step 2691 us, constraintDynamics 131 us
-(its 20 proximal iterations, the cap: the level stance is near rank deficient), ratio 20.6 (load 6.0-6.3); at load
-9.5: 14979 / 156 us = 96x; the target (<= 3x) is missed by an order of magnitude.  Where one step goes (cProfile,
-300 steps, 3.5 ms a step under the profiler): the task and loop rows in Python 37 % (the four loops'
-``error_dynamics`` 14 %, 13 frames read from Pinocchio 13 %, the base's and centre of mass's targets), four NumPy
-SVDs 18-23 % (J_h for the truncated reactions, G = S_P J_hᵀ, level 0, the base level), the force choice 12 %, the
-step's own NumPy 9 %, ``robot.update`` 4 %.  What was cut (same tau to 7e-16 relative): G's SVD taken once a step
-(it was taken again in the force choice), no product with the identity before level 0, the cone margins computed
-once; interleaved A/B on 150-200 states of the run against the previous controller, four runs at load 5-6.6:
-0.88, 0.93, 0.67 and 0.47x the time (the last two noisy: this machine's load moved the absolute step from
-2.5 to 6 ms between runs; the harness's own bias, the old law against itself, 1.04x), so about 10 %.
-Reaching <= 3x needs the step compiled as UK's is (``controllers/uk_plan.py``): one kernel for the rows, the
-cascade and the forces.
+Measured (2-core machine shared with other sessions; 300 states x 3, ratio of medians):
+
+    controller                                   step / constraintDynamics      ratio   load
+    as landed (generic NumPy, 5 SVDs)            2407 / 148 us                   16.2x   5.4-5.9
+    G's SVD once, no identity product, margins   2691 / 131 us                   20.6x   6.0-6.3
+      once (ff265b8)                             14979 / 156 us                  96x     9.5
+    + the loops' rows in one compiled pass       1682 / 119 us, 2319 / 150 us    14.1x, 15.4x   5.4-6.0
+
+The target (<= 3x) is missed by about 5x.  constraintDynamics runs its 20 proximal iterations (the cap: the level
+stance is near rank deficient).  Where one step goes (cProfile, 300 steps, 3.5 ms a step under the profiler, before
+the loop pass): the task and loop rows in Python 37 % (the four loops' ``error_dynamics`` 14 %, 13 frames read from
+Pinocchio 13 %, the base's and centre of mass's targets), four NumPy SVDs 18-23 % (J_h for the truncated
+reactions, G = S_P J_hᵀ, level 0, the base level), the force choice 12 %, the step's own NumPy 9 %,
+``robot.update`` 4 %.  The cuts (controllers/contact_uk.py): G decomposed once a step (the force choice took its
+SVD again), no product with the identity before level 0, the cone margins computed once (τ the same to 7e-16
+relative); the four loops' rows from one ``ClosureSet`` pass (one ``computeJointJacobians`` and one compiled call
+instead of 8 frames and 4 Python row builds; τ the same to 6.5e-14 relative).  Interleaved A/B on 150-200 states,
+each cut against the law before it: 0.83-0.93x (first) and 0.62-0.83x (second) over two to four runs at load
+5-6.6 (the harness's own bias, a law against itself, 1.04x).  Reaching <= 3x needs the step compiled as UK's is
+(``controllers/uk_plan.py``): one kernel for the rows, the cascade and the forces.
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import _parse_level
 from cmstack.models.contact import PointContact
 from cmstack.models.errors import ConfigError
+from cmstack.models.loops import ClosureSet, LoopClosure
 from cmstack.models.robot import Kinematics, Robot
 
 __all__ = ["ContactStepInfo", "ContactUKController"]
@@ -142,6 +143,20 @@ class ContactUKController:
         if any(L.gauss for L in self.levels):
             raise ConfigError("levels: GAUSS is implied (the last level); do not name it")
         self.loops = list(getattr(robot, "loops", []) or [])
+        # the loops' rows in one compiled pass (``ClosureSet``: φ, J, J̇v of every loop) when each loop is a plain
+        # LoopClosure with the kind's row maths, whole rows and world-axes errors; else each loop's ``qp_rows``
+        self._cset: ClosureSet | None = None
+        if self.loops and all(
+            isinstance(c, LoopClosure)
+            and type(c).qp_rows is LoopClosure.qp_rows
+            and type(c).compute is LoopClosure.compute
+            and getattr(c, "error_axes", "world") == "world"
+            for c in self.loops
+        ):
+            try:
+                self._cset = ClosureSet(self.loops)
+            except ConfigError:  # rows kept or row maths of its own: the per-loop path
+                self._cset = None
         pas = list(robot.passive_joints) if passive is None else list(passive)
         self.passive_joints = pas
         self._P = np.asarray(robot.v_indices(pas), dtype=np.int64)
@@ -182,6 +197,18 @@ class ContactUKController:
             return np.zeros((0, self.n)), np.zeros(0)
         return np.vstack(As), np.concatenate(bs)
 
+    def _loop_rows(self, kin: Kinematics) -> tuple[np.ndarray, np.ndarray]:
+        """(J_l, b_l) of every loop from one ``ClosureSet`` pass: b_l = −J̇_l v − K_d J_l v − K_p φ, each loop's own
+        gains (``Task.compute`` on the whole rows, as ``LoopClosure.qp_rows`` gives them)."""
+        cs = self._cset
+        assert cs is not None
+        phi, J, jdv = cs._pass(kin.q, kin.v)
+        Jv = J @ kin.v
+        b = np.empty(cs.m)
+        for c, s in zip(cs.closures, cs.slices):
+            b[s] = -jdv[s] - c.kd * Jv[s] - c.kp * phi[s]
+        return J.copy(), b
+
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """τ (nv,) at (t, q, v): zero on the passive coordinates, the motors' torques on the others."""
         robot = self.robot
@@ -192,7 +219,10 @@ class ContactUKController:
         hD = kin.h + self.D * kin.v
         act = [c for c in self.contacts if c.active]
         # level 0: the contacts, the loops, then the passive rows
-        Jl, bl = self._rows([(c, 1.0) for c in self.loops], kin, t)
+        if self._cset is not None:
+            Jl, bl = self._loop_rows(kin)
+        else:
+            Jl, bl = self._rows([(c, 1.0) for c in self.loops], kin, t)
         cr = [c.rows(kin) for c in act]
         Jc = np.vstack([J for J, _ in cr]) if cr else np.zeros((0, n))
         bc = np.concatenate([b for _, b in cr]) if cr else np.zeros(0)
