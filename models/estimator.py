@@ -234,6 +234,7 @@ class LoopStateEstimator:
             )
         G, X, ints, prm, work = self._G, self._X, self._ints, self._prm, self._work
         if floating:
+            assert base_q is not None and base_v is not None  # (checked above; says so to mypy)
             q, v, z, w = self._start_floating(qa, va, base_q, base_v)
         else:
             n = self.robot.nq
