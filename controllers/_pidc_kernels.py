@@ -55,7 +55,17 @@ from numba import carray, farray, njit
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 from cmstack.controllers import _uk_kernels, kernels
 from cmstack.controllers._uk_kernels import _f64_at, _i64_at, bias_forces, frame_states, task_rows_into
-from cmstack.controllers.kernels import ABS, REL, apply_q, apply_qt, cod_factor, cod_pinv_apply
+from cmstack.controllers.kernels import (
+    ABS,
+    REL,
+    _sinusoid_reference,
+    apply_q,
+    apply_qt,
+    cod_factor,
+    cod_pinv_apply,
+    cod_pinv_from_qty,
+    generalized_force,
+)
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.models._kernel_cache import depends_on
@@ -70,7 +80,22 @@ OK, SINGULAR_ROWS, NONFINITE_ROWS, NONFINITE_STATE = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
+def pidc_rows(
+    M: np.ndarray,
+    h: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    A: np.ndarray,
+    jdv: np.ndarray,
+    B0: np.ndarray,
+    t: float,
+    ref: np.ndarray,
+    sinus: bool,
+    prm: np.ndarray,
+    ints: np.ndarray,
+    work: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, int, float, float, bool]:
     """One PIDC step with the m constraint rows A (m×n) and Ȧq̇ = jdv (m), as ``PIDC._numpy_step`` without
     weights, QP or force loop (module docstring).  Coordinates: ``B0`` (k×n) the task rows with the right-hand
     side b_t in ``ref[0]`` (ints[1] = 1), or joint coordinates (ints[1] = 0: B₀ = S, the joints ints[4:4+k],
@@ -95,7 +120,163 @@ def pidc_rows(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, out):
 
 
 @njit(cache=True, inline="always")
-def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
+def _constraint_basis(
+    A: np.ndarray,
+    jdv: np.ndarray,
+    n: int,
+    m: int,
+    rank_tol: float,
+    Xa: np.ndarray,
+    Za: np.ndarray,
+    Qf: np.ndarray,
+    pa: np.ndarray,
+    ta: np.ndarray,
+    za: np.ndarray,
+    w1: np.ndarray,
+    cv: np.ndarray,
+) -> int:
+    """The COD of Aᵀ (n×m, module docstring): its rank r (returned), Q = [Y N] written whole into Qf (n×n), the
+    factors kept in Xa, Za, pa, ta, za; and the constrained acceleration
+    cv = C q̇ = −A⁺ Ȧq̇ = −Q_r U⁻¹ Z_rᵀ Πᵀ Ȧq̇ (14)."""
+    for i in range(n):
+        for c in range(m):
+            Xa[i, c] = A[c, i]
+    r = cod_factor(Xa, n, m, rank_tol, ABS, pa, ta, Za, za)
+    for c in range(n):  # column c of Q = Q e_c
+        for i in range(n):
+            w1[i] = 1.0 if i == c else 0.0
+        apply_q(Xa, n, r, ta, w1)
+        for i in range(n):
+            Qf[i, c] = w1[i]
+    for i in range(m):
+        w1[i] = jdv[pa[i]]
+    apply_qt(Za, m, r, za, w1)
+    for i in range(r - 1, -1, -1):  # U x = w1[:r]: back substitution
+        x = w1[i]
+        for c in range(i + 1, r):
+            x -= Za[i, c] * w1[c]
+        w1[i] = x / Za[i, i]
+    for i in range(n):
+        x = 0.0
+        for j in range(r):
+            x += Qf[i, j] * w1[j]
+        cv[i] = -x
+    return r
+
+
+@njit(cache=True, inline="always")
+def _coordinate_rows(
+    q: np.ndarray,
+    v: np.ndarray,
+    B0: np.ndarray,
+    t: float,
+    ref: np.ndarray,
+    sinus: bool,
+    prm: np.ndarray,
+    task: int,
+    n: int,
+    k: int,
+    r: int,
+    d: int,
+    ci: np.ndarray,
+    Qf: np.ndarray,
+    cv: np.ndarray,
+    Xb: np.ndarray,
+    yv: np.ndarray,
+) -> None:
+    """The coordinates' rows in the null space X = B₀ N (k×d, into Xb) and their right-hand side y (into yv):
+    tasks (task = 1) y = b_t − A_t C q̇ with b_t in ref[0]; joints y = θ̈_d + K_v(θ̇_d − q̇_S) + K_p(θ_d − q_S) − S C q̇,
+    ref = [θ_d; θ̇_d; θ̈_d] written first from the sinusoid θ_d = c + α sin(ω t + φ) of ``prm`` when ``sinus``."""
+    if task == 1:
+        for i in range(k):
+            x = ref[0, i]
+            for c in range(n):
+                x -= B0[i, c] * cv[c]
+            yv[i] = x
+            for j in range(d):
+                x = 0.0
+                for c in range(n):
+                    x += B0[i, c] * Qf[c, r + j]
+                Xb[i, j] = x
+    else:
+        o2 = 3 + n + 2 * k
+        if sinus:
+            _sinusoid_reference(t, prm, o2, ref)
+        for i in range(k):
+            c = ci[i]
+            e = ref[0, i] - q[c]
+            ed = ref[1, i] - v[c]
+            yv[i] = ref[2, i] + prm[3 + n + k + i] * ed + prm[3 + n + i] * e - cv[c]
+            for j in range(d):
+                Xb[i, j] = Qf[c, r + j]
+
+
+@njit(cache=True, inline="always")
+def _span(Qf: np.ndarray, n: int, j0: int, nj: int, w: np.ndarray, out: np.ndarray) -> None:
+    """out = Q[:, j0:j0+nj] w[:nj] (n): a vector of the span of nj columns of Q (Y: j0 = 0, N: j0 = r)."""
+    for i in range(n):
+        x = 0.0
+        for j in range(nj):
+            x += Qf[i, j0 + j] * w[j]
+        out[i] = x
+
+
+@njit(cache=True, inline="always")
+def _project_on_columns(
+    Qf: np.ndarray, n: int, j0: int, nj: int, y: np.ndarray, w: np.ndarray, out: np.ndarray
+) -> None:
+    """out = Q_J Q_Jᵀ y (n) for the nj orthonormal columns J = j0 … j0+nj−1 of Q: N Nᵀ y = P y (j0 = r) or
+    Y Yᵀ y = (I − P) y (j0 = 0); the coefficients Q_Jᵀ y are left in w[:nj]."""
+    for j in range(nj):
+        x = 0.0
+        for c in range(n):
+            x += Qf[c, j0 + j] * y[c]
+        w[j] = x
+    _span(Qf, n, j0, nj, w, out)
+
+
+@njit(cache=True, inline="always")
+def _passive_correction(
+    Qf: np.ndarray,
+    n: int,
+    r: int,
+    np_: int,
+    pj: np.ndarray,
+    rtol: float,
+    tau_par: np.ndarray,
+    Xb: np.ndarray,
+    Zb: np.ndarray,
+    pb: np.ndarray,
+    tb: np.ndarray,
+    zb: np.ndarray,
+    yv: np.ndarray,
+    w1: np.ndarray,
+    w2: np.ndarray,
+    cv: np.ndarray,
+    tau: np.ndarray,
+) -> float:
+    """τ = τ_∥ − Y C⁺ (τ_∥)_p with C = S_p Y (p×r) (60–62): the passive joints' share moved into the
+    constraint space (cv is scratch here); returns the residual ‖τ_p‖ of (58)."""
+    if r > 0:
+        for i in range(np_):
+            yv[i] = tau_par[pj[i]]
+            for j in range(r):
+                Xb[i, j] = Qf[pj[i], j]
+        rc = cod_factor(Xb, np_, r, rtol, REL, pb, tb, Zb, zb)
+        cod_pinv_apply(Xb, np_, r, rc, pb, tb, Zb, zb, yv, w1, w2)
+        _span(Qf, n, 0, r, w2, cv)
+        for i in range(n):
+            tau[i] -= cv[i]
+    res = 0.0
+    for i in range(np_):
+        res += tau[pj[i]] * tau[pj[i]]
+    return math.sqrt(res)
+
+
+@njit(cache=True, inline="always")
+def _law(
+    M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out
+):  # the types of pidc_rows'; piv: int64
     """``pidc_rows`` after the state's test, with the caller's pivot scratch piv (4 L ints, L = max(n, m, k, p) + 1);
     its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below)."""
     n = q.shape[0]
@@ -118,169 +299,53 @@ def _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out):
             chk += A[i, c]
     if not math.isfinite(chk):
         return NONFINITE_ROWS, 0, 0.0, 0.0, False
-    # scratch layout
+    # scratch layout: Aᵀ then its QR (n×L), Tᵀ of A's COD (L×L), Q = [Y N] (n×n), B₀N or C = S_p Y and its
+    # second factor (L×L each), six vectors of L, then cv (n), yv (L), bv (n)
     L = max(n, m, k, np_) + 1
     w0 = work.ctypes.data
-    o = 0
-    Xa = carray(_f64_at(w0 + 8 * o), (n, L))
-    o += n * L  # Aᵀ, then its QR
-    Za = carray(_f64_at(w0 + 8 * o), (L, L))
-    o += L * L  # Tᵀ of A's COD
-    Qf = carray(_f64_at(w0 + 8 * o), (n, n))
-    o += n * n  # Q of Aᵀ = [Y N]
-    Xb = carray(_f64_at(w0 + 8 * o), (L, L))
-    o += L * L  # B₀N or C = S_p Y
-    Zb = carray(_f64_at(w0 + 8 * o), (L, L))
-    o += L * L
-    ta = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    za = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    tb = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    zb = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    w1 = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    w2 = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
+    Xa = carray(_f64_at(w0), (n, L))
+    Za = carray(_f64_at(w0 + 8 * n * L), (L, L))
+    Qf = carray(_f64_at(w0 + 8 * (n * L + L * L)), (n, n))
+    Xb = carray(_f64_at(w0 + 8 * (n * L + L * L + n * n)), (L, L))
+    Zb = carray(_f64_at(w0 + 8 * (n * L + 2 * L * L + n * n)), (L, L))
+    o = n * L + 3 * L * L + n * n
+    vecs = carray(_f64_at(w0 + 8 * o), (6, L))
+    ta, za, tb, zb, w1, w2 = vecs[0], vecs[1], vecs[2], vecs[3], vecs[4], vecs[5]
+    o += 6 * L
     cv = carray(_f64_at(w0 + 8 * o), (n,))
-    o += n
-    yv = carray(_f64_at(w0 + 8 * o), (L,))
-    o += L
-    bv = carray(_f64_at(w0 + 8 * o), (n,))
-    o += n
+    yv = carray(_f64_at(w0 + 8 * (o + n)), (L,))
+    bv = carray(_f64_at(w0 + 8 * (o + n + L)), (n,))
     pa = carray(_i64_at(piv.ctypes.data), (2 * L,))
     pb = carray(_i64_at(piv.ctypes.data + 16 * L), (2 * L,))
-    # A's COD on Aᵀ (n×m): rank r, Q = [Y N]
-    for i in range(n):
-        for c in range(m):
-            Xa[i, c] = A[c, i]
-    r = cod_factor(Xa, n, m, rank_tol, ABS, pa, ta, Za, za)
-    for c in range(n):  # column c of Q = Q e_c
-        for i in range(n):
-            w1[i] = 1.0 if i == c else 0.0
-        apply_q(Xa, n, r, ta, w1)
-        for i in range(n):
-            Qf[i, c] = w1[i]
+    r = _constraint_basis(A, jdv, n, m, rank_tol, Xa, Za, Qf, pa, ta, za, w1, cv)
     d = n - r
-    # C q̇ = −A⁺ Ȧq̇ = −Q_r U⁻¹ Z_rᵀ Πᵀ Ȧq̇
-    for i in range(m):
-        w1[i] = jdv[pa[i]]
-    apply_qt(Za, m, r, za, w1)
-    for i in range(r - 1, -1, -1):  # U x = w1[:r]: back substitution
-        x = w1[i]
-        for c in range(i + 1, r):
-            x -= Za[i, c] * w1[c]
-        w1[i] = x / Za[i, i]
-    for i in range(n):
-        x = 0.0
-        for j in range(r):
-            x += Qf[i, j] * w1[j]
-        cv[i] = -x
-    # coordinates: X = B₀ N (k×d) and its right-hand side y
-    if task == 1:
-        for i in range(k):
-            x = ref[0, i]
-            for c in range(n):
-                x -= B0[i, c] * cv[c]
-            yv[i] = x
-            for j in range(d):
-                x = 0.0
-                for c in range(n):
-                    x += B0[i, c] * Qf[c, r + j]
-                Xb[i, j] = x
-    else:
-        o2 = 3 + n + 2 * k
-        if sinus:
-            for j in range(k):
-                ph = prm[o2 + 2 * k + j] * t + prm[o2 + 3 * k + j]
-                sn, cs = math.sin(ph), math.cos(ph)
-                al, om = prm[o2 + k + j], prm[o2 + 2 * k + j]
-                ref[0, j] = prm[o2 + j] + al * sn
-                ref[1, j] = al * om * cs
-                ref[2, j] = -al * om * om * sn
-        for i in range(k):
-            c = ci[i]
-            e = ref[0, i] - q[c]
-            ed = ref[1, i] - v[c]
-            yv[i] = ref[2, i] + prm[3 + n + k + i] * ed + prm[3 + n + i] * e - cv[c]
-            for j in range(d):
-                Xb[i, j] = Qf[c, r + j]
+    # q̈_des = C q̇ + N (B₀N)⁺ y
+    _coordinate_rows(q, v, B0, t, ref, sinus, prm, task, n, k, r, d, ci, Qf, cv, Xb, yv)
     for i in range(n):
         qdd[i] = cv[i]
     if d > 0 and k > 0:
         rb = cod_factor(Xb, k, d, rtol, REL, pb, tb, Zb, zb)
         cod_pinv_apply(Xb, k, d, rb, pb, tb, Zb, zb, yv, w1, w2)  # w2 = (B₀N)⁺ y
+        _span(Qf, n, r, d, w2, cv)
         for i in range(n):
-            x = 0.0
-            for j in range(d):
-                x += Qf[i, r + j] * w2[j]
-            qdd[i] += x
-    # b = M q̈ + h + D q̇,  τ_∥ = N Nᵀ b
-    bb = 0.0
+            qdd[i] += cv[i]
+    bn = generalized_force(M, h, D, v, qdd, bv)  # b = M q̈_des + h + D q̇
+    _project_on_columns(Qf, n, r, d, bv, w1, tau_par)  # τ_∥ = N Nᵀ b
     for i in range(n):
-        x = h[i] + D[i] * v[i]
-        for c in range(n):
-            x += M[i, c] * qdd[c]
-        bv[i] = x
-        bb += x * x
-    bn = math.sqrt(bb)
-    for j in range(d):
-        x = 0.0
-        for c in range(n):
-            x += Qf[c, r + j] * bv[c]
-        w1[j] = x
-    for i in range(n):
-        x = 0.0
-        for j in range(d):
-            x += Qf[i, r + j] * w1[j]
-        tau_par[i] = x
-        tau[i] = x
+        tau[i] = tau_par[i]
     res = 0.0
     unsolvable = False
     if np_ > 0:
-        if r > 0:
-            # τ = τ_∥ − Y C⁺ (τ_∥)_p,  C = S_p Y (p×r)
-            for i in range(np_):
-                yv[i] = tau_par[pj[i]]
-                for j in range(r):
-                    Xb[i, j] = Qf[pj[i], j]
-            rc = cod_factor(Xb, np_, r, rtol, REL, pb, tb, Zb, zb)
-            cod_pinv_apply(Xb, np_, r, rc, pb, tb, Zb, zb, yv, w1, w2)
-            for i in range(n):
-                x = 0.0
-                for j in range(r):
-                    x += Qf[i, j] * w2[j]
-                tau[i] -= x
-        for i in range(np_):
-            res += tau[pj[i]] * tau[pj[i]]
-        res = math.sqrt(res)
+        res = _passive_correction(Qf, n, r, np_, pj, rtol, tau_par, Xb, Zb, pb, tb, zb, yv, w1, w2, cv, tau)
         if res > solve_tol * max(1.0, bn):
             unsolvable = True
             for i in range(np_):
                 tau[pj[i]] = 0.0
-    # f_c = Y Yᵀ (b − τ),  λ = A⁺ᵀ f_c = Π Z_r U⁻ᵀ Q_rᵀ f_c
-    for j in range(r):
-        x = 0.0
-        for c in range(n):
-            x += Qf[c, j] * (bv[c] - tau[c])
-        w1[j] = x
+    # f_c = Y Yᵀ (b − τ),  λ = A⁺ᵀ f_c = Π Z_r U⁻ᵀ Q_rᵀ f_c  (Q_rᵀ Y Yᵀ = Yᵀ: Q_rᵀ f_c = Yᵀ (b − τ))
     for i in range(n):
-        x = 0.0
-        for j in range(r):
-            x += Qf[i, j] * w1[j]
-        fc[i] = x
-    for i in range(r):  # Uᵀ s = Q_rᵀ f_c = w1[:r] (Q_rᵀ Y Yᵀ = Yᵀ)
-        x = w1[i]
-        for c in range(i):
-            x -= Za[c, i] * w1[c]
-        w1[i] = x / Za[i, i]
-    for i in range(r, m):
-        w1[i] = 0.0
-    apply_q(Za, m, r, za, w1)
-    for i in range(m):
-        lam[pa[i]] = w1[i]
+        bv[i] -= tau[i]
+    _project_on_columns(Qf, n, 0, r, bv, w1, fc)
+    cod_pinv_from_qty(Za, m, r, za, pa, w1, lam)
     return OK, r, res, bn, unsolvable
 
 
@@ -335,7 +400,9 @@ UNSOLVABLE = 4
 
 
 @njit(cache=True)
-def pidc_closed_step(t, q, v, ptr, I, F, out):
+def pidc_closed_step(
+    t: float, q: np.ndarray, v: np.ndarray, ptr: np.ndarray, I: np.ndarray, F: np.ndarray, out: np.ndarray
+) -> int:
     """The whole closed-chain step after the robot's lean pass (``Robot.update_for_kernel``: ``pin.crba`` in the
     WORLD convention; ``controllers/pidc_plan.py``): Pinocchio's data read at the addresses ``ptr`` = [data.J,
     data.M, (R_j, p_j) of every joint in data.oMi] (Eigen's column-major storage, refreshed in place); h by the

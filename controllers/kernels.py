@@ -125,23 +125,32 @@ def qr_pivot(
             if j == 0:
                 r00 = abs(x0)
             continue
-        beta = -nrm if x0 >= 0.0 else nrm
-        tau[j] = (beta - x0) / beta
-        f = 1.0 / (x0 - beta)
-        for i in range(j + 1, p):
-            X[i, j] *= f
-        X[j, j] = beta
+        _householder_column(X, j, p, s, nrm, tau)
         if j == 0:
             r00 = nrm
-        for c in range(j + 1, s):
-            w = X[j, c]
-            for i in range(j + 1, p):
-                w += X[i, j] * X[i, c]
-            w *= tau[j]
-            X[j, c] -= w
-            for i in range(j + 1, p):
-                X[i, c] -= w * X[i, j]
     return min(p, s)
+
+
+@njit(cache=True, inline="always")
+def _householder_column(X: np.ndarray, j: int, p: int, s: int, nrm: float, tau: np.ndarray) -> None:
+    """Step j of a Householder QR of X[:p, :s] in place: the reflector H_j = I − τ_j v vᵀ that maps X[j:p, j]
+    (norm ``nrm``, not zero below the diagonal) to β e₁, β = −sign(x₀) nrm; X[j, j] = β, v below it (its unit
+    first entry implied), τ_j = (β − x₀)/β into tau[j]; then H_j applied to the columns j+1 … s−1."""
+    x0 = X[j, j]
+    beta = -nrm if x0 >= 0.0 else nrm
+    tau[j] = (beta - x0) / beta
+    f = 1.0 / (x0 - beta)
+    for i in range(j + 1, p):
+        X[i, j] *= f
+    X[j, j] = beta
+    for c in range(j + 1, s):
+        w = X[j, c]
+        for i in range(j + 1, p):
+            w += X[i, j] * X[i, c]
+        w *= tau[j]
+        X[j, c] -= w
+        for i in range(j + 1, p):
+            X[i, c] -= w * X[i, j]
 
 
 @njit(cache=True, inline="always")
@@ -185,21 +194,7 @@ def _unpivoted(Zt: np.ndarray, s: int, r: int, ztau: np.ndarray) -> None:
         if tail == 0.0:
             ztau[j] = 0.0
             continue
-        nrm = math.sqrt(x0 * x0 + tail)
-        beta = -nrm if x0 >= 0.0 else nrm
-        ztau[j] = (beta - x0) / beta
-        f = 1.0 / (x0 - beta)
-        for i in range(j + 1, s):
-            Zt[i, j] *= f
-        Zt[j, j] = beta
-        for c in range(j + 1, r):
-            w = Zt[j, c]
-            for i in range(j + 1, s):
-                w += Zt[i, j] * Zt[i, c]
-            w *= ztau[j]
-            Zt[j, c] -= w
-            for i in range(j + 1, s):
-                Zt[i, c] -= w * Zt[i, j]
+        _householder_column(Zt, j, s, r, math.sqrt(x0 * x0 + tail), ztau)
 
 
 @njit(cache=True)
@@ -243,6 +238,15 @@ def cod_pinv_apply(
     for i in range(p):
         w[i] = y[i]
     apply_qt(X, p, r, tau, w)
+    cod_pinv_from_qty(Zt, s, r, ztau, piv, w, out)
+
+
+@njit(cache=True, inline="always")
+def cod_pinv_from_qty(
+    Zt: np.ndarray, s: int, r: int, ztau: np.ndarray, piv: np.ndarray, w: np.ndarray, out: np.ndarray
+) -> None:
+    """out ← Π Z_r U⁻ᵀ w[:r] (out of length s), the last steps of X⁺ y = Π Z_r U⁻ᵀ Q_rᵀ y when w[:r] holds
+    Q_rᵀ y already (``cod_factor``'s Zt, ztau, piv; w of length s, overwritten)."""
     for i in range(r):  # Uᵀ c = (Q_rᵀ y)[:r]: forward substitution (U upper)
         x = w[i]
         for k in range(i):
@@ -1123,6 +1127,22 @@ def robust18_post(
 
 # ------------------------------------------------------------------------------------------ PIDC, one row
 @njit(cache=True, inline="always")
+def generalized_force(
+    M: np.ndarray, h: np.ndarray, D: np.ndarray, v: np.ndarray, qdd: np.ndarray, b: np.ndarray
+) -> float:
+    """b = M q̈ + h + D q̇ (n), the generalized force that gives q̈ on the model (PIDC's b, before its
+    projections); returns ‖b‖."""
+    bb = 0.0
+    for i in range(b.shape[0]):
+        x = h[i] + D[i] * v[i]
+        for j in range(b.shape[0]):
+            x += M[i, j] * qdd[j]
+        b[i] = x
+        bb += x * x
+    return math.sqrt(bb)
+
+
+@njit(cache=True, inline="always")
 def _sinusoid_reference(t: float, prm: np.ndarray, o: int, ref: np.ndarray) -> None:
     """``pidc_one_row``'s reference from the sinusoid θ_d = c + α sin(ω t + φ) (``models.trajectory.Sinusoid``):
     ref = [θ_d; θ̇_d = α ω cos(·); θ̈_d = −α ω² sin(·)], with (c, α, ω, φ) (k each) at ``prm[o:]``."""
@@ -1276,13 +1296,7 @@ def pidc_one_row(
             x += P[i, j] * z[j]
         qdd[i] = x
     b = np.empty(n)
-    bb = 0.0
-    for i in range(n):
-        x = h[i] + D[i] * v[i]
-        for j in range(n):
-            x += M[i, j] * qdd[j]
-        b[i] = x
-        bb += x * x
+    bn = generalized_force(M, h, D, v, qdd, b)
     for i in range(n):
         x = 0.0
         for j in range(n):
@@ -1290,7 +1304,7 @@ def pidc_one_row(
         tau_par[i] = x
         tau[i] = x
     res = _passive_projection(a, s2, sigma, rank, mask, tau_par, tau) if passive else 0.0
-    return 0, rank, res, math.sqrt(bb)
+    return 0, rank, res, bn
 
 
 def pidc_params(

@@ -49,6 +49,7 @@ from cmstack.sim.sensors import (
 )
 
 if TYPE_CHECKING:
+    from cmstack.models.robot import Robot
     from cmstack.sim.viewer import MeshcatViewer
 
 
@@ -208,11 +209,61 @@ def interfaces(
     return sensing, servo
 
 
-def _robot_of(controller: Controller, what: str):
+def _robot_of(controller: Controller, what: str) -> Robot:
+    """``controller.robot`` (for the interfaces built by name), or a ConfigError naming ``what`` needs it."""
     robot = getattr(controller, "robot", None)
     if robot is None:
         raise ConfigError(f"{what} needs the controller's model: {type(controller).__name__} has no .robot")
     return robot
+
+
+def _simulate_across_processes(
+    override: Callable[..., Run],
+    plant: Plant,
+    controller: Controller,
+    sensing: ActuatedSensing | None,
+    servo: JointServo | None,
+    watch: ErrorWatch | None,
+    *,
+    control_dt: float,
+    **loop: Any,
+) -> Run:
+    """``simulate`` under ``cmstack rt`` (``LOOP_OVERRIDE`` set): the loop ``override`` runs the plant in a
+    driver process; the controller side gets the motors' encoders (``sensing``) and sends a position command
+    through ``servo`` when given.  ``loop``: simulate's other keyword arguments, passed on."""
+    frame = None
+    if sensing is not None:  # the driver publishes the motors' encoders only (ActuatedFrame: the passive
+        # entries NaN; the encoders' quantization, noise and fault applied there), the controller side
+        # reconstructs the rest from them
+        # (the same sensing object, its figures the caller's, without the encoders while the run lasts)
+        frame, encoders, sensing.encoders = (
+            ActuatedFrame.of(sensing),
+            sensing.encoders,
+            None,
+        )
+    if servo is not None:  # the controller side sends (q_des, v_des, τ_ff); the driver runs the joint PD
+        controller = PositionCommanding(controller, servo, sensing)
+    elif sensing is not None:
+        controller = ReconstructingController(controller, sensing)
+    try:
+        run = override(
+            plant,
+            controller,
+            control_dt=control_dt,
+            **loop,
+            **({} if frame is None else {"frame": frame}),
+            **({} if servo is None else {"servo": servo}),
+        )
+    finally:
+        if frame is not None and sensing is not None:
+            sensing.encoders = encoders
+    run.sensing, run.servo = sensing, servo
+    LOOP_TOTALS["simulated_s"] += run.simulated_s
+    LOOP_TOTALS["wall_s"] += run.wall_s
+    if watch is not None:  # the driver's loop kept the errors: the same check afterwards
+        watch.replay(run.errors, control_dt)
+        run.warnings.extend(watch.said)
+    return run
 
 
 def simulate(
@@ -256,53 +307,30 @@ def simulate(
         )
     sensing, servo = interfaces(controller, control_dt, sensors, command)
     if (override := LOOP_OVERRIDE.get()) is not None:  # cmstack rt: across a process boundary
-        frame = None
-        if sensing is not None:  # the driver publishes the motors' encoders only (ActuatedFrame: the passive
-            # entries NaN; the encoders' quantization, noise and fault applied there), the controller side
-            # reconstructs the rest from them
-            # (the same sensing object, its figures the caller's, without the encoders while the run lasts)
-            frame, encoders, sensing.encoders = (
-                ActuatedFrame.of(sensing),
-                sensing.encoders,
-                None,
-            )
-        if servo is not None:  # the controller side sends (q_des, v_des, τ_ff); the driver runs the joint PD
-            controller = PositionCommanding(controller, servo, sensing)
-        elif sensing is not None:
-            controller = ReconstructingController(controller, sensing)
-        try:
-            run = override(
-                plant,
-                controller,
-                duration=duration,
-                control_dt=control_dt,
-                record=record,
-                disturbances=disturbances,
-                viewer=viewer,
-                progress=progress,
-                desc=desc,
-                log=log,
-                task_errors=task_errors,
-                **({} if frame is None else {"frame": frame}),
-                **({} if servo is None else {"servo": servo}),
-            )
-        finally:
-            if frame is not None and sensing is not None:
-                sensing.encoders = encoders
-        run.sensing, run.servo = sensing, servo
-        LOOP_TOTALS["simulated_s"] += run.simulated_s
-        LOOP_TOTALS["wall_s"] += run.wall_s
-        if watch is not None:  # the driver's loop kept the errors: the same check afterwards
-            watch.replay(run.errors, control_dt)
-            run.warnings.extend(watch.said)
-        return run
+        return _simulate_across_processes(
+            override,
+            plant,
+            controller,
+            sensing,
+            servo,
+            watch,
+            duration=duration,
+            control_dt=control_dt,
+            record=record,
+            disturbances=disturbances,
+            viewer=viewer,
+            progress=progress,
+            desc=desc,
+            log=log,
+            task_errors=task_errors,
+        )
     n_sub = substeps(control_dt, plant.dt)
     n_steps = int(round(duration / control_dt))
     log = Logger() if log is None else log
     res = Run(duration=n_steps * control_dt, control_dt=control_dt, log=log)
     if record is None:
 
-        def record(t, q, v, tau):
+        def record(t: float, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> None:
             log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
 
         path = getattr(plant, "path", None)  # a MuJoCo plant's MJCF: what the viewer replays
