@@ -31,6 +31,11 @@ depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a c
 LAW_CODES = {"euler123": 0, "rotvec": 1, "euler123_conservative": 2}
 
 
+#: a chain's constant tables, as ``TensorChain._kernel_args`` packs them: (masses, inertias, joint parent and
+#: child arms, stiffness K, gravity, spring-law code, fixed base)
+Chain = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool]
+
+
 @njit(cache=True)
 def _set_skew(A: np.ndarray, r0: int, c0: int, s: float, w: np.ndarray) -> None:
     """A[r0:r0+3, c0:c0+3] = s · skew(w)."""
@@ -101,20 +106,10 @@ def _jacobian(R: np.ndarray, jp: np.ndarray, jc: np.ndarray, fixed_base: bool) -
 
 @njit(cache=True)
 def dynamics(
-    pos: np.ndarray,
-    quat: np.ndarray,
-    nu: np.ndarray,
-    port: np.ndarray,
-    masses: np.ndarray,
-    inertias: np.ndarray,
-    jp: np.ndarray,
-    jc: np.ndarray,
-    K: np.ndarray,
-    gravity: np.ndarray,
-    law: int,
-    fixed_base: bool,
+    pos: np.ndarray, quat: np.ndarray, nu: np.ndarray, port: np.ndarray, chain: Chain
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ν̇, F_J, ℳ, J, γ, ℱ, M_J) of (32) at one state (TensorChain.dynamics, method "kkt")."""
+    masses, inertias, jp, jc, K, gravity, law, fixed_base = chain
     n = masses.shape[0]
     R = np.empty((n, 3, 3))
     _quat_to_R(quat, R)
@@ -185,19 +180,7 @@ def _derivative(
 
 @njit(cache=True)
 def rk4(
-    pos: np.ndarray,
-    quat: np.ndarray,
-    nu: np.ndarray,
-    dt: float,
-    port: np.ndarray,
-    masses: np.ndarray,
-    inertias: np.ndarray,
-    jp: np.ndarray,
-    jc: np.ndarray,
-    K: np.ndarray,
-    gravity: np.ndarray,
-    law: int,
-    fixed_base: bool,
+    pos: np.ndarray, quat: np.ndarray, nu: np.ndarray, dt: float, port: np.ndarray, chain: Chain
 ) -> tuple[
     np.ndarray,
     np.ndarray,
@@ -212,33 +195,14 @@ def rk4(
 ]:
     """One classical RK4 step with the port held, quaternions renormalised (no projection): the new
     (pos, quat, ν) and the dynamics at the start of the step (TensorChain.step)."""
-    nd1, FJ, M, J, gam, F, MJ = dynamics(
-        pos, quat, nu, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
-    )
+    nd1, FJ, M, J, gam, F, MJ = dynamics(pos, quat, nu, port, chain)
     p1, q1, v1 = _derivative(quat, nu, nd1)
     h = dt / 2
-    nd2 = dynamics(
-        pos + h * p1, quat + h * q1, nu + h * v1, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
-    )[0]
+    nd2 = dynamics(pos + h * p1, quat + h * q1, nu + h * v1, port, chain)[0]
     p2, q2, v2 = _derivative(quat + h * q1, nu + h * v1, nd2)
-    nd3 = dynamics(
-        pos + h * p2, quat + h * q2, nu + h * v2, port, masses, inertias, jp, jc, K, gravity, law, fixed_base
-    )[0]
+    nd3 = dynamics(pos + h * p2, quat + h * q2, nu + h * v2, port, chain)[0]
     p3, q3, v3 = _derivative(quat + h * q2, nu + h * v2, nd3)
-    nd4 = dynamics(
-        pos + dt * p3,
-        quat + dt * q3,
-        nu + dt * v3,
-        port,
-        masses,
-        inertias,
-        jp,
-        jc,
-        K,
-        gravity,
-        law,
-        fixed_base,
-    )[0]
+    nd4 = dynamics(pos + dt * p3, quat + dt * q3, nu + dt * v3, port, chain)[0]
     p4, q4, v4 = _derivative(quat + dt * q3, nu + dt * v3, nd4)
     pn = pos + dt / 6 * (p1 + 2 * p2 + 2 * p3 + p4)
     qn = quat + dt / 6 * (q1 + 2 * q2 + 2 * q3 + q4)

@@ -43,6 +43,12 @@ from numba import njit
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 
 KIND_FIXED, KIND_FLOATING, KIND_WELD, KIND_REVOLUTE, KIND_PRISMATIC = 0, 1, 2, 3, 4
+#: the dynamics kernels' tree (kind, parent, iq, P0, axis, S, pport, D): ``System``'s compiled layout ``lay.tree``
+Tree = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: external loads (node, port vector PC, wrench W), one row each (``System._load_arrays``)
+Loads = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: loop closures (node, port, K, D) (``lay.loops``)
+Loops = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 # ------------------------------------------------------------------------------------- small algebra
@@ -397,24 +403,13 @@ def _solve6(A: np.ndarray, b: np.ndarray, x: np.ndarray) -> bool:
 
 @njit(cache=True)
 def _kinematics_and_loads(
-    kind: np.ndarray,
-    parent: np.ndarray,
-    iq: np.ndarray,
-    P0: np.ndarray,
-    axis: np.ndarray,
-    pport: np.ndarray,
-    q: np.ndarray,
-    v: np.ndarray,
-    load_node: np.ndarray,
-    load_port: np.ndarray,
-    load_W: np.ndarray,
-    loop_node: np.ndarray,
-    loop_port: np.ndarray,
-    loop_K: np.ndarray,
-    loop_D: np.ndarray,
+    tree: Tree, q: np.ndarray, v: np.ndarray, loads: Loads, loops: Loops
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The sweeps' common start: every block's kinematics (``kinematics``) and the port wrenches of the
     external loads and loop closures on each (``_loads``); (R, pos, tw, Pab, c, r, W)."""
+    kind, parent, iq, P0, axis, _, pport, _ = tree
+    load_node, load_port, load_W = loads
+    loop_node, loop_port, loop_K, loop_D = loops
     n = kind.shape[0]
     R = np.empty((n, 3, 3))
     pos = np.empty((n, 3))
@@ -597,25 +592,13 @@ def _acceleration_sweep(
 
 @njit(cache=True)
 def forward_dynamics(
-    kind: np.ndarray,
-    parent: np.ndarray,
-    iq: np.ndarray,
-    P0: np.ndarray,
-    axis: np.ndarray,
-    S: np.ndarray,
-    pport: np.ndarray,
-    D: np.ndarray,
+    tree: Tree,
     g: np.ndarray,
     q: np.ndarray,
     v: np.ndarray,
     tau: np.ndarray,
-    load_node: np.ndarray,
-    load_port: np.ndarray,
-    load_W: np.ndarray,
-    loop_node: np.ndarray,
-    loop_port: np.ndarray,
-    loop_K: np.ndarray,
-    loop_D: np.ndarray,
+    loads: Loads,
+    loops: Loops,
     out: np.ndarray,
 ) -> bool:
     """v̇ for the generalized forces ``tau`` into ``out`` (``System._forward_reference``); returns False
@@ -630,26 +613,11 @@ def forward_dynamics(
     moved to P0 by (29) (prismatic) and to R_b: Z = Q I^a Qᵀ, z = Q z^a, Q = diag(P_{a/b}, P_{a/b}).
     Root → leaves: the floating root's G_P (Fig. 2), ẋ'_P = I₀⁻¹ (W_root − p₀), then for each block
     X ẋ'^B + c ((17)/(24)), q̈ above and ẋ'^A = X ẋ'^B + c + S q̈."""
+    kind, parent, iq, P0, axis, S, pport, D = tree
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R, pos, tw, Pab, c, r, Wload = _kinematics_and_loads(
-        kind,
-        parent,
-        iq,
-        P0,
-        axis,
-        pport,
-        q,
-        v,
-        load_node,
-        load_port,
-        load_W,
-        loop_node,
-        loop_port,
-        loop_K,
-        loop_D,
-    )
+    R, pos, tw, Pab, c, r, Wload = _kinematics_and_loads(tree, q, v, loads, loops)
     IA = np.empty((n, 6, 6))
     pA = np.empty((n, 6))
     IS = np.zeros((n, 6))
@@ -665,25 +633,13 @@ def forward_dynamics(
 
 @njit(cache=True)
 def inverse_dynamics(
-    kind: np.ndarray,
-    parent: np.ndarray,
-    iq: np.ndarray,
-    P0: np.ndarray,
-    axis: np.ndarray,
-    S: np.ndarray,
-    pport: np.ndarray,
-    D: np.ndarray,
+    tree: Tree,
     g: np.ndarray,
     q: np.ndarray,
     v: np.ndarray,
     acc_in: np.ndarray,
-    load_node: np.ndarray,
-    load_port: np.ndarray,
-    load_W: np.ndarray,
-    loop_node: np.ndarray,
-    loop_port: np.ndarray,
-    loop_K: np.ndarray,
-    loop_D: np.ndarray,
+    loads: Loads,
+    loops: Loops,
     out: np.ndarray,
 ) -> bool:
     """The generalized forces that produce v̇ = ``acc_in`` into ``out`` (``System._inverse_reference``).
@@ -693,26 +649,11 @@ def inverse_dynamics(
     W_{./A,P} = D_P ẋ'^A + (−D_P [g; 0] + C(x') D_P x') − Σ τ_CPᵀ W_./A,C (11), W_{A/B,P} = −W_{./A,P}
     (18)/(25), u = −Sᵀ W_{A/B,P} (19)/(26), then W_{A/B,P0} = τ_{−xt̃}ᵀ W_{A/B,P} (29) in R_b to the
     parent's port; the floating root's output is its W_{./A,P}."""
+    kind, parent, iq, P0, axis, S, pport, D = tree
     n = kind.shape[0]
     floating = kind[0] == KIND_FLOATING
     oq, ov = (7, 6) if floating else (0, 0)
-    R, pos, tw, Pab, c, r, Wsum = _kinematics_and_loads(
-        kind,
-        parent,
-        iq,
-        P0,
-        axis,
-        pport,
-        q,
-        v,
-        load_node,
-        load_port,
-        load_W,
-        loop_node,
-        loop_port,
-        loop_K,
-        loop_D,
-    )
+    R, pos, tw, Pab, c, r, Wsum = _kinematics_and_loads(tree, q, v, loads, loops)
     acc = np.empty((n, 6))
     if floating:
         for a in range(6):

@@ -67,7 +67,7 @@ A model function takes a state and returns arrays; nothing here keeps hidden sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -315,50 +315,42 @@ class TensorChain:
         Iw = np.einsum("iab,ibc,idc->iad", R, self.inertias, R)
         return 0.5 * (Iw + Iw.transpose(0, 2, 1))
 
-    def mass_matrix(self, R: np.ndarray) -> np.ndarray:
-        """ℳ = blockdiag(M_v, M_ω) (61)–(64)."""
+    def _blockdiag(
+        self, linear: np.ndarray | float, angular: np.ndarray | Sequence[np.ndarray]
+    ) -> np.ndarray:
+        """The 6N×6N matrix blockdiag(diag(linear), angular_1 … angular_N): ``linear`` on the diagonal of
+        the 3N linear rows (a 3N vector or a scalar), the 3×3 ``angular[i]`` on body i's angular rows."""
         n = self.n
         M = np.zeros((6 * n, 6 * n))
         idx = np.arange(3 * n)
-        M[idx, idx] = np.repeat(self.masses, 3)
-        Iw = self.inertia_world(R)
+        M[idx, idx] = linear
         for i in range(n):
             k = 3 * n + 3 * i
-            M[k : k + 3, k : k + 3] = Iw[i]
+            M[k : k + 3, k : k + 3] = angular[i]
         return M
 
+    def mass_matrix(self, R: np.ndarray) -> np.ndarray:
+        """ℳ = blockdiag(M_v, M_ω) (61)–(64)."""
+        return self._blockdiag(np.repeat(self.masses, 3), self.inertia_world(R))
+
     def mass_matrix_inv(self, R: np.ndarray) -> np.ndarray:
-        n = self.n
-        Mi = np.zeros((6 * n, 6 * n))
-        idx = np.arange(3 * n)
-        Mi[idx, idx] = 1.0 / np.repeat(self.masses, 3)
+        """ℳ⁻¹ = blockdiag(M_v⁻¹, R_i I_i⁻¹ R_iᵀ)."""
         Iwi = np.einsum("iab,ibc,idc->iad", R, self.inertias_inv, R)
-        for i in range(n):
-            k = 3 * n + 3 * i
-            Mi[k : k + 3, k : k + 3] = Iwi[i]
-        return Mi
+        return self._blockdiag(1.0 / np.repeat(self.masses, 3), Iwi)
+
+    def _spin_and_inertia(self, R: np.ndarray, nu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(Ω_i = [ω_i]×, I_i^I) of every body at the attitudes R and the twist ν."""
+        return skew(nu[3 * self.n :].reshape(self.n, 3)), self.inertia_world(R)
 
     def mass_matrix_dot(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """D^I ℳ = blockdiag(0, Ω_i I_i − I_i Ω_i) (70), (76)."""
-        n = self.n
-        W = skew(nu[3 * n :].reshape(n, 3))
-        Iw = self.inertia_world(R)
-        D = np.zeros((6 * n, 6 * n))
-        for i in range(n):
-            k = 3 * n + 3 * i
-            D[k : k + 3, k : k + 3] = W[i] @ Iw[i] - Iw[i] @ W[i]
-        return D
+        W, Iw = self._spin_and_inertia(R, nu)
+        return self._blockdiag(0.0, [W[i] @ Iw[i] - Iw[i] @ W[i] for i in range(self.n)])
 
     def coriolis(self, R: np.ndarray, nu: np.ndarray) -> np.ndarray:
         """𝒞(ν) = blockdiag(0, Ω_i I_i^I) (16), (77)."""
-        n = self.n
-        W = skew(nu[3 * n :].reshape(n, 3))
-        Iw = self.inertia_world(R)
-        C = np.zeros((6 * n, 6 * n))
-        for i in range(n):
-            k = 3 * n + 3 * i
-            C[k : k + 3, k : k + 3] = W[i] @ Iw[i]
-        return C
+        W, Iw = self._spin_and_inertia(R, nu)
+        return self._blockdiag(0.0, [W[i] @ Iw[i] for i in range(self.n)])
 
     def jacobian(self, R: np.ndarray) -> np.ndarray:
         """J = [J_v, J_ω] (30)–(31); with a fixed base six rows [v_1; ω_1] are appended."""
@@ -555,6 +547,18 @@ class TensorChain:
     def _advance(state: ChainState, d: tuple[np.ndarray, np.ndarray, np.ndarray], h: float) -> ChainState:
         return ChainState(state.pos + h * d[0], state.quat + h * d[1], state.nu + h * d[2])
 
+    def _after_step(self, new: ChainState, project: bool, t: float) -> ChainState:
+        """The state a step from t [s] reached, projected on the constraints (``project``) and checked finite
+        (a StateError naming the step's time otherwise)."""
+        if project:
+            new = self.project(new)
+        check_finite(
+            "tensor-chain state",
+            np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
+            f"after the step from t={t:.6f} s",
+        )
+        return new
+
     def step(
         self,
         state: ChainState,
@@ -588,7 +592,7 @@ class TensorChain:
                     np.ascontiguousarray(state.nu, dtype=float),
                     float(dt),
                     tau,
-                    *self._kernel_args(),
+                    self._kernel_args(),
                 )
             except np.linalg.LinAlgError as exc:  # NaN/inf in the state or port, or a singular (32)
                 raise StateError(
@@ -596,13 +600,7 @@ class TensorChain:
                     f"[ℳ Jᵀ; J 0] singular)"
                 ) from None
             new = ChainState(pn, qn, vn)
-            if project:
-                new = self.project(new)
-            check_finite(
-                "tensor-chain state",
-                np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
-                f"after the step from t={t:.6f} s",
-            )
+            new = self._after_step(new, project, t)
             return new, Dynamics(*dyn)
 
         def f(tt: float, s: ChainState) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], Dynamics]:
@@ -620,13 +618,7 @@ class TensorChain:
             state.nu + dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2]),
         )
         new.quat /= np.linalg.norm(new.quat, axis=1, keepdims=True)
-        if project:
-            new = self.project(new)
-        check_finite(
-            "tensor-chain state",
-            np.concatenate([new.pos.ravel(), new.quat.ravel(), new.nu]),
-            f"after the step from t={t:.6f} s",
-        )
+        new = self._after_step(new, project, t)
         return new, dyn0
 
     @overload

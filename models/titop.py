@@ -418,6 +418,13 @@ class _Block:
         ports = {k: transport(m_A, -p) for k, p in self.body.ports.items()}
         return u, ports, self._to_parent(W_P, P_ab, r), m_A
 
+    def _unit_axis(self, axis: ArrayLike) -> np.ndarray:
+        """``axis`` (3) made a unit vector; a ConfigError naming the block if it is zero."""
+        a = np.asarray(axis, dtype=float).reshape(3)
+        if not np.linalg.norm(a) > 0:
+            raise ConfigError(f"{self.kind} '{self.name}': the axis must be non-zero")
+        return a / np.linalg.norm(a)
+
 
 class Weld(_Block):
     """R^A_{P,C} (15) with the frame change of Fig. 6: A clamped to its parent at P with the constant
@@ -444,10 +451,7 @@ class Revolute(_Block):
 
     def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None) -> None:
         super().__init__(body, P_a0b)
-        a = np.asarray(axis, dtype=float).reshape(3)
-        if not np.linalg.norm(a) > 0:
-            raise ConfigError(f"revolute '{self.name}': the axis must be non-zero")
-        self.axis = a / np.linalg.norm(a)
+        self.axis = self._unit_axis(axis)
         self.S = np.concatenate((np.zeros(3), self.axis)).reshape(6, 1)
 
     def joint(
@@ -476,10 +480,7 @@ class Prismatic(_Block):
 
     def __init__(self, body: RigidBody, axis: ArrayLike, P_a0b: ArrayLike | None = None) -> None:
         super().__init__(body, P_a0b)
-        a = np.asarray(axis, dtype=float).reshape(3)
-        if not np.linalg.norm(a) > 0:
-            raise ConfigError(f"prismatic '{self.name}': the axis must be non-zero")
-        self.axis = a / np.linalg.norm(a)
+        self.axis = self._unit_axis(axis)
         self.S = np.concatenate((self.axis, np.zeros(3))).reshape(6, 1)
 
     def joint(
@@ -1008,7 +1009,7 @@ class System:
             q, v = self._state(q, v)
             out = np.zeros(self.nv)
             loads = self._load_arrays(lay, ext)
-            if not _kernels().forward_dynamics(*lay.tree, self.g, q, v, tau, *loads, *lay.loops, out):
+            if not _kernels().forward_dynamics(lay.tree, self.g, q, v, tau, loads, lay.loops, out):
                 out = self._forward_reference(q, v, tau, ext)  # a singular joint or root: the NumPy error
         self._last_call = (q, v, tau, ext)  # the arguments as passed (not copied)
         return out
@@ -1040,7 +1041,7 @@ class System:
             raise StateError(f"TITOP inverse: a must have {self.nv} entries, got {a.shape}")
         q, v = self._state(q, v)
         out = np.zeros(self.nv)
-        _kernels().inverse_dynamics(*lay.tree, self.g, q, v, a, *self._load_arrays(lay, ext), *lay.loops, out)
+        _kernels().inverse_dynamics(lay.tree, self.g, q, v, a, self._load_arrays(lay, ext), lay.loops, out)
         return out
 
     # -- energy (for conservation checks) --
