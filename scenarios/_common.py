@@ -30,6 +30,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tomli_w
@@ -48,6 +49,9 @@ from cmstack.sim.logger import Logger, atomic_write
 from cmstack.sim.metrics import format_table, with_contract, write_metrics
 from cmstack.sim.perturb import Perturbation, PerturbedPlant, perturb_plant
 from cmstack.sim.plant import MujocoPlant
+
+if TYPE_CHECKING:
+    from cmstack.sim.runner import Run
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: plots are drawn here and moved into plots/ when the scenario returns (atomic publication)
@@ -150,6 +154,22 @@ class Context:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")  # nothing clipped (outside legends, long labels)
         self.pyplot().close(fig)
         return path
+
+    def simulate(
+        self, plant: Any, controller: Any, record: Any, *, desc: str | None = None, **kw: Any
+    ) -> Run:
+        """The scenario's closed loop (``sim.runner.simulate``): ``controller`` on ``plant`` for the config's
+        ``duration`` [s] at its ``control_dt`` [s] (unless ``kw`` gives them), ``record(t, q, v, tau)`` each step,
+        with this run's progress bar labelled ``desc`` (the scenario's name by default); ``kw``: simulate's
+        other keyword arguments (log, viewer, disturbances, ...).  Returns simulate's Run."""
+        from cmstack.sim.runner import simulate
+
+        for key in ("duration", "control_dt"):
+            if key not in kw:
+                kw[key] = self.cfg[key]
+        return simulate(
+            plant, controller, record=record, progress=self.progress, desc=desc or self.name, **kw
+        )
 
     def make_viewer(self, mj_model):
         """A Meshcat viewer of the plant if --viewer meshcat was given, else None."""

@@ -26,7 +26,6 @@ from cmstack.models.tensor_chain import ChainState, TensorChain, quat_conj, quat
 from cmstack.scenarios._common import Outcome, Row, equal_aspect_3d, scenario_main
 from cmstack.sim.chain_plant import ChainMujocoPlant
 from cmstack.sim.logger import Logger
-from cmstack.sim.runner import simulate
 
 NAME = "chain_open_loop"
 TARGETS = dict(
@@ -197,16 +196,8 @@ def run(ctx) -> Outcome:
         st["k"] = k + 1
 
     viewer = ctx.make_viewer(plant.model)  # --viewer meshcat: the MuJoCo chain, live
-    res = simulate(
-        plant,
-        ctl,
-        duration=steps * dt,
-        control_dt=dt,
-        record=record,
-        viewer=viewer,
-        progress=ctx.progress,
-        desc=NAME,
-        log=log,
+    res = ctx.simulate(
+        plant, ctl, record, duration=steps * dt, control_dt=dt, viewer=viewer, desc=NAME, log=log
     )
     q, v = plant.state()  # the final state closes the last interval
     record(plant.time, q, v, ctl(plant.time, q, v))

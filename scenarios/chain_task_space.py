@@ -24,7 +24,7 @@ from cmstack.models.trajectory import FromWorldFunction
 from cmstack.scenarios._common import Outcome, Row, equal_aspect_3d, load_kernels, scenario_main
 from cmstack.scenarios.chain_open_loop import body_names
 from cmstack.sim.chain_plant import ChainMujocoPlant
-from cmstack.sim.runner import Disturbance, simulate
+from cmstack.sim.runner import Disturbance
 
 NAME = "chain_task_space"
 TARGETS = dict(ee_error_mean_m=1e-3, ee_error_mean_rad=1e-3, min_obstacle_clearance_m=0.0)
@@ -310,18 +310,7 @@ def run(ctx) -> Outcome:
             viewer.set_sphere(f"obstacle{i}", c, r)
     # the compiled kernels are loaded before the timed loop, by a throwaway controller of the same config
     load_kernels(make_controller, 0.0, *plant.state())
-    res = simulate(
-        plant,
-        ctl,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=record,
-        disturbances=dist,
-        viewer=viewer,
-        progress=ctx.progress,
-        desc=NAME,
-        log=log,
-    )
+    res = ctx.simulate(plant, ctl, record, disturbances=dist, viewer=viewer, desc=NAME, log=log)
     diagnostics(log, traj, n, half, obstacles)
     a = log.arrays()
     t = a["t"]

@@ -67,7 +67,6 @@ from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
-from cmstack.sim.runner import simulate
 from cmstack.sim.sensors import ActuatedSensing, Encoders, JointServo
 from cmstack.sim.urdf_plant import plant_from_urdf
 
@@ -356,13 +355,10 @@ def run(ctx) -> Outcome:
             )
 
     sensing, servo = build_interfaces(cfg, robot)
-    run_ = simulate(
+    run_ = ctx.simulate(
         plant,
         ctl,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=record,
-        progress=ctx.progress,
+        record,
         desc=NAME,
         log=log,
         sensors=sensing or "full",

@@ -36,7 +36,6 @@ from cmstack.models.trajectory import Sinusoid
 from cmstack.scenarios._common import Outcome, Row, apply_perturbation, load_kernels, scenario_main
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.plant import MujocoPlant
-from cmstack.sim.runner import simulate
 
 NAME = "series_parallel"
 APPLIES_PERTURBATION = True  # the [perturbation] table (sim/perturb.py) acts on this scenario's plant
@@ -340,16 +339,7 @@ def run(ctx) -> Outcome:
 
     # the compiled kernels are loaded before the timed loop, by a throwaway controller of the same config
     load_kernels(lambda: CONTROLLERS[cfg["controller"]](cfg, traj), 0.0, *plant.state(noisy=False))
-    res = simulate(
-        plant,
-        controller,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=record,
-        progress=ctx.progress,
-        desc=f"{NAME} ({cfg['controller']})",
-        log=log,
-    )
+    res = ctx.simulate(plant, controller, record, desc=f"{NAME} ({cfg['controller']})", log=log)
     qacc_rel = diagnostics(log, plant, traj, check, snaps)
     return summarize(ctx, cfg, log.arrays(), res, plant, np.asarray(qacc_rel))
 

@@ -23,6 +23,7 @@ states, the rigid q̈ that of the same plant with its connect made rigid (scenar
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pinocchio as pin
@@ -37,7 +38,6 @@ from cmstack.scenarios._common import Outcome, Row, load_kernels, scenario_main
 from cmstack.scenarios._plant_loops import check_rows, plant_vs_rigid_qacc_rel
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.projection_sim import ProjectionPlant
-from cmstack.sim.runner import simulate
 
 NAME = "slider_crank"
 TARGETS = dict(
@@ -115,6 +115,20 @@ def mujoco_reset(plant, q, robot):
     plant.reset(q, qpos_extra={"slider": slider_x(robot, q) - slider_x(robot, np.zeros(robot.nq))})
 
 
+def projection_plant(cfg: dict, robot: Robot, **kw: Any) -> ProjectionPlant:
+    """The projection simulator of the config (``sim_dt_projection`` [s], ``formulation``, ``rank_tol_sim``,
+    ``nr_tol``) on ``robot``; ``kw``: ProjectionPlant's other options (damping)."""
+    return ProjectionPlant(
+        robot,
+        None,
+        sim_dt=cfg["sim_dt_projection"],
+        kind=cfg["formulation"],
+        rank_tol=cfg["rank_tol_sim"],
+        nr_tol=cfg["nr_tol"],
+        **kw,
+    )
+
+
 def run(ctx) -> Outcome:
     cfg = ctx.cfg
     if cfg["formulation"] not in KINDS:
@@ -131,14 +145,7 @@ def run(ctx) -> Outcome:
     log = ctx.logger
 
     # 1. projection simulator, closed loop --------------------------------------------------------
-    proj = ProjectionPlant(
-        robot,
-        None,
-        sim_dt=cfg["sim_dt_projection"],
-        kind=cfg["formulation"],
-        rank_tol=cfg["rank_tol_sim"],
-        nr_tol=cfg["nr_tol"],
-    )
+    proj = projection_plant(cfg, robot)
     proj.reset(q0)
     ctl_p = build_controller(cfg, robot)
     ref = ctl_p.ref
@@ -151,15 +158,7 @@ def run(ctx) -> Outcome:
 
     # the compiled kernels are loaded before the timed loops, by a throwaway controller of the same config
     load_kernels(lambda: build_controller(cfg, robot), 0.0, *proj.state())
-    res_p = simulate(
-        proj,
-        ctl_p,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=rec_p,
-        progress=ctx.progress,
-        desc=f"{NAME} (projection plant)",
-    )
+    res_p = ctx.simulate(proj, ctl_p, rec_p, desc=f"{NAME} (projection plant)")
     Pt, Pq, Ptau = np.array(P_rows["t"]), np.array(P_rows["q"]), np.array(P_rows["tau"])
     # after the loop, from the logged states: max |φ(q)| and the smallest singular value of the loop
     # Jacobian at every step (proj.equality_violation() is max |φ| at the plant's q)
@@ -188,16 +187,7 @@ def run(ctx) -> Outcome:
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 
-    res_m = simulate(
-        mj,
-        ctl_m,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=rec_m,
-        progress=ctx.progress,
-        desc=f"{NAME} (MuJoCo plant)",
-        log=log,
-    )
+    res_m = ctx.simulate(mj, ctl_m, rec_m, desc=f"{NAME} (MuJoCo plant)", log=log)
     # after the loop, from the logged states: the reference, the tracking error, the loop's violation
     L = log.arrays()
     th_d = np.array([ref(t)[0] for t in L["t"]], dtype=float)
@@ -229,15 +219,7 @@ def run(ctx) -> Outcome:
     log.meta.update(compare_t=Pt[:n_cmp], compare_dev_rad=dev)
 
     # 4. energy ------------------------------------------------------------------------------------
-    en = ProjectionPlant(
-        robot,
-        None,
-        sim_dt=cfg["sim_dt_projection"],
-        kind=cfg["formulation"],
-        rank_tol=cfg["rank_tol_sim"],
-        nr_tol=cfg["nr_tol"],
-        damping=False,
-    )
+    en = projection_plant(cfg, robot, damping=False)
     en.reset(q0, np.array([1.0, -2.0]) * cfg["energy_crank_speed"])
     E0 = en.energy()
     n_en = int(round(cfg["energy_duration"] / en.dt))

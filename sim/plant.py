@@ -240,28 +240,23 @@ class MujocoPlant(MujocoClock):
         return None if (self.noise.active or self.map.has_free) else (self.map.qadr, self.map.dadr)
 
     def joint_id(self, name: str) -> int:
-        j = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
-        if j < 0:
-            names = [
-                mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(self.model.njnt)
-            ]
-            raise FrameNotFoundError(
-                f"joint '{name}' is not in {self.path.name}; "
-                f"close: {difflib.get_close_matches(name, names, n=4)}"
-            )
-        return j
+        """MuJoCo's id of the joint ``name`` (a FrameNotFoundError naming the closest joints if none)."""
+        return self._named_id(mujoco.mjtObj.mjOBJ_JOINT, self.model.njnt, "joint", name)
 
     def body_id(self, name: str) -> int:
-        b = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
-        if b < 0:
-            names = [
-                mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(self.model.nbody)
-            ]
+        """MuJoCo's id of the body ``name`` (a FrameNotFoundError naming the closest bodies if none)."""
+        return self._named_id(mujoco.mjtObj.mjOBJ_BODY, self.model.nbody, "body", name)
+
+    def _named_id(self, kind: Any, count: int, what: str, name: str) -> int:
+        """The id of ``name`` among the model's ``count`` objects of type ``kind`` (mjtObj); else a
+        FrameNotFoundError naming the file and the closest of their names (``what``: joint, body)."""
+        i = mujoco.mj_name2id(self.model, kind, name)
+        if i < 0:
+            names = [mujoco.mj_id2name(self.model, kind, k) for k in range(count)]
             raise FrameNotFoundError(
-                f"body '{name}' is not in {self.path.name}; "
-                f"close: {difflib.get_close_matches(name, names, n=4)}"
+                f"{what} '{name}' is not in {self.path.name}; close: {difflib.get_close_matches(name, names, n=4)}"
             )
-        return b
+        return i
 
     # ------------------------------------------------------------------ inputs
     def set_torque(self, tau: ArrayLike) -> None:

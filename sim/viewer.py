@@ -69,6 +69,17 @@ def _hex(rgba: Sequence[float] | np.ndarray) -> int:
     return (r << 16) | (g << 8) | b
 
 
+def _end_process(p: Any) -> None:
+    """End the child process ``p`` (a Popen, or None) if it still runs: SIGTERM, then SIGKILL after 5 s, reaped."""
+    if p is not None and p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=5)
+        except Exception:
+            p.kill()
+            p.wait()
+
+
 class Recorder:
     """A stand-in for ``meshcat.Visualizer`` that keeps the scene in memory instead of sending it.
 
@@ -620,12 +631,7 @@ class MeshcatViewer:
         proc = getattr(
             window, "server_proc", None
         )  # a plain meshcat.Visualizer (meshcat's close() is broken)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except Exception:
-                proc.kill()
+        _end_process(proc)
 
     def wait(self, message: str | None = None) -> None:
         """Keep the scene up until Ctrl-C (SIGINT) or SIGTERM, or until the server is gone. Prints
@@ -727,13 +733,7 @@ def _window_class() -> Any:
             except Exception:
                 pass
             p = self.server_proc
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except Exception:
-                    p.kill()
-                    p.wait()
+            _end_process(p)
             if p is not None and p.stdin is not None and not p.stdin.closed:
                 p.stdin.close()
 
