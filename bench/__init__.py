@@ -1,5 +1,6 @@
 """Speed benchmarks (``cmstack bench``); their numbers are written to ``./bench/results/*.json``."""
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,20 @@ def results_dir() -> Path:
     p = Path.cwd() / "bench" / "results"
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def call_times_us(fns: dict, items, repeat: int) -> dict:
+    """{name: µs of every call} of each function in ``fns`` (name -> fn) on each of ``items`` (its arguments),
+    ``repeat`` passes; the functions' calls alternate on every item, so that a change of machine load hits
+    them all alike."""
+    out = {k: [] for k in fns}
+    for _ in range(repeat):
+        for it in items:
+            for k, fn in fns.items():
+                c0 = time.perf_counter()
+                fn(*it)
+                out[k].append((time.perf_counter() - c0) * 1e6)
+    return {k: np.array(v) for k, v in out.items()}
 
 
 @njit(cache=True)

@@ -35,7 +35,7 @@ import time
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs
 
-from cmstack.bench import results_dir
+from cmstack.bench import call_times_us, results_dir
 from cmstack.controllers.dac import JointActuationMap, PortLaw, TaskSpaceLaw
 from cmstack.models.lie import quat_to_matrix
 from cmstack.scenarios._common import default_config
@@ -88,26 +88,9 @@ def _law3_floor(law, s):
     dpotrs(c, y)
 
 
-def _time_interleaved(fns, items, repeat):
-    """{name: µs per call}, the calls of every function alternating on each item (load cancels out)."""
-    out = {k: [] for k in fns}
-    for _ in range(repeat):
-        for it in items:
-            for k, fn in fns.items():
-                c0 = time.perf_counter()
-                fn(*it)
-                out[k].append((time.perf_counter() - c0) * 1e6)
-    return {k: np.array(v) for k, v in out.items()}
-
-
 def _time(fn, items, repeat):
-    out = []
-    for _ in range(repeat):
-        for it in items:
-            c0 = time.perf_counter()
-            fn(*it)
-            out.append((time.perf_counter() - c0) * 1e6)
-    return np.array(out)
+    """µs of every call of ``fn`` on each of ``items``, ``repeat`` passes."""
+    return call_times_us({"": fn}, items, repeat)[""]
 
 
 def measure(duration: float, repeat: int) -> dict:
@@ -132,7 +115,7 @@ def measure(duration: float, repeat: int) -> dict:
     res = {"states": len(sub)}
     law_cf, law_qp = _law(cfg, chain, traj), _law(cfg, chain, traj, qp=True)
     law_cf(*sub[0])
-    tl = _time_interleaved(
+    tl = call_times_us(
         {
             "law3_closed_form_us": lambda t, s: law_cf(t, s),
             "law3_generic_kkt_us": lambda t, s: PortLaw.__call__(law_cf, t, s),

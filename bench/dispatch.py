@@ -25,15 +25,29 @@ import os
 import time
 
 import numpy as np
+import pinocchio as pin
 
 from cmstack.bench import results_dir
 
 CENTER = [0.436763, 0.185684, 0.512661]
 
 
-def _controllers():
-    import pinocchio as pin
+class UserCircle:
+    """A user's trajectory, not a cmstack class: the same circle as Circle (centre c, radius r [m], rate w
+    [rad/s], in the world x-z plane), by its own code; ``traj(t)`` gives (pose, velocity, acceleration)."""
 
+    def __init__(self, c, r, w):
+        self.c, self.r, self.w = np.asarray(c, float), r, w
+
+    def __call__(self, t):
+        a = self.w * t
+        p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
+        v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
+        acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
+        return pin.SE3(np.eye(3), p), v, acc
+
+
+def _controllers():
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
     from cmstack.models.coupling import FrameTask, PostureTask
     from cmstack.models.loops import RigidCoupling
@@ -43,17 +57,6 @@ def _controllers():
     class MyFrameTask(FrameTask):
         def describe(self) -> str:
             return self.name
-
-    class UserCircle:
-        def __init__(self, c, r, w):
-            self.c, self.r, self.w = np.asarray(c, float), r, w
-
-        def __call__(self, t):
-            a = self.w * t
-            p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
-            v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
-            acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
-            return pin.SE3(np.eye(3), p), v, acc
 
     from cmstack.models.coupling import ErrorDynamics, Task
 

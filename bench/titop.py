@@ -28,28 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 import pinocchio as pin
 
-from cmstack.bench import results_dir
+from cmstack.bench import call_times_us, results_dir
 from cmstack.models.titop import from_pinocchio
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.balloon import Params, pinocchio_model, titop_system
 
 
 def _interleaved_us(fns, items, repeat):
-    """Median µs per call of each function in ``fns`` (name -> fn), timed interleaved: for every item,
-    one call of each in turn, so that a change of machine load hits them all alike."""
-    ts = {k: [] for k in fns}
-    for _ in range(repeat):
-        for it in items:
-            for k, fn in fns.items():
-                c0 = time.perf_counter()
-                fn(*it)
-                ts[k].append((time.perf_counter() - c0) * 1e6)
-    return {k: float(np.median(v)) for k, v in ts.items()}
+    """Median µs per call of each function in ``fns`` (name -> fn), timed interleaved (``call_times_us``)."""
+    return {k: float(np.median(v)) for k, v in call_times_us(fns, items, repeat).items()}
 
 
 def _states(rng, nq_joints, n):
@@ -68,25 +59,18 @@ def measure_pair(sysm, model, states, repeat):
     data = model.createData()
     sysm.forward(*states[0])  # load the compiled kernels before timing
     sysm.inverse(*states[0])
-    fd = _interleaved_us(
-        dict(
-            titop_fd_ref_us=sysm._forward_reference,
-            titop_fd_us=sysm.forward,
-            aba_us=lambda q, v, u: pin.aba(model, data, q, v, u),
-        ),
-        states,
-        repeat,
-    )
-    id_ = _interleaved_us(
-        dict(
-            titop_id_ref_us=sysm._inverse_reference,
-            titop_id_us=sysm.inverse,
-            rnea_us=lambda q, v, a: pin.rnea(model, data, q, v, a),
-        ),
-        states,
-        repeat,
-    )
-    return {**fd, **id_}
+    out: dict = {}
+    for way, reference, compiled, pin_name, pin_call in (
+        ("fd", sysm._forward_reference, sysm.forward, "aba_us", pin.aba),  # forward: v̇ of (q, v, τ)
+        ("id", sysm._inverse_reference, sysm.inverse, "rnea_us", pin.rnea),  # inverse: τ of (q, v, v̇)
+    ):
+        calls = {
+            f"titop_{way}_ref_us": reference,
+            f"titop_{way}_us": compiled,
+            pin_name: lambda q, v, x, f=pin_call: f(model, data, q, v, x),
+        }
+        out.update(_interleaved_us(calls, states, repeat))
+    return out
 
 
 def balloon(n_states, repeat):

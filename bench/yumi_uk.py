@@ -171,8 +171,13 @@ def record_states(cfg, robot, coupling, task, q0):
     ctl = weighted(cfg, robot, coupling, task)
     plant = MujocoPlant(cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"])
     plant.reset(q0)
+    return closed_loop_states(plant, ctl, int(round(cfg["duration"] / cfg["control_dt"])))
+
+
+def closed_loop_states(plant, ctl, n: int) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """n states (t, q, v) of the controller ``ctl`` on ``plant``, one call and one plant step each."""
     out = []
-    for _ in range(int(round(cfg["duration"] / cfg["control_dt"]))):
+    for _ in range(n):
         t = plant.time
         q, v = plant.state()
         out.append((t, q, v))
@@ -202,14 +207,7 @@ def record_panda_states(n: int, control_dt: float = 1e-3):
     robot, _, ctl, q0 = panda_circle()
     with tempfile.TemporaryDirectory() as tmp:
         plant = plant_from_urdf(robot, q0=q0, sim_dt=control_dt, xml_path=Path(tmp) / "plant.xml")
-    out = []
-    for _ in range(n):
-        t = plant.time
-        q, v = plant.state()
-        out.append((t, q, v))
-        plant.set_torque(ctl(t, q, v))
-        plant.step()
-    return out
+    return closed_loop_states(plant, ctl, n)
 
 
 class Floor:

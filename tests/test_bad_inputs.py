@@ -13,7 +13,6 @@ import argparse
 import importlib
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import cli
 
 from cmstack.scenarios._common import EXIT_USAGE, add_run_arguments, default_config, execute, resolve_config
 from cmstack.scenarios.schemas import SCHEMAS
@@ -210,15 +210,7 @@ def test_several_problems_one_line_each_named():
 
 # ------------------------------------------------------------------------------------- end to end (CLI)
 def _cli(*argv, cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run(
-        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
+    return cli(*argv, cwd=cwd, timeout=300)
 
 
 def test_cli_nan_gain_is_named_exit_2(tmp_path):
@@ -318,7 +310,6 @@ def test_a_scenario_of_your_own_gets_the_finiteness_floor(tmp_path):
 def test_cli_output_into_a_closed_pipe_ends_quietly():
     """`cmstack list | head -1`: the reader closes the pipe early; no traceback, exit 0."""
     import subprocess
-    import sys
 
     p = subprocess.run(
         f"{sys.executable} -m cmstack.cli list | head -1", shell=True, capture_output=True, text=True

@@ -3,12 +3,11 @@
 run and every command runs in a child process with a wall-clock limit."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import _cli
 import numpy as np
 import pytest
 from plotcheck import assert_plots_ok
@@ -19,15 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def cli(*argv, cwd, timeout=180) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run(
-        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
+    return _cli.cli(*argv, cwd=cwd, timeout=timeout)
 
 
 def run(out: Path, *argv, scenario="yumi_dual_arm", duration=2.0) -> Path:

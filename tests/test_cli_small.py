@@ -10,20 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from cmstack.scenarios.loader import shipped_scenarios
 
 
 def _cli(*argv, cwd, timeout=120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run(
-        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
+    return cli(*argv, cwd=cwd, timeout=timeout)
 
 
 def test_list_shows_scenarios_only(tmp_path):
@@ -120,26 +113,15 @@ def test_run_directory_files_honour_the_umask(umask, tmp_path):
     """config.toml, log.npz, metrics.json (atomic writes through mkstemp) used to be 0600 while the plots
     were 0644: every file of a run directory now has the mode open() would give it under the umask."""
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore::UserWarning",
-            "-m",
-            "cmstack.cli",
-            "run",
-            "series_parallel",
-            "--duration",
-            "0.2",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
+    r = cli(
+        "run",
+        "series_parallel",
+        "--duration",
+        "0.2",
+        "--out",
+        str(out),
+        "--no-progress",
         cwd=tmp_path,
-        env=dict(os.environ, MPLBACKEND="Agg"),
-        timeout=300,
         preexec_fn=lambda: os.umask(umask),
     )
     assert r.returncode in (0, 1), r.stderr

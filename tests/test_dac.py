@@ -581,33 +581,19 @@ def test_end_effector_task_is_the_attitude_error_of_law_two():
         )
 
 
-# ---------------------------------------------------------------------------- closed-form step (issue 12)
-@pytest.mark.parametrize("fixed,law_name", [(False, "rotvec"), (True, "rotvec"), (False, "euler123")])
-def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):
-    """Law (III)'s fast step (block-diagonal ℳ, Schur complement with one Cholesky factor, quaternion spring
-    moments, scalar task error) gives the torques of the generic path (dense KKT LU solves of (*),
-    ``TensorChain.known_force``) to 1e-9 relative, on the states of a closed-loop run that passes obstacles,
-    with points entering a sphere's core."""
+def obstacle_run(law_name, fixed, *, kd_v, kd_w, kd_mass, obstacles=True):
+    """(chain, state, law) of the closed-form tests' run that passes obstacles: five rods under gravity with
+    springs ``law_name`` (fixed at the base's pose when ``fixed``), a bent state (seed 41) projected on it, and
+    law (III) tracking a pose near the tip with two spheres (``obstacles``) and five points per rod."""
     rng = np.random.default_rng(41)
-    free = TensorChain.rods(
-        5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name
-    )
+    kw = dict(gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name)
+    free = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], **kw)
     s = bent_state(free, rng, speed=0.3)
-    ch = (
-        free
-        if not fixed
-        else TensorChain.rods(
-            5,
-            0.4,
-            0.04,
-            1.2,
-            [1.5, 2.0, 2.5],
-            gravity=np.array([0.0, 0.0, -9.81]),
-            spring_law=law_name,
-            fixed_base=True,
-            base_pose=(s.pos[0].copy(), s.quat[0].copy()),
-        )
-    )
+    if fixed:
+        base = (s.pos[0].copy(), s.quat[0].copy())
+        ch = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], fixed_base=True, base_pose=base, **kw)
+    else:
+        ch = free
     s = ch.project(s)
     pts = [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]
     obs = [
@@ -617,16 +603,27 @@ def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):
     law = TaskSpaceLaw(
         ch,
         ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]),
-        0.0,
-        0.0,
+        kd_v,
+        kd_w,
         6.0,
         6.0,
-        obstacles=obs,
+        obstacles=obs if obstacles else [],
         obstacle_gain=2e-5,
         obstacle_range=0.15,
-        kd_mass=15.0,
+        kd_mass=kd_mass,
         obstacle_points=pts,
     )
+    return ch, s, law
+
+
+# ---------------------------------------------------------------------------- closed-form step (issue 12)
+@pytest.mark.parametrize("fixed,law_name", [(False, "rotvec"), (True, "rotvec"), (False, "euler123")])
+def test_closed_form_step_equals_the_dense_kkt_path(fixed, law_name):
+    """Law (III)'s fast step (block-diagonal ℳ, Schur complement with one Cholesky factor, quaternion spring
+    moments, scalar task error) gives the torques of the generic path (dense KKT LU solves of (*),
+    ``TensorChain.known_force``) to 1e-9 relative, on the states of a closed-loop run that passes obstacles,
+    with points entering a sphere's core."""
+    ch, s, law = obstacle_run(law_name, fixed, kd_v=0.0, kd_w=0.0, kd_mass=15.0)
     t, dt, worst, dmin = 0.0, 1e-3, 0.0, np.inf
     for _ in range(60):
         tau = law(t, s)

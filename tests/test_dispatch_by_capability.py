@@ -9,6 +9,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+from cmstack.bench.dispatch import CENTER, UserCircle  # the bench's user trajectory, measured there
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
 from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.loops import RigidCoupling
@@ -16,7 +17,6 @@ from cmstack.models.robot import Robot
 from cmstack.models.trajectory import Circle, Sample
 
 T_AB = pin.SE3(np.array([[1.0, 0, 0], [0, 0, 1], [0, -1, 0]]), np.array([0.0, -0.4, 0.12]))
-CENTER = [0.436763, 0.185684, 0.512661]
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +39,6 @@ class ShiftedFrameTask(FrameTask):
         e = e.copy()
         e[2] += 0.01
         return type(super().error_dynamics(kin, t))(W, drift, w, e)
-
-
-class UserCircle:
-    """A user's trajectory, not a cmstack class: the same circle as Circle, by its own code."""
-
-    def __init__(self, c, r, w):
-        self.c, self.r, self.w = np.asarray(c, float), r, w
-
-    def __call__(self, t):
-        a = self.w * t
-        p = self.c + self.r * np.array([np.cos(a), 0.0, np.sin(a)])
-        v = self.r * self.w * np.array([-np.sin(a), 0.0, np.cos(a), 0, 0, 0])
-        acc = -self.r * self.w**2 * np.array([np.cos(a), 0.0, np.sin(a), 0, 0, 0])
-        return pin.SE3(np.eye(3), p), v, acc
 
 
 class RaisedCircle(Circle):

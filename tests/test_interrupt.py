@@ -15,13 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tomllib
+from _cli import spawn
 
 #: a scenario of our own that logs a large, incompressible log quickly, so that its final
 #: (compressed) save takes a noticeable time; it marks the end of its loop with a file
@@ -39,18 +39,6 @@ def run(ctx):
     (ctx.out / "loop_done").write_text("1")
     return Outcome({"value": 1.0}, [Row("value", 1.0, None, "<= 2", True)])
 """
-
-
-def _spawn(argv, cwd) -> subprocess.Popen:
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def _first_checkpoint(out: Path) -> Path:
@@ -89,7 +77,7 @@ def _check_readable(out: Path) -> dict:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_run_writes_what_it_has_and_exits_130(tmp_path, sig):
     out = tmp_path / "run"
-    p = _spawn(["run", "yumi_dual_arm", "--duration", "600", "--out", str(out), "--no-progress"], tmp_path)
+    p = spawn(["run", "yumi_dual_arm", "--duration", "600", "--out", str(out), "--no-progress"], tmp_path)
     _wait_for(_first_checkpoint(out), p)  # the first checkpoint: the loop is running (t >= 1 s)
     p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
@@ -118,7 +106,7 @@ def test_sigint_during_the_final_save(tmp_path):
     (tmp_path / "big_save.py").write_text(BIG_SAVE)
     (tmp_path / "big_save.toml").write_text("duration = 1.0\nrows = 30000\nwidth = 64\n")
     out = tmp_path / "run"
-    p = _spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
+    p = spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
     _wait_for(out / "loop_done", p)
     time.sleep(0.2)  # inside the compressed save of ~15 MB
     p.send_signal(signal.SIGINT)
@@ -143,7 +131,7 @@ def test_sigkill_around_the_save_leaves_no_corrupt_file(tmp_path, delay):
     (tmp_path / "big_save.py").write_text(BIG_SAVE)
     (tmp_path / "big_save.toml").write_text("duration = 1.0\nrows = 30000\nwidth = 64\n")
     out = tmp_path / "run"
-    p = _spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
+    p = spawn(["run", str(tmp_path / "big_save.py"), "--out", str(out), "--no-progress"], tmp_path)
     if delay < 0:
         _wait_for(_first_checkpoint(out), p)  # a checkpoint exists: the loop is half-way
         time.sleep(-delay)

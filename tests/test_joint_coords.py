@@ -68,6 +68,15 @@ def _random_qpos(m: mujoco.MjModel, rng) -> np.ndarray:
     return qpos
 
 
+def _assert_bodies_where_mujoco_puts_them(robot, data, q, m, d):
+    """Every body's pose by Pinocchio at q (its frame of the body's name) is MuJoCo's (xpos, xmat in d) to 1e-12."""
+    pin.framesForwardKinematics(robot.model, data, q)
+    for b in range(1, m.nbody):
+        T = data.oMf[robot.frame_id(m.body(b).name)]
+        np.testing.assert_allclose(T.translation, d.xpos[b], atol=1e-12)
+        np.testing.assert_allclose(T.rotation, d.xmat[b].reshape(3, 3), atol=1e-12)
+
+
 def test_loads_free_ball_universal(setup):
     robot, _ = setup
     assert robot.joint_names == ["root", "ua", "ub", "sph", "sl"]
@@ -95,11 +104,7 @@ def test_positions_both_ways(setup):
         np.testing.assert_array_equal(back, qpos)  # qpos -> q -> qpos: the identity
         d.qpos[:] = qpos
         mujoco.mj_kinematics(m, d)
-        pin.framesForwardKinematics(robot.model, data, q)
-        for b in range(1, m.nbody):
-            T = data.oMf[robot.frame_id(m.body(b).name)]
-            np.testing.assert_allclose(T.translation, d.xpos[b], atol=1e-12)
-            np.testing.assert_allclose(T.rotation, d.xmat[b].reshape(3, 3), atol=1e-12)
+        _assert_bodies_where_mujoco_puts_them(robot, data, q, m, d)
 
 
 def test_velocities_both_ways(setup):
@@ -293,11 +298,7 @@ def test_urdf_floating_base_matches_its_plant(tmp_path):
         cm.qpos_into(q, d.qpos)
         cm.qvel_into(q, v, d.qvel)
         mujoco.mj_forward(m, d)
-        pin.framesForwardKinematics(robot.model, data, q)
-        for b in range(1, m.nbody):
-            T = data.oMf[robot.frame_id(m.body(b).name)]
-            np.testing.assert_allclose(T.translation, d.xpos[b], atol=1e-12)
-            np.testing.assert_allclose(T.rotation, d.xmat[b].reshape(3, 3), atol=1e-12)
+        _assert_bodies_where_mujoco_puts_them(robot, data, q, m, d)
         M = pin.crba(robot.model, data, q)
         M = np.triu(M) + np.triu(M, 1).T
         Mm = np.zeros((m.nv, m.nv))

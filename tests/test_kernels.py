@@ -3,11 +3,10 @@ on the states of closed-loop runs: the same torques and reported quantities to 1
 
 import numpy as np
 import pytest
-from test_dac import bent_state, ee_traj
+from test_dac import obstacle_run
 
-from cmstack.controllers.dac import Obstacle, PortLaw, TaskSpaceLaw
+from cmstack.controllers.dac import PortLaw
 from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
-from cmstack.models.tensor_chain import TensorChain
 
 
 def _rel(a, b):
@@ -30,6 +29,12 @@ def test_cholesky_kernels_match_numpy():
     assert not cholesky_inplace(S.copy(), 2)
 
 
+def _reported(law):
+    """What law (III) reports of its last step: ν_r, s, e_task, V, V̇_cl, U_o and the clearance."""
+    info = law.info
+    return (info.nu_r, info.s, info.e_task, info.V, info.Vdot_cl, law.potential, law.clearance)
+
+
 @pytest.mark.parametrize(
     "fixed,law_name,kd_mass,obstacles",
     [
@@ -45,69 +50,13 @@ def test_dac_law3_kernel_equals_numpy_closed_form(fixed, law_name, kd_mass, obst
     (``PortLaw.__call__`` with ``TaskSpaceLaw.reference``: dense ℳ, KKT solves of (*), ``TensorChain.known_force``)
     on a closed-loop run that passes obstacles (points entering a sphere's core, then out of range): τ, ν_r, s,
     e_task, V, V̇_cl, U_o and the clearance."""
-    rng = np.random.default_rng(41)
-    kw = dict(gravity=np.array([0.0, 0.0, -9.81]), spring_law=law_name)
-    free = TensorChain.rods(5, 0.4, 0.04, 1.2, [1.5, 2.0, 2.5], **kw)
-    s = bent_state(free, rng, speed=0.3)
-    ch = (
-        free
-        if not fixed
-        else TensorChain.rods(
-            5,
-            0.4,
-            0.04,
-            1.2,
-            [1.5, 2.0, 2.5],
-            fixed_base=True,
-            base_pose=(s.pos[0].copy(), s.quat[0].copy()),
-            **kw,
-        )
-    )
-    s = ch.project(s)
-    pts = [[-0.2, 0, 0], [-0.1, 0, 0], [0, 0, 0], [0.1, 0, 0], [0.2, 0, 0]]
-    obs = (
-        [
-            Obstacle(s.pos[2] + s.R[2] @ np.array([0.2, 0.0, 0.0]) + np.array([0.0, 0.0, 0.06]), 0.05),
-            Obstacle(s.pos[1] + np.array([0.0, 0.15, 0.0]), 0.05),
-        ]
-        if obstacles
-        else []
-    )
-    law = TaskSpaceLaw(
-        ch,
-        ee_traj(s.pos[-1] + np.array([0.03, -0.02, 0.02]), s.quat[-1]),
-        3.0,
-        0.4,
-        6.0,
-        6.0,
-        obstacles=obs,
-        obstacle_gain=2e-5,
-        obstacle_range=0.15,
-        kd_mass=kd_mass,
-        obstacle_points=pts,
-    )
+    ch, s, law = obstacle_run(law_name, fixed, kd_v=3.0, kd_w=0.4, kd_mass=kd_mass, obstacles=obstacles)
     t, dt, dmin, worst = 0.0, 1e-3, np.inf, 0.0
     for _ in range(60):
         tau = law._compiled_step(t, s)
-        got = (
-            law.info.nu_r,
-            law.info.s,
-            law.info.e_task,
-            law.info.V,
-            law.info.Vdot_cl,
-            law.potential,
-            law.clearance,
-        )
+        got = _reported(law)
         ref_tau = PortLaw.__call__(law, t, s)
-        ref = (
-            law.info.nu_r,
-            law.info.s,
-            law.info.e_task,
-            law.info.V,
-            law.info.Vdot_cl,
-            law.potential,
-            law.clearance,
-        )
+        ref = _reported(law)
         worst = max(worst, _rel(tau, ref_tau))
         for a, b in zip(got[:5], ref[:5]):
             assert _rel(a, b) <= 1e-9

@@ -13,15 +13,13 @@ measured by ``python -m bench.long_runs``, never asserted here.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+from _cli import spawn
 
 from cmstack.sim.logger import Logger, parts_dir, read_log, read_log_rows
 
@@ -312,22 +310,12 @@ def test_diagnostics_stopped_by_the_deadline_say_what_they_cover(tmp_path, monke
 
 
 # ------------------------------------------------------------------------------------------- Ctrl-C
-def _spawn(argv, cwd):
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, "-W", "ignore::UserWarning", "-m", "cmstack.cli", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 @pytest.mark.slow
 def test_sigint_to_a_long_run_writes_log_and_metrics_with_the_reason(tmp_path):
     out = tmp_path / "run"
-    p = _spawn(
+    p = spawn(
         ["run", "yumi_dual_arm", "--duration", "100000", "--no-plots", "--no-progress", "--out", str(out)],
         tmp_path,
     )

@@ -29,6 +29,7 @@ def _closed(robot, kind, q0, name):
 
 
 def _fd_jacobian(c, q, eps=1e-6):
+    """dφ/dq of the closure ``c`` at q by central differences (step eps in each coordinate)."""
     cols = []
     for i in range(q.size):
         dq = np.zeros(q.size)

@@ -9,6 +9,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 from _slider_crank_reference import SliderCrankLoop  # the paper's closed form (67)-(69), a test oracle
+from test_loops import _fd_jacobian
 
 from cmstack.models.errors import ConfigError, ModelFileError
 from cmstack.models.loops import ClosureSet, LoopClosure, pinocchio_constraint_models
@@ -18,15 +19,6 @@ from cmstack.models.robot import Robot
 @pytest.fixture(scope="module")
 def yumi():
     return Robot("urdf/yumi.urdf")
-
-
-def _fd_jacobian(c, q, eps=1e-6):
-    cols = []
-    for i in range(q.size):
-        dq = np.zeros(q.size)
-        dq[i] = eps
-        cols.append((c.phi(q + dq) - c.phi(q - dq)) / (2 * eps))
-    return np.array(cols).T
 
 
 def test_plane_rows_match_finite_differences_on_moving_frames(yumi):

@@ -65,6 +65,35 @@ def _states(robot, n, seed, spread=0.15):
         yield q, v, rng
 
 
+def pinocchio_reading(mjcf_path, tmp_path):
+    """(model, legacy constraint models) of Pinocchio's own MJCF parser on ``mjcf_path`` (wrapped_mjcf)."""
+    f = tmp_path / "wrapped.xml"
+    f.write_text(wrapped_mjcf(mjcf_path))
+    return pin.buildModelAndLegacyConstraintsFromMJCF(str(f))
+
+
+def constraint_data(model, constraints):
+    """(data, constraint datas) of ``model`` ready for ``pin.constraintDynamics`` with ``constraints``."""
+    datas = pin.StdVec_RigidConstraintData()
+    for c in constraints:
+        datas.append(c.createData())
+    data = model.createData()
+    pin.initConstraintDynamics(model, data, constraints, datas)
+    return data, datas
+
+
+def mujoco_qacc_rel(plant, rigid, q, v, tau, closed=True):
+    """|q̈_MuJoCo − q̈_rigid| / |q̈_rigid| at (q, v, τ): the MuJoCo ``plant`` against the rigid model's ``rigid``
+    (``closed``: the plant's loops must be closed at q to 1e-10 after its reset)."""
+    plant.reset(q, v)
+    if closed:
+        assert plant.equality_violation() < 1e-10
+    plant.set_torque(tau)
+    mujoco.mj_forward(plant.model, plant.data)
+    a = rigid.accel(q, v, tau)
+    return float(np.linalg.norm(plant.data.qacc[plant.map.dadr] - a) / np.linalg.norm(a))
+
+
 def _robot(name):
     """A mechanism by name: its MJCF, or ``urdf:NAME`` for a URDF of URDF_MODELS with its sidecar."""
     if name.startswith("urdf:"):
@@ -76,16 +105,10 @@ def _robot(name):
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_forward_dynamics_match_pinocchio_constraint_dynamics(name, tmp_path):
     robot = Robot.from_mjcf(MECHANISMS[name])
-    f = tmp_path / "wrapped.xml"
-    f.write_text(wrapped_mjcf(robot.mjcf_path))
-    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))  # Pinocchio's own reading of the loops
+    pm, cms = pinocchio_reading(robot.mjcf_path, tmp_path)  # Pinocchio's own reading of the loops
     assert len(cms) == len(robot.loops) and [pm.names[i] for i in range(1, pm.njoints)] == robot.joint_names
     pm.gravity = robot.model.gravity
-    cds = pin.StdVec_RigidConstraintData()
-    for c in cms:
-        cds.append(c.createData())
-    pd = pm.createData()
-    pin.initConstraintDynamics(pm, pd, cms, cds)
+    pd, cds = constraint_data(pm, cms)
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     worst = 0.0
@@ -131,13 +154,7 @@ def test_mujoco_plant_matches_the_rigid_model(name):
     rigid = ProjectionPlant(robot, None, sim_dt=1e-3)
     rel = []
     for q, v, rng in _states(robot, 10, 3, SPREAD.get(name, 0.15)):
-        tau = rng.normal(size=robot.nv) * rigid.actuated
-        mj.reset(q, v)
-        assert mj.equality_violation() < 1e-10
-        mj.set_torque(tau)
-        mujoco.mj_forward(mj.model, mj.data)
-        a = rigid.accel(q, v, tau)
-        rel.append(float(np.linalg.norm(mj.data.qacc[mj.map.dadr] - a) / np.linalg.norm(a)))
+        rel.append(mujoco_qacc_rel(mj, rigid, q, v, rng.normal(size=robot.nv) * rigid.actuated))
     assert np.median(rel) <= MUJOCO_QACC_REL[name], rel
 
 
@@ -181,16 +198,11 @@ def test_our_constraint_models_are_pinocchios_own(name, tmp_path):
     from cmstack.models.loops import pinocchio_constraint_models
 
     robot = Robot.from_mjcf(MECHANISMS[name])
-    f = tmp_path / "wrapped.xml"
-    f.write_text(wrapped_mjcf(robot.mjcf_path))
-    pm, theirs = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))
+    pm, theirs = pinocchio_reading(robot.mjcf_path, tmp_path)
     pm.gravity = robot.model.gravity
-    td = pin.StdVec_RigidConstraintData()
-    for c in theirs:
-        td.append(c.createData())
+    d1, td = constraint_data(pm, theirs)
     ours, od = pinocchio_constraint_models(robot)
-    d1, d2 = pm.createData(), robot.model.createData()
-    pin.initConstraintDynamics(pm, d1, theirs, td)
+    d2 = robot.model.createData()
     pin.initConstraintDynamics(robot.model, d2, ours, od)
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
     for q, v, rng in _states(robot, 5, 6, SPREAD.get(name, 0.15)):
@@ -218,12 +230,9 @@ def test_revolute_closure_in_the_urdf_plant(tmp_path):
     rigid = ProjectionPlant(robot, None, sim_dt=1e-3)
     rel = []
     for q, v, rng in _states(robot, 8, 7):
-        tau = rng.normal(size=robot.nv) * rigid.actuated
-        plant.reset(q, v)
-        plant.set_torque(tau)
-        mujoco.mj_forward(plant.model, plant.data)
-        a = rigid.accel(q, v, tau)
-        rel.append(float(np.linalg.norm(plant.data.qacc[plant.map.dadr] - a) / np.linalg.norm(a)))
+        rel.append(
+            mujoco_qacc_rel(plant, rigid, q, v, rng.normal(size=robot.nv) * rigid.actuated, closed=False)
+        )
     assert np.median(rel) <= 2e-2, rel
     plant.reset(robot.q_initial)
     plant.set_torque([0.05, 0, 0, -0.05, 0])
@@ -241,15 +250,9 @@ def test_slider_crank_urdf_with_its_rail_is_the_mjcf_mechanism(tmp_path):
     robot = _robot("urdf:slider_crank")
     mech = Robot.from_mjcf(MECHANISMS["slider_crank"])
     assert mech.joint_names == ["crank", "rod", "slider"] and mech.passive_joints == ["rod", "slider"]
-    f = tmp_path / "wrapped.xml"
-    f.write_text(wrapped_mjcf(mech.mjcf_path))
-    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))
+    pm, cms = pinocchio_reading(mech.mjcf_path, tmp_path)
     pm.gravity = mech.model.gravity
-    cds = pin.StdVec_RigidConstraintData()
-    for c in cms:
-        cds.append(c.createData())
-    pd = pm.createData()
-    pin.initConstraintDynamics(pm, pd, cms, cds)
+    pd, cds = constraint_data(pm, cms)
     prox = pin.ProximalSettings(1e-14, 1e-8, 200)
     plant = ProjectionPlant(robot, None, sim_dt=1e-3)
     d = robot.model.createData()

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import cli
 
 from cmstack.models.errors import ModelFileError
 from cmstack.models.robot import PACKAGE_ROOT, Robot
@@ -91,28 +90,28 @@ def test_bad_inertials_are_refused_by_the_python_api(case, tmp_path, capfd):
     assert "urdfdom" not in err and "link.cpp" not in err and "Error" not in err, err
 
 
+def _run_yumi(urdf, out, *argv, timeout=300):
+    """``cmstack run yumi_dual_arm`` with the controller's model ``urdf``, into ``out`` (warnings shown)."""
+    return cli(
+        "run",
+        "yumi_dual_arm",
+        "--set",
+        f"urdf={urdf}",
+        "--out",
+        str(out),
+        "--no-progress",
+        *argv,
+        timeout=timeout,
+        quiet=False,
+    )
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_inertials_exit_2_from_the_command_line(case, tmp_path):
     links, link, words = BAD[case]
     path = _write(tmp_path, case, links)
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cmstack.cli",
-            "run",
-            "yumi_dual_arm",
-            "--set",
-            f"urdf={path}",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = _run_yumi(path, out, timeout=120)
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr  # one line, no urdfdom C++ output
@@ -209,25 +208,7 @@ def test_zero_mass_on_the_coupled_tip_fails_its_targets(tmp_path):
     left a 4 mm coupling error and still said ok: true; the coupling target now applies: exit 1."""
     path = _write(tmp_path, "tip0", {"yumi_link_7_l": {"mass": 0}})
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cmstack.cli",
-            "run",
-            "yumi_dual_arm",
-            "--set",
-            f"urdf={path}",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--no-plots",
-            "--no-html",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _run_yumi(path, out, "--no-plots", "--no-html")
     metrics = json.loads((out / "metrics.json").read_text())
     assert r.returncode == 1, r.stderr
     assert "constraint_error_converged" in metrics["failed_targets"]

@@ -1,14 +1,14 @@
 """Static conformance of every plant and controller to the protocols (mypy, when installed): the
 checked module assigns each class to its protocol; a model class assigned to a protocol must fail."""
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mypy")
+from _mypy import mypy  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = """
@@ -58,22 +58,7 @@ def _mypy(tmp_path, name, src):
             (pkg / d).symlink_to(ROOT / d)
     f = tmp_path / f"{name}.py"
     f.write_text(textwrap.dedent(src))
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--ignore-missing-imports",
-            "--follow-imports=silent",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            str(f),
-        ],
-        capture_output=True,
-        text=True,
-        env={"MYPYPATH": str(tmp_path / "tree"), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-    )
+    return mypy(f, tree=tmp_path / "tree", cache=tmp_path / "cache", cwd=tmp_path)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import _mypy
 import pytest
 
 import cmstack
@@ -175,8 +176,6 @@ def f(plant, ctrl) -> None:
 def test_public_api_type_checks(tmp_path):
     """A program written against the public namespaces type-checks (mypy), the two examples too; a wrong
     name (an alias that is gone, a law that does not exist) or a wrongly typed argument does not."""
-    import subprocess
-    import sys
     from pathlib import Path
 
     pytest.importorskip("mypy")
@@ -188,23 +187,7 @@ def test_public_api_type_checks(tmp_path):
     (tmp_path / "bad.py").write_text(BAD, encoding="utf-8")
 
     def mypy(*files):
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mypy",
-                "--ignore-missing-imports",
-                "--follow-imports=silent",
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                *map(str, files),
-            ],
-            capture_output=True,
-            text=True,
-            env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
-            cwd=tmp_path,
-            timeout=600,
-        )
+        return _mypy.mypy(*files, tree=tree, cache=tmp_path / "cache", cwd=tmp_path, timeout=600)
 
     good = mypy(tmp_path / "good.py", examples / "panda_circle.py", examples / "dual_panda_carry.py")
     assert good.returncode == 0, good.stdout + good.stderr

@@ -5,9 +5,8 @@ same numbers under other gains are still judged against the targets."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from _cli import cli
 
 from cmstack.scenarios._common import _is_target, default_config
 from cmstack.scenarios.series_parallel import TABLE_II_KAPPA, table_rows
@@ -64,25 +63,15 @@ def test_other_gains_are_judged_on_the_stricter_targets():
 
 def test_default_run_reproduces_the_paper_and_exits_0(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore::UserWarning",
-            "-m",
-            "cmstack.cli",
-            "run",
-            "series_parallel",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--no-plots",
-            "--no-html",
-        ],
-        capture_output=True,
-        text=True,
+    r = cli(
+        "run",
+        "series_parallel",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--no-plots",
+        "--no-html",
         cwd=tmp_path,
-        env=dict(os.environ, MPLBACKEND="Agg"),
         timeout=600,
     )
     m = json.loads((out / "metrics.json").read_text())

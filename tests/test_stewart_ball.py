@@ -8,13 +8,12 @@ joint, legs 1-5 are welded to it after theirs).  Cross-validated on random assem
 
 from __future__ import annotations
 
-import mujoco
 import numpy as np
 import pinocchio as pin
 import pytest
+from test_mechanisms import constraint_data, mujoco_qacc_rel, pinocchio_reading
 
 from cmstack.models.loops import ClosureSet, pinocchio_constraint_models
-from cmstack.models.mjcf import wrapped_mjcf
 from cmstack.models.projection import project
 from cmstack.models.robot import Robot
 from cmstack.sim.mjcf_plant import plant_from_mjcf
@@ -50,9 +49,7 @@ def test_loads_universal_prismatic_ball_legs(robot):
 
 
 def test_forward_dynamics_match_pinocchio_constraint_dynamics(robot, tmp_path):
-    f = tmp_path / "wrapped.xml"
-    f.write_text(wrapped_mjcf(robot.mjcf_path))
-    pm, cms = pin.buildModelAndLegacyConstraintsFromMJCF(str(f))  # Pinocchio's own reading of the welds
+    pm, cms = pinocchio_reading(robot.mjcf_path, tmp_path)  # Pinocchio's own reading of the welds
     assert len(cms) == len(robot.loops)
     assert [pm.names[i] for i in range(1, pm.njoints)] == robot.joint_names
     pm.gravity = robot.model.gravity
@@ -64,11 +61,7 @@ def test_forward_dynamics_match_pinocchio_constraint_dynamics(robot, tmp_path):
         tau = 20.0 * rng.normal(size=robot.nv) * plant.actuated
         a = plant.accel(q, v, tau)
         for key, models in (("pinocchio's models", cms), ("ours", ours)):
-            cds = pin.StdVec_RigidConstraintData()
-            for c in models:
-                cds.append(c.createData())
-            pd = pm.createData()
-            pin.initConstraintDynamics(pm, pd, models, cds)
+            pd, cds = constraint_data(pm, models)
             a_pin = pin.constraintDynamics(pm, pd, q, v, tau - robot.damping * v, models, cds, prox)
             worst[key] = max(worst[key], float(np.linalg.norm(a - a_pin) / np.linalg.norm(a_pin)))
     assert max(worst.values()) <= 1e-9, worst
@@ -81,13 +74,7 @@ def test_mujoco_plant_matches_the_rigid_model(robot):
     np.testing.assert_array_equal(mj.map.actuated, rigid.actuated)
     rel = []
     for q, v, rng in _states(robot, 10, 3):
-        tau = 20.0 * rng.normal(size=robot.nv) * rigid.actuated
-        mj.reset(q, v)
-        assert mj.equality_violation() < 1e-10
-        mj.set_torque(tau)
-        mujoco.mj_forward(mj.model, mj.data)
-        a = rigid.accel(q, v, tau)
-        rel.append(float(np.linalg.norm(mj.data.qacc[mj.map.dadr] - a) / np.linalg.norm(a)))
+        rel.append(mujoco_qacc_rel(mj, rigid, q, v, 20.0 * rng.normal(size=robot.nv) * rigid.actuated))
     # measured: median 2.4e-2, max 5.8e-2 (MuJoCo's soft welds: the regularizer (1 − d)/d of its impedance
     # d = 0.9999 on 30 weld rows; Delta's three welds: 2.3e-2, tests/test_mechanisms.py)
     assert np.median(rel) <= 5e-2, rel

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mypy")
+from _mypy import mypy  # noqa: E402
 from test_import_contract import installed_tree  # noqa: E402  (the package as installed, in a folder)
 
 #: library modules that do not type-check yet, and why; remove a module once it does
@@ -47,23 +46,7 @@ def in_application(mod: str) -> bool:
 
 def mypy_errors(tree: Path, cache: Path) -> dict[str, list[str]]:
     """{module: [error lines]} of mypy on the library tier of the package copy ``tree``."""
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--ignore-missing-imports",
-            "--follow-imports=silent",
-            "--cache-dir",
-            str(cache),
-            *TARGETS,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tree,
-        env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
-        timeout=900,
-    )
+    res = mypy(*TARGETS, tree=tree, cache=cache, cwd=tree, timeout=900)
     assert res.returncode in (0, 1) and ("Success" in res.stdout or "error" in res.stdout), (
         res.stdout + res.stderr
     )

@@ -52,6 +52,27 @@ def _plan_and_kin(ctl, t, q, v):
     return P, kin
 
 
+def _task_rows(P, t, kin, terr, Ab):
+    """The kernel's task rows of the plan ``P`` at (t, kin.q, kin.v) into Ab, the pose errors into terr."""
+    K.task_rows(
+        t,
+        kin.q,
+        kin.v,
+        P.fJ,
+        P.fvec,
+        P.tint,
+        P.tflt,
+        P.tgtH,
+        P.tgtVA,
+        P.tcirc,
+        P.pidx,
+        P.qref,
+        P.tbias,
+        terr,
+        Ab,
+    )
+
+
 @pytest.fixture(scope="module")
 def setup():
     cfg, robot, c, u = thesis_setup()
@@ -158,23 +179,7 @@ def test_task_rows_equal_qp_rows(setup, rows):
         K.frame_states(robot.data.J, kin.v, P.pose_table(robot.data), P.fint, P.fplace, P.fJ, P.fvec)
         Ab = np.full(P.ab_shape, np.nan)
         terr = np.full_like(P.terr, np.nan)
-        K.task_rows(
-            t,
-            kin.q,
-            kin.v,
-            P.fJ,
-            P.fvec,
-            P.tint,
-            P.tflt,
-            P.tgtH,
-            P.tgtVA,
-            P.tcirc,
-            P.pidx,
-            P.qref,
-            P.tbias,
-            terr,
-            Ab,
-        )
+        _task_rows(P, t, kin, terr, Ab)
         n = robot.nv
         for (k, task), sc in zip(P.task_items, scale):
             A, b = task.qp_rows(kin, t)
@@ -222,23 +227,7 @@ def test_python_rows_and_fused_rows_are_one_function(setup):
                 P.fvec[k] = _frame_vec(fs)
                 P.fJ[k] = fs.J
             Ab = np.full(P.ab_shape, np.nan)
-            K.task_rows(
-                t,
-                kin.q,
-                kin.v,
-                P.fJ,
-                P.fvec,
-                P.tint,
-                P.tflt,
-                P.tgtH,
-                P.tgtVA,
-                P.tcirc,
-                P.pidx,
-                P.qref,
-                P.tbias,
-                P.terr,
-                Ab,
-            )
+            _task_rows(P, t, kin, P.terr, Ab)
             n = robot.nv
             for (k, task), sc in zip(P.task_items, scale):
                 outer = next((o for kk, o in P.integrals if kk == k), task)
@@ -263,23 +252,7 @@ def test_kkt_solve_equals_the_dense_kkt_system(setup):
             P, kin = _plan_and_kin(ctl, t, q, v)
             K.frame_states(robot.data.J, kin.v, P.pose_table(robot.data), P.fint, P.fplace, P.fJ, P.fvec)
             Ab = np.empty(P.ab_shape)
-            K.task_rows(
-                t,
-                kin.q,
-                kin.v,
-                P.fJ,
-                P.fvec,
-                P.tint,
-                P.tflt,
-                P.tgtH,
-                P.tgtVA,
-                P.tcirc,
-                P.pidx,
-                P.qref,
-                P.tbias,
-                P.terr,
-                Ab,
-            )
+            _task_rows(P, t, kin, P.terr, Ab)
             out = np.empty(3 * robot.nv + P.m_up)
             st = K.kkt_solve(
                 kin.M, kin.h, ctl.D, kin.v, Ab, P.tint, P.tflt, P.m_up, P.gauss, ctl._sqrt_rank_tol, P.wk, out
