@@ -65,24 +65,28 @@ def test_hygiene_patterns_match_what_they_must():
         assert not SEED_NUMBER.search(s), s
 
 
+def _assert_no_hits(pattern: re.Pattern, why: str) -> None:
+    """No line of a tracked text file matches ``pattern``; else fail with ``why`` and every hit."""
+    hits = _hits(pattern)
+    assert not hits, why + ":\n" + "\n".join(hits)
+
+
 def test_no_tracked_file_points_outside_the_repository():
-    hits = _hits(OUTSIDE)
-    assert not hits, (
+    _assert_no_hits(
+        OUTSIDE,
         "tracked files point to files that are not in the repository; write what the reader "
-        "needs into docs/ and point there:\n" + "\n".join(hits)
+        "needs into docs/ and point there",
     )
 
 
 def test_no_tracked_file_points_to_team_reference_notes():
-    hits = _hits(TEAM_NOTES)
-    assert not hits, "tracked files point to the team's reference notes:\n" + "\n".join(hits)
+    _assert_no_hits(TEAM_NOTES, "tracked files point to the team's reference notes")
 
 
 def test_papers_are_cited_by_key_not_by_file_number():
-    hits = _hits(SEED_NUMBER)
-    assert not hits, (
-        "cite papers by their key ([Milioshin], [Dastranj], [Eslami], [Alazard], [Aghili]; "
-        "docs/references.md):\n" + "\n".join(hits)
+    _assert_no_hits(
+        SEED_NUMBER,
+        "cite papers by their key ([Milioshin], [Dastranj], [Eslami], [Alazard], [Aghili]; docs/references.md)",
     )
 
 
