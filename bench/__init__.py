@@ -14,6 +14,19 @@ def results_dir() -> Path:
     return p
 
 
+def closed_loop_states(plant, ctl, n: int) -> list:
+    """n states (t, q, v) of the controller ``ctl`` on ``plant``, one call and one plant step each (the
+    states a step is timed on)."""
+    out = []
+    for _ in range(n):
+        t = plant.time
+        q, v = plant.state()
+        out.append((t, q, v))
+        plant.set_torque(ctl(t, q, v))
+        plant.step()
+    return out
+
+
 def call_times_us(fns: dict, items, repeat: int) -> dict:
     """{name: µs of every call} of each function in ``fns`` (name -> fn) on each of ``items`` (its arguments),
     ``repeat`` passes; the functions' calls alternate on every item, so that a change of machine load hits

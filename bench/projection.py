@@ -80,7 +80,7 @@ import time
 import numpy as np
 import pinocchio as pin
 
-from cmstack.bench import call_times_us, python_floor, results_dir
+from cmstack.bench import call_times_us, closed_loop_states, python_floor, results_dir
 from cmstack.models.robot import Robot
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.slider_crank import build_controller, load_robot
@@ -182,13 +182,7 @@ def series_parallel(repeat: int):
     q0 = traj(0.0)[0] + np.asarray(cfg["initial_error"])
     reset_plant(plant, cfg, q0)
     ctl = build_pidc(cfg, traj)
-    states = []
-    for _ in range(2000):
-        t = plant.time
-        q, v = plant.state()
-        states.append((t, q, v))
-        plant.set_torque(ctl(t, q, v))
-        plant.step(1)
+    states = closed_loop_states(plant, ctl, 2000)
     c = build_pidc(cfg, traj)
     model = c.robot.model
     d = pin.Data(model)
@@ -220,13 +214,7 @@ def yumi_force(repeat: int):
     plant.reset(assemble(robot, initial_state(cfg, robot), [coupling], within_ranges=False))
     ctl = build_pidc_force(cfg, robot, coupling, task)
     ctl.attach_plant(plant)
-    states = []
-    for _ in range(400):
-        t = plant.time
-        q, v = plant.state()
-        states.append((t, q, v))
-        plant.set_torque(ctl(t, q, v))
-        plant.step(1)
+    states = closed_loop_states(plant, ctl, 400)
     return {"yumi bar pidc_force control_step_us (median, p95)": _median_us(ctl, states, repeat)}
 
 

@@ -115,7 +115,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from cmstack.bench import results_dir
+from cmstack.bench import closed_loop_states, results_dir
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
 from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.errors import MissingExtraError
@@ -172,18 +172,6 @@ def record_states(cfg, robot, coupling, task, q0):
     plant = MujocoPlant(cfg["mjcf_virtual"], robot.joint_names, sim_dt=cfg["control_dt"])
     plant.reset(q0)
     return closed_loop_states(plant, ctl, int(round(cfg["duration"] / cfg["control_dt"])))
-
-
-def closed_loop_states(plant, ctl, n: int) -> list[tuple[float, np.ndarray, np.ndarray]]:
-    """n states (t, q, v) of the controller ``ctl`` on ``plant``, one call and one plant step each."""
-    out = []
-    for _ in range(n):
-        t = plant.time
-        q, v = plant.state()
-        out.append((t, q, v))
-        plant.set_torque(ctl(t, q, v))
-        plant.step()
-    return out
 
 
 def panda_circle(fused=True):
