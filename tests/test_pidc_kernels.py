@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_robust_rnea import LateSinusoid, NamedSinusoid
 
 from cmstack.controllers import kernels as K
 from cmstack.controllers.pidc import PIDC
@@ -204,18 +205,10 @@ def test_a_loop_subclass_is_dispatched_by_what_it_does():
         law(Robot.from_mjcf("mjcf/five_bar.xml"), OwnRows)
 
 
-class _NamedSinusoid(Sinusoid):
-    """Adds a convenience, not maths: still sampled in the kernel."""
-
-    def label(self):
-        return "named"
-
-
-class _LateSinusoid(Sinusoid):
+class _LateSinusoid(LateSinusoid):
     """Redefines its sampling (a tenth of a second late): must be called, not sampled as a Sinusoid."""
 
-    def sample(self, t):
-        return Sinusoid.sample(self, t - 0.1)
+    late = 0.1  # s
 
 
 def test_joint_reference_chosen_by_what_it_does():
@@ -232,7 +225,7 @@ def test_joint_reference_chosen_by_what_it_does():
     def law(ref):
         return PIDC(Robot.from_mjcf(model), None, act, ref, 400.0, 40.0)
 
-    builtin, named, late = law(Sinusoid(*args)), law(_NamedSinusoid(*args)), law(_LateSinusoid(*args))
+    builtin, named, late = law(Sinusoid(*args)), law(NamedSinusoid(*args)), law(_LateSinusoid(*args))
     late_fn = law(lambda t: tuple(Sinusoid(*args).sample(t - 0.1)))
     switched = law(Sinusoid(q0, 0.05, 1.5))
     switched.ref = Sinusoid(*args)

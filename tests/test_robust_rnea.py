@@ -62,10 +62,12 @@ class NamedSinusoid(Sinusoid):
 
 
 class LateSinusoid(Sinusoid):
-    """Redefines its sampling (a quarter period late): must be called, not sampled as a Sinusoid."""
+    """Redefines its sampling (``late`` = a quarter period late): must be called, not sampled as a Sinusoid."""
+
+    late = 0.25  # s
 
     def sample(self, t):
-        return Sinusoid.sample(self, t - 0.25)
+        return Sinusoid.sample(self, t - self.late)
 
 
 def test_reference_chosen_by_what_it_does():
