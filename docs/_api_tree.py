@@ -28,7 +28,8 @@ def _sources_only(folder: str, names: list[str]) -> set[str]:
     }
 
 
-def on_config(config):
+def make_tree() -> None:
+    """``build/api_src`` made anew from pyproject.toml's package-dir table."""
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
         "package-dir"
     ]
@@ -38,4 +39,15 @@ def on_config(config):
     for name, folder in mapping.items():
         if name != "cmstack":
             shutil.copytree(ROOT / folder, top / name.split(".", 1)[1], ignore=_sources_only)
+
+
+# Made when MkDocs loads this hook, before the plugins are configured: mkdocstrings drops a search path that
+# does not exist when it reads its options, so a tree made only in on_config was missing from the first build
+# of a fresh clone (griffe then found the repository's own cmstack/ folder, without models/, and the build
+# failed on its first cmstack.models name).
+make_tree()
+
+
+def on_config(config):
+    make_tree()  # (again for each build of `mkdocs serve`: the sources may have changed)
     return config
