@@ -50,7 +50,7 @@ import numpy as np
 import pinocchio as pin
 
 from cmstack.bench import results_dir
-from cmstack.models.loops import pinocchio_constraint_models
+from cmstack.models.contact import pinocchio_stance_models
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.legged import LeggedLaw, Phases
@@ -91,11 +91,7 @@ def setup(n_states: int, run_s: float = 0.8):
 
 
 def measure(robot, ctl, contacts, states, repeat: int) -> dict:
-    cms, cds = pinocchio_constraint_models(robot)
-    for c in contacts:
-        cm = c.pinocchio_model()
-        cms.append(cm)
-        cds.append(cm.createData())
+    cms, cds = pinocchio_stance_models(robot, contacts)
     data = robot.model.createData()
     pin.initConstraintDynamics(robot.model, data, cms, cds)
     prox = pin.ProximalSettings(1e-12, 1e-8, 20)

@@ -45,6 +45,7 @@ import pinocchio as pin
 from numpy.typing import ArrayLike
 
 from cmstack.models.errors import ConfigError
+from cmstack.models.loops import pinocchio_constraint_models
 from cmstack.models.robot import Kinematics, Robot
 
 __all__ = ["PointContact", "contact_dynamics"]
@@ -263,3 +264,16 @@ def contact_dynamics(
     nl = J.shape[0] - 3 * len(act)
     forces = [lam[nl + 3 * i : nl + 3 * i + 3] for i in range(len(act))]
     return vdot, forces
+
+
+def pinocchio_stance_models(robot: Robot, contacts: Sequence[PointContact]) -> tuple:
+    """Pinocchio's rigid constraint models of the robot's loops (``pinocchio_constraint_models``) followed by
+    each contact's CONTACT_3D model (``PointContact.pinocchio_model``: the contacts must be anchored), the
+    reference of ``pin.constraintDynamics`` for a stance.  Returns (models, datas); ``initConstraintDynamics``
+    is not yet called."""
+    cms, cds = pinocchio_constraint_models(robot)
+    for c in contacts:
+        cm = c.pinocchio_model()
+        cms.append(cm)
+        cds.append(cm.createData())
+    return cms, cds

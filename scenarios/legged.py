@@ -48,11 +48,11 @@ import pinocchio as pin
 
 from cmstack.controllers.contact_uk import ContactUKController
 from cmstack.models.com import CenterOfMassTask
-from cmstack.models.contact import PointContact, contact_dynamics
+from cmstack.models.contact import PointContact, contact_dynamics, pinocchio_stance_models
 from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.errors import ConfigError
 from cmstack.models.lie import log3
-from cmstack.models.loops import ClosureSet, pinocchio_constraint_models
+from cmstack.models.loops import ClosureSet
 from cmstack.models.robot import Robot, resolve_asset
 from cmstack.scenarios._common import Outcome, Row, scenario_main
 from cmstack.sim.mjcf_plant import plant_from_mjcf
@@ -359,11 +359,7 @@ def dynamics_check(robot: Robot, L, contacts, n_states: int) -> dict:
         tau = L["tau"][k] + 3.0 * rng.normal(size=robot.nv) * actuated
         a, _ = contact_dynamics(robot, qa, va, tau, stance)
         a_kkt = _kkt_accel(robot, qa, va, tau, stance)
-        cms, cds = pinocchio_constraint_models(robot)
-        for c in stance:
-            cm = c.pinocchio_model()
-            cms.append(cm)
-            cds.append(cm.createData())
+        cms, cds = pinocchio_stance_models(robot, stance)
         d = robot.model.createData()
         pin.initConstraintDynamics(robot.model, d, cms, cds)
         prox = pin.ProximalSettings(1e-14, 1e-10, 500)

@@ -10,9 +10,8 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from cmstack.models.contact import PointContact, contact_dynamics
+from cmstack.models.contact import PointContact, contact_dynamics, pinocchio_stance_models
 from cmstack.models.errors import ConfigError, FrameNotFoundError
-from cmstack.models.loops import pinocchio_constraint_models
 from cmstack.models.robot import Robot
 
 PATH = "mjcf/quadruped_five_bar.xml"
@@ -132,11 +131,7 @@ def test_dynamics_with_loops_and_stance_match_pinocchio(robot):
         v = Vt[int((s > 1e-9 * s[0]).sum()) :].T @ rng.normal(size=robot.nv - int((s > 1e-9 * s[0]).sum()))
         tau = 3.0 * rng.normal(size=robot.nv) * act
         a, forces = contact_dynamics(robot, q, v, tau, contacts)
-        cms, cds = pinocchio_constraint_models(robot)
-        for c in contacts:
-            cm = c.pinocchio_model()
-            cms.append(cm)
-            cds.append(cm.createData())
+        cms, cds = pinocchio_stance_models(robot, contacts)
         pd = robot.model.createData()
         pin.initConstraintDynamics(robot.model, pd, cms, cds)
         a_pin = pin.constraintDynamics(
