@@ -384,6 +384,8 @@ class Legged(Schema):
     posture_kd: Pos
     fell_height: NonNeg
     fell_tilt: Pos
+    check_random_states: integer(ge=0, le=10000)
+    check_seed: integer(ge=0)
     check_states: integer(ge=0, le=10000)
     sensors: Literal["full", "actuated"]
     encoder_counts: NonNeg

@@ -20,7 +20,8 @@ from cmstack.scenarios import legged
 from cmstack.scenarios._common import run_scenario
 out = {}
 for name, duration, sets in json.loads(sys.argv[2]):
-    m, _ = run_scenario(legged.NAME, legged.run, sets=sets + ["check_states=3"], duration=duration,
+    sets = sets + ["check_states=3", "check_random_states=3"]
+    m, _ = run_scenario(legged.NAME, legged.run, sets=sets, duration=duration,
                         out=sys.argv[1] + "/" + name, html=False, plots=False)
     out[name] = {k: m[k] for k in sorted(m) if not isinstance(m[k], (list, dict))}
 print(json.dumps(out))
@@ -88,13 +89,46 @@ def test_push(runs):
 
 def test_foot_lift(runs):
     """Three stance feet hold while the fourth swings: forces in the pyramids every step, no slip beyond 1 mm, the foot
-    reaches its height.  The landed stance is nearly level (its rows' smallest singular value ~1e-7 of the largest),
-    where Pinocchio's proximal solver and a KKT solve drift from our rigid dynamics (this run: 3.1e-3 and 1.4e-6 at
-    σ_min 3.8e-8; the default run: 3.0e-6 and 4.3e-7) while our v̇ satisfies the equations to 8e-11: that target is
-    checked on the other runs, the residual here.  (A faster lift, 0.2 s each way, gave one step of 950 with commanded
-    forces 20 N outside a pyramid, at the touchdown.)"""
+    reaches its height.  The dynamics target is met on the random assembled states (both stances: four feet and the
+    three of the swing).  The run's own landed stance is nearly level (its rows' smallest singular value ~1e-7 of the
+    largest), where Pinocchio's proximal solver and a KKT solve drift from our rigid dynamics (this run: 3.1e-3 and
+    1.4e-6 at σ_min 3.8e-8; the default run: 5.5e-6 and 6.4e-8) while our v̇ satisfies the equations to 8e-11: the
+    run's residual is checked here, and the drift is reported (``run_dynamics_vs_pinocchio_rel``), not targeted.
+    (A faster lift, 0.2 s each way, gave one step of 950 with commanded forces 20 N outside a pyramid, at the
+    touchdown.)"""
     m = runs["lift"]
-    _targets(m, skip=("base_pos_error_max_m", "dynamics_vs_pinocchio_rel"))
-    assert m["dynamics_residual_rel"] <= 1e-9, m["dynamics_residual_rel"]
+    _targets(m, skip=("base_pos_error_max_m",))
+    assert m["run_dynamics_residual_rel"] <= 1e-9, m["run_dynamics_residual_rel"]
+    assert m["run_stance_sigma_min_rel"] < 1e-5  # the ill-conditioned landed stance is met, and reported
     assert m["lift_height_reached_m"] == pytest.approx(0.03, abs=1e-3)
     assert m["swing_error_max_m"] <= 1e-3
+
+
+def test_dynamics_target_is_on_random_assembled_states_of_every_stance(monkeypatch):
+    """``dynamics_vs_pinocchio_rel`` is the issue's check: seeded random assembled states of the model, each with
+    every stance the scenario uses (four feet; the three of the swing), ours against ``pin.constraintDynamics``.  The
+    same seed gives the same numbers; the swing's stance is among those checked; a v̇ off by 1e-6 is seen."""
+    import numpy as np
+
+    from cmstack.models.robot import Robot
+    from cmstack.scenarios._common import default_config
+
+    cfg = default_config(legged.NAME)
+    stances = legged.scenario_stances(cfg)
+    assert stances == [cfg["feet"], [f for f in cfg["feet"] if f != cfg["lift_foot"]]]
+    robot = Robot.from_mjcf(cfg["model"])
+    a = legged.dynamics_random_check(robot, stances, 2, seed=7)
+    assert a == legged.dynamics_random_check(robot, stances, 2, seed=7)
+    assert 0.0 < a["dynamics_vs_pinocchio_rel"] <= 1e-9, a
+    assert a["dynamics_residual_rel"] <= 1e-9, a
+    assert 0.0 < a["dynamics_stance_sigma_min_rel"] < 1.0
+    ours = legged.contact_dynamics
+
+    def off(*args, **kw):
+        vd, f = ours(*args, **kw)
+        return vd * (1.0 + 1e-6), f
+
+    monkeypatch.setattr(legged, "contact_dynamics", off)
+    bad = legged.dynamics_random_check(robot, stances[:1], 1, seed=7)
+    assert bad["dynamics_vs_pinocchio_rel"] > 5e-7, bad
+    assert np.isfinite(bad["dynamics_vs_kkt_rel"])
