@@ -104,6 +104,101 @@ _PENDING = object()  # ``_T`` of a compiled closed-chain step, not formed yet
 __all__ = ["GAUSS", "UKStepInfo", "UdwadiaKalabaController", "udwadia_kalaba_closed_form"]
 
 
+def _level_specs(
+    constraints: Sequence[Task] | None,
+    tasks: Sequence[Task] | None,
+    omega: float | Sequence[float],
+    priority: str,
+    levels: Sequence | None,
+) -> tuple[Sequence, str]:
+    """The level specifications and the priority name: ``levels`` as given (priority "levels"), or built
+    from ``constraints`` (level 1 when given) and ``tasks`` with their weights ``omega`` ("weighted": the
+    tasks share Gauss' level; "strict": the tasks are a level of their own above Gauss')."""
+    if levels is not None:
+        if constraints or tasks:
+            raise ConfigError("give either levels=[...] or constraints/tasks, not both")
+        return levels, "levels"
+    if priority not in ("weighted", "strict"):
+        raise ConfigError(f"priority='{priority}' is not one of ['weighted', 'strict']")
+    constraints = list(constraints or [])
+    tasks = list(tasks or [])
+    om = np.broadcast_to(np.asarray(omega, dtype=float), (len(tasks),)).copy()
+    if np.any(~np.isfinite(om)) or np.any(om <= 0):
+        raise ConfigError(f"task weights omega must be finite and > 0, got {om.tolist()}")
+    weighted = [(t, w) for t, w in zip(tasks, om)]
+    top = [constraints] if constraints else []
+    if priority == "weighted":
+        return top + [weighted + [GAUSS]], priority
+    return top + ([weighted] if weighted else []) + [[GAUSS]], priority
+
+
+def _parsed_levels(levels: Sequence) -> list[_Level]:
+    """The parsed levels, Gauss' principle in the last one only (an empty Gauss level appended when no
+    level holds it)."""
+    lv = [_parse_level(L, k) for k, L in enumerate(levels)]
+    if not lv or not lv[-1].gauss:
+        if any(L.gauss for L in lv):
+            k = next(i for i, L in enumerate(lv) if L.gauss)
+            raise ConfigError(
+                f"GAUSS is in level {k + 1} of {len(lv)}; it must be in the last level "
+                "(it decides every remaining degree of freedom)"
+            )
+        lv.append(_Level([], np.zeros(0), np.zeros(0), True, 0))
+    if any(L.gauss for L in lv[:-1]):
+        raise ConfigError("GAUSS must be in the last level only")
+    return lv
+
+
+def _with_loops_on_top(lv: list[_Level], loops: list) -> list[_Level]:
+    """``lv`` with the robot's loop closures as a new unit-weight top level when the user placed none of
+    them; placed, they must all be in the first level (they are hard constraints)."""
+    placed = {id(task) for L in lv for task in L.tasks}
+    if loops and not all(id(c) in placed for c in loops):
+        if any(id(c) in placed for c in loops):
+            raise ConfigError(
+                "levels: give all of robot.loops in the first level, or none of them (they are "
+                "then the top level)"
+            )
+        ones = np.ones(len(loops))
+        return [_Level(list(loops), ones, ones.copy(), False, sum(c.dim for c in loops)), *lv]
+    if loops and not all(id(c) in {id(t) for t in lv[0].tasks} for c in loops):
+        raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
+    return lv
+
+
+def _loop_rows_in(top: _Level, loops: list) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, √ω): the indices of the loops' rows among the top level's stacked rows, and each row's √ω."""
+    loop_ids = {id(c) for c in loops}
+    idx: list[int] = []
+    scale: list[float] = []
+    i = 0
+    for task, sw in zip(top.tasks, top.sqrt_w):
+        if id(task) in loop_ids:
+            idx.extend(range(i, i + task.dim))
+            scale.extend([float(sw)] * task.dim)
+        i += task.dim
+    return np.array(idx, dtype=np.int64), np.array(scale, dtype=float)
+
+
+def _default_limits(robot: Robot, torque_limits: bool, passive: list[str]) -> list[Limit]:
+    """The limits when none are given: one ``EffortLimit`` on the actuated joints when ``torque_limits``
+    (each needs a positive finite effort limit in the model; a passive joint's torque is zero by the hard
+    condition, so it needs none), else none."""
+    if not torque_limits:
+        return []
+    tm = np.asarray(robot.effort_limit, dtype=float)
+    pset = set(passive)
+    act = [n for n in robot.joint_names if n not in pset]
+    bad = [n for n, x in zip(robot.joint_names, tm) if n not in pset and not (np.isfinite(x) and x > 0)]
+    if bad:
+        raise ConfigError(
+            f"torque_limits=true but joints {bad} have no positive finite effort limit in "
+            f"{robot.path.name} (actuated joints need one, passive joints do not); give "
+            "limits=[EffortLimit(robot, tau_max=...)] or limits=[]"
+        )
+    return [EffortLimit(robot, joints=act if pset else None)] if act else []
+
+
 class UdwadiaKalabaController(LevelSolver, Diagnostics):
     """τ = UK(t, q, v): strict levels of weighted tasks, Gauss' principle last, limits in every level.
 
@@ -151,74 +246,48 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
     ):
         self.robot = robot
         self.n = robot.nv
-        if levels is None:
-            if priority not in ("weighted", "strict"):
-                raise ConfigError(f"priority='{priority}' is not one of ['weighted', 'strict']")
-            constraints = list(constraints or [])
-            tasks = list(tasks or [])
-            om = np.broadcast_to(np.asarray(omega, dtype=float), (len(tasks),)).copy()
-            if np.any(~np.isfinite(om)) or np.any(om <= 0):
-                raise ConfigError(f"task weights omega must be finite and > 0, got {om.tolist()}")
-            weighted = [(t, w) for t, w in zip(tasks, om)]
-            if priority == "weighted":
-                levels = ([constraints] if constraints else []) + [weighted + [GAUSS]]
-            else:
-                levels = ([constraints] if constraints else []) + ([weighted] if weighted else []) + [[GAUSS]]
-        else:
-            if constraints or tasks:
-                raise ConfigError("give either levels=[...] or constraints/tasks, not both")
-            priority = "levels"
-        self.priority = priority
-        lv = [_parse_level(L, k) for k, L in enumerate(levels)]
-        if not lv or not lv[-1].gauss:
-            if any(L.gauss for L in lv):
-                k = next(i for i, L in enumerate(lv) if L.gauss)
-                raise ConfigError(
-                    f"GAUSS is in level {k + 1} of {len(lv)}; it must be in the last level "
-                    "(it decides every remaining degree of freedom)"
-                )
-            lv.append(_Level([], np.zeros(0), np.zeros(0), True, 0))
-        if any(L.gauss for L in lv[:-1]):
-            raise ConfigError("GAUSS must be in the last level only")
+        levels, self.priority = _level_specs(constraints, tasks, omega, priority, levels)
+        lv = _parsed_levels(levels)
         # closed chains (module docstring, "Closed chains"): the robot's loops are the top level unless the
         # user placed them; the passive joints get a hard zero-torque condition in that level
         self.loops = list(getattr(robot, "loops", []) or [])
-        placed = {id(task) for L in lv for task in L.tasks}
-        if self.loops and not all(id(c) in placed for c in self.loops):
-            if any(id(c) in placed for c in self.loops):
-                raise ConfigError(
-                    "levels: give all of robot.loops in the first level, or none of them (they are "
-                    "then the top level)"
-                )
-            lv.insert(
-                0,
-                _Level(
-                    list(self.loops),
-                    np.ones(len(self.loops)),
-                    np.ones(len(self.loops)),
-                    False,
-                    sum(c.dim for c in self.loops),
-                ),
-            )
-        elif self.loops and not all(id(c) in {id(t) for t in lv[0].tasks} for c in self.loops):
-            raise ConfigError("levels: robot.loops must be in the first level (they are hard constraints)")
+        lv = _with_loops_on_top(lv, self.loops)
         # where the loops' rows sit in level 1's rows (and their √ω), so a step reads them instead of recomputing
-        loop_ids = {id(c) for c in self.loops}
-        idx: list[int] = []
-        scale: list[float] = []
-        i = 0
-        for task, sw in zip(lv[0].tasks, lv[0].sqrt_w):
-            if id(task) in loop_ids:
-                idx.extend(range(i, i + task.dim))
-                scale.extend([float(sw)] * task.dim)
-            i += task.dim
-        self._loop_rows = np.array(idx, dtype=np.int64)
-        self._loop_scale = np.array(scale, dtype=float)
+        self._loop_rows, self._loop_scale = _loop_rows_in(lv[0], self.loops)
         names = list(getattr(robot, "passive_joints", []) or []) if passive is None else list(passive)
         self.passive_joints = names
         self._passive = np.asarray(robot.v_indices(names), dtype=int)  # (a ball joint: its 3 coordinates)
         if self._passive.size and len(lv) < 2:
             raise ConfigError("passive joints need a level above Gauss' (the zero-torque condition is hard)")
+        self._set_levels(lv)
+        if limits is None:
+            limits = _default_limits(robot, torque_limits, names)
+        self._set_limits(limits)
+        self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
+        self.eps_abs = float(eps_abs)
+        self.rank_tol = float(rank_tol)
+        self._sqrt_rank_tol = math.sqrt(self.rank_tol)
+        if not (isinstance(max_step_iters, int) and max_step_iters > 0):
+            raise ConfigError(f"max_step_iters must be an integer > 0, got {max_step_iters!r}")
+        self.max_step_iters = max_step_iters
+        self._qp = BoundedQP(eps_abs=self.eps_abs)
+        self._reset_step_state()
+        self.warn_free_dof = warn_free_dof
+        self._warned = False
+        # passive joints with the robot's loops: the plan's closed-chain step (``_uk_kernels.passive_level``)
+        self._plan = _FusedPlan.build(self) if fused else None
+        # the other limits' test on the compiled step's result (``models/limits.py: LimitCheck``), or None
+        P = self._plan
+        self._limcheck = (
+            LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
+        )
+        self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
+        self._t_last = 0.0  # t of the last step (``record``)
+
+    def _set_levels(self, lv: list[_Level]) -> None:
+        """The levels and what a step reads of them: the upper levels, the last (Gauss') level's pairs, the
+        single upper task (when one unit-weight task is the only upper level), and the former attributes
+        ``constraints`` (level 1 when there are several), ``tasks`` and ``omega``."""
         self.levels = lv
         self._upper = lv[:-1]
         self._final = lv[-1]
@@ -237,27 +306,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             else np.zeros(0)
         )
 
-        if limits is None:
-            limits = []
-            if torque_limits:
-                # effort bounds concern the actuated joints: a passive joint's torque is zero by the
-                # hard condition above, so a passive joint without an effort limit is not an error
-                tm = np.asarray(robot.effort_limit, dtype=float)
-                pset = set(names)
-                act = [n for n in robot.joint_names if n not in pset]
-                bad = [
-                    n
-                    for n, x in zip(robot.joint_names, tm)
-                    if n not in pset and not (np.isfinite(x) and x > 0)
-                ]
-                if bad:
-                    raise ConfigError(
-                        f"torque_limits=true but joints {bad} have no positive finite effort limit in "
-                        f"{robot.path.name} (actuated joints need one, passive joints do not); give "
-                        "limits=[EffortLimit(robot, tau_max=...)] or limits=[]"
-                    )
-                if act:
-                    limits = [EffortLimit(robot, joints=act if pset else None)]
+    def _set_limits(self, limits: Sequence[Limit]) -> None:
+        """Check that every entry of ``limits`` is a ``Limit`` and keep them, with their row count and
+        whether one bounds the effort."""
         for lim in limits:
             if not isinstance(lim, Limit):
                 raise ConfigError(
@@ -266,14 +317,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self.limits = list(limits)
         self.n_in = sum(lim.dim for lim in self.limits)
         self.torque_limits = any(isinstance(lim, EffortLimit) for lim in self.limits)
-        self.D = robot.damping.copy() if model_damping else np.zeros(robot.nv)
-        self.eps_abs = float(eps_abs)
-        self.rank_tol = float(rank_tol)
-        self._sqrt_rank_tol = math.sqrt(self.rank_tol)
-        if not (isinstance(max_step_iters, int) and max_step_iters > 0):
-            raise ConfigError(f"max_step_iters must be an integer > 0, got {max_step_iters!r}")
-        self.max_step_iters = max_step_iters
-        self._qp = BoundedQP(eps_abs=self.eps_abs)
+
+    def _reset_step_state(self) -> None:
+        """The step's bookkeeping before the first step: QP policy, counters, the info record, caches."""
         # cold starts: a step's QPs do not depend on the steps before (a warm start from the previous step's
         # result, penalties included, was no faster on the limited loops of bench/limits.py and made two
         # controllers fed the same states differ where a level met its cap)
@@ -291,17 +337,6 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         self._kin_buf: tuple | None = None  # (buffer, generation) of the last compiled step
         self.failures = 0  # steps whose QP stopped short of its tolerance (solution still used)
         self.cold_retries = 0  # warm-started QPs that failed and were solved again from a cold start
-        self.warn_free_dof = warn_free_dof
-        self._warned = False
-        # passive joints with the robot's loops: the plan's closed-chain step (``_uk_kernels.passive_level``)
-        self._plan = _FusedPlan.build(self) if fused else None
-        # the other limits' test on the compiled step's result (``models/limits.py: LimitCheck``), or None
-        P = self._plan
-        self._limcheck = (
-            LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
-        )
-        self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
-        self._t_last = 0.0  # t of the last step (``record``)
 
     # ------------------------------------------------------------------ compatibility
     @property

@@ -20,7 +20,62 @@ from cmstack.models.step_engine import (
 from cmstack.models.trajectory import CIRCLE_ROW
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+    from cmstack.controllers.uk_levels import _Level
+    from cmstack.models.robot import Robot
+
+#: one task of the plan in row order: (task, √ω scale, weight in H, 1 if in the final level)
+_Entry = tuple  # (Task, float, float, int)
+
+#: header slot (``_uk_kernels``) -> the part of the integer table whose offset it holds
+_I_OFFSETS = {
+    "O_TINT": "tint",
+    "O_FINT": "fint",
+    "O_PIDX": "pidx",
+    "O_EIDX": "eidx",
+    "O_PARENT": "parent",
+    "O_PAS": "pas",
+    "O_LROWS": "lrows",
+    "O_LVL": "lvl",
+    "O_PPIV": "ppiv",
+    "O_KEEP": "keep",
+}
+#: header slot (``_uk_kernels``) -> the part of the float table whose offset it holds
+_F_OFFSETS = {
+    "O_FPLACE": "fplace",
+    "O_FJ": "fJ",
+    "O_FVEC": "fvec",
+    "O_TFLT": "tflt",
+    "O_TGTH": "tgtH",
+    "O_TGTVA": "tgtVA",
+    "O_TCIRC": "tcirc",
+    "O_QREF": "qref",
+    "O_TBIAS": "tbias",
+    "O_TERR": "terr",
+    "O_WK": "wk",
+    "O_JPOSE": "jpose",
+    "O_INERT": "inert",
+    "O_GRAV": "grav",
+    "O_RNEA": "rnea",
+    "O_LSCALE": "lscale",
+    "O_JC": "Jc",
+    "O_CTOL": "ctol",
+    "O_PWORK": "pwork",
+    "O_SCR": "scr",
+    "O_PYAB": "pyab",
+}
+
+
+def _packed(sizes: dict[str, int], start: int) -> tuple[dict[str, int], int]:
+    """({part: offset}, total length) of the parts of ``sizes`` laid end to end after ``start`` entries."""
+    offsets, o = {}, start
+    for name, size in sizes.items():
+        offsets[name] = o
+        o += size
+    return offsets, o
 
 
 class _FusedPlan:
@@ -64,36 +119,134 @@ class _FusedPlan:
             return None
         return cls(ctl, _uk_kernels)
 
-    def __init__(self, ctl: UdwadiaKalabaController, K):
+    def __init__(self, ctl: UdwadiaKalabaController, K: ModuleType) -> None:
         self.step = K.uk_step
         robot, n = ctl.robot, ctl.n
         model = robot.model
-        # "absorbed": the last level is Gauss alone and the levels above it have more rows than there are
-        # degrees of freedom (e.g. a posture on every joint as the last strict level), so they cannot all
-        # be equalities of one KKT system.  The level before Gauss is then solved as the KKT's final level
-        # without Gauss (H = Σ ω AᵀA, no M).  When that H is positive definite the level's minimiser
-        # over the levels above is unique, so Gauss, strictly after it, has nothing left to decide and
-        # the solution is the strict one; otherwise (and whenever a limit is hit) the step takes the
-        # generic path (``_call_generic``), whose null-space solve such layouts needed every step.
-        # "closed": passive joints (with the robot's loops in level 1), ``_uk_kernels.passive_level``: level 1 gets
-        # the zero-torque rows in a gap of p rows after its own, every upper level loses its vanishing rows, and
-        # the torque sent is T (M v̇ + h + D v); never absorbed (the generic path's layout, row for row)
-        self.closed = bool(ctl._passive.size)
+        upper, entries, gap_after = self._layout(ctl)
         npas = int(ctl._passive.size)
-        self.absorbed = not self.closed and not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > n
+        slots = FrameSlots(model)  # the frames the tasks name (models/step_engine.py)
+        tint, tflt, pidx, bounds, row, n_py = self._task_tables(entries, gap_after, npas, slots.slot, K)
+        nt = len(entries)
+        width = max([6] + [int(r[5]) for r in tint])
+        m = self.m_up = sum(L.dim for L in upper) + (npas if self.closed else 0)
+        pas, lrows, lscale, lvl = self._closed_tables(ctl, upper)
+        nl = lrows.size
+        from cmstack.controllers.kernels import passive_work
+
+        pw_f, pw_i = passive_work(nl, pas.size) if self.closed else (0, 0)
+        nf, nj = len(slots), model.njoints - 1
+        eidx = self._kernel_effort(ctl)
+        # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
+        # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
+        n_keep = m + lvl.size if self.closed else 0
+        i_sizes = {
+            "tint": tint.size,
+            "fint": nf * (n + 1),
+            "pidx": len(pidx),
+            "eidx": eidx.size,
+            "parent": nj,
+            "pas": pas.size,
+            "lrows": nl,
+            "lvl": lvl.size,
+            "ppiv": pw_i,
+            "keep": n_keep,
+        }
+        f_sizes = {
+            "fplace": 16 * nf,
+            "fJ": 6 * n * nf,
+            "fvec": 24 * nf,
+            "tflt": 4 * nt,
+            "tgtH": 16 * nt,
+            "tgtVA": 12 * nt,
+            "tcirc": CIRCLE_ROW * nt,
+            "qref": 7 * len(pidx),
+            "tbias": width * nt,
+            "terr": width * nt,
+            "wk": K.kkt_work_size(n, m),
+            "jpose": 12 * (nj + 1),
+            "inert": 13 * nj,
+            "grav": 3,
+            "rnea": 18 * nj,
+            "lscale": nl,
+            "Jc": nl * n,
+            "ctol": 1,
+            "pwork": pw_f,
+            "scr": 4 * width + 9 + n,
+            "pyab": n_py * (n + 1),
+        }
+        self._off_i, i_len = _packed(i_sizes, K.HEADER)
+        self._off_f, f_len = _packed(f_sizes, 2)
+        self.I = np.zeros(i_len, dtype=np.int64)
+        self.F = np.zeros(f_len)
+        sizes = (n, nt, nf, nj, m, row, width, len(pidx), eidx.size, K.kkt_work_size(n, m))
+        self._write_header(K, sizes, pas.size, nl, lvl.size, n_py)
+        self._fill_tables(ctl, slots, (tint, tflt, pidx, eidx), (pas, lrows, lscale, lvl))
+        self._bind_float_views(K, robot, slots, n, m, nt, width, len(pidx), n_py)
+        # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
+        self.ab_shape = (row, n + 1)
+        self.o_out = 3 * n + n * n
+        self.o_ab = self.o_out + 3 * n + m
+        # closed: the loop reaction λ, then the kept rows of each upper level, last
+        self.buf_len = self.o_ab + row * (n + 1) + nl + lvl.size
+        self.sl_x, self.sl_tau = slice(self.o_out, self.o_out + n), slice(self.o_out + n, self.o_out + 2 * n)
+        self.plain = not self.other_limits  # no limit beside the kernel's effort limit
+        self.n = n
+        self.data = None
+        self.ptr: np.ndarray | None = None
+        self.D: np.ndarray | None = None
+        self.tmax: np.ndarray | None = None
+        self.version = -1  # models._params.version when the gains and targets were copied
+        self.traj_tasks: list = []  # frame tasks whose target is sampled in Python every step
+        self.traj_joints: list = []  # joint trajectory tasks sampled in Python every step (not a Sinusoid)
+        self.sampled = False  # traj_tasks or traj_joints (``sample`` runs each step)
+        # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
+        self._levels, i = [], 0
+        for L in upper:
+            j = i + L.dim
+            self._levels.append((i, j))
+            i = j
+        self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
+        self._table_views = self._find_views()
+
+    def _layout(self, ctl: UdwadiaKalabaController) -> tuple[list[_Level], list[_Entry], int]:
+        """(upper levels, entries, gap_after): the levels the KKT holds as equalities, every task in row
+        order as (task, √ω scale, weight in H, 1 if in the final level), and the entry before which the
+        passive joints' zero-torque rows open a gap in level 1 (−1: none).  Sets ``closed``, ``absorbed``
+        and ``absorbed_sqrt_w``.
+
+        "absorbed": the last level is Gauss alone and the levels above it have more rows than there are
+        degrees of freedom (e.g. a posture on every joint as the last strict level), so they cannot all
+        be equalities of one KKT system.  The level before Gauss is then solved as the KKT's final level
+        without Gauss (H = Σ ω AᵀA, no M).  When that H is positive definite the level's minimiser
+        over the levels above is unique, so Gauss, strictly after it, has nothing left to decide and
+        the solution is the strict one; otherwise (and whenever a limit is hit) the step takes the
+        generic path (``_call_generic``), whose null-space solve such layouts needed every step.
+        "closed": passive joints (with the robot's loops in level 1), ``_uk_kernels.passive_level``: level 1 gets
+        the zero-torque rows in a gap of p rows after its own, every upper level loses its vanishing rows, and
+        the torque sent is T (M v̇ + h + D v); never absorbed (the generic path's layout, row for row)."""
+        self.closed = bool(ctl._passive.size)
+        self.absorbed = not self.closed and not ctl._final.tasks and len(ctl._upper) >= 1 and ctl.n_eq > ctl.n
         upper = ctl._upper[:-1] if self.absorbed else ctl._upper
         last = ctl._upper[-1] if self.absorbed else ctl._final
         entries = [(task, float(sw), 0.0, 0) for L in upper for task, sw in zip(L.tasks, L.sqrt_w)]
         gap_after = len(upper[0].tasks) if self.closed else -1  # the entry before which the gap opens
         entries += [(task, 1.0, float(w), 1) for task, w in zip(last.tasks, last.weights)]
         self.absorbed_sqrt_w = np.repeat(last.sqrt_w, [t.dim for t in last.tasks]) if self.absorbed else None
-        slots = FrameSlots(model)  # the frames the tasks name (models/step_engine.py)
-        slot = slots.slot
+        return upper, entries, gap_after
 
+    def _task_tables(
+        self, entries: list[_Entry], gap_after: int, npas: int, slot: Callable[[int], int], K: ModuleType
+    ) -> tuple[np.ndarray, np.ndarray, list[int], list[tuple[int, int]], int, int]:
+        """(tint, tflt, pidx, bounds, rows, n_py): each entry's integer row (kind, frame slots a b, first row,
+        first selected row, rows, offset, final) and float row (k_p, k_d, √ω scale, weight), the joint
+        indices of the joint-space tasks, each entry's row range, the stacked row count (the passive gap
+        included) and the Python-filled rows.  Sorts the tasks into ``postures``, ``frame_tasks``,
+        ``joint_trajs``, ``task_items``, ``integrals`` and ``py_tasks``."""
         nt = len(entries)
         tint = np.zeros((nt, 8), dtype=np.int64)
         tflt = np.zeros((nt, 4))
-        pidx: list = []
+        pidx: list[int] = []
         self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
         self.joint_trajs: list = []  # (entry, first, stop in pidx, task) of the joint trajectory tasks
         self.py_tasks: list = []  # (A, b views of the table pyab, task) of the tasks whose rows Python fills
@@ -137,19 +290,25 @@ class _FusedPlan:
             row += nsel
         if self.closed and gap_after == len(entries):
             row += npas  # level 1 is the only upper level and Gauss has no task
-        width = max([6] + [int(r[5]) for r in tint])
-        m = self.m_up = sum(L.dim for L in upper) + (npas if self.closed else 0)
-        # the closed-chain tables: passive joints, the loops' rows in level 1 and their √ω, the upper levels' sizes
-        pas = np.ascontiguousarray(ctl._passive, dtype=np.int64) if self.closed else np.zeros(0, np.int64)
-        lrows = ctl._loop_rows.astype(np.int64) if self.closed else np.zeros(0, np.int64)
-        lscale = ctl._loop_scale.astype(float) if self.closed else np.zeros(0)
-        lvl = np.array([L.dim for L in upper], dtype=np.int64) if self.closed else np.zeros(0, np.int64)
-        nl = lrows.size
-        from cmstack.controllers.kernels import passive_work
+        return tint, tflt, pidx, bounds, row, n_py
 
-        pw_f, pw_i = passive_work(nl, pas.size) if self.closed else (0, 0)
-        nf, nj = len(slots), model.njoints - 1
-        # the effort limit checked in the kernel: an EffortLimit whose bounds are EffortLimit's own
+    def _closed_tables(
+        self, ctl: UdwadiaKalabaController, upper: list[_Level]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The closed-chain tables (empty unless ``closed``): the passive joints, the loops' rows in level 1
+        and their √ω, the upper levels' sizes."""
+        if not self.closed:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        return (
+            np.ascontiguousarray(ctl._passive, dtype=np.int64),
+            ctl._loop_rows.astype(np.int64),
+            ctl._loop_scale.astype(float),
+            np.array([L.dim for L in upper], dtype=np.int64),
+        )
+
+    def _kernel_effort(self, ctl: UdwadiaKalabaController) -> np.ndarray:
+        """The joint indices of the effort limit checked in the kernel (``effort``: the first
+        ``EffortLimit`` whose bounds are EffortLimit's own); the other limits are ``other_limits``."""
         efforts = [
             lim
             for lim in ctl.limits
@@ -158,226 +317,120 @@ class _FusedPlan:
             and type(lim).violated is EffortLimit.violated
         ]
         self.effort = efforts[0] if efforts else None
-        eidx = np.ascontiguousarray(self.effort.idx, dtype=np.int64) if self.effort else np.zeros(0, np.int64)
         self.other_limits = [lim for lim in ctl.limits if lim is not self.effort]
-        # the two tables the kernel reads (``_uk_kernels.uk_step``): a header of sizes and offsets, then
-        # every table; the plan's arrays below are views into them, so writing one is what the kernel reads
-        n_keep = m + lvl.size if self.closed else 0
-        I_len = (
-            K.HEADER
-            + tint.size
-            + nf * (n + 1)
-            + len(pidx)
-            + eidx.size
-            + nj
-            + pas.size
-            + nl
-            + lvl.size
-            + pw_i
-            + n_keep
-        )
-        F_sizes = [
-            ("fplace", 16 * nf),
-            ("fJ", 6 * n * nf),
-            ("fvec", 24 * nf),
-            ("tflt", 4 * nt),
-            ("tgtH", 16 * nt),
-            ("tgtVA", 12 * nt),
-            ("tcirc", CIRCLE_ROW * nt),
-            ("qref", 7 * len(pidx)),
-            ("tbias", width * nt),
-            ("terr", width * nt),
-            ("wk", K.kkt_work_size(n, m)),
-            ("jpose", 12 * (nj + 1)),
-            ("inert", 13 * nj),
-            ("grav", 3),
-            ("rnea", 18 * nj),
-            ("lscale", nl),
-            ("Jc", nl * n),
-            ("ctol", 1),
-            ("pwork", pw_f),
-            ("scr", 4 * width + 9 + n),
-            ("pyab", n_py * (n + 1)),
-        ]
-        self.I = np.zeros(I_len, dtype=np.int64)
-        self.F = np.zeros(2 + sum(k for _, k in F_sizes))
-        I, F = self.I, self.F
-        off_f, o = {}, 2
-        for name, size in F_sizes:
-            off_f[name] = o
-            o += size
+        if self.effort is None:
+            return np.zeros(0, np.int64)
+        return np.ascontiguousarray(self.effort.idx, dtype=np.int64)
 
-        def fview(name, shape):
-            o = off_f[name]
-            return F[o : o + int(np.prod(shape))].reshape(shape)
-
-        o = K.HEADER
-        off_i = {}
-        for name, size in (
-            ("tint", tint.size),
-            ("fint", nf * (n + 1)),
-            ("pidx", len(pidx)),
-            ("eidx", eidx.size),
-            ("parent", nj),
-            ("pas", pas.size),
-            ("lrows", nl),
-            ("lvl", lvl.size),
-            ("ppiv", pw_i),
-            ("keep", n_keep),
-        ):
-            off_i[name] = o
-            o += size
+    def _write_header(
+        self, K: ModuleType, sizes: tuple[int, ...], n_pas: int, n_lrows: int, n_lvl: int, n_py: int
+    ) -> None:
+        """The integer table's header (``_uk_kernels``: N … O_KEEP, O_PYAB, N_PYAB): the sizes
+        (n, tasks, frames, joints, upper rows, rows, width, pidx, eidx, work) and every table's offset."""
+        I, off_i, off_f = self.I, self._off_i, self._off_f
+        n, nt, nf, nj, m, row, width, n_pidx, n_eidx, n_wk = sizes
         I[[K.N, K.NT, K.NF, K.NJ, K.M_UP, K.NROWS, K.WIDTH]] = n, nt, nf, nj, m, row, width
-        I[[K.O_TINT, K.O_FINT, K.O_PIDX, K.N_PIDX, K.O_EIDX, K.N_EIDX]] = (
-            off_i["tint"],
-            off_i["fint"],
-            off_i["pidx"],
-            len(pidx),
-            off_i["eidx"],
-            eidx.size,
-        )
-        I[
-            [
-                K.O_FPLACE,
-                K.O_FJ,
-                K.O_FVEC,
-                K.O_TFLT,
-                K.O_TGTH,
-                K.O_TGTVA,
-                K.O_TCIRC,
-                K.O_QREF,
-                K.O_TBIAS,
-                K.O_TERR,
-                K.O_WK,
-                K.N_WK,
-                K.O_JPOSE,
-            ]
-        ] = (
-            off_f["fplace"],
-            off_f["fJ"],
-            off_f["fvec"],
-            off_f["tflt"],
-            off_f["tgtH"],
-            off_f["tgtVA"],
-            off_f["tcirc"],
-            off_f["qref"],
-            off_f["tbias"],
-            off_f["terr"],
-            off_f["wk"],
-            K.kkt_work_size(n, m),
-            off_f["jpose"],
-        )
-        I[[K.O_PARENT, K.O_INERT, K.O_GRAV, K.O_RNEA]] = (
-            off_i["parent"],
-            off_f["inert"],
-            off_f["grav"],
-            off_f["rnea"],
-        )
-        I[[K.O_PAS, K.N_PAS, K.O_LROWS, K.N_LROWS, K.O_LVL, K.N_LVL]] = (
-            off_i["pas"],
-            pas.size,
-            off_i["lrows"],
-            nl,
-            off_i["lvl"],
-            lvl.size,
-        )
-        I[[K.O_PYAB, K.N_PYAB]] = off_f["pyab"], n_py
-        I[[K.O_LSCALE, K.O_JC, K.O_CTOL, K.O_PWORK, K.O_PPIV, K.O_SCR, K.O_KEEP]] = (
-            off_f["lscale"],
-            off_f["Jc"],
-            off_f["ctol"],
-            off_f["pwork"],
-            off_i["ppiv"],
-            off_f["scr"],
-            off_i["keep"],
-        )
+        counts = {K.N_PIDX: n_pidx, K.N_EIDX: n_eidx, K.N_WK: n_wk, K.N_PAS: n_pas, K.N_LROWS: n_lrows}
+        counts.update({K.N_LVL: n_lvl, K.N_PYAB: n_py})
+        for slot, value in counts.items():
+            I[slot] = value
+        for name, table in _I_OFFSETS.items():
+            I[getattr(K, name)] = off_i[table]
+        for name, table in _F_OFFSETS.items():
+            I[getattr(K, name)] = off_f[table]
 
-        def iview(name, shape):
-            o = off_i[name]
-            return I[o : o + int(np.prod(shape))].reshape(shape)
+    def _iview(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """The integer table's part ``name`` as an array of ``shape`` (a view: the kernel reads what is written)."""
+        o = self._off_i[name]
+        return self.I[o : o + int(np.prod(shape))].reshape(shape)
 
-        self.tint = iview("tint", (nt, 8))
+    def _fview(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """The float table's part ``name`` as an array of ``shape`` (a view: the kernel reads what is written)."""
+        o = self._off_f[name]
+        return self.F[o : o + int(np.prod(shape))].reshape(shape)
+
+    def _fill_tables(
+        self,
+        ctl: UdwadiaKalabaController,
+        slots: FrameSlots,
+        tasks: tuple[np.ndarray, np.ndarray, list[int], np.ndarray],
+        closed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """Copy the task tables (tint, tflt, pidx, eidx), the frame slots and the closed-chain tables (pas,
+        lrows, lscale, lvl) into I and F, keeping the views the step writes or reads later."""
+        tint, tflt, pidx, eidx = tasks
+        pas, lrows, lscale, lvl = closed
+        nt, nf, nl, n = len(tint), len(slots), lrows.size, ctl.n
+        self.tint = self._iview("tint", (nt, 8))
         self.tint[:] = tint
-        self.fint = iview("fint", (nf, n + 1))
+        self.fint = self._iview("fint", (nf, n + 1))
         self.fint[:] = slots.fint
-        self.pidx = iview("pidx", (len(pidx),))
+        self.pidx = self._iview("pidx", (len(pidx),))
         self.pidx[:] = pidx
-        self.eidx = iview("eidx", (eidx.size,))
+        self.eidx = self._iview("eidx", (eidx.size,))
         self.eidx[:] = eidx
-        iview("pas", (pas.size,))[:] = pas
-        iview("lrows", (nl,))[:] = lrows
-        iview("lvl", (lvl.size,))[:] = lvl
-        fview("lscale", (nl,))[:] = lscale
-        fview("ctol", (1,))[0] = ctl.rank_tol
-        # the last step's loops' rows J_c (``passive_level`` writes them): its torque map T, on demand (``torque_map``)
-        self._jc = (
-            off_f["Jc"],
-            nl,
-            n,
-        )  # read from F itself (``torque_map``): a pickled plan's views are copies
+        self._iview("pas", (pas.size,))[:] = pas
+        self._iview("lrows", (nl,))[:] = lrows
+        self._iview("lvl", (lvl.size,))[:] = lvl
+        self._fview("lscale", (nl,))[:] = lscale
+        self._fview("ctol", (1,))[0] = ctl.rank_tol
+        # the last step's loops' rows J_c (``passive_level`` writes them): its torque map T, on demand
+        # (``torque_map``), read from F itself: a pickled plan's views are copies
+        self._jc = (self._off_f["Jc"], nl, n)
         self.passive = pas
         self.rank_tol = float(ctl.rank_tol)
         self.n_levels = lvl.size
         self.n_loop_rows = nl
+        self.tflt = self._fview("tflt", (nt, 4))
+        self.tflt[:] = tflt
+
+    def _bind_float_views(
+        self,
+        K: ModuleType,
+        robot: Robot,
+        slots: FrameSlots,
+        n: int,
+        m: int,
+        nt: int,
+        width: int,
+        n_pidx: int,
+        n_py: int,
+    ) -> None:
+        """The float table's views the step and Python share: the Python rows' table (``PythonRows``), the
+        frames' placements, Jacobians and vectors, the targets, biases and errors of the tasks, the joint
+        references, the joints' pose table, the bodies of the kernel's h, the KKT work and Gauss' weight."""
+        nf, nj = len(slots), robot.model.njoints - 1
         # the Python rows' table: (A view, b view, task) of each task of kind PYTHON (``step_engine.PythonRows``)
-        pyab = fview("pyab", (n_py, n + 1))
+        pyab = self._fview("pyab", (n_py, n + 1))
         self.pyab = pyab
         self._py_rows = self.py_tasks  # (first row in pyab, stop, task): made views again after unpickling
         self.python = PythonRows(robot, [(pyab[i:j, :n], pyab[i:j, n], task) for i, j, task in self._py_rows])
         self.py_tasks = self.python.entries
-        self.tflt = fview("tflt", (nt, 4))
-        self.tflt[:] = tflt
-        self.fplace = fview("fplace", (nf, 4, 4))
+        self.fplace = self._fview("fplace", (nf, 4, 4))
         self.fplace[:] = slots.fplace
-        self.tbias = fview("tbias", (nt, width))  # β = K_i z of the tasks with integral action
-        self.terr = fview("terr", (nt, width))  # every task's pose error, written by the kernel
-        self.qref = fview(
-            "qref", (7 * len(pidx),)
-        )  # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
-        self.jref = self.qref.reshape(7, len(pidx))
-        self.fJ = fview("fJ", (nf, 6, n))
-        self.fvec = fview("fvec", (nf, 24))
-        self.tgtH = fview("tgtH", (nt, 4, 4))
-        self.tgtVA = fview("tgtVA", (nt, 12))
-        self.tcirc = fview("tcirc", (nt, CIRCLE_ROW))
-        self.jpose = fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
+        self.tbias = self._fview("tbias", (nt, width))  # β = K_i z of the tasks with integral action
+        self.terr = self._fview("terr", (nt, width))  # every task's pose error, written by the kernel
+        # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
+        self.qref = self._fview("qref", (7 * n_pidx,))
+        self.jref = self.qref.reshape(7, n_pidx)
+        self.fJ = self._fview("fJ", (nf, 6, n))
+        self.fvec = self._fview("fvec", (nf, 24))
+        self.tgtH = self._fview("tgtH", (nt, 4, 4))
+        self.tgtVA = self._fview("tgtVA", (nt, 12))
+        self.tcirc = self._fview("tcirc", (nt, CIRCLE_ROW))
+        self.jpose = self._fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
         self.jpose[:] = slots.joint_pose_table()
         # the bodies for the kernel's h (``_uk_kernels.bias_forces``, ``step_engine.body_tables``)
-        self.parent = iview("parent", (nj,))
-        self.inert = fview("inert", (nj, 13))
-        self.parent[:], self.inert[:], fview("grav", (3,))[:] = body_tables(model)
-        self.wk = fview("wk", (K.kkt_work_size(n, m),))
+        self.parent = self._iview("parent", (nj,))
+        self.inert = self._fview("inert", (nj, 13))
+        self.parent[:], self.inert[:], self._fview("grav", (3,))[:] = body_tables(robot.model)
+        self.wk = self._fview("wk", (K.kkt_work_size(n, m),))
         self.H = self.wk[: n * n].reshape(n, n)
         self.r = self.wk[n * n : n * n + n]
         self.gauss = 0.0 if self.absorbed else 1.0
-        F[0] = self.gauss
+        self.F[0] = self.gauss
         self.joint_ids = slots.joint_ids
         self.frame_index = slots.index  # {frame id: its row in fJ, fvec} (``StepRecord``)
-        # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
-        self.ab_shape = (row, n + 1)
-        self.o_out = 3 * n + n * n
-        self.o_ab = self.o_out + 3 * n + m
-        # closed: the loop reaction λ, then the kept rows of each upper level, last
-        self.buf_len = self.o_ab + row * (n + 1) + nl + lvl.size
-        self.sl_x, self.sl_tau = slice(self.o_out, self.o_out + n), slice(self.o_out + n, self.o_out + 2 * n)
-        self.plain = not self.other_limits  # no limit beside the kernel's effort limit
-        self.n = n
-        self.data = None
-        self.ptr: np.ndarray | None = None
-        self.D: np.ndarray | None = None
-        self.tmax: np.ndarray | None = None
-        self.version = -1  # models._params.version when the gains and targets were copied
-        self.traj_tasks: list = []  # frame tasks whose target is sampled in Python every step
-        self.traj_joints: list = []  # joint trajectory tasks sampled in Python every step (not a Sinusoid)
-        self.sampled = False  # traj_tasks or traj_joints (``sample`` runs each step)
-        # row ranges of each upper level and of each last-level task (for the fallbacks and forces)
-        self._levels, i = [], 0
-        for L in upper:
-            j = i + L.dim
-            self._levels.append((i, j))
-            i = j
-        self._final = [(bounds[k][0], bounds[k][1], entries[k][2]) for k in range(nt) if entries[k][3]]
-        self._table_views = self._find_views()
 
     def _find_views(self) -> dict:
         """{attribute: (table, byte offset, shape, strides)} of every attribute that is a view into I or F (what
