@@ -463,6 +463,41 @@ def dynamics_check(robot: Robot, L, contacts, n_states: int) -> dict:
     return out
 
 
+def plant_vs_rigid(robot: Robot, plant: MujocoPlant, L, contacts, n_states: int) -> float:
+    """The MuJoCo plant against the rigid model the law uses: on ``n_states`` logged states, the plant's q̈ from
+    ``mj_forward`` at its logged qpos, qvel and the logged torque (its soft contacts and loops as the file and the
+    plant set them) against ``contact_dynamics`` at the same state with the loops and the step's stance held rigid
+    (each stance foot anchored where it is); MuJoCo's q̈ in Pinocchio's coordinates: the hinges as they are, the free
+    joint's angular part as it is (body axes in both), its linear part v̇_l = Rᵀ ü − ω × v_l (MuJoCo's ü: the body
+    origin's acceleration in world axes; v_l = Rᵀ u, Pinocchio's).  Returns the median of ‖q̈_MuJoCo − q̈_rigid‖ /
+    ‖q̈_rigid‖ (NaN without states)."""
+    if n_states == 0:
+        return float("nan")
+    mj = mujoco.MjData(plant.model)
+    m = plant.map
+    cm = m.coords
+    rows = np.unique(np.linspace(0, len(L["t"]) - 1, n_states).astype(int))
+    rel = []
+    for k in rows:
+        q, v, tau = L["q"][k], L["v"][k], L["tau"][k]
+        mj.qpos[:], mj.qvel[:] = L["plant_qpos"][k], L["plant_qvel"][k]
+        mj.ctrl[:] = 0.0
+        mj.ctrl[m.act[m.actuated]] = tau[m.actuated] / m.gear[m.actuated]
+        mj.xfrc_applied[:] = 0.0
+        mujoco.mj_forward(plant.model, mj)
+        a_mj = mj.qacc[cm.vsel].copy()
+        for iq, iv in zip(cm.free_q.tolist(), cm.free_v.tolist()):
+            R = pin.Quaternion(q[iq + 6], *q[iq + 3 : iq + 6]).toRotationMatrix()
+            a_mj[iv : iv + 3] = R.T @ a_mj[iv : iv + 3] - np.cross(v[iv + 3 : iv + 6], v[iv : iv + 3])
+        kin = robot.update(q, v)
+        stance = [PointContact(robot, c.frame) for c, on in zip(contacts, L["active"][k]) if on > 0.5]
+        for c in stance:
+            c.set_active(True, c.position(kin))
+        a, _ = contact_dynamics(robot, q, v, tau, stance)
+        rel.append(float(np.linalg.norm(a_mj - a) / max(float(np.linalg.norm(a)), 1e-12)))
+    return float(np.median(rel))
+
+
 def run(ctx) -> Outcome:
     cfg = ctx.cfg
     robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
@@ -518,6 +553,7 @@ def run(ctx) -> Outcome:
             v=v,
             tau=tau,
             plant_qpos=plant.data.qpos,
+            plant_qvel=plant.data.qvel,
             base=Tb.translation,
             base_ref=Tr.translation,
             base_pos_error=float(np.linalg.norm(Tr.translation - Tb.translation)),
@@ -590,6 +626,7 @@ def run(ctx) -> Outcome:
     )
     dyn_m.update(dynamics_check(robot, L, contacts, cfg["check_states"]))
     dyn = dyn_m["dynamics_vs_pinocchio_rel"]
+    dyn_m["plant_vs_rigid_qacc_rel"] = plant_vs_rigid(robot, plant, L, contacts, cfg["check_states"])
     m = dict(
         model=str(cfg["model"]),
         base_pos_error_max_m=float(L["base_pos_error"][circle].max()) if circle.any() else float("nan"),
@@ -651,6 +688,7 @@ def run(ctx) -> Outcome:
         Row("run_dynamics_vs_kkt_rel", dyn_m["run_dynamics_vs_kkt_rel"]),
         Row("run_dynamics_residual_rel", dyn_m["run_dynamics_residual_rel"]),
         Row("run_stance_sigma_min_rel", dyn_m["run_stance_sigma_min_rel"]),
+        Row("plant_vs_rigid_qacc_rel", dyn_m["plant_vs_rigid_qacc_rel"]),
         Row("fell", fell, None, "== false", not fell),
         Row("control_step_us_median", m["control_step_us_median"]),
         Row("swing_error_max_m", m["swing_error_max_m"]),
