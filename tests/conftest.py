@@ -101,3 +101,16 @@ def _pinocchio_seeded():
     import pinocchio as pin
 
     pin.seed(0)
+
+
+@pytest.fixture(scope="session")
+def typecheck(tmp_path_factory):
+    """The one mypy run of the typing tests (tests/_mypy.py): run by the first test that needs it, read
+    by the others; under pytest-xdist the workers share it through the session's temporary directory."""
+    pytest.importorskip("mypy")
+    from _mypy import shared_typecheck
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # .../pytest-N/popen-gwK: pytest-N is this session's
+        base = base.parent
+    return shared_typecheck(base / "cmstack-typecheck")

@@ -1,15 +1,7 @@
 """Static conformance of every plant and controller to the protocols (mypy, when installed): the
 checked module assigns each class to its protocol; a model class assigned to a protocol must fail."""
 
-import textwrap
-from pathlib import Path
-
 import pytest
-
-pytest.importorskip("mypy")
-from _mypy import mypy  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = """
 from cmstack.controllers.base import Controller, ReportsErrors, SensesPlant
@@ -49,21 +41,13 @@ def g(m: PartitionModel) -> Controller:
 """
 
 
-def _mypy(tmp_path, name, src):
-    pkg = tmp_path / "tree" / "cmstack"  # the package as installed (package-dir mapping), by links
-    if not pkg.exists():
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").symlink_to(ROOT / "cmstack" / "__init__.py")
-        for d in ("models", "controllers", "sim", "scenarios", "bench"):
-            (pkg / d).symlink_to(ROOT / d)
-    f = tmp_path / f"{name}.py"
-    f.write_text(textwrap.dedent(src))
-    return mypy(f, tree=tmp_path / "tree", cache=tmp_path / "cache", cwd=tmp_path)
+#: checked by the typing tests' one mypy run (tests/_mypy.py), each file on its own merits
+MYPY_FILES = {"protocols_good.py": GOOD, "protocols_bad.py": BAD}
 
 
 @pytest.mark.slow
-def test_plants_and_controllers_conform_statically(tmp_path):
-    good = _mypy(tmp_path, "good", GOOD)
-    assert good.returncode == 0, good.stdout + good.stderr
-    bad = _mypy(tmp_path, "bad", BAD)
-    assert bad.returncode == 1 and bad.stdout.count("Incompatible return value") == 2, bad.stdout
+def test_plants_and_controllers_conform_statically(typecheck):
+    assert typecheck.returncode in (0, 1) and typecheck.checked > 0, typecheck.describe()  # mypy ran
+    assert typecheck.errors_in("protocols_good.py") == [], typecheck.describe()
+    bad = typecheck.errors_in("protocols_bad.py")
+    assert len(bad) == 2 and all("Incompatible return value" in e for e in bad), bad

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 
-import _mypy
 import pytest
 
 import cmstack
@@ -172,29 +172,22 @@ def f(plant, ctrl) -> None:
 """
 
 
+#: checked by the typing tests' one mypy run (tests/_mypy.py), each file on its own merits
+MYPY_FILES = {"api_good.py": GOOD, "api_bad.py": BAD}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MYPY_PATHS = [EXAMPLES / "panda_circle.py", EXAMPLES / "dual_panda_carry.py"]
+
+
 @pytest.mark.slow
-def test_public_api_type_checks(tmp_path):
+def test_public_api_type_checks(typecheck):
     """A program written against the public namespaces type-checks (mypy), the two examples too; a wrong
     name (an alias that is gone, a law that does not exist) or a wrongly typed argument does not."""
-    from pathlib import Path
-
-    pytest.importorskip("mypy")
-    from test_import_contract import installed_tree
-
-    tree = installed_tree(tmp_path / "tree")
-    examples = Path(__file__).resolve().parents[1] / "examples"
-    (tmp_path / "good.py").write_text(GOOD, encoding="utf-8")
-    (tmp_path / "bad.py").write_text(BAD, encoding="utf-8")
-
-    def mypy(*files):
-        return _mypy.mypy(*files, tree=tree, cache=tmp_path / "cache", cwd=tmp_path, timeout=600)
-
-    good = mypy(tmp_path / "good.py", examples / "panda_circle.py", examples / "dual_panda_carry.py")
-    assert good.returncode == 0, good.stdout + good.stderr
-    bad = mypy(tmp_path / "bad.py")
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert 'Module "cmstack.controllers" has no attribute "UKController"' in bad.stdout, bad.stdout
-    assert 'Module "cmstack.tasks" has no attribute "circle_trajectory"' in bad.stdout, bad.stdout
-    assert 'Argument "duration" to "simulate" has incompatible type "str"; expected "float"' in bad.stdout, (
-        bad.stdout
-    )
+    assert typecheck.returncode in (0, 1) and typecheck.checked > 0, typecheck.describe()  # mypy ran
+    for good in ("api_good.py", *(p.name for p in MYPY_PATHS)):
+        assert typecheck.errors_in(good) == [], (good, typecheck.describe())
+    bad = typecheck.errors_in("api_bad.py")
+    assert 'Module "cmstack.controllers" has no attribute "UKController"' in "\n".join(bad), bad
+    assert 'Module "cmstack.tasks" has no attribute "circle_trajectory"' in "\n".join(bad), bad
+    assert 'Argument "duration" to "simulate" has incompatible type "str"; expected "float"' in "\n".join(
+        bad
+    ), bad
