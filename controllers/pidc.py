@@ -250,6 +250,42 @@ class PIDC:
             getattr(self.c, "rows_from", None) if getattr(self.c, "robot", None) is robot else None
         )
         n = robot.nv
+        self._set_coordinates(coords, reference, kp, kv)
+        self._set_actuation(list(passive), weights, force)
+        self.stabilize = bool(stabilize)
+        self._closures = list(getattr(self.c, "closures", None) or [self.c])
+        if self.stabilize and not all(isinstance(c, Task) for c in self._closures):
+            raise ConfigError(
+                "PIDC: stabilize=True needs a constraint of loop closures (tasks: their compute rows)"
+            )
+        self.null_damping = float(null_damping)
+        if not (math.isfinite(self.null_damping) and self.null_damping >= 0):
+            raise ConfigError(f"PIDC: null_damping must be a finite number >= 0, got {null_damping!r}")
+        self.qp = bool(qp)
+        if on_unsolvable not in ("report", "raise"):
+            raise ConfigError(f"on_unsolvable='{on_unsolvable}' is not 'report' or 'raise'")
+        self.on_unsolvable = on_unsolvable
+        self.tau_max = np.asarray(robot.effort_limit if torque_limits is None else torque_limits, dtype=float)
+        self.tau_max = np.broadcast_to(self.tau_max, (n,)).copy()
+        if self.qp and np.any(~(self.tau_max[self.actuated] > 0)):
+            raise ConfigError(
+                f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}"
+            )
+        self.rank_tol, self.solve_tol, self.eps_reg = float(rank_tol), float(solve_tol), float(eps_reg)
+        self.D = robot.damping.copy() if model_damping else np.zeros(n)
+        self._reset_step_state()
+        self._choose_step(constraint)
+
+    def _set_coordinates(
+        self,
+        coords: Task | Sequence[Task] | Sequence[str],
+        reference: Any,
+        kp: ArrayLike | None,
+        kv: ArrayLike | None,
+    ) -> None:
+        """The independent coordinates: task coordinates (``tasks``, following their own trajectories and
+        gains) or joint coordinates (``coords`` names, the selection S, ``ref`` and the gains kp, kv)."""
+        robot, n = self.robot, self.robot.nv
         if isinstance(coords, Task) or (
             isinstance(coords, (list, tuple)) and coords and all(isinstance(c, Task) for c in coords)
         ):
@@ -282,9 +318,14 @@ class PIDC:
                 f"PIDC: joint coordinates {shifted} sit after a ball or free joint (their q and v indices "
                 "differ), which PIDC's joint law does not map yet; give it task coordinates (a FrameTask)"
             )
+
+    def _set_actuation(self, passive: list[str], weights: ArrayLike | None, force: ForceLaw | None) -> None:
+        """The actuated joints (``actuated``, I − B), the torque weights W and the force law (with the plant's
+        constraint force as its sensor when ``force.measure == "plant"``)."""
+        n = self.robot.nv
         self.actuated = np.ones(n, dtype=bool)
-        self.actuated[robot.v_indices(list(passive))] = False  # (a ball or free joint: all its coordinates)
-        self.passive = list(passive)
+        self.actuated[self.robot.v_indices(passive)] = False  # (a ball or free joint: all its coordinates)
+        self.passive = passive
         self.IB = np.diag((~self.actuated).astype(float))  # I − B
         self._passive_mask = (~self.actuated).astype(float)  # diagonal of I − B
         if weights is None:
@@ -297,34 +338,16 @@ class PIDC:
         if force is not None and passive:
             raise ConfigError(
                 "PIDC: constraint-force control needs the impotent input (I−P)τ on every joint; "
-                f"it cannot be combined with passive joints {list(passive)}"
+                f"it cannot be combined with passive joints {passive}"
             )
         self.force = force
         if force is not None and force.measure == "plant":  # SensesPlant (controllers/base.py): this one only
             self.plant: Any = None
             self.attach_plant = self._attach_plant
             self.sensed_data = ("qfrc_constraint",)
-        self.stabilize = bool(stabilize)
-        self._closures = list(getattr(self.c, "closures", None) or [self.c])
-        if self.stabilize and not all(isinstance(c, Task) for c in self._closures):
-            raise ConfigError(
-                "PIDC: stabilize=True needs a constraint of loop closures (tasks: their compute rows)"
-            )
-        self.null_damping = float(null_damping)
-        if not (math.isfinite(self.null_damping) and self.null_damping >= 0):
-            raise ConfigError(f"PIDC: null_damping must be a finite number >= 0, got {null_damping!r}")
-        self.qp = bool(qp)
-        if on_unsolvable not in ("report", "raise"):
-            raise ConfigError(f"on_unsolvable='{on_unsolvable}' is not 'report' or 'raise'")
-        self.on_unsolvable = on_unsolvable
-        self.tau_max = np.asarray(robot.effort_limit if torque_limits is None else torque_limits, dtype=float)
-        self.tau_max = np.broadcast_to(self.tau_max, (n,)).copy()
-        if self.qp and np.any(~(self.tau_max[self.actuated] > 0)):
-            raise ConfigError(
-                f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}"
-            )
-        self.rank_tol, self.solve_tol, self.eps_reg = float(rank_tol), float(solve_tol), float(eps_reg)
-        self.D = robot.damping.copy() if model_damping else np.zeros(n)
+
+    def _reset_step_state(self) -> None:
+        """The step's bookkeeping before the first step: the info record, counters and caches."""
         self.info = PIDCInfo()
         self.unsolvable_steps = 0
         self.saturated_steps = 0
@@ -340,8 +363,13 @@ class PIDC:
         )
         self._prev = None  # (t, v, τ) of the previous step, for the force estimate
         self._fc = self._fd = None  # the force loop's measured and desired forces (set by _force_term)
-        # compiled step (``kernels.pidc_one_row``): one constraint row, closed form, no weights, no force loop
-        # (the compiled kernels size their vectors by q: a ball or free joint, nq != nv, takes the NumPy step)
+
+    def _choose_step(self, constraint: Any) -> None:
+        """Which step runs: compiled with one constraint row in closed form (``kernels.pidc_one_row``),
+        compiled with several rows (``_pidc_kernels.pidc_rows``, its plan set up here), or NumPy.  Both
+        compiled steps need no QP, weights, force loop or stabilization, and a flat configuration (the
+        compiled kernels size their vectors by q: a ball or free joint, nq != nv, takes the NumPy step)."""
+        robot = self.robot
         flat = robot.nq == robot.nv
         self._compiled = (
             flat
@@ -352,9 +380,8 @@ class PIDC:
             and not self.tasks
             and getattr(constraint, "m", None) == 1
         )
-        k = len(coords)
         self._reference_tables()
-        self._kref = np.zeros((3, k))
+        self._kref = np.zeros((3, len(self.coords)))
         # the dynamics read in place (Robot.update_in_place): for a Robot whose update is its own
         self._direct = (
             isinstance(robot, Robot)
@@ -364,7 +391,6 @@ class PIDC:
         self._kinfo = None
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
-        # compiled step with several constraint rows (``_pidc_kernels.pidc_rows``): no QP, weights or force loop
         m = getattr(self.c, "m", None)
         self._rows_compiled = (
             flat
