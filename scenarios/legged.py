@@ -1,6 +1,7 @@
 """A legged robot whose legs are closed chains stands, moves its base on a circle, takes a push and lifts a foot.
 
     cmstack run legged --set model=mjcf/quadruped_five_bar.xml
+    cmstack run legged --config scenarios/configs/legged_biped.toml     # the biped, mjcf/biped_parallel_ankles.xml
 
 The model file gives the tree (a free joint at the root: the floating base), the loops (``<equality connect>``),
 the passive joints (the knees, and the free joint's 6 coordinates), the feet and the floor.  The plant is the same
@@ -19,7 +20,8 @@ base ends where it started; "xz": the sagittal plane, which the planar five-bar 
 sideways sway the level stance constrains only at second order); a horizontal push ``push_force`` on the torso
 from ``push_t`` for ``push_duration``; from ``lift_t`` the base shifts by ``lift_shift`` (the centre of mass over the
 three other feet), ``lift_foot`` rises ``lift_height`` and comes back down (minimum jerk, ``lift_s`` each way), its
-contact off in between and on again where it lands, and the base shifts back.
+contact off in between and on again where it lands, and the base shifts back (``lift_foot = ""``: no lift, the biped).
+The biped (scenarios/configs/legged_biped.toml): four point contacts a flat foot, one at each corner; the same law.
 
 Metrics: ``base_pos_error_max_m`` (during the circle), ``base_pos_error_max_all_m``, ``base_rot_error_max_rad``,
 ``com_error_max_m`` (the centre of mass against its target, the whole run), ``foot_slip_max_m`` (the largest
@@ -35,7 +37,8 @@ KKT solve on Pinocchio's M, h and frame Jacobians, ``dynamics_residual_rel``, th
 of the run's own logged states, reported and not targeted (``run_dynamics_vs_pinocchio_rel``,
 ``run_dynamics_vs_kkt_rel``, ``run_dynamics_residual_rel``, ``run_stance_sigma_min_rel``: ``dynamics_check``; on the
 nearly singular level stance after a landing the two references disagree with ours and with each other at ~1e-7 while
-our v̇ meets the equations to ~1e-11), ``fell``, ``control_step_us_median``,
+our v̇ meets the equations to ~1e-11), ``plant_vs_rigid_qacc_rel`` (the MuJoCo plant's q̈ against the rigid model's
+on ``check_states`` logged states, median: ``plant_vs_rigid``), ``fell``, ``control_step_us_median``,
 ``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``, ``swing_error_max_m`` (the
 lifted foot against its reference while off the ground), ``lift_height_reached_m``.
 
@@ -169,6 +172,33 @@ class Phases:
         return bool(self.foot) and self.t_up <= t < self.t_land
 
 
+def contact_sites(robot: Robot) -> list[str]:
+    """The model's candidate feet: each MJCF site with a contact geom of the same name (the shipped robots' feet)."""
+    if robot.mjcf_path is None:
+        return []
+    m = mujoco.MjModel.from_xml_path(str(robot.mjcf_path))
+    out = []
+    for s in range(m.nsite):
+        name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_SITE, s)
+        g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name) if name else -1
+        if g >= 0 and (m.geom_contype[g] or m.geom_conaffinity[g]):
+            out.append(name)
+    return out
+
+
+def check_feet(robot: Robot, cfg) -> None:
+    """Each of ``feet`` must be a frame of the model: else one ``ConfigError`` line naming the key, the frame, the
+    model and the model's contact sites (e.g. the quadruped's feet given with the biped's model: its config is
+    scenarios/configs/legged_biped.toml)."""
+    names = {f.name for f in robot.model.frames}
+    for f in cfg["feet"]:
+        if f not in names:
+            raise ConfigError(
+                f"feet: {f!r} is not a frame of {cfg['model']}; its contact sites are {contact_sites(robot)}"
+                " (the biped's config: --config scenarios/configs/legged_biped.toml)"
+            )
+
+
 class LeggedLaw:
     """The phases' contact switches around two ``ContactUKController``s sharing the contacts: one for the stance
     (base, centre of mass, posture) and one with the swing foot's task beside the base's."""
@@ -176,6 +206,7 @@ class LeggedLaw:
     def __init__(self, robot: Robot, cfg, phases: Phases):
         self.robot, self.phases = robot, phases
         kin = robot.update(robot.q_initial, np.zeros(robot.nv))
+        check_feet(robot, cfg)
         self.contacts = [PointContact(robot, f, mu=cfg["mu"], facets=cfg["facets"]) for f in cfg["feet"]]
         for c in self.contacts:
             c.set_active(True)
@@ -505,6 +536,7 @@ def run(ctx) -> Outcome:
         raise ConfigError(f"model {cfg['model']}: no free joint at the root; legged needs a floating base")
     if cfg["circle_plane"] not in ("xz", "xy"):
         raise ConfigError(f"circle_plane={cfg['circle_plane']!r} is not one of ['xz', 'xy']")
+    check_feet(robot, cfg)  # before the plant is built: a wrong foot is named at once
     phases = Phases(cfg)
     plant = build_plant(cfg, robot, ctx.out)
     law = LeggedLaw(robot, cfg, phases)
