@@ -529,28 +529,14 @@ def plant_vs_rigid(robot: Robot, plant: MujocoPlant, L, contacts, n_states: int)
     return float(np.median(rel))
 
 
-def run(ctx) -> Outcome:
-    cfg = ctx.cfg
-    robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
-    if robot.floating_base is None:
-        raise ConfigError(f"model {cfg['model']}: no free joint at the root; legged needs a floating base")
-    if cfg["circle_plane"] not in ("xz", "xy"):
-        raise ConfigError(f"circle_plane={cfg['circle_plane']!r} is not one of ['xz', 'xy']")
-    check_feet(robot, cfg)  # before the plant is built: a wrong foot is named at once
-    phases = Phases(cfg)
-    plant = build_plant(cfg, robot, ctx.out)
-    law = LeggedLaw(robot, cfg, phases)
+def make_recorder(robot: Robot, cfg, phases: Phases, law: LeggedLaw, plant: MujocoPlant, log, viewer):
+    """The per-step ``record(t, q, v, tau)`` of ``run``: the base and its reference, the centre of mass, the feet,
+    each stance foot's slip, the commanded forces and margins, MuJoCo's contact forces' margins, the passive
+    torque, the loops' residual and the swing foot, into ``log``; the viewer's trail and force rods."""
     contacts = law.contacts
     pc = PlantContacts(plant, contacts)
     cs = ClosureSet(robot.loops)
-    log = ctx.logger
-    log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])))
-    viewer = ctx.make_viewer(plant.model)
     names = [c.name for c in contacts]
-    styles = {f"style__segment__force_{n}": np.array(FORCE_STYLE) for n in names}
-    log.meta.update(styles)
-    if viewer is not None:
-        viewer.apply_styles(styles)
     d = robot.model.createData()
     bid = robot.frame_id(cfg["base_frame"])
     fids = [c.fid for c in contacts]
@@ -615,6 +601,12 @@ def run(ctx) -> Outcome:
                 segments=force_segments(names, feet, fc),
             )
 
+    return record
+
+
+def make_push(cfg, plant: MujocoPlant) -> list[Disturbance]:
+    """The config's push: ``push_force`` (N, world) on the body of ``base_frame`` (a body, or a site: its body)
+    from ``push_t`` for ``push_duration``; none when either is zero."""
     push = []
     if cfg["push_duration"] > 0 and np.any(np.asarray(cfg["push_force"]) != 0):
         body = cfg["base_frame"]  # a body, or a site: its body
@@ -624,6 +616,79 @@ def run(ctx) -> Outcome:
         push = [
             Disturbance(body, cfg["push_t"], cfg["push_t"] + cfg["push_duration"], tuple(cfg["push_force"]))
         ]
+    return push
+
+
+def result_rows(m: dict, sensing) -> list[Row]:
+    """The table of ``run``: the targeted metrics with their bounds, the others reported."""
+    dyn, fell = m["dynamics_vs_pinocchio_rel"], m["fell"]
+    rows = [
+        Row(
+            "base_pos_error_max_m",
+            m["base_pos_error_max_m"],
+            None,
+            "<= 2e-3 (circle)",
+            None if math.isnan(m["base_pos_error_max_m"]) else m["base_pos_error_max_m"] <= 2e-3,
+        ),
+        Row("base_pos_error_max_all_m", m["base_pos_error_max_all_m"]),
+        Row("base_rot_error_max_rad", m["base_rot_error_max_rad"]),
+        Row("com_error_max_m", m["com_error_max_m"]),
+        Row("foot_slip_max_m", m["foot_slip_max_m"], None, "<= 1e-3", m["foot_slip_max_m"] <= 1e-3),
+        Row("cone_margin_min", m["cone_margin_min"], None, ">= 0 (commanded, N)", m["cone_margin_min"] >= 0),
+        Row("plant_cone_margin_min", m["plant_cone_margin_min"]),
+        Row(
+            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
+        ),
+        Row(
+            "passive_torque_max_nm",
+            m["passive_torque_max_nm"],
+            None,
+            "<= 1e-9",
+            m["passive_torque_max_nm"] <= 1e-9,
+        ),
+        Row("dynamics_vs_pinocchio_rel", dyn, None, "<= 1e-9 (random assembled states)", dyn <= 1e-9),
+        Row("dynamics_vs_kkt_rel", m["dynamics_vs_kkt_rel"]),
+        Row("dynamics_residual_rel", m["dynamics_residual_rel"]),
+        Row("dynamics_stance_sigma_min_rel", m["dynamics_stance_sigma_min_rel"]),
+        Row("run_dynamics_vs_pinocchio_rel", m["run_dynamics_vs_pinocchio_rel"]),
+        Row("run_dynamics_vs_kkt_rel", m["run_dynamics_vs_kkt_rel"]),
+        Row("run_dynamics_residual_rel", m["run_dynamics_residual_rel"]),
+        Row("run_stance_sigma_min_rel", m["run_stance_sigma_min_rel"]),
+        Row("plant_vs_rigid_qacc_rel", m["plant_vs_rigid_qacc_rel"]),
+        Row("fell", fell, None, "== false", not fell),
+        Row("control_step_us_median", m["control_step_us_median"]),
+        Row("swing_error_max_m", m["swing_error_max_m"]),
+        Row("lift_height_reached_m", m["lift_height_reached_m"]),
+        Row("cone_qp_steps / cone_violations", f"{m['cone_qp_steps']} / {m['cone_violations']}"),
+    ]
+    if sensing is not None:
+        rows.append(Row("reconstruction_us_median", m["reconstruction_us_median"]))
+        rows.append(Row("reconstruction_error_q_max", m["reconstruction_error_q_max"]))
+    return rows
+
+
+def run(ctx) -> Outcome:
+    cfg = ctx.cfg
+    robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
+    if robot.floating_base is None:
+        raise ConfigError(f"model {cfg['model']}: no free joint at the root; legged needs a floating base")
+    if cfg["circle_plane"] not in ("xz", "xy"):
+        raise ConfigError(f"circle_plane={cfg['circle_plane']!r} is not one of ['xz', 'xy']")
+    check_feet(robot, cfg)  # before the plant is built: a wrong foot is named at once
+    phases = Phases(cfg)
+    plant = build_plant(cfg, robot, ctx.out)
+    law = LeggedLaw(robot, cfg, phases)
+    contacts = law.contacts
+    log = ctx.logger
+    log.meta.update(mjcf_path=str(plant.path), model_path=str(resolve_asset(cfg["model"])))
+    viewer = ctx.make_viewer(plant.model)
+    names = [c.name for c in contacts]
+    styles = {f"style__segment__force_{n}": np.array(FORCE_STYLE) for n in names}
+    log.meta.update(styles)
+    if viewer is not None:
+        viewer.apply_styles(styles)
+    record = make_recorder(robot, cfg, phases, law, plant, log, viewer)
+    push = make_push(cfg, plant)
     # sensors = "actuated": the law sees the motors' encoders and the base's pose and twist, the knees reconstructed
     sensing = None
     if cfg["sensors"] == "actuated":
@@ -657,7 +722,6 @@ def run(ctx) -> Outcome:
         robot, scenario_stances(cfg), cfg["check_random_states"], mu=cfg["mu"], seed=cfg["check_seed"]
     )
     dyn_m.update(dynamics_check(robot, L, contacts, cfg["check_states"]))
-    dyn = dyn_m["dynamics_vs_pinocchio_rel"]
     dyn_m["plant_vs_rigid_qacc_rel"] = plant_vs_rigid(robot, plant, L, contacts, cfg["check_states"])
     m = dict(
         model=str(cfg["model"]),
@@ -688,48 +752,7 @@ def run(ctx) -> Outcome:
         sensors=cfg["sensors"],
         **(sensing.metrics() if sensing is not None else {}),
     )
-    rows = [
-        Row(
-            "base_pos_error_max_m",
-            m["base_pos_error_max_m"],
-            None,
-            "<= 2e-3 (circle)",
-            None if math.isnan(m["base_pos_error_max_m"]) else m["base_pos_error_max_m"] <= 2e-3,
-        ),
-        Row("base_pos_error_max_all_m", m["base_pos_error_max_all_m"]),
-        Row("base_rot_error_max_rad", m["base_rot_error_max_rad"]),
-        Row("com_error_max_m", m["com_error_max_m"]),
-        Row("foot_slip_max_m", m["foot_slip_max_m"], None, "<= 1e-3", m["foot_slip_max_m"] <= 1e-3),
-        Row("cone_margin_min", m["cone_margin_min"], None, ">= 0 (commanded, N)", m["cone_margin_min"] >= 0),
-        Row("plant_cone_margin_min", m["plant_cone_margin_min"]),
-        Row(
-            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
-        ),
-        Row(
-            "passive_torque_max_nm",
-            m["passive_torque_max_nm"],
-            None,
-            "<= 1e-9",
-            m["passive_torque_max_nm"] <= 1e-9,
-        ),
-        Row("dynamics_vs_pinocchio_rel", dyn, None, "<= 1e-9 (random assembled states)", dyn <= 1e-9),
-        Row("dynamics_vs_kkt_rel", dyn_m["dynamics_vs_kkt_rel"]),
-        Row("dynamics_residual_rel", dyn_m["dynamics_residual_rel"]),
-        Row("dynamics_stance_sigma_min_rel", dyn_m["dynamics_stance_sigma_min_rel"]),
-        Row("run_dynamics_vs_pinocchio_rel", dyn_m["run_dynamics_vs_pinocchio_rel"]),
-        Row("run_dynamics_vs_kkt_rel", dyn_m["run_dynamics_vs_kkt_rel"]),
-        Row("run_dynamics_residual_rel", dyn_m["run_dynamics_residual_rel"]),
-        Row("run_stance_sigma_min_rel", dyn_m["run_stance_sigma_min_rel"]),
-        Row("plant_vs_rigid_qacc_rel", dyn_m["plant_vs_rigid_qacc_rel"]),
-        Row("fell", fell, None, "== false", not fell),
-        Row("control_step_us_median", m["control_step_us_median"]),
-        Row("swing_error_max_m", m["swing_error_max_m"]),
-        Row("lift_height_reached_m", m["lift_height_reached_m"]),
-        Row("cone_qp_steps / cone_violations", f"{m['cone_qp_steps']} / {m['cone_violations']}"),
-    ]
-    if sensing is not None:
-        rows.append(Row("reconstruction_us_median", m["reconstruction_us_median"]))
-        rows.append(Row("reconstruction_error_q_max", m["reconstruction_error_q_max"]))
+    rows = result_rows(m, sensing)
     plots = make_plots(ctx, L, contacts, cfg) if ctx.drawing else []
     return Outcome(m, rows, plots)
 

@@ -18,7 +18,6 @@ LIMIT = 150
 OVER_YET: dict[tuple[str, str], tuple[str, str]] = {
     ("sim/rt_driver.py", "drive"): ("2026-11-28", "the real-time driver, being split by the sensors work"),
     ("sim/rt_loop.py", "run_rt"): ("2026-11-28", "the real-time loop, being split by the sensors work"),
-    ("scenarios/legged.py", "run"): ("2026-11-28", "the legged scenario, under work by the biped session"),
     ("scenarios/balloon.py", "run"): (
         "2026-11-28",
         "a scenario's run, phases and metrics inline: not split yet",
