@@ -40,8 +40,7 @@ def cmd_config(args) -> int:
     """Print a scenario's default config file as it is, comments included (a shipped name, or a scenario
     file whose default config is found as ``cmstack run`` finds it)."""
     from cmstack.models.errors import ConfigError
-    from cmstack.scenarios._common import CONFIG_DIR
-    from cmstack.scenarios.loader import load_scenario, shipped_scenarios
+    from cmstack.scenarios.loader import CONFIG_DIR, load_scenario, shipped_scenarios
 
     try:
         if args.scenario in shipped_scenarios():  # scenarios/configs/<name>.toml, the module not imported
@@ -99,13 +98,31 @@ def cmd_bench(args) -> int:
 
 
 def cmd_campaign(args) -> int:
+    # what every variant needs, imported before the local pool forks them (they inherit it: build_parser
+    # no longer imports it for every command)
+    import cmstack.scenarios._common  # noqa: F401
     from cmstack.campaign import execute as campaign_execute
 
     return campaign_execute(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from cmstack.scenarios._common import EXIT_CODES_HELP, add_run_arguments
+COMMANDS = ("list", "config", "run", "view", "bench", "campaign", "baseline", "rt")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option), or None (none, or not one of
+    COMMANDS: the whole parser then says which there are).  The top-level options take no value."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``only``: a parser of that one command (the others not added; ``""``:
+    none), so that a command imports only what it needs (``cmstack baseline``, ``view``, ``config`` or
+    ``--version``: no scenario machinery, MuJoCo, Pinocchio, pydantic, about 0.5 s of every child process)."""
+
+    def wants(cmd: str) -> bool:
+        return only is None or only == cmd
 
     ap = argparse.ArgumentParser(
         prog="cmstack",
@@ -120,11 +137,36 @@ def build_parser() -> argparse.ArgumentParser:
         version=f"cmstack {__version__} ({Path(__file__).resolve().parent})",
         help="print the version and where the package is installed, then exit",
     )
-    sub = ap.add_subparsers(
-        dest="cmd", required=True, metavar="{list,config,run,view,bench,campaign,baseline,rt}"
-    )
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    if wants("list"):
+        _list_parser(sub)
+    if wants("config"):
+        _config_parser(sub)
+    if wants("run"):
+        _run_parser(sub)
+    if wants("view"):
+        _view_parser(sub)
+    if wants("bench"):
+        _bench_parser(sub)
+    if wants("campaign"):
+        _campaign_parser(sub)
+    if wants("baseline"):
+        from cmstack.baseline import add_arguments as baseline_arguments  # cmstack baseline {save,check}
+
+        baseline_arguments(sub)
+    if wants("rt"):
+        from cmstack.rt import add_arguments as rt_arguments  # cmstack rt: real time, driver + controller
+
+        rt_arguments(sub)
+    return ap
+
+
+def _list_parser(sub) -> None:
     p = sub.add_parser("list", help="list the shipped scenarios")
     p.set_defaults(func=cmd_list)
+
+
+def _config_parser(sub) -> None:
     p = sub.add_parser(
         "config",
         help="print a scenario's default config (TOML, with its comments)",
@@ -133,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
     p.set_defaults(func=cmd_config)
+
+
+def _run_parser(sub) -> None:
+    from cmstack.scenarios._common import EXIT_CODES_HELP, add_run_arguments
+
     p = sub.add_parser(
         "run",
         help="run a scenario (a shipped name or your own PATH.py)",
@@ -144,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", help="a shipped scenario name (cmstack list) or a scenario file PATH.py")
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
+
+
+def _view_parser(sub) -> None:
     p = sub.add_parser("view", help="replay a saved run in Meshcat")
     p.add_argument("run", help="run directory (runs/<scenario>/<timestamp>) or its log.npz")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed (1 = real time)")
@@ -164,12 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
         "opens offline, no server) instead of serving it",
     )
     p.set_defaults(func=cmd_view)
+
+
+def _bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="run the speed benchmarks (bench/)")
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.add_argument(
         "--quick", action="store_true", help="issue-12 benchmarks only, short runs (a few minutes)"
     )
     p.set_defaults(func=cmd_bench)
+
+
+def _campaign_parser(sub) -> None:
     p = sub.add_parser(
         "campaign",
         help="run many variants of a scenario (grid/random × seeds), resumable",
@@ -181,17 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     campaign_arguments(p)
     p.set_defaults(func=cmd_campaign)
-    from cmstack.baseline import add_arguments as baseline_arguments  # cmstack baseline {save,check}
-
-    baseline_arguments(sub)
-    from cmstack.rt import add_arguments as rt_arguments  # cmstack rt: real time, driver + controller
-
-    rt_arguments(sub)
-    return ap
 
 
 def main(argv=None) -> int:
-    ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cmd = command_of(argv)
+    if cmd is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        cmd = ""  # the version only: no command's parser needed
+    ap = build_parser(only=cmd)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args) or 0)

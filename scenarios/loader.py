@@ -27,13 +27,15 @@ from cmstack.models.errors import ConfigError
 
 #: the module name a scenario file is imported under: ``USER_MODULE_PREFIX + <stem>``
 USER_MODULE_PREFIX = "cmstack_user_scenario_"
+#: the shipped scenarios' default configs, ``<name>.toml`` (the folder _common.CONFIG_DIR names too; here
+#: so that listing the scenarios or printing a config does not import the scenario machinery)
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def shipped_scenarios() -> list[str]:
     """The shipped scenarios: the modules of ``scenarios/`` (not ``_private``) that have a default config
     ``scenarios/configs/<name>.toml``; helper modules such as ``schemas`` have none and are not scenarios."""
     import cmstack.scenarios as pkg
-    from cmstack.scenarios._common import CONFIG_DIR
 
     return sorted(
         m.name

@@ -116,6 +116,46 @@ def test_controllers_package_stays_lazy():
     assert out.strip() == "['cmstack.controllers.base']", out
 
 
+LAZY_CLI = """
+import contextlib, io, sys
+from cmstack.cli import build_parser, command_of, main
+
+heavy = lambda: sorted({"cmstack.scenarios._common", "mujoco", "pinocchio"} & set(sys.modules))
+out = {}
+for argv in (["baseline", "check", "a", "--against", "b"], ["view", "r"]):
+    build_parser(only=command_of(argv)).parse_args(argv)
+    out[argv[0]] = heavy()
+with contextlib.redirect_stdout(io.StringIO()) as text:
+    assert main(["config", "slider_crank"]) == 0
+    out["config"] = heavy() if "kp = 2500.0" in text.getvalue() else "no config printed"
+    with contextlib.suppress(SystemExit):
+        main(["--version"])
+    out["--version"] = heavy() if "cmstack " in text.getvalue() else "no version printed"
+build_parser(only=command_of(["run", "x"])).parse_args(["run", "x"])
+out["run"] = heavy()
+print(out)
+"""
+
+
+def test_command_line_imports_only_what_its_command_needs():
+    """``cmstack config NAME``, ``--version`` and ``baseline``/``view`` parse (and the first two run)
+    without importing the scenario machinery (cmstack.scenarios._common: MuJoCo, Pinocchio, pydantic);
+    ``run`` imports it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", LAZY_CLI], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert eval(out) == {
+        "baseline": [],
+        "view": [],
+        "config": [],
+        "--version": [],
+        "run": ["cmstack.scenarios._common", "mujoco", "pinocchio"],
+    }, out
+
+
 @pytest.mark.parametrize("path", ["cmstack/__init__.py", "controllers/__init__.py"])
 def test_lazy_namespace_declares_the_same_names_to_type_checkers(path):
     """A lazily imported namespace lists each name twice: in ``_EXPORTS`` (run time) and under
