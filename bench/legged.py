@@ -58,6 +58,15 @@ from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.runner import simulate
 
 TARGET = 3.0
+#: the compiled step's parts, between its clocks (``ContactUKController._clock``), in order
+PHASES = (
+    "computeAllTerms (+ state checks)",
+    "rows (frames, loops, contacts, tasks; targets sampled)",
+    "SVD of J_h (LAPACK)",
+    "reactions + cascade (compiled)",
+    "forces, cone margins (compiled; QP when needed)",
+    "torque and info",
+)
 
 
 class _Recorder:
@@ -96,13 +105,17 @@ def measure(robot, ctl, contacts, states, repeat: int) -> dict:
     pin.initConstraintDynamics(robot.model, data, cms, cds)
     prox = pin.ProximalSettings(1e-12, 1e-8, 20)
     cat = robot.model.createData()
-    step_us, ref_us, cat_us, iters = [], [], [], []
+    step_us, ref_us, cat_us, iters, phases = [], [], [], [], []
     clock = time.perf_counter
+    ck = ctl._clock = []  # the step's own clocks (ContactUKController: PHASES)
     for _ in range(repeat):
         for t, q, v in states:
+            ck.clear()
             t0 = clock()
             tau = ctl(t, q, v)
             t1 = clock()
+            if len(ck) == len(PHASES) + 1:
+                phases.append(np.diff(ck))
             pin.constraintDynamics(robot.model, data, q, v, tau, cms, cds, prox)
             t2 = clock()
             step_us.append((t1 - t0) * 1e6)
@@ -111,7 +124,9 @@ def measure(robot, ctl, contacts, states, repeat: int) -> dict:
             t0 = clock()
             pin.computeAllTerms(robot.model, cat, q, v)
             cat_us.append((clock() - t0) * 1e6)
+    ctl._clock = None
     s, r = float(np.median(step_us)), float(np.median(ref_us))
+    ph = np.median(np.array(phases), axis=0) * 1e6 if phases else np.full(len(PHASES), np.nan)
     return {
         "robot": "mjcf/quadruped_five_bar.xml",
         "nv": robot.nv,
@@ -124,6 +139,7 @@ def measure(robot, ctl, contacts, states, repeat: int) -> dict:
         "prox_iterations_median": float(np.median(iters)),
         "compute_all_terms_us": float(np.median(cat_us)),
         "cone_qp_steps": ctl.cone_qp_steps,
+        "phases_us": {name: float(x) for name, x in zip(PHASES, ph)},
     }
 
 
@@ -157,6 +173,9 @@ def main(argv=None) -> int:
         f"{'met' if out['met'] else 'MISSED'})"
     )
     print(f"computeAllTerms alone {out['compute_all_terms_us']:6.1f} us")
+    print("the step's parts (medians of its own clocks, us):")
+    for name, x in out["phases_us"].items():
+        print(f"  {x:7.1f}  {name}")
     print(f"load average (1 min) before/after: {load0:.2f} / {out['load_average'][1]:.2f}")
     (results_dir() / "legged.json").write_text(json.dumps(out, indent=1))
     if args.profile:

@@ -56,18 +56,24 @@ Limits (effort, position) are not enforced by this law (the quadruped's motors s
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pinocchio as pin
 
 from cmstack.controllers.base import StepInfo
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import _parse_level
+from cmstack.models import _params
+from cmstack.models.com import CenterOfMassTask
 from cmstack.models.contact import PointContact
+from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.errors import ConfigError
 from cmstack.models.loops import ClosureSet, LoopClosure
 from cmstack.models.robot import Kinematics, Robot
+from cmstack.models.step_engine import FrameSlots, data_addresses
 
 __all__ = ["ContactStepInfo", "ContactUKController"]
 
@@ -86,6 +92,15 @@ class ContactStepInfo(StepInfo):
     passive_residual: float = 0.0
     level_residuals: list = field(default_factory=list)
     cone_qp: bool = False
+
+
+_perf = time.perf_counter
+
+
+def _contact_kernels():
+    from cmstack.controllers import _contact_kernels  # numba: imported on first use, compiled once (cache)
+
+    return _contact_kernels
 
 
 def _svd_rank(A: np.ndarray, tol: float | np.floating) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -111,6 +126,8 @@ class ContactUKController:
         force_reg: ε of the force choice, relative to the largest diagonal entry of the torque term.
         cone_eps: the force is kept this far inside each facet (N), so that the reported margins are ≥ 0 despite
             the QP's tolerance.
+        compiled: False: every row from a ``Kinematics`` in Python and the algebra in NumPy (the reference the
+            compiled step, ``controllers/_contact_kernels.py``, is tested against; the same τ to round-off).
     """
 
     def __init__(
@@ -126,6 +143,7 @@ class ContactUKController:
         truncate_reactions: bool = True,
         force_reg: float = 1e-8,
         cone_eps: float = 1e-6,
+        compiled: bool = True,
     ):
         self.robot = robot
         self.n = robot.nv
@@ -179,12 +197,18 @@ class ContactUKController:
         self.cone_eps = float(cone_eps)
         self._qp = BoundedQP(eps_abs=1e-9, max_iter=40, max_iter_in=25)
         self.info = ContactStepInfo()
-        self.kin: Kinematics | None = None
+        self._kin: Kinematics | None = None
+        self._last: tuple | None = None  # (q, v, robot generation) of the last compiled step
         self.cone_violations = (
             0  # steps whose forces could not be kept in the cones (status "cone_infeasible")
         )
         self.cone_qp_steps = 0  # steps that needed the cone QP
         self._margins: list[float] | None = None
+        self._buf: dict = {}  # the compiled step's buffers, per (rows, active set)
+        self.compiled = bool(compiled)
+        # None: the rows in Python (not compiled, or a loop the plan does not compile)
+        self._plan = _RowPlan.make(self) if self.compiled else None
+        self._clock: list | None = None  # bench/legged.py: the step's clocks (perf_counter) appended here
 
     # ------------------------------------------------------------------ the step
     def _rows(self, tasks_w, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -209,31 +233,225 @@ class ContactUKController:
             b[s] = -jdv[s] - c.kd * Jv[s] - c.kp * phi[s]
         return J.copy(), b
 
+    @property
+    def kin(self) -> Kinematics | None:
+        """The last step's state as a ``Kinematics`` (q, v, M, h; frames on demand), made when asked for: the
+        compiled step does not build one."""
+        if self._kin is None and self._last is not None:
+            q, v, gen = self._last
+            robot = self.robot
+            if robot.generation == gen:  # the robot's data still holds the step's pass
+                M, h = robot.dynamics_views()
+                self._kin = Kinematics(robot, q, v, M.copy(), h.copy(), gen)
+            else:
+                self._kin = robot.update(q, v)
+        return self._kin
+
+    @kin.setter
+    def kin(self, kin: Kinematics | None) -> None:
+        self._kin = kin
+
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """τ (nv,) at (t, q, v): zero on the passive coordinates, the motors' torques on the others."""
         robot = self.robot
-        kin = robot.update(q, v)
-        self.kin = kin
         n = self.n
-        M = kin.M
-        hD = kin.h + self.D * kin.v
         act = [c for c in self.contacts if c.active]
-        # level 0: the contacts, the loops, then the passive rows
-        if self._cset is not None:
-            Jl, bl = self._loop_rows(kin)
+        plan = self._plan
+        ck = self._clock
+        if ck is not None:
+            ck.append(_perf())
+        if plan is not None:  # the rows from one Pinocchio pass, compiled (_RowPlan)
+            q, v = robot.state_arrays(q, v)
+            if not math.isfinite(q @ q + v @ v):
+                robot.refuse_state(q, v)
+            M, h = robot.update_in_place(q, v)
+            if ck is not None:
+                ck.append(_perf())
+            q, v = q.copy(), v.copy()
+            self._kin, self._last = None, (q, v, robot.generation)
+            Jh, bh, levels, nl = plan.rows(t, q, v, M, h, act)
+            hD = h + self.D * v
+            Jl, bl, Jc, bc = Jh[:nl], bh[:nl], Jh[nl:], bh[nl:]
+        else:  # every row in Python, from a Kinematics
+            kin = robot.update(q, v)
+            self._kin, self._last = kin, None
+            M = kin.M
+            hD = kin.h + self.D * kin.v
+            if self._cset is not None:
+                Jl, bl = self._loop_rows(kin)
+            else:
+                Jl, bl = self._rows([(c, 1.0) for c in self.loops], kin, t)
+            cr = [c.rows(kin) for c in act]
+            Jc = np.vstack([J for J, _ in cr]) if cr else np.zeros((0, n))
+            bc = np.concatenate([b for _, b in cr]) if cr else np.zeros(0)
+            levels = [self._rows(list(zip(L.tasks, L.sqrt_w)), kin, t) for L in self.levels]
+            Jh, bh = np.vstack((Jl, Jc)), np.concatenate((bl, bc))
+            nl = Jl.shape[0]
+        out = None
+        if self.compiled and self._P.size and Jh.shape[0]:
+            out = self._compiled(M, hD, Jh, bh, levels, act, nl)
+        if out is None:  # no passive coordinate, no row, or G not of full row rank: the NumPy path
+            out = self._numpy(M, hD, Jh, Jl, bl, Jc, bc, levels, act)
+        vdot, tau_full, lam, residuals, status, used_qp = out
+        if ck is not None:
+            ck.append(_perf())
+        P, A = self._P, self._A
+        tau = np.zeros(n)
+        tau[A] = tau_full[A]
+        info = self.info
+        info.status = status
+        info.cone_qp = used_qp
+        info.vdot, info.tau = vdot, tau
+        info.forces = {c.name: lam[nl + 3 * i : nl + 3 * i + 3].copy() for i, c in enumerate(act)}
+        mg = self._margins  # the margins of the λ returned (None: recompute, after the cone QP)
+        if mg is None:
+            mg = [c.cone_margin(info.forces[c.name]) for c in act]
+        info.cone_margin = {c.name: x for c, x in zip(act, mg)}
+        info.cone_margin_min = min(info.cone_margin.values()) if act else math.inf
+        info.passive_residual = float(np.abs(tau_full[P]).max()) if P.size else 0.0
+        info.level_residuals = residuals
+        if ck is not None:
+            ck.append(_perf())
+        return tau
+
+    # ------------------------------------------------------------------ the compiled algebra
+    def _buffers(self, m: int, act: list) -> dict:
+        """The compiled step's buffers for m reaction rows and this active set (made once per shape)."""
+        key = (m, tuple(id(c) for c in act))
+        buf = self._buf.get(key)
+        if buf is None:
+            n, npas = self.n, self._P.size
+            nz = max(m - npas, 0)
+            Cf = np.vstack([c.cone_rows() for c in act]) if act else np.zeros((0, 3))
+            crow = np.cumsum([0] + [c.facets + 1 for c in act]).astype(np.int64)
+            buf = self._buf[key] = dict(
+                Jk=np.empty((m, n)),
+                G=np.empty((npas, m)),
+                S=np.empty((npas, npas)),
+                x=np.empty(n),
+                N=np.empty((n, n)),
+                res=np.empty(1 + len(self.levels)),
+                lam=np.empty(m),
+                lam_p=np.empty(m),
+                Hz=np.empty((nz, nz)),
+                gz=np.empty(nz),
+                tau_full=np.empty(n),
+                Cf3=np.ascontiguousarray(Cf),
+                crow=crow,
+                mg=np.empty(len(act)),
+            )
+        return buf
+
+    def _compiled(self, M, hD, Jh, bh, levels, act, nl):
+        """The step's algebra in three compiled calls (``controllers/_contact_kernels.py``) after one LAPACK SVD of
+        J_h; None when G = S_P J_hᵀ is not of full row rank (the NumPy path then adds the passive rows)."""
+        K = _contact_kernels()
+        m = Jh.shape[0]
+        b = self._buffers(m, act)
+        ck = self._clock
+        if ck is not None:
+            ck.append(_perf())
+        Uh, sh, Vth = np.linalg.svd(Jh)
+        if ck is not None:
+            ck.append(_perf())
+        if not K.reactions(
+            Jh,
+            Uh,
+            sh,
+            Vth,
+            self.rank_tol,
+            self.truncate_reactions,
+            self._P,
+            self.force_rank_tol,
+            b["Jk"],
+            b["G"],
+            b["S"],
+        ):
+            return None
+        if isinstance(levels, tuple):  # the plan's stacked rows
+            E, f, sizes = levels
+        elif levels:
+            E = np.vstack([E for E, _ in levels])
+            f = np.concatenate([f for _, f in levels])
+            sizes = np.array([E.shape[0] for E, _ in levels], dtype=np.int64)
         else:
-            Jl, bl = self._rows([(c, 1.0) for c in self.loops], kin, t)
-        cr = [c.rows(kin) for c in act]
-        Jc = np.vstack([J for J, _ in cr]) if cr else np.zeros((0, n))
-        bc = np.concatenate([b for _, b in cr]) if cr else np.zeros(0)
-        Jh = np.vstack((Jl, Jc))
+            E, f, sizes = np.zeros((0, self.n)), np.zeros(0), np.zeros(0, dtype=np.int64)
+        x = b["x"]
+        res = b["res"]
+        K.cascade(
+            M,
+            hD,
+            Jh,
+            bh,
+            Uh,
+            sh,
+            Vth,
+            self.rank_tol * np.linalg.norm(Jh),
+            E,
+            f,
+            sizes,
+            self.rank_tol,
+            x,
+            b["N"],
+            res,
+        )
+        vdot = x.copy()
+        if ck is not None:
+            ck.append(_perf())
+        y = M @ vdot + hD
+        lam, lam_p, Hz, gz, tau_full = b["lam"], b["lam_p"], b["Hz"], b["gz"], b["tau_full"]
+        Ng = K.forces(
+            b["Jk"], b["G"], b["S"], y, self._P, self._A, self.force_reg, lam, lam_p, Hz, gz, tau_full
+        )
+        residuals = res.tolist()
+        self._margins = None
+        if not act:
+            return vdot, tau_full, lam.copy(), residuals, "solved", False
+        least = K.margins(lam, nl, b["Cf3"], b["crow"], b["mg"])
+        if least >= 0.0:
+            self._margins = b["mg"].tolist()
+            return vdot, tau_full, lam.copy(), residuals, "solved", False
+        lam2, status = self._cone_qp(lam, lam_p, Ng, Hz, gz, act, nl, m)
+        if lam2 is not lam:
+            K.torque(b["Jk"], y, lam2, tau_full)
+        return vdot, tau_full, lam2.copy(), residuals, status, Ng.shape[1] > 0
+
+    def _cone_qp(self, lam, lam_p, Ng, Hz, gz, act, nl, m) -> tuple[np.ndarray, str]:
+        """The internal forces inside the pyramids (module docstring): the ProxSuite QP in z, λ = λ_p + N_G z.
+        Returns (λ, status); the unconstrained λ itself when the QP has no solution or there is no z."""
+        if Ng.shape[1] == 0:  # no internal force to choose
+            self.cone_violations += 1
+            return lam, "cone_infeasible"
+        self.cone_qp_steps += 1
+        Cf = np.zeros((sum(c.facets + 1 for c in act), m))
+        r0 = 0
+        for i, c in enumerate(act):
+            C = c.cone_rows()
+            Cf[r0 : r0 + C.shape[0], nl + 3 * i : nl + 3 * i + 3] = C
+            r0 += C.shape[0]
+        Cz = Cf @ Ng
+        u = -self.cone_eps - Cf @ lam_p
+        l = np.full(u.shape, -np.inf)
+        res = self._qp.solve(("cone", Ng.shape[1], Cz.shape[0]), Hz, gz, C=Cz, l=l, u=u, warm=False)
+        if res.status == "infeasible" or not res.feasible:
+            self.cone_violations += 1
+            return lam, "cone_infeasible"
+        self._margins = None  # λ moved: the step recomputes them
+        return lam_p + Ng @ res.x, "solved"
+
+    # ------------------------------------------------------------------ the NumPy path
+    def _numpy(self, M, hD, Jh, Jl, bl, Jc, bc, levels, act):
+        """The step's algebra in NumPy (module docstring), for the cases the compiled path does not take (no passive
+        coordinate, no reaction row, G rank deficient).  Returns (v̇, y − J_hᵀ λ, λ, level residuals, status,
+        cone QP used)."""
+        n = self.n
         if self.truncate_reactions and Jh.shape[0]:
             # the reactions the rows can be relied on for: J_h without its singular values below rank_tol σ_max
             # (module docstring, "Nearly singular stance")
             Uh, sh, Vh = np.linalg.svd(Jh, full_matrices=False)
             kh = int((sh > self.rank_tol * sh[0]).sum())
             Jh = (Uh[:, :kh] * sh[:kh]) @ Vh[:kh]
-        P, A = self._P, self._A
+        P = self._P
         G = Jh.T[P]  # S_P J_hᵀ
         E0, b0 = np.vstack((Jc, Jl)), np.concatenate((bc, bl))
         gsvd = None
@@ -251,7 +469,11 @@ class ContactUKController:
         x = np.zeros(n)
         N: np.ndarray | None = None  # the null-space basis so far; None: the identity (before level 0's rows)
         residuals = []
-        for E, b in [(E0, b0)] + [self._rows(list(zip(L.tasks, L.sqrt_w)), kin, t) for L in self.levels]:
+        if isinstance(levels, tuple):  # the plan's stacked rows, split per level
+            E, f, sizes = levels
+            cut = np.cumsum(sizes)[:-1]
+            levels = list(zip(np.split(E, cut), np.split(f, cut))) if sizes.size else []
+        for E, b in [(E0, b0)] + levels:
             if E.shape[0] == 0:
                 residuals.append(0.0)
                 continue
@@ -275,23 +497,7 @@ class ContactUKController:
         y = M @ vdot + hD
         # the forces (module docstring)
         lam, status, used_qp = self._forces(y, Jh, gsvd, act, Jl.shape[0])
-        tau_full = y - Jh.T @ lam
-        tau = np.zeros(n)
-        tau[A] = tau_full[A]
-        info = self.info
-        info.status = status
-        info.cone_qp = used_qp
-        info.vdot, info.tau = vdot, tau
-        nl = Jl.shape[0]
-        info.forces = {c.name: lam[nl + 3 * i : nl + 3 * i + 3].copy() for i, c in enumerate(act)}
-        mg = self._margins  # _forces' margins of the λ it returned (None: recompute, after the cone QP)
-        if mg is None:
-            mg = [c.cone_margin(info.forces[c.name]) for c in act]
-        info.cone_margin = {c.name: x for c, x in zip(act, mg)}
-        info.cone_margin_min = min(info.cone_margin.values()) if act else math.inf
-        info.passive_residual = float(np.abs(tau_full[P]).max()) if P.size else 0.0
-        info.level_residuals = residuals
-        return tau
+        return vdot, y - Jh.T @ lam, lam, residuals, status, used_qp
 
     def _forces(self, y, Jh, gsvd, act, nl) -> tuple[np.ndarray, str, bool]:
         """λ (module docstring, "Forces"); gsvd: the step's ``_svd_rank`` of G = S_P J_hᵀ (None without passive
@@ -312,6 +518,7 @@ class ContactUKController:
         eps = self.force_reg * max(float(np.max(np.diag(H), initial=0.0)), 1.0)
         H = H + eps * np.eye(m)
         g = -K.T @ y[A]
+        Hz = gz = None
         if Ng.shape[1] == 0:
             lam = lam_p
         else:
@@ -324,23 +531,193 @@ class ContactUKController:
         self._margins = margins
         if min(margins) >= 0.0:
             return lam, "solved", False
-        if Ng.shape[1] == 0:  # no internal force to choose
-            self.cone_violations += 1
-            return lam, "cone_infeasible", False
-        # the cone QP in z (λ = λ_p + N_G z)
-        self.cone_qp_steps += 1
-        Cf = np.zeros((sum(c.facets + 1 for c in act), m))
-        r0 = 0
+        lam2, status = self._cone_qp(lam, lam_p, Ng, Hz, gz, act, nl, m)
+        return lam2, status, Ng.shape[1] > 0
+
+
+def _same_maths(task, cls) -> bool:
+    """The task computes its rows with ``cls``'s maths (no override of the row maths: ``Task._ROW_MATHS``)."""
+    return isinstance(task, cls) and all(getattr(type(task), m) is getattr(cls, m) for m in task._ROW_MATHS)
+
+
+class _RowPlan:
+    """The rows of one ``ContactUKController`` step from one Pinocchio pass, compiled (``_contact_kernels``' module
+    docstring): ``pin.computeAllTerms`` on the robot's data (``Robot.update_in_place``), the centre of mass's drift
+    from it (``pin.centerOfMass`` at the ACCELERATION level, no second kinematics pass) when a centre-of-mass task
+    is there, then ``reaction_rows`` (every frame, the loops' and the active contacts' rows) and ``task_rows`` (the
+    frame, centre-of-mass and posture tasks).  A task of another kind, or one that redefines its row maths, fills
+    its own rows with ``qp_rows`` on a ``Kinematics`` of the same pass (the fallback per task).  The targets are
+    sampled in Python (``desired(t)``: the users' trajectories), the gains copied when ``models._params.version``
+    moved.  ``make`` returns None when a loop is not in the compiled encoding (the controller's Python rows)."""
+
+    @classmethod
+    def make(cls, ctl: ContactUKController) -> _RowPlan | None:
+        if ctl.loops and ctl._cset is None:
+            return None
+        if ctl._cset is not None and any(not isinstance(c, LoopClosure) for c in ctl._cset.closures):
+            return None
+        return cls(ctl)
+
+    def __init__(self, ctl: ContactUKController):
+        self.ctl = ctl
+        self.robot = ctl.robot
+        self.frame_tasks: list = []  # (task, √ω, first row in E)
+        self.com_tasks: list = []
+        self.posture_tasks: list = []
+        self.py_tasks: list = []
+        row = 0
+        sizes = []
+        for L in ctl.levels:
+            r0 = row
+            for task, sw in zip(L.tasks, L.sqrt_w):
+                if _same_maths(task, FrameTask) and task.kernel_kind() == 1:
+                    self.frame_tasks.append((task, float(sw), row))
+                elif _same_maths(task, CenterOfMassTask):
+                    self.com_tasks.append((task, float(sw), row))
+                elif _same_maths(task, PostureTask) and type(task) is PostureTask:
+                    self.posture_tasks.append((task, float(sw), row))
+                else:
+                    self.py_tasks.append((task, float(sw), row))
+                row += task.dim
+            sizes.append(row - r0)
+        n = ctl.n
+        self.sizes = np.array(sizes, dtype=np.int64)
+        self.E = np.zeros((row, n))
+        self.f = np.zeros(row)
+        self.version = -1
+        self._data = None
+
+    def _tables(self) -> None:
+        """The frame table's slots and addresses in the robot's current Pinocchio data (again after ``add_frame``
+        made a new one), the loops' and contacts' tables and the tasks' index tables."""
+        robot, ctl = self.robot, self.ctl
+        model, d = robot.model, robot.data
+        slots = FrameSlots(model, compact=True)
+        cs = ctl._cset
+        loops = [(c, s) for c, s in zip(cs.closures, cs.slices) if isinstance(c, LoopClosure)] if cs else []
+        self.lint = np.array(
+            [(c.code, slots.slot(c.fa), slots.slot(c.fb), s.start) for c, s in loops], dtype=np.int64
+        ).reshape(len(loops), 4)
+        self.ml = 0 if cs is None else cs.m
+        self.cslot_of = {id(c): slots.slot(c.fid) for c in ctl.contacts}
+        self.fti = np.array(
+            [(slots.slot(tk.fid), tk.rows.start, tk.dim, row) for tk, _, row in self.frame_tasks],
+            dtype=np.int64,
+        ).reshape(len(self.frame_tasks), 4)
+        self.cti = np.array(
+            [(tk.rows.start, tk.dim, row) for tk, _, row in self.com_tasks], dtype=np.int64
+        ).reshape(len(self.com_tasks), 3)
+        j0, pti = 0, []
+        for tk, _, row in self.posture_tasks:
+            pti.append((j0, len(tk.idx), row))
+            j0 += len(tk.idx)
+        self.pti = np.array(pti, dtype=np.int64).reshape(len(pti), 3)
+        self.pidx = np.array([i for tk, _, _ in self.posture_tasks for i in tk.idx], dtype=np.int64)
+        self.pqidx = np.array([i for tk, _, _ in self.posture_tasks for i in tk.qidx], dtype=np.int64)
+        self.pref = np.zeros(self.pidx.size)
+        self.fint, self.fplace = slots.fint, slots.fplace
+        self.fJ = np.zeros((len(slots), 6, model.nv))
+        self.fvec = np.zeros((len(slots), 24))
+        self.jpose = slots.joint_pose_table()
+        ptr, self._keep = data_addresses(d, [d.J], slots.joint_ids, "ContactUKController")
+        self.ptr = np.array(ptr, dtype=np.int64)
+        nft, nct = len(self.frame_tasks), len(self.com_tasks)
+        self.ftf, self.fH, self.fva = np.zeros((nft, 3)), np.zeros((nft, 4, 4)), np.zeros((nft, 12))
+        self.ctf, self.cdes = np.zeros((nct, 3)), np.zeros((nct, 9))
+        self.ptf = np.zeros((len(self.posture_tasks), 3))
+        self.cvec = np.zeros(9)
+        self.jdv, self.phi = np.zeros(max(self.ml, 1)), np.zeros(max(self.ml, 1))
+        self.lgain = np.zeros((len(loops), 2))
+        self._contact_tables: dict = {}
+        self.version = -1
+        self._data = d
+
+    def _copy_params(self) -> None:
+        """The gains (and the postures' references) into the tables: when ``models._params.version`` moved."""
+        cs = self.ctl._cset
+        for k, c in enumerate([] if cs is None else cs.closures):
+            self.lgain[k] = (c.kp, c.kd)
+        for tab, tasks in (
+            (self.ftf, self.frame_tasks),
+            (self.ctf, self.com_tasks),
+            (self.ptf, self.posture_tasks),
+        ):
+            for k, (tk, sw, _) in enumerate(tasks):
+                tab[k] = (tk.kp, tk.kd, sw)
+        j0 = 0
+        for tk, _, _ in self.posture_tasks:
+            self.pref[j0 : j0 + len(tk.idx)] = tk.q_ref
+            j0 += len(tk.idx)
+        self.version = _params.version
+
+    def _contacts(self, act: list) -> tuple:
+        """(slots, gains, anchors, J_h, b_h) of this active set (tables made once per set)."""
+        key = tuple(id(c) for c in act)
+        tab = self._contact_tables.get(key)
+        if tab is None:
+            m = self.ml + 3 * len(act)
+            n = self.ctl.n
+            tab = self._contact_tables[key] = (
+                np.array([self.cslot_of[id(c)] for c in act], dtype=np.int64),
+                np.zeros((len(act), 2)),
+                np.zeros((len(act), 3)),
+                np.zeros((m, n)),
+                np.zeros(m),
+            )
+        cslot, cgain, anchor, Jh, bh = tab
         for i, c in enumerate(act):
-            C = c.cone_rows()
-            Cf[r0 : r0 + C.shape[0], nl + 3 * i : nl + 3 * i + 3] = C
-            r0 += C.shape[0]
-        Cz = Cf @ Ng
-        u = -self.cone_eps - Cf @ lam_p
-        l = np.full(u.shape, -np.inf)
-        res = self._qp.solve(("cone", Ng.shape[1], Cz.shape[0]), Hz, gz, C=Cz, l=l, u=u, warm=False)
-        if res.status == "infeasible" or not res.feasible:
-            self.cone_violations += 1
-            return lam, "cone_infeasible", True
-        self._margins = None  # λ moved: the step recomputes them
-        return lam_p + Ng @ res.x, "solved", True
+            cgain[i, 1] = c.kd
+            if c.anchor is not None:
+                cgain[i, 0] = c.kp
+                anchor[i] = c.anchor
+            else:  # anchored at p this step (``rows``): K_p (p − p₀) = 0
+                cgain[i, 0] = 0.0
+        return tab
+
+    def rows(self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray, act: list) -> tuple:
+        """(J_h, b_h, (E, f, sizes), loop rows) at (t, q, v) after the step's ``computeAllTerms`` (M, h: its views)."""
+        robot = self.robot
+        d = robot.data
+        if d is not self._data:
+            self._tables()
+        if self.version != _params.version:
+            self._copy_params()
+        K = _contact_kernels()
+        cslot, cgain, anchor, Jh, bh = self._contacts(act)
+        K.reaction_rows(
+            self.ptr, v, self.jpose, self.fint, self.fplace, self.fJ, self.fvec, self.lint, self.lgain, self.ml,
+            cslot, cgain, anchor, Jh, bh, self.jdv, self.phi,
+        )  # fmt: skip
+        for i, c in enumerate(act):
+            if (
+                c.anchor is None
+            ):  # anchored where it stands now (``PointContact.rows``); its rows have K_p (p − p)
+                c.anchor = self.fvec[cslot[i], 9:12].copy()
+        for k, (tk, _, _) in enumerate(self.frame_tasks):
+            T, vel, acc = tk.desired(t)
+            self.fH[k] = T.homogeneous
+            self.fva[k, :6] = vel
+            self.fva[k, 6:] = acc
+        if self.com_tasks:
+            model = robot.model
+            pin.centerOfMass(model, d, pin.KinematicLevel.ACCELERATION, False)  # c, ċ, J̇_com v from the pass
+            cv = self.cvec
+            cv[:3], cv[3:6], cv[6:] = d.com[0], d.vcom[0], d.acom[0]
+            for k, (tk, _, _) in enumerate(self.com_tasks):
+                cd, vd, ad = tk.desired(t)
+                self.cdes[k, :3], self.cdes[k, 3:6], self.cdes[k, 6:] = cd, vd, ad
+            Jcom = d.Jcom
+        else:
+            Jcom = self.cvec.reshape(3, 3)[:, :0]
+        E, f = self.E, self.f
+        K.task_rows(
+            q, v, self.fJ, self.fvec, self.fti, self.ftf, self.fH, self.fva, Jcom, self.cvec, self.cti, self.ctf,
+            self.cdes, self.pti, self.ptf, self.pidx, self.pqidx, self.pref, E, f,
+        )  # fmt: skip
+        if self.py_tasks:  # the fallback per task: its own rows, on a Kinematics of this pass
+            kin = Kinematics(robot, q, v, M, h)
+            for tk, sw, row in self.py_tasks:
+                A, b = tk.qp_rows(kin, t)
+                E[row : row + tk.dim] = sw * A
+                f[row : row + tk.dim] = sw * b
+        return Jh, bh, (E, f, self.sizes), self.ml

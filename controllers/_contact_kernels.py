@@ -1,0 +1,568 @@
+"""The algebra of ``ContactUKController``'s step compiled (numba): the reactions, the strict cascade and the force
+choice of ``controllers/contact_uk.py`` (its module docstring has the equations) in three calls into buffers kept
+between steps, instead of about 50 NumPy operations and 4 LAPACK SVDs (each LAPACK call on these 6–24-row matrices
+cost more than its arithmetic: 60–170 µs for an SVD of J_h on the 2-core machine, about one
+``pin.constraintDynamics``).
+
+**The rows from one Pinocchio pass** (``reaction_rows``, ``task_rows``): after ``pin.computeAllTerms`` (data.J,
+data.oMi, M, nle, the centre of mass and its Jacobian) every frame the step names (the feet, the loops' frames, the
+frame tasks') comes from ``_frame_kernels.frame_states`` (pose, LOCAL_WORLD_ALIGNED Jacobian, twist, classical
+acceleration at v̇ = 0: the numbers ``Kinematics.frame`` reads from Pinocchio), then
+
+    loop k (its rows s_k):  J_l = closure_rows,  b_l = −J̇_l v − K_d,k J_l v − K_p,k φ       (``LoopClosure.qp_rows``)
+    contact i:              J_c = J_f[:3],      b_c = −J̇_c v − K_d J_c v − K_p (p − p₀)   (``PointContact.rows``)
+    frame task:             (W, drift, w, e) by ``_task_kernels.frame_error``               (``FrameTask``)
+    centre of mass:         W = −J_com, drift = c̈_d − J̇_com v, w = ċ_d − ċ, e = c_d − c    (``CenterOfMassTask``)
+    posture:                W = −S, drift = 0, w = −v_S, e = q_ref − q_S                   (``PostureTask``)
+    each task:              A = √ω W[rows],  b = √ω (−drift − K_d w − K_p e)[rows]          (``Task.compute``)
+
+What each decomposition is, and why it gives the NumPy law's numbers to round-off:
+
+* **J_h's SVD, once** (the caller: ``np.linalg.svd`` of the stacked loop and contact rows, the one LAPACK call left):
+  it truncates the reactions (σ ≤ ``rank_tol`` σ₁ dropped; J_h has a singular value ~1e-7–1e-6 σ₁ on the level
+  stance, a real one, so a pivoted QR would keep a different rank-k matrix) and, when the passive rows add nothing
+  to level 0 (G of full row rank, below), it *is* level 0's SVD: E₀ = [J_c; J_l] is J_h with its rows permuted, so
+  E₀⁺ b₀ = V_k S_k⁻¹ U_kᵀ b_h and null(E₀) = the right singular vectors past k (threshold ``rank_tol`` ‖J_h‖_F, as
+  the law's level 0).
+* **G = S_P J_hᵀ of full row rank, certified by a Cholesky**: the law's rank of G counts σ_i(G) > τ_G
+  (τ_G = ``force_rank_tol`` ‖G‖_F); all |P| count iff G Gᵀ − τ_G² I is positive definite, i.e. its Cholesky
+  factorisation succeeds (``full_row_rank``).  Then U_⊥ is empty (no passive row joins level 0) and
+  λ_p = G⁺ S_P y = Gᵀ (G Gᵀ)⁻¹ S_P y (one refinement step), N_G = null(G) by the hierarchy's pivoted Householder
+  null space (``_qp_kernels.null_basis``); the forces λ = λ_p + N_G z*, z* = argmin of the law's quadratic, do not
+  depend on which basis of null(G) is used.  When the certificate fails the caller takes the NumPy path.
+* **the levels below level 0 by one-sided (Hestenes) Jacobi** (``jacobi_columns``): A_k N is at most a few rows by
+  the few columns left (6 × 4 on the quadruped); its singular values, its min-norm least-squares solution and its
+  null space are the SVD's (to round-off; Jacobi is an SVD), with the same truncation σ > ``rank_tol`` ‖A_k‖_F,
+  without LAPACK's set-up.
+* **Gauss' principle by Cholesky** of Nᵀ M N (symmetric positive definite; the law solved it by LU).
+
+tests/test_contact_kernels.py checks each kernel against its NumPy formulation and the compiled step against the
+NumPy path of the law on recorded states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import farray, njit
+
+import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
+from cmstack.controllers import _qp_kernels
+from cmstack.controllers._qp_kernels import null_basis
+from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels
+from cmstack.models._frame_kernels import _f64_at, frame_states, read_joint_poses
+from cmstack.models._kernel_cache import depends_on
+from cmstack.models._loop_kernels import closure_phi, closure_rows
+from cmstack.models._task_kernels import frame_error
+
+depends_on(__file__, _qp_kernels, _frame_kernels, _loop_kernels, _task_kernels)  # callees in other files
+
+
+@njit(cache=True)
+def cholesky_in_place(S, shift):
+    """S ← L (lower, S − shift·I = L Lᵀ; the strict upper triangle is left as it was).  Returns False when a pivot
+    is not > 0 (S − shift·I not positive definite)."""
+    n = S.shape[0]
+    for j in range(n):
+        d = S[j, j] - shift
+        for k in range(j):
+            d -= S[j, k] * S[j, k]
+        if not d > 0.0:
+            return False
+        d = math.sqrt(d)
+        S[j, j] = d
+        for i in range(j + 1, n):
+            a = S[i, j]
+            for k in range(j):
+                a -= S[i, k] * S[j, k]
+            S[i, j] = a / d
+    return True
+
+
+@njit(cache=True)
+def cholesky_solve(L, b, x):
+    """x = (L Lᵀ)⁻¹ b for the lower factor L (``cholesky_in_place``); x may be b."""
+    n = L.shape[0]
+    for i in range(n):
+        a = b[i]
+        for k in range(i):
+            a -= L[i, k] * x[k]
+        x[i] = a / L[i, i]
+    for i in range(n - 1, -1, -1):
+        a = x[i]
+        for k in range(i + 1, n):
+            a -= L[k, i] * x[k]
+        x[i] = a / L[i, i]
+
+
+@njit(cache=True)
+def jacobi_columns(X, V, s):
+    """One-sided Jacobi SVD: rotate the columns of X (p × q) in place until they are orthogonal (to round-off),
+    accumulating the rotations in V (q × q, set to I here).  Then X = U diag(s) with unit columns U (where s > 0)
+    and the input X₀ = X Vᵀ = U diag(s) Vᵀ: s (q,) the column norms, the singular values in no particular order."""
+    p, q = X.shape
+    for i in range(q):
+        for j in range(q):
+            V[i, j] = 1.0 if i == j else 0.0
+    for _ in range(60):
+        rotated = False
+        for a in range(q - 1):
+            for b in range(a + 1, q):
+                al = 0.0
+                be = 0.0
+                g = 0.0
+                for i in range(p):
+                    xa, xb = X[i, a], X[i, b]
+                    al += xa * xa
+                    be += xb * xb
+                    g += xa * xb
+                if g == 0.0 or abs(g) <= 1e-15 * math.sqrt(al * be):
+                    continue
+                rotated = True
+                z = (be - al) / (2.0 * g)
+                t = (1.0 if z >= 0.0 else -1.0) / (abs(z) + math.sqrt(1.0 + z * z))
+                c = 1.0 / math.sqrt(1.0 + t * t)
+                sn = c * t
+                for i in range(p):
+                    xa, xb = X[i, a], X[i, b]
+                    X[i, a] = c * xa - sn * xb
+                    X[i, b] = sn * xa + c * xb
+                for i in range(q):
+                    va, vb = V[i, a], V[i, b]
+                    V[i, a] = c * va - sn * vb
+                    V[i, b] = sn * va + c * vb
+        if not rotated:
+            break
+    for j in range(q):
+        a = 0.0
+        for i in range(p):
+            a += X[i, j] * X[i, j]
+        s[j] = math.sqrt(a)
+
+
+@njit(cache=True)
+def reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S):
+    """The reactions of the step: Jk = J_h truncated (the singular values ≤ rank_tol σ₁ dropped, from J_h's SVD
+    Uh (m×m), sh, Vth (n×n); a copy of J_h when not ``truncate``), G = (Jkᵀ)[P] (|P| × m), and whether G has full
+    row rank in the law's sense (module docstring: Cholesky of G Gᵀ − τ_G² I into S, |P| × |P|).  Returns that
+    flag (True also when there is no passive coordinate: no passive row)."""
+    m, n = Jh.shape
+    if truncate and m:
+        kh = 0
+        for i in range(sh.size):
+            if sh[i] > rank_tol * sh[0]:
+                kh += 1
+        for i in range(m):
+            for j in range(n):
+                a = 0.0
+                for r in range(kh):
+                    a += Uh[i, r] * sh[r] * Vth[r, j]
+                Jk[i, j] = a
+    else:
+        for i in range(m):
+            for j in range(n):
+                Jk[i, j] = Jh[i, j]
+    npas = P.size
+    fro = 0.0
+    for a in range(npas):
+        for i in range(m):
+            G[a, i] = Jk[i, P[a]]
+            fro += G[a, i] * G[a, i]
+    if npas == 0:
+        return True
+    for a in range(npas):
+        for b in range(a + 1):
+            acc = 0.0
+            for i in range(m):
+                acc += G[a, i] * G[b, i]
+            S[a, b] = acc
+            S[b, a] = acc
+    tol = force_rank_tol * math.sqrt(fro)
+    return cholesky_in_place(S, tol * tol)
+
+
+@njit(cache=True)
+def cascade(M, hD, E0, b0, U0, s0, Vt0, tol0, E, f, sizes, rank_tol, x, N, res):
+    """v̇* of the strict levels and Gauss' principle (``contact_uk`` module docstring) into x (n,); res (1 + K,):
+    each level's residual ‖A_k x − b_k‖.  Level 0 from its SVD (U0 (m0 × m0), s0, Vt0 (n × n) of E0 (m0 × n),
+    kept σ > tol0); levels 1…K the next ``sizes[k]`` rows of (E, f) (weighted), each by ``jacobi_columns`` of
+    A_k N with kept σ > rank_tol ‖A_k‖_F; N (n × n) the null-space basis in its first nz columns.  Returns nz."""
+    n = x.size
+    m0 = E0.shape[0]
+    for i in range(n):
+        x[i] = 0.0
+    if m0 == 0:  # no level-0 row: N = I
+        for i in range(n):
+            for j in range(n):
+                N[i, j] = 1.0 if i == j else 0.0
+        nz = n
+        res[0] = 0.0
+    else:
+        k0 = 0
+        for i in range(s0.size):
+            if s0[i] > tol0:
+                k0 += 1
+        for r in range(k0):
+            c = 0.0
+            for i in range(m0):
+                c += U0[i, r] * b0[i]
+            c /= s0[r]
+            for j in range(n):
+                x[j] += Vt0[r, j] * c
+        nz = n - k0
+        for j in range(nz):
+            for i in range(n):
+                N[i, j] = Vt0[k0 + j, i]
+        res[0] = _residual(E0, b0, 0, m0, x)
+    row = 0
+    for k in range(sizes.size):
+        p = sizes[k]
+        if p == 0:
+            res[k + 1] = 0.0
+            continue
+        if nz:
+            nz = _level(E, f, row, p, rank_tol, x, N, nz)
+        res[k + 1] = _residual(E, f, row, p, x)
+        row += p
+    if nz:
+        _gauss(M, hD, x, N, nz)
+    return nz
+
+
+@njit(cache=True)
+def _residual(E, f, row, p, x):
+    r2 = 0.0
+    for i in range(row, row + p):
+        a = -f[i]
+        for j in range(x.size):
+            a += E[i, j] * x[j]
+        r2 += a * a
+    return math.sqrt(r2)
+
+
+@njit(cache=True)
+def _level(E, f, row, p, rank_tol, x, N, nz):
+    """One strict level (rows row … row + p of E, f) in the null space N[:, :nz]: x += N (A N)⁺ (b − A x) (the
+    singular values ≤ rank_tol ‖A‖_F dropped), N ← N null(A N).  Returns the new nz."""
+    n = x.size
+    AN = np.empty((p, nz))
+    fro = 0.0
+    for i in range(p):
+        for j in range(n):
+            fro += E[row + i, j] * E[row + i, j]
+        for c in range(nz):
+            a = 0.0
+            for j in range(n):
+                a += E[row + i, j] * N[j, c]
+            AN[i, c] = a
+    r = np.empty(p)
+    for i in range(p):
+        a = f[row + i]
+        for j in range(n):
+            a -= E[row + i, j] * x[j]
+        r[i] = a
+    V = np.empty((nz, nz))
+    s = np.empty(nz)
+    jacobi_columns(AN, V, s)
+    tol = rank_tol * math.sqrt(fro)
+    dz = np.zeros(nz)
+    for c in range(nz):
+        if s[c] > tol:  # AN[:, c] = σ_c u_c: the coefficient (u_c · r) / σ_c = (AN_c · r) / σ_c²
+            a = 0.0
+            for i in range(p):
+                a += AN[i, c] * r[i]
+            a /= s[c] * s[c]
+            for j in range(nz):
+                dz[j] += V[j, c] * a
+    for i in range(n):
+        a = 0.0
+        for j in range(nz):
+            a += N[i, j] * dz[j]
+        x[i] += a
+    # N ← N V[:, dropped]
+    Nn = np.empty((n, nz))
+    k = 0
+    for c in range(nz):
+        if not s[c] > tol:
+            for i in range(n):
+                a = 0.0
+                for j in range(nz):
+                    a += N[i, j] * V[j, c]
+                Nn[i, k] = a
+            k += 1
+    for c in range(k):
+        for i in range(n):
+            N[i, c] = Nn[i, c]
+    return k
+
+
+@njit(cache=True)
+def _gauss(M, hD, x, N, nz):
+    """x += N z, (Nᵀ M N) z = −Nᵀ (M x + hD), by Cholesky."""
+    n = x.size
+    MN = np.empty((n, nz))
+    for i in range(n):
+        for c in range(nz):
+            a = 0.0
+            for j in range(n):
+                a += M[i, j] * N[j, c]
+            MN[i, c] = a
+    H = np.empty((nz, nz))
+    for a_ in range(nz):
+        for b_ in range(a_ + 1):
+            acc = 0.0
+            for i in range(n):
+                acc += N[i, a_] * MN[i, b_]
+            H[a_, b_] = acc
+            H[b_, a_] = acc
+    w = np.empty(n)
+    for i in range(n):
+        a = hD[i]
+        for j in range(n):
+            a += M[i, j] * x[j]
+        w[i] = a
+    z = np.empty(nz)
+    for c in range(nz):
+        a = 0.0
+        for i in range(n):
+            a -= N[i, c] * w[i]
+        z[c] = a
+    if not cholesky_in_place(H, 0.0):  # N ᵀ M N is positive definite for M > 0; round-off: LU as the law did
+        z[:] = np.linalg.solve(_sym(H), z)
+    else:
+        cholesky_solve(H, z, z)
+    for i in range(n):
+        a = 0.0
+        for c in range(nz):
+            a += N[i, c] * z[c]
+        x[i] += a
+
+
+@njit(cache=True)
+def _sym(L):
+    """The symmetric matrix whose lower triangle L holds (``cholesky_in_place`` leaves the upper one as it was)."""
+    n = L.shape[0]
+    H = np.empty((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            H[i, j] = L[j, i]
+            H[j, i] = L[j, i]
+    return H
+
+
+@njit(cache=True)
+def forces(Jk, G, Lg, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full):
+    """The least-actuated-torque forces (``contact_uk`` module docstring, "Forces") when G = (Jkᵀ)[P] has full row
+    rank (Lg: the Cholesky factor of G Gᵀ − τ_G² I from ``reactions``; G Gᵀ is factored again here unshifted):
+
+        λ_p = Gᵀ (G Gᵀ)⁻¹ y_P (+ one refinement),  N_G = null(G),  K = (Jkᵀ)[A],  H = Kᵀ K + ε I,
+        ε = force_reg max(max_i H_ii, 1),  Hz = N_Gᵀ H N_G,  gz = N_Gᵀ (H λ_p − Kᵀ y_A),  λ = λ_p − N_G Hz⁻¹ gz
+
+    into lam, lam_p, Hz, gz (the cone QP's problem when a force leaves its pyramid) and tau_full = y − Jkᵀ λ.
+    Returns N_G (m × (m − |P|))."""
+    m, n = Jk.shape
+    npas, nact = P.size, A.size
+    # λ_p
+    S = np.empty((npas, npas))
+    for a in range(npas):
+        for b in range(a + 1):
+            acc = 0.0
+            for i in range(m):
+                acc += G[a, i] * G[b, i]
+            S[a, b] = acc
+            S[b, a] = acc
+    ok = cholesky_in_place(S, 0.0)
+    if not ok:  # (cannot happen: the shifted matrix was positive definite)
+        S[:, :] = Lg
+    w = np.empty(npas)
+    r = np.empty(npas)
+    for a in range(npas):
+        r[a] = y[P[a]]
+    cholesky_solve(S, r, w)
+    for i in range(m):
+        acc = 0.0
+        for a in range(npas):
+            acc += G[a, i] * w[a]
+        lam_p[i] = acc
+    for a in range(npas):  # one refinement: λ_p += Gᵀ (G Gᵀ)⁻¹ (y_P − G λ_p)
+        acc = y[P[a]]
+        for i in range(m):
+            acc -= G[a, i] * lam_p[i]
+        r[a] = acc
+    cholesky_solve(S, r, w)
+    for i in range(m):
+        acc = 0.0
+        for a in range(npas):
+            acc += G[a, i] * w[a]
+        lam_p[i] += acc
+    Ng = null_basis(G, 0.0)
+    nz = Ng.shape[1]
+    # K = (Jkᵀ)[A] (nact × m): K[a, i] = Jk[i, A[a]]; ε from max_i ‖K[:, i]‖²
+    hmax = 0.0
+    for i in range(m):
+        acc = 0.0
+        for a in range(nact):
+            acc += Jk[i, A[a]] * Jk[i, A[a]]
+        if acc > hmax:
+            hmax = acc
+    eps = force_reg * max(hmax, 1.0)
+    # KN = K N_G (nact × nz), Kl = K λ_p − y_A
+    KN = np.empty((nact, nz))
+    Kl = np.empty(nact)
+    for a in range(nact):
+        ja = A[a]
+        for c in range(nz):
+            acc = 0.0
+            for i in range(m):
+                acc += Jk[i, ja] * Ng[i, c]
+            KN[a, c] = acc
+        acc = -y[ja]
+        for i in range(m):
+            acc += Jk[i, ja] * lam_p[i]
+        Kl[a] = acc
+    # Hz = KNᵀ KN + ε I; gz = N_Gᵀ (Kᵀ (K λ_p − y_A) + ε λ_p)
+    for c in range(nz):
+        for d in range(c + 1):
+            acc = 0.0
+            for a in range(nact):
+                acc += KN[a, c] * KN[a, d]
+            if c == d:
+                acc += eps
+            Hz[c, d] = acc
+            Hz[d, c] = acc
+        acc = 0.0
+        for a in range(nact):
+            acc += KN[a, c] * Kl[a]
+        for i in range(m):
+            acc += eps * Ng[i, c] * lam_p[i]
+        gz[c] = acc
+    z = np.empty(nz)
+    L = Hz.copy()
+    if cholesky_in_place(L, 0.0):
+        for c in range(nz):
+            z[c] = -gz[c]
+        cholesky_solve(L, z, z)
+    else:  # (Hz ≥ ε I: cannot happen)
+        z[:] = -np.linalg.solve(Hz, gz)
+    for i in range(m):
+        acc = lam_p[i]
+        for c in range(nz):
+            acc += Ng[i, c] * z[c]
+        lam[i] = acc
+    torque(Jk, y, lam, tau_full)
+    return Ng
+
+
+@njit(cache=True)
+def torque(Jk, y, lam, tau_full):
+    """tau_full = y − Jkᵀ λ."""
+    m, n = Jk.shape
+    for j in range(n):
+        acc = y[j]
+        for i in range(m):
+            acc -= Jk[i, j] * lam[i]
+        tau_full[j] = acc
+
+
+@njit(cache=True)
+def margins(lam, nl, Cf, crow, out):
+    """Each active contact's cone margin min_r −(C_i f_i)_r (N; ``PointContact.cone_margin``): contact i's force
+    λ[nl + 3i : nl + 3i + 3], its rows Cf[crow[i] : crow[i + 1]] (3 columns).  Returns the least margin (+inf
+    without contacts)."""
+    least = math.inf
+    for i in range(out.size):
+        best = -math.inf
+        for r in range(crow[i], crow[i + 1]):
+            a = Cf[r, 0] * lam[nl + 3 * i] + Cf[r, 1] * lam[nl + 3 * i + 1] + Cf[r, 2] * lam[nl + 3 * i + 2]
+            if a > best:
+                best = a
+        out[i] = -best
+        if -best < least:
+            least = -best
+    return least
+
+
+@njit(cache=True)
+def reaction_rows(
+    ptr, v, jpose, fint, fplace, fJ, fvec, lint, lgain, ml, cslot, cgain, anchor, Jh, bh, jdv, phi
+):
+    """The frame table and the reaction rows (module docstring) after one ``pin.computeAllTerms``: ptr = [data.J,
+    (R_j, p_j) of each joint of the table in data.oMi] (``step_engine.data_addresses``); lint (nl, 4) = [kind code,
+    frame slot a, frame slot b, first row] and lgain (nl, 2) = [K_p, K_d] of each loop (ml rows in all); cslot (nc,),
+    cgain (nc, 2) = [K_p, K_d] and anchor (nc, 3) of each active contact, whose rows follow the loops'.  Out: the
+    frame table fJ, fvec, and J_h = Jh (ml + 3 nc, n), b_h = bh."""
+    n = v.shape[0]
+    Jw = farray(_f64_at(ptr[0]), (6, n))
+    read_joint_poses(ptr, 1, jpose.shape[0], jpose)
+    frame_states(Jw, v, jpose, fint, fplace, fJ, fvec)
+    for k in range(lint.shape[0]):
+        a, b, r0 = lint[k, 1], lint[k, 2], lint[k, 3]
+        closure_rows(lint[k, 0], fvec[a], fJ[a], fvec[b], fJ[b], Jh, jdv, r0)
+        mk = closure_phi(lint[k, 0], fvec[a], fvec[b], phi, r0)
+        kp, kd = lgain[k, 0], lgain[k, 1]
+        for i in range(r0, r0 + mk):
+            jv = 0.0
+            for j in range(n):
+                jv += Jh[i, j] * v[j]
+            bh[i] = -jdv[i] - kd * jv - kp * phi[i]
+    for c in range(cslot.size):
+        s = cslot[c]
+        kp, kd = cgain[c, 0], cgain[c, 1]
+        for i in range(3):
+            r = ml + 3 * c + i
+            for j in range(n):
+                Jh[r, j] = fJ[s, i, j]
+            b = -fvec[s, 18 + i]
+            if kd:
+                b = b - kd * fvec[s, 12 + i]
+            if kp:
+                b = b - kp * (fvec[s, 9 + i] - anchor[c, i])
+            bh[r] = b
+
+
+@njit(cache=True)
+def task_rows(
+    q, v, fJ, fvec, fti, ftf, fH, fva, Jcom, cvec, cti, ctf, cdes, pti, ptf, pidx, pqidx, pref, E, f
+):
+    """The compiled tasks' rows into E, f (module docstring):
+
+    * frame tasks: fti (k, 4) = [frame slot, first selected row, rows, row in E], ftf (k, 3) = [K_p, K_d, √ω],
+      fH (k, 4, 4) the target pose, fva (k, 12) = [velocity (6), acceleration (6)] (``FrameTask.desired``);
+    * centre-of-mass tasks: Jcom (3, n) = data.Jcom, cvec (9,) = [c, ċ, J̇_com v] (data.com[0], vcom[0], acom[0]);
+      cti (k, 3) = [first selected axis, axes, row in E], ctf (k, 3) = [K_p, K_d, √ω], cdes (k, 9) = [c_d, ċ_d, c̈_d];
+    * posture tasks: pti (k, 3) = [first joint in pidx, joints, row in E], ptf (k, 3) = [K_p, K_d, √ω]; pidx, pqidx,
+      pref: each joint's v index, q index and q_ref."""
+    n = v.shape[0]
+    W = np.empty((6, n))
+    ed = np.empty((4, 6))
+    R = np.empty((3, 3))
+    for k in range(fti.shape[0]):
+        s, sel0, nsel, row = fti[k, 0], fti[k, 1], fti[k, 2], fti[k, 3]
+        kp, kd, sw = ftf[k, 0], ftf[k, 1], ftf[k, 2]
+        frame_error(fvec[s], fJ[s], fH[k], fva[k], 0, 6, 1.0, W, 0, ed, R)
+        for i in range(nsel):
+            r = sel0 + i
+            for j in range(n):
+                E[row + i, j] = sw * W[r, j]
+            f[row + i] = sw * (-ed[0, r] - kd * ed[1, r] - kp * ed[2, r])
+    for k in range(cti.shape[0]):
+        sel0, nsel, row = cti[k, 0], cti[k, 1], cti[k, 2]
+        kp, kd, sw = ctf[k, 0], ctf[k, 1], ctf[k, 2]
+        for i in range(nsel):
+            r = sel0 + i
+            for j in range(n):
+                E[row + i, j] = sw * -Jcom[r, j]
+            drift = cdes[k, 6 + r] - cvec[6 + r]
+            w = cdes[k, 3 + r] - cvec[3 + r]
+            e = cdes[k, r] - cvec[r]
+            f[row + i] = sw * (-drift - kd * w - kp * e)
+    for k in range(pti.shape[0]):
+        j0, nj, row = pti[k, 0], pti[k, 1], pti[k, 2]
+        kp, kd, sw = ptf[k, 0], ptf[k, 1], ptf[k, 2]
+        for i in range(nj):
+            jv, jq = pidx[j0 + i], pqidx[j0 + i]
+            for j in range(n):
+                E[row + i, j] = 0.0
+            E[row + i, jv] = sw * -1.0
+            f[row + i] = sw * (-0.0 - kd * (0.0 - v[jv]) - kp * (pref[j0 + i] - q[jq]))

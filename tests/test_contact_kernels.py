@@ -1,0 +1,128 @@
+"""controllers/_contact_kernels.py: each kernel against its NumPy formulation, and the compiled contact step
+(``ContactUKController``: rows from one Pinocchio pass, the algebra compiled) against the law's NumPy path
+(``compiled=False``: every row from a ``Kinematics``, four SVDs) on the five-bar quadruped: standing, moving, with a
+foot in the air, and with the cone QP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from cmstack.controllers import _contact_kernels as K
+from cmstack.controllers.contact_uk import ContactUKController
+from cmstack.models.com import CenterOfMassTask
+from cmstack.models.contact import PointContact
+from cmstack.models.coupling import FrameTask, PostureTask
+from cmstack.models.robot import Robot
+
+LEGS = ("fl", "fr", "hl", "hr")
+
+
+def test_jacobi_columns_is_an_svd():
+    rng = np.random.default_rng(3)
+    shapes = [(6, 4), (3, 10), (24, 22), (5, 5)]
+    for p, q in shapes:
+        for rank in (min(p, q), min(p, q) - 2):
+            A = rng.normal(size=(p, rank)) @ rng.normal(size=(rank, q)) * 10.0 ** rng.uniform(-3, 3)
+            X, V, s = A.copy(), np.empty((q, q)), np.empty(q)
+            K.jacobi_columns(X, V, s)
+            np.testing.assert_allclose(V.T @ V, np.eye(q), atol=1e-13)
+            np.testing.assert_allclose(X @ V.T, A, atol=1e-13 * np.abs(A).max())  # X₀ = X Vᵀ
+            G = X.T @ X  # orthogonal columns
+            np.testing.assert_allclose(G - np.diag(np.diag(G)), 0.0, atol=1e-13 * np.abs(A).max() ** 2)
+            ref = np.linalg.svd(A, compute_uv=False)
+            np.testing.assert_allclose(np.sort(s)[::-1][: ref.size], ref, atol=1e-13 * ref[0])
+
+
+def test_cholesky_certificate_counts_the_singular_values():
+    rng = np.random.default_rng(4)
+    U, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    W, _ = np.linalg.qr(rng.normal(size=(9, 9)))
+    sig = np.array([3.0, 1.0, 0.5, 0.1, 1e-3, 2e-5])
+    G = (U * sig) @ W[:6]
+    for tol, full in ((1e-5, True), (3e-5, False), (0.2, False)):
+        S = G @ G.T
+        assert K.cholesky_in_place(S, tol * tol) == full  # all σ > tol
+    S = G @ G.T
+    assert K.cholesky_in_place(S, 0.0)
+    b = rng.normal(size=6)
+    x = np.empty(6)
+    K.cholesky_solve(S, b, x)
+    S0 = G @ G.T  # backward stable: a small residual against ‖S‖ ‖x‖ (S is ill-conditioned, 2e10)
+    assert np.linalg.norm(S0 @ x - b) <= 1e-13 * np.linalg.norm(S0) * np.linalg.norm(x)
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return Robot.from_mjcf("mjcf/quadruped_five_bar.xml")
+
+
+def _pair(robot, mu, swing=None, dx=0.01):
+    """(compiled controller, NumPy controller) with the legged levels, the same contacts."""
+    contacts = [PointContact(robot, f"{leg}_foot", mu=mu) for leg in LEGS]
+    kin = robot.update(robot.q_initial, np.zeros(robot.nv))
+    for c in contacts:
+        c.set_active(c.name != swing, c.position(kin))
+    base = FrameTask(robot, "base_site", kp=400, kd=40, name="base")
+    base.set_target(pin.SE3(np.eye(3), kin.frame("base_site").p + [dx, 0.0, 0.01]))
+    com = CenterOfMassTask(robot, kp=100, kd=20)
+    post = PostureTask(robot, robot.q_initial, joints=robot.actuated_joints, kp=25, kd=10)
+    levels = [[base], [com], [post]]
+    if swing is not None:
+        foot = FrameTask(robot, swing, kp=400, kd=40, rows="position", name="swing")
+        foot.set_target(pin.SE3(np.eye(3), kin.frame(swing).p + [0.0, 0.0, 0.05]))
+        levels = [[base, foot], [com], [post]]
+    return tuple(ContactUKController(robot, contacts, levels, compiled=c) for c in (True, False))
+
+
+def _states(robot, n, seed):
+    """q_initial, then states near it: the base moved a little (x, z, pitch) with the legs following the feet
+    (one Gauss–Newton pass on the loops and stance is not needed: the controllers see the same state), random
+    velocities."""
+    rng = np.random.default_rng(seed)
+    yield robot.q_initial.copy(), np.zeros(robot.nv)
+    for _ in range(n):
+        dq = np.zeros(robot.nv)
+        dq[[0, 2, 4]] = rng.normal(scale=[2e-3, 2e-3, 5e-3])
+        v = np.zeros(robot.nv)
+        v[[0, 2, 4]] = rng.normal(scale=[0.05, 0.05, 0.1])
+        yield pin.integrate(robot.model, robot.q_initial, dq), v
+
+
+@pytest.mark.parametrize("mu, swing", [(1.0, None), (1.0, "fl_foot"), (0.5, None)])
+def test_compiled_step_equals_numpy_path(robot, mu, swing):
+    fast, ref = _pair(robot, mu, swing)
+    assert fast._plan is not None and ref._plan is None
+    qp_steps = 0
+    for q, v in _states(robot, 4, 11):
+        tau = fast(0.1, q, v)
+        tau_ref = ref(0.1, q, v)
+        a, b = fast.info, ref.info
+        assert a.status == b.status and a.cone_qp == b.cone_qp
+        qp_steps += a.cone_qp
+        # the QP solves the same problem in another basis of null(G): equal to ProxSuite's tolerance
+        tol = 1e-6 if a.cone_qp else 1e-11
+        assert np.abs(tau - tau_ref).max() <= tol * np.abs(tau_ref).max()
+        assert np.all(tau[fast._P] == 0.0)
+        assert set(a.forces) == set(b.forces) and set(a.cone_margin) == set(b.cone_margin)
+        for name in b.forces:
+            assert abs(a.cone_margin[name] - b.cone_margin[name]) <= 1e-6 * max(
+                1.0, np.abs(b.forces[name]).max()
+            )
+        np.testing.assert_allclose(a.level_residuals, b.level_residuals, atol=1e-9)
+        assert a.passive_residual <= 1e-9 * max(1.0, np.abs(tau).max())
+    if mu < 1.0:
+        assert qp_steps  # the QP path was exercised
+
+
+def test_kin_of_the_compiled_step(robot):
+    fast, _ = _pair(robot, 1.0)
+    q, v = next(_states(robot, 0, 1))
+    fast(0.0, q, v)
+    kin = fast.kin  # made from the step's pass, which the robot's data still holds
+    np.testing.assert_array_equal(kin.q, q)
+    p = kin.frame("fl_foot").p.copy()
+    ref = robot.update(q, v)
+    np.testing.assert_allclose(kin.M, ref.M, atol=1e-14)
+    np.testing.assert_allclose(p, ref.frame("fl_foot").p, atol=1e-15)
