@@ -256,3 +256,113 @@ def level_residuals(E, f, x, sizes, res, bnorm):
             i += 1
         res[k] = math.sqrt(r2)
         bnorm[k] = math.sqrt(b2)
+
+
+@njit(cache=True)
+def condition_qp(H, g, A, b, C, l, u, row_tol, check_tol, Hs, gs, As, bs, e, Cs, ls, us, d, bad):
+    """``condition`` and ``condition_eq`` of one problem in one call (``BoundedQP.solve``; A, C may have no row).
+    Returns (s, λ_min(Ĥ), nbad, nempty): ``condition``'s and ``condition_eq``'s counts."""
+    s, lam, nbad = condition(H, g, C, l, u, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad)
+    nempty = condition_eq(A, b, row_tol, check_tol, As, bs, e) if A.shape[0] else 0
+    return s, lam, nbad, nempty
+
+
+@njit(cache=True)
+def merged_problem(
+    A1,
+    b1,
+    AtA,
+    Atb,
+    A2,
+    M,
+    trM,
+    Q,
+    C,
+    l,
+    u,
+    rank_tol,
+    row_tol,
+    check_tol,
+    Hs,
+    gs,
+    As,
+    bs,
+    e,
+    Cs,
+    ls,
+    us,
+    d,
+    bad,
+):
+    """Levels 1 and 2 of the hierarchy as one QP (``uk_solve.LevelSolver._merged_top``), built and conditioned in
+    one call:
+
+        N₁ = null_basis(A₁),  μ = 1e-6 max(‖A₂ N₁‖²_F, 1e-12) / tr(M),
+        H = A₂ᵀA₂ + μ M,  g = −A₂ᵀ b₂ − μ Q,   s.t.  A₁ v̇ = b₁,  l ≤ C v̇ ≤ u,
+
+    with A₂ᵀA₂, A₂ᵀb₂ and tr(M) given (``AtA``, ``Atb``, ``trM``: NumPy's, as the QP was built before, to the bit:
+    the lower levels of a binding step can move with a rounding of H, ``_merged_top``), then ``condition_qp`` of
+    (H, g, A₁, b₁, C, l, u) into the given buffers (Ĥ, ĝ, Â, b̂, e, Ĉ, l̂, û, d, bad; Â, b̂ not to be used when
+    nempty > 0).  Returns (N₁, A₂ N₁, s, λ_min, nbad, nempty)."""
+    n = M.shape[0]
+    N1 = null_basis(A1, rank_tol)
+    AN = np.ascontiguousarray(A2) @ N1
+    ANf = AN.ravel()
+    trA = np.vdot(ANf, ANf)
+    mu = 1e-6 * max(trA, 1e-12) / trM
+    H = np.empty((n, n))
+    g = np.empty(n)
+    for i in range(n):
+        g[i] = -Atb[i] - mu * Q[i]
+        for j in range(n):
+            H[i, j] = AtA[i, j] + mu * M[i, j]
+    s, lam, nbad, nempty = condition_qp(
+        H, g, A1, b1, C, l, u, row_tol, check_tol, Hs, gs, As, bs, e, Cs, ls, us, d, bad
+    )
+    return N1, AN, s, lam, nbad, nempty
+
+
+@njit(cache=True)
+def level_problem(
+    N,
+    dx,
+    x,
+    Bprev,
+    rank_tol,
+    C,
+    l,
+    u,
+    eps_abs,
+    A,
+    b,
+    last,
+    M,
+    Q,
+    H,
+    g,
+    row_tol,
+    check_tol,
+    lo,
+    hi,
+    ls,
+    us,
+    d,
+    bad,
+):
+    """``hierarchy_level`` and the ``condition`` of its QP in one call (``uk_solve.LevelSolver._sequential``); the
+    bounds of the level (lo, hi, unscaled: the feasibility test of a capped solve) and of its conditioned form
+    (l̂, û, the rows' scales d, the vanished rows violated as constants ``bad``) into the given buffers (one entry
+    per row of C).  Returns (x, N', A N', Ĥ, ĝ, C N', Ĉ, s, λ_min, nbad); N' may have no column (then Ĥ … are
+    not set)."""
+    xn, Nn, Hr, gr, CN, lo_, hi_, AN = hierarchy_level(
+        N, dx, x, Bprev, rank_tol, C, l, u, eps_abs, A, b, last, M, Q, H, g
+    )
+    nz = Nn.shape[1]
+    m = C.shape[0]
+    lo[:] = lo_
+    hi[:] = hi_
+    Hs, gs, Cs = np.empty((nz, nz)), np.empty(nz), np.empty((m, nz))
+    if nz == 0:
+        return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0
+    s, lam, nbad = condition(Hr, gr, CN, lo, hi, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad)
+    return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad

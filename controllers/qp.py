@@ -131,25 +131,22 @@ class BoundedQP:
         self._max_iter_of: dict = {}  # id(solver object) -> its outer cap as last set
         self.cold_retries = 0
         self._bufs: dict = {}  # the conditioned problem's arrays, by shape (n, rows of C)
-        from cmstack.controllers._qp_kernels import condition, condition_eq
+        from cmstack.controllers._qp_kernels import condition_qp
 
-        self._condition = condition
-        self._condition_eq = condition_eq
+        self._condition_qp = condition_qp
         #: when a list: every solve appends (shape key, H, g, A, b, C, l, u, ρ) as given to ProxSuite (scaled)
         self.trace: list | None = None
 
     def __getstate__(self) -> dict:
         # the solver objects, buffers and the compiled function are caches: made again after unpickling
         state = self.__dict__.copy()
-        state.update(
-            _qps={}, _cold={}, _bufs={}, _max_iter_of={}, _condition=None, _condition_eq=None, trace=None
-        )
+        state.update(_qps={}, _cold={}, _bufs={}, _max_iter_of={}, _condition_qp=None, trace=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
-        from cmstack.controllers._qp_kernels import condition, condition_eq
+        from cmstack.controllers._qp_kernels import condition_qp
 
-        self.__dict__.update(state, _condition=condition, _condition_eq=condition_eq)
+        self.__dict__.update(state, _condition_qp=condition_qp)
 
     def _new(self, n: int, n_eq: int, n_in: int, feasible_start: bool = False):
         qp = _PQ.dense.QP(n, n_eq, n_in)
@@ -238,58 +235,121 @@ class BoundedQP:
         the null space of the levels above): no infeasibility certificate is trusted, the caps bound it.
         ``budget``: at most this many inner iterations for this call (the outer cap becomes
         max(1, budget // max_iter_in)), for a caller that shares one budget between several solves."""
+        n = H.shape[0]
+        me = 0 if A is None else A.shape[0]
+        m = 0 if C is None else C.shape[0]
+        bufs = self._bufs.get((n, me, m))
+        if bufs is None:
+            bufs = self._bufs[(n, me, m)] = (
+                np.empty((n, n)),
+                np.empty(n),
+                np.empty((me, n)),
+                np.empty(me),
+                np.empty(me),
+                np.empty((m, n)),
+                np.empty(m),
+                np.empty(m),
+                np.empty(m),
+                np.empty(m, dtype=np.int64),
+                np.zeros((0, n)),
+                np.zeros(0),
+            )
+        Hs, gs, As, bs, e, Cs, ls, us, d, badi, none2, none1 = bufs
+        # the problem conditioned in one compiled call (``_qp_kernels.condition_qp``): every row of C kept, a
+        # vanished or free one zeroed (one shape per problem, module docstring 1.); an equality row that vanishes
+        # is dropped and checked as a constant
+        s, lam_min, nbad, nempty = self._condition_qp(
+            H,
+            g,
+            A if me else none2,
+            b if me else none1,
+            C if m else none2,
+            l if m else none1,
+            u if m else none1,
+            self.row_tol,
+            self.check_tol,
+            Hs,
+            gs,
+            As,
+            bs,
+            e,
+            Cs,
+            ls,
+            us,
+            d,
+            badi,
+        )
+        ie = None
+        bad: list = []
+        if nempty:
+            assert A is not None and b is not None
+            ie, e, bad = self._clean(A, b, None, eq=True)
+            As, bs = A[ie] / e[:, None], b[ie] / e
+        if nbad:
+            bad = bad + [("in", int(i)) for i in badi[:nbad]]
+        if bad:
+            return QPResult(
+                np.zeros(n), np.zeros(me), np.zeros(m), "infeasible", 0, False, bad, "constant row"
+            )
+        return self.solve_conditioned(
+            key,
+            Hs,
+            gs,
+            As if me else None,
+            bs,
+            e,
+            ie,
+            Cs if m else None,
+            ls,
+            us,
+            d,
+            s,
+            lam_min,
+            warm,
+            feasible_start,
+            budget,
+            A,
+            b,
+            C,
+            l,
+            u,
+        )
+
+    def solve_conditioned(
+        self,
+        key: Hashable,
+        Hs: np.ndarray,
+        gs: np.ndarray,
+        As: np.ndarray | None,
+        bs: np.ndarray | None,
+        e: np.ndarray | None,
+        ie: np.ndarray | None,
+        Cs: np.ndarray | None,
+        ls: np.ndarray | None,
+        us: np.ndarray | None,
+        d: np.ndarray | None,
+        s: float,
+        lam_min: float,
+        warm: bool,
+        feasible_start: bool,
+        budget: int | None,
+        A: np.ndarray | None,
+        b: np.ndarray | None,
+        C: np.ndarray | None,
+        l: np.ndarray | None,
+        u: np.ndarray | None,
+    ) -> QPResult:
+        """``solve`` of a problem already conditioned (module docstring, 1.–2.: ``_qp_kernels.condition_qp``, or a
+        caller's kernel that conditions as it builds, ``merged_problem``, ``level_problem``): Ĥ, ĝ, Â, b̂ (rows
+        ``ie`` of A kept, None: all; e their norms), Ĉ, l̂, û (d the rows' scales), s the cost's scale, λ_min(Ĥ);
+        A, b, C, l, u as given (the feasibility test of a capped solve).  The result is the unscaled problem's."""
         max_outer = (
             self.max_iter if budget is None else max(1, min(self.max_iter, int(budget) // self.max_iter_in))
         )
-        n = H.shape[0]
+        n = Hs.shape[0]
         me = 0 if A is None else A.shape[0]
-        y = np.zeros(me)
-        As = bs = None
-        ie = ne = None
-        bad_e: list = []
-        if me:
-            # the equality rows scaled in one compiled call (``_qp_kernels.condition_eq``); a row that vanishes is
-            # dropped and checked as a constant (module docstring, 1.)
-            assert A is not None and b is not None
-            ebufs = self._bufs.get(("eq", n, me))
-            if ebufs is None:
-                ebufs = self._bufs[("eq", n, me)] = (np.empty((me, n)), np.empty(me), np.empty(me))
-            As, bs, ne = ebufs
-            if self._condition_eq(A, b, self.row_tol, self.check_tol, As, bs, ne):
-                ie, ne, bad_e = self._clean(A, b, None, eq=True)
-                As, bs = A[ie] / ne[:, None], b[ie] / ne
-        m = 0 if C is None else C.shape[0]
-        z = np.zeros(m)
-        Cs = ls = us = None
-        if m:
-            # every row kept, a vanished or free one zeroed: one shape per problem (module docstring, 1.), conditioned
-            # in one compiled call into buffers of that shape (``_qp_kernels.condition``)
-            assert C is not None and l is not None and u is not None
-            bufs = self._bufs.get((n, m))
-            if bufs is None:
-                bufs = self._bufs[(n, m)] = (
-                    np.empty((n, n)),
-                    np.empty(n),
-                    np.empty((m, n)),
-                    np.empty(m),
-                    np.empty(m),
-                    np.empty(m),
-                    np.empty(m, dtype=np.int64),
-                )
-            Hs, gs, Cs, ls, us, d, badi = bufs
-            s, lam_min, nbad = self._condition(
-                H, g, C, l, u, self.row_tol, self.check_tol, Hs, gs, Cs, ls, us, d, badi
-            )
-            bad_i = [("in", int(i)) for i in badi[:nbad]] if nbad else []
-        else:
-            s = max(float(np.max(np.abs(np.diagonal(H)), initial=0.0)), float(np.max(np.abs(g), initial=0.0)))
-            s = s if s > 0.0 and np.isfinite(s) else 1.0
-            Hs, gs = H / s, g / s
-            lam_min = float(np.linalg.eigvalsh(Hs)[0]) if n else 1.0
-            bad_i, d = [], None
-        n_eq, n_in = (me if ie is None else len(ie)), m
-        if bad_e or bad_i:
-            return QPResult(np.zeros(n), y, z, "infeasible", 0, False, bad_e + bad_i, "constant row")
+        n_eq = 0 if As is None else As.shape[0]
+        n_in = 0 if Cs is None else Cs.shape[0]
         rho = min(1e-6, max(1e-14, 1e-3 * lam_min))
         k = (key, n, n_eq, n_in, feasible_start)
         if (
@@ -330,25 +390,25 @@ class BoundedQP:
                 self._qps[k] = qp
         x = np.array(res.x, dtype=float)
         if n_eq:
-            assert ne is not None
+            assert e is not None
             if ie is None:
-                np.divide(res.y, ne, out=y)
+                y = np.divide(res.y, e)
                 y *= s
             else:
-                y[ie] = s * np.asarray(res.y) / ne
+                y = np.zeros(me)
+                y[ie] = s * np.asarray(res.y) / e
+        else:
+            y = np.zeros(me)
         if n_in:
             assert d is not None  # (rows of C: conditioned, d their scales)
-            np.multiply(res.z, d, out=z)
+            z = np.multiply(res.z, d)
             z *= s
+        else:
+            z = np.zeros(0 if C is None else C.shape[0])
         st = res.info.status
         if st == _ST.PROXQP_SOLVED:
-            status = "solved"
-        elif st in _INFEASIBLE:
-            status = "infeasible"
-        else:
-            status = "max_iter"
+            return QPResult(x, y, z, "solved", iters, True, [], "PROXQP_SOLVED")
+        status = "infeasible" if st in _INFEASIBLE else "max_iter"
         # a solved x meets the constraints to eps_abs (unit rows); only a capped or refused one is checked
-        feas = status == "solved" or (
-            self.feasible(x, A, b, C, l, u) if feasible_start or status == "max_iter" else False
-        )
+        feas = self.feasible(x, A, b, C, l, u) if feasible_start or status == "max_iter" else False
         return QPResult(x, y, z, status, iters, feas, [], _status_name(st))

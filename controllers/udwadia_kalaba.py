@@ -95,7 +95,7 @@ from cmstack.controllers.uk_solve import LevelSolver
 from cmstack.models import _params
 from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError
-from cmstack.models.limits import EffortLimit, Limit, LimitCheck
+from cmstack.models.limits import EffortLimit, Limit, LimitCheck, LimitRows
 from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.step_engine import StepRecord
 
@@ -402,6 +402,13 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
     def _plain_limit_rows(self, kin, hD):
         if not self.limits:
             return None, None, None
+        # the built-in limits' rows by one compiled call into buffers made once (``models/limits.py: LimitRows``),
+        # made again when the list of limits is another
+        lr = self.__dict__.get("_limit_rows_of")
+        if lr is None or lr[0] is not self.limits or len(lr[1]) != len(self.limits):
+            lr = self._limit_rows_of = (self.limits, list(self.limits), LimitRows.build(self.limits, self.n))
+        if lr[2] is not None and all(a is b for a, b in zip(lr[1], self.limits)):
+            return lr[2](kin.q, kin.v, kin.M, hD)
         if len(self.limits) == 1:
             return self.limits[0].bounds(kin, hD)
         Cs, ls, us = zip(*(lim.bounds(kin, hD) for lim in self.limits))
@@ -721,13 +728,20 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             # a limit is hit: the strict path on the kernel's rows (the generic path's layout: every task level
             # above Gauss, √ω-scaled; H = M, r = −(h + D v)) instead of the tasks' rows made again in Python
             self.info.cold_retries = 0
-            E, f, rows, final_rows = P.views(Ab, buf)
-            sw = P.absorbed_sqrt_w
-            assert sw is not None  # (an absorbed plan has it)
-            A = np.vstack([a for a, _, _ in final_rows]) * sw[:, None]
-            b = np.concatenate([b for _, b, _ in final_rows]) * sw
-            rows = rows + [(A, b)]
-            E, f = np.vstack([E, A]), np.concatenate([f, b])
+            # every level's rows from the kernel's [A | b] in one product with the rows' scales (1 above the last
+            # task level, √ω in it: the rows are laid out level after level, ``_FusedPlan``), each level a view
+            sc = self.__dict__.get("_absorbed_scales")
+            if sc is None or sc[0] is not P:
+                sw = P.absorbed_sqrt_w
+                assert sw is not None  # (an absorbed plan has it)
+                m_up = P._levels[-1][1] if P._levels else 0
+                rs = np.concatenate([np.ones(m_up), sw])
+                sc = self._absorbed_scales = (P, rs[:, None], rs, P._levels + [(m_up, rs.size)])
+            _, rs2, rs, ranges = sc
+            mt = rs.size
+            E = Ab[:mt, :-1] * rs2
+            f = Ab[:mt, -1] * rs
+            rows = [(E[i:j], f[i:j]) for i, j in ranges]
             return self._finish(kin, hD, kin.M, -hD, E, f, rows, [], t, None, None, "", None, violated=True)
         if P.absorbed and (st != 0 or warn):
             # limits, rank loss, first-step warning: the strict path (st == 1: the strict KKT solution, exact

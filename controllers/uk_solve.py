@@ -9,8 +9,9 @@ from collections.abc import Callable
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
-from cmstack.controllers._qp_kernels import hierarchy_level as _hierarchy_level
+from cmstack.controllers._qp_kernels import level_problem as _level_problem
 from cmstack.controllers._qp_kernels import level_residuals as _level_residuals
+from cmstack.controllers._qp_kernels import merged_problem as _merged_problem
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
 from cmstack.models.errors import InfeasibleError
@@ -18,16 +19,6 @@ from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
 
 _EMPTY = np.zeros(0)
-_EYES: dict = {}
-
-
-def _eye(n: int) -> np.ndarray:
-    """The n × n identity, made once (read only)."""
-    e = _EYES.get(n)
-    if e is None:
-        e = _EYES[n] = np.eye(n)
-        e.flags.writeable = False
-    return e
 
 
 class LevelSolver:
@@ -67,7 +58,65 @@ class LevelSolver:
             self.info.cold_retries += 1
         return res
 
-    # ------------------------------------------------------------------ control
+    def _solve_conditioned(
+        self, key, Hs, gs, As, bs, e, ie, Cs, ls, us, d, s, lam, feasible_start, budget, A, b, C, l, u
+    ):
+        """``_solve`` of a problem a kernel built conditioned (``BoundedQP.solve_conditioned``)."""
+        qp = self._qp
+        before = qp.cold_retries
+        res = qp.solve_conditioned(
+            key,
+            Hs,
+            gs,
+            As,
+            bs,
+            e,
+            ie,
+            Cs,
+            ls,
+            us,
+            d,
+            s,
+            lam,
+            self.warm_start,
+            feasible_start,
+            budget,
+            A,
+            b,
+            C,
+            l,
+            u,
+        )
+        if qp.cold_retries != before:
+            self.cold_retries += 1
+            self.info.cold_retries += 1
+        return res
+
+    @property
+    def _merged_bufs(self) -> dict:
+        """``_merged_top``'s buffers by shape (rows of A₁, rows of C), made once each."""
+        b = self.__dict__.get("_merged_bufs_of")
+        if b is None:
+            b = self.__dict__["_merged_bufs_of"] = {}
+        return b
+
+    def _row_buffers(self, m: int) -> tuple:
+        """``_sequential``'s per-row buffers of its levels (lo, hi, l̂, û, d, bad) for m rows, made once."""
+        of = self.__dict__.get("_level_rows_of")
+        if of is None:
+            of = self.__dict__["_level_rows_of"] = {}
+        b = of.get(m)
+        if b is None:
+            b = of[m] = (*(np.empty(m) for _ in range(5)), np.empty(m, dtype=np.int64))
+        return b
+
+    @property
+    def _no_rows(self) -> np.ndarray:
+        """A 0 × n array (a level without rows, for the kernels), made once."""
+        z = self.__dict__.get("_no_rows_arr")
+        if z is None:
+            z = self.__dict__["_no_rows_arr"] = np.zeros((0, self.n))
+        return z
 
     # ------------------------------------------------------------------ equality levels
     def _equality(self, H, r, E, f, rows, t):
@@ -157,6 +206,7 @@ class LevelSolver:
         info = self.info
         info.saturated, info.gave_way = False, ""
         n = self.n
+        qp = self._qp
         merged = self._merged_top(M, Q, H, g, rows, C, l, u) if len(rows) >= 2 and self.merge_top else None
         if merged is not None:
             # levels 1 and 2 in one QP (``_merged_top``): level 3 on continues from there
@@ -186,6 +236,7 @@ class LevelSolver:
             x, z, N, B, dx, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), np.zeros((0, n)), _EMPTY, 0
         iters_upper = iters
         z_last = None
+        lo, hi, ls, us, d, bad = self._row_buffers(C.shape[0])  # level_problem's, one entry per row of C
         active = bool(np.any(z != 0))
         K = len(rows)
         for k in range(first, K + 1):
@@ -193,10 +244,10 @@ class LevelSolver:
             # (``_qp_kernels.hierarchy_level``: z = 0, the levels above, is feasible by construction: a bound that
             # v̇_{k−1} meets only to the tolerance of its QP is moved to it, so a lower level never repairs a higher one)
             A, b = rows[k] if k < K else (None, None)
-            x, N, Hr, gr, CN, lo, hi, B = _hierarchy_level(
+            x, N, B, Hs, gs, CN, Cs, s, lam, nbad = _level_problem(
                 N, dx, x, B, self.rank_tol, C, l, u, self.eps_abs,
-                np.zeros((0, n)) if A is None else A, _EMPTY if b is None else b,
-                k == K, M, Q, H, g,
+                self._no_rows if A is None else A, _EMPTY if b is None else b,
+                k == K, M, Q, H, g, qp.row_tol, qp.check_tol, lo, hi, ls, us, d, bad,
             )  # fmt: skip
             dx = _EMPTY
             nz = N.shape[1]
@@ -208,23 +259,22 @@ class LevelSolver:
                     k, kin, hD, x, f"the step's budget of {self.max_step_iters} QP iterations is spent"
                 )
                 break
-            r = self._solve(
-                ("seq", k, nz),
-                Hr,
-                gr,
-                None,
-                None,
-                CN,
-                lo,
-                hi,
-                feasible_start=True,
-                budget=self.max_step_iters - spent,
-            )
+            if (
+                nbad
+            ):  # a vanished row violated as a constant (C N' = 0 with 0 outside [lo, hi]): the caps decide
+                budget = self.max_step_iters - spent
+                r = self._solve(("seq", k, nz), Hs * s, gs * s, None, None, CN, lo, hi, True, budget)
+            else:
+                r = self._solve_conditioned(
+                    ("seq", k, nz), Hs, gs, None, None, None, None, Cs, ls, us, d, s, lam, True,
+                    self.max_step_iters - spent, None, None, CN, lo, hi,
+                )  # fmt: skip
             iters += r.iters
-            active = active or bool(np.any(r.z != 0))
+            active = active or bool(r.z.any())
             if not r.solved:
                 self.failures += 1
-                better = r.feasible and float(0.5 * r.x @ Hr @ r.x + gr @ r.x) < 0.0
+                # (the scaled cost: the same sign as the level's own, s > 0)
+                better = r.feasible and float(0.5 * r.x @ Hs @ r.x + gs @ r.x) < 0.0
                 if better:
                     x = x + N @ r.x
                 self._give_way(
@@ -282,25 +332,32 @@ class LevelSolver:
         Returns (v̇, z, N₁, A₂ N₁, iterations)."""
         A1, b1 = rows[0]
         A2, b2 = rows[1]
-        n = self.n
-        _, N1, _, _, _, _, _, AN = _hierarchy_level(
-            _eye(n), _EMPTY, np.zeros(n), A1, self.rank_tol, C, l, u, self.eps_abs, A2, b2, False, M, Q, H, g
-        )
+        qp = self._qp
+        # built and conditioned in one compiled call (``_qp_kernels.merged_problem``) into buffers of its shape
+        n, me, m = self.n, A1.shape[0], C.shape[0]
+        bufs = self._merged_bufs.get((me, m))
+        if bufs is None:
+            bufs = self._merged_bufs[(me, m)] = (
+                np.empty((n, n)), np.empty(n), np.empty((me, n)), np.empty(me), np.empty(me),
+                np.empty((m, n)), np.empty(m), np.empty(m), np.empty(m), np.empty(m, dtype=np.int64),
+            )  # fmt: skip
+        Hs, gs, As, bs, e, Cs, ls, us, d, bad = bufs
+        # (A₂ᵀA₂, A₂ᵀb₂, tr M by NumPy, as before to the bit: the lower levels of a binding effort carry moved by
+        # up to 0.8 of max |τ| with a rounding of H, a product by other BLAS calls)
+        N1, AN, s, lam, nbad, nempty = _merged_problem(
+            A1, b1, A2.T @ A2, A2.T @ b2, A2, M, float(np.trace(M)), Q, C, l, u,
+            self.rank_tol, qp.row_tol, qp.check_tol, Hs, gs, As, bs, e, Cs, ls, us, d, bad,
+        )  # fmt: skip
         if N1.shape[1] == 0:
             return None
-        mu = 1e-6 * max(float(np.vdot(AN, AN)), 1e-12) / float(np.trace(M))
-        r = self._solve(
-            ("seq", "12"),
-            A2.T @ A2 + mu * M,
-            -(A2.T @ b2) - mu * Q,
-            A1,
-            b1,
-            C,
-            l,
-            u,
-            feasible_start=True,  # no infeasibility certificate: it fired on feasible thin sets; the caps bound it
-            budget=self.max_step_iters,
-        )
+        # feasible_start: no infeasibility certificate (it fired on feasible thin sets); the caps bound it
+        if nbad or nempty:  # a vanished row: dropped or found infeasible as a constant (``BoundedQP.solve``)
+            r = self._solve(("seq", "12"), Hs * s, gs * s, A1, b1, C, l, u, True, self.max_step_iters)
+        else:
+            r = self._solve_conditioned(
+                ("seq", "12"), Hs, gs, As, bs, e, None, Cs, ls, us, d, s, lam, True, self.max_step_iters,
+                A1, b1, C, l, u,
+            )  # fmt: skip
         if not r.solved:
             return None
         return r.x, r.z, N1, AN, r.iters

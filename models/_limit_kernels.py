@@ -87,3 +87,41 @@ def violated(buf, LI, LF):
         if x < lo - tol or x > hi + tol:
             return r + 1
     return 0
+
+
+@njit(cache=True)
+def rows(q, v, M, hD, LI, LF, C, l, u):
+    """The rows l ≤ C v̇ ≤ u of every limit of the table (module docstring; ``LimitCheck.copy`` lists them in the
+    limits' order, each limit's joints in its order), i.e. the limits' ``bounds`` stacked, into C (rows × nv), l, u:
+
+    * EFFORT    C_r = M_j,  l_r = −τ_max − (h + D v)_j,  u_r = τ_max − (h + D v)_j   (``EffortLimit.bounds``);
+    * VELOCITY  C_r = e_j,  l_r = (−v_max − v_j)/Δt,  u_r = (v_max − v_j)/Δt   (``JointVelocityLimit.bounds``);
+    * POSITION  C_r = e_j,  (l_r, u_r) = ``position_bounds`` at (q_j, v_j)   (``JointPositionLimit.bounds``);
+
+    the same expressions in the same order as the limits' own (tests/test_limit_kernels.py compares them)."""
+    nr = LI[0]
+    n = C.shape[1]
+    for r in range(nr):
+        kind = LI[HEADER + 2 * r]
+        j = LI[HEADER + 2 * r + 1]
+        p = N_PAR * r
+        if kind == EFFORT:
+            for c in range(n):
+                C[r, c] = M[j, c]
+            t = LF[p]
+            l[r] = -t - hD[j]
+            u[r] = t - hD[j]
+            continue
+        for c in range(n):
+            C[r, c] = 0.0
+        C[r, j] = 1.0
+        vj = v[j]
+        if kind == VELOCITY:
+            vmax, dt = LF[p], LF[p + 1]
+            l[r] = (-vmax - vj) / dt
+            u[r] = (vmax - vj) / dt
+        else:
+            dt, a, kappa, margin = LF[p], LF[p + 1], LF[p + 2], LF[p + 3]
+            qj = q[j]
+            l[r] = -_upper(-qj, -vj, -LF[p + 4], dt, a, kappa, margin)
+            u[r] = _upper(qj, vj, LF[p + 5], dt, a, kappa, margin)

@@ -419,3 +419,57 @@ class LimitCheck:
     def __call__(self, buf: np.ndarray) -> bool:
         """Whether the step's result in ``buf`` violates a row."""
         return self.violated(buf, self.I, self.F) != 0
+
+
+class LimitRows:
+    """The limits' rows l ≤ C v̇ ≤ u at a state, stacked in the limits' order (each ``bounds``), built by one compiled
+    call (``models/_limit_kernels.rows``) into buffers made once: the controllers' QP rows when a limit binds.  Built
+    by ``LimitRows.build`` only for limits of the built-in maths (``LimitCheck.compiled``); the table is copied again
+    whenever a parameter was assigned since (``models._params.version``).
+
+    Args:
+        limits: the limits, in the order of their rows.
+        nv: the robot's velocity dimension."""
+
+    def __init__(self, limits: Sequence[Limit], nv: int):
+        from cmstack.models import _limit_kernels as K
+
+        self._check = LimitCheck(limits, 0, 0, 0, 0)  # its table: (kind, joint) and parameters of every row
+        self._version = _params.version
+        m = sum(lim.dim for lim in limits)
+        self.C, self.l, self.u = np.zeros((m, nv)), np.zeros(m), np.zeros(m)
+        self._rows = K.rows
+
+    @classmethod
+    def build(cls, limits: Sequence[Limit], nv: int) -> LimitRows | None:
+        """The rows' builder, or None when a limit is not ``LimitCheck.compiled`` (the caller stacks their
+        ``bounds``)."""
+        if not limits or not all(LimitCheck.compiled(lim) for lim in limits):
+            return None
+        return cls(limits, nv)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_rows"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from cmstack.models import _limit_kernels as K
+
+        self.__dict__.update(state, _rows=K.rows)
+
+    def __call__(
+        self, q: np.ndarray, v: np.ndarray, M: np.ndarray, hD: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(C, l, u) at (q, v) with mass matrix M and bias hD = h + D v (N·m): the buffers, rewritten by the next
+        call."""
+        if self._version != _params.version:
+            self._check.copy()
+            self._version = _params.version
+        if len(self._check.I) != 5 + 2 * self.l.size:  # a limit's joints were reassigned: its rows changed
+            m = (len(self._check.I) - 5) // 2
+            self.C, self.l, self.u = np.zeros((m, self.C.shape[1])), np.zeros(m), np.zeros(m)
+        C, l, u = self.C, self.l, self.u
+        c = self._check
+        self._rows(q, v, M, hD, c.I, c.F, C, l, u)
+        return C, l, u
