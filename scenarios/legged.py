@@ -49,6 +49,7 @@ the feet (``segment__force_<foot>``, 4 mm per N) and the base's trail.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -62,7 +63,7 @@ from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.models.lie import log3
 from cmstack.models.loops import ClosureSet
 from cmstack.models.robot import Robot, resolve_asset
-from cmstack.scenarios._common import Outcome, Row, scenario_main
+from cmstack.scenarios._common import CONFIG_DIR, Outcome, Row, scenario_main
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import Disturbance, simulate
@@ -186,6 +187,16 @@ def contact_sites(robot: Robot) -> list[str]:
     return out
 
 
+def _shipped_config(name: str) -> str:
+    """The path of the shipped config ``name``: relative when run from the repository's root, else absolute (an
+    installed package's)."""
+    path = CONFIG_DIR / f"{name}.toml"
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def check_feet(robot: Robot, cfg) -> None:
     """Each of ``feet`` must be a frame of the model: else one ``ConfigError`` line naming the key, the frame, the
     model and the model's contact sites (e.g. the quadruped's feet given with the biped's model: its config is
@@ -195,7 +206,7 @@ def check_feet(robot: Robot, cfg) -> None:
         if f not in names:
             raise ConfigError(
                 f"feet: {f!r} is not a frame of {cfg['model']}; its contact sites are {contact_sites(robot)}"
-                " (the biped's config: --config scenarios/configs/legged_biped.toml)"
+                f" (the biped's config: --config {_shipped_config('legged_biped')})"
             )
 
 
