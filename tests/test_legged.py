@@ -119,6 +119,8 @@ def test_dynamics_target_is_on_random_assembled_states_of_every_stance(monkeypat
     robot = Robot.from_mjcf(cfg["model"])
     a = legged.dynamics_random_check(robot, stances, 2, seed=7)
     assert a == legged.dynamics_random_check(robot, stances, 2, seed=7)
+    none = legged.dynamics_random_check(robot, stances, 0)  # no state checked: not evaluated, never "met"
+    assert np.isnan(none["dynamics_vs_pinocchio_rel"]) and not none["dynamics_vs_pinocchio_rel"] <= 1e-9
     assert 0.0 < a["dynamics_vs_pinocchio_rel"] <= 1e-9, a
     assert a["dynamics_residual_rel"] <= 1e-9, a
     assert 0.0 < a["dynamics_stance_sigma_min_rel"] < 1.0
