@@ -125,3 +125,18 @@ def test_mujoco_plant_matches_the_rigid_model_in_the_air(robot):
     assert np.abs(v[:6]).max() > 0.1  # the base moves: the free joint's velocity conversion is exercised
     rel = legged.plant_vs_rigid(robot, plant, L, [], 1)
     assert rel <= 5e-3, rel
+
+
+def test_the_shipped_file_is_what_its_generator_writes():
+    """mjcf/make_biped_parallel_ankles.py writes the shipped file byte for byte (its keyframe closed by the
+    generator's Newton solve on MuJoCo's equality residual)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "make_biped", root / "mjcf" / "make_biped_parallel_ankles.py"
+    )
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.xml(gen.stand_qpos()) == (root / PATH).read_text()
