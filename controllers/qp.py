@@ -47,6 +47,13 @@ iterations (``max_iter`` bounds only the outer ones).  This module is the one pl
 
 A warm start from the previous solve of the same problem shape (``key``) is used when ``warm=True``; a
 warm start that does not reach SOLVED is retried once from a cold start.
+
+5. **A cold start is cold.**  A solver object is reused for every problem of its shape (``init`` sets the problem
+   up anew).  ProxSuite adapts the equality penalty μ_eq during a solve and ``init`` keeps the adapted value unless
+   it is given, so a "cold" solve depended on what that object had solved before: the same problem, to the bit,
+   took 18 iterations on a fresh object and 29 on the one the effort carry had used, the solutions 4e-10 apart
+   (the lower levels of that step then 3.7e-4 of max |τ|).  Every cold start gives μ_eq = 1e-3 (ProxSuite's
+   default), ρ and μ_in: a fresh object and a reused one give the same result to the bit (tests/test_qp_bounded.py).
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ import proxsuite
 _PQ = proxsuite.proxqp
 _ST = _PQ.QPSolverOutput
 _INFEASIBLE = (_ST.PROXQP_PRIMAL_INFEASIBLE, _ST.PROXQP_DUAL_INFEASIBLE)
+#: ProxSuite's initial penalty of the equality rows (its default), given to every cold start (module docstring, 5.)
+_MU_EQ = 1e-3
 
 
 @dataclass
@@ -379,7 +388,9 @@ class BoundedQP:
                 if not warm:
                     self._cold[k] = qp
             self._set_max_iter(qp, max_outer)
-            qp.init(Hs, gs, As, bs, Cs, ls, us, rho=rho, mu_in=self.mu_in)
+            # mu_eq given too: ProxSuite adapts it during a solve and init() keeps the adapted value otherwise, so a
+            # cold start on a reused object depended on what that object solved before (module docstring, 5.)
+            qp.init(Hs, gs, As, bs, Cs, ls, us, rho=rho, mu_eq=_MU_EQ, mu_in=self.mu_in)
             qp.solve()
             res = qp.results
             iters += int(res.info.iter)
