@@ -45,14 +45,14 @@ CONVERGED, STEPPED, FALLBACK = 0, 1, 2
 
 
 @njit(cache=True)
-def _qr_full(X, m, p, piv, tau):
+def _qr_full(X, m, p, piv, tau) -> None:
     """Householder QR with column pivoting of X[:m, :p] (m ≥ p) in place, all p steps (no rank stop: the rank is
     judged afterwards by the bound on R): ``kernels.qr_pivot`` with a threshold no column norm is below."""
     qr_pivot(X, m, p, -1.0, ABS, piv, tau)
 
 
 @njit(cache=True)
-def _lsq_apply(X, m, p, piv, tau, y, z, out):
+def _lsq_apply(X, m, p, piv, tau, y, z, out) -> None:
     """out[:p] = J_p⁺ y from the factors of ``_qr_full`` (y is not modified; z is m scratch)."""
     for i in range(m):
         z[i] = y[i]
@@ -72,7 +72,7 @@ def layout(m: int, p: int, na: int) -> tuple[int, int]:
 
 
 @njit(cache=True)
-def prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v):
+def prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v) -> bool:
     """The Newton start and the known rates: q = q_prev with q[act] = qa and, when ``predict``, the tangent
     prediction q[pas] += G (qa − qa_prev); v = 0 with v[act] = va.  False (nothing meaningful written) when qa or
     va is not finite."""

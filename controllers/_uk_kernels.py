@@ -85,7 +85,7 @@ OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
 @njit(cache=True, inline="always")
-def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed):
+def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed) -> None:
     """A loop closure as a task (``models/loops.py``: W = J, drift = J̇v, w = J v, e = φ, P = I): its rows J and
     J̇v from ``models/_loop_kernels.closure_rows`` (the kernel PIDC's compiled step uses) into Ab[row0:row0 + nsel]
     (J̇v in the b column, until ``task_law`` writes b there), φ from ``closure_phi``; ed (4, ≥ nsel) ←
@@ -108,7 +108,7 @@ def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed):
 
 
 @njit(cache=True)
-def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
+def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab) -> None:
     """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
     ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
     tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
@@ -148,7 +148,9 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
 
 
 @njit(cache=True, inline="always")
-def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R):
+def task_rows_into(
+    t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R
+) -> None:
     """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
     n = v.shape[0]
     np_ = pidx.shape[0]  # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
@@ -214,7 +216,7 @@ def task_rows_into(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref
 
 
 @njit(cache=True, inline="always")
-def python_rows(tint, tflt, pyab, Ab):
+def python_rows(tint, tflt, pyab, Ab) -> None:
     """The rows of the tasks of kind PYTHON into Ab: Ab[row0 + i] = sc pyab[off + i], i < nsel (tint[k] = [kind, ·, ·,
     row0, ·, nsel, off, ·], sc = tflt[k, 2]: √ω above the last level, 1 in it), as the generic path scales a
     level's rows."""
@@ -229,7 +231,7 @@ def python_rows(tint, tflt, pyab, Ab):
 
 
 @njit(cache=True, inline="always")
-def bias_forces(Jw, v, jpose, parent, inert, g, work, h):
+def bias_forces(Jw, v, jpose, parent, inert, g, work, h) -> None:
     """h = nle(q, v) = C(q, v) v + g(q) (Pinocchio's ``nonLinearEffects``) by the recursive Newton–Euler
     algorithm in world axes, from data.J, v and every joint's pose (module docstring, "bias_forces").
     Joints k = 0 … nj−1 (Pinocchio's 1 … nj, parents first, one velocity column each, column k);
@@ -313,7 +315,7 @@ def bias_forces(Jw, v, jpose, parent, inert, g, work, h):
 
 
 @njit(cache=True)
-def _cholesky(A, L, m):
+def _cholesky(A, L, m) -> bool:
     """L Lᵀ = A[:m, :m] (the upper triangle of A read; the lower triangle of L written), right-looking
     so that the inner loops are independent updates.  Returns False if a pivot is not > 0 (A not
     positive definite, or NaN), as LAPACK's potrf."""
@@ -336,7 +338,7 @@ def _cholesky(A, L, m):
 
 
 @njit(cache=True)
-def _chol_solve(L, m, B, ncol):
+def _chol_solve(L, m, B, ncol) -> None:
     """B[:m, :ncol] ← (L Lᵀ)⁻¹ B[:m, :ncol]: forward then back substitution, a row of B at a time."""
     for i in range(m):
         for p in range(i):
@@ -470,7 +472,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
 
 
 @njit(cache=True, inline="always")
-def effort_violated(tau, eidx, tmax):
+def effort_violated(tau, eidx, tmax) -> bool:
     """|τ_i| > τ_max,i (1 + 1e-9) for some selected joint i (``EffortLimit.violated``)."""
     for k in range(eidx.shape[0]):
         if abs(tau[eidx[k]]) > tmax[k] * (1.0 + 1e-9):

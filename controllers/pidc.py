@@ -102,7 +102,7 @@ def _buffered(name: str, index: Any) -> property:
     after a step, kept until the next one; a value set by hand is kept likewise."""
     key = "_c_" + name
 
-    def get(self):
+    def get(self: _BufferedInfo) -> Any:
         c = self.__dict__.get(key)
         buf = self._buf
         if c is not None and c[0] is buf:
@@ -111,7 +111,7 @@ def _buffered(name: str, index: Any) -> property:
         self.__dict__[key] = (buf, val)
         return val
 
-    def put(self, value):
+    def put(self: _BufferedInfo, value: Any) -> None:
         self.__dict__[key] = (self._buf, value)
 
     return property(get, put, doc=f"{name} of the last step (sliced from its buffer when read)")
@@ -189,7 +189,7 @@ class ForceLaw:
             constant = np.atleast_1d(np.asarray(lambda_d, float))
             self.lambda_d = lambda t: constant
         self.kp, self.ki, self.measure = float(kp), float(ki), measure
-        self.integral = None
+        self.integral: np.ndarray | None = None  # ∫e_f dt (N·s), sized on the first step
 
 
 class PIDC:
@@ -351,18 +351,18 @@ class PIDC:
         self.info = PIDCInfo()
         self.unsolvable_steps = 0
         self.saturated_steps = 0
-        self._qp = BoundedQP(
-            eps_abs=1e-10
-        )  # every QP of this law: conditioned and bounded (controllers/qp.py)
+        # every QP of this law: conditioned and bounded (controllers/qp.py)
+        self._qp = BoundedQP(eps_abs=1e-10)
         self.failures = 0
         self._kin: Kinematics | None = None
         self._kin_src: Any = None  # what ``kin`` was built from (a compiled step's buffer or (q, v))
         self._terr_of: Any = None  # the closed-chain step buffer whose task errors the plan's ``terr`` holds
-        self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = (
-            None  # (q, v), or a buffer holding them
-        )
-        self._prev = None  # (t, v, τ) of the previous step, for the force estimate
-        self._fc = self._fd = None  # the force loop's measured and desired forces (set by _force_term)
+        self._kin_qv: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None  # (q, v), or a buffer of them
+        # (t, v, τ) of the previous step, for the force estimate
+        self._prev: tuple[float, np.ndarray, np.ndarray] | None = None
+        # the force loop's measured and desired forces (set by _force_term)
+        self._fc: np.ndarray | None = None
+        self._fd: np.ndarray | None = None
 
     def _choose_step(self, constraint: Any) -> None:
         """Which step runs: compiled with one constraint row in closed form (``kernels.pidc_one_row``),
@@ -388,7 +388,7 @@ class PIDC:
             and type(robot).update is Robot.update
             and type(robot).update_in_place is Robot.update_in_place
         )
-        self._kinfo = None
+        self._kinfo: PIDCInfo | None = None  # the info record the compiled steps refill
         self._row = getattr(constraint, "row_and_jdot_v", None)
         self._has_passive = bool(self.passive)
         m = getattr(self.c, "m", None)
@@ -420,7 +420,7 @@ class PIDC:
         z = self._sp_pinv(pr) @ (u - Cv[ci])
         return Cv + pr.P @ z, e
 
-    def _task_acceleration(self, t, pr, Cv):
+    def _task_acceleration(self, t: float, pr: Projection, Cv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Task coordinates: each task's rows (A_t, b_t) = (W, −drift − K_d w − K_p e) from the step's kinematics
         snapshot (the core contract), stacked; among the accelerations the loops allow, q̈ = C q̇ + P z, the
         one with A_t q̈ = b_t in the least-squares sense:
@@ -430,16 +430,18 @@ class PIDC:
         (the joint case with S → A_t and u → b_t; A_t P may be rank deficient, e.g. a planar mechanism's
         out-of-plane row: the truncated SVD drops it).  With e = the tasks' errors, the tracked rows then obey
         ẅ + K_d w + K_p e = 0 (Theorem 4 of the joint case, the same argument)."""
-        A, b, e = self._task_rows(self.kin, t)
+        kin = self.kin
+        assert kin is not None  # built from the step's state (``kin``)
+        A, b, e = self._task_rows(kin, t)
         AP = A @ pr.P
         AP_pinv = pinv(AP, rtol=_RTOL)
         z = AP_pinv @ (b - A @ Cv)
         if self.null_damping:
-            v = self.kin.v
+            v = kin.v
             z = z - (v * self.null_damping - AP_pinv @ (AP @ (v * self.null_damping)))
         return Cv + pr.P @ z, e
 
-    def _task_rows(self, kin, t):
+    def _task_rows(self, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(A_t, b_t, e) of the task coordinates at (kin, t), stacked (``_task_acceleration``)."""
         As, bs, es = [], [], []
         for task in self.tasks:  # one error_dynamics per task: its rows, b and e at once
@@ -452,7 +454,7 @@ class PIDC:
         b = bs[0] if len(bs) == 1 else np.concatenate(bs)
         return A, b, (es[0] if len(es) == 1 else np.concatenate(es))
 
-    def _sp_pinv(self, pr):
+    def _sp_pinv(self, pr: Projection) -> np.ndarray:
         """(S P)⁺.  One constraint row (P = I − y yᵀ, y = a/‖a‖, or P = I at rank 0), closed form:
         (S P)(S P)ᵀ = S P Sᵀ = I − u uᵀ with u = S y, so when 1 − ‖u‖² is well away from 0
 
@@ -585,7 +587,7 @@ class PIDC:
         if self._plan is not None:
             self._rk_ref = self._plan.ref  # the reference buffer the kernel reads (a view of its table)
 
-    def _closed_step(self, t, q, v):
+    def _closed_step(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray | None:
         """The closed-chain step as the robot's lean pass (``Robot.update_for_kernel``: crba) and one compiled call
         (``_pidc_kernels.pidc_closed_step``: h, frames, loop rows, task rows and the law of ``pidc_rows`` on the
         pass's arrays, read in place; ``controllers/pidc_plan.py``).  The tasks' gains and targets are copied into
@@ -595,6 +597,7 @@ class PIDC:
         names)."""
         robot = self.robot
         P = self._plan
+        assert P is not None  # set up with the closed-chain step (``_rows_setup``)
         q, v = robot.update_for_kernel(
             q, v
         )  # crba (data.J, data.oMi, M); sizes checked, finiteness in the kernel
@@ -617,7 +620,9 @@ class PIDC:
         self._kin, self._kin_qv = None, out  # (q, v) of the step: out's copies (``kin``)
         self._terr_of = out  # the plan's task errors (``terr``) are this step's (``errors``)
         info = self._kinfo
-        if info is not self.info:  # one record, refilled with this step's buffer
+        if info is not self.info or not isinstance(
+            info, _BufferedInfo
+        ):  # one record, refilled with this step's buffer
             info = self._kinfo = _BufferedInfo(v.size, self._rk_m)
         elif not info.solvable:
             info.status, info.solvable = "solved", True
@@ -627,7 +632,7 @@ class PIDC:
             self._unsolvable(info, t, q, info.rank, f"‖(I−B)τ‖ = {info.passive_residual:.3g}")
         return out[P.sl_tau]
 
-    def _sample_reference(self, t, ref) -> None:
+    def _sample_reference(self, t: float, ref: np.ndarray) -> None:
         """(x_d, ẋ_d, ẍ_d) at t into the rows of ``ref`` (3 × k: the compiled steps' reference buffer)."""
         r0, r1, r2 = self._ref_call(t)
         try:
@@ -637,7 +642,7 @@ class PIDC:
                 f"PIDC: the reference at t={t} does not have one entry per coordinate {self.coords}"
             ) from None
 
-    def _rows_step(self, t, q, v):
+    def _rows_step(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray | None:
         """The law of ``_numpy_step`` for several constraint rows as one compiled kernel
         (``_pidc_kernels.pidc_rows``: the SVD pseudo-inverses replaced by complete orthogonal decompositions,
         derived there); None when the rows are not finite (the NumPy path then names them)."""
@@ -686,7 +691,9 @@ class PIDC:
             return None
         return self._rows_finish(t, q, v, out, rank, res, unsolvable)
 
-    def _rows_finish(self, t, q, v, out, rank, res, unsolvable):
+    def _rows_finish(
+        self, t: float, q: np.ndarray, v: np.ndarray, out: np.ndarray, rank: int, res: float, unsolvable: bool
+    ) -> np.ndarray:
         """The info record and the unsolvable-step bookkeeping of a compiled several-rows step (as ``_numpy_step``);
         q, v: the step's own copies of the state."""
         n = v.size
@@ -792,7 +799,7 @@ class PIDC:
         self._kin, self._kin_qv = None, (q, v)
         return self._compiled_core(t, q, v, M, h, a, jdv)
 
-    def _compiled_step(self, t, q, v):
+    def _compiled_step(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray | None:
         """The closed-form step for one constraint row as one compiled kernel (``kernels.pidc_one_row``: the
         equations of ``_numpy_step`` with the rank-1 closed forms, derived in its docstring); None when that
         step needs the SVD path ((S P)⁺ ill-conditioned, or a non-finite A), which the caller then takes.
@@ -822,7 +829,9 @@ class PIDC:
             a, jdv = c.jacobian(q)[0], float(c.jdot_v(q, v)[0])
         return self._compiled_core(t, q, v, M, h, a, jdv)
 
-    def _compiled_core(self, t, q, v, M, h, a, jdv):
+    def _compiled_core(
+        self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray, a: np.ndarray, jdv: float
+    ) -> np.ndarray | None:
         """``pidc_one_row`` on M, h (n×n, n), the state and the constraint row a (n) with Ȧq̇ = jdv, then the
         bookkeeping of ``_numpy_step`` (unsolvable steps, the info record).  None: take the SVD path."""
         ref = self._kref
@@ -830,7 +839,9 @@ class PIDC:
             self._sample_reference(t, ref)
         n = v.size
         out = np.empty((n + 3, n))
-        st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, float(t), ref, self._sinus, self._kprm, out)
+        prm = self._kprm
+        assert prm is not None  # joint coordinates (``_compiled``)
+        st, rank, res, bn = pidc_one_row(M, h, q, v, a, jdv, float(t), ref, self._sinus, prm, out)
         qdd, tau_par, tau = out[n], out[n + 1], out[n + 2]
         if st:
             if st == 3:
@@ -867,7 +878,7 @@ class PIDC:
                 f"{residual}, condition (58))"
             )
 
-    def _numpy_step(self, t, q, v):
+    def _numpy_step(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The law as NumPy calls: every case (QP, weights, passive joints, force loop, any number of rows);
         the reference of ``_compiled_step``."""
         kin = self.robot.update(q, v)
@@ -923,8 +934,19 @@ class PIDC:
         self._prev = (t, v.copy(), tau.copy())
         return tau
 
-    def _force_term(self, t, q, v, M, h, qdd, pr, A):
+    def _force_term(
+        self,
+        t: float,
+        q: np.ndarray,
+        v: np.ndarray,
+        M: np.ndarray,
+        h: np.ndarray,
+        qdd: np.ndarray,
+        pr: Projection,
+        A: np.ndarray,
+    ) -> np.ndarray:
         fl = self.force
+        assert fl is not None  # called with a force law only
         Q = pr.Q
         n = len(v)
         if fl.integral is None:
@@ -958,7 +980,7 @@ class PIDC:
         self.plant = plant
 
     # ------------------------------------------------------------------ QP version
-    def _solve_qp(self, t, q, b, pr, info):
+    def _solve_qp(self, t: float, q: np.ndarray, b: np.ndarray, pr: Projection, info: PIDCInfo) -> np.ndarray:
         n = len(b)
         Sa = np.eye(n)[self.actuated]  # τ = Saᵀ τ_a
         na = Sa.shape[0]
@@ -975,7 +997,7 @@ class PIDC:
         if res_ls > self.solve_tol * max(1.0, float(np.linalg.norm(b))):
             self._unsolvable(info, t, q, pr.rank, f"{res_ls:.3g}", law="PIDC QP")
         res = self._qp.solve("exact", H, np.zeros(na), Aeq, beq, C, lo, hi, warm=False)
-        ok = res.solved and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, np.linalg.norm(beq))
+        ok = res.solved and np.linalg.norm(Aeq @ res.x - beq) <= 1e-7 * max(1.0, float(np.linalg.norm(beq)))
         info.qp_status = res.raw_status
         if ok:
             x = res.x

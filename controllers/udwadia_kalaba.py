@@ -81,7 +81,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -98,6 +99,14 @@ from cmstack.models.errors import ConfigError
 from cmstack.models.limits import EffortLimit, Limit, LimitCheck, LimitRows
 from cmstack.models.robot import Kinematics, Robot
 from cmstack.models.step_engine import StepRecord
+
+#: a level's stacked rows (A, b), one pair a level; the last level's rows (A, b, ω), one triple a task
+_Rows = list[tuple[np.ndarray, np.ndarray]]
+_FinalRows = list[tuple[np.ndarray, np.ndarray, float]]
+#: the limits' rows (C, l, u), or (None, None, None) without limits
+_Bounds = tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[None, None, None]
+#: the generalized forces (Q_c, Q_u, Q_lim) of a step (N·m)
+_Forces = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 _PENDING = object()  # ``_T`` of a compiled closed-chain step, not formed yet
 
@@ -356,7 +365,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         raise ConfigError("tau_max: this controller has no EffortLimit")
 
     # ------------------------------------------------------------------ building blocks
-    def _level_rows(self, L: _Level, kin, t):
+    def _level_rows(self, L: _Level, kin: Kinematics, t: float) -> tuple[np.ndarray, np.ndarray]:
         if len(L.tasks) == 1:
             A, b = L.tasks[0].qp_rows(kin, t)
             sw = L.sqrt_w[0]
@@ -370,16 +379,18 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             bs.append(sw * b)
         return np.vstack(As), np.concatenate(bs)
 
-    def _limit_rows(self, kin, hD):
+    def _limit_rows(self, kin: Kinematics, hD: np.ndarray) -> _Bounds:
         if self._T is not None:
             return self._mapped_limit_rows(kin, hD)
         return self._plain_limit_rows(kin, hD)
 
-    def _mapped_limit_rows(self, kin, hD):
+    def _mapped_limit_rows(self, kin: Kinematics, hD: np.ndarray) -> _Bounds:
         """The limits with passive joints: an effort limit bounds τ = T (M v̇ + h + D v) on its actuated
         joints (``_passive_rows``); the other limits as they are."""
         if not self.limits:
             return None, None, None
+        T = self._T
+        assert T is not None  # set by ``_passive_rows`` (``_limit_rows``)
         Cs, ls, us = [], [], []
         act = np.ones(self.n, dtype=bool)
         act[self._passive] = False
@@ -387,7 +398,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             if isinstance(lim, EffortLimit):
                 keep = act[lim.idx]
                 i = lim.idx[keep]
-                TM, Th = self._T[i] @ kin.M, self._T[i] @ hD
+                TM, Th = T[i] @ kin.M, T[i] @ hD
                 tm = lim.tau_max[keep]
                 Cs.append(TM)
                 ls.append(-tm - Th)
@@ -399,7 +410,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
                 us.append(u)
         return np.vstack(Cs), np.concatenate(ls), np.concatenate(us)
 
-    def _plain_limit_rows(self, kin, hD):
+    def _plain_limit_rows(self, kin: Kinematics, hD: np.ndarray) -> _Bounds:
         if not self.limits:
             return None, None, None
         # the built-in limits' rows by one compiled call into buffers made once (``models/limits.py: LimitRows``),
@@ -414,7 +425,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         Cs, ls, us = zip(*(lim.bounds(kin, hD) for lim in self.limits))
         return np.vstack(Cs), np.concatenate(ls), np.concatenate(us)
 
-    def _violated(self, kin, hD, x, tau) -> bool:
+    def _violated(self, kin: Kinematics, hD: np.ndarray, x: np.ndarray, tau: np.ndarray) -> bool:
         for lim in self.limits:
             if lim.violated(kin, hD, x, tau):
                 return True
@@ -593,12 +604,29 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         x, lam, path = self._equality(H, r, E, f, rows, t)
         return self._finish(kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(M @ x + hD))
 
-    def _finish(self, kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, tau, violated=None):
+    def _finish(
+        self,
+        kin: Kinematics,
+        hD: np.ndarray,
+        H: np.ndarray,
+        r: np.ndarray,
+        E: np.ndarray,
+        f: np.ndarray,
+        rows: _Rows,
+        final_rows: _FinalRows,
+        t: float,
+        x: np.ndarray | None,
+        lam: Any,
+        path: str,
+        tau: np.ndarray | None,
+        violated: bool | None = None,
+    ) -> np.ndarray:
         """The limits (QP when v̇ violates one), the step's info, τ."""
         info = self.info
         z = None
         iters = 0
         if violated is None:
+            assert x is not None and tau is not None  # the equality solve's (``__call__``)
             violated = bool(self.limits) and self._violated(kin, hD, x, tau)
         if violated:
             C, l, u = self._limit_rows(kin, hD)
@@ -613,13 +641,16 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             info.limits_active = False
             info.saturated, info.gave_way = False, ""
             info.level_residuals = None
+        assert x is not None and tau is not None  # given, or the limited solve's
         info.status, info.vdot, info.tau, info.qp_iter, info.path = "solved", x, tau, iters, path
         info._lazy = self._forces_closure(kin, hD, x, lam, z, rows, final_rows, E)
         self._info_kkt = None
         return tau
 
     # ------------------------------------------------------------------ closed chains, passive joints
-    def _passive_rows(self, kin, hD, t, rows):
+    def _passive_rows(
+        self, kin: Kinematics, hD: np.ndarray, t: float, rows: _Rows
+    ) -> tuple[_Rows, np.ndarray, np.ndarray]:
         """Level 1 with the passive joints' zero-torque condition; sets the step's torque map ``_T``.
 
         The mechanism closes its loops itself: the torque that realises v̇ is τ = y − J_cᵀλ, y = M v̇ + h + D v,
@@ -645,7 +676,9 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         f = np.concatenate([b for _, b in rows]) if len(rows) > 1 else rows[0][1]
         return self._without_empty_rows(rows, E, f)
 
-    def _without_empty_rows(self, rows, E, f):
+    def _without_empty_rows(
+        self, rows: _Rows, E: np.ndarray, f: np.ndarray
+    ) -> tuple[_Rows, np.ndarray, np.ndarray]:
         """The levels without their rows that vanish (‖A_i‖ ≤ rank_tol·max(1, max_j ‖A_j‖) and |b_i| ≤
         rank_tol·max(1, ‖b‖∞), over the rows j of the same level: ``kernels.vanishing_rows``), e.g. a planar
         mechanism's out-of-plane loop and task rows.  The same law: the null-space path (``_null_basis``,
@@ -773,7 +806,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             kin, hD, H, r, E, f, rows, final_rows, t, x, lam, path, self._torque(kin.M @ x + hD)
         )
 
-    def _buffer_forces(self, buf: np.ndarray):
+    def _buffer_forces(self, buf: np.ndarray) -> _Forces:
         """(Q_c, Q_u, Q_lim) of a compiled KKT step from its buffer (``UKStepInfo``'s lazy forces)."""
         P = self._plan
         assert P is not None
@@ -783,27 +816,41 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         E, f, rows, final_rows = P.views(Ab, buf)
         return self._forces_closure(None, hD, x, lam, None, rows, final_rows, E)()
 
-    def _absorbed_forces(self, hD, x, tau, Ab):
+    def _absorbed_forces(self, hD: np.ndarray, x: np.ndarray, tau: np.ndarray, Ab: np.ndarray) -> _Forces:
         """The forces of an absorbed step as the generic path reports them (Gauss last, every task level
         above it): λ the minimum-norm solution of Eᵀλ = −(M v̇ + h + D v) = −τ over all levels' √ω-scaled
         rows (τ of this step, kept: the robot's M may hold a later state by the time this is read)."""
         P = self._plan
         assert P is not None
         E, f, rows, final_rows = P.views(Ab)
-        A = np.vstack([a for a, _, _ in final_rows]) * P.absorbed_sqrt_w[:, None]
-        b = np.concatenate([b for _, b, _ in final_rows]) * P.absorbed_sqrt_w
+        sw = P.absorbed_sqrt_w
+        assert sw is not None  # an absorbed plan's
+        A = np.vstack([a for a, _, _ in final_rows]) * sw[:, None]
+        b = np.concatenate([b for _, b, _ in final_rows]) * sw
         rows = rows + [(A, b)]
         E_all = np.vstack([E, A])
         lam_all = np.linalg.lstsq(E_all.T, -tau, rcond=None)[0]
         return self._forces_closure(None, hD, x, lam_all, None, rows, [], E_all)()
 
-    def _forces_closure(self, kin, hD, x, lam, z, rows, final_rows, E):
+    def _forces_closure(
+        self,
+        kin: Kinematics | None,
+        hD: np.ndarray,
+        x: np.ndarray,
+        lam: Any,
+        z: np.ndarray | None,
+        rows: _Rows,
+        final_rows: _FinalRows,
+        E: np.ndarray,
+    ) -> Callable[[], _Forces]:
         n = self.n
 
-        def forces():
+        def forces() -> _Forces:
             Qlim = np.zeros(n)
             if z is not None:
+                assert kin is not None  # z: the limited solve of a generic step, which has its kin
                 C = self._limit_rows(kin, hD)[0]
+                assert C is not None  # z is not None: there are limits
                 Qlim = -C.T @ z
             Qu = np.zeros(n)
             for A, b, w in final_rows:
@@ -823,7 +870,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
 
         return forces
 
-    def _warn_free(self, E, final_rows, stacklevel: int = 3):
+    def _warn_free(self, E: np.ndarray, final_rows: _FinalRows, stacklevel: int = 3) -> None:
         self._warned = True
         allrows = np.vstack([E] + [A for A, _, _ in final_rows])
         r = int(np.linalg.matrix_rank(allrows)) if allrows.shape[0] else 0

@@ -46,7 +46,7 @@ _i64_at = _pointer_at(types.int64)
 
 
 @njit(cache=True, inline="always")
-def read_joint_poses(ptr, first, nj, jpose):
+def read_joint_poses(ptr, first, nj, jpose) -> None:
     """jpose[k] = [R row-major (9), p (3)] of joint k's pose ⁰M_k, k < nj, read in place from Pinocchio's data.oMi:
     the addresses of its rotation (Eigen's column-major 3×3) and translation at ptr[first + 2k], ptr[first + 2k + 1]."""
     for k in range(nj):
@@ -59,7 +59,7 @@ def read_joint_poses(ptr, first, nj, jpose):
 
 
 @njit(cache=True, inline="always")
-def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec):
+def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec) -> None:
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
     docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)],
     the world's last;

@@ -50,7 +50,7 @@ def position_bounds(q, v, dt, a, kappa, margin, qmin, qmax):
 
 
 @njit(cache=True)
-def acceleration_bounds(q, v, dt, a, kappa, margin, qmin, qmax, lo, hi):
+def acceleration_bounds(q, v, dt, a, kappa, margin, qmin, qmax, lo, hi) -> None:
     """lo, hi = the bounds on q̈ of every joint i at (q_i, v_i) (``JointPositionLimit.acceleration_bounds``): the
     scalar expressions of ``_upper``, joint by joint, into lo and hi."""
     for i in range(q.shape[0]):

@@ -157,7 +157,7 @@ def frame_rows(kind, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v, phi, J, jdv, row0):
 
 
 @njit(cache=True)
-def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv):
+def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv) -> None:
     """Every closure's φ, J and J̇v after one ``pin.computeJointJacobians`` (``models/loops.py: ClosureSet``): the
     joints' poses and data.J read in place at the addresses ptr = [data.J, (R_j, p_j) of each joint slot in
     data.oMi] (Eigen's column-major storage), the frames by ``_frame_kernels.frame_states``, the rows by
@@ -173,7 +173,7 @@ def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv):
 
 
 @njit(cache=True)
-def loop_rows(lint, fJ, fvec, J, jdv):
+def loop_rows(lint, fJ, fvec, J, jdv) -> None:
     """Every closure's rows from the frame table: lint (nl, 4) = [kind code, frame slot a, frame slot b, first
     row]."""
     for k in range(lint.shape[0]):
@@ -187,7 +187,7 @@ def _dot3(x, i, y, j):
 
 
 @njit(cache=True)
-def closure_phi(kind, xa, xb, phi, row0):
+def closure_phi(kind, xa, xb, phi, row0) -> int:
     """The residual φ of one closure (module docstring) into phi[row0:row0 + m] from the two frame rows; returns
     m (0 for a kind it does not know)."""
     if kind == PLANE:

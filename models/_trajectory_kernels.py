@@ -12,7 +12,7 @@ import cmstack.models._compile_notice  # noqa: F401  (says when these kernels co
 
 
 @njit(cache=True)
-def circle_sample(t, c, T, va):
+def circle_sample(t, c, T, va) -> None:
     """The circle of [Milioshin] §4.4 in the plane of the orthonormal axes u, w at t, from the row
     c = [c_x, c_y, c_z, r, ω, φ, on, u (3), w (3)] (``CIRCLE_ROW`` values): with a = ω t + φ,
 
@@ -45,7 +45,7 @@ def circle_sample(t, c, T, va):
 
 
 @njit(cache=True)
-def sinusoid_sample(t, c, a, w, p, x, xd, xdd):
+def sinusoid_sample(t, c, a, w, p, x, xd, xdd) -> None:
     """The sinusoid x_i = c_i + a_i sin(ω_i t + φ_i) per coordinate at t: x, ẋ = a ω cos(ω t + φ),
     ẍ = −a ω² sin(ω t + φ) into x, xd, xdd (each of the coordinates' count; c, a, ω, φ as many)."""
     for i in range(c.shape[0]):

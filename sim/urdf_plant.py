@@ -489,7 +489,7 @@ def _exclude_rigid_neighbours(spec: mujoco.MjSpec) -> set[tuple[str, str]]:
     group: dict[str, str] = {}
     adjacent: set[tuple[str, str]] = set()
 
-    def walk(body, g):
+    def walk(body, g) -> None:
         for child in body.bodies:
             moving = len(child.joints) > 0
             cg = child.name if moving else g
