@@ -53,7 +53,8 @@ warm start that does not reach SOLVED is retried once from a cold start.
    it is given, so a "cold" solve depended on what that object had solved before: the same problem, to the bit,
    took 18 iterations on a fresh object and 29 on the one the effort carry had used, the solutions 4e-10 apart
    (the lower levels of that step then 3.7e-4 of max |τ|).  Every cold start gives μ_eq = 1e-3 (ProxSuite's
-   default), ρ and μ_in: a fresh object and a reused one give the same result to the bit (tests/test_qp_bounded.py).
+   default), ρ and μ_in: a fresh object and a reused one take the same iterations to the same solution (to ~1e-13:
+   ProxSuite itself is not reproducible to the bit, two fresh objects differ there; tests/test_qp_cold.py).
 """
 
 from __future__ import annotations
