@@ -62,10 +62,9 @@ TARGET = 3.0
 PHASES = (
     "computeAllTerms (+ state checks)",
     "rows (frames, loops, contacts, tasks; targets sampled)",
-    "SVD of J_h (LAPACK)",
-    "reactions + cascade (compiled)",
-    "forces, cone margins (compiled; QP when needed)",
-    "torque and info",
+    "SVD of J_h (compiled one-sided Jacobi, warm-started)",
+    "algebra: reactions, cascade, forces, margins (one compiled call)",
+    "cone QP when needed, info",
 )
 
 

@@ -1,8 +1,8 @@
-"""The algebra of ``ContactUKController``'s step compiled (numba): the reactions, the strict cascade and the force
-choice of ``controllers/contact_uk.py`` (its module docstring has the equations) in three calls into buffers kept
-between steps, instead of about 50 NumPy operations and 4 LAPACK SVDs (each LAPACK call on these 6–24-row matrices
-cost more than its arithmetic: 60–170 µs for an SVD of J_h on the 2-core machine, about one
-``pin.constraintDynamics``).
+"""The step of ``ContactUKController`` compiled (numba): its rows from one Pinocchio pass, J_h's SVD, the reactions,
+the strict cascade and the force choice of ``controllers/contact_uk.py`` (its module docstring has the equations),
+into buffers kept between steps, instead of about 50 NumPy operations and 4 LAPACK SVDs (each LAPACK call on these
+6–24-row matrices cost more than its arithmetic: an SVD of J_h took 75–200 µs on the 2-core machine, interleaved
+with ``pin.constraintDynamics`` about twice that call).
 
 **The rows from one Pinocchio pass** (``reaction_rows``, ``task_rows``): after ``pin.computeAllTerms`` (data.J,
 data.oMi, M, nle, the centre of mass and its Jacobian) every frame the step names (the feet, the loops' frames, the
@@ -18,15 +18,16 @@ acceleration at v̇ = 0: the numbers ``Kinematics.frame`` reads from Pinocchio),
 
 What each decomposition is, and why it gives the NumPy law's numbers to round-off:
 
-* **J_h's SVD, once** (the caller: ``np.linalg.svd`` of the stacked loop and contact rows, the one LAPACK call left):
-  it truncates the reactions (σ ≤ ``rank_tol`` σ₁ dropped; J_h has a singular value ~1e-7–1e-6 σ₁ on the level
-  stance, a real one, so a pivoted QR would keep a different rank-k matrix) and, when the passive rows add nothing
-  to level 0 (G of full row rank, below), it *is* level 0's SVD: E₀ = [J_c; J_l] is J_h with its rows permuted, so
-  E₀⁺ b₀ = V_k S_k⁻¹ U_kᵀ b_h and null(E₀) = the right singular vectors past k (threshold ``rank_tol`` ‖J_h‖_F, as
-  the law's level 0).
+* **J_h's SVD, once a step, by one-sided Jacobi warm-started from the last step's right singular vectors**
+  (``svd_jacobi``: 3–4 sweeps; a Jacobi SVD is as accurate as LAPACK's, tests/test_contact_kernels.py compares the
+  two on consecutive matrices): it truncates the reactions (σ ≤ ``rank_tol`` σ₁ dropped; J_h has a singular value
+  ~1e-10–1e-6 σ₁ on the level stance, a real one, so a pivoted QR would keep a different rank-k matrix) and, when
+  the passive rows add nothing to level 0 (G of full row rank, below), it *is* level 0's SVD: E₀ = [J_c; J_l] is
+  J_h with its rows permuted, so E₀⁺ b₀ = V_k S_k⁻¹ U_kᵀ b_h and null(E₀) = the right singular vectors past k
+  (threshold ``rank_tol`` ‖J_h‖_F, as the law's level 0).
 * **G = S_P J_hᵀ of full row rank, certified by a Cholesky**: the law's rank of G counts σ_i(G) > τ_G
   (τ_G = ``force_rank_tol`` ‖G‖_F); all |P| count iff G Gᵀ − τ_G² I is positive definite, i.e. its Cholesky
-  factorisation succeeds (``full_row_rank``).  Then U_⊥ is empty (no passive row joins level 0) and
+  factorisation succeeds (``reactions``).  Then U_⊥ is empty (no passive row joins level 0) and
   λ_p = G⁺ S_P y = Gᵀ (G Gᵀ)⁻¹ S_P y (one refinement step), N_G = null(G) by the hierarchy's pivoted Householder
   null space (``_qp_kernels.null_basis``); the forces λ = λ_p + N_G z*, z* = argmin of the law's quadratic, do not
   depend on which basis of null(G) is used.  When the certificate fails the caller takes the NumPy path.
@@ -37,7 +38,7 @@ What each decomposition is, and why it gives the NumPy law's numbers to round-of
 * **Gauss' principle by Cholesky** of Nᵀ M N (symmetric positive definite; the law solved it by LU).
 
 tests/test_contact_kernels.py checks each kernel against its NumPy formulation and the compiled step against the
-NumPy path of the law on recorded states.
+NumPy path of the law (``compiled=False``) on standing, moving, swing and cone-QP states.
 """
 
 from __future__ import annotations
@@ -566,3 +567,149 @@ def task_rows(
                 E[row + i, j] = 0.0
             E[row + i, jv] = sw * -1.0
             f[row + i] = sw * (-0.0 - kd * (0.0 - v[jv]) - kp * (pref[j0 + i] - q[jq]))
+
+
+@njit(cache=True)
+def algebra(
+    M, h, D, v, Jh, bh, Uh, sh, Vth, rank_tol, truncate, P, A, force_rank_tol, force_reg, E, f, sizes, Cf3, crow,
+    nl, Jk, G, S, hD, x, N, res, y, lam, lam_p, Hz, gz, tau_full, tau, mg, F,
+):  # fmt: skip
+    """The whole algebra of one step after J_h's SVD, in one call: ``reactions``, ``cascade`` (v̇* into x),
+    y = M v̇* + h + D v, ``forces``, ``margins``, τ = Sᵀ S_A (y − Jkᵀ λ) into tau (zero on P) and each active
+    contact's force into F (nc, 3).  Returns (G of full row rank, N_G, least cone margin, ‖S_P (y − Jkᵀ λ)‖_∞);
+    when the first is False nothing after ``reactions`` is computed (the caller's NumPy path)."""
+    n = v.size
+    if not reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S):
+        return False, np.zeros((0, 0)), 0.0, 0.0
+    fro = 0.0
+    for i in range(Jh.shape[0]):
+        for j in range(n):
+            fro += Jh[i, j] * Jh[i, j]
+    for i in range(n):
+        hD[i] = h[i] + D[i] * v[i]
+    cascade(M, hD, Jh, bh, Uh, sh, Vth, rank_tol * math.sqrt(fro), E, f, sizes, rank_tol, x, N, res)
+    for i in range(n):
+        a = hD[i]
+        for j in range(n):
+            a += M[i, j] * x[j]
+        y[i] = a
+    Ng = forces(Jk, G, S, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full)
+    least = margins(lam, nl, Cf3, crow, mg)
+    pres = finish(tau_full, lam, nl, P, A, tau, F)
+    return True, Ng, least, pres
+
+
+@njit(cache=True)
+def finish(tau_full, lam, nl, P, A, tau, F):
+    """τ = tau_full on A, 0 on P; F[i] = contact i's force; returns max_P |tau_full| (the passive residual)."""
+    for i in range(tau.size):
+        tau[i] = 0.0
+    for a in range(A.size):
+        tau[A[a]] = tau_full[A[a]]
+    pres = 0.0
+    for a in range(P.size):
+        t = abs(tau_full[P[a]])
+        if t > pres:
+            pres = t
+    for i in range(F.shape[0]):
+        for k in range(3):
+            F[i, k] = lam[nl + 3 * i + k]
+    return pres
+
+
+#: sweeps after which ``svd_jacobi`` gives up (the caller then takes LAPACK's SVD)
+JACOBI_SWEEPS = 30
+
+
+@njit(cache=True)
+def svd_jacobi(A, Vw, Uh, sh, Vth):
+    """The SVD of A (m × n) by one-sided Jacobi started from the previous step's right singular vectors: Vw (n × n,
+    rows; in: the last call's, I at first; out: this call's, re-orthonormalised first by modified Gram–Schmidt so
+    that round-off does not build up over the steps).  The rows of X = Vw Aᵀ (A v_j) are rotated pairwise until
+    orthogonal (Hestenes: a pair is rotated while |x_a·x_b| > 1e-15 ‖x_a‖ ‖x_b‖; rows of norm ≤ 1e-15 ‖A‖_F, zero to
+    working precision, are left as they are), Vw alike, so that A = Σ_j x_j v_jᵀ with orthogonal x_j: σ_j = ‖x_j‖,
+    u_j = x_j / σ_j.  A sweep whose largest |cos| was ≤ 1e-8 ends it (Jacobi converges quadratically: the next would
+    rotate by ≤ 1e-16).  Out, sorted by σ (descending): sh (n,), Uh (m × n; the columns of σ = 0 are 0), Vth (n × n,
+    rows).  Returns the sweeps done (``JACOBI_SWEEPS``: not converged)."""
+    m, n = A.shape
+    for j in range(n):
+        for k in range(j):
+            d = 0.0
+            for i in range(n):
+                d += Vw[j, i] * Vw[k, i]
+            for i in range(n):
+                Vw[j, i] -= d * Vw[k, i]
+        d = 0.0
+        for i in range(n):
+            d += Vw[j, i] * Vw[j, i]
+        d = 1.0 / math.sqrt(d)
+        for i in range(n):
+            Vw[j, i] *= d
+    X = np.empty((n, m))
+    fro = 0.0
+    for j in range(n):
+        for i in range(m):
+            a = 0.0
+            for k in range(n):
+                a += A[i, k] * Vw[j, k]
+            X[j, i] = a
+            fro += a * a
+    tiny = 1e-30 * fro
+    nrm = np.empty(n)
+    sweeps = JACOBI_SWEEPS
+    for sweep in range(JACOBI_SWEEPS):
+        for j in range(n):
+            a = 0.0
+            for i in range(m):
+                a += X[j, i] * X[j, i]
+            nrm[j] = a
+        worst = 0.0
+        for a_ in range(n - 1):
+            xa = X[a_]
+            wa = Vw[a_]
+            for b_ in range(a_ + 1, n):
+                al, be = nrm[a_], nrm[b_]
+                if al <= tiny or be <= tiny:
+                    continue
+                xb = X[b_]
+                g = 0.0
+                for i in range(m):
+                    g += xa[i] * xb[i]
+                rel = abs(g) / math.sqrt(al * be)
+                if rel <= 1e-15:
+                    continue
+                if rel > worst:
+                    worst = rel
+                z = (be - al) / (2.0 * g)
+                t = (1.0 if z >= 0.0 else -1.0) / (abs(z) + math.sqrt(1.0 + z * z))
+                c = 1.0 / math.sqrt(1.0 + t * t)
+                sn = c * t
+                for i in range(m):
+                    u, w = xa[i], xb[i]
+                    xa[i] = c * u - sn * w
+                    xb[i] = sn * u + c * w
+                wb = Vw[b_]
+                for i in range(n):
+                    u, w = wa[i], wb[i]
+                    wa[i] = c * u - sn * w
+                    wb[i] = sn * u + c * w
+                nrm[a_] = al - t * g
+                nrm[b_] = be + t * g
+        if worst <= 1e-8:
+            sweeps = sweep + 1
+            break
+    for j in range(n):
+        a = 0.0
+        for i in range(m):
+            a += X[j, i] * X[j, i]
+        nrm[j] = math.sqrt(a)
+    order = np.argsort(-nrm)
+    for r in range(n):
+        j = order[r]
+        s = nrm[j]
+        sh[r] = s
+        for i in range(n):
+            Vth[r, i] = Vw[j, i]
+        for i in range(m):
+            Uh[i, r] = X[j, i] / s if s > 0.0 else 0.0
+    return sweeps

@@ -205,6 +205,7 @@ class ContactUKController:
         self.cone_qp_steps = 0  # steps that needed the cone QP
         self._margins: list[float] | None = None
         self._buf: dict = {}  # the compiled step's buffers, per (rows, active set)
+        self._Vw = np.eye(self.n)  # J_h's right singular vectors of the last step (svd_jacobi's warm start)
         self.compiled = bool(compiled)
         # None: the rows in Python (not compiled, or a loop the plan does not compile)
         self._plan = _RowPlan.make(self) if self.compiled else None
@@ -270,6 +271,10 @@ class ContactUKController:
             q, v = q.copy(), v.copy()
             self._kin, self._last = None, (q, v, robot.generation)
             Jh, bh, levels, nl = plan.rows(t, q, v, M, h, act)
+            if self._P.size and Jh.shape[0]:
+                tau = self._compiled(M, h, v, Jh, bh, levels, act, nl, ck)
+                if tau is not None:
+                    return tau
             hD = h + self.D * v
             Jl, bl, Jc, bc = Jh[:nl], bh[:nl], Jh[nl:], bh[nl:]
         else:  # every row in Python, from a Kinematics
@@ -287,12 +292,8 @@ class ContactUKController:
             levels = [self._rows(list(zip(L.tasks, L.sqrt_w)), kin, t) for L in self.levels]
             Jh, bh = np.vstack((Jl, Jc)), np.concatenate((bl, bc))
             nl = Jl.shape[0]
-        out = None
-        if self.compiled and self._P.size and Jh.shape[0]:
-            out = self._compiled(M, hD, Jh, bh, levels, act, nl)
-        if out is None:  # no passive coordinate, no row, or G not of full row rank: the NumPy path
-            out = self._numpy(M, hD, Jh, Jl, bl, Jc, bc, levels, act)
-        vdot, tau_full, lam, residuals, status, used_qp = out
+        # not compiled, no passive coordinate, no row, or G not of full row rank: the NumPy path
+        vdot, tau_full, lam, residuals, status, used_qp = self._numpy(M, hD, Jh, Jl, bl, Jc, bc, levels, act)
         if ck is not None:
             ck.append(_perf())
         P, A = self._P, self._A
@@ -315,106 +316,58 @@ class ContactUKController:
         return tau
 
     # ------------------------------------------------------------------ the compiled algebra
-    def _buffers(self, m: int, act: list) -> dict:
-        """The compiled step's buffers for m reaction rows and this active set (made once per shape)."""
+    def _buffers(self, m: int, act: list) -> _Buffers:
+        """The compiled step's buffers for m reaction rows and this active set (made once per set)."""
         key = (m, tuple(id(c) for c in act))
         buf = self._buf.get(key)
         if buf is None:
-            n, npas = self.n, self._P.size
-            nz = max(m - npas, 0)
-            Cf = np.vstack([c.cone_rows() for c in act]) if act else np.zeros((0, 3))
-            crow = np.cumsum([0] + [c.facets + 1 for c in act]).astype(np.int64)
-            buf = self._buf[key] = dict(
-                Jk=np.empty((m, n)),
-                G=np.empty((npas, m)),
-                S=np.empty((npas, npas)),
-                x=np.empty(n),
-                N=np.empty((n, n)),
-                res=np.empty(1 + len(self.levels)),
-                lam=np.empty(m),
-                lam_p=np.empty(m),
-                Hz=np.empty((nz, nz)),
-                gz=np.empty(nz),
-                tau_full=np.empty(n),
-                Cf3=np.ascontiguousarray(Cf),
-                crow=crow,
-                mg=np.empty(len(act)),
-            )
+            buf = self._buf[key] = _Buffers(self.n, self._P.size, m, len(self.levels), act)
         return buf
 
-    def _compiled(self, M, hD, Jh, bh, levels, act, nl):
-        """The step's algebra in three compiled calls (``controllers/_contact_kernels.py``) after one LAPACK SVD of
-        J_h; None when G = S_P J_hᵀ is not of full row rank (the NumPy path then adds the passive rows)."""
+    def _compiled(self, M, h, v, Jh, bh, levels, act, nl, ck) -> np.ndarray | None:
+        """τ from the plan's rows: one LAPACK SVD of J_h, then the algebra in one compiled call
+        (``controllers/_contact_kernels.py: algebra``), the cone QP when a force leaves its pyramid, and ``info``.
+        None when G = S_P J_hᵀ is not of full row rank (the NumPy path then adds the passive rows)."""
+        if ck is not None:
+            ck.append(_perf())
         K = _contact_kernels()
-        m = Jh.shape[0]
-        b = self._buffers(m, act)
-        ck = self._clock
+        b = self._buffers(Jh.shape[0], act)
+        Uh, sh, Vth = b.Uh, b.sh, b.Vth
+        if K.svd_jacobi(Jh, self._Vw, Uh, sh, Vth) >= K.JACOBI_SWEEPS:  # (not converged: LAPACK's)
+            self._Vw[:] = np.eye(self.n)
+            Uh, sh, Vth = np.linalg.svd(Jh)
         if ck is not None:
             ck.append(_perf())
-        Uh, sh, Vth = np.linalg.svd(Jh)
-        if ck is not None:
-            ck.append(_perf())
-        if not K.reactions(
-            Jh,
-            Uh,
-            sh,
-            Vth,
-            self.rank_tol,
-            self.truncate_reactions,
-            self._P,
-            self.force_rank_tol,
-            b["Jk"],
-            b["G"],
-            b["S"],
-        ):
+        E, f, sizes = levels
+        ok, Ng, least, pres = K.algebra(
+            M, h, self.D, v, Jh, bh, Uh, sh, Vth, self.rank_tol, self.truncate_reactions, self._P, self._A,
+            self.force_rank_tol, self.force_reg, E, f, sizes, b.Cf3, b.crow, nl, b.Jk, b.G, b.S, b.hD, b.x, b.N,
+            b.res, b.y, b.lam, b.lam_p, b.Hz, b.gz, b.tau_full, b.tau, b.mg, b.F,
+        )  # fmt: skip
+        if not ok:
             return None
-        if isinstance(levels, tuple):  # the plan's stacked rows
-            E, f, sizes = levels
-        elif levels:
-            E = np.vstack([E for E, _ in levels])
-            f = np.concatenate([f for _, f in levels])
-            sizes = np.array([E.shape[0] for E, _ in levels], dtype=np.int64)
-        else:
-            E, f, sizes = np.zeros((0, self.n)), np.zeros(0), np.zeros(0, dtype=np.int64)
-        x = b["x"]
-        res = b["res"]
-        K.cascade(
-            M,
-            hD,
-            Jh,
-            bh,
-            Uh,
-            sh,
-            Vth,
-            self.rank_tol * np.linalg.norm(Jh),
-            E,
-            f,
-            sizes,
-            self.rank_tol,
-            x,
-            b["N"],
-            res,
-        )
-        vdot = x.copy()
         if ck is not None:
             ck.append(_perf())
-        y = M @ vdot + hD
-        lam, lam_p, Hz, gz, tau_full = b["lam"], b["lam_p"], b["Hz"], b["gz"], b["tau_full"]
-        Ng = K.forces(
-            b["Jk"], b["G"], b["S"], y, self._P, self._A, self.force_reg, lam, lam_p, Hz, gz, tau_full
-        )
-        residuals = res.tolist()
-        self._margins = None
-        if not act:
-            return vdot, tau_full, lam.copy(), residuals, "solved", False
-        least = K.margins(lam, nl, b["Cf3"], b["crow"], b["mg"])
-        if least >= 0.0:
-            self._margins = b["mg"].tolist()
-            return vdot, tau_full, lam.copy(), residuals, "solved", False
-        lam2, status = self._cone_qp(lam, lam_p, Ng, Hz, gz, act, nl, m)
-        if lam2 is not lam:
-            K.torque(b["Jk"], y, lam2, tau_full)
-        return vdot, tau_full, lam2.copy(), residuals, status, Ng.shape[1] > 0
+        info = self.info
+        status, used_qp = "solved", False
+        if least < 0.0:  # a force outside its pyramid: the cone QP on the internal forces
+            lam, status = self._cone_qp(b.lam, b.lam_p, Ng, b.Hz, b.gz, act, nl, Jh.shape[0])
+            used_qp = Ng.shape[1] > 0
+            if lam is not b.lam:
+                K.torque(b.Jk, b.y, lam, b.tau_full)
+                pres = K.finish(b.tau_full, lam, nl, self._P, self._A, b.tau, b.F)
+                least = K.margins(lam, nl, b.Cf3, b.crow, b.mg)
+        info.status, info.cone_qp = status, used_qp
+        info.vdot, info.tau = b.x.copy(), b.tau.copy()
+        F = b.F.copy()
+        info.forces = dict(zip(b.names, F))
+        info.cone_margin = dict(zip(b.names, b.mg.tolist()))
+        info.cone_margin_min = least if act else math.inf
+        info.passive_residual = pres
+        info.level_residuals = b.res.tolist()
+        if ck is not None:
+            ck.append(_perf())
+        return info.tau
 
     def _cone_qp(self, lam, lam_p, Ng, Hz, gz, act, nl, m) -> tuple[np.ndarray, str]:
         """The internal forces inside the pyramids (module docstring): the ProxSuite QP in z, λ = λ_p + N_G z.
@@ -533,6 +486,23 @@ class ContactUKController:
             return lam, "solved", False
         lam2, status = self._cone_qp(lam, lam_p, Ng, Hz, gz, act, nl, m)
         return lam2, status, Ng.shape[1] > 0
+
+
+class _Buffers:
+    """The compiled algebra's buffers for one active set (n coordinates, np passive, m reaction rows, K levels)."""
+
+    def __init__(self, n: int, npas: int, m: int, nlev: int, act: list):
+        nz = max(m - npas, 0)
+        self.Jk, self.G, self.S = np.empty((m, n)), np.empty((npas, m)), np.empty((npas, npas))
+        self.hD, self.x, self.N, self.y = np.empty(n), np.empty(n), np.empty((n, n)), np.empty(n)
+        self.res = np.empty(1 + nlev)
+        self.lam, self.lam_p, self.Hz, self.gz = np.empty(m), np.empty(m), np.empty((nz, nz)), np.empty(nz)
+        self.tau_full, self.tau = np.empty(n), np.empty(n)
+        self.Cf3 = np.ascontiguousarray(np.vstack([c.cone_rows() for c in act]) if act else np.zeros((0, 3)))
+        self.crow = np.cumsum([0] + [c.facets + 1 for c in act]).astype(np.int64)
+        self.mg, self.F = np.empty(len(act)), np.empty((len(act), 3))
+        self.names = tuple(c.name for c in act)
+        self.Uh, self.sh, self.Vth = np.empty((m, n)), np.empty(n), np.empty((n, n))
 
 
 def _same_maths(task, cls) -> bool:

@@ -35,6 +35,44 @@ def test_jacobi_columns_is_an_svd():
             np.testing.assert_allclose(np.sort(s)[::-1][: ref.size], ref, atol=1e-13 * ref[0])
 
 
+def _stance_like(rng, m, n):
+    """An m × n matrix like J_h: rank n − 4 with one singular value 1e-7 of the largest, 3 exactly zero."""
+    U, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    V, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    k = n - 4
+    s = np.r_[np.geomspace(3.0, 1e-2, k), 1e-7 * 3.0]
+    return (U[:, : k + 1] * s) @ V[:, : k + 1].T
+
+
+@pytest.mark.parametrize("m, n", [(24, 22), (21, 22)])
+def test_svd_jacobi_warm_started_is_lapacks(m, n):
+    """Consecutive matrices (a small drift, as from one control step to the next): the truncated matrix (σ ≤ 1e-6 σ₁
+    dropped), the min-norm solution and the null space's projector equal LAPACK's to round-off."""
+    rng = np.random.default_rng(5)
+    A = _stance_like(rng, m, n)
+    dA = _stance_like(rng, m, n) * 1e-3
+    Vw = np.eye(n)
+    Uh, sh, Vth = np.empty((m, n)), np.empty(n), np.empty((n, n))
+    for k in range(6):
+        B = A + k * dA
+        sweeps = K.svd_jacobi(B, Vw, Uh, sh, Vth)
+        assert sweeps < K.JACOBI_SWEEPS
+        U, s, Vt = np.linalg.svd(B)
+        np.testing.assert_allclose(sh[: s.size], s, atol=1e-14 * s[0])
+        assert np.all(np.diff(sh) <= 0.0)
+        kr = int((s > 1e-6 * s[0]).sum())
+        assert int((sh > 1e-6 * sh[0]).sum()) == kr
+        trunc = (U[:, :kr] * s[:kr]) @ Vt[:kr]
+        np.testing.assert_allclose((Uh[:, :kr] * sh[:kr]) @ Vth[:kr], trunc, atol=1e-13 * s[0])
+        b = rng.normal(size=m)
+        x = Vt[:kr].T @ ((U[:, :kr].T @ b) / s[:kr])
+        np.testing.assert_allclose(
+            Vth[:kr].T @ ((Uh[:, :kr].T @ b) / sh[:kr]), x, atol=1e-12 * np.abs(x).max()
+        )
+        np.testing.assert_allclose(Vth[kr:].T @ Vth[kr:], Vt[kr:].T @ Vt[kr:], atol=1e-13)
+        np.testing.assert_allclose(Vw @ Vw.T, np.eye(n), atol=1e-14)
+
+
 def test_cholesky_certificate_counts_the_singular_values():
     rng = np.random.default_rng(4)
     U, _ = np.linalg.qr(rng.normal(size=(6, 6)))
