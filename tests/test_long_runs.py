@@ -258,6 +258,13 @@ SHORT = {
     "balloon": 0.1,
     "closed_chain": 1.05,
 }
+#: the post-loop diagnostics that do not scale with ``duration`` (balloon: a 20 s undamped energy run and
+#: 200 random states, 18 s of CI time; slider-crank: 10 s energy and 2 s comparison runs) shortened: the
+#: same code paths (every plot the scenario draws when plots are on), a fraction of the time
+SHORT_OVERRIDES = {
+    "balloon": {"energy_duration": 0.2, "random_states": 4},
+    "slider_crank": {"energy_duration": 0.2, "compare_duration": 0.2},
+}
 
 
 class FigureBuilt(RuntimeError):
@@ -281,7 +288,10 @@ def test_no_plots_creates_no_matplotlib_figure(tmp_path, monkeypatch, name):
     monkeypatch.setattr(plt, "subplots", refuse)
     monkeypatch.setattr(matplotlib.figure.Figure, "__init__", refuse)
     mod = importlib.import_module(f"cmstack.scenarios.{name}")
-    m, out = run_scenario(name, mod.run, duration=SHORT[name], out=tmp_path / "off", html=False, plots=False)
+    ov = SHORT_OVERRIDES.get(name)
+    m, out = run_scenario(
+        name, mod.run, duration=SHORT[name], overrides=ov, out=tmp_path / "off", html=False, plots=False
+    )
     assert "error" not in m and not (out / "plots").exists()
     if name == "yumi_dual_arm":  # the patch does catch a figure when plots are on
         with pytest.raises(FigureBuilt):
