@@ -85,7 +85,7 @@ def null_basis(B, rank_tol):
     """Orthonormal basis of N(B) (B: m × k, any m ≥ 0) by Householder QR with column pivoting of Bᵀ:
     Bᵀ P = Q R, N(B) = range(Bᵀ)^⊥ = the columns r.. of Q, r = #{j: |R_jj| > rank_tol · max(1, |R_00|)} (the
     pivoted diagonal estimates the singular values: the relative rank test of the SVD (σ_i > rank_tol · max(1, σ_1))
-    that the hierarchy used before and ``uk_levels._null_basis`` uses, to which tests/test_limits_hierarchy.py
+    that the hierarchy used before (an SVD, as ``uk_levels`` did), to which tests/test_limits_hierarchy.py
     compares it; at these sizes an SVD's LAPACK set-up cost more than the whole level: 4.6 against 31 µs).
     A k × (k − r) array, Q = H_0 ⋯ H_{r−1} applied to the last k − r columns of the identity."""
     m, k = B.shape
@@ -366,3 +366,92 @@ def level_problem(
         return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0
     s, lam, nbad = condition(Hr, gr, CN, lo, hi, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad)
     return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad
+
+
+@njit(cache=True)
+def null_step(B, y, rank_tol):
+    """(dz, N): the minimum-norm least-squares solution dz of B dz ≈ y and an orthonormal basis N of N(B), from one
+    Householder QR with column pivoting of Bᵀ (``null_basis``'s, the same rank test): Bᵀ Π = Q R, rank r, so
+    B = Π R₁ᵀ Q₁ᵀ (R₁: the first r rows of R, Q₁: the first r columns of Q) and dz = Q₁ w with
+    w = argmin ‖R₁ᵀ w − Πᵀ y‖ (R₁ᵀ has full column rank: forward substitution on its first r rows when r = m, a
+    least-squares solve otherwise); dz ∈ range(Bᵀ) is the minimum-norm one, pinv(B) y of the SVD it replaces
+    (``uk_levels._nullspace_step``; tests/test_limit_rows.py compares the two).  B: m × k, y: m."""
+    m, k = B.shape
+    X = np.empty((k, m))
+    for i in range(m):
+        for j in range(k):
+            X[j, i] = B[i, j]
+    perm = np.arange(m)
+    V = np.zeros((k, min(k, m)))
+    r = 0
+    first = 0.0
+    for j in range(min(k, m)):
+        best, p = -1.0, j
+        for c in range(j, m):
+            acc = 0.0
+            for i in range(j, k):
+                acc += X[i, c] * X[i, c]
+            if acc > best:
+                best, p = acc, c
+        nrm = math.sqrt(best)
+        if j == 0:
+            first = nrm
+        if not nrm > rank_tol * max(1.0, first):
+            break
+        if p != j:
+            for i in range(k):
+                X[i, j], X[i, p] = X[i, p], X[i, j]
+            perm[j], perm[p] = perm[p], perm[j]
+        alpha = -nrm if X[j, j] >= 0.0 else nrm
+        vn = 0.0
+        for i in range(j, k):
+            V[i, j] = X[i, j]
+        V[j, j] -= alpha
+        for i in range(j, k):
+            vn += V[i, j] * V[i, j]
+        vn = math.sqrt(vn)
+        if vn > 0.0:
+            sc = math.sqrt(2.0) / vn
+            for i in range(j, k):
+                V[i, j] *= sc
+        for c in range(j, m):
+            dot = 0.0
+            for i in range(j, k):
+                dot += V[i, j] * X[i, c]
+            for i in range(j, k):
+                X[i, c] -= V[i, j] * dot
+        r += 1
+    # w: R₁ᵀ w = Πᵀ y (row c of R₁ᵀ is column c of X's first r rows)
+    w = np.zeros(r)
+    if r == m:
+        for c in range(r):
+            acc = y[perm[c]]
+            for i in range(c):
+                acc -= X[i, c] * w[i]
+            w[c] = acc / X[c, c]
+    elif r > 0:
+        S = np.empty((m, r))
+        yp = np.empty(m)
+        for c in range(m):
+            yp[c] = y[perm[c]]
+            for i in range(r):
+                S[c, i] = X[i, c]
+        w = np.linalg.lstsq(S, yp)[0]
+    dz = np.zeros(k)
+    dz[:r] = w
+    out = np.zeros((k, k - r))
+    for j in range(k - r):
+        out[r + j, j] = 1.0
+    for h in range(r - 1, -1, -1):  # Q e = H_0 ⋯ H_{r−1} e: the last reflector first
+        dot = 0.0
+        for i in range(h, k):
+            dot += V[i, h] * dz[i]
+        for i in range(h, k):
+            dz[i] -= V[i, h] * dot
+        for c in range(k - r):
+            dot = 0.0
+            for i in range(h, k):
+                dot += V[i, h] * out[i, c]
+            for i in range(h, k):
+                out[i, c] -= V[i, h] * dot
+    return dz, out

@@ -13,7 +13,7 @@ from cmstack.controllers._qp_kernels import level_problem as _level_problem
 from cmstack.controllers._qp_kernels import level_residuals as _level_residuals
 from cmstack.controllers._qp_kernels import merged_problem as _merged_problem
 from cmstack.controllers.qp import BoundedQP
-from cmstack.controllers.uk_levels import UKStepInfo, _null_basis
+from cmstack.controllers.uk_levels import UKStepInfo, _nullspace_step
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
@@ -150,9 +150,8 @@ class LevelSolver:
         for k, (A, b) in enumerate(rows):
             if N.shape[1] == 0:
                 break
-            B = A @ N
-            P, NB, r = _null_basis(B, N.shape[1], self.rank_tol)
-            x = x + N @ (P @ (b - A @ x))
+            dz, NB = _nullspace_step(A @ N, b - A @ x, self.rank_tol)  # pinv(A N)(b − A x), N(A N): one QR
+            x = x + N @ dz
             if k == 0 and np.linalg.norm(A @ x - b) > 1e-8 * (1 + np.linalg.norm(b)):
                 raise self._incompatible(A, b, t)
             N = N @ NB

@@ -1,7 +1,8 @@
 """The compiled rows of a binding step (issue 30): ``models/limits.py: LimitRows`` (one compiled call,
 ``_limit_kernels.rows``) gives the limits' own ``bounds`` stacked, to the bit, on states inside and beyond every
 bound and after a parameter is assigned; ``_qp_kernels.merged_problem`` and ``level_problem`` give the problems the
-Python formulation built and ``BoundedQP.solve`` conditioned, to the bit."""
+Python formulation built and ``BoundedQP.solve`` conditioned, to the bit; ``_qp_kernels.null_step`` (the equality
+path's null-space step) is the SVD's pseudo-inverse step and null space."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cmstack.controllers._qp_kernels import (
     level_problem,
     merged_problem,
     null_basis,
+    null_step,
 )
 from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit, LimitRows
 
@@ -109,3 +111,30 @@ def test_merged_and_level_problems_are_the_python_ones():
             assert (got[7], got[8], got[9]) == (s, lam, nbad)
             for a, b in zip((got[3], got[4], got[6], bufs[2], bufs[3], bufs[4]), cw):
                 assert np.array_equal(a, b)
+
+
+def test_null_step_is_the_svd_pseudo_inverse_step():
+    """``_qp_kernels.null_step`` (the equality path's ``uk_levels._nullspace_step``): pinv(B) y and the null space of
+    the SVD it replaces, on full-rank, rank-deficient (dependent rows, a zero column), consistent and inconsistent,
+    badly scaled systems, wide and tall."""
+    rng = np.random.default_rng(2)
+    for t in range(600):
+        m, k = int(rng.integers(0, 12)), int(rng.integers(1, 15))
+        B = rng.normal(size=(m, k)) * 10 ** rng.uniform(-3, 3)
+        if m > 2 and t % 3 == 0:
+            B[1] = 3.0 * B[0]
+            B[2] = B[0] - 2.0 * B[1]
+        if m and t % 7 == 0:
+            B[:, 0] = 0.0
+        y = B @ rng.normal(size=k) if t % 2 else rng.normal(size=m)
+        dz, N = null_step(B, y, 1e-9)
+        if m:
+            U, s, Vt = np.linalg.svd(B, full_matrices=True)
+            r = int(np.count_nonzero(s > 1e-9 * max(1.0, s[0])))
+            ref, Nref = Vt[:r].T @ ((U[:, :r].T @ y) / s[:r]), Vt[r:].T
+        else:
+            ref, Nref = np.zeros(k), np.eye(k)
+        np.testing.assert_allclose(dz, ref, rtol=0, atol=1e-12 * (1 + np.abs(ref).max()))
+        assert N.shape == Nref.shape
+        np.testing.assert_allclose(N @ N.T, Nref @ Nref.T, atol=1e-12)
+        np.testing.assert_allclose(N.T @ N, np.eye(N.shape[1]), atol=1e-12)
