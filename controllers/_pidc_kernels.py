@@ -21,6 +21,13 @@ closures' rows that vanish identically give ρ ~ 1e-17, the kept ones are of ord
 column norm ≤ tol`` stands for ``σ ≤ tol`` (absolute, the projector's ``rank_tol``) and ``≤ rtol·|R₀₀|`` for
 ``σ ≤ rtol·σ₁`` (relative, ``_RTOL``; |R₀₀| is the largest column norm, σ₁/√s ≤ |R₀₀| ≤ σ₁).
 
+The constraint's rank threshold.  A user's ``rank_tol`` is absolute.  PIDC's default (``prm``'s κ > 0,
+``controllers/pidc.py``: "The rank tolerance") scales with what it compares: at a state whose loops are open by
+the gaps d = p_b − p_a (a soft plant's), tol = max(τ₀·max(1, s_A), min(κ‖d‖, ρ s_A)) with τ₀ = prm[0], s_A = the
+largest row norm of A (|R₀₀| of the COD of Aᵀ, within √m of σ₁), κ = 10√n and ρ = 10⁻³ (one row keeps τ₀).
+``pidc_closed_step`` takes the gaps from its frame table (every closure but a plane's); ``pidc_rows`` is given ‖d‖
+by its caller.
+
 The step.  A (m×n) the loops' rows, Ȧq̇ = jdv.  The COD of Aᵀ (n×m): Aᵀ Π = Q R, rank r, Y = Q[:, :r] an
 orthonormal basis of range(Aᵀ), N = Q[:, r:] one of N(A) (Q is orthogonal), so
 
@@ -69,7 +76,7 @@ from cmstack.controllers.kernels import (
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
 from cmstack.models._frame_kernels import read_joint_poses
 from cmstack.models._kernel_cache import depends_on
-from cmstack.models._loop_kernels import closure_rows
+from cmstack.models._loop_kernels import PLANE, closure_rows
 from cmstack.models.trajectory import CIRCLE_ROW
 
 # numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows calls
@@ -95,14 +102,16 @@ def pidc_rows(
     ints: np.ndarray,
     work: np.ndarray,
     out: np.ndarray,
+    phin: float,
 ) -> tuple[int, int, float, float, bool]:
     """One PIDC step with the m constraint rows A (m×n) and Ȧq̇ = jdv (m), as ``PIDC._numpy_step`` without
     weights, QP or force loop (module docstring).  Coordinates: ``B0`` (k×n) the task rows with the right-hand
     side b_t in ``ref[0]`` (ints[1] = 1), or joint coordinates (ints[1] = 0: B₀ = S, the joints ints[4:4+k],
     u = θ̈_d + K_v(θ̇_d − q̇_S) + K_p(θ_d − q_S) from ``ref`` = [θ_d; θ̇_d; θ̈_d] (3, k), written from the
     sinusoid in ``prm`` when ``sinus``, as ``pidc_one_row``).
-    prm = [rank_tol, rtol, solve_tol, D (n), K_p (k), K_v (k), c, α, ω, φ (k each)]; ints = [m, task?, k, p,
-    coordinate joints (k), passive joints (p)]; work: scratch (``pidc_rows_work``).
+    prm = [rank_tol, rtol, solve_tol, D (n), K_p (k), K_v (k), c, α, ω, φ (k each), κ, ρ]; ints = [m, task?, k, p,
+    coordinate joints (k), passive joints (p)]; work: scratch (``pidc_rows_work``); phin: the loops' gap
+    ‖d‖ (read when κ > 0: the rank threshold of the module docstring; κ = 0: rank_tol, absolute).
     Writes out (4n + m) = [q̈_des (n), τ_∥ (n), τ (n), f_c (n), λ (m)]; returns (status, rank, residual, ‖b‖,
     unsolvable): status 0 ok, 2 a non-finite A or Ȧq̇, 3 a non-finite q or q̇; unsolvable: the passive
     residual exceeds solve_tol·max(1, ‖b‖) (58), τ is then zeroed on the passive joints (as the NumPy path)."""
@@ -115,7 +124,7 @@ def pidc_rows(
     m, k, np_ = ints[0], ints[2], ints[3]
     L = max(n, m, k, np_) + 1
     piv = np.empty(4 * L, np.int64)
-    st, r, res, bn, unsolvable = _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out)
+    st, r, res, bn, unsolvable = _law(M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out, phin)
     return st, r, res, bn, unsolvable
 
 
@@ -275,10 +284,11 @@ def _passive_correction(
 
 @njit(cache=True, inline="always")
 def _law(
-    M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out
+    M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out, phin
 ):  # the types of pidc_rows'; piv: int64
     """``pidc_rows`` after the state's test, with the caller's pivot scratch piv (4 L ints, L = max(n, m, k, p) + 1);
-    its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below)."""
+    its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below).
+    phin: the loops' gap ‖d‖, for the rank threshold (module docstring)."""
     n = q.shape[0]
     m, task, k, np_ = ints[0], ints[1], ints[2], ints[3]
     i0 = ints.ctypes.data
@@ -293,12 +303,20 @@ def _law(
     fc = carray(_f64_at(o0 + 24 * n), (n,))
     lam = carray(_f64_at(o0 + 32 * n), (m,))
     chk = 0.0
+    s2 = 0.0  # the largest squared row norm of A
     for i in range(m):
         chk += jdv[i]
+        x = 0.0
         for c in range(n):
             chk += A[i, c]
+            x += A[i, c] * A[i, c]
+        s2 = max(s2, x)
     if not math.isfinite(chk):
         return NONFINITE_ROWS, 0, 0.0, 0.0, False
+    kappa = prm[3 + n + 6 * k]
+    if kappa > 0.0 and m > 1:  # the default threshold (module docstring; one row: τ₀)
+        s_a = math.sqrt(s2)
+        rank_tol = max(rank_tol * max(1.0, s_a), min(kappa * phin, prm[4 + n + 6 * k] * s_a))
     # scratch layout: Aᵀ then its QR (n×L), Tᵀ of A's COD (L×L), Q = [Y N] (n×n), B₀N or C = S_p Y and its
     # second factor (L×L each), six vectors of L, then cv (n), yv (L), bv (n)
     L = max(n, m, k, np_) + 1
@@ -465,9 +483,13 @@ def pidc_closed_step(
     read_joint_poses(ptr, 2, nj, jpose)
     bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
     frame_states(Jw, bv, jpose, fint, fplace, fJ, fvec)
+    gap = 0.0  # Σ ‖p_b − p_a‖² over the closures but the planes (the rank threshold's residual)
     for c in range(nl):
         a, b = lint[c, 1], lint[c, 2]
         closure_rows(lint[c, 0], fvec[a], fJ[a], fvec[b], fJ[b], A, jdv, lint[c, 3])
+        if lint[c, 0] != PLANE:
+            for i in range(9, 12):
+                gap += (fvec[b, i] - fvec[a, i]) ** 2
     if ints[1] == 1:
         task_rows_into(
             t, bq, bv, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, Rs
@@ -475,7 +497,7 @@ def pidc_closed_step(
         for i in range(nrows):
             ref[0, i] = Ab[i, n]
     st, r, res, bn, unsolvable = _law(
-        M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out
+        M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out, math.sqrt(gap)
     )
     out[6 * n + m] = r
     out[6 * n + m + 1] = res

@@ -33,6 +33,34 @@ Since f_c = (I − P)(M q̈ + h − τ) (32), with q̈ = q̈_des this gives f_c 
 the force loop does not involve the motion error and τ_⊥ does not move the system (P τ_⊥ = 0).
 Hybrid law τ = τ_∥ + τ_⊥.  f_d and the integral are frozen while A is rank deficient (Remark 5).
 
+The rank tolerance.  P, A⁺ and C drop the singular values of A at or below a threshold.  A user's ``rank_tol`` is
+that threshold (absolute, in A's units).  The default (``rank_tol=None``) scales with what it compares:
+
+    tol(q) = max(τ₀ max(1, s_A),  min(κ ‖d(q)‖, ρ s_A)),
+    τ₀ = 1e-9,  s_A = maxᵢ ‖Aᵢ‖ (σ₁/√m ≤ s_A ≤ σ₁),  κ = 10 √n,  ρ = 1e-3
+
+with d the loops' gaps p_b − p_a stacked (the position part of φ; a plane closure's left out, below).
+
+Why the residual term.  A closure's rows use J_d = J_b − J_a (models/_loop_kernels.py).  A revolute joint j that moves
+both of its frames (an ancestor of both), axis ω_j through o_j, has the columns [ω_j × (p − o_j); ω_j] in each
+(LOCAL_WORLD_ALIGNED), so its column of A is [ω_j × d; 0], d = p_b − p_a the position part of φ (a prismatic
+joint's is 0; a revolute closure's angular rows [x_A; y_A]ᵀ(ω_j − ω_j) = 0; a plane row's
+n·(ω_j × d) + (n × d)·ω_j = 0 identically).  So A = A₀ + E with E those columns: on the loops (d = 0) E = 0, and
+A₀ keeps the mechanism's own rank deficiency (a planar triangle: the row across its plane).  Off the loops, by
+Weyl's inequality the spurious singular value is at most ‖E‖₂ ≤ ‖E‖_F ≤ √n_s ‖d‖ ≤ √n ‖d‖ (n_s ≤ n shared joints;
+tests/test_sensors.py: a triangle opened by ε has σ₃ = |ε_⊥| exactly).  A soft plant's loops are open (MuJoCo's
+series-parallel arm by ~6e-8 m, σ₃ ~ 8e-8, 80× an absolute 1e-9), so the absolute test counted the spurious row
+as a constraint and the law tracked what that row dictated (J̇v/σ₃), not its reference.  κ = 10 √n is ten times
+that bound (the margin covers A₀'s own change off the loops); it drops a real singular value only within 10 √n ‖d‖
+of a singularity, where the state cannot resolve that direction anyway.  The cap ρ s_A: far from the loops (a
+coupling that the law's own error ODE is still closing, ``stabilize``; a state off a model) the bound no longer tells a
+spurious value from a real one, and dropping every row would leave the loops to themselves; capped, the residual term
+drops only what is below 10⁻³ of A's scale (every spurious value of openings up to ρ s_A/√n).  On a rigid plant
+(‖d‖ ~ 1e-12) the threshold is τ₀ max(1, s_A): the former absolute 1e-9 for rows of norm ≤ 1, relative above.
+One constraint row (the compiled ``kernels.pidc_one_row``, a plane closure or a single user row) keeps τ₀: its only
+singular value is its norm, so the relative term says nothing, and a single row has no redundancy for a residual
+to fill (a plane row's shared columns vanish identically, above).
+
 QP version (ProxSuite): variables τ_a (actuated joints only, so passive torques are zero by
 construction), minimize ½‖W Sₐᵀ τ_a‖², s.t. V₀ᵀ Sₐᵀ τ_a = V₀ᵀ b (P = V₀V₀ᵀ: produce q̈_des) and
 −τ_max ≤ τ_a ≤ τ_max.  Without active limits it is the closed form above.  When the limits make it
@@ -72,6 +100,8 @@ from cmstack.models.trajectory import Trajectory, as_trajectory
 
 #: relative rank tolerance of the pseudo-inverses (singular values ≤ _RTOL·s_1 are dropped)
 _RTOL = 1e-10
+#: the cap ρ of the default rank threshold's residual term, relative to A's largest row norm (module docstring)
+_RANK_CAP = 1e-3
 #: closed-form (S P)⁺ only while 1 − ‖u‖² (the smallest eigenvalue of S P Sᵀ) exceeds this; below, the
 #: SVD (condition number ≤ 1e4 keeps the closed form within ~1e-12 of the SVD)
 _SM_MIN = 1e-4
@@ -213,7 +243,10 @@ class PIDC:
 
     Compiled steps (no QP, weights or force law): one constraint row in closed form (``kernels.pidc_one_row``),
     several rows through complete orthogonal decompositions instead of SVDs (``_pidc_kernels.pidc_rows``,
-    derived there); ``_numpy_step`` is the reference both are tested against."""
+    derived there); ``_numpy_step`` is the reference both are tested against.
+
+    rank_tol: None (default) for the threshold that scales with A and with the loops' residual (module docstring,
+    "The rank tolerance"), or an absolute threshold in A's units (the singular values at or below it are dropped)."""
 
     def __init__(
         self,
@@ -229,7 +262,7 @@ class PIDC:
         force: ForceLaw | None = None,
         qp: bool = False,
         torque_limits: ArrayLike | None = None,
-        rank_tol: float = DEFAULT_TOL,
+        rank_tol: float | None = None,
         solve_tol: float = 1e-8,
         on_unsolvable: str = "report",
         model_damping: bool = True,
@@ -271,10 +304,20 @@ class PIDC:
             raise ConfigError(
                 f"PIDC qp=True needs positive torque limits on actuated joints, got {self.tau_max}"
             )
-        self.rank_tol, self.solve_tol, self.eps_reg = float(rank_tol), float(solve_tol), float(eps_reg)
+        self._set_rank_tol(rank_tol, n)
+        self.solve_tol, self.eps_reg = float(solve_tol), float(eps_reg)
         self.D = robot.damping.copy() if model_damping else np.zeros(n)
         self._reset_step_state()
         self._choose_step(constraint)
+
+    def _set_rank_tol(self, rank_tol: float | None, n: int) -> None:
+        """``rank_tol`` None: τ₀ = 1e-9 and κ = 10 √n of the scaled threshold (module docstring, "The rank
+        tolerance"); a number: that absolute threshold (κ = 0)."""
+        self._rank_kappa = 10.0 * math.sqrt(n) if rank_tol is None else 0.0
+        tol = DEFAULT_TOL if rank_tol is None else rank_tol
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ConfigError(f"PIDC: rank_tol must be None or a finite number >= 0, got {rank_tol!r}")
+        self.rank_tol = float(tol)
 
     def _set_coordinates(
         self,
@@ -578,7 +621,9 @@ class PIDC:
             sin = np.zeros(4 * k)
         kp = np.zeros(k) if self.tasks else self.kp
         kv = np.zeros(k) if self.tasks else self.kv
-        self._rk_prm = np.concatenate([[self.rank_tol, _RTOL, self.solve_tol], self.D, kp, kv, sin])
+        self._rk_prm = np.concatenate(
+            [[self.rank_tol, _RTOL, self.solve_tol], self.D, kp, kv, sin, [self._rank_kappa, _RANK_CAP]]
+        )
         self._rk_work = pidc_rows_work(n, m, k, pj.size)
         self._rk_ref = np.zeros((3, k))
         self._rk_S = np.zeros((k, n))  # B₀ of the joint case is not read (the kernel selects the joints)
@@ -686,6 +731,7 @@ class PIDC:
             self._rk_ints,
             self._rk_work,
             out,
+            self._residual_norm(kin) if self._rank_kappa and m > 1 else 0.0,
         )
         if st:
             return None
@@ -888,7 +934,7 @@ class PIDC:
             rows = [c.compute(kin, t) for c in self._closures]
             A = rows[0][0] if len(rows) == 1 else np.vstack([r[0] for r in rows])
             bc = rows[0][1] if len(rows) == 1 else np.concatenate([r[1] for r in rows])
-            pr = project(A, self.rank_tol)
+            pr = project(A, self._rank_threshold(A, kin))
             Cv = pr.A_pinv @ bc
         else:
             if self._rows_kin is not None:
@@ -897,7 +943,7 @@ class PIDC:
                 A, jdv = self._rows_fn(q, v)  # one kinematics pass for both
             else:
                 A, jdv = self.c.jacobian(q), self.c.jdot_v(q, v)
-            pr = project(A, self.rank_tol)
+            pr = project(A, self._rank_threshold(A, kin))
             Cv = c_times_v(pr, jdv)
         qdd, _ = self.desired_acceleration(t, q, v, pr, Cv)
         b = M @ qdd + h
@@ -933,6 +979,34 @@ class PIDC:
         self.info = info
         self._prev = (t, v.copy(), tau.copy())
         return tau
+
+    def _residual_norm(self, kin: Kinematics) -> float:
+        """‖d‖, the loops' gaps d = p_b − p_a at the snapshot ``kin`` (module docstring, "The rank tolerance"): each
+        closure's two frames (from the snapshot's frames: those its rows were read from), but a plane's (its shared
+        columns vanish for any d) and a joint coupling's (constant rows); a constraint object without frames gives
+        ‖φ(q)‖ (its ``phi``, if any)."""
+        total = 0.0
+        for c in self._closures:
+            kind = getattr(c, "kind", None)
+            if kind in ("plane", "joint"):
+                continue
+            fa, fb = getattr(c, "fa", None), getattr(c, "fb", None)
+            if fa is not None and fb is not None:
+                d = kin.frame(fb).p - kin.frame(fa).p
+                total += float(d @ d)
+            elif callable(getattr(c, "phi", None)):
+                phi = np.asarray(c.phi(kin.q), dtype=float)
+                total += float(phi @ phi)
+        return math.sqrt(total)
+
+    def _rank_threshold(self, A: np.ndarray, kin: Kinematics) -> float:
+        """The rank threshold at the snapshot ``kin`` (module docstring, "The rank tolerance"): ``rank_tol`` as given,
+        or the default max(τ₀ max(1, s_A), min(κ‖d‖, ρ s_A)) for several rows (τ₀ for one row)."""
+        if not self._rank_kappa or A.ndim != 2 or A.shape[0] < 2 or not np.all(np.isfinite(A)):
+            return self.rank_tol
+        s_a = math.sqrt(float(np.max(np.einsum("ij,ij->i", A, A))))
+        gap = self._residual_norm(kin)
+        return max(self.rank_tol * max(1.0, s_a), min(self._rank_kappa * gap, _RANK_CAP * s_a))
 
     def _force_term(
         self,

@@ -136,13 +136,14 @@ def test_position_command_after_skipped_states_continues_from_the_robots_held_re
     assert ctrl.held_periods > 50 and np.abs(ctrl.v_des).max() > 1e-3
 
 
-def test_an_open_loop_adds_a_row_to_the_planar_triangle_which_pidcs_default_tolerance_counts():
-    """Why the series-parallel arm given MuJoCo's whole state does not track φ (issue 32 (c), docs/realtime.md): the
+def test_an_open_loop_adds_a_row_to_the_planar_triangle_which_pidcs_default_tolerance_ignores():
+    """Why the series-parallel arm given MuJoCo's whole state did not track φ (issue 32 (c), docs/realtime.md): the
     triangle's point loop has an out-of-plane row that is zero on the loop but equals the residual's component
     across φ's axis off it (φ turns the residual vector out of the plane), so an opening ε puts a singular value
-    σ₃ = |ε_x| into the loop's Jacobian.  MuJoCo's soft loop is open by ~3e-8 m: above PIDC's absolute rank
-    tolerance (1e-9) the row counts (rank 3, φ's acceleration then set by a spurious constraint); with a tolerance
-    above the opening it does not (rank 2)."""
+    σ₃ = |ε_x| into the loop's Jacobian.  MuJoCo's soft loop is open by ~6e-8 m: above an absolute rank tolerance of
+    1e-9 the row counts (rank 3, φ's acceleration then set by a spurious constraint).  PIDC's default threshold
+    scales with the residual (max(1e-9 max(1, s_A), 10 √n ‖φ‖), controllers/pidc.py) and does not count it (rank 2),
+    in the compiled step and in the NumPy reference alike, as an absolute tolerance above the opening does."""
     from cmstack.controllers.pidc import PIDC
     from cmstack.models.loops import ClosureSet
     from cmstack.scenarios.series_parallel import Q_NAMES, closed_chain_robot, make_trajectory
@@ -156,13 +157,20 @@ def test_an_open_loop_adds_a_row_to_the_planar_triangle_which_pidcs_default_tole
     phi, J = ClosureSet(robot.loops).phi_and_jacobian(q)
     s = np.linalg.svd(J, compute_uv=False)
     assert abs(s[2] - abs(phi[0])) < 1e-12 and 1e-7 < s[2] < 1e-6 and s[1] > 0.1
+    assert s[2] <= math.sqrt(robot.nv) * np.linalg.norm(phi)  # the bound the default's κ is ten times
     ranks = {}
-    for tol in (None, 1e-5):
+    for tol in (None, 1e-9, 1e-5):
         kw = {} if tol is None else {"rank_tol": tol}
         ctl = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"], **kw)
         ctl(0.0, q, np.zeros(robot.nv))
-        ranks[tol] = ctl.info.rank
-    assert ranks == {None: 3, 1e-5: 2}, ranks
+        rank = ctl.info.rank
+        ctl._numpy_step(0.0, q, np.zeros(robot.nv))
+        ranks[tol] = (rank, ctl.info.rank)
+    assert ranks == {None: (2, 2), 1e-9: (3, 3), 1e-5: (2, 2)}, ranks
+    q0 = robot.q_initial.copy()  # the initial pose: the default keeps the real singular values (rank 2)
+    ctl = PIDC(robot, None, list(Q_NAMES), traj, cfg["pidc_kp"], cfg["pidc_kv"])
+    ctl(0.0, q0, np.zeros(robot.nv))
+    assert ctl.info.rank == 2
 
 
 def test_interfaces_refused_by_name():
