@@ -1,6 +1,6 @@
 """Worst UK step when limits really bind (issue 21, item 1), and the position bound on the plant (item 2).
 
-    python -m cmstack.bench.limits [--duration S] [--repeat N]
+    python -m cmstack.bench.limits [--duration S] [--repeat N] [--dt-study CASE] [--determinism CASE]
 
 Closed loops on MuJoCo plants of Franka Pandas (example-robot-data), one control step per 1 ms:
 
@@ -489,6 +489,64 @@ def run_binding(case: str, duration: float) -> dict:
     }
 
 
+def run_warm_vs_cold(case: str, duration: float) -> dict:
+    """The determinism figure of issue 30: a closed loop of ``case`` gives the states; each is stepped by the
+    controller as shipped (cold starts), by the same controller warm-started (``warm_start = True``: ProxSuite's
+    persistent objects updated in place and started from the previous solution) and, from the middle of the run on,
+    by a fresh cold controller (does a cold step depend on the steps before it?).  Thread CPU medians over the
+    binding steps (cold, warm interleaved) and the largest differences of the torques (relative to max |τ|), of the
+    level-1 residual and of the give-way decision."""
+    loop = run_case(case, duration, record=True)
+    states = loop.pop("states")
+    cold, warm, late = build(case)[2], build(case)[2], build(case)[2]
+    warm.warm_start = True
+    start = len(states) // 2
+    cpu = time.thread_time_ns
+    t_cold: list[int] = []
+    t_warm: list[int] = []
+    bind, rel = [], []
+    gave_way_differs, res_diff, late_diff = 0, 0.0, 0.0
+    for i, (t, q, v) in enumerate(states):
+        out = {}
+        for w in ("cold", "warm") if i % 2 else ("warm", "cold"):
+            c, ts = (cold, t_cold) if w == "cold" else (warm, t_warm)
+            c0 = cpu()
+            out[w] = c(t, q, v).copy()
+            ts.append(cpu() - c0)
+        if i >= start:
+            late_diff = max(late_diff, float(np.max(np.abs(late(t, q, v) - out["cold"]))))
+        b = cold.info.path in ("qp", "sequential")
+        bind.append(b)
+        if b:
+            rel.append(
+                float(np.max(np.abs(out["cold"] - out["warm"])))
+                / max(float(np.max(np.abs(out["cold"]))), 1e-300)
+            )
+            gave_way_differs += int(bool(cold.info.gave_way) != bool(warm.info.gave_way))
+            rc, rw = cold.info.level_residuals, warm.info.level_residuals
+            if rc and rw:
+                res_diff = max(res_diff, abs(rc[0] - rw[0]))
+    sel = np.flatnonzero(bind)
+    sel = sel[sel > 0]
+    mc, mw = (float(np.median(np.asarray(x, dtype=float)[sel])) * 1e-3 for x in (t_cold, t_warm))
+    r = np.asarray(rel)
+    return {
+        "case": case,
+        "binding_steps": int(sel.size),
+        "cold_us": mc,
+        "warm_us": mw,
+        "warm_over_cold": mw / mc,
+        "tau_rel_diff_max": float(r.max()),
+        "tau_rel_diff_median": float(np.median(r)),
+        "steps_over_1e-6": int((r > 1e-6).sum()),
+        "steps_over_1e-3": int((r > 1e-3).sum()),
+        "gave_way_differs": gave_way_differs,
+        "level1_residual_diff": res_diff,
+        "cold_started_late_tau_diff_max": late_diff,
+        "load": os.getloadavg()[0],
+    }
+
+
 #: (control period, plant step) pairs of ``run_dt_study`` (s)
 DT_PAIRS = ((1e-3, 1e-3), (1e-3, 2.5e-4), (5e-4, 5e-4), (2.5e-4, 2.5e-4))
 
@@ -529,7 +587,17 @@ def main(argv=None) -> dict:
         metavar="CASE",
         help="only the coupling error of CASE against the control period and the plant's step (run_dt_study)",
     )
+    ap.add_argument(
+        "--determinism",
+        metavar="CASE",
+        help="only warm against cold starts on CASE's binding steps, and a cold controller started late "
+        "(run_warm_vs_cold)",
+    )
     a = ap.parse_args(argv)
+    if a.determinism:
+        d = run_warm_vs_cold(a.determinism, a.duration)
+        print(json.dumps(d, indent=1))
+        return {"determinism": d}
     if a.dt_study:
         study = run_dt_study(a.dt_study, a.duration)
         print(f"{a.dt_study}: coupling (level 1) error in the plant (load {os.getloadavg()[0]:.1f})")

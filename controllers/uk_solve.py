@@ -236,7 +236,7 @@ class LevelSolver:
         iters_upper = iters
         z_last = None
         lo, hi, ls, us, d, bad = self._row_buffers(C.shape[0])  # level_problem's, one entry per row of C
-        active = bool(np.any(z != 0))
+        active = bool(z.any())
         K = len(rows)
         for k in range(first, K + 1):
             # x ← x + N dx (the level above), N ← N null(B), B = A_{k−1} N, and level k's QP in N's coordinates
@@ -305,7 +305,7 @@ class LevelSolver:
 
             res, bn = np.empty(len(rows)), np.empty(len(rows))
             _level_residuals(E, f, x, sizes, res, bn)
-            self._levels_exact = bool(np.all(res <= 1e-8 * (1.0 + bn)))
+            self._levels_exact = bool((res <= 1e-8 * (1.0 + bn)).all())
             self._seq_residuals = (x, tuple(res.tolist()))
         else:
             lam = None  # type: ignore[assignment]
@@ -344,7 +344,7 @@ class LevelSolver:
         # (A₂ᵀA₂, A₂ᵀb₂, tr M by NumPy, as before to the bit: the lower levels of a binding effort carry moved by
         # up to 0.8 of max |τ| with a rounding of H, a product by other BLAS calls)
         N1, AN, s, lam, nbad, nempty = _merged_problem(
-            A1, b1, A2.T @ A2, A2.T @ b2, A2, M, float(np.trace(M)), Q, C, l, u,
+            A1, b1, A2.T @ A2, A2.T @ b2, A2, M, float(M.trace()), Q, C, l, u,
             self.rank_tol, qp.row_tol, qp.check_tol, Hs, gs, As, bs, e, Cs, ls, us, d, bad,
         )  # fmt: skip
         if N1.shape[1] == 0:
