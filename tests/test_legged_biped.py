@@ -1,18 +1,15 @@
 """The legged scenario (issue 31) with the biped (mjcf/biped_parallel_ankles.xml, scenarios/configs/legged_biped.toml)
-at 1 kHz on the MuJoCo plant, shortened: one run in a child process with a wall-clock limit, a 1 mm horizontal
-circle at 4 Hz (one turn, rate ramped over 0.1 s: accelerations up to 0.6 m/s², twice the default 3 cm at 0.5 Hz;
-5 mm at 2 Hz with a 0.1 s ramp asks the corners for forces outside their pyramids on 302 steps) then the default
-25 N push on the pelvis for 0.1 s, 0.6 s in all; the issue's targets asserted on it.  Bad input (an unknown contact
-frame, mu <= 0): one line naming the key, exit 2."""
+at 1 kHz on the MuJoCo plant, shortened: one run in a forked child with a wall-clock limit (tests/_forked.py: it
+inherits this process's imports and the model's loaded kernels), a 1 mm horizontal circle at 4 Hz (one turn, rate
+ramped over 0.1 s: accelerations up to 0.6 m/s², twice the default 3 cm at 0.5 Hz; 5 mm at 2 Hz with a 0.1 s ramp
+asks the corners for forces outside their pyramids on 302 steps) then the default 25 N push on the pelvis for 0.1 s,
+0.6 s in all; the issue's targets asserted on it.  Bad input (an unknown contact frame, mu <= 0): one line naming the
+key, exit 2."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from _forked import run_forked
 
 from cmstack.scenarios import legged
 from cmstack.scenarios._common import CONFIG_DIR
@@ -27,24 +24,29 @@ SETS = [
     "check_states=2",
     "check_random_states=2",
 ]
-CHILD = """
-import json, sys
-from cmstack.scenarios import legged
-from cmstack.scenarios._common import run_scenario
-m, _ = run_scenario(legged.NAME, legged.run, config_file=sys.argv[2], sets=json.loads(sys.argv[3]), duration=0.6,
-                    out=sys.argv[1], html=False, plots=False)
-print(json.dumps({k: m[k] for k in sorted(m) if not isinstance(m[k], (list, dict))}))
-"""
+
+
+def _run(out: str) -> dict:
+    """The run (in the child): its scalar metrics."""
+    from cmstack.scenarios._common import run_scenario
+
+    m, _ = run_scenario(
+        legged.NAME, legged.run, config_file=CONFIG, sets=SETS, duration=0.6, out=out, html=False, plots=False
+    )
+    return {k: m[k] for k in sorted(m) if not isinstance(m[k], (list, dict))}
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("legged_biped")
-    env = dict(os.environ, MPLBACKEND="Agg")
-    argv = [sys.executable, "-c", CHILD, str(tmp / "run"), CONFIG, json.dumps(SETS)]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env, timeout=240)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+def robot():
+    from cmstack.models.robot import Robot
+
+    return Robot.from_mjcf("mjcf/biped_parallel_ankles.xml")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, robot):
+    """The run's metrics; ``robot`` first: the child inherits the model's loaded kernels."""
+    return run_forked(_run, str(tmp_path_factory.mktemp("legged_biped") / "run"), timeout=240)
 
 
 def test_circle_and_push_meet_the_targets(run):
