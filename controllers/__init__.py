@@ -18,7 +18,7 @@ Each name is imported on first use, so that ``import cmstack.controllers.base`` 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run 
     from cmstack.controllers.uk_robust import RobustUKController
 else:  # hidden from type checkers, which then know exactly the names above
 
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> Any:
         mod = _EXPORTS.get(name)
         if mod is None:
             raise AttributeError(f"module 'cmstack.controllers' has no attribute '{name}'")
@@ -67,5 +67,5 @@ else:  # hidden from type checkers, which then know exactly the names above
         return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(__all__) | set(globals()))

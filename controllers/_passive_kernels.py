@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
@@ -45,14 +46,23 @@ CONVERGED, STEPPED, FALLBACK = 0, 1, 2
 
 
 @njit(cache=True)
-def _qr_full(X, m, p, piv, tau) -> None:
+def _qr_full(X: np.ndarray, m: int, p: int, piv: np.ndarray, tau: np.ndarray) -> None:
     """Householder QR with column pivoting of X[:m, :p] (m ≥ p) in place, all p steps (no rank stop: the rank is
     judged afterwards by the bound on R): ``kernels.qr_pivot`` with a threshold no column norm is below."""
     qr_pivot(X, m, p, -1.0, ABS, piv, tau)
 
 
 @njit(cache=True)
-def _lsq_apply(X, m, p, piv, tau, y, z, out) -> None:
+def _lsq_apply(
+    X: np.ndarray,
+    m: int,
+    p: int,
+    piv: np.ndarray,
+    tau: np.ndarray,
+    y: np.ndarray,
+    z: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """out[:p] = J_p⁺ y from the factors of ``_qr_full`` (y is not modified; z is m scratch)."""
     for i in range(m):
         z[i] = y[i]
@@ -72,7 +82,17 @@ def layout(m: int, p: int, na: int) -> tuple[int, int]:
 
 
 @njit(cache=True)
-def prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v) -> bool:
+def prepare(
+    qa: np.ndarray,
+    va: np.ndarray,
+    q_prev: np.ndarray,
+    qa_prev: np.ndarray,
+    G: np.ndarray,
+    ints: np.ndarray,
+    predict: bool,
+    q: np.ndarray,
+    v: np.ndarray,
+) -> bool:
     """The Newton start and the known rates: q = q_prev with q[act] = qa and, when ``predict``, the tangent
     prediction q[pas] += G (qa − qa_prev); v = 0 with v[act] = va.  False (nothing meaningful written) when qa or
     va is not finite."""
@@ -98,7 +118,18 @@ def prepare(qa, va, q_prev, qa_prev, G, ints, predict, q, v) -> bool:
 
 
 @njit(cache=True)
-def passive_step(phi, J, q, v, va, G, X, ints, prm, work):
+def passive_step(
+    phi: np.ndarray,
+    J: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    va: np.ndarray,
+    G: np.ndarray,
+    X: np.ndarray,
+    ints: np.ndarray,
+    prm: np.ndarray,
+    work: np.ndarray,
+) -> int:
     """One iteration of the completion (module docstring): ``STEPPED`` (q[pas] updated), ``CONVERGED`` (G and
     v[pas] written) or ``FALLBACK`` (nothing written: J_p not safely of full column rank, or not finite).
     G (p×a), ints = [pas (p), act (a), piv scratch (p)], prm = [tol, rtol], X (m×p) and work (``layout``) scratch."""

@@ -284,8 +284,23 @@ def _passive_correction(
 
 @njit(cache=True, inline="always")
 def _law(
-    M, h, q, v, A, jdv, B0, t, ref, sinus, prm, ints, work, piv, out, phin
-):  # the types of pidc_rows'; piv: int64
+    M: np.ndarray,
+    h: np.ndarray,
+    q: np.ndarray,
+    v: np.ndarray,
+    A: np.ndarray,
+    jdv: np.ndarray,
+    B0: np.ndarray,
+    t: float,
+    ref: np.ndarray,
+    sinus: bool,
+    prm: np.ndarray,
+    ints: np.ndarray,
+    work: np.ndarray,
+    piv: np.ndarray,
+    out: np.ndarray,
+    phin: float,
+) -> tuple[int, int, float, float, bool]:  # the types of pidc_rows'; piv: int64
     """``pidc_rows`` after the state's test, with the caller's pivot scratch piv (4 L ints, L = max(n, m, k, p) + 1);
     its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below).
     phin: the loops' gap ‖d‖, for the rank threshold (module docstring)."""

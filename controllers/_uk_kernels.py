@@ -85,7 +85,19 @@ OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
 
 
 @njit(cache=True, inline="always")
-def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed) -> None:
+def loop_error(
+    code: int,
+    xa: np.ndarray,
+    Ja: np.ndarray,
+    xb: np.ndarray,
+    Jb: np.ndarray,
+    v: np.ndarray,
+    nsel: int,
+    sc: float,
+    Ab: np.ndarray,
+    row0: int,
+    ed: np.ndarray,
+) -> None:
     """A loop closure as a task (``models/loops.py``: W = J, drift = J̇v, w = J v, e = φ, P = I): its rows J and
     J̇v from ``models/_loop_kernels.closure_rows`` (the kernel PIDC's compiled step uses) into Ab[row0:row0 + nsel]
     (J̇v in the b column, until ``task_law`` writes b there), φ from ``closure_phi``; ed (4, ≥ nsel) ←
@@ -108,7 +120,23 @@ def loop_error(code, xa, Ja, xb, Jb, v, nsel, sc, Ab, row0, ed) -> None:
 
 
 @njit(cache=True)
-def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab) -> None:
+def task_rows(
+    t: float,
+    q: np.ndarray,
+    v: np.ndarray,
+    fJ: np.ndarray,
+    fvec: np.ndarray,
+    tint: np.ndarray,
+    tflt: np.ndarray,
+    tgtH: np.ndarray,
+    tgtVA: np.ndarray,
+    tcirc: np.ndarray,
+    pidx: np.ndarray,
+    qref: np.ndarray,
+    tbias: np.ndarray,
+    terr: np.ndarray,
+    Ab: np.ndarray,
+) -> None:
     """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
     ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
     tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
@@ -149,7 +177,23 @@ def task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbi
 
 @njit(cache=True, inline="always")
 def task_rows_into(
-    t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R
+    t: float,
+    q: np.ndarray,
+    v: np.ndarray,
+    fJ: np.ndarray,
+    fvec: np.ndarray,
+    tint: np.ndarray,
+    tflt: np.ndarray,
+    tgtH: np.ndarray,
+    tgtVA: np.ndarray,
+    tcirc: np.ndarray,
+    pidx: np.ndarray,
+    qref: np.ndarray,
+    tbias: np.ndarray,
+    terr: np.ndarray,
+    Ab: np.ndarray,
+    ed: np.ndarray,
+    R: np.ndarray,
 ) -> None:
     """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
     n = v.shape[0]
@@ -216,7 +260,7 @@ def task_rows_into(
 
 
 @njit(cache=True, inline="always")
-def python_rows(tint, tflt, pyab, Ab) -> None:
+def python_rows(tint: np.ndarray, tflt: np.ndarray, pyab: np.ndarray, Ab: np.ndarray) -> None:
     """The rows of the tasks of kind PYTHON into Ab: Ab[row0 + i] = sc pyab[off + i], i < nsel (tint[k] = [kind, ·, ·,
     row0, ·, nsel, off, ·], sc = tflt[k, 2]: √ω above the last level, 1 in it), as the generic path scales a
     level's rows."""
@@ -231,7 +275,16 @@ def python_rows(tint, tflt, pyab, Ab) -> None:
 
 
 @njit(cache=True, inline="always")
-def bias_forces(Jw, v, jpose, parent, inert, g, work, h) -> None:
+def bias_forces(
+    Jw: np.ndarray,
+    v: np.ndarray,
+    jpose: np.ndarray,
+    parent: np.ndarray,
+    inert: np.ndarray,
+    g: np.ndarray,
+    work: np.ndarray,
+    h: np.ndarray,
+) -> None:
     """h = nle(q, v) = C(q, v) v + g(q) (Pinocchio's ``nonLinearEffects``) by the recursive Newton–Euler
     algorithm in world axes, from data.J, v and every joint's pose (module docstring, "bias_forces").
     Joints k = 0 … nj−1 (Pinocchio's 1 … nj, parents first, one velocity column each, column k);
@@ -315,7 +368,7 @@ def bias_forces(Jw, v, jpose, parent, inert, g, work, h) -> None:
 
 
 @njit(cache=True)
-def _cholesky(A, L, m) -> bool:
+def _cholesky(A: np.ndarray, L: np.ndarray, m: int) -> bool:
     """L Lᵀ = A[:m, :m] (the upper triangle of A read; the lower triangle of L written), right-looking
     so that the inner loops are independent updates.  Returns False if a pivot is not > 0 (A not
     positive definite, or NaN), as LAPACK's potrf."""
@@ -338,7 +391,7 @@ def _cholesky(A, L, m) -> bool:
 
 
 @njit(cache=True)
-def _chol_solve(L, m, B, ncol) -> None:
+def _chol_solve(L: np.ndarray, m: int, B: np.ndarray, ncol: int) -> None:
     """B[:m, :ncol] ← (L Lᵀ)⁻¹ B[:m, :ncol]: forward then back substitution, a row of B at a time."""
     for i in range(m):
         for p in range(i):
@@ -364,7 +417,20 @@ def kkt_work_size(n: int, m: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
+def kkt_solve(
+    M: np.ndarray,
+    h: np.ndarray,
+    D: np.ndarray,
+    v: np.ndarray,
+    Ab: np.ndarray,
+    tint: np.ndarray,
+    tflt: np.ndarray,
+    m_up: int,
+    gauss: float,
+    sqrt_tol: float,
+    wk: np.ndarray,
+    out: np.ndarray,
+) -> int:
     """The equality-constrained last level by the Schur complement (module docstring).  gauss: 1.0 (H
     and r start from Gauss' M and −(h + D v)) or 0.0 (the last level without Gauss: H = Σ ω AᵀA,
     r = Σ ω Aᵀ b; the controller's "absorbed" plans).  wk: work array of ``kkt_work_size(n, m)`` values,
@@ -472,7 +538,7 @@ def kkt_solve(M, h, D, v, Ab, tint, tflt, m_up, gauss, sqrt_tol, wk, out):
 
 
 @njit(cache=True, inline="always")
-def effort_violated(tau, eidx, tmax) -> bool:
+def effort_violated(tau: np.ndarray, eidx: np.ndarray, tmax: np.ndarray) -> bool:
     """|τ_i| > τ_max,i (1 + 1e-9) for some selected joint i (``EffortLimit.violated``)."""
     for k in range(eidx.shape[0]):
         if abs(tau[eidx[k]]) > tmax[k] * (1.0 + 1e-9):
@@ -482,8 +548,28 @@ def effort_violated(tau, eidx, tmax) -> bool:
 
 @njit(cache=True, inline="always")
 def passive_level(
-    M, h, D, v, Ab, m_max, pas, lrows, lscale, lvl, tol, Jc, X, Z, piv, tq, tz, e, counts, keep, sizes
-):
+    M: np.ndarray,
+    h: np.ndarray,
+    D: np.ndarray,
+    v: np.ndarray,
+    Ab: np.ndarray,
+    m_max: int,
+    pas: np.ndarray,
+    lrows: np.ndarray,
+    lscale: np.ndarray,
+    lvl: np.ndarray,
+    tol: float,
+    Jc: np.ndarray,
+    X: np.ndarray,
+    Z: np.ndarray,
+    piv: np.ndarray,
+    tq: np.ndarray,
+    tz: np.ndarray,
+    e: np.ndarray,
+    counts: np.ndarray,
+    keep: np.ndarray,
+    sizes: np.ndarray,
+) -> tuple[int, int]:
     """Level 1 with the passive joints' zero-torque condition, then every upper level without its vanishing rows,
     as ``UdwadiaKalabaController._passive_rows`` and ``_without_empty_rows`` (derived there), on the rows
     ``task_rows`` wrote into Ab: level 1's lvl[0] rows first, then a gap of p = len(pas) rows, then the other
@@ -607,7 +693,9 @@ NONFINITE = 4
 
 
 @njit(cache=True)
-def uk_step(t, q, v, ptr, I, F, buf):
+def uk_step(
+    t: float, q: np.ndarray, v: np.ndarray, ptr: np.ndarray, I: np.ndarray, F: np.ndarray, buf: np.ndarray
+) -> int:
     """One fused step: the state's test, bias_forces (h) → frame_states → task_rows → kkt_solve →
     effort_violated.
 

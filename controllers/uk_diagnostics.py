@@ -3,9 +3,11 @@ near-singular Jacobian or limits too low; and the closed form (3.8) of Udwadiaâ€
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from cmstack.models.coupling import FrameTask, RelativeFrameTask
+from cmstack.models.coupling import FrameTask, RelativeFrameTask, Task
 from cmstack.models.errors import InfeasibleError
 from cmstack.models.limits import EffortLimit
 from cmstack.models.loops import RigidCoupling
@@ -21,8 +23,10 @@ class Diagnostics:
     levels: list
     limits: list
     tau_max: np.ndarray
+    binding_limits: Callable[[Kinematics, np.ndarray, np.ndarray], list[str]]  # (``LevelSolver``)
+    _level_name: Callable[[int], str]
 
-    def _incompatible(self, A, b, t):
+    def _incompatible(self, A: np.ndarray, b: np.ndarray, t: float) -> InfeasibleError:
         """Explain an infeasible first level: the least-squares residual of each of its tasks."""
         x = np.linalg.lstsq(A, b, rcond=None)[0]
         res = A @ x - b
@@ -37,7 +41,17 @@ class Diagnostics:
             + ". Remove one of them or make it a soft task."
         )
 
-    def _limits_infeasible(self, kin, hD, Q, rows, t, status, closest=None, resid=float("nan")):
+    def _limits_infeasible(
+        self,
+        kin: Kinematics,
+        hD: np.ndarray,
+        Q: np.ndarray,
+        rows: list[tuple[np.ndarray, np.ndarray]],
+        t: float,
+        status: str,
+        closest: np.ndarray | None = None,
+        resid: float = float("nan"),
+    ) -> InfeasibleError:
         """Level 1 and the limits cannot hold together: the level, the limits and joints that bind at the
         closest step (``closest``: the least-squares step within the limits, residual ``resid``), then
         ``diagnose_infeasible``'s cause."""
@@ -138,7 +152,7 @@ def _chain_reach(robot: Robot, fid: int) -> tuple[int, float]:
     return j, reach
 
 
-def _out_of_reach(robot: Robot, kin, task, t) -> str | None:
+def _out_of_reach(robot: Robot, kin: Kinematics, task: Task, t: float) -> str | None:
     """A sentence if the task's target lies outside the workspace ball of its chain(s)."""
     d = robot.data
     if isinstance(task, FrameTask):

@@ -3,9 +3,10 @@ controller from what its tasks can do (``Task.kernel_kind()``), bound to the Pin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pinocchio as pin
 
 from cmstack.models.coupling import JointTrajectoryTask
 from cmstack.models.limits import EffortLimit
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
     from cmstack.controllers.uk_levels import _Level
+    from cmstack.models.coupling import Task
     from cmstack.models.robot import Robot
 
 #: one task of the plan in row order: (task, √ω scale, weight in H, 1 if in the final level)
@@ -85,9 +87,10 @@ class _FusedPlan:
     in H), the first ``EffortLimit`` (the others are checked in Python)."""
 
     @staticmethod
-    def _inner(task):
+    def _inner(task: Task) -> Any:
         """The task whose compiled rows stand for ``task``: itself, or the task one with integral action
-        wraps (``kernel_biased_inner``: its β = K_i z enters the kernel as a bias of those rows)."""
+        wraps (``kernel_biased_inner``: its β = K_i z enters the kernel as a bias of those rows), or None.
+        Typed Any: the plan reads what its kernel kind has (``fid``; ``fa``, ``fb``, ``code``; ``idx``)."""
         biased = getattr(task, "kernel_biased_inner", None)
         return biased() if biased is not None else task
 
@@ -455,7 +458,7 @@ class _FusedPlan:
         self.python.entries = [(self.pyab[i:j, :n], self.pyab[i:j, n], task) for i, j, task in self._py_rows]
         self.py_tasks = self.python.entries
 
-    def bind(self, d, D: np.ndarray, sqrt_tol: float) -> None:
+    def bind(self, d: pin.Data, D: np.ndarray, sqrt_tol: float) -> None:
         """The addresses of what the kernel reads (``_uk_kernels.uk_step``): in the Pinocchio data ``d``
         (refreshed in place by Pinocchio; ``d`` is held, so its storage stays) data.J, data.M and every
         joint's rotation and translation in data.oMi; the damping D and the effort limit's
@@ -510,13 +513,13 @@ class _FusedPlan:
                 self.jref[i, off:stop] = x
         sample_frame_targets(self.traj_tasks, self.tgtH, self.tgtVA, t)
 
-    def pose_table(self, d) -> np.ndarray:
+    def pose_table(self, d: pin.Data) -> np.ndarray:
         """The kernel's joint-pose table [R row-major, p] of the plan's joints in the data ``d`` (tests)."""
         return np.array(
             [np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in self.joint_ids + [0]]
         ).reshape(len(self.joint_ids) + 1, 12)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(data=None, ptr=None, _keep=None, version=-1, D=None, tmax=None)  # rebound on first use
         return state
@@ -540,7 +543,9 @@ class _FusedPlan:
         """The kept rows of each upper level of a closed plan's step (``passive_level``'s counts)."""
         return [int(x) for x in buf[len(buf) - self.n_levels :]]
 
-    def results(self, buf: np.ndarray):
+    def results(
+        self, buf: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
         """(v̇, τ, h + D v, λ or None, Ab) of one step's buffer (views)."""
         n = self.n
         o = self.o_out
@@ -550,7 +555,14 @@ class _FusedPlan:
         Ab = buf[self.o_ab : self.o_ab + self.ab_shape[0] * self.ab_shape[1]].reshape(self.ab_shape)
         return buf[o : o + n], buf[o + n : o + 2 * n], buf[o + 2 * n : o + 3 * n], lam, Ab
 
-    def views(self, Ab: np.ndarray, buf: np.ndarray | None = None):
+    def views(
+        self, Ab: np.ndarray, buf: np.ndarray | None = None
+    ) -> tuple[
+        np.ndarray,
+        np.ndarray,
+        list[tuple[np.ndarray, np.ndarray]],
+        list[tuple[np.ndarray, np.ndarray, float]],
+    ]:
         """(E, f, rows, final_rows) of one step's [A | b] (contiguous copies, as the generic path's); a closed
         plan's rows are those its step kept (``buf``: that step's buffer)."""
         n = Ab.shape[1] - 1

@@ -239,7 +239,7 @@ class RobustUKController:
         self.alpha = 1.0 - np.exp(-2 * np.pi * v_filter_hz * control_dt) if v_filter_hz > 0 else 1.0
         self._vf: np.ndarray | None = None
 
-    def __getattr__(self, name):  # kin, info, failures, … of the thesis controller
+    def __getattr__(self, name: str) -> Any:  # kin, info, failures, … of the thesis controller
         if name == "uk":
             raise AttributeError(name)
         return getattr(self.uk, name)

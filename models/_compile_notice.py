@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 #: outermost kernel (module.function) -> (what is compiled, about how long on a cold cache, s).  The times
 #: are wall seconds on 2 idle cores, scaled from a cold ``python -m cmstack.warmup`` with each outermost
@@ -63,7 +64,7 @@ def message(what: str, seconds: float) -> str:
     )
 
 
-def _entry(dispatcher) -> tuple[str, tuple[str, float]] | None:
+def _entry(dispatcher: Any) -> tuple[str, tuple[str, float]] | None:
     fn = getattr(dispatcher, "py_func", None)
     if fn is None:
         return None
@@ -80,7 +81,7 @@ def _say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def _on_start(dispatcher) -> None:
+def _on_start(dispatcher: Any) -> None:
     global _depth
     _depth += 1
     if _depth != 1 or _quiet or os.environ.get("CMSTACK_QUIET_COMPILE", "") not in ("", "0"):
@@ -113,10 +114,10 @@ def install() -> None:
     from numba.core import event
 
     class _Listener(event.Listener):
-        def on_start(self, ev) -> None:
+        def on_start(self, ev: Any) -> None:
             _on_start((ev.data or {}).get("dispatcher"))
 
-        def on_end(self, ev) -> None:
+        def on_end(self, ev: Any) -> None:
             _on_end()
 
     event.register("numba:compile", _Listener())

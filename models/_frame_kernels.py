@@ -18,20 +18,24 @@ A frame f rigidly attached to joint j at the placement ʲM_f = (R_f, t_f), the j
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 from numba import carray, farray, njit, types
 from numba.extending import intrinsic
 
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 
 
-def _pointer_at(dtype):
+def _pointer_at(dtype: types.Type) -> Callable[..., Any]:
     """An intrinsic: the ``dtype`` pointer at an integer address (an array's data pointer, taken in Python)."""
     ptr = types.CPointer(dtype)
 
-    def at(typingctx, address):
+    def at(typingctx: Any, address: types.Type) -> tuple[Any, Callable[..., Any]]:
         sig = ptr(types.int64)
 
-        def codegen(context, builder, signature, args):
+        def codegen(context: Any, builder: Any, signature: Any, args: Sequence[Any]) -> Any:
             return builder.inttoptr(args[0], context.get_value_type(ptr))
 
         return sig, codegen
@@ -46,7 +50,7 @@ _i64_at = _pointer_at(types.int64)
 
 
 @njit(cache=True, inline="always")
-def read_joint_poses(ptr, first, nj, jpose) -> None:
+def read_joint_poses(ptr: np.ndarray, first: int, nj: int, jpose: np.ndarray) -> None:
     """jpose[k] = [R row-major (9), p (3)] of joint k's pose ⁰M_k, k < nj, read in place from Pinocchio's data.oMi:
     the addresses of its rotation (Eigen's column-major 3×3) and translation at ptr[first + 2k], ptr[first + 2k + 1]."""
     for k in range(nj):
@@ -59,7 +63,15 @@ def read_joint_poses(ptr, first, nj, jpose) -> None:
 
 
 @njit(cache=True, inline="always")
-def frame_states(Jw, v, jpose, fint, fplace, fJ, fvec) -> None:
+def frame_states(
+    Jw: np.ndarray,
+    v: np.ndarray,
+    jpose: np.ndarray,
+    fint: np.ndarray,
+    fplace: np.ndarray,
+    fJ: np.ndarray,
+    fvec: np.ndarray,
+) -> None:
     """Every frame's pose, LOCAL_WORLD_ALIGNED Jacobian, twist and classical acceleration (module
     docstring).  Jw: data.J (6×nv); v (nv,); jpose (nj + 1, 12): every joint's [R_j row-major (9), p_j (3)],
     the world's last;

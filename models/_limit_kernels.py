@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 EFFORT, VELOCITY, POSITION = 0, 1, 2
@@ -31,7 +32,7 @@ N_PAR = 6
 
 
 @njit(cache=True, inline="always")
-def _upper(qq, vv, qmax, dt, a, kappa, margin):
+def _upper(qq: float, vv: float, qmax: float, dt: float, a: float, kappa: float, margin: float) -> float:
     """The upper bound on q̈ of ``JointPositionLimit.acceleration_bounds`` (its ``upper``), one joint."""
     bb = kappa * a
     d = qmax - margin - qq - bb * dt * dt
@@ -44,13 +45,26 @@ def _upper(qq, vv, qmax, dt, a, kappa, margin):
 
 
 @njit(cache=True)
-def position_bounds(q, v, dt, a, kappa, margin, qmin, qmax):
+def position_bounds(
+    q: float, v: float, dt: float, a: float, kappa: float, margin: float, qmin: float, qmax: float
+) -> tuple[float, float]:
     """(lower, upper) bound on q̈ of one joint at (q, v) (``JointPositionLimit.acceleration_bounds``)."""
     return -_upper(-q, -v, -qmin, dt, a, kappa, margin), _upper(q, v, qmax, dt, a, kappa, margin)
 
 
 @njit(cache=True)
-def acceleration_bounds(q, v, dt, a, kappa, margin, qmin, qmax, lo, hi) -> None:
+def acceleration_bounds(
+    q: np.ndarray,
+    v: np.ndarray,
+    dt: float,
+    a: np.ndarray,
+    kappa: float,
+    margin: float,
+    qmin: np.ndarray,
+    qmax: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> None:
     """lo, hi = the bounds on q̈ of every joint i at (q_i, v_i) (``JointPositionLimit.acceleration_bounds``): the
     scalar expressions of ``_upper``, joint by joint, into lo and hi."""
     for i in range(q.shape[0]):
@@ -59,7 +73,7 @@ def acceleration_bounds(q, v, dt, a, kappa, margin, qmin, qmax, lo, hi) -> None:
 
 
 @njit(cache=True)
-def violated(buf, LI, LF):
+def violated(buf: np.ndarray, LI: np.ndarray, LF: np.ndarray) -> int:
     """Whether the step's result in ``buf`` (q, v, v̇, τ at the offsets LI[1:5]) violates a row of the table
     (module docstring).  Returns the first violated row + 1, or 0 when every row holds."""
     nr = LI[0]
@@ -90,7 +104,17 @@ def violated(buf, LI, LF):
 
 
 @njit(cache=True)
-def rows(q, v, M, hD, LI, LF, C, l, u):
+def rows(
+    q: np.ndarray,
+    v: np.ndarray,
+    M: np.ndarray,
+    hD: np.ndarray,
+    LI: np.ndarray,
+    LF: np.ndarray,
+    C: np.ndarray,
+    l: np.ndarray,
+    u: np.ndarray,
+) -> None:
     """The rows l ≤ C v̇ ≤ u of every limit of the table (module docstring; ``LimitCheck.copy`` lists them in the
     limits' order, each limit's joints in its order), i.e. the limits' ``bounds`` stacked, into C (rows × nv), l, u:
 

@@ -58,7 +58,16 @@ PHI_KINDS = ("point", "weld", "revolute", "plane")
 
 
 @njit(cache=True)
-def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
+def closure_rows(
+    kind: int,
+    xa: np.ndarray,
+    Ja: np.ndarray,
+    xb: np.ndarray,
+    Jb: np.ndarray,
+    J: np.ndarray,
+    jdv: np.ndarray,
+    row0: int,
+) -> int:
     """The rows of one closure (module docstring) into J[row0:row0 + m], jdv[row0:row0 + m]; returns m."""
     n = Ja.shape[1]
     if kind == PLANE:
@@ -135,7 +144,22 @@ def closure_rows(kind, xa, Ja, xb, Jb, J, jdv, row0):
 
 
 @njit(cache=True)
-def frame_rows(kind, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v, phi, J, jdv, row0):
+def frame_rows(
+    kind: int,
+    Ra: np.ndarray,
+    pa: np.ndarray,
+    Ja: np.ndarray,
+    ca: np.ndarray,
+    Rb: np.ndarray,
+    pb: np.ndarray,
+    Jb: np.ndarray,
+    cb: np.ndarray,
+    v: np.ndarray,
+    phi: np.ndarray,
+    J: np.ndarray,
+    jdv: np.ndarray,
+    row0: int,
+) -> int:
     """One closure from its two frames as Pinocchio gives them (rotation R (3×3), position p (3), LWA Jacobian J
     (6×n), classical acceleration c (6); ``models/loops.py: closure_rows``): the frames' rows x = [R, p, J v, c],
     then ``closure_rows`` (J, J̇v) and ``closure_phi`` (φ) into rows row0:row0 + m; returns m."""
@@ -157,7 +181,19 @@ def frame_rows(kind, Ra, pa, Ja, ca, Rb, pb, Jb, cb, v, phi, J, jdv, row0):
 
 
 @njit(cache=True)
-def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv) -> None:
+def closure_pass(
+    ptr: np.ndarray,
+    v: np.ndarray,
+    jpose: np.ndarray,
+    fint: np.ndarray,
+    fplace: np.ndarray,
+    fJ: np.ndarray,
+    fvec: np.ndarray,
+    lint: np.ndarray,
+    phi: np.ndarray,
+    J: np.ndarray,
+    jdv: np.ndarray,
+) -> None:
     """Every closure's φ, J and J̇v after one ``pin.computeJointJacobians`` (``models/loops.py: ClosureSet``): the
     joints' poses and data.J read in place at the addresses ptr = [data.J, (R_j, p_j) of each joint slot in
     data.oMi] (Eigen's column-major storage), the frames by ``_frame_kernels.frame_states``, the rows by
@@ -173,7 +209,7 @@ def closure_pass(ptr, v, jpose, fint, fplace, fJ, fvec, lint, phi, J, jdv) -> No
 
 
 @njit(cache=True)
-def loop_rows(lint, fJ, fvec, J, jdv) -> None:
+def loop_rows(lint: np.ndarray, fJ: np.ndarray, fvec: np.ndarray, J: np.ndarray, jdv: np.ndarray) -> None:
     """Every closure's rows from the frame table: lint (nl, 4) = [kind code, frame slot a, frame slot b, first
     row]."""
     for k in range(lint.shape[0]):
@@ -182,12 +218,12 @@ def loop_rows(lint, fJ, fvec, J, jdv) -> None:
 
 
 @njit(cache=True, inline="always")  # inlined: called with literal offsets, it compiled once per (i, j) pair
-def _dot3(x, i, y, j):
+def _dot3(x: np.ndarray, i: int, y: np.ndarray, j: int) -> float:
     return x[i] * y[j] + x[i + 1] * y[j + 1] + x[i + 2] * y[j + 2]
 
 
 @njit(cache=True)
-def closure_phi(kind, xa, xb, phi, row0) -> int:
+def closure_phi(kind: int, xa: np.ndarray, xb: np.ndarray, phi: np.ndarray, row0: int | np.integer) -> int:
     """The residual φ of one closure (module docstring) into phi[row0:row0 + m] from the two frame rows; returns
     m (0 for a kind it does not know)."""
     if kind == PLANE:

@@ -42,6 +42,7 @@ Derivations (J_d = J_b − J_a, tw_d = tw_b − tw_a, acc_d = acc_b − acc_a):
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
@@ -53,7 +54,7 @@ depends_on(__file__, _lie_kernels)  # numba's cache does not see a change of a c
 
 
 @njit(cache=True)
-def log3(R, out) -> None:
+def log3(R: np.ndarray, out: np.ndarray) -> None:
     """out ← Log(R) ∈ R³, R a 3×3 rotation matrix (``models._lie_kernels._log3``, the one SO(3) log)."""
     out[0], out[1], out[2] = _log3(
         R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2]
@@ -61,7 +62,7 @@ def log3(R, out) -> None:
 
 
 @njit(cache=True)
-def _pose_error(xa, Rb, pb, ed, R) -> None:
+def _pose_error(xa: np.ndarray, Rb: np.ndarray, pb: np.ndarray, ed: np.ndarray, R: np.ndarray) -> None:
     """ed[3] ← e_own = [p_b − p_a; Log(R_aᵀ R_b)] of frame a (row x) against the pose (R_b, p_b), and
     ed[2] ← e = [e_own,lin; R e_own,ang] (R: the rotation of P)."""
     a = xa  # R_a[i, j] = a[3 i + j], so (R_aᵀ R_b)_ij = a[i] R_b[0, j] + a[3 + i] R_b[1, j] + a[6 + i] R_b[2, j]
@@ -84,7 +85,19 @@ def _pose_error(xa, Rb, pb, ed, R) -> None:
 
 
 @njit(cache=True)
-def coupling_error(xa, Ja, xb, Jb, sel0, nsel, sc, A, row0, ed, R) -> None:
+def coupling_error(
+    xa: np.ndarray,
+    Ja: np.ndarray,
+    xb: np.ndarray,
+    Jb: np.ndarray,
+    sel0: int,
+    nsel: int,
+    sc: float,
+    A: np.ndarray,
+    row0: int,
+    ed: np.ndarray,
+    R: np.ndarray,
+) -> None:
     """The coupling of frame a = B with frame b = E₂ (module docstring): ed (4, 6), R = R₂, and the rows
     sel0 … sel0 + nsel − 1 of W scaled by sc into the rows row0 … of A (all of W: 0, 6, 1.0, A (6×n), 0)."""
     n = Ja.shape[1]
@@ -106,7 +119,19 @@ def coupling_error(xa, Ja, xb, Jb, sel0, nsel, sc, A, row0, ed, R) -> None:
 
 
 @njit(cache=True)
-def frame_error(x, J, H, va, sel0, nsel, sc, A, row0, ed, R) -> None:
+def frame_error(
+    x: np.ndarray,
+    J: np.ndarray,
+    H: np.ndarray,
+    va: np.ndarray,
+    sel0: int,
+    nsel: int,
+    sc: float,
+    A: np.ndarray,
+    row0: int,
+    ed: np.ndarray,
+    R: np.ndarray,
+) -> None:
     """Frame C (row x, Jacobian J) following the target H = T_D (4×4: R_D, p_D) with
     va = [v_D; ω_D^D; a_D; ε_D^D] (module docstring): ed (4, 6), R = R_D, and the rows sel0 … of W
     scaled by sc into the rows row0 … of A (as ``coupling_error``)."""
@@ -133,7 +158,9 @@ def frame_error(x, J, H, va, sel0, nsel, sc, A, row0, ed, R) -> None:
 
 
 @njit(cache=True)
-def moving_frame(xa, Ja, H, va, xB, JB) -> None:
+def moving_frame(
+    xa: np.ndarray, Ja: np.ndarray, H: np.ndarray, va: np.ndarray, xB: np.ndarray, JB: np.ndarray
+) -> None:
     """Frame B = T_a·T_D(t) of a frame a (row xa, Jacobian Ja) and a pose T_D = H (4×4) given in a, moving with
     va = [ṗ_D; ω^D; p̈_D; ω̇^D] (ṗ_D, p̈_D: derivatives of p_D in a's axes; ω^D: D's angular velocity relative
     to a, in D's axes, Ṙ_D = R_D ω^D^): xB ← its frame row [R_B; p_B; v_B; ω_B; a_B; α_B], JB ← its Jacobian.
@@ -181,7 +208,18 @@ def moving_frame(xa, Ja, H, va, xB, JB) -> None:
 
 
 @njit(cache=True)
-def joint_error(q, v, idx, qd, vd, ad, sc, A, row0, ed) -> None:
+def joint_error(
+    q: np.ndarray,
+    v: np.ndarray,
+    idx: np.ndarray,
+    qd: np.ndarray,
+    vd: np.ndarray,
+    ad: np.ndarray,
+    sc: float,
+    A: np.ndarray,
+    row0: int,
+    ed: np.ndarray,
+) -> None:
     """Joints idx following (q_d, v_d, a_d) (module docstring): ed (4, k); P = I; W = −S scaled by sc
     into the rows row0 … row0 + k − 1 of A."""
     n = v.shape[0]
@@ -197,7 +235,19 @@ def joint_error(q, v, idx, qd, vd, ad, sc, A, row0, ed) -> None:
 
 
 @njit(cache=True)
-def task_law(ed, R, rotated, kp, kd, sc, sel0, nsel, beta, b, row0) -> None:
+def task_law(
+    ed: np.ndarray,
+    R: np.ndarray,
+    rotated: bool,
+    kp: float,
+    kd: float,
+    sc: float,
+    sel0: int,
+    nsel: int,
+    beta: np.ndarray,
+    b: np.ndarray,
+    row0: int,
+) -> None:
     """b[row0 + i] of the law on the selected rows sel0 + i, i < nsel, scaled by sc (√ω above the last
     level, else 1): b = sc(−drift − K_d w − K_p e − P β) (A = sc W is written by the task's kernel),
     where β is a bias in the task's own axes (the integral action K_i z of ``uk_robust.IntegralTask``;

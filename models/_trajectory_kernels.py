@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
 
 
 @njit(cache=True)
-def circle_sample(t, c, T, va) -> None:
+def circle_sample(t: float, c: np.ndarray, T: np.ndarray, va: np.ndarray) -> None:
     """The circle of [Milioshin] §4.4 in the plane of the orthonormal axes u, w at t, from the row
     c = [c_x, c_y, c_z, r, ω, φ, on, u (3), w (3)] (``CIRCLE_ROW`` values): with a = ω t + φ,
 
@@ -45,7 +46,16 @@ def circle_sample(t, c, T, va) -> None:
 
 
 @njit(cache=True)
-def sinusoid_sample(t, c, a, w, p, x, xd, xdd) -> None:
+def sinusoid_sample(
+    t: float,
+    c: np.ndarray,
+    a: np.ndarray,
+    w: np.ndarray,
+    p: np.ndarray,
+    x: np.ndarray,
+    xd: np.ndarray,
+    xdd: np.ndarray,
+) -> None:
     """The sinusoid x_i = c_i + a_i sin(ω_i t + φ_i) per coordinate at t: x, ẋ = a ω cos(ω t + φ),
     ẍ = −a ω² sin(ω t + φ) into x, xd, xdd (each of the coordinates' count; c, a, ω, φ as many)."""
     for i in range(c.shape[0]):

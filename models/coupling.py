@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -63,6 +64,7 @@ from cmstack.models import _params
 from cmstack.models.errors import ConfigError
 
 if TYPE_CHECKING:  # (annotations only: models/loops.py, which models/robot.py imports, imports this module)
+    from cmstack.models.kinematics import FrameState
     from cmstack.models.robot import Kinematics, Robot
 
 ROWS = {"full": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
@@ -74,7 +76,7 @@ def _rows(name: str, owner: str) -> slice:
     return ROWS[name]
 
 
-def _as_se3(T, owner: str = "pose") -> pin.SE3:
+def _as_se3(T: pin.SE3 | ArrayLike, owner: str = "pose") -> pin.SE3:
     if isinstance(T, pin.SE3):
         return T.copy()
     T = np.asarray(T, dtype=float)
@@ -83,7 +85,7 @@ def _as_se3(T, owner: str = "pose") -> pin.SE3:
     raise ConfigError(f"{owner}: expected a pinocchio.SE3 or a 4×4 matrix, got an array of shape {T.shape}")
 
 
-def _gain(x, key: str, owner: str) -> float:
+def _gain(x: float, key: str, owner: str) -> float:
     try:
         val = float(x)
     except (TypeError, ValueError):
@@ -179,7 +181,7 @@ class Task(ABC):
         """Number of rows the task contributes."""
         return self.rows.stop - self.rows.start
 
-    def _set_gains(self, kp, kd) -> None:
+    def _set_gains(self, kp: float, kd: float) -> None:
         self.kp = _gain(kp, "kp", self.name)
         self.kd = _gain(kd, "kd", self.name)
 
@@ -203,18 +205,18 @@ class Task(ABC):
         return owner._KERNEL
 
 
-def _kernels():
+def _kernels() -> ModuleType:
     from cmstack.models import _task_kernels  # numba: imported on first use, compiled once (cache)
 
     return _task_kernels
 
 
-def _frame_vec(F) -> np.ndarray:
+def _frame_vec(F: FrameState) -> np.ndarray:
     """A FrameState as the kernels' frame row x = [R row-major (9); p; twist; acc] (models/_task_kernels.py)."""
     return np.concatenate((F.R.ravel(), F.p, F.twist, F.acc))
 
 
-def _floats(x, k: int) -> np.ndarray:
+def _floats(x: ArrayLike, k: int) -> np.ndarray:
     """x (a scalar or k values) as a fresh float array of k values."""
     out = np.empty(k)
     out[:] = x
@@ -240,7 +242,7 @@ class _PoseTarget:
         """(T_D, 0, 0) when the target is held by ``set_target``, else None (a trajectory)."""
         return self._const
 
-    def desired(self, t: float):
+    def desired(self, t: float) -> tuple[pin.SE3, np.ndarray, np.ndarray]:
         """(T_D, velocity, acceleration) at time t [s]."""
         if self._const is not None:
             return self._const
@@ -414,7 +416,7 @@ class PostureTask(Task):
         q_ref.flags.writeable = False
         self.q_ref = q_ref
 
-    def _joint_rows(self, kin, qd, vd, ad) -> ErrorDynamics:
+    def _joint_rows(self, kin: Kinematics, qd: ArrayLike, vd: ArrayLike, ad: ArrayLike) -> ErrorDynamics:
         k = len(self.idx)
         W, ed = np.empty((k, kin.v.shape[0])), np.empty((4, k))
         q = kin.q

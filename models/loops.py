@@ -130,7 +130,7 @@ def as_offset(x: object, where: str) -> pin.SE3 | None:
     )
 
 
-def _vec3(x, where: str) -> np.ndarray:
+def _vec3(x: ArrayLike, where: str) -> np.ndarray:
     try:
         a = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -521,9 +521,9 @@ class ClosureSet:
         self.name = "+".join(c.name for c in self.closures)
         self._data = None
         self._key: tuple | None = None
-        self._out: tuple | None = None
+        self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def _tables(self, model) -> None:
+    def _tables(self, model: pin.Model) -> None:
         """The compiled pass's tables (``_loop_kernels.closure_pass``): each frame's joint slot, support mask and
         placement, each closure's [kind, frame a, frame b, first row], and the addresses of data.J and of the
         slots' joint poses in a fresh ``Data`` (held, so its storage stays)."""
@@ -544,7 +544,7 @@ class ClosureSet:
         self._ptr = np.array(ptr, dtype=np.int64)
         self._data = d
 
-    def _pass(self, q, v):
+    def _pass(self, q: ArrayLike, v: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """φ, J, J̇v at (q, v) (v = 0 when None): one ``pin.computeJointJacobians`` (data.oMi, data.J), then every
         frame and every closure's rows in one compiled call (``_loop_kernels.closure_pass``)."""
         q = np.asarray(q, dtype=float)
@@ -552,6 +552,7 @@ class ClosureSet:
         v = np.zeros(self.robot.nv) if v is None else np.asarray(v, dtype=float)
         key = (q.tobytes(), v.tobytes() if with_v else None)
         if self._key is not None and self._key[0] == key[0] and (key[1] is None or self._key[1] == key[1]):
+            assert self._out is not None  # set with _key
             return self._out
         model = self.robot.model
         d = self._data
@@ -589,7 +590,7 @@ class ClosureSet:
         self._out = (phi, J, jdv)
         return self._out
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(_data=None, _ptr=None, _keep=None, _key=None, _out=None)  # rebuilt on first use
         return state
@@ -679,7 +680,9 @@ def v_names(robot: Robot) -> list[str]:
     return out
 
 
-def _bounded_step(J: np.ndarray, phi: np.ndarray, q: np.ndarray, free: np.ndarray, lo, hi) -> np.ndarray:
+def _bounded_step(
+    J: np.ndarray, phi: np.ndarray, q: np.ndarray, free: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
     """The Newton step dq of ``assemble`` inside the box lo ≤ q + dq ≤ hi: dq_F = −J_F⁺ φ on the free joints F;
     a joint that this step would take out of its range is set on the bound it crosses, leaves F, and the others'
     step is solved again for the linearised residual φ + J_k dq_k (an active set, at most one pass per joint).

@@ -66,7 +66,7 @@ def _joint_kind(jm: Any) -> str | None:
     return None
 
 
-def _pin_kind(jm) -> str:
+def _pin_kind(jm: Any) -> str:
     return _joint_kind(jm) or jm.shortname()
 
 

@@ -64,16 +64,19 @@ from __future__ import annotations
 
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import pinocchio as pin
+from numpy.typing import ArrayLike
 
 from cmstack.models._model_files import _captured_fd2, _check_xml
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 
 if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
+    from cmstack.models.loops import LoopClosure
     from cmstack.models.robot import Robot
 
 WRAPPER = "cmstack_world"
@@ -288,7 +291,7 @@ def _actuated(root: ET.Element, path: Path, joint_names: list[str]) -> dict[str,
     return out
 
 
-def _frame(robot, name: str | None, kind: str, path: Path, eq: str) -> str:
+def _frame(robot: Robot, name: str | None, kind: str, path: Path, eq: str) -> str:
     if name is None or name == "world":
         return "universe"
     try:
@@ -301,7 +304,9 @@ def _frame(robot, name: str | None, kind: str, path: Path, eq: str) -> str:
     return name
 
 
-def _closure(robot, e: ET.Element, name: str, path: Path, pose):
+def _closure(
+    robot: Robot, e: ET.Element, name: str, path: Path, pose: Callable[[str], pin.SE3]
+) -> LoopClosure:
     """The ``LoopClosure`` of one ``<connect>``/``<weld>`` element, MuJoCo's reading of it (module docstring;
     ``pose(frame)``: the frame's world pose at qpos0)."""
     from cmstack.models.loops import LoopClosure
@@ -346,7 +351,7 @@ def _closure(robot, e: ET.Element, name: str, path: Path, pose):
 _COMPILED: dict = {}
 
 
-def _compiled(path: Path):
+def _compiled(path: Path) -> Any:
     """MuJoCo's compiled model of the file (``mujoco.MjModel.from_xml_path``: its own includes, ``<default>``
     classes, compiler options), compiled once per load (``load_mjcf_robot`` empties the memo first: an included
     file may change between loads); a file MuJoCo refuses → ``ModelFileError`` naming it."""
@@ -366,7 +371,7 @@ def _compiled(path: Path):
     return mj  # (the local: a load in another thread may have emptied the memo meanwhile)
 
 
-def _mujoco_reading(robot, path: Path, acts: dict[str, float]) -> None:
+def _mujoco_reading(robot: Robot, path: Path, acts: dict[str, float]) -> None:
     """What MuJoCo's compiler resolves and a reading of the elements' own attributes misses (``<default>``
     classes, ``class=``, several ``<option>``), taken from its compiled model: each motor's torque limit
     max|ctrlrange|·|gear| when ``actuator_ctrllimited`` (else inf), gravity (``opt.gravity``), and qpos0 (a hinge
@@ -408,7 +413,7 @@ def _mujoco_reading(robot, path: Path, acts: dict[str, float]) -> None:
     _same_kinematics(robot, mj, path)
 
 
-def _same_kinematics(robot, mj, path: Path) -> None:
+def _same_kinematics(robot: Robot, mj: Any, path: Path) -> None:
     """Every named body where MuJoCo puts it: at one configuration (joints ~ U(−1, 1), seeded) the world pose
     of each body by Pinocchio's model and by ``mujoco.mj_kinematics`` agree to 1e-9 (m, rotation-matrix entries),
     else ``ModelFileError`` naming the file and the body.  Checked when every joint is 1-DoF (qpos maps by name)."""
@@ -443,7 +448,7 @@ def _same_kinematics(robot, mj, path: Path) -> None:
 _ORIENT = ("pos", "quat", "euler", "axisangle", "xyaxes", "zaxis")
 
 
-def _num(x) -> str:
+def _num(x: ArrayLike) -> str:
     return " ".join(repr(float(v)) for v in np.ravel(x))
 
 
@@ -511,13 +516,13 @@ def _mujoco_poses(root: ET.Element, path: Path) -> ET.Element:
     return out
 
 
-def _dropped_sites(robot, root: ET.Element, path: Path) -> None:
+def _dropped_sites(robot: Robot, root: ET.Element, path: Path) -> None:
     """Add the named sites Pinocchio's parser dropped (those of ``<worldbody>`` itself; a joint-less body's are kept) as
     frames, where MuJoCo's compiler puts them: its ``site_pos``/``site_quat`` in its body's frame (MuJoCo reads
     every orientation form, ``euler`` with the compiler's ``eulerseq`` and ``angle`` included), that body being
     the universe or a body frame of the model.  MuJoCo compiles the file only when such a site exists."""
     wb = root.find("worldbody")
-    names = [s.get("name") for s in (wb.iter("site") if wb is not None else ()) if s.get("name")]
+    names = [s.get("name", "") for s in (wb.iter("site") if wb is not None else ()) if s.get("name")]
     missing = [n for n in names if not robot.model.existFrame(n)]
     if not missing:
         return
@@ -546,7 +551,7 @@ def _active_by_default(root: ET.Element, path: Path) -> np.ndarray | None:
     return np.asarray(mj.eq_active0, dtype=bool)
 
 
-def _loops(robot, root: ET.Element, path: Path) -> None:
+def _loops(robot: Robot, root: ET.Element, path: Path) -> None:
     model = robot.model
     data = model.createData()
     pin.framesForwardKinematics(model, data, pin.neutral(model))
@@ -578,7 +583,7 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
                     raise ModelFileError(f"{where}: a <joint> equality needs joint1")
                 pc = e.get("polycoef", "0 1 0 0 0")
                 try:
-                    c = JointCoupling(
+                    c: JointCoupling | LoopClosure = JointCoupling(
                         robot, j1, j2, _floats(pc, len(pc.split()), f"{where}: polycoef"), name=name
                     )
                 except ConfigError as exc:
@@ -592,7 +597,7 @@ def _loops(robot, root: ET.Element, path: Path) -> None:
             robot.loops.append(c)
 
 
-def _initial_q(robot, path: Path, root: ET.Element) -> np.ndarray:
+def _initial_q(robot: Robot, path: Path, root: ET.Element) -> np.ndarray:
     """The file's initial configuration in the model's order: its first keyframe's qpos, else qpos0, as MuJoCo
     compiles them (a free joint's qpos0 is its body's pose in the file), mapped by joint name
     (``models/mj_coords.py``: quaternions reordered)."""

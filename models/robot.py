@@ -19,9 +19,10 @@ import difflib
 import math
 import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pinocchio as pin
@@ -99,7 +100,7 @@ def _xml_inertials(root: ET.Element, path: Path) -> dict[str, tuple[float, np.nd
         if inertial is None:
             continue
 
-        def number(elem, attr, what):
+        def number(elem: ET.Element | None, attr: str, what: str) -> float:
             raw = elem.get(attr, "0") if elem is not None else "0"
             try:
                 x = float(raw)
@@ -148,7 +149,7 @@ def _inertia_fault(I: np.ndarray) -> str:
     return ""
 
 
-def _fmt(v) -> str:
+def _fmt(v: Iterable[float]) -> str:
     return "(" + ", ".join(f"{x:.6g}" for x in v) + ")"
 
 
@@ -228,7 +229,7 @@ def _load_urdf(path: Path, *, bodies: bool = True, floating_base: bool = False) 
     return model
 
 
-def _as_pose(T, where: str) -> pin.SE3:
+def _as_pose(T: pin.SE3 | ArrayLike | None, where: str) -> pin.SE3:
     """A base pose given as ``pinocchio.SE3``, a 4×4 homogeneous matrix, or a position (3,) with the
     world's orientation (metres)."""
     if T is None:
@@ -314,7 +315,7 @@ def _part_model(part: URDFPart) -> pin.Model:
     return model
 
 
-def _as_part(item, k: int) -> URDFPart:
+def _as_part(item: str | Path | URDFPart | Any, k: int) -> URDFPart:
     if isinstance(item, URDFPart):
         return URDFPart(
             resolve_asset(item.path),
@@ -423,7 +424,7 @@ class Robot:
         """The model file's initial configuration (MJCF: its first keyframe or qpos0; URDF: zero), closed by
         ``assemble`` when the robot has loops."""
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_views"] = None  # views into this process's data: taken again after a copy or pickle
         return state
@@ -561,7 +562,7 @@ class Robot:
     #: how far (rad or m) closing the loops may move a joint from the file's pose without a warning
     ASSEMBLY_WARN = 0.05
 
-    def _assemble_initial(self, source) -> np.ndarray:
+    def _assemble_initial(self, source: str | Path) -> np.ndarray:
         """``q_initial`` closed by ``assemble`` inside the joint ranges; a loop that cannot close there →
         ``ModelFileError`` naming the file, the loop and the joints held on their limits (one line); a joint
         moved more than ``ASSEMBLY_WARN`` (0.05 rad or m) from the file's pose → one ``ModelFileWarning`` line
@@ -654,7 +655,7 @@ class Robot:
         self._frame_ids[name] = fid
         return fid
 
-    def _joint_model(self, name: str):
+    def _joint_model(self, name: str) -> Any:
         if name not in self.joint_names:
             close = difflib.get_close_matches(name, self.joint_names, n=4)
             raise FrameNotFoundError(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pinocchio as pin
@@ -86,7 +86,7 @@ class SE3Trajectory(Trajectory):
         )
 
 
-def _vector(x, what: str) -> np.ndarray:
+def _vector(x: ArrayLike, what: str) -> np.ndarray:
     a = np.atleast_1d(np.asarray(x, dtype=float))
     if a.ndim != 1 or not np.all(np.isfinite(a)):
         raise ConfigError(f"{what} must be a finite number or vector, got {x!r}")
@@ -141,7 +141,7 @@ class Sinusoid(Trajectory):
         self.c, self.a, self.p = c, a, p
         self.w = 2 * np.pi * f
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         _params.changed()  # a compiled step that samples this sinusoid copies its parameters again
 
@@ -252,7 +252,7 @@ class Circle(SE3Trajectory):
         self.axes = _circle_axes(normal, axes)  # [u; w], read-only (models/_params.py)
         self.r, self.w, self.phase = float(radius), float(omega), float(phase)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         _params.changed()  # a compiled step that samples this circle copies its parameters again
 
@@ -296,7 +296,7 @@ def _quintic(t: float, t0: float, duration: float) -> tuple[float, float, float]
     return s, ds, dds
 
 
-def _duration(duration) -> float:
+def _duration(duration: float) -> float:
     d = float(duration)
     if not (math.isfinite(d) and d > 0):
         raise ConfigError(f"MinimumJerk: duration must be a finite number > 0 s, got {duration!r}")

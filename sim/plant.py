@@ -64,7 +64,7 @@ def load_mjcf(path: str | Path) -> mujoco.MjModel:
         raise ModelFileError(f"MJCF {p} could not be compiled by MuJoCo: {exc}") from None
 
 
-def _as_slice(idx):
+def _as_slice(idx: ArrayLike) -> slice | np.ndarray:
     """``idx`` (integer indices) as the equivalent slice when they are consecutive and increasing, else
     the index array itself."""
     idx = np.asarray(idx, dtype=int)

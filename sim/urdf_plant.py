@@ -64,6 +64,7 @@ import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -291,7 +292,7 @@ def loop_solref(timestep: float) -> tuple[list[float], list[float]]:
     return [2.0 * float(timestep), 1.0], [0.9999, 0.9999, 0.001, 0.5, 2.0]
 
 
-def _body_of_frame(spec: mujoco.MjSpec, robot, fid: int):
+def _body_of_frame(spec: mujoco.MjSpec, robot: Robot, fid: int) -> tuple[Any, pin.SE3]:
     """(MuJoCo body, placement of the Pinocchio frame in that body): the body is the child of the frame's
     parent joint (a URDF link's frame is its joint's frame), or the world."""
     f = robot.model.frames[fid]
@@ -347,7 +348,9 @@ def add_loops(spec: mujoco.MjSpec, robot: Robot, timestep: float | None = None) 
     return out
 
 
-def _srdf_per_part(srdf, sources) -> list[Path | None]:
+def _srdf_per_part(
+    srdf: str | Path | Sequence[str | Path | None] | None, sources: Sequence[Any]
+) -> list[Path | None]:
     """One SRDF path (or None) per URDF part, from ``build_spec``'s ``srdf`` argument."""
     if srdf is None:
         return [None] * len(sources)
@@ -395,7 +398,7 @@ def _exclude_srdf(spec: mujoco.MjSpec, path: Path, part: URDFPart, done: set) ->
 def _joints_between(m: mujoco.MjModel, b1: int, b2: int) -> int:
     """Number of moving joints on the kinematic tree's path between bodies b1 and b2."""
 
-    def chain(b):
+    def chain(b: int) -> list[int]:
         out = [b]
         while b != 0:
             b = int(m.body_parentid[b])
@@ -489,7 +492,7 @@ def _exclude_rigid_neighbours(spec: mujoco.MjSpec) -> set[tuple[str, str]]:
     group: dict[str, str] = {}
     adjacent: set[tuple[str, str]] = set()
 
-    def walk(body, g) -> None:
+    def walk(body: Any, g: str) -> None:
         for child in body.bodies:
             moving = len(child.joints) > 0
             cg = child.name if moving else g
