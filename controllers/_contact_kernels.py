@@ -143,22 +143,22 @@ def jacobi_columns(X, V, s):
 
 
 @njit(cache=True)
-def reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S):
-    """The reactions of the step: Jk = J_h truncated (the singular values ≤ rank_tol σ₁ dropped, from J_h's SVD
+def reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S, S0):
+    """The reactions of the step: Jk = J_h truncated (J_h − Σ σ_r u_r v_rᵀ over the σ_r ≤ rank_tol σ₁, from J_h's SVD
     Uh (m×m), sh, Vth (n×n); a copy of J_h when not ``truncate``), G = (Jkᵀ)[P] (|P| × m), and whether G has full
     row rank in the law's sense (module docstring: Cholesky of G Gᵀ − τ_G² I into S, |P| × |P|).  Returns that
-    flag (True also when there is no passive coordinate: no passive row)."""
+    flag (True also when there is no passive coordinate: no passive row); S0 ← G Gᵀ."""
     m, n = Jh.shape
     if truncate and m:
         kh = 0
         for i in range(sh.size):
             if sh[i] > rank_tol * sh[0]:
                 kh += 1
-        for i in range(m):
+        for i in range(m):  # J_h minus its dropped terms (4-5 on the quadruped; the kept ones are 18)
             for j in range(n):
-                a = 0.0
-                for r in range(kh):
-                    a += Uh[i, r] * sh[r] * Vth[r, j]
+                a = Jh[i, j]
+                for r in range(kh, sh.size):
+                    a -= Uh[i, r] * sh[r] * Vth[r, j]
                 Jk[i, j] = a
     else:
         for i in range(m):
@@ -179,6 +179,8 @@ def reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S):
                 acc += G[a, i] * G[b, i]
             S[a, b] = acc
             S[b, a] = acc
+            S0[a, b] = acc
+            S0[b, a] = acc
     tol = force_rank_tol * math.sqrt(fro)
     return cholesky_in_place(S, tol * tol)
 
@@ -353,9 +355,9 @@ def _sym(L):
 
 
 @njit(cache=True)
-def forces(Jk, G, Lg, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full):
+def forces(Jk, G, S, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full):
     """The least-actuated-torque forces (``contact_uk`` module docstring, "Forces") when G = (Jkᵀ)[P] has full row
-    rank (Lg: the Cholesky factor of G Gᵀ − τ_G² I from ``reactions``; G Gᵀ is factored again here unshifted):
+    rank (S: G Gᵀ from ``reactions``, factored here in place):
 
         λ_p = Gᵀ (G Gᵀ)⁻¹ y_P (+ one refinement),  N_G = null(G),  K = (Jkᵀ)[A],  H = Kᵀ K + ε I,
         ε = force_reg max(max_i H_ii, 1),  Hz = N_Gᵀ H N_G,  gz = N_Gᵀ (H λ_p − Kᵀ y_A),  λ = λ_p − N_G Hz⁻¹ gz
@@ -364,18 +366,8 @@ def forces(Jk, G, Lg, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full):
     Returns N_G (m × (m − |P|))."""
     m, n = Jk.shape
     npas, nact = P.size, A.size
-    # λ_p
-    S = np.empty((npas, npas))
-    for a in range(npas):
-        for b in range(a + 1):
-            acc = 0.0
-            for i in range(m):
-                acc += G[a, i] * G[b, i]
-            S[a, b] = acc
-            S[b, a] = acc
-    ok = cholesky_in_place(S, 0.0)
-    if not ok:  # (cannot happen: the shifted matrix was positive definite)
-        S[:, :] = Lg
+    # λ_p (G Gᵀ − τ_G² I was positive definite: so is G Gᵀ)
+    cholesky_in_place(S, 0.0)
     w = np.empty(npas)
     r = np.empty(npas)
     for a in range(npas):
@@ -524,13 +516,35 @@ def reaction_rows(
 
 @njit(cache=True)
 def task_rows(
-    q, v, fJ, fvec, fti, ftf, fH, fva, Jcom, cvec, cti, ctf, cdes, pti, ptf, pidx, pqidx, pref, E, f
+    q,
+    v,
+    fJ,
+    fvec,
+    fti,
+    ftf,
+    fH,
+    fva,
+    Jcom,
+    com,
+    vcom,
+    acom,
+    cti,
+    ctf,
+    cdes,
+    pti,
+    ptf,
+    pidx,
+    pqidx,
+    pref,
+    E,
+    f,
 ):
     """The compiled tasks' rows into E, f (module docstring):
 
     * frame tasks: fti (k, 4) = [frame slot, first selected row, rows, row in E], ftf (k, 3) = [K_p, K_d, √ω],
       fH (k, 4, 4) the target pose, fva (k, 12) = [velocity (6), acceleration (6)] (``FrameTask.desired``);
-    * centre-of-mass tasks: Jcom (3, n) = data.Jcom, cvec (9,) = [c, ċ, J̇_com v] (data.com[0], vcom[0], acom[0]);
+    * centre-of-mass tasks: Jcom (3, n) = data.Jcom, com, vcom, acom = c, ċ, J̇_com v (views of data.com[0], vcom[0],
+      acom[0]);
       cti (k, 3) = [first selected axis, axes, row in E], ctf (k, 3) = [K_p, K_d, √ω], cdes (k, 9) = [c_d, ċ_d, c̈_d];
     * posture tasks: pti (k, 3) = [first joint in pidx, joints, row in E], ptf (k, 3) = [K_p, K_d, √ω]; pidx, pqidx,
       pref: each joint's v index, q index and q_ref."""
@@ -554,9 +568,9 @@ def task_rows(
             r = sel0 + i
             for j in range(n):
                 E[row + i, j] = sw * -Jcom[r, j]
-            drift = cdes[k, 6 + r] - cvec[6 + r]
-            w = cdes[k, 3 + r] - cvec[3 + r]
-            e = cdes[k, r] - cvec[r]
+            drift = cdes[k, 6 + r] - acom[r]
+            w = cdes[k, 3 + r] - vcom[r]
+            e = cdes[k, r] - com[r]
             f[row + i] = sw * (-drift - kd * w - kp * e)
     for k in range(pti.shape[0]):
         j0, nj, row = pti[k, 0], pti[k, 1], pti[k, 2]
@@ -572,14 +586,14 @@ def task_rows(
 @njit(cache=True)
 def algebra(
     M, h, D, v, Jh, bh, Uh, sh, Vth, rank_tol, truncate, P, A, force_rank_tol, force_reg, E, f, sizes, Cf3, crow,
-    nl, Jk, G, S, hD, x, N, res, y, lam, lam_p, Hz, gz, tau_full, tau, mg, F,
+    nl, Jk, G, S, S0, hD, x, N, res, y, lam, lam_p, Hz, gz, tau_full, tau, mg, F,
 ):  # fmt: skip
     """The whole algebra of one step after J_h's SVD, in one call: ``reactions``, ``cascade`` (v̇* into x),
     y = M v̇* + h + D v, ``forces``, ``margins``, τ = Sᵀ S_A (y − Jkᵀ λ) into tau (zero on P) and each active
     contact's force into F (nc, 3).  Returns (G of full row rank, N_G, least cone margin, ‖S_P (y − Jkᵀ λ)‖_∞);
     when the first is False nothing after ``reactions`` is computed (the caller's NumPy path)."""
     n = v.size
-    if not reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S):
+    if not reactions(Jh, Uh, sh, Vth, rank_tol, truncate, P, force_rank_tol, Jk, G, S, S0):
         return False, np.zeros((0, 0)), 0.0, 0.0
     fro = 0.0
     for i in range(Jh.shape[0]):
@@ -593,7 +607,7 @@ def algebra(
         for j in range(n):
             a += M[i, j] * x[j]
         y[i] = a
-    Ng = forces(Jk, G, S, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full)
+    Ng = forces(Jk, G, S0, y, P, A, force_reg, lam, lam_p, Hz, gz, tau_full)
     least = margins(lam, nl, Cf3, crow, mg)
     pres = finish(tau_full, lam, nl, P, A, tau, F)
     return True, Ng, least, pres
@@ -622,17 +636,18 @@ JACOBI_SWEEPS = 30
 
 
 @njit(cache=True)
-def svd_jacobi(A, Vw, Uh, sh, Vth):
+def svd_jacobi(A, Vw, Uh, sh, Vth, reortho):
     """The SVD of A (m × n) by one-sided Jacobi started from the previous step's right singular vectors: Vw (n × n,
-    rows; in: the last call's, I at first; out: this call's, re-orthonormalised first by modified Gram–Schmidt so
-    that round-off does not build up over the steps).  The rows of X = Vw Aᵀ (A v_j) are rotated pairwise until
+    rows; in: the last call's, I at first; out: this call's; when ``reortho``, re-orthonormalised first by modified
+    Gram–Schmidt, so that round-off does not build up over the steps: the caller asks every 16 calls, ~1e-15 of
+    drift a call).  The rows of X = Vw Aᵀ (A v_j) are rotated pairwise until
     orthogonal (Hestenes: a pair is rotated while |x_a·x_b| > 1e-15 ‖x_a‖ ‖x_b‖; rows of norm ≤ 1e-15 ‖A‖_F, zero to
     working precision, are left as they are), Vw alike, so that A = Σ_j x_j v_jᵀ with orthogonal x_j: σ_j = ‖x_j‖,
     u_j = x_j / σ_j.  A sweep whose largest |cos| was ≤ 1e-8 ends it (Jacobi converges quadratically: the next would
     rotate by ≤ 1e-16).  Out, sorted by σ (descending): sh (n,), Uh (m × n; the columns of σ = 0 are 0), Vth (n × n,
     rows).  Returns the sweeps done (``JACOBI_SWEEPS``: not converged)."""
     m, n = A.shape
-    for j in range(n):
+    for j in range(n if reortho else 0):
         for k in range(j):
             d = 0.0
             for i in range(n):
@@ -713,3 +728,38 @@ def svd_jacobi(A, Vw, Uh, sh, Vth):
         for i in range(m):
             Uh[i, r] = X[j, i] / s if s > 0.0 else 0.0
     return sweeps
+
+
+@njit(cache=True)
+def rows(
+    ptr, q, v, jpose, fint, fplace, fJ, fvec, lint, lgain, ml, cslot, cgain, anchor, Jh, bh, jdv, phi, fti, ftf, fH,
+    fva, Jcom, com, vcom, acom, cti, ctf, cdes, pti, ptf, pidx, pqidx, pref, E, f,
+):  # fmt: skip
+    """``reaction_rows`` then ``task_rows`` in one call (their arguments, in order)."""
+    reaction_rows(
+        ptr, v, jpose, fint, fplace, fJ, fvec, lint, lgain, ml, cslot, cgain, anchor, Jh, bh, jdv, phi
+    )
+    task_rows(
+        q,
+        v,
+        fJ,
+        fvec,
+        fti,
+        ftf,
+        fH,
+        fva,
+        Jcom,
+        com,
+        vcom,
+        acom,
+        cti,
+        ctf,
+        cdes,
+        pti,
+        ptf,
+        pidx,
+        pqidx,
+        pref,
+        E,
+        f,
+    )

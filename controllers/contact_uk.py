@@ -67,6 +67,7 @@ from cmstack.controllers.base import StepInfo
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import _parse_level
 from cmstack.models import _params
+from cmstack.models import contact as _contact_model
 from cmstack.models.com import CenterOfMassTask
 from cmstack.models.contact import PointContact
 from cmstack.models.coupling import FrameTask, PostureTask
@@ -206,6 +207,7 @@ class ContactUKController:
         self._margins: list[float] | None = None
         self._buf: dict = {}  # the compiled step's buffers, per (rows, active set)
         self._Vw = np.eye(self.n)  # J_h's right singular vectors of the last step (svd_jacobi's warm start)
+        self._nsvd = 0  # svd_jacobi's calls (it re-orthonormalises _Vw every 16th)
         self.compiled = bool(compiled)
         # None: the rows in Python (not compiled, or a loop the plan does not compile)
         self._plan = _RowPlan.make(self) if self.compiled else None
@@ -333,7 +335,10 @@ class ContactUKController:
         K = _contact_kernels()
         b = self._buffers(Jh.shape[0], act)
         Uh, sh, Vth = b.Uh, b.sh, b.Vth
-        if K.svd_jacobi(Jh, self._Vw, Uh, sh, Vth) >= K.JACOBI_SWEEPS:  # (not converged: LAPACK's)
+        self._nsvd += 1
+        if (
+            K.svd_jacobi(Jh, self._Vw, Uh, sh, Vth, self._nsvd % 16 == 0) >= K.JACOBI_SWEEPS
+        ):  # (LAPACK's then)
             self._Vw[:] = np.eye(self.n)
             Uh, sh, Vth = np.linalg.svd(Jh)
         if ck is not None:
@@ -341,7 +346,7 @@ class ContactUKController:
         E, f, sizes = levels
         ok, Ng, least, pres = K.algebra(
             M, h, self.D, v, Jh, bh, Uh, sh, Vth, self.rank_tol, self.truncate_reactions, self._P, self._A,
-            self.force_rank_tol, self.force_reg, E, f, sizes, b.Cf3, b.crow, nl, b.Jk, b.G, b.S, b.hD, b.x, b.N,
+            self.force_rank_tol, self.force_reg, E, f, sizes, b.Cf3, b.crow, nl, b.Jk, b.G, b.S, b.S0, b.hD, b.x, b.N,
             b.res, b.y, b.lam, b.lam_p, b.Hz, b.gz, b.tau_full, b.tau, b.mg, b.F,
         )  # fmt: skip
         if not ok:
@@ -494,6 +499,7 @@ class _Buffers:
     def __init__(self, n: int, npas: int, m: int, nlev: int, act: list):
         nz = max(m - npas, 0)
         self.Jk, self.G, self.S = np.empty((m, n)), np.empty((npas, m)), np.empty((npas, npas))
+        self.S0 = np.empty((npas, npas))
         self.hD, self.x, self.N, self.y = np.empty(n), np.empty(n), np.empty((n, n)), np.empty(n)
         self.res = np.empty(1 + nlev)
         self.lam, self.lam_p, self.Hz, self.gz = np.empty(m), np.empty(m), np.empty((nz, nz)), np.empty(nz)
@@ -595,10 +601,13 @@ class _RowPlan:
         self.ftf, self.fH, self.fva = np.zeros((nft, 3)), np.zeros((nft, 4, 4)), np.zeros((nft, 12))
         self.ctf, self.cdes = np.zeros((nct, 3)), np.zeros((nct, 9))
         self.ptf = np.zeros((len(self.posture_tasks), 3))
-        self.cvec = np.zeros(9)
+        # views of the data's centre-of-mass Jacobian, position, velocity and drift (at v̇ = 0): read in place
+        self._com = (d.Jcom, d.com[0], d.vcom[0], d.acom[0])
         self.jdv, self.phi = np.zeros(max(self.ml, 1)), np.zeros(max(self.ml, 1))
         self.lgain = np.zeros((len(loops), 2))
         self._contact_tables: dict = {}
+        self._unanchored = False  # a contact had no anchor yet (set from its frame after the rows)
+        self._cversion: tuple = ()  # (models.contact.version, active set) when the gains and anchors were copied
         self.version = -1
         self._data = d
 
@@ -621,9 +630,12 @@ class _RowPlan:
         self.version = _params.version
 
     def _contacts(self, act: list) -> tuple:
-        """(slots, gains, anchors, J_h, b_h) of this active set (tables made once per set)."""
+        """(slots, gains, anchors, J_h, b_h) of this active set (tables made once per set; gains and anchors copied
+        when ``models.contact.version`` moved)."""
         key = tuple(id(c) for c in act)
         tab = self._contact_tables.get(key)
+        if tab is not None and self._cversion == (_contact_model.version, key):
+            return tab
         if tab is None:
             m = self.ml + 3 * len(act)
             n = self.ctl.n
@@ -642,6 +654,8 @@ class _RowPlan:
                 anchor[i] = c.anchor
             else:  # anchored at p this step (``rows``): K_p (p − p₀) = 0
                 cgain[i, 0] = 0.0
+                self._unanchored = True
+        self._cversion = (_contact_model.version, key)
         return tab
 
     def rows(self, t: float, q: np.ndarray, v: np.ndarray, M: np.ndarray, h: np.ndarray, act: list) -> tuple:
@@ -652,38 +666,31 @@ class _RowPlan:
             self._tables()
         if self.version != _params.version:
             self._copy_params()
-        K = _contact_kernels()
-        cslot, cgain, anchor, Jh, bh = self._contacts(act)
-        K.reaction_rows(
-            self.ptr, v, self.jpose, self.fint, self.fplace, self.fJ, self.fvec, self.lint, self.lgain, self.ml,
-            cslot, cgain, anchor, Jh, bh, self.jdv, self.phi,
-        )  # fmt: skip
-        for i, c in enumerate(act):
-            if (
-                c.anchor is None
-            ):  # anchored where it stands now (``PointContact.rows``); its rows have K_p (p − p)
-                c.anchor = self.fvec[cslot[i], 9:12].copy()
         for k, (tk, _, _) in enumerate(self.frame_tasks):
             T, vel, acc = tk.desired(t)
             self.fH[k] = T.homogeneous
             self.fva[k, :6] = vel
             self.fva[k, 6:] = acc
-        if self.com_tasks:
-            model = robot.model
-            pin.centerOfMass(model, d, pin.KinematicLevel.ACCELERATION, False)  # c, ċ, J̇_com v from the pass
-            cv = self.cvec
-            cv[:3], cv[3:6], cv[6:] = d.com[0], d.vcom[0], d.acom[0]
+        if self.com_tasks:  # c, ċ, J̇_com v from the pass (read in place by the kernel: self._com)
+            pin.centerOfMass(robot.model, d, pin.KinematicLevel.ACCELERATION, False)
             for k, (tk, _, _) in enumerate(self.com_tasks):
                 cd, vd, ad = tk.desired(t)
                 self.cdes[k, :3], self.cdes[k, 3:6], self.cdes[k, 6:] = cd, vd, ad
-            Jcom = d.Jcom
-        else:
-            Jcom = self.cvec.reshape(3, 3)[:, :0]
+        cslot, cgain, anchor, Jh, bh = self._contacts(act)
+        Jcom, com, vcom, acom = self._com
         E, f = self.E, self.f
-        K.task_rows(
-            q, v, self.fJ, self.fvec, self.fti, self.ftf, self.fH, self.fva, Jcom, self.cvec, self.cti, self.ctf,
-            self.cdes, self.pti, self.ptf, self.pidx, self.pqidx, self.pref, E, f,
+        _contact_kernels().rows(
+            self.ptr, q, v, self.jpose, self.fint, self.fplace, self.fJ, self.fvec, self.lint, self.lgain, self.ml,
+            cslot, cgain, anchor, Jh, bh, self.jdv, self.phi, self.fti, self.ftf, self.fH, self.fva, Jcom, com, vcom,
+            acom, self.cti, self.ctf, self.cdes, self.pti, self.ptf, self.pidx, self.pqidx, self.pref, E, f,
         )  # fmt: skip
+        if self._unanchored:
+            self._unanchored = False
+            for i, c in enumerate(act):
+                if (
+                    c.anchor is None
+                ):  # anchored where it stands now (``PointContact.rows``): its K_p (p − p₀) was 0
+                    c.anchor = self.fvec[cslot[i], 9:12].copy()
         if self.py_tasks:  # the fallback per task: its own rows, on a Kinematics of this pass
             kin = Kinematics(robot, q, v, M, h)
             for tk, sw, row in self.py_tasks:

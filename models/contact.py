@@ -61,6 +61,11 @@ def _finite_gain(x: float, what: str, name: str) -> float:
     return val
 
 
+#: a count of changes to any contact's state that a compiled step copies (``active``, ``anchor``, ``kp``, ``kd``):
+#: ``controllers/contact_uk.py`` copies its contacts' gains and anchors again only when it moved
+version = 0
+
+
 class PointContact:
     """A point of the robot held fixed on the ground while active, its force in an inner friction pyramid.
 
@@ -76,6 +81,17 @@ class PointContact:
     """
 
     dim = 3
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Announce a change of ``active``, ``anchor``, ``kp`` or ``kd`` (``version``); an anchor is kept as a
+        read-only copy, so that a change in place, which no assignment would announce, is refused."""
+        if name == "anchor" and value is not None:
+            value = np.array(value, dtype=float)
+            value.flags.writeable = False
+        object.__setattr__(self, name, value)
+        if name in ("active", "anchor", "kp", "kd"):
+            global version
+            version += 1
 
     def __init__(
         self,

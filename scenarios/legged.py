@@ -114,6 +114,8 @@ class Phases:
         self.w = np.array([0.0, 0.0, 1.0]) if plane == "xz" else np.array([0.0, 1.0, 0.0])
         self.shift = np.asarray(cfg["lift_shift"], dtype=float)
         self.foot = cfg["lift_foot"]
+        self._memo: tuple | None = None  # (t, base_offset(t))
+        self._basis = np.vstack((self.u, self.w, self.shift))  # rows u, w, shift (_base_offset)
         t = cfg["lift_t"]
         self.t_s0, self.t_up = t, t + cfg["shift_s"]
         self.t_down = self.t_up + cfg["lift_s"]
@@ -141,12 +143,23 @@ class Phases:
         return om * (tr + tc), 0.0, 0.0
 
     def base_offset(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The base's offset from its initial position at t (m, m/s, m/s²); the last t's arrays are kept, as the base
+        and the centre of mass ask for the same t in a step (read-only: not to be changed by the caller)."""
+        memo = self._memo
+        if memo is not None and memo[0] == t:
+            return memo[1]
+        out = self._base_offset(t)
+        self._memo = (t, out)
+        return out
+
+    def _base_offset(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[p; v; a] = C [u; w; shift] with the scalar coefficients C (3 × 3) of the circle in the plane (u, w) and of
+        the shift: p = r ((cos a − 1) u + sin a w) + S shift, its first and second derivatives (one small product
+        instead of some twenty 3-vector operations: this runs in every control step)."""
         r = self.cfg["circle_radius"]
         a, ad, add = self.angle(t)
         c, s = math.cos(a), math.sin(a)
-        p = r * ((c - 1) * self.u + s * self.w)  # starts at the base: offset 0 at a = 0
-        v = r * ad * (-s * self.u + c * self.w)
-        acc = r * add * (-s * self.u + c * self.w) - r * ad * ad * (c * self.u + s * self.w)
+        S = dS = ddS = 0.0
         if self.foot:
             d = self.cfg["shift_s"]
             if t < self.t_land:
@@ -154,10 +167,16 @@ class Phases:
             else:
                 S, dS, ddS = _mj((t - self.t_land) / d)
                 S, dS, ddS = 1 - S, -dS, -ddS
-            p = p + S * self.shift
-            v = v + dS / d * self.shift
-            acc = acc + ddS / d**2 * self.shift
-        return p, v, acc
+            dS, ddS = dS / d, ddS / d**2
+        C = np.array(
+            (
+                (r * (c - 1), r * s, S),
+                (-r * ad * s, r * ad * c, dS),
+                (-r * add * s - r * ad * ad * c, r * add * c - r * ad * ad * s, ddS),
+            )
+        )
+        out = C @ self._basis
+        return out[0], out[1], out[2]
 
     def lift(self, t: float) -> tuple[float, float, float]:
         """The lifted foot's height above where it stood (m) and its rate and acceleration."""
