@@ -34,7 +34,7 @@ os.environ.setdefault("CMSTACK_QUIET_COMPILE", "1")
 # To refresh it: after a full run, sum .pytest_cache/v/cmstack/durations by module.
 MODULE_HINT_S = {  # seconds per module, clean-clone CI (the cache of a previous run wins)
     "test_campaign.py": 67,
-    "test_pytest_plugin.py": 66,
+    "test_pytest_plugin.py": 52,
     "test_viewer.py": 48,
     "test_baseline.py": 42,
     "test_cli_small.py": 38,
