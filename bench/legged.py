@@ -14,26 +14,35 @@ CONTACT_3D models (``PointContact.pinocchio_model``), proximal settings as bench
 the 1-minute load average.  ``--profile N`` runs N steps under cProfile and prints where the time goes.
 Writes bench/results/legged.json.
 
-Measured (2-core machine shared with other sessions; 300 states x 3, ratio of medians):
+Measured (2-core machine shared with other sessions; ratio of medians, interleaved):
 
-    controller                                   step / constraintDynamics      ratio   load
-    as landed (generic NumPy, 5 SVDs)            2407 / 148 us                   16.2x   5.4-5.9
-    G's SVD once, no identity product, margins   2691 / 131 us                   20.6x   6.0-6.3
-      once (ff265b8)                             14979 / 156 us                  96x     9.5
-    + the loops' rows in one compiled pass       1682 / 119 us, 2319 / 150 us    14.1x, 15.4x   5.4-6.0
+    controller                                          step / constraintDynamics   ratio   load
+    as landed (generic NumPy, 5 SVDs)                   2407 / 148 us               16.2x   5.4-5.9
+    G's SVD once, ... (ff265b8), the loops' rows in     1682 / 119 us               14.1x   5.4-6.0
+      one compiled pass
+    before the compiled step (c4b2de5)                  1361 / 94 us                14.5x   3.3
+    compiled rows and algebra, LAPACK SVD (4638a2e)     792 / 148 us                5.35x   5.6-5.8
+    + one algebra call (fused)                          629 / 131 us                4.80x   8.0
+    + J_h's SVD by warm-started Jacobi (b9760f6)        247 / 71 us                 3.49x   6.7
+    + the rows' Python cut, the scenario's base offset  301 / 104 us, 337 / 115 us, 2.90x, 2.92x,  7.2-9.6
+      in one product (eb09a85)                          414 / 143 us                2.89x
 
-The target (<= 3x) is missed by about 5x.  constraintDynamics runs its 20 proximal iterations (the cap: the level
-stance is near rank deficient).  Where one step goes (cProfile, 300 steps, 3.5 ms a step under the profiler, before
-the loop pass): the task and loop rows in Python 37 % (the four loops' ``error_dynamics`` 14 %, 13 frames read from
-Pinocchio 13 %, the base's and centre of mass's targets), four NumPy SVDs 18-23 % (J_h for the truncated
-reactions, G = S_P J_hᵀ, level 0, the base level), the force choice 12 %, the step's own NumPy 9 %,
-``robot.update`` 4 %.  The cuts (controllers/contact_uk.py): G decomposed once a step (the force choice took its
-SVD again), no product with the identity before level 0, the cone margins computed once (τ the same to 7e-16
-relative); the four loops' rows from one ``ClosureSet`` pass (one ``computeJointJacobians`` and one compiled call
-instead of 8 frames and 4 Python row builds; τ the same to 6.5e-14 relative).  Interleaved A/B on 150-200 states,
-each cut against the law before it: 0.83-0.93x (first) and 0.62-0.83x (second) over two to four runs at load
-5-6.6 (the harness's own bias, a law against itself, 1.04x).  Reaching <= 3x needs the step compiled as UK's is
-(``controllers/uk_plan.py``): one kernel for the rows, the cascade and the forces.
+The target (<= 3x) is met, with little margin (2.89-2.92x over three runs at load 7-9.6).  constraintDynamics runs
+its 20 proximal iterations (the cap: the level stance is near rank deficient).
+
+Where one step goes.  Before (the NumPy law, its own clocks, 300 stance states x 3, load 5.0: 2318 us against 133 us,
+17.4x): the task rows in Python (base, CoM, posture) 396 us, the cascade's SVDs and Gauss 312, J_h's truncating SVD
+203, the force choice 199, G's SVD and the passive rows 143, the loops' rows 121, the contacts' rows 115,
+``robot.update`` 65, info 32.  Now (the step's clocks, ``ContactUKController._clock``, printed by this bench; 200
+states x 3, load 7.8-9.6): computeAllTerms (+ the state checks) 35-46 us, the rows 128-171 (of which the scenario's
+targets in Python about half: its ``base_ref``'s SE3 and the CoM task's ``desired``; the one rows kernel ~25), J_h's
+SVD 68-71 (compiled one-sided Jacobi warm-started from the last step: LAPACK's took 144-208 us interleaved with
+constraintDynamics, 75 alone), the algebra 69-81 (one compiled call: reactions, G's rank certificate by Cholesky,
+level 0 from J_h's SVD, the base level by Jacobi, λ_p, null(G), the force choice, margins, τ), info 14-17.  The torque
+is the NumPy law's to 1.4e-13 of max |τ| on all 6000 states of the default run (1.6e-11 on the 55 cone-QP steps:
+the QP in another basis of null(G)); ``ContactUKController(..., compiled=False)`` is that law, the reference of
+tests/test_contact_kernels.py.  What is left is mostly Python: the users' target functions, the argument passing
+of two kernel calls (~35 arguments each) and the info dictionaries.
 """
 
 from __future__ import annotations

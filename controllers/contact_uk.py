@@ -50,6 +50,12 @@ acceleration is then the one the passive rows leave (the U_⊥ rows of the trunc
 (``PointContact.cone_margin``), ``passive_residual`` = ‖S_P (y − J_hᵀ λ)‖_∞ (N·m or N: the torque the passive
 coordinates would need; zero to round-off), each level's residual ‖A_k v̇* − b_k‖.
 
+Implementation: by default the rows come from one ``pin.computeAllTerms`` through the compiled frame table and the
+algebra runs compiled (``controllers/_contact_kernels.py``: J_h's SVD by warm-started Jacobi, G's rank certified by a
+Cholesky, the levels by Jacobi, Gauss by Cholesky; the same τ as the NumPy path to round-off, tests/
+test_contact_kernels.py); ``compiled=False``, a loop outside the compiled encoding, no passive coordinate or a G
+of deficient row rank take the NumPy path written out above (``_numpy``).
+
 Limits (effort, position) are not enforced by this law (the quadruped's motors saturate at ±20 N·m in the plant).
 """
 
