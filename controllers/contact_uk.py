@@ -617,6 +617,13 @@ class _RowPlan:
         self.version = -1
         self._data = d
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(
+            ptr=None, _keep=None, _com=None, _data=None
+        )  # addresses and views: made again on first use
+        return state
+
     def _copy_params(self) -> None:
         """The gains (and the postures' references) into the tables: when ``models._params.version`` moved."""
         cs = self.ctl._cset

@@ -164,3 +164,16 @@ def test_kin_of_the_compiled_step(robot):
     ref = robot.update(q, v)
     np.testing.assert_allclose(kin.M, ref.M, atol=1e-14)
     np.testing.assert_allclose(p, ref.frame("fl_foot").p, atol=1e-15)
+
+
+def test_compiled_step_survives_pickling(robot):
+    """The plan's addresses into Pinocchio's data are made again after unpickling (a copy has its own data)."""
+    import pickle
+
+    fast, _ = _pair(robot, 1.0)
+    q, v = list(_states(robot, 1, 2))[1]
+    tau = fast(0.0, q, v)
+    copy = pickle.loads(pickle.dumps(fast))
+    np.testing.assert_allclose(
+        copy(0.0, q, v), tau, rtol=0, atol=1e-12 * np.abs(tau).max()
+    )  # (warm-started SVD)
