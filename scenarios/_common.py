@@ -14,7 +14,7 @@
   one-line reason.
 
 A scenario module defines ``NAME``, a docstring whose first line describes it, and
-``run(ctx) -> Outcome``; its ``main`` is ``scenario_main(NAME, run)``.
+``run(ctx) -> Outcome``; ``python -m scenarios.NAME`` runs ``scenario_main(NAME, run)``.
 """
 
 from __future__ import annotations
@@ -766,6 +766,8 @@ def execute(name: str, run, args: argparse.Namespace, defaults: str | Path | Non
 
 
 def scenario_main(name: str, run, argv=None) -> int:
+    """A scenario module's command line (``python -m scenarios.NAME``): the contract's options
+    (``add_run_arguments``) parsed from ``argv`` (the process's when None), then the run; the exit code."""
     ap = argparse.ArgumentParser(
         prog=f"python -m scenarios.{name}",
         description=(sys.modules[run.__module__].__doc__ or "").strip().splitlines()[0],

@@ -748,9 +748,5 @@ def make_plots(ctx, t, D, Dt, Dp, Dm, d_tp, d_tm, d_pm, meta, cfg):
     return paths
 
 
-def main(argv=None) -> int:
-    return scenario_main(NAME, run, argv)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scenario_main(NAME, run))

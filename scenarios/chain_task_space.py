@@ -451,9 +451,5 @@ def make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r):
     return paths
 
 
-def main(argv=None) -> int:
-    return scenario_main(NAME, run, argv)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scenario_main(NAME, run))

@@ -854,9 +854,5 @@ def make_plots(ctx, t, L, cfg, joint_names=None):
     return paths
 
 
-def main(argv=None) -> int:
-    return scenario_main(NAME, run, argv)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scenario_main(NAME, run))
