@@ -207,6 +207,27 @@ def default_config(name: str, path: str | Path | None = None) -> dict:
     return _read_toml(path)
 
 
+def shipped_configs() -> list[str]:
+    """The names of the shipped configs (``scenarios/configs/<name>.toml``), sorted."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def config_path(arg: str | Path) -> Path:
+    """The file ``--config ARG`` names: ARG when it is a file; else, when ARG is a bare name (no directory, with or
+    without ``.toml``), the shipped ``scenarios/configs/ARG.toml`` (``--config legged_biped`` from anywhere).  A bare
+    name that is neither is a ConfigError listing the shipped configs; a missing path is left to the reader."""
+    path = Path(arg).expanduser()
+    if path.is_file() or path.name != str(arg):  # a file, or a path with a directory (./x, dir/x, ~/x)
+        return path
+    stem = path.name.removesuffix(".toml")
+    shipped = CONFIG_DIR / f"{stem}.toml"
+    if stem and shipped.is_file():
+        return shipped
+    raise ConfigError(
+        f"--config {arg}: no such file here, and not a shipped config (shipped: {', '.join(shipped_configs())})"
+    )
+
+
 def _read_toml(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
@@ -289,8 +310,10 @@ def resolve_config(
     schema = schema if schema is not None else (SCHEMAS.get(name) if defaults is None else None)
     typed = schema is None
     cfg = add_perturbation_defaults(default_config(name, defaults))  # [perturbation], all off
-    if config_file and (defaults is None or Path(config_file).resolve() != Path(defaults).resolve()):
-        for k, v in _read_toml(Path(config_file)).items():
+    if config_file:
+        config_file = config_path(config_file)
+    if config_file and (defaults is None or config_file.resolve() != Path(defaults).resolve()):
+        for k, v in _read_toml(config_file).items():
             set_key(cfg, k, v, source=f"config file {config_file}", check_types=typed)
     for s in sets:
         if "=" not in s:
@@ -688,7 +711,11 @@ USAGE_ERRORS = (ConfigError, ModelFileError, FrameNotFoundError, JointMapError)
 
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     """The scenario contract's options, shared by ``python -m scenarios.NAME`` and ``cmstack run``."""
-    ap.add_argument("--config", help="TOML file overriding keys of the default config")
+    ap.add_argument(
+        "--config",
+        help="TOML file overriding keys of the default config, or a shipped config's name (e.g. legged_biped: "
+        "scenarios/configs/legged_biped.toml) when no such file is here",
+    )
     ap.add_argument(
         "--set",
         action="append",

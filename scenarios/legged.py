@@ -1,7 +1,7 @@
 """A legged robot whose legs are closed chains stands, moves its base on a circle, takes a push and lifts a foot.
 
     cmstack run legged --set model=mjcf/quadruped_five_bar.xml
-    cmstack run legged --config scenarios/configs/legged_biped.toml     # the biped, mjcf/biped_parallel_ankles.xml
+    cmstack run legged --config legged_biped     # the biped: scenarios/configs/legged_biped.toml
 
 The model file gives the tree (a free joint at the root: the floating base), the loops (``<equality connect>``),
 the passive joints (the knees, and the free joint's 6 coordinates), the feet and the floor.  The plant is the same

@@ -30,8 +30,15 @@ def _run(out: str) -> dict:
     """The run (in the child): its scalar metrics."""
     from cmstack.scenarios._common import run_scenario
 
-    m, _ = run_scenario(
-        legged.NAME, legged.run, config_file=CONFIG, sets=SETS, duration=0.6, out=out, html=False, plots=False
+    m, _ = run_scenario(  # the config by its shipped name (the tests' cwd has no file of that name)
+        legged.NAME,
+        legged.run,
+        config_file="legged_biped",
+        sets=SETS,
+        duration=0.6,
+        out=out,
+        html=False,
+        plots=False,
     )
     return {k: m[k] for k in sorted(m) if not isinstance(m[k], (list, dict))}
 
@@ -100,3 +107,26 @@ def test_the_quadrupeds_feet_with_the_bipeds_model_name_its_contact_sites(capsys
     )
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "'fl_foot'" in err and "legged_biped.toml" in err and "r_toe_out" in err, err
+
+
+def test_config_by_its_shipped_name(tmp_path, monkeypatch, capsys):
+    """``--config legged_biped`` is scenarios/configs/legged_biped.toml from any directory, unless a file of that name
+    is there; an unknown name is one line listing the shipped configs, exit 2 (``cmstack run``, in process: the
+    error comes before the run)."""
+    from cmstack.cli import main
+    from cmstack.scenarios._common import config_path, resolve_config
+
+    monkeypatch.chdir(tmp_path)
+    assert config_path("legged_biped") == CONFIG_DIR / "legged_biped.toml"
+    assert resolve_config(legged.NAME, "legged_biped")["model"] == "mjcf/biped_parallel_ankles.xml"
+    assert resolve_config(legged.NAME, "legged_biped.toml")["model"] == "mjcf/biped_parallel_ankles.xml"
+    (tmp_path / "legged_biped").write_text("mu = 0.5\n")  # a file here wins
+    cfg = resolve_config(legged.NAME, "legged_biped")
+    assert cfg["mu"] == 0.5 and cfg["model"] == "mjcf/quadruped_five_bar.xml"
+    rc = main(["run", "legged", "--config", "legged_bipd", "--out", str(tmp_path / "r"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "--config legged_bipd" in err and "legged_biped, " in err and "closed_chain" in err, err
+    rc = main(["run", "legged", "--config", "./legged_bipd", "--out", str(tmp_path / "r2"), "--no-progress"])
+    err = capsys.readouterr().err.strip()  # a path is not a name: the file is missing
+    assert rc == 2 and "config file not found: legged_bipd" in err, err
