@@ -162,3 +162,13 @@ def typecheck(tmp_path_factory):
     if os.environ.get("PYTEST_XDIST_WORKER"):  # .../pytest-N/popen-gwK: pytest-N is this session's
         base = base.parent
     return shared_typecheck(base / "cmstack-typecheck")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium per test process (tests/_chromium.py), shared by the browser tests
+    (test_browser*.py, one scenario per module): started on first use, closed at the end of the session."""
+    from _chromium import Chromium
+
+    with Chromium() as b:
+        yield b
