@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import mujoco
 import numpy as np
@@ -289,6 +290,53 @@ def dynamics_checks(robot: Robot, plant: MujocoPlant, L, n_states: int):
     return max(pin_rel), float(np.median(mj_rel))
 
 
+def _ee_track(
+    robot: Robot, cs: ClosureSet, ee: int, ee_ref: Callable | None, coords: tuple, L: dict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """After the loop, from the logged states: the end effector p, its reference p_ref, the error ‖p − p_ref‖
+    (m) and the loops' residual max|φ| at every logged step."""
+    d = robot.model.createData()
+    p = np.empty((len(L["t"]), 3))
+    res = np.empty(len(L["t"]))
+    for k, q in enumerate(L["q"]):
+        pin.framesForwardKinematics(robot.model, d, q)
+        p[k] = d.oMf[ee].translation
+        res[k] = float(np.max(np.abs(cs.phi(q))))
+    if ee_ref is not None:
+        p_ref = np.array([ee_ref(t) for t in L["t"]])
+    else:
+        p_ref = ee_reference_joints(robot, coords[1], L["q"], L["t"], ee)
+    return p, p_ref, np.linalg.norm(p - p_ref, axis=1), res
+
+
+def _rows(m: dict, cfg: dict, mode: str, dyn_rel: float, mj_rel: float) -> list[Row]:
+    """The report's rows: each metric beside its target."""
+    return [
+        Row(
+            "ee_error_max_m",
+            m["ee_error_max_m"],
+            None,
+            f"<= 1e-4 (t > {cfg['track_after']:g} s)",
+            m["ee_error_max_m"] <= 1e-4,
+        ),
+        Row(
+            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
+        ),
+        Row(
+            "passive_torque_max_nm",
+            m["passive_torque_max_nm"],
+            None,
+            "<= 1e-9",
+            m["passive_torque_max_nm"] <= 1e-9,
+        ),
+        Row("dynamics_vs_pinocchio_rel", dyn_rel, None, "<= 1e-9", dyn_rel <= 1e-9),
+        Row("plant_vs_rigid_qacc_rel", mj_rel),
+        Row("constraint_force_max_n", m["constraint_force_max_n"]),
+        Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
+        Row("control_step_us_median", m["control_step_us_median"]),
+    ]
+
+
 def run(ctx) -> Outcome:
     cfg = ctx.cfg
     if not cfg["duration"] > cfg["track_after"]:
@@ -367,19 +415,7 @@ def run(ctx) -> Outcome:
         error_targets={"ee_circle": TARGETS["ee_error_max_m"]} if mode == "ee" else None,
     )
     L = log.arrays()
-    # after the loop, from the logged states: the end effector and its reference, the loops' residual
-    d = robot.model.createData()
-    p = np.empty((len(L["t"]), 3))
-    res = np.empty(len(L["t"]))
-    for k, q in enumerate(L["q"]):
-        pin.framesForwardKinematics(robot.model, d, q)
-        p[k] = d.oMf[ee].translation
-        res[k] = float(np.max(np.abs(cs.phi(q))))
-    if ee_ref is not None:
-        p_ref = np.array([ee_ref(t) for t in L["t"]])
-    else:
-        p_ref = ee_reference_joints(robot, coords[1], L["q"], L["t"], ee)
-    err = np.linalg.norm(p - p_ref, axis=1)
+    p, p_ref, err, res = _ee_track(robot, cs, ee, ee_ref, coords, L)
     log.put("ee", p)
     log.put("ee_ref", p_ref)
     log.put("ee_error", err)
@@ -417,30 +453,7 @@ def run(ctx) -> Outcome:
         m.update(sensing.metrics())
     if servo is not None:
         m.update(pd_torque_max=servo.pd_torque_max, pd_kp=servo.kp.tolist(), pd_kd=servo.kd.tolist())
-    rows = [
-        Row(
-            "ee_error_max_m",
-            m["ee_error_max_m"],
-            None,
-            f"<= 1e-4 (t > {cfg['track_after']:g} s)",
-            m["ee_error_max_m"] <= 1e-4,
-        ),
-        Row(
-            "loop_residual_max_m", m["loop_residual_max_m"], None, "<= 1e-6", m["loop_residual_max_m"] <= 1e-6
-        ),
-        Row(
-            "passive_torque_max_nm",
-            m["passive_torque_max_nm"],
-            None,
-            "<= 1e-9",
-            m["passive_torque_max_nm"] <= 1e-9,
-        ),
-        Row("dynamics_vs_pinocchio_rel", dyn_rel, None, "<= 1e-9", dyn_rel <= 1e-9),
-        Row("plant_vs_rigid_qacc_rel", mj_rel),
-        Row("constraint_force_max_n", m["constraint_force_max_n"]),
-        Row("coords / dof / loops", f"{mode} / {m['dof']} / {', '.join(m['loops'])}"),
-        Row("control_step_us_median", m["control_step_us_median"]),
-    ]
+    rows = _rows(m, cfg, mode, dyn_rel, mj_rel)
     if sensing is not None:
         rows.append(Row("reconstruction_us_median", m["reconstruction_us_median"]))
         rows.append(Row("reconstruction_error_q_max", m["reconstruction_error_q_max"]))
