@@ -209,6 +209,47 @@ def diagnostics(log, traj, n: int, half: float, obstacles) -> None:
         log.put(k, x)
 
 
+def _rows(metrics: dict, cfg: dict) -> list[Row]:
+    """The report's rows: each metric beside the paper's figure and the target."""
+    return [
+        Row(
+            "ee_error_mean_m",
+            metrics["ee_error_mean_m"],
+            "Fig. 4 (→ 0)",
+            "<= 1e-3",
+            bool(metrics["ee_error_mean_m"] <= TARGETS["ee_error_mean_m"]),
+        ),
+        Row(
+            "ee_error_mean_rad",
+            metrics["ee_error_mean_rad"],
+            "Fig. 4 (→ 0)",
+            "<= 1e-3",
+            bool(metrics["ee_error_mean_rad"] <= TARGETS["ee_error_mean_rad"]),
+        ),
+        Row("lyapunov_increase_max", metrics["lyapunov_increase_max"], "V̇ ≤ 0 (continuous)", "report"),
+        Row("lyapunov_increase_max_rel", metrics["lyapunov_increase_max_rel"], None, "report (÷ max V)"),
+        Row(
+            "min_obstacle_clearance_m",
+            metrics["min_obstacle_clearance_m"],
+            None,
+            "> 0 (rod axes)",
+            bool(metrics["min_obstacle_clearance_m"] > 0),
+        ),
+        Row("min_com_clearance_m", metrics["min_com_clearance_m"], None, "(CoMs, info)"),
+        Row(
+            "allocation_residual_max",
+            metrics["allocation_residual_max"],
+            None,
+            f"(rhs={cfg['rhs']}, √(rᵀGr))",
+        ),
+        Row(
+            "allocation_saturated_steps", metrics["allocation_saturated_steps"], None, "(motor limit active)"
+        ),
+        Row("control_step_us_median", metrics["control_step_us_median"], None, None),
+        Row("realtime_factor", metrics["realtime_factor"], None, "report"),
+    ]
+
+
 def run(ctx) -> Outcome:
     cfg = ctx.cfg
     if cfg["rhs"] not in ("thrusters", "joint"):
@@ -340,43 +381,7 @@ def run(ctx) -> Outcome:
         realtime_factor=res.realtime_factor,
         rhs=cfg["rhs"],
     )
-    rows = [
-        Row(
-            "ee_error_mean_m",
-            metrics["ee_error_mean_m"],
-            "Fig. 4 (→ 0)",
-            "<= 1e-3",
-            bool(metrics["ee_error_mean_m"] <= TARGETS["ee_error_mean_m"]),
-        ),
-        Row(
-            "ee_error_mean_rad",
-            metrics["ee_error_mean_rad"],
-            "Fig. 4 (→ 0)",
-            "<= 1e-3",
-            bool(metrics["ee_error_mean_rad"] <= TARGETS["ee_error_mean_rad"]),
-        ),
-        Row("lyapunov_increase_max", metrics["lyapunov_increase_max"], "V̇ ≤ 0 (continuous)", "report"),
-        Row("lyapunov_increase_max_rel", metrics["lyapunov_increase_max_rel"], None, "report (÷ max V)"),
-        Row(
-            "min_obstacle_clearance_m",
-            metrics["min_obstacle_clearance_m"],
-            None,
-            "> 0 (rod axes)",
-            bool(metrics["min_obstacle_clearance_m"] > 0),
-        ),
-        Row("min_com_clearance_m", metrics["min_com_clearance_m"], None, "(CoMs, info)"),
-        Row(
-            "allocation_residual_max",
-            metrics["allocation_residual_max"],
-            None,
-            f"(rhs={cfg['rhs']}, √(rᵀGr))",
-        ),
-        Row(
-            "allocation_saturated_steps", metrics["allocation_saturated_steps"], None, "(motor limit active)"
-        ),
-        Row("control_step_us_median", metrics["control_step_us_median"], None, None),
-        Row("realtime_factor", metrics["realtime_factor"], None, "report"),
-    ]
+    rows = _rows(metrics, cfg)
     plots = make_plots(ctx, cfg, a, dist, obstacles, e_m, e_r) if ctx.drawing else []
     return Outcome(metrics, rows, plots)
 

@@ -23,7 +23,6 @@ OVER_YET: dict[tuple[str, str], tuple[str, str]] = {
         "a scenario's run, phases and metrics inline: not split yet",
     ),
     ("scenarios/chain_open_loop.py", "run"): ("2026-11-28", "a scenario's run: not split yet"),
-    ("scenarios/chain_task_space.py", "run"): ("2026-11-28", "a scenario's run: not split yet"),
     ("scenarios/slider_crank.py", "run"): ("2026-11-28", "a scenario's run: not split yet"),
 }
 
