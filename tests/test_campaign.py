@@ -29,13 +29,13 @@ def _spec(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
     return p
 
 
-def _cli(*args, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "cmstack.cli", "campaign", *map(str, args), "--no-progress"],
-        capture_output=True,
-        text=True,
-        **kw,
-    )
+def _argv(*args) -> list[str]:
+    return [sys.executable, "-m", "cmstack.cli", "campaign", *map(str, args), "--no-progress"]
+
+
+def _cli(*args, timeout: float = 300, **kw):
+    """``cmstack campaign ARGS`` to its end, killed after ``timeout`` wall-clock seconds."""
+    return subprocess.run(_argv(*args), capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -204,18 +204,7 @@ gain = [2.0, 5.0, 10.0, 20.0]
 
     out = tmp_path / "killed"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cmstack.cli",
-            "campaign",
-            str(p),
-            "--out",
-            str(out),
-            "--workers",
-            "2",
-            "--no-progress",
-        ],
+        _argv(p, "--out", out, "--workers", 2),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
