@@ -54,6 +54,7 @@ import json
 import os
 import pstats
 import time
+from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
@@ -61,7 +62,7 @@ import pinocchio as pin
 from cmstack.bench import results_dir
 from cmstack.models.contact import pinocchio_stance_models
 from cmstack.models.robot import Robot, resolve_asset
-from cmstack.scenarios._common import default_config
+from cmstack.scenarios._common import config_path, default_config
 from cmstack.scenarios.legged import LeggedLaw, Phases
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.runner import simulate
@@ -92,11 +93,12 @@ class _Recorder:
         return self.law(t, q, v)
 
 
-def setup(n_states: int, run_s: float = 0.8):
+def setup(n_states: int, run_s: float = 0.8, config: str | None = None):
     """(robot, the scenario's stance controller, its contacts, states [(t, q, v)]): the states are n_states of a
-    run_s run of the scenario's default config on its MuJoCo plant (stand 0.3 s, then the circle's ramp), taken
-    evenly after the first 0.1 s; the contacts stay anchored where that run put them."""
-    cfg = dict(default_config("legged"))
+    run_s run of the scenario's default config (or ``config``, a path or a shipped config's name such as
+    ``legged_biped``) on its MuJoCo plant (stand 0.3 s, then the circle's ramp), taken evenly after the first 0.1 s;
+    the contacts stay anchored where that run put them."""
+    cfg = dict(default_config("legged", config_path(config) if config else None))
     robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
     law = LeggedLaw(robot, cfg, Phases(cfg))
     plant = plant_from_mjcf(robot, sim_dt=cfg["sim_dt"])
@@ -107,7 +109,7 @@ def setup(n_states: int, run_s: float = 0.8):
     return robot, law.stance, law.contacts, [rec.states[k] for k in pick]
 
 
-def measure(robot, ctl, contacts, states, repeat: int) -> dict:
+def measure(robot, ctl, contacts, states, repeat: int, model: str = "mjcf/quadruped_five_bar.xml") -> dict:
     cms, cds = pinocchio_stance_models(robot, contacts)
     data = robot.model.createData()
     pin.initConstraintDynamics(robot.model, data, cms, cds)
@@ -136,7 +138,7 @@ def measure(robot, ctl, contacts, states, repeat: int) -> dict:
     s, r = float(np.median(step_us)), float(np.median(ref_us))
     ph = np.median(np.array(phases), axis=0) * 1e6 if phases else np.full(len(PHASES), np.nan)
     return {
-        "robot": "mjcf/quadruped_five_bar.xml",
+        "robot": model,
         "nv": robot.nv,
         "rows": int(len(data.lambda_c)),
         "control_step_us": s,
@@ -169,13 +171,19 @@ def main(argv=None) -> int:
     ap.add_argument("--states", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", type=int, default=0, help="also profile this many steps (cProfile)")
+    ap.add_argument(
+        "--config",
+        default=None,
+        help="the legged scenario's config: a path or a shipped name (e.g. legged_biped)",
+    )
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
-    robot, ctl, contacts, states = setup(args.states)
-    out = measure(robot, ctl, contacts, states, args.repeat)
+    robot, ctl, contacts, states = setup(args.states, config=args.config)
+    model = str(default_config("legged", config_path(args.config) if args.config else None)["model"])
+    out = measure(robot, ctl, contacts, states, args.repeat, model)
     out["load_average"] = [load0, os.getloadavg()[0]]
     print(
-        f"legged (quadruped five-bar, nv {out['nv']}, {out['rows']} rows): step {out['control_step_us']:8.1f} us   "
+        f"legged ({out['robot']}, nv {out['nv']}, {out['rows']} rows): step {out['control_step_us']:8.1f} us   "
         f"constraintDynamics {out['constraint_dynamics_us']:6.1f} us ({out['prox_iterations_median']:.0f} "
         f"proximal iterations)   ratio {out['ratio']:6.2f} (target <= {TARGET:g}: "
         f"{'met' if out['met'] else 'MISSED'})"
@@ -185,7 +193,8 @@ def main(argv=None) -> int:
     for name, x in out["phases_us"].items():
         print(f"  {x:7.1f}  {name}")
     print(f"load average (1 min) before/after: {load0:.2f} / {out['load_average'][1]:.2f}")
-    (results_dir() / "legged.json").write_text(json.dumps(out, indent=1))
+    stem = "legged" if not args.config else Path(str(args.config)).stem.removesuffix(".toml")
+    (results_dir() / f"{stem}.json").write_text(json.dumps(out, indent=1))
     if args.profile:
         print(profile(ctl, states, args.profile))
     return 0
