@@ -95,18 +95,19 @@ def summary(quick: bool) -> list[dict]:
                     r <= 2.0,
                     f"{e[law]['control_step_us']:.1f} / {e[law]['constraint_dynamics_us']:.1f} µs",
                 )
-    lg = _load(
-        "legged"
-    )  # issue 31: the legged step against constraintDynamics with loops and stance contacts
-    if lg:
-        add(
-            "legged (five-bar quadruped) contact UK step / constraintDynamics",
-            lg["ratio"],
-            "×",
-            "≤ 3",
-            lg["ratio"] <= 3.0,
-            f"{lg['control_step_us']:.0f} / {lg['constraint_dynamics_us']:.0f} µs",
-        )
+    # issue 31: the legged step against constraintDynamics with loops and stance contacts (bench/legged.py, and
+    # bench/legged.py --config legged_biped)
+    for stem, robot in (("legged", "five-bar quadruped"), ("legged_biped", "biped, parallel ankles")):
+        lg = _load(stem)
+        if lg:
+            add(
+                f"legged ({robot}) contact UK step / constraintDynamics",
+                lg["ratio"],
+                "×",
+                "≤ 3",
+                lg["ratio"] <= 3.0,
+                f"{lg['control_step_us']:.0f} / {lg['constraint_dynamics_us']:.0f} µs",
+            )
     pr = (_load("projection") or {}).get("pidc_ratio", {})
     for key, what in (
         ("slider_crank_pidc", "PIDC step (slider-crank) / floor"),

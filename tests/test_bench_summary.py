@@ -170,3 +170,10 @@ def test_legged_ratio_becomes_a_row_judged_against_3x(tmp_path, monkeypatch):
         )
         row = {r["what"]: r for r in summary(quick=False)}[what]
         assert row["value"] == ratio and row["met"] is met and row["target"] == "≤ 3"
+    biped = "legged (biped, parallel ankles) contact UK step / constraintDynamics"
+    assert biped not in {r["what"] for r in summary(quick=False)}  # no result file, no row
+    (res / "legged_biped.json").write_text(
+        json.dumps({"ratio": 3.12, "control_step_us": 346.0, "constraint_dynamics_us": 111.0})
+    )
+    row = {r["what"]: r for r in summary(quick=False)}[biped]
+    assert row["value"] == 3.12 and row["met"] is False
