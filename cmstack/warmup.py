@@ -103,6 +103,18 @@ def _warm_rest() -> None:
         CONTROLLERS[name](cfg, yumi, coupling, task)(0.0, q0, np.zeros(yumi.nv))
 
 
+def _warm_legged() -> None:
+    """The legged contact step (controllers/_contact_kernels.py, the frame table and the loops' rows it reads), one
+    stance step of the quadruped as scenarios/legged.py builds it (the biped's tables have the same types)."""
+    from cmstack.models.robot import Robot, resolve_asset
+    from cmstack.scenarios._common import default_config
+    from cmstack.scenarios.legged import LeggedLaw, Phases
+
+    cfg = default_config("legged")
+    robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
+    LeggedLaw(robot, cfg, Phases(cfg))(0.0, robot.q_initial, np.zeros(robot.nv))
+
+
 #: a cold warm-up's wall time on 2 idle cores (s): `make install` in a clean clone on 28 Nov 2026, nothing
 #: else running, took ~100 s (46 s at load 1.5 before this wave's kernels; at load 12-14, 870 s wall and
 #: 191 s CPU; README, "One package, one command")
@@ -136,12 +148,14 @@ def warm(parallel: bool = True) -> None:
     )
     if not (parallel and (os.cpu_count() or 1) >= 2 and "fork" in mp.get_all_start_methods()):
         _warm_chain()
+        _warm_legged()
         _warm_rest()
         return
     child = mp.get_context("fork").Process(target=_quiet_chain, name="warm-chain")
     child.start()
     try:
         _warm_rest()
+        _warm_legged()  # ~50 s cold: beside the chain's group, the longer one
     finally:
         child.join()
     if child.exitcode != 0:
