@@ -317,215 +317,273 @@ def drive(
     process's copy): the command record holds (q_des, v_des, τ_ff) of the actuated joints (``servo.receive``;
     a miss: ``servo.hold``, the reference goes on at its rate) and the period's plant steps run the servo's
     joint PD (``servo.step``); the brake acts on the torque directly.  The log's τ is the PD's torque averaged
-    over the period."""
-    dt = settings.dt
-    n_sub = substeps(dt, plant.dt)
-    st, cmd = link.state, link.command
-    perf, read = time.perf_counter, cmd.read
-    wall_c, late_c, t_c, ans_c, age_c, miss_c = (log.col[k] for k in DriverLog.FIXED)
-    qpos_c, qvel_c, tau_c = (log.col[k] for k in ("qpos", "qvel", "tau"))
-    measured = "q" in log.col  # the published state is logged apart (not qpos/qvel)
-    q_c, v_c = (log.col["q"], log.col["v"]) if measured else (tau_c, tau_c)
-    data = plant.data
-    tau = np.zeros(link.nv)
-    brake = np.zeros(link.nv)
-    # the brake acts through the motors: a closed chain's passive joints have none (the plant refuses a torque there)
-    motors = np.ones(link.nv)
-    has_motor = getattr(getattr(plant, "map", None), "actuated", getattr(plant, "actuated", None))
-    if has_motor is not None and np.shape(has_motor) == (link.nv,):
-        motors[:] = has_motor
-    active: set[int] = set()
-    sources = sensor_views(data, sensed)
-    sensors = np.zeros(sum(a.size for a in sources)) if sources else None
-    parts = []
-    if sensors is not None:
-        i = 0
-        for a in sources:
-            parts.append((sensors[i : i + a.size], a))
-            i += a.size
+    over the period.  The loop's parts are :class:`_Driver`'s methods."""
+    d = _Driver(plant, link, log, n_cycles, settings, disturbances, sensed, controller_pid, frame, servo)
+    log.touch()  # touch every page of the log before the clock starts
+    if not d.first_cycle():
+        log.header[0] = 1
+        return d.out
+    d.run()
+    if servo is not None:
+        d.out["pd_torque_max"] = servo.pd_torque_max
+    if d.out["status"] == "done":
+        link.set_driver_status(rt.DONE)
+    return d.out
 
-    def sense() -> None:
-        for dst, src in parts:
+
+class _Driver:
+    """The state of :func:`drive`'s loop and its parts: the published frame and sensors, the torque applied and
+    held, the clock, the miss count, the stop (``out``: the report's fields)."""
+
+    def __init__(
+        self,
+        plant: Plant,
+        link: Link,
+        log: DriverLog,
+        n_cycles: int,
+        settings: DriverSettings,
+        disturbances: Sequence[Disturbance],
+        sensed: Sequence[str],
+        controller_pid: int | None,
+        frame: Any,
+        servo: Any,
+    ) -> None:
+        self.plant, self.link, self.log, self.n_cycles, self.settings = plant, link, log, n_cycles, settings
+        self.disturbances, self.frame, self.servo = disturbances, frame, servo
+        self.dt = settings.dt
+        self.n_sub = substeps(self.dt, plant.dt)
+        self.cols = tuple(log.col[k] for k in DriverLog.FIXED)  # wall, late, t, answers, age, miss
+        self.qpos_c, self.qvel_c, self.tau_c = (log.col[k] for k in ("qpos", "qvel", "tau"))
+        self.measured = "q" in log.col  # the published state is logged apart (not qpos/qvel)
+        self.q_c, self.v_c = (log.col["q"], log.col["v"]) if self.measured else (self.tau_c, self.tau_c)
+        self.tau = np.zeros(link.nv)
+        self.brake = np.zeros(link.nv)
+        # the brake acts through the motors: a closed chain's passive joints have none (the plant refuses a torque
+        # there)
+        self.motors = np.ones(link.nv)
+        has_motor = getattr(getattr(plant, "map", None), "actuated", getattr(plant, "actuated", None))
+        if has_motor is not None and np.shape(has_motor) == (link.nv,):
+            self.motors[:] = has_motor
+        self.active: set[int] = set()
+        sources = sensor_views(plant.data, sensed)
+        self.sensors = np.zeros(sum(a.size for a in sources)) if sources else None
+        self.parts = []
+        if self.sensors is not None:
+            i = 0
+            for a in sources:
+                self.parts.append((self.sensors[i : i + a.size], a))
+                i += a.size
+        self.pq, self.pv = np.zeros(link.nq), np.zeros(link.nv)  # the published frame (with ``frame``)
+        self.out: dict[str, Any] = dict(
+            status="done",
+            reason="",
+            misses=0,
+            max_consecutive_misses=0,
+            overruns=0,
+            slip_s=0.0,
+            stop_cycle=-1,
+        )
+        # the controller process is this one's parent (forked): once it is gone, getppid() changes
+        self.parent = os.getppid() if controller_pid is None else controller_pid
+        self.held_answer = -1
+        self.held_send = 0.0
+        self.servo_answer = 0  # the newest command the joint PD has, a late one included
+        self.consecutive = 0
+        self.end = n_cycles - 1
+        self.start = 0.0
+        self.prev = (0.0, self.pq, self.pv)  # the frame an injected stale frame repeats (``stale_frame_at``)
+
+    def sense(self) -> None:
+        for dst, src in self.parts:
             np.copyto(dst, src)
 
-    pq, pv = np.zeros(link.nq), np.zeros(link.nv)  # the published frame (with ``frame``)
-
-    def published(t: float, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if frame is None:
+    def published(self, t: float, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.frame is None:
             return q, v
-        frame.publish(t, q, v, pq, pv)
-        return pq, pv
+        self.frame.publish(t, q, v, self.pq, self.pv)
+        return self.pq, self.pv
 
-    out: dict[str, Any] = dict(
-        status="done", reason="", misses=0, max_consecutive_misses=0, overruns=0, slip_s=0.0, stop_cycle=-1
-    )
-    # the controller process is this one's parent (forked): once it is gone, getppid() changes
-    parent = os.getppid() if controller_pid is None else controller_pid
-    getppid = os.getppid
-
-    def controller_gone(k: int, t: float) -> str | None:
-        if getppid() == parent and not process_ending(parent):
+    def controller_gone(self, k: int, t: float) -> str | None:
+        parent = self.parent
+        if os.getppid() == parent and not process_ending(parent):
             return None
-        out["controller_died"] = True
+        self.out["controller_died"] = True
         return (
-            f"the controller process (pid {parent}) died (killed?) after answering cycle {held_answer} "
+            f"the controller process (pid {parent}) died (killed?) after answering cycle {self.held_answer} "
             f"(seen at cycle {k}, t = {t:.4f} s)"
         )
 
-    def apply(t: float, k: int) -> None:
-        plant.set_torque(tau)
-        apply_disturbances(plant, disturbances, active, t)
-        tau_c[k] = tau
+    def apply(self, t: float, k: int) -> None:
+        self.plant.set_torque(self.tau)
+        apply_disturbances(self.plant, self.disturbances, self.active, t)
+        self.tau_c[k] = self.tau
 
-    def advance(k: int) -> None:  # the period's plant steps (through the robot's joint PD when it has one)
-        if servo is None or out["stop_cycle"] >= 0:
-            plant.step(n_sub)
+    def advance(self, k: int) -> None:
+        """The period's plant steps (through the robot's joint PD when it has one)."""
+        if self.servo is None or self.out["stop_cycle"] >= 0:
+            self.plant.step(self.n_sub)
         else:
-            servo.step(plant, n_sub)
-            tau_c[k] = servo.applied
+            self.servo.step(self.plant, self.n_sub)
+            self.tau_c[k] = self.servo.applied
 
-    def stop(k: int, code: int, why: str) -> int:
-        out.update(status="stopped", reason=why, stop_cycle=k)
-        link.set_driver_status(rt.STOPPED, code)
-        return k + max(1, int(round(settings.brake_s / dt)))  # the last cycle of the brake
+    def stop(self, k: int, code: int, why: str) -> None:
+        """Stop the robot at cycle k: the brake until the end of ``brake_s`` (the loop's last cycle)."""
+        self.out.update(status="stopped", reason=why, stop_cycle=k)
+        self.link.set_driver_status(rt.STOPPED, code)
+        self.end = min(self.end, k + max(1, int(round(self.settings.brake_s / self.dt))))
 
-    log.touch()  # touch every page of the log before the clock starts
-    # cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]
-    q, v = plant.state()
-    sense()
-    t = plant.time
-    w = perf()
-    st.publish(0, t, w, *published(t, q, v), sensors)
-    wall_c[0], late_c[0], t_c[0] = w, 0.0, t
-    qpos_c[0], qvel_c[0] = data.qpos, data.qvel
-    if measured:
-        q_c[0], v_c[0] = q, v
-    give_up = w + settings.start_timeout_s
-    held_answer = -1
-    while True:
-        if read() >= 0 and cmd.answers == 0 and cmd.seq > 0:
-            break
-        gone = controller_gone(0, t)
-        if gone is not None:
-            out.update(status="stopped", reason=f"{gone}, before the first command")
-            link.set_driver_status(rt.STOPPED, rt.CONTROLLER_DIED)
-            log.header[0] = 1
-            return out
-        if link.stop_requested:
-            out.update(status="stopped", reason="the controller side asked to stop before the first cycle")
-            link.set_driver_status(rt.STOPPED, rt.CONTROLLER_REQUEST)
-            log.header[0] = 1
-            return out
-        if perf() > give_up:
-            out.update(status="failed", reason=f"no first command within {settings.start_timeout_s:g} s")
-            link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
-            log.header[0] = 1
-            return out
-        time.sleep(1e-4)
-    if servo is None:
-        tau[:] = cmd.tau
-    else:
-        servo.receive(cmd.tau, q, v)  # (its curve starts at the measured motors)
-        tau[:] = servo.tau
-    held_send = cmd.send_wall
-    ans_c[0], miss_c[0], age_c[0] = 0, 0, perf() - held_send
-    apply(t, 0)
-    advance(0)
-    start = perf()
-    log.header[1] = start
-    link.set_driver_status(rt.RUNNING)
-    t_prev, q_prev, v_prev = t, q.copy(), v.copy()  # (the previous frame: only for stale_frame_at)
-    consecutive, end = 0, n_cycles - 1
-    held_answer = servo_answer = 0  # (servo_answer: the newest command the joint PD has, a late one included)
-    k = 0
-    for k in range(1, n_cycles):
-        q, v = plant.state()  # s_k, ready before its tick
-        sense()
-        t = plant.time
-        fq, fv = published(t, q, v)
-        qpos_c[k], qvel_c[k], t_c[k] = data.qpos, data.qvel, t
-        if measured:
-            q_c[k], v_c[k] = q, v
-        target = start + k * dt
-        wait_until(target, settings.spin_s, perf)
-        now = perf()
-        if now - target > dt:  # the driver itself stalled (preempted): its clock slips
-            out["overruns"] += 1  # by the stall instead of rushing through the missed ticks
-            out["slip_s"] += now - target
-            start += now - target
-            target = now
-        fresh = read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
-        s0 = settings.stale_frame_at
-        if 0 <= s0 <= k:  # (injected fault: frame s0 - 1 again from then on, so a late reader sees it too)
-            st.publish(s0 - 1, t_prev, now, *published(t_prev, q_prev, v_prev), sensors)
-        else:
-            st.publish(k, t, now, fq, fv, sensors)
-        if k < s0:
-            t_prev, q_prev, v_prev = t, q.copy(), v.copy()
-        wall_c[k], late_c[k] = now, now - target
-        if out["stop_cycle"] >= 0:  # braking: τ = -D v
-            np.multiply(v, -settings.brake_damping, out=brake)
-            brake *= motors
-            tau[:] = brake
-            ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
-        elif fresh:
-            if servo is None:
-                tau[:] = cmd.tau
-            elif k - 1 > servo_answer:  # a new command (the first one, answering s_0, was received at tick 0)
-                servo.receive(cmd.tau)
-                servo_answer = k - 1
-                tau[:] = servo.tau
-            else:
-                servo.hold()
-            held_answer, held_send = k - 1, cmd.send_wall
-            ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 0
-            consecutive = 0
-        else:
-            out["misses"] += 1
-            consecutive += 1
-            out["max_consecutive_misses"] = max(out["max_consecutive_misses"], consecutive)
-            ans_c[k], age_c[k], miss_c[k] = held_answer, now - held_send, 1
-            if servo is not None:
-                servo.hold()
-            gone = controller_gone(k, t)
+    def _record_state(self, k: int, t: float, q: np.ndarray, v: np.ndarray) -> None:
+        data = self.plant.data
+        self.qpos_c[k], self.qvel_c[k], self.cols[2][k] = data.qpos, data.qvel, t
+        if self.measured:
+            self.q_c[k], self.v_c[k] = q, v
+
+    def first_cycle(self) -> bool:
+        """Cycle 0: publish s_0, wait (untimed) for its answer, apply it over [t_0, t_1]; then the clock starts.
+        False when the run ended before the first command (the controller gone or asking to stop, a timeout)."""
+        link, cmd, out, perf = self.link, self.link.command, self.out, time.perf_counter
+        wall_c, late_c, _, ans_c, age_c, miss_c = self.cols
+        q, v = self.plant.state()
+        self.sense()
+        t = self.plant.time
+        w = perf()
+        link.state.publish(0, t, w, *self.published(t, q, v), self.sensors)
+        wall_c[0], late_c[0] = w, 0.0
+        self._record_state(0, t, q, v)
+        give_up = w + self.settings.start_timeout_s
+        while True:
+            if cmd.read() >= 0 and cmd.answers == 0 and cmd.seq > 0:
+                break
+            gone = self.controller_gone(0, t)
             if gone is not None:
-                end = min(
-                    end,
-                    stop(k, rt.CONTROLLER_DIED, f"{gone}: robot stopped with a damping brake"),
+                out.update(status="stopped", reason=f"{gone}, before the first command")
+                link.set_driver_status(rt.STOPPED, rt.CONTROLLER_DIED)
+                return False
+            if link.stop_requested:
+                out.update(
+                    status="stopped", reason="the controller side asked to stop before the first cycle"
                 )
-            elif consecutive >= settings.max_misses:
-                end = min(
-                    end,
-                    stop(
-                        k,
-                        rt.MISSES,
-                        f"{consecutive} consecutive cycles without a torque in time "
-                        f"(max_misses = {settings.max_misses}) at cycle {k} "
-                        f"(t = {t:.4f} s): robot stopped with a damping brake "
-                        f"(communication constraints violated)",
-                    ),
+                link.set_driver_status(rt.STOPPED, rt.CONTROLLER_REQUEST)
+                return False
+            if perf() > give_up:
+                out.update(
+                    status="failed", reason=f"no first command within {self.settings.start_timeout_s:g} s"
                 )
-        if link.stop_requested and out["stop_cycle"] < 0:
-            end = min(
-                end,
-                stop(
+                link.set_driver_status(rt.FAILED, rt.DRIVER_ERROR)
+                return False
+            time.sleep(1e-4)
+        if self.servo is None:
+            self.tau[:] = cmd.tau
+        else:
+            self.servo.receive(cmd.tau, q, v)  # (its curve starts at the measured motors)
+            self.tau[:] = self.servo.tau
+        self.held_send = cmd.send_wall
+        ans_c[0], miss_c[0], age_c[0] = 0, 0, perf() - self.held_send
+        self.apply(t, 0)
+        self.advance(0)
+        self.prev = (t, q.copy(), v.copy())  # (the previous frame: only for stale_frame_at)
+        self.start = perf()
+        self.log.header[1] = self.start
+        link.set_driver_status(rt.RUNNING)
+        self.held_answer = self.servo_answer = 0
+        return True
+
+    def run(self) -> None:
+        """Cycles 1 … n − 1 (or to the end of a stop's brake): each cycle's tick and publication (``_tick``), its
+        torque (``_command``), the stop a request asks for, the torque applied and the plant advanced."""
+        log = self.log
+        k = 0
+        for k in range(1, self.n_cycles):
+            t, v, now, fresh = self._tick(k)
+            self._command(k, t, v, now, fresh)
+            if self.link.stop_requested and self.out["stop_cycle"] < 0:
+                self.stop(
                     k,
                     rt.CONTROLLER_REQUEST,
                     f"the controller side asked to stop at cycle {k} "
                     f"(t = {t:.4f} s): robot stopped with a damping brake",
-                ),
-            )
-        apply(t, k)
-        log.header[0] = k + 1  # (after the row is complete: a reader of a killed driver's log)
-        if k >= end:
-            break
-        advance(k)
-    log.header[0] = k + 1
-    if servo is not None:
-        out["pd_torque_max"] = servo.pd_torque_max
-    if out["status"] == "done":
-        link.set_driver_status(rt.DONE)
-    return out
+                )
+            self.apply(t, k)
+            log.header[0] = k + 1  # (after the row is complete: a reader of a killed driver's log)
+            if k >= self.end:
+                break
+            self.advance(k)
+        log.header[0] = k + 1
+
+    def _tick(self, k: int) -> tuple[float, np.ndarray, float, bool]:
+        """Tick k: the state s_k (ready before it), the wait for the tick (a stalled driver's clock slips), whether
+        the command answers s_{k−1} (read before s_k is out), the publication (an injected stale frame instead from
+        ``stale_frame_at`` on).  Returns (t, v, now, fresh)."""
+        out, perf, settings, cmd = self.out, time.perf_counter, self.settings, self.link.command
+        q, v = self.plant.state()  # s_k, ready before its tick
+        self.sense()
+        t = self.plant.time
+        fq, fv = self.published(t, q, v)
+        self._record_state(k, t, q, v)
+        target = self.start + k * self.dt
+        wait_until(target, settings.spin_s, perf)
+        now = perf()
+        if now - target > self.dt:  # the driver itself stalled (preempted): its clock slips
+            out["overruns"] += 1  # by the stall instead of rushing through the missed ticks
+            out["slip_s"] += now - target
+            self.start += now - target
+            target = now
+        fresh = cmd.read() >= 0 and cmd.answers == k - 1 and out["stop_cycle"] < 0
+        s0 = settings.stale_frame_at
+        st = self.link.state
+        if 0 <= s0 <= k:  # (injected fault: frame s0 - 1 again from then on, so a late reader sees it too)
+            t_prev, q_prev, v_prev = self.prev
+            st.publish(s0 - 1, t_prev, now, *self.published(t_prev, q_prev, v_prev), self.sensors)
+        else:
+            st.publish(k, t, now, fq, fv, self.sensors)
+        if k < s0:
+            self.prev = (t, q.copy(), v.copy())
+        self.cols[0][k], self.cols[1][k] = now, now - target
+        return t, v, now, fresh
+
+    def _command(self, k: int, t: float, v: np.ndarray, now: float, fresh: bool) -> None:
+        """The torque of tick k: the brake while stopping (τ = −D v on the motors), the command when it answers
+        s_{k−1} (in time), else the held one and a miss (a dead controller or ``max_misses`` in a row: a stop)."""
+        out, cmd, servo = self.out, self.link.command, self.servo
+        _, _, _, ans_c, age_c, miss_c = self.cols
+        if out["stop_cycle"] >= 0:  # braking: τ = -D v
+            np.multiply(v, -self.settings.brake_damping, out=self.brake)
+            self.brake *= self.motors
+            self.tau[:] = self.brake
+            ans_c[k], age_c[k], miss_c[k] = -1, 0.0, 0
+        elif fresh:
+            if servo is None:
+                self.tau[:] = cmd.tau
+            elif (
+                k - 1 > self.servo_answer
+            ):  # a new command (the first one, answering s_0, was received at tick 0)
+                servo.receive(cmd.tau)
+                self.servo_answer = k - 1
+                self.tau[:] = servo.tau
+            else:
+                servo.hold()
+            self.held_answer, self.held_send = k - 1, cmd.send_wall
+            ans_c[k], age_c[k], miss_c[k] = self.held_answer, now - self.held_send, 0
+            self.consecutive = 0
+        else:
+            out["misses"] += 1
+            self.consecutive += 1
+            out["max_consecutive_misses"] = max(out["max_consecutive_misses"], self.consecutive)
+            ans_c[k], age_c[k], miss_c[k] = self.held_answer, now - self.held_send, 1
+            if servo is not None:
+                servo.hold()
+            gone = self.controller_gone(k, t)
+            if gone is not None:
+                self.stop(k, rt.CONTROLLER_DIED, f"{gone}: robot stopped with a damping brake")
+            elif self.consecutive >= self.settings.max_misses:
+                self.stop(
+                    k,
+                    rt.MISSES,
+                    f"{self.consecutive} consecutive cycles without a torque in time "
+                    f"(max_misses = {self.settings.max_misses}) at cycle {k} "
+                    f"(t = {t:.4f} s): robot stopped with a damping brake "
+                    f"(communication constraints violated)",
+                )
 
 
 def _child(

@@ -641,16 +641,7 @@ def run_rt(
     robot's joint PD at the plant's rate; the log's τ is the torque the PD applied (averaged over the period)."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
-    sensed: tuple[str, ...] = ()
-    if isinstance(controller, SensesPlant):
-        sensed = tuple(getattr(controller, "sensed_data", None) or ())
-        if not sensed:
-            raise ConfigError(
-                f"{type(controller).__name__} reads a sensor of the plant in its own process "
-                "(SensesPlant) and does not name it: it cannot run across a process boundary "
-                "(cmstack rt) until it names the plant.data arrays it reads (sensed_data, e.g. "
-                "('qfrc_constraint',)), which the driver then publishes with each state"
-            )
+    sensed = _sensed_names(controller)
     sense_into = sensor_views(plant.data, sensed)  # the parent's copy of the arrays, refreshed every cycle
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
@@ -660,41 +651,13 @@ def run_rt(
     n_cycles = int(round(duration / control_dt))
     q0, v0 = plant.state()
     nq, nv = len(q0), len(v0)
-    log = Logger() if log is None else log
-    if record is None:
-
-        def record(t, q, v, tau):
-            log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
-
-        path = getattr(plant, "path", None)  # a MuJoCo plant's MJCF: what the viewer replays
-        if path is not None:
-            log.meta.setdefault("mjcf_path", str(path))
+    log, record = _log_and_record(plant, log, record)
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
     reports = task_errors and isinstance(controller, ReportsErrors)
     model = getattr(controller, "robot", None)
     posthoc = reports and callable(getattr(model, "update", None))  # errors from the model, after the loop
-    ckpt = getattr(log, "checkpoint_path", None)
-    records = None if ckpt is None else Path(ckpt).parent / RECORDS / "controller"
-    if records is not None:
-        shutil.rmtree(records.parent, ignore_errors=True)  # (a previous run's, in the same directory)
-        records.mkdir(parents=True)
-        write_meta(records.parent, log.meta)
-
-    def orphaned(fields: dict, dlog) -> None:  # in the driver process, its controller process dead
-        report = DriverReport(cycles=dlog.cycles, log=dlog, **fields)
-        loop_rep = read_loop_records(records) if records is not None else LoopReport()
-        loop_rep.ended_by = "controller process died"
-        res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=loop_rep, transport=transport)
-        res.steps = report.cycles
-        if ckpt is not None:
-            L = report.log
-            driver = {k: L[k] for k in ("t", "q", "v", "tau", "qpos", "qvel", "answers")}
-            write_parts(ckpt, log_series(driver, loop_rep.info), dict(log.meta), max(1, round(ds.rate_hz)))
-        if on_orphan is not None:
-            on_orphan(res)
-        if records is not None:
-            shutil.rmtree(records.parent, ignore_errors=True)
-
+    records = _loop_records(log)
+    orphaned = _orphan_handler(res, log, ds, transport, records, on_orphan)
     link = TRANSPORTS[transport](
         nq, nv, ns=sum(a.size for a in sense_into), nc=None if servo is None else servo.nc
     )
@@ -746,15 +709,7 @@ def run_rt(
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
     if servo is not None and math.isfinite(report.pd_torque_max):  # (the driver's copy ran the PD)
         servo.pd_torque_max = report.pd_torque_max
-    if isinstance(failure, DriverDied):  # the driver's own account of its end, and when it was seen
-        failure = DriverDied(
-            f"{report.reason}; seen {rep.driver_lost_after_s * 1e3:.1f} ms after its last state"
-        )
-        report.reason = str(failure)
-    elif failure is not None and report.status != "failed":
-        report.reason += f" (the controller side failed: {type(failure).__name__}: {failure})"
-    elif failure is None and report.status == "failed":
-        failure = RtError(f"rt run failed: {report.reason}")
+    failure = _run_failure(failure, report, rep)
     if on_loop_end is not None:
         on_loop_end(res)
     try:  # what was run is logged, also when the run failed (the log then ends where it did)
@@ -768,6 +723,101 @@ def run_rt(
     if failure is not None:
         raise failure
     return res
+
+
+def _log_and_record(
+    plant: Plant,
+    log: Logger | None,
+    record: Callable[[float, np.ndarray, np.ndarray, np.ndarray], None] | None,
+) -> tuple[Logger, Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]]:
+    """The run's log (a new ``Logger`` when none is given) and what is recorded each cycle: ``record``, or t, q,
+    v, τ and the plant's qpos into the log (with a MuJoCo plant's MJCF in its meta, what the viewer replays)."""
+    log = Logger() if log is None else log
+    if record is None:
+
+        def record(t, q, v, tau):
+            log.append(t=t, q=q, v=v, tau=tau, plant_qpos=plant.data.qpos)
+
+        path = getattr(plant, "path", None)
+        if path is not None:
+            log.meta.setdefault("mjcf_path", str(path))
+    return log, record
+
+
+def _loop_records(log: Logger) -> Path | None:
+    """The controller loop's record directory ``DIR/.rt/controller`` of a log that checkpoints to ``DIR``, made
+    empty (a previous run's removed) with the log's meta beside it; None for a log without a checkpoint."""
+    ckpt = getattr(log, "checkpoint_path", None)
+    records = None if ckpt is None else Path(ckpt).parent / RECORDS / "controller"
+    if records is not None:
+        shutil.rmtree(records.parent, ignore_errors=True)  # (a previous run's, in the same directory)
+        records.mkdir(parents=True)
+        write_meta(records.parent, log.meta)
+    return records
+
+
+def _sensed_names(controller: Controller) -> tuple[str, ...]:
+    """The ``plant.data`` arrays a :class:`SensesPlant` controller reads (its ``sensed_data``; () for any other),
+    refused when it does not name them."""
+    if not isinstance(controller, SensesPlant):
+        return ()
+    sensed = tuple(getattr(controller, "sensed_data", None) or ())
+    if not sensed:
+        raise ConfigError(
+            f"{type(controller).__name__} reads a sensor of the plant in its own process "
+            "(SensesPlant) and does not name it: it cannot run across a process boundary "
+            "(cmstack rt) until it names the plant.data arrays it reads (sensed_data, e.g. "
+            "('qfrc_constraint',)), which the driver then publishes with each state"
+        )
+    return sensed
+
+
+def _orphan_handler(
+    res: RtRun,
+    log: Logger,
+    ds: DriverSettings,
+    transport: str,
+    records: Path | None,
+    on_orphan: Callable[[RtRun], None] | None,
+) -> Callable[[dict, Any], None]:
+    """What the driver process does when its controller process died (:func:`run_rt`, "What a crash leaves"):
+    the run's ``rt`` from both sides' records, the log's checkpoint parts, ``on_orphan(res)``, the records
+    removed."""
+    ckpt = getattr(log, "checkpoint_path", None)
+
+    def orphaned(fields: dict, dlog) -> None:  # in the driver process, its controller process dead
+        report = DriverReport(cycles=dlog.cycles, log=dlog, **fields)
+        loop_rep = read_loop_records(records) if records is not None else LoopReport()
+        loop_rep.ended_by = "controller process died"
+        res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=loop_rep, transport=transport)
+        res.steps = report.cycles
+        if ckpt is not None:
+            L = report.log
+            driver = {k: L[k] for k in ("t", "q", "v", "tau", "qpos", "qvel", "answers")}
+            write_parts(ckpt, log_series(driver, loop_rep.info), dict(log.meta), max(1, round(ds.rate_hz)))
+        if on_orphan is not None:
+            on_orphan(res)
+        if records is not None:
+            shutil.rmtree(records.parent, ignore_errors=True)
+
+    return orphaned
+
+
+def _run_failure(
+    failure: BaseException | None, report: DriverReport, rep: LoopReport
+) -> BaseException | None:
+    """The error a run ends with, and the driver report's reason: a dead driver named with when it was seen, a
+    controller-side failure appended to the driver's reason, a failed driver as an :class:`RtError`."""
+    if isinstance(failure, DriverDied):  # the driver's own account of its end, and when it was seen
+        failure = DriverDied(
+            f"{report.reason}; seen {rep.driver_lost_after_s * 1e3:.1f} ms after its last state"
+        )
+        report.reason = str(failure)
+    elif failure is not None and report.status != "failed":
+        report.reason += f" (the controller side failed: {type(failure).__name__}: {failure})"
+    elif failure is None and report.status == "failed":
+        failure = RtError(f"rt run failed: {report.reason}")
+    return failure
 
 
 def _replay(res: RtRun, report: DriverReport, rep: LoopReport, plant, controller, record, model=None) -> None:
