@@ -67,7 +67,7 @@ from cmstack.scenarios._common import CONFIG_DIR, Outcome, Row, scenario_main
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.runner import Disturbance, simulate
-from cmstack.sim.sensors import ActuatedSensing, Encoders
+from cmstack.sim.sensors import ActuatedSensing, Encoders, JointServo
 
 NAME = "legged"
 TARGETS = dict(
@@ -737,6 +737,8 @@ def run(ctx) -> Outcome:
     if cfg["sensors"] == "actuated":
         enc = Encoders(cfg["encoder_counts"]) if cfg["encoder_counts"] else None
         sensing = ActuatedSensing.for_robot(robot, cfg["control_dt"], enc)
+    # command = "position": the motors' own PD around (q_des, v_des, a_des, τ_ff) from the law's v̇ (sim/sensors.py)
+    servo = JointServo(robot, cfg["control_dt"], pd_hz=cfg["pd_hz"]) if cfg["command"] == "position" else None
     run_ = simulate(
         plant,
         law,
@@ -748,6 +750,7 @@ def run(ctx) -> Outcome:
         desc=NAME,
         log=log,
         sensors=sensing or "full",
+        command=servo or "torque",
     )
     L = log.arrays()
     for k, c in enumerate(contacts):  # the commanded forces as arrows (rods) for the replay, as drawn live
@@ -793,7 +796,9 @@ def run(ctx) -> Outcome:
         lift_height_reached_m=float(L["swing_height"].max() - L["swing_height"][0]) if phases.foot else 0.0,
         realtime_factor=run_.realtime_factor,
         sensors=cfg["sensors"],
+        command=cfg["command"],
         **(sensing.metrics() if sensing is not None else {}),
+        **({} if servo is None else {"pd_torque_max": servo.pd_torque_max}),
     )
     rows = result_rows(m, sensing)
     plots = make_plots(ctx, L, contacts, cfg) if ctx.drawing else []

@@ -389,6 +389,8 @@ class Legged(Schema):
     check_states: integer(ge=0, le=10000)
     sensors: Literal["full", "actuated"]
     encoder_counts: NonNeg
+    command: Literal["torque", "position"]
+    pd_hz: Pos
 
 
 # ------------------------------------------------------------------------------------- balloon

@@ -234,14 +234,19 @@ class ReconstructingController:
 
 
 def _tangent(robot: Robot, q: np.ndarray) -> np.ndarray:
-    """T = ∂q/∂q_a (nv × a): identity rows on the actuated joints, G = −J_p⁺ J_a on the passive ones."""
+    """T = ∂q/∂q_a (nv × a) with the floating base held (a robot that has one: its rows zero, the motors' inertia
+    seen with the torso fixed): identity rows on the actuated joints, G = −J_p⁺ J_a on the other passive ones."""
     act = [robot.joint_index(n) for n in robot.actuated_joints]
     T = np.zeros((robot.nv, len(act)))
     T[act, range(len(act))] = 1.0
-    if robot.loops and robot.passive_joints:
+    pas = [
+        robot.joint_index(n)
+        for n in robot.passive_joints
+        if robot.model.joints[robot.model.getJointId(n)].nv == 1  # (a free or ball joint: held)
+    ]
+    if robot.loops and pas:
         from cmstack.models.loops import ClosureSet
 
-        pas = [robot.joint_index(n) for n in robot.passive_joints]
         J = ClosureSet(robot.loops).jacobian(q)
         T[pas] = -np.linalg.pinv(J[:, pas], rcond=1e-10) @ J[:, act]
     return T

@@ -527,3 +527,32 @@ def test_position_command_of_a_robot_without_loops_integrates_its_forward_dynami
     a = pin.aba(robot.model, robot.model.createData(), q, v, tau - robot.damping * v)
     assert np.allclose(servo.v_des, v_c + DT * a, atol=1e-12)
     assert np.allclose(servo.q_des, q_c + DT * (v_c + 0.5 * DT * a), atol=1e-12)
+
+
+def test_a_floating_base_robot_is_position_commanded_on_its_motors_with_the_base_held():
+    """The quadruped (a free joint, 8 motors, 8 passive knees, 4 five-bar loops) as a position-controlled robot: the
+    servo's gains come from the legs' inertia seen at each motor with the torso held, T = ∂q/∂q_a with zero base rows,
+    the motors' identity and G = −J_p⁺ J_a on the knees (the loops stay closed: J T = 0); the base is not commanded
+    (its τ_ff is 0), the command integrates the law's v̇ on the motors' entries (q and v indices differ by one)."""
+    from types import SimpleNamespace
+
+    from cmstack.models.loops import ClosureSet
+    from cmstack.sim.sensors import _tangent
+
+    robot = Robot.from_mjcf("mjcf/quadruped_five_bar.xml")
+    q = robot.q_initial.copy()
+    T = _tangent(robot, q)
+    assert np.abs(T[:6]).max() == 0.0
+    assert np.abs(ClosureSet(robot.loops).jacobian(q) @ T).max() < 1e-10
+    servo = JointServo(robot, DT)
+    assert servo.act.size == 8 and np.all(servo.qa == servo.act + 1)
+    assert np.all(np.isfinite(servo.kp)) and np.all(servo.kp > 0) and np.all(servo.kd > 0)
+    rng = np.random.default_rng(5)
+    v, vdot, tau = (rng.normal(size=robot.nv) for _ in range(3))
+    tau[:6] = 0.0
+    ctl = SimpleNamespace(info=SimpleNamespace(vdot=vdot))
+    servo.command(ctl, q, v, tau)
+    a, qa = servo.act, servo.qa
+    np.testing.assert_allclose(servo.q_des, q[qa] + (v[a] + 0.5 * DT * vdot[a]) * DT, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(servo.v_des, v[a] + DT * vdot[a], rtol=0, atol=1e-15)
+    assert servo.vdot_source == "vdot" and np.all(servo.tau[:6] == 0.0)
