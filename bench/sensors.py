@@ -128,8 +128,55 @@ def _dual_panda(command: str, duration: float) -> dict:
     return out
 
 
+class _AnsweredTorques:
+    """A law whose torque at cycle k is the one it computed from state j = answers[k] (an rt run's driver log: the
+    cycle its applied torque answered; a repeated j is a held torque), the law called in order on the states it
+    answers, as the rt controller was.  ``answers`` None: j = k − 1 every cycle (the one cycle of delay alone)."""
+
+    def __init__(self, law, answers: np.ndarray | None) -> None:
+        self.__dict__.update(law=law, answers=answers, hist=[], k=0, last=-1, held=None)
+
+    def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        k, a = self.k, self.answers
+        self.hist.append((t, q.copy(), v.copy()))
+        j = k - 1 if a is None else int(a[min(k, a.size - 1)])
+        j = min(max(j, 0), k)
+        if j > self.last or self.held is None:
+            self.__dict__.update(held=np.array(self.law(*self.hist[j]), dtype=float), last=j)
+        self.__dict__["k"] = k + 1
+        return self.held.copy()
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["law"], name)
+
+
+def rt_replay(model: str, rt_dir: str | None, duration: float) -> float:
+    """``closed_chain`` with the motors only (``sensors=actuated``), in process, with the command timing of the rt run
+    in ``rt_dir`` (its ``rt_timing.npz``'s ``answers``; None: the one cycle of delay and no miss): its
+    ``ee_error_max_m``.  Equal to the rt run's own error when the answered states explain it."""
+    from cmstack.scenarios import closed_chain
+
+    answers = (
+        None if rt_dir is None else np.load(os.path.join(rt_dir, "rt_timing.npz"))["answers"].astype(int)
+    )
+    build = closed_chain.build_law
+    closed_chain.build_law = lambda cfg, robot, coords: _AnsweredTorques(build(cfg, robot, coords), answers)
+    try:
+        m = _closed_chain(model, ["sensors='actuated'"], duration)
+    finally:
+        closed_chain.build_law = build
+    return float(m["ee_error_max_m"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench sensors", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--replay",
+        nargs=2,
+        metavar=("MODEL", "RT_DIR"),
+        help="only replay the command timing of a `cmstack rt closed_chain --set model=MODEL --sensors actuated` run "
+        "(its other keys the defaults) in process, and the delay alone: does it explain the rt run's error?",
+    )
     ap.add_argument("--duration", type=float, default=3.0, help="s of each closed_chain run (default 3)")
     ap.add_argument(
         "--sp-duration", type=float, default=6.0, help="s of each series-parallel run (default 6)"
@@ -138,6 +185,19 @@ def main(argv=None) -> int:
         "--carry-duration", type=float, default=5.0, help="s of each dual-Panda carry (default 5)"
     )
     args = ap.parse_args(argv)
+    if args.replay:
+        model, rt_dir = args.replay
+        import tomllib
+
+        with open(os.path.join(rt_dir, "config.toml"), "rb") as f:
+            dt = float(tomllib.load(f)["control_dt"])
+        with open(os.path.join(rt_dir, "metrics.json")) as f:
+            rt = json.load(f)
+        dur = np.load(os.path.join(rt_dir, "rt_timing.npz"))["answers"].size * dt
+        print(f"rt run {rt_dir}: ee_error_max_m {rt['ee_error_max_m']:.8e}")
+        print(f"its timing replayed in process: {rt_replay(model, rt_dir, dur):.8e}")
+        print(f"the one cycle of delay alone:    {rt_replay(model, None, dur):.8e}")
+        return 0
     load0 = os.getloadavg()[0]
     res: dict = {"load_start": load0, "closed_chain": {}, "series_parallel": {}}
     variants = {
