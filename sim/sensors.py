@@ -235,16 +235,13 @@ class ReconstructingController:
 
 def _tangent(robot: Robot, q: np.ndarray) -> np.ndarray:
     """T = ∂q/∂q_a (nv × a) with the floating base held (a robot that has one: its rows zero, the motors' inertia
-    seen with the torso fixed): identity rows on the actuated joints, G = −J_p⁺ J_a on the other passive ones."""
+    seen with the torso fixed): identity rows on the actuated joints, G = −J_p⁺ J_a on the other passive ones (a
+    passive ball joint's three rows among them: only the root free joint is held)."""
     act = [robot.joint_index(n) for n in robot.actuated_joints]
     T = np.zeros((robot.nv, len(act)))
     T[act, range(len(act))] = 1.0
-    pas = [
-        robot.joint_index(n)
-        for n in robot.passive_joints
-        if robot.model.joints[robot.model.getJointId(n)].nv == 1  # (a free or ball joint: held)
-    ]
-    if robot.loops and pas:
+    pas = robot.v_indices([n for n in robot.passive_joints if n != robot.floating_base])
+    if robot.loops and pas.size:
         from cmstack.models.loops import ClosureSet
 
         J = ClosureSet(robot.loops).jacobian(q)

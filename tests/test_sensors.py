@@ -556,3 +556,18 @@ def test_a_floating_base_robot_is_position_commanded_on_its_motors_with_the_base
     np.testing.assert_allclose(servo.q_des, q[qa] + (v[a] + 0.5 * DT * vdot[a]) * DT, rtol=0, atol=1e-15)
     np.testing.assert_allclose(servo.v_des, v[a] + DT * vdot[a], rtol=0, atol=1e-15)
     assert servo.vdot_source == "vdot" and np.all(servo.tau[:6] == 0.0)
+
+
+def test_a_passive_ball_joint_moves_with_the_motors_in_the_servos_tangent():
+    """Only the root free joint is held in the servo's T = ∂q/∂q_a: the Stewart platform's passive ball joints (3 v
+    rows each) move with the motors as the loops require, so the loops stay closed along T (J T = 0), and the
+    default gains see the platform's inertia through them."""
+    from cmstack.models.loops import ClosureSet
+    from cmstack.sim.sensors import _tangent
+
+    robot = Robot.from_mjcf("mjcf/stewart_ball.xml")
+    balls = [n for n in robot.passive_joints if robot.model.joints[robot.model.getJointId(n)].nv == 3]
+    assert balls and robot.floating_base is None
+    T = _tangent(robot, robot.q_initial)
+    assert np.abs(T[robot.v_indices(balls)]).max() > 1e-3
+    assert np.abs(ClosureSet(robot.loops).jacobian(robot.q_initial) @ T).max() < 1e-10
