@@ -98,9 +98,12 @@ def test_nan_in_the_plant_fails_cleanly(tmp_path):
 
 
 def test_cli_reports_error_without_traceback(tmp_path, capsys):
-    from cmstack.scenarios.yumi_dual_arm import main
+    from cmstack.scenarios._common import scenario_main
+    from cmstack.scenarios.yumi_dual_arm import run
 
-    assert main(["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]) == 2  # usage error
+    argv = ["--set", "plant=rope", "--out", str(tmp_path), "--no-progress"]
+    # python -m scenarios.yumi_dual_arm's path: a usage error
+    assert scenario_main("yumi_dual_arm", run, argv) == 2
     err = capsys.readouterr().err
     assert "plant must be one of 'virtual', 'bar', got 'rope'" in err and "Traceback" not in err
 
