@@ -49,15 +49,17 @@ import numpy as np
 from numba import farray, njit
 
 import cmstack.models._compile_notice  # noqa: F401  (says when these kernels compile)
-from cmstack.controllers import _qp_kernels
+from cmstack.controllers import _qp_kernels, kernels
 from cmstack.controllers._qp_kernels import null_basis
+from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels
 from cmstack.models._frame_kernels import _f64_at, frame_states, read_joint_poses
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import closure_phi, closure_rows
 from cmstack.models._task_kernels import frame_error
 
-depends_on(__file__, _qp_kernels, _frame_kernels, _loop_kernels, _task_kernels)  # callees in other files
+# callees in other files
+depends_on(__file__, _qp_kernels, kernels, _frame_kernels, _loop_kernels, _task_kernels)
 
 
 @njit(cache=True)
@@ -65,36 +67,18 @@ def cholesky_in_place(S, shift):
     """S ← L (lower, S − shift·I = L Lᵀ; the strict upper triangle is left as it was).  Returns False when a pivot
     is not > 0 (S − shift·I not positive definite)."""
     n = S.shape[0]
-    for j in range(n):
-        d = S[j, j] - shift
-        for k in range(j):
-            d -= S[j, k] * S[j, k]
-        if not d > 0.0:
-            return False
-        d = math.sqrt(d)
-        S[j, j] = d
-        for i in range(j + 1, n):
-            a = S[i, j]
-            for k in range(j):
-                a -= S[i, k] * S[j, k]
-            S[i, j] = a / d
-    return True
+    if shift != 0.0:
+        for j in range(n):
+            S[j, j] -= shift  # d_j = (S_jj − shift) − Σ_k L_jk²: the same operations, in the same order
+    return cholesky_inplace(S, n)
 
 
 @njit(cache=True)
 def cholesky_solve(L, b, x):
     """x = (L Lᵀ)⁻¹ b for the lower factor L (``cholesky_in_place``); x may be b."""
-    n = L.shape[0]
-    for i in range(n):
-        a = b[i]
-        for k in range(i):
-            a -= L[i, k] * x[k]
-        x[i] = a / L[i, i]
-    for i in range(n - 1, -1, -1):
-        a = x[i]
-        for k in range(i + 1, n):
-            a -= L[k, i] * x[k]
-        x[i] = a / L[i, i]
+    for i in range(x.shape[0]):
+        x[i] = b[i]
+    cholesky_solve_inplace(L, L.shape[0], x)
 
 
 @njit(cache=True)
