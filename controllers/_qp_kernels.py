@@ -81,20 +81,18 @@ def condition(H, g, C, l, u, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad):
 
 
 @njit(cache=True)
-def null_basis(B, rank_tol):
-    """Orthonormal basis of N(B) (B: m × k, any m ≥ 0) by Householder QR with column pivoting of Bᵀ:
-    Bᵀ P = Q R, N(B) = range(Bᵀ)^⊥ = the columns r.. of Q, r = #{j: |R_jj| > rank_tol · max(1, |R_00|)} (the
-    pivoted diagonal estimates the singular values: the relative rank test of the SVD (σ_i > rank_tol · max(1, σ_1))
-    that the hierarchy used before (an SVD, as ``uk_levels`` did), to which tests/test_limits_hierarchy.py
-    compares it; at these sizes an SVD's LAPACK set-up cost more than the whole level: 4.6 against 31 µs).
-    A k × (k − r) array, Q = H_0 ⋯ H_{r−1} applied to the last k − r columns of the identity."""
+def pivoted_qr(B, rank_tol, perm):
+    """Householder QR with column pivoting of Bᵀ (B: m × k), the factorization ``null_basis`` and ``null_step`` share:
+    Bᵀ Π = Q R.  Returns (X, V, r): X (k × m) holds R in its first r rows (the columns in the pivoted order), V the
+    reflectors (v_j in V[j:, j], ‖v_j‖ = √2, H_j = I − v vᵀ, Q = H_0 ⋯ H_{r−1}), r the rank: the factorization stops
+    at the first pivot column whose norm is not above rank_tol · max(1, the first pivot's norm).  perm (m) holds the
+    column order Π on return (start it at 0, 1, …, m − 1)."""
     m, k = B.shape
     X = np.empty((k, m))
     for i in range(m):
         for j in range(k):
             X[j, i] = B[i, j]
-    V = np.zeros((k, min(k, m)))  # the Householder vectors, v_j in V[j:, j], ‖v_j‖ = √2 (H_j = I − v vᵀ)
-    norms = np.empty(m)
+    V = np.zeros((k, min(k, m)))
     r = 0
     first = 0.0
     for j in range(min(k, m)):
@@ -104,7 +102,6 @@ def null_basis(B, rank_tol):
             acc = 0.0
             for i in range(j, k):
                 acc += X[i, c] * X[i, c]
-            norms[c] = acc
             if acc > best:
                 best, p = acc, c
         nrm = math.sqrt(best)
@@ -115,6 +112,7 @@ def null_basis(B, rank_tol):
         if p != j:
             for i in range(k):
                 X[i, j], X[i, p] = X[i, p], X[i, j]
+            perm[j], perm[p] = perm[p], perm[j]
         # v = x + sign(x_0) ‖x‖ e_0, scaled to ‖v‖ = √2
         alpha = -nrm if X[j, j] >= 0.0 else nrm
         vn = 0.0
@@ -136,6 +134,19 @@ def null_basis(B, rank_tol):
             for i in range(j, k):
                 X[i, c] -= V[i, j] * dot
         r += 1
+    return X, V, r
+
+
+@njit(cache=True)
+def null_basis(B, rank_tol):
+    """Orthonormal basis of N(B) (B: m × k, any m ≥ 0) by Householder QR with column pivoting of Bᵀ:
+    Bᵀ P = Q R, N(B) = range(Bᵀ)^⊥ = the columns r.. of Q, r = #{j: |R_jj| > rank_tol · max(1, |R_00|)} (the
+    pivoted diagonal estimates the singular values: the relative rank test of the SVD (σ_i > rank_tol · max(1, σ_1))
+    that the hierarchy used before (an SVD, as ``uk_levels`` did), to which tests/test_limits_hierarchy.py
+    compares it; at these sizes an SVD's LAPACK set-up cost more than the whole level: 4.6 against 31 µs).
+    A k × (k − r) array, Q = H_0 ⋯ H_{r−1} applied to the last k − r columns of the identity."""
+    m, k = B.shape
+    _, V, r = pivoted_qr(B, rank_tol, np.arange(m))
     out = np.zeros((k, k - r))
     for j in range(k - r):
         out[r + j, j] = 1.0
@@ -377,50 +388,8 @@ def null_step(B, y, rank_tol):
     least-squares solve otherwise); dz ∈ range(Bᵀ) is the minimum-norm one, pinv(B) y of the SVD it replaces
     (``uk_levels._nullspace_step``; tests/test_limit_rows.py compares the two).  B: m × k, y: m."""
     m, k = B.shape
-    X = np.empty((k, m))
-    for i in range(m):
-        for j in range(k):
-            X[j, i] = B[i, j]
     perm = np.arange(m)
-    V = np.zeros((k, min(k, m)))
-    r = 0
-    first = 0.0
-    for j in range(min(k, m)):
-        best, p = -1.0, j
-        for c in range(j, m):
-            acc = 0.0
-            for i in range(j, k):
-                acc += X[i, c] * X[i, c]
-            if acc > best:
-                best, p = acc, c
-        nrm = math.sqrt(best)
-        if j == 0:
-            first = nrm
-        if not nrm > rank_tol * max(1.0, first):
-            break
-        if p != j:
-            for i in range(k):
-                X[i, j], X[i, p] = X[i, p], X[i, j]
-            perm[j], perm[p] = perm[p], perm[j]
-        alpha = -nrm if X[j, j] >= 0.0 else nrm
-        vn = 0.0
-        for i in range(j, k):
-            V[i, j] = X[i, j]
-        V[j, j] -= alpha
-        for i in range(j, k):
-            vn += V[i, j] * V[i, j]
-        vn = math.sqrt(vn)
-        if vn > 0.0:
-            sc = math.sqrt(2.0) / vn
-            for i in range(j, k):
-                V[i, j] *= sc
-        for c in range(j, m):
-            dot = 0.0
-            for i in range(j, k):
-                dot += V[i, j] * X[i, c]
-            for i in range(j, k):
-                X[i, c] -= V[i, j] * dot
-        r += 1
+    X, V, r = pivoted_qr(B, rank_tol, perm)
     # w: R₁ᵀ w = Πᵀ y (row c of R₁ᵀ is column c of X's first r rows)
     w = np.zeros(r)
     if r == m:
