@@ -20,6 +20,12 @@ import math
 import numpy as np
 from numba import njit
 
+from cmstack.controllers import kernels as _kernels
+from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
+from cmstack.models._kernel_cache import depends_on
+
+depends_on(__file__, _kernels)
+
 
 @njit(cache=True)
 def condition(H, g, C, l, u, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad):
@@ -334,6 +340,38 @@ def merged_problem(
 
 
 @njit(cache=True)
+def inactive_minimizer(Hs, gs, Cs, ls, us, d, zf):
+    """The unconstrained minimizer z* = −Ĥ⁻¹ ĝ of a conditioned level (Cholesky of Ĥ) into ``zf`` (its first
+    nz = Ĥ's order entries), and whether it meets every kept row: l̂_i ≤ Ĉ_i z* ≤ û_i for all i with d_i ≠ 0 (a
+    zeroed row, vanished or free, constrains nothing).  When it does, z* is the level's QP solution (it minimizes
+    the convex cost over a superset of the feasible set and lies in that set), every multiplier is 0 and no solver
+    is needed.  False when Ĥ is not positive definite to working precision (its Cholesky fails) or a row is
+    violated (zf then holds z*, or nothing useful when the Cholesky failed)."""
+    nz = Hs.shape[0]
+    L = np.empty((nz, nz))
+    for i in range(nz):
+        for j in range(nz):
+            L[i, j] = Hs[i, j]
+    if not cholesky_inplace(L, nz):
+        return False
+    for i in range(nz):
+        zf[i] = -gs[i]
+    cholesky_solve_inplace(L, nz, zf)
+    for i in range(nz):
+        if not math.isfinite(zf[i]):
+            return False
+    for i in range(Cs.shape[0]):
+        if d[i] == 0.0:
+            continue
+        y = 0.0
+        for j in range(nz):
+            y += Cs[i, j] * zf[j]
+        if y < ls[i] or y > us[i]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def level_problem(
     N,
     dx,
@@ -359,12 +397,15 @@ def level_problem(
     us,
     d,
     bad,
+    zf,
 ):
-    """``hierarchy_level`` and the ``condition`` of its QP in one call (``uk_solve.LevelSolver._sequential``); the
-    bounds of the level (lo, hi, unscaled: the feasibility test of a capped solve) and of its conditioned form
-    (l̂, û, the rows' scales d, the vanished rows violated as constants ``bad``) into the given buffers (one entry
-    per row of C).  Returns (x, N', A N', Ĥ, ĝ, C N', Ĉ, s, λ_min, nbad); N' may have no column (then Ĥ … are
-    not set)."""
+    """``hierarchy_level``, the ``condition`` of its QP and ``inactive_minimizer`` in one call
+    (``uk_solve.LevelSolver._sequential``); the bounds of the level (lo, hi, unscaled: the feasibility test of a
+    capped solve) and of its conditioned form (l̂, û, the rows' scales d, the vanished rows violated as constants
+    ``bad``) into the given buffers (one entry per row of C), the unconstrained minimizer into ``zf`` (n entries,
+    the first nz used).  Returns (x, N', A N', Ĥ, ĝ, C N', Ĉ, s, λ_min, nbad, free): ``free`` when no row of the
+    level can be active (``inactive_minimizer``; never with a violated constant row): the level's solution is
+    zf[:nz] with zero multipliers.  N' may have no column (then Ĥ … are not set)."""
     xn, Nn, Hr, gr, CN, lo_, hi_, AN = hierarchy_level(
         N, dx, x, Bprev, rank_tol, C, l, u, eps_abs, A, b, last, M, Q, H, g
     )
@@ -374,9 +415,10 @@ def level_problem(
     hi[:] = hi_
     Hs, gs, Cs = np.empty((nz, nz)), np.empty(nz), np.empty((m, nz))
     if nz == 0:
-        return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0
+        return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0, False
     s, lam, nbad = condition(Hr, gr, CN, lo, hi, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad)
-    return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad
+    free = nbad == 0 and inactive_minimizer(Hs, gs, Cs, ls, us, d, zf)
+    return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad, free
 
 
 @njit(cache=True)

@@ -101,13 +101,14 @@ class LevelSolver:
         return b
 
     def _row_buffers(self, m: int) -> tuple:
-        """``_sequential``'s per-row buffers of its levels (lo, hi, l̂, û, d, bad) for m rows, made once."""
+        """``_sequential``'s per-row buffers of its levels (lo, hi, l̂, û, d, bad) for m rows and the unconstrained
+        minimizer of a level (n entries, ``_qp_kernels.inactive_minimizer``), made once."""
         of = self.__dict__.get("_level_rows_of")
         if of is None:
             of = self.__dict__["_level_rows_of"] = {}
         b = of.get(m)
         if b is None:
-            b = of[m] = (*(np.empty(m) for _ in range(5)), np.empty(m, dtype=np.int64))
+            b = of[m] = (*(np.empty(m) for _ in range(5)), np.empty(m, dtype=np.int64), np.empty(self.n))
         return b
 
     @property
@@ -235,7 +236,7 @@ class LevelSolver:
             x, z, N, B, dx, first = np.zeros(n), np.zeros(C.shape[0]), np.eye(n), np.zeros((0, n)), _EMPTY, 0
         iters_upper = iters
         z_last = None
-        lo, hi, ls, us, d, bad = self._row_buffers(C.shape[0])  # level_problem's, one entry per row of C
+        lo, hi, ls, us, d, bad, zf = self._row_buffers(C.shape[0])  # level_problem's
         active = bool(z.any())
         K = len(rows)
         for k in range(first, K + 1):
@@ -243,15 +244,24 @@ class LevelSolver:
             # (``_qp_kernels.hierarchy_level``: z = 0, the levels above, is feasible by construction: a bound that
             # v̇_{k−1} meets only to the tolerance of its QP is moved to it, so a lower level never repairs a higher one)
             A, b = rows[k] if k < K else (None, None)
-            x, N, B, Hs, gs, CN, Cs, s, lam, nbad = _level_problem(
+            x, N, B, Hs, gs, CN, Cs, s, lam, nbad, free = _level_problem(
                 N, dx, x, B, self.rank_tol, C, l, u, self.eps_abs,
                 self._no_rows if A is None else A, _EMPTY if b is None else b,
-                k == K, M, Q, H, g, qp.row_tol, qp.check_tol, lo, hi, ls, us, d, bad,
+                k == K, M, Q, H, g, qp.row_tol, qp.check_tol, lo, hi, ls, us, d, bad, zf,
             )  # fmt: skip
             dx = _EMPTY
             nz = N.shape[1]
             if nz == 0:
                 break
+            if free:
+                # the level's unconstrained minimizer meets every row (``_qp_kernels.inactive_minimizer``): it is the
+                # level's QP solution, exactly, with no multiplier; ProxSuite is not called
+                if k == K:
+                    x = x + N @ zf[:nz]
+                    z_last = np.zeros(C.shape[0])
+                else:
+                    dx = zf[:nz].copy()
+                continue
             spent = iters - iters_upper
             if spent >= self.max_step_iters:
                 self._give_way(

@@ -96,7 +96,26 @@ def test_merged_and_level_problems_are_the_python_ones():
             ref = hierarchy_level(N1, dx, x, AN, 1e-10, C, l, u, 1e-9, A3, b3, last, M, Q, H3, g3)
             bufs = [np.empty(m) for _ in range(5)] + [np.empty(m, dtype=np.int64)]
             got = level_problem(
-                N1, dx, x, AN, 1e-10, C, l, u, 1e-9, A3, b3, last, M, Q, H3, g3, 1e-10, 1e-7, *bufs
+                N1,
+                dx,
+                x,
+                AN,
+                1e-10,
+                C,
+                l,
+                u,
+                1e-9,
+                A3,
+                b3,
+                last,
+                M,
+                Q,
+                H3,
+                g3,
+                1e-10,
+                1e-7,
+                *bufs,
+                np.empty(n),
             )
             for a, b in zip(got[:3], (ref[0], ref[1], ref[7])):
                 assert np.array_equal(a, b)

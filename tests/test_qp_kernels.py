@@ -8,7 +8,7 @@ import pickle
 
 import numpy as np
 
-from cmstack.controllers._qp_kernels import condition
+from cmstack.controllers._qp_kernels import condition, inactive_minimizer
 from cmstack.controllers.qp import BoundedQP
 
 
@@ -88,3 +88,49 @@ def test_solve_keeps_the_solution_of_the_problem_as_given():
     twin = pickle.loads(pickle.dumps(qp))
     r2 = twin.solve("t", H, g, C=C, l=l, u=u, warm=False, feasible_start=True)
     np.testing.assert_allclose(r2.x, r.x, rtol=1e-7, atol=1e-9)
+
+
+def test_inactive_minimizer_is_the_qp_solution_exactly_when_no_row_binds():
+    """``inactive_minimizer`` (a level of the hierarchy solved without ProxSuite): on problems whose box is wide or
+    narrow around the unconstrained minimizer, it says "free" exactly when −Ĥ⁻¹ĝ meets every kept row (a vanished
+    or free row, zeroed by ``condition``, never counts), and then its z* is ProxSuite's solution of the same
+    conditioned QP to the solver's tolerance with every multiplier of ProxSuite's below it; when it says "not free",
+    z* violates a kept row and ProxSuite finds an active one."""
+    rng = np.random.default_rng(3)
+    seen = {True: 0, False: 0}
+    qp = BoundedQP()
+    for t in range(120):
+        n, m = int(rng.integers(1, 9)), int(rng.integers(1, 15))
+        R = rng.normal(size=(n, n))
+        H = R @ R.T + 1e-2 * np.eye(n)
+        g = rng.normal(size=n)
+        zstar = np.linalg.solve(H, -g)
+        C = rng.normal(size=(m, n))
+        y = C @ zstar
+        w = 10 ** rng.uniform(-2, 0.5)  # some boxes hold z*, some cut it
+        l, u = np.minimum(y - w * rng.uniform(-1, 2, m), 0.0), np.maximum(y + w * rng.uniform(-1, 2, m), 0.0)
+        if t % 5 == 0:
+            C[0] *= 1e-14  # vanished (0 within its bounds: not a violated constant)
+            l[0], u[0] = -1.0, 1.0
+        if t % 7 == 0:
+            l[-1], u[-1] = -np.inf, np.inf
+        out = (np.empty((n, n)), np.empty(n), np.empty((m, n)), np.empty(m), np.empty(m), np.empty(m))
+        bad = np.empty(m, dtype=np.int64)
+        s, lam, nbad = condition(H, g, C, l, u, 1e-10, 1e-7, *out, bad)
+        assert nbad == 0
+        Hs, gs, Cs, ls, us, d = out
+        zf = np.full(n + 2, np.nan)
+        free = inactive_minimizer(Hs, gs, Cs, ls, us, d, zf)
+        np.testing.assert_allclose(zf[:n], zstar, rtol=1e-9, atol=1e-12)
+        kept = d != 0
+        yz = Cs @ zf[:n]
+        assert free == bool(np.all((yz >= ls)[kept] & (yz <= us)[kept]))
+        seen[free] += 1
+        r = qp.solve("m", H, g, C=C, l=l, u=u, warm=False, feasible_start=True)
+        assert r.solved
+        if free:
+            np.testing.assert_allclose(r.x, zf[:n], atol=1e-6 * (1 + np.abs(zstar).max()))
+            assert np.abs(r.z).max() <= 1e-6 * (1 + np.abs(g).max())
+        else:
+            assert np.abs(r.z).max() > 0.0
+    assert seen[True] >= 20 and seen[False] >= 20
