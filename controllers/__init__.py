@@ -6,7 +6,8 @@ The public names:
 * ``UdwadiaKalabaController`` prioritized Udwadia–Kalaba [Milioshin] (udwadia_kalaba.py), and
   ``RobustUKController`` the same law with integral action and a position filter (uk_robust.py);
 * ``ContactUKController`` the same law on a floating base standing on ``PointContact`` feet, the contact forces
-  inside friction pyramids (contact_uk.py, docs/legged.md);
+  inside friction pyramids (contact_uk.py, docs/legged.md), and ``ContactPIDC`` projected inverse dynamics on the same
+  contacts, taken as closures to the ground, the internal forces chosen inside the pyramids (contact_pidc.py);
 * ``PIDC`` projected inverse dynamics [Aghili] (pidc.py), with its force loop ``ForceLaw`` (λ_d, e.g. ``Squeeze``);
 * ``RobustPartitionController`` the robust inertia-partitioning law (18) [Dastranj] (robust_partition.py);
 * the DAC port laws [Eslami] (dac.py): ``VelocityLaw`` (I), ``PoseLaw`` (II), ``TaskSpaceLaw`` (III), on
@@ -31,6 +32,8 @@ _EXPORTS = {
     "UKStepInfo": "cmstack.controllers.udwadia_kalaba",
     "ContactUKController": "cmstack.controllers.contact_uk",
     "ContactStepInfo": "cmstack.controllers.contact_uk",
+    "ContactPIDC": "cmstack.controllers.contact_pidc",
+    "ContactPIDCInfo": "cmstack.controllers.contact_pidc",
     "RobustUKController": "cmstack.controllers.uk_robust",
     "PIDC": "cmstack.controllers.pidc",
     "PIDCInfo": "cmstack.controllers.pidc",
@@ -50,6 +53,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run time __getattr__ serves them)
     from cmstack.controllers.base import Controller, ReportsErrors, ReportsMetrics, SensesPlant, StepInfo
+    from cmstack.controllers.contact_pidc import ContactPIDC, ContactPIDCInfo
     from cmstack.controllers.contact_uk import ContactStepInfo, ContactUKController
     from cmstack.controllers.dac import LawInfo, Obstacle, PortLaw, PoseLaw, TaskSpaceLaw, VelocityLaw
     from cmstack.controllers.pidc import PIDC, ForceLaw, PIDCInfo, Squeeze

@@ -12,7 +12,9 @@ Law: ``controllers/contact_uk.py: ContactUKController``: the stance feet (``mode
 friction pyramid with ``facets`` facets and ``mu``) and the loops at the top level, the base and the passive knees
 with exactly zero torque, then the base pose (a ``FrameTask`` on ``base_frame``) with the swing foot while one is
 lifted, the centre of mass (following the base's offsets), the motors' posture, Gauss last; the internal forces
-chosen inside the pyramids.
+chosen inside the pyramids.  ``law = "pidc"``: ``controllers/contact_pidc.py: ContactPIDC``, projected inverse
+dynamics with the stance feet as closures to the ground, the base pose (and the swing foot) its task coordinates, the
+same zero passive torques and force choice (docs/legged.md, "PIDC with the contacts").
 
 Phases (config): stand ``stand_s``; the base on a circle of ``circle_radius`` at ``circle_frequency`` in the
 ``circle_plane`` for ``circle_cycles`` turns, its angular rate ramped up and down over ``circle_ramp_s`` (so the
@@ -55,6 +57,7 @@ import mujoco
 import numpy as np
 import pinocchio as pin
 
+from cmstack.controllers.contact_pidc import ContactPIDC
 from cmstack.controllers.contact_uk import ContactUKController
 from cmstack.models.com import CenterOfMassTask
 from cmstack.models.contact import PointContact, contact_dynamics, pinocchio_stance_models
@@ -231,7 +234,8 @@ def check_feet(robot: Robot, cfg) -> None:
 
 class LeggedLaw:
     """The phases' contact switches around two ``ContactUKController``s sharing the contacts: one for the stance
-    (base, centre of mass, posture) and one with the swing foot's task beside the base's."""
+    (base, centre of mass, posture) and one with the swing foot's task beside the base's (``law = "pidc"``: two
+    ``ContactPIDC``s, the base's task and the swing foot's beside it)."""
 
     def __init__(self, robot: Robot, cfg, phases: Phases):
         self.robot, self.phases = robot, phases
@@ -266,7 +270,12 @@ class LeggedLaw:
             kd=cfg["posture_kd"],
             name="posture",
         )
-        self.stance = ContactUKController(robot, self.contacts, [[self.base], [self.com], [post]])
+        self.law = cfg["law"]
+        # law = "pidc": PIDC with the contacts as closures (controllers/contact_pidc.py), the base pose its task
+        if self.law == "pidc":
+            self.stance = ContactPIDC(robot, self.contacts, [self.base], on_infeasible="report")
+        else:
+            self.stance = ContactUKController(robot, self.contacts, [[self.base], [self.com], [post]])
         self.swing_contact = None
         self.swing = self.stance
         if phases.foot:
@@ -289,7 +298,12 @@ class LeggedLaw:
             foot = FrameTask(
                 robot, phases.foot, foot_ref, cfg["swing_kp"], cfg["swing_kd"], rows="position", name="swing"
             )
-            self.swing = ContactUKController(robot, self.contacts, [[self.base, foot], [self.com], [post]])
+            if self.law == "pidc":
+                self.swing = ContactPIDC(robot, self.contacts, [self.base, foot], on_infeasible="report")
+            else:
+                self.swing = ContactUKController(
+                    robot, self.contacts, [[self.base, foot], [self.com], [post]]
+                )
         self.last = self.stance
 
     @property
@@ -797,6 +811,7 @@ def run(ctx) -> Outcome:
         realtime_factor=run_.realtime_factor,
         sensors=cfg["sensors"],
         command=cfg["command"],
+        law=cfg["law"],
         **(sensing.metrics() if sensing is not None else {}),
         **({} if servo is None else {"pd_torque_max": servo.pd_torque_max}),
     )

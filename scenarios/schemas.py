@@ -391,6 +391,7 @@ class Legged(Schema):
     encoder_counts: NonNeg
     command: Literal["torque", "position"]
     pd_hz: Pos
+    law: Literal["uk", "pidc"]
 
 
 # ------------------------------------------------------------------------------------- balloon
