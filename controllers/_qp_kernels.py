@@ -403,9 +403,11 @@ def level_problem(
     (``uk_solve.LevelSolver._sequential``); the bounds of the level (lo, hi, unscaled: the feasibility test of a
     capped solve) and of its conditioned form (l̂, û, the rows' scales d, the vanished rows violated as constants
     ``bad``) into the given buffers (one entry per row of C), the unconstrained minimizer into ``zf`` (n entries,
-    the first nz used).  Returns (x, N', A N', Ĥ, ĝ, C N', Ĉ, s, λ_min, nbad, free): ``free`` when no row of the
-    level can be active (``inactive_minimizer``; never with a violated constant row): the level's solution is
-    zf[:nz] with zero multipliers.  N' may have no column (then Ĥ … are not set)."""
+    the first nz used).  Returns (x, N', A N', Ĥ, ĝ, C N', Ĉ, s, λ_min, nbad, free, nz_next): ``free`` when no row
+    of the level can be active (``inactive_minimizer``; never with a violated constant row): the level's solution
+    is zf[:nz] with zero multipliers; ``nz_next`` the dimension of the next level's null space, nz − rank(A N') by
+    the rank test of ``null_basis`` (0 for the last level: the caller stops after this level when it is 0, without
+    a call for a level that has no freedom left).  N' may have no column (then Ĥ … are not set)."""
     xn, Nn, Hr, gr, CN, lo_, hi_, AN = hierarchy_level(
         N, dx, x, Bprev, rank_tol, C, l, u, eps_abs, A, b, last, M, Q, H, g
     )
@@ -415,10 +417,38 @@ def level_problem(
     hi[:] = hi_
     Hs, gs, Cs = np.empty((nz, nz)), np.empty(nz), np.empty((m, nz))
     if nz == 0:
-        return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0, False
+        return xn, Nn, AN, Hs, gs, CN, Cs, 1.0, 1.0, 0, False, 0
     s, lam, nbad = condition(Hr, gr, CN, lo, hi, row_tol, check_tol, Hs, gs, Cs, ls, us, d, bad)
     free = nbad == 0 and inactive_minimizer(Hs, gs, Cs, ls, us, d, zf)
-    return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad, free
+    nz_next = 0
+    if not last:
+        nz_next = nz - pivoted_qr(AN, rank_tol, np.arange(AN.shape[0]))[2]
+    return xn, Nn, AN, Hs, gs, CN, Cs, s, lam, nbad, free, nz_next
+
+
+@njit(cache=True)
+def level_tail(E, f, x, sizes, H, g, C, z, res, bnorm, rhs):
+    """The end of ``uk_solve.LevelSolver._sequential`` in one call: ``level_residuals`` of v̇ = x (res_k, ‖f_k‖ into
+    ``res``, ``bnorm``), the right side of the equality force's minimum-norm split rhs = −(H x + g) − Cᵀ z (Eᵀλ = rhs,
+    solved when the forces are asked for), and whether every level holds exactly: res_k ≤ 1e-8 (1 + ‖f_k‖) for
+    every k (False on a NaN)."""
+    level_residuals(E, f, x, sizes, res, bnorm)
+    exact = True
+    for k in range(sizes.size):
+        if not res[k] <= 1e-8 * (1.0 + bnorm[k]):
+            exact = False
+    n = x.size
+    for i in range(n):
+        acc = g[i]
+        for j in range(n):
+            acc += H[i, j] * x[j]
+        rhs[i] = -acc
+    for r in range(C.shape[0]):
+        zr = z[r]
+        if zr != 0.0:
+            for i in range(n):
+                rhs[i] -= C[r, i] * zr
+    return exact
 
 
 @njit(cache=True)

@@ -632,7 +632,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
             C, l, u = self._limit_rows(kin, hD)
             x, lam, z, iters, path = self._with_limits(kin, H, -r, E, f, rows, C, l, u, -hD, hD, t)
             tau = self._torque(kin.M @ x + hD)
-            info.limits_active = bool(z.any()) or (path == "sequential" and self._seq_active)
+            info.limits_active = bool(np.count_nonzero(z)) or (path == "sequential" and self._seq_active)
             done = self._seq_residuals  # (v̇, residuals) of the last sequential solve
             info.level_residuals = (
                 done[1] if done[0] is x else tuple(float(np.linalg.norm(a @ x - b)) for a, b in rows)

@@ -10,7 +10,7 @@ import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
 from cmstack.controllers._qp_kernels import level_problem as _level_problem
-from cmstack.controllers._qp_kernels import level_residuals as _level_residuals
+from cmstack.controllers._qp_kernels import level_tail as _level_tail
 from cmstack.controllers._qp_kernels import merged_problem as _merged_problem
 from cmstack.controllers.qp import BoundedQP
 from cmstack.controllers.uk_levels import UKStepInfo, _nullspace_step
@@ -19,6 +19,7 @@ from cmstack.models.limits import EffortLimit
 from cmstack.models.robot import Kinematics, Robot
 
 _EMPTY = np.zeros(0)
+_count_nonzero = np.count_nonzero
 
 
 class LevelSolver:
@@ -237,14 +238,14 @@ class LevelSolver:
         iters_upper = iters
         z_last = None
         lo, hi, ls, us, d, bad, zf = self._row_buffers(C.shape[0])  # level_problem's
-        active = bool(z.any())
+        active = bool(_count_nonzero(z))
         K = len(rows)
         for k in range(first, K + 1):
             # x ← x + N dx (the level above), N ← N null(B), B = A_{k−1} N, and level k's QP in N's coordinates
             # (``_qp_kernels.hierarchy_level``: z = 0, the levels above, is feasible by construction: a bound that
             # v̇_{k−1} meets only to the tolerance of its QP is moved to it, so a lower level never repairs a higher one)
             A, b = rows[k] if k < K else (None, None)
-            x, N, B, Hs, gs, CN, Cs, s, lam, nbad, free = _level_problem(
+            x, N, B, Hs, gs, CN, Cs, s, lam, nbad, free, nz_next = _level_problem(
                 N, dx, x, B, self.rank_tol, C, l, u, self.eps_abs,
                 self._no_rows if A is None else A, _EMPTY if b is None else b,
                 k == K, M, Q, H, g, qp.row_tol, qp.check_tol, lo, hi, ls, us, d, bad, zf,
@@ -259,6 +260,9 @@ class LevelSolver:
                 if k == K:
                     x = x + N @ zf[:nz]
                     z_last = np.zeros(C.shape[0])
+                elif nz_next == 0:  # no freedom left below this level: the hierarchy ends here
+                    x = x + N @ zf[:nz]
+                    break
                 else:
                     dx = zf[:nz].copy()
                 continue
@@ -279,7 +283,7 @@ class LevelSolver:
                     self.max_step_iters - spent, None, None, CN, lo, hi,
                 )  # fmt: skip
             iters += r.iters
-            active = active or bool(r.z.any())
+            active = active or bool(_count_nonzero(r.z))
             if not r.solved:
                 self.failures += 1
                 # (the scaled cost: the same sign as the level's own, s > 0)
@@ -295,9 +299,12 @@ class LevelSolver:
                     + (" (its last feasible iterate is used)" if better else ""),
                 )
                 break
-            if k == K:
+            if k == K or nz_next == 0:  # (nz_next = 0: no freedom left below this level)
                 x = x + N @ r.x
-                z_last = r.z
+                if k == K:
+                    z_last = r.z
+                else:
+                    break
             else:
                 dx = r.x
         if z_last is not None:
@@ -308,14 +315,14 @@ class LevelSolver:
             sizes = np.fromiter((a.shape[0] for a, _ in rows), dtype=np.int64, count=len(rows))
             if E is None or f is None or E.shape[0] != int(sizes.sum()):
                 E, f = np.vstack([a for a, _ in rows]), np.concatenate([b for _, b in rows])
-            E_up, rhs = E, -(H @ x + g) - C.T @ z
+            E_up, rhs = E, np.empty(n)
+            res, bn = np.empty(len(rows)), np.empty(len(rows))
+            # the levels' residuals, whether they all hold, and rhs = −(H x + g) − Cᵀ z in one compiled call
+            self._levels_exact = _level_tail(E, f, x, sizes, H, g, C, z, res, bn, rhs)
 
             def lam():
                 return np.linalg.lstsq(E_up.T, rhs, rcond=None)[0]
 
-            res, bn = np.empty(len(rows)), np.empty(len(rows))
-            _level_residuals(E, f, x, sizes, res, bn)
-            self._levels_exact = bool((res <= 1e-8 * (1.0 + bn)).all())
             self._seq_residuals = (x, tuple(res.tolist()))
         else:
             lam = None  # type: ignore[assignment]

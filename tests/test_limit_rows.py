@@ -119,6 +119,9 @@ def test_merged_and_level_problems_are_the_python_ones():
             )
             for a, b in zip(got[:3], (ref[0], ref[1], ref[7])):
                 assert np.array_equal(a, b)
+            # the next level's freedom: the columns of the null space the next call would make
+            nz_next = 0 if last or ref[1].shape[1] == 0 else null_basis(ref[7], 1e-10).shape[1]
+            assert got[11] == nz_next
             assert np.array_equal(got[5], ref[4])
             assert np.array_equal(bufs[0], ref[5]) and np.array_equal(bufs[1], ref[6])
             nz = ref[1].shape[1]

@@ -10,7 +10,13 @@ import pickle
 import numpy as np
 import pytest
 
-from cmstack.controllers._qp_kernels import condition_eq, hierarchy_level, level_residuals, null_basis
+from cmstack.controllers._qp_kernels import (
+    condition_eq,
+    hierarchy_level,
+    level_residuals,
+    level_tail,
+    null_basis,
+)
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
 from cmstack.models.coupling import PostureTask
 from cmstack.models.errors import InfeasibleError
@@ -119,6 +125,20 @@ def test_condition_eq_and_level_residuals_equal_numpy():
         res, [np.linalg.norm(A[:2] @ x - b[:2]), 0.0, np.linalg.norm(A[2:] @ x - b[2:])]
     )
     np.testing.assert_allclose(bn, [np.linalg.norm(b[:2]), 0.0, np.linalg.norm(b[2:])])
+    # level_tail: the same residuals, rhs = −(H x + g) − Cᵀ z, and "every level holds" exactly when each does
+    R = rng.normal(size=(7, 7))
+    H, g = R @ R.T, rng.normal(size=7)
+    C, z = rng.normal(size=(4, 7)), np.array([0.0, 1.5, 0.0, -2.0])
+    res2, bn2, rhs = np.empty(3), np.empty(3), np.empty(7)
+    assert not level_tail(A, b, x, sizes, H, g, C, z, res2, bn2, rhs)
+    np.testing.assert_array_equal(res2, res)
+    np.testing.assert_array_equal(bn2, bn)
+    np.testing.assert_allclose(rhs, -(H @ x + g) - C.T @ z, rtol=1e-13, atol=1e-13)
+    Af = rng.normal(size=(5, 7))
+    x_held = np.linalg.lstsq(Af, b, rcond=None)[0]  # 5 rows, 7 columns: every level holds
+    assert level_tail(Af, b, x_held, sizes, H, g, C, z, res2, bn2, rhs)
+    Af[4] += 1e-6  # the last level now misses by ~1e-6 |x|: not held
+    assert not level_tail(Af, b, x_held, sizes, H, g, C, z, res2, bn2, rhs)
 
 
 @pytest.fixture(scope="module")
