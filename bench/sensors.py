@@ -131,10 +131,11 @@ def _dual_panda(command: str, duration: float) -> dict:
 class _AnsweredTorques:
     """A law whose torque at cycle k is the one it computed from state j = answers[k] (an rt run's driver log: the
     cycle its applied torque answered; a repeated j is a held torque), the law called in order on the states it
-    answers, as the rt controller was.  ``answers`` None: j = k − 1 every cycle (the one cycle of delay alone)."""
+    answers, as the rt controller was.  ``answers`` None: j = k − 1 every cycle (the one cycle of delay alone).
+    A predicting law (``PredictingController``, mode "latency") is told the torque applied over [t_j, t_{j+1}]."""
 
     def __init__(self, law, answers: np.ndarray | None) -> None:
-        self.__dict__.update(law=law, answers=answers, hist=[], k=0, last=-1, held=None)
+        self.__dict__.update(law=law, answers=answers, hist=[], out=[], k=0, last=-1, held=None)
 
     def __call__(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         k, a = self.k, self.answers
@@ -142,27 +143,40 @@ class _AnsweredTorques:
         j = k - 1 if a is None else int(a[min(k, a.size - 1)])
         j = min(max(j, 0), k)
         if j > self.last or self.held is None:
+            applied = getattr(self.law, "applied", None)
+            if isinstance(applied, np.ndarray) and 0 < j < len(self.out):
+                applied[:] = self.out[j]  # (the torque the robot applied over [t_j, t_{j+1}])
             self.__dict__.update(held=np.array(self.law(*self.hist[j]), dtype=float), last=j)
         self.__dict__["k"] = k + 1
+        self.out.append(self.held.copy())
         return self.held.copy()
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["law"], name)
 
 
-def rt_replay(model: str, rt_dir: str | None, duration: float) -> float:
+def rt_replay(
+    model: str, rt_dir: str | None, duration: float, predict: str = "none", sets: tuple = ()
+) -> float:
     """``closed_chain`` with the motors only (``sensors=actuated``), in process, with the command timing of the rt run
-    in ``rt_dir`` (its ``rt_timing.npz``'s ``answers``; None: the one cycle of delay and no miss): its
-    ``ee_error_max_m``.  Equal to the rt run's own error when the answered states explain it."""
+    in ``rt_dir`` (its ``rt_timing.npz``'s ``answers``; None: the one cycle of delay and no miss), the law predicting
+    the state at its torque's application (``predict``: sim/rt_predict.py's modes): its ``ee_error_max_m``.  Equal to
+    the rt run's own error when the answered states explain it."""
     from cmstack.scenarios import closed_chain
+    from cmstack.sim.rt_predict import with_prediction
 
     answers = (
         None if rt_dir is None else np.load(os.path.join(rt_dir, "rt_timing.npz"))["answers"].astype(int)
     )
     build = closed_chain.build_law
-    closed_chain.build_law = lambda cfg, robot, coords: _AnsweredTorques(build(cfg, robot, coords), answers)
+
+    def law(cfg, robot, coords):
+        ctl, _ = with_prediction(build(cfg, robot, coords), predict, cfg["control_dt"], int(duration * 1e4))
+        return _AnsweredTorques(ctl, answers)
+
+    closed_chain.build_law = law
     try:
-        m = _closed_chain(model, ["sensors='actuated'"], duration)
+        m = _closed_chain(model, ["sensors='actuated'", *sets], duration)
     finally:
         closed_chain.build_law = build
     return float(m["ee_error_max_m"])
@@ -176,6 +190,13 @@ def main(argv=None) -> int:
         metavar=("MODEL", "RT_DIR"),
         help="only replay the command timing of a `cmstack rt closed_chain --set model=MODEL --sensors actuated` run "
         "(its other keys the defaults) in process, and the delay alone: does it explain the rt run's error?",
+    )
+    ap.add_argument(
+        "--predict",
+        nargs="+",
+        default=["none"],
+        choices=["none", "one-step", "latency"],
+        help="with --replay: the controller side's prediction mode(s) to replay (sim/rt_predict.py; default none)",
     )
     ap.add_argument("--duration", type=float, default=3.0, help="s of each closed_chain run (default 3)")
     ap.add_argument(
@@ -194,9 +215,16 @@ def main(argv=None) -> int:
         with open(os.path.join(rt_dir, "metrics.json")) as f:
             rt = json.load(f)
         dur = np.load(os.path.join(rt_dir, "rt_timing.npz"))["answers"].size * dt
-        print(f"rt run {rt_dir}: ee_error_max_m {rt['ee_error_max_m']:.8e}")
-        print(f"its timing replayed in process: {rt_replay(model, rt_dir, dur):.8e}")
-        print(f"the one cycle of delay alone:    {rt_replay(model, None, dur):.8e}")
+        with open(os.path.join(rt_dir, "timing.json")) as f:
+            used = (json.load(f).get("predict") or {}).get("mode", "none")
+        print(f"rt run {rt_dir} (predict {used}): ee_error_max_m {rt['ee_error_max_m']:.8e}")
+        for mode in args.predict:
+            print(
+                f"predict {mode:9s} its timing replayed in process: {rt_replay(model, rt_dir, dur, mode):.8e}"
+            )
+            print(
+                f"predict {mode:9s} the one cycle of delay alone:    {rt_replay(model, None, dur, mode):.8e}"
+            )
         return 0
     load0 = os.getloadavg()[0]
     res: dict = {"load_start": load0, "closed_chain": {}, "series_parallel": {}}

@@ -95,6 +95,15 @@ def add_arguments(sub) -> None:
         help="what the robot takes (the scenario's 'command' key, e.g. closed_chain's): position = (q_des, v_des, "
         "tau_ff) per actuated joint, the driver runs the robot's joint PD (docs/realtime.md)",
     )
+    p.add_argument(
+        "--predict",
+        choices=["none", "one-step", "latency"],
+        default="one-step",
+        help="the controller side answers the state predicted one period ahead, when its torque is applied "
+        "(the law's model's forward dynamics; torque commands, fixed base): one-step (default, the torque held "
+        "meanwhile taken as the last one sent), latency (the one the driver holds, from the send and publication "
+        "times) or none (docs/realtime.md)",
+    )
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
     p.add_argument(
         "--max-misses",
@@ -177,7 +186,9 @@ def _drop_placeholder(out: Path) -> None:
         pass
 
 
-def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controller, out=None, **kw):
+def _rt_loop(
+    runs: list, rate: float, drv, loop, transport: str, plant, controller, out=None, predict="none", **kw
+):
     """The ``LOOP_OVERRIDE`` of an rt run: :func:`run_rt` at ``rate``, its Run kept in ``runs``; ``out``:
     the run directory (where the driver leaves the record if this process dies)."""
     from cmstack.sim.rt_loop import run_rt
@@ -215,6 +226,7 @@ def _rt_loop(runs: list, rate: float, drv, loop, transport: str, plant, controll
         on_start=start,
         on_loop_end=runs.append,
         on_orphan=None if out is None else partial(orphan_record, out),
+        predict=predict,
         **kw,
     )  # kept before the replay, which a Ctrl-C may cut short
 
@@ -374,6 +386,14 @@ def summary_lines(timing: dict) -> list[str]:
     lines.append(
         f"  log: {b['driver'] + b['controller']} bytes per cycle (driver {b['driver']}, controller {b['controller']})"
     )
+    pr = t.get("predict") or {"mode": "none"}
+    if pr["mode"] == "none":
+        lines.append("  predict: none" + (f" ({pr['note']})" if pr.get("note") else ""))
+    else:
+        lines.append(
+            f"  predict: {pr['mode']} ({pr['predictions']} predictions, {pr['failures']} failed, median "
+            f"{pr['predict_us_median']:.0f} µs)"
+        )
     lines += [f"  {s}" for s in t["setup"]]
     if "closed_loop" in t:
         lines.append("  closed loop, rt vs in-process (ratio; error metrics judged within 2×):")
@@ -431,7 +451,9 @@ def cmd_rt(args) -> int:
         no_plots=args.no_plots,
     )
     runs: list = []
-    token = LOOP_OVERRIDE.set(partial(_rt_loop, runs, args.rate, drv, loop, args.transport, out=out))
+    token = LOOP_OVERRIDE.set(
+        partial(_rt_loop, runs, args.rate, drv, loop, args.transport, out=out, predict=args.predict)
+    )
     try:
         code = execute(name, mod.run, ns, defaults=defaults)
     finally:

@@ -52,6 +52,7 @@ import pinocchio as pin
 from numpy.typing import ArrayLike
 
 from cmstack.controllers._passive_kernels import CONVERGED, STEPPED, layout, passive_step, prepare
+from cmstack.controllers.kernels import cholesky_inplace, cholesky_solve_inplace
 from cmstack.models.errors import ConfigError, SensorFault, StateError
 from cmstack.models.lie import svd_rank
 from cmstack.models.loops import ClosureSet
@@ -393,3 +394,186 @@ class LoopStateEstimator:
             "estimator_conditioning_min": self.min_conditioning,
             "estimator_prediction_gap_max": self.max_prediction_gap,
         }
+
+
+class DelayPredictor:
+    """The state a closed chain will be in one control period ahead, from the model's own forward dynamics: what a
+    law across a process boundary (``cmstack rt``) should answer, since the torque computed from the state published
+    at t_k is applied from t_{k+1} on (sim/rt_driver.py: one cycle of delay, as on a real robot).
+
+    **Derivation.**  The model's rigid closed-chain dynamics, joint damping D as the plant's:
+
+        M(q) v̇ + h(q, v) + D v = τ + Jᵀλ,      J v̇ + J̇v = 0      (J: the loops' Jacobian, ``ClosureSet``),
+
+    with the joints split v = (v_a, v_p) (motors, passive) and J_p of full column rank (the estimator's condition),
+    every v̇ on the loops is v̇ = T v̇_a + c with
+
+        T = [I; G],  G = −J_p⁺ J_a,      c = [0; −J_p⁺ J̇v]
+
+    (J v̇ = (J_a + J_p G) v̇_a − J_p J_p⁺ J̇v = −J̇v wherever J_a's and J̇v's columns lie in J_p's range, as on a
+    closed state).  J T = 0, so Tᵀ Jᵀλ = 0 and projecting the dynamics on T removes λ:
+
+        (Tᵀ M T) v̇_a = Tᵀ (τ − b),      b = M c + h(q, v) + D v = rnea(q, v, c) + D v.
+
+    (Without loops T = I, c = 0: v̇ = M⁻¹ (τ − h − D v).)  Over the period h_p the torque τ is held (the one being
+    applied: the previous command), and one semi-implicit Euler step on the joint manifold gives
+
+        v⁺ = v + h_p v̇,      q⁺ = q ⊕ h_p v⁺   (``pin.integrate``),
+
+    whose error against the model's exact flow is h_p² (|v̇| + …)/2 in q and O(h_p²) in v (the unpredicted state's,
+    q(t + h_p) − q(t), is h_p |v|: one order less).  q⁺ is then put back on the loops, the motors held: Newton on
+    the passive joints q_p ← q_p − J_p⁺ φ(q) (it starts O(h_p²) off the manifold, ~1e-7 m: one step, then a
+    pass that finds |φ| ≤ ``tol``), and v⁺ on their tangent, v_p⁺ = G(q⁺) v_a⁺ (the Euler v_p⁺ differs from it by
+    O(h_p²)), G from that last pass.
+
+    Cost: one closure pass (J, J̇v) at (q, v), ``crba`` and ``rnea``, one compiled QR of J_p for G and J_p⁺ J̇v
+    together, two closure passes and QRs for the projection (tests/test_delay_predictor.py checks
+    v̇ against ``ProjectionPlant.accel``, the O(h_p²) order of the prediction against a fine integration of the same
+    dynamics, and its error one period ahead of the MuJoCo plant).
+
+    Args:
+        robot: the law's model (its ``loops``, ``actuated_joints``, ``damping``); a fixed base (a floating base's
+            motion depends on contacts the model does not have: refused).
+        dt: the default horizon h_p [s] (the control period).
+        tol: Newton's tolerance on max|φ| of the projection (m, rad); max_iter: its iteration budget.
+
+    ``predict(q, v, tau, h=None)`` returns (q⁺, v⁺) (model order); ``failures`` counts projections that did not
+    reach ``tol`` (the caller then keeps the measured state)."""
+
+    def __init__(self, robot: Robot, dt: float, *, tol: float = 1e-12, max_iter: int = 6) -> None:
+        if not dt > 0:
+            raise ConfigError(f"DelayPredictor: dt must be > 0 s, got {dt}")
+        if robot.floating_base is not None:
+            raise ConfigError(
+                f"DelayPredictor: {robot.label} has a floating base '{robot.floating_base}': its motion depends on "
+                "contacts the model does not have; not predicted"
+            )
+        if robot.loops and robot.nq != robot.nv:
+            raise ConfigError(
+                f"DelayPredictor: {robot.label} closes loops over joints that are not all 1-DoF (nq {robot.nq}, "
+                f"nv {robot.nv}); not predicted"
+            )
+        self.robot, self.dt, self.tol, self.max_iter = robot, float(dt), float(tol), int(max_iter)
+        model = robot.model
+        self._data = model.createData()
+        self.loops = ClosureSet(robot.loops) if robot.loops else None
+        nv = robot.nv
+        if self.loops is None:
+            self.act = np.arange(nv, dtype=np.int64)
+        else:
+            self.act = np.array([robot.joint_index(n) for n in robot.actuated_joints], dtype=np.int64)
+        motors = set(self.act.tolist())
+        self.pas = np.array([i for i in range(nv) if i not in motors], dtype=np.int64)
+        a, p = self.act.size, self.pas.size
+        m = self.loops.m if self.loops is not None else 0
+        self.D = robot.damping.copy()
+        self._T = np.zeros((nv, a))
+        self._T[self.act, np.arange(a)] = 1.0
+        self._c = np.zeros(nv)
+        self._lower = np.tril_indices(nv, -1)
+        self._S = np.zeros((a, a))
+        # passive_step's tables: the motors' columns (the projection's G), and those plus J̇v as column nv of
+        # [J  J̇v] (G_ext = −J_p⁺ [J_a  J̇v]: T's G and c's −J_p⁺ J̇v from one QR)
+        ni, nw = layout(m, p, a + 1)
+        self._ints = np.zeros(ni, dtype=np.int64)
+        self._ints[:p], self._ints[p : p + a], self._ints[p + a] = self.pas, self.act, nv
+        self._ints_proj = np.zeros(layout(m, p, a)[0], dtype=np.int64)
+        self._ints_proj[:p], self._ints_proj[p : p + a] = self.pas, self.act
+        self._Jx = np.zeros((m, nv + 1))
+        self._Gx = np.zeros((p, a + 1))
+        self._G = np.zeros((p, a))
+        self._X = np.zeros((m, max(p, 1)))
+        self._work = np.zeros(nw)
+        self._zero_m = np.zeros(m)
+        self._zero_w = np.zeros(a + 1)
+        self._scratch_v = np.zeros(nv)
+        self._prm = np.array([self.tol, 1e-10])
+        self.vdot = np.zeros(nv)  #: the last prediction's v̇ (model order)
+        self.iterations = 0  #: the last projection's Newton iterations
+        self.residual = 0.0  #: its max|φ| at the returned q⁺
+        self.failures = 0
+
+    def warm_up(self) -> None:
+        """One prediction at the model's initial pose, at rest, unforced, its figures then forgotten: the compiled
+        kernels are loaded (tens of ms the first time) before a timed loop calls ``predict``."""
+        r = self.robot
+        self.predict(r.q_initial.copy(), np.zeros(r.nv), np.zeros(r.nv))
+        self.iterations, self.residual, self.failures = 0, 0.0, 0
+
+    def accel(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> np.ndarray:
+        """v̇ (model order) of the rigid closed-chain dynamics at (q, v) under τ (class docstring); also kept in
+        ``vdot``.  A StateError where J_p is not safely of full column rank (the estimator's ``singular``)."""
+        m, d = self.robot.model, self._data
+        T, c, a = self._T, self._c, self.act.size
+        if self.loops is not None:
+            _, J, jdv = self.loops._pass(q, v)
+            Jx, Gx = self._Jx, self._Gx
+            Jx[:, :-1] = J
+            Jx[:, -1] = jdv
+            st = passive_step(
+                self._zero_m,
+                Jx,
+                self._scratch_v,
+                self._scratch_v,
+                self._zero_w,
+                Gx,
+                self._X,
+                self._ints,
+                self._prm,
+                self._work,
+            )
+            if st != CONVERGED:
+                raise StateError(
+                    f"DelayPredictor: the passive joints of {self.robot.label} are not determined here"
+                )
+            T[self.pas] = Gx[:, :a]
+            c[self.pas] = Gx[:, a]
+        M = pin.crba(m, d, q)  # (its upper triangle)
+        M[self._lower] = M.T[self._lower]
+        b = pin.rnea(m, d, q, v, c)
+        b += self.D * v
+        S = self._S
+        np.matmul(T.T, M @ T, out=S)
+        rhs = T.T @ (tau - b)
+        if not cholesky_inplace(S, a):
+            raise StateError(
+                f"DelayPredictor: the reduced inertia of {self.robot.label} is not positive definite"
+            )
+        cholesky_solve_inplace(S, a, rhs)
+        np.matmul(T, rhs, out=self.vdot)
+        self.vdot += c
+        return self.vdot
+
+    def predict(
+        self, q: np.ndarray, v: np.ndarray, tau: np.ndarray, h: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(q⁺, v⁺): the state ``h`` s (default ``dt``) after (q, v) with ``tau`` held [N·m, N], on the loops (class
+        docstring).  A projection that does not converge (or a J_p not safely of full column rank) counts in
+        ``failures`` and returns the measured (q, v)."""
+        h = self.dt if h is None else float(h)
+        model = self.robot.model
+        try:
+            vd = self.accel(q, v, tau)
+        except StateError:
+            self.failures += 1
+            return q.copy(), v.copy()
+        v1 = v + h * vd
+        q1 = pin.integrate(model, q, h * v1)
+        if self.loops is None:
+            self.iterations, self.residual = 0, 0.0
+            return q1, v1
+        va1 = v1[self.act]
+        G, X, ints, prm, work = self._G, self._X, self._ints_proj, self._prm, self._work
+        st, k, r = STEPPED, 0, math.inf
+        while k <= self.max_iter:
+            phi, J, _ = self.loops._pass(q1, None)
+            r = float(np.max(np.abs(phi)))
+            st = passive_step(phi, J, q1, v1, va1, G, X, ints, prm, work)
+            if st != STEPPED:
+                break
+            k += 1
+        self.iterations, self.residual = k, r
+        if st != CONVERGED:
+            self.failures += 1
+            return q.copy(), v.copy()
+        return q1, v1

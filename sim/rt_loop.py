@@ -53,6 +53,7 @@ from cmstack.sim import rt_transport as rt
 from cmstack.sim.base import Plant
 from cmstack.sim.logger import Logger, write_parts
 from cmstack.sim.rt_driver import DriverProcess, DriverReport, DriverSettings, realtime_setup, sensor_views
+from cmstack.sim.rt_predict import prediction_stats, with_prediction
 from cmstack.sim.rt_records import RECORDS, log_series, record_array, write_meta
 from cmstack.sim.rt_transport import TRANSPORTS, Link
 from cmstack.sim.runner import Disturbance, Run, substeps
@@ -365,6 +366,8 @@ def control_loop(
     capture: list[tuple[str, np.ndarray]] = []
     seen = 0
     gcs = [0]
+    on_frame = getattr(controller, "on_frame", None)  # (a PredictingController: which torque the robot holds)
+    sent_k, sent_wall = -1, 0.0
 
     def on_gc(phase, _info):
         if phase == "start":
@@ -428,6 +431,8 @@ def control_loop(
             # ---- the controller's step, on copies (a law may keep the arrays it is given)
             for dst, src in sensed:
                 np.copyto(dst, src)
+            if on_frame is not None:
+                on_frame(k, wall, sent_k, sent_wall)
             c0 = perf()
             tau = controller(st.local[1], st.q.copy(), st.v.copy())
             c1 = perf()
@@ -435,6 +440,7 @@ def control_loop(
                 _first_cycle_buffers(controller, reporter, st.local[1], n_cycles, records, rep, s, capture)
                 c1 = perf()  # (the torque's age counts from its send)
             cmd.send(k, tau, c1)
+            sent_k, sent_wall = k, c1
             # ---- bookkeeping (after the send: not on the latency path)
             if k < n_cycles:
                 lat[k] = (c1 - wall) * 1e6
@@ -499,6 +505,8 @@ class RtResult:
     loop: LoopReport
     setup: list = field(default_factory=list)
     transport: str = "shm"
+    #: the controller side's prediction (sim/rt_predict.py): mode, predictions, failures, ...; or why none
+    predict: dict = field(default_factory=lambda: {"mode": "none"})
 
     @property
     def misses(self) -> int:
@@ -547,6 +555,7 @@ class RtResult:
                 L.driver_lost_after_s * 1e3 if np.isfinite(L.driver_lost_after_s) else None
             ),
             "torque_saturations": d.saturated,
+            "predict": self.predict,
             "setup": self.setup + d.setup + L.setup,
             "log_bytes_per_cycle": {"driver": d.log.bytes_per_cycle, "controller": L.bytes_per_cycle},
         }
@@ -567,6 +576,7 @@ class RtRun(Run):
                 rt_stops=t["stops"],
                 rt_latency_us_p999=t["latency_us"]["p99.9"],
                 rt_gc_collections=t["gc_collections"],
+                rt_predict=t["predict"]["mode"],
             )
         return out
 
@@ -600,6 +610,7 @@ def run_rt(
     on_orphan: Callable[[RtRun], None] | None = None,
     frame: Any = None,
     servo: Any = None,
+    predict: str = "none",
 ) -> RtRun:
     """:func:`~cmstack.sim.runner.simulate`'s contract, run across a process boundary in wall-clock time
     at 1 / ``control_dt`` Hz: the plant goes to a driver process (sim/rt_driver.py, forked: it keeps the
@@ -638,7 +649,11 @@ def run_rt(
     motors' encoders, NaN elsewhere; ``simulate(sensors="actuated")`` passes it); the log keeps the plant's state.
     ``servo``: a position-controlled robot (``sim/sensors.JointServo``): ``controller`` returns its packed
     command (q_des, v_des, τ_ff) (``PositionCommanding``), which the driver's copy of ``servo`` runs as the
-    robot's joint PD at the plant's rate; the log's τ is the torque the PD applied (averaged over the period)."""
+    robot's joint PD at the plant's rate; the log's τ is the torque the PD applied (averaged over the period).
+    ``predict``: "none", "one-step" or "latency" (sim/rt_predict.py): the law answers the state predicted at the
+    time its torque will be applied, one period after the state it is given (the driver's delay), by the law's
+    model's forward dynamics; timing.json's ``predict`` says what was done (or why nothing: a position command, a
+    floating base, a law without a model)."""
     if not duration > 0:
         raise ConfigError(f"duration must be > 0 s, got {duration}")
     sensed = _sensed_names(controller)
@@ -649,6 +664,7 @@ def run_rt(
     ls = loop or LoopSettings()
     substeps(control_dt, plant.dt)
     n_cycles = int(round(duration / control_dt))
+    controller, not_predicted = with_prediction(controller, predict, control_dt, n_cycles)
     q0, v0 = plant.state()
     nq, nv = len(q0), len(v0)
     log, record = _log_and_record(plant, log, record)
@@ -707,6 +723,7 @@ def run_rt(
         if proc is None and records is not None:  # (refused before the driver started: nothing to keep)
             shutil.rmtree(records.parent, ignore_errors=True)
     res.rt = RtResult(rate_hz=ds.rate_hz, driver=report, loop=rep, transport=transport)
+    res.rt.predict = prediction_stats(controller, predict, not_predicted)
     if servo is not None and math.isfinite(report.pd_torque_max):  # (the driver's copy ran the PD)
         servo.pd_torque_max = report.pd_torque_max
     failure = _run_failure(failure, report, rep)
