@@ -35,6 +35,7 @@ import numpy as np
 
 from cmstack.models.errors import ConfigError
 from cmstack.models.estimator import DelayPredictor
+from cmstack.models.robot import Robot
 
 PREDICT = ("none", "one-step", "latency")
 
@@ -129,10 +130,13 @@ def law_model(controller: Any) -> Any:
     return getattr(controller, "robot", None)
 
 
-def with_prediction(controller: Any, mode: str, control_dt: float, n_cycles: int) -> tuple[Any, str]:
+def with_prediction(
+    controller: Any, mode: str, control_dt: float, n_cycles: int, state_size: tuple[int, int] | None = None
+) -> tuple[Any, str]:
     """``controller`` (what ``run_rt`` is given: the law, or ``ReconstructingController(law, sensing)``) with its law
     wrapped in a :class:`PredictingController` of ``mode``, and a note: "" when it was, else why not (a position
-    command, whose robot integrates its own command; no model; a floating base).  ``mode`` "none": as given."""
+    command, whose robot integrates its own command; no model; a model whose (nq, nv) is not the state's
+    ``state_size``; a floating base).  ``mode`` "none": as given."""
     from cmstack.sim.sensors import PositionCommanding, ReconstructingController
 
     if mode not in PREDICT:
@@ -146,8 +150,13 @@ def with_prediction(controller: Any, mode: str, control_dt: float, n_cycles: int
         )
     inner = controller.controller if isinstance(controller, ReconstructingController) else controller
     robot = law_model(inner)
-    if robot is None:
-        return controller, f"not predicted: {type(inner).__name__} has no model (.robot)"
+    if not isinstance(robot, Robot):
+        return controller, f"not predicted: {type(inner).__name__} has no model (.robot, a Robot)"
+    if state_size is not None and (robot.nq, robot.nv) != tuple(state_size):
+        return controller, (
+            f"not predicted: the law's model {robot.label} has (nq, nv) = ({robot.nq}, {robot.nv}), the state it is "
+            f"given {tuple(state_size)}"
+        )
     try:
         predictor = DelayPredictor(robot, control_dt)
     except ConfigError as exc:
