@@ -146,6 +146,8 @@ class _AnsweredTorques:
             applied = getattr(self.law, "applied", None)
             if isinstance(applied, np.ndarray) and 0 < j < len(self.out):
                 applied[:] = self.out[j]  # (the torque the robot applied over [t_j, t_{j+1}])
+                if self.last > 0:
+                    self.law.note_applied(self.last)  # (the command before reached the robot)
             self.__dict__.update(held=np.array(self.law(*self.hist[j]), dtype=float), last=j)
         self.__dict__["k"] = k + 1
         self.out.append(self.held.copy())

@@ -98,11 +98,11 @@ def add_arguments(sub) -> None:
     p.add_argument(
         "--predict",
         choices=["none", "one-step", "latency"],
-        default="one-step",
-        help="the controller side answers the state predicted one period ahead, when its torque is applied "
-        "(the law's model's forward dynamics; torque commands, fixed base): one-step (default, the torque held "
-        "meanwhile taken as the last one sent), latency (the one the driver holds, from the send and publication "
-        "times) or none (docs/realtime.md)",
+        default="latency",
+        help="the controller side answers the state predicted when its torque is applied (the law's model's "
+        "forward dynamics; torque commands, fixed base): latency (default: the torque held meanwhile the one the "
+        "driver holds, from the send and publication times, the horizon one period plus half the measured extra "
+        "hold of a command), one-step (one period, the last torque sent) or none (docs/realtime.md)",
     )
     p.add_argument("--out", help="run directory (default ./runs/<name>/<timestamp>-rt/)")
     p.add_argument(

@@ -15,7 +15,7 @@ from cmstack.models.loops import ClosureSet
 from cmstack.scenarios import closed_chain
 from cmstack.scenarios._common import default_config
 from cmstack.sim.projection_sim import ProjectionPlant
-from cmstack.sim.rt_predict import PredictingController, prediction_stats, with_prediction
+from cmstack.sim.rt_predict import HOLD_WEIGHT, PredictingController, prediction_stats, with_prediction
 from cmstack.sim.sensors import ActuatedSensing, ReconstructingController
 
 DT = 1e-3
@@ -133,9 +133,16 @@ def test_latency_mode_predicts_under_the_torque_the_driver_holds(moving):
     q_held, _ = DelayPredictor(robot, DT).predict(q, v, np.full(robot.nv, 1.0))
     assert np.allclose(law.seen[2][1], q_held, atol=1e-13)
     ctl.on_frame(3, 10.003, 2, 10.0028)  # τ = 3 sent before tick 3: in time, applied now
+    # the command answering state 0 was held 2 periods (τ = 2 never arrived): the average hold moves from 1
+    # towards 2 by HOLD_WEIGHT, and the horizon to the middle of the hold expected, dt (1 + (L̄ − 1)/2)
+    assert ctl.hold == pytest.approx(1.0 + HOLD_WEIGHT) and ctl.horizon == pytest.approx(
+        DT * (1 + HOLD_WEIGHT / 2)
+    )
     ctl(3 * DT, q, v)
-    q_new, _ = DelayPredictor(robot, DT).predict(q, v, np.full(robot.nv, 3.0))
-    assert np.allclose(law.seen[3][1], q_new, atol=1e-13)
+    q_new, _ = DelayPredictor(robot, DT).predict(q, v, np.full(robot.nv, 3.0), ctl.horizon)
+    assert np.allclose(law.seen[3][1], q_new, atol=1e-13) and law.seen[3][0] == pytest.approx(
+        3 * DT + ctl.horizon
+    )
 
 
 def test_the_reconstructed_law_is_wrapped_and_what_cannot_be_predicted_says_why(moving):
