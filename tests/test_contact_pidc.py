@@ -13,7 +13,7 @@ import pytest
 from cmstack.controllers.contact_pidc import ContactPIDC
 from cmstack.controllers.contact_uk import ContactUKController
 from cmstack.models.com import CenterOfMassTask
-from cmstack.models.contact import PointContact, contact_dynamics
+from cmstack.models.contact import PointContact, contact_dynamics, pinocchio_stance_models
 from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.errors import ConfigError, InfeasibleError
 from cmstack.scenarios._common import resolve_config
@@ -72,6 +72,17 @@ def _passive(robot):
     return np.asarray(robot.v_indices(robot.passive_joints))
 
 
+def _pinocchio(robot, q, v, tau, stance):
+    """``pin.constraintDynamics`` with the loops and the stance (proximal, 1e-14, μ 1e-10, 500 iterations): (v̇, the
+    stance's contact forces stacked, world axes, on the robot)."""
+    cms, cds = pinocchio_stance_models(robot, stance)
+    d = robot.model.createData()
+    pin.initConstraintDynamics(robot.model, d, cms, cds)
+    prox = pin.ProximalSettings(1e-14, 1e-10, 500)
+    a = pin.constraintDynamics(robot.model, d, q, v, tau - robot.damping * v, cms, cds, prox)
+    return a, d.lambda_c[-3 * len(stance) :].copy()
+
+
 def test_minimum_torque_forces_are_the_papers_closed_form(robot):
     """Where no force leaves its pyramid, τ = {I − (I−P)[(I−B)(I−P)]⁺(I−B)} τ_∥ (60-62), written out here on the same
     P (J_h's SVD truncated at the law's 1e-6 σ_max), against the law's least-torque multipliers (59).  (μ = 50: at
@@ -99,11 +110,12 @@ def test_minimum_torque_forces_are_the_papers_closed_form(robot):
 
 
 def test_rigid_dynamics_with_the_torques_give_the_motion_and_the_forces(robot):
-    """Four feet: the rigid forward dynamics with the law's τ (``contact_dynamics``) give v̇ = v̇_des, and their
-    constraint force M v̇ + h + D v − τ is J_hᵀ λ of the law's multipliers (so the chosen contact forces are a rigid
-    solution: the four feet's lateral squeeze does nothing in the rigid model, so the contact forces themselves are
-    only determined up to it); the task rows are met in the least-squares sense; the base and knees get exactly 0; every
-    chosen force inside its pyramid, also on the states where the cone QP moved them."""
+    """Four feet: the rigid forward dynamics with the law's τ (``contact_dynamics``, and ``pin.constraintDynamics``)
+    give v̇ = v̇_des, and their constraint force M v̇ + h + D v − τ is J_hᵀ λ of the law's multipliers (so the chosen
+    contact forces are a rigid solution: the four feet's lateral squeeze does nothing in the rigid model, so the
+    contact forces themselves are only determined up to it); the task rows are met in the least-squares sense; the
+    base and knees get exactly 0; every chosen force inside its pyramid, also on the states where the cone QP moved
+    them."""
     pas = _passive(robot)
     qp = 0
     for seed in range(6):
@@ -115,6 +127,8 @@ def test_rigid_dynamics_with_the_torques_give_the_motion_and_the_forces(robot):
         qp += info.cone_qp
         vd, _ = contact_dynamics(robot, q, v, tau, stance)
         assert np.linalg.norm(vd - info.vdot) <= 1e-9 * np.linalg.norm(info.vdot), seed
+        a_pin, _ = _pinocchio(robot, q, v, tau, stance)
+        assert np.linalg.norm(a_pin - info.vdot) <= 1e-9 * np.linalg.norm(info.vdot), seed
         kin = robot.update(q, v)
         J, b = _rows(robot, kin, stance)
         assert np.linalg.norm(J @ info.vdot - b) <= 1e-10 * (1 + np.linalg.norm(b))
@@ -130,7 +144,8 @@ def test_rigid_dynamics_with_the_torques_give_the_motion_and_the_forces(robot):
 
 def test_three_feet_forces_equal_the_rigid_dynamics(robot):
     """Three feet (a foot lifted, its swing task beside the base's): the stance determines every contact force, and
-    the rigid forward dynamics with the law's τ give exactly the chosen ones, and v̇ = v̇_des.  These random three-foot
+    the rigid forward dynamics with the law's τ (``contact_dynamics``; ``pin.constraintDynamics``) give the chosen
+    ones, and v̇ = v̇_des.  These random three-foot
     stances cannot hold the robot inside μ = 0.8 (the centre of mass is not over the three feet: the scenario shifts
     the base first), so the law reports "cone_infeasible" and keeps the least-torque forces, the ones checked here."""
     feet = FEET[1:]
@@ -144,6 +159,10 @@ def test_three_feet_forces_equal_the_rigid_dynamics(robot):
         assert np.linalg.norm(vd - info.vdot) <= 1e-9 * np.linalg.norm(info.vdot), seed
         f_law = np.concatenate([info.forces[c.name] for c in stance])
         assert np.linalg.norm(np.concatenate(F) - f_law) <= 1e-9 * np.linalg.norm(f_law), seed
+        # Pinocchio's own: its proximal solver's answer (measured 1.7e-10 to 1.2e-9 from the law's on these states)
+        a_pin, f_pin = _pinocchio(robot, q, v, tau, stance)
+        assert np.linalg.norm(a_pin - info.vdot) <= 1e-8 * np.linalg.norm(info.vdot), seed
+        assert np.linalg.norm(f_pin - f_law) <= 1e-8 * np.linalg.norm(f_law), seed
         assert np.all(tau[_passive(robot)] == 0.0)
 
 

@@ -33,6 +33,9 @@ def _run(out: str) -> dict:
 
 @pytest.fixture(scope="module")
 def robot():
+    """The model, loaded here so that the child inherits its kernels, and the config schemas (pydantic: seconds to
+    import under load) imported here for the same reason."""
+    import cmstack.scenarios.schemas  # noqa: F401
     from cmstack.models.robot import Robot
     from cmstack.scenarios._common import default_config
 
