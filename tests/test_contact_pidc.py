@@ -216,3 +216,64 @@ def test_legged_law_key_is_checked():
         resolve_config("legged", sets=["law=qp"])
     msg = str(err.value)
     assert "law" in msg and "'uk'" in msg and "'pidc'" in msg and "'qp'" in msg and "\n" not in msg
+
+
+def test_legged_law_pidc_switches_contacts(robot):
+    """``law = "pidc"`` in the scenario: the stance and the swing are ``ContactPIDC``s sharing the four contacts, the
+    swing one with the foot's task beside the base's; while the foot is up its contact is off (three forces reported)
+    and on again after it lands (four), passive torques exactly 0 throughout."""
+    from cmstack.scenarios import legged
+
+    cfg = resolve_config("legged", sets=["law=pidc"])
+    law = legged.LeggedLaw(robot, cfg, legged.Phases(cfg))
+    assert isinstance(law.stance, ContactPIDC) and isinstance(law.swing, ContactPIDC)
+    assert law.swing is not law.stance and law.swing.contacts == law.stance.contacts == law.contacts
+    assert [t.name for t, _ in law.swing.tasks] == ["base", "swing"]
+    q, v, pas = robot.q_initial, np.zeros(robot.nv), _passive(robot)
+    ph = law.phases
+    for t, feet in ((0.0, 4), (0.5 * (ph.t_up + ph.t_down), 3), (ph.t_land + 0.01, 4)):
+        tau = law(t, q, v)
+        assert len(law.info.forces) == feet and np.all(tau[pas] == 0.0), t
+        assert ("fl_foot" in law.info.forces) == (feet == 4)
+
+
+def test_null_damping_acts_only_where_the_tasks_leave_freedom(robot):
+    """The base's position rows alone leave the stance's pitch free: ``null_damping`` k changes v̇ by −k (P − Π) v, Π the
+    projector onto range((A_t P)ᵀ) (here from the test's own SVDs), and the task rows' accelerations not at all."""
+    q = robot.q_initial
+    stance, N = _stance(robot, q, FEET)
+    v = N @ np.linspace(0.2, -0.1, N.shape[1])
+    kin = robot.update(q, np.zeros(robot.nv))
+    F = kin.frame("base_site")
+    ref = (pin.SE3(F.R.copy(), F.p.copy()), np.zeros(6), np.zeros(6))
+    pos = FrameTask(robot, "base_site", lambda t: ref, 400.0, 40.0, rows="position", name="base")
+    free, damped = ContactPIDC(robot, stance, [pos]), ContactPIDC(robot, stance, [pos], null_damping=5.0)
+    free(0.0, q, v)
+    damped(0.0, q, v)
+    kin = robot.update(q, v)
+    J, _ = _rows(robot, kin, stance)
+    _, s, Vt = np.linalg.svd(J)
+    V0 = Vt[int((s > 1e-6 * s[0]).sum()) :].T
+    At = pos.qp_rows(kin, 0.0)[0]
+    _, st, Wt = np.linalg.svd(At @ V0)
+    W = V0 @ Wt[: int((st > 1e-10 * st[0]).sum())].T
+    dv = damped.info.vdot - free.info.vdot
+    expected = -5.0 * (V0 @ (V0.T @ v) - W @ (W.T @ v))
+    assert np.linalg.norm(expected) > 1e-3  # the stance leaves a direction the position rows do not fix
+    assert np.linalg.norm(dv - expected) <= 1e-9 * np.linalg.norm(expected)
+    assert np.linalg.norm(At @ dv) <= 1e-9 * np.linalg.norm(expected)
+
+
+def test_survives_pickling(robot):
+    """A copy (``pickle``: a law sent to another process) gives the same torque."""
+    import pickle
+
+    stance, _ = _stance(robot, robot.q_initial, FEET)
+    kin = robot.update(robot.q_initial, np.zeros(robot.nv))
+    from cmstack.tasks import Constant
+
+    base = FrameTask(robot, "base_site", Constant(kin.frame("base_site").T), kp=400, kd=40)
+    ctl = ContactPIDC(robot, stance, [base])
+    q, v = robot.q_initial, np.zeros(robot.nv)
+    tau = ctl(0.0, q, v)
+    assert np.array_equal(pickle.loads(pickle.dumps(ctl))(0.0, q, v), tau)
