@@ -26,6 +26,10 @@ Measured (2-core machine shared with other sessions; ratio of medians, interleav
     + J_h's SVD by warm-started Jacobi (b9760f6)        247 / 71 us                 3.49x   6.7
     + the rows' Python cut, the scenario's base offset  301 / 104 us, 337 / 115 us, 2.90x, 2.92x,  7.2-9.6
       in one product (eb09a85)                          414 / 143 us                2.89x
+    + fastmath (reassoc, contract) in the step's        300 / 109 us, 398 / 140 us  2.75x, 2.84x  6.4-6.9
+      kernels, J_h's Jacobi pairs in sorted order;        (before, alternated with it: 3.00x, 2.89x)
+    the biped (--config legged_biped), before           714 / 226 us, 708 / 218 us  3.16x, 3.25x  5.7-6.7
+      and after                                         651 / 240 us, 608 / 214 us  2.72x, 2.84x  6.1-6.9
 
 The target (<= 3x) is met, with little margin (2.89-2.92x over three runs at load 7-9.6).  constraintDynamics runs
 its 20 proximal iterations (the cap: the level stance is near rank deficient).
