@@ -20,7 +20,7 @@ from cmstack.controllers._qp_kernels import (
 from cmstack.controllers.udwadia_kalaba import GAUSS, UdwadiaKalabaController
 from cmstack.models.coupling import PostureTask
 from cmstack.models.errors import InfeasibleError
-from cmstack.models.limits import JointVelocityLimit
+from cmstack.models.limits import JointPositionLimit, JointVelocityLimit
 from cmstack.models.loops import RigidCoupling
 from cmstack.models.robot import Robot
 
@@ -220,3 +220,58 @@ def test_levels_1_and_2_in_one_qp_equal_the_level_by_level_solution(yumi):
         # (the two QPs stop within ProxSuite's tolerance of the same optimum: 7e-7 of max |τ| apart at most here)
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6 * np.abs(b).max())
     assert binding >= 4
+
+
+def test_a_level_no_row_of_which_binds_is_solved_without_proxsuite(yumi, monkeypatch):
+    """``_qp_kernels.inactive_minimizer`` in the hierarchy: the hands held together (level 1), three joints of the
+    left arm driven hard (level 2) into an upper position bound 0.02 rad away on its first joint, a posture below:
+    where the bound binds in the merged top levels, the posture level's unconstrained minimizer meets every limit
+    row, it is not handed to ProxSuite, and the step equals the one that hands it to ProxSuite (``level_problem``'s
+    verdict forced to "not free") to the solver's tolerance, with the same give-way decisions and level 1 held."""
+    import cmstack.controllers.uk_solve as uk_solve
+
+    robot, q0 = yumi
+    rng = np.random.default_rng(3)
+    real = uk_solve._level_problem
+    force = {"on": False}
+
+    def level_problem(*args):
+        out = real(*args)
+        return (*out[:10], False, out[11]) if force["on"] else out
+
+    monkeypatch.setattr(uk_solve, "_level_problem", level_problem)
+
+    def make():
+        box = RigidCoupling.from_configuration(robot, "yumi_link_7_l", "yumi_link_7_r", q0, kp=100, kd=20)
+        hand = PostureTask(robot, q0 + 1.0, kp=400, kd=40, joints=[f"yumi_joint_{i}_l" for i in range(1, 4)])
+        posture = PostureTask(robot, q0, kp=50, kd=14)
+        pos = JointPositionLimit(robot, dt=1e-3, a_max=10.0)
+        j = robot.joint_names.index("yumi_joint_1_l")
+        q_max = pos.q_max.copy()
+        q_max[list(pos.idx).index(j)] = q0[j] + 0.02
+        pos.q_max = q_max
+        c = UdwadiaKalabaController(
+            robot, levels=[[box], [hand], [posture], [GAUSS]], limits=[pos], warn_free_dof=False
+        )
+        c._qp.trace = []
+        return c
+
+    free, forced = make(), make()
+    skipped = 0
+    for _ in range(16):
+        q, v = q0 + 0.005 * rng.normal(size=14), 0.05 * rng.uniform(-1, 1, size=14)
+        a = free(0.0, q, v)
+        force["on"] = True
+        b = forced(0.0, q, v)
+        force["on"] = False
+        if free.info.path != "sequential":
+            continue
+        n_free, n_forced = len(free._qp.trace), len(forced._qp.trace)
+        assert n_free <= n_forced
+        skipped += n_forced - n_free
+        assert bool(free.info.gave_way) == bool(forced.info.gave_way)
+        assert free.info.level_residuals[0] < 1e-8
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6 * np.abs(b).max())
+        free._qp.trace.clear()
+        forced._qp.trace.clear()
+    assert skipped >= 2
