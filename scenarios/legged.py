@@ -32,17 +32,19 @@ tangential travel of a stance foot's centre since its contact was made active, o
 pyramid, N), ``loop_residual_max_m`` (max |φ| of the loops on the plant's states), ``passive_torque_max_nm`` (the
 torque the passive coordinates would need, the law's residual; the torque sent there is 0),
 ``dynamics_vs_pinocchio_rel`` (the target, as the issue states it: ``models/contact.contact_dynamics`` with the loops
-and each stance the run uses held rigid against ``pin.constraintDynamics`` on ``check_random_states`` seeded random
-assembled states of the model: ``dynamics_random_check``; beside it ``dynamics_vs_kkt_rel`` against a least-squares
-KKT solve on Pinocchio's M, h and frame Jacobians, ``dynamics_residual_rel``, the equations' residuals of our v̇, and
-``dynamics_stance_sigma_min_rel``, the worst conditioning of the stacked rows met), the same four on ``check_states``
-of the run's own logged states, reported and not targeted (``run_dynamics_vs_pinocchio_rel``,
-``run_dynamics_vs_kkt_rel``, ``run_dynamics_residual_rel``, ``run_stance_sigma_min_rel``: ``dynamics_check``; on the
-nearly singular level stance after a landing the two references disagree with ours and with each other at ~1e-7 while
-our v̇ meets the equations to ~1e-11), ``plant_vs_rigid_qacc_rel`` (the MuJoCo plant's q̈ against the rigid model's
-on ``check_states`` logged states, median: ``plant_vs_rigid``), ``fell``, ``control_step_us_median``,
-``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``, ``swing_error_max_m`` (the
-lifted foot against its reference while off the ground), ``lift_height_reached_m``.
+and each stance the run uses held rigid against ``pin.constraintDynamics`` refined on Pinocchio's own KKT system
+(``_refined``) on ``check_random_states`` seeded random assembled states of the model: ``dynamics_random_check``;
+beside it ``dynamics_vs_pinocchio_prox_rel`` against the proximal answer as it is, ``dynamics_vs_kkt_rel`` against
+a least-squares KKT solve on Pinocchio's M, h and frame Jacobians, ``dynamics_residual_rel``, the equations' residuals
+of our v̇, and ``dynamics_stance_sigma_min_rel``, the worst conditioning of the stacked rows met), the same on
+``check_states`` of the run's own logged states, reported and not targeted (``run_dynamics_vs_pinocchio_rel``,
+``run_dynamics_vs_pinocchio_prox_rel``, ``run_dynamics_vs_kkt_rel``, ``run_dynamics_residual_rel``,
+``run_stance_sigma_min_rel``: ``dynamics_check``; on the nearly singular level stance after a landing Pinocchio's
+proximal answer and the least-squares KKT solve disagree with ours and with each other at ~1e-7, the refined answer
+agrees with ours to ~5e-10 and our v̇ meets the equations to ~1e-11), ``plant_vs_rigid_qacc_rel`` (the MuJoCo
+plant's q̈ against the rigid model's on ``check_states`` logged states, median: ``plant_vs_rigid``), ``fell``,
+``control_step_us_median``, ``cone_qp_steps`` (steps whose least-torque forces left a pyramid), ``cone_violations``,
+``swing_error_max_m`` (the lifted foot against its reference while off the ground), ``lift_height_reached_m``.
 
 Viewer (``--viewer meshcat``, ``cmstack view RUN_DIR``, replay.html): the commanded contact forces as green rods from
 the feet (``segment__force_<foot>``, 4 mm per N) and the base's trail.
@@ -411,18 +413,51 @@ def _stance_rows(robot: Robot, kin, stance) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack([x for x, _ in rows_]), np.concatenate([y for _, y in rows_])
 
 
+def _refined(
+    robot: Robot, d, cms, cds, q: np.ndarray, v: np.ndarray, tau: np.ndarray, a: np.ndarray
+) -> np.ndarray:
+    """Pinocchio's answer ``a`` (``pin.constraintDynamics`` just run with d, cms, cds at q, v, τ) refined by one step of
+    iterative refinement on Pinocchio's own KKT system, all of whose terms are Pinocchio's:
+
+        K x = r,  K = [[M, −Jᵀ], [J, 0]],  x = [v̇; λ],  r = [τ − h; γ]
+
+    M = ``crba``, h = ``nonLinearEffects``, J = ``getConstraintsJacobian`` (the loops' then the contacts' rows), γ =
+    ``data.primal_rhs_contact`` (the rows' right side, J v̇ = γ), λ = ``data.lambda_c`` (M v̇ + h = τ + Jᵀ λ).  The step
+    is x ← x + K⁺ (r − K x) (least squares: K is singular when rows are redundant, as the planar loops' out-of-plane
+    rows are).  Why: on an ill-conditioned stance the proximal iterations stop (at their cap, 500) with a constraint
+    residual ~1e-12, which moves v̇ by up to residual / σ_min(J); the step takes v̇ to the solution of the same system
+    (the quadruped's worst random state, σ_min/σ_max = 5.8e-6: Pinocchio's answer is 1.3e-9 from the solution computed
+    with extended-precision residuals, the refined one 5.9e-14; ours 1.6e-12).  The reference stays Pinocchio's model
+    (its Jacobians and drifts), not ours; its proximal answer as it is is reported too (``_compare``)."""
+    model = robot.model
+    J = pin.getConstraintsJacobian(model, d, cms, cds)
+    gamma = np.asarray(d.primal_rhs_contact)
+    lam = np.asarray(d.lambda_c)
+    d2 = model.createData()
+    M = pin.crba(model, d2, q)
+    M = np.triu(M) + np.triu(M, 1).T
+    h = pin.nonLinearEffects(model, d2, q, v)
+    n, m = robot.nv, J.shape[0]
+    K = np.block([[M, -J.T], [J, np.zeros((m, m))]])
+    r = np.concatenate((tau - h - M @ a + J.T @ lam, gamma - J @ a))
+    return a + np.linalg.lstsq(K, r, rcond=None)[0][:n]
+
+
 def _compare(robot: Robot, qa: np.ndarray, v: np.ndarray, tau: np.ndarray, stance) -> dict:
     """One state: ``contact_dynamics`` (ours) against ``pin.constraintDynamics`` (proximal, 1e-14, μ 1e-10, 500
-    iterations) and ``_kkt_accel``, relative to ‖v̇_pin‖; the equations' residuals of our v̇ (‖J v̇ − b‖ /
-    (‖J‖ ‖v̇‖ + ‖b‖) and the force not in range(Jᵀ), ‖Nᵀ(M v̇ + h + D v − τ)‖ / ‖τ‖); and σ_min/σ_max of the rows (σ_min
-    the smallest above 1e-9 σ_max: the stance's conditioning)."""
+    iterations) refined on Pinocchio's KKT system (``_refined``: the targeted figure), against that proximal answer as
+    it is (``pin_prox``) and against ``_kkt_accel``, relative to ‖v̇_pin‖; the equations' residuals of our v̇
+    (‖J v̇ − b‖ / (‖J‖ ‖v̇‖ + ‖b‖) and the force not in range(Jᵀ), ‖Nᵀ(M v̇ + h + D v − τ)‖ / ‖τ‖); and σ_min/σ_max of
+    the rows (σ_min the smallest above 1e-9 σ_max: the stance's conditioning)."""
     a, _ = contact_dynamics(robot, qa, v, tau, stance)
     a_kkt = _kkt_accel(robot, qa, v, tau, stance)
     cms, cds = pinocchio_stance_models(robot, stance)
     d = robot.model.createData()
     pin.initConstraintDynamics(robot.model, d, cms, cds)
     prox = pin.ProximalSettings(1e-14, 1e-10, 500)
-    a_pin = pin.constraintDynamics(robot.model, d, qa, v, tau - robot.damping * v, cms, cds, prox)
+    tau_d = tau - robot.damping * v
+    a_prox = pin.constraintDynamics(robot.model, d, qa, v, tau_d, cms, cds, prox).copy()
+    a_pin = _refined(robot, d, cms, cds, qa, v, tau_d, a_prox)
     na = max(float(np.linalg.norm(a_pin)), 1e-12)
     kin = robot.update(qa, v)
     Jm, bm = _stance_rows(robot, kin, stance)
@@ -435,6 +470,7 @@ def _compare(robot: Robot, qa: np.ndarray, v: np.ndarray, tau: np.ndarray, stanc
     rank = int((sm > 1e-9 * sm[0]).sum())
     return dict(
         pin=float(np.linalg.norm(a - a_pin) / na),
+        pin_prox=float(np.linalg.norm(a - a_prox) / na),
         kkt=float(np.linalg.norm(a - a_kkt) / na),
         residual=res,
         sigma=float(sm[rank - 1] / sm[0]),
@@ -455,6 +491,9 @@ def _anchored_stance(robot: Robot, q: np.ndarray, feet, mu: float):
 
 def _fold(out: dict, prefix: str, r: dict) -> None:
     out[f"{prefix}dynamics_vs_pinocchio_rel"] = max(out[f"{prefix}dynamics_vs_pinocchio_rel"], r["pin"])
+    out[f"{prefix}dynamics_vs_pinocchio_prox_rel"] = max(
+        out[f"{prefix}dynamics_vs_pinocchio_prox_rel"], r["pin_prox"]
+    )
     out[f"{prefix}dynamics_vs_kkt_rel"] = max(out[f"{prefix}dynamics_vs_kkt_rel"], r["kkt"])
     out[f"{prefix}dynamics_residual_rel"] = max(out[f"{prefix}dynamics_residual_rel"], r["residual"])
     out[f"{prefix}stance_sigma_min_rel"] = min(out[f"{prefix}stance_sigma_min_rel"], r["sigma"])
@@ -463,6 +502,7 @@ def _fold(out: dict, prefix: str, r: dict) -> None:
 def _empty(prefix: str) -> dict:
     return {
         f"{prefix}dynamics_vs_pinocchio_rel": 0.0,
+        f"{prefix}dynamics_vs_pinocchio_prox_rel": 0.0,
         f"{prefix}dynamics_vs_kkt_rel": 0.0,
         f"{prefix}dynamics_residual_rel": 0.0,
         f"{prefix}stance_sigma_min_rel": 1.0,
@@ -483,16 +523,18 @@ def dynamics_random_check(robot: Robot, stances, n_states: int, mu: float = 1.0,
     the model: q = ``assemble``(q_initial ⊕ 0.2 N(0, I)) (the loops closed, every coordinate moved, the base too), the
     stance's feet anchored where they stand (uneven ground), v = N z in the null space of the stance's and loops'
     rows (z ~ N(0, I)), τ ~ 3 N(0, I) on the motors; seeded (``seed``).  Every stance is checked on every state.
-    Returns ``dynamics_vs_pinocchio_rel`` (the worst relative ‖v̇ − v̇_pin‖ / ‖v̇_pin‖), ``dynamics_vs_kkt_rel``,
+    Returns ``dynamics_vs_pinocchio_rel`` (the worst relative ‖v̇ − v̇_pin‖ / ‖v̇_pin‖, v̇_pin refined: ``_compare``),
+    ``dynamics_vs_pinocchio_prox_rel`` (against the proximal answer as it is), ``dynamics_vs_kkt_rel``,
     ``dynamics_residual_rel`` and ``dynamics_stance_sigma_min_rel`` (the worst conditioning met).  A draw can be
-    ill-conditioned as well: on the quadruped, 25 states of seed 1 meet σ_min/σ_max = 5.8e-6, where Pinocchio's answer
-    moves with its own settings (5e-10 to 1.3e-9 from ours) while the KKT solve agrees with ours to 1.7e-10
-    (docs/legged.md, "Checked against Pinocchio")."""
+    ill-conditioned as well: on the quadruped, 25 states of seed 1 meet σ_min/σ_max = 5.8e-6, where Pinocchio's proximal
+    answer is 1.3e-9 from ours and from the solution of its own KKT system, the refined one 1.7e-12 from ours
+    (``_refined``; docs/legged.md, "Checked against Pinocchio")."""
     out = _empty("")
     if n_states == 0:  # not checked: NaN, so that the target reads "not evaluated", never met by default
         nan = float("nan")
         return dict(
             dynamics_vs_pinocchio_rel=nan,
+            dynamics_vs_pinocchio_prox_rel=nan,
             dynamics_vs_kkt_rel=nan,
             dynamics_residual_rel=nan,
             dynamics_stance_sigma_min_rel=nan,
@@ -704,10 +746,12 @@ def result_rows(m: dict, sensing) -> list[Row]:
             "<= 1e-9 (random assembled states)",
             None if math.isnan(dyn) else dyn <= 1e-9,
         ),
+        Row("dynamics_vs_pinocchio_prox_rel", m["dynamics_vs_pinocchio_prox_rel"]),
         Row("dynamics_vs_kkt_rel", m["dynamics_vs_kkt_rel"]),
         Row("dynamics_residual_rel", m["dynamics_residual_rel"]),
         Row("dynamics_stance_sigma_min_rel", m["dynamics_stance_sigma_min_rel"]),
         Row("run_dynamics_vs_pinocchio_rel", m["run_dynamics_vs_pinocchio_rel"]),
+        Row("run_dynamics_vs_pinocchio_prox_rel", m["run_dynamics_vs_pinocchio_prox_rel"]),
         Row("run_dynamics_vs_kkt_rel", m["run_dynamics_vs_kkt_rel"]),
         Row("run_dynamics_residual_rel", m["run_dynamics_residual_rel"]),
         Row("run_stance_sigma_min_rel", m["run_stance_sigma_min_rel"]),

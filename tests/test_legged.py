@@ -96,7 +96,8 @@ def test_foot_lift(run):
     target is met on the random assembled states (both stances: four feet and the three of the swing).  The run's own
     landed stance (its last logged state, after the shift back) is nearly level (its rows' smallest singular value
     ~1e-7 of the largest), where Pinocchio's proximal solver and a KKT solve drift from our rigid dynamics (the
-    default run: 5.5e-6 and 6.4e-8) while our v̇ satisfies the equations to ~1e-11: the run's residual is checked
+    default run: 6.1e-7 and 4.0e-7; Pinocchio's answer refined on its own KKT system 4.8e-10) while our v̇ satisfies
+    the equations to ~1e-11: the run's residual is checked
     here, and the drift is reported (``run_dynamics_vs_pinocchio_rel``), not targeted.  (A faster lift, 0.2 s each
     way, gave one step of 950 with commanded forces 20 N outside a pyramid, at the touchdown.)"""
     m, L = run
@@ -143,3 +144,36 @@ def test_dynamics_target_is_on_random_assembled_states_of_every_stance(robot, mo
     bad = legged.dynamics_random_check(robot, stances[:1], 1, seed=7)
     assert bad["dynamics_vs_pinocchio_rel"] > 5e-7, bad
     assert np.isfinite(bad["dynamics_vs_kkt_rel"])
+
+
+def test_reference_is_pinocchios_kkt_solution_whatever_its_solver_settings(robot):
+    """``_refined`` solves Pinocchio's own KKT system (its M, h, constraint Jacobian and drift) from its proximal
+    answer: two answers of ``pin.constraintDynamics`` with different settings (converged, and cut at 3 iterations with
+    a large μ), far apart, refine to the same v̇, which meets Pinocchio's constraint rows and ours (``contact_dynamics``)
+    to round-off; the stance is a random assembled one with all four feet."""
+    import pinocchio as pin
+
+    from cmstack.models.contact import contact_dynamics, pinocchio_stance_models
+
+    rng = np.random.default_rng(3)
+    q = robot.assemble(pin.integrate(robot.model, robot.q_initial, 0.2 * rng.normal(size=robot.nv)))
+    stance, N = legged._anchored_stance(robot, q, ["fl_foot", "fr_foot", "hl_foot", "hr_foot"], 1.0)
+    v = N @ rng.normal(size=N.shape[1])
+    tau = 3.0 * rng.normal(size=robot.nv)
+    tau[robot.v_indices(robot.passive_joints)] = 0.0
+    tau_d = tau - robot.damping * v
+    ours, _ = contact_dynamics(robot, q, v, tau, stance)
+    cms, cds = pinocchio_stance_models(robot, stance)
+    out = []
+    for prox in (pin.ProximalSettings(1e-14, 1e-10, 500), pin.ProximalSettings(1e-14, 1e-2, 3)):
+        d = robot.model.createData()
+        pin.initConstraintDynamics(robot.model, d, cms, cds)
+        a = pin.constraintDynamics(robot.model, d, q, v, tau_d, cms, cds, prox).copy()
+        J, gamma = pin.getConstraintsJacobian(robot.model, d, cms, cds), np.array(d.primal_rhs_contact)
+        r = legged._refined(robot, d, cms, cds, q, v, tau_d, a)
+        assert np.linalg.norm(J @ r - gamma) <= 1e-12 * np.linalg.norm(J) * np.linalg.norm(r)
+        out.append((a, r))
+    (a1, r1), (a2, r2) = out
+    rel = lambda x, y: np.linalg.norm(x - y) / np.linalg.norm(y)  # noqa: E731
+    assert rel(a2, a1) > 1e-4  # the cut solve is far off
+    assert rel(r2, r1) <= 1e-11 and rel(ours, r1) <= 1e-11, (rel(r2, r1), rel(ours, r1))
