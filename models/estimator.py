@@ -490,7 +490,7 @@ class DelayPredictor:
         self._prm = np.array([self.tol, 1e-10])
         self.vdot = np.zeros(nv)  #: the last prediction's v̇ (model order)
         self.iterations = 0  #: the last projection's Newton iterations
-        self.residual = 0.0  #: its max|φ| at the returned q⁺
+        self.residual = 0.0  #: max|φ| where the last failed projection stopped (m, rad)
         self.failures = 0
 
     def warm_up(self) -> None:
@@ -564,16 +564,17 @@ class DelayPredictor:
             return q1, v1
         va1 = v1[self.act]
         G, X, ints, prm, work = self._G, self._X, self._ints_proj, self._prm, self._work
-        st, k, r = STEPPED, 0, math.inf
+        st, k = STEPPED, 0
+        phi = self._zero_m
         while k <= self.max_iter:
             phi, J, _ = self.loops._pass(q1, None)
-            r = float(np.max(np.abs(phi)))
             st = passive_step(phi, J, q1, v1, va1, G, X, ints, prm, work)
             if st != STEPPED:
                 break
             k += 1
-        self.iterations, self.residual = k, r
+        self.iterations = k
         if st != CONVERGED:
+            self.residual = float(np.max(np.abs(phi)))
             self.failures += 1
             return q.copy(), v.copy()
         return q1, v1
