@@ -76,6 +76,7 @@ MODULE_HINT_S = {  # seconds per module, clean-clone CI (the cache of a previous
     "test_import_contract.py": 8,
     "test_long_runs.py": 8,
     "test_kernel_cache.py": 5,
+    "test_forkserver.py": 5,
     "test_pidc_series_parallel.py": 5,
     "test_urdf_plant_contacts.py": 5,
     "test_kernels.py": 4,
@@ -149,6 +150,26 @@ def _pinocchio_seeded():
     import pinocchio as pin
 
     pin.seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _plugin_children_forked():
+    """The cmstack_run fixture's ``cmstack run`` children (cmstack/pytest_plugin.py) forked from this worker's
+    fork server (tests/_forkserver.py: same argv, cwd, environment, output, exit code and wall-clock limit,
+    without ~3 s of interpreter and import start-up each).  The plugin as a user meets it, with real child
+    processes, is tests/test_pytest_plugin.py's: its pytest children do not load this conftest."""
+    import subprocess
+    import types
+
+    import _forkserver
+
+    import cmstack.pytest_plugin as plugin
+
+    mp = pytest.MonkeyPatch()
+    shim = types.SimpleNamespace(run=_forkserver.run, TimeoutExpired=subprocess.TimeoutExpired)
+    mp.setattr(plugin, "subprocess", shim)
+    yield
+    mp.undo()
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,11 @@ files of a run directory honour the umask.  Commands run in a child process with
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import _forkserver
 import pytest
 from _cli import cli
 
@@ -80,7 +80,7 @@ def test_view_validates_before_starting_a_server(case, tmp_path):
 def test_run_help_documents_every_exit_code(argv, tmp_path):
     from cmstack.scenarios import _common as c
 
-    r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    r = _forkserver.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
     codes = r.stdout.split("exit codes:", 1)[1]
     documented = [int(line.split()[0]) for line in codes.strip().splitlines()]
@@ -122,7 +122,7 @@ def test_run_directory_files_honour_the_umask(umask, tmp_path):
         str(out),
         "--no-progress",
         cwd=tmp_path,
-        preexec_fn=lambda: os.umask(umask),
+        umask=umask,
     )
     assert r.returncode in (0, 1), r.stderr
     files = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()}
