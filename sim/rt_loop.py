@@ -666,7 +666,9 @@ def run_rt(
     n_cycles = int(round(duration / control_dt))
     q0, v0 = plant.state()
     nq, nv = len(q0), len(v0)
-    controller, not_predicted = with_prediction(controller, predict, control_dt, n_cycles, (nq, nv))
+    controller, not_predicted = with_prediction(
+        controller, predict, control_dt, n_cycles, (nq, nv), partial_state=frame is not None
+    )
     log, record = _log_and_record(plant, log, record)
     res = RtRun(duration=n_cycles * control_dt, control_dt=control_dt, log=log)
     reports = task_errors and isinstance(controller, ReportsErrors)

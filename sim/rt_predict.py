@@ -154,12 +154,19 @@ def law_model(controller: Any) -> Any:
 
 
 def with_prediction(
-    controller: Any, mode: str, control_dt: float, n_cycles: int, state_size: tuple[int, int] | None = None
+    controller: Any,
+    mode: str,
+    control_dt: float,
+    n_cycles: int,
+    state_size: tuple[int, int] | None = None,
+    partial_state: bool = False,
 ) -> tuple[Any, str]:
     """``controller`` (what ``run_rt`` is given: the law, or ``ReconstructingController(law, sensing)``) with its law
     wrapped in a :class:`PredictingController` of ``mode``, and a note: "" when it was, else why not (a position
     command, whose robot integrates its own command; no model; a model whose (nq, nv) is not the state's
-    ``state_size``; a floating base).  ``mode`` "none": as given."""
+    ``state_size``; a floating base; ``partial_state`` (the driver publishes the motors only) and the
+    reconstruction is not ``controller`` itself, so the law's state cannot be reached).  ``mode`` "none": as
+    given."""
     from cmstack.sim.sensors import PositionCommanding, ReconstructingController
 
     if mode not in PREDICT:
@@ -171,7 +178,13 @@ def with_prediction(
             controller,
             "not predicted: a position command (the robot's joint PD integrates the command itself)",
         )
-    inner = controller.controller if isinstance(controller, ReconstructingController) else controller
+    reconstructs = isinstance(controller, ReconstructingController)
+    if partial_state and not reconstructs:
+        return controller, (
+            f"not predicted: the driver publishes the motors only and {type(controller).__name__} is not the "
+            "reconstruction (ReconstructingController) whose law could be wrapped"
+        )
+    inner = controller.controller if reconstructs else controller
     robot = law_model(inner)
     if not isinstance(robot, Robot):
         return controller, f"not predicted: {type(inner).__name__} has no model (.robot, a Robot)"

@@ -161,6 +161,10 @@ def test_the_reconstructed_law_is_wrapped_and_what_cannot_be_predicted_says_why(
 
     _, note = with_prediction(NoModel(), "one-step", DT, 10)
     assert "NoModel has no model" in note
+    _, note = with_prediction(
+        law, "one-step", DT, 10, partial_state=True
+    )  # the motors only, no reconstruction
+    assert "publishes the motors only" in note
     _, note = with_prediction(law, "one-step", DT, 10, (robot.nq + 1, robot.nv))
     assert "(nq, nv)" in note
     with pytest.raises(ConfigError, match="predict='two-step'"):

@@ -44,6 +44,11 @@ def test_yumi_rt_writes_the_run_directory_and_timing(tmp_path):
         assert set(t[key]) >= {"p50", "p99", "p99.9", "max"}
     assert t["gc_collections"] == 0 and t["misses"] == pytest.approx(t["misses_per_million"] * 300 / 1e6)
     assert t["load_average_1_5_15"] is not None
+    # the default: the law answers the state predicted when its torque is applied (sim/rt_predict.py)
+    pr = t["predict"]
+    assert (
+        pr["mode"] == "latency" and pr["predictions"] == t["controller_cycles"] - 1 and pr["failures"] == 0
+    ), pr
     # the same closed-loop metrics as the in-process run, beside them
     assert "closed_loop" in t, said
     cl = t["closed_loop"]

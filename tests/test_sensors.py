@@ -268,7 +268,9 @@ from cmstack.scenarios import closed_chain
 from cmstack.scenarios._common import default_config
 from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.rt_driver import DriverSettings
+from cmstack.models.estimator import DelayPredictor
 from cmstack.sim.rt_loop import run_rt
+from cmstack.sim.rt_predict import PredictingController
 from cmstack.sim.runner import LOOP_OVERRIDE, simulate
 
 DT, DUR = 1e-3, 0.5
@@ -307,7 +309,17 @@ def late_errors(run):  # the largest error norm over the second half of the run
 robot, ctl, plant = setup()
 # (max_misses: a stall of the loaded machine must not stop the run; what is checked is what crosses the boundary)
 settings = DriverSettings(max_misses=100_000)
-tok = LOOP_OVERRIDE.set(lambda plant, controller, **kw: run_rt(plant, Spy(controller), driver=settings, **kw))
+predicting = []
+
+
+def rt_loop(plant, controller, **kw):  # the law predicting inside the reconstruction, the spy outside both
+    law = PredictingController(controller.controller, DelayPredictor(robot, DT), "latency", int(DUR / DT))
+    predicting.append(law)
+    controller.controller = law
+    return run_rt(plant, Spy(controller), driver=settings, **kw)
+
+
+tok = LOOP_OVERRIDE.set(rt_loop)
 try:
     run = simulate(plant, ctl, duration=DUR, control_dt=DT, progress=False, sensors="actuated")
 finally:
@@ -322,7 +334,7 @@ print(json.dumps(dict(
     passive_nan=bool(np.isnan(S[:, pas + [n + i for i in pas]]).all()),
     actuated_finite=bool(np.isfinite(S[:, act + [n + i for i in act]]).all()),
     status=run.rt.driver.status, misses=run.rt.misses, rt=late_errors(run), ref=late_errors(ref),
-    logged_finite=bool(np.isfinite(run.log.data["q"]).all()),
+    logged_finite=bool(np.isfinite(run.log.data["q"]).all()), predict=predicting[0].stats(),
 )))
 """
 
@@ -331,7 +343,10 @@ def test_cmstack_rt_with_actuated_sensors_transports_the_motors_only_and_tracks(
     """The five-bar under the rt loop with sensors="actuated" (0.5 s at 1 kHz, in a child process with a wall-clock
     limit): every state the controller side receives holds the actuated joints' q and v and NaN in the passive
     entries (the driver publishes the motors' encoders only), the controller reconstructs from those and tracks the
-    circle: the largest ee error over the second half within 2x of the in-process run with the full state."""
+    circle: the largest ee error over the second half within 2x of the in-process run with the full state.  The
+    law answers the state predicted when its torque is applied (``PredictingController`` "latency", inside the
+    reconstruction, told by the loop which command the driver holds: sim/rt_predict.py): a prediction every cycle
+    but the first, none failed."""
     env = dict(os.environ, MPLBACKEND="Agg")
     p = subprocess.run(
         [sys.executable, "-c", _RT_ACTUATED_CHILD],
@@ -349,6 +364,8 @@ def test_cmstack_rt_with_actuated_sensors_transports_the_motors_only_and_tracks(
     )  # (the log: the plant's state)
     assert got["rt"]["ee_circle"] <= 2 * got["ref"]["ee_circle"], got
     assert got["rt"]["tip_loop"] <= 1e-9, got
+    pr = got["predict"]
+    assert pr["mode"] == "latency" and pr["predictions"] == got["states"] - 1 and pr["failures"] == 0, pr
 
 
 _RT_POSITION_CHILD = """
