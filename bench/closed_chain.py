@@ -68,7 +68,10 @@ from cmstack.models.projection import project
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.closed_chain import build_law, build_reference, load_robot
 
-MECHANISMS = ("mjcf/five_bar.xml", "mjcf/four_bar.xml", "mjcf/delta.xml")
+MECHANISMS = ("mjcf/five_bar.xml", "mjcf/four_bar.xml", "mjcf/delta.xml", "mjcf/stewart_ball.xml")
+#: mechanisms with ball joints (nq != nv): their compiled steps are also timed against the NumPy steps they took
+#: before the compiled ones took nq != nv (``manifold_ab``)
+BALL = ("mjcf/stewart_ball.xml",)
 
 
 LAWS = ("pidc", "uk")
@@ -87,8 +90,8 @@ def measure(model: str, n_states: int, repeat: int) -> dict:
     cs = ClosureSet(robot.loops)
     rng = np.random.default_rng(0)
     states = []
-    for _ in range(n_states):
-        q = robot.assemble(robot.q_initial + 0.05 * rng.normal(size=robot.nq))
+    for _ in range(n_states):  # a step on the joint manifold (q + dq on hinges and slides)
+        q = robot.assemble(pin.integrate(robot.model, robot.q_initial, 0.05 * rng.normal(size=robot.nv)))
         states.append((q, project(cs.jacobian(q)).P @ rng.normal(size=robot.nv)))
     cms, cds = pinocchio_constraint_models(robot)
     data = robot.model.createData()
@@ -126,6 +129,53 @@ def measure(model: str, n_states: int, repeat: int) -> dict:
     return out
 
 
+def manifold_ab(model: str, n_states: int, repeat: int) -> dict:
+    """The compiled steps of a mechanism with ball joints against the NumPy steps it took before (UK ``fused=False``:
+    its generic path; PIDC's ``_numpy_step``), interleaved state by state: median µs of each and their ratio."""
+    from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+
+    cfg = dict(default_config("closed_chain"), model=model)
+    robot = load_robot(cfg)
+    steps = {}
+    for law in LAWS:
+        c = dict(cfg, law=law)
+        steps[law] = build_law(c, robot, build_reference(c, robot)[1])
+        if law == "uk":
+            task = build_reference(c, robot)[1]
+            steps["uk_numpy"] = UdwadiaKalabaController(
+                robot, levels=[[task]], limits=[], warn_free_dof=False, fused=False
+            )
+        else:
+            slow = build_law(c, robot, build_reference(c, robot)[1])
+            slow._plan, slow._rows_compiled = None, False
+            steps["pidc_numpy"] = slow
+    cs = ClosureSet(robot.loops)
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(n_states):
+        q = robot.assemble(pin.integrate(robot.model, robot.q_initial, 0.05 * rng.normal(size=robot.nv)))
+        states.append((q, project(cs.jacobian(q)).P @ rng.normal(size=robot.nv)))
+    us: dict = {k: [] for k in steps}
+    worst = {law: 0.0 for law in LAWS}
+    clock = time.perf_counter
+    for _ in range(repeat):
+        for k, (q, v) in enumerate(states):
+            taus = {}
+            for name, ctl in steps.items():
+                t0 = clock()
+                tau = ctl(1e-3 * k, q, v)
+                us[name].append((clock() - t0) * 1e6)
+                taus[name] = np.array(tau)
+            for law in LAWS:
+                ref = taus[law + "_numpy"]
+                worst[law] = max(worst[law], float(np.abs(taus[law] - ref).max() / np.abs(ref).max()))
+    out: dict = {}
+    for law in LAWS:
+        a, b = float(np.median(us[law])), float(np.median(us[law + "_numpy"]))
+        out[law] = {"compiled_us": a, "numpy_us": b, "ratio": a / b, "torque_rel_diff_max": worst[law]}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--states", type=int, default=300)
@@ -133,6 +183,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     out: dict = {m: measure(m, args.states, args.repeat) for m in MECHANISMS}
+    out["ball_joints_compiled_vs_numpy"] = {m: manifold_ab(m, args.states, args.repeat) for m in BALL}
     out["load_average"] = [load0, os.getloadavg()[0]]
     for m in MECHANISMS:
         for law in LAWS:
@@ -143,6 +194,13 @@ def main(argv=None) -> int:
                 f"(target <= 2: {'met' if r['met'] else 'MISSED'})"
             )
         print(f"{'':27s}computeAllTerms alone {out[m]['compute_all_terms_us']:6.1f} us")
+    for m, ab in out["ball_joints_compiled_vs_numpy"].items():
+        for law in LAWS:
+            r = ab[law]
+            print(
+                f"{m:22s} {law:4s} compiled {r['compiled_us']:8.1f} us   NumPy {r['numpy_us']:8.1f} us   "
+                f"ratio {r['ratio']:5.3f}   torques within {r['torque_rel_diff_max']:.1e} of max |tau|"
+            )
     print(f"load average (1 min) before/after: {load0:.2f} / {out['load_average'][1]:.2f}")
     (results_dir() / "closed_chain.json").write_text(json.dumps(out, indent=1))
     return 0

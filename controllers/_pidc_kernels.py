@@ -115,10 +115,12 @@ def pidc_rows(
     Writes out (4n + m) = [q̈_des (n), τ_∥ (n), τ (n), f_c (n), λ (m)]; returns (status, rank, residual, ‖b‖,
     unsolvable): status 0 ok, 2 a non-finite A or Ȧq̇, 3 a non-finite q or q̇; unsolvable: the passive
     residual exceeds solve_tol·max(1, ‖b‖) (58), τ is then zeroed on the passive joints (as the NumPy path)."""
-    n = q.shape[0]
+    n = v.shape[0]  # q (nq,) a point of the joint manifold: nq ≠ n with a ball joint
     chk = 0.0
+    for i in range(q.shape[0]):
+        chk += q[i]
     for i in range(n):
-        chk += q[i] + v[i]
+        chk += v[i]
     if not math.isfinite(chk):
         return NONFINITE_STATE, 0, 0.0, 0.0, False
     m, k, np_ = ints[0], ints[2], ints[3]
@@ -304,7 +306,7 @@ def _law(
     """``pidc_rows`` after the state's test, with the caller's pivot scratch piv (4 L ints, L = max(n, m, k, p) + 1);
     its arrays' parts are views made from addresses (``carray``: no reference counts for the calls below).
     phin: the loops' gap ‖d‖, for the rank threshold (module docstring)."""
-    n = q.shape[0]
+    n = v.shape[0]
     m, task, k, np_ = ints[0], ints[1], ints[2], ints[3]
     i0 = ints.ctypes.data
     ci = carray(_i64_at(i0 + 8 * 4), (k,))
@@ -426,7 +428,8 @@ def _law(
     H_O_H,
     H_O_PIV,
     H_O_SCR,
-) = range(42)
+    H_NQ,  # nq: the configuration's size (a ball joint's quaternion: nq ≠ n); every other table is sized by n
+) = range(43)
 HEADER = 48
 #: what ``pidc_closed_step`` returns besides ``pidc_rows``' statuses: solved, but the passive residual fails (58)
 UNSOLVABLE = 4
@@ -445,14 +448,17 @@ def pidc_closed_step(
     right-hand sides into ref[0]) and the law of ``pidc_rows``.  I, F: the plan's integer and float tables (a
     header of sizes and offsets, ``HEADER`` ints, then every table), so that a call passes seven arguments; every
     table's view is made from its address (``carray``: no size checks, no reference counts).
-    out (6n + m + 2) = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v (the step's copies), rank, passive residual].
+    out (5n + nq + m + 2) = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q (nq), v (the step's copies), rank, passive
+    residual].
     Returns a status: OK, UNSOLVABLE (solved, but the passive residual exceeds solve_tol·max(1, ‖b‖), (58): τ
     zeroed on the passive joints), NONFINITE_ROWS (a non-finite A or Ȧq̇) or NONFINITE_STATE (|q|² + |v|² is not
     finite; nothing else is computed)."""
-    n = I[H_N]
+    n, nq = I[H_N], I[H_NQ]
     chk = 0.0
+    for i in range(nq):
+        chk += q[i] * q[i]
     for i in range(n):
-        chk += q[i] * q[i] + v[i] * v[i]
+        chk += v[i] * v[i]
     if not math.isfinite(chk):
         return NONFINITE_STATE
     m, k, nf, nj, nt, nrows, nl = I[H_M], I[H_K], I[H_NF], I[H_NJ], I[H_NT], I[H_NROWS], I[H_NL]
@@ -462,7 +468,7 @@ def pidc_closed_step(
     lint = carray(_i64_at(i0 + 8 * I[H_O_LINT]), (nl, 4))
     tint = carray(_i64_at(i0 + 8 * I[H_O_TINT]), (nt, 8))
     pidx = carray(_i64_at(i0 + 8 * I[H_O_PIDX]), (I[H_N_PIDX],))
-    parent = carray(_i64_at(i0 + 8 * I[H_O_PARENT]), (nj,))
+    parent = carray(_i64_at(i0 + 8 * I[H_O_PARENT]), (nj, 3))
     piv = carray(_i64_at(i0 + 8 * I[H_O_PIV]), (4 * (max(n, m, k, ints[3]) + 1),))
     prm = carray(_f64_at(f0 + 8 * I[H_O_PRM]), (I[H_N_PRM],))
     fplace = carray(_f64_at(f0 + 8 * I[H_O_FPLACE]), (nf, 4, 4))
@@ -490,10 +496,11 @@ def pidc_closed_step(
     Rs = carray(_f64_at(f0 + 8 * (osc + 24)), (3, 3))
     Jw = farray(_f64_at(ptr[0]), (6, n))
     M = farray(_f64_at(ptr[1]), (n, n))
-    bq = carray(_f64_at(o0 + 8 * (4 * n + m)), (n,))
-    bv = carray(_f64_at(o0 + 8 * (5 * n + m)), (n,))
-    for i in range(n):
+    bq = carray(_f64_at(o0 + 8 * (4 * n + m)), (nq,))
+    bv = carray(_f64_at(o0 + 8 * (4 * n + m + nq)), (n,))
+    for i in range(nq):
         bq[i] = q[i]
+    for i in range(n):
         bv[i] = v[i]
     read_joint_poses(ptr, 2, nj, jpose)
     bias_forces(Jw, bv, jpose, parent, inert, grav, rnea, h)
@@ -514,8 +521,8 @@ def pidc_closed_step(
     st, r, res, bn, unsolvable = _law(
         M, h, bq, bv, A, jdv, Ab, t, ref, I[H_SINUS] != 0, prm, ints, work, piv, out, math.sqrt(gap)
     )
-    out[6 * n + m] = r
-    out[6 * n + m + 1] = res
+    out[5 * n + nq + m] = r
+    out[5 * n + nq + m + 1] = res
     if st == OK and unsolvable:
         return UNSOLVABLE
     return st

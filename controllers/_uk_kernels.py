@@ -287,31 +287,58 @@ def bias_forces(
 ) -> None:
     """h = nle(q, v) = C(q, v) v + g(q) (Pinocchio's ``nonLinearEffects``) by the recursive Newton–Euler
     algorithm in world axes, from data.J, v and every joint's pose (module docstring, "bias_forces").
-    Joints k = 0 … nj−1 (Pinocchio's 1 … nj, parents first, one velocity column each, column k);
-    parent (nj,): the parent's row, −1 for the root; inert (nj, 13): [m, lever (3), Ī (3×3 row-major)] of
-    each joint's body in its own frame (``model.inertias``); g: gravity (3,); work (nj, 18): [V | A | F]."""
+    Joints k = 0 … nj−1 (Pinocchio's 1 … nj, parents first); parent (nj, 3): [the parent's row (−1 for the
+    root), the joint's first velocity column, its number of columns (1; a ball joint 3, a free joint 6)]
+    (``models/step_engine.body_tables``); inert (nj, 13): [m, lever (3), Ī (3×3 row-major)] of each joint's body
+    in its own frame (``model.inertias``); g: gravity (3,); work (nj, 18): [V | A | F].
+
+    A joint of several columns c (their axes J_c fixed in its child body, as Pinocchio's spherical and free
+    joints' motion subspaces): ΔV = Σ_c J_c v_c, V_k = V_λ + ΔV and A_k = A_λ + V_k × ΔV = A_λ + V_λ × ΔV
+    (ΔV × ΔV = 0), and h_c = J_cᵀ F_k for each of its columns; one column is the case above."""
     nj = parent.shape[0]
     for k in range(nj):
-        pk = parent[k]
-        l0, l1, l2, w0, w1, w2 = Jw[0, k], Jw[1, k], Jw[2, k], Jw[3, k], Jw[4, k], Jw[5, k]
-        vk = v[k]
+        pk, c0, nc = parent[k, 0], parent[k, 1], parent[k, 2]
+        l0, l1, l2, w0, w1, w2 = Jw[0, c0], Jw[1, c0], Jw[2, c0], Jw[3, c0], Jw[4, c0], Jw[5, c0]
+        vk = v[c0]
+        if nc == 1:
+            d0, d1, d2, e0, e1, e2 = l0 * vk, l1 * vk, l2 * vk, w0 * vk, w1 * vk, w2 * vk
+        else:  # ΔV = Σ_c J_c v_c over the joint's columns
+            d0 = d1 = d2 = e0 = e1 = e2 = 0.0
+            for c in range(c0, c0 + nc):
+                vc = v[c]
+                d0 += Jw[0, c] * vc
+                d1 += Jw[1, c] * vc
+                d2 += Jw[2, c] * vc
+                e0 += Jw[3, c] * vc
+                e1 += Jw[4, c] * vc
+                e2 += Jw[5, c] * vc
         if pk >= 0:
-            u0, u1, u2 = work[pk, 0] + l0 * vk, work[pk, 1] + l1 * vk, work[pk, 2] + l2 * vk
-            o0, o1, o2 = work[pk, 3] + w0 * vk, work[pk, 4] + w1 * vk, work[pk, 5] + w2 * vk
+            s0, s1, s2 = work[pk, 0], work[pk, 1], work[pk, 2]
+            r0, r1, r2 = work[pk, 3], work[pk, 4], work[pk, 5]
             a0, a1, a2 = work[pk, 6], work[pk, 7], work[pk, 8]
             b0, b1, b2 = work[pk, 9], work[pk, 10], work[pk, 11]
+            u0, u1, u2 = s0 + d0, s1 + d1, s2 + d2
+            o0, o1, o2 = r0 + e0, r1 + e1, r2 + e2
         else:
-            u0, u1, u2 = l0 * vk, l1 * vk, l2 * vk
-            o0, o1, o2 = w0 * vk, w1 * vk, w2 * vk
+            s0 = s1 = s2 = r0 = r1 = r2 = 0.0
+            u0, u1, u2 = d0, d1, d2
+            o0, o1, o2 = e0, e1, e2
             a0, a1, a2 = -g[0], -g[1], -g[2]
             b0 = b1 = b2 = 0.0
-        # A_k = A_parent + (V_k × J_k) v_k,  V × J = [ω × l + u × w; ω × w]
-        a0 += (o1 * l2 - o2 * l1 + u1 * w2 - u2 * w1) * vk
-        a1 += (o2 * l0 - o0 * l2 + u2 * w0 - u0 * w2) * vk
-        a2 += (o0 * l1 - o1 * l0 + u0 * w1 - u1 * w0) * vk
-        b0 += (o1 * w2 - o2 * w1) * vk
-        b1 += (o2 * w0 - o0 * w2) * vk
-        b2 += (o0 * w1 - o1 * w0) * vk
+        if nc == 1:  # A_k = A_parent + (V_k × J_k) v_k,  V × J = [ω × l + u × w; ω × w]
+            a0 += (o1 * l2 - o2 * l1 + u1 * w2 - u2 * w1) * vk
+            a1 += (o2 * l0 - o0 * l2 + u2 * w0 - u0 * w2) * vk
+            a2 += (o0 * l1 - o1 * l0 + u0 * w1 - u1 * w0) * vk
+            b0 += (o1 * w2 - o2 * w1) * vk
+            b1 += (o2 * w0 - o0 * w2) * vk
+            b2 += (o0 * w1 - o1 * w0) * vk
+        else:  # A_k = A_parent + V_parent × ΔV
+            a0 += r1 * d2 - r2 * d1 + s1 * e2 - s2 * e1
+            a1 += r2 * d0 - r0 * d2 + s2 * e0 - s0 * e2
+            a2 += r0 * d1 - r1 * d0 + s0 * e1 - s1 * e0
+            b0 += r1 * e2 - r2 * e1
+            b1 += r2 * e0 - r0 * e2
+            b2 += r0 * e1 - r1 * e0
         work[k, 0], work[k, 1], work[k, 2], work[k, 3], work[k, 4], work[k, 5] = u0, u1, u2, o0, o1, o2
         work[k, 6], work[k, 7], work[k, 8], work[k, 9], work[k, 10], work[k, 11] = a0, a1, a2, b0, b1, b2
         # the body in world axes: c = p + R λ, I_c = R Ī Rᵀ (applied as R Ī Rᵀ x)
@@ -352,16 +379,17 @@ def bias_forces(
         work[k, 15] = n0 + o1 * L2 - o2 * L1 + u1 * p2 - u2 * p1
         work[k, 16] = n1 + o2 * L0 - o0 * L2 + u2 * p0 - u0 * p2
         work[k, 17] = n2 + o0 * L1 - o1 * L0 + u0 * p1 - u1 * p0
-    for k in range(nj - 1, -1, -1):  # F_k = f_k + Σ children's F;  h_k = J_kᵀ F_k
-        h[k] = (
-            Jw[0, k] * work[k, 12]
-            + Jw[1, k] * work[k, 13]
-            + Jw[2, k] * work[k, 14]
-            + Jw[3, k] * work[k, 15]
-            + Jw[4, k] * work[k, 16]
-            + Jw[5, k] * work[k, 17]
-        )
-        pk = parent[k]
+    for k in range(nj - 1, -1, -1):  # F_k = f_k + Σ children's F;  h_c = J_cᵀ F_k for the joint's columns c
+        for c in range(parent[k, 1], parent[k, 1] + parent[k, 2]):
+            h[c] = (
+                Jw[0, c] * work[k, 12]
+                + Jw[1, c] * work[k, 13]
+                + Jw[2, c] * work[k, 14]
+                + Jw[3, c] * work[k, 15]
+                + Jw[4, c] * work[k, 16]
+                + Jw[5, c] * work[k, 17]
+            )
+        pk = parent[k, 0]
         if pk >= 0:
             for i in range(12, 18):
                 work[pk, i] += work[k, i]
@@ -686,6 +714,9 @@ def passive_level(
 #: unscaled as the task's own ``qp_rows`` gave them (``models/step_engine.PythonRows``), tint[k, 6] the
 #: task's first row in it; the step copies them, scaled by √ω, into its Ab
 O_PYAB, N_PYAB = 43, 44
+#: nq, the configuration's size (nv + 1 per ball joint, + 1 for a free joint): q is a point of the joint manifold,
+#: copied as it is; every other table is sized by nv
+NQ = 45
 #: ptr: data.J, data.M, the damping D, the effort limit's τ_max, then every joint's (R, p) in data.oMi
 P_JOINTS = 4
 HEADER = 48
@@ -699,7 +730,7 @@ def uk_step(
     """One fused step: the state's test, bias_forces (h) → frame_states → task_rows → kkt_solve →
     effort_violated.
 
-    t (s); q, v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv) and data.M (nv×nv)
+    t (s); q (nq,), v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv) and data.M (nv×nv)
     (``pin.crba``'s), of the controller's damping D (nv,) and the effort limit's τ_max (as many as its
     joints), then of every joint's rotation (3×3) and translation (3,) in data.oMi — Eigen's
     column-major storage, owned by the data object the plan holds (``_FusedPlan.bind``), refreshed in
@@ -707,13 +738,13 @@ def uk_step(
     plan's integer and float tables (``_FusedPlan``: a header of sizes and offsets, ``HEADER`` ints, then
     every table), so that a call passes seven arguments; the tables' views are made from their addresses
     (``carray``: no size checks, no reference counts), the sizes checked once here.  buf (per
-    step, written): [q | v | M | h | v̇ | τ | h + D v | λ | Ab], the copies the step's Kinematics holds
+    step, written): [q (nq) | v | M | h | v̇ | τ | h + D v | λ | Ab], the copies the step's Kinematics holds
     and the step's results.  Returns OK, LIMIT (the KKT solution violates the effort limit: the caller
     solves the QP), NULLSPACE, SINGULAR, or NONFINITE (|q|² + |v|² is not finite: ``Robot.update``'s
     test; nothing else is computed)."""
-    n = I[N]
+    n, nq = I[N], I[NQ]
     s = 0.0
-    for i in range(n):
+    for i in range(nq):
         s += q[i] * q[i]
     for i in range(n):
         s += v[i] * v[i]
@@ -722,20 +753,21 @@ def uk_step(
     nt, nf, nj, m, nrows, width = I[NT], I[NF], I[NJ], I[M_UP], I[NROWS], I[WIDTH]
     Jw = farray(_f64_at(ptr[0]), (6, n))
     Md = farray(_f64_at(ptr[1]), (n, n))
-    if buf.shape[0] != 6 * n + n * n + m + nrows * (n + 1) + I[N_LROWS] + I[N_LVL]:
+    if buf.shape[0] != nq + 5 * n + n * n + m + nrows * (n + 1) + I[N_LROWS] + I[N_LVL]:
         raise ValueError("uk_step: the step buffer's length does not match the plan")
     b0, i0, f0 = buf.ctypes.data, I.ctypes.data, F.ctypes.data  # views without reshape's checks
-    bq = carray(_f64_at(b0), (n,))
-    bv = carray(_f64_at(b0 + 8 * n), (n,))
-    M = carray(_f64_at(b0 + 16 * n), (n, n))
-    o = 2 * n + n * n
+    bq = carray(_f64_at(b0), (nq,))
+    bv = carray(_f64_at(b0 + 8 * nq), (n,))
+    M = carray(_f64_at(b0 + 8 * (nq + n)), (n, n))
+    o = nq + n + n * n
     h = carray(_f64_at(b0 + 8 * o), (n,))
     o += n
     out = carray(_f64_at(b0 + 8 * o), (3 * n + m,))
     o += 3 * n + m
     Ab = carray(_f64_at(b0 + 8 * o), (nrows, n + 1))
-    for i in range(n):
+    for i in range(nq):
         bq[i] = q[i]
+    for i in range(n):
         bv[i] = v[i]
         for j in range(n):
             M[i, j] = Md[i, j]
@@ -758,7 +790,7 @@ def uk_step(
     terr = carray(_f64_at(f0 + 8 * I[O_TERR]), (nt, width))
     tmax = carray(_f64_at(ptr[3]), (I[N_EIDX],))
     wk = carray(_f64_at(f0 + 8 * I[O_WK]), (I[N_WK],))
-    parent = carray(_i64_at(i0 + 8 * I[O_PARENT]), (nj,))
+    parent = carray(_i64_at(i0 + 8 * I[O_PARENT]), (nj, 3))
     inert = carray(_f64_at(f0 + 8 * I[O_INERT]), (nj, 13))
     grav = carray(_f64_at(f0 + 8 * I[O_GRAV]), (3,))
     rnea = carray(_f64_at(f0 + 8 * I[O_RNEA]), (nj, 18))

@@ -1216,7 +1216,7 @@ def pidc_one_row(
     Writes ``out`` (n+3, n) = [P; q̈_des; τ_∥; τ]; returns (status, rank, residual, ‖b‖): status 0 ok, 1 the
     closed form of (S P)⁺ is ill-conditioned (caller takes the SVD path), 2 a non-finite a, 3 a non-finite q
     or q̇."""
-    n = q.shape[0]
+    n = v.shape[0]  # q (nq,) a point of the joint manifold: nq ≠ n with a ball joint
     k = ref.shape[1]
     o = 3 * k + 2 * n + 3
     if sinus:
@@ -1239,8 +1239,10 @@ def pidc_one_row(
     tau_par = out[n + 1]
     tau = out[n + 2]
     s2 = 0.0
+    for i in range(q.shape[0]):
+        s2 += q[i]
     for i in range(n):
-        s2 += q[i] + v[i]
+        s2 += v[i]
     if not math.isfinite(s2):
         return 3, 0, 0.0, 0.0
     s2 = 0.0

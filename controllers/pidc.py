@@ -149,7 +149,7 @@ def _buffered(name: str, index: Any) -> property:
 
 class _BufferedInfo(PIDCInfo):
     """The record of the compiled closed-chain step (``PIDC._closed_step``): one per controller, refilled each
-    step with that step's buffer ``_buf`` = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v, rank, passive residual]
+    step with that step's buffer ``_buf`` = [q̈_des, τ_∥, τ, f_c (n each), λ (m), q (nq), v, rank, passive residual]
     (``_pidc_kernels.pidc_closed_step``); the arrays and numbers are read from it when asked for, not at every
     step.  Same fields and values as the ``PIDCInfo`` the other steps make."""
 
@@ -159,8 +159,8 @@ class _BufferedInfo(PIDCInfo):
         self._n, self._m = n, m
         super().__init__(status="solved")
 
-    rank = _buffered("rank", lambda b, n, m: int(b[6 * n + m]))
-    passive_residual = _buffered("passive_residual", lambda b, n, m: float(b[6 * n + m + 1]))
+    rank = _buffered("rank", lambda b, n, m: int(b[-2]))  # (the buffer's last two entries)
+    passive_residual = _buffered("passive_residual", lambda b, n, m: float(b[-1]))
     qdd_des = _buffered("qdd_des", lambda b, n, m: b[:n])
     tau_par = _buffered("tau_par", lambda b, n, m: b[n : 2 * n])
     f_c = _buffered("f_c", lambda b, n, m: b[3 * n : 4 * n])
@@ -410,13 +410,12 @@ class PIDC:
     def _choose_step(self, constraint: Any) -> None:
         """Which step runs: compiled with one constraint row in closed form (``kernels.pidc_one_row``),
         compiled with several rows (``_pidc_kernels.pidc_rows``, its plan set up here), or NumPy.  Both
-        compiled steps need no QP, weights, force loop or stabilization, and a flat configuration (the
-        compiled kernels size their vectors by q: a ball or free joint, nq != nv, takes the NumPy step)."""
+        compiled steps need no QP, weights, force loop or stabilization.  A ball or free joint (nq ≠ nv) is
+        theirs too: q is only copied and read at the joint coordinates' indices, which ``_set_coordinates``
+        keeps before any such joint; every other vector is sized by nv."""
         robot = self.robot
-        flat = robot.nq == robot.nv
         self._compiled = (
-            flat
-            and not self.qp
+            not self.qp
             and self.w is None
             and self.force is None
             and not self.stabilize
@@ -436,8 +435,7 @@ class PIDC:
         self._has_passive = bool(self.passive)
         m = getattr(self.c, "m", None)
         self._rows_compiled = (
-            flat
-            and not self._compiled
+            not self._compiled
             and not self.qp
             and self.w is None
             and self.force is None
@@ -769,8 +767,9 @@ class PIDC:
             if isinstance(qv, tuple):
                 q, v = qv
             else:  # a closed-chain step's buffer (``_closed_step``): its copies of q, v
-                n, m = self.robot.nv, self._rk_m
-                q, v = qv[4 * n + m : 5 * n + m], qv[5 * n + m : 6 * n + m]
+                P = self._plan
+                assert P is not None  # (a buffer is a closed-chain step's)
+                q, v = qv[P.sl_q], qv[P.sl_v]
             self._kin = self.robot.update(q, v)
             self._kin_src, self._kin_qv = qv, None
         return self._kin

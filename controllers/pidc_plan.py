@@ -68,9 +68,6 @@ class ClosedChainPlan:
             kind = task.kernel_kind() if callable(getattr(task, "kernel_kind", None)) else None
             if kind is not None and kind not in (1, LoopClosure._KERNEL):
                 return None
-        model = ctl.robot.model
-        if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
-            return None  # a ball or free joint: the kernel's h (bias_forces) takes joint j's velocity as column j − 1
         return cls(ctl, loops)
 
     def __init__(self, ctl: PIDC, loops: list[Any]):
@@ -146,8 +143,11 @@ class ClosedChainPlan:
         self.piv = np.zeros(4 * L, dtype=np.int64)
         self.data = None
         self.ptr = np.zeros(2 + 2 * nj, dtype=np.int64)
-        #: the step's buffer: [q̈_des, τ_∥, τ, f_c (n each), λ (m), q, v, rank, passive residual]
-        self.out_len = 6 * n + self.m + 2
+        #: the step's buffer: [q̈_des, τ_∥, τ, f_c (n each), λ (m), q (nq), v, rank, passive residual]
+        self.nq = robot.nq
+        self.out_len = 5 * n + robot.nq + self.m + 2
+        self.sl_q = slice(4 * n + self.m, 4 * n + self.m + robot.nq)
+        self.sl_v = slice(self.sl_q.stop, self.sl_q.stop + n)
         self.sl_tau = slice(2 * n, 3 * n)
         self._pack(ctl)
         Ab = self.Ab  # (a view of the packed float table now)
@@ -251,6 +251,7 @@ class ClosedChainPlan:
             K.H_O_H: off["h"],
             K.H_O_PIV: off["piv"],
             K.H_O_SCR: off["scr"],
+            K.H_NQ: ctl.robot.nq,
         }
         for key, val in head.items():
             I[key] = val

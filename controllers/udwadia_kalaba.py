@@ -288,7 +288,7 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         # the other limits' test on the compiled step's result (``models/limits.py: LimitCheck``), or None
         P = self._plan
         self._limcheck = (
-            LimitCheck.build(P.other_limits, 0, self.n, P.o_out, P.o_out + self.n) if P is not None else None
+            LimitCheck.build(P.other_limits, 0, P.nq, P.o_out, P.o_out + self.n) if P is not None else None
         )
         self._Tmap: object = None  # the step's torque map (passive joints), else None (``_T``)
         self._t_last = 0.0  # t of the last step (``record``)
@@ -548,13 +548,13 @@ class UdwadiaKalabaController(LevelSolver, Diagnostics):
         k = self._kin
         if k is None and self._kin_buf is not None:
             buf, gen = self._kin_buf
-            n = self.n
+            n, nq = self.n, self.robot.nq  # the buffer's [q (nq) | v | M | h] (``_FusedPlan``)
             k = Kinematics(
                 self.robot,
-                buf[:n],
-                buf[n : 2 * n],
-                buf[2 * n : 2 * n + n * n].reshape(n, n),
-                buf[2 * n + n * n : 3 * n + n * n],
+                buf[:nq],
+                buf[nq : nq + n],
+                buf[nq + n : nq + n + n * n].reshape(n, n),
+                buf[nq + n + n * n : nq + 2 * n + n * n],
                 generation=gen,
             )
             self._kin = k

@@ -113,9 +113,6 @@ class _FusedPlan:
                     return None
         if ctl._passive.size and not ctl.loops:
             return None  # passive joints without loops: the generic path (their rows are M_p v̇ = −h_p)
-        model = ctl.robot.model
-        if any(model.joints[j].idx_v != j - 1 or model.joints[j].nv != 1 for j in range(1, model.njoints)):
-            return None  # the kernel's h takes joint j's velocity as column j − 1
         try:
             from cmstack.controllers import _uk_kernels
         except ImportError:  # numba absent: the generic path
@@ -148,7 +145,7 @@ class _FusedPlan:
             "fint": nf * (n + 1),
             "pidx": len(pidx),
             "eidx": eidx.size,
-            "parent": nj,
+            "parent": 3 * nj,
             "pas": pas.size,
             "lrows": nl,
             "lvl": lvl.size,
@@ -184,11 +181,13 @@ class _FusedPlan:
         self.F = np.zeros(f_len)
         sizes = (n, nt, nf, nj, m, row, width, len(pidx), eidx.size, K.kkt_work_size(n, m))
         self._write_header(K, sizes, pas.size, nl, lvl.size, n_py)
+        self.I[K.NQ] = nq = robot.nq  # q is a point of the joint manifold (nq ≠ nv with a ball joint)
         self._fill_tables(ctl, slots, (tint, tflt, pidx, eidx), (pas, lrows, lscale, lvl))
         self._bind_float_views(K, robot, slots, n, m, nt, width, len(pidx), n_py)
-        # the step's buffer (``uk_step``): [q | v | M | h | v̇ | τ | h + D v | λ | Ab]
+        # the step's buffer (``uk_step``): [q (nq) | v | M | h | v̇ | τ | h + D v | λ | Ab]
         self.ab_shape = (row, n + 1)
-        self.o_out = 3 * n + n * n
+        self.nq = nq
+        self.o_out = nq + 2 * n + n * n
         self.o_ab = self.o_out + 3 * n + m
         # closed: the loop reaction λ, then the kept rows of each upper level, last
         self.buf_len = self.o_ab + row * (n + 1) + nl + lvl.size
@@ -424,7 +423,7 @@ class _FusedPlan:
         self.jpose = self._fview("jpose", (nj + 1, 12))  # every joint's [R row-major, p], then the world's
         self.jpose[:] = slots.joint_pose_table()
         # the bodies for the kernel's h (``_uk_kernels.bias_forces``, ``step_engine.body_tables``)
-        self.parent = self._iview("parent", (nj,))
+        self.parent = self._iview("parent", (nj, 3))
         self.inert = self._fview("inert", (nj, 13))
         self.parent[:], self.inert[:], self._fview("grav", (3,))[:] = body_tables(robot.model)
         self.wk = self._fview("wk", (K.kkt_work_size(n, m),))

@@ -114,11 +114,15 @@ class FrameSlots:
 
 
 def body_tables(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(parent, inert, grav) of ``_uk_kernels.bias_forces``: parent (nj,) int64, each joint's parent row (−1: the
-    world); inert (nj, 13) = [m (kg), lever (3, m), Ī (3×3 row-major, kg·m², about the centre of mass in the
-    joint's axes)] of each joint's body (``model.inertias``); grav (3,) = model.gravity.linear (m/s²)."""
+    """(parent, inert, grav) of ``_uk_kernels.bias_forces``: parent (nj, 3) int64, each joint's [parent row (−1:
+    the world), first velocity column (``idx_v``), number of velocity columns (``nv``: a ball joint 3)]; inert
+    (nj, 13) = [m (kg), lever (3, m), Ī (3×3 row-major, kg·m², about the centre of mass in the joint's axes)] of
+    each joint's body (``model.inertias``); grav (3,) = model.gravity.linear (m/s²)."""
     nj = int(model.njoints) - 1
-    parent = np.array([model.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
+    parent = np.array(
+        [(model.parents[j] - 1, model.joints[j].idx_v, model.joints[j].nv) for j in range(1, nj + 1)],
+        dtype=np.int64,
+    ).reshape(nj, 3)
     inert = np.zeros((nj, 13))
     for j in range(1, nj + 1):
         Y = model.inertias[j]

@@ -7,6 +7,7 @@ Anything the plan cannot compile keeps the generic path."""
 from __future__ import annotations
 
 import numpy as np
+import pinocchio as pin
 import pytest
 
 from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
@@ -19,7 +20,7 @@ from cmstack.models.trajectory import FromFunction
 from cmstack.scenarios._common import default_config
 from cmstack.scenarios.closed_chain import build_reference, load_robot
 
-MODELS = ("mjcf/five_bar.xml", "mjcf/four_bar.xml", "mjcf/delta.xml")
+MODELS = ("mjcf/five_bar.xml", "mjcf/four_bar.xml", "mjcf/delta.xml", "mjcf/stewart_ball.xml")
 
 
 def _pair(model, make_levels=None, make_limits=None, **kw):
@@ -48,8 +49,8 @@ def _pair(model, make_levels=None, make_limits=None, **kw):
 def _states(robot, n, seed=1, spread=0.05, speed=1.0):
     cs = ClosureSet(robot.loops)
     rng = np.random.default_rng(seed)
-    for k in range(n):
-        q = robot.assemble(robot.q_initial + spread * rng.normal(size=robot.nq))
+    for k in range(n):  # a step on the joint manifold (q + dq for hinges and slides; a ball joint's rotation)
+        q = robot.assemble(pin.integrate(robot.model, robot.q_initial, spread * rng.normal(size=robot.nv)))
         yield 0.013 * k, q, speed * (project(cs.jacobian(q)).P @ rng.normal(size=robot.nv))
 
 

@@ -111,7 +111,8 @@ def test_frame_states_equal_pinocchio(setup):
 
 def test_bias_forces_equal_pinocchio_nle():
     """The kernel's Newton–Euler pass in world axes (from data.J and the joints' poses after crba) equals
-    Pinocchio's nonLinearEffects on random states of the YuMi and of a Panda (a tree and a chain)."""
+    Pinocchio's nonLinearEffects on random states of the YuMi and of a Panda (a tree and a chain), and of the
+    Stewart platform with six ball joints (nq = 42, nv = 36: a joint of three columns, q on the manifold)."""
     from cmstack.models.robot import Robot, example_robot_data_path
 
     for robot in (
@@ -120,11 +121,15 @@ def test_bias_forces_equal_pinocchio_nle():
             example_robot_data_path("panda_description/urdf/panda.urdf"),
             locked_joints={"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0},
         ),
+        Robot.from_mjcf("mjcf/stewart_ball.xml"),
     ):
         m = robot.model
         d, ref = m.createData(), m.createData()
         nj = m.njoints - 1
-        parent = np.array([m.parents[j] - 1 for j in range(1, nj + 1)], dtype=np.int64)
+        # [parent row, first v column, columns] (an independent build of ``step_engine.body_tables``' table)
+        parent = np.array(
+            [(m.parents[j] - 1, m.idx_vs[j], m.nvs[j]) for j in range(1, nj + 1)], dtype=np.int64
+        ).reshape(nj, 3)
         inert = np.array(
             [
                 np.r_[m.inertias[j].mass, m.inertias[j].lever, np.asarray(m.inertias[j].inertia).ravel()]
@@ -133,12 +138,13 @@ def test_bias_forces_equal_pinocchio_nle():
         )
         rng = np.random.default_rng(3)
         for _ in range(30):
-            q, v = rng.uniform(-3, 3, m.nq), rng.normal(scale=3.0, size=m.nv)
+            # (pin.normalize: the ball joints' quaternions onto the unit sphere; the hinges' angles unchanged)
+            q, v = pin.normalize(m, rng.uniform(-3, 3, m.nq)), rng.normal(scale=3.0, size=m.nv)
             pin.crba(m, d, q, pin.Convention.WORLD)
             jpose = np.array(
                 [np.r_[d.oMi[j].rotation.ravel(), d.oMi[j].translation] for j in range(1, nj + 1)]
             )
-            h = np.full(nj, np.nan)
+            h = np.full(m.nv, np.nan)
             K.bias_forces(d.J, v, jpose, parent, inert, m.gravity.linear.copy(), np.empty((nj, 18)), h)
             expected = pin.nonLinearEffects(m, ref, q, v)
             np.testing.assert_allclose(h, expected, rtol=0, atol=1e-13 * np.abs(expected).max())
