@@ -30,6 +30,10 @@ Measured (2-core machine shared with other sessions; ratio of medians, interleav
       kernels, J_h's Jacobi pairs in sorted order;        (before, alternated with it: 3.00x, 2.89x)
     the biped (--config legged_biped), before           714 / 226 us, 708 / 218 us  3.16x, 3.25x  5.7-6.7
       and after                                         651 / 240 us, 608 / 214 us  2.72x, 2.84x  6.1-6.9
+    + null(G) by a Householder LQ on G's rows           biped 466 / 184, 521 / 204  2.53x, 2.56x  6.8-7.5
+      (null_rows; was _qp_kernels.null_basis: 76 of       (before all of these: 3.22x, 3.09x)
+      the biped's 145 us of algebra)                    quadruped 273 / 102, 315 / 114  2.68x, 2.77x
+                                                          (before all of these: 2.93x, 2.68x)
 
 The target (<= 3x) is met, with little margin (2.89-2.92x over three runs at load 7-9.6).  constraintDynamics runs
 its 20 proximal iterations (the cap: the level stance is near rank deficient).
@@ -66,7 +70,7 @@ import pinocchio as pin
 from cmstack.bench import results_dir
 from cmstack.models.contact import pinocchio_stance_models
 from cmstack.models.robot import Robot, resolve_asset
-from cmstack.scenarios._common import config_path, default_config
+from cmstack.scenarios._common import resolve_config
 from cmstack.scenarios.legged import LeggedLaw, Phases
 from cmstack.sim.mjcf_plant import plant_from_mjcf
 from cmstack.sim.runner import simulate
@@ -102,7 +106,8 @@ def setup(n_states: int, run_s: float = 0.8, config: str | None = None):
     run_s run of the scenario's default config (or ``config``, a path or a shipped config's name such as
     ``legged_biped``) on its MuJoCo plant (stand 0.3 s, then the circle's ramp), taken evenly after the first 0.1 s;
     the contacts stay anchored where that run put them."""
-    cfg = dict(default_config("legged", config_path(config) if config else None))
+    # the defaults with the file over them, as `cmstack run` has it
+    cfg = dict(resolve_config("legged", config))
     robot = Robot.from_mjcf(resolve_asset(cfg["model"]))
     law = LeggedLaw(robot, cfg, Phases(cfg))
     plant = plant_from_mjcf(robot, sim_dt=cfg["sim_dt"])
@@ -183,7 +188,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     robot, ctl, contacts, states = setup(args.states, config=args.config)
-    model = str(default_config("legged", config_path(args.config) if args.config else None)["model"])
+    model = str(resolve_config("legged", args.config)["model"])
     out = measure(robot, ctl, contacts, states, args.repeat, model)
     out["load_average"] = [load0, os.getloadavg()[0]]
     print(

@@ -73,6 +73,23 @@ def test_svd_jacobi_warm_started_is_lapacks(m, n):
         np.testing.assert_allclose(Vw @ Vw.T, np.eye(n), atol=1e-14)
 
 
+def test_null_rows_is_an_orthonormal_basis_of_the_null_space():
+    """G of full row rank (well- and ill-conditioned, the biped's 18 x 36 among the shapes): the columns are
+    orthonormal, G N = 0 to round-off, and they span the SVD's null space (the same projector)."""
+    rng = np.random.default_rng(5)
+    for p, m in ((18, 36), (8, 24), (1, 3), (0, 4), (5, 6)):
+        for cond in (1.0, 1e6):
+            U, _ = np.linalg.qr(rng.normal(size=(max(p, 1), max(p, 1))))
+            W, _ = np.linalg.qr(rng.normal(size=(m, m)))
+            G = ((U[:p, :p] * np.geomspace(1.0, 1.0 / cond, p)) @ W[:p]) if p else np.zeros((0, m))
+            N = K.null_rows(G)
+            assert N.shape == (m, m - p)
+            np.testing.assert_allclose(N.T @ N, np.eye(m - p), atol=1e-14)
+            assert np.abs(G @ N).max(initial=0.0) <= 1e-14
+            Vt = np.linalg.svd(G)[2] if p else np.eye(m)
+            np.testing.assert_allclose(N @ N.T, Vt[p:].T @ Vt[p:], atol=1e-13 * cond)
+
+
 def test_cholesky_certificate_counts_the_singular_values():
     rng = np.random.default_rng(4)
     U, _ = np.linalg.qr(rng.normal(size=(6, 6)))
