@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -35,7 +36,7 @@ def _argv(*args) -> list[str]:
 
 def _cli(*args, timeout: float = 300, **kw):
     """``cmstack campaign ARGS`` to its end, killed after ``timeout`` wall-clock seconds."""
-    return subprocess.run(_argv(*args), capture_output=True, text=True, timeout=timeout, **kw)
+    return _forkserver.run(_argv(*args), capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def _rows(path: Path) -> list[dict]:

@@ -11,6 +11,7 @@ import sys
 import types
 from importlib import metadata
 
+import _forkserver
 import pytest
 import tomllib
 
@@ -21,7 +22,7 @@ from cmstack.scenarios.loader import shipped_scenarios
 
 
 def _cli(*argv, cwd, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return _forkserver.run(
         [sys.executable, "-m", "cmstack.cli", *argv],
         capture_output=True,
         text=True,

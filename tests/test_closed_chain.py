@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
+import _forkserver
 import mujoco
 import pytest
 
@@ -73,7 +73,7 @@ def _cli(tmp_path, *sets):
     ]
     for s in sets:
         argv += ["--set", s]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    return _forkserver.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
 
 
 def test_errors_are_one_line_exit_2(tmp_path):

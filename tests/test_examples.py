@@ -15,10 +15,10 @@ import ast
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import _forkserver
 import mujoco
 import numpy as np
 import pytest
@@ -105,7 +105,7 @@ def test_example_runs_meets_its_target_and_replays(name, tmp_path, monkeypatch):
 def test_example_runs_as_a_plain_script(name, tmp_path):
     """``python examples/X.py --duration S --out DIR`` in a fresh interpreter, from another directory."""
     out = tmp_path / "script_run"
-    res = subprocess.run(
+    res = _forkserver.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), "--duration", DURATION, "--out", str(out)],
         cwd=tmp_path,
         capture_output=True,
@@ -133,7 +133,7 @@ def test_plain_script_without_its_settings_file_says_so(tmp_path, name):
     traceback."""
     script = tmp_path / f"{name}.py"
     script.write_text((EXAMPLES / f"{name}.py").read_text())
-    r = subprocess.run(
+    r = _forkserver.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 1

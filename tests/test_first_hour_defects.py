@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import _forkserver
+
 
 def _python(code: str, cwd, timeout=600, merge=False) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -68,7 +70,7 @@ def test_a_urdf_plant_without_xml_path_saves_a_run_that_cmstack_view_replays(tmp
     with np.load(tmp_path / "run" / "log.npz") as z:
         assert str(z["mjcf_path"]) == str((tmp_path / "run" / "plant.xml").resolve())
     assert (tmp_path / "run" / "plant.xml").is_file()
-    v = subprocess.run(
+    v = _forkserver.run(
         [
             sys.executable,
             "-m",
@@ -103,7 +105,7 @@ def test_a_wrong_qpos_key_lists_the_logs_qpos_series(tmp_path):
     (tmp_path / "run").mkdir()
     log.save(tmp_path / "run" / "log.npz")
     for extra in (["--html", str(tmp_path / "r.html")], ["--no-wait"]):
-        v = subprocess.run(
+        v = _forkserver.run(
             [sys.executable, "-m", "cmstack.cli", "view", str(tmp_path / "run"), "--qpos-key", "foo", *extra],
             capture_output=True,
             text=True,

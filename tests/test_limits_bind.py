@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import _forkserver
+
 SCRIPT = textwrap.dedent("""
     import json, sys, time
     import numpy as np
@@ -78,7 +80,7 @@ CAP = 3 * 300 + 150
 def _run(tmp_path, kind: str, omega: float, duration: float) -> dict:
     script = tmp_path / "carry.py"
     script.write_text(SCRIPT)
-    r = subprocess.run(
+    r = _forkserver.run(
         [sys.executable, str(script), kind, str(omega), str(duration)],
         capture_output=True,
         text=True,

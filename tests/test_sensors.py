@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -208,7 +209,7 @@ def test_a_jump_in_one_encoder_ends_the_run_named_in_its_cycle(tmp_path):
     argv += ["--no-plots", "--set", "duration=0.6", "--set", "track_after=0.1", "--set", "check_states=0"]
     argv += ["--set", "sensors='actuated'", "--set", "fault_encoder='base_r'", "--set", "fault_t=0.3"]
     env = dict(os.environ, MPLBACKEND="Agg")
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    p = _forkserver.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert p.returncode == EXIT_FAILED, p.stdout + p.stderr
     m = json.loads((out / "metrics.json").read_text())
     assert m["ok"] is False and m["fault"] == "encoder_jump" and m["fault_joint"] == "base_r"

@@ -10,12 +10,12 @@ the geom pairs and their depths."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 import warnings
 import xml.etree.ElementTree as ET
 
+import _forkserver
 import mujoco
 import numpy as np
 import pytest
@@ -189,7 +189,7 @@ def test_the_humanoid_arms_hold_their_posture_in_a_child_process(tmp_path):
         print(json.dumps(dict(steps=run.steps, dq=float(np.abs(q - q0).max()), v=float(np.abs(v).max()))))
     """)
     )
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    r = _forkserver.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["steps"] == 1000
