@@ -142,7 +142,8 @@ def task_rows(
     tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
     selected row count, offset in pidx/qref (a loop: its code in ``models/_loop_kernels.py``), 1 if in
     the last level]; a joint task (posture, joint trajectory) has in place of its frame slot a 1 when its
-    reference is a sinusoid sampled here, else 0.  pidx (np,) the joint tasks' joints; qref (7 np,) =
+    reference is a sinusoid sampled here, else 0.  pidx (2 np,) the joint tasks' joints: their v indices, then
+    their q indices (they differ after a ball or free joint: q is a point of the joint manifold); qref (7 np,) =
     [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
     sample, written here from the sinusoid's c, a, ω, φ, or by the caller); tflt (nt, 4) = [K_p, K_d, scale
     (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
@@ -197,7 +198,9 @@ def task_rows_into(
 ) -> None:
     """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
     n = v.shape[0]
-    np_ = pidx.shape[0]  # qref = [q_d | v_d | a_d | c | a | ω | φ], np_ values each
+    np_ = (
+        pidx.shape[0] // 2
+    )  # pidx = [v indices | q indices]; qref = [q_d | v_d | a_d | c | a | ω | φ], np_ each
     for k in range(tint.shape[0]):
         kind, row0, sel0, nsel = tint[k, 0], tint[k, 3], tint[k, 4], tint[k, 5]
         if kind == PYTHON:  # rows written by the task's own Python before the call
@@ -234,6 +237,7 @@ def task_rows_into(
                 q,
                 v,
                 pidx[off : off + m],
+                pidx[np_ + off : np_ + off + m],
                 qref[off : off + m],
                 qref[o1 : o1 + m],
                 qref[o2 : o2 + m],
@@ -775,7 +779,7 @@ def uk_step(
     read_joint_poses(ptr, P_JOINTS, nj, jpose)
     tint = carray(_i64_at(i0 + 8 * I[O_TINT]), (nt, 8))
     fint = carray(_i64_at(i0 + 8 * I[O_FINT]), (nf, n + 1))
-    pidx = carray(_i64_at(i0 + 8 * I[O_PIDX]), (I[N_PIDX],))
+    pidx = carray(_i64_at(i0 + 8 * I[O_PIDX]), (2 * I[N_PIDX],))  # [v indices | q indices]
     eidx = carray(_i64_at(i0 + 8 * I[O_EIDX]), (I[N_EIDX],))
     D = carray(_f64_at(ptr[2]), (n,))
     fplace = carray(_f64_at(f0 + 8 * I[O_FPLACE]), (nf, 4, 4))

@@ -143,7 +143,7 @@ class _FusedPlan:
         i_sizes = {
             "tint": tint.size,
             "fint": nf * (n + 1),
-            "pidx": len(pidx),
+            "pidx": 2 * len(pidx),  # the joint tasks' v indices, then their q indices
             "eidx": eidx.size,
             "parent": 3 * nj,
             "pas": pas.size,
@@ -249,6 +249,7 @@ class _FusedPlan:
         tint = np.zeros((nt, 8), dtype=np.int64)
         tflt = np.zeros((nt, 4))
         pidx: list[int] = []
+        self._pqidx: list[int] = []  # the q indices of pidx's joints (after a ball or free joint they differ)
         self.postures, self.frame_tasks, self.task_items, self.integrals = [], [], [], []
         self.joint_trajs: list = []  # (entry, first, stop in pidx, task) of the joint trajectory tasks
         self.py_tasks: list = []  # (A, b views of the table pyab, task) of the tasks whose rows Python fills
@@ -281,6 +282,7 @@ class _FusedPlan:
             else:
                 off, sel0 = len(pidx), 0
                 pidx.extend(int(i) for i in task.idx)
+                self._pqidx.extend(int(i) for i in task.qidx)
                 if isinstance(task, JointTrajectoryTask):  # its rows are JointTrajectoryTask's (kernel_kind)
                     self.joint_trajs.append((k, off, off + nsel, task))
                 else:
@@ -367,8 +369,8 @@ class _FusedPlan:
         self.tint[:] = tint
         self.fint = self._iview("fint", (nf, n + 1))
         self.fint[:] = slots.fint
-        self.pidx = self._iview("pidx", (len(pidx),))
-        self.pidx[:] = pidx
+        self.pidx = self._iview("pidx", (2 * len(pidx),))  # [v indices | q indices] (``task_rows``)
+        self.pidx[:] = pidx + self._pqidx
         self.eidx = self._iview("eidx", (eidx.size,))
         self.eidx[:] = eidx
         self._iview("pas", (pas.size,))[:] = pas

@@ -212,6 +212,7 @@ def joint_error(
     q: np.ndarray,
     v: np.ndarray,
     idx: np.ndarray,
+    qidx: np.ndarray,
     qd: np.ndarray,
     vd: np.ndarray,
     ad: np.ndarray,
@@ -220,8 +221,9 @@ def joint_error(
     row0: int,
     ed: np.ndarray,
 ) -> None:
-    """Joints idx following (q_d, v_d, a_d) (module docstring): ed (4, k); P = I; W = −S scaled by sc
-    into the rows row0 … row0 + k − 1 of A."""
+    """1-DoF joints following (q_d, v_d, a_d) (module docstring): ed (4, k); P = I; W = −S scaled by sc
+    into the rows row0 … row0 + k − 1 of A.  idx: the joints' v indices (their columns of W, their rates);
+    qidx: their q indices (q (nq,) a point of the joint manifold: after a ball or free joint qidx ≠ idx)."""
     n = v.shape[0]
     for i in range(idx.shape[0]):
         j = idx[i]
@@ -230,7 +232,7 @@ def joint_error(
         A[row0 + i, j] = -sc
         ed[0, i] = ad[i]
         ed[1, i] = vd[i] - v[j]
-        ed[2, i] = qd[i] - q[j]
+        ed[2, i] = qd[i] - q[qidx[i]]
         ed[3, i] = ed[2, i]
 
 

@@ -393,7 +393,6 @@ class PostureTask(Task):
             self.qidx = np.array([robot.joint_q_index(j) for j in joints], dtype=np.int64)
             if len(set(self.idx.tolist())) != len(self.idx):
                 raise ConfigError(f"{self.name}: joints {list(joints)} name a joint twice")
-        self._q_in_v = None if np.array_equal(self.qidx, self.idx) else np.zeros(robot.nv)
         self._zero = np.zeros(len(self.idx))
         self._set_gains(kp, kd)
         self.rows = slice(0, len(self.idx))
@@ -419,20 +418,11 @@ class PostureTask(Task):
     def _joint_rows(self, kin: Kinematics, qd: ArrayLike, vd: ArrayLike, ad: ArrayLike) -> ErrorDynamics:
         k = len(self.idx)
         W, ed = np.empty((k, kin.v.shape[0])), np.empty((4, k))
-        q = kin.q
-        if self._q_in_v is not None:  # the kernel reads q[j] at v index j: the joints' angles put there
-            q = self._q_in_v
-            q[self.idx] = kin.q[self.qidx]
-        _kernels().joint_error(q, kin.v, self.idx, qd, vd, ad, 1.0, W, 0, ed)
+        _kernels().joint_error(kin.q, kin.v, self.idx, self.qidx, qd, vd, ad, 1.0, W, 0, ed)
         return ErrorDynamics(W, ed[0], ed[1], ed[2])
 
     def error_dynamics(self, kin: Kinematics, t: float) -> ErrorDynamics:
         return self._joint_rows(kin, self.q_ref, self._zero, self._zero)
-
-    def kernel_kind(self) -> int | None:
-        """The compiled posture rows, which read q at the joints' v indices: None (the Python rows) when a
-        ball or free joint before them shifts their q index (``qidx``) from it."""
-        return None if self._q_in_v is not None else super().kernel_kind()
 
 
 class JointTrajectoryTask(PostureTask):

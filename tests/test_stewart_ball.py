@@ -103,29 +103,38 @@ def test_closed_chain_scenario_tracks_a_pose(tmp_path, law):
         assert m[key] <= bound, (key, m[key])
 
 
-@pytest.mark.parametrize("law", ["pidc", "uk"])
-def test_compiled_step_equals_the_numpy_step(robot, law):
+@pytest.mark.parametrize(("law", "coords"), [("pidc", "ee"), ("uk", "ee"), ("uk", "joints")])
+def test_compiled_step_equals_the_numpy_step(robot, law, coords):
     """Ball joints (nq = 42, nv = 36) take the compiled step (``pidc_plan``/``uk_plan``: q copied as a point of the
     manifold, h by Newton–Euler over the ball joints' three columns, every other table by nv): the closed_chain
-    scenario's law on the platform's pose, its torque against the NumPy step's (PIDC's ``_numpy_step``, UK's
-    ``fused=False``) on random assembled states; measured 5.5e-15 (PIDC) and 1.1e-14 (UK) of max |tau|."""
-    from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController
+    scenario's law (the platform's pose; for UK also sinusoids on the six slides, five of them after a ball joint, so
+    their q and v indices differ), its torque against the NumPy step's (PIDC's ``_numpy_step``, UK's
+    ``fused=False``) on random assembled states; measured 5.5e-15 (PIDC) and 1.1e-14 (UK) of max |tau|.  The
+    slides' error written by the kernel (q_d − q at their q indices) against the sinusoid sampled here."""
     from cmstack.scenarios._common import default_config
     from cmstack.scenarios.closed_chain import build_law, build_reference
 
-    cfg = dict(default_config("closed_chain"), model=PATH, law=law, ee_rows="full")
+    cfg = dict(default_config("closed_chain"), model=PATH, law=law, ee_rows="full", coords=coords)
     fast, slow = (build_law(cfg, robot, build_reference(cfg, robot)[1]) for _ in range(2))
     if law == "uk":
-        assert fast._plan is not None and fast._plan.closed
-        task = build_reference(cfg, robot)[1]
-        slow = UdwadiaKalabaController(robot, levels=[[task]], limits=[], warn_free_dof=False, fused=False)
+        assert fast._plan is not None and fast._plan.closed and fast.python_tasks == ()  # every row compiled
+        slow._plan = None  # UK's generic path (what fused=False builds)
     else:
         assert fast._plan is not None  # pidc_plan.ClosedChainPlan
         slow._plan, slow._rows_compiled = None, False  # PIDC's NumPy step
+    qi = robot.q_indices(robot.actuated_joints)
+    assert np.any(
+        np.asarray(qi) != robot.v_indices(robot.actuated_joints)
+    )  # after a ball joint: q index ≠ v index
     passive = ~ProjectionPlant(robot, None, sim_dt=1e-3).actuated
     for k, (q, v, _) in enumerate(_states(robot, 12, 7)):
-        tau = fast(0.01 * k, q, v).copy()
+        t = 0.01 * k
+        tau = fast(t, q, v).copy()
         np.testing.assert_array_equal(fast.kin.q, q)  # the step's copy of q: nq entries, as given
-        ref = slow(0.01 * k, q, v)
+        if coords == "joints":
+            ((kt, _, _, task),) = fast._plan.joint_trajs
+            qd = task.trajectory(t)[0]
+            np.testing.assert_allclose(fast._plan.terr[kt, :6], qd - q[qi], rtol=0, atol=1e-15)
+        ref = slow(t, q, v)
         assert np.abs(tau - ref).max() <= 1e-12 * np.abs(ref).max(), np.abs(tau - ref).max()
         assert np.abs(tau[passive]).max() <= 1e-9 * np.abs(ref).max()
