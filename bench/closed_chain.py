@@ -25,9 +25,19 @@ Measured (busy 2-core machine shared with other sessions, 300 states x 3; step /
     Delta      PIDC  228 / 12.8 = 18x      33 / 9.1 = 3.7x       12.4-12.6 / 7.0-7.1 = 1.77-1.78x 5.0-5.2
     Delta      UK    201 / 13.5 = 15x      137 / 11.3 = 12x      10.8-11.0 / 7.0-7.1 = 1.53x
 
-Both laws meet the target (<= 2x) on all three; the four-bar with the smallest margin (UK 1.93-2.03x over six
-runs at loads 2-6 before; PIDC 1.80-1.95x at loads 1.6-2.7 before its call went straight to the closed-chain
-step, 1.75-1.79x after).  UK: the robot's lean
+Ball joints (nq != nv, 2026-11-28, 200 states x 2, load 8.0-8.8): the Stewart platform (``mjcf/stewart_ball.xml``:
+36 v, 42 q, 5 welds, 30 passive v) now takes both compiled steps. Against the NumPy steps it took before
+(``manifold_ab``, interleaved): PIDC 538 vs 2724 us (0.20x), UK 379 vs 32111 us (0.012x; the generic path's SVDs and
+null-space projections), torques within 2.5e-14 / 1.4e-14 of max |tau| (the compiled medians there above the ones
+below: the NumPy steps between them evict the caches). Against constraintDynamics it misses the target: PIDC 338 /
+86 us = 3.9x, UK 241 / 77 us = 3.1x; on one state repeated (load 9) the kernel call is 378 us (UK) and 495 us (PIDC)
+of a 423 / 591 us step, the lean pass (crba) 9-12 us, dense factorizations over n = 36 columns (UK: 63 rows in its
+upper level, the loops' and the passive joints'), where Pinocchio's solver exploits the tree's sparsity. Not fixed
+here.
+
+The three mechanisms without ball joints meet the target (<= 2x) with both laws; the four-bar with the smallest
+margin (UK 1.93-2.03x over six runs at loads 2-6 before; PIDC 1.80-1.95x at loads 1.6-2.7 before its call went
+straight to the closed-chain step, 1.75-1.79x after).  UK: the robot's lean
 pass (``pin.crba``) and one compiled call (``controllers/uk_plan.py``, ``_uk_kernels.uk_step``: h, the frames, the
 loops' rows of ``models/_loop_kernels.py`` as level 1, the task rows, the passive joints' zero-torque rows and
 the vanishing-row test (``passive_level``), the KKT solve, τ = T y (``kernels.passive_torque``)).  On one state
