@@ -99,10 +99,15 @@ def _recv(sock: socket.socket) -> tuple[object, list[int]]:
 
 
 # --------------------------------------------------------------------------------------------- the server
+_index_mtimes: dict[str, float] = {}
+
+
 def _preload_kernels() -> int:
     """Load, from numba's cache, every compiled signature the cache holds for the stack's kernels (what a
     fresh child loads at its first call of each); the number loaded.  Nothing is compiled here: a signature
-    missing from the cache is compiled by the child that calls it, as in a fresh process."""
+    missing from the cache is compiled by the child that calls it, as in a fresh process, and saved to the
+    cache; the server calls this again before each fork, and loads what a child saved (an index file whose
+    modification time changed), so that the next child loads it as a fresh one would."""
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import CPUDispatcher
 
@@ -115,6 +120,14 @@ def _preload_kernels() -> int:
                 continue
             try:
                 cache = obj._cache
+                path = cache._cache_file._index_path
+                try:
+                    mtime = os.stat(path).st_mtime
+                except FileNotFoundError:
+                    continue
+                if _index_mtimes.get(path) == mtime:
+                    continue
+                _index_mtimes[path] = mtime
                 magic = obj.targetctx.codegen().magic_tuple()
                 for key in cache._cache_file._load_index():
                     sig = key[0]
@@ -176,6 +189,7 @@ def _serve(fd: int) -> None:
             req, fds = _recv(sock)
         except (EOFError, ConnectionError):
             os._exit(0)
+        _preload_kernels()  # what the last children compiled and saved to the cache
         pid = os.fork()
         if pid == 0:
             sock.close()
