@@ -65,6 +65,46 @@ def _select(robot: Robot, joints: Sequence[str] | None, owner: str) -> np.ndarra
     return np.array([robot.joint_index(j) for j in joints], dtype=int)
 
 
+def _flat_position_columns(
+    robot: Robot, idx: np.ndarray, every: bool, unlimited_ok: bool, owner: str
+) -> np.ndarray:
+    """The v columns of ``idx`` that a position limit may hold on a robot with ball or free joints (nq ≠ nv).
+
+    A position limit reads q_j at the joint's v index j (here and in the compiled ``_limit_kernels``), which is
+    its q index only for the 1-DoF joints before the first ball or free joint in Pinocchio's order.  ``every``
+    (no joints named): the columns of ball and free joints, which have no scalar position limit, are dropped;
+    ``unlimited_ok`` (no joints and no bounds given): so are the joints without finite model limits; a 1-DoF
+    joint left whose q index differs from its v index → ``ConfigError`` naming it (such limits are not supported
+    yet: reading q at the v index would hold the wrong coordinate, silently)."""
+    model = robot.model
+    lo, hi = model.lowerPositionLimit, model.upperPositionLimit
+    chosen = set(idx.tolist())
+    keep: list[int] = []
+    shifted: list[str] = []
+    for j in range(1, model.njoints):
+        jm = model.joints[j]
+        if not chosen.intersection(range(jm.idx_v, jm.idx_v + jm.nv)):
+            continue
+        if jm.nv != 1:
+            if not every:  # (joint_index already refuses a named ball or free joint)
+                raise ConfigError(
+                    f"{owner}: joint '{model.names[j]}' has nv={jm.nv}: no scalar position limit"
+                )
+            continue
+        if unlimited_ok and not (np.isfinite(lo[jm.idx_q]) and np.isfinite(hi[jm.idx_q])):
+            continue
+        if jm.idx_q != jm.idx_v:
+            shifted.append(model.names[j])
+        keep.append(jm.idx_v)
+    if shifted:
+        raise ConfigError(
+            f"{owner}: position limits on joints after a ball or free joint ({len(shifted)}: {shifted[:4]}"
+            f"{' ...' if len(shifted) > 4 else ''}) are not supported yet "
+            "(their q index differs from their v index); name only joints before it, or leave the position limit out"
+        )
+    return np.array(keep, dtype=int)
+
+
 def _values(
     x: ArrayLike | None,
     default: np.ndarray,
@@ -251,6 +291,9 @@ class JointPositionLimit(Limit):
         self.brake_fraction = float(brake_fraction)
         self.margin = float(margin)
         self.idx = _select(robot, joints, name)
+        if robot.nq != robot.nv:
+            unlimited_ok = joints is None and q_min is None and q_max is None
+            self.idx = _flat_position_columns(robot, self.idx, joints is None, unlimited_ok, name)
         if joints is None and q_min is None and q_max is None:
             # every joint that has position limits (a continuous joint has none: ±inf, models/robot.py)
             lo, hi = robot.model.lowerPositionLimit, robot.model.upperPositionLimit

@@ -589,6 +589,25 @@ class RtRun(Run):
         return path
 
 
+def _checked_settings(
+    plant: Plant,
+    duration: float,
+    control_dt: float,
+    transport: str,
+    driver: DriverSettings | None,
+    loop: LoopSettings | None,
+) -> tuple[DriverSettings, LoopSettings, int]:
+    """:func:`run_rt`'s arguments checked (one-line ``ConfigError``s): the driver's settings at 1 / ``control_dt``
+    Hz, the loop's, and the number of cycles in ``duration`` (s)."""
+    if not duration > 0:
+        raise ConfigError(f"duration must be > 0 s, got {duration}")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
+    ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
+    substeps(control_dt, plant.dt)
+    return ds, loop or LoopSettings(), int(round(duration / control_dt))
+
+
 def run_rt(
     plant: Plant,
     controller: Controller,
@@ -654,18 +673,10 @@ def run_rt(
     time its torque will be applied, one period after the state it is given (the driver's delay), by the law's
     model's forward dynamics; timing.json's ``predict`` says what was done (or why nothing: a position command, a
     floating base, a law without a model)."""
-    if not duration > 0:
-        raise ConfigError(f"duration must be > 0 s, got {duration}")
+    ds, ls, n_cycles = _checked_settings(plant, duration, control_dt, transport, driver, loop)
     sensed = _sensed_names(controller)
     sense_into = sensor_views(plant.data, sensed)  # the parent's copy of the arrays, refreshed every cycle
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"transport='{transport}' is not one of {sorted(TRANSPORTS)}")
-    ds = dataclasses.replace(driver or DriverSettings(), rate_hz=1.0 / control_dt).check()
-    ls = loop or LoopSettings()
-    substeps(control_dt, plant.dt)
-    n_cycles = int(round(duration / control_dt))
-    q0, v0 = plant.state()
-    nq, nv = len(q0), len(v0)
+    nq, nv = (len(x) for x in plant.state())
     controller, not_predicted = with_prediction(
         controller, predict, control_dt, n_cycles, (nq, nv), partial_state=frame is not None
     )

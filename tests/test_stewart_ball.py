@@ -13,6 +13,7 @@ import pinocchio as pin
 import pytest
 from test_mechanisms import constraint_data, mujoco_qacc_rel, pinocchio_reading
 
+from cmstack.models.errors import ConfigError
 from cmstack.models.loops import ClosureSet, pinocchio_constraint_models
 from cmstack.models.projection import project
 from cmstack.models.robot import Robot
@@ -138,3 +139,21 @@ def test_compiled_step_equals_the_numpy_step(robot, law, coords):
         ref = slow(t, q, v)
         assert np.abs(tau - ref).max() <= 1e-12 * np.abs(ref).max(), np.abs(tau - ref).max()
         assert np.abs(tau[passive]).max() <= 1e-9 * np.abs(ref).max()
+
+
+def test_position_limits_are_refused_where_q_and_v_indices_differ(robot):
+    """A position limit reads q at the joint's v index (models/limits.py, _limit_kernels): after the first ball
+    joint (sph_0: nq 4, nv 3) the two differ, so a limit on such a joint is a one-line ConfigError naming it,
+    not a bound held on the wrong coordinate; a joint before it is taken, and the default selection leaves
+    the ball joints' columns out."""
+    from cmstack.models.limits import JointPositionLimit
+
+    jm = robot.model.joints[robot.model.getJointId("act_1")]
+    assert jm.idx_q != jm.idx_v  # (the case the guard is for)
+    with pytest.raises(ConfigError, match=r"after a ball or free joint \(1: \['act_1'\]\)"):
+        JointPositionLimit(robot, 1e-3, 10.0, q_min=[-0.1], q_max=[0.1], joints=["act_1"])
+    held = JointPositionLimit(robot, 1e-3, 10.0, q_min=[-0.1], q_max=[0.1], joints=["act_0"])
+    assert held.idx.tolist() == [robot.joint_index("act_0")]
+    with pytest.raises(ConfigError, match=r"after a ball or free joint \(15: \['ua_1'"):
+        JointPositionLimit(robot, 1e-3, 10.0, q_min=-1.0, q_max=1.0)  # every joint, bounds given
+    assert JointPositionLimit(robot, 1e-3, 10.0).idx.size == 0  # the model's limits: none is finite here
