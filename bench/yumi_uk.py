@@ -631,9 +631,11 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
             K.frame_states(J, v, jpose, fint, fplace, fJ, fvec)
 
     @njit
-    def rows_only(N, t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab):
+    def rows_only(N, t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R):
         for _i in range(N):
-            K.task_rows(t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab)
+            K.task_rows_into(
+                t, q, v, fJ, fvec, tint, tflt, tgtH, tgtVA, tcirc, pidx, qref, tbias, terr, Ab, ed, R
+            )
 
     @njit
     def kkt_only(N, M, h, D, v, Ab, tint, tflt, m, gauss, tol, wk, out):
@@ -664,18 +666,11 @@ def profile(repeat: int = 3, panda: bool = False) -> dict:
             t,
             q,
             v,
-            P.fJ,
-            P.fvec,
-            P.tint,
-            P.tflt,
-            P.tgtH,
-            P.tgtVA,
-            P.tcirc,
-            P.pidx,
-            P.qref,
-            P.tbias,
+            *P.task_tables(),
             P.terr.copy(),
             Ab.copy(),
+            np.empty((4, P.terr.shape[1])),
+            np.empty((3, 3)),
         ),
         "  KKT solve": lambda: kkt_only(
             N, M, h, ctl.D, v, Ab, P.tint, P.tflt, P.m_up, P.gauss, ctl._sqrt_rank_tol, P.wk.copy(), res

@@ -36,7 +36,7 @@ the joints' poses (what ``pin.crba`` in the WORLD convention leaves), so no seco
     F_k = f_k + Σ_children F,   h_k = J_kᵀ F_k
 (tests/test_uk_kernels.py: equal to Pinocchio's nonLinearEffects to 1e-14 relative.)
 
-``task_rows`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``: world axes),
+``task_rows_into`` — the rows A v̇ = b of each task in the controller's form (``Task.qp_rows``: world axes),
 scaled by √ω for the levels above the last: each task's error dynamics (W, drift, w, e) from the kernel
 of its kind in ``models/_task_kernels.py`` (``coupling_error``, ``frame_error``, ``joint_error``: the
 functions the tasks' Python ``error_dynamics`` calls, derived there), then the law
@@ -66,7 +66,7 @@ import cmstack.models._compile_notice  # noqa: F401  (says when these kernels co
 from cmstack.controllers import kernels
 from cmstack.controllers.kernels import passive_factor, passive_null, passive_torque, vanishing_rows
 from cmstack.models import _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels
-from cmstack.models._frame_kernels import _f64_at, _i64_at, frame_states, read_joint_poses  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
+from cmstack.models._frame_kernels import _f64_at, _i64_at, cross_axis_add, frame_states, read_joint_poses  # noqa: F401 (re-exported: _pidc_kernels, tests, bench)
 from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import WELD_B, closure_phi, closure_rows
 from cmstack.models._task_kernels import coupling_error, frame_error, joint_error, log3, task_law  # noqa: F401 (log3: re-exported)
@@ -78,7 +78,7 @@ depends_on(
 )  # numba's cache does not see a change of a callee in another file
 
 FRAME, POSTURE, LOOP, PYTHON = 1, 2, 3, 4
-"""The row builders of ``task_rows``; LOOP: any loop closure, a ``RigidCoupling`` too (the loop code ``WELD_B``,
+"""The row builders of ``task_rows_into``; LOOP: any loop closure, a ``RigidCoupling`` too (the loop code ``WELD_B``,
 ``models/_loop_kernels.py``); PYTHON: a task whose rows its own Python wrote into Ab before the call
 (``models/step_engine.PythonRows``), left as they are."""
 OK, LIMIT, NULLSPACE, SINGULAR = 0, 1, 2, 3
@@ -119,63 +119,6 @@ def loop_error(
                 Ab[r, c] *= sc
 
 
-@njit(cache=True)
-def task_rows(
-    t: float,
-    q: np.ndarray,
-    v: np.ndarray,
-    fJ: np.ndarray,
-    fvec: np.ndarray,
-    tint: np.ndarray,
-    tflt: np.ndarray,
-    tgtH: np.ndarray,
-    tgtVA: np.ndarray,
-    tcirc: np.ndarray,
-    pidx: np.ndarray,
-    qref: np.ndarray,
-    tbias: np.ndarray,
-    terr: np.ndarray,
-    Ab: np.ndarray,
-) -> None:
-    """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
-    ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
-    tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
-    selected row count, offset in pidx/qref (a loop: its code in ``models/_loop_kernels.py``), 1 if in
-    the last level]; a joint task (posture, joint trajectory) has in place of its frame slot a 1 when its
-    reference is a sinusoid sampled here, else 0.  pidx (2 np,) the joint tasks' joints: their v indices, then
-    their q indices (they differ after a ball or free joint: q is a point of the joint manifold); qref (7 np,) =
-    [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
-    sample, written here from the sinusoid's c, a, ω, φ, or by the caller); tflt (nt, 4) = [K_p, K_d, scale
-    (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
-    [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, CIRCLE_ROW): [c_x, c_y, c_z, r, ω, φ, 1, u, w] for a frame task following a
-    ``Circle`` (its sample at time t written here into the position and tgtVA, the orientation R given in
-    tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
-    action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
-    in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
-    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``; one
-    whose error is in frame b's axes (code ``WELD_B``: a ``RigidCoupling``): ``coupling_error``, its rows selected.
-    Kind ``PYTHON``: rows the task's own Python wrote before the call, skipped (its terr row is not written)."""
-    task_rows_into(
-        t,
-        q,
-        v,
-        fJ,
-        fvec,
-        tint,
-        tflt,
-        tgtH,
-        tgtVA,
-        tcirc,
-        pidx,
-        qref,
-        tbias,
-        terr,
-        Ab,
-        np.empty((4, terr.shape[1])),
-        np.empty((3, 3)),
-    )
-
-
 @njit(cache=True, inline="always")
 def task_rows_into(
     t: float,
@@ -196,7 +139,25 @@ def task_rows_into(
     ed: np.ndarray,
     R: np.ndarray,
 ) -> None:
-    """``task_rows`` with the caller's scratch: ed (4, terr's width), R (3×3)."""
+    """Rows [A | b] of every task into Ab: each task's error dynamics from its kernel in
+    ``models/_task_kernels.py`` (the functions its Python ``error_dynamics`` calls), then ``task_law``.
+    tint (nt, 8) = [kind, frame slot a, frame slot b, first row in Ab, first selected row of the 6,
+    selected row count, offset in pidx/qref (a loop: its code in ``models/_loop_kernels.py``), 1 if in
+    the last level]; a joint task (posture, joint trajectory) has in place of its frame slot a 1 when its
+    reference is a sinusoid sampled here, else 0.  pidx (2 np,) the joint tasks' joints: their v indices, then
+    their q indices (they differ after a ball or free joint: q is a point of the joint manifold); qref (7 np,) =
+    [q_d | v_d | a_d | c | a | ω | φ]: their references (a posture's q_ref, v_d = a_d = 0; a joint trajectory's
+    sample, written here from the sinusoid's c, a, ω, φ, or by the caller); tflt (nt, 4) = [K_p, K_d, scale
+    (√ω above the last level, 1 in it), ω]; tgtH (nt, 4, 4), tgtVA (nt, 12): a frame task's target pose and
+    [v_D; ω_D^D; a_D; ε_D^D]; tcirc (nt, CIRCLE_ROW): [c_x, c_y, c_z, r, ω, φ, 1, u, w] for a frame task following a
+    ``Circle`` (its sample at time t written here into the position and tgtVA, the orientation R given in
+    tgtH), else 0 last.  tbias (nt, w ≥ 6): a bias β in the task's own axes, A v̇ = b − P β (the integral
+    action K_i z of ``uk_robust.IntegralTask``; zero otherwise).  terr (nt, w) out: each task's pose error
+    in its own axes, as ``Task.error`` on all rows (coupling [p₂ − p_B; Log(R_Bᵀ R₂)], frame
+    [p_D − p_C; Log(R_Cᵀ R_D)], posture q_ref − q, loop φ).  A loop closure (kind ``LOOP``): ``loop_error``; one
+    whose error is in frame b's axes (code ``WELD_B``: a ``RigidCoupling``): ``coupling_error``, its rows selected.
+    Kind ``PYTHON``: rows the task's own Python wrote before the call, skipped (its terr row is not written).
+    ed (4, terr's width), R (3×3): the caller's scratch (``_FusedPlan.task_tables`` gives the tables in this order)."""
     n = v.shape[0]
     np_ = (
         pidx.shape[0] // 2
@@ -279,6 +240,30 @@ def python_rows(tint: np.ndarray, tflt: np.ndarray, pyab: np.ndarray, Ab: np.nda
 
 
 @njit(cache=True, inline="always")
+def inertia_times(
+    m: float, c: tuple, R: np.ndarray, inert: np.ndarray, V: tuple
+) -> tuple[float, float, float, float, float, float]:
+    """Y [u; ω] = [p; L] = [m (u − c × ω); I_c ω + c × p]: a body's spatial inertia (world axes, at the origin)
+    applied to the motion V = [u; ω] (6-tuple); mass m, centre of mass c (3-tuple, world), R (12,) its joint's pose
+    [R row-major | p] (I_c = R Ī Rᵀ, applied as R (Ī (Rᵀ ω))), inert (13,) = [m, lever (3), Ī (3×3 row-major)]."""
+    c0, c1, c2 = c
+    u0, u1, u2, o0, o1, o2 = V
+    p0 = m * (u0 - (c1 * o2 - c2 * o1))
+    p1 = m * (u1 - (c2 * o0 - c0 * o2))
+    p2 = m * (u2 - (c0 * o1 - c1 * o0))
+    y0 = R[0] * o0 + R[3] * o1 + R[6] * o2
+    y1 = R[1] * o0 + R[4] * o1 + R[7] * o2
+    y2 = R[2] * o0 + R[5] * o1 + R[8] * o2
+    z0 = inert[4] * y0 + inert[5] * y1 + inert[6] * y2
+    z1 = inert[7] * y0 + inert[8] * y1 + inert[9] * y2
+    z2 = inert[10] * y0 + inert[11] * y1 + inert[12] * y2
+    L0 = R[0] * z0 + R[1] * z1 + R[2] * z2 + c1 * p2 - c2 * p1
+    L1 = R[3] * z0 + R[4] * z1 + R[5] * z2 + c2 * p0 - c0 * p2
+    L2 = R[6] * z0 + R[7] * z1 + R[8] * z2 + c0 * p1 - c1 * p0
+    return p0, p1, p2, L0, L1, L2
+
+
+@njit(cache=True, inline="always")
 def bias_forces(
     Jw: np.ndarray,
     v: np.ndarray,
@@ -329,20 +314,12 @@ def bias_forces(
             o0, o1, o2 = e0, e1, e2
             a0, a1, a2 = -g[0], -g[1], -g[2]
             b0 = b1 = b2 = 0.0
-        if nc == 1:  # A_k = A_parent + (V_k × J_k) v_k,  V × J = [ω × l + u × w; ω × w]
-            a0 += (o1 * l2 - o2 * l1 + u1 * w2 - u2 * w1) * vk
-            a1 += (o2 * l0 - o0 * l2 + u2 * w0 - u0 * w2) * vk
-            a2 += (o0 * l1 - o1 * l0 + u0 * w1 - u1 * w0) * vk
-            b0 += (o1 * w2 - o2 * w1) * vk
-            b1 += (o2 * w0 - o0 * w2) * vk
-            b2 += (o0 * w1 - o1 * w0) * vk
-        else:  # A_k = A_parent + V_parent × ΔV
-            a0 += r1 * d2 - r2 * d1 + s1 * e2 - s2 * e1
-            a1 += r2 * d0 - r0 * d2 + s2 * e0 - s0 * e2
-            a2 += r0 * d1 - r1 * d0 + s0 * e1 - s1 * e0
-            b0 += r1 * e2 - r2 * e1
-            b1 += r2 * e0 - r0 * e2
-            b2 += r0 * e1 - r1 * e0
+        # A_k = A_parent + (V_k × J_k) v_k (one column), A_parent + V_parent × ΔV (several: ΔV carries v, so 1)
+        if nc == 1:
+            V, S, x = (u0, u1, u2, o0, o1, o2), (l0, l1, l2, w0, w1, w2), vk
+        else:
+            V, S, x = (s0, s1, s2, r0, r1, r2), (d0, d1, d2, e0, e1, e2), 1.0
+        a0, a1, a2, b0, b1, b2 = cross_axis_add((a0, a1, a2, b0, b1, b2), V, S, x)
         work[k, 0], work[k, 1], work[k, 2], work[k, 3], work[k, 4], work[k, 5] = u0, u1, u2, o0, o1, o2
         work[k, 6], work[k, 7], work[k, 8], work[k, 9], work[k, 10], work[k, 11] = a0, a1, a2, b0, b1, b2
         # the body in world axes: c = p + R λ, I_c = R Ī Rᵀ (applied as R Ī Rᵀ x)
@@ -351,31 +328,9 @@ def bias_forces(
         c0 = R[9] + R[0] * inert[k, 1] + R[1] * inert[k, 2] + R[2] * inert[k, 3]
         c1 = R[10] + R[3] * inert[k, 1] + R[4] * inert[k, 2] + R[5] * inert[k, 3]
         c2 = R[11] + R[6] * inert[k, 1] + R[7] * inert[k, 2] + R[8] * inert[k, 3]
-        # Y V = [p; L] = [m (u − c × ω); I_c ω + c × p],  Y A likewise with [a; α]
-        p0 = m * (u0 - (c1 * o2 - c2 * o1))
-        p1 = m * (u1 - (c2 * o0 - c0 * o2))
-        p2 = m * (u2 - (c0 * o1 - c1 * o0))
-        y0 = R[0] * o0 + R[3] * o1 + R[6] * o2
-        y1 = R[1] * o0 + R[4] * o1 + R[7] * o2
-        y2 = R[2] * o0 + R[5] * o1 + R[8] * o2
-        z0 = inert[k, 4] * y0 + inert[k, 5] * y1 + inert[k, 6] * y2
-        z1 = inert[k, 7] * y0 + inert[k, 8] * y1 + inert[k, 9] * y2
-        z2 = inert[k, 10] * y0 + inert[k, 11] * y1 + inert[k, 12] * y2
-        L0 = R[0] * z0 + R[1] * z1 + R[2] * z2 + c1 * p2 - c2 * p1
-        L1 = R[3] * z0 + R[4] * z1 + R[5] * z2 + c2 * p0 - c0 * p2
-        L2 = R[6] * z0 + R[7] * z1 + R[8] * z2 + c0 * p1 - c1 * p0
-        f0 = m * (a0 - (c1 * b2 - c2 * b1))
-        f1 = m * (a1 - (c2 * b0 - c0 * b2))
-        f2 = m * (a2 - (c0 * b1 - c1 * b0))
-        y0 = R[0] * b0 + R[3] * b1 + R[6] * b2
-        y1 = R[1] * b0 + R[4] * b1 + R[7] * b2
-        y2 = R[2] * b0 + R[5] * b1 + R[8] * b2
-        z0 = inert[k, 4] * y0 + inert[k, 5] * y1 + inert[k, 6] * y2
-        z1 = inert[k, 7] * y0 + inert[k, 8] * y1 + inert[k, 9] * y2
-        z2 = inert[k, 10] * y0 + inert[k, 11] * y1 + inert[k, 12] * y2
-        n0 = R[0] * z0 + R[1] * z1 + R[2] * z2 + c1 * f2 - c2 * f1
-        n1 = R[3] * z0 + R[4] * z1 + R[5] * z2 + c2 * f0 - c0 * f2
-        n2 = R[6] * z0 + R[7] * z1 + R[8] * z2 + c0 * f1 - c1 * f0
+        # Y V = [p; L],  Y A = [f; n]
+        p0, p1, p2, L0, L1, L2 = inertia_times(m, (c0, c1, c2), R, inert[k], (u0, u1, u2, o0, o1, o2))
+        f0, f1, f2, n0, n1, n2 = inertia_times(m, (c0, c1, c2), R, inert[k], (a0, a1, a2, b0, b1, b2))
         # f = Y A + V ×* (Y V),  V ×* [p; L] = [ω × p; ω × L + u × p]
         work[k, 12] = f0 + o1 * p2 - o2 * p1
         work[k, 13] = f1 + o2 * p0 - o0 * p2
@@ -604,7 +559,7 @@ def passive_level(
 ) -> tuple[int, int]:
     """Level 1 with the passive joints' zero-torque condition, then every upper level without its vanishing rows,
     as ``UdwadiaKalabaController._passive_rows`` and ``_without_empty_rows`` (derived there), on the rows
-    ``task_rows`` wrote into Ab: level 1's lvl[0] rows first, then a gap of p = len(pas) rows, then the other
+    ``task_rows_into`` wrote into Ab: level 1's lvl[0] rows first, then a gap of p = len(pas) rows, then the other
     upper levels (lvl[1:] rows), m_max = Σ lvl + p rows in all.
 
         J_c = level 1's loop rows lrows / their √ω,  G = S_p J_cᵀ and its COD (``kernels.passive_factor``: rank r),
@@ -731,7 +686,7 @@ NONFINITE = 4
 def uk_step(
     t: float, q: np.ndarray, v: np.ndarray, ptr: np.ndarray, I: np.ndarray, F: np.ndarray, buf: np.ndarray
 ) -> int:
-    """One fused step: the state's test, bias_forces (h) → frame_states → task_rows → kkt_solve →
+    """One fused step: the state's test, bias_forces (h) → frame_states → task_rows_into → kkt_solve →
     effort_violated.
 
     t (s); q (nq,), v (nv,) of this step.  ptr: addresses of Pinocchio's data.J (6×nv) and data.M (nv×nv)

@@ -414,7 +414,7 @@ class _FusedPlan:
         self.fplace[:] = slots.fplace
         self.tbias = self._fview("tbias", (nt, width))  # β = K_i z of the tasks with integral action
         self.terr = self._fview("terr", (nt, width))  # every task's pose error, written by the kernel
-        # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows``)
+        # [q_d | v_d | a_d | c | a | ω | φ] (``_uk_kernels.task_rows_into``)
         self.qref = self._fview("qref", (7 * n_pidx,))
         self.jref = self.qref.reshape(7, n_pidx)
         self.fJ = self._fview("fJ", (nf, 6, n))
@@ -543,6 +543,22 @@ class _FusedPlan:
     def _kept(self, buf: np.ndarray) -> list[int]:
         """The kept rows of each upper level of a closed plan's step (``passive_level``'s counts)."""
         return [int(x) for x in buf[len(buf) - self.n_levels :]]
+
+    def task_tables(self) -> tuple[np.ndarray, ...]:
+        """The tables ``_uk_kernels.task_rows_into`` reads after (t, q, v), in its order: (fJ, fvec, tint, tflt,
+        tgtH, tgtVA, tcirc, pidx, qref, tbias) (views)."""
+        return (
+            self.fJ,
+            self.fvec,
+            self.tint,
+            self.tflt,
+            self.tgtH,
+            self.tgtVA,
+            self.tcirc,
+            self.pidx,
+            self.qref,
+            self.tbias,
+        )
 
     def results(
         self, buf: np.ndarray

@@ -63,6 +63,27 @@ def read_joint_poses(ptr: np.ndarray, first: int, nj: int, jpose: np.ndarray) ->
 
 
 @njit(cache=True, inline="always")
+def cross_axis_add(
+    acc: tuple, V: tuple, S: tuple, vc: float
+) -> tuple[float, float, float, float, float, float]:
+    """acc + (V × S) vc, the term a joint column adds to a spatial acceleration acc = [a; α] (6-tuples, world axes,
+    at the origin): V = [u; ω] the velocity of the body that carries the axis S = [l; w],
+    V × S = [ω × l + u × w; ω × w] (the motion cross product).  Shared by ``frame_states`` and
+    ``_uk_kernels.bias_forces``."""
+    a0, a1, a2, b0, b1, b2 = acc
+    u0, u1, u2, o0, o1, o2 = V
+    l0, l1, l2, w0, w1, w2 = S
+    return (
+        a0 + (o1 * l2 - o2 * l1 + u1 * w2 - u2 * w1) * vc,
+        a1 + (o2 * l0 - o0 * l2 + u2 * w0 - u0 * w2) * vc,
+        a2 + (o0 * l1 - o1 * l0 + u0 * w1 - u1 * w0) * vc,
+        b0 + (o1 * w2 - o2 * w1) * vc,
+        b1 + (o2 * w0 - o0 * w2) * vc,
+        b2 + (o0 * w1 - o1 * w0) * vc,
+    )
+
+
+@njit(cache=True, inline="always")
 def frame_states(
     Jw: np.ndarray,
     v: np.ndarray,
@@ -118,20 +139,11 @@ def frame_states(
                 t3 += wx * vc
                 t4 += wy * vc
                 t5 += wz * vc
-                if mk == 1:
-                    a0 += (t4 * l2 - t5 * l1 + u1 * wz - u2 * wy) * vc
-                    a1 += (t5 * l0 - t3 * l2 + u2 * wx - u0 * wz) * vc
-                    a2 += (t3 * l1 - t4 * l0 + u0 * wy - u1 * wx) * vc
-                    al0 += (t4 * wz - t5 * wy) * vc
-                    al1 += (t5 * wx - t3 * wz) * vc
-                    al2 += (t3 * wy - t4 * wx) * vc
-                else:  # a later column of a ball or free joint: its axis turns with V before the joint
-                    a0 += (s4 * l2 - s5 * l1 + s1 * wz - s2 * wy) * vc
-                    a1 += (s5 * l0 - s3 * l2 + s2 * wx - s0 * wz) * vc
-                    a2 += (s3 * l1 - s4 * l0 + s0 * wy - s1 * wx) * vc
-                    al0 += (s4 * wz - s5 * wy) * vc
-                    al1 += (s5 * wx - s3 * wz) * vc
-                    al2 += (s3 * wy - s4 * wx) * vc
+                # the column's axis turns with the running V, a later column of a ball or free joint's with V
+                # before the joint
+                V = (u0, u1, u2, t3, t4, t5) if mk == 1 else (s0, s1, s2, s3, s4, s5)
+                acc = cross_axis_add((a0, a1, a2, al0, al1, al2), V, (l0, l1, l2, wx, wy, wz), vc)
+                a0, a1, a2, al0, al1, al2 = acc
                 j0 = l0 + wy * p2 - wz * p1
                 j1 = l1 + wz * p0 - wx * p2
                 j2 = l2 + wx * p1 - wy * p0

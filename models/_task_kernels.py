@@ -1,6 +1,6 @@
 """The error dynamics of the built-in tasks, compiled by numba and written once (issue 22): the Python tasks
 (``models/coupling.py``: ``RigidCoupling``, ``FrameTask``, ``PostureTask``, ``JointTrajectoryTask``) call these
-kernels from ``error_dynamics``, and the fused UK step (``controllers/_uk_kernels.py: task_rows``) calls the
+kernels from ``error_dynamics``, and the fused UK step (``controllers/_uk_kernels.py: task_rows_into``) calls the
 same ones on its frame table; ``task_law`` turns them into the rows A v̇ = b of the controller.
 
 Conventions (``models/robot.py: FrameState``, LOCAL_WORLD_ALIGNED).  A frame is given as

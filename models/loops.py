@@ -267,7 +267,7 @@ class LoopClosure(Task):
 
     # compute / qp_rows: Task's, (A, b) = (J, −J̇v − K_d J v − K_p φ) (the rows are in world axes, P = I)
 
-    #: the compiled UK step's row builder (``controllers/_uk_kernels.py: task_rows``, kind LOOP: the rows of
+    #: the compiled UK step's row builder (``controllers/_uk_kernels.py: task_rows_into``, kind LOOP: the rows of
     #: ``models/_loop_kernels.py``, the kernels PIDC's compiled step uses)
     _KERNEL = 3
 

@@ -54,23 +54,8 @@ def _plan_and_kin(ctl, t, q, v):
 
 def _task_rows(P, t, kin, terr, Ab):
     """The kernel's task rows of the plan ``P`` at (t, kin.q, kin.v) into Ab, the pose errors into terr."""
-    K.task_rows(
-        t,
-        kin.q,
-        kin.v,
-        P.fJ,
-        P.fvec,
-        P.tint,
-        P.tflt,
-        P.tgtH,
-        P.tgtVA,
-        P.tcirc,
-        P.pidx,
-        P.qref,
-        P.tbias,
-        terr,
-        Ab,
-    )
+    ed, R = np.empty((4, terr.shape[1])), np.empty((3, 3))  # the kernel's scratch
+    K.task_rows_into(t, kin.q, kin.v, *P.task_tables(), terr, Ab, ed, R)
 
 
 @pytest.fixture(scope="module")
