@@ -45,7 +45,22 @@ import time
 
 import numpy as np
 
+from cmstack import (
+    GAUSS,
+    Circle,
+    FrameTask,
+    PostureTask,
+    RigidCoupling,
+    Robot,
+    UdwadiaKalabaController,
+    example_robot_data_path,
+    plant_from_urdf,
+    simulate,
+)
 from cmstack.bench import results_dir
+from cmstack.models.errors import InfeasibleError
+from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
+from cmstack.models.trajectory import MinimumJerkSE3
 
 CASES = ("free", "velocity", "effort", "lift_two_arms", "lift_one_arm")
 Q_READY = [0, -0.785, 0, -2.356, 0, 1.571, 0.785]
@@ -65,8 +80,6 @@ def _talos_arms():
     posture; q0 = the arms' half-sitting."""
     import xml.etree.ElementTree as ET
 
-    from cmstack import Robot, example_robot_data_path
-
     urdf = example_robot_data_path("talos_data/robots/talos_reduced.urdf")
     srdf = example_robot_data_path("talos_data/srdf/talos.srdf")
     state = next(s for s in ET.parse(srdf).getroot().iter("group_state") if s.get("name") == "half_sitting")
@@ -83,17 +96,6 @@ def _build_talos(case: str, dt: float, without_limits: bool, sim_dt: float | Non
     ω = 8 rad/s with |v| ≤ 0.3 rad/s (``talos_velocity``), or lifted 0.2 m in 2 s with each elbow bounded
     0.3 rad above half-sitting (``talos_lift``, URDF efforts, position limits braking at up to 10 rad/s²)."""
     import pinocchio as pin
-
-    from cmstack import (
-        Circle,
-        FrameTask,
-        PostureTask,
-        RigidCoupling,
-        UdwadiaKalabaController,
-        plant_from_urdf,
-    )
-    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
-    from cmstack.models.trajectory import MinimumJerkSE3
 
     robot, q0 = _talos_arms()
     hand = "gripper_left_base_link"
@@ -134,20 +136,6 @@ def build(case: str, dt: float = 1e-3, without_limits: bool = False, sim_dt: flo
     if case in TALOS_CASES:
         return _build_talos(case, dt, without_limits, sim_dt)
     import pinocchio as pin
-
-    from cmstack import (
-        GAUSS,
-        Circle,
-        FrameTask,
-        PostureTask,
-        RigidCoupling,
-        Robot,
-        UdwadiaKalabaController,
-        example_robot_data_path,
-        plant_from_urdf,
-    )
-    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
-    from cmstack.models.trajectory import MinimumJerkSE3
 
     arm = example_robot_data_path("panda_description/urdf/panda.urdf")
     fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
@@ -209,8 +197,6 @@ def run_case(
 ) -> dict:
     """One closed loop of ``case``: controller step times (µs), saturations, overrun, coupling; ``record``: also
     the states (t, q, v) the controller was called on (``states``); ``sim_dt``: the plant's step (default ``dt``)."""
-    from cmstack import simulate
-    from cmstack.models.errors import InfeasibleError
 
     robot, plant, ctrl, box = build(case, dt, sim_dt=sim_dt)
     lo = np.asarray(robot.model.lowerPositionLimit, dtype=float).copy()
@@ -287,16 +273,6 @@ def _inactive_pair(which: str, dt: float = 1e-3):
     """(robot, q0, controller without limits, the same controller with the three limits of
     docs/bring_your_own_robot.md): ``panda`` the docs' circle ``[[hand], [posture]]`` on one Panda, ``carry`` the
     README's two-Panda carry ``[[box], [hand], [posture]]`` at ω = 1 rad/s; no limit binds on either."""
-    from cmstack import (
-        Circle,
-        FrameTask,
-        PostureTask,
-        RigidCoupling,
-        Robot,
-        UdwadiaKalabaController,
-        example_robot_data_path,
-    )
-    from cmstack.models.limits import EffortLimit, JointPositionLimit, JointVelocityLimit
 
     arm = example_robot_data_path("panda_description/urdf/panda.urdf")
     fingers = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
@@ -340,7 +316,6 @@ def run_inactive(which: str, duration: float, rounds: int = 3) -> dict:
     """Limits present but inactive (issue 30 item 1): the states of a closed loop of the controller with limits,
     then each state stepped by the controller without and with limits in turn (interleaved), ``rounds`` times;
     the medians and their ratio (target ≤ 1.25), the largest torque difference, and how many steps bound."""
-    from cmstack import plant_from_urdf, simulate
 
     robot, q0, free, lim = _inactive_pair(which)
     rec: list = []
@@ -411,8 +386,6 @@ def run_binding(case: str, duration: float) -> dict:
     solution (the floor: what the QPs alone cost).  Ratios of the medians: binding / free (target ≤ 6) and
     binding / (free + floor) (target ≤ 1.5); worst CPU target ≤ 1 ms."""
     import proxsuite
-
-    from cmstack.models.errors import InfeasibleError
 
     loop = run_case(case, duration, record=True)
     states = loop.pop("states")

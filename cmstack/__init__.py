@@ -17,7 +17,6 @@ The command line is ``cmstack`` (``cmstack --help``).
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING
 
@@ -111,14 +110,9 @@ if TYPE_CHECKING:  # the same names for type checkers (at run time __getattr__ i
     from cmstack.sim.runner import Disturbance, Run, simulate
     from cmstack.sim.urdf_plant import plant_from_urdf
 else:  # hidden from type checkers, which then know exactly the names above
+    from cmstack.models._lazy import lazy_getattr
 
-    def __getattr__(name: str):
-        mod = _EXPORTS.get(name)
-        if mod is None:
-            raise AttributeError(f"module 'cmstack' has no attribute '{name}'")
-        value = getattr(importlib.import_module(mod), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr("cmstack", _EXPORTS, globals())
 
 
 def __dir__():

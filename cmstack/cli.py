@@ -121,9 +121,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     none), so that a command imports only what it needs (``cmstack baseline``, ``view``, ``config`` or
     ``--version``: no scenario machinery, MuJoCo, Pinocchio, pydantic, about 0.5 s of every child process)."""
 
-    def wants(cmd: str) -> bool:
-        return only is None or only == cmd
-
     ap = argparse.ArgumentParser(
         prog="cmstack",
         description="Constrained-multibody control stack: run, watch "
@@ -138,27 +135,32 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         help="print the version and where the package is installed, then exit",
     )
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
-    if wants("list"):
-        _list_parser(sub)
-    if wants("config"):
-        _config_parser(sub)
-    if wants("run"):
-        _run_parser(sub)
-    if wants("view"):
-        _view_parser(sub)
-    if wants("bench"):
-        _bench_parser(sub)
-    if wants("campaign"):
-        _campaign_parser(sub)
-    if wants("baseline"):
-        from cmstack.baseline import add_arguments as baseline_arguments  # cmstack baseline {save,check}
-
-        baseline_arguments(sub)
-    if wants("rt"):
-        from cmstack.rt import add_arguments as rt_arguments  # cmstack rt: real time, driver + controller
-
-        rt_arguments(sub)
+    adders = {
+        "list": _list_parser,
+        "config": _config_parser,
+        "run": _run_parser,
+        "view": _view_parser,
+        "bench": _bench_parser,
+        "campaign": _campaign_parser,
+        "baseline": _baseline_parser,
+        "rt": _rt_parser,
+    }
+    for cmd in COMMANDS:
+        if only is None or only == cmd:
+            adders[cmd](sub)
     return ap
+
+
+def _baseline_parser(sub) -> None:
+    from cmstack.baseline import add_arguments  # cmstack baseline {save,check}
+
+    add_arguments(sub)
+
+
+def _rt_parser(sub) -> None:
+    from cmstack.rt import add_arguments  # cmstack rt: real time, driver + controller
+
+    add_arguments(sub)
 
 
 def _list_parser(sub) -> None:

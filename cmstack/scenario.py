@@ -6,7 +6,9 @@ resolved config (``ctx.cfg``), the run directory (``ctx.out``) and the run's log
 
     from cmstack.scenario import Context, Outcome, Row
 
-``default_config(name)`` reads a shipped scenario's defaults (scenarios/configs/<name>.toml);
+``script_settings(__file__, __doc__)`` is the command line of a scenario file run as a plain script (its
+settings TOML beside it, ``--duration``, ``--out``).  ``default_config(name)`` reads a shipped scenario's
+defaults (scenarios/configs/<name>.toml);
 ``apply_perturbation(plant, cfg)`` puts the config's ``[perturbation]`` table on a plant (read into the
 library's typed ``cmstack.sim.perturb.Perturbation``, applied by ``perturb_plant``).
 
@@ -23,6 +25,7 @@ from cmstack.scenarios._common import (
     default_config,
     run_scenario,
     scenario_main,
+    script_settings,
 )
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "Row",
     "run_scenario",
     "scenario_main",
+    "script_settings",
     "default_config",
     "apply_perturbation",
 ]

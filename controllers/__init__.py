@@ -18,8 +18,7 @@ Each name is imported on first use, so that ``import cmstack.controllers.base`` 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -61,14 +60,9 @@ if TYPE_CHECKING:  # the same names for type checkers (mypy reads these; at run 
     from cmstack.controllers.udwadia_kalaba import UdwadiaKalabaController, UKStepInfo
     from cmstack.controllers.uk_robust import RobustUKController
 else:  # hidden from type checkers, which then know exactly the names above
+    from cmstack.models._lazy import lazy_getattr
 
-    def __getattr__(name: str) -> Any:
-        mod = _EXPORTS.get(name)
-        if mod is None:
-            raise AttributeError(f"module 'cmstack.controllers' has no attribute '{name}'")
-        value = getattr(importlib.import_module(mod), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr("cmstack.controllers", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

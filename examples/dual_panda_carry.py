@@ -6,16 +6,12 @@
 The settings (duration, control period) are in dual_panda_carry.toml beside this file.
 """
 
-import argparse
-from pathlib import Path
-
 import numpy as np
-import tomllib
 
 from cmstack import Robot, example_robot_data_path, simulate
 from cmstack.controllers import UdwadiaKalabaController
 from cmstack.plants import plant_from_urdf
-from cmstack.scenario import Outcome, Row
+from cmstack.scenario import Outcome, Row, script_settings
 from cmstack.tasks import Circle, FrameTask, PostureTask, RigidCoupling
 
 TARGET = 1e-4  # the coupling's largest error after t = 1 s (the box stays rigid)
@@ -59,15 +55,8 @@ def run(ctx):
     """The scenario (``cmstack run``): ctx.cfg is dual_panda_carry.toml (with --duration, --set), ctx.out the
     run directory."""
     controller, plant = build(ctx.cfg["control_dt"], ctx.out / "plant.xml")
-    result = simulate(
-        plant,
-        controller,
-        duration=ctx.cfg["duration"],
-        control_dt=ctx.cfg["control_dt"],
-        log=ctx.logger,
-        progress=ctx.progress,
-        viewer=ctx.make_viewer(plant.model),
-    )
+    # simulate for the settings' duration and control period, into the run's log (no per-step record: None)
+    result = ctx.simulate(plant, controller, None, log=ctx.logger, viewer=ctx.make_viewer(plant.model))
     ec, ep = errors_max(result)
     return Outcome(
         {"constraint_error_max": ec, "carry_error_max": ep, **result.timing()},
@@ -76,22 +65,9 @@ def run(ctx):
 
 
 if __name__ == "__main__":
-    settings = Path(__file__).with_suffix(".toml")
-    if not settings.is_file():
-        raise SystemExit(
-            f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)"
-        )
-    cfg = tomllib.loads(settings.read_text())
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
-    parser.add_argument(
-        "--out", default="runs/dual_panda_carry_script", help="where to save the log (cmstack view DIR)"
-    )
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out, duration = script_settings(__file__, __doc__)
     controller, plant = build(cfg["control_dt"], out / "plant.xml")
-    result = simulate(plant, controller, duration=args.duration, control_dt=cfg["control_dt"])
+    result = simulate(plant, controller, duration=duration, control_dt=cfg["control_dt"])
     result.save(out)
     ec, ep = errors_max(result)
     print(

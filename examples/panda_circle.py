@@ -6,16 +6,12 @@
 The settings (duration, control period) are in panda_circle.toml beside this file.
 """
 
-import argparse
-from pathlib import Path
-
 import numpy as np
-import tomllib
 
 from cmstack import Robot, example_robot_data_path, simulate
 from cmstack.controllers import UdwadiaKalabaController
 from cmstack.plants import plant_from_urdf
-from cmstack.scenario import Outcome, Row
+from cmstack.scenario import Outcome, Row, script_settings
 from cmstack.tasks import Circle, FrameTask, PostureTask
 
 TARGET_M = 1e-3  # the hand's largest position error after t = 1 s
@@ -48,15 +44,10 @@ def run(ctx):
     """The scenario (``cmstack run``): ctx.cfg is panda_circle.toml (with --duration, --set), ctx.out the run
     directory."""
     controller, plant = build(ctx.cfg["control_dt"], ctx.out / "plant.xml")
-    result = simulate(
-        plant,
-        controller,
-        duration=ctx.cfg["duration"],
-        control_dt=ctx.cfg["control_dt"],
-        log=ctx.logger,
-        progress=ctx.progress,
-        viewer=ctx.make_viewer(plant.model),
-        error_targets={"hand": TARGET_M},  # says so if the hand stays 100x off its target for 0.5 s
+    viewer = ctx.make_viewer(plant.model)
+    # simulate for the settings' duration and control period, into the run's log (no per-step record: None)
+    result = ctx.simulate(
+        plant, controller, None, log=ctx.logger, viewer=viewer, error_targets={"hand": TARGET_M}
     )
     err = hand_error_max(result)
     return Outcome(
@@ -66,25 +57,12 @@ def run(ctx):
 
 
 if __name__ == "__main__":
-    settings = Path(__file__).with_suffix(".toml")
-    if not settings.is_file():
-        raise SystemExit(
-            f"{Path(__file__).name}: its settings file {settings} is missing (copy it beside the script)"
-        )
-    cfg = tomllib.loads(settings.read_text())
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
-    parser.add_argument(
-        "--out", default="runs/panda_circle_script", help="where to save the log (cmstack view DIR)"
-    )
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out, duration = script_settings(__file__, __doc__)
     controller, plant = build(cfg["control_dt"], out / "plant.xml")
     result = simulate(
         plant,
         controller,
-        duration=args.duration,
+        duration=duration,
         control_dt=cfg["control_dt"],
         error_targets={"hand": TARGET_M},
     )

@@ -11,8 +11,9 @@ import os
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from cmstack.models.errors import ModelFileError
 
@@ -26,6 +27,20 @@ def _check_xml(path: Path, kind: str) -> None:
         ET.parse(path)
     except ET.ParseError as exc:
         raise ModelFileError(f"{kind} file {path} is not well-formed XML: {exc}") from None
+
+
+_T = TypeVar("_T")
+
+
+def by_mujoco(step: Callable[[], _T], path: Path, what: str) -> _T:
+    """``step()``, a MuJoCo call on the MJCF file ``path``; MuJoCo's refusal becomes a ModelFileError naming the file:
+    "MJCF {path} could not be {what} by MuJoCo: {its message on one line}" (``what``: read, compiled)."""
+    try:
+        return step()
+    except Exception as exc:
+        raise ModelFileError(
+            f"MJCF {path} could not be {what} by MuJoCo: {' '.join(str(exc).split())}"
+        ) from None
 
 
 @contextlib.contextmanager

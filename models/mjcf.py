@@ -72,7 +72,7 @@ import numpy as np
 import pinocchio as pin
 from numpy.typing import ArrayLike
 
-from cmstack.models._model_files import _captured_fd2, _check_xml
+from cmstack.models._model_files import _captured_fd2, _check_xml, by_mujoco
 from cmstack.models.errors import ConfigError, FrameNotFoundError, ModelFileError
 
 if TYPE_CHECKING:  # (models/robot.py imports this module: no import cycle at run time)
@@ -360,12 +360,7 @@ def _compiled(path: Path) -> Any:
     key = str(path.resolve())
     mj = _COMPILED.get(key)
     if mj is None:
-        try:
-            mj = mujoco.MjModel.from_xml_path(str(path))
-        except Exception as exc:
-            raise ModelFileError(
-                f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
-            ) from None
+        mj = by_mujoco(lambda: mujoco.MjModel.from_xml_path(str(path)), path, "compiled")
         _COMPILED.clear()
         _COMPILED[key] = mj
     return mj  # (the local: a load in another thread may have emptied the memo meanwhile)

@@ -68,6 +68,12 @@ class Row:
     target: str | None = None
     ok: bool | None = None
 
+    @classmethod
+    def at_most(cls, key: str, ours: float, bound: str, note: str = "") -> Row:
+        """The row of a value whose target is an upper bound, written once: ``bound`` as printed ("1e-6"), the
+        target "<= {bound}{note}", ok when ours <= float(bound)."""
+        return cls(key, ours, None, f"<= {bound}{note}", ours <= float(bound))
+
 
 @dataclass
 class Outcome:
@@ -803,3 +809,27 @@ def scenario_main(name: str, run, argv=None) -> int:
     )
     add_run_arguments(ap)
     return execute(name, run, ap.parse_args(argv))
+
+
+def script_settings(file: str, doc: str | None, argv: list[str] | None = None) -> tuple[dict, Path, float]:
+    """A scenario file's command line when it runs as a plain script (``python examples/X.py [--duration S]
+    [--out DIR]``): its settings from X.toml beside ``file`` (SystemExit naming it when missing), ``--duration``
+    [s] (default: the settings') and ``--out`` (default ``runs/X_script``, created), parsed from ``argv`` (the
+    process's when None); ``doc``: the script's docstring, whose first line describes it.
+    Returns (settings, the output directory, the duration [s])."""
+    script = Path(file)
+    settings = script.with_suffix(".toml")
+    if not settings.is_file():
+        raise SystemExit(
+            f"{script.name}: its settings file {settings} is missing (copy it beside the script)"
+        )
+    cfg = tomllib.loads(settings.read_text())
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0] if doc and doc.strip() else None)
+    parser.add_argument("--duration", type=float, default=cfg["duration"], help="simulated time [s]")
+    parser.add_argument(
+        "--out", default=f"runs/{script.stem}_script", help="where to save the log (cmstack view DIR)"
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return cfg, out, args.duration

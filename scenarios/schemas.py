@@ -80,6 +80,16 @@ def asset(kind: str):
     ]
 
 
+def optional_file(kind: str):
+    """'' (none) or a path to a ``kind`` file that exists (relative to the current directory or the package)."""
+    exists = _file_exists(kind)
+    return Annotated[
+        str,
+        Field(description=f"'' or an existing {kind} file"),
+        AfterValidator(lambda p: exists(p) if p else p),
+    ]
+
+
 Name = Annotated[str, Field(min_length=1, description="a non-empty name")]
 Text = Annotated[str, Field(description="a string")]
 Bool = Annotated[bool, Field(description="true or false")]
@@ -305,16 +315,8 @@ class SliderCrank(Schema):
 # ------------------------------------------------------------------------------------- closed_chain
 class ClosedChain(Schema):
     model: asset("model")
-    loops: Annotated[
-        str,
-        Field(description="'' or an existing loops TOML file"),
-        AfterValidator(lambda p: _file_exists("loops TOML")(p) if p else p),
-    ]
-    plant_mjcf: Annotated[
-        str,
-        Field(description="'' or an existing MJCF file"),
-        AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p),
-    ]
+    loops: optional_file("loops TOML")
+    plant_mjcf: optional_file("MJCF")
     law: Literal["pidc", "uk"]
     duration: Duration
     control_dt: Step
@@ -344,11 +346,7 @@ class ClosedChain(Schema):
 # ------------------------------------------------------------------------------------- legged
 class Legged(Schema):
     model: asset("model")
-    plant_mjcf: Annotated[
-        str,
-        Field(description="'' or an existing MJCF file"),
-        AfterValidator(lambda p: _file_exists("MJCF")(p) if p else p),
-    ]
+    plant_mjcf: optional_file("MJCF")
     feet: Annotated[
         list[Name],
         Field(min_length=1, description="a list of frame names", json_schema_extra={"item": "a frame"}),

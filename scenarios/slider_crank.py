@@ -175,15 +175,7 @@ def run(ctx) -> Outcome:
     viewer = ctx.make_viewer(mj.model)
 
     def rec_m(t, q, v, tau):
-        log.append(
-            t=t,
-            q=q,
-            v=v,
-            tau=tau,
-            plant_qpos=mj.data.qpos,
-            plant_qvel=mj.data.qvel,
-            solvable=float(ctl_m.info.solvable),
-        )
+        log.append_step(t, q, v, tau, mj.data, solvable=float(ctl_m.info.solvable))
         if viewer is not None:
             viewer.maybe_update(t, mj.data.qpos)
 

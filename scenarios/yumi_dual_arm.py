@@ -27,7 +27,7 @@ from cmstack.scenarios._plant_loops import check_rows, plant_vs_rigid_qacc_rel
 from cmstack.sim import interrupt
 from cmstack.sim.base import ReportsPlantMetrics
 from cmstack.sim.plant import MujocoPlant
-from cmstack.sim.runner import Disturbance, simulate
+from cmstack.sim.runner import Disturbance
 from cmstack.sim.weld import welded_bar_model
 
 NAME = "yumi_dual_arm"
@@ -288,18 +288,11 @@ def run(ctx) -> Outcome:
     load_kernels(
         lambda: CONTROLLERS[cfg["controller"]](cfg, robot, coupling, task), 0.0, *plant.state(noisy=False)
     )
-    res = simulate(
-        plant,
-        controller,
-        duration=cfg["duration"],
-        control_dt=cfg["control_dt"],
-        record=record,
-        disturbances=disturbances,
-        progress=ctx.progress,
-        desc=f"{NAME} ({cfg['plant']}, {cfg['priority']})",
-        log=log,
-        task_errors=False,
-    )  # record logs the errors itself
+    desc = f"{NAME} ({cfg['plant']}, {cfg['priority']})"
+    # record logs the errors itself
+    res = ctx.simulate(
+        plant, controller, record, desc=desc, disturbances=disturbances, log=log, task_errors=False
+    )
     stats = ErrorStats(cfg["converge_after"], cfg["settle_threshold"])
     bar = cfg["plant"] == "bar"
     args = (robot, controller, plant, coupling, task, traj, T_AB, fid1, fid2, bar)

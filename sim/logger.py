@@ -338,6 +338,13 @@ class Logger:
         self._disk_cache: tuple[int, dict] | None = None  # (parts, series concatenated) for arrays()
 
     # ---------------------------------------------------------------------------------- appending
+    def append_step(
+        self, t: float, q: np.ndarray, v: np.ndarray, tau: np.ndarray, data: Any, **more: Any
+    ) -> None:
+        """One control step's row as the scenarios log it: t [s], q, v, τ and the plant's own state (``data``:
+        its MuJoCo data; ``plant_qpos``, ``plant_qvel``), then the series in ``more`` (``append``)."""
+        self.append(t=t, q=q, v=v, tau=tau, plant_qpos=data.qpos, plant_qvel=data.qvel, **more)
+
     def append(self, **kw: Any) -> None:
         """Add one row to each named series (values are copied as float arrays)."""
         if "t" in kw:

@@ -19,7 +19,8 @@ import mujoco
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cmstack.models.errors import ConfigError, ModelFileError
+from cmstack.models._model_files import by_mujoco
+from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Robot, _check_xml, resolve_asset
 from cmstack.sim.plant import MujocoPlant
 from cmstack.sim.urdf_plant import loop_solref, save_xml
@@ -64,12 +65,7 @@ def plant_from_mjcf(
     _check_xml(path, "MJCF")
     if sim_dt is not None and not sim_dt > 0:
         raise ConfigError(f"sim_dt must be > 0, got {sim_dt}")
-    try:
-        spec = mujoco.MjSpec.from_file(str(path))
-    except Exception as exc:
-        raise ModelFileError(
-            f"MJCF {path} could not be read by MuJoCo: {' '.join(str(exc).split())}"
-        ) from None
+    spec = by_mujoco(lambda: mujoco.MjSpec.from_file(str(path)), path, "read")
     if sim_dt is not None:
         spec.option.timestep = float(sim_dt)
     if stiff_loops:
@@ -77,12 +73,7 @@ def plant_from_mjcf(
         for e in spec.equalities:
             if e.type in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD, mujoco.mjtEq.mjEQ_JOINT):
                 e.solref, e.solimp = ref, imp
-    try:
-        mj = spec.compile()
-    except Exception as exc:
-        raise ModelFileError(
-            f"MJCF {path} could not be compiled by MuJoCo: {' '.join(str(exc).split())}"
-        ) from None
+    mj = by_mujoco(spec.compile, path, "compiled")
     names = robot.joint_names if robot is not None else [mj.joint(j).name for j in range(mj.njnt)]
     plant = MujocoPlant.from_model(
         mj, names, name=path.name, integrator=integrator, noise_q=noise_q, noise_v=noise_v, seed=seed

@@ -167,17 +167,26 @@ def breakdown_md(spec: Spec, records: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(spec: Spec, records: dict, extra: dict) -> dict:
-    recs = [records[v.id] for v in spec.variants if v.id in records]
-    per_key = {}
+def by_swept_value(spec: Spec, records: dict) -> dict[str, dict[str, list]]:
+    """The finished variants' records grouped by each swept key's value (the seed key left out): key -> {the
+    value as JSON -> its records, in the spec's variant order}, a key with no finished variant mapping to {}."""
+    out: dict[str, dict[str, list]] = {}
     for k in spec.swept_keys:
         if k == spec.seed_key:
             continue
-        vals: dict = {}
+        vals = out[k] = {}
         for v in spec.variants:
             if v.id in records:
                 vals.setdefault(json.dumps(_jsonable(v.swept[k])), []).append(records[v.id])
-        per_key[k] = {val: _stats(rs, spec) for val, rs in vals.items()}
+    return out
+
+
+def summary(spec: Spec, records: dict, extra: dict) -> dict:
+    recs = [records[v.id] for v in spec.variants if v.id in records]
+    per_key = {
+        k: {val: _stats(rs, spec) for val, rs in vals.items()}
+        for k, vals in by_swept_value(spec, records).items()
+    }
     return dict(
         campaign=spec.name,
         scenario=spec.scenario,
@@ -326,13 +335,7 @@ def plot(spec: Spec, records: dict, out: Path) -> list[Path]:
     pdir.mkdir(exist_ok=True)
     paths = []
     metrics = spec.metrics or [k for k in _metric_names(records) if "error" in k or "rmse" in k][:3]
-    for key in spec.swept_keys:
-        if key == spec.seed_key:
-            continue
-        vals: dict = {}
-        for v in spec.variants:
-            if v.id in records:
-                vals.setdefault(json.dumps(_jsonable(v.swept[key])), []).append(records[v.id])
+    for key, vals in by_swept_value(spec, records).items():
         if not vals:
             continue
         fig, axs = plt.subplots(
