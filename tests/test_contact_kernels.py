@@ -8,15 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 import pytest
+from _quadruped import stance_levels
 
 from cmstack.controllers import _contact_kernels as K
 from cmstack.controllers.contact_uk import ContactUKController
-from cmstack.models.com import CenterOfMassTask
-from cmstack.models.contact import PointContact
-from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.robot import Robot
-
-LEGS = ("fl", "fr", "hl", "hr")
 
 
 def test_jacobi_columns_is_an_svd():
@@ -115,19 +111,7 @@ def robot():
 
 def _pair(robot, mu, swing=None, dx=0.01):
     """(compiled controller, NumPy controller) with the legged levels, the same contacts."""
-    contacts = [PointContact(robot, f"{leg}_foot", mu=mu) for leg in LEGS]
-    kin = robot.update(robot.q_initial, np.zeros(robot.nv))
-    for c in contacts:
-        c.set_active(c.name != swing, c.position(kin))
-    base = FrameTask(robot, "base_site", kp=400, kd=40, name="base")
-    base.set_target(pin.SE3(np.eye(3), kin.frame("base_site").p + [dx, 0.0, 0.01]))
-    com = CenterOfMassTask(robot, kp=100, kd=20)
-    post = PostureTask(robot, robot.q_initial, joints=robot.actuated_joints, kp=25, kd=10)
-    levels = [[base], [com], [post]]
-    if swing is not None:
-        foot = FrameTask(robot, swing, kp=400, kd=40, rows="position", name="swing")
-        foot.set_target(pin.SE3(np.eye(3), kin.frame(swing).p + [0.0, 0.0, 0.05]))
-        levels = [[base, foot], [com], [post]]
+    contacts, levels = stance_levels(robot, mu, np.array([dx, 0.0, 0.01]), swing)
     return tuple(ContactUKController(robot, contacts, levels, compiled=c) for c in (True, False))
 
 

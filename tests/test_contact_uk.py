@@ -8,16 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 import pytest
+from _quadruped import PATH, stance_levels
 
 from cmstack.controllers.contact_uk import ContactUKController
-from cmstack.models.com import CenterOfMassTask
 from cmstack.models.contact import PointContact, contact_dynamics, gauss_solve
-from cmstack.models.coupling import FrameTask, PostureTask
 from cmstack.models.errors import ConfigError
 from cmstack.models.robot import Robot
-
-PATH = "mjcf/quadruped_five_bar.xml"
-LEGS = ("fl", "fr", "hl", "hr")
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +22,7 @@ def robot():
 
 
 def _controller(robot, mu, dx=0.01, swing=None):
-    contacts = [PointContact(robot, f"{leg}_foot", mu=mu) for leg in LEGS]
-    kin = robot.update(robot.q_initial, np.zeros(robot.nv))
-    for c in contacts:
-        c.set_active(c.name != swing, c.position(kin))
-    p = kin.frame("base_site").p
-    base = FrameTask(robot, "base_site", kp=400, kd=40, name="base")
-    base.set_target(pin.SE3(np.eye(3), p + [dx, 0.0, 0.0]))
-    com = CenterOfMassTask(robot, kp=100, kd=20)
-    post = PostureTask(robot, robot.q_initial, joints=robot.actuated_joints, kp=25, kd=10)
-    levels = [[base], [com], [post]]
-    if swing is not None:
-        foot = FrameTask(robot, swing, kp=400, kd=40, rows="position", name="swing")
-        foot.set_target(pin.SE3(np.eye(3), kin.frame(swing).p + [0.0, 0.0, 0.05]))
-        levels = [[base, foot], [com], [post]]
+    contacts, levels = stance_levels(robot, mu, np.array([dx, 0.0, 0.0]), swing)
     return ContactUKController(robot, contacts, levels), contacts
 
 

@@ -90,16 +90,15 @@ def test_a_limit_of_other_maths_is_tested_in_python(robot):
     assert ctl._limcheck is None
 
 
-def _controller(robot, lims, weighted=False):
+def _hand(robot, **kw):
+    """The hand on a 5 cm circle at 6 rad/s through its pose at Q0, orientation held (kp 400, kd 40)."""
     T0 = robot.update(Q0, 0 * Q0).frame("panda_hand_tcp").T
-    hand = FrameTask(
-        robot,
-        "panda_hand_tcp",
-        Circle(T0.translation - [0.05, 0, 0], 0.05, 6.0, R=T0.rotation),
-        kp=400,
-        kd=40,
-        name="hand",
-    )
+    circle = Circle(T0.translation - [0.05, 0, 0], 0.05, 6.0, R=T0.rotation)
+    return FrameTask(robot, "panda_hand_tcp", circle, kp=400, kd=40, **kw)
+
+
+def _controller(robot, lims, weighted=False):
+    hand = _hand(robot, name="hand")
     posture = PostureTask(robot, Q0, kp=50, kd=14)
     # weighted: no hard level, so that any state is feasible within the limits
     levels = [[(hand, 100.0), (posture, 1.0), GAUSS]] if weighted else [[hand], [posture]]
@@ -151,14 +150,7 @@ def test_level_residuals_reported_when_limits_bind(robot):
     """info.level_residuals (issue 30 item 3): on a step where the velocity limit binds, level 1 (the hand, hard)
     is met to the solver's tolerance and the posture level, which the limit stops, is not; each value equals
     ‖A_k v̇ − b_k‖ computed from the tasks' own rows.  None on an equality step."""
-    T0 = robot.update(Q0, 0 * Q0).frame("panda_hand_tcp").T
-    hand = FrameTask(
-        robot,
-        "panda_hand_tcp",
-        Circle(T0.translation - [0.05, 0, 0], 0.05, 6.0, R=T0.rotation),
-        kp=400,
-        kd=40,
-    )
+    hand = _hand(robot)
     post = PostureTask(robot, Q0 + 0.3, kp=400, kd=40)
     ctl = UdwadiaKalabaController(
         robot,

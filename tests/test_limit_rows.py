@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _matrices import hard_matrices, spd
 
 from cmstack import Robot, example_robot_data_path
 from cmstack.controllers._qp_kernels import (
@@ -59,8 +60,7 @@ def test_merged_and_level_problems_are_the_python_ones():
     rng = np.random.default_rng(7)
     for trial in range(40):
         n = int(rng.integers(5, 15))
-        R = rng.normal(size=(n, n))
-        M = R @ R.T + 0.1 * np.eye(n)
+        M = spd(rng, n)
         Q = rng.normal(size=n)
         A1, b1 = rng.normal(size=(2, n)), rng.normal(size=2)
         A2, b2 = rng.normal(size=(3, n)), rng.normal(size=3)
@@ -139,15 +139,8 @@ def test_null_step_is_the_svd_pseudo_inverse_step():
     """``_qp_kernels.null_step`` (the equality path's ``uk_levels._nullspace_step``): pinv(B) y and the null space of
     the SVD it replaces, on full-rank, rank-deficient (dependent rows, a zero column), consistent and inconsistent,
     badly scaled systems, wide and tall."""
-    rng = np.random.default_rng(2)
-    for t in range(600):
-        m, k = int(rng.integers(0, 12)), int(rng.integers(1, 15))
-        B = rng.normal(size=(m, k)) * 10 ** rng.uniform(-3, 3)
-        if m > 2 and t % 3 == 0:
-            B[1] = 3.0 * B[0]
-            B[2] = B[0] - 2.0 * B[1]
-        if m and t % 7 == 0:
-            B[:, 0] = 0.0
+    for t, B, rng in hard_matrices(2, 600, 12):
+        m, k = B.shape
         y = B @ rng.normal(size=k) if t % 2 else rng.normal(size=m)
         dz, N = null_step(B, y, 1e-9)
         if m:

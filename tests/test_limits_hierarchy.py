@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+from _matrices import hard_matrices, spd
 
 from cmstack.controllers._qp_kernels import (
     condition_eq,
@@ -55,8 +56,7 @@ def test_hierarchy_level_equals_the_numpy_formulation():
     rng = np.random.default_rng(3)
     for trial in range(60):
         n = int(rng.integers(4, 15))
-        R = rng.normal(size=(n, n))
-        M = R @ R.T + 0.1 * np.eye(n)
+        M = spd(rng, n)
         H = M + np.eye(n)
         Q, g, x = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
         nz0 = int(rng.integers(1, n + 1))
@@ -91,15 +91,7 @@ def test_hierarchy_level_equals_the_numpy_formulation():
 def test_null_basis_spans_the_svd_null_space():
     """The pivoted-QR basis against the SVD one (the former hierarchy's): the same projector, orthonormal, on
     full-rank, rank-deficient (dependent rows, a zero column) and badly scaled matrices, wide and tall."""
-    rng = np.random.default_rng(1)
-    for t in range(400):
-        m, k = int(rng.integers(0, 16)), int(rng.integers(1, 15))
-        B = rng.normal(size=(m, k)) * 10 ** rng.uniform(-3, 3)
-        if m > 2 and t % 3 == 0:
-            B[1] = 3.0 * B[0]
-            B[2] = B[0] - 2.0 * B[1]
-        if m and t % 7 == 0:
-            B[:, 0] = 0.0
+    for _, B, _ in hard_matrices(1, 400, 16):
         N, ref = null_basis(B, 1e-9), _null_space(B, 1e-9)
         assert N.shape == ref.shape
         np.testing.assert_allclose(N @ N.T, ref @ ref.T, atol=1e-12)

@@ -13,28 +13,15 @@ import sys
 import _forkserver
 import numpy as np
 import pytest
+from _five_bar import DT, child_env
+from _five_bar import setup as _setup
 
 from cmstack.models.errors import ConfigError, SensorFault
 from cmstack.models.robot import Robot
-from cmstack.scenarios import closed_chain
 from cmstack.scenarios._common import EXIT_FAILED, default_config
 from cmstack.sim.logger import read_log
-from cmstack.sim.projection_sim import ProjectionPlant
 from cmstack.sim.runner import simulate
 from cmstack.sim.sensors import ActuatedSensing, Encoders, JointServo
-
-DT = 1e-3
-
-
-def _setup(model="mjcf/five_bar.xml"):
-    cfg = default_config("closed_chain")
-    cfg["model"] = model
-    robot = closed_chain.load_robot(cfg)
-    _, coords, _ = closed_chain.build_reference(cfg, robot)
-    ctl = closed_chain.build_law(cfg, robot, coords)
-    plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
-    plant.reset(robot.q_initial)
-    return robot, ctl, plant
 
 
 def _run(model, steps, **kw):
@@ -265,28 +252,14 @@ def test_cmstack_rt_reconstructs_on_the_controller_side_and_sends_a_position_com
 _RT_ACTUATED_CHILD = """
 import json, sys
 import numpy as np
-from cmstack.scenarios import closed_chain
-from cmstack.scenarios._common import default_config
-from cmstack.sim.projection_sim import ProjectionPlant
+from _five_bar import DT, setup
 from cmstack.sim.rt_driver import DriverSettings
 from cmstack.models.estimator import DelayPredictor
 from cmstack.sim.rt_loop import run_rt
 from cmstack.sim.rt_predict import PredictingController
 from cmstack.sim.runner import LOOP_OVERRIDE, simulate
 
-DT, DUR = 1e-3, 0.5
-
-
-def setup():
-    cfg = default_config("closed_chain")
-    cfg["model"] = "mjcf/five_bar.xml"
-    robot = closed_chain.load_robot(cfg)
-    _, coords, _ = closed_chain.build_reference(cfg, robot)
-    ctl = closed_chain.build_law(cfg, robot, coords)
-    plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
-    plant.reset(robot.q_initial)
-    return robot, ctl, plant
-
+DUR = 0.5
 
 seen = []
 
@@ -348,7 +321,7 @@ def test_cmstack_rt_with_actuated_sensors_transports_the_motors_only_and_tracks(
     law answers the state predicted when its torque is applied (``PredictingController`` "latency", inside the
     reconstruction, told by the loop which command the driver holds: sim/rt_predict.py): a prediction every cycle
     but the first, none failed."""
-    env = dict(os.environ, MPLBACKEND="Agg")
+    env = child_env()
     p = subprocess.run(
         [sys.executable, "-c", _RT_ACTUATED_CHILD],
         capture_output=True,
@@ -373,23 +346,15 @@ _RT_POSITION_CHILD = """
 import functools
 import json
 import numpy as np
-from cmstack.scenarios import closed_chain
-from cmstack.scenarios._common import default_config
-from cmstack.sim.projection_sim import ProjectionPlant
+from _five_bar import DT, setup
 from cmstack.sim.rt_driver import DriverSettings
 from cmstack.sim.rt_loop import run_rt
 from cmstack.sim.runner import LOOP_OVERRIDE, simulate
 
-DT, DUR = 1e-3, 0.5
+DUR = 0.5
 out = {}
 for command in ("torque", "position"):
-    cfg = default_config("closed_chain")
-    cfg["model"] = "mjcf/five_bar.xml"
-    robot = closed_chain.load_robot(cfg)
-    _, coords, _ = closed_chain.build_reference(cfg, robot)
-    ctl = closed_chain.build_law(cfg, robot, coords)
-    plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
-    plant.reset(robot.q_initial)
+    robot, ctl, plant = setup()
     # (max_misses: a stall of the loaded machine must not stop the run; the mechanism is checked, not the timing)
     tok = LOOP_OVERRIDE.set(functools.partial(run_rt, driver=DriverSettings(max_misses=100_000)))
     try:
@@ -417,7 +382,7 @@ def test_cmstack_rt_position_command_runs_the_joint_pd_in_the_driver():
     largest ee error over the second half below 3 mm, a tenth of the circle's 3 cm radius).  The issue's
     3x-of-torque target is not asserted here (a timing-dependent ratio on a loaded machine): measured 0.94-0.96x at
     load ~9 since the command follows the clock through skipped states (2.3-13x before; docs/realtime.md)."""
-    env = dict(os.environ, MPLBACKEND="Agg")
+    env = child_env()
     p = subprocess.run(
         [sys.executable, "-c", _RT_POSITION_CHILD], capture_output=True, text=True, env=env, timeout=300
     )
@@ -435,20 +400,11 @@ _RT_STALE_CHILD = """
 import json
 import numpy as np
 from cmstack.models.errors import SensorFault
-from cmstack.scenarios import closed_chain
-from cmstack.scenarios._common import default_config
-from cmstack.sim.projection_sim import ProjectionPlant
+from _five_bar import DT, setup
 from cmstack.sim.rt_driver import DriverSettings
 from cmstack.sim.rt_loop import run_rt
 
-DT = 1e-3
-cfg = default_config("closed_chain")
-cfg["model"] = "mjcf/five_bar.xml"
-robot = closed_chain.load_robot(cfg)
-_, coords, _ = closed_chain.build_reference(cfg, robot)
-ctl = closed_chain.build_law(cfg, robot, coords)
-plant = ProjectionPlant(robot, None, sim_dt=DT / 2)
-plant.reset(robot.q_initial)
+robot, ctl, plant = setup()
 ends, out = [], {}
 try:
     settings = DriverSettings(stale_frame_at=150, max_misses=100_000)
@@ -465,7 +421,7 @@ def test_rt_a_stale_frame_is_named_and_the_driver_brakes():
     """From cycle 150 on the driver publishes frame 149 again (DriverSettings.stale_frame_at, in a child process with a
     wall-clock limit): the controller side names it (SensorFault stale_frame, at that frame's time), asks the
     driver to stop, which brakes: timing.json's status "stopped" with the fault in its reason (cmstack rt: exit 3)."""
-    env = dict(os.environ, MPLBACKEND="Agg")
+    env = child_env()
     p = subprocess.run(
         [sys.executable, "-c", _RT_STALE_CHILD], capture_output=True, text=True, env=env, timeout=300
     )
