@@ -79,7 +79,7 @@ from cmstack.models._kernel_cache import depends_on
 from cmstack.models._loop_kernels import PLANE, closure_rows
 from cmstack.models.trajectory import CIRCLE_ROW
 
-# numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows calls
+# numba's cache does not see a change of a callee in another file: the kernels here call these (task_rows_into calls
 # the task and trajectory kernels)
 depends_on(__file__, kernels, _uk_kernels, _frame_kernels, _loop_kernels, _task_kernels, _trajectory_kernels)
 

@@ -75,12 +75,17 @@ from typing import Any
 
 import numpy as np
 
-from cmstack.controllers.contact_uk import ContactStepInfo
+from cmstack.controllers.contact_uk import (
+    ContactStepInfo,
+    check_nonnegative,
+    checked_contacts,
+    loop_pass,
+    passive_split,
+)
 from cmstack.controllers.qp import BoundedQP
 from cmstack.models.contact import PointContact
 from cmstack.models.coupling import Task
 from cmstack.models.errors import ConfigError, InfeasibleError
-from cmstack.models.loops import ClosureSet, LoopClosure
 from cmstack.models.robot import Kinematics, Robot
 
 __all__ = ["ContactPIDC", "ContactPIDCInfo"]
@@ -162,48 +167,23 @@ class ContactPIDC:
     ):
         self.robot = robot
         self.n = robot.nv
-        for c in contacts:
-            if not isinstance(c, PointContact):
-                raise ConfigError(f"contacts: {c!r} is not a PointContact")
-            if c.robot is not robot:
-                raise ConfigError(f"contact '{c.name}' was made for another Robot")
-        names = [c.name for c in contacts]
-        dup = sorted({x for x in names if names.count(x) > 1})
-        if dup:
-            raise ConfigError(f"contacts: the names {dup} are used twice")
-        self.contacts = list(contacts)
+        self.contacts = checked_contacts(robot, contacts)
         self.tasks = _parse_tasks(tasks)
         self.loops = list(getattr(robot, "loops", []) or [])
-        # the loops' rows from one compiled pass (``ClosureSet``) when every loop allows it; else each one's qp_rows
-        self._cset: ClosureSet | None = None
-        if self.loops and all(
-            isinstance(c, LoopClosure)
-            and type(c).qp_rows is LoopClosure.qp_rows
-            and type(c).compute is LoopClosure.compute
-            and getattr(c, "error_axes", "world") == "world"
-            for c in self.loops
-        ):
-            try:
-                self._cset = ClosureSet(self.loops)
-            except ConfigError:  # rows kept or row maths of its own: the per-loop path
-                self._cset = None
-        pas = list(robot.passive_joints) if passive is None else list(passive)
-        self.passive_joints = pas
-        self._P = np.asarray(robot.v_indices(pas), dtype=np.int64)
-        actm = np.ones(self.n, dtype=bool)
-        actm[self._P] = False
-        self._A = np.flatnonzero(actm)
+        self._cset = loop_pass(self.loops)  # (the loops' rows in one compiled pass when every loop allows it)
+        self.passive_joints, self._P, self._A = passive_split(robot, passive)
         self.D = robot.damping.copy() if model_damping else np.zeros(self.n)
-        for what, x in (
-            ("rank_tol", rank_tol),
-            ("force_rank_tol", force_rank_tol),
-            ("force_reg", force_reg),
-            ("cone_eps", cone_eps),
-            ("null_damping", null_damping),
-            ("solve_tol", solve_tol),
-        ):
-            if not (math.isfinite(float(x)) and float(x) >= 0.0):
-                raise ConfigError(f"ContactPIDC: {what} must be a finite number >= 0, got {x!r}")
+        check_nonnegative(
+            "ContactPIDC: ",
+            (
+                ("rank_tol", rank_tol),
+                ("force_rank_tol", force_rank_tol),
+                ("force_reg", force_reg),
+                ("cone_eps", cone_eps),
+                ("null_damping", null_damping),
+                ("solve_tol", solve_tol),
+            ),
+        )
         if on_unsolvable not in ("report", "raise"):
             raise ConfigError(
                 f"ContactPIDC: on_unsolvable={on_unsolvable!r} is not one of ['report', 'raise']"

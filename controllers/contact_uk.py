@@ -65,6 +65,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pinocchio as pin
@@ -154,49 +155,23 @@ class ContactUKController:
     ):
         self.robot = robot
         self.n = robot.nv
-        for c in contacts:
-            if not isinstance(c, PointContact):
-                raise ConfigError(f"contacts: {c!r} is not a PointContact")
-            if c.robot is not robot:
-                raise ConfigError(f"contact '{c.name}' was made for another Robot")
-        names = [c.name for c in contacts]
-        dup = sorted({x for x in names if names.count(x) > 1})
-        if dup:
-            raise ConfigError(f"contacts: the names {dup} are used twice")
-        self.contacts = list(contacts)
+        self.contacts = checked_contacts(robot, contacts)
         self.levels = [_parse_level(L, k + 1) for k, L in enumerate(levels)]
         if any(L.gauss for L in self.levels):
             raise ConfigError("levels: GAUSS is implied (the last level); do not name it")
         self.loops = list(getattr(robot, "loops", []) or [])
-        # the loops' rows in one compiled pass (``ClosureSet``: φ, J, J̇v of every loop) when each loop is a plain
-        # LoopClosure with the kind's row maths, whole rows and world-axes errors; else each loop's ``qp_rows``
-        self._cset: ClosureSet | None = None
-        if self.loops and all(
-            isinstance(c, LoopClosure)
-            and type(c).qp_rows is LoopClosure.qp_rows
-            and type(c).compute is LoopClosure.compute
-            and getattr(c, "error_axes", "world") == "world"
-            for c in self.loops
-        ):
-            try:
-                self._cset = ClosureSet(self.loops)
-            except ConfigError:  # rows kept or row maths of its own: the per-loop path
-                self._cset = None
-        pas = list(robot.passive_joints) if passive is None else list(passive)
-        self.passive_joints = pas
-        self._P = np.asarray(robot.v_indices(pas), dtype=np.int64)
-        actm = np.ones(self.n, dtype=bool)
-        actm[self._P] = False
-        self._A = np.flatnonzero(actm)
+        self._cset = loop_pass(self.loops)
+        self.passive_joints, self._P, self._A = passive_split(robot, passive)
         self.D = robot.damping.copy() if model_damping else np.zeros(self.n)
-        for what, x in (
-            ("rank_tol", rank_tol),
-            ("force_rank_tol", force_rank_tol),
-            ("force_reg", force_reg),
-            ("cone_eps", cone_eps),
-        ):
-            if not (math.isfinite(float(x)) and float(x) >= 0.0):
-                raise ConfigError(f"{what} must be a finite number >= 0, got {x!r}")
+        check_nonnegative(
+            "",
+            (
+                ("rank_tol", rank_tol),
+                ("force_rank_tol", force_rank_tol),
+                ("force_reg", force_reg),
+                ("cone_eps", cone_eps),
+            ),
+        )
         self.rank_tol = float(rank_tol)
         self.force_rank_tol = float(force_rank_tol)
         self.truncate_reactions = bool(truncate_reactions)
@@ -497,6 +472,56 @@ class ContactUKController:
             return lam, "solved", False
         lam2, status = self._cone_qp(lam, lam_p, Ng, Hz, gz, act, nl, m)
         return lam2, status, Ng.shape[1] > 0
+
+
+def checked_contacts(robot: Robot, contacts: Sequence[PointContact]) -> list[PointContact]:
+    """The contacts of a contact law (``ContactUKController``, ``ContactPIDC``): each a ``PointContact`` made for
+    ``robot``, each name once; else a one-line ``ConfigError`` naming the contact."""
+    for c in contacts:
+        if not isinstance(c, PointContact):
+            raise ConfigError(f"contacts: {c!r} is not a PointContact")
+        if c.robot is not robot:
+            raise ConfigError(f"contact '{c.name}' was made for another Robot")
+    names = [c.name for c in contacts]
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        raise ConfigError(f"contacts: the names {dup} are used twice")
+    return list(contacts)
+
+
+def loop_pass(loops: Sequence[Any]) -> ClosureSet | None:
+    """The loops' rows in one compiled pass (``ClosureSet``: φ, J, J̇v of every loop) when each loop is a plain
+    ``LoopClosure`` with the kind's row maths, whole rows and world-axes errors; else None (each loop's
+    ``qp_rows``)."""
+    if not loops or not all(
+        isinstance(c, LoopClosure)
+        and type(c).qp_rows is LoopClosure.qp_rows
+        and type(c).compute is LoopClosure.compute
+        and getattr(c, "error_axes", "world") == "world"
+        for c in loops
+    ):
+        return None
+    try:
+        return ClosureSet(list(loops))
+    except ConfigError:  # rows kept or row maths of its own: the per-loop path
+        return None
+
+
+def passive_split(robot: Robot, passive: Sequence[str] | None) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(passive joint names, their v indices P, the other v indices A) of ``robot``; ``passive`` None: the
+    robot's own passive joints."""
+    pas = list(robot.passive_joints) if passive is None else list(passive)
+    P = np.asarray(robot.v_indices(pas), dtype=np.int64)
+    act = np.ones(robot.nv, dtype=bool)
+    act[P] = False
+    return pas, P, np.flatnonzero(act)
+
+
+def check_nonnegative(prefix: str, values: Sequence[tuple[str, object]]) -> None:
+    """Each (name, value) a finite number ≥ 0; else ``ConfigError("{prefix}{name} must be …")``."""
+    for what, x in values:
+        if not (math.isfinite(float(x)) and float(x) >= 0.0):  # type: ignore[arg-type]
+            raise ConfigError(f"{prefix}{what} must be a finite number >= 0, got {x!r}")
 
 
 class _Buffers:
