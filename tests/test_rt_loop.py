@@ -205,16 +205,23 @@ SOAK = """
 
 def test_steady_state_is_gc_free_and_allocation_free(tmp_path):
     """Soak after warm-up (tracemalloc tracing): the loop with a plain controller triggers no collection,
-    leaves no container that a collection would have to free (gen-0 count flat), and its traced memory
-    does not grow (< 1 byte per cycle).  The same measurements see a controller that keeps one float
-    per cycle, one that makes cyclic garbage, and one that calls gc.collect(); the GC is on again after."""
+    leaves no per-cycle container that a collection would have to free (gen-0 count growth < 1 per 100
+    cycles), and its traced memory does not grow (< 1 byte per cycle).  The same measurements see a
+    controller that keeps one float per cycle, one that makes one cyclic dict per cycle (growth ≥ 99 per
+    100 cycles), and one that calls gc.collect(); the GC is on again after.
+
+    Why rates, not exact counts: CPython's list, dict and tuple free lists move gen-0's count by their
+    stock, not by the objects' lives (a container taken from a free list does not add to the count, one
+    put back does not take from it).  A rare path, such as the late-state check a loaded machine takes,
+    that needs more containers at once than the free lists hold adds a few to the count once (CI at
+    12:20 UTC on 2026-11-28 measured 4 over ~2 000 cycles); a container a cycle adds one a cycle."""
     r = child(tmp_path, SOAK, timeout=200)
     pd, leaky, cyclic, collects = r["pd"], r["leaky"], r["cyclic"], r["collects"]
     assert pd["steady_cycles"] >= 300  # (states the loop answered: a busy machine skips some)
-    assert pd["gc_collections"] == 0 and pd["gc_gen0_growth"] == 0
+    assert pd["gc_collections"] == 0 and pd["gc_gen0_growth"] < pd["steady_cycles"] / 100
     assert pd["traced_growth_bytes"] < pd["steady_cycles"]
     assert leaky["traced_growth_bytes"] > 8 * leaky["steady_cycles"]
-    assert cyclic["gc_gen0_growth"] >= cyclic["steady_cycles"] and cyclic["gc_collections"] == 0
+    assert cyclic["gc_gen0_growth"] >= 0.99 * cyclic["steady_cycles"] and cyclic["gc_collections"] == 0
     assert collects["gc_collections"] >= 1
     assert all(x["gc_enabled_after"] for x in r.values())
 
